@@ -1,0 +1,160 @@
+"""Built-in local checks, with MAF's names, rules and reason strings (shared spec §4).
+
+A check is any callable ``EvalItem -> CheckResult`` (or an awaitable of one). The built-ins are
+synchronous so a batch of items is checked without an event-loop round trip per item.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from evalpipe.items import EvalItem
+
+__all__ = [
+    "CheckResult",
+    "EvalCheck",
+    "keyword_check",
+    "tool_call_args_match",
+    "tool_called_check",
+    "tool_calls_present",
+]
+
+
+@dataclass
+class CheckResult:
+    """A local check's verdict.
+
+    ``score`` is an evalpipe addition: the number an ``@evaluator`` returned (MAF keeps only 1.0/0.0).
+    """
+
+    passed: bool
+    reason: str
+    check_name: str
+    score: float | None = None
+
+
+EvalCheck = Callable[[EvalItem], "CheckResult | Awaitable[CheckResult]"]
+"""A local check: takes an item, returns (or awaits to) a CheckResult."""
+
+
+def _named(fn: Callable[[EvalItem], CheckResult], name: str) -> Callable[[EvalItem], CheckResult]:
+    fn.__name__ = name
+    fn.__qualname__ = name
+    return fn
+
+
+def keyword_check(*keywords: str, case_sensitive: bool = False) -> EvalCheck:
+    """The response must contain every keyword (a substring test on ``item.response``).
+
+    Only the response side of the split counts: text in tool results, the query or (under
+    LAST_TURN) an earlier turn does not.
+    """
+    wanted = list(keywords)
+    needles = wanted if case_sensitive else [k.lower() for k in wanted]
+
+    def check(item: EvalItem) -> CheckResult:
+        text = item.response if case_sensitive else item.response.lower()
+        missing = [k for k, n in zip(wanted, needles, strict=True) if n not in text]
+        if missing:
+            return CheckResult(False, f"Missing keywords: {missing}", "keyword_check")
+        return CheckResult(True, "All keywords found", "keyword_check")
+
+    return _named(check, "keyword_check")
+
+
+def tool_called_check(*tool_names: str, mode: Literal["all", "any"] = "all") -> EvalCheck:
+    """The agent must have called the named tools (``mode="all"``) or one of them (``"any"``).
+
+    Scans every message of the conversation, whatever the split; names are case-sensitive. As in
+    MAF, a pass reports the tools seen up to the call that satisfied the condition.
+    """
+    if mode not in ("all", "any"):
+        raise ValueError(f"tool_called_check mode must be 'all' or 'any', got {mode!r}")
+    names = list(tool_names)
+    name_set = set(names)
+
+    def satisfied(called: set[str]) -> bool:
+        if mode == "all":
+            return name_set <= called
+        return bool(name_set & called)
+
+    def passing(called: set[str]) -> CheckResult:
+        if mode == "all":
+            return CheckResult(True, f"All expected tools called: {sorted(called)}", "tool_called")
+        return CheckResult(True, f"Expected tool found: {sorted(name_set & called)}", "tool_called")
+
+    def check(item: EvalItem) -> CheckResult:
+        called: set[str] = set()
+        for message in item.conversation:
+            for content in message.contents:
+                if content.type == "function_call":
+                    called.add(content.name)
+                    if satisfied(called):
+                        return passing(called)
+        if satisfied(called):
+            return passing(called)
+        if mode == "all":
+            missing = [n for n in names if n not in called]
+            reason = f"Expected tools not called: {missing} (called: {sorted(called)})"
+        else:
+            reason = f"None of expected tools called: {names} (called: {sorted(called)})"
+        return CheckResult(False, reason, "tool_called")
+
+    return _named(check, "tool_called")
+
+
+def tool_calls_present(item: EvalItem) -> CheckResult:
+    """Every expected tool name appears among the calls (names only; order and extras ignored)."""
+    expected = item.expected_tool_calls
+    if not expected:
+        return CheckResult(True, "No expected tool calls specified.", "tool_calls_present")
+    called = {c.name for c in item.function_calls}
+    called_list = sorted(called)
+    missing = [e.name for e in expected if e.name not in called]
+    if missing:
+        return CheckResult(
+            False, f"Missing tool calls: {missing} (called: {called_list})", "tool_calls_present"
+        )
+    names = [e.name for e in expected]
+    return CheckResult(
+        True, f"All expected tools called: {names} (called: {called_list})", "tool_calls_present"
+    )
+
+
+def tool_call_args_match(item: EvalItem) -> CheckResult:
+    """Each expected call matches a same-name call whose arguments contain the expected ones.
+
+    The match is a top-level subset: extra actual keys are fine, nested values compare with ``==``.
+    ``arguments=None`` on the expectation checks the name only. Unparseable actual arguments
+    never match.
+    """
+    expected = item.expected_tool_calls
+    if not expected:
+        return CheckResult(True, "No expected tool calls specified.", "tool_call_args_match")
+    actual: dict[str, list[dict[str, Any] | None]] = {}
+    for call in item.function_calls:
+        actual.setdefault(call.name, []).append(call.parsed_arguments())
+    matched = 0
+    details: list[str] = []
+    for exp in expected:
+        calls = actual.get(exp.name)
+        if not calls:
+            details.append(f"  {exp.name}: not called")
+            continue
+        if exp.arguments is None:
+            matched += 1
+            details.append(f"  {exp.name}: called (args not checked)")
+            continue
+        want = exp.arguments
+        if any(
+            args is not None and all(k in args and args[k] == v for k, v in want.items())
+            for args in calls
+        ):
+            matched += 1
+            details.append(f"  {exp.name}: args match")
+        else:
+            details.append(f"  {exp.name}: args mismatch (actual: {calls})")
+    reason = f"Tool call args match: {matched}/{len(expected)}\n" + "\n".join(details)
+    return CheckResult(matched == len(expected), reason, "tool_call_args_match")

@@ -1,0 +1,367 @@
+"""Local checks run in-process: ``@evaluator`` function checks and the ``LocalEvaluator`` provider.
+
+Rules as MAF (shared spec §5-§6) with two deliberate differences (docs/maf-compatibility.md):
+a check that raises makes its item errored instead of aborting the run, and the float an
+``@evaluator`` returns is kept as the score instead of being collapsed to 1.0/0.0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, overload
+
+from evalpipe.checks import CheckResult, EvalCheck
+from evalpipe.items import EvalItem
+from evalpipe.results import EvalItemResult, EvalResults, EvalScoreResult
+
+__all__ = ["FunctionEvaluator", "LocalEvaluator", "check_name_of", "evaluator"]
+
+_SUPPORTED = (
+    "context",
+    "conversation",
+    "expected_output",
+    "expected_tool_calls",
+    "query",
+    "response",
+    "tools",
+)
+
+
+def _inject(item: EvalItem, name: str) -> Any:
+    if name == "query":
+        return item.query
+    if name == "response":
+        return item.response
+    if name == "expected_output":
+        return item.expected_output or ""
+    if name == "expected_tool_calls":
+        return item.expected_tool_calls or []
+    if name == "conversation":
+        return item.conversation
+    if name == "tools":
+        return item.tools
+    return item.context
+
+
+def coerce_result(value: Any, check_name: str) -> CheckResult:
+    """Turn what a function evaluator returned into a CheckResult (MAF's coercion table).
+
+    bool → passed; int/float → passed at >= 0.5, kept as the score; dict with ``score`` (and
+    optional ``passed``/``threshold``/``reason``) or with ``passed``; a CheckResult as is.
+
+    Raises:
+        TypeError: for any other value, with MAF's wording.
+    """
+    if isinstance(value, CheckResult):
+        return value
+    if isinstance(value, bool):
+        return CheckResult(
+            value, "passed" if value else "failed", check_name, 1.0 if value else 0.0
+        )
+    if isinstance(value, int | float):
+        score = float(value)
+        return CheckResult(score >= 0.5, f"score={score:.3f}", check_name, score)
+    if isinstance(value, Mapping):
+        if "score" in value:
+            raw = value["score"]
+            try:
+                if raw is None or isinstance(raw, bool):
+                    raise ValueError
+                score = float(raw)
+            except (TypeError, ValueError):
+                raise TypeError(
+                    f"Function evaluator '{check_name}' returned dict with non-numeric 'score' "
+                    f"value: {raw!r}"
+                ) from None
+            if "passed" in value:
+                passed = bool(value["passed"])
+            else:
+                passed = score >= float(value.get("threshold", 0.5))
+            reason = str(value.get("reason", f"score={score:.3f}"))
+            return CheckResult(passed, reason, check_name, score)
+        if "passed" in value:
+            flag = value["passed"]
+            if not isinstance(flag, bool | int):
+                raise TypeError(
+                    f"Function evaluator '{check_name}' returned dict with non-boolean 'passed' "
+                    f"value: {flag!r}"
+                )
+            ok = bool(flag)
+            reason = value.get("reason", "passed" if ok else "failed")
+            return CheckResult(ok, reason, check_name, 1.0 if ok else 0.0)
+    raise TypeError(
+        f"Function evaluator '{check_name}' returned unsupported type {type(value).__name__}. "
+        "Expected bool, float, dict, or CheckResult."
+    )
+
+
+class FunctionEvaluator:
+    """A Python function wrapped as a local check; its parameters are filled from the item by name.
+
+    Calling it (``await check(item)``) always gives a coroutine, as MAF's; ``run`` returns the
+    CheckResult directly for a sync function, which LocalEvaluator uses to avoid one coroutine per
+    item.
+    """
+
+    def __init__(self, fn: Callable[..., Any], name: str | None = None) -> None:
+        self.fn = fn
+        self.__name__: str = name or str(getattr(fn, "__name__", type(fn).__name__))
+        self.__qualname__ = self.__name__
+        self.__doc__ = getattr(fn, "__doc__", None)
+        self.is_async = inspect.iscoroutinefunction(fn)
+        signature = inspect.signature(fn)
+        unknown = []
+        self._params: list[str] = []
+        for pname, param in signature.parameters.items():
+            if pname in _SUPPORTED and param.kind not in (
+                param.VAR_POSITIONAL,
+                param.VAR_KEYWORD,
+            ):
+                self._params.append(pname)
+            elif param.default is param.empty:
+                unknown.append(pname)
+        if unknown:
+            raise TypeError(
+                f"Function evaluator '{self.__name__}' has unknown required parameter(s) "
+                f"{sorted(unknown)}.  Supported: {sorted(_SUPPORTED)}"
+            )
+
+    def _kwargs(self, item: EvalItem) -> dict[str, Any]:
+        return {p: _inject(item, p) for p in self._params}
+
+    def run(self, item: EvalItem) -> CheckResult | Awaitable[CheckResult]:
+        """Run the function on ``item``: a CheckResult for a sync function, an awaitable otherwise."""
+        if self.is_async:
+            return self._run_async(item)
+        return coerce_result(self.fn(**self._kwargs(item)), self.__name__)
+
+    async def _run_async(self, item: EvalItem) -> CheckResult:
+        value = await self.fn(**self._kwargs(item))
+        return coerce_result(value, self.__name__)
+
+    async def __call__(self, item: EvalItem) -> CheckResult:
+        result = self.run(item)
+        if isinstance(result, CheckResult):
+            return result
+        return await result
+
+    def __repr__(self) -> str:
+        return f"evaluator({self.__name__})"
+
+
+@overload
+def evaluator(fn: Callable[..., Any], *, name: str | None = None) -> FunctionEvaluator: ...
+@overload
+def evaluator(
+    fn: None = None, *, name: str | None = None
+) -> Callable[[Callable[..., Any]], FunctionEvaluator]: ...
+def evaluator(
+    fn: Callable[..., Any] | None = None, *, name: str | None = None
+) -> FunctionEvaluator | Callable[[Callable[..., Any]], FunctionEvaluator]:
+    """Wrap a function as a local check: ``@evaluator``, ``@evaluator(name=...)`` or ``evaluator(fn)``.
+
+    Parameters named query, response, expected_output, expected_tool_calls, conversation, tools or
+    context are injected from the item; any other parameter must have a default.
+
+    Raises:
+        TypeError: at decoration time, for an unknown parameter without a default.
+    """
+    if fn is None:
+        return lambda f: FunctionEvaluator(f, name)
+    return FunctionEvaluator(fn, name)
+
+
+def check_name_of(check: Any) -> str:
+    """The name a check reports under when it cannot report one itself (it raised)."""
+    return str(getattr(check, "__name__", None) or type(check).__name__)
+
+
+def _error_text(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+class LocalEvaluator:
+    """Runs local checks on every item, in-process.
+
+    An item passes when it has at least one check and every check passed (zero checks: every item
+    fails, as MAF). A check that raises, or returns something that cannot be coerced, makes the
+    item errored (error_code "CheckError"); the other items and checks are kept.
+    """
+
+    name = "Local"
+
+    def __init__(self, *checks: EvalCheck, max_concurrency: int = 64) -> None:
+        for check in checks:
+            if not callable(check):
+                raise TypeError(f"LocalEvaluator checks must be callable, got {check!r}")
+        self.checks: list[EvalCheck] = list(checks)
+        self.max_concurrency = max_concurrency
+
+    def __repr__(self) -> str:
+        return f"LocalEvaluator({', '.join(check_name_of(c) for c in self.checks)})"
+
+    def _start(self, item: EvalItem) -> list[CheckResult | BaseException | Awaitable[CheckResult]]:
+        out: list[CheckResult | BaseException | Awaitable[CheckResult]] = []
+        for check in self.checks:
+            try:
+                result: Any = (
+                    check.run(item) if isinstance(check, FunctionEvaluator) else check(item)
+                )
+            except Exception as exc:
+                out.append(exc)
+                continue
+            out.append(result)
+        return out
+
+    async def evaluate(
+        self, items: Sequence[EvalItem], *, eval_name: str = "Local Eval"
+    ) -> EvalResults:
+        """Check every item; the result lists items in input order."""
+        started = [None if item.error_code else self._start(item) for item in items]
+        pending = [
+            i
+            for i, outs in enumerate(started)
+            if outs and any(not isinstance(o, CheckResult | BaseException) for o in outs)
+        ]
+        if pending:
+            semaphore = asyncio.Semaphore(self.max_concurrency)
+
+            async def settle(index: int) -> None:
+                outs = started[index]
+                assert outs is not None
+                async with semaphore:
+                    for k, out in enumerate(outs):
+                        if not isinstance(out, CheckResult | BaseException):
+                            try:
+                                outs[k] = await out
+                            except Exception as exc:
+                                outs[k] = exc
+
+            await asyncio.gather(*(settle(i) for i in pending))
+        return self._collect(items, started, eval_name)
+
+    def _collect(
+        self,
+        items: Sequence[EvalItem],
+        started: Sequence[Sequence[Any] | None],
+        eval_name: str,
+    ) -> EvalResults:
+        names = [check_name_of(c) for c in self.checks]
+        per_evaluator: dict[str, dict[str, int]] = {}
+        counts = {"passed": 0, "failed": 0, "errored": 0}
+        failures: list[str] = []
+        results: list[EvalItemResult] = []
+
+        def bump(name: str, key: str) -> None:
+            bucket = per_evaluator.get(name)
+            if bucket is None:
+                bucket = per_evaluator[name] = {"passed": 0, "failed": 0, "errored": 0}
+            bucket[key] += 1
+
+        for index, (item, outs) in enumerate(zip(items, started, strict=True)):
+            item_id = item.item_id if item.item_id is not None else str(index)
+            metadata = _item_metadata(item)
+            if outs is None:
+                for name in names:
+                    bump(name, "errored")
+                counts["errored"] += 1
+                results.append(
+                    EvalItemResult.model_construct(
+                        item_id=item_id,
+                        status="error",
+                        scores=[],
+                        error_code=item.error_code,
+                        error_message=item.error_message,
+                        input_text=item.query,
+                        output_text=item.response,
+                        metadata=metadata,
+                    )
+                )
+                continue
+            scores: list[EvalScoreResult] = []
+            errors: list[str] = []
+            all_passed = bool(outs)
+            for name, out in zip(names, outs, strict=True):
+                if isinstance(out, BaseException):
+                    bump(name, "errored")
+                    errors.append(f"{name}: {_error_text(out)}")
+                    scores.append(
+                        EvalScoreResult.model_construct(
+                            name=name, score=None, passed=None, error_message=_error_text(out)
+                        )
+                    )
+                    continue
+                if not isinstance(out, CheckResult):
+                    exc = TypeError(
+                        f"check '{name}' returned {type(out).__name__}, expected CheckResult"
+                    )
+                    bump(name, "errored")
+                    errors.append(f"{name}: {_error_text(exc)}")
+                    scores.append(
+                        EvalScoreResult.model_construct(
+                            name=name, score=None, passed=None, error_message=_error_text(exc)
+                        )
+                    )
+                    continue
+                passed = bool(out.passed)
+                bump(out.check_name, "passed" if passed else "failed")
+                if not passed:
+                    all_passed = False
+                    failures.append(f"{out.check_name}: {out.reason}")
+                score = out.score if out.score is not None else (1.0 if passed else 0.0)
+                scores.append(
+                    EvalScoreResult.model_construct(
+                        name=out.check_name,
+                        score=score,
+                        passed=passed,
+                        sample={"reason": out.reason} if out.reason else None,
+                        reason=out.reason or None,
+                    )
+                )
+            if errors:
+                status = "error"
+                counts["errored"] += 1
+            elif all_passed:
+                status = "pass"
+                counts["passed"] += 1
+            else:
+                status = "fail"
+                counts["failed"] += 1
+            results.append(
+                EvalItemResult.model_construct(
+                    item_id=item_id,
+                    status=status,
+                    scores=scores,
+                    error_code="CheckError" if errors else None,
+                    error_message="; ".join(errors) if errors else None,
+                    input_text=item.query,
+                    output_text=item.response,
+                    metadata=metadata,
+                )
+            )
+        return EvalResults(
+            provider=self.name,
+            eval_id="local",
+            run_id=eval_name,
+            status="completed",
+            result_counts=counts,
+            per_evaluator=per_evaluator,
+            items=results,
+            input_items=list(items),
+            error="; ".join(failures) or None,
+        )
+
+
+def _item_metadata(item: EvalItem) -> dict[str, Any] | None:
+    meta: dict[str, Any] = {}
+    if item.query_index is not None:
+        meta["query_index"] = item.query_index
+    if item.repetition is not None:
+        meta["repetition"] = item.repetition
+    if item.agent is not None:
+        meta["agent"] = item.agent
+    if item.metadata:
+        meta.update(item.metadata)
+    return meta or None

@@ -1,0 +1,291 @@
+"""EvalItem: one conversation to evaluate, how it splits into query and response, and what was expected.
+
+Split rules and the query/response strings mirror MAF exactly (shared spec §3): LAST_TURN splits at the
+last user message, FULL at the first; ``query`` joins the user texts of the query side and
+``response`` the assistant texts of the response side.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from enum import Enum
+from typing import Any, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
+
+from evalpipe.messages import FunctionCallContent, Message, ToolDefinition
+
+__all__ = [
+    "ConversationSplit",
+    "ConversationSplitter",
+    "EvalItem",
+    "ExpectedToolCall",
+    "RunUsage",
+    "split_full",
+    "split_last_turn",
+]
+
+Split = tuple[list[Message], list[Message]]
+
+
+@runtime_checkable
+class ConversationSplitter(Protocol):
+    """Any callable ``conversation -> (query_messages, response_messages)``."""
+
+    def __call__(self, conversation: list[Message]) -> Split: ...
+
+
+def split_last_turn(conversation: Sequence[Message]) -> Split:
+    """Split at the last user message: it and everything before is the query side."""
+    conv = list(conversation)
+    for i in range(len(conv) - 1, -1, -1):
+        if conv[i].role == "user":
+            return conv[: i + 1], conv[i + 1 :]
+    return [], conv
+
+
+def split_full(conversation: Sequence[Message]) -> Split:
+    """Split at the first user message: the whole rest of the conversation is the response."""
+    conv = list(conversation)
+    for i, message in enumerate(conv):
+        if message.role == "user":
+            return conv[: i + 1], conv[i + 1 :]
+    return [], conv
+
+
+class ConversationSplit(str, Enum):  # noqa: UP042 - str() and repr() as MAF's
+    """The built-in split strategies; each member is itself a splitter (callable)."""
+
+    LAST_TURN = "last_turn"
+    """Evaluate the answer to the latest user turn; earlier turns are context."""
+    FULL = "full"
+    """Evaluate the whole trajectory after the first user message."""
+
+    def __call__(self, conversation: list[Message]) -> Split:
+        if self is ConversationSplit.FULL:
+            return split_full(conversation)
+        return split_last_turn(conversation)
+
+
+def _join(messages: Sequence[Message], role: str) -> str:
+    return " ".join(t for m in messages if m.role == role and (t := m.text)).strip()
+
+
+class ExpectedToolCall(BaseModel):
+    """A tool call the agent is expected to make; ``arguments=None`` means "don't check arguments"."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    """The tool's name."""
+    arguments: dict[str, Any] | None = None
+    """Expected arguments (a top-level subset match), or None to check the name only."""
+
+    def __init__(
+        self, name: str | None = None, arguments: dict[str, Any] | None = None, /, **data: Any
+    ) -> None:
+        if name is not None:
+            data["name"] = name
+        if arguments is not None:
+            data["arguments"] = arguments
+        super().__init__(**data)
+
+
+class RunUsage(BaseModel):
+    """What one target call cost: tokens when the response reports them, and wall time."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    input_tokens: int | None = None
+    """Prompt tokens, when reported."""
+    output_tokens: int | None = None
+    """Completion tokens, when reported."""
+    total_tokens: int | None = None
+    """Total tokens, when reported."""
+    latency_seconds: float | None = None
+    """Wall-clock time of the call, measured by evalpipe."""
+
+
+class EvalItem(BaseModel):
+    """One conversation to evaluate, with what was expected of it.
+
+    ``query`` and ``response`` are derived from the conversation through the split strategy; the
+    split is computed once per (strategy, conversation) and cached, unlike MAF, which re-splits on
+    every access.
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
+
+    conversation: list[Message] = Field(default_factory=list)
+    """The full conversation: user input, assistant turns, tool calls and results."""
+    tools: list[ToolDefinition] | None = None
+    """Schema-only snapshots of the tools the agent could call (None: unknown / not captured)."""
+    context: str | None = None
+    """Grounding context for evaluators that need it."""
+    expected_output: str | None = None
+    """The reference answer."""
+    expected_tool_calls: list[ExpectedToolCall] | None = None
+    """The tool calls the agent should make."""
+    split_strategy: Any = Field(default=None, exclude=True)
+    """The item's own splitter (a ConversationSplit member or a callable); None means LAST_TURN."""
+
+    item_id: str | None = None
+    """Stable identifier, used for the item's results."""
+    query_index: int | None = None
+    """Index of the query (dataset row) this item came from."""
+    repetition: int | None = None
+    """Which repetition of the query produced this item (0-based)."""
+    agent: str | None = None
+    """The agent whose behaviour this item holds (a workflow executor), or None for a single agent."""
+    usage: RunUsage | None = None
+    """Tokens and latency of the target call that produced the conversation."""
+    error_code: str | None = None
+    """Set when the target call failed (e.g. "AgentError"); evaluators then report the item errored."""
+    error_message: str | None = None
+    """What went wrong in the target call."""
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    """Free-form extra data (dataset tags, ids) carried into the results."""
+
+    _split_cache: tuple[Any, int, Split, str, str] | None = PrivateAttr(default=None)
+
+    def __init__(
+        self,
+        conversation: Sequence[Any] | None = None,
+        tools: Sequence[Any] | None = None,
+        context: str | None = None,
+        expected_output: str | None = None,
+        expected_tool_calls: Sequence[Any] | None = None,
+        split_strategy: Any = None,
+        /,
+        **data: Any,
+    ) -> None:
+        positional = {
+            "conversation": conversation,
+            "tools": tools,
+            "context": context,
+            "expected_output": expected_output,
+            "expected_tool_calls": expected_tool_calls,
+            "split_strategy": split_strategy,
+        }
+        for key, value in positional.items():
+            if value is not None:
+                data[key] = value
+        super().__init__(**data)
+
+    @field_validator("conversation", mode="before")
+    @classmethod
+    def _coerce_conversation(cls, value: Any) -> Any:
+        if value is None:
+            return []
+        return [Message.coerce(m) for m in value]
+
+    @field_validator("tools", mode="before")
+    @classmethod
+    def _snapshot_tools(cls, value: Any) -> Any:
+        if value is None:
+            return None
+        return [ToolDefinition.coerce(t) for t in value]
+
+    @field_validator("expected_tool_calls", mode="before")
+    @classmethod
+    def _coerce_expected(cls, value: Any) -> Any:
+        if value is None:
+            return None
+        return [
+            v
+            if isinstance(v, ExpectedToolCall)
+            else ExpectedToolCall.model_validate(dict(v))
+            if isinstance(v, Mapping)
+            else ExpectedToolCall(v)
+            if isinstance(v, str)
+            else v
+            for v in value
+        ]
+
+    @field_validator("split_strategy")
+    @classmethod
+    def _check_splitter(cls, value: Any) -> Any:
+        if value is not None and not callable(value):
+            raise ValueError(
+                "split_strategy must be a ConversationSplit member or a callable "
+                f"conversation -> (query_messages, response_messages), got {value!r}"
+            )
+        return value
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in ("conversation", "split_strategy"):
+            self._split_cache = None
+        super().__setattr__(name, value)
+
+    def _resolve(self, split: Callable[..., Split] | None) -> tuple[Split, str, str]:
+        splitter = split or self.split_strategy or ConversationSplit.LAST_TURN
+        conv = self.conversation
+        cache = self._split_cache
+        if cache is not None and cache[0] is splitter and cache[1] == len(conv):
+            return cache[2], cache[3], cache[4]
+        query_msgs, response_msgs = splitter(conv)
+        query_msgs, response_msgs = list(query_msgs), list(response_msgs)
+        query = _join(query_msgs, "user")
+        response = _join(response_msgs, "assistant")
+        self._split_cache = (splitter, len(conv), (query_msgs, response_msgs), query, response)
+        return (query_msgs, response_msgs), query, response
+
+    def split_messages(self, split: Callable[..., Split] | None = None) -> Split:
+        """Split the conversation: ``split`` if given, else the item's strategy, else LAST_TURN."""
+        (query_msgs, response_msgs), _, _ = self._resolve(split)
+        return list(query_msgs), list(response_msgs)
+
+    @property
+    def query(self) -> str:
+        """The user texts on the query side, joined with spaces."""
+        return self._resolve(None)[1]
+
+    @property
+    def response(self) -> str:
+        """The assistant texts on the response side, joined with spaces."""
+        return self._resolve(None)[2]
+
+    @property
+    def has_image_content(self) -> bool:
+        """Whether any message carries an image (data or uri content with an image media type)."""
+        for message in self.conversation:
+            for c in message.contents:
+                if c.type in ("data", "uri"):
+                    media = getattr(c, "media_type", None) or ""
+                    uri = getattr(c, "uri", "")
+                    if media.startswith("image/") or uri.startswith("data:image/"):
+                        return True
+        return False
+
+    @property
+    def function_calls(self) -> list[FunctionCallContent]:
+        """Every tool call in the whole conversation, in order."""
+        return [c for m in self.conversation for c in m.contents if c.type == "function_call"]
+
+    @staticmethod
+    def _split_last_turn_static(conversation: list[Message]) -> Split:
+        """LAST_TURN, for custom splitters that fall back to it (MAF's name)."""
+        return split_last_turn(conversation)
+
+    @staticmethod
+    def per_turn_items(
+        conversation: Sequence[Any],
+        *,
+        tools: Sequence[Any] | None = None,
+        context: str | None = None,
+    ) -> list[EvalItem]:
+        """One item per user message, each holding the conversation up to the next user message."""
+        conv = [Message.coerce(m) for m in conversation]
+        user_indices = [i for i, m in enumerate(conv) if m.role == "user"]
+        items: list[EvalItem] = []
+        for k, _ in enumerate(user_indices):
+            end = user_indices[k + 1] if k + 1 < len(user_indices) else len(conv)
+            items.append(
+                EvalItem(
+                    conv[:end],
+                    list(tools) if tools is not None else None,
+                    context,
+                    metadata={"turn": k},
+                )
+            )
+        return items

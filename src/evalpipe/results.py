@@ -1,0 +1,308 @@
+"""Results: per-score, per-item and per-run, nested per agent; the pass rules and assertion helpers.
+
+The counting and pass rules, and the text of ``raise_for_status``, mirror MAF (shared spec §7):
+``total = passed + failed`` (errored is counted apart, never as failed), an empty run is never
+"all passed", and a workflow result passes only when every sub-result passes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from evalpipe.items import EvalItem
+
+__all__ = [
+    "EvalItemResult",
+    "EvalNotPassedError",
+    "EvalResults",
+    "EvalScoreResult",
+    "ItemStatus",
+    "RubricScore",
+]
+
+ItemStatus = Literal["pass", "fail", "error", "errored"]
+"""``pass``/``fail`` are verdicts on the agent; ``error`` (Foundry also says ``errored``) means the
+item could not be evaluated (the agent run or an evaluator broke), which is not a verdict."""
+
+
+class EvalNotPassedError(Exception):
+    """Raised by ``raise_for_status`` and the ``assert_*`` helpers when a run did not pass."""
+
+
+@dataclass(frozen=True)
+class RubricScore:
+    """One dimension of a rubric-based score."""
+
+    id: str
+    score: int | None
+    applicable: bool
+    weight: int
+    reason: str
+
+
+class EvalScoreResult(BaseModel):
+    """One metric's result for one item."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    """The metric or check name."""
+    score: float | None
+    """The score. Local checks keep an @evaluator's float; None only when the metric errored."""
+    passed: bool | None = None
+    """The verdict, when the metric has one."""
+    sample: dict[str, Any] | None = None
+    """Provider-specific detail (MAF puts ``{"reason": ...}`` here for local checks)."""
+    dimensions: list[RubricScore] | None = None
+    """Rubric dimensions, when the evaluator reports them."""
+    reason: str | None = None
+    """Why the metric passed or failed."""
+    threshold: float | None = None
+    """The pass threshold that decided ``passed``, when there is one."""
+    label: str | None = None
+    """A categorical label (for example "pass" or a rating)."""
+    error_message: str | None = None
+    """Set when this metric could not be computed."""
+
+    def __init__(
+        self,
+        name: str | None = None,
+        score: float | None = None,
+        passed: bool | None = None,
+        sample: dict[str, Any] | None = None,
+        dimensions: list[RubricScore] | None = None,
+        /,
+        **data: Any,
+    ) -> None:
+        for key, value in (
+            ("name", name),
+            ("score", score),
+            ("passed", passed),
+            ("sample", sample),
+            ("dimensions", dimensions),
+        ):
+            if value is not None:
+                data[key] = value
+        data.setdefault("score", None)
+        super().__init__(**data)
+
+
+class EvalItemResult(BaseModel):
+    """One item's results from one provider."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    item_id: str
+    """The evaluated item's id."""
+    status: str
+    """``pass``, ``fail``, or ``error``/``errored`` (see ItemStatus)."""
+    scores: list[EvalScoreResult] = Field(default_factory=list)
+    """One entry per metric."""
+    error_code: str | None = None
+    """Machine-readable error kind, e.g. AgentError, CheckError, Timeout."""
+    error_message: str | None = None
+    """What went wrong, for people."""
+    response_id: str | None = None
+    """The evaluated response's id, when the provider reports one."""
+    input_text: str | None = None
+    """The query text the provider saw."""
+    output_text: str | None = None
+    """The response text the provider saw."""
+    token_usage: dict[str, int] | None = None
+    """Tokens the evaluation itself used (judges), when reported."""
+    metadata: dict[str, Any] | None = None
+    """Extra data carried from the item (query index, repetition, agent, tags)."""
+
+    @property
+    def is_error(self) -> bool:
+        """The item could not be evaluated."""
+        return self.status in ("error", "errored")
+
+    @property
+    def is_passed(self) -> bool:
+        """The item passed."""
+        return self.status == "pass"
+
+    @property
+    def is_failed(self) -> bool:
+        """The item failed (an errored item is not failed)."""
+        return self.status == "fail"
+
+
+class EvalResults(BaseModel):
+    """The results of one evaluation run by one provider, with sub-results per agent for workflows."""
+
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+
+    provider: str
+    """The evaluator provider's name ("Local", "Microsoft Foundry", ...)."""
+    eval_id: str = ""
+    """The provider's evaluation id."""
+    run_id: str = ""
+    """The provider's run id (the eval name for local runs)."""
+    status: str = "completed"
+    """``completed``, ``failed``, ``canceled``, ``timeout`` or ``partial``."""
+    result_counts: dict[str, int] | None = None
+    """Item counts: passed, failed, errored."""
+    report_url: str | None = None
+    """Where the provider shows this run, when it has a portal."""
+    error: str | None = None
+    """Run-level error text (for local runs, the failed checks' reasons)."""
+    per_evaluator: dict[str, dict[str, int]] = Field(default_factory=dict)
+    """Counts (passed, failed, errored) per check or evaluator."""
+    items: list[EvalItemResult] = Field(default_factory=list)
+    """One result per evaluated item, in the input order."""
+    input_items: list[EvalItem] = Field(default_factory=list, exclude=True)
+    """The evaluated items themselves (not serialized with the results)."""
+    sub_results: dict[str, EvalResults] = Field(default_factory=dict)
+    """Per-agent results of a workflow evaluation, keyed by agent name."""
+
+    def __init__(self, **data: Any) -> None:
+        for key in ("per_evaluator", "items", "input_items", "sub_results"):
+            if key in data and data[key] is None:
+                del data[key]
+        super().__init__(**data)
+
+    @property
+    def passed(self) -> int:
+        """Items that passed."""
+        return (self.result_counts or {}).get("passed", 0)
+
+    @property
+    def failed(self) -> int:
+        """Items that failed."""
+        return (self.result_counts or {}).get("failed", 0)
+
+    @property
+    def errored(self) -> int:
+        """Items that could not be evaluated."""
+        return (self.result_counts or {}).get("errored", 0)
+
+    @property
+    def total(self) -> int:
+        """``passed + failed``: errored items are not in the denominator (as MAF)."""
+        return self.passed + self.failed
+
+    @property
+    def all_passed(self) -> bool:
+        """Completed, nothing failed or errored, at least one item, and every sub-result passed."""
+        if self.status != "completed":
+            return False
+        if self.sub_results:
+            own_ok = self.result_counts is None or (
+                self.failed == 0 and self.errored == 0 and self.total > 0
+            )
+            return own_ok and all(s.all_passed for s in self.sub_results.values())
+        return self.failed == 0 and self.errored == 0 and self.total > 0
+
+    def iter_results(self) -> Iterator[EvalResults]:
+        """This result, then every sub-result, depth first."""
+        yield self
+        for sub in self.sub_results.values():
+            yield from sub.iter_results()
+
+    def raise_for_status(self, msg: str | None = None) -> None:
+        """Raise EvalNotPassedError unless ``all_passed``; the message says what went wrong."""
+        if self.all_passed:
+            return
+        text = (
+            msg
+            or f"Eval run {self.run_id} {self.status}: {self.passed} passed, {self.failed} failed."
+        )
+        if self.errored:
+            text += f" {self.errored} errored."
+        if self.report_url:
+            text += f" See {self.report_url} for details."
+        if self.error:
+            text += f" Error: {self.error}"
+        failed_subs = [name for name, sub in self.sub_results.items() if not sub.all_passed]
+        if failed_subs:
+            text += f" Failed: {', '.join(failed_subs)}."
+        errored_items = [i for i in self.items if i.is_error]
+        if errored_items:
+            listed = ", ".join(f"{i.item_id}: {i.error_code or 'unknown'}" for i in errored_items)
+            text += f" Errored items: {listed}."
+        raise EvalNotPassedError(text)
+
+    def _scores(self, evaluator: str | None) -> Iterator[tuple[EvalItemResult, EvalScoreResult]]:
+        for result in self.iter_results():
+            for item in result.items:
+                for score in item.scores:
+                    if evaluator is None or score.name == evaluator:
+                        yield item, score
+
+    def assert_score_at_least(
+        self, min_score: float, *, evaluator: str | None = None, msg: str | None = None
+    ) -> None:
+        """Raise unless every score (of ``evaluator``, if given) is at least ``min_score``.
+
+        Walks items and sub-results; an errored metric (score None) counts as below.
+        """
+        low = [
+            f"{item.item_id}/{score.name}={(score.score if score.score is not None else 0.0):.3f}"
+            for item, score in self._scores(evaluator)
+            if score.score is None or score.score < min_score
+        ]
+        if not low:
+            return
+        if msg is None:
+            where = f" for {evaluator}" if evaluator else ""
+            more = f" (+{len(low) - 5} more)" if len(low) > 5 else ""
+            msg = (
+                f"{len(low)} score(s) below threshold {float(min_score)!r}{where}: "
+                f"{', '.join(low[:5])}{more}"
+            )
+        raise EvalNotPassedError(msg)
+
+    def assert_dimension_score_at_least(
+        self,
+        dimension_id: str,
+        min_score: float,
+        *,
+        evaluator: str | None = None,
+        require_applicable: bool = False,
+        msg: str | None = None,
+    ) -> None:
+        """Raise unless every applicable rubric dimension ``dimension_id`` scores at least ``min_score``.
+
+        With ``require_applicable``, an item whose dimension is missing or not applicable also fails.
+        """
+        low: list[str] = []
+        for item, score in self._scores(evaluator):
+            dims = [d for d in score.dimensions or [] if d.id == dimension_id]
+            applicable = [d for d in dims if d.applicable]
+            if not applicable:
+                if require_applicable:
+                    low.append(f"{item.item_id}/{score.name}: not applicable")
+                continue
+            for d in applicable:
+                if d.score is None or d.score < min_score:
+                    low.append(f"{item.item_id}/{score.name}/{d.id}={d.score}")
+        if not low:
+            return
+        if msg is None:
+            more = f" (+{len(low) - 5} more)" if len(low) > 5 else ""
+            msg = (
+                f"{len(low)} dimension score(s) below threshold {float(min_score)!r} for "
+                f"{dimension_id}: {', '.join(low[:5])}{more}"
+            )
+        raise EvalNotPassedError(msg)
+
+    def assert_no_failed_items(self, msg: str | None = None) -> None:
+        """Raise if any item (here or in a sub-result) failed or errored."""
+        bad = [
+            f"{item.item_id}:{item.status}"
+            for result in self.iter_results()
+            for item in result.items
+            if not item.is_passed
+        ]
+        if not bad:
+            return
+        if msg is None:
+            more = f" (+{len(bad) - 10} more)" if len(bad) > 10 else ""
+            msg = f"{len(bad)} item(s) did not pass: {', '.join(bad[:10])}{more}"
+        raise EvalNotPassedError(msg)

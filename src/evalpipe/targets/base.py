@@ -1,0 +1,252 @@
+"""What a target is (the Agent protocol), one call to it (TargetRun), and reading its response.
+
+An agent is any object with a ``name`` and ``async run(messages, **kwargs)`` returning an object with
+``.messages``: MAF's ``Agent`` satisfies it, and so does evalpipe's own ``AgentResponse``-returning
+agents. Responses are read duck-typed so MAF's ``AgentResponse`` (with ``usage_details``) works
+unchanged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from evalpipe.items import RunUsage
+from evalpipe.messages import FunctionCallContent, Message, ToolDefinition
+
+__all__ = [
+    "Agent",
+    "AgentResponse",
+    "TargetRun",
+    "agent_name",
+    "agent_tools",
+    "call_agent",
+    "merge_tool_snapshots",
+    "response_messages",
+    "response_tools",
+    "response_usage",
+]
+
+
+@runtime_checkable
+class Agent(Protocol):
+    """Anything evalpipe can run: a name and an async ``run`` over a list of messages."""
+
+    name: str | None
+
+    async def run(self, messages: list[Message], **kwargs: Any) -> Any: ...
+
+
+class AgentResponse(BaseModel):
+    """What an evalpipe agent returns: the messages it produced, what it cost, the tools it had."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    messages: list[Message] = Field(default_factory=list)
+    """The messages the agent produced (assistant turns, tool calls, tool results)."""
+    usage: RunUsage | None = None
+    """Token counts, when the model reported them."""
+    tools: list[ToolDefinition] | None = None
+    """Schema snapshots of the tools exposed during the run, in the order they were exposed."""
+
+    @property
+    def text(self) -> str:
+        """The assistant texts joined with spaces."""
+        return " ".join(t for m in self.messages if m.role == "assistant" and (t := m.text))
+
+
+class TargetRun(BaseModel):
+    """One call of the target: which query and repetition, what came back, or how it failed."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    query_index: int
+    """Position of the query in the query set."""
+    repetition: int
+    """Which repetition (0-based)."""
+    query: str
+    """The user query sent to the target."""
+    messages: list[Message] = Field(default_factory=list)
+    """The response messages (empty when the call failed)."""
+    tools: list[ToolDefinition] | None = None
+    """Tool snapshots the response carried (None when it carried none)."""
+    usage: RunUsage = Field(default_factory=RunUsage)
+    """Tokens and latency."""
+    error_code: str | None = None
+    """"AgentError" when the call raised."""
+    error_message: str | None = None
+    """The exception, as text."""
+
+    @property
+    def ok(self) -> bool:
+        """The call returned a response."""
+        return self.error_code is None
+
+
+def agent_name(agent: Any) -> str:
+    """The agent's display name: ``name``, else ``id``, else "agent" (MAF's fallback)."""
+    return str(getattr(agent, "name", None) or getattr(agent, "id", None) or "agent")
+
+
+def response_messages(response: Any) -> list[Message]:
+    """The messages of a response: an object with ``.messages``, a list of messages, or a str."""
+    if isinstance(response, str):
+        return [Message("assistant", [response])]
+    messages = getattr(response, "messages", None)
+    if messages is None and isinstance(response, Sequence):
+        messages = response
+    if messages is None:
+        raise TypeError(
+            f"agent response {type(response).__name__} has no .messages; return an object with "
+            "a .messages list (e.g. evalpipe.AgentResponse), a list of messages, or a str"
+        )
+    return [Message.coerce(m) for m in messages]
+
+
+def _int_or_none(value: Any) -> int | None:
+    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def response_usage(response: Any) -> RunUsage:
+    """Token counts from a response: evalpipe's ``usage`` or MAF's ``usage_details``."""
+    usage = getattr(response, "usage", None)
+    if isinstance(usage, RunUsage):
+        return usage.model_copy()
+    details = getattr(response, "usage_details", None)
+    if details is None and isinstance(usage, Mapping):
+        details = usage
+    if details is None:
+        return RunUsage()
+
+    def pick(*keys: str) -> int | None:
+        for key in keys:
+            value = (
+                details.get(key) if isinstance(details, Mapping) else getattr(details, key, None)
+            )
+            if (number := _int_or_none(value)) is not None:
+                return number
+        return None
+
+    return RunUsage(
+        input_tokens=pick("input_token_count", "input_tokens", "prompt_tokens"),
+        output_tokens=pick("output_token_count", "output_tokens", "completion_tokens"),
+        total_tokens=pick("total_token_count", "total_tokens"),
+    )
+
+
+def response_tools(response: Any) -> list[ToolDefinition] | None:
+    """The tool snapshots a response carries, when it carries any."""
+    tools = getattr(response, "tools", None)
+    if tools is None or isinstance(tools, str):
+        return None
+    return [ToolDefinition.coerce(t) for t in tools]
+
+
+def agent_tools(agent: Any) -> list[ToolDefinition]:
+    """Snapshots of the tools an agent declares: ``agent.tools``, or MAF's
+    ``default_options["tools"]`` plus its MCP tools' functions (deduplicated by name)."""
+    raw: list[Any] = []
+    declared = getattr(agent, "tools", None)
+    if isinstance(declared, Iterable) and not isinstance(declared, str | Mapping):
+        raw.extend(declared)
+    options = getattr(agent, "default_options", None)
+    if isinstance(options, Mapping):
+        tools = options.get("tools")
+        if isinstance(tools, Iterable) and not isinstance(tools, str | Mapping):
+            raw.extend(tools)
+    for mcp in getattr(agent, "mcp_tools", None) or []:
+        raw.extend(getattr(mcp, "functions", None) or [])
+    out: list[ToolDefinition] = []
+    seen: set[str] = set()
+    for tool in raw:
+        try:
+            snapshot = ToolDefinition.coerce(tool)
+        except (TypeError, ValueError):
+            continue  # hosted tools (code interpreter, file search) have no schema to snapshot
+        if snapshot.name not in seen:
+            seen.add(snapshot.name)
+            out.append(snapshot)
+    return out
+
+
+def merge_tool_snapshots(
+    snapshots: Iterable[ToolDefinition], called: Iterable[FunctionCallContent]
+) -> list[ToolDefinition]:
+    """One definition per tool name, first seen wins.
+
+    Raises:
+        ValueError: when a tool that was called appears with two different input schemas.
+    """
+    called_names = {c.name for c in called}
+    by_name: dict[str, ToolDefinition] = {}
+    for tool in snapshots:
+        first = by_name.get(tool.name)
+        if first is None:
+            by_name[tool.name] = tool
+        elif first.parameters != tool.parameters and tool.name in called_names:
+            raise ValueError(
+                f"Tool '{tool.name}' was called in a conversation where it had two different input "
+                "schemas, so its definition is ambiguous. Use distinct tool names, evaluate the "
+                "segments separately, or pass explicit definitions with tools=."
+            )
+    return list(by_name.values())
+
+
+async def call_agent(
+    agent: Any,
+    query: str,
+    *,
+    query_index: int,
+    repetition: int,
+    semaphore: asyncio.Semaphore | None = None,
+) -> TargetRun:
+    """Run the agent on one query; an exception becomes a TargetRun with error_code "AgentError"."""
+    started = time.perf_counter()
+    try:
+        if semaphore is not None:
+            async with semaphore:
+                started = time.perf_counter()
+                response = await _invoke(agent, query)
+        else:
+            response = await _invoke(agent, query)
+        latency = time.perf_counter() - started
+        usage = response_usage(response)
+        usage.latency_seconds = latency
+        return TargetRun(
+            query_index=query_index,
+            repetition=repetition,
+            query=query,
+            messages=response_messages(response),
+            tools=response_tools(response),
+            usage=usage,
+        )
+    except Exception as exc:
+        return TargetRun(
+            query_index=query_index,
+            repetition=repetition,
+            query=query,
+            usage=RunUsage(latency_seconds=time.perf_counter() - started),
+            error_code="AgentError",
+            error_message=f"{type(exc).__name__}: {exc}",
+        )
+
+
+async def _invoke(agent: Any, query: str) -> Any:
+    run = agent.run
+    # MAF agents take their own Message type; a plain string is the input every version accepts.
+    messages: Any = (
+        query
+        if type(agent).__module__.startswith("agent_framework")
+        else [Message("user", [query])]
+    )
+    if inspect.iscoroutinefunction(run):
+        return await run(messages)
+    result = await asyncio.to_thread(run, messages)
+    if inspect.isawaitable(result):
+        result = await result
+    return result
