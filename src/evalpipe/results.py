@@ -8,7 +8,7 @@ The counting and pass rules, and the text of ``raise_for_status``, mirror MAF (s
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -44,10 +44,12 @@ class RubricScore:
     reason: str
 
 
-class EvalScoreResult(BaseModel):
-    """One metric's result for one item."""
+@dataclass(slots=True)
+class EvalScoreResult:
+    """One metric's result for one item.
 
-    model_config = ConfigDict(extra="forbid")
+    A dataclass, as MAF's, so a local check costs well under a microsecond to record.
+    """
 
     name: str
     """The metric or check name."""
@@ -68,39 +70,16 @@ class EvalScoreResult(BaseModel):
     error_message: str | None = None
     """Set when this metric could not be computed."""
 
-    def __init__(
-        self,
-        name: str | None = None,
-        score: float | None = None,
-        passed: bool | None = None,
-        sample: dict[str, Any] | None = None,
-        dimensions: list[RubricScore] | None = None,
-        /,
-        **data: Any,
-    ) -> None:
-        for key, value in (
-            ("name", name),
-            ("score", score),
-            ("passed", passed),
-            ("sample", sample),
-            ("dimensions", dimensions),
-        ):
-            if value is not None:
-                data[key] = value
-        data.setdefault("score", None)
-        super().__init__(**data)
 
-
-class EvalItemResult(BaseModel):
+@dataclass(slots=True)
+class EvalItemResult:
     """One item's results from one provider."""
-
-    model_config = ConfigDict(extra="forbid")
 
     item_id: str
     """The evaluated item's id."""
     status: str
     """``pass``, ``fail``, or ``error``/``errored`` (see ItemStatus)."""
-    scores: list[EvalScoreResult] = Field(default_factory=list)
+    scores: list[EvalScoreResult] = field(default_factory=list)
     """One entry per metric."""
     error_code: str | None = None
     """Machine-readable error kind, e.g. AgentError, CheckError, Timeout."""

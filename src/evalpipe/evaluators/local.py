@@ -67,8 +67,6 @@ def coerce_result(value: Any, check_name: str) -> CheckResult:
         if "score" in value:
             raw = value["score"]
             try:
-                if raw is None or isinstance(raw, bool):
-                    raise ValueError
                 score = float(raw)
             except (TypeError, ValueError):
                 raise TypeError(
@@ -89,7 +87,7 @@ def coerce_result(value: Any, check_name: str) -> CheckResult:
                     f"value: {flag!r}"
                 )
             ok = bool(flag)
-            reason = value.get("reason", "passed" if ok else "failed")
+            reason = str(value.get("reason", "passed" if ok else "failed"))
             return CheckResult(ok, reason, check_name, 1.0 if ok else 0.0)
     raise TypeError(
         f"Function evaluator '{check_name}' returned unsupported type {type(value).__name__}. "
@@ -123,8 +121,10 @@ class FunctionEvaluator:
             elif param.default is param.empty:
                 unknown.append(pname)
         if unknown:
+            # MAF names the function itself here, not the check name.
+            fn_name = str(getattr(fn, "__name__", self.__name__))
             raise TypeError(
-                f"Function evaluator '{self.__name__}' has unknown required parameter(s) "
+                f"Function evaluator '{fn_name}' has unknown required parameter(s) "
                 f"{sorted(unknown)}.  Supported: {sorted(_SUPPORTED)}"
             )
 
@@ -178,6 +178,14 @@ def check_name_of(check: Any) -> str:
     return str(getattr(check, "__name__", None) or type(check).__name__)
 
 
+async def _await_check(pending: Any) -> Any:
+    """Await one started check; an exception it raises becomes its outcome."""
+    try:
+        return await pending
+    except Exception as exc:
+        return exc
+
+
 def _error_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
@@ -221,23 +229,20 @@ class LocalEvaluator:
         """Check every item; the result lists items in input order."""
         started = [None if item.error_code else self._start(item) for item in items]
         pending = [
-            i
-            for i, outs in enumerate(started)
-            if outs and any(not isinstance(o, CheckResult | BaseException) for o in outs)
+            i for i, outs in enumerate(started) if outs and any(inspect.isawaitable(o) for o in outs)
         ]
         if pending:
             semaphore = asyncio.Semaphore(self.max_concurrency)
 
             async def settle(index: int) -> None:
+                # The item's async checks run concurrently (as MAF's gather per item).
                 outs = started[index]
                 assert outs is not None
+                slots = [k for k, out in enumerate(outs) if inspect.isawaitable(out)]
                 async with semaphore:
-                    for k, out in enumerate(outs):
-                        if not isinstance(out, CheckResult | BaseException):
-                            try:
-                                outs[k] = await out
-                            except Exception as exc:
-                                outs[k] = exc
+                    settled = await asyncio.gather(*(_await_check(outs[k]) for k in slots))
+                for k, value in zip(slots, settled, strict=True):
+                    outs[k] = value
 
             await asyncio.gather(*(settle(i) for i in pending))
         return self._collect(items, started, eval_name)
@@ -268,7 +273,7 @@ class LocalEvaluator:
                     bump(name, "errored")
                 counts["errored"] += 1
                 results.append(
-                    EvalItemResult.model_construct(
+                    EvalItemResult(
                         item_id=item_id,
                         status="error",
                         scores=[],
@@ -288,7 +293,7 @@ class LocalEvaluator:
                     bump(name, "errored")
                     errors.append(f"{name}: {_error_text(out)}")
                     scores.append(
-                        EvalScoreResult.model_construct(
+                        EvalScoreResult(
                             name=name, score=None, passed=None, error_message=_error_text(out)
                         )
                     )
@@ -300,7 +305,7 @@ class LocalEvaluator:
                     bump(name, "errored")
                     errors.append(f"{name}: {_error_text(exc)}")
                     scores.append(
-                        EvalScoreResult.model_construct(
+                        EvalScoreResult(
                             name=name, score=None, passed=None, error_message=_error_text(exc)
                         )
                     )
@@ -312,7 +317,7 @@ class LocalEvaluator:
                     failures.append(f"{out.check_name}: {out.reason}")
                 score = out.score if out.score is not None else (1.0 if passed else 0.0)
                 scores.append(
-                    EvalScoreResult.model_construct(
+                    EvalScoreResult(
                         name=out.check_name,
                         score=score,
                         passed=passed,
@@ -330,7 +335,7 @@ class LocalEvaluator:
                 status = "fail"
                 counts["failed"] += 1
             results.append(
-                EvalItemResult.model_construct(
+                EvalItemResult(
                     item_id=item_id,
                     status=status,
                     scores=scores,

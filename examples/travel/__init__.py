@@ -1,0 +1,1 @@
+"""The travel demo: a scripted weather-and-hotels agent and its query set (no model, no network)."""

@@ -1,0 +1,16 @@
+"""Custom checks for the travel demo, written as MAF users write them."""
+
+from evalpipe import evaluator
+
+
+@evaluator
+def mentions_expected(response: str, expected_output: str) -> bool:
+    """The answer contains the row's expected output (case-insensitive)."""
+    return expected_output.lower() in response.lower()
+
+
+@evaluator(name="concise")
+def concise(response: str) -> float:
+    """1.0 for answers up to 40 words, falling linearly to 0.0 at 120 words."""
+    words = len(response.split())
+    return max(0.0, min(1.0, (120 - words) / 80))

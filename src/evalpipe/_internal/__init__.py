@@ -1,0 +1,1 @@
+"""Implementation details; not part of the public API."""

@@ -1,0 +1,215 @@
+"""The ``evalpipe`` command line.
+
+``evalpipe eval`` evaluates an agent over a JSONL query set in-process and prints a summary table.
+Exit codes: 0 done (failing items are reported, not an error, unless ``--strict``), 1 not all passed
+with ``--strict``, 2 bad input (the message says what to fix).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from evalpipe._internal.imports import load_object
+from evalpipe.checks import (
+    keyword_check,
+    tool_call_args_match,
+    tool_called_check,
+    tool_calls_present,
+)
+from evalpipe.datasets import DatasetError, load_jsonl
+from evalpipe.evaluate import evaluate_agent
+from evalpipe.items import ConversationSplit
+from evalpipe.results import EvalResults
+from evalpipe.summary import run_stats, summarize
+
+__all__ = ["main", "parse_check"]
+
+_BUILTIN_CHECKS: dict[str, Callable[[list[str]], Any]] = {
+    "keyword_check": lambda args: keyword_check(*args),
+    "tool_called_check": lambda args: tool_called_check(*args),
+    "tool_called_any": lambda args: tool_called_check(*args, mode="any"),
+    "tool_calls_present": lambda args: tool_calls_present,
+    "tool_call_args_match": lambda args: tool_call_args_match,
+}
+
+
+def parse_check(spec: str) -> Any:
+    """A check from its command-line form.
+
+    ``keyword_check:sunny,paris``, ``tool_called_check:get_weather``, ``tool_called_any:a,b``,
+    ``tool_calls_present``, ``tool_call_args_match``, or the import path of a check or evaluator
+    (``package.module:name``).
+
+    Raises:
+        ValueError: for an unknown name or a path that does not import.
+    """
+    name, _, rest = spec.partition(":")
+    if name in _BUILTIN_CHECKS:
+        args = [a.strip() for a in rest.split(",") if a.strip()] if rest else []
+        return _BUILTIN_CHECKS[name](args)
+    if not rest:
+        raise ValueError(
+            f"unknown check {spec!r}; use one of {sorted(_BUILTIN_CHECKS)} or an import path "
+            "'package.module:check'"
+        )
+    return load_object(spec, what="check")
+
+
+def _load_agent(spec: str) -> Any:
+    obj = load_object(spec, what="agent")
+    if hasattr(obj, "run"):
+        return obj
+    if callable(obj):
+        agent = obj()
+        if hasattr(agent, "run"):
+            return agent
+    raise ValueError(
+        f"agent {spec!r} is neither an agent (an object with async run(messages)) nor a factory "
+        "returning one"
+    )
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def print_summary(
+    results: Sequence[EvalResults], console: Console, *, max_failures: int = 10
+) -> None:
+    """Print the per-metric table, the items that did not pass, and the run statistics."""
+    table = Table(title="evalpipe summary")
+    table.add_column("provider")
+    table.add_column("agent")
+    table.add_column("metric", no_wrap=True)
+    for column in ("passed", "failed", "errored", "pass rate", "n", "mean score"):
+        table.add_column(column, justify="right", no_wrap=True)
+    for row in summarize(results):
+        rate = row.pass_rate
+        table.add_row(
+            row.provider,
+            row.agent,
+            row.metric,
+            str(row.passed),
+            str(row.failed),
+            str(row.errored),
+            _fmt(rate, ".1%"),
+            str(row.passed + row.failed),
+            _fmt(row.mean_score, ".3f"),
+        )
+    console.print(table)
+    for res in results:
+        bad = [i for i in res.items if not i.is_passed]
+        if bad:
+            console.print(f"[bold]items not passed ({len(bad)} of {len(res.items)}):[/]")
+        for item in bad[:max_failures]:
+            why = item.error_message or "; ".join(
+                f"{s.name}: {(s.reason or 'failed').splitlines()[0]}"
+                for s in item.scores
+                if s.passed is False
+            )
+            console.print(
+                f"  {item.item_id} [{item.status}] {item.input_text!r}: {why}",
+                markup=False,
+                highlight=False,
+            )
+        if len(bad) > max_failures:
+            console.print(f"  ... and {len(bad) - max_failures} more")
+    for res in results:
+        verdict = "[green]all passed[/]" if res.all_passed else "[red]not all passed[/]"
+        console.print(
+            f"{res.run_id}: {res.passed} passed, {res.failed} failed, {res.errored} errored "
+            f"of {res.passed + res.failed + res.errored} items — {verdict}"
+        )
+    if results:
+        stats = run_stats(results[0].input_items)
+        console.print(
+            f"target calls: {stats.runs} ({stats.errored} errored), latency p50 "
+            f"{_fmt(stats.latency_p50, '.3f')} s, p95 {_fmt(stats.latency_p95, '.3f')} s, tokens "
+            f"{stats.total_tokens if stats.total_tokens is not None else '-'}"
+        )
+
+
+async def _eval(args: argparse.Namespace) -> list[EvalResults]:
+    rows = load_jsonl(args.queries)
+    agent = _load_agent(args.agent)
+    checks = [parse_check(c) for c in args.check] or [tool_calls_present, tool_call_args_match]
+    has_expected = any(r.expected_output is not None for r in rows)
+    has_tools = any(r.expected_tool_calls is not None for r in rows)
+    has_context = any(r.context is not None for r in rows)
+    results = await evaluate_agent(
+        agent=agent,
+        queries=[r.query for r in rows],
+        expected_output=[r.expected_output or "" for r in rows] if has_expected else None,
+        expected_tool_calls=[r.expected_tool_calls or [] for r in rows] if has_tools else None,
+        context=[r.context or "" for r in rows] if has_context else None,
+        evaluators=checks,
+        eval_name=args.name,
+        conversation_split=ConversationSplit(args.split),
+        num_repetitions=args.repetitions,
+        max_concurrency=args.max_concurrency,
+    )
+    return results
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="evalpipe", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    ev = sub.add_parser("eval", help="evaluate an agent over a JSONL query set, in-process")
+    ev.add_argument(
+        "--agent",
+        required=True,
+        help="import path of an agent or agent factory, package.module:name",
+    )
+    ev.add_argument(
+        "--queries", required=True, type=Path, help='JSONL file, one {"query": ...} per line'
+    )
+    ev.add_argument(
+        "--check",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        help="a check: keyword_check:a,b | tool_called_check:t | tool_called_any:a,b | tool_calls_present | tool_call_args_match | package.module:check (repeatable)",
+    )
+    ev.add_argument("--repetitions", type=int, default=1, help="runs per query (default 1)")
+    ev.add_argument("--max-concurrency", type=int, default=8, help="agent runs at once (default 8)")
+    ev.add_argument("--split", choices=[s.value for s in ConversationSplit], default="last_turn")
+    ev.add_argument("--name", default=None, help="eval name (default 'Eval: <agent name>')")
+    ev.add_argument("--json", type=Path, default=None, help="also write the results as JSON here")
+    ev.add_argument("--strict", action="store_true", help="exit 1 unless every item passed")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit code."""
+    args = _build_parser().parse_args(argv)
+    console = Console(width=None if sys.stdout.isatty() else 120)
+    err = Console(stderr=True, width=None if sys.stderr.isatty() else 120)
+    try:
+        if args.repetitions < 1:
+            raise ValueError(f"--repetitions must be >= 1, got {args.repetitions}")
+        results = asyncio.run(_eval(args))
+    except (DatasetError, ValueError, TypeError) as exc:
+        err.print(f"error: {exc}", style="red", markup=False, highlight=False)
+        return 2
+    print_summary(results, console)
+    if args.json is not None:
+        args.json.write_text(
+            json.dumps([r.model_dump(mode="json") for r in results], indent=2), encoding="utf-8"
+        )
+        console.print(f"results written to {args.json}")
+    if args.strict and not all(r.all_passed for r in results):
+        return 1
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

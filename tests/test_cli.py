@@ -1,0 +1,99 @@
+"""The evalpipe command line: the demo run, exit codes, and bad-input messages."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from evalpipe.cli import main, parse_check
+
+ROOT = Path(__file__).resolve().parents[1]
+QUERIES = ROOT / "examples" / "travel" / "queries.jsonl"
+
+
+@pytest.fixture(autouse=True)
+def _at_root(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)
+
+
+def test_demo_run_prints_summary_and_writes_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The demo evaluation prints the per-metric table and the known failing row, and exits 0."""
+    out = tmp_path / "results.json"
+    code = main(
+        [
+            "eval",
+            "--agent",
+            "evalpipe.targets.demo:travel_agent",
+            "--queries",
+            str(QUERIES),
+            "--repetitions",
+            "2",
+            "--check",
+            "tool_calls_present",
+            "--check",
+            "examples.travel.checks:mentions_expected",
+            "--json",
+            str(out),
+        ]
+    )
+    printed = capsys.readouterr().out
+    assert code == 0
+    assert "tool_calls_present" in printed
+    assert "mentions_expected" in printed
+    assert "'Is it warm in Tokyo today?'" in printed
+    assert "14 passed, 2 failed, 0 errored of 16 items" in printed
+    [data] = json.loads(out.read_text())
+    assert data["provider"] == "Local"
+    assert data["result_counts"] == {"passed": 14, "failed": 2, "errored": 0}
+
+
+def test_strict_exits_1_when_not_all_passed() -> None:
+    """--strict turns a run with failing items into exit code 1."""
+    code = main(
+        [
+            "eval",
+            "--agent",
+            "evalpipe.targets.demo:travel_agent",
+            "--queries",
+            str(QUERIES),
+            "--strict",
+        ]
+    )
+    assert code == 1
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["--agent", "evalpipe.targets.demo:nope"], "has no attribute 'nope'"),
+        (["--agent", "no_such_module:agent"], "cannot import module 'no_such_module'"),
+        (["--agent", "evalpipe.targets.demo:CITIES"], "is neither an agent"),
+        (["--check", "keyword_chek:x"], "cannot import module 'keyword_chek'"),
+        (["--check", "bogus"], "unknown check 'bogus'"),
+        (["--queries", "missing.jsonl"], "missing.jsonl: no such dataset file"),
+        (["--repetitions", "0"], "--repetitions must be >= 1"),
+    ],
+)
+def test_bad_input_exits_2_with_a_message(
+    args: list[str], fragment: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Bad agents, checks, datasets and flags exit 2 with a message naming the problem."""
+    base = {"--agent": "evalpipe.targets.demo:travel_agent", "--queries": str(QUERIES)}
+    for flag, value in zip(args[::2], args[1::2], strict=True):
+        base[flag] = value
+    argv = ["eval"]
+    for flag, value in base.items():
+        argv += [flag, value]
+    assert main(argv) == 2
+    assert fragment in capsys.readouterr().err.replace("\n", "")
+
+
+def test_parse_check_builtin_forms() -> None:
+    """Command-line check specs build the built-in checks with their arguments."""
+    assert parse_check("keyword_check:a, b").__name__ == "keyword_check"
+    assert parse_check("tool_called_any:x,y").__name__ == "tool_called"
+    assert parse_check("tool_calls_present").__name__ == "tool_calls_present"
