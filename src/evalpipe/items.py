@@ -146,7 +146,11 @@ class EvalItem(BaseModel):
     metadata: dict[str, Any] = Field(default_factory=dict)
     """Free-form extra data (dataset tags, ids) carried into the results."""
 
-    _split_cache: tuple[Any, int, Split, str, str] | None = PrivateAttr(default=None)
+    _split_cache: tuple[Any, tuple[Message, ...], Split, str, str] | None = PrivateAttr(
+        default=None
+    )
+    """(splitter, the messages it split, split, query, response); reused only while the
+    conversation holds the very same message objects in the same order."""
 
     def __init__(
         self,
@@ -221,13 +225,18 @@ class EvalItem(BaseModel):
         splitter = split or self.split_strategy or ConversationSplit.LAST_TURN
         conv = self.conversation
         cache = self._split_cache
-        if cache is not None and cache[0] is splitter and cache[1] == len(conv):
+        if (
+            cache is not None
+            and cache[0] is splitter
+            and len(cache[1]) == len(conv)
+            and all(a is b for a, b in zip(cache[1], conv, strict=True))
+        ):
             return cache[2], cache[3], cache[4]
         query_msgs, response_msgs = splitter(conv)
         query_msgs, response_msgs = list(query_msgs), list(response_msgs)
         query = _join(query_msgs, "user")
         response = _join(response_msgs, "assistant")
-        self._split_cache = (splitter, len(conv), (query_msgs, response_msgs), query, response)
+        self._split_cache = (splitter, tuple(conv), (query_msgs, response_msgs), query, response)
         return (query_msgs, response_msgs), query, response
 
     def split_messages(self, split: Callable[..., Split] | None = None) -> Split:

@@ -232,7 +232,7 @@ class EvalResults(BaseModel):
             where = f" for {evaluator}" if evaluator else ""
             more = f" (+{len(low) - 5} more)" if len(low) > 5 else ""
             msg = (
-                f"{len(low)} score(s) below threshold {float(min_score)!r}{where}: "
+                f"{len(low)} score(s) below threshold {min_score}{where}: "
                 f"{', '.join(low[:5])}{more}"
             )
         raise EvalNotPassedError(msg)
@@ -248,25 +248,31 @@ class EvalResults(BaseModel):
     ) -> None:
         """Raise unless every applicable rubric dimension ``dimension_id`` scores at least ``min_score``.
 
-        With ``require_applicable``, an item whose dimension is missing or not applicable also fails.
+        With ``require_applicable``, an item none of whose scores has the dimension applicable
+        also fails.
         """
         low: list[str] = []
-        for item, score in self._scores(evaluator):
-            dims = [d for d in score.dimensions or [] if d.id == dimension_id]
-            applicable = [d for d in dims if d.applicable]
-            if not applicable:
-                if require_applicable:
-                    low.append(f"{item.item_id}/{score.name}: not applicable")
-                continue
-            for d in applicable:
-                if d.score is None or d.score < min_score:
-                    low.append(f"{item.item_id}/{score.name}/{d.id}={d.score}")
+        for result in self.iter_results():
+            for item in result.items:
+                # Applicability is per item: any of its (selected) scores may carry the dimension.
+                found_applicable = False
+                for score in item.scores:
+                    if evaluator is not None and score.name != evaluator:
+                        continue
+                    for d in score.dimensions or []:
+                        if d.id != dimension_id or not d.applicable:
+                            continue
+                        found_applicable = True
+                        if d.score is None or d.score < min_score:
+                            low.append(f"{item.item_id}/{score.name}/{d.id}={d.score}")
+                if require_applicable and not found_applicable:
+                    low.append(f"{item.item_id}: not applicable")
         if not low:
             return
         if msg is None:
             more = f" (+{len(low) - 5} more)" if len(low) > 5 else ""
             msg = (
-                f"{len(low)} dimension score(s) below threshold {float(min_score)!r} for "
+                f"{len(low)} dimension score(s) below threshold {min_score} for "
                 f"{dimension_id}: {', '.join(low[:5])}{more}"
             )
         raise EvalNotPassedError(msg)
