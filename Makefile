@@ -9,7 +9,7 @@ SOURCES := src tests bench examples flows
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev,maf]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -30,7 +30,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check $(SOURCES)
 	$(BIN)/mypy
 
-## make bench: the benchmarks (not tests); numbers are printed and written to bench/results/
+## make bench: the benchmarks (not tests), beside MAF (the maf extra); numbers go to bench/results/
 bench: $(STAMP)
 	$(BIN)/python bench/bench_evaluate.py
 

@@ -22,7 +22,7 @@ __all__ = [
 ]
 
 
-@dataclass
+@dataclass(slots=True)
 class CheckResult:
     """A local check's verdict.
 
@@ -56,9 +56,10 @@ def keyword_check(*keywords: str, case_sensitive: bool = False) -> EvalCheck:
 
     def check(item: EvalItem) -> CheckResult:
         text = item.response if case_sensitive else item.response.lower()
-        missing = [k for k, n in zip(wanted, needles, strict=True) if n not in text]
-        if missing:
-            return CheckResult(False, f"Missing keywords: {missing}", "keyword_check")
+        for needle in needles:
+            if needle not in text:
+                missing = [k for k, n in zip(wanted, needles, strict=True) if n not in text]
+                return CheckResult(False, f"Missing keywords: {missing}", "keyword_check")
         return CheckResult(True, "All keywords found", "keyword_check")
 
     return _named(check, "keyword_check")
@@ -75,13 +76,10 @@ def tool_called_check(*tool_names: str, mode: Literal["all", "any"] = "all") -> 
     names = list(tool_names)
     name_set = set(names)
 
-    def satisfied(called: set[str]) -> bool:
-        if mode == "all":
-            return name_set <= called
-        return bool(name_set & called)
+    want_all = mode == "all"
 
     def passing(called: set[str]) -> CheckResult:
-        if mode == "all":
+        if want_all:
             return CheckResult(True, f"All expected tools called: {sorted(called)}", "tool_called")
         return CheckResult(True, f"Expected tool found: {sorted(name_set & called)}", "tool_called")
 
@@ -90,12 +88,14 @@ def tool_called_check(*tool_names: str, mode: Literal["all", "any"] = "all") -> 
         for message in item.conversation:
             for content in message.contents:
                 if content.type == "function_call":
-                    called.add(content.name)
-                    if satisfied(called):
+                    name = content.name
+                    called.add(name)
+                    # Return as soon as the condition holds, reporting the calls seen so far (MAF).
+                    if (name_set <= called) if want_all else (name in name_set):
                         return passing(called)
-        if satisfied(called):
+        if want_all and name_set <= called:  # no names and no calls at all
             return passing(called)
-        if mode == "all":
+        if want_all:
             missing = [n for n in names if n not in called]
             reason = f"Expected tools not called: {missing} (called: {sorted(called)})"
         else:

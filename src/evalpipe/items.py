@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from enum import Enum
+from operator import is_
 from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
@@ -35,22 +36,32 @@ class ConversationSplitter(Protocol):
     def __call__(self, conversation: list[Message]) -> Split: ...
 
 
+def _last_user(conversation: Sequence[Message]) -> int:
+    for i in range(len(conversation) - 1, -1, -1):
+        if conversation[i].role == "user":
+            return i
+    return -1
+
+
+def _first_user(conversation: Sequence[Message]) -> int:
+    for i, message in enumerate(conversation):
+        if message.role == "user":
+            return i
+    return -1
+
+
 def split_last_turn(conversation: Sequence[Message]) -> Split:
     """Split at the last user message: it and everything before is the query side."""
     conv = list(conversation)
-    for i in range(len(conv) - 1, -1, -1):
-        if conv[i].role == "user":
-            return conv[: i + 1], conv[i + 1 :]
-    return [], conv
+    cut = _last_user(conv) + 1
+    return conv[:cut], conv[cut:]
 
 
 def split_full(conversation: Sequence[Message]) -> Split:
     """Split at the first user message: the whole rest of the conversation is the response."""
     conv = list(conversation)
-    for i, message in enumerate(conv):
-        if message.role == "user":
-            return conv[: i + 1], conv[i + 1 :]
-    return [], conv
+    cut = _first_user(conv) + 1
+    return conv[:cut], conv[cut:]
 
 
 class ConversationSplit(str, Enum):  # noqa: UP042 - str() and repr() as MAF's
@@ -67,8 +78,22 @@ class ConversationSplit(str, Enum):  # noqa: UP042 - str() and repr() as MAF's
         return split_last_turn(conversation)
 
 
-def _join(messages: Sequence[Message], role: str) -> str:
-    return " ".join(t for m in messages if m.role == role and (t := m.text)).strip()
+_BOUNDARIES: dict[ConversationSplit, Callable[[Sequence[Message]], int]] = {
+    ConversationSplit.LAST_TURN: _last_user,
+    ConversationSplit.FULL: _first_user,
+}
+"""The index of the split's user message, for the built-in strategies (-1: none)."""
+
+
+def _join(messages: Sequence[Message], start: int, stop: int, role: str) -> str:
+    texts = []
+    for i in range(start, stop):
+        message = messages[i]
+        if message.role == role:
+            text = message.text
+            if text:
+                texts.append(text)
+    return " ".join(texts).strip()
 
 
 class ExpectedToolCall(BaseModel):
@@ -218,31 +243,55 @@ class EvalItem(BaseModel):
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name in ("conversation", "split_strategy"):
-            self._split_cache = None
+            self.__pydantic_private__["_split_cache"] = None  # type: ignore[index]
         super().__setattr__(name, value)
 
-    def _resolve(self, split: Callable[..., Split] | None) -> tuple[Split, str, str]:
+    def _resolve(self, split: Callable[..., Split] | None) -> tuple[Split | int, str, str]:
+        """(the split, query, response) for ``split`` or the item's strategy, cached.
+
+        The split is the cut index for the built-in strategies (the message lists are made only
+        when asked for) and the splitter's own lists for a custom one.
+        """
+        # Hot path of every local check: read the private cache through the slot, not pydantic's
+        # __getattr__, and compare message identities with map() rather than a generator.
         splitter = split or self.split_strategy or ConversationSplit.LAST_TURN
         conv = self.conversation
-        cache = self._split_cache
+        private: dict[str, Any] = self.__pydantic_private__  # type: ignore[assignment]
+        cache = private.get("_split_cache")
         if (
             cache is not None
             and cache[0] is splitter
             and len(cache[1]) == len(conv)
-            and all(a is b for a, b in zip(cache[1], conv, strict=True))
+            and all(map(is_, cache[1], conv))
         ):
             return cache[2], cache[3], cache[4]
-        query_msgs, response_msgs = splitter(conv)
-        query_msgs, response_msgs = list(query_msgs), list(response_msgs)
-        query = _join(query_msgs, "user")
-        response = _join(response_msgs, "assistant")
-        self._split_cache = (splitter, tuple(conv), (query_msgs, response_msgs), query, response)
-        return (query_msgs, response_msgs), query, response
+        boundary = _BOUNDARIES.get(splitter) if isinstance(splitter, ConversationSplit) else None
+        result: Split | int
+        if boundary is not None:
+            cut = boundary(conv) + 1
+            query = _join(conv, 0, cut, "user")
+            response = _join(conv, cut, len(conv), "assistant")
+            result = cut
+        else:
+            query_msgs, response_msgs = splitter(conv)
+            result = (list(query_msgs), list(response_msgs))
+            query = _join(result[0], 0, len(result[0]), "user")
+            response = _join(result[1], 0, len(result[1]), "assistant")
+        private["_split_cache"] = (splitter, tuple(conv), result, query, response)
+        return result, query, response
+
+    def query_and_response(self) -> tuple[str, str]:
+        """``(query, response)`` under the item's own split, computed once."""
+        _, query, response = self._resolve(None)
+        return query, response
 
     def split_messages(self, split: Callable[..., Split] | None = None) -> Split:
         """Split the conversation: ``split`` if given, else the item's strategy, else LAST_TURN."""
-        (query_msgs, response_msgs), _, _ = self._resolve(split)
-        return list(query_msgs), list(response_msgs)
+        result, _, _ = self._resolve(split)
+        if isinstance(result, int):
+            conv = self.conversation
+            return conv[:result], conv[result:]
+        return list(result[0]), list(result[1])
 
     @property
     def query(self) -> str:

