@@ -13,6 +13,9 @@ ROOT = Path(__file__).resolve().parents[1]
 QUERIES = ROOT / "examples" / "travel" / "queries.jsonl"
 
 
+DEMO = ["eval", "--agent", "evalpipe.targets.demo:travel_agent", "--queries", str(QUERIES)]
+
+
 @pytest.fixture(autouse=True)
 def _at_root(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(ROOT)
@@ -25,11 +28,7 @@ def test_demo_run_prints_summary_and_writes_json(
     out = tmp_path / "results.json"
     code = main(
         [
-            "eval",
-            "--agent",
-            "evalpipe.targets.demo:travel_agent",
-            "--queries",
-            str(QUERIES),
+            *DEMO,
             "--repetitions",
             "2",
             "--check",
@@ -49,20 +48,18 @@ def test_demo_run_prints_summary_and_writes_json(
     [data] = json.loads(out.read_text())
     assert data["provider"] == "Local"
     assert data["result_counts"] == {"passed": 14, "failed": 2, "errored": 0}
+    failing = [i["metadata"] for i in data["items"] if i["status"] == "fail"]
+    assert [(m["row_id"], m["repetition"]) for m in failing] == [
+        ("warm-tokyo", 0),
+        ("warm-tokyo", 1),
+    ]
+    assert failing[0]["tags"] == ["weather", "known-gap"]
+    assert "warm-tokyo (rep 1) [fail]" in printed
 
 
 def test_strict_exits_1_when_not_all_passed() -> None:
     """--strict turns a run with failing items into exit code 1."""
-    code = main(
-        [
-            "eval",
-            "--agent",
-            "evalpipe.targets.demo:travel_agent",
-            "--queries",
-            str(QUERIES),
-            "--strict",
-        ]
-    )
+    code = main([*DEMO, "--strict"])
     assert code == 1
 
 

@@ -530,3 +530,12 @@ def test_eval_item_pickle_round_trip_keeps_tool_snapshots() -> None:
     assert (back.query, back.response) == (item.query, item.response)
     back.conversation.append(asst("More."))
     assert back.response == "Sunny. More."
+
+
+def test_equality_ignores_the_split_cache() -> None:
+    """Two items with the same fields stay equal after one of them computed its query/response."""
+    conv = [Message("user", ["Q"]), Message("assistant", ["A"])]
+    a, b = EvalItem(list(conv)), EvalItem(list(conv))
+    assert a.response == "A"
+    assert a == b
+    assert a != EvalItem([Message("user", ["other"])])

@@ -111,13 +111,17 @@ def print_summary(
         if bad:
             console.print(f"[bold]items not passed ({len(bad)} of {len(res.items)}):[/]")
         for item in bad[:max_failures]:
+            meta = item.metadata or {}
+            label = item.item_id
+            if "row_id" in meta:
+                label = f"{meta['row_id']} (rep {meta.get('repetition', 0)})"
             why = item.error_message or "; ".join(
                 f"{s.name}: {(s.reason or 'failed').splitlines()[0]}"
                 for s in item.scores
                 if s.passed is False
             )
             console.print(
-                f"  {item.item_id} [{item.status}] {item.input_text!r}: {why}",
+                f"  {label} [{item.status}] {item.input_text!r}: {why}",
                 markup=False,
                 highlight=False,
             )
@@ -148,15 +152,25 @@ async def _eval(args: argparse.Namespace) -> list[EvalResults]:
     results = await evaluate_agent(
         agent=agent,
         queries=[r.query for r in rows],
-        expected_output=[r.expected_output or "" for r in rows] if has_expected else None,
+        expected_output=[r.expected_output for r in rows] if has_expected else None,
         expected_tool_calls=[r.expected_tool_calls or [] for r in rows] if has_tools else None,
-        context=[r.context or "" for r in rows] if has_context else None,
+        context=[r.context for r in rows] if has_context else None,
         evaluators=checks,
         eval_name=args.name,
         conversation_split=ConversationSplit(args.split),
         num_repetitions=args.repetitions,
         max_concurrency=args.max_concurrency,
     )
+    # Carry each dataset row's id and tags into its results, so failures name the row.
+    for res in results:
+        for item in res.items:
+            qi = (item.metadata or {}).get("query_index")
+            if isinstance(qi, int):
+                item.metadata = {
+                    **(item.metadata or {}),
+                    "row_id": rows[qi].id,
+                    "tags": rows[qi].tags,
+                }
     return results
 
 

@@ -159,9 +159,9 @@ def build_agent_items(
     *,
     declared_tools: Sequence[ToolDefinition] = (),
     tools: Sequence[Any] | None = None,
-    expected_output: Sequence[str] | None = None,
+    expected_output: Sequence[str | None] | None = None,
     expected_tool_calls: Sequence[Sequence[ExpectedToolCall]] | None = None,
-    context: str | Sequence[str] | None = None,
+    context: str | Sequence[str | None] | None = None,
     conversation_split: Any = None,
     strict_tools: bool = False,
 ) -> list[EvalItem]:
@@ -221,14 +221,14 @@ async def evaluate_agent(
     *,
     agent: Any = None,
     queries: str | Sequence[str] | None = None,
-    expected_output: str | Sequence[str] | None = None,
+    expected_output: str | Sequence[str | None] | None = None,
     expected_tool_calls: Sequence[ExpectedToolCall]
     | Sequence[Sequence[ExpectedToolCall]]
     | None = None,
     responses: Any = None,
     evaluators: Any,
     eval_name: str | None = None,
-    context: str | Sequence[str] | None = None,
+    context: str | Sequence[str | None] | None = None,
     conversation_split: Any = None,
     num_repetitions: int = 1,
     tools: Sequence[Any] | None = None,

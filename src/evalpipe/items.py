@@ -241,6 +241,14 @@ class EvalItem(BaseModel):
             )
         return value
 
+    def __eq__(self, other: object) -> bool:
+        # Value equality over the fields only: the split cache is private state, not identity.
+        if not isinstance(other, EvalItem):
+            return NotImplemented
+        return type(self) is type(other) and self.__dict__ == other.__dict__
+
+    __hash__ = None  # type: ignore[assignment]
+
     def __setattr__(self, name: str, value: Any) -> None:
         if name in ("conversation", "split_strategy"):
             self.__pydantic_private__["_split_cache"] = None  # type: ignore[index]

@@ -373,6 +373,7 @@ def _gc_paused() -> Iterator[None]:
     process that already holds many items the collector's full passes kept re-scanning them: measured
     in bench/bench_evaluate.py, 2,000-item batches went from ~18 µs to ~80 µs per item after a few
     batches. Reference counting still frees everything acyclic; the collector resumes afterwards.
+    See docs/design/local-check-cost.md.
     """
     was_enabled = gc.isenabled()
     gc.disable()
