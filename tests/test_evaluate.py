@@ -502,3 +502,15 @@ async def test_checks_see_the_agent_transcript() -> None:
 
     await evaluate_agent(agent=EchoAgent(), queries=["a"], evaluators=roles)
     assert seen == [["user", "assistant"]]
+
+
+async def test_shared_semaphore_bounds_runs_across_callers() -> None:
+    """A semaphore passed to several run_agent calls bounds their runs together."""
+    agent = EchoAgent(delay=0.01)
+    shared = asyncio.Semaphore(2)
+    await asyncio.gather(
+        run_agent(agent, [f"a{i}" for i in range(6)], max_concurrency=4, semaphore=shared),
+        run_agent(agent, [f"b{i}" for i in range(6)], max_concurrency=4, semaphore=shared),
+    )
+    assert len(agent.calls) == 12
+    assert agent.max_active == 2

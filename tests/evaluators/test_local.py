@@ -727,3 +727,9 @@ async def test_local_results_are_eval_results() -> None:
     assert isinstance(res, EvalResults)
     with pytest.raises(Exception, match=r"^Eval run e1 completed: 0 passed, 1 failed\. Error: "):
         res.raise_for_status()
+
+
+def test_max_concurrency_must_be_positive() -> None:
+    """A LocalEvaluator bound below 1 is rejected at construction (it would wait forever)."""
+    with pytest.raises(ValueError, match=r"max_concurrency must be >= 1, got 0\."):
+        LocalEvaluator(keyword_check("x"), max_concurrency=0)

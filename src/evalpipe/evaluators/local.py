@@ -206,6 +206,8 @@ class LocalEvaluator:
         for check in checks:
             if not callable(check):
                 raise TypeError(f"LocalEvaluator checks must be callable, got {check!r}")
+        if max_concurrency < 1:
+            raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}.")
         self.checks: list[EvalCheck] = list(checks)
         self.max_concurrency = max_concurrency
 
