@@ -483,3 +483,40 @@ def test_tool_definition_pickle_round_trip() -> None:
     """A ToolDefinition survives pickling unchanged."""
     t = ToolDefinition.from_function(get_weather)
     assert pickle.loads(pickle.dumps(t)) == t
+
+
+def test_maf_to_dict_shape_validates() -> None:
+    """A message dict as MAF's Message.to_dict() writes it loads; bookkeeping keys are dropped."""
+    data = {
+        "type": "message",
+        "role": "assistant",
+        "contents": [
+            {
+                "type": "function_call",
+                "call_id": "c1",
+                "name": "f",
+                "arguments": {"a": 1},
+                "hosted": False,
+                "additional_properties": {},
+            },
+            {"type": "text", "text": "hi", "additional_properties": {}},
+            {"type": "usage", "usage_details": {"total_token_count": 3}},
+        ],
+        "author_name": "bot",
+        "message_id": "m1",
+        "additional_properties": {},
+    }
+    message = Message.model_validate(data)
+    assert [c.type for c in message.contents] == ["function_call", "text"]
+    assert message.text == "hi"
+    assert message.author_name == "bot"
+
+
+def test_unknown_keys_outside_maf_bookkeeping_are_still_rejected() -> None:
+    """A misspelt key is an error, not silently dropped."""
+    with pytest.raises(ValidationError, match="txt"):
+        Message.model_validate(
+            {"role": "user", "contents": [{"type": "text", "text": "a", "txt": "b"}]}
+        )
+    with pytest.raises(ValidationError, match="contnets"):
+        Message.model_validate({"role": "user", "contnets": []})

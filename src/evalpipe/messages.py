@@ -12,7 +12,15 @@ import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, create_model, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    create_model,
+    field_validator,
+    model_validator,
+)
 
 __all__ = [
     "Content",
@@ -121,6 +129,50 @@ _CONTENT_BY_TYPE: dict[str, type[BaseModel]] = {
 }
 
 
+# Keys MAF's ``to_dict()`` writes that carry nothing an evaluator reads; dropped on input so a
+# conversation MAF serialised loads as it is, while any other unknown key is still an error.
+_MAF_BOOKKEEPING = frozenset(
+    {
+        "additional_properties",
+        "annotations",
+        "raw_representation",
+        "hosted",
+        "items",
+        "exception",
+        "informational_only",
+        "protected_data",
+        "merge_mode",
+    }
+)
+# MAF content kinds with no evalpipe counterpart (usage, reasoning, hosted tools, approvals, ...):
+# not part of the conversation an evaluator reads, so they are left out.
+_FOREIGN_ONLY_KINDS = frozenset(
+    {
+        "text_reasoning",
+        "error",
+        "usage",
+        "hosted_file",
+        "hosted_vector_store",
+        "code_interpreter_tool_call",
+        "code_interpreter_tool_result",
+        "image_generation_tool_call",
+        "image_generation_tool_result",
+        "mcp_server_tool_call",
+        "mcp_server_tool_result",
+        "search_tool_call",
+        "search_tool_result",
+        "shell_tool_call",
+        "shell_tool_result",
+        "shell_command_output",
+        "computer_tool_call",
+        "computer_tool_result",
+        "function_approval_request",
+        "function_approval_response",
+        "oauth_consent_request",
+    }
+)
+
+
 def _coerce_content(value: Any) -> Any:
     """Turn a str, a dict, or a foreign content object (MAF's ``Content``) into our content model.
 
@@ -131,7 +183,14 @@ def _coerce_content(value: Any) -> Any:
     if isinstance(value, str):
         return TextContent(text=value)
     if isinstance(value, Mapping):
-        return _CONTENT_ADAPTER.validate_python(dict(value))
+        raw = dict(value)
+        raw_kind = raw.get("type")
+        if raw_kind in _FOREIGN_ONLY_KINDS:
+            return None
+        if raw_kind in _CONTENT_BY_TYPE:
+            for key in _MAF_BOOKKEEPING & raw.keys():
+                del raw[key]
+        return _CONTENT_ADAPTER.validate_python(raw)
     kind = getattr(value, "type", None)
     kind = getattr(kind, "value", kind)
     model = _CONTENT_BY_TYPE.get(kind) if isinstance(kind, str) else None
@@ -179,6 +238,18 @@ class Message(BaseModel):
         if contents is not None:
             data["contents"] = contents
         super().__init__(**data)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _drop_maf_bookkeeping(cls, value: Any) -> Any:
+        # MAF's Message.to_dict() adds "type": "message", a message_id and additional_properties.
+        if isinstance(value, Mapping) and value.get("type") == "message":
+            value = {
+                k: v
+                for k, v in value.items()
+                if k not in ("type", "message_id", "additional_properties", "raw_representation")
+            }
+        return value
 
     @field_validator("contents", mode="before")
     @classmethod

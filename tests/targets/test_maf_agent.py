@@ -76,3 +76,24 @@ async def test_maf_responses_are_evaluated_without_rerunning() -> None:
     )
     assert result.passed == 1
     assert result.input_items[0].response == "It is sunny in Paris."
+
+
+def test_maf_serialised_messages_load() -> None:
+    """Messages MAF serialised with to_dict() load as evalpipe Messages with the same contents."""
+    from evalpipe import Message
+
+    maf_messages = [
+        af.Message(
+            role="assistant",
+            contents=[
+                af.Content.from_function_call("c1", "get_weather", arguments={"city": "Paris"})
+            ],
+        ),
+        af.Message(role="tool", contents=[af.Content.from_function_result("c1", result="sunny")]),
+        af.Message(role="assistant", contents=["It is sunny."], author_name="weather"),
+    ]
+    loaded = [Message.model_validate(json.loads(json.dumps(m.to_dict()))) for m in maf_messages]
+    assert [m.role for m in loaded] == ["assistant", "tool", "assistant"]
+    assert loaded[0].function_calls[0].arguments == {"city": "Paris"}
+    assert loaded[1].function_results[0].result == "sunny"
+    assert (loaded[2].text, loaded[2].author_name) == ("It is sunny.", "weather")
