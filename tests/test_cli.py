@@ -69,7 +69,11 @@ def test_strict_exits_1_when_not_all_passed() -> None:
         (["--agent", "evalpipe.targets.demo:nope"], "has no attribute 'nope'"),
         (["--agent", "no_such_module:agent"], "cannot import module 'no_such_module'"),
         (["--agent", "evalpipe.targets.demo:CITIES"], "is neither an agent"),
-        (["--check", "keyword_chek:x"], "cannot import module 'keyword_chek'"),
+        (
+            ["--check", "keyword_chek:x"],
+            "unknown check 'keyword_chek:x' (did you mean 'keyword_check'?)",
+        ),
+        (["--check", "no_such_module:check"], "cannot import module 'no_such_module'"),
         (["--check", "bogus"], "unknown check 'bogus'"),
         (["--queries", "missing.jsonl"], "missing.jsonl: no such dataset file"),
         (["--repetitions", "0"], "--repetitions must be >= 1"),

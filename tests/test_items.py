@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+import random
 from typing import Any
 
 import pytest
@@ -539,3 +540,21 @@ def test_equality_ignores_the_split_cache() -> None:
     assert a.response == "A"
     assert a == b
     assert a != EvalItem([Message("user", ["other"])])
+
+
+@pytest.mark.parametrize("strategy", [ConversationSplit.LAST_TURN, ConversationSplit.FULL])
+def test_fast_split_path_matches_the_reference_splitters(strategy: ConversationSplit) -> None:
+    """The cached, index-based built-in split gives what the plain splitter functions give (seeded fuzz)."""
+    rng = random.Random(20261130)
+    reference = split_last_turn if strategy is ConversationSplit.LAST_TURN else split_full
+    roles = ["user", "assistant", "tool", "system", "developer", "User"]
+    for _ in range(500):
+        conv = []
+        for _ in range(rng.randint(0, 8)):
+            role = rng.choice(roles)
+            texts = [rng.choice(["", " a ", "b", "c d"]) for _ in range(rng.randint(0, 2))]
+            conv.append(Message(role, texts))
+        fast = EvalItem(conv, split_strategy=strategy)
+        slow = EvalItem(conv, split_strategy=lambda c, ref=reference: ref(c))
+        assert (fast.query, fast.response) == (slow.query, slow.response)
+        assert fast.split_messages() == slow.split_messages()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import difflib
 import json
 import sys
 from collections.abc import Callable, Sequence
@@ -56,12 +57,20 @@ def parse_check(spec: str) -> Any:
     if name in _BUILTIN_CHECKS:
         args = [a.strip() for a in rest.split(",") if a.strip()] if rest else []
         return _BUILTIN_CHECKS[name](args)
+    close = difflib.get_close_matches(name, _BUILTIN_CHECKS, n=1)
+    unknown = ValueError(
+        f"unknown check {spec!r}"
+        + (f" (did you mean {close[0]!r}?)" if close else "")
+        + f"; use one of {sorted(_BUILTIN_CHECKS)} or an import path 'package.module:check'"
+    )
     if not rest:
-        raise ValueError(
-            f"unknown check {spec!r}; use one of {sorted(_BUILTIN_CHECKS)} or an import path "
-            "'package.module:check'"
-        )
-    return load_object(spec, what="check")
+        raise unknown
+    try:
+        return load_object(spec, what="check")
+    except ValueError:
+        if close:  # more likely a misspelt built-in than a missing module
+            raise unknown from None
+        raise
 
 
 def _load_agent(spec: str) -> Any:
