@@ -98,3 +98,17 @@ def test_parse_check_builtin_forms() -> None:
     assert parse_check("keyword_check:a, b").__name__ == "keyword_check"
     assert parse_check("tool_called_any:x,y").__name__ == "tool_called"
     assert parse_check("tool_calls_present").__name__ == "tool_calls_present"
+
+
+def test_agent_class_is_instantiated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--agent naming an agent class builds an instance instead of calling run on the class."""
+    (tmp_path / "my_agents.py").write_text(
+        "class Echo:\n"
+        "    name = 'echo'\n"
+        "    async def run(self, messages, **kwargs):\n"
+        "        return 'echo ' + messages[-1].text\n",
+        encoding="utf-8",
+    )
+    monkeypatch.chdir(tmp_path)
+    argv = ["eval", "--agent", "my_agents:Echo", "--queries", str(QUERIES), "--check"]
+    assert main([*argv, "keyword_check:echo", "--strict"]) == 0

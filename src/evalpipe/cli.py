@@ -75,9 +75,9 @@ def parse_check(spec: str) -> Any:
 
 def _load_agent(spec: str) -> Any:
     obj = load_object(spec, what="agent")
-    if hasattr(obj, "run"):
+    if hasattr(obj, "run") and not isinstance(obj, type):
         return obj
-    if callable(obj):
+    if callable(obj):  # a factory function or an agent class
         agent = obj()
         if hasattr(agent, "run"):
             return agent

@@ -171,11 +171,11 @@ class EvalItem(BaseModel):
     metadata: dict[str, Any] = Field(default_factory=dict)
     """Free-form extra data (dataset tags, ids) carried into the results."""
 
-    _split_cache: tuple[Any, tuple[Message, ...], Split, str, str] | None = PrivateAttr(
+    _split_cache: tuple[Any, tuple[Message, ...], Split | int, str, str] | None = PrivateAttr(
         default=None
     )
-    """(splitter, the messages it split, split, query, response); reused only while the
-    conversation holds the very same message objects in the same order."""
+    """(splitter, the messages it split, the cut index or the custom split, query, response);
+    reused only while the conversation holds the very same message objects in the same order."""
 
     def __init__(
         self,
