@@ -36,6 +36,7 @@ from evalpipe.messages import (
     messages_to_openai,
 )
 from evalpipe.results import (
+    Diagnostic,
     EvalItemResult,
     EvalNotPassedError,
     EvalResults,
@@ -54,6 +55,7 @@ __all__ = [
     "ConversationSplit",
     "ConversationSplitter",
     "DataContent",
+    "Diagnostic",
     "EvalCheck",
     "EvalItem",
     "EvalItemResult",

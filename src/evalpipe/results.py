@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from evalpipe.items import EvalItem
 
 __all__ = [
+    "Diagnostic",
     "EvalItemResult",
     "EvalNotPassedError",
     "EvalResults",
@@ -44,6 +45,14 @@ class RubricScore:
     reason: str
 
 
+@dataclass(frozen=True, slots=True)
+class Diagnostic:
+    """A note an evaluator attached to a metric: its reasoning, a warning, or why it could not score."""
+
+    severity: Literal["informational", "warning", "error"]
+    message: str
+
+
 @dataclass(slots=True)
 class EvalScoreResult:
     """One metric's result for one item.
@@ -69,6 +78,18 @@ class EvalScoreResult:
     """A categorical label (for example "pass" or a rating)."""
     error_message: str | None = None
     """Set when this metric could not be computed."""
+    rating: str | None = None
+    """A judge's rating: unknown, inconclusive, unacceptable, poor, average, good, exceptional."""
+    diagnostics: list[Diagnostic] | None = None
+    """Notes from the evaluator (a judge's reasoning is informational; a parse failure is an error)."""
+    error_code: str | None = None
+    """Machine-readable reason this metric could not be computed (e.g. JudgeParseError)."""
+    evaluator: str | None = None
+    """The evaluator that produced this metric, when it differs from ``name`` (composites)."""
+    token_usage: dict[str, int] | None = None
+    """Tokens spent computing this metric (judge calls): input_tokens, output_tokens, total_tokens."""
+    latency_s: float | None = None
+    """Seconds spent computing this metric (0 for a replayed judge answer)."""
 
 
 @dataclass(slots=True)
