@@ -27,12 +27,15 @@ class CheckResult:
     """A local check's verdict.
 
     ``score`` is an evalpipe addition: the number an ``@evaluator`` returned (MAF keeps only 1.0/0.0).
+    ``details`` is one too: further numbers a check reports (precision and recall beside an F1
+    score, the threshold), copied into the metric's ``EvalScoreResult.sample``.
     """
 
     passed: bool
     reason: str
     check_name: str
     score: float | None = None
+    details: dict[str, Any] | None = None
 
 
 EvalCheck = Callable[[EvalItem], "CheckResult | Awaitable[CheckResult]"]

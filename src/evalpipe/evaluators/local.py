@@ -315,6 +315,28 @@ class LocalEvaluator:
                     score = out.score
                     if score is None:
                         score = 1.0 if passed else 0.0
+                    details = out.details
+                    if details:
+                        # A check's extra numbers ride in `sample`, beside MAF's reason.
+                        sample: dict[str, Any] = {**details}
+                        if reason:
+                            sample["reason"] = reason
+                        threshold = details.get("threshold")
+                        scores.append(
+                            EvalScoreResult(
+                                cname,
+                                score,
+                                passed,
+                                sample,
+                                None,
+                                reason or None,
+                                threshold
+                                if isinstance(threshold, int | float)
+                                and not isinstance(threshold, bool)
+                                else None,
+                            )
+                        )
+                        continue
                     scores.append(
                         EvalScoreResult(
                             cname,
