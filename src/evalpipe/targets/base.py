@@ -15,7 +15,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception,
+    stop_after_attempt,
+    wait_exponential_jitter,
+)
 
+from evalpipe._internal.retry import is_transient, retry_after
 from evalpipe.items import RunUsage
 from evalpipe.messages import FunctionCallContent, Message, ToolDefinition
 
@@ -81,6 +89,8 @@ class TargetRun(BaseModel):
     """"AgentError" when the call raised."""
     error_message: str | None = None
     """The exception, as text."""
+    attempts: int = 1
+    """How many times the call was made (transient errors are retried)."""
 
     @property
     def ok(self) -> bool:
@@ -204,16 +214,45 @@ async def call_agent(
     query_index: int,
     repetition: int,
     semaphore: asyncio.Semaphore | None = None,
+    attempts: int = 1,
+    retry_wait: float = 0.5,
 ) -> TargetRun:
-    """Run the agent on one query; an exception becomes a TargetRun with error_code "AgentError"."""
+    """Run the agent on one query; an exception becomes a TargetRun with error_code "AgentError".
+
+    With ``attempts`` > 1, a transient error (timeout, connection error, 408/409/429/5xx) is retried
+    with exponential backoff and jitter starting at ``retry_wait`` seconds, honouring the server's
+    Retry-After; the semaphore slot is released while waiting. Latency is the last attempt's.
+    """
     started = time.perf_counter()
+    tries = 0
+
+    async def attempt() -> Any:
+        nonlocal started, tries
+        tries += 1
+        if semaphore is None:
+            started = time.perf_counter()
+            return await _invoke(agent, query)
+        async with semaphore:
+            started = time.perf_counter()
+            return await _invoke(agent, query)
+
+    def wait(state: RetryCallState) -> float:
+        exc = state.outcome.exception() if state.outcome is not None else None
+        hinted = retry_after(exc) if exc is not None else None
+        return hinted if hinted is not None else backoff(state)
+
+    backoff = wait_exponential_jitter(
+        multiplier=retry_wait, jitter=retry_wait, max=max(retry_wait * 40, 1.0)
+    )
     try:
-        if semaphore is not None:
-            async with semaphore:
-                started = time.perf_counter()
-                response = await _invoke(agent, query)
-        else:
-            response = await _invoke(agent, query)
+        async for trial in AsyncRetrying(
+            stop=stop_after_attempt(max(1, attempts)),
+            retry=retry_if_exception(is_transient),
+            wait=wait,
+            reraise=True,
+        ):
+            with trial:
+                response = await attempt()
         latency = time.perf_counter() - started
         usage = response_usage(response)
         usage.latency_seconds = latency
@@ -224,15 +263,18 @@ async def call_agent(
             messages=response_messages(response),
             tools=response_tools(response),
             usage=usage,
+            attempts=tries,
         )
     except Exception as exc:
+        after = f" (after {tries} attempts)" if tries > 1 else ""
         return TargetRun(
             query_index=query_index,
             repetition=repetition,
             query=query,
             usage=RunUsage(latency_seconds=time.perf_counter() - started),
             error_code="AgentError",
-            error_message=f"{type(exc).__name__}: {exc}",
+            error_message=f"{type(exc).__name__}: {exc}{after}",
+            attempts=tries,
         )
 
 

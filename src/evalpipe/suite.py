@@ -1,0 +1,451 @@
+"""EvalSuite: one evaluation job, as a YAML file and as the Prefect flow's parameters.
+
+A suite names the target, the dataset, how many repetitions, how to split transcripts into items,
+the evaluators (short forms, below), the concurrency, the gates and where the run goes::
+
+    name: travel-demo
+    target: examples.travel.workflow:workflow     # an agent, a workflow, or a factory of either
+    dataset: queries.jsonl                        # JSONL, CSV or Parquet; relative to this file
+    repetitions: 3
+    evaluators:
+      - tool_calls_present                        # a built-in check
+      - keyword_check: [sunny]                    # a built-in check factory with arguments
+      - examples.travel.checks:concise            # an import path of a check or an Evaluator
+      - judge: {base_url: http://127.0.0.1:11434/v1, model: llama3.1, metrics: [relevance]}
+      - foundry: {model: gpt-4o-mini, evaluators: [relevance]}
+    gates: ["no_errors()", "mean(concise) >= 0.5"]
+
+Everything is validated before the first target call: a bad field names its place in the file (with
+its line) and says what to write instead.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import inspect
+import json
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from evalpipe._internal.imports import load_object
+from evalpipe.checks import (
+    keyword_check,
+    tool_call_args_match,
+    tool_called_check,
+    tool_calls_present,
+)
+from evalpipe.evaluators.base import Evaluator
+from evalpipe.evaluators.local import LocalEvaluator
+from evalpipe.items import ConversationSplit
+
+__all__ = [
+    "EvalSuite",
+    "SuiteError",
+    "apply_params",
+    "build_evaluators",
+    "build_split",
+    "build_target",
+    "builtin_check_names",
+    "load_suite",
+]
+
+
+class SuiteError(ValueError):
+    """A suite that cannot run as written; the message names the file, line or field and the fix."""
+
+
+class EvalSuite(BaseModel):
+    """One evaluation job: what to run, on which data, scored how, and what counts as passing."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    """The suite's name (letters, digits, ``_ . -``): names the run directory and the flow run."""
+    description: str = ""
+    """What the suite checks, for people."""
+    target: str | dict[str, Any]
+    """``module:attr`` of an agent, a workflow, a class or a factory; or an adapter spec such as
+    ``{openai: {base_url, model, instructions, tools: [module:function]}}``."""
+    target_version: str = ""
+    """A label for the target's version (a model name, a git revision); part of its identity."""
+    dataset: str
+    """The query set: a .jsonl, .csv or .parquet path (relative paths: to the suite file)."""
+    repetitions: int = Field(default=1, ge=1, le=1000)
+    """How many times each query runs."""
+    split: str = "last_turn"
+    """How transcripts become items: ``last_turn``, ``full``, or ``module:function`` (a splitter)."""
+    evaluators: list[str | dict[str, Any]] = Field(min_length=1)
+    """Evaluators in short form; adjacent local checks share one LocalEvaluator."""
+    concurrency: int = Field(default=8, ge=1, le=4096)
+    """At most this many target calls at once, across all shards of the run."""
+    shard_size: int | None = Field(default=None, ge=1)
+    """Target calls per Prefect task (default: sized so a run holds at most ~100 shard tasks)."""
+    call_attempts: int = Field(default=3, ge=1, le=20)
+    """Attempts per target call for transient errors (timeouts, connection errors, 408/429/5xx)."""
+    upstream_context: Literal["received", "user_only"] = "received"
+    """Workflow targets: a downstream agent's item holds what it received, or only the user query."""
+    include_overall: bool = True
+    """Workflow targets: evaluate the whole workflow's answer."""
+    include_per_agent: bool = True
+    """Workflow targets: evaluate each agent (sub-results keyed by agent name)."""
+    gates: list[str | dict[str, Any]] = Field(default_factory=list)
+    """Clauses the run must satisfy, e.g. ``mean(relevance) >= 3.5`` or ``no_errors()``."""
+    warn_only: bool = False
+    """Report failed gates without failing the run."""
+    output_dir: str = "runs"
+    """Where run directories are created (``{output_dir}/{name}/{timestamp}-{hash}``)."""
+    tags: list[str] = Field(default_factory=list)
+    """Labels for the flow run and the manifest."""
+
+    @field_validator("split")
+    @classmethod
+    def _check_split(cls, value: str) -> str:
+        if value in ("last_turn", "full") or ":" in value:
+            return value
+        raise ValueError(
+            f"unknown split {value!r}; use 'last_turn', 'full' or an import path "
+            "'package.module:splitter'"
+        )
+
+    def fingerprint(self) -> str:
+        """A hash of everything that decides the run's results (not where it is written)."""
+        data = self.model_dump(mode="json", exclude={"output_dir", "description", "tags"})
+        canonical = json.dumps(data, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:12]
+
+    def target_identity(self) -> str:
+        """The target's identity for the journal: its spec and version label."""
+        spec = json.dumps(self.target, sort_keys=True, separators=(",", ":"))
+        return f"{spec}@{self.target_version}"
+
+
+def _coerce_scalar(text: str) -> Any:
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def apply_params(data: dict[str, Any], params: Sequence[str]) -> dict[str, Any]:
+    """Apply ``key=value`` overrides (dotted keys reach into mappings; values parse as YAML).
+
+    Raises:
+        SuiteError: for an override without ``=``.
+    """
+    out = json.loads(json.dumps(data))
+    for param in params:
+        key, sep, raw = param.partition("=")
+        if not sep or not key.strip():
+            raise SuiteError(f"--param {param!r}: write it as key=value, e.g. repetitions=5")
+        parts = key.strip().split(".")
+        node = out
+        for part in parts[:-1]:
+            child = node.get(part)
+            if not isinstance(child, dict):
+                child = {}
+                node[part] = child
+            node = child
+        node[parts[-1]] = _coerce_scalar(raw)
+    return out
+
+
+def _yaml_line(root: yaml.Node | None, loc: Sequence[int | str]) -> int | None:
+    """The 1-based line of the node at ``loc`` (as deep as it exists) in a composed YAML tree."""
+    node = root
+    line = node.start_mark.line + 1 if node is not None else None
+    for part in loc:
+        if isinstance(node, yaml.MappingNode):
+            match = next((v for k, v in node.value if k.value == str(part)), None)
+            if match is None:
+                key = next((k for k, _ in node.value if k.value == str(part)), None)
+                return key.start_mark.line + 1 if key is not None else line
+            node = match
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int):
+            if part >= len(node.value):
+                return line
+            node = node.value[part]
+        else:
+            return line
+        line = node.start_mark.line + 1
+    return line
+
+
+def _describe(exc: ValidationError, source: str, root: yaml.Node | None) -> str:
+    lines = []
+    for err in exc.errors():
+        loc = [p for p in err["loc"] if not (isinstance(p, str) and p in ("str", "dict[str,any]"))]
+        field = ".".join(str(p) for p in loc) or "suite"
+        line = _yaml_line(root, loc)
+        where = f"{source}:{line}" if line is not None else source
+        if err["type"] == "extra_forbidden":
+            close = difflib.get_close_matches(str(loc[-1]), EvalSuite.model_fields, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            lines.append(
+                f"{where}: unknown field {field!r}{hint}; known fields: "
+                f"{', '.join(EvalSuite.model_fields)}"
+            )
+        elif err["type"] == "missing":
+            lines.append(f"{where}: missing required field {field!r}")
+        else:
+            lines.append(f"{where}: {field}: {err['msg']}")
+    return "\n".join(dict.fromkeys(lines))
+
+
+def load_suite(path: str | Path, params: Sequence[str] = ()) -> EvalSuite:
+    """Read a suite YAML file, apply ``--param`` overrides and validate it.
+
+    A relative ``dataset`` is resolved against the suite file's directory.
+
+    Raises:
+        SuiteError: for a missing file, invalid YAML, or an invalid field (named with its line).
+    """
+    file = Path(path)
+    if not file.is_file():
+        raise SuiteError(f"{file}: no such suite file; check the path (relative to {Path.cwd()})")
+    text = file.read_text(encoding="utf-8")
+    try:
+        data = yaml.safe_load(text)
+        root = yaml.compose(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{file}:{mark.line + 1}" if mark is not None else str(file)
+        raise SuiteError(f"{where}: invalid YAML ({getattr(exc, 'problem', exc)})") from None
+    if not isinstance(data, dict):
+        raise SuiteError(f"{file}: a suite is a YAML mapping with at least name, target, dataset")
+    data = apply_params(data, params)
+    try:
+        suite = EvalSuite.model_validate(data)
+    except ValidationError as exc:
+        raise SuiteError(_describe(exc, str(file), root)) from None
+    dataset = Path(suite.dataset)
+    if not dataset.is_absolute() and (file.parent / dataset).exists():
+        suite.dataset = str((file.parent / dataset).resolve())
+    return suite
+
+
+# ---------------------------------------------------------------------------------------------
+# Evaluators from short forms
+
+
+def _builtin_checks() -> dict[str, tuple[Callable[..., Any], bool]]:
+    """name -> (object, is_factory). Deterministic evaluators join when their module is present."""
+    table: dict[str, tuple[Callable[..., Any], bool]] = {
+        "keyword_check": (keyword_check, True),
+        "tool_called_check": (tool_called_check, True),
+        "tool_calls_present": (tool_calls_present, False),
+        "tool_call_args_match": (tool_call_args_match, False),
+    }
+    try:
+        from evalpipe.evaluators import nlp
+    except ImportError:  # pragma: no cover - the module ships with evalpipe
+        return table
+    for name in getattr(nlp, "__all__", ()):
+        obj = getattr(nlp, name)
+        if callable(obj) and not isinstance(obj, type):
+            table[name] = (obj, _is_factory(obj))
+    return table
+
+
+def _is_factory(obj: Callable[..., Any]) -> bool:
+    """A check takes one item; a factory takes configuration and returns a check."""
+    if getattr(obj, "__evalpipe_factory__", None) is not None:
+        return bool(obj.__evalpipe_factory__)
+    try:
+        params = list(inspect.signature(obj).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    names = [p.name for p in params]
+    return names[:1] != ["item"]
+
+
+def builtin_check_names() -> list[str]:
+    """The names a suite may use for built-in checks."""
+    return sorted(_builtin_checks())
+
+
+_PROVIDERS = ("judge", "foundry")
+
+
+def _call_factory(factory: Callable[..., Any], value: Any, where: str) -> Any:
+    try:
+        if value is None:
+            return factory()
+        if isinstance(value, list):
+            return factory(*value)
+        if isinstance(value, dict):
+            return factory(**value)
+        return factory(value)
+    except TypeError as exc:
+        raise SuiteError(f"{where}: {exc}; check the arguments") from None
+
+
+def _provider(kind: str, config: Any, where: str) -> Evaluator:
+    if not isinstance(config, dict):
+        raise SuiteError(f"{where}: {kind} takes a mapping of settings, got {config!r}")
+    model: Any
+    if kind == "judge":
+        from evalpipe.evaluators.judge import JudgeConfig
+
+        model = JudgeConfig
+    else:
+        from evalpipe.foundry import FoundryConfig
+
+        model = FoundryConfig
+    try:
+        built: Evaluator = model.model_validate(config).build()
+    except ValidationError as exc:
+        details = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or kind}: {e['msg']}" for e in exc.errors()
+        )
+        raise SuiteError(f"{where}.{kind}: {details}") from None
+    except ValueError as exc:
+        raise SuiteError(f"{where}.{kind}: {exc}") from None
+    return built
+
+
+def _one(spec: Any, where: str, table: Mapping[str, tuple[Callable[..., Any], bool]]) -> Any:
+    """A check (callable) or an Evaluator from one short form."""
+    if isinstance(spec, dict):
+        if len(spec) != 1:
+            raise SuiteError(
+                f"{where}: an evaluator mapping has exactly one key (its name), got "
+                f"{sorted(spec)}; write each evaluator as its own list entry"
+            )
+        ((name, value),) = spec.items()
+    elif isinstance(spec, str):
+        name, value = spec, None
+    else:
+        raise SuiteError(f"{where}: expected a name or a one-key mapping, got {spec!r}")
+    if name in _PROVIDERS:
+        return _provider(name, value, where)
+    if name in table:
+        obj, is_factory = table[name]
+        if is_factory:
+            return _call_factory(obj, value, where)
+        if value is not None:
+            raise SuiteError(f"{where}: {name!r} takes no arguments; write it as a plain name")
+        return obj
+    if ":" not in name:
+        close = difflib.get_close_matches(name, [*table, *_PROVIDERS], n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise SuiteError(
+            f"{where}: unknown evaluator {name!r}{hint}; use a built-in check "
+            f"({', '.join(sorted(table))}), judge, foundry, or an import path 'package.module:name'"
+        )
+    try:
+        obj = load_object(name, what="evaluator")
+    except ValueError as exc:
+        raise SuiteError(f"{where}: {exc}") from None
+    if isinstance(obj, type) or value is not None:
+        obj = _call_factory(obj, value, where)
+    if not (isinstance(obj, Evaluator) or callable(obj)):
+        raise SuiteError(
+            f"{where}: {name!r} is a {type(obj).__name__}, not a check or an Evaluator"
+        )
+    return obj
+
+
+def build_evaluators(suite: EvalSuite) -> list[Evaluator]:
+    """The suite's providers; adjacent local checks are grouped into one LocalEvaluator.
+
+    Raises:
+        SuiteError: naming ``evaluators[i]`` for an unknown name, a bad import path or bad settings.
+    """
+    table = _builtin_checks()
+    providers: list[Evaluator] = []
+    checks: list[Any] = []
+    for i, spec in enumerate(suite.evaluators):
+        obj = _one(spec, f"evaluators[{i}]", table)
+        if isinstance(obj, Evaluator):
+            if checks:
+                providers.append(LocalEvaluator(*checks))
+                checks = []
+            providers.append(obj)
+        else:
+            checks.append(obj)
+    if checks:
+        providers.append(LocalEvaluator(*checks))
+    names = [p.name for p in providers]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise SuiteError(
+            f"evaluators: two providers are both named {dupes[0]!r}; results are keyed by provider, "
+            "so put local checks next to each other (they share one LocalEvaluator)"
+        )
+    return providers
+
+
+def build_split(suite: EvalSuite) -> Any:
+    """The splitter the suite names."""
+    if suite.split == "last_turn":
+        return ConversationSplit.LAST_TURN
+    if suite.split == "full":
+        return ConversationSplit.FULL
+    try:
+        splitter = load_object(suite.split, what="split")
+    except ValueError as exc:
+        raise SuiteError(f"split: {exc}") from None
+    if not callable(splitter):
+        raise SuiteError(f"split: {suite.split!r} is not callable; a splitter takes a conversation")
+    return splitter
+
+
+def _instantiate(obj: Any, where: str) -> Any:
+    if hasattr(obj, "run") and not isinstance(obj, type):
+        return obj
+    if callable(obj):
+        try:
+            made = obj()
+        except TypeError as exc:
+            raise SuiteError(
+                f"{where}: {exc}; a target factory or class must be callable without arguments"
+            ) from None
+        if hasattr(made, "run"):
+            return made
+        raise SuiteError(
+            f"{where}: calling it returned a {type(made).__name__} with no run(); return an "
+            "agent or a workflow"
+        )
+    raise SuiteError(f"{where}: a {type(obj).__name__} is neither an agent nor a workflow")
+
+
+def build_target(suite: EvalSuite) -> Any:
+    """The target object: an agent or a workflow.
+
+    Raises:
+        SuiteError: for a path that does not import, or an object that cannot run.
+    """
+    spec = suite.target
+    if isinstance(spec, str):
+        try:
+            obj = load_object(spec, what="target")
+        except ValueError as exc:
+            raise SuiteError(f"target: {exc}") from None
+        return _instantiate(obj, f"target {spec!r}")
+    if len(spec) != 1:
+        raise SuiteError(
+            f"target: an adapter spec has exactly one key, e.g. {{openai: {{...}}}}; got {sorted(spec)}"
+        )
+    ((kind, config),) = spec.items()
+    if kind == "openai":
+        from evalpipe.targets.openai_chat import OpenAIChatAgent
+
+        if not isinstance(config, dict):
+            raise SuiteError("target.openai: a mapping of settings (base_url, model, ...)")
+        config = dict(config)
+        tools = []
+        for j, path in enumerate(config.pop("tools", []) or []):
+            try:
+                tools.append(load_object(path, what="tool"))
+            except ValueError as exc:
+                raise SuiteError(f"target.openai.tools[{j}]: {exc}") from None
+        try:
+            return OpenAIChatAgent(**config, tools=tools)
+        except (TypeError, ValueError) as exc:
+            raise SuiteError(f"target.openai: {exc}") from None
+    raise SuiteError(f"target: unknown adapter {kind!r}; use an import path or {{openai: {{...}}}}")
