@@ -1,0 +1,398 @@
+"""A replayable, content-addressed cache of chat-completion responses.
+
+Every judge and OpenAI-compatible agent request can go through it: record a run once against a live
+model, commit the cache directory, and replay it offline in CI. The key is a SHA-256 of the whole
+request (model id, messages, parameters, repetition index) with line endings normalised, so a changed
+word of a prompt or a different model misses, and a CRLF checkout does not.
+
+On disk: ``<directory>/<key[:2]>/<key>.json``, one JSON entry per key holding the request, the
+response body, its token usage and the creation and expiration times. Writes go to a temporary file
+in the same folder and are renamed into place, so concurrent writers (threads or processes) never
+leave a half-written entry.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+__all__ = [
+    "DEFAULT_TTL",
+    "CacheEntry",
+    "CacheError",
+    "CacheMissError",
+    "CacheMode",
+    "CacheStats",
+    "ResponseCache",
+    "cache_clean",
+    "cache_stats",
+    "normalize_request",
+    "request_key",
+]
+
+CacheMode = Literal["record", "replay", "off"]
+"""``record``: a hit is served from disk, a miss calls the model and stores the answer.
+``replay``: a hit is served from disk, a miss (or an expired entry) is a CacheMissError.
+``off``: the cache is neither read nor written."""
+
+DEFAULT_TTL = timedelta(days=3650)
+"""Ten years: a committed cache is a test fixture and must not silently expire."""
+
+_SUFFIX = ".json"
+
+
+class CacheError(Exception):
+    """The cache directory or one of its entries cannot be used."""
+
+
+class CacheMissError(CacheError):
+    """In replay mode, a request has no (unexpired) stored answer.
+
+    Attributes:
+        key: the request's cache key.
+        difference: what differs from the nearest stored request, in words.
+    """
+
+    def __init__(self, key: str, difference: str, directory: Path) -> None:
+        self.key = key
+        self.difference = difference
+        super().__init__(
+            f"cache miss in replay mode for key {key} in {directory}: {difference}. "
+            "Record the cache again (mode='record' against a live endpoint) if the request "
+            "changed on purpose."
+        )
+
+
+class CacheEntry(BaseModel):
+    """One stored exchange: the normalised request and the response body it got."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    key: str
+    """SHA-256 of the normalised request."""
+    created: datetime
+    """When the entry was written (UTC)."""
+    expires: datetime
+    """After this moment the entry is a miss (UTC)."""
+    request: dict[str, Any]
+    """The normalised request the key was computed from."""
+    response: dict[str, Any]
+    """The endpoint's JSON response body, as received."""
+    usage: dict[str, int] | None = None
+    """Token counts of the recorded call: input_tokens, output_tokens, total_tokens."""
+    latency_s: float | None = None
+    """How long the recorded call took (a replay reports 0)."""
+
+    def expired(self, now: datetime | None = None) -> bool:
+        """Whether the entry is past its expiration time."""
+        return (now or datetime.now(UTC)) >= self.expires
+
+
+class CacheStats(BaseModel):
+    """What a cache directory holds (``evalpipe cache stats``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    directory: str
+    """The cache directory."""
+    entries: int = 0
+    """Stored entries, expired ones included."""
+    expired: int = 0
+    """Entries past their expiration time (``evalpipe cache clean`` drops them)."""
+    unreadable: int = 0
+    """Files that are not valid entries (left alone by ``clean``)."""
+    bytes: int = 0
+    """Total size of the entry files."""
+    oldest: datetime | None = None
+    """Creation time of the oldest entry."""
+    newest: datetime | None = None
+    """Creation time of the newest entry."""
+
+
+def _normalize(value: Any) -> Any:
+    if isinstance(value, str):
+        return value.replace("\r\n", "\n").replace("\r", "\n")
+    if isinstance(value, Mapping):
+        return {str(k): _normalize(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_normalize(v) for v in value]
+    return value
+
+
+def normalize_request(request: Mapping[str, Any]) -> dict[str, Any]:
+    """The request with every string's line endings turned into ``\\n`` (keys and values).
+
+    Raises:
+        TypeError: when the request holds something that is not JSON data.
+    """
+    normalized = _normalize(request)
+    json.dumps(normalized, allow_nan=False)  # fail here, naming nothing secret, if not JSON data
+    return dict(normalized)
+
+
+def request_key(request: Mapping[str, Any]) -> str:
+    """SHA-256 (hex) of the normalised request as canonical JSON (sorted keys, no spaces)."""
+    canonical = json.dumps(
+        normalize_request(request), sort_keys=True, separators=(",", ":"), ensure_ascii=False
+    )
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+class ResponseCache:
+    """Response cache over a directory.
+
+    Args:
+        directory: where entries live (created on first write).
+        mode: ``record``, ``replay`` or ``off`` (see CacheMode).
+        ttl: how long a new entry stays valid; long by default (DEFAULT_TTL).
+
+    Raises:
+        ValueError: for an unknown mode or a negative ttl.
+    """
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        *,
+        mode: CacheMode = "record",
+        ttl: timedelta = DEFAULT_TTL,
+    ) -> None:
+        if mode not in ("record", "replay", "off"):
+            raise ValueError(f"cache mode must be 'record', 'replay' or 'off', got {mode!r}")
+        if ttl < timedelta(0):
+            raise ValueError(f"cache ttl must not be negative, got {ttl}")
+        self.directory = Path(directory)
+        self.mode: CacheMode = mode
+        self.ttl = ttl
+
+    def __repr__(self) -> str:
+        return f"ResponseCache({str(self.directory)!r}, mode={self.mode!r}, ttl={self.ttl})"
+
+    @property
+    def enabled(self) -> bool:
+        """Whether requests consult the cache at all."""
+        return self.mode != "off"
+
+    def path_for(self, key: str) -> Path:
+        """Where the entry for ``key`` is stored."""
+        return self.directory / key[:2] / f"{key}{_SUFFIX}"
+
+    def get(self, request: Mapping[str, Any]) -> CacheEntry | None:
+        """The unexpired entry stored for ``request``, or None (``off`` mode: always None).
+
+        Raises:
+            CacheMissError: in replay mode, when there is none; the text names what differs from
+                the nearest stored request.
+            CacheError: in replay mode, when the stored entry is not valid JSON of an entry.
+        """
+        if not self.enabled:
+            return None
+        normalized = normalize_request(request)
+        key = request_key(normalized)
+        try:
+            entry = _read_entry(self.path_for(key))
+        except CacheError:
+            if self.mode == "replay":
+                raise
+            entry = None  # record mode: a corrupt entry is recorded again
+        if entry is not None and not entry.expired():
+            return entry
+        if self.mode == "replay":
+            if entry is not None:
+                raise CacheMissError(
+                    key, f"the stored entry expired at {entry.expires.isoformat()}", self.directory
+                )
+            raise CacheMissError(key, self.explain_miss(normalized), self.directory)
+        return None
+
+    def put(
+        self,
+        request: Mapping[str, Any],
+        response: Mapping[str, Any],
+        *,
+        usage: Mapping[str, int] | None = None,
+        latency_s: float | None = None,
+    ) -> CacheEntry | None:
+        """Store ``response`` for ``request`` (record mode only; otherwise nothing is written)."""
+        if self.mode != "record":
+            return None
+        normalized = normalize_request(request)
+        key = request_key(normalized)
+        now = datetime.now(UTC)
+        entry = CacheEntry(
+            key=key,
+            created=now,
+            expires=now + self.ttl,
+            request=normalized,
+            response=dict(response),
+            usage=dict(usage) if usage is not None else None,
+            latency_s=latency_s,
+        )
+        _write_atomic(self.path_for(key), entry.model_dump_json(indent=1))
+        return entry
+
+    def entries(self) -> list[CacheEntry]:
+        """Every readable entry in the directory (unreadable files are skipped)."""
+        return [e for _, e in _iter_entries(self.directory) if e is not None]
+
+    def explain_miss(self, request: Mapping[str, Any]) -> str:
+        """In words, how ``request`` differs from the nearest stored request."""
+        normalized = normalize_request(request)
+        stored = self.entries()
+        if not stored:
+            return "the cache directory holds no entries"
+        nearest = max(stored, key=lambda e: _similarity(normalized, e.request))
+        return f"nearest stored request is {nearest.key}: {_describe_difference(normalized, nearest.request)}"
+
+
+def _similarity(a: Mapping[str, Any], b: Mapping[str, Any]) -> tuple[int, int, int]:
+    same_model = int(a.get("model") == b.get("model"))
+    msgs_a, msgs_b = a.get("messages") or [], b.get("messages") or []
+    prefix = 0
+    for x, y in zip(msgs_a, msgs_b, strict=False):
+        if x != y:
+            break
+        prefix += 1
+    same_fields = sum(1 for k in set(a) | set(b) if a.get(k) == b.get(k))
+    return same_model, prefix, same_fields
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _first_text_difference(a: str, b: str) -> str:
+    index = next(
+        (i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b))
+    )
+    start = max(0, index - 20)
+    return f"at character {index}: {_short(a[start : index + 40])!r} vs stored {_short(b[start : index + 40])!r}"
+
+
+def _describe_difference(request: Mapping[str, Any], stored: Mapping[str, Any]) -> str:
+    parts: list[str] = []
+    for field in sorted(set(request) | set(stored)):
+        if field == "messages":
+            continue
+        mine, theirs = request.get(field), stored.get(field)
+        if mine != theirs:
+            parts.append(f"{field} is {_short(mine)} (stored: {_short(theirs)})")
+    mine_msgs: list[Any] = list(request.get("messages") or [])
+    their_msgs: list[Any] = list(stored.get("messages") or [])
+    if mine_msgs != their_msgs:
+        index = next(
+            (i for i, (x, y) in enumerate(zip(mine_msgs, their_msgs, strict=False)) if x != y),
+            min(len(mine_msgs), len(their_msgs)),
+        )
+        if index >= len(mine_msgs) or index >= len(their_msgs):
+            parts.append(
+                f"messages has {len(mine_msgs)} message(s), the stored request {len(their_msgs)}"
+            )
+        else:
+            mine_m, their_m = mine_msgs[index], their_msgs[index]
+            where = f"messages[{index}]"
+            if (
+                isinstance(mine_m, Mapping)
+                and isinstance(their_m, Mapping)
+                and isinstance(mine_m.get("content"), str)
+                and isinstance(their_m.get("content"), str)
+                and mine_m.get("role") == their_m.get("role")
+            ):
+                parts.append(
+                    f"{where} ({mine_m.get('role')}) content differs "
+                    + _first_text_difference(mine_m["content"], their_m["content"])
+                )
+            else:
+                parts.append(f"{where} differs: {_short(mine_m)} (stored: {_short(their_m)})")
+    if not parts:
+        return "no difference found (the entry may be unreadable)"
+    return "; ".join(parts)
+
+
+def _read_entry(path: Path) -> CacheEntry | None:
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    try:
+        return CacheEntry.model_validate_json(raw)
+    except ValidationError as exc:
+        raise CacheError(
+            f"{path}: not a valid cache entry ({exc.error_count()} error(s), first: "
+            f"{exc.errors()[0]['msg']}); delete the file or record it again"
+        ) from None
+
+
+def _iter_entries(directory: Path) -> list[tuple[Path, CacheEntry | None]]:
+    out: list[tuple[Path, CacheEntry | None]] = []
+    if not directory.is_dir():
+        return out
+    for path in sorted(directory.glob(f"*/*{_SUFFIX}")):
+        try:
+            out.append((path, CacheEntry.model_validate_json(path.read_bytes())))
+        except (OSError, ValidationError):
+            out.append((path, None))
+    return out
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem[:16]}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def cache_stats(directory: str | os.PathLike[str]) -> CacheStats:
+    """Count the entries of a cache directory: total, expired, unreadable, bytes, oldest/newest.
+
+    A missing directory gives zero counts.
+    """
+    root = Path(directory)
+    stats = CacheStats(directory=str(root))
+    now = datetime.now(UTC)
+    for path, entry in _iter_entries(root):
+        try:
+            stats.bytes += path.stat().st_size
+        except OSError:
+            continue
+        if entry is None:
+            stats.unreadable += 1
+            continue
+        stats.entries += 1
+        if entry.expired(now):
+            stats.expired += 1
+        if stats.oldest is None or entry.created < stats.oldest:
+            stats.oldest = entry.created
+        if stats.newest is None or entry.created > stats.newest:
+            stats.newest = entry.created
+    return stats
+
+
+def cache_clean(directory: str | os.PathLike[str]) -> int:
+    """Delete the expired entries of a cache directory; returns how many were deleted.
+
+    Unreadable files are left alone (``cache_stats`` counts them).
+    """
+    removed = 0
+    now = datetime.now(UTC)
+    for path, entry in _iter_entries(Path(directory)):
+        if entry is not None and entry.expired(now):
+            path.unlink(missing_ok=True)
+            removed += 1
+    return removed

@@ -1,0 +1,654 @@
+"""One async client for any OpenAI-compatible ``/chat/completions`` endpoint.
+
+Ollama, vLLM, OpenAI and Azure OpenAI (api-key or an Entra token) all speak it. The client sends
+temperature 0 and a seed unless told otherwise, retries 408/409/429/5xx answers and connection
+errors with tenacity (honouring ``Retry-After`` in seconds or as an HTTP date, and
+``retry-after-ms``, both capped), bounds the requests in flight per endpoint across every client of
+that endpoint in the process, reports token usage and latency per call, and goes through the
+response cache (evalpipe.cache) when one is given. API keys are held as secrets: they never appear
+in a repr, a log line or an error message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import inspect
+import logging
+import os
+import random
+import time
+import weakref
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from types import TracebackType
+from typing import Any, Literal
+
+import httpx
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
+
+from evalpipe.cache import ResponseCache
+
+__all__ = [
+    "AZURE_DEFAULT_API_VERSION",
+    "ENTRA_SCOPE",
+    "ChatClient",
+    "ChatCompletion",
+    "ChatEndpoint",
+    "ChatError",
+    "ChatHTTPError",
+    "ChatResponseError",
+    "ChatTransportError",
+    "parse_retry_after",
+]
+
+logger = logging.getLogger("evalpipe.llm")
+
+AZURE_DEFAULT_API_VERSION = "2024-10-21"
+"""The Azure OpenAI data-plane API version used with ``azure_deployment`` when none is given."""
+
+ENTRA_SCOPE = "https://cognitiveservices.azure.com/.default"
+"""The token scope Azure OpenAI accepts for Entra ID (azure-identity) authentication."""
+
+_RETRY_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504})
+
+
+class ChatEndpoint(BaseModel):
+    """Where and how to call an OpenAI-compatible chat-completions endpoint.
+
+    ``base_url`` is the OpenAI-style base URL: requests go to ``{base_url}/chat/completions``
+    (Ollama: ``http://localhost:11434/v1``, vLLM: ``http://localhost:8000/v1``, Azure OpenAI v1:
+    ``https://<resource>.openai.azure.com/openai/v1``). With ``api_type="azure"`` and
+    ``azure_deployment``, ``base_url`` is the resource endpoint and requests go to
+    ``/openai/deployments/<deployment>/chat/completions?api-version=...``.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    base_url: str
+    """The endpoint's base URL (see the class docstring)."""
+    model: str
+    """The model id sent in the request (for Azure v1, the deployment name); part of the cache key."""
+    api_key: SecretStr | None = None
+    """An API key; prefer ``api_key_env`` so the key stays out of files."""
+    api_key_env: str | None = None
+    """The environment variable holding the API key (read when a client is made)."""
+    api_type: Literal["openai", "azure"] = "openai"
+    """``openai``: the key goes in ``Authorization: Bearer``. ``azure``: in the ``api-key`` header."""
+    azure_deployment: str | None = None
+    """Azure OpenAI deployment name, for the ``/openai/deployments/...`` URL form."""
+    api_version: str | None = None
+    """Azure ``api-version`` for the deployment URL form (default AZURE_DEFAULT_API_VERSION)."""
+    entra: bool = False
+    """Authenticate with an Entra ID token from azure-identity's DefaultAzureCredential (when the
+    client is not given a credential of its own)."""
+    entra_scope: str = ENTRA_SCOPE
+    """The scope the Entra token is requested for."""
+    timeout: float = Field(default=60.0, gt=0)
+    """Seconds to wait for one HTTP attempt."""
+    max_concurrency: int = Field(default=8, ge=1)
+    """Requests in flight at once to this endpoint, shared by every client of it in the process."""
+    max_retries: int = Field(default=4, ge=0)
+    """Retries after the first attempt on 408/409/429/5xx and connection errors."""
+    retry_backoff: float = Field(default=0.5, ge=0)
+    """First wait (seconds) when the server gives no Retry-After; it doubles on each retry."""
+    max_retry_wait: float = Field(default=60.0, ge=0)
+    """Cap on any single wait, Retry-After included."""
+    temperature: float | None = 0.0
+    """Sampling temperature (None: not sent). Never sent to a reasoning model."""
+    seed: int | None = 42
+    """Sampling seed (None: not sent). A seed is a provider's promise, so record a cache anyway."""
+    is_reasoning_model: bool = False
+    """o-series style models: no temperature, ``max_completion_tokens`` instead of ``max_tokens``."""
+    headers: dict[str, str] = Field(default_factory=dict, repr=False)
+    """Extra HTTP headers sent with every request."""
+
+    @field_validator("base_url")
+    @classmethod
+    def _check_url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError(
+                f"base_url must start with http:// or https://, got {value!r} "
+                "(for example http://localhost:11434/v1 for Ollama)"
+            )
+        return value.rstrip("/")
+
+    @model_validator(mode="after")
+    def _check_azure(self) -> ChatEndpoint:
+        if self.api_type != "azure" and (self.azure_deployment or self.api_version):
+            raise ValueError("azure_deployment and api_version need api_type='azure'")
+        if self.api_key is not None and self.api_key_env is not None:
+            raise ValueError("give api_key or api_key_env, not both")
+        return self
+
+    @property
+    def chat_url(self) -> str:
+        """The URL requests are posted to."""
+        if self.api_type == "azure" and self.azure_deployment:
+            return f"{self.base_url}/openai/deployments/{self.azure_deployment}/chat/completions"
+        return f"{self.base_url}/chat/completions"
+
+    @property
+    def query_params(self) -> dict[str, str]:
+        """URL query parameters (Azure's api-version for the deployment form)."""
+        if self.api_type == "azure" and self.azure_deployment:
+            return {"api-version": self.api_version or AZURE_DEFAULT_API_VERSION}
+        return {}
+
+    def resolve_api_key(self) -> str | None:
+        """The API key from ``api_key`` or the ``api_key_env`` variable.
+
+        Raises:
+            ValueError: when ``api_key_env`` names a variable that is not set.
+        """
+        if self.api_key is not None:
+            return self.api_key.get_secret_value()
+        if self.api_key_env is not None:
+            value = os.environ.get(self.api_key_env)
+            if not value:
+                raise ValueError(
+                    f"api_key_env: environment variable {self.api_key_env} is not set; export "
+                    "it or remove api_key_env for an endpoint without authentication"
+                )
+            return value
+        return None
+
+
+@dataclass
+class ChatCompletion:
+    """One chat-completions answer, with what it cost."""
+
+    message: dict[str, Any]
+    """The first choice's message as the endpoint sent it."""
+    finish_reason: str | None
+    """Why the model stopped (``stop``, ``length``, ``tool_calls``, ``content_filter``)."""
+    usage: dict[str, int] | None
+    """input_tokens, output_tokens, total_tokens (as the endpoint reported them)."""
+    latency_s: float
+    """Wall time of the call, retries included; 0 for a cached answer."""
+    cached: bool = False
+    """Served from the response cache."""
+    key: str | None = None
+    """The cache key of the request (None without a cache)."""
+    attempts: int = 1
+    """HTTP attempts made (0 for a cached answer)."""
+    raw: dict[str, Any] = field(default_factory=dict, repr=False)
+    """The whole response body."""
+
+    @property
+    def content(self) -> str | None:
+        """The message text (None when the model sent none)."""
+        content = self.message.get("content")
+        if isinstance(content, list):
+            return "".join(str(p.get("text", "")) for p in content if isinstance(p, Mapping))
+        return content if isinstance(content, str) else None
+
+    @property
+    def refusal(self) -> str | None:
+        """The refusal text, when the model refused (OpenAI's ``refusal`` field)."""
+        value = self.message.get("refusal")
+        return value if isinstance(value, str) and value else None
+
+    @property
+    def tool_calls(self) -> list[dict[str, Any]]:
+        """The tool calls the message carries."""
+        calls = self.message.get("tool_calls")
+        return [c for c in calls if isinstance(c, dict)] if isinstance(calls, list) else []
+
+
+class ChatError(Exception):
+    """A chat-completions call failed."""
+
+
+class ChatHTTPError(ChatError):
+    """The endpoint answered with an HTTP error (after any retries).
+
+    Attributes:
+        status: the HTTP status code.
+        attempts: attempts made.
+        retry_after: seconds the server asked to wait, when it said.
+    """
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        attempts: int = 1,
+        retry_after: float | None = None,
+        retryable: bool = False,
+    ) -> None:
+        self.status = status
+        self.attempts = attempts
+        self.retry_after = retry_after
+        self.retryable = retryable
+        super().__init__(message)
+
+
+class ChatTransportError(ChatError):
+    """The endpoint could not be reached or the connection broke (after any retries)."""
+
+    retryable = True
+    retry_after: float | None = None
+
+
+class ChatResponseError(ChatError):
+    """The endpoint answered 200 with a body that is not a chat completion."""
+
+
+def parse_retry_after(headers: Mapping[str, str], *, now: datetime | None = None) -> float | None:
+    """Seconds to wait from ``retry-after-ms`` or ``Retry-After`` (seconds or an HTTP date).
+
+    Returns None when neither header is present or parseable; a date in the past gives 0.
+    """
+    lowered = {k.lower(): v for k, v in headers.items()}
+    ms = lowered.get("retry-after-ms")
+    if ms is not None:
+        try:
+            return max(float(ms) / 1000.0, 0.0)
+        except ValueError:
+            pass
+    value = lowered.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(float(value), 0.0)
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max((when - (now or datetime.now(UTC))).total_seconds(), 0.0)
+
+
+class _Limiter:
+    """A counting bound whose limit can only go down (the smallest asked-for limit wins)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.in_flight = 0
+        self._cond = asyncio.Condition()
+
+    async def __aenter__(self) -> None:
+        async with self._cond:
+            await self._cond.wait_for(lambda: self.in_flight < self.limit)
+            self.in_flight += 1
+
+    async def __aexit__(self, *exc: object) -> None:
+        async with self._cond:
+            self.in_flight -= 1
+            self._cond.notify()
+
+
+# One limiter per (event loop, endpoint): asyncio primitives belong to one loop, and the loop is
+# the process's unit of concurrency for async code.
+_LIMITERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[str, str], _Limiter]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _endpoint_limiter(endpoint: ChatEndpoint) -> _Limiter:
+    loop = asyncio.get_running_loop()
+    per_loop = _LIMITERS.setdefault(loop, {})
+    key = (endpoint.chat_url, endpoint.model)
+    limiter = per_loop.get(key)
+    if limiter is None:
+        limiter = per_loop[key] = _Limiter(endpoint.max_concurrency)
+    elif endpoint.max_concurrency < limiter.limit:
+        limiter.limit = endpoint.max_concurrency
+    return limiter
+
+
+class _TokenSource:
+    """Bearer tokens from an azure-identity credential (sync or async), refreshed before expiry."""
+
+    def __init__(self, credential: Any, scope: str) -> None:
+        self.credential = credential
+        self.scope = scope
+        self._token: str | None = None
+        self._expires_on = 0.0
+
+    async def token(self) -> str:
+        if self._token is not None and self._expires_on - 300 > time.time():
+            return self._token
+        get_token = self.credential.get_token
+        if inspect.iscoroutinefunction(get_token):
+            access = await get_token(self.scope)
+        else:
+            access = await asyncio.to_thread(get_token, self.scope)
+            if inspect.isawaitable(access):
+                access = await access
+        self._token = str(access.token)
+        self._expires_on = float(access.expires_on)
+        return self._token
+
+
+def _default_credential() -> Any:
+    from azure.identity import DefaultAzureCredential
+
+    return DefaultAzureCredential()
+
+
+def _usage(body: Mapping[str, Any]) -> dict[str, int] | None:
+    usage = body.get("usage")
+    if not isinstance(usage, Mapping):
+        return None
+
+    def pick(*keys: str) -> int | None:
+        for key in keys:
+            value = usage.get(key)
+            if isinstance(value, int) and not isinstance(value, bool):
+                return value
+        return None
+
+    out: dict[str, int] = {}
+    if (inp := pick("prompt_tokens", "input_tokens")) is not None:
+        out["input_tokens"] = inp
+    if (outp := pick("completion_tokens", "output_tokens")) is not None:
+        out["output_tokens"] = outp
+    total = pick("total_tokens")
+    if total is None and out:
+        total = sum(out.values())
+    if total is not None:
+        out["total_tokens"] = total
+    return out or None
+
+
+def _first_choice(body: Any) -> tuple[dict[str, Any], str | None]:
+    if not isinstance(body, Mapping):
+        raise ChatResponseError(f"response is not a JSON object: {str(body)[:200]!r}")
+    choices = body.get("choices")
+    if not isinstance(choices, list) or not choices or not isinstance(choices[0], Mapping):
+        raise ChatResponseError(f"response has no choices[0]: {str(dict(body))[:200]!r}")
+    message = choices[0].get("message")
+    if not isinstance(message, Mapping):
+        raise ChatResponseError("response choices[0] has no 'message' object")
+    reason = choices[0].get("finish_reason")
+    return dict(message), reason if isinstance(reason, str) else None
+
+
+def _error_text(response: httpx.Response) -> str:
+    try:
+        body = response.json()
+    except ValueError:
+        return response.text[:300]
+    if isinstance(body, Mapping):
+        error = body.get("error")
+        if isinstance(error, Mapping) and isinstance(error.get("message"), str):
+            return str(error["message"])[:300]
+        if isinstance(error, str):
+            return error[:300]
+    return str(body)[:300]
+
+
+def _should_retry(exc: BaseException) -> bool:
+    return bool(getattr(exc, "retryable", False))
+
+
+class ChatClient:
+    """An async chat-completions client over httpx for one endpoint.
+
+    Use ``async with ChatClient(endpoint) as client`` to keep one connection pool for many calls;
+    outside a ``with`` block each ``complete`` call opens and closes its own HTTP client.
+
+    Args:
+        endpoint: where to send requests.
+        cache: the response cache to consult (None: no cache).
+        credential: an azure-identity credential (sync or async) for Entra tokens; overrides the
+            API key.
+        transport: an httpx transport (advanced: proxies, custom TLS).
+
+    Raises:
+        ValueError: when ``api_key_env`` names a variable that is not set.
+    """
+
+    def __init__(
+        self,
+        endpoint: ChatEndpoint,
+        *,
+        cache: ResponseCache | None = None,
+        credential: Any = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.endpoint = endpoint
+        self.cache = cache
+        self._api_key = endpoint.resolve_api_key()
+        if credential is None and endpoint.entra:
+            credential = _default_credential()
+        self._tokens = _TokenSource(credential, endpoint.entra_scope) if credential else None
+        self._transport = transport
+        self._http: httpx.AsyncClient | None = None
+
+    def __repr__(self) -> str:
+        return f"ChatClient(base_url={self.endpoint.base_url!r}, model={self.endpoint.model!r})"
+
+    def _new_http(self) -> httpx.AsyncClient:
+        return httpx.AsyncClient(
+            timeout=httpx.Timeout(self.endpoint.timeout),
+            transport=self._transport,
+            headers={"User-Agent": "evalpipe"},
+        )
+
+    async def __aenter__(self) -> ChatClient:
+        if self._http is None:
+            self._http = self._new_http()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the connection pool opened by ``async with``."""
+        if self._http is not None:
+            await self._http.aclose()
+            self._http = None
+
+    def build_body(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        tool_choice: str | Mapping[str, Any] | None = None,
+        max_tokens: int | None = None,
+        response_format: Mapping[str, Any] | None = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """The request body (with ``model``) for these messages and the endpoint's defaults."""
+        ep = self.endpoint
+        body: dict[str, Any] = {"model": ep.model, "messages": [dict(m) for m in messages]}
+        if ep.temperature is not None and not ep.is_reasoning_model:
+            body["temperature"] = ep.temperature
+        if ep.seed is not None:
+            body["seed"] = ep.seed
+        if max_tokens is not None:
+            body["max_completion_tokens" if ep.is_reasoning_model else "max_tokens"] = max_tokens
+        if tools:
+            body["tools"] = [dict(t) for t in tools]
+        if tool_choice is not None:
+            body["tool_choice"] = tool_choice
+        if response_format is not None:
+            body["response_format"] = dict(response_format)
+        if extra:
+            body.update(extra)
+        return body
+
+    async def complete(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        tool_choice: str | Mapping[str, Any] | None = None,
+        max_tokens: int | None = None,
+        response_format: Mapping[str, Any] | None = None,
+        repetition: int = 0,
+        extra: Mapping[str, Any] | None = None,
+    ) -> ChatCompletion:
+        """Send one chat-completions request (through the cache, the bound and the retries).
+
+        Args:
+            messages: OpenAI-format messages.
+            tools: OpenAI-format tool definitions.
+            tool_choice: ``auto``, ``none``, ``required`` or a specific function.
+            max_tokens: the answer's token budget (``max_completion_tokens`` for reasoning models).
+            response_format: e.g. ``{"type": "json_object"}``.
+            repetition: which repetition this call belongs to; part of the cache key, so each
+                repetition records its own answer.
+            extra: more body fields, sent as given.
+
+        Raises:
+            ChatHTTPError: an HTTP error that is not retried, or the last one after the retries.
+            ChatTransportError: the endpoint could not be reached after the retries.
+            ChatResponseError: the endpoint's answer is not a chat completion.
+            evalpipe.cache.CacheMissError: replay mode and no stored answer.
+        """
+        body = self.build_body(
+            messages,
+            tools=tools,
+            tool_choice=tool_choice,
+            max_tokens=max_tokens,
+            response_format=response_format,
+            extra=extra,
+        )
+        cache = self.cache if self.cache is not None and self.cache.enabled else None
+        key_request = {**body, "repetition": repetition}
+        if cache is not None:
+            entry = cache.get(key_request)
+            if entry is not None:
+                message, finish = _first_choice(entry.response)
+                return ChatCompletion(
+                    message=message,
+                    finish_reason=finish,
+                    usage=dict(entry.usage) if entry.usage is not None else _usage(entry.response),
+                    latency_s=0.0,
+                    cached=True,
+                    key=entry.key,
+                    attempts=0,
+                    raw=entry.response,
+                )
+        if self.endpoint.api_type == "azure" and self.endpoint.azure_deployment:
+            body.pop("model", None)  # the deployment URL names the model
+        started = time.perf_counter()
+        raw, attempts = await self._post_with_retries(body)
+        latency = time.perf_counter() - started
+        message, finish = _first_choice(raw)
+        usage = _usage(raw)
+        key: str | None = None
+        if cache is not None:
+            stored = await asyncio.to_thread(
+                cache.put, key_request, raw, usage=usage, latency_s=latency
+            )
+            key = stored.key if stored is not None else None
+        return ChatCompletion(
+            message=message,
+            finish_reason=finish,
+            usage=usage,
+            latency_s=latency,
+            cached=False,
+            key=key,
+            attempts=attempts,
+            raw=raw,
+        )
+
+    def _wait(self, state: RetryCallState) -> float:
+        ep = self.endpoint
+        exc = state.outcome.exception() if state.outcome is not None else None
+        hinted = getattr(exc, "retry_after", None)
+        if isinstance(hinted, int | float):
+            wait = min(float(hinted), ep.max_retry_wait)
+        else:
+            backoff = ep.retry_backoff * 2 ** (state.attempt_number - 1)
+            wait = min(backoff + random.uniform(0, backoff * 0.1), ep.max_retry_wait)
+        logger.info(
+            "chat completion to %s failed (%s); retry %d/%d in %.2fs",
+            ep.chat_url,
+            exc,
+            state.attempt_number,
+            ep.max_retries,
+            wait,
+        )
+        return wait
+
+    async def _post_with_retries(self, body: dict[str, Any]) -> tuple[dict[str, Any], int]:
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(self.endpoint.max_retries + 1),
+            wait=self._wait,
+            retry=retry_if_exception(_should_retry),
+            reraise=True,
+        )
+        limiter = _endpoint_limiter(self.endpoint)
+        attempts = 0
+        async for attempt in retrying:
+            with attempt:
+                attempts = attempt.retry_state.attempt_number
+                async with limiter:
+                    raw = await self._post_once(body, attempts)
+        return raw, attempts
+
+    async def _headers(self) -> dict[str, str]:
+        headers = {"Content-Type": "application/json", **self.endpoint.headers}
+        if self._tokens is not None:
+            headers["Authorization"] = f"Bearer {await self._tokens.token()}"
+        elif self._api_key is not None:
+            if self.endpoint.api_type == "azure":
+                headers["api-key"] = self._api_key
+            else:
+                headers["Authorization"] = f"Bearer {self._api_key}"
+        return headers
+
+    async def _post_once(self, body: dict[str, Any], attempt: int) -> dict[str, Any]:
+        ep = self.endpoint
+        headers = await self._headers()
+        try:
+            if self._http is not None:
+                response = await self._http.post(
+                    ep.chat_url, json=body, params=ep.query_params, headers=headers
+                )
+            else:
+                async with self._new_http() as http:
+                    response = await http.post(
+                        ep.chat_url, json=body, params=ep.query_params, headers=headers
+                    )
+        except httpx.TransportError as exc:
+            raise ChatTransportError(
+                f"POST {ep.chat_url} failed after {attempt} attempt(s): "
+                f"{type(exc).__name__}: {exc or 'no detail'}"
+            ) from None
+        if response.status_code >= 400:
+            status = response.status_code
+            forced = response.headers.get("x-should-retry")
+            retryable = status in _RETRY_STATUSES or status >= 500
+            if forced in ("true", "false"):
+                retryable = forced == "true"
+            hint = ""
+            if status == 404:
+                hint = " (check base_url: it should end in /v1 for OpenAI-compatible servers)"
+            elif status in (401, 403):
+                hint = " (check the API key, api_type and credential)"
+            raise ChatHTTPError(
+                status,
+                f"POST {ep.chat_url} answered HTTP {status} after {attempt} attempt(s): "
+                f"{_error_text(response)}{hint}",
+                attempts=attempt,
+                retry_after=parse_retry_after(response.headers),
+                retryable=retryable,
+            )
+        try:
+            data = response.json()
+        except ValueError:
+            raise ChatResponseError(
+                f"POST {ep.chat_url} answered HTTP {response.status_code} with a body that is "
+                f"not JSON: {response.text[:200]!r}"
+            ) from None
+        if not isinstance(data, dict):
+            raise ChatResponseError(f"POST {ep.chat_url} answered JSON that is not an object")
+        return data

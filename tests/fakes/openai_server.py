@@ -1,0 +1,360 @@
+"""A loopback OpenAI-compatible ``/v1/chat/completions`` server with scripted replies.
+
+It listens on 127.0.0.1 (port 0), serves from a background thread and records every request
+(path, query, headers, JSON body) for assertions. Replies come from a queue (``server.script(...)``)
+or, when the queue is empty, from ``server.responder(request)``; each reply can delay itself, so
+``server.max_in_flight`` measures how many requests a client had open at once.
+
+Usage::
+
+    with FakeOpenAIServer() as server:
+        server.script(status(429, headers={"Retry-After": "1"}), verdict(5))
+        client = ChatClient(ChatEndpoint(base_url=server.base_url, model="judge"))
+
+Reply builders cover what the tests need: judge verdicts (valid, garbage, empty, truncated JSON,
+refusals), tool calls (including malformed argument JSON), HTTP errors with Retry-After, and bursts.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+__all__ = [
+    "CapturedRequest",
+    "FakeOpenAIServer",
+    "Reply",
+    "chat",
+    "closed_port",
+    "completion",
+    "empty",
+    "garbage",
+    "refusal",
+    "status",
+    "tool_calls",
+    "truncated",
+    "verdict",
+]
+
+MAX_BODY = 4 * 1024 * 1024
+"""Requests larger than this are refused (413): the server stays bounded."""
+
+
+@dataclass
+class CapturedRequest:
+    """One request the server received."""
+
+    method: str
+    path: str
+    query: dict[str, list[str]]
+    headers: dict[str, str]
+    """Header names lower-cased."""
+    body: Any
+    """The parsed JSON body (None when it was not JSON)."""
+    received_at: float
+    """time.monotonic() at arrival."""
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        """The request's chat messages."""
+        return list((self.body or {}).get("messages") or [])
+
+    @property
+    def text(self) -> str:
+        """Every message content joined (string contents only)."""
+        return "\n".join(m["content"] for m in self.messages if isinstance(m.get("content"), str))
+
+
+@dataclass
+class Reply:
+    """What the server answers to one request."""
+
+    status: int = 200
+    body: Any = None
+    """A JSON-able value, or bytes sent as they are."""
+    headers: dict[str, str] = field(default_factory=dict)
+    delay: float = 0.0
+    """Seconds to wait before answering (bounded by the client's timeout)."""
+
+
+def completion(
+    message: Mapping[str, Any],
+    *,
+    finish_reason: str = "stop",
+    usage: Mapping[str, int] | None = None,
+    model: str = "fake-model",
+    delay: float = 0.0,
+) -> Reply:
+    """A 200 chat.completion with one choice holding ``message``."""
+    return Reply(
+        body={
+            "id": "chatcmpl-fake",
+            "object": "chat.completion",
+            "created": 0,
+            "model": model,
+            "choices": [{"index": 0, "message": dict(message), "finish_reason": finish_reason}],
+            "usage": dict(usage)
+            if usage is not None
+            else {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+        },
+        delay=delay,
+    )
+
+
+def chat(content: str | None, **kwargs: Any) -> Reply:
+    """An assistant text answer."""
+    return completion({"role": "assistant", "content": content}, **kwargs)
+
+
+def verdict(
+    score: Any,
+    reason: str = "scripted reason",
+    reasoning: str = "scripted reasoning",
+    **kwargs: Any,
+) -> Reply:
+    """A judge answer: one JSON object with score, reason and reasoning."""
+    payload = {"reasoning": reasoning, "score": score, "reason": reason}
+    return chat(json.dumps(payload), **kwargs)
+
+
+def garbage(**kwargs: Any) -> Reply:
+    """A judge answer with no JSON in it."""
+    return chat("The answer seems fine, I would say it deserves a high mark.", **kwargs)
+
+
+def empty(**kwargs: Any) -> Reply:
+    """A judge answer with empty content."""
+    return chat("", **kwargs)
+
+
+def truncated(**kwargs: Any) -> Reply:
+    """A judge answer cut off mid-JSON (finish_reason "length")."""
+    return chat('{"reasoning": "The response addresses the', finish_reason="length", **kwargs)
+
+
+def refusal(text: str = "I'm sorry, but I can't help with that.", **kwargs: Any) -> Reply:
+    """A refusal as OpenAI reports it: content null and the ``refusal`` field set."""
+    return completion({"role": "assistant", "content": None, "refusal": text}, **kwargs)
+
+
+def tool_calls(*calls: tuple[str, str | Mapping[str, Any]], **kwargs: Any) -> Reply:
+    """An assistant turn calling tools; a str argument is sent as it is (malformed JSON too)."""
+    wire = [
+        {
+            "id": f"call_{i}",
+            "type": "function",
+            "function": {
+                "name": name,
+                "arguments": args if isinstance(args, str) else json.dumps(dict(args)),
+            },
+        }
+        for i, (name, args) in enumerate(calls)
+    ]
+    return completion(
+        {"role": "assistant", "content": None, "tool_calls": wire},
+        finish_reason="tool_calls",
+        **kwargs,
+    )
+
+
+def status(
+    code: int, *, headers: Mapping[str, str] | None = None, message: str = "scripted error"
+) -> Reply:
+    """An HTTP error with an OpenAI-style error body."""
+    return Reply(
+        status=code,
+        body={"error": {"message": message, "type": "scripted", "code": str(code)}},
+        headers=dict(headers or {}),
+    )
+
+
+class FakeOpenAIServer:
+    """The server. Use as a context manager; it stops and joins its thread on exit.
+
+    Args:
+        responder: answers requests when the script queue is empty (default: a fixed text reply).
+        default_delay: seconds every reply waits unless it sets its own delay.
+    """
+
+    def __init__(
+        self,
+        responder: Callable[[CapturedRequest], Reply] | None = None,
+        *,
+        default_delay: float = 0.0,
+    ) -> None:
+        self.responder: Callable[[CapturedRequest], Reply] = responder or (
+            lambda _req: chat("scripted default answer")
+        )
+        self.default_delay = default_delay
+        self.requests: list[CapturedRequest] = []
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self._queue: deque[Reply] = deque()
+        self._lock = threading.Lock()
+        self._httpd: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- scripting ---------------------------------------------------------------------------
+
+    def script(self, *replies: Reply) -> None:
+        """Queue replies, served in order before the responder is used."""
+        with self._lock:
+            self._queue.extend(replies)
+
+    def burst(self, reply: Reply, times: int) -> None:
+        """Queue the same reply ``times`` times (e.g. a 5xx burst)."""
+        self.script(*([reply] * times))
+
+    @property
+    def pending(self) -> int:
+        """Scripted replies not served yet."""
+        with self._lock:
+            return len(self._queue)
+
+    def _next_reply(self, request: CapturedRequest) -> Reply:
+        with self._lock:
+            if self._queue:
+                return self._queue.popleft()
+        return self.responder(request)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    @property
+    def port(self) -> int:
+        """The port the server listens on."""
+        assert self._httpd is not None, "server not started"
+        return int(self._httpd.server_address[1])
+
+    @property
+    def origin(self) -> str:
+        """``http://127.0.0.1:<port>``."""
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def base_url(self) -> str:
+        """The OpenAI-style base URL (``.../v1``)."""
+        return f"{self.origin}/v1"
+
+    def start(self) -> FakeOpenAIServer:
+        """Bind 127.0.0.1:0 and serve in a daemon thread."""
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            timeout = 10  # a stuck client cannot hold a handler thread for long
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                server._handle(self)
+
+            def do_GET(self) -> None:
+                server._handle(self)
+
+        httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        httpd.daemon_threads = True
+        self._httpd = httpd
+        self._thread = threading.Thread(
+            target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and close the socket."""
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self._httpd = None
+        self._thread = None
+
+    def __enter__(self) -> FakeOpenAIServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- request handling --------------------------------------------------------------------
+
+    def _handle(self, handler: BaseHTTPRequestHandler) -> None:
+        length = int(handler.headers.get("Content-Length") or 0)
+        if length > MAX_BODY:
+            self._send(handler, status(413, message="request too large"))
+            return
+        raw = handler.rfile.read(length) if length else b""
+        try:
+            body = json.loads(raw) if raw else None
+        except ValueError:
+            body = None
+        parts = urlsplit(handler.path)
+        request = CapturedRequest(
+            method=handler.command,
+            path=parts.path,
+            query=parse_qs(parts.query),
+            headers={k.lower(): v for k, v in handler.headers.items()},
+            body=body,
+            received_at=time.monotonic(),
+        )
+        with self._lock:
+            self.requests.append(request)
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            reply = self._next_reply(request)
+            delay = reply.delay or self.default_delay
+            if delay:
+                time.sleep(min(delay, 5.0))
+            self._send(handler, reply)
+        finally:
+            with self._lock:
+                self.in_flight -= 1
+
+    @staticmethod
+    def _send(handler: BaseHTTPRequestHandler, reply: Reply) -> None:
+        data = (
+            reply.body if isinstance(reply.body, bytes) else json.dumps(reply.body).encode("utf-8")
+        )
+        try:
+            handler.send_response(reply.status)
+            handler.send_header("Content-Type", "application/json")
+            handler.send_header("Content-Length", str(len(data)))
+            for key, value in reply.headers.items():
+                handler.send_header(key, value)
+            handler.end_headers()
+            handler.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client gave up (timeout test); nothing to answer
+
+
+@contextmanager
+def serve(
+    *replies: Reply, responder: Callable[[CapturedRequest], Reply] | None = None
+) -> Iterator[FakeOpenAIServer]:
+    """Start a server with ``replies`` queued; stop it on exit."""
+    with FakeOpenAIServer(responder) as server:
+        server.script(*replies)
+        yield server
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on (bound, then released)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def requests_to(server: FakeOpenAIServer, path: str) -> Iterable[CapturedRequest]:
+    """The captured requests to ``path``."""
+    return [r for r in server.requests if r.path == path]
