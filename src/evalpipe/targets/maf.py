@@ -1,0 +1,314 @@
+"""Microsoft Agent Framework (MAF) workflows as evalpipe workflows, read from their event stream.
+
+``MAFWorkflow`` runs a MAF ``Workflow`` (built with ``WorkflowBuilder`` or ``SequentialBuilder``) and
+turns its events into a ``WorkflowRun``: ``executor_invoked`` opens an executor's turn with what it
+received, ``executor_completed`` closes it with the agent's response, ``executor_failed`` marks it
+failed, and the last ``output`` is the workflow's output. ``workflow_run_from_events`` does the same
+for a ``WorkflowRunResult`` you already have. ``agent_framework`` is imported only when a MAF object
+is actually converted, so evalpipe imports without the ``maf`` extra.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from evalpipe.items import RunUsage
+from evalpipe.messages import Message
+from evalpipe.targets.base import agent_tools, response_messages, response_usage
+from evalpipe.targets.workflow import ExecutorRun, WorkflowRun, sum_usage
+
+__all__ = [
+    "MAFWorkflow",
+    "is_maf_agent",
+    "is_maf_workflow",
+    "to_maf_messages",
+    "workflow_run_from_events",
+]
+
+_INTERNAL_EXECUTORS = frozenset({"input-conversation", "end-conversation", "end"})
+"""Bookkeeping executors MAF's orchestrations add; like MAF's evaluate_workflow, they are skipped
+(so is any executor whose id starts with "_")."""
+
+
+def _from_maf(obj: Any) -> bool:
+    return type(obj).__module__.startswith("agent_framework")
+
+
+def is_maf_workflow(obj: Any) -> bool:
+    """Whether ``obj`` is a MAF ``Workflow`` (detected without importing agent_framework)."""
+    return _from_maf(obj) and hasattr(obj, "executors") and hasattr(obj, "run")
+
+
+def is_maf_agent(obj: Any) -> bool:
+    """Whether ``obj`` is a MAF agent (an agent_framework object with ``run`` that is no workflow)."""
+    return _from_maf(obj) and hasattr(obj, "run") and not hasattr(obj, "executors")
+
+
+def to_maf_messages(messages: Iterable[Message]) -> list[Any]:
+    """evalpipe messages as MAF ``Message`` objects (text, tool calls, tool results, data, uris).
+
+    Raises:
+        ModuleNotFoundError: when agent-framework-core is not installed.
+    """
+    import agent_framework as af
+
+    out: list[Any] = []
+    for message in messages:
+        contents: list[Any] = []
+        for c in message.contents:
+            if c.type == "text":
+                contents.append(af.Content.from_text(c.text))
+            elif c.type == "function_call":
+                contents.append(
+                    af.Content.from_function_call(c.call_id, c.name, arguments=c.arguments)
+                )
+            elif c.type == "function_result":
+                contents.append(af.Content.from_function_result(c.call_id, result=c.result))
+            else:
+                contents.append(af.Content.from_uri(c.uri, media_type=c.media_type))
+        out.append(
+            af.Message(role=message.role, contents=contents, author_name=message.author_name)
+        )
+    return out
+
+
+def _is_executor_response(value: Any) -> bool:
+    return hasattr(value, "agent_response") and hasattr(value, "full_conversation")
+
+
+def _as_messages(value: Any, *, role: str) -> list[Message]:
+    """What an executor was given or yielded, as messages (a bare string gets ``role``)."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [Message(role, [value])]
+    if _is_executor_response(value):
+        return [Message.coerce(m) for m in value.full_conversation]
+    if hasattr(value, "messages") and not hasattr(value, "role"):
+        # AgentExecutorRequest, AgentResponse
+        return [Message.coerce(m) for m in value.messages]
+    if hasattr(value, "role") and hasattr(value, "contents"):
+        return [Message.coerce(value)]
+    if isinstance(value, Sequence):
+        out: list[Message] = []
+        for v in value:
+            out.extend(_as_messages(v, role=role))
+        return out
+    return [Message(role, [str(value)])]
+
+
+def _error_text(details: Any, fallback: BaseException | None) -> str:
+    error_type = getattr(details, "error_type", None) or "Error"
+    message = getattr(details, "message", None) or ""
+    if fallback is not None and type(fallback).__name__ == error_type:
+        # MAF hides the message unless sensitive data is enabled; the raised exception has it.
+        return f"{error_type}: {fallback}"
+    return f"{error_type}: {message}" if message and message != error_type else error_type
+
+
+def workflow_run_from_events(
+    events: Iterable[Any],
+    *,
+    workflow: Any = None,
+    query: str | None = None,
+    error: BaseException | None = None,
+    timings: dict[int, float] | None = None,
+) -> WorkflowRun:
+    """A WorkflowRun from MAF workflow events (a ``WorkflowRunResult`` or streamed events).
+
+    Args:
+        events: The events, in order.
+        workflow: The MAF workflow, for the agents' tool definitions (optional).
+        query: The user query; default: the first ``executor_invoked`` input, as text.
+        error: The exception the run raised, if it did.
+        timings: ``id(event) -> perf_counter()`` at arrival, to time each executor's turn.
+    """
+    executors_by_id = getattr(workflow, "executors", None) or {}
+    turns: list[ExecutorRun] = []
+    open_turns: dict[str, ExecutorRun] = {}
+    opened_at: dict[str, float] = {}
+    outputs: list[tuple[str | None, Any]] = []
+    first_input: Any = None
+    failed: str | None = None
+    for event in events:
+        kind = getattr(event, "type", None)
+        executor_id = getattr(event, "executor_id", None)
+        if kind == "output":
+            outputs.append((executor_id, event.data))
+            continue
+        if kind == "failed" and failed is None:
+            failed = _error_text(getattr(event, "details", None), error)
+            continue
+        if kind not in ("executor_invoked", "executor_completed", "executor_failed"):
+            continue
+        if executor_id is None:
+            continue
+        if kind == "executor_invoked" and first_input is None:
+            first_input = event.data
+        if executor_id.startswith("_") or executor_id in _INTERNAL_EXECUTORS:
+            continue
+        if kind == "executor_invoked":
+            executor = executors_by_id.get(executor_id)
+            agent = getattr(executor, "agent", None) if executor is not None else None
+            opened = ExecutorRun(
+                executor_id=executor_id,
+                agent=executor_id if agent is not None else None,
+                received=_as_messages(event.data, role="user"),
+                tools=(agent_tools(agent) or None) if agent is not None else None,
+            )
+            turns.append(opened)
+            open_turns[executor_id] = opened
+            if timings is not None and id(event) in timings:
+                opened_at[executor_id] = timings[id(event)]
+            continue
+        turn = open_turns.pop(executor_id, None)
+        if turn is None:
+            turn = ExecutorRun(executor_id=executor_id)
+            turns.append(turn)
+        if timings is not None and executor_id in opened_at and id(event) in timings:
+            turn.usage.latency_seconds = timings[id(event)] - opened_at.pop(executor_id)
+        if kind == "executor_failed":
+            turn.error_code = "ExecutorError"
+            turn.error_message = _error_text(getattr(event, "details", None), error)
+            continue
+        sent = event.data if isinstance(event.data, list) else [event.data]
+        responses = [s for s in sent if _is_executor_response(s)]
+        if responses:
+            turn.agent = turn.agent or executor_id
+            produced: list[Message] = []
+            usages: list[RunUsage] = []
+            for r in responses:
+                produced.extend(response_messages(r.agent_response))
+                usages.append(response_usage(r.agent_response))
+            latency = turn.usage.latency_seconds
+            turn.produced = produced
+            turn.usage = sum_usage(usages, latency)
+        else:
+            turn.produced = [
+                m for s in sent if s is not None for m in _as_messages(s, role="assistant")
+            ]
+    for turn in open_turns.values():
+        if turn.ok and (error is not None or failed is not None):
+            turn.error_code = "ExecutorError"
+            turn.error_message = "did not complete: the workflow stopped"
+    output: list[Message] = []
+    if outputs:
+        last_id, last = outputs[-1]
+        if hasattr(last, "messages") and not hasattr(last, "contents"):
+            output = response_messages(last)
+        elif type(last).__name__ == "AgentResponseUpdate" or hasattr(last, "contents"):
+            # Streaming yields updates; the executor's completed response holds the whole turn.
+            done = [t for t in turns if t.executor_id == last_id and t.ok]
+            output = list(done[-1].produced) if done else _as_messages(last, role="assistant")
+        else:
+            output = _as_messages(last, role="assistant")
+    if query is None:
+        query = " ".join(m.text for m in _as_messages(first_input, role="user") if m.role == "user")
+    error_code = error_message = None
+    bad = next((t for t in turns if t.error_code == "ExecutorError"), None)
+    if bad is not None:
+        error_code, error_message = "ExecutorError", f"executor {bad.executor_id!r} failed: "
+        error_message += bad.error_message or ""
+    elif error is not None or failed is not None:
+        error_code = "WorkflowError"
+        error_message = f"{type(error).__name__}: {error}" if error is not None else failed
+    return WorkflowRun(
+        query=query,
+        workflow=type(workflow).__name__ if workflow is not None else None,
+        executors=turns,
+        output=output if error_code is None else [],
+        usage=sum_usage([t.usage for t in turns]),
+        error_code=error_code,
+        error_message=error_message,
+    )
+
+
+class MAFWorkflow:
+    """A MAF ``Workflow`` as an evalpipe workflow (``name`` + ``async run(query) -> WorkflowRun``).
+
+    Pass a zero-argument factory that builds the workflow to give every run a fresh workflow: runs
+    are then concurrent and isolated. A workflow instance is run one query at a time (MAF refuses
+    concurrent runs on one instance), and its agents keep their sessions between queries, as in
+    MAF's own ``evaluate_workflow``.
+
+    By default the workflow runs in streaming mode, so the turns that finished before a failing
+    executor are kept; the agents' chat clients must support streaming (MAF's all do). With
+    ``stream=False`` a run that raises is recorded as "WorkflowError" without executor turns.
+
+    Args:
+        workflow: A MAF ``Workflow``, or a zero-argument callable returning a fresh one.
+        name: The workflow's display name (default: the class name, ``"Workflow"``, as MAF's).
+        stream: Run with ``stream=True`` and convert the events as they arrive.
+
+    Raises:
+        TypeError: when ``workflow`` is neither a MAF workflow nor a callable.
+    """
+
+    def __init__(self, workflow: Any, *, name: str | None = None, stream: bool = True) -> None:
+        if is_maf_workflow(workflow):
+            self._instance: Any = workflow
+            self._factory: Callable[[], Any] | None = None
+        elif callable(workflow):
+            self._instance = None
+            self._factory = workflow
+        else:
+            raise TypeError(
+                f"MAFWorkflow needs a MAF Workflow or a factory returning one, got "
+                f"{type(workflow).__name__}"
+            )
+        self._lock = asyncio.Lock()
+        self._stream = stream
+        self._sample: Any = self._instance
+        self.name = name or "Workflow"
+
+    def _build(self) -> Any:
+        assert self._factory is not None
+        built = self._factory()
+        if not is_maf_workflow(built):
+            raise TypeError(
+                f"the workflow factory returned {type(built).__name__}, expected a MAF Workflow"
+            )
+        return built
+
+    @property
+    def agent_names(self) -> list[str]:
+        """The ids of the workflow's agent executors (MAF keys per-agent results by them)."""
+        if self._sample is None:
+            self._sample = self._build()
+        return [
+            executor_id
+            for executor_id, executor in self._sample.executors.items()
+            if getattr(executor, "agent", None) is not None
+            and not executor_id.startswith("_")
+            and executor_id not in _INTERNAL_EXECUTORS
+        ]
+
+    async def run(self, query: str) -> WorkflowRun:
+        """Run the workflow on ``query`` and convert its events."""
+        if self._factory is not None:
+            return await self._run_once(self._build(), query)
+        async with self._lock:
+            return await self._run_once(self._instance, query)
+
+    async def _run_once(self, workflow: Any, query: str) -> WorkflowRun:
+        started = time.perf_counter()
+        events: list[Any] = []
+        timings: dict[int, float] = {}
+        error: BaseException | None = None
+        try:
+            if self._stream:
+                async for event in workflow.run(query, stream=True):
+                    timings[id(event)] = time.perf_counter()
+                    events.append(event)
+            else:
+                events = list(await workflow.run(query))
+        except Exception as exc:
+            error = exc
+        run = workflow_run_from_events(
+            events, workflow=workflow, query=query, error=error, timings=timings
+        )
+        usage = run.usage.model_copy(update={"latency_seconds": time.perf_counter() - started})
+        return run.model_copy(update={"workflow": self.name, "usage": usage})

@@ -1,0 +1,459 @@
+"""Multi-agent workflows: what one run of a workflow recorded (WorkflowRun), and built-in compositions.
+
+A workflow target takes a query and returns a ``WorkflowRun``: the transcript of every executor in the
+order they ran (what each agent received, what it produced, the tools it had, what it cost) and the
+workflow's final output. ``SequentialWorkflow`` (a pipeline of agents) and ``RouterWorkflow`` (each
+agent may hand off to another, with a bounded number of hops) are built in; MAF workflows are read
+from their event stream by ``evalpipe.targets.maf.MAFWorkflow``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import re
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from evalpipe.items import RunUsage
+from evalpipe.messages import Message, ToolDefinition
+from evalpipe.targets.base import (
+    agent_name,
+    agent_tools,
+    response_messages,
+    response_tools,
+    response_usage,
+)
+
+__all__ = [
+    "ExecutorRun",
+    "RouterWorkflow",
+    "SequentialWorkflow",
+    "Workflow",
+    "WorkflowRun",
+    "as_workflow",
+    "call_workflow",
+    "handoff_target",
+    "run_executor",
+    "sum_usage",
+    "workflow_agent_names",
+    "workflow_identity",
+    "workflow_name",
+]
+
+
+class ExecutorRun(BaseModel):
+    """One executor's turn inside a workflow run: what it received and what it produced."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    executor_id: str
+    """The executor's id in the workflow (for built-in workflows and MAF agents: the agent name)."""
+    agent: str | None = None
+    """The agent this executor runs, used to group per-agent results; None for a non-agent step."""
+    received: list[Message] = Field(default_factory=list)
+    """The messages the agent was given: the user query and, downstream, what upstream agents said."""
+    produced: list[Message] = Field(default_factory=list)
+    """The messages the agent produced (tool calls, tool results, answer); empty when it failed."""
+    tools: list[ToolDefinition] | None = None
+    """Schema snapshots of the tools the agent could call (None: unknown)."""
+    usage: RunUsage = Field(default_factory=RunUsage)
+    """Tokens the agent reported and the wall time of its turn."""
+    error_code: str | None = None
+    """Why this turn has no usable output: "ExecutorError" (it raised) or "UpstreamError" (not run)."""
+    error_message: str | None = None
+    """What went wrong, for people."""
+
+    @property
+    def ok(self) -> bool:
+        """The executor finished its turn."""
+        return self.error_code is None
+
+
+class WorkflowRun(BaseModel):
+    """One run of a workflow on one query: the ordered executor transcripts and the final output.
+
+    Round-trips through ``model_dump_json()`` / ``model_validate_json()``.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    query_index: int = 0
+    """Position of the query in the query set."""
+    repetition: int = 0
+    """Which repetition (0-based)."""
+    query: str
+    """The user query the workflow was given."""
+    workflow: str | None = None
+    """The workflow's name."""
+    executors: list[ExecutorRun] = Field(default_factory=list)
+    """Every executor turn, in the order the turns started."""
+    output: list[Message] = Field(default_factory=list)
+    """The workflow's final output messages."""
+    usage: RunUsage = Field(default_factory=RunUsage)
+    """Tokens summed over the executors, and the wall time of the whole run."""
+    error_code: str | None = None
+    """Set when the run did not finish: "ExecutorError", "WorkflowError", "RoutingError",
+    "MaxHopsExceeded"."""
+    error_message: str | None = None
+    """What went wrong, for people."""
+
+    @property
+    def ok(self) -> bool:
+        """The run finished."""
+        return self.error_code is None
+
+    def for_agent(self, agent: str) -> list[ExecutorRun]:
+        """The turns of one agent, in order."""
+        return [e for e in self.executors if e.agent == agent]
+
+
+@runtime_checkable
+class Workflow(Protocol):
+    """Anything evalpipe can run as a workflow: a name and ``async run(query) -> WorkflowRun``."""
+
+    name: str
+
+    async def run(self, query: str) -> WorkflowRun: ...
+
+
+def sum_usage(usages: Sequence[RunUsage], latency_seconds: float | None = None) -> RunUsage:
+    """Token counts added up (None when no part reported that count), with the given latency."""
+
+    def total(field: str) -> int | None:
+        values = [v for u in usages if (v := getattr(u, field)) is not None]
+        return sum(values) if values else None
+
+    return RunUsage(
+        input_tokens=total("input_tokens"),
+        output_tokens=total("output_tokens"),
+        total_tokens=total("total_tokens"),
+        latency_seconds=latency_seconds,
+    )
+
+
+async def _invoke_agent(agent: Any, messages: list[Message]) -> Any:
+    run = agent.run
+    payload: Any = messages
+    if type(agent).__module__.startswith("agent_framework"):
+        from evalpipe.targets.maf import to_maf_messages
+
+        payload = to_maf_messages(messages)
+    if inspect.iscoroutinefunction(run):
+        return await run(payload)
+    result = await asyncio.to_thread(run, payload)
+    if inspect.isawaitable(result):
+        result = await result
+    return result
+
+
+async def run_executor(agent: Any, received: list[Message], *, executor_id: str) -> ExecutorRun:
+    """Run one agent on ``received``; an exception becomes an ExecutorRun with "ExecutorError"."""
+    name = agent_name(agent)
+    started = time.perf_counter()
+    try:
+        response = await _invoke_agent(agent, list(received))
+        usage = response_usage(response)
+        usage.latency_seconds = time.perf_counter() - started
+        return ExecutorRun(
+            executor_id=executor_id,
+            agent=name,
+            received=list(received),
+            produced=response_messages(response),
+            tools=response_tools(response) or agent_tools(agent) or None,
+            usage=usage,
+        )
+    except Exception as exc:
+        return ExecutorRun(
+            executor_id=executor_id,
+            agent=name,
+            received=list(received),
+            tools=agent_tools(agent) or None,
+            usage=RunUsage(latency_seconds=time.perf_counter() - started),
+            error_code="ExecutorError",
+            error_message=f"{type(exc).__name__}: {exc}",
+        )
+
+
+def _unique_names(agents: Sequence[Any], what: str) -> dict[str, Any]:
+    by_name: dict[str, Any] = {}
+    for agent in agents:
+        name = agent_name(agent)
+        if name in by_name:
+            raise ValueError(
+                f"{what}: two agents are named {name!r}; give each agent a distinct name, since "
+                "per-agent results are keyed by it"
+            )
+        by_name[name] = agent
+    return by_name
+
+
+def _finish(
+    query: str,
+    name: str,
+    executors: list[ExecutorRun],
+    started: float,
+    *,
+    error_code: str | None = None,
+    error_message: str | None = None,
+) -> WorkflowRun:
+    last = executors[-1] if executors else None
+    failed = next((e for e in executors if e.error_code == "ExecutorError"), None)
+    if failed is not None and error_code is None:
+        error_code = "ExecutorError"
+        error_message = f"executor {failed.executor_id!r} failed: {failed.error_message}"
+    return WorkflowRun(
+        query=query,
+        workflow=name,
+        executors=executors,
+        output=list(last.produced) if last is not None and error_code is None else [],
+        usage=sum_usage([e.usage for e in executors], time.perf_counter() - started),
+        error_code=error_code,
+        error_message=error_message,
+    )
+
+
+class SequentialWorkflow:
+    """A pipeline of agents: each one receives the conversation so far and adds its turn.
+
+    The first agent gets the user query; every later agent gets the user query followed by everything
+    the agents before it produced (MAF's ``SequentialBuilder`` / ``context_mode="full"``). The output
+    is the last agent's messages. When an agent raises, the run stops: that turn is recorded with
+    "ExecutorError" and every later agent with "UpstreamError" (not run).
+
+    Args:
+        agents: The agents, in order; any object with ``name`` and ``async run(messages)``.
+        name: The workflow's name (default ``"sequential"``).
+
+    Raises:
+        ValueError: for no agents, or two agents with the same name.
+    """
+
+    def __init__(self, agents: Sequence[Any], *, name: str = "sequential") -> None:
+        if not agents:
+            raise ValueError("SequentialWorkflow needs at least one agent")
+        self._agents = _unique_names(agents, "SequentialWorkflow")
+        self.name = name
+
+    @property
+    def agent_names(self) -> list[str]:
+        """The agents' names, in pipeline order."""
+        return list(self._agents)
+
+    async def run(self, query: str) -> WorkflowRun:
+        """Run every agent in turn on ``query``."""
+        started = time.perf_counter()
+        conversation = [Message("user", [query])]
+        executors: list[ExecutorRun] = []
+        failed: str | None = None
+        for name, agent in self._agents.items():
+            if failed is not None:
+                executors.append(
+                    ExecutorRun(
+                        executor_id=name,
+                        agent=name,
+                        received=[],
+                        tools=agent_tools(agent) or None,
+                        error_code="UpstreamError",
+                        error_message=f"not run: upstream executor {failed!r} failed",
+                    )
+                )
+                continue
+            turn = await run_executor(agent, conversation, executor_id=name)
+            executors.append(turn)
+            if not turn.ok:
+                failed = name
+                continue
+            conversation = [*conversation, *turn.produced]
+        return _finish(query, self.name, executors, started)
+
+
+_HANDOFF = re.compile(
+    r"\b(?:handoff|hand off|route)\s*(?:to)?\s*:\s*([\w.\- ]+?)\s*(?:[.\n]|$)", re.I
+)
+
+
+def handoff_target(messages: Sequence[Message]) -> str | None:
+    """The agent an agent's turn hands off to: ``"HANDOFF: <name>"`` (or ``"ROUTE: <name>"``) in its
+    last assistant text; None ends the workflow."""
+    for message in reversed(messages):
+        if message.role == "assistant" and message.text:
+            match = _HANDOFF.search(message.text)
+            return match.group(1).strip() if match else None
+    return None
+
+
+Route = Callable[[str, list[Message]], str | None]
+"""``(agent name, the messages its turn produced) -> next agent name, or None to stop``."""
+
+
+class RouterWorkflow:
+    """A router/handoff workflow: the router starts, and each agent's turn may pick who goes next.
+
+    Every agent receives the user query followed by all turns so far. After each turn ``route``
+    (default: ``handoff_target``, reading ``"HANDOFF: <name>"`` in the agent's answer) names the next
+    agent, or None to stop; the last agent's messages are the output. A route to an unknown agent
+    ends the run with "RoutingError"; more than ``max_hops`` handoffs end it with "MaxHopsExceeded".
+
+    Args:
+        router: The agent that starts (it may be handed back to).
+        agents: The agents it can hand off to.
+        max_hops: The most handoffs one run may take (default 4).
+        route: Picks the next agent from a finished turn.
+        name: The workflow's name (default ``"router"``).
+
+    Raises:
+        ValueError: for duplicate agent names or ``max_hops < 1``.
+    """
+
+    def __init__(
+        self,
+        router: Any,
+        agents: Sequence[Any],
+        *,
+        max_hops: int = 4,
+        route: Route | None = None,
+        name: str = "router",
+    ) -> None:
+        if max_hops < 1:
+            raise ValueError(f"max_hops must be >= 1, got {max_hops}.")
+        self._agents = _unique_names([router, *agents], "RouterWorkflow")
+        self._start = agent_name(router)
+        self.max_hops = max_hops
+        self._route: Route = route or (lambda _name, produced: handoff_target(produced))
+        self.name = name
+
+    @property
+    def agent_names(self) -> list[str]:
+        """The router's name, then the other agents' names."""
+        return list(self._agents)
+
+    async def run(self, query: str) -> WorkflowRun:
+        """Run the router on ``query`` and follow the handoffs."""
+        started = time.perf_counter()
+        conversation = [Message("user", [query])]
+        executors: list[ExecutorRun] = []
+        current = self._start
+        hops = 0
+        while True:
+            turn = await run_executor(self._agents[current], conversation, executor_id=current)
+            executors.append(turn)
+            if not turn.ok:
+                return _finish(query, self.name, executors, started)
+            conversation = [*conversation, *turn.produced]
+            try:
+                nxt = self._route(current, list(turn.produced))
+            except Exception as exc:
+                return _finish(
+                    query,
+                    self.name,
+                    executors,
+                    started,
+                    error_code="RoutingError",
+                    error_message=f"route raised after {current!r}: {type(exc).__name__}: {exc}",
+                )
+            if nxt is None:
+                return _finish(query, self.name, executors, started)
+            if nxt not in self._agents:
+                known = ", ".join(repr(n) for n in self._agents)
+                return _finish(
+                    query,
+                    self.name,
+                    executors,
+                    started,
+                    error_code="RoutingError",
+                    error_message=f"{current!r} handed off to unknown agent {nxt!r} (known: {known})",
+                )
+            hops += 1
+            if hops > self.max_hops:
+                return _finish(
+                    query,
+                    self.name,
+                    executors,
+                    started,
+                    error_code="MaxHopsExceeded",
+                    error_message=f"more than max_hops={self.max_hops} handoffs",
+                )
+            current = nxt
+
+
+def as_workflow(workflow: Any) -> Workflow:
+    """The evalpipe Workflow for what the user passed: a MAF workflow is wrapped in MAFWorkflow.
+
+    Raises:
+        TypeError: for an object that is neither.
+    """
+    from evalpipe.targets.maf import MAFWorkflow, is_maf_workflow
+
+    if is_maf_workflow(workflow):
+        return MAFWorkflow(workflow)
+    if isinstance(workflow, Workflow):
+        return workflow
+    raise TypeError(
+        f"cannot run {type(workflow).__name__} as a workflow: pass an evalpipe workflow "
+        "(SequentialWorkflow, RouterWorkflow, or any object with `name` and "
+        "`async run(query) -> WorkflowRun`), a MAF Workflow, or MAFWorkflow(factory)"
+    )
+
+
+def workflow_name(workflow: Any) -> str:
+    """The workflow's display name (MAF workflows: the class name, as MAF's default eval name)."""
+    from evalpipe.targets.maf import is_maf_workflow
+
+    if is_maf_workflow(workflow):
+        return type(workflow).__name__
+    return str(getattr(workflow, "name", None) or type(workflow).__name__)
+
+
+def workflow_agent_names(workflow: Any) -> list[str] | None:
+    """The names per-agent results will be keyed by, when the workflow declares them up front."""
+    names = getattr(as_workflow(workflow), "agent_names", None)
+    return list(names) if isinstance(names, list | tuple) else None
+
+
+def workflow_identity(workflow: Any) -> str:
+    """A stable string naming the workflow: ``"workflow:{name}({agent},{agent},...)"``."""
+    names = workflow_agent_names(workflow)
+    agents = ",".join(names) if names is not None else "?"
+    return f"workflow:{workflow_name(workflow)}({agents})"
+
+
+async def call_workflow(
+    workflow: Any,
+    query: str,
+    *,
+    query_index: int,
+    repetition: int,
+    semaphore: asyncio.Semaphore | None = None,
+) -> WorkflowRun:
+    """Run the workflow on one query; an exception becomes a WorkflowRun with "WorkflowError"."""
+    target = as_workflow(workflow)
+    started = time.perf_counter()
+    try:
+        if semaphore is not None:
+            async with semaphore:
+                started = time.perf_counter()
+                run = await target.run(query)
+        else:
+            run = await target.run(query)
+        if not isinstance(run, WorkflowRun):
+            raise TypeError(f"workflow.run() returned {type(run).__name__}, expected WorkflowRun")
+    except Exception as exc:
+        return WorkflowRun(
+            query_index=query_index,
+            repetition=repetition,
+            query=query,
+            workflow=workflow_name(workflow),
+            usage=RunUsage(latency_seconds=time.perf_counter() - started),
+            error_code="WorkflowError",
+            error_message=f"{type(exc).__name__}: {exc}",
+        )
+    update: dict[str, Any] = {"query_index": query_index, "repetition": repetition, "query": query}
+    if run.usage.latency_seconds is None:
+        update["usage"] = run.usage.model_copy(
+            update={"latency_seconds": time.perf_counter() - started}
+        )
+    return run.model_copy(update=update)
