@@ -1,0 +1,850 @@
+"""Gates: pass/fail rules written for a whole evaluation, not for each score.
+
+A gate is a list of clauses, each an aggregate over the scores of one metric (matched by
+``EvalScoreResult.name`` across every provider's results), optionally for one agent of a workflow::
+
+    gate = (mean("relevance") >= 3.5) & at_most(1, "relevance", below=3) & all_pass("expected_fact")
+    report = evaluate_gates(gate, results)  # results: list[EvalResults], one per provider
+    print(report.summary())
+
+Suites write the same clauses as text (``parse_gates``): ``"writer: mean(relevance) >= 3.5"``. The
+parser is a small tokenizer and a table of known clauses; nothing is evaluated as Python.
+
+Errored scores are never averaged: a metric whose score is None (it could not be computed) and an
+errored item without that metric are left out of ``mean``, ``pass_rate``, ``at_most`` and
+``all_pass`` and reported as ``errored``; ``no_errors()`` is the clause that fails on them. A clause
+that sees no scores at all fails ("no scores"). See docs/gates.md.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from evalpipe.results import EvalItemResult, EvalResults, EvalScoreResult
+
+__all__ = [
+    "Aggregate",
+    "AllPass",
+    "AtMost",
+    "Clause",
+    "ClauseResult",
+    "Comparison",
+    "Gate",
+    "GateReport",
+    "GateSyntaxError",
+    "NoErrors",
+    "Threshold",
+    "all_pass",
+    "at_most",
+    "evaluate_gates",
+    "mean",
+    "no_errors",
+    "parse_gates",
+    "pass_rate",
+]
+
+Comparison = Literal[">=", ">", "<=", "<"]
+"""How an aggregate is compared with its threshold."""
+
+_SHOWN_ITEMS = 10
+"""How many offending item ids a clause result lists."""
+
+
+class GateSyntaxError(ValueError):
+    """A gate clause that cannot be parsed or built; the message names it and shows the accepted forms."""
+
+
+# --------------------------------------------------------------------------------------------
+# Results
+
+
+class ClauseResult(BaseModel):
+    """One clause's verdict on a set of results, with the numbers behind it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    clause: str
+    """The clause as text (the form ``parse_gates`` reads back)."""
+    passed: bool
+    """Whether the clause holds."""
+    metric: str | None = None
+    """The metric the clause reads, matched by EvalScoreResult.name; None for ``no_errors()``."""
+    agent: str | None = None
+    """The agent whose sub-results were read; None: every level of every result."""
+    observed: float | None = None
+    """The aggregate that was compared (mean, rate, count); None when there was nothing to aggregate."""
+    threshold: float | None = None
+    """The bound it was compared with."""
+    n: int = 0
+    """Scores (or, for ``no_errors``, items) the clause counted."""
+    errored: int = 0
+    """Errored scores or items left out of the aggregate."""
+    items: list[str] = Field(default_factory=list)
+    """Offending item ids (first ten), as ``agent:item_id`` inside a workflow's sub-results."""
+    message: str
+    """The verdict in words, with its numbers."""
+
+
+class GateReport(BaseModel):
+    """A gate's verdict: passed only when every clause passed."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    passed: bool
+    """Every clause passed (and there was at least one)."""
+    clauses: list[ClauseResult] = Field(default_factory=list)
+    """One result per clause, in the gate's order."""
+
+    @property
+    def failures(self) -> list[ClauseResult]:
+        """The violated clauses."""
+        return [c for c in self.clauses if not c.passed]
+
+    def summary(self) -> str:
+        """A few lines for people: the verdict, then every clause with its numbers."""
+        if not self.clauses:
+            return "Gate FAILED: no clauses"
+        bad = len(self.failures)
+        head = (
+            f"Gate passed: {len(self.clauses)} of {len(self.clauses)} clauses hold"
+            if self.passed
+            else f"Gate FAILED: {bad} of {len(self.clauses)} clauses violated"
+        )
+        lines = [head]
+        for c in self.clauses:
+            lines.append(f"  {'ok  ' if c.passed else 'FAIL'} {c.clause}: {c.message}")
+        return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------
+# Reading results
+
+
+@dataclass(frozen=True, slots=True)
+class _Level:
+    label: str
+    """Where the items sit: "" for a top-level result, the agent name for a sub-result."""
+    result: EvalResults
+
+
+def _levels(results: Sequence[EvalResults], agent: str | None) -> list[_Level]:
+    """The results a clause reads: every level, or the sub-results keyed ``agent`` at any depth."""
+    out: list[_Level] = []
+
+    def walk(label: str, result: EvalResults) -> None:
+        if agent is None or label == agent:
+            out.append(_Level(label, result))
+        for key, sub in result.sub_results.items():
+            walk(key, sub)
+
+    for result in results:
+        walk("", result)
+    return out
+
+
+def _agents(results: Sequence[EvalResults]) -> list[str]:
+    names: set[str] = set()
+
+    def walk(result: EvalResults) -> None:
+        for key, sub in result.sub_results.items():
+            names.add(key)
+            walk(sub)
+
+    for result in results:
+        walk(result)
+    return sorted(names)
+
+
+def _label(level: _Level, item: EvalItemResult) -> str:
+    return f"{level.label}:{item.item_id}" if level.label else item.item_id
+
+
+def _score_errored(score: EvalScoreResult) -> bool:
+    return score.score is None or any(d.severity == "error" for d in score.diagnostics or ())
+
+
+@dataclass(slots=True)
+class _Values:
+    scores: list[tuple[str, EvalScoreResult]] = field(default_factory=list)
+    errored: list[str] = field(default_factory=list)
+
+
+def _collect(levels: Sequence[_Level], metric: str) -> _Values:
+    """The metric's computed scores in scope, and the items where it errored."""
+    found = _Values()
+    for level in levels:
+        for item in level.result.items:
+            named = [s for s in item.scores if s.name == metric]
+            good = [s for s in named if not _score_errored(s)]
+            if good:
+                found.scores.extend((_label(level, item), s) for s in good)
+            elif named or item.is_error:
+                found.errored.append(_label(level, item))
+    return found
+
+
+def _num(value: float) -> str:
+    """A number as the clause text shows it: 3 not 3.0, 3.5 as is."""
+    if isinstance(value, int) or (math.isfinite(value) and value == int(value)):
+        return str(int(value))
+    return repr(float(value))
+
+
+def _shown(value: float) -> str:
+    return f"{value:.4g}"
+
+
+def _name(text: str) -> str:
+    """A metric or agent name as clause text: bare when the tokenizer reads it back as one name."""
+    return text if _BARE_NAME.fullmatch(text) else json.dumps(text)
+
+
+def _items_note(labels: Sequence[str]) -> str:
+    if not labels:
+        return ""
+    more = f" +{len(labels) - _SHOWN_ITEMS} more" if len(labels) > _SHOWN_ITEMS else ""
+    return f" (items {', '.join(labels[:_SHOWN_ITEMS])}{more})"
+
+
+def _errored_note(count: int) -> str:
+    return f", {count} errored excluded" if count else ""
+
+
+# --------------------------------------------------------------------------------------------
+# Clauses
+
+
+class Clause(ABC):
+    """One rule over a set of results. Combine clauses with ``&`` or ``Gate([...])``."""
+
+    agent: str | None
+
+    @abstractmethod
+    def evaluate(self, results: Sequence[EvalResults]) -> ClauseResult:
+        """This clause's verdict on ``results`` (one EvalResults per provider)."""
+
+    @abstractmethod
+    def text(self) -> str:
+        """The clause without its agent, as ``parse_gates`` reads it."""
+
+    def __str__(self) -> str:
+        body = self.text()
+        return f"{_name(self.agent)}: {body}" if self.agent is not None else body
+
+    def __and__(self, other: Clause | Gate) -> Gate:
+        return Gate([self, other])
+
+    def _missing_agent(self, results: Sequence[EvalResults], metric: str | None) -> ClauseResult:
+        known = _agents(results)
+        return ClauseResult(
+            clause=str(self),
+            passed=False,
+            metric=metric,
+            agent=self.agent,
+            message=f"no results for agent {self.agent!r} (agents: {', '.join(known) or 'none'})",
+        )
+
+
+def _check_metric(metric: Any, where: str) -> str:
+    if not isinstance(metric, str) or not metric.strip():
+        raise GateSyntaxError(f"{where}: the metric must be a non-empty name, got {metric!r}")
+    return metric
+
+
+def _check_agent(agent: Any, where: str) -> str | None:
+    if agent is not None and (not isinstance(agent, str) or not agent.strip()):
+        raise GateSyntaxError(f"{where}: agent must be a non-empty name or None, got {agent!r}")
+    return agent
+
+
+def _check_number(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
+        raise GateSyntaxError(f"{where} must be a number, got {value!r}")
+    return value
+
+
+_COMPARE = {
+    ">=": lambda a, b: a >= b,
+    ">": lambda a, b: a > b,
+    "<=": lambda a, b: a <= b,
+    "<": lambda a, b: a < b,
+}
+
+
+@dataclass(frozen=True)
+class Threshold(Clause):
+    """An aggregate of a metric compared with a bound: ``mean("relevance") >= 3.5``."""
+
+    kind: Literal["mean", "pass_rate"]
+    """``mean``: the average score; ``pass_rate``: the share of scores whose verdict passed."""
+    metric: str
+    """The metric (EvalScoreResult.name)."""
+    op: Comparison
+    """The comparison."""
+    threshold: float
+    """The bound."""
+    agent: str | None = None
+    """The agent whose sub-results are read; None: every level."""
+
+    def __post_init__(self) -> None:
+        _check_metric(self.metric, self.kind)
+        _check_agent(self.agent, self.kind)
+        _check_number(self.threshold, f"{self.kind}({self.metric}) threshold")
+        if self.op not in _COMPARE:
+            raise GateSyntaxError(f"comparison must be one of {list(_COMPARE)}, got {self.op!r}")
+        if self.kind == "pass_rate" and not 0.0 <= self.threshold <= 1.0:
+            raise GateSyntaxError(
+                f"pass_rate({self.metric}) threshold must be in [0, 1], got {self.threshold}"
+            )
+
+    def text(self) -> str:
+        return f"{self.kind}({_name(self.metric)}) {self.op} {_num(self.threshold)}"
+
+    def evaluate(self, results: Sequence[EvalResults]) -> ClauseResult:
+        levels = _levels(results, self.agent)
+        if self.agent is not None and not levels:
+            return self._missing_agent(results, self.metric)
+        values = _collect(levels, self.metric)
+        n = len(values.scores)
+        base: dict[str, Any] = {
+            "clause": str(self),
+            "metric": self.metric,
+            "agent": self.agent,
+            "threshold": self.threshold,
+            "n": n,
+            "errored": len(values.errored),
+        }
+        if n == 0:
+            return ClauseResult(
+                passed=False,
+                message=f"no scores for {self.metric}{_errored_note(len(values.errored))}",
+                **base,
+            )
+        if self.kind == "mean":
+            observed = math.fsum(s.score or 0.0 for _, s in values.scores) / n
+            what = f"mean {_shown(observed)} over n={n}"
+        else:
+            passing = sum(1 for _, s in values.scores if s.passed is True)
+            observed = passing / n
+            what = f"pass rate {_shown(observed)} ({passing} of n={n} passed)"
+        passed = bool(_COMPARE[self.op](observed, self.threshold))
+        verdict = "holds" if passed else "needs"
+        message = (
+            f"{what}{_errored_note(len(values.errored))}; "
+            f"{verdict} {self.op} {_num(self.threshold)}"
+        )
+        return ClauseResult(passed=passed, observed=observed, message=message, **base)
+
+
+@dataclass(frozen=True)
+class AtMost(Clause):
+    """At most ``count`` scores of a metric below a bound: ``at_most(1, "relevance", below=3)``."""
+
+    count: int
+    """How many low scores are allowed."""
+    metric: str
+    """The metric (EvalScoreResult.name)."""
+    below: float
+    """A score strictly below this is low."""
+    agent: str | None = None
+    """The agent whose sub-results are read; None: every level."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.count, bool) or not isinstance(self.count, int) or self.count < 0:
+            raise GateSyntaxError(f"at_most count must be an integer >= 0, got {self.count!r}")
+        _check_metric(self.metric, "at_most")
+        _check_agent(self.agent, "at_most")
+        _check_number(self.below, f"at_most(..., {self.metric}) below")
+
+    def text(self) -> str:
+        return f"at_most({self.count}, {_name(self.metric)}, below={_num(self.below)})"
+
+    def evaluate(self, results: Sequence[EvalResults]) -> ClauseResult:
+        levels = _levels(results, self.agent)
+        if self.agent is not None and not levels:
+            return self._missing_agent(results, self.metric)
+        values = _collect(levels, self.metric)
+        n = len(values.scores)
+        low = [label for label, s in values.scores if (s.score or 0.0) < self.below]
+        base: dict[str, Any] = {
+            "clause": str(self),
+            "metric": self.metric,
+            "agent": self.agent,
+            "threshold": float(self.count),
+            "n": n,
+            "errored": len(values.errored),
+            "items": low[:_SHOWN_ITEMS],
+        }
+        if n == 0:
+            return ClauseResult(
+                passed=False,
+                message=f"no scores for {self.metric}{_errored_note(len(values.errored))}",
+                **base,
+            )
+        passed = len(low) <= self.count
+        message = (
+            f"{len(low)} of n={n} {self.metric} scores below {_num(self.below)}"
+            f"{_items_note(low)}{_errored_note(len(values.errored))}; "
+            f"{'within' if passed else 'more than'} the {self.count} allowed"
+        )
+        return ClauseResult(passed=passed, observed=float(len(low)), message=message, **base)
+
+
+@dataclass(frozen=True)
+class AllPass(Clause):
+    """Every computed score of a metric passed its own verdict: ``all_pass("expected_fact")``."""
+
+    metric: str
+    """The metric (EvalScoreResult.name)."""
+    agent: str | None = None
+    """The agent whose sub-results are read; None: every level."""
+
+    def __post_init__(self) -> None:
+        _check_metric(self.metric, "all_pass")
+        _check_agent(self.agent, "all_pass")
+
+    def text(self) -> str:
+        return f"all_pass({_name(self.metric)})"
+
+    def evaluate(self, results: Sequence[EvalResults]) -> ClauseResult:
+        levels = _levels(results, self.agent)
+        if self.agent is not None and not levels:
+            return self._missing_agent(results, self.metric)
+        values = _collect(levels, self.metric)
+        n = len(values.scores)
+        # A score with no verdict (passed None) is not a pass.
+        bad = [label for label, s in values.scores if s.passed is not True]
+        base: dict[str, Any] = {
+            "clause": str(self),
+            "metric": self.metric,
+            "agent": self.agent,
+            "n": n,
+            "errored": len(values.errored),
+            "items": bad[:_SHOWN_ITEMS],
+        }
+        if n == 0:
+            return ClauseResult(
+                passed=False,
+                message=f"no scores for {self.metric}{_errored_note(len(values.errored))}",
+                **base,
+            )
+        if bad:
+            message = (
+                f"{len(bad)} of n={n} {self.metric} did not pass{_items_note(bad)}"
+                f"{_errored_note(len(values.errored))}"
+            )
+        else:
+            message = f"all n={n} {self.metric} passed{_errored_note(len(values.errored))}"
+        return ClauseResult(passed=not bad, observed=float(len(bad)), message=message, **base)
+
+
+@dataclass(frozen=True)
+class NoErrors(Clause):
+    """Nothing in scope errored: no errored item, no metric that could not be computed.
+
+    Counted as errors: a provider run whose status is not ``completed``; an errored item; a score
+    that is None or carries an error diagnostic. With ``metric``, only that metric's errors (and
+    errored items that lack it) count.
+    """
+
+    metric: str | None = None
+    """Only this metric's errors, or None for all."""
+    agent: str | None = None
+    """The agent whose sub-results are read; None: every level."""
+
+    def __post_init__(self) -> None:
+        if self.metric is not None:
+            _check_metric(self.metric, "no_errors")
+        _check_agent(self.agent, "no_errors")
+
+    def text(self) -> str:
+        return f"no_errors({_name(self.metric) if self.metric is not None else ''})"
+
+    def evaluate(self, results: Sequence[EvalResults]) -> ClauseResult:
+        levels = _levels(results, self.agent)
+        if self.agent is not None and not levels:
+            return self._missing_agent(results, self.metric)
+        errors: list[str] = []
+        runs: list[str] = []
+        n = 0
+        for level in levels:
+            result = level.result
+            if result.status != "completed":
+                where = f"{level.label} " if level.label else ""
+                runs.append(f"{result.provider} {where}run {result.status}")
+            for item in result.items:
+                named = [s for s in item.scores if self.metric is None or s.name == self.metric]
+                n += 1
+                if item.is_error and (
+                    self.metric is None or not any(not _score_errored(s) for s in named)
+                ):
+                    errors.append(f"{_label(level, item)} {item.error_code or 'error'}")
+                    continue
+                for s in named:
+                    if _score_errored(s):
+                        errors.append(f"{_label(level, item)} {s.name} {s.error_code or 'error'}")
+        base: dict[str, Any] = {
+            "clause": str(self),
+            "metric": self.metric,
+            "agent": self.agent,
+            "n": n,
+            "errored": len(errors),
+            "items": [e.split(" ", 1)[0] for e in errors[:_SHOWN_ITEMS]],
+            "threshold": 0.0,
+        }
+        if n == 0:
+            note = f" ({'; '.join(runs)})" if runs else ""
+            return ClauseResult(passed=False, message=f"no items{note}", **base)
+        if not errors and not runs:
+            return ClauseResult(
+                passed=True, observed=0.0, message=f"no errors in n={n} items", **base
+            )
+        parts = []
+        if errors:
+            more = f" +{len(errors) - _SHOWN_ITEMS} more" if len(errors) > _SHOWN_ITEMS else ""
+            parts.append(
+                f"{len(errors)} error{'' if len(errors) == 1 else 's'} in n={n} items: {', '.join(errors[:_SHOWN_ITEMS])}{more}"
+            )
+        parts.extend(runs)
+        return ClauseResult(
+            passed=False, observed=float(len(errors) + len(runs)), message="; ".join(parts), **base
+        )
+
+
+class Aggregate:
+    """``mean(metric)`` or ``pass_rate(metric)`` before it is compared: ``mean("relevance") >= 3.5``."""
+
+    __slots__ = ("agent", "kind", "metric")
+
+    def __init__(
+        self, kind: Literal["mean", "pass_rate"], metric: str, agent: str | None = None
+    ) -> None:
+        self.kind = kind
+        self.metric = _check_metric(metric, kind)
+        self.agent = _check_agent(agent, kind)
+
+    def _compare(self, op: Comparison, other: object) -> Threshold:
+        threshold = _check_number(other, f"{self.kind}({self.metric}) threshold")
+        return Threshold(self.kind, self.metric, op, threshold, self.agent)
+
+    def __ge__(self, other: object) -> Threshold:
+        return self._compare(">=", other)
+
+    def __gt__(self, other: object) -> Threshold:
+        return self._compare(">", other)
+
+    def __le__(self, other: object) -> Threshold:
+        return self._compare("<=", other)
+
+    def __lt__(self, other: object) -> Threshold:
+        return self._compare("<", other)
+
+    def __bool__(self) -> bool:
+        raise TypeError(
+            f"{self.kind}({self.metric!r}) is not a gate until it is compared: write "
+            f"{self.kind}({self.metric!r}) >= 3.5"
+        )
+
+    def __repr__(self) -> str:
+        return f"{self.kind}({self.metric!r}, agent={self.agent!r})"
+
+
+def mean(metric: str, *, agent: str | None = None) -> Aggregate:
+    """The mean score of ``metric``; compare it to make a clause: ``mean("relevance") >= 3.5``."""
+    return Aggregate("mean", metric, agent)
+
+
+def pass_rate(metric: str, *, agent: str | None = None) -> Aggregate:
+    """The share of ``metric`` scores that passed; compare it: ``pass_rate("bleu") >= 0.9``."""
+    return Aggregate("pass_rate", metric, agent)
+
+
+def at_most(count: int, metric: str, *, below: float, agent: str | None = None) -> AtMost:
+    """At most ``count`` scores of ``metric`` strictly below ``below``."""
+    return AtMost(count, metric, below, agent)
+
+
+def all_pass(metric: str, *, agent: str | None = None) -> AllPass:
+    """Every computed score of ``metric`` passed."""
+    return AllPass(metric, agent)
+
+
+def no_errors(metric: str | None = None, *, agent: str | None = None) -> NoErrors:
+    """No errored item or metric (only ``metric``'s, if given) and every provider run completed."""
+    return NoErrors(metric, agent)
+
+
+@dataclass(frozen=True)
+class Gate:
+    """Clauses that must all hold. ``Gate([...])`` takes clauses, gates and text specs."""
+
+    clauses: tuple[Clause, ...]
+    """The clauses, in order."""
+
+    def __init__(self, clauses: Iterable[Clause | Gate | str | Mapping[str, Any]] = ()) -> None:
+        object.__setattr__(self, "clauses", tuple(_flatten(clauses)))
+
+    def __and__(self, other: Clause | Gate) -> Gate:
+        return Gate([self, other])
+
+    def __iter__(self) -> Iterator[Clause]:
+        return iter(self.clauses)
+
+    def __len__(self) -> int:
+        return len(self.clauses)
+
+    def __str__(self) -> str:
+        return " & ".join(f"({c})" for c in self.clauses)
+
+    def evaluate(self, results: EvalResults | Sequence[EvalResults]) -> GateReport:
+        """Every clause's verdict on ``results``; passed when all hold (and there is one)."""
+        listed = [results] if isinstance(results, EvalResults) else list(results)
+        outcomes = [clause.evaluate(listed) for clause in self.clauses]
+        return GateReport(
+            passed=bool(outcomes) and all(o.passed for o in outcomes), clauses=outcomes
+        )
+
+
+def _flatten(specs: Iterable[Any]) -> Iterator[Clause]:
+    for index, spec in enumerate(specs):
+        if isinstance(spec, Gate):
+            yield from spec.clauses
+        elif isinstance(spec, Clause):
+            yield spec
+        elif isinstance(spec, Aggregate):
+            raise TypeError(f"{spec!r} is not a clause until it is compared (e.g. >= 3.5)")
+        elif isinstance(spec, str | Mapping):
+            yield _parse_spec(spec, f"gates[{index}]")
+        else:
+            raise TypeError(
+                f"a gate holds clauses, gates or clause texts, got {type(spec).__name__}"
+            )
+
+
+def evaluate_gates(
+    gates: Gate | Clause | Iterable[Clause | Gate | str | Mapping[str, Any]],
+    results: EvalResults | Sequence[EvalResults],
+) -> GateReport:
+    """Evaluate a gate on a run's results (one EvalResults per provider).
+
+    Args:
+        gates: a Gate, a clause, or a list of clauses, gates and clause texts (as in YAML).
+        results: what ``evaluate_agent`` returned (or one EvalResults).
+
+    Raises:
+        GateSyntaxError: for a clause text that cannot be parsed.
+    """
+    gate = (
+        gates if isinstance(gates, Gate) else Gate([gates] if isinstance(gates, Clause) else gates)
+    )
+    return gate.evaluate(results)
+
+
+# --------------------------------------------------------------------------------------------
+# Text form
+
+
+ACCEPTED_FORMS = (
+    "mean(METRIC) >= NUMBER",
+    "pass_rate(METRIC) >= RATE",
+    "at_most(COUNT, METRIC, below=NUMBER)",
+    "all_pass(METRIC)",
+    "no_errors()  or  no_errors(METRIC)",
+)
+"""The clause texts ``parse_gates`` accepts (the comparison may be >=, >, <= or <)."""
+
+_BARE_NAME = re.compile(r"[A-Za-z_][\w.\-]*")
+_TOKEN = re.compile(
+    r"""\s*(?:
+        (?P<op>>=|<=|>|<)
+      | (?P<num>[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)
+      | (?P<str>"(?:[^"\\]|\\.)*"|'[^']*')
+      | (?P<name>[A-Za-z_][\w.\-]*)
+      | (?P<punct>[(),=:])
+    )""",
+    re.VERBOSE,
+)
+
+Token = tuple[str, Any]
+
+
+def _help(source: str, text: str, problem: str) -> GateSyntaxError:
+    forms = "\n".join(f"  {form}" for form in ACCEPTED_FORMS)
+    return GateSyntaxError(
+        f"{source}: cannot read gate clause {text!r}: {problem}.\nAccepted forms:\n{forms}\n"
+        "The comparison is one of >=, >, <=, <. For one agent of a workflow, prefix it "
+        "('writer: mean(relevance) >= 3.5') or write {clause: ..., agent: writer}. Quote a name "
+        'with spaces: all_pass("Expected fact").'
+    )
+
+
+def _tokens(text: str, source: str) -> list[Token]:
+    out: list[Token] = []
+    pos = 0
+    stripped = text.rstrip()
+    while pos < len(stripped):
+        match = _TOKEN.match(stripped, pos)
+        if match is None or match.end() == pos:
+            raise _help(source, text, f"unexpected {stripped[pos:].strip()[:20]!r}")
+        kind = match.lastgroup
+        assert kind is not None
+        raw = match.group(kind)
+        if kind == "num":
+            value: Any = float(raw) if any(c in raw for c in ".eE") else int(raw)
+        elif kind == "str":
+            value = json.loads(raw) if raw.startswith('"') else raw[1:-1]
+        else:
+            value = raw
+        out.append((kind, value))
+        pos = match.end()
+    return out
+
+
+_SIGNATURES: dict[str, tuple[tuple[str, ...], tuple[str, ...], bool]] = {
+    # name: (positional parameters, keyword parameters, takes a comparison)
+    "mean": (("metric",), ("agent",), True),
+    "pass_rate": (("metric",), ("agent",), True),
+    "at_most": (("count", "metric"), ("below", "agent"), False),
+    "all_pass": (("metric",), ("agent",), False),
+    "no_errors": (("metric",), ("agent",), False),
+}
+
+
+def _parse_one(text: str, agent: str | None, source: str) -> Clause:
+    tokens = _tokens(text, source)
+    # An agent prefix: NAME ":" or "quoted" ":".
+    if len(tokens) >= 2 and tokens[0][0] in ("name", "str") and tokens[1] == ("punct", ":"):
+        prefix = str(tokens[0][1])
+        if agent is not None and agent != prefix:
+            raise _help(source, text, f"agent {prefix!r} in the text and {agent!r} beside it")
+        agent, tokens = prefix, tokens[2:]
+    if not tokens or tokens[0][0] != "name":
+        raise _help(source, text, "expected a clause name")
+    fname = str(tokens[0][1])
+    if fname not in _SIGNATURES:
+        raise _help(source, text, f"unknown clause {fname!r} (known: {', '.join(_SIGNATURES)})")
+    positional_names, keyword_names, compares = _SIGNATURES[fname]
+    if len(tokens) < 2 or tokens[1] != ("punct", "("):
+        raise _help(source, text, f"expected '(' after {fname}")
+    args: list[Any] = []
+    kwargs: dict[str, Any] = {}
+    pos = 2
+    while True:
+        if pos >= len(tokens):
+            raise _help(source, text, "missing ')'")
+        if tokens[pos] == ("punct", ")"):
+            pos += 1
+            break
+        if tokens[pos][0] == "name" and pos + 1 < len(tokens) and tokens[pos + 1] == ("punct", "="):
+            key = str(tokens[pos][1])
+            if key not in keyword_names:
+                raise _help(source, text, f"{fname}() has no argument {key!r}")
+            if pos + 2 >= len(tokens) or tokens[pos + 2][0] not in ("num", "name", "str"):
+                raise _help(source, text, f"expected a value after {key}=")
+            kwargs[key] = tokens[pos + 2][1]
+            pos += 3
+        elif tokens[pos][0] in ("num", "name", "str"):
+            if kwargs:
+                raise _help(source, text, "a positional argument after a keyword one")
+            args.append(tokens[pos][1])
+            pos += 1
+        else:
+            raise _help(source, text, f"unexpected {tokens[pos][1]!r} in the arguments")
+        if pos < len(tokens) and tokens[pos] == ("punct", ","):
+            pos += 1
+        elif pos < len(tokens) and tokens[pos] != ("punct", ")"):
+            raise _help(source, text, f"expected ',' or ')' before {tokens[pos][1]!r}")
+    if len(args) > len(positional_names):
+        raise _help(
+            source, text, f"{fname}() takes at most {len(positional_names)} positional arguments"
+        )
+    params = dict(zip(positional_names, args, strict=False)) | kwargs
+    if "agent" in params:
+        inner = str(params.pop("agent"))
+        if agent is not None and inner != agent:
+            raise _help(source, text, f"two agents: {agent!r} and {inner!r}")
+        agent = inner
+    op: Any = None
+    threshold: Any = None
+    if compares:
+        if pos + 1 >= len(tokens) or tokens[pos][0] != "op" or tokens[pos + 1][0] != "num":
+            raise _help(source, text, f"{fname}(...) must be compared with a number, e.g. >= 3.5")
+        op, threshold = tokens[pos][1], tokens[pos + 1][1]
+        pos += 2
+    if pos != len(tokens):
+        raise _help(source, text, f"unexpected {tokens[pos][1]!r} after the clause")
+    try:
+        return _build(fname, params, op, threshold, agent)
+    except GateSyntaxError as exc:
+        raise _help(source, text, str(exc)) from None
+
+
+def _build(
+    fname: str, params: dict[str, Any], op: Any, threshold: Any, agent: str | None
+) -> Clause:
+    metric = params.get("metric")
+    if metric is not None:
+        metric = str(metric)
+    if fname in ("mean", "pass_rate"):
+        if metric is None:
+            raise GateSyntaxError(f"{fname}() needs a metric")
+        return Threshold(fname, metric, op, threshold, agent)  # type: ignore[arg-type]
+    if fname == "at_most":
+        if "count" not in params or metric is None or "below" not in params:
+            raise GateSyntaxError("at_most() needs a count, a metric and below=NUMBER")
+        return AtMost(params["count"], metric, params["below"], agent)
+    if fname == "all_pass":
+        if metric is None:
+            raise GateSyntaxError("all_pass() needs a metric")
+        return AllPass(metric, agent)
+    return NoErrors(metric, agent)
+
+
+def parse_gates(specs: Iterable[str | Mapping[str, Any]], *, source: str = "gates") -> list[Clause]:
+    """Clauses from their text form, as a suite's YAML lists them.
+
+    Each spec is a string (``"mean(relevance) >= 3.5"``, ``"writer: all_pass(expected_fact)"``) or
+    a mapping ``{clause: <string>, agent: <name>}``. Names may be quoted; numbers are numbers. The
+    text is tokenized and matched against the known clauses: nothing is evaluated as Python.
+
+    Args:
+        specs: the clause specs.
+        source: where they came from, for error messages (e.g. ``"suite.yaml: gates"``).
+
+    Raises:
+        GateSyntaxError: naming ``source[index]`` and the clause, with the accepted forms.
+    """
+    if isinstance(specs, str | Mapping):
+        specs = [specs]
+    return [_parse_spec(spec, f"{source}[{index}]") for index, spec in enumerate(specs)]
+
+
+def _parse_spec(spec: Any, where: str) -> Clause:
+    agent: str | None = None
+    if isinstance(spec, Mapping):
+        unknown = sorted(set(spec) - {"clause", "agent"})
+        if unknown or not isinstance(spec.get("clause"), str):
+            raise _help(
+                where,
+                str(dict(spec)),
+                "a mapping needs a 'clause' string and may have an 'agent'"
+                + (f" (unknown keys: {unknown})" if unknown else ""),
+            )
+        raw_agent = spec.get("agent")
+        if raw_agent is not None and (not isinstance(raw_agent, str) or not raw_agent.strip()):
+            raise _help(where, str(dict(spec)), f"agent must be a name, got {raw_agent!r}")
+        agent = raw_agent
+        text = spec["clause"]
+    elif isinstance(spec, str):
+        text = spec
+    else:
+        raise _help(where, repr(spec), f"expected a string or a mapping, got {type(spec).__name__}")
+    return _parse_one(text, agent, where)
