@@ -26,6 +26,8 @@ __all__ = [
     "CITIES",
     "ScriptedAgent",
     "get_weather",
+    "last_assistant_text",
+    "last_user_text",
     "search_hotels",
     "travel_agent",
 ]
@@ -72,6 +74,22 @@ def search_hotels(city: str, max_results: int = 3) -> list[str]:
 
 Plan = Callable[[str], list[tuple[str, dict[str, Any]]]]
 Compose = Callable[[str, list[tuple[str, dict[str, Any], Any, bool]]], str]
+Read = Callable[[list[Message]], str]
+"""Picks the text a scripted agent works from out of the messages it received."""
+
+
+def last_user_text(messages: list[Message]) -> str:
+    """The text of the last user message (what a single agent answers)."""
+    return next((m.text for m in reversed(messages) if m.role == "user"), "")
+
+
+def last_assistant_text(messages: list[Message]) -> str:
+    """The text of the last assistant message with text (what an upstream agent said), else the
+    last user text."""
+    for message in reversed(messages):
+        if message.role == "assistant" and message.text:
+            return message.text
+    return last_user_text(messages)
 
 
 class ScriptedAgent:
@@ -79,7 +97,8 @@ class ScriptedAgent:
 
     The tools really run; a tool that raises is recorded as an error result, as a real agent loop
     would send it back to the model. ``latency`` adds an ``asyncio.sleep`` per run to stand in for
-    model time.
+    model time. ``read`` picks the text the agent works from (default: the last user message; in a
+    workflow, ``last_assistant_text`` reads what the agent before it said).
     """
 
     def __init__(
@@ -91,6 +110,7 @@ class ScriptedAgent:
         plan: Plan,
         compose: Compose,
         latency: float = 0.0,
+        read: Read | None = None,
     ) -> None:
         self.name = name
         self.instructions = instructions
@@ -99,14 +119,14 @@ class ScriptedAgent:
         self._plan = plan
         self._compose = compose
         self.latency = latency
+        self._read: Read = read or last_user_text
 
     async def run(self, messages: Sequence[Message] | str, **kwargs: Any) -> AgentResponse:
-        """Answer the last user message."""
+        """Answer the text ``read`` picks (by default the last user message)."""
         if isinstance(messages, str):
             query = messages
         else:
-            users = [Message.coerce(m) for m in messages]
-            query = next((m.text for m in reversed(users) if m.role == "user"), "")
+            query = self._read([Message.coerce(m) for m in messages])
         if self.latency:
             await asyncio.sleep(self.latency)
         out: list[Message] = []
