@@ -1,0 +1,332 @@
+"""Reading a run directory back: the manifest, tables and record batches, run records, and the
+nested EvalResults (``load_run``).
+
+Every reader checks the schema version first (the manifest's and each file's) and refuses a
+newer or unknown one with a message that says which evalpipe to use.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pyarrow as pa  # type: ignore[import-untyped, unused-ignore]
+import pyarrow.fs as pafs  # type: ignore[import-untyped, unused-ignore]
+import pyarrow.parquet as pq  # type: ignore[import-untyped, unused-ignore]
+from pydantic import TypeAdapter
+
+from evalpipe.artifacts.schema import (
+    FILES,
+    MANIFEST_FILE,
+    SCHEMA_VERSION,
+    SCHEMA_VERSION_KEY,
+    SCHEMAS,
+    ArtifactError,
+    RunRecord,
+    SchemaVersionError,
+)
+from evalpipe.artifacts.writer import OVERALL, resolve_filesystem
+from evalpipe.items import ConversationSplit, EvalItem, ExpectedToolCall, RunUsage
+from evalpipe.messages import Message, ToolDefinition
+from evalpipe.results import Diagnostic, EvalItemResult, EvalResults, EvalScoreResult, RubricScore
+
+__all__ = [
+    "iter_batches",
+    "iter_runs",
+    "load_run",
+    "read_manifest",
+    "read_runs",
+    "read_table",
+]
+
+_MESSAGES: TypeAdapter[list[Message]] = TypeAdapter(list[Message])
+_TOOLS: TypeAdapter[list[ToolDefinition]] = TypeAdapter(list[ToolDefinition])
+_EXPECTED: TypeAdapter[list[ExpectedToolCall]] = TypeAdapter(list[ExpectedToolCall])
+_SPLITS = {member.value: member for member in ConversationSplit}
+
+
+def _check_version(raw: Any, where: str) -> int:
+    try:
+        version = int(raw)
+    except (TypeError, ValueError):
+        raise SchemaVersionError(
+            f"{where}: unknown artifact schema version {raw!r}; this evalpipe reads versions "
+            f"1 to {SCHEMA_VERSION}"
+        ) from None
+    if version < 1 or version > SCHEMA_VERSION:
+        raise SchemaVersionError(
+            f"{where}: written with artifact schema version {version}, but this evalpipe reads "
+            f"versions 1 to {SCHEMA_VERSION}; upgrade evalpipe to read it"
+        )
+    return version
+
+
+def read_manifest(run_dir: str | os.PathLike[str], *, filesystem: Any = None) -> dict[str, Any]:
+    """The run's manifest.json, after checking its schema version.
+
+    Raises:
+        ArtifactError: when there is no manifest (the run did not finish, or this is not a run
+            directory) or it is not a JSON object.
+        SchemaVersionError: when it was written with a newer or unknown schema version.
+    """
+    fs, path = resolve_filesystem(run_dir, filesystem)
+    manifest_path = f"{path}/{MANIFEST_FILE}"
+    try:
+        with fs.open_input_stream(manifest_path) as stream:
+            text = stream.read().decode()
+    except FileNotFoundError:
+        raise ArtifactError(
+            f"{manifest_path}: not found; a finished run directory has a manifest.json (it is "
+            "written last, so a run that crashed has none)"
+        ) from None
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise ArtifactError(f"{manifest_path}: not valid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise ArtifactError(f"{manifest_path}: expected a JSON object, got {type(data).__name__}")
+    if "schema_version" not in data:
+        raise ArtifactError(f"{manifest_path}: no schema_version; not an evalpipe run manifest")
+    _check_version(data["schema_version"], manifest_path)
+    return data
+
+
+def _open(fs: Any, directory: str, name: str) -> Any:
+    if name not in SCHEMAS:
+        raise ValueError(f"unknown run table {name!r}; the tables are {sorted(SCHEMAS)}")
+    path = f"{directory}/{FILES[name]}"
+    if fs.get_file_info(path).type == pafs.FileType.NotFound:
+        raise ArtifactError(f"{path}: not found; is {directory} a finished evalpipe run directory?")
+    try:
+        parquet = pq.ParquetFile(fs.open_input_file(path))
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise ArtifactError(f"{path}: not a readable Parquet file ({exc})") from None
+    metadata = parquet.schema_arrow.metadata or {}
+    if SCHEMA_VERSION_KEY not in metadata:
+        raise ArtifactError(
+            f"{path}: no {SCHEMA_VERSION_KEY.decode()} metadata; not written by evalpipe"
+        )
+    _check_version(metadata[SCHEMA_VERSION_KEY].decode(), path)
+    missing = [c for c in SCHEMAS[name].names if c not in parquet.schema_arrow.names]
+    if missing:
+        raise ArtifactError(f"{path}: missing column(s) {missing}")
+    return parquet
+
+
+def read_table(
+    run_dir: str | os.PathLike[str],
+    name: str,
+    *,
+    columns: Sequence[str] | None = None,
+    filesystem: Any = None,
+) -> Any:
+    """One table of the run (``runs``, ``items``, ``scores`` or ``summary``) as a ``pyarrow.Table``.
+
+    Raises:
+        ArtifactError: when the file is missing, not evalpipe's, or lacks a column.
+        SchemaVersionError: when it was written with a newer schema version.
+    """
+    fs, path = resolve_filesystem(run_dir, filesystem)
+    return _open(fs, path, name).read(columns=list(columns) if columns is not None else None)
+
+
+def iter_batches(
+    run_dir: str | os.PathLike[str],
+    name: str,
+    *,
+    columns: Sequence[str] | None = None,
+    batch_size: int = 65_536,
+    filesystem: Any = None,
+) -> Iterator[Any]:
+    """The rows of one table as ``pyarrow.RecordBatch``es of at most ``batch_size`` rows.
+
+    Memory stays bounded by the batch size (and one row group), however large the file.
+    """
+    fs, path = resolve_filesystem(run_dir, filesystem)
+    parquet = _open(fs, path, name)
+    yield from parquet.iter_batches(
+        batch_size=batch_size, columns=list(columns) if columns is not None else None
+    )
+
+
+def iter_runs(
+    run_dir: str | os.PathLike[str], *, batch_size: int = 1_024, filesystem: Any = None
+) -> Iterator[RunRecord]:
+    """The target calls of runs.parquet, in the order they were written, streamed."""
+    names = SCHEMAS["runs"].names
+    for batch in iter_batches(
+        run_dir, "runs", columns=names, batch_size=batch_size, filesystem=filesystem
+    ):
+        for row in batch.to_pylist():
+            yield RunRecord(**row)
+
+
+def read_runs(run_dir: str | os.PathLike[str], *, filesystem: Any = None) -> list[RunRecord]:
+    """Every target call of runs.parquet (for ``--rescore``: ``record.target_run()`` gives the
+    transcript back)."""
+    return list(iter_runs(run_dir, filesystem=filesystem))
+
+
+def _tokens(
+    input_tokens: int | None, output_tokens: int | None, total_tokens: int | None, other: str | None
+) -> dict[str, int] | None:
+    values = (
+        ("input_tokens", input_tokens),
+        ("output_tokens", output_tokens),
+        ("total_tokens", total_tokens),
+    )
+    if other is None and all(v is None for _, v in values):
+        return None
+    usage = {k: v for k, v in values if v is not None}
+    if other is not None:
+        usage.update(json.loads(other))
+    return usage
+
+
+def _loads(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+def _item(row: dict[str, Any]) -> EvalItem:
+    split = row["split"]
+    return EvalItem(
+        conversation=_MESSAGES.validate_json(row["conversation"]) if row["conversation"] else [],
+        tools=None
+        if row["tool_definitions"] is None
+        else _TOOLS.validate_json(row["tool_definitions"]),
+        context=row["context"],
+        expected_output=row["expected_output"],
+        expected_tool_calls=None
+        if row["expected_tool_calls"] is None
+        else _EXPECTED.validate_json(row["expected_tool_calls"]),
+        # A custom splitter is a callable: it is not imported back from a data file.
+        split_strategy=_SPLITS.get(split) if split is not None else None,
+        item_id=row["item_id"],
+        query_index=row["query_index"],
+        repetition=row["repetition"],
+        agent=row["item_agent"],
+        usage=RunUsage(
+            input_tokens=row["input_tokens"],
+            output_tokens=row["output_tokens"],
+            total_tokens=row["total_tokens"],
+            latency_seconds=row["latency_s"],
+        )
+        if row["has_usage"]
+        else None,
+        error_code=row["error_code"],
+        error_message=row["error_message"],
+        metadata=json.loads(row["metadata"]),
+    )
+
+
+def _item_result(row: dict[str, Any]) -> EvalItemResult:
+    return EvalItemResult(
+        item_id=row["item_id"],
+        status=row["item_status"],
+        scores=[],
+        error_code=row["item_error_code"],
+        error_message=row["item_error_message"],
+        response_id=row["response_id"],
+        input_text=row["input_text"],
+        output_text=row["output_text"],
+        token_usage=_tokens(
+            row["item_input_tokens"],
+            row["item_output_tokens"],
+            row["item_total_tokens"],
+            row["item_token_usage_other"],
+        ),
+        metadata=_loads(row["item_metadata"]),
+    )
+
+
+def _score(row: dict[str, Any]) -> EvalScoreResult:
+    diagnostics = _loads(row["diagnostics"])
+    dimensions = _loads(row["dimensions"])
+    return EvalScoreResult(
+        name=row["metric"],
+        score=row["score"],
+        passed=row["passed"],
+        sample=_loads(row["sample"]),
+        dimensions=None if dimensions is None else [RubricScore(**d) for d in dimensions],
+        reason=row["reason"],
+        threshold=row["threshold"],
+        label=row["label"],
+        error_message=row["error_message"],
+        rating=row["rating"],
+        diagnostics=None if diagnostics is None else [Diagnostic(**d) for d in diagnostics],
+        error_code=row["error_code"],
+        evaluator=row["evaluator"],
+        token_usage=_tokens(
+            row["input_tokens"], row["output_tokens"], row["total_tokens"], row["token_usage_other"]
+        ),
+        latency_s=row["latency_s"],
+    )
+
+
+def load_run(run_dir: str | os.PathLike[str], *, filesystem: Any = None) -> list[EvalResults]:
+    """The run's nested EvalResults: one per provider in provider order, as the evaluation made them.
+
+    The top level is agent "overall"; ``sub_results`` hold the other agents in their original order.
+    Items keep their order, every score and item field comes back, and ``input_items`` are the
+    EvalItems of items.parquet for that agent. Custom split strategies (callables) are not restored:
+    such items come back with ``split_strategy=None``.
+
+    Raises:
+        ArtifactError: when the directory is not a finished run or a file is damaged.
+        SchemaVersionError: when it was written with a newer schema version.
+    """
+    read_manifest(run_dir, filesystem=filesystem)
+    common = {"filesystem": filesystem}
+
+    items: dict[str, list[tuple[int, EvalItem]]] = {}
+    for batch in iter_batches(run_dir, "items", columns=SCHEMAS["items"].names, **common):
+        for row in batch.to_pylist():
+            items.setdefault(row["agent"], []).append((row["item_index"], _item(row)))
+
+    results: dict[tuple[int, str], dict[int, EvalItemResult]] = {}
+    for batch in iter_batches(run_dir, "scores", columns=SCHEMAS["scores"].names, **common):
+        for row in batch.to_pylist():
+            level = results.setdefault((row["provider_index"], row["agent"]), {})
+            item = level.get(row["item_index"])
+            if item is None:
+                item = level[row["item_index"]] = _item_result(row)
+            if row["score_index"] is not None:
+                item.scores.append(_score(row))
+
+    summary = read_table(run_dir, "summary", columns=SCHEMAS["summary"].names, **common)
+    levels = sorted(
+        (r for r in summary.to_pylist() if r["kind"] == "result"),
+        key=lambda r: (r["provider_index"], r["agent_index"]),
+    )
+    input_items = {
+        agent: [item for _, item in sorted(pairs, key=lambda p: p[0])]
+        for agent, pairs in items.items()
+    }
+    out: dict[int, EvalResults] = {}
+    for row in levels:
+        by_index = results.get((row["provider_index"], row["agent"]), {})
+        result = EvalResults(
+            provider=row["provider"],
+            eval_id=row["eval_id"] or "",
+            run_id=row["eval_run_id"] or "",
+            status=row["status"] or "completed",
+            result_counts=_loads(row["result_counts"]),
+            report_url=row["report_url"],
+            error=row["error"],
+            per_evaluator=_loads(row["per_evaluator"]) or {},
+            items=[by_index[i] for i in sorted(by_index)],
+            input_items=list(input_items.get(row["agent"], [])),
+        )
+        if row["agent"] == OVERALL:
+            out[row["provider_index"]] = result
+        else:
+            parent = out.get(row["provider_index"])
+            if parent is None:
+                raise ArtifactError(
+                    f"summary.parquet: agent {row['agent']!r} of provider {row['provider']!r} has "
+                    "no overall row"
+                )
+            parent.sub_results[row["agent"]] = result
+    return [out[i] for i in sorted(out)]

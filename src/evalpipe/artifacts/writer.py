@@ -1,0 +1,822 @@
+"""RunWriter: streams a run's rows into Parquet as results arrive, and commits the files atomically.
+
+Rows are buffered per file and appended as record batches (one row group per flush), so memory
+stays bounded by the flush size however many items a run has. Each file is written to a hidden
+temporary name and renamed into place on success; manifest.json is written last and so marks a
+finished run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import importlib.metadata
+import json
+import math
+import os
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+import pyarrow as pa  # type: ignore[import-untyped, unused-ignore]
+import pyarrow.fs as pafs  # type: ignore[import-untyped, unused-ignore]
+import pyarrow.parquet as pq  # type: ignore[import-untyped, unused-ignore]
+from pydantic import BaseModel, TypeAdapter
+
+from evalpipe.artifacts.schema import (
+    FILES,
+    ITEMS_SCHEMA,
+    MANIFEST_FILE,
+    RUNS_SCHEMA,
+    SCHEMA_VERSION,
+    SCORES_SCHEMA,
+    SUMMARY_SCHEMA,
+    RunRecord,
+)
+from evalpipe.items import ConversationSplit, EvalItem, ExpectedToolCall
+from evalpipe.messages import Message, ToolDefinition
+from evalpipe.results import EvalItemResult, EvalResults, EvalScoreResult
+
+__all__ = ["OVERALL", "RunWriter", "resolve_filesystem"]
+
+OVERALL = "overall"
+"""The agent name of a provider's top-level result (the whole target)."""
+
+_TOKEN_KEYS = ("input_tokens", "output_tokens", "total_tokens")
+_PACKAGES = ("evalpipe", "prefect", "pyarrow", "pydantic", "azure-ai-projects")
+
+_MESSAGES: TypeAdapter[list[Message]] = TypeAdapter(list[Message])
+_TOOLS: TypeAdapter[list[ToolDefinition]] = TypeAdapter(list[ToolDefinition])
+_EXPECTED: TypeAdapter[list[ExpectedToolCall]] = TypeAdapter(list[ExpectedToolCall])
+
+
+def resolve_filesystem(run_dir: str | os.PathLike[str], filesystem: Any = None) -> tuple[Any, str]:
+    """The pyarrow filesystem and the path inside it for ``run_dir``.
+
+    ``filesystem`` may be a ``pyarrow.fs.FileSystem``, an fsspec filesystem (wrapped), or None: then
+    ``run_dir`` is a local path or a URI that ``pyarrow.fs.FileSystem.from_uri`` understands
+    (``s3://bucket/runs/x``, ``file:///tmp/x``).
+    """
+    text = os.fspath(run_dir)
+    if filesystem is None:
+        if "://" in text:
+            fs, path = pafs.FileSystem.from_uri(text)
+            return fs, str(path)
+        return pafs.LocalFileSystem(), Path(text).resolve().as_posix()
+    if not isinstance(filesystem, pafs.FileSystem):
+        filesystem = pafs.PyFileSystem(pafs.FSSpecHandler(filesystem))
+    return filesystem, text.rstrip("/") or text
+
+
+def _renames_atomically(fs: Any) -> bool:
+    """Local files (also under a SubTreeFileSystem) rename with os.replace semantics; object stores
+    have no rename (pyarrow copies then deletes), so files are written under their final name."""
+    if isinstance(fs, pafs.SubTreeFileSystem):
+        return _renames_atomically(fs.base_fs)
+    return isinstance(fs, pafs.LocalFileSystem)
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, default=_json_default)
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if isinstance(value, set | frozenset | tuple):
+        return list(value)
+    return str(value)
+
+
+def _opt_json(value: Any) -> str | None:
+    return None if value is None else _json(value)
+
+
+def _opt_str(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def _opt_int(value: Any) -> int | None:
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _opt_float(value: Any) -> float | None:
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _opt_bool(value: Any) -> bool | None:
+    return None if value is None else bool(value)
+
+
+def _split_tokens(
+    usage: Mapping[str, Any] | None,
+) -> tuple[int | None, int | None, int | None, str | None]:
+    """A token_usage dict as (input, output, total, JSON of its other keys).
+
+    The JSON is also written when there are no standard integer keys at all, so that ``{}`` is
+    told apart from None on the way back.
+    """
+    if usage is None:
+        return None, None, None, None
+    standard = {
+        k: v for k in _TOKEN_KEYS if isinstance(v := usage.get(k), int) and not isinstance(v, bool)
+    }
+    other = {k: v for k, v in usage.items() if k not in standard}
+    return (
+        standard.get("input_tokens"),
+        standard.get("output_tokens"),
+        standard.get("total_tokens"),
+        _json(other) if other or not standard else None,
+    )
+
+
+def score_status(score: EvalScoreResult) -> str:
+    """``error`` when the metric carries an error, else ``pass``/``fail`` from its verdict, else
+    ``not_applicable``."""
+    if score.error_code is not None or score.error_message is not None:
+        return "error"
+    if score.passed is None:
+        return "not_applicable"
+    return "pass" if score.passed else "fail"
+
+
+def split_name(strategy: Any) -> str | None:
+    """How an item's split strategy is stored: the member's value, a custom splitter's name, or None."""
+    if strategy is None:
+        return None
+    if isinstance(strategy, ConversationSplit):
+        return strategy.value
+    module = getattr(strategy, "__module__", None)
+    name = getattr(strategy, "__qualname__", None) or type(strategy).__qualname__
+    return f"{module}:{name}" if module else str(name)
+
+
+class _Sink:
+    """One Parquet file: rows buffered as tuples, flushed as one record batch (row group)."""
+
+    def __init__(
+        self, fs: Any, directory: str, name: str, schema: Any, *, atomic: bool, max_rows: int
+    ) -> None:
+        self.fs = fs
+        self.schema = schema
+        self.final_path = f"{directory}/{FILES[name]}"
+        self.path = (
+            f"{directory}/.{FILES[name]}.{uuid.uuid4().hex}.tmp" if atomic else self.final_path
+        )
+        self.atomic = atomic
+        self.max_rows = max_rows
+        self.max_bytes = 32 * 1024 * 1024
+        self.rows: list[tuple[Any, ...]] = []
+        self.pending_bytes = 0
+        self.written = 0
+        self._stream: Any = None
+        self._writer: Any = None
+
+    def append(self, row: tuple[Any, ...], size: int = 0) -> None:
+        self.rows.append(row)
+        self.pending_bytes += size
+        if len(self.rows) >= self.max_rows or self.pending_bytes >= self.max_bytes:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.rows:
+            return
+        columns = list(zip(*self.rows, strict=True))
+        arrays = [pa.array(col, type=f.type) for col, f in zip(columns, self.schema, strict=True)]
+        batch = pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+        self._open().write_batch(batch)
+        self.written += len(self.rows)
+        self.rows = []
+        self.pending_bytes = 0
+
+    def _open(self) -> Any:
+        if self._writer is None:
+            self._stream = self.fs.open_output_stream(self.path)
+            self._writer = pq.ParquetWriter(
+                self._stream, self.schema, compression="zstd", write_statistics=True
+            )
+        return self._writer
+
+    def close(self) -> None:
+        """Flush, finish the file (an empty table when no row came) and leave it at the temp path."""
+        self.flush()
+        self._open().close()
+        self._stream.close()
+
+    def commit(self) -> None:
+        if self.atomic:
+            self.fs.move(self.path, self.final_path)
+
+    def abort(self) -> None:
+        """Drop the file, leaving nothing under the final name (atomic mode) or the partial file."""
+        for closable in (self._writer, self._stream):
+            if closable is not None:
+                # Best effort: the run is already failing; the original error is what matters.
+                with contextlib.suppress(Exception):
+                    closable.close()
+        if self._writer is not None:
+            with contextlib.suppress(OSError):
+                self.fs.delete_file(self.path)
+        self.rows = []
+
+
+@dataclass(slots=True)
+class _MetricAgg:
+    n: int = 0
+    passed: int = 0
+    failed: int = 0
+    errored: int = 0
+    not_applicable: int = 0
+    count: int = 0
+    mean: float = 0.0
+    m2: float = 0.0
+    low: float | None = None
+    high: float | None = None
+
+    def add(self, status: str, score: float | None) -> None:
+        self.n += 1
+        if status == "pass":
+            self.passed += 1
+        elif status == "fail":
+            self.failed += 1
+        elif status == "error":
+            self.errored += 1
+        else:
+            self.not_applicable += 1
+        if score is None or math.isnan(score):
+            return
+        # Welford's update: stable mean and variance however many batches arrive.
+        self.count += 1
+        delta = score - self.mean
+        self.mean += delta / self.count
+        self.m2 += delta * (score - self.mean)
+        self.low = score if self.low is None else min(self.low, score)
+        self.high = score if self.high is None else max(self.high, score)
+
+
+@dataclass(slots=True)
+class _LevelAgg:
+    """One provider × agent: item counts, metric aggregates and the merged EvalResults fields."""
+
+    provider: str
+    provider_index: int
+    agent: str
+    agent_index: int
+    items: int = 0
+    passed: int = 0
+    failed: int = 0
+    errored: int = 0
+    unscored_errors: int = 0
+    statuses: list[str] = field(default_factory=list)
+    eval_id: str | None = None
+    run_id: str | None = None
+    report_url: str | None = None
+    errors: list[str] = field(default_factory=list)
+    result_counts: dict[str, int] | None = None
+    per_evaluator: dict[str, dict[str, int]] = field(default_factory=dict)
+    metrics: dict[str, _MetricAgg] = field(default_factory=dict)
+
+    def merge_result(self, result: EvalResults) -> None:
+        first = not self.statuses
+        if result.status not in self.statuses:
+            self.statuses.append(result.status)
+        if first:
+            self.eval_id, self.run_id, self.report_url = (
+                result.eval_id,
+                result.run_id,
+                result.report_url,
+            )
+        if result.error is not None:
+            self.errors.append(result.error)
+        if result.result_counts is not None:
+            counts = self.result_counts if self.result_counts is not None else {}
+            for key, value in result.result_counts.items():
+                counts[key] = counts.get(key, 0) + int(value)
+            self.result_counts = counts
+        for name, bucket in result.per_evaluator.items():
+            mine = self.per_evaluator.setdefault(name, {})
+            for key, value in bucket.items():
+                mine[key] = mine.get(key, 0) + int(value)
+
+    def count_item(self, status: str) -> None:
+        self.items += 1
+        if status == "pass":
+            self.passed += 1
+        elif status == "fail":
+            self.failed += 1
+        elif status in ("error", "errored"):
+            self.errored += 1
+
+    def rows(self) -> list[tuple[Any, ...]]:
+        denominator = self.passed + self.failed
+        status = self.statuses[0] if len(self.statuses) == 1 else "partial"
+        out: list[tuple[Any, ...]] = [
+            (
+                "result",
+                self.provider,
+                self.provider_index,
+                self.agent,
+                self.agent_index,
+                None,
+                self.items,
+                self.passed,
+                self.failed,
+                self.errored,
+                0,
+                denominator,
+                self.passed / denominator if denominator else None,
+                0,
+                None,
+                None,
+                None,
+                None,
+                status,
+                self.eval_id,
+                self.run_id,
+                self.report_url,
+                "; ".join(self.errors) if self.errors else None,
+                _opt_json(self.result_counts),
+                _json(self.per_evaluator),
+            )
+        ]
+        # An item that could not be evaluated at all (its target call failed) has no metric rows;
+        # it counts as errored on every metric, as LocalEvaluator's per_evaluator counts it.
+        unscored = self.unscored_errors
+        for metric, agg in self.metrics.items():
+            denominator = agg.passed + agg.failed
+            out.append(
+                (
+                    "metric",
+                    self.provider,
+                    self.provider_index,
+                    self.agent,
+                    self.agent_index,
+                    metric,
+                    agg.n + unscored,
+                    agg.passed,
+                    agg.failed,
+                    agg.errored + unscored,
+                    agg.not_applicable,
+                    denominator,
+                    agg.passed / denominator if denominator else None,
+                    agg.count,
+                    agg.mean if agg.count else None,
+                    agg.low,
+                    agg.high,
+                    math.sqrt(agg.m2 / (agg.count - 1)) if agg.count > 1 else None,
+                    None,
+                    None,
+                    None,
+                    None,
+                    None,
+                    None,
+                    None,
+                )
+            )
+        return out
+
+
+def _levels(result: EvalResults, where: str) -> list[tuple[str, EvalResults]]:
+    levels = [(OVERALL, result)]
+    for agent, sub in result.sub_results.items():
+        if agent == OVERALL:
+            raise ValueError(
+                f"{where}: sub_results key {OVERALL!r} is reserved for the top-level result; "
+                "rename that agent"
+            )
+        if sub.sub_results:
+            raise ValueError(
+                f"{where}: sub_results[{agent!r}] has sub_results of its own; run artifacts hold "
+                "one level of per-agent results"
+            )
+        levels.append((agent, sub))
+    return levels
+
+
+class RunWriter:
+    """Writes one run directory: runs, items, scores and summary Parquet files plus manifest.json.
+
+    Use it as a context manager. Rows are streamed to temporary files as they are added; on a clean
+    exit (or ``finish``) every file is closed and renamed into place, manifest.json last. If the
+    block raises, the temporary files are deleted and no file appears under its final name.
+
+    On a filesystem without rename (object stores such as S3 or GCS) the files are written directly
+    under their final names; there, only manifest.json (written last) says the run is complete.
+
+    Args:
+        run_dir: The run directory: a local path or a URI (``s3://bucket/runs/2024-06-01``).
+        filesystem: A ``pyarrow.fs.FileSystem`` (or fsspec filesystem) holding ``run_dir``.
+
+    Example:
+        >>> with RunWriter(run_dir) as writer:  # doctest: +SKIP
+        ...     writer.add_runs(records)
+        ...     writer.add_results(results_of_one_batch)
+        ...     writer.finish({"suite": suite.model_dump(mode="json")})
+    """
+
+    def __init__(self, run_dir: str | os.PathLike[str], *, filesystem: Any = None) -> None:
+        self.fs, self.path = resolve_filesystem(run_dir, filesystem)
+        self.fs.create_dir(self.path, recursive=True)
+        atomic = _renames_atomically(self.fs)
+        self._atomic = atomic
+
+        def sink(name: str, schema: Any, max_rows: int) -> _Sink:
+            return _Sink(self.fs, self.path, name, schema, atomic=atomic, max_rows=max_rows)
+
+        self._runs = sink("runs", RUNS_SCHEMA, 2_048)
+        self._items = sink("items", ITEMS_SCHEMA, 8_192)
+        self._scores = sink("scores", SCORES_SCHEMA, 32_768)
+        self._sinks = (self._runs, self._items, self._scores)
+        self._levels: dict[tuple[int, str], _LevelAgg] = {}
+        self._providers: list[str] = []
+        self._agents: dict[int, list[str]] = {}
+        self._item_keys: set[tuple[str, str]] = set()
+        self._item_counts: dict[str, int] = {}
+        self._lock = threading.Lock()
+        self._started = time.time()
+        self._closed = False
+        self._manifest: dict[str, Any] | None = None
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc_type is not None:
+            self.abort()
+        elif not self._closed:
+            self.finish({})
+
+    @property
+    def manifest(self) -> dict[str, Any] | None:
+        """The manifest as written by ``finish`` (None before)."""
+        return self._manifest
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"RunWriter for {self.path} is already finished or aborted")
+
+    def add_runs(self, records: Iterable[RunRecord | Mapping[str, Any]]) -> int:
+        """Append target calls to runs.parquet; returns how many rows were added.
+
+        Raises:
+            ValueError: for a dict with unknown keys or a record with a bad status.
+        """
+        with self._lock:
+            self._check_open()
+            added = 0
+            for raw in records:
+                r = raw if isinstance(raw, RunRecord) else RunRecord.from_mapping(raw)
+                transcript = r.transcript
+                self._runs.append(
+                    (
+                        r.run_id,
+                        _opt_str(r.row_id),
+                        _opt_int(r.query_index),
+                        _opt_int(r.repetition),
+                        _opt_str(r.target),
+                        r.status,
+                        r.error_code,
+                        r.error_message,
+                        _opt_float(r.latency_s),
+                        _opt_int(r.input_tokens),
+                        _opt_int(r.output_tokens),
+                        _opt_int(r.total_tokens),
+                        transcript,
+                        bool(r.cached),
+                    ),
+                    len(transcript) if transcript else 0,
+                )
+                added += 1
+            return added
+
+    def add_results(self, results: Sequence[EvalResults]) -> None:
+        """Append one batch of items: the EvalResults of each provider, in provider order.
+
+        Each provider's items (top level: agent "overall"; sub_results: one agent each) become rows
+        of scores.parquet; the evaluated EvalItems (``input_items``, shared by the providers) become
+        rows of items.parquet once per (agent, item_id). Counts and score statistics are merged
+        into the summary across batches.
+
+        Raises:
+            ValueError: when a provider's position changed name since an earlier batch, or the
+                results nest sub_results more than one level (nothing of the batch is written).
+        """
+        with self._lock:
+            self._check_open()
+            plan: list[tuple[int, EvalResults, list[tuple[str, EvalResults]]]] = []
+            for index, result in enumerate(results):
+                if not isinstance(result, EvalResults):
+                    raise TypeError(
+                        f"results[{index}]: expected EvalResults, got {type(result).__name__}"
+                    )
+                if index < len(self._providers) and self._providers[index] != result.provider:
+                    raise ValueError(
+                        f"results[{index}]: provider {result.provider!r}, but earlier batches had "
+                        f"{self._providers[index]!r} at this position; pass the providers in the "
+                        "same order in every batch"
+                    )
+                plan.append((index, result, _levels(result, f"results[{index}]")))
+            for index, result, _ in plan:
+                if index == len(self._providers):
+                    self._providers.append(result.provider)
+            self._write_items(plan)
+            for index, result, levels in plan:
+                for agent, level in levels:
+                    self._write_scores(index, result.provider, agent, level)
+
+    def _level(self, provider_index: int, provider: str, agent: str) -> _LevelAgg:
+        key = (provider_index, agent)
+        agg = self._levels.get(key)
+        if agg is None:
+            agents = self._agents.setdefault(provider_index, [OVERALL])
+            if agent not in agents:
+                agents.append(agent)
+            agg = self._levels[key] = _LevelAgg(
+                provider, provider_index, agent, agents.index(agent)
+            )
+        return agg
+
+    def _write_items(
+        self, plan: list[tuple[int, EvalResults, list[tuple[str, EvalResults]]]]
+    ) -> None:
+        batch_keys: set[tuple[str, int]] = set()
+        for _, _, levels in plan:
+            for agent, level in levels:
+                for position, item in enumerate(level.input_items):
+                    if item.item_id is None:
+                        # No id to deduplicate on: the providers' lists are parallel.
+                        if (agent, position) in batch_keys:
+                            continue
+                        batch_keys.add((agent, position))
+                    else:
+                        key = (agent, item.item_id)
+                        if key in self._item_keys:
+                            continue
+                        self._item_keys.add(key)
+                    self._write_item(agent, item)
+
+    def _write_item(self, agent: str, item: EvalItem) -> None:
+        index = self._item_counts.get(agent, 0)
+        self._item_counts[agent] = index + 1
+        query, response = item.query_and_response()
+        conversation = _MESSAGES.dump_json(item.conversation, fallback=str).decode()
+        usage = item.usage
+        metadata = item.metadata
+        self._items.append(
+            (
+                agent,
+                index,
+                item.item_id,
+                item.agent,
+                _opt_str(metadata.get("run_id")),
+                _opt_str(metadata.get("row_id")),
+                item.query_index,
+                item.repetition,
+                query,
+                response,
+                split_name(item.split_strategy),
+                conversation,
+                item.expected_output,
+                item.context,
+                None
+                if item.expected_tool_calls is None
+                else _EXPECTED.dump_json(item.expected_tool_calls, fallback=str).decode(),
+                None if item.tools is None else _TOOLS.dump_json(item.tools).decode(),
+                item.error_code,
+                item.error_message,
+                usage is not None,
+                usage.input_tokens if usage else None,
+                usage.output_tokens if usage else None,
+                usage.total_tokens if usage else None,
+                usage.latency_seconds if usage else None,
+                _json(metadata),
+            ),
+            len(conversation) + len(query) + len(response),
+        )
+
+    def _write_scores(
+        self, provider_index: int, provider: str, agent: str, level: EvalResults
+    ) -> None:
+        agg = self._level(provider_index, provider, agent)
+        agg.merge_result(level)
+        append = self._scores.append
+        eval_run_id = level.run_id
+        for item in level.items:
+            item_index = agg.items
+            agg.count_item(item.status)
+            head = _item_head(provider, provider_index, eval_run_id, agent, item_index, item)
+            size = len(item.input_text or "") + len(item.output_text or "")
+            if not item.scores:
+                if item.is_error:
+                    agg.unscored_errors += 1
+                append((*head, *_NO_SCORE), size)
+                continue
+            for score_index, score in enumerate(item.scores):
+                status = score_status(score)
+                value = _opt_float(score.score)
+                name = str(score.name)
+                metric_agg = agg.metrics.get(name)
+                if metric_agg is None:
+                    metric_agg = agg.metrics[name] = _MetricAgg()
+                metric_agg.add(status, value)
+                in_t, out_t, total_t, other = _split_tokens(score.token_usage)
+                append(
+                    (
+                        *head,
+                        score_index,
+                        name,
+                        _opt_str(score.evaluator),
+                        value,
+                        _opt_bool(score.passed),
+                        _opt_str(score.label),
+                        _opt_str(score.rating),
+                        _opt_str(score.reason),
+                        _opt_float(score.threshold),
+                        status,
+                        _opt_str(score.error_code),
+                        _opt_str(score.error_message),
+                        None
+                        if score.diagnostics is None
+                        else _json([asdict(d) for d in score.diagnostics]),
+                        None
+                        if score.dimensions is None
+                        else _json([asdict(d) for d in score.dimensions]),
+                        _opt_json(score.sample),
+                        in_t,
+                        out_t,
+                        total_t,
+                        other,
+                        _opt_float(score.latency_s),
+                    ),
+                    size,
+                )
+                size = 0
+
+    def abort(self) -> None:
+        """Stop without committing: temporary files are deleted, no final-name file is created."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            for s in self._sinks:
+                s.abort()
+
+    def finish(self, manifest: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """Close every file, rename them into place and write manifest.json last.
+
+        Args:
+            manifest: What the caller records about the run (suite, evaluator specs, timings, ...);
+                evalpipe adds ``schema_version``, ``files``, ``versions``, ``git`` and ``timings``.
+
+        Returns:
+            The manifest as written.
+        """
+        with self._lock:
+            self._check_open()
+            self._closed = True
+            summary = _Sink(
+                self.fs, self.path, "summary", SUMMARY_SCHEMA, atomic=self._atomic, max_rows=1 << 30
+            )
+            sinks = (*self._sinks, summary)
+            try:
+                for key in sorted(self._levels, key=lambda k: (k[0], self._levels[k].agent_index)):
+                    for row in self._levels[key].rows():
+                        summary.append(row)
+                for s in sinks:
+                    s.close()
+                # An old manifest must not vouch for files that are being replaced.
+                manifest_path = f"{self.path}/{MANIFEST_FILE}"
+                if self.fs.get_file_info(manifest_path).type != pafs.FileType.NotFound:
+                    self.fs.delete_file(manifest_path)
+                for s in sinks:
+                    s.commit()
+                files = {
+                    FILES[name]: {
+                        "rows": s.written,
+                        "bytes": self.fs.get_file_info(s.final_path).size,
+                    }
+                    for name, s in zip(("runs", "items", "scores", "summary"), sinks, strict=True)
+                }
+                written = self._write_manifest(dict(manifest or {}), files)
+            except BaseException:
+                for s in sinks:
+                    s.abort()
+                raise
+            self._manifest = written
+            return written
+
+    def _write_manifest(self, data: dict[str, Any], files: dict[str, Any]) -> dict[str, Any]:
+        finished = time.time()
+        timings = {
+            "writer_opened_at": _iso(self._started),
+            "finished_at": _iso(finished),
+            "writer_open_seconds": round(finished - self._started, 6),
+        }
+        caller_timings = data.get("timings")
+        if isinstance(caller_timings, Mapping):
+            timings = {**timings, **caller_timings}
+        data.update(
+            schema_version=SCHEMA_VERSION,
+            files=files,
+            versions={name: _version(name) for name in _PACKAGES},
+            git=data.get("git") or _git_revision(),
+            timings=timings,
+        )
+        data.setdefault("providers", list(self._providers))
+        text = json.dumps(data, indent=2, ensure_ascii=False, default=_json_default)
+        final = f"{self.path}/{MANIFEST_FILE}"
+        target = f"{self.path}/.{MANIFEST_FILE}.{uuid.uuid4().hex}.tmp" if self._atomic else final
+        with self.fs.open_output_stream(target) as out:
+            out.write(text.encode())
+        if self._atomic:
+            self.fs.move(target, final)
+        result: dict[str, Any] = json.loads(text)
+        return result
+
+
+_NO_SCORE: tuple[None, ...] = (None,) * 20
+
+
+def _item_head(
+    provider: str,
+    provider_index: int,
+    eval_run_id: str,
+    agent: str,
+    item_index: int,
+    item: EvalItemResult,
+) -> tuple[Any, ...]:
+    in_t, out_t, total_t, other = _split_tokens(item.token_usage)
+    return (
+        provider,
+        provider_index,
+        eval_run_id,
+        agent,
+        item_index,
+        str(item.item_id),
+        str(item.status),
+        _opt_str(item.error_code),
+        _opt_str(item.error_message),
+        _opt_str(item.response_id),
+        _opt_str(item.input_text),
+        _opt_str(item.output_text),
+        in_t,
+        out_t,
+        total_t,
+        other,
+        _opt_json(item.metadata),
+    )
+
+
+def _iso(timestamp: float) -> str:
+    return dt.datetime.fromtimestamp(timestamp, tz=dt.UTC).isoformat()
+
+
+def _version(package: str) -> str | None:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _git_revision() -> dict[str, Any] | None:
+    """The current directory's git commit and whether the tree has changes; None outside a repo."""
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, check=False
+        )
+        if head.returncode != 0:
+            return None
+        status = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return {
+        "revision": head.stdout.strip(),
+        "dirty": bool(status.stdout.strip()) if status.returncode == 0 else None,
+    }
