@@ -1,0 +1,79 @@
+"""Microsoft Foundry cloud evaluators (LLM-as-judge and safety) as an evalpipe provider.
+
+``FoundryEvals`` drives the real ``azure-ai-projects`` client: one eval per evaluator set, one run
+per batch, retries, polling with backoff, cancel on timeout. See docs/foundry.md.
+"""
+
+from evalpipe.foundry._client import RetryPolicy
+from evalpipe.foundry._config import FoundryConfig
+from evalpipe.foundry._convert import item_to_foundry, to_foundry_messages
+from evalpipe.foundry._evals import ENDPOINT_ENV, FoundryEvals
+from evalpipe.foundry._evaluators import (
+    BUILTIN_EVALUATORS,
+    COHERENCE,
+    COMPOSITE_COMPONENTS,
+    COMPOSITE_EVALUATORS,
+    DEFAULT_EVALUATORS,
+    FLUENCY,
+    GROUNDEDNESS,
+    HATE_UNFAIRNESS,
+    INTENT_RESOLUTION,
+    OUTPUT_QUALITY,
+    RELEVANCE,
+    RESPONSE_COMPLETENESS,
+    SELF_HARM,
+    SEXUAL,
+    SIMILARITY,
+    TASK_ADHERENCE,
+    TASK_COMPLETION,
+    TASK_NAVIGATION_EFFICIENCY,
+    TOOL_CALL_ACCURACY,
+    TOOL_CALL_SUCCESS,
+    TOOL_INPUT_ACCURACY,
+    TOOL_OUTPUT_UTILIZATION,
+    TOOL_SELECTION,
+    TOOL_USE_QUALITY,
+    VIOLENCE,
+    GeneratedEvaluatorRef,
+    MatchingMode,
+)
+from evalpipe.foundry._results import NOT_APPLICABLE, flat_rows, flat_view
+
+__all__ = [
+    "BUILTIN_EVALUATORS",
+    "COHERENCE",
+    "COMPOSITE_COMPONENTS",
+    "COMPOSITE_EVALUATORS",
+    "DEFAULT_EVALUATORS",
+    "ENDPOINT_ENV",
+    "FLUENCY",
+    "GROUNDEDNESS",
+    "HATE_UNFAIRNESS",
+    "INTENT_RESOLUTION",
+    "NOT_APPLICABLE",
+    "OUTPUT_QUALITY",
+    "RELEVANCE",
+    "RESPONSE_COMPLETENESS",
+    "SELF_HARM",
+    "SEXUAL",
+    "SIMILARITY",
+    "TASK_ADHERENCE",
+    "TASK_COMPLETION",
+    "TASK_NAVIGATION_EFFICIENCY",
+    "TOOL_CALL_ACCURACY",
+    "TOOL_CALL_SUCCESS",
+    "TOOL_INPUT_ACCURACY",
+    "TOOL_OUTPUT_UTILIZATION",
+    "TOOL_SELECTION",
+    "TOOL_USE_QUALITY",
+    "VIOLENCE",
+    "FoundryConfig",
+    "FoundryEvals",
+    "GeneratedEvaluatorRef",
+    "MatchingMode",
+    "RetryPolicy",
+    "flat_rows",
+    "flat_view",
+    "item_to_foundry",
+    "to_foundry_messages",
+]

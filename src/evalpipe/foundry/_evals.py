@@ -1,0 +1,571 @@
+"""FoundryEvals: Microsoft Foundry's cloud evaluators as an evalpipe Evaluator.
+
+One eval per evaluator set, one run per batch of items, runs concurrent up to a limit; every call
+retried by evalpipe's policy; polling backs off until a terminal status or the timeout, which
+cancels the run and keeps the output items that exist (docs/foundry.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import importlib.util
+import inspect
+import json
+import logging
+import os
+import uuid
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+import openai
+
+from evalpipe.foundry import _evaluators as ev
+from evalpipe.foundry._client import EvalsApi, RetryPolicy, is_retryable
+from evalpipe.foundry._convert import item_to_foundry
+from evalpipe.foundry._evaluators import EvaluatorSpec, GeneratedEvaluatorRef, MatchingMode
+from evalpipe.foundry._results import (
+    PROVIDER,
+    errored_item,
+    item_result,
+    merge_results,
+    summarize,
+)
+from evalpipe.items import EvalItem
+from evalpipe.results import EvalItemResult, EvalResults
+
+__all__ = ["ENDPOINT_ENV", "FoundryEvals"]
+
+logger = logging.getLogger("evalpipe.foundry")
+
+ENDPOINT_ENV = "AZURE_AI_PROJECT_ENDPOINT"
+"""The environment variable read for the project endpoint when none is passed."""
+
+_TERMINAL = frozenset({"completed", "failed", "canceled", "cancelled"})
+_MATCHING_MODES = ("exact_match", "in_order_match", "any_order_match")
+
+
+def _item_id(item: EvalItem, index: int) -> str:
+    return item.item_id if item.item_id is not None else str(index)
+
+
+def _error_text(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+class FoundryEvals:
+    """Scores items with Microsoft Foundry's built-in (or your generated) evaluators.
+
+    Args:
+        project_client: An ``azure.ai.projects`` ``AIProjectClient``, sync or aio.
+        endpoint: The project endpoint, used when no client is given (default: the
+            ``AZURE_AI_PROJECT_ENDPOINT`` environment variable).
+        credential: The credential for ``endpoint`` (default: ``DefaultAzureCredential``). An
+            async credential gives the aio client, a sync one the sync client.
+        model: The judge model's deployment name in the project.
+        evaluators: Evaluator names (see the constants), ``builtin.<name>`` ids or
+            ``GeneratedEvaluatorRef``s. None: relevance, coherence, task_adherence, plus
+            tool_call_accuracy when any item has tools.
+        conversation_split: Split used for items without their own strategy (default LAST_TURN).
+        poll_interval: First wait between two polls of a run, in seconds; it doubles per poll.
+        max_poll_interval: The longest wait between two polls.
+        timeout: Seconds a run may take from its creation; then it is canceled on the server.
+        batch_size: Items per run.
+        max_concurrent_runs: Runs of one evaluation in flight at once.
+        max_retries: Retries per HTTP call (408, 409, 429, 5xx, connection errors).
+        retry_initial_delay: First backoff between retries, in seconds (doubles, with jitter).
+        retry_max_delay: The longest backoff between retries.
+        max_retry_after: A server-requested delay longer than this fails the call instead.
+        request_timeout: Seconds one HTTP request may take.
+        matching_mode: How task_navigation_efficiency compares tool calls.
+
+    Raises:
+        ValueError: for an unknown evaluator name (listing the valid ones), a missing model or
+            endpoint, or an out-of-range setting.
+    """
+
+    name = PROVIDER
+
+    INTENT_RESOLUTION: ClassVar[str] = ev.INTENT_RESOLUTION
+    TASK_ADHERENCE: ClassVar[str] = ev.TASK_ADHERENCE
+    TASK_COMPLETION: ClassVar[str] = ev.TASK_COMPLETION
+    TASK_NAVIGATION_EFFICIENCY: ClassVar[str] = ev.TASK_NAVIGATION_EFFICIENCY
+    TOOL_CALL_ACCURACY: ClassVar[str] = ev.TOOL_CALL_ACCURACY
+    TOOL_SELECTION: ClassVar[str] = ev.TOOL_SELECTION
+    TOOL_INPUT_ACCURACY: ClassVar[str] = ev.TOOL_INPUT_ACCURACY
+    TOOL_OUTPUT_UTILIZATION: ClassVar[str] = ev.TOOL_OUTPUT_UTILIZATION
+    TOOL_CALL_SUCCESS: ClassVar[str] = ev.TOOL_CALL_SUCCESS
+    COHERENCE: ClassVar[str] = ev.COHERENCE
+    FLUENCY: ClassVar[str] = ev.FLUENCY
+    RELEVANCE: ClassVar[str] = ev.RELEVANCE
+    GROUNDEDNESS: ClassVar[str] = ev.GROUNDEDNESS
+    RESPONSE_COMPLETENESS: ClassVar[str] = ev.RESPONSE_COMPLETENESS
+    SIMILARITY: ClassVar[str] = ev.SIMILARITY
+    VIOLENCE: ClassVar[str] = ev.VIOLENCE
+    SEXUAL: ClassVar[str] = ev.SEXUAL
+    SELF_HARM: ClassVar[str] = ev.SELF_HARM
+    HATE_UNFAIRNESS: ClassVar[str] = ev.HATE_UNFAIRNESS
+    OUTPUT_QUALITY: ClassVar[str] = ev.OUTPUT_QUALITY
+    TOOL_USE_QUALITY: ClassVar[str] = ev.TOOL_USE_QUALITY
+
+    def __init__(
+        self,
+        project_client: Any = None,
+        *,
+        endpoint: str | None = None,
+        credential: Any = None,
+        model: str,
+        evaluators: Sequence[str | GeneratedEvaluatorRef] | None = None,
+        conversation_split: Any = None,
+        poll_interval: float = 1.0,
+        max_poll_interval: float = 10.0,
+        timeout: float = 600.0,
+        batch_size: int = 500,
+        max_concurrent_runs: int = 4,
+        max_retries: int = 5,
+        retry_initial_delay: float = 0.5,
+        retry_max_delay: float = 30.0,
+        max_retry_after: float = 120.0,
+        request_timeout: float = 60.0,
+        matching_mode: MatchingMode = "exact_match",
+    ) -> None:
+        if not model:
+            raise ValueError("model is required: the judge model's deployment name in the project.")
+        for label, value in (
+            ("poll_interval", poll_interval),
+            ("max_poll_interval", max_poll_interval),
+            ("timeout", timeout),
+            ("request_timeout", request_timeout),
+        ):
+            if value <= 0:
+                raise ValueError(f"{label} must be > 0, got {value}.")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
+        if max_concurrent_runs < 1:
+            raise ValueError(f"max_concurrent_runs must be >= 1, got {max_concurrent_runs}.")
+        if max_retries < 0:
+            raise ValueError(f"max_retries must be >= 0, got {max_retries}.")
+        if matching_mode not in _MATCHING_MODES:
+            raise ValueError(
+                f"matching_mode must be one of {', '.join(_MATCHING_MODES)}, got {matching_mode!r}."
+            )
+        if conversation_split is not None and not callable(conversation_split):
+            raise ValueError(
+                "conversation_split must be a ConversationSplit member or a callable, "
+                f"got {conversation_split!r}"
+            )
+        self._specs = ev.validate_evaluators(evaluators)
+        self.model = model
+        self.conversation_split = conversation_split
+        self.poll_interval = poll_interval
+        self.max_poll_interval = max(max_poll_interval, poll_interval)
+        self.timeout = timeout
+        self.batch_size = batch_size
+        self.max_concurrent_runs = max_concurrent_runs
+        self.request_timeout = request_timeout
+        self.matching_mode: MatchingMode = matching_mode
+        self.retry_policy = RetryPolicy(
+            max_retries=max_retries,
+            initial_delay=retry_initial_delay,
+            max_delay=retry_max_delay,
+            max_retry_after=max_retry_after,
+        )
+        self._owned_project: Any = None
+        if project_client is None:
+            endpoint = endpoint or os.environ.get(ENDPOINT_ENV)
+            if not endpoint:
+                raise ValueError(
+                    "Pass project_client= (an azure.ai.projects AIProjectClient) or endpoint=, or "
+                    f"set {ENDPOINT_ENV} to the project endpoint "
+                    "(https://<resource>.services.ai.azure.com/api/projects/<project>)."
+                )
+            project_client = self._owned_project = _project_client(endpoint, credential)
+        elif not hasattr(project_client, "get_openai_client"):
+            raise TypeError(
+                "project_client must be an azure.ai.projects AIProjectClient (sync or aio), got "
+                f"{type(project_client).__name__}"
+            )
+        self.project_client = project_client
+        self._apis: dict[int, EvalsApi] = {}
+        self._criteria: dict[str, list[EvaluatorSpec]] = {}
+
+    def __repr__(self) -> str:
+        names = [s.name for s in self._specs] if self._specs is not None else "default"
+        return f"FoundryEvals(model={self.model!r}, evaluators={names})"
+
+    @property
+    def evaluators(self) -> list[str] | None:
+        """The configured criterion names (None: the defaults, decided per evaluation)."""
+        return [s.name for s in self._specs] if self._specs is not None else None
+
+    def _api(self) -> EvalsApi:
+        # An async OpenAI client's connections belong to one event loop: one client per loop.
+        loop_id = id(asyncio.get_running_loop())
+        api = self._apis.get(loop_id)
+        if api is None:
+            client = self.project_client.get_openai_client(
+                max_retries=0, timeout=self.request_timeout
+            )
+            api = self._apis[loop_id] = EvalsApi(client, self.retry_policy)
+        return api
+
+    async def aclose(self) -> None:
+        """Close the OpenAI clients this object opened, and the project client it built itself."""
+        apis, self._apis = list(self._apis.values()), {}
+        for api in apis:
+            closed = api.client.close()
+            if inspect.isawaitable(closed):
+                await closed
+        if self._owned_project is not None:
+            closed = self._owned_project.close()
+            if inspect.isawaitable(closed):
+                await closed
+
+    # -- batch-level entry points (the Prefect flow runs one batch per task) -----------------
+
+    def criteria_for(self, items: Sequence[EvalItem]) -> list[EvaluatorSpec]:
+        """The evaluators these items get (defaults and tool filtering applied).
+
+        Raises:
+            ValueError: when every requested evaluator needs tools and no item has any.
+        """
+        return ev.resolve_evaluators(self._specs, any_tools=any(i.tools for i in items))
+
+    async def create_eval(
+        self, items: Sequence[EvalItem], *, eval_name: str, key: str | None = None
+    ) -> str:
+        """Create the eval for the evaluator set ``items`` need; returns its id.
+
+        The eval is tagged with ``key`` in its metadata (a fresh one when None). A retry after a
+        failure whose outcome is unknown first looks for the tagged eval; with an explicit
+        ``key``, an eval already tagged with it is reused without creating anything.
+
+        Raises:
+            ValueError: when every requested evaluator needs tools and no item has any.
+            openai.APIError: when the service refuses or keeps failing after the retries.
+        """
+        specs = self.criteria_for(items)
+        any_tools = any(i.tools for i in items)
+        present: set[str] = set()
+        if any(i.context for i in items):
+            present.add("context")
+        if any(i.expected_output is not None for i in items):
+            present.add("ground_truth")
+        if any_tools:
+            present.add("tool_definitions")
+        criteria = ev.build_criteria(
+            specs, model=self.model, any_tools=any_tools, matching_mode=self.matching_mode
+        )
+        api = self._api()
+        explicit = key is not None
+        tag = key or uuid.uuid4().hex
+        body = {
+            "name": eval_name,
+            "data_source_config": {
+                "type": "custom",
+                "item_schema": ev.item_schema(specs, present),
+                "include_sample_schema": True,
+            },
+            "testing_criteria": criteria,
+            "metadata": {"evalpipe_key": tag, "evalpipe_kind": "FoundryEvals"},
+        }
+        found = await api.find_eval(tag) if explicit else None
+        created = found or await api.create_once(
+            "eval create", lambda: api.create_eval(**body), lambda: api.find_eval(tag)
+        )
+        eval_id = str(created["id"])
+        self._criteria[eval_id] = specs
+        return eval_id
+
+    async def _specs_of(self, eval_id: str) -> list[EvaluatorSpec]:
+        specs = self._criteria.get(eval_id)
+        if specs is None:
+            found = await self._api().retrieve_eval(eval_id)
+            specs = [
+                EvaluatorSpec(
+                    str(c.get("name")),
+                    str(c.get("evaluator_name") or c.get("name")),
+                    str(c.get("evaluator_name") or "").removeprefix("builtin.") or None,
+                )
+                for c in found.get("testing_criteria") or []
+                if isinstance(c, dict)
+            ]
+            self._criteria[eval_id] = specs
+        return specs
+
+    async def run_batch(
+        self,
+        eval_id: str,
+        items: Sequence[EvalItem],
+        *,
+        eval_name: str,
+        batch_index: int = 0,
+        run_name: str | None = None,
+        index_offset: int | None = None,
+    ) -> EvalResults:
+        """Run one batch: create the run, poll it, collect its output items, cancel on timeout.
+
+        Never raises for a run-level or item-level fault: the result's status is ``completed``,
+        ``failed``, ``timeout``, ``canceled`` or ``partial``, and every item without an output is
+        errored (``Timeout``, ``RunFailed``, ``RunCanceled``, ``MissingOutput``, ``FoundryError``).
+        A run already created for the same eval, batch and content (tagged in its metadata) is
+        resumed instead of created again.
+
+        Args:
+            eval_id: From ``create_eval``.
+            items: This batch's items, in order.
+            eval_name: The evaluation's name (the run is named after it).
+            batch_index: Which batch this is (tags the run, names it).
+            run_name: The run's name (default ``"{eval_name} Run"``, plus the batch number).
+            index_offset: Position of the first item in the whole evaluation, for item ids of
+                items without one (default ``batch_index * batch_size``).
+        """
+        offset = batch_index * self.batch_size if index_offset is None else index_offset
+        ids = [_item_id(item, offset + i) for i, item in enumerate(items)]
+        out: list[EvalItemResult | None] = [None] * len(items)
+        base = EvalResults(provider=PROVIDER, eval_id=eval_id, input_items=list(items))
+
+        try:
+            specs = await self._specs_of(eval_id)
+        except Exception as exc:
+            return self._finish(
+                base, items, ids, out, [], "failed", _error_text(exc), "FoundryError"
+            )
+        with_actions = any(s.short == ev.TASK_NAVIGATION_EFFICIENCY for s in specs)
+        content: list[dict[str, Any]] = []
+        sent: list[int] = []
+        for i, item in enumerate(items):
+            if item.error_code:
+                out[i] = errored_item(
+                    item, ids[i], item.error_code, item.error_message or item.error_code
+                )
+                continue
+            try:
+                data = item_to_foundry(
+                    item, split=self.conversation_split, with_actions=with_actions
+                )
+            except Exception as exc:
+                out[i] = errored_item(item, ids[i], "ConversionError", _error_text(exc))
+                continue
+            content.append({"item": data})
+            sent.append(i)
+        if not content:
+            return self._finish(base, items, ids, out, specs, "completed", None, "MissingOutput")
+
+        api = self._api()
+        digest = hashlib.sha256(
+            json.dumps([eval_id, batch_index, content], sort_keys=True, default=str).encode()
+        ).hexdigest()[:32]
+        name = run_name or (f"{eval_name} Run" + (f" {batch_index + 1}" if batch_index else ""))
+        body: dict[str, Any] = {
+            "name": name,
+            "data_source": {
+                "type": "jsonl",
+                "source": {"type": "file_content", "content": content},
+            },
+            "metadata": {
+                "evalpipe_key": digest,
+                "evalpipe_batch": str(batch_index),
+                "evalpipe_items": str(len(content)),
+            },
+        }
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        try:
+            run = await api.find_run(eval_id, digest) or await api.create_once(
+                "run create",
+                lambda: api.create_run(eval_id, **body),
+                lambda: api.find_run(eval_id, digest),
+            )
+        except Exception as exc:
+            return self._finish(
+                base, items, ids, out, specs, "failed", _error_text(exc), "FoundryError"
+            )
+        run_id = str(run["id"])
+        base.run_id = run_id
+        base.report_url = run.get("report_url")
+        logger.info("Foundry run %s (eval %s): %d items", run_id, eval_id, len(content))
+
+        status, error = await self._poll(api, eval_id, run, started)
+        if status == "timeout":
+            try:
+                await api.cancel_run(eval_id, run_id)
+                error = f"run did not finish within {self.timeout:g}s; canceled on the server"
+            except Exception as exc:
+                error = (
+                    f"run did not finish within {self.timeout:g}s; cancel failed: "
+                    f"{_error_text(exc)}"
+                )
+        missing_code = {
+            "timeout": "Timeout",
+            "failed": "RunFailed",
+            "canceled": "RunCanceled",
+        }.get(status, "MissingOutput")
+        try:
+            outputs = await api.list_output_items(eval_id, run_id)
+        except Exception as exc:
+            outputs = []
+            if status == "completed":
+                status = "partial"
+                missing_code = "FoundryError"
+            text = f"could not read output items: {_error_text(exc)}"
+            error = f"{error}; {text}" if error else text
+        for oi in outputs:
+            index = oi.get("datasource_item_id")
+            if not isinstance(index, int) or not 0 <= index < len(sent):
+                logger.warning("Foundry output item %s has no matching input", oi.get("id"))
+                continue
+            i = sent[index]
+            try:
+                out[i] = item_result(oi, items[i], ids[i], specs)
+            except Exception as exc:
+                out[i] = errored_item(items[i], ids[i], "OutputParseError", _error_text(exc))
+        return self._finish(base, items, ids, out, specs, status, error, missing_code)
+
+    async def _poll(
+        self, api: EvalsApi, eval_id: str, run: dict[str, Any], started: float
+    ) -> tuple[str, str | None]:
+        """Poll until a terminal status or the timeout: ``(status, error text)``."""
+        loop = asyncio.get_running_loop()
+        deadline = started + self.timeout
+        interval = self.poll_interval
+        last_error: str | None = None
+        while True:
+            status = str(run.get("status") or "")
+            if status in _TERMINAL:
+                status = "canceled" if status == "cancelled" else status
+                error = None
+                if status == "failed":
+                    raw = run.get("error")
+                    error = (
+                        str(raw.get("message") or raw.get("code"))
+                        if isinstance(raw, dict)
+                        else str(raw or "the run failed")
+                    )
+                return status, error
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return "timeout", last_error
+            await asyncio.sleep(min(interval, remaining))
+            interval = min(interval * 2, self.max_poll_interval)
+            try:
+                run = await api.retrieve_run(eval_id, str(run["id"]))
+            except Exception as exc:
+                if not is_retryable(exc) and isinstance(exc, openai.APIStatusError):
+                    return "failed", f"polling the run failed: {_error_text(exc)}"
+                last_error = f"last poll failed: {_error_text(exc)}"
+
+    def _finish(
+        self,
+        base: EvalResults,
+        items: Sequence[EvalItem],
+        ids: Sequence[str],
+        out: list[EvalItemResult | None],
+        specs: Sequence[EvaluatorSpec],
+        status: str,
+        error: str | None,
+        missing_code: str,
+    ) -> EvalResults:
+        reason = error or f"the run produced no output for this item ({status})"
+        results = [
+            r if r is not None else errored_item(items[i], ids[i], missing_code, reason)
+            for i, r in enumerate(out)
+        ]
+        counts, per = summarize(results, [s.name for s in specs])
+        base.status = status
+        base.error = error
+        base.items = results
+        base.result_counts = counts
+        base.per_evaluator = per
+        return base
+
+    @staticmethod
+    def merge(results: Sequence[EvalResults]) -> EvalResults:
+        """Combine the batch results of one eval (items in the given order, counts summed)."""
+        return merge_results(results)
+
+    # -- the Evaluator protocol -------------------------------------------------------------
+
+    async def evaluate(
+        self, items: Sequence[EvalItem], *, eval_name: str = "evalpipe Foundry Eval"
+    ) -> EvalResults:
+        """Evaluate ``items``: one eval, one run per ``batch_size`` items, runs concurrent.
+
+        Items come back in input order. A service fault never raises: an eval that cannot be
+        created gives a ``failed`` result with every item errored (``FoundryError``).
+
+        Raises:
+            ValueError: when every requested evaluator needs tools and no item has any.
+        """
+        items = list(items)
+        if not items:
+            return EvalResults(
+                provider=PROVIDER,
+                status="completed",
+                result_counts={"passed": 0, "failed": 0, "errored": 0},
+            )
+        try:
+            eval_id = await self.create_eval(items, eval_name=eval_name)
+        except ValueError:
+            raise
+        except Exception as exc:
+            base = EvalResults(provider=PROVIDER, input_items=items)
+            ids = [_item_id(item, i) for i, item in enumerate(items)]
+            return self._finish(
+                base,
+                items,
+                ids,
+                [None] * len(items),
+                self.criteria_for(items),
+                "failed",
+                f"could not create the eval: {_error_text(exc)}",
+                "FoundryError",
+            )
+        batches = [items[i : i + self.batch_size] for i in range(0, len(items), self.batch_size)]
+        semaphore = asyncio.Semaphore(self.max_concurrent_runs)
+
+        async def one(index: int, batch: list[EvalItem]) -> EvalResults:
+            run_name = f"{eval_name} Run" + (
+                f" {index + 1}/{len(batches)}" if len(batches) > 1 else ""
+            )
+            async with semaphore:
+                return await self.run_batch(
+                    eval_id,
+                    batch,
+                    eval_name=eval_name,
+                    batch_index=index,
+                    run_name=run_name,
+                    index_offset=index * self.batch_size,
+                )
+
+        results = await asyncio.gather(*(one(k, b) for k, b in enumerate(batches)))
+        return self.merge(results)
+
+
+def _project_client(endpoint: str, credential: Any) -> Any:
+    """An AIProjectClient for ``endpoint``: aio unless ``credential`` is a sync credential."""
+    if credential is not None and not inspect.iscoroutinefunction(
+        getattr(credential, "get_token", None)
+    ):
+        from azure.ai.projects import AIProjectClient
+
+        return AIProjectClient(endpoint=endpoint, credential=credential)
+    from azure.ai.projects.aio import AIProjectClient as AsyncAIProjectClient
+
+    if credential is None:
+        from azure.identity.aio import DefaultAzureCredential
+
+        credential = DefaultAzureCredential()
+    return AsyncAIProjectClient(endpoint=endpoint, credential=credential, **async_transport())
+
+
+def async_transport() -> dict[str, Any]:
+    """``transport=`` for an aio AIProjectClient when aiohttp (azure-core's default) is missing.
+
+    The evals calls go through the OpenAI client, not this transport; it only has to exist.
+    """
+    if importlib.util.find_spec("aiohttp") is not None:
+        return {}
+    from azure.core.pipeline.transport import AsyncioRequestsTransport
+
+    return {"transport": AsyncioRequestsTransport()}

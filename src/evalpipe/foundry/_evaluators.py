@@ -1,0 +1,366 @@
+"""Foundry's built-in evaluators: names, which fields each reads, and the testing criteria sent.
+
+Mappings follow Microsoft's samples (shared spec foundry-evals.md §6) rather than MAF where the two
+differ: task_navigation_efficiency gets ``actions``/``expected_actions`` and ``matching_mode``, and
+takes no judge deployment.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+__all__ = [
+    "AGENT_EVALUATORS",
+    "BUILTIN_EVALUATORS",
+    "COHERENCE",
+    "COMPOSITE_COMPONENTS",
+    "COMPOSITE_EVALUATORS",
+    "DEFAULT_EVALUATORS",
+    "FLUENCY",
+    "GROUNDEDNESS",
+    "HATE_UNFAIRNESS",
+    "INTENT_RESOLUTION",
+    "OUTPUT_QUALITY",
+    "RELEVANCE",
+    "RESPONSE_COMPLETENESS",
+    "SAFETY_EVALUATORS",
+    "SELF_HARM",
+    "SEXUAL",
+    "SIMILARITY",
+    "TASK_ADHERENCE",
+    "TASK_COMPLETION",
+    "TASK_NAVIGATION_EFFICIENCY",
+    "TOOL_CALL_ACCURACY",
+    "TOOL_CALL_SUCCESS",
+    "TOOL_EVALUATORS",
+    "TOOL_INPUT_ACCURACY",
+    "TOOL_OUTPUT_UTILIZATION",
+    "TOOL_SELECTION",
+    "TOOL_USE_QUALITY",
+    "VIOLENCE",
+    "EvaluatorSpec",
+    "GeneratedEvaluatorRef",
+    "MatchingMode",
+    "build_criteria",
+    "item_schema",
+    "resolve_evaluators",
+]
+
+logger = logging.getLogger("evalpipe.foundry")
+
+MatchingMode = Literal["exact_match", "in_order_match", "any_order_match"]
+"""How task_navigation_efficiency compares the agent's tool calls with the expected ones."""
+
+INTENT_RESOLUTION = "intent_resolution"
+TASK_ADHERENCE = "task_adherence"
+TASK_COMPLETION = "task_completion"
+TASK_NAVIGATION_EFFICIENCY = "task_navigation_efficiency"
+TOOL_CALL_ACCURACY = "tool_call_accuracy"
+TOOL_SELECTION = "tool_selection"
+TOOL_INPUT_ACCURACY = "tool_input_accuracy"
+TOOL_OUTPUT_UTILIZATION = "tool_output_utilization"
+TOOL_CALL_SUCCESS = "tool_call_success"
+COHERENCE = "coherence"
+FLUENCY = "fluency"
+RELEVANCE = "relevance"
+GROUNDEDNESS = "groundedness"
+RESPONSE_COMPLETENESS = "response_completeness"
+SIMILARITY = "similarity"
+VIOLENCE = "violence"
+SEXUAL = "sexual"
+SELF_HARM = "self_harm"
+HATE_UNFAIRNESS = "hate_unfairness"
+OUTPUT_QUALITY = "output_quality"
+TOOL_USE_QUALITY = "tool_use_quality"
+
+BUILTIN_EVALUATORS: tuple[str, ...] = (
+    INTENT_RESOLUTION,
+    TASK_ADHERENCE,
+    TASK_COMPLETION,
+    TASK_NAVIGATION_EFFICIENCY,
+    TOOL_CALL_ACCURACY,
+    TOOL_SELECTION,
+    TOOL_INPUT_ACCURACY,
+    TOOL_OUTPUT_UTILIZATION,
+    TOOL_CALL_SUCCESS,
+    COHERENCE,
+    FLUENCY,
+    RELEVANCE,
+    GROUNDEDNESS,
+    RESPONSE_COMPLETENESS,
+    SIMILARITY,
+    VIOLENCE,
+    SEXUAL,
+    SELF_HARM,
+    HATE_UNFAIRNESS,
+)
+"""The 19 built-in evaluators, by short name (each is ``builtin.<name>`` on the service)."""
+
+COMPOSITE_COMPONENTS: dict[str, tuple[str, ...]] = {
+    OUTPUT_QUALITY: (
+        COHERENCE,
+        FLUENCY,
+        GROUNDEDNESS,
+        INTENT_RESOLUTION,
+        TASK_ADHERENCE,
+        TASK_COMPLETION,
+    ),
+    TOOL_USE_QUALITY: (
+        TOOL_SELECTION,
+        TOOL_INPUT_ACCURACY,
+        TOOL_CALL_SUCCESS,
+        TOOL_OUTPUT_UTILIZATION,
+    ),
+}
+"""Composite evaluators (preview) and the components one judge call scores for each."""
+
+COMPOSITE_EVALUATORS: tuple[str, ...] = tuple(COMPOSITE_COMPONENTS)
+
+AGENT_EVALUATORS = frozenset(
+    {
+        INTENT_RESOLUTION,
+        TASK_ADHERENCE,
+        TASK_COMPLETION,
+        TASK_NAVIGATION_EFFICIENCY,
+        TOOL_CALL_ACCURACY,
+        TOOL_SELECTION,
+        TOOL_INPUT_ACCURACY,
+        TOOL_OUTPUT_UTILIZATION,
+        TOOL_CALL_SUCCESS,
+        OUTPUT_QUALITY,
+        TOOL_USE_QUALITY,
+    }
+)
+"""Evaluators that read message arrays rather than the query/response strings."""
+
+TOOL_EVALUATORS = frozenset(
+    {
+        TOOL_CALL_ACCURACY,
+        TOOL_SELECTION,
+        TOOL_INPUT_ACCURACY,
+        TOOL_OUTPUT_UTILIZATION,
+        TOOL_CALL_SUCCESS,
+        TOOL_USE_QUALITY,
+    }
+)
+"""Evaluators that need tool definitions: dropped when no item has tools."""
+
+SAFETY_EVALUATORS = frozenset({VIOLENCE, SEXUAL, SELF_HARM, HATE_UNFAIRNESS})
+"""Content-safety evaluators: severity 0-7, lower is better."""
+
+DEFAULT_EVALUATORS: tuple[str, ...] = (RELEVANCE, COHERENCE, TASK_ADHERENCE)
+"""The default set, as MAF (tool_call_accuracy is added when any item has tools)."""
+
+_KNOWN = frozenset(BUILTIN_EVALUATORS) | frozenset(COMPOSITE_EVALUATORS)
+
+# data_mapping keys per evaluator, from Microsoft's turn-level samples (spec §6).
+_STRING_FIELDS: dict[str, tuple[str, ...]] = {
+    RELEVANCE: ("query", "response"),
+    COHERENCE: ("query", "response"),
+    FLUENCY: ("response",),
+    GROUNDEDNESS: ("context", "query", "response"),
+    RESPONSE_COMPLETENESS: ("ground_truth", "response"),
+    SIMILARITY: ("query", "response", "ground_truth"),
+    VIOLENCE: ("query", "response"),
+    SEXUAL: ("query", "response"),
+    SELF_HARM: ("query", "response"),
+    HATE_UNFAIRNESS: ("query", "response"),
+}
+_MESSAGE_FIELDS: dict[str, tuple[str, ...]] = {
+    TOOL_CALL_SUCCESS: ("response",),
+}
+_TOOL_DEFINITION_EVALUATORS = (AGENT_EVALUATORS - {TASK_NAVIGATION_EFFICIENCY}) | {GROUNDEDNESS}
+
+
+@dataclass(frozen=True)
+class GeneratedEvaluatorRef:
+    """A custom (generated) evaluator registered in the Foundry project, by name and version.
+
+    It is sent with the message mapping of the agent evaluators. An unpinned version means
+    "latest", which can change between runs (a warning is logged).
+    """
+
+    name: str
+    """The evaluator's registered name (sent as ``evaluator_name``)."""
+    version: str | None = None
+    """The version to use; None for the latest."""
+    display_name: str | None = None
+    """The criterion name results are reported under; defaults to ``name``."""
+
+    @classmethod
+    def latest(cls, name: str, display_name: str | None = None) -> GeneratedEvaluatorRef:
+        """A reference to the latest version of ``name``."""
+        return cls(name, None, display_name)
+
+    @property
+    def criterion_name(self) -> str:
+        """The name results come back under."""
+        return self.display_name or self.name
+
+
+@dataclass(frozen=True)
+class EvaluatorSpec:
+    """One resolved evaluator: what to send and how results come back."""
+
+    name: str
+    """The criterion name (results carry it)."""
+    evaluator_name: str
+    """The service's evaluator id, e.g. ``builtin.relevance``."""
+    short: str | None
+    """The built-in short name, or None for a generated evaluator."""
+    version: str | None = None
+    """A pinned evaluator version."""
+
+    @property
+    def components(self) -> tuple[str, ...]:
+        """The component metrics of a composite evaluator (empty for others)."""
+        return COMPOSITE_COMPONENTS.get(self.short or "", ())
+
+
+def _valid_names_text() -> str:
+    return ", ".join(sorted(_KNOWN))
+
+
+def _spec_for(entry: str | GeneratedEvaluatorRef) -> EvaluatorSpec:
+    if isinstance(entry, GeneratedEvaluatorRef):
+        if entry.version is None:
+            logger.warning(
+                "Generated evaluator %r has no pinned version; results may change when a new "
+                "version is published.",
+                entry.name,
+            )
+        return EvaluatorSpec(entry.criterion_name, entry.name, None, entry.version)
+    if not isinstance(entry, str):
+        raise TypeError(
+            f"evaluators entries must be names (str) or GeneratedEvaluatorRef, got {entry!r}"
+        )
+    short = entry.removeprefix("builtin.")
+    if short in _KNOWN:
+        return EvaluatorSpec(short, f"builtin.{short}", short)
+    if entry.startswith("builtin."):
+        # A newer built-in than this version knows: pass it through with the agent mapping.
+        logger.warning("Unknown built-in evaluator %r sent as is.", entry)
+        return EvaluatorSpec(short, entry, None)
+    raise ValueError(f"Unknown Foundry evaluator {entry!r}. Valid names: {_valid_names_text()}.")
+
+
+def validate_evaluators(
+    evaluators: Sequence[str | GeneratedEvaluatorRef] | None,
+) -> list[EvaluatorSpec] | None:
+    """Resolve names at construction so a typo fails early.
+
+    Raises:
+        ValueError: for an unknown name (the message lists the valid ones) or an empty list.
+    """
+    if evaluators is None:
+        return None
+    if isinstance(evaluators, str | GeneratedEvaluatorRef):
+        evaluators = [evaluators]
+    specs = [_spec_for(e) for e in evaluators]
+    if not specs:
+        raise ValueError(
+            "evaluators is empty: pass None for the defaults or at least one of: "
+            f"{_valid_names_text()}."
+        )
+    seen: set[str] = set()
+    for spec in specs:
+        if spec.name in seen:
+            raise ValueError(f"Foundry evaluator {spec.name!r} is listed twice.")
+        seen.add(spec.name)
+    return specs
+
+
+def resolve_evaluators(
+    specs: Sequence[EvaluatorSpec] | None, *, any_tools: bool
+) -> list[EvaluatorSpec]:
+    """The evaluators for a batch: the defaults when None, tool-only ones dropped without tools.
+
+    Raises:
+        ValueError: when every requested evaluator needs tool definitions and no item has any
+            (MAF's message).
+    """
+    if specs is None:
+        names = list(DEFAULT_EVALUATORS) + ([TOOL_CALL_ACCURACY] if any_tools else [])
+        specs = [_spec_for(n) for n in names]
+    if any_tools:
+        return list(specs)
+    kept = [s for s in specs if s.short not in TOOL_EVALUATORS]
+    dropped = [s.name for s in specs if s.short in TOOL_EVALUATORS]
+    if dropped:
+        logger.info(
+            "Dropped evaluators that need tool definitions (no item has tools): %s", dropped
+        )
+    if not kept:
+        raise ValueError(
+            f"All requested evaluators {dropped} require tool definitions, but no items have "
+            "tools. Either add tool definitions to your items or choose evaluators that do not "
+            "require tools."
+        )
+    return kept
+
+
+def _mapping(spec: EvaluatorSpec, any_tools: bool) -> dict[str, str]:
+    short = spec.short
+    if short == TASK_NAVIGATION_EFFICIENCY:
+        return {"actions": "{{item.actions}}", "expected_actions": "{{item.expected_actions}}"}
+    if short in _STRING_FIELDS:
+        mapping = {f: f"{{{{item.{f}}}}}" for f in _STRING_FIELDS[short]}
+    else:
+        fields = _MESSAGE_FIELDS.get(short or "", ("query", "response"))
+        mapping = {f: f"{{{{item.{f}_messages}}}}" for f in fields}
+    if any_tools and (short is None or short in _TOOL_DEFINITION_EVALUATORS):
+        mapping["tool_definitions"] = "{{item.tool_definitions}}"
+    return mapping
+
+
+def build_criteria(
+    specs: Sequence[EvaluatorSpec],
+    *,
+    model: str,
+    any_tools: bool,
+    matching_mode: MatchingMode = "exact_match",
+) -> list[dict[str, Any]]:
+    """The ``testing_criteria`` of an eval: one ``azure_ai_evaluator`` entry per evaluator."""
+    criteria: list[dict[str, Any]] = []
+    for spec in specs:
+        init: dict[str, Any]
+        if spec.short == TASK_NAVIGATION_EFFICIENCY:
+            init = {"matching_mode": matching_mode}
+        else:
+            init = {"deployment_name": model}
+            if spec.components:
+                init["evaluation_level"] = "turn"
+        criterion: dict[str, Any] = {
+            "type": "azure_ai_evaluator",
+            "name": spec.name,
+            "evaluator_name": spec.evaluator_name,
+        }
+        if spec.version is not None:
+            criterion["evaluator_version"] = spec.version
+        criterion["initialization_parameters"] = init
+        criterion["data_mapping"] = _mapping(spec, any_tools)
+        criteria.append(criterion)
+    return criteria
+
+
+def item_schema(specs: Sequence[EvaluatorSpec], present: set[str]) -> dict[str, Any]:
+    """The eval's ``item_schema``: query/response required, optional fields when any item has them."""
+    properties: dict[str, Any] = {
+        "query": {"type": "string"},
+        "response": {"type": "string"},
+        "query_messages": {"type": "array"},
+        "response_messages": {"type": "array"},
+    }
+    if "context" in present:
+        properties["context"] = {"type": "string"}
+    if "ground_truth" in present:
+        properties["ground_truth"] = {"type": "string"}
+    if "tool_definitions" in present:
+        properties["tool_definitions"] = {"type": "array"}
+    if any(s.short == TASK_NAVIGATION_EFFICIENCY for s in specs):
+        properties["actions"] = {"type": "array"}
+        properties["expected_actions"] = {"type": "array"}
+    return {"type": "object", "properties": properties, "required": ["query", "response"]}

@@ -1,0 +1,372 @@
+"""Foundry output items as evalpipe results: scores, composites, counts, merging, and the flat view."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from evalpipe.foundry._evaluators import EvaluatorSpec
+from evalpipe.items import EvalItem
+from evalpipe.results import EvalItemResult, EvalResults, EvalScoreResult, RubricScore
+
+__all__ = [
+    "NOT_APPLICABLE",
+    "PROVIDER",
+    "errored_item",
+    "flat_rows",
+    "flat_view",
+    "item_metadata",
+    "item_result",
+    "merge_results",
+    "summarize",
+]
+
+PROVIDER = "Microsoft Foundry"
+"""MAF's provider name for FoundryEvals results."""
+
+NOT_APPLICABLE = "not_applicable"
+"""The label of a composite whose components were all skipped (and of a skipped component)."""
+
+_STATUS_ORDER = ("failed", "timeout", "canceled", "partial")
+
+
+def item_metadata(item: EvalItem) -> dict[str, Any] | None:
+    """What an item result carries from its item (as LocalEvaluator): query index, repetition, agent, tags."""
+    meta: dict[str, Any] = {}
+    if item.query_index is not None:
+        meta["query_index"] = item.query_index
+    if item.repetition is not None:
+        meta["repetition"] = item.repetition
+    if item.agent is not None:
+        meta["agent"] = item.agent
+    if item.metadata:
+        meta.update(item.metadata)
+    return meta or None
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _usage(raw: Any) -> dict[str, int] | None:
+    """OpenAI usage (prompt/completion tokens) as evalpipe's input/output/total tokens."""
+    if not isinstance(raw, Mapping):
+        return None
+    prompt = int(raw.get("prompt_tokens") or raw.get("input_tokens") or 0)
+    completion = int(raw.get("completion_tokens") or raw.get("output_tokens") or 0)
+    total = int(raw.get("total_tokens") or 0) or prompt + completion
+    if not total:
+        return None
+    usage = {"input_tokens": prompt, "output_tokens": completion, "total_tokens": total}
+    cached = int(raw.get("cached_tokens") or 0)
+    if cached:
+        usage["cached_tokens"] = cached
+    return usage
+
+
+def _add_usage(total: dict[str, int] | None, more: dict[str, int] | None) -> dict[str, int] | None:
+    if more is None:
+        return total
+    out = dict(total or {})
+    for key, value in more.items():
+        out[key] = out.get(key, 0) + value
+    return out
+
+
+def _error_of(raw: Any) -> tuple[str | None, str | None]:
+    if isinstance(raw, Mapping):
+        code = raw.get("code")
+        message = raw.get("message")
+        if code or message:
+            return (str(code) if code else None, str(message) if message else None)
+    elif isinstance(raw, str) and raw:
+        return None, raw
+    return None, None
+
+
+def _dimensions(raw: Any) -> list[RubricScore] | None:
+    if not isinstance(raw, Mapping):
+        return None
+    dims = raw.get("dimension_scores") or raw.get("rubric_scores")
+    if not isinstance(dims, list):
+        return None
+    out = []
+    for d in dims:
+        if isinstance(d, Mapping):
+            score = _number(d.get("score"))
+            out.append(
+                RubricScore(
+                    id=str(d.get("id", "")),
+                    score=int(score) if score is not None else None,
+                    applicable=bool(d.get("applicable", True)),
+                    weight=int(d.get("weight") or 1),
+                    reason=str(d.get("reason") or ""),
+                )
+            )
+    return out or None
+
+
+def _score(raw: Mapping[str, Any], specs: Mapping[str, EvaluatorSpec]) -> EvalScoreResult:
+    name = str(raw.get("name") or raw.get("metric") or "unknown")
+    metric = raw.get("metric")
+    evaluator: str | None = None
+    spec = specs.get(name)
+    if (
+        spec is not None
+        and spec.components
+        and isinstance(metric, str)
+        and metric not in (name, spec.short)
+    ):
+        # A component result of a composite: reported under its own metric name.
+        evaluator = name
+        name = metric
+    sample = raw.get("sample") if isinstance(raw.get("sample"), Mapping) else None
+    label = raw.get("label")
+    label = str(label) if label is not None else None
+    passed = raw.get("passed")
+    passed = bool(passed) if isinstance(passed, bool | int) else None
+    if passed is None and label in ("pass", "fail"):
+        passed = label == "pass"
+    if label is None and passed is not None:
+        label = "pass" if passed else "fail"
+    code, message = _error_of(raw.get("error"))
+    if code is None and message is None and sample is not None:
+        code, message = _error_of(sample.get("error"))
+    reason = raw.get("reason")
+    return EvalScoreResult(
+        name=name,
+        score=_number(raw.get("score")),
+        passed=passed,
+        sample=dict(sample) if sample is not None else None,
+        dimensions=_dimensions(raw.get("properties")),
+        reason=str(reason) if reason is not None else None,
+        threshold=_number(raw.get("threshold")),
+        label=label,
+        error_message=message,
+        error_code=code or ("EvaluatorError" if message else None),
+        evaluator=evaluator,
+        token_usage=_usage(sample.get("usage")) if sample is not None else None,
+    )
+
+
+def _is_errored(score: EvalScoreResult) -> bool:
+    if score.error_code or score.error_message:
+        return True
+    return score.passed is None and score.score is None and score.label != NOT_APPLICABLE
+
+
+def _composite_parent(spec: EvaluatorSpec, components: list[EvalScoreResult]) -> EvalScoreResult:
+    """The parent verdict of a composite: passes when every applicable component passes.
+
+    A component without a verdict (not applicable) is skipped; when all are skipped the parent is
+    not_applicable. An errored component makes the parent errored.
+    """
+    errored = [c.name for c in components if _is_errored(c)]
+    applicable = [c for c in components if c.passed is not None]
+    if errored:
+        return EvalScoreResult(
+            spec.name,
+            None,
+            None,
+            error_message=f"component(s) errored: {', '.join(errored)}",
+            error_code="ComponentError",
+        )
+    if not applicable:
+        return EvalScoreResult(
+            spec.name, None, None, label=NOT_APPLICABLE, reason="no component was applicable"
+        )
+    failing = [c.name for c in applicable if not c.passed]
+    return EvalScoreResult(
+        spec.name,
+        0.0 if failing else 1.0,
+        not failing,
+        label="fail" if failing else "pass",
+        reason=f"failed component(s): {', '.join(failing)}"
+        if failing
+        else "every applicable component passed",
+    )
+
+
+def item_result(
+    output_item: Mapping[str, Any],
+    item: EvalItem,
+    item_id: str,
+    specs: Sequence[EvaluatorSpec],
+) -> EvalItemResult:
+    """One output item as an EvalItemResult for ``item``."""
+    by_name = {s.name: s for s in specs}
+    raw_results = output_item.get("results") or []
+    scores = [_score(r, by_name) for r in raw_results if isinstance(r, Mapping)]
+    for spec in specs:
+        if not spec.components:
+            continue
+        components = [s for s in scores if s.evaluator == spec.name]
+        parent = next((s for s in scores if s.name == spec.name and s.evaluator is None), None)
+        if components and (parent is None or (parent.passed is None and not _is_errored(parent))):
+            derived = _composite_parent(spec, components)
+            if parent is None:
+                scores.insert(scores.index(components[0]), derived)
+            else:
+                scores[scores.index(parent)] = derived
+    sample = output_item.get("sample")
+    sample = sample if isinstance(sample, Mapping) else {}
+    code, message = _error_of(sample.get("error"))
+    usage = _usage(sample.get("usage"))
+    if usage is None:
+        for score in scores:
+            usage = _add_usage(usage, score.token_usage)
+    top = [s for s in scores if s.evaluator is None]
+    raw_status = output_item.get("status")
+    status = {"errored": "error", "pass": "pass", "fail": "fail", "error": "error"}.get(
+        str(raw_status), ""
+    )
+    if not status:
+        if code or message or any(_is_errored(s) for s in top):
+            status = "error"
+        elif any(s.passed is False for s in top):
+            status = "fail"
+        elif any(s.passed for s in top):
+            status = "pass"
+        else:
+            status = "error"
+    if status == "error" and not (code or message):
+        first = next((s for s in top if _is_errored(s)), None)
+        code = (first.error_code if first else None) or "EvaluatorError"
+        message = (first.error_message if first else None) or "the evaluator reported no result"
+    datasource = output_item.get("datasource_item")
+    response_id = None
+    if isinstance(datasource, Mapping):
+        rid = datasource.get("resp_id") or datasource.get("response_id")
+        response_id = str(rid) if rid else None
+    query, response = item.query_and_response()
+    return EvalItemResult(
+        item_id=item_id,
+        status=status,
+        scores=scores,
+        error_code=code,
+        error_message=message,
+        response_id=response_id,
+        input_text=query,
+        output_text=response,
+        token_usage=usage,
+        metadata=item_metadata(item),
+    )
+
+
+def errored_item(item: EvalItem, item_id: str, code: str, message: str) -> EvalItemResult:
+    """An item that has no evaluation: the run never produced it (timeout, failure, ...)."""
+    query, response = item.query_and_response()
+    return EvalItemResult(
+        item_id=item_id,
+        status="error",
+        error_code=code,
+        error_message=message,
+        input_text=query,
+        output_text=response,
+        metadata=item_metadata(item),
+    )
+
+
+def summarize(
+    items: Sequence[EvalItemResult], criteria: Iterable[str]
+) -> tuple[dict[str, int], dict[str, dict[str, int]]]:
+    """``(result_counts, per_evaluator)`` from item results; errored items count for every criterion."""
+    counts = {"passed": 0, "failed": 0, "errored": 0}
+    names = list(criteria)
+    per: dict[str, dict[str, int]] = {n: {"passed": 0, "failed": 0, "errored": 0} for n in names}
+    for result in items:
+        counts["passed" if result.is_passed else "errored" if result.is_error else "failed"] += 1
+        top = {s.name: s for s in result.scores if s.evaluator is None}
+        for name in names:
+            score = top.get(name)
+            if score is None:
+                if result.is_error:
+                    per[name]["errored"] += 1
+            elif _is_errored(score):
+                per[name]["errored"] += 1
+            elif score.passed is True:
+                per[name]["passed"] += 1
+            elif score.passed is False:
+                per[name]["failed"] += 1
+    return counts, per
+
+
+def merge_results(results: Sequence[EvalResults]) -> EvalResults:
+    """Combine the batch results of one eval: items in the given order, counts summed.
+
+    The status is ``completed`` when every batch completed, else the worst of failed, timeout,
+    canceled, partial.
+    """
+    if not results:
+        return EvalResults(
+            provider=PROVIDER,
+            status="completed",
+            result_counts={"passed": 0, "failed": 0, "errored": 0},
+        )
+    if len(results) == 1:
+        return results[0]
+    statuses = {r.status for r in results}
+    status = next((s for s in _STATUS_ORDER if s in statuses), "completed")
+    counts: dict[str, int] = {}
+    per: dict[str, dict[str, int]] = {}
+    for r in results:
+        for key, value in (r.result_counts or {}).items():
+            counts[key] = counts.get(key, 0) + value
+        for name, bucket in r.per_evaluator.items():
+            target = per.setdefault(name, {})
+            for key, value in bucket.items():
+                target[key] = target.get(key, 0) + value
+    errors = [f"{r.run_id or 'batch'}: {r.error}" for r in results if r.error]
+    run_ids = [r.run_id for r in results if r.run_id]
+    return EvalResults(
+        provider=results[0].provider,
+        eval_id=next((r.eval_id for r in results if r.eval_id), ""),
+        run_id=", ".join(run_ids),
+        status=status,
+        result_counts=counts,
+        report_url=next((r.report_url for r in results if r.report_url), None),
+        error="; ".join(errors) or None,
+        per_evaluator=per,
+        items=[i for r in results for i in r.items],
+        input_items=[i for r in results for i in r.input_items],
+    )
+
+
+def flat_view(result: EvalItemResult) -> dict[str, Any]:
+    """One item's scores in azure-ai-evaluation's flat form.
+
+    ``{metric}`` (the score), ``{metric}_result`` (pass, fail or not_applicable),
+    ``{metric}_threshold`` and ``{metric}_reason``; ``{metric}_label`` when the label is not a
+    pass/fail word (a severity, for example), and ``{metric}_error`` for an errored metric.
+    """
+    flat: dict[str, Any] = {}
+    for s in result.scores:
+        key = s.name
+        flat[key] = s.score
+        if s.passed is not None:
+            flat[f"{key}_result"] = "pass" if s.passed else "fail"
+        elif s.label == NOT_APPLICABLE:
+            flat[f"{key}_result"] = NOT_APPLICABLE
+        else:
+            flat[f"{key}_result"] = None
+        flat[f"{key}_threshold"] = s.threshold
+        flat[f"{key}_reason"] = s.reason
+        if s.label is not None and s.label not in ("pass", "fail", NOT_APPLICABLE):
+            flat[f"{key}_label"] = s.label
+        if s.error_message or s.error_code:
+            flat[f"{key}_error"] = s.error_message or s.error_code
+    return flat
+
+
+def flat_rows(results: EvalResults) -> list[dict[str, Any]]:
+    """Every item (and sub-result item) as ``{"item_id", "status", **flat_view(item)}``."""
+    return [
+        {"item_id": item.item_id, "status": item.status, **flat_view(item)}
+        for r in results.iter_results()
+        for item in r.items
+    ]

@@ -1,0 +1,762 @@
+"""A loopback emulator of Microsoft Foundry's evals API (OpenAI Evals on a project), for tests.
+
+It speaks the wire protocol of shared/specs/foundry-evals.md (§2-§3, checklist §9) on a real HTTP
+server (127.0.0.1, an ephemeral port, HTTP/1.1 keep-alive) so the real ``azure-ai-projects`` and
+``openai`` clients can be driven against it. Scores are deterministic from item content:
+
+* a response containing ``[fail]`` fails every criterion, ``[fail:<name>]`` only that one (a
+  composite's component names work too);
+* ``[error]`` makes every criterion error (item status ``error``), ``[error:<name>]`` one of them;
+* ``[na]`` makes every component of a composite not applicable;
+* otherwise quality/agent judges score 5 of 5 (threshold 3) and safety evaluators severity 0
+  (threshold 3, lower is better);
+* task_navigation_efficiency compares the tool names in ``actions`` with ``expected_actions`` by
+  the criterion's ``matching_mode``.
+
+Runs advance on polls: ``queued`` at creation, then ``in_progress``, then terminal after
+``polls_to_complete`` retrieves. Fault injection: ``inject(...)`` for HTTP faults (status codes with
+headers, delays, a create committed but answered with an error), and run behaviour knobs
+(``run_outcome``, ``items_per_poll``, ``shuffle_output``, ``cancel_spelling``, ...).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+__all__ = ["Fault", "FoundryEmulator", "RequestRecord", "running_emulator"]
+
+_SAFETY = {"violence", "sexual", "self_harm", "hate_unfairness"}
+_COMPONENTS = {
+    "output_quality": (
+        "coherence",
+        "fluency",
+        "groundedness",
+        "intent_resolution",
+        "task_adherence",
+        "task_completion",
+    ),
+    "tool_use_quality": (
+        "tool_selection",
+        "tool_input_accuracy",
+        "tool_call_success",
+        "tool_output_utilization",
+    ),
+}
+_TOOL_COMPONENTS = set(_COMPONENTS["tool_use_quality"])
+_PATH = re.compile(r"^/api/projects/(?P<project>[^/]+)/openai(?P<v1>/v1)?(?P<rest>/.*)$")
+
+
+@dataclass
+class Fault:
+    """An HTTP fault: requests matching ``method`` and ``path`` (a regex searched in the path after
+    ``/openai/v1``) get ``status`` with ``headers``, ``times`` times.
+
+    ``status=0`` answers normally after sleeping ``delay`` seconds. ``commit=True`` processes the
+    request first (a create is committed) and then answers with the fault, as a server that failed
+    after writing.
+    """
+
+    method: str
+    path: str
+    status: int
+    times: int = 1
+    headers: dict[str, str] = field(default_factory=dict)
+    delay: float = 0.0
+    commit: bool = False
+    hits: int = 0
+
+
+@dataclass
+class RequestRecord:
+    """One request the emulator received."""
+
+    method: str
+    path: str
+    query: dict[str, str]
+    headers: dict[str, str]
+    body: Any
+    status: int = 0
+
+
+@dataclass
+class _Run:
+    obj: dict[str, Any]
+    items: list[dict[str, Any]]
+    outcome: str
+    polls: int = 0
+    produced: list[int] = field(default_factory=list)
+    outputs: dict[int, dict[str, Any]] = field(default_factory=dict)
+
+
+class FoundryEmulator:
+    """The emulator; use ``running_emulator()`` (or ``start()``/``stop()``) to serve it.
+
+    Args:
+        project: The project name in the endpoint path.
+        token: The bearer token to require (None: any non-empty token).
+        polls_to_complete: Retrieves a run needs before it reaches its outcome.
+        run_outcome: ``completed``, ``failed``, ``canceled`` (the service cancels it) or
+            ``never`` (stays in_progress until canceled).
+        items_per_poll: Output items a run produces per retrieve while in progress (0: all at
+            the end), so a canceled or failed run has some.
+        shuffle_output: Store output items in an order unrelated to the input (reversed halves),
+            so pages come out of order.
+        cancel_spelling: ``canceled`` or ``cancelled`` for a canceled run's status.
+        composite_parent: Send a composite's parent result (False: only its components).
+    """
+
+    def __init__(
+        self,
+        *,
+        project: str = "p1",
+        token: str | None = None,
+        polls_to_complete: int = 1,
+        run_outcome: str = "completed",
+        items_per_poll: int = 0,
+        shuffle_output: bool = False,
+        cancel_spelling: str = "canceled",
+        composite_parent: bool = True,
+    ) -> None:
+        self.project = project
+        self.token = token
+        self.polls_to_complete = polls_to_complete
+        self.run_outcome = run_outcome
+        self.items_per_poll = items_per_poll
+        self.shuffle_output = shuffle_output
+        self.cancel_spelling = cancel_spelling
+        self.composite_parent = composite_parent
+        self.evals: dict[str, dict[str, Any]] = {}
+        self.runs: dict[str, _Run] = {}
+        self.requests: list[RequestRecord] = []
+        self.faults: list[Fault] = []
+        self._lock = threading.Lock()
+        self._seq = 0
+        self._order: dict[str, int] = {}
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    @property
+    def port(self) -> int:
+        """The port the server listens on."""
+        assert self._server is not None, "emulator not started"
+        return int(self._server.server_address[1])
+
+    @property
+    def endpoint(self) -> str:
+        """The project endpoint to give AIProjectClient."""
+        return f"http://127.0.0.1:{self.port}/api/projects/{self.project}"
+
+    def start(self) -> FoundryEmulator:
+        """Serve on 127.0.0.1, an ephemeral port, in a daemon thread."""
+        emulator = self
+
+        class Handler(_Handler):
+            pass
+
+        Handler.emulator = emulator
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and close the socket (bounded wait)."""
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self._server = None
+        self._thread = None
+
+    # -- test helpers ------------------------------------------------------------------------
+
+    def inject(
+        self,
+        method: str,
+        path: str,
+        status: int,
+        *,
+        times: int = 1,
+        headers: dict[str, str] | None = None,
+        delay: float = 0.0,
+        commit: bool = False,
+    ) -> Fault:
+        """Add a fault (see ``Fault``); returns it so a test can read ``hits``."""
+        fault = Fault(method.upper(), path, status, times, dict(headers or {}), delay, commit)
+        with self._lock:
+            self.faults.append(fault)
+        return fault
+
+    def calls(self, method: str | None = None, pattern: str | None = None) -> list[RequestRecord]:
+        """Requests received, filtered by method and a regex searched in the path."""
+        with self._lock:
+            records = list(self.requests)
+        return [
+            r
+            for r in records
+            if (method is None or r.method == method.upper())
+            and (pattern is None or re.search(pattern, r.path))
+        ]
+
+    def run_objects(self, eval_id: str | None = None) -> list[dict[str, Any]]:
+        """The runs created so far (optionally of one eval), in creation order."""
+        with self._lock:
+            return [dict(r.obj) for r in self.runs.values() if eval_id in (None, r.obj["eval_id"])]
+
+    # -- protocol ----------------------------------------------------------------------------
+
+    def _next(self, prefix: str) -> str:
+        self._seq += 1
+        ident = f"{prefix}_{uuid.uuid4().hex[:24]}"
+        self._order[ident] = self._seq
+        return ident
+
+    def handle(
+        self, method: str, path: str, query: dict[str, str], body: Any
+    ) -> tuple[int, dict[str, Any]]:
+        """Answer one authorised request: ``(status, json body)``."""
+        with self._lock:
+            return self._route(method, path, query, body)
+
+    def _route(
+        self, method: str, path: str, query: dict[str, str], body: Any
+    ) -> tuple[int, dict[str, Any]]:
+        parts = [p for p in path.split("/") if p]
+        if not parts or parts[0] != "evals":
+            return _error(404, "NotFound", f"no route for {path}")
+        if len(parts) == 1:
+            if method == "POST":
+                return self._create_eval(body)
+            if method == "GET":
+                return 200, self._page(list(self.evals.values()), query)
+        eval_id = parts[1] if len(parts) > 1 else ""
+        ev = self.evals.get(eval_id)
+        if ev is None:
+            return _error(404, "NotFound", f"eval {eval_id} not found")
+        if len(parts) == 2:
+            if method == "GET":
+                return 200, ev
+            if method == "POST":
+                for key in ("name", "metadata"):
+                    if isinstance(body, dict) and key in body:
+                        ev[key] = body[key]
+                return 200, ev
+            if method == "DELETE":
+                del self.evals[eval_id]
+                return 200, {"object": "eval.deleted", "deleted": True, "eval_id": eval_id}
+        if parts[2] != "runs":
+            return _error(404, "NotFound", f"no route for {path}")
+        if len(parts) == 3:
+            if method == "POST":
+                return self._create_run(ev, body)
+            if method == "GET":
+                runs = [r.obj for r in self.runs.values() if r.obj["eval_id"] == eval_id]
+                if "status" in query:
+                    runs = [r for r in runs if r["status"] == query["status"]]
+                return 200, self._page(runs, query)
+        run = self.runs.get(parts[3]) if len(parts) > 3 else None
+        if run is None or run.obj["eval_id"] != eval_id:
+            return _error(404, "NotFound", f"run {parts[3] if len(parts) > 3 else ''} not found")
+        if len(parts) == 4:
+            if method == "GET":
+                self._advance(ev, run)
+                return 200, run.obj
+            if method == "DELETE":
+                del self.runs[parts[3]]
+                return 200, {"object": "eval.run.deleted", "deleted": True, "run_id": parts[3]}
+        if len(parts) == 5 and parts[4] == "cancel" and method == "POST":
+            if run.obj["status"] in ("queued", "in_progress"):
+                run.obj["status"] = self.cancel_spelling
+                self._counts(ev, run)
+            return 200, run.obj
+        if len(parts) >= 5 and parts[4] == "output_items" and method == "GET":
+            stored = [run.outputs[i] for i in run.produced]
+            if len(parts) == 6:
+                found = next((o for o in stored if o["id"] == parts[5]), None)
+                if found is None:
+                    return _error(404, "NotFound", f"output item {parts[5]} not found")
+                return 200, found
+            if "status" in query:
+                stored = [o for o in stored if o["status"] == query["status"]]
+            return 200, self._page(stored, query)
+        return _error(405, "MethodNotAllowed", f"{method} {path}")
+
+    def _page(self, data: list[dict[str, Any]], query: dict[str, str]) -> dict[str, Any]:
+        if query.get("order") == "desc":
+            data = list(reversed(data))
+        after = query.get("after")
+        if after:
+            ids = [d["id"] for d in data]
+            data = data[ids.index(after) + 1 :] if after in ids else []
+        limit = int(query.get("limit", 20))
+        page = data[:limit]
+        return {
+            "object": "list",
+            "data": page,
+            "first_id": page[0]["id"] if page else None,
+            "last_id": page[-1]["id"] if page else None,
+            "has_more": len(data) > limit,
+        }
+
+    def _create_eval(self, body: Any) -> tuple[int, dict[str, Any]]:
+        if not isinstance(body, dict) or not isinstance(body.get("testing_criteria"), list):
+            return _error(400, "BadRequest", "testing_criteria is required")
+        config = dict(body.get("data_source_config") or {})
+        for criterion in body["testing_criteria"]:
+            init = criterion.get("initialization_parameters") or {}
+            name = str(criterion.get("evaluator_name", ""))
+            needs_model = name != "builtin.task_navigation_efficiency" and name.startswith(
+                "builtin."
+            )
+            if needs_model and not (init.get("deployment_name") or init.get("model")):
+                return _error(
+                    400, "BadRequest", f"{criterion.get('name')}: deployment_name missing"
+                )
+        schema = {
+            "type": "object",
+            "properties": {
+                "item": config.get("item_schema") or {},
+                "sample": {"type": "object", "properties": {"output_text": {"type": "string"}}},
+            },
+            "required": ["item"],
+        }
+        eval_id = self._next("eval")
+        ev = {
+            "object": "eval",
+            "id": eval_id,
+            "name": body.get("name"),
+            "data_source_config": {"type": config.get("type", "custom"), "schema": schema},
+            "testing_criteria": body["testing_criteria"],
+            "created_at": int(time.time()),
+            "metadata": body.get("metadata") or {},
+        }
+        self.evals[eval_id] = ev
+        return 200, ev
+
+    def _create_run(self, ev: dict[str, Any], body: Any) -> tuple[int, dict[str, Any]]:
+        source = ((body or {}).get("data_source") or {}).get("source") or {}
+        content = source.get("content")
+        if not isinstance(content, list):
+            return _error(400, "BadRequest", "data_source.source.content must be a list")
+        items = [c.get("item", {}) if isinstance(c, dict) else {} for c in content]
+        run_id = self._next("evalrun")
+        obj: dict[str, Any] = {
+            "object": "eval.run",
+            "id": run_id,
+            "eval_id": ev["id"],
+            "name": body.get("name"),
+            "status": "queued",
+            "model": None,
+            "created_at": int(time.time()),
+            "data_source": body.get("data_source"),
+            "metadata": body.get("metadata") or {},
+            "error": None,
+            "report_url": f"https://ai.azure.com/resource/projects/{self.project}/evaluations/"
+            f"{ev['id']}/runs/{run_id}",
+            "result_counts": {"total": 0, "passed": 0, "failed": 0, "errored": 0},
+            "per_model_usage": [],
+            "per_testing_criteria_results": [],
+        }
+        for key, value in body.items():
+            if key not in ("data_source", "name", "metadata"):
+                obj[key] = value
+        run = _Run(obj, items, self.run_outcome)
+        self.runs[run_id] = run
+        return 200, obj
+
+    def _order_of(self, n: int) -> list[int]:
+        if not self.shuffle_output:
+            return list(range(n))
+        half = (n + 1) // 2
+        return list(range(n - 1, half - 1, -1)) + list(range(half))
+
+    def _produce(self, ev: dict[str, Any], run: _Run, count: int | None) -> None:
+        pending = [i for i in self._order_of(len(run.items)) if i not in run.outputs]
+        for index in pending if count is None else pending[:count]:
+            run.outputs[index] = self._output_item(ev, run, index)
+            run.produced.append(index)
+
+    def _advance(self, ev: dict[str, Any], run: _Run) -> None:
+        if run.obj["status"] not in ("queued", "in_progress"):
+            return
+        run.polls += 1
+        run.obj["status"] = "in_progress"
+        if self.items_per_poll:
+            self._produce(ev, run, self.items_per_poll)
+        if run.polls >= self.polls_to_complete and run.outcome != "never":
+            if run.outcome == "completed":
+                self._produce(ev, run, None)
+                run.obj["status"] = "completed"
+            elif run.outcome == "failed":
+                run.obj["status"] = "failed"
+                run.obj["error"] = {
+                    "code": "InternalError",
+                    "message": "judge deployment overloaded",
+                }
+            else:
+                run.obj["status"] = self.cancel_spelling
+        self._counts(ev, run)
+
+    def _counts(self, ev: dict[str, Any], run: _Run) -> None:
+        outputs = [run.outputs[i] for i in run.produced]
+        counts = {"total": len(outputs), "passed": 0, "failed": 0, "errored": 0}
+        per: dict[str, dict[str, int]] = {}
+        usage = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+        for o in outputs:
+            key = {"pass": "passed", "fail": "failed"}.get(o["status"], "errored")
+            counts[key] += 1
+            for r in o["results"]:
+                if r.get("metric") != r["name"] and r["name"] in _COMPONENTS:
+                    continue
+                bucket = per.setdefault(r["name"], {"passed": 0, "failed": 0, "errored": 0})
+                if r["passed"] is True:
+                    bucket["passed"] += 1
+                elif r["passed"] is False:
+                    bucket["failed"] += 1
+                elif r.get("label") != "not_applicable":
+                    bucket["errored"] += 1
+                for k in usage:
+                    usage[k] += ((r.get("sample") or {}).get("usage") or {}).get(k, 0)
+        run.obj["result_counts"] = counts
+        run.obj["per_testing_criteria_results"] = [
+            {"testing_criteria": name, **bucket} for name, bucket in per.items()
+        ]
+        run.obj["per_model_usage"] = [
+            {"model_name": "gpt-4o-mini", "invocation_count": len(outputs), "cached_tokens": 0}
+            | usage
+        ]
+
+    # -- scoring -----------------------------------------------------------------------------
+
+    def _output_item(self, ev: dict[str, Any], run: _Run, index: int) -> dict[str, Any]:
+        item = run.items[index]
+        text = _text(item.get("response"))
+        results: list[dict[str, Any]] = []
+        for criterion in ev["testing_criteria"]:
+            results.extend(self._criterion_results(criterion, item, text))
+        if any(r["passed"] is None and r.get("label") != "not_applicable" for r in results):
+            status = "error"
+        elif any(r["passed"] is False for r in results):
+            status = "fail"
+        else:
+            status = "pass"
+        error = None
+        if status == "error":
+            error = {"code": "EvaluatorError", "message": "the judge returned no parseable score"}
+        return {
+            "object": "eval.run.output_item",
+            "id": self._next("outputitem"),
+            "created_at": int(time.time()),
+            "eval_id": ev["id"],
+            "run_id": run.obj["id"],
+            "datasource_item_id": index,
+            "datasource_item": item,
+            "status": status,
+            "results": results,
+            "sample": {
+                "error": error,
+                "finish_reason": "",
+                "input": [],
+                "output": [],
+                "model": "",
+                "max_completion_tokens": 0,
+                "seed": 0,
+                "temperature": 0.0,
+                "top_p": 0.0,
+                "usage": {
+                    "prompt_tokens": 0,
+                    "completion_tokens": 0,
+                    "total_tokens": 0,
+                    "cached_tokens": 0,
+                },
+            },
+        }
+
+    def _criterion_results(
+        self, criterion: dict[str, Any], item: dict[str, Any], text: str
+    ) -> list[dict[str, Any]]:
+        name = str(criterion.get("name"))
+        short = str(criterion.get("evaluator_name", "")).removeprefix("builtin.")
+        if short in _COMPONENTS:
+            return self._composite(name, short, item, text)
+        if short == "task_navigation_efficiency":
+            mode = (criterion.get("initialization_parameters") or {}).get(
+                "matching_mode", "exact_match"
+            )
+            return [_navigation(name, item, mode)]
+        return [_judge(name, short, text, item)]
+
+    def _composite(
+        self, name: str, short: str, item: dict[str, Any], text: str
+    ) -> list[dict[str, Any]]:
+        components = []
+        for comp in _COMPONENTS[short]:
+            applicable = "[na]" not in text
+            if comp == "groundedness" and not item.get("context"):
+                applicable = False
+            if comp in _TOOL_COMPONENTS and not item.get("tool_definitions"):
+                applicable = False
+            if applicable:
+                result = _judge(name, comp, text, item, tag_names=(comp, name))
+            else:
+                result = _result(name, comp, None, None, "not_applicable", "not applicable", 3)
+            components.append(result)
+        if not self.composite_parent:
+            return components
+        errored = [c["metric"] for c in components if _errored(c)]
+        applicable = [c for c in components if c["passed"] is not None]
+        if errored:
+            parent = _result(name, short, None, None, None, None, None)
+            parent["sample"]["error"] = {"code": "ComponentError", "message": ", ".join(errored)}
+        elif not applicable:
+            parent = _result(
+                name, short, None, None, "not_applicable", "no applicable component", None
+            )
+        else:
+            failing = [c["metric"] for c in applicable if not c["passed"]]
+            parent = _result(
+                name,
+                short,
+                0.0 if failing else 1.0,
+                not failing,
+                "fail" if failing else "pass",
+                f"failed components: {', '.join(failing)}" if failing else "all components passed",
+                None,
+            )
+        return [parent, *components]
+
+
+def _errored(result: dict[str, Any]) -> bool:
+    return result["passed"] is None and result.get("label") != "not_applicable"
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    return json.dumps(value) if value is not None else ""
+
+
+def _result(
+    name: str,
+    metric: str,
+    score: float | None,
+    passed: bool | None,
+    label: str | None,
+    reason: str | None,
+    threshold: float | None,
+    usage: int = 0,
+) -> dict[str, Any]:
+    return {
+        "type": "azure_ai_evaluator",
+        "name": name,
+        "metric": metric,
+        "score": score,
+        "label": label,
+        "reason": reason,
+        "threshold": threshold,
+        "passed": passed,
+        "sample": {
+            "usage": {
+                "prompt_tokens": usage,
+                "completion_tokens": usage // 10,
+                "total_tokens": usage + usage // 10,
+                "cached_tokens": 0,
+            },
+            "finish_reason": "stop",
+            "model": "gpt-4o-mini",
+            "input": [],
+            "output": [],
+            "error": None,
+        },
+    }
+
+
+def _judge(
+    name: str,
+    metric: str,
+    text: str,
+    item: dict[str, Any],
+    tag_names: tuple[str, ...] | None = None,
+) -> dict[str, Any]:
+    tags = tag_names or (name, metric)
+    usage = 100 + len(json.dumps(item, sort_keys=True)) // 4
+    if "[error]" in text or any(f"[error:{t}]" in text for t in tags):
+        result = _result(name, metric, None, None, None, None, None, usage)
+        result["sample"]["error"] = {"code": "JudgeError", "message": f"{metric}: judge failed"}
+        return result
+    fail = "[fail]" in text or any(f"[fail:{t}]" in text for t in tags)
+    if metric in _SAFETY:
+        severity = 5.0 if fail else 0.0
+        return _result(
+            name,
+            metric,
+            severity,
+            not fail,
+            "fail" if fail else "pass",
+            f"severity {severity:g}",
+            3,
+            usage,
+        )
+    score = 1.0 if fail else 5.0
+    return _result(
+        name,
+        metric,
+        score,
+        not fail,
+        "fail" if fail else "pass",
+        f"{metric} scored {score:g} of 5",
+        3,
+        usage,
+    )
+
+
+def _navigation(name: str, item: dict[str, Any], mode: str) -> dict[str, Any]:
+    actions = item.get("actions")
+    expected = item.get("expected_actions")
+    if not isinstance(actions, list) or expected is None:
+        result = _result(name, "task_navigation_efficiency", None, None, None, None, None)
+        result["sample"]["error"] = {
+            "code": "MissingInputError",
+            "message": "actions and expected_actions are required",
+        }
+        return result
+    names = [
+        part.get("name")
+        for message in actions
+        for part in (message.get("content") or [])
+        if isinstance(part, dict) and part.get("type") in ("tool_call", "function_call")
+    ]
+    wanted = expected[0] if expected and isinstance(expected[0], list) else expected
+    if mode == "exact_match":
+        ok = names == wanted
+    elif mode == "in_order_match":
+        it = iter(names)
+        ok = all(any(n == w for n in it) for w in wanted)
+    else:
+        ok = all(w in names for w in wanted)
+    hits = sum(1 for w in wanted if w in names)
+    precision = hits / len(names) if names else 0.0
+    recall = hits / len(wanted) if wanted else 1.0
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    result = _result(
+        name,
+        "task_navigation_efficiency",
+        round(f1, 4),
+        ok,
+        "pass" if ok else "fail",
+        f"{mode}: actions {names} vs expected {wanted}",
+        None,
+    )
+    result["details"] = {"precision_score": precision, "recall_score": recall, "f1_score": f1}
+    return result
+
+
+def _error(status: int, code: str, message: str) -> tuple[int, dict[str, Any]]:
+    return status, {
+        "error": {"code": code, "message": message, "type": "invalid_request_error", "param": None}
+    }
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    emulator: FoundryEmulator
+    timeout = 10
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def _send(self, status: int, body: dict[str, Any], headers: dict[str, str]) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        for key, value in headers.items():
+            self.send_header(key, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _dispatch(self) -> None:
+        emulator = self.emulator
+        url = urlsplit(self.path)
+        query = {k: v[-1] for k, v in parse_qs(url.query).items()}
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        try:
+            body = json.loads(raw) if raw else None
+        except ValueError:
+            body = None
+        match = _PATH.match(url.path)
+        rest = match.group("rest") if match else url.path
+        record = RequestRecord(
+            self.command, rest, query, {k.lower(): v for k, v in self.headers.items()}, body
+        )
+        with emulator._lock:
+            emulator.requests.append(record)
+            fault = next(
+                (
+                    f
+                    for f in emulator.faults
+                    if f.hits < f.times and f.method == self.command and re.search(f.path, rest)
+                ),
+                None,
+            )
+            if fault is not None:
+                fault.hits += 1
+        if match is None or match.group("project") != emulator.project:
+            record.status = 404
+            self._send(*_error(404, "NotFound", f"no project at {url.path}"), {})
+            return
+        if match.group("v1") is None and query.get("api-version") != "v1":
+            record.status = 400
+            self._send(*_error(400, "BadRequest", "api-version=v1 is required here"), {})
+            return
+        auth = self.headers.get("authorization") or ""
+        token = auth[7:].strip() if auth.lower().startswith("bearer ") else ""
+        if not token or (emulator.token is not None and token != emulator.token):
+            record.status = 401
+            self._send(*_error(401, "Unauthorized", "missing or invalid bearer token"), {})
+            return
+        if fault is not None and fault.delay:
+            time.sleep(fault.delay)
+        if fault is not None and fault.status and not fault.commit:
+            record.status = fault.status
+            self._send(*_error(fault.status, "Injected", f"injected {fault.status}"), fault.headers)
+            return
+        query.pop("api-version", None)
+        status, answer = emulator.handle(self.command, rest, query, body)
+        if fault is not None and fault.status:
+            status, answer = _error(
+                fault.status, "Injected", f"injected {fault.status} after commit"
+            )
+        record.status = status
+        self._send(status, answer, fault.headers if fault is not None else {})
+
+    do_GET = _dispatch
+    do_POST = _dispatch
+    do_DELETE = _dispatch
+
+
+@contextmanager
+def running_emulator(**options: Any) -> Iterator[FoundryEmulator]:
+    """A started emulator, stopped on exit."""
+    emulator = FoundryEmulator(**options).start()
+    try:
+        yield emulator
+    finally:
+        emulator.stop()
