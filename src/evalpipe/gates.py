@@ -776,7 +776,13 @@ def _parse_one(text: str, agent: str | None, source: str) -> Clause:
     threshold: Any = None
     if compares:
         if pos + 1 >= len(tokens) or tokens[pos][0] != "op" or tokens[pos + 1][0] != "num":
-            raise _help(source, text, f"{fname}(...) must be compared with a number, e.g. >= 3.5")
+            got = " ".join(str(t[1]) for t in tokens[pos : pos + 2])
+            raise _help(
+                source,
+                text,
+                f"{fname}(...) must be compared with a number, e.g. >= 3.5"
+                + (f" (got {got!r}; the comparison is one of >=, >, <=, <)" if got else ""),
+            )
         op, threshold = tokens[pos][1], tokens[pos + 1][1]
         pos += 2
     if pos != len(tokens):
