@@ -1,8 +1,11 @@
 """The ``evalpipe`` command line.
 
-``evalpipe eval`` evaluates an agent over a JSONL query set in-process and prints a summary table.
-Exit codes: 0 done (failing items are reported, not an error, unless ``--strict``), 1 not all passed
-with ``--strict``, 2 bad input (the message says what to fix).
+``evalpipe run SUITE.yaml`` runs a suite's Prefect flow (ephemeral Prefect unless PREFECT_API_URL is
+set) with a progress bar and a summary; ``evalpipe results RUN_DIR`` prints a run's summary again;
+``evalpipe eval`` evaluates an agent over a JSONL query set in-process, without Prefect;
+``evalpipe cache stats|clean`` inspects the judge/agent response cache.
+Exit codes: 0 done, 1 a gate failed (``run``) or not all passed (``eval --strict``), 2 bad input
+(the message says what to fix).
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import argparse
 import asyncio
 import difflib
 import json
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -183,9 +187,152 @@ async def _eval(args: argparse.Namespace) -> list[EvalResults]:
     return results
 
 
+def _quiet_prefect() -> None:
+    """Prefect's own console logs would tear the progress bar; keep warnings and errors only."""
+    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    # The ephemeral server drops events still in flight when the process exits and logs each
+    # drop as a traceback; the run's Parquet files are the record, so keep its console quiet.
+    os.environ.setdefault("PREFECT_SERVER_LOGGING_LEVEL", "CRITICAL")
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW", "ignore")
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
+
+
+def _run(args: argparse.Namespace, console: Console, err: Console) -> int:
+    from evalpipe.suite import load_suite
+
+    suite = load_suite(args.suite, args.param)
+    if args.output is not None:
+        suite.output_dir = str(args.output)
+    _quiet_prefect()
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+
+    from evalpipe.pipeline import run_suite
+
+    with Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+        disable=args.no_progress,
+    ) as bar:
+        tasks: dict[str, Any] = {}
+        labels = {"calls": "target calls", "items": "shards evaluated"}
+
+        def progress(stage: str, done: int, total: int) -> None:
+            if stage not in tasks:
+                tasks[stage] = bar.add_task(labels.get(stage, stage), total=total)
+            bar.update(tasks[stage], completed=done, total=total)
+
+        outcome = run_suite(
+            suite,
+            run_dir=args.run_dir,
+            rescore=args.rescore,
+            resume=not args.no_resume,
+            progress=progress,
+        )
+    if outcome.resumed_calls:
+        console.print(f"resumed: {outcome.resumed_calls} call(s) taken from the run's journal")
+    if (outcome.run_dir / "manifest.json").exists():
+        _print_run(outcome.run_dir, console)
+    if outcome.state != "Completed":
+        err.print(
+            f"flow run {outcome.state}: {outcome.message}",
+            style="red",
+            markup=False,
+            highlight=False,
+        )
+        return 1
+    if outcome.gate_passed is False:
+        console.print("[yellow]gate failed (warn only)[/]")
+    return 0
+
+
+def _print_run(run_dir: Path, console: Console) -> None:
+    from evalpipe.artifacts import load_run, read_manifest
+
+    results = load_run(run_dir)
+    print_summary(results, console)
+    manifest = read_manifest(run_dir)
+    gate = manifest.get("gate")
+    if gate:
+        verdict = "[green]passed[/]" if gate.get("passed") else "[red]FAILED[/]"
+        console.print(f"gate {verdict}")
+        for clause in gate.get("clauses", []):
+            mark = "ok  " if clause.get("passed") else "FAIL"
+            console.print(f"  {mark} {clause.get('message') or clause.get('clause')}", markup=False)
+    console.print(f"run directory: {run_dir}")
+
+
+def _results(args: argparse.Namespace, console: Console) -> int:
+    from evalpipe.artifacts import ArtifactError
+
+    run_dir = Path(args.run_dir)
+    if not (run_dir / "manifest.json").is_file():
+        raise ValueError(
+            f"{run_dir}: not a finished run directory (no manifest.json); pass a directory that "
+            "`evalpipe run` completed"
+        )
+    try:
+        _print_run(run_dir, console)
+    except ArtifactError as exc:
+        raise ValueError(str(exc)) from None
+    return 0
+
+
+def _cache(args: argparse.Namespace, console: Console) -> int:
+    from evalpipe.cache import cache_clean, cache_stats
+
+    if args.cache_command == "clean":
+        removed = cache_clean(args.dir)
+        console.print(
+            f"removed {removed} expired entr{'y' if removed == 1 else 'ies'} from {args.dir}"
+        )
+        return 0
+    stats = cache_stats(args.dir)
+    for key, value in stats.model_dump().items():
+        console.print(f"{key}: {value}")
+    return 0
+
+
 def _build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="evalpipe", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="run a suite's flow on Prefect (ephemeral by default)")
+    run.add_argument("suite", type=Path, help="the suite YAML file")
+    run.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a suite field, e.g. --param repetitions=5 (repeatable; values are YAML)",
+    )
+    run.add_argument(
+        "--output", type=Path, default=None, help="output directory (suite's output_dir)"
+    )
+    run.add_argument(
+        "--run-dir", type=Path, default=None, help="write (or resume) this run directory"
+    )
+    run.add_argument(
+        "--rescore",
+        type=Path,
+        default=None,
+        metavar="RUN_DIR",
+        help="re-evaluate the transcripts stored in RUN_DIR instead of calling the target",
+    )
+    run.add_argument(
+        "--no-resume",
+        action="store_true",
+        help="start a new run even if an unfinished run of the same suite exists",
+    )
+    run.add_argument("--no-progress", action="store_true", help="no progress bar")
+    res = sub.add_parser("results", help="print a finished run's summary again")
+    res.add_argument("run_dir", type=Path, help="a run directory written by `evalpipe run`")
+    cache = sub.add_parser("cache", help="inspect or clean the response cache")
+    cache.add_argument("cache_command", choices=["stats", "clean"])
+    cache.add_argument("dir", type=Path, help="the cache directory")
     ev = sub.add_parser("eval", help="evaluate an agent over a JSONL query set, in-process")
     ev.add_argument(
         "--agent",
@@ -217,6 +364,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     console = Console(width=None if sys.stdout.isatty() else 120)
     err = Console(stderr=True, width=None if sys.stderr.isatty() else 120)
     try:
+        if args.command == "run":
+            return _run(args, console, err)
+        if args.command == "results":
+            return _results(args, console)
+        if args.command == "cache":
+            return _cache(args, console)
         if args.repetitions < 1:
             raise ValueError(f"--repetitions must be >= 1, got {args.repetitions}")
         results = asyncio.run(_eval(args))

@@ -1,0 +1,391 @@
+"""The evaluation flow: a suite's target calls, items, evaluations, artifacts and gate, on Prefect.
+
+Granularity follows shared measurements (docs/pipeline.md): one task per *shard* of target calls
+(not per call), one task per shard to build items, one task per provider per shard to evaluate
+(local checks run in-process inside it), then one task each to write the artifacts and check the
+gate. Tasks are awaited with ``asyncio.gather`` from the async flow (``.map``/``.submit`` from an
+async flow cost ~16x more per task). Inside a shard, calls run on asyncio; one semaphore bounds
+concurrent target calls across every shard of the run. Large values travel as ``quote(...)`` so
+Prefect does not walk them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import html
+import os
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar, cast
+
+from prefect import flow, get_run_logger, task
+from prefect.artifacts import (
+    acreate_link_artifact,
+    acreate_markdown_artifact,
+    acreate_progress_artifact,
+    acreate_table_artifact,
+    aupdate_progress_artifact,
+)
+from prefect.cache_policies import NO_CACHE
+from prefect.runtime import flow_run
+from prefect.tasks import exponential_backoff
+from prefect.utilities.annotations import quote
+
+from evalpipe.artifacts import RunRecord, RunWriter
+from evalpipe.pipeline.plan import Call, CallOutcome, RunPlan, ShardItems, _slug
+from evalpipe.results import EvalResults, merge_results
+from evalpipe.suite import EvalSuite
+from evalpipe.summary import summarize
+
+__all__ = ["GateFailedError", "ProgressHook", "eval_flow", "progress_hook"]
+
+ProgressHook = Callable[[str, int, int], None]
+"""Called as ``hook(stage, done, total)`` when calls finish ("calls") and shards finish ("items")."""
+
+progress_hook: contextvars.ContextVar[ProgressHook | None] = contextvars.ContextVar(
+    "evalpipe_progress_hook", default=None
+)
+"""Set by the CLI to drive its progress bar; the flow calls it from its own event loop."""
+
+
+T = TypeVar("T")
+
+
+def _q(value: T) -> T:
+    """``quote``: pass a large or unhashable value to a task without Prefect walking it."""
+    return cast(T, quote(value))
+
+
+class GateFailedError(Exception):
+    """The run's gate failed: the flow run ends Failed with every violated clause in its message."""
+
+
+def _transient(task: Any, task_run: Any, state: Any) -> bool:
+    # state.data, not state.result(): the latter never raises for async tasks (prefect-notes §5).
+    return isinstance(state.data, OSError)
+
+
+def _notify(stage: str, done: int, total: int) -> None:
+    hook = progress_hook.get()
+    if hook is not None:
+        hook(stage, done, total)
+
+
+@task(name="prepare", cache_policy=NO_CACHE, persist_result=False)
+async def prepare_task(suite: EvalSuite, run_dir: str, rescore: str | None) -> RunPlan:
+    """Load and validate the dataset, target, evaluators and gates; open the run directory."""
+    plan = RunPlan.prepare(suite, run_dir, rescore=rescore)
+    plan.start()
+    return plan
+
+
+@task(
+    name="target-calls",
+    task_run_name="calls-{shard_index}",
+    cache_policy=NO_CACHE,
+    persist_result=False,
+    retries=2,
+    retry_delay_seconds=exponential_backoff(backoff_factor=1),
+    retry_jitter_factor=0.5,
+    retry_condition_fn=_transient,
+)
+async def run_shard(
+    plan: RunPlan,
+    shard_index: int,
+    calls: Sequence[Call],
+    semaphore: asyncio.Semaphore,
+    counter: list[int],
+) -> list[CallOutcome]:
+    """Make (or take from the journal) one shard's target calls, all at once under the semaphore.
+
+    A call that fails is an errored transcript, not a failed task; the task retries only on
+    infrastructure errors (the journal's disk), and the journal keeps a retry from repeating calls.
+    """
+    total = len(plan.calls)
+
+    async def one(call: Call) -> CallOutcome:
+        outcome = await plan.call(call, semaphore)
+        counter[0] += 1
+        _notify("calls", counter[0], total)
+        return outcome
+
+    return list(await asyncio.gather(*(one(c) for c in calls)))
+
+
+@task(name="build-items", task_run_name="items-{shard_index}", cache_policy=NO_CACHE)
+async def build_items_task(
+    plan: RunPlan, shard_index: int, outcomes: Sequence[CallOutcome]
+) -> ShardItems:
+    """Split the shard's transcripts into items: per call, and per agent for workflows."""
+    return plan.build_items(outcomes)
+
+
+@task(
+    name="evaluate",
+    task_run_name="{provider_name}-{shard_index}",
+    cache_policy=NO_CACHE,
+    persist_result=False,
+)
+async def evaluate_task(
+    plan: RunPlan, provider_index: int, provider_name: str, shard_index: int, items: ShardItems
+) -> EvalResults:
+    """One provider over one shard's items (local checks run in-process, here)."""
+    return await plan.evaluate(plan.providers[provider_index], items)
+
+
+@task(name="write-artifacts", cache_policy=NO_CACHE, persist_result=False)
+async def finish_task(writer: RunWriter, manifest: dict[str, Any]) -> dict[str, Any]:
+    """Write summary.parquet and manifest.json, and move every file into place."""
+    return writer.finish(manifest)
+
+
+@task(name="gate", cache_policy=NO_CACHE, persist_result=False)
+async def gate_task(plan: RunPlan, results: list[EvalResults]) -> Any:
+    """Check the suite's gates on the merged results."""
+    from evalpipe.gates import evaluate_gates
+
+    return evaluate_gates(plan.gates, results)
+
+
+def _flow_run_name() -> str:
+    suite = (flow_run.parameters or {}).get("suite")
+    data = suite.model_dump() if isinstance(suite, EvalSuite) else dict(suite or {})
+    name = data.get("name") or "suite"
+    version = data.get("target_version") or ""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    return f"{name}{'-' + version if version else ''}-{stamp}"
+
+
+def _record(plan: RunPlan, outcome: CallOutcome) -> RunRecord:
+    return RunRecord.from_target_run(
+        outcome.run,
+        run_id=outcome.call.key,
+        target=plan.identity,
+        row_id=plan.rows[outcome.call.row_index].id,
+        cached=outcome.cached,
+    )
+
+
+def _strip(result: EvalResults) -> None:
+    """Drop the items (written already) so a long run does not hold every transcript in memory."""
+    result.input_items = []
+    for sub in result.sub_results.values():
+        _strip(sub)
+
+
+def _summary_table(results: Sequence[EvalResults]) -> list[dict[str, Any]]:
+    return [
+        {
+            "provider": row.provider,
+            "agent": row.agent,
+            "metric": row.metric,
+            "passed": row.passed,
+            "failed": row.failed,
+            "errored": row.errored,
+            "n": row.passed + row.failed,
+            "pass rate": None if row.pass_rate is None else round(row.pass_rate, 4),
+            "mean score": None if row.mean_score is None else round(row.mean_score, 4),
+        }
+        for row in summarize(results)
+    ]
+
+
+def _failures_markdown(results: Sequence[EvalResults], limit: int = 50) -> str:
+    lines = ["# Items that did not pass", ""]
+    count = 0
+    for res in results:
+        for level in res.iter_results():
+            for item in level.items:
+                if item.is_passed:
+                    continue
+                count += 1
+                if count > limit:
+                    continue
+                why = item.error_message or "; ".join(
+                    f"{s.name}: {(s.reason or 'failed').splitlines()[0]}"
+                    for s in item.scores
+                    if s.passed is False
+                )
+                lines.append(
+                    f"- `{html.escape(item.item_id)}` **{item.status}** ({html.escape(level.provider)}"
+                    f", {html.escape(level.run_id)}): {_md_escape(why)}"
+                )
+    if count == 0:
+        lines.append("Every item passed.")
+    elif count > limit:
+        lines.append(f"- ... and {count - limit} more (see scores.parquet)")
+    return "\n".join(lines)
+
+
+def _md_escape(text: str) -> str:
+    """Agent and judge text is shown as text: HTML escaped, markdown specials backslashed."""
+    escaped = html.escape(text[:500])
+    for ch in "\\`*_{}[]()#+!|>~":
+        escaped = escaped.replace(ch, "\\" + ch)
+    return escaped.replace("\n", " ")
+
+
+@flow(
+    name="evalpipe-eval",
+    flow_run_name=_flow_run_name,
+    persist_result=False,
+    log_prints=False,
+)
+async def eval_flow(
+    suite: EvalSuite,
+    run_dir: str | None = None,
+    rescore: str | None = None,
+) -> dict[str, Any]:
+    """Run a suite: target calls in shards, per-agent items, evaluations, Parquet, gate.
+
+    Args:
+        suite: The suite (a form in the Prefect UI; a YAML file on the command line).
+        run_dir: Where to write; an unfinished run directory resumes (default: a new directory
+            under ``suite.output_dir``).
+        rescore: A finished run directory whose transcripts are re-evaluated instead of calling
+            the target.
+    """
+    from evalpipe.pipeline.plan import find_resumable, new_run_dir
+
+    logger = get_run_logger()
+    started = time.perf_counter()
+    if run_dir is None:
+        found = None if rescore else find_resumable(suite)
+        run_dir = str(found or new_run_dir(suite))
+    plan: RunPlan = await prepare_task(suite, run_dir, rescore)
+    resumed = plan.resumed_calls()
+    logger.info(
+        "suite %s: %d rows x %d repetitions = %d calls (%d from the journal), %d provider(s), "
+        "run directory %s",
+        suite.name,
+        len(plan.rows),
+        suite.repetitions,
+        len(plan.calls),
+        resumed,
+        len(plan.providers),
+        plan.run_dir,
+    )
+    key = _slug(suite.name)
+    progress_id = await acreate_progress_artifact(
+        progress=0.0, key=f"{key}-progress", description="target calls evaluated"
+    )
+    shards = plan.shards()
+    semaphore = asyncio.Semaphore(suite.concurrency)
+    # Enough shards in flight to keep the semaphore busy, few enough to bound memory.
+    shard_gate = asyncio.Semaphore(max(2, 2 * -(-suite.concurrency // plan.shard_size())))
+    counter = [0]
+    writer = RunWriter(plan.run_dir)
+    done: dict[int, tuple[list[CallOutcome], list[EvalResults]]] = {}
+    next_to_write = 0
+    kept: list[list[EvalResults]] = [[] for _ in plan.providers]
+    finished_shards = 0
+    timings: dict[str, float] = {"prepare_s": time.perf_counter() - started}
+
+    async def process(index: int, calls: list[Call]) -> None:
+        nonlocal next_to_write, finished_shards
+        async with shard_gate:
+            outcomes = await run_shard(_q(plan), index, _q(calls), _q(semaphore), _q(counter))
+            items = await build_items_task(_q(plan), index, _q(outcomes))
+            results = list(
+                await asyncio.gather(
+                    *(
+                        evaluate_task(_q(plan), p, provider.name, index, _q(items))
+                        for p, provider in enumerate(plan.providers)
+                    )
+                )
+            )
+        done[index] = (outcomes, results)
+        while next_to_write in done:  # write in shard order, whatever order shards finish in
+            outs, res = done.pop(next_to_write)
+            writer.add_runs(_record(plan, o) for o in outs)
+            writer.add_results(res)
+            for p, r in enumerate(res):
+                _strip(r)
+                kept[p].append(r)
+            next_to_write += 1
+        finished_shards += 1
+        _notify("items", finished_shards, len(shards))
+        await aupdate_progress_artifact(
+            artifact_id=progress_id, progress=100.0 * finished_shards / len(shards)
+        )
+
+    try:
+        await asyncio.gather(*(process(i, calls) for i, calls in enumerate(shards)))
+    except BaseException:
+        writer.abort()
+        raise
+    timings["calls_and_evaluation_s"] = time.perf_counter() - started - timings["prepare_s"]
+    merged = [merge_results(parts) for parts in kept if parts]
+    report = await gate_task(_q(plan), _q(merged)) if plan.gates else None
+    manifest = {
+        "suite": suite.model_dump(mode="json"),
+        "suite_fingerprint": suite.fingerprint(),
+        "target": plan.identity,
+        "providers": [p.name for p in plan.providers],
+        "evaluator_specs": suite.evaluators,
+        "calls": len(plan.calls),
+        "calls_from_journal": resumed,
+        "shards": len(shards),
+        "rescored_from": str(plan.rescored_from) if plan.rescored_from else None,
+        "flow_run_id": str(flow_run.id) if flow_run.id else None,
+        "gate": report.model_dump(mode="json") if report is not None else None,
+        "timings": timings,
+    }
+    timings["total_s"] = time.perf_counter() - started
+    await finish_task(_q(writer), manifest)
+    if plan.journal is not None:
+        plan.journal.close()
+    await acreate_table_artifact(
+        key=f"{key}-summary",
+        table=_summary_table(merged),
+        description=f"{suite.name}: pass rates per provider, agent and metric",
+    )
+    await acreate_markdown_artifact(
+        key=f"{key}-failures", markdown=_failures_markdown(merged), description="failing items"
+    )
+    run_path = plan.run_dir.resolve()
+    await acreate_link_artifact(
+        key=f"{key}-run-dir",
+        link=run_path.as_uri(),
+        link_text=str(run_path),
+        description=f"run directory (open locally: {run_path})",
+    )
+    outcome = {
+        "run_dir": str(run_path),
+        "calls": len(plan.calls),
+        "calls_from_journal": resumed,
+        "results": [
+            {
+                "provider": r.provider,
+                "run_id": r.run_id,
+                "passed": r.passed,
+                "failed": r.failed,
+                "errored": r.errored,
+                "all_passed": r.all_passed,
+            }
+            for r in merged
+        ],
+        "gate_passed": None if report is None else report.passed,
+    }
+    if report is not None and not report.passed:
+        text = report.summary()
+        if suite.warn_only:
+            logger.warning("gate failed (warn only): %s", text)
+        else:
+            raise GateFailedError(f"gate failed for suite {suite.name}: {text}")
+    logger.info("run %s finished in %.2f s", run_path, time.perf_counter() - started)
+    return outcome
+
+
+def default_env() -> None:
+    """Quiet defaults for in-process runs (no telemetry noise; logs without a flow run ignored)."""
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW", "ignore")
+    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
+
+
+def run_dir_of(outcome: dict[str, Any]) -> Path:
+    """The run directory a flow run wrote."""
+    return Path(outcome["run_dir"])

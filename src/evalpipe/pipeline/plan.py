@@ -1,0 +1,430 @@
+"""A run plan: everything a flow run needs, validated before the first target call.
+
+The plan holds the suite, the dataset rows, the target (or the stored transcripts when re-scoring),
+the evaluators, the gates, the run directory and the journal, and knows how to make one call, turn
+a shard's transcripts into items and evaluate a batch with one provider. The flow (``flow.py``) only
+schedules these steps as Prefect tasks; this module itself does not need Prefect.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal, cast
+
+from evalpipe.datasets import DatasetError, QueryRow, load_dataset, row_hash
+from evalpipe.evaluate import build_agent_items, run_evaluators
+from evalpipe.evaluators.base import Evaluator
+from evalpipe.items import EvalItem
+from evalpipe.journal import Journal, call_key
+from evalpipe.results import EvalResults
+from evalpipe.suite import (
+    EvalSuite,
+    SuiteError,
+    build_evaluators,
+    build_split,
+    build_target,
+)
+from evalpipe.targets.base import TargetRun, agent_tools, call_agent
+
+__all__ = [
+    "MAX_SHARD_TASKS",
+    "Call",
+    "CallOutcome",
+    "RunPlan",
+    "ShardItems",
+    "find_resumable",
+    "new_run_dir",
+]
+
+MAX_SHARD_TASKS = 100
+"""Default shard size aims for at most this many shard tasks per flow run (prefect-notes §2)."""
+
+RUN_MARKER = "run.json"
+"""Written when a run starts (suite + fingerprint); ``manifest.json`` appears when it completes."""
+
+Transcript = Any  # TargetRun | WorkflowRun
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One target call of the run: which row, which repetition, and its content address."""
+
+    position: int
+    """Place in the run's repetition-major order."""
+    row_index: int
+    repetition: int
+    key: str
+
+
+@dataclass(slots=True)
+class CallOutcome:
+    """A finished call: its transcript and whether it came from the journal."""
+
+    call: Call
+    run: Transcript
+    cached: bool
+
+
+@dataclass(slots=True)
+class ShardItems:
+    """The items one shard's transcripts became: overall items, and per-agent items for workflows."""
+
+    overall: list[EvalItem]
+    per_agent: dict[str, list[EvalItem]] = field(default_factory=dict)
+    workflow_items: Any = None
+    """The workflow stage's own structure, handed back to its evaluation stage."""
+
+    @property
+    def count(self) -> int:
+        return len(self.overall) + sum(len(v) for v in self.per_agent.values())
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-") or "suite"
+
+
+def new_run_dir(suite: EvalSuite, output_dir: str | Path | None = None) -> Path:
+    """A fresh run directory: ``{output_dir}/{suite}/{UTC timestamp}-{fingerprint}``."""
+    base = Path(output_dir or suite.output_dir) / suite.name
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
+    path = base / f"{stamp}-{suite.fingerprint()}"
+    n = 1
+    while path.exists():
+        n += 1
+        path = base / f"{stamp}-{suite.fingerprint()}-{n}"
+    return path
+
+
+def find_resumable(suite: EvalSuite, output_dir: str | Path | None = None) -> Path | None:
+    """The newest unfinished run of this exact suite (same fingerprint, no manifest yet)."""
+    base = Path(output_dir or suite.output_dir) / suite.name
+    if not base.is_dir():
+        return None
+    candidates = []
+    for path in base.iterdir():
+        marker = path / RUN_MARKER
+        if not marker.is_file() or (path / "manifest.json").exists():
+            continue
+        try:
+            data = json.loads(marker.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if data.get("fingerprint") == suite.fingerprint():
+            candidates.append((marker.stat().st_mtime, path))
+    return max(candidates)[1] if candidates else None
+
+
+def _is_workflow(target: Any) -> bool:
+    from evalpipe.targets.maf import is_maf_workflow
+    from evalpipe.targets.workflow import RouterWorkflow, SequentialWorkflow
+
+    return is_maf_workflow(target) or isinstance(target, SequentialWorkflow | RouterWorkflow)
+
+
+@dataclass
+class RunPlan:
+    """A validated run: suite, rows, target, providers, gates, run directory and journal."""
+
+    suite: EvalSuite
+    rows: list[QueryRow]
+    row_hashes: list[str]
+    providers: list[Evaluator]
+    splitter: Any
+    gates: list[Any]
+    run_dir: Path
+    kind: Literal["agent", "workflow"]
+    identity: str
+    target: Any = None
+    declared_tools: list[Any] = field(default_factory=list)
+    journal: Journal | None = None
+    stored: dict[str, tuple[Transcript, bool]] | None = None
+    """Re-scoring: transcripts by call key, read from an earlier run (the target is not called)."""
+    rescored_from: Path | None = None
+    started_at: float = field(default_factory=time.time)
+    calls: list[Call] = field(default_factory=list)
+
+    # -- construction -------------------------------------------------------------------------
+
+    @classmethod
+    def prepare(
+        cls,
+        suite: EvalSuite,
+        run_dir: str | Path,
+        *,
+        rescore: str | Path | None = None,
+    ) -> RunPlan:
+        """Load and validate everything; nothing is called and nothing is written.
+
+        Raises:
+            SuiteError: for a bad dataset, target, evaluator, split or gate (named, with the fix).
+        """
+        try:
+            rows = load_dataset(suite.dataset)
+        except DatasetError as exc:
+            raise SuiteError(f"dataset: {exc}") from None
+        providers = build_evaluators(suite)
+        splitter = build_split(suite)
+        gates = _parse_gates(suite.gates)
+        stored: dict[str, tuple[Transcript, bool]] | None = None
+        target: Any = None
+        if rescore is not None:
+            kind, identity, stored = _read_stored(Path(rescore))
+        else:
+            target = build_target(suite)
+            kind = "workflow" if _is_workflow(target) else "agent"
+            if kind == "workflow":
+                from evalpipe.targets.workflow import workflow_identity
+
+                identity = f"{workflow_identity(target)}|{suite.target_identity()}"
+            else:
+                identity = f"agent|{suite.target_identity()}"
+        plan = cls(
+            suite=suite,
+            rows=rows,
+            row_hashes=[row_hash(r) for r in rows],
+            providers=providers,
+            splitter=splitter,
+            gates=gates,
+            run_dir=Path(run_dir),
+            kind=kind,
+            identity=identity,
+            target=target,
+            declared_tools=agent_tools(target) if kind == "agent" and target is not None else [],
+            stored=stored,
+            rescored_from=Path(rescore) if rescore is not None else None,
+        )
+        plan.calls = plan._make_calls()
+        if stored is not None:
+            missing = [c for c in plan.calls if c.key not in stored]
+            if missing:
+                row = rows[missing[0].row_index]
+                raise SuiteError(
+                    f"--rescore {rescore}: no stored transcript for row {row.id!r} repetition "
+                    f"{missing[0].repetition} ({len(missing)} missing); re-score with the suite and "
+                    "dataset the run was made with, or lower repetitions"
+                )
+        return plan
+
+    def _make_calls(self) -> list[Call]:
+        calls = []
+        n = len(self.rows)
+        for rep in range(self.suite.repetitions):
+            for i in range(n):
+                key = call_key(self.identity_for_keys, self.row_hashes[i], rep)
+                calls.append(Call(rep * n + i, i, rep, key))
+        return calls
+
+    @property
+    def identity_for_keys(self) -> str:
+        """Keys of stored runs are those of the run that made them."""
+        return self.identity
+
+    def absolute_run_dir(self) -> Path:
+        """The run directory as an absolute path."""
+        return self.run_dir.resolve()
+
+    def start(self) -> None:
+        """Create the run directory, its marker and the journal (resuming one that exists)."""
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        marker = self.run_dir / RUN_MARKER
+        if not marker.exists():
+            marker.write_text(
+                json.dumps(
+                    {
+                        "suite": self.suite.model_dump(mode="json"),
+                        "fingerprint": self.suite.fingerprint(),
+                        "identity": self.identity,
+                        "started_at": self.started_at,
+                    },
+                    indent=2,
+                ),
+                encoding="utf-8",
+            )
+        if self.stored is None:
+            self.journal = Journal(self.run_dir / "journal", self.identity)
+
+    # -- shards ---------------------------------------------------------------------------------
+
+    def shard_size(self) -> int:
+        """Calls per shard task: the suite's, or sized for at most MAX_SHARD_TASKS shards."""
+        if self.suite.shard_size is not None:
+            return self.suite.shard_size
+        return max(1, math.ceil(len(self.calls) / MAX_SHARD_TASKS))
+
+    def shards(self) -> list[list[Call]]:
+        """The calls cut into shards, in repetition-major order."""
+        size = self.shard_size()
+        return [self.calls[i : i + size] for i in range(0, len(self.calls), size)]
+
+    def resumed_calls(self) -> int:
+        """Calls the journal already holds."""
+        if self.journal is None:
+            return 0
+        return sum(1 for c in self.calls if c.key in self.journal)
+
+    # -- one call -------------------------------------------------------------------------------
+
+    def _load(self, text: str) -> Transcript:
+        if self.kind == "workflow":
+            from evalpipe.targets.workflow import WorkflowRun
+
+            return WorkflowRun.model_validate_json(text)
+        return TargetRun.model_validate_json(text)
+
+    async def call(self, call: Call, semaphore: asyncio.Semaphore) -> CallOutcome:
+        """Make one call, or take it from the journal (or the stored run when re-scoring)."""
+        if self.stored is not None:
+            stored, _ = self.stored[call.key]
+            return CallOutcome(call, stored, True)
+        assert self.journal is not None, "start() the plan before calling the target"
+        if (text := self.journal.get(call.key)) is not None:
+            return CallOutcome(call, self._load(text), True)
+        row = self.rows[call.row_index]
+        run: Any
+        if self.kind == "workflow":
+            from evalpipe.targets.workflow import call_workflow
+
+            run = await call_workflow(
+                self.target,
+                row.query,
+                query_index=call.row_index,
+                repetition=call.repetition,
+                semaphore=semaphore,
+            )
+        else:
+            run = await call_agent(
+                self.target,
+                row.query,
+                query_index=call.row_index,
+                repetition=call.repetition,
+                semaphore=semaphore,
+                attempts=self.suite.call_attempts,
+            )
+        if run.error_code is None:
+            self.journal.record(call.key, run.model_dump_json())
+        return CallOutcome(call, run, False)
+
+    # -- items ----------------------------------------------------------------------------------
+
+    def _stamp(self, item: EvalItem, call: Call) -> None:
+        row = self.rows[call.row_index]
+        item.item_id = f"{row.id}#{call.repetition}"
+        item.metadata = {
+            **item.metadata,
+            "row_id": row.id,
+            "run_id": call.key,
+            "tags": list(row.tags),
+        }
+
+    def build_items(self, outcomes: Sequence[CallOutcome]) -> ShardItems:
+        """The items of one shard: one per call (agents), or overall + per agent (workflows)."""
+        if self.kind == "workflow":
+            return self._build_workflow_items(outcomes)
+        rows = self.rows
+        items = build_agent_items(
+            [o.run for o in outcomes],
+            declared_tools=self.declared_tools,
+            expected_output=[r.expected_output for r in rows],
+            context=[r.context for r in rows],
+            conversation_split=self.splitter,
+        )
+        for item, outcome in zip(items, outcomes, strict=True):
+            item.expected_tool_calls = rows[outcome.call.row_index].expected_tool_calls
+            self._stamp(item, outcome.call)
+        return ShardItems(overall=items)
+
+    def _build_workflow_items(self, outcomes: Sequence[CallOutcome]) -> ShardItems:
+        from evalpipe.evaluate import build_workflow_items
+
+        rows = self.rows
+        per_agent = {
+            i: {name: exp.model_dump() for name, exp in (r.agents or {}).items()}
+            for i, r in enumerate(rows)
+        }
+        built = build_workflow_items(
+            [o.run for o in outcomes],
+            expected_output=[r.expected_output for r in rows],
+            expected_tool_calls=[r.expected_tool_calls for r in rows],
+            per_agent_expectations=per_agent,
+            conversation_split=self.splitter,
+            upstream_context=self.suite.upstream_context,
+            include_overall=self.suite.include_overall,
+            include_per_agent=self.suite.include_per_agent,
+        )
+        by_position = {(o.run.query_index, o.run.repetition): o.call for o in outcomes}
+        for item in [*built.overall, *(i for items in built.per_agent.values() for i in items)]:
+            call = by_position.get((item.query_index, item.repetition))
+            if call is not None:
+                agent = item.agent
+                self._stamp(item, call)
+                if agent not in (None, "overall"):
+                    item.item_id = f"{item.item_id}@{agent}"
+        return ShardItems(overall=built.overall, per_agent=built.per_agent, workflow_items=built)
+
+    # -- evaluation -----------------------------------------------------------------------------
+
+    def eval_name(self, provider: Evaluator) -> str:
+        """The name a provider's results carry (the provider appended when there are several)."""
+        if len(self.providers) > 1:
+            return f"{self.suite.name} ({provider.name})"
+        return self.suite.name
+
+    async def evaluate(self, provider: Evaluator, items: ShardItems) -> EvalResults:
+        """One provider over one shard's items; a provider that raises gives errored items."""
+        name = self.eval_name(provider)
+        if self.kind == "workflow":
+            from evalpipe.evaluate import evaluate_workflow_items
+
+            (result,) = await evaluate_workflow_items([provider], items.workflow_items, name)
+            return cast(EvalResults, result)
+        (result,) = await run_evaluators([provider], items.overall, name)
+        return result
+
+
+def _parse_gates(specs: Sequence[str | dict[str, Any]]) -> list[Any]:
+    if not specs:
+        return []
+    from evalpipe.gates import parse_gates
+
+    try:
+        return list(parse_gates(list(specs)))
+    except ValueError as exc:
+        raise SuiteError(f"gates: {exc}") from None
+
+
+def _read_stored(run_dir: Path) -> tuple[Literal["agent", "workflow"], str, dict[str, Any]]:
+    """The transcripts of an earlier run, by call key, for re-scoring."""
+    from evalpipe.artifacts import read_runs
+
+    marker = run_dir / RUN_MARKER
+    if not marker.is_file():
+        raise SuiteError(
+            f"--rescore {run_dir}: not a run directory (no {RUN_MARKER}); pass a directory "
+            "that `evalpipe run` wrote"
+        )
+    identity = str(json.loads(marker.read_text(encoding="utf-8")).get("identity", ""))
+    kind: Literal["agent", "workflow"] = "workflow" if identity.startswith("workflow:") else "agent"
+    try:
+        records = read_runs(run_dir)
+    except Exception as exc:
+        raise SuiteError(f"--rescore {run_dir}: cannot read runs.parquet ({exc})") from None
+    stored: dict[str, Any] = {}
+    for record in records:
+        if record.transcript is None:
+            continue
+        if kind == "workflow":
+            from evalpipe.targets.workflow import WorkflowRun
+
+            run: Any = WorkflowRun.model_validate_json(record.transcript)
+        else:
+            run = TargetRun.model_validate_json(record.transcript)
+        stored[record.run_id] = (run, True)
+    return kind, identity, stored
