@@ -190,6 +190,27 @@ def test_no_errors_catches_error_diagnostics_and_unfinished_runs() -> None:
     )
 
 
+def test_not_applicable_metrics_are_skipped_not_errors() -> None:
+    """A not_applicable metric (a judge metric missing its context) is neither scored nor an error."""
+    na = EvalScoreResult("groundedness", None, None, label="not_applicable")
+    scored = EvalScoreResult("groundedness", 4.0, True)
+    results = EvalResults(
+        provider="Judge",
+        items=[
+            EvalItemResult(item_id="a", status="pass", scores=[scored]),
+            EvalItemResult(item_id="b", status="pass", scores=[na]),
+        ],
+    )
+    outcome = (mean("groundedness") >= 4).evaluate([results])
+    assert (outcome.passed, outcome.n, outcome.errored, outcome.not_applicable) == (True, 1, 0, 1)
+    assert outcome.message == "mean 4 over n=1, 1 not applicable; holds >= 4"
+    assert no_errors().evaluate([results]).passed
+    only_na = EvalResults(provider="Judge", items=[EvalItemResult("b", "pass", [na])])
+    assert all_pass("groundedness").evaluate([only_na]).message == (
+        "no scores for groundedness, 1 not applicable"
+    )
+
+
 async def test_no_errors_for_one_metric_ignores_the_others() -> None:
     """no_errors("expected_fact") ignores a relevance error on an item whose fact scored."""
     results = [await run_local(["boom 30 days"], relevance, expected_fact)]

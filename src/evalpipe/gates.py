@@ -12,8 +12,9 @@ parser is a small tokenizer and a table of known clauses; nothing is evaluated a
 
 Errored scores are never averaged: a metric whose score is None (it could not be computed) and an
 errored item without that metric are left out of ``mean``, ``pass_rate``, ``at_most`` and
-``all_pass`` and reported as ``errored``; ``no_errors()`` is the clause that fails on them. A clause
-that sees no scores at all fails ("no scores"). See docs/gates.md.
+``all_pass`` and reported as ``errored``; ``no_errors()`` is the clause that fails on them. A metric
+labelled ``not_applicable`` is skipped (and counted). A clause that sees no scores at all fails
+("no scores"). See docs/gates.md.
 """
 
 from __future__ import annotations
@@ -87,6 +88,8 @@ class ClauseResult(BaseModel):
     """Scores (or, for ``no_errors``, items) the clause counted."""
     errored: int = 0
     """Errored scores or items left out of the aggregate."""
+    not_applicable: int = 0
+    """Scores labelled not applicable, left out of the aggregate (not errors)."""
     items: list[str] = Field(default_factory=list)
     """Offending item ids (first ten), as ``agent:item_id`` inside a workflow's sub-results."""
     message: str
@@ -167,27 +170,45 @@ def _label(level: _Level, item: EvalItemResult) -> str:
     return f"{level.label}:{item.item_id}" if level.label else item.item_id
 
 
+NOT_APPLICABLE = "not_applicable"
+"""The label of a metric that did not apply to an item (a judge metric missing its context):
+neither a score nor an error, so gates skip it."""
+
+
 def _score_errored(score: EvalScoreResult) -> bool:
-    return score.score is None or any(d.severity == "error" for d in score.diagnostics or ())
+    """Could not be computed: an error code or message, an error diagnostic, or no score at all
+    (except a metric labelled not applicable)."""
+    if score.error_code or score.error_message:
+        return True
+    if any(d.severity == "error" for d in score.diagnostics or ()):
+        return True
+    return score.score is None and score.label != NOT_APPLICABLE
+
+
+def _not_applicable(score: EvalScoreResult) -> bool:
+    return score.score is None and not _score_errored(score)
 
 
 @dataclass(slots=True)
 class _Values:
     scores: list[tuple[str, EvalScoreResult]] = field(default_factory=list)
     errored: list[str] = field(default_factory=list)
+    not_applicable: int = 0
 
 
 def _collect(levels: Sequence[_Level], metric: str) -> _Values:
-    """The metric's computed scores in scope, and the items where it errored."""
+    """The metric's computed scores in scope, the items where it errored, and how many skipped it."""
     found = _Values()
     for level in levels:
         for item in level.result.items:
             named = [s for s in item.scores if s.name == metric]
-            good = [s for s in named if not _score_errored(s)]
+            good = [s for s in named if s.score is not None and not _score_errored(s)]
             if good:
                 found.scores.extend((_label(level, item), s) for s in good)
-            elif named or item.is_error:
+            elif any(_score_errored(s) for s in named) or (item.is_error and not named):
                 found.errored.append(_label(level, item))
+            elif named:
+                found.not_applicable += 1
     return found
 
 
@@ -214,8 +235,9 @@ def _items_note(labels: Sequence[str]) -> str:
     return f" (items {', '.join(labels[:_SHOWN_ITEMS])}{more})"
 
 
-def _errored_note(count: int) -> str:
-    return f", {count} errored excluded" if count else ""
+def _errored_note(count: int, not_applicable: int = 0) -> str:
+    note = f", {count} errored excluded" if count else ""
+    return note + (f", {not_applicable} not applicable" if not_applicable else "")
 
 
 # --------------------------------------------------------------------------------------------
@@ -321,11 +343,12 @@ class Threshold(Clause):
             "threshold": self.threshold,
             "n": n,
             "errored": len(values.errored),
+            "not_applicable": values.not_applicable,
         }
         if n == 0:
             return ClauseResult(
                 passed=False,
-                message=f"no scores for {self.metric}{_errored_note(len(values.errored))}",
+                message=f"no scores for {self.metric}{_errored_note(len(values.errored), values.not_applicable)}",
                 **base,
             )
         if self.kind == "mean":
@@ -338,7 +361,7 @@ class Threshold(Clause):
         passed = bool(_COMPARE[self.op](observed, self.threshold))
         verdict = "holds" if passed else "needs"
         message = (
-            f"{what}{_errored_note(len(values.errored))}; "
+            f"{what}{_errored_note(len(values.errored), values.not_applicable)}; "
             f"{verdict} {self.op} {_num(self.threshold)}"
         )
         return ClauseResult(passed=passed, observed=observed, message=message, **base)
@@ -381,18 +404,19 @@ class AtMost(Clause):
             "threshold": float(self.count),
             "n": n,
             "errored": len(values.errored),
+            "not_applicable": values.not_applicable,
             "items": low[:_SHOWN_ITEMS],
         }
         if n == 0:
             return ClauseResult(
                 passed=False,
-                message=f"no scores for {self.metric}{_errored_note(len(values.errored))}",
+                message=f"no scores for {self.metric}{_errored_note(len(values.errored), values.not_applicable)}",
                 **base,
             )
         passed = len(low) <= self.count
         message = (
             f"{len(low)} of n={n} {self.metric} scores below {_num(self.below)}"
-            f"{_items_note(low)}{_errored_note(len(values.errored))}; "
+            f"{_items_note(low)}{_errored_note(len(values.errored), values.not_applicable)}; "
             f"{'within' if passed else 'more than'} the {self.count} allowed"
         )
         return ClauseResult(passed=passed, observed=float(len(low)), message=message, **base)
@@ -428,21 +452,22 @@ class AllPass(Clause):
             "agent": self.agent,
             "n": n,
             "errored": len(values.errored),
+            "not_applicable": values.not_applicable,
             "items": bad[:_SHOWN_ITEMS],
         }
         if n == 0:
             return ClauseResult(
                 passed=False,
-                message=f"no scores for {self.metric}{_errored_note(len(values.errored))}",
+                message=f"no scores for {self.metric}{_errored_note(len(values.errored), values.not_applicable)}",
                 **base,
             )
         if bad:
             message = (
                 f"{len(bad)} of n={n} {self.metric} did not pass{_items_note(bad)}"
-                f"{_errored_note(len(values.errored))}"
+                f"{_errored_note(len(values.errored), values.not_applicable)}"
             )
         else:
-            message = f"all n={n} {self.metric} passed{_errored_note(len(values.errored))}"
+            message = f"all n={n} {self.metric} passed{_errored_note(len(values.errored), values.not_applicable)}"
         return ClauseResult(passed=not bad, observed=float(len(bad)), message=message, **base)
 
 
