@@ -538,7 +538,11 @@ class ChatClient:
         if self.endpoint.api_type == "azure" and self.endpoint.azure_deployment:
             body.pop("model", None)  # the deployment URL names the model
         started = time.perf_counter()
-        raw, attempts = await self._post_with_retries(body)
+        if self._http is not None:
+            raw, attempts = await self._post_with_retries(self._http, body)
+        else:
+            async with self._new_http() as http:  # one pool for this call and its retries
+                raw, attempts = await self._post_with_retries(http, body)
         latency = time.perf_counter() - started
         message, finish = _first_choice(raw)
         usage = _usage(raw)
@@ -578,7 +582,9 @@ class ChatClient:
         )
         return wait
 
-    async def _post_with_retries(self, body: dict[str, Any]) -> tuple[dict[str, Any], int]:
+    async def _post_with_retries(
+        self, http: httpx.AsyncClient, body: dict[str, Any]
+    ) -> tuple[dict[str, Any], int]:
         retrying = AsyncRetrying(
             stop=stop_after_attempt(self.endpoint.max_retries + 1),
             wait=self._wait,
@@ -591,7 +597,7 @@ class ChatClient:
             with attempt:
                 attempts = attempt.retry_state.attempt_number
                 async with limiter:
-                    raw = await self._post_once(body, attempts)
+                    raw = await self._post_once(http, body, attempts)
         return raw, attempts
 
     async def _headers(self) -> dict[str, str]:
@@ -605,19 +611,15 @@ class ChatClient:
                 headers["Authorization"] = f"Bearer {self._api_key}"
         return headers
 
-    async def _post_once(self, body: dict[str, Any], attempt: int) -> dict[str, Any]:
+    async def _post_once(
+        self, http: httpx.AsyncClient, body: dict[str, Any], attempt: int
+    ) -> dict[str, Any]:
         ep = self.endpoint
         headers = await self._headers()
         try:
-            if self._http is not None:
-                response = await self._http.post(
-                    ep.chat_url, json=body, params=ep.query_params, headers=headers
-                )
-            else:
-                async with self._new_http() as http:
-                    response = await http.post(
-                        ep.chat_url, json=body, params=ep.query_params, headers=headers
-                    )
+            response = await http.post(
+                ep.chat_url, json=body, params=ep.query_params, headers=headers
+            )
         except httpx.TransportError as exc:
             raise ChatTransportError(
                 f"POST {ep.chat_url} failed after {attempt} attempt(s): "

@@ -1,0 +1,270 @@
+"""OpenAIChatAgent: an agent over any OpenAI-compatible chat-completions endpoint, with local tools.
+
+The agent sends the conversation, executes the tool calls the model asks for with your Python
+functions, sends the results back, and repeats until the model answers in text or ``max_steps``
+model calls were made (the last call asks for a text answer with ``tool_choice="none"``). It returns
+the whole transcript (assistant tool calls, tool results, the final text), the summed token usage
+and schema snapshots of its tools. Requests go through evalpipe.llm, so retries, the response cache
+and the per-endpoint concurrency bound apply.
+
+A tool call whose arguments are not a JSON object, a call to an unknown tool, and a tool that raises
+are recorded as a tool result carrying the error (the model sees it and can recover); the run goes
+on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import inspect
+import json
+import threading
+from collections.abc import Callable, Sequence
+from types import TracebackType
+from typing import Any
+
+from evalpipe.cache import ResponseCache
+from evalpipe.items import RunUsage
+from evalpipe.llm import ChatClient, ChatEndpoint
+from evalpipe.messages import (
+    FunctionCallContent,
+    FunctionResultContent,
+    Message,
+    ToolDefinition,
+    messages_from_openai,
+    messages_to_openai,
+)
+from evalpipe.targets.base import AgentResponse
+
+__all__ = ["OpenAIChatAgent"]
+
+
+def _tool_result_text(value: Any) -> Any:
+    """A tool's return value as stored in the transcript: JSON data as is, anything else as str."""
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return str(value)
+    return value
+
+
+class OpenAIChatAgent:
+    """An evalpipe Agent over an OpenAI-compatible ``/chat/completions`` endpoint.
+
+    Args:
+        base_url: the OpenAI-style base URL (e.g. ``http://localhost:11434/v1``).
+        model: the model id (for Azure v1, the deployment name).
+        instructions: the system message sent first, when given.
+        tools: Python functions (sync or async) the model may call; their names, docstrings and
+            annotated parameters become the tool schemas.
+        api_key: the API key (prefer ``endpoint=ChatEndpoint(api_key_env=...)``).
+        name: the agent's name in results (default: the model id).
+        endpoint: a full ChatEndpoint instead of ``base_url``/``model``/``api_key`` (Azure,
+            Entra, timeouts, retries, concurrency).
+        cache: a response cache, or None.
+        credential: an azure-identity credential for Entra authentication.
+        max_steps: model calls per run, at most (>= 1).
+        max_tokens: the token budget of each answer (None: the server's default).
+
+    Raises:
+        ValueError: for a missing base_url/model, both an endpoint and base_url, duplicate tool
+            names or ``max_steps < 1``.
+    """
+
+    def __init__(
+        self,
+        base_url: str | None = None,
+        model: str | None = None,
+        instructions: str | None = None,
+        tools: Sequence[Callable[..., Any]] = (),
+        api_key: str | None = None,
+        *,
+        name: str | None = None,
+        endpoint: ChatEndpoint | None = None,
+        cache: ResponseCache | None = None,
+        credential: Any = None,
+        max_steps: int = 8,
+        max_tokens: int | None = None,
+    ) -> None:
+        if endpoint is None:
+            if base_url is None or model is None:
+                raise ValueError("OpenAIChatAgent needs base_url and model, or endpoint=")
+            endpoint = ChatEndpoint(base_url=base_url, model=model, api_key=api_key)
+        elif base_url is not None or model is not None or api_key is not None:
+            raise ValueError("give endpoint= or base_url/model/api_key, not both")
+        if max_steps < 1:
+            raise ValueError(f"max_steps must be >= 1, got {max_steps}.")
+        self.endpoint = endpoint
+        self.name: str | None = name or endpoint.model
+        self.instructions = instructions
+        self.cache = cache
+        self.credential = credential
+        self.max_steps = max_steps
+        self.max_tokens = max_tokens
+        self._functions: dict[str, Callable[..., Any]] = {}
+        snapshots: list[ToolDefinition] = []
+        for fn in tools:
+            snapshot = ToolDefinition.from_function(fn)
+            if snapshot.name in self._functions:
+                raise ValueError(
+                    f"two tools are named {snapshot.name!r}; tool names must be unique"
+                )
+            self._functions[snapshot.name] = fn
+            snapshots.append(snapshot)
+        self.tools: list[ToolDefinition] = snapshots
+        """Schema snapshots of the tools, in the order given."""
+        self._wire_tools = [
+            {
+                "type": "function",
+                "function": {
+                    "name": t.name,
+                    "description": t.description,
+                    "parameters": t.parameters,
+                },
+            }
+            for t in snapshots
+        ]
+        self._client: ChatClient | None = None
+        self._occurrences: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return (
+            f"OpenAIChatAgent(name={self.name!r}, base_url={self.endpoint.base_url!r}, "
+            f"model={self.endpoint.model!r}, tools={[t.name for t in self.tools]!r})"
+        )
+
+    async def __aenter__(self) -> OpenAIChatAgent:
+        """Keep one connection pool open for every run inside the ``async with`` block."""
+        if self._client is None:
+            self._client = ChatClient(self.endpoint, cache=self.cache, credential=self.credential)
+            await self._client.__aenter__()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the connection pool opened by ``async with``."""
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    def _repetition(self, wire: list[dict[str, Any]]) -> int:
+        """How many runs of this very conversation came before (the cache key's repetition).
+
+        Repeated runs of one query record one cache entry each, in the order they start;
+        concurrent repetitions of the same query are interchangeable, so which run gets which
+        index does not change the replayed results.
+        """
+        digest = hashlib.sha256(
+            json.dumps(wire, sort_keys=True, ensure_ascii=False).encode("utf-8")
+        ).hexdigest()
+        with self._lock:
+            index = self._occurrences.get(digest, 0)
+            self._occurrences[digest] = index + 1
+        return index
+
+    async def run(
+        self, messages: str | Sequence[Any], *, repetition: int | None = None, **kwargs: Any
+    ) -> AgentResponse:
+        """Answer the conversation, calling tools as the model asks.
+
+        Args:
+            messages: a user query string, or a list of messages (evalpipe, dict or MAF).
+            repetition: the cache key's repetition index (default: counted per conversation).
+
+        Raises:
+            evalpipe.llm.ChatError: when the endpoint fails after its retries (evaluate_agent
+                records it as an errored item).
+            evalpipe.cache.CacheMissError: in replay mode, when a request has no stored answer.
+        """
+        conversation = (
+            [Message("user", [messages])]
+            if isinstance(messages, str)
+            else [Message.coerce(m) for m in messages]
+        )
+        wire: list[dict[str, Any]] = []
+        if self.instructions:
+            wire.append({"role": "system", "content": self.instructions})
+        wire.extend(messages_to_openai(conversation))
+        rep = self._repetition(wire) if repetition is None else repetition
+        if self._client is not None:
+            return await self._loop(self._client, wire, rep)
+        async with ChatClient(
+            self.endpoint, cache=self.cache, credential=self.credential
+        ) as client:
+            return await self._loop(client, wire, rep)
+
+    async def _loop(
+        self, client: ChatClient, wire: list[dict[str, Any]], repetition: int
+    ) -> AgentResponse:
+        produced: list[Message] = []
+        usage = RunUsage()
+        for step in range(self.max_steps):
+            last = step == self.max_steps - 1
+            completion = await client.complete(
+                wire,
+                tools=self._wire_tools or None,
+                tool_choice=("none" if last else "auto") if self._wire_tools else None,
+                max_tokens=self.max_tokens,
+                repetition=repetition,
+            )
+            for key in ("input_tokens", "output_tokens", "total_tokens"):
+                value = (completion.usage or {}).get(key)
+                if value is not None:
+                    setattr(usage, key, (getattr(usage, key) or 0) + value)
+            raw = dict(completion.message)
+            raw["role"] = "assistant"
+            raw.pop("refusal", None)
+            if raw.get("content") is None and completion.refusal:
+                raw["content"] = completion.refusal
+            [assistant] = messages_from_openai([raw])
+            wire.extend(messages_to_openai([assistant]))
+            assistant.author_name = self.name  # after the wire copy: not every server takes "name"
+            produced.append(assistant)
+            calls = assistant.function_calls
+            if not calls or last:
+                break
+            results = [await self._call_tool(call) for call in calls]
+            tool_message = Message("tool", results)
+            produced.append(tool_message)
+            wire.extend(messages_to_openai([tool_message]))
+        return AgentResponse(messages=produced, usage=usage, tools=list(self.tools))
+
+    async def _call_tool(self, call: FunctionCallContent) -> FunctionResultContent:
+        fn = self._functions.get(call.name)
+        if fn is None:
+            known = ", ".join(self._functions) or "none"
+            return FunctionResultContent(
+                call_id=call.call_id,
+                result=f"Error: unknown tool {call.name!r} (available: {known})",
+            )
+        arguments = call.parsed_arguments()
+        if arguments is None:
+            return FunctionResultContent(
+                call_id=call.call_id,
+                result=(
+                    f"Error: the arguments of {call.name} are not a JSON object: "
+                    f"{str(call.arguments)[:200]!r}"
+                ),
+            )
+        try:
+            if inspect.iscoroutinefunction(fn):
+                value = await fn(**arguments)
+            else:
+                value = await asyncio.to_thread(fn, **arguments)
+                if inspect.isawaitable(value):
+                    value = await value
+        except Exception as exc:
+            return FunctionResultContent(
+                call_id=call.call_id, result=f"Error: {type(exc).__name__}: {exc}"
+            )
+        return FunctionResultContent(call_id=call.call_id, result=_tool_result_text(value))
