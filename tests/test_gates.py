@@ -77,7 +77,7 @@ async def workflow(
 
 
 async def test_mean_passes_with_its_numbers() -> None:
-    """mean over [4, 4, 2, 5] is 15/4 = 3.75 >= 3.5; the result carries observed, n and threshold."""
+    """mean over [4, 4, 2, 5] is 15/4 = 3.75 >= 3.5; the result has observed, n and threshold."""
     outcome = (mean("relevance") >= 3.5).evaluate([await run_local([4, 4, 2, 5])])
     assert outcome == ClauseResult(
         clause="mean(relevance) >= 3.5",
@@ -169,7 +169,7 @@ async def test_no_errors_names_errored_items_and_metrics() -> None:
 
 
 def test_no_errors_catches_error_diagnostics_and_unfinished_runs() -> None:
-    """An error diagnostic on a scored metric and a provider run that did not complete both count."""
+    """An error diagnostic on a scored metric and a provider run that did not complete count."""
     judged = EvalScoreResult(
         "relevance",
         3.0,
@@ -191,7 +191,7 @@ def test_no_errors_catches_error_diagnostics_and_unfinished_runs() -> None:
 
 
 def test_not_applicable_metrics_are_skipped_not_errors() -> None:
-    """A not_applicable metric (a judge metric missing its context) is neither scored nor an error."""
+    """A not_applicable metric (a judge lacking its context) is neither scored nor an error."""
     na = EvalScoreResult("groundedness", None, None, label="not_applicable")
     scored = EvalScoreResult("groundedness", 4.0, True)
     results = EvalResults(
@@ -445,7 +445,7 @@ gates:
 def test_parser_errors_name_the_clause_and_show_the_accepted_forms(
     spec: object, problem: str
 ) -> None:
-    """Every syntax error names source[index] and the clause, says what is wrong, lists the forms."""
+    """Each syntax error names source[index] and the clause, says what is wrong, lists forms."""
     with pytest.raises(GateSyntaxError) as caught:
         parse_gates(["no_errors()", spec], source="suite.yaml: gates")  # type: ignore[list-item]
     message = str(caught.value)

@@ -60,7 +60,7 @@ _SHOWN_ITEMS = 10
 
 
 class GateSyntaxError(ValueError):
-    """A gate clause that cannot be parsed or built; the message names it and shows the accepted forms."""
+    """A gate clause that cannot be parsed or built; the message names it and lists the forms."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -81,7 +81,7 @@ class ClauseResult(BaseModel):
     agent: str | None = None
     """The agent whose sub-results were read; None: every level of every result."""
     observed: float | None = None
-    """The aggregate that was compared (mean, rate, count); None when there was nothing to aggregate."""
+    """The aggregate that was compared (mean, rate, count); None when there was none."""
     threshold: float | None = None
     """The bound it was compared with."""
     n: int = 0
@@ -197,7 +197,7 @@ class _Values:
 
 
 def _collect(levels: Sequence[_Level], metric: str) -> _Values:
-    """The metric's computed scores in scope, the items where it errored, and how many skipped it."""
+    """The metric's scores in scope, the items where it errored, how many skipped it."""
     found = _Values()
     for level in levels:
         for item in level.result.items:
@@ -335,6 +335,7 @@ class Threshold(Clause):
         if self.agent is not None and not levels:
             return self._missing_agent(results, self.metric)
         values = _collect(levels, self.metric)
+        note = _errored_note(len(values.errored), values.not_applicable)
         n = len(values.scores)
         base: dict[str, Any] = {
             "clause": str(self),
@@ -348,7 +349,7 @@ class Threshold(Clause):
         if n == 0:
             return ClauseResult(
                 passed=False,
-                message=f"no scores for {self.metric}{_errored_note(len(values.errored), values.not_applicable)}",
+                message=f"no scores for {self.metric}{note}",
                 **base,
             )
         if self.kind == "mean":
@@ -360,10 +361,7 @@ class Threshold(Clause):
             what = f"pass rate {_shown(observed)} ({passing} of n={n} passed)"
         passed = bool(_COMPARE[self.op](observed, self.threshold))
         verdict = "holds" if passed else "needs"
-        message = (
-            f"{what}{_errored_note(len(values.errored), values.not_applicable)}; "
-            f"{verdict} {self.op} {_num(self.threshold)}"
-        )
+        message = f"{what}{note}; {verdict} {self.op} {_num(self.threshold)}"
         return ClauseResult(passed=passed, observed=observed, message=message, **base)
 
 
@@ -395,6 +393,7 @@ class AtMost(Clause):
         if self.agent is not None and not levels:
             return self._missing_agent(results, self.metric)
         values = _collect(levels, self.metric)
+        note = _errored_note(len(values.errored), values.not_applicable)
         n = len(values.scores)
         low = [label for label, s in values.scores if (s.score or 0.0) < self.below]
         base: dict[str, Any] = {
@@ -410,13 +409,13 @@ class AtMost(Clause):
         if n == 0:
             return ClauseResult(
                 passed=False,
-                message=f"no scores for {self.metric}{_errored_note(len(values.errored), values.not_applicable)}",
+                message=f"no scores for {self.metric}{note}",
                 **base,
             )
         passed = len(low) <= self.count
         message = (
             f"{len(low)} of n={n} {self.metric} scores below {_num(self.below)}"
-            f"{_items_note(low)}{_errored_note(len(values.errored), values.not_applicable)}; "
+            f"{_items_note(low)}{note}; "
             f"{'within' if passed else 'more than'} the {self.count} allowed"
         )
         return ClauseResult(passed=passed, observed=float(len(low)), message=message, **base)
@@ -443,6 +442,7 @@ class AllPass(Clause):
         if self.agent is not None and not levels:
             return self._missing_agent(results, self.metric)
         values = _collect(levels, self.metric)
+        note = _errored_note(len(values.errored), values.not_applicable)
         n = len(values.scores)
         # A score with no verdict (passed None) is not a pass.
         bad = [label for label, s in values.scores if s.passed is not True]
@@ -458,16 +458,13 @@ class AllPass(Clause):
         if n == 0:
             return ClauseResult(
                 passed=False,
-                message=f"no scores for {self.metric}{_errored_note(len(values.errored), values.not_applicable)}",
+                message=f"no scores for {self.metric}{note}",
                 **base,
             )
         if bad:
-            message = (
-                f"{len(bad)} of n={n} {self.metric} did not pass{_items_note(bad)}"
-                f"{_errored_note(len(values.errored), values.not_applicable)}"
-            )
+            message = f"{len(bad)} of n={n} {self.metric} did not pass{_items_note(bad)}{note}"
         else:
-            message = f"all n={n} {self.metric} passed{_errored_note(len(values.errored), values.not_applicable)}"
+            message = f"all n={n} {self.metric} passed{note}"
         return ClauseResult(passed=not bad, observed=float(len(bad)), message=message, **base)
 
 
@@ -535,9 +532,9 @@ class NoErrors(Clause):
         parts = []
         if errors:
             more = f" +{len(errors) - _SHOWN_ITEMS} more" if len(errors) > _SHOWN_ITEMS else ""
-            parts.append(
-                f"{len(errors)} error{'' if len(errors) == 1 else 's'} in n={n} items: {', '.join(errors[:_SHOWN_ITEMS])}{more}"
-            )
+            word = "error" if len(errors) == 1 else "errors"
+            listed = ", ".join(errors[:_SHOWN_ITEMS])
+            parts.append(f"{len(errors)} {word} in n={n} items: {listed}{more}")
         parts.extend(runs)
         return ClauseResult(
             passed=False, observed=float(len(errors) + len(runs)), message="; ".join(parts), **base
@@ -545,7 +542,7 @@ class NoErrors(Clause):
 
 
 class Aggregate:
-    """``mean(metric)`` or ``pass_rate(metric)`` before it is compared: ``mean("relevance") >= 3.5``."""
+    """``mean(metric)`` or ``pass_rate(metric)`` before it is compared (``>= 3.5``)."""
 
     __slots__ = ("agent", "kind", "metric")
 

@@ -1,4 +1,4 @@
-"""Deterministic evaluators: hand-computed metric values, references, tool trajectories, tool errors.
+"""Deterministic evaluators: hand-computed values, references, trajectories, tool errors.
 
 Each expected number is worked out in the comment beside it, from the metric's definition, not from
 the library that computes it.
@@ -62,7 +62,7 @@ def run(check: Any, item: EvalItem) -> CheckResult:
 
 
 def test_bleu_identical_text_scores_one_and_passes() -> None:
-    """A response equal to its reference scores exactly 1.0 (sacrebleu's 100, rescaled and clamped)."""
+    """A response equal to its reference scores 1.0 (sacrebleu's 100, rescaled and clamped)."""
     result = run(bleu(), answer(CAT, CAT))
     assert result.score == 1.0
     assert result.passed
@@ -278,7 +278,7 @@ def test_expected_fact_reads_only_the_response() -> None:
 
 
 def test_expected_fact_pattern_per_item_from_metadata() -> None:
-    """With no pattern, each item's metadata['expected_fact'] is used; without one it is an error."""
+    """With no pattern, each item's metadata['expected_fact'] is used; none is an error."""
     check = expected_fact_check()
     assert run(check, answer("It is sunny.", metadata={"expected_fact": "sunny|clear"})).passed
     with pytest.raises(MissingReferenceError, match=r"metadata\['expected_fact'\]"):
@@ -316,7 +316,10 @@ MODES = ("exact_match", "in_order_match", "any_order_match")
 
 
 def verdicts(item: EvalItem) -> dict[str, bool]:
-    return {mode: run(task_navigation_efficiency(mode), item).passed for mode in MODES}  # type: ignore[arg-type]
+    return {
+        mode: run(task_navigation_efficiency(mode), item).passed  # type: ignore[arg-type]
+        for mode in MODES
+    }
 
 
 def test_navigation_identical_trajectory_passes_every_mode() -> None:
@@ -455,7 +458,7 @@ def test_navigation_needs_expected_tool_calls_and_a_known_mode() -> None:
 
 
 async def test_navigation_numbers_reach_the_result_sample() -> None:
-    """Through LocalEvaluator, precision/recall/F1 land in EvalScoreResult.sample beside the reason."""
+    """Through LocalEvaluator, precision/recall/F1 land in EvalScoreResult.sample."""
     item = trajectory([("search", None), ("weather", None), ("book", None)], [A, B])
     results = await LocalEvaluator(task_navigation_efficiency("in_order_match")).evaluate([item])
     score = results.items[0].scores[0]
@@ -527,7 +530,7 @@ def test_tool_call_success_scores_the_share_of_clean_results() -> None:
     ],
 )
 def test_what_carries_an_error(result: Any, error: str | None) -> None:
-    """The documented rule: a truthy 'error', an isError/is_error flag, an 'Error:' string, JSON alike."""
+    """The documented rule: a truthy 'error', an isError flag, an 'Error:' string, JSON alike."""
     assert tool_result_error(FunctionResultContent(call_id="c", result=result)) == error
 
 
@@ -680,7 +683,7 @@ async def test_wrong_and_off_topic_answers_score_lower_and_fail(
 
 
 async def test_token_f1_alone_passes_a_fluent_wrong_answer() -> None:
-    """Pins the blind spot the docs warn about: a wrong city in the right template passes token F1."""
+    """Pins the blind spot the docs warn of: a wrong city in the right template passes token F1."""
     # weather: [it is rainy and 14°c in london] vs [it is sunny and 22°c in paris]:
     #   common {it, is, and, in} = 4 of 7 each -> F1 4/7 = 0.571
     # hotels: [hotels with free rooms in london thames inn] (8) vs
@@ -692,7 +695,7 @@ async def test_token_f1_alone_passes_a_fluent_wrong_answer() -> None:
 
 
 async def test_the_gate_fails_on_bad_answers_and_passes_on_good() -> None:
-    """A gate over these metrics passes the right answers and names every violated clause otherwise."""
+    """A gate over these metrics passes right answers and names every violated clause otherwise."""
     gate = (
         (mean("token_f1") >= 0.6)
         & all_pass("expected_fact")

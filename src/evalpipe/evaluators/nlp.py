@@ -1,10 +1,10 @@
 """Deterministic evaluators: checks that need no model, for use inside ``LocalEvaluator``.
 
-Text overlap with one or more references (``bleu``, ``gleu``, ``token_f1``), a fact the response must
-state (``expected_fact_check``), the tool-call trajectory against the expected calls
-(``task_navigation_efficiency``) and tool results free of errors (``tool_call_success``). Each is a
-factory returning a check (``EvalItem -> CheckResult``) with a float score; the text metrics are on a
-0-1 scale and pass at ``score >= threshold``. A reference the item lacks is an error of that item
+Text overlap with one or more references (``bleu``, ``gleu``, ``token_f1``), a fact the response
+must state (``expected_fact_check``), the tool-call trajectory against the expected calls
+(``task_navigation_efficiency``) and tool results free of errors (``tool_call_success``). Each
+gives a check (``EvalItem -> CheckResult``) with a float score; the text metrics are on a 0-1
+scale and pass at ``score >= threshold``. A reference the item lacks is an error of that item
 (``CheckError``, naming what to provide), never a silent 0. See docs/evaluators.md.
 """
 
@@ -275,7 +275,7 @@ _PUNCTUATION = str.maketrans("", "", string.punctuation)
 
 
 def _squad_tokens(text: str) -> list[str]:
-    """SQuAD's answer normalisation: lower case, no ASCII punctuation, no articles, split on spaces."""
+    """SQuAD's answer normalisation: lower case, no ASCII punctuation or articles, split."""
     return _ARTICLES.sub(" ", text.lower().translate(_PUNCTUATION)).split()
 
 
@@ -407,7 +407,7 @@ def _response_calls(item: EvalItem) -> list[FunctionCallContent]:
 
 
 def _call_matches(call: FunctionCallContent, expected: ExpectedToolCall) -> bool:
-    """Same name and, when the expectation has arguments, a top-level subset (as tool_call_args_match)."""
+    """Same name and, if the expectation has arguments, a top-level subset of the call's."""
     if call.name != expected.name:
         return False
     if expected.arguments is None:
@@ -495,8 +495,8 @@ def task_navigation_efficiency(
         expected = item.expected_tool_calls
         if expected is None:
             raise MissingReferenceError(
-                f"{name} needs the item's expected_tool_calls (a list of ExpectedToolCall; [] means "
-                "no tool should be called)"
+                f"{name} needs the item's expected_tool_calls (a list of ExpectedToolCall; "
+                "[] means no tool should be called)"
             )
         calls = _response_calls(item)
         matched = _max_matching(calls, expected)
