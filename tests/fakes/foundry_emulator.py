@@ -675,6 +675,7 @@ def _error(status: int, code: str, message: str) -> tuple[int, dict[str, Any]]:
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
     emulator: FoundryEmulator
     timeout = 10
 

@@ -543,19 +543,28 @@ class FoundryEvals:
 
 
 def _project_client(endpoint: str, credential: Any) -> Any:
-    """An AIProjectClient for ``endpoint``: aio unless ``credential`` is a sync credential."""
-    if credential is not None and not inspect.iscoroutinefunction(
-        getattr(credential, "get_token", None)
-    ):
+    """An AIProjectClient for ``endpoint``, sync or aio to match ``credential``.
+
+    Without a credential: ``DefaultAzureCredential``, async when aiohttp is installed (the async
+    identity and azure-core transports need it), else the sync one with the sync client (its
+    calls run in worker threads).
+    """
+    has_aiohttp = importlib.util.find_spec("aiohttp") is not None
+    if credential is None:
+        if has_aiohttp:
+            from azure.identity.aio import DefaultAzureCredential as AsyncDefaultAzureCredential
+
+            credential = AsyncDefaultAzureCredential()
+        else:
+            from azure.identity import DefaultAzureCredential
+
+            credential = DefaultAzureCredential()
+    if not inspect.iscoroutinefunction(getattr(credential, "get_token", None)):
         from azure.ai.projects import AIProjectClient
 
         return AIProjectClient(endpoint=endpoint, credential=credential)
     from azure.ai.projects.aio import AIProjectClient as AsyncAIProjectClient
 
-    if credential is None:
-        from azure.identity.aio import DefaultAzureCredential
-
-        credential = DefaultAzureCredential()
     return AsyncAIProjectClient(endpoint=endpoint, credential=credential, **async_transport())
 
 
