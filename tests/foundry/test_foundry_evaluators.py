@@ -199,5 +199,5 @@ def test_config_reads_the_endpoint_from_the_environment_and_builds(
 def test_config_without_any_endpoint_fails_at_build(monkeypatch: pytest.MonkeyPatch) -> None:
     """No endpoint anywhere: build() says to set foundry.endpoint or the environment variable."""
     monkeypatch.delenv(ENDPOINT_ENV, raising=False)
-    with pytest.raises(ValueError, match="foundry.endpoint is not set"):
+    with pytest.raises(ValueError, match=r"foundry\.endpoint is not set"):
         FoundryConfig(model="m").build()
