@@ -25,18 +25,17 @@ from evalpipe.checks import CheckResult, EvalCheck
 from evalpipe.items import EvalItem, ExpectedToolCall
 from evalpipe.messages import FunctionCallContent, FunctionResultContent
 
+# Only the evaluators (and their error and reference type) are listed: suites enumerate this list for
+# their short forms. The helpers NavigationMode, references_of and tool_result_error are public too.
 __all__ = [
     "MissingReferenceError",
-    "NavigationMode",
     "ReferenceSource",
     "bleu",
     "expected_fact_check",
     "gleu",
-    "references_of",
     "task_navigation_efficiency",
     "token_f1",
     "tool_call_success",
-    "tool_result_error",
 ]
 
 ReferenceSource = str | Callable[[EvalItem], "str | Sequence[str] | None"]
