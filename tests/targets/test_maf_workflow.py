@@ -17,7 +17,12 @@ from evalpipe.targets.maf import (
     is_maf_workflow,
     workflow_run_from_events,
 )
-from evalpipe.targets.workflow import SequentialWorkflow, WorkflowRun, workflow_identity
+from evalpipe.targets.workflow import (
+    SequentialWorkflow,
+    WorkflowRun,
+    is_workflow,
+    workflow_identity,
+)
 
 af = pytest.importorskip("agent_framework")
 pytestmark = pytest.mark.filterwarnings("ignore::Warning")
@@ -189,6 +194,53 @@ async def test_maf_agents_run_inside_an_evalpipe_sequential_workflow() -> None:
     assert [m.text for m in run.output] == ["Enjoy Paris."]
 
 
+@af.executor(id="_prep")
+async def prep(text: str, ctx: af.WorkflowContext[str]) -> None:
+    """A bookkeeping step (id starting with "_"), skipped like MAF skips it."""
+    await ctx.send_message(text.strip())
+
+
+@af.executor(id="shout")
+async def shout(
+    response: af.AgentExecutorResponse,
+    ctx: af.WorkflowContext[af.AgentExecutorResponse, str],
+) -> None:
+    """A non-agent step between the agents."""
+    await ctx.send_message(response.with_text(response.agent_response.text.upper()))
+
+
+def build_mixed() -> Any:
+    """_prep → researcher → shout → writer."""
+    researcher = af.Agent(client=ScriptedModel(), name="researcher", tools=[get_weather])
+    writer = af.Agent(client=ScriptedModel(), name="writer")
+    return (
+        af.WorkflowBuilder(start_executor=prep)
+        .add_edge(prep, researcher)
+        .add_edge(researcher, shout)
+        .add_edge(shout, writer)
+        .build()
+    )
+
+
+async def test_non_agent_executors_are_recorded_but_get_no_per_agent_items() -> None:
+    """A function executor's turn is in the run (agent None) and feeds the next agent, but only
+    agents get sub-results; "_"-prefixed executors are skipped entirely."""
+    [result] = await evaluate_workflow(
+        workflow=MAFWorkflow(build_mixed),
+        queries=["  Plan a trip to Paris "],
+        evaluators=keyword_check(""),
+    )
+    assert list(result.sub_results) == ["researcher", "writer"]
+    run = await MAFWorkflow(build_mixed).run("Plan a trip to Paris")
+    assert [(e.executor_id, e.agent) for e in run.executors] == [
+        ("researcher", "researcher"),
+        ("shout", None),
+        ("writer", "writer"),
+    ]
+    assert [m.text for m in run.executors[1].produced] == ["IT IS SUNNY IN PARIS."]
+    assert run.executors[2].received[-1].text == "IT IS SUNNY IN PARIS."
+
+
 def test_maf_objects_are_detected_and_named() -> None:
     """MAF workflows and agents are recognised; identity lists the agent executors."""
     workflow = build()
@@ -197,5 +249,8 @@ def test_maf_objects_are_detected_and_named() -> None:
     assert is_maf_agent(af.Agent(client=ScriptedModel(), name="a"))
     assert workflow_identity(workflow) == "workflow:Workflow(researcher,writer)"
     assert MAFWorkflow(build).agent_names == ["researcher", "writer"]
+    assert MAFWorkflow(build_mixed).agent_names == ["researcher", "writer"]
+    assert is_workflow(workflow)
+    assert is_workflow(MAFWorkflow(build))
     with pytest.raises(TypeError, match="MAFWorkflow needs a MAF Workflow or a factory"):
         MAFWorkflow(42)

@@ -18,6 +18,7 @@ from evalpipe.targets.workflow import (
     as_workflow,
     call_workflow,
     handoff_target,
+    is_workflow,
     workflow_identity,
 )
 
@@ -226,3 +227,12 @@ async def test_demo_writer_drops_the_temperature_the_researcher_found() -> None:
     assert "14°C" in researcher.produced[-1].text
     assert "°C" not in run.output[-1].text
     assert "Pack an umbrella." in run.output[-1].text
+
+
+def test_is_workflow_tells_workflows_from_agents() -> None:
+    """Built-in workflows and objects whose run returns WorkflowRun are workflows; agents are not."""
+    assert is_workflow(travel_workflow())
+    assert is_workflow(RouterWorkflow(Router(), [Echo("a", "x")]))
+    assert is_workflow(Exploding())
+    assert not is_workflow(Echo("a", "x"))
+    assert not is_workflow("travel")

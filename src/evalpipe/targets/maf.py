@@ -177,7 +177,9 @@ def workflow_run_from_events(
         sent = event.data if isinstance(event.data, list) else [event.data]
         responses = [s for s in sent if _is_executor_response(s)]
         if responses:
-            turn.agent = turn.agent or executor_id
+            if executor_id not in executors_by_id:
+                # Without the workflow at hand, an executor that answered like an agent is one.
+                turn.agent = turn.agent or executor_id
             produced: list[Message] = []
             usages: list[RunUsage] = []
             for r in responses:

@@ -14,7 +14,7 @@ import inspect
 import re
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, get_type_hints, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -37,6 +37,7 @@ __all__ = [
     "as_workflow",
     "call_workflow",
     "handoff_target",
+    "is_workflow",
     "run_executor",
     "sum_usage",
     "workflow_agent_names",
@@ -397,6 +398,26 @@ def as_workflow(workflow: Any) -> Workflow:
         "(SequentialWorkflow, RouterWorkflow, or any object with `name` and "
         "`async run(query) -> WorkflowRun`), a MAF Workflow, or MAFWorkflow(factory)"
     )
+
+
+def is_workflow(target: Any) -> bool:
+    """Whether ``target`` is a workflow (and not an agent): a MAF workflow, or an object whose
+    ``run`` takes a query and returns a WorkflowRun (built-in workflows and MAFWorkflow declare
+    ``agent_names``; your own may instead annotate ``run`` with ``-> WorkflowRun``)."""
+    from evalpipe.targets.maf import is_maf_workflow
+
+    if is_maf_workflow(target):
+        return True
+    run = getattr(target, "run", None)
+    if run is None:
+        return False
+    if hasattr(target, "agent_names"):
+        return True
+    try:
+        hints = get_type_hints(run)
+    except Exception:
+        return False
+    return hints.get("return") is WorkflowRun
 
 
 def workflow_name(workflow: Any) -> str:
