@@ -86,6 +86,8 @@ class RequestRecord:
     headers: dict[str, str]
     body: Any
     status: int = 0
+    at: float = field(default_factory=time.monotonic)
+    """When it arrived (time.monotonic)."""
 
 
 @dataclass
@@ -705,7 +707,7 @@ class _Handler(BaseHTTPRequestHandler):
         match = _PATH.match(url.path)
         rest = match.group("rest") if match else url.path
         record = RequestRecord(
-            self.command, rest, query, {k.lower(): v for k, v in self.headers.items()}, body
+            self.command, rest, dict(query), {k.lower(): v for k, v in self.headers.items()}, body
         )
         with emulator._lock:
             emulator.requests.append(record)
