@@ -167,7 +167,10 @@ def _agents(results: Sequence[EvalResults]) -> list[str]:
 
 
 def _label(level: _Level, item: EvalItemResult) -> str:
-    return f"{level.label}:{item.item_id}" if level.label else item.item_id
+    """The item's id, prefixed with its agent unless the id already names it (``0/writer``)."""
+    if not level.label or level.label in item.item_id.split("/"):
+        return item.item_id
+    return f"{level.label}:{item.item_id}"
 
 
 NOT_APPLICABLE = "not_applicable"
@@ -803,7 +806,7 @@ def _parse_one(text: str, agent: str | None, source: str) -> Clause:
                 source,
                 text,
                 f"{fname}(...) must be compared with a number, e.g. >= 3.5"
-                + (f" (got {got!r}; the comparison is one of >=, >, <=, <)" if got else ""),
+                + (f" (got {got!r})" if got else ""),
             )
         op, threshold = tokens[pos][1], tokens[pos + 1][1]
         pos += 2
