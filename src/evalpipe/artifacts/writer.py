@@ -424,6 +424,12 @@ class RunWriter:
     Args:
         run_dir: The run directory: a local path or a URI (``s3://bucket/runs/2024-06-01``).
         filesystem: A ``pyarrow.fs.FileSystem`` (or fsspec filesystem) holding ``run_dir``.
+        row_group_size: Rows buffered per file before they are written as one Parquet row group
+            (a group is also written once its text columns reach 32 MiB). Memory is bounded by
+            this, not by the size of the run.
+
+    Raises:
+        ValueError: for a row_group_size below 1.
 
     Example:
         >>> with RunWriter(run_dir) as writer:  # doctest: +SKIP
@@ -432,18 +438,26 @@ class RunWriter:
         ...     writer.finish({"suite": suite.model_dump(mode="json")})
     """
 
-    def __init__(self, run_dir: str | os.PathLike[str], *, filesystem: Any = None) -> None:
+    def __init__(
+        self,
+        run_dir: str | os.PathLike[str],
+        *,
+        filesystem: Any = None,
+        row_group_size: int = 16_384,
+    ) -> None:
+        if row_group_size < 1:
+            raise ValueError(f"row_group_size must be >= 1, got {row_group_size}")
         self.fs, self.path = resolve_filesystem(run_dir, filesystem)
         self.fs.create_dir(self.path, recursive=True)
         atomic = _renames_atomically(self.fs)
         self._atomic = atomic
 
-        def sink(name: str, schema: Any, max_rows: int) -> _Sink:
-            return _Sink(self.fs, self.path, name, schema, atomic=atomic, max_rows=max_rows)
+        def sink(name: str, schema: Any) -> _Sink:
+            return _Sink(self.fs, self.path, name, schema, atomic=atomic, max_rows=row_group_size)
 
-        self._runs = sink("runs", RUNS_SCHEMA, 2_048)
-        self._items = sink("items", ITEMS_SCHEMA, 8_192)
-        self._scores = sink("scores", SCORES_SCHEMA, 32_768)
+        self._runs = sink("runs", RUNS_SCHEMA)
+        self._items = sink("items", ITEMS_SCHEMA)
+        self._scores = sink("scores", SCORES_SCHEMA)
         self._sinks = (self._runs, self._items, self._scores)
         self._levels: dict[tuple[int, str], _LevelAgg] = {}
         self._providers: list[str] = []
