@@ -335,6 +335,25 @@ async def test_the_report_round_trips_as_json() -> None:
     assert GateReport.model_validate_json(report.model_dump_json()) == report
 
 
+async def test_and_or_instead_of_ampersand_is_an_error() -> None:
+    """`a and b` would silently drop a; clauses and gates refuse to be truth-tested."""
+    a, b = mean("relevance") >= 3, all_pass("relevance")
+    with pytest.raises(TypeError, match="combine gate clauses with &"):
+        _ = a and b
+    with pytest.raises(TypeError, match="combine gates with &"):
+        _ = (a & b) or a
+    assert len(a & b) == 2
+
+
+async def test_evaluate_gates_takes_one_clause_or_one_text() -> None:
+    """A single clause or a single clause text is a one-clause gate (a string is not iterated)."""
+    results = [await run_local([4])]
+    assert evaluate_gates("mean(relevance) >= 4", results).passed
+    assert evaluate_gates(all_pass("relevance"), results).passed
+    with pytest.raises(TypeError, match="not a clause until it is compared"):
+        evaluate_gates(mean("relevance"), results)  # type: ignore[arg-type]
+
+
 def test_python_api_rejects_bad_clauses_at_once() -> None:
     """Bad counts, rates, bounds and an uncompared aggregate fail where they are written."""
     with pytest.raises(GateSyntaxError, match="count must be an integer >= 0"):

@@ -267,6 +267,10 @@ class Clause(ABC):
     def __and__(self, other: Clause | Gate) -> Gate:
         return Gate([self, other])
 
+    def __bool__(self) -> bool:
+        # `a and b` would silently keep only b: clauses combine with `&`.
+        raise TypeError(f"combine gate clauses with & (not `and`/`or`): {self}")
+
     def _missing_agent(self, results: Sequence[EvalResults], metric: str | None) -> ClauseResult:
         known = _agents(results)
         return ClauseResult(
@@ -623,6 +627,9 @@ class Gate:
     def __iter__(self) -> Iterator[Clause]:
         return iter(self.clauses)
 
+    def __bool__(self) -> bool:
+        raise TypeError("combine gates with & (not `and`/`or`); use len(gate) to count clauses")
+
     def __len__(self) -> int:
         return len(self.clauses)
 
@@ -667,9 +674,12 @@ def evaluate_gates(
     Raises:
         GateSyntaxError: for a clause text that cannot be parsed.
     """
-    gate = (
-        gates if isinstance(gates, Gate) else Gate([gates] if isinstance(gates, Clause) else gates)
-    )
+    if isinstance(gates, Gate):
+        gate = gates
+    elif isinstance(gates, Clause | Aggregate | str | Mapping):
+        gate = Gate([gates])
+    else:
+        gate = Gate(gates)
     return gate.evaluate(results)
 
 
