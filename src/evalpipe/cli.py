@@ -243,6 +243,7 @@ def _run(args: argparse.Namespace, console: Console, err: Console) -> int:
             style="red",
             markup=False,
             highlight=False,
+            soft_wrap=True,
         )
         return 1
     if outcome.gate_passed is False:
@@ -374,7 +375,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise ValueError(f"--repetitions must be >= 1, got {args.repetitions}")
         results = asyncio.run(_eval(args))
     except (DatasetError, ValueError, TypeError) as exc:
-        err.print(f"error: {exc}", style="red", markup=False, highlight=False)
+        err.print(f"error: {exc}", style="red", markup=False, highlight=False, soft_wrap=True)
         return 2
     print_summary(results, console)
     if args.json is not None:

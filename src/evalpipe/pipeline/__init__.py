@@ -6,12 +6,13 @@
 
 from evalpipe.pipeline.flow import GateFailedError, eval_flow, progress_hook
 from evalpipe.pipeline.plan import RunPlan, find_resumable, new_run_dir
-from evalpipe.pipeline.run import RunOutcome, run_suite
+from evalpipe.pipeline.run import RunOutcome, arun_suite, run_suite
 
 __all__ = [
     "GateFailedError",
     "RunOutcome",
     "RunPlan",
+    "arun_suite",
     "eval_flow",
     "find_resumable",
     "new_run_dir",

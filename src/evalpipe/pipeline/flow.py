@@ -276,6 +276,8 @@ async def eval_flow(
     # Enough shards in flight to keep the semaphore busy, few enough to bound memory.
     shard_gate = asyncio.Semaphore(max(2, 2 * -(-suite.concurrency // plan.shard_size())))
     counter = [0]
+    progress_lock = asyncio.Lock()
+    reported = [0]
     writer = RunWriter(plan.run_dir)
     done: dict[int, tuple[list[CallOutcome], list[EvalResults]]] = {}
     next_to_write = 0
@@ -307,9 +309,13 @@ async def eval_flow(
             next_to_write += 1
         finished_shards += 1
         _notify("items", finished_shards, len(shards))
-        await aupdate_progress_artifact(
-            artifact_id=progress_id, progress=100.0 * finished_shards / len(shards)
-        )
+        async with progress_lock:  # updates sent in order, so the last one is the highest
+            reached = finished_shards
+            if reached > reported[0]:
+                reported[0] = reached
+                await aupdate_progress_artifact(
+                    artifact_id=progress_id, progress=100.0 * reached / len(shards)
+                )
 
     try:
         await asyncio.gather(*(process(i, calls) for i, calls in enumerate(shards)))
@@ -345,7 +351,7 @@ async def eval_flow(
     await acreate_markdown_artifact(
         key=f"{key}-failures", markdown=_failures_markdown(merged), description="failing items"
     )
-    run_path = plan.run_dir.resolve()
+    run_path = plan.absolute_run_dir()
     await acreate_link_artifact(
         key=f"{key}-run-dir",
         link=run_path.as_uri(),
@@ -370,7 +376,7 @@ async def eval_flow(
         "gate_passed": None if report is None else report.passed,
     }
     if report is not None and not report.passed:
-        text = report.summary()
+        text = "; ".join(f"{c.clause}: {c.message}" for c in report.failures) or report.summary()
         if suite.warn_only:
             logger.warning("gate failed (warn only): %s", text)
         else:

@@ -1,0 +1,298 @@
+"""The eval flow end to end on a real Prefect test server: stages, artifacts, gates, resume, re-score."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from evalpipe.artifacts import load_run, read_manifest
+from evalpipe.pipeline import arun_suite
+from evalpipe.suite import EvalSuite, SuiteError, load_suite
+
+pytestmark = pytest.mark.usefixtures("prefect_api")
+
+AGENT_MODULE = '''
+"""Test agents: count calls in a file, answer deterministically."""
+import asyncio, os
+from evalpipe import AgentResponse, Message
+
+COUNT_FILE = os.environ.get("EVALPIPE_TEST_COUNT_FILE", "calls.log")
+DELAY = float(os.environ.get("EVALPIPE_TEST_DELAY", "0"))
+
+
+class EchoAgent:
+    name = "echo"
+
+    async def run(self, messages, **kwargs):
+        query = messages[-1].text
+        with open(COUNT_FILE, "a") as fh:
+            fh.write(query + "\\n")
+        if DELAY:
+            await asyncio.sleep(DELAY)
+        if "explode" in query:
+            raise RuntimeError("agent exploded")
+        return AgentResponse(messages=[Message("assistant", [f"answer: {query}"])])
+
+
+agent = EchoAgent()
+'''
+
+
+def _write_project(tmp_path: Path, rows: int = 6, **suite: object) -> Path:
+    (tmp_path / "demo_agents.py").write_text(textwrap.dedent(AGENT_MODULE), encoding="utf-8")
+    with (tmp_path / "queries.jsonl").open("w", encoding="utf-8") as fh:
+        for i in range(rows):
+            fh.write(
+                json.dumps({"id": f"q{i}", "query": f"question {i}", "expected_output": f"{i}"})
+                + "\n"
+            )
+    data = {
+        "name": "echo-suite",
+        "target": "demo_agents:agent",
+        "dataset": "queries.jsonl",
+        "repetitions": 2,
+        "evaluators": [{"keyword_check": ["answer"]}, "tool_calls_present"],
+        "output_dir": str(tmp_path / "runs"),
+        **suite,
+    }
+    path = tmp_path / "suite.yaml"
+    import yaml
+
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("EVALPIPE_TEST_COUNT_FILE", str(tmp_path / "calls.log"))
+    sys.modules.pop("demo_agents", None)
+    return tmp_path
+
+
+def _calls(project: Path) -> int:
+    log = project / "calls.log"
+    return len(log.read_text().splitlines()) if log.exists() else 0
+
+
+async def test_flow_writes_parquet_artifacts_and_prefect_artifacts(project: Path) -> None:
+    """A run makes rows x repetitions calls, writes every Parquet file, and publishes Prefect artifacts."""
+    suite = load_suite(_write_project(project, rows=6))
+    outcome = await arun_suite(suite)
+    assert outcome.state == "Completed", outcome.message
+    assert _calls(project) == 12
+    for name in ("runs", "items", "scores", "summary"):
+        assert (outcome.run_dir / f"{name}.parquet").is_file()
+    assert pq.read_table(outcome.run_dir / "runs.parquet").num_rows == 12
+    scores = pq.read_table(outcome.run_dir / "scores.parquet")
+    assert scores.num_rows == 12 * 2
+    (results,) = load_run(outcome.run_dir)
+    assert (results.passed, results.failed, results.errored) == (12, 0, 0)
+    # repetition-major order and row ids survive the shards
+    assert [i.item_id for i in results.items][:7] == [f"q{i}#0" for i in range(6)] + ["q0#1"]
+    manifest = read_manifest(outcome.run_dir)
+    assert manifest["calls"] == 12 and manifest["suite"]["name"] == "echo-suite"
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    async with get_client() as client:
+        keys = {
+            "echo-suite-summary",
+            "echo-suite-failures",
+            "echo-suite-run-dir",
+            "echo-suite-progress",
+        }
+        found = await client.read_artifacts(
+            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=sorted(keys)))
+        )
+    assert keys <= {a.key for a in found}
+    progress = [a for a in found if a.key == "echo-suite-progress"]
+    assert max(float(a.data) for a in progress) == 100.0
+
+
+async def test_agent_error_is_an_errored_item_not_a_lost_run(project: Path) -> None:
+    """One exploding query becomes errored items; every other result is kept."""
+    path = _write_project(project, rows=3)
+    with (project / "queries.jsonl").open("a", encoding="utf-8") as fh:
+        fh.write(json.dumps({"id": "bad", "query": "please explode"}) + "\n")
+    outcome = await arun_suite(load_suite(path))
+    assert outcome.state == "Completed"
+    (results,) = load_run(outcome.run_dir)
+    assert (results.passed, results.errored) == (6, 2)
+    errored = [i for i in results.items if i.is_error]
+    assert {i.error_code for i in errored} == {"AgentError"}
+    runs = pq.read_table(outcome.run_dir / "runs.parquet").to_pylist()
+    assert sorted(r["status"] for r in runs).count("error") == 2
+
+
+async def test_failed_gate_fails_the_flow_run_naming_the_clause(project: Path) -> None:
+    """A violated gate clause ends the flow run Failed with the clause and its numbers in the message."""
+    path = _write_project(
+        project,
+        rows=2,
+        gates=["all_pass(keyword_check)", "no_errors()"],
+        evaluators=[{"keyword_check": ["never-said"]}, "tool_calls_present"],
+    )
+    outcome = await arun_suite(load_suite(path))
+    assert outcome.state == "Failed"
+    assert outcome.gate_passed is False
+    assert "gate failed for suite echo-suite" in (outcome.message or "")
+    assert "all_pass(keyword_check)" in (outcome.message or "")
+    assert "no_errors" not in (outcome.message or "")
+    # the artifacts are written before the gate decides
+    assert (outcome.run_dir / "manifest.json").is_file()
+    assert read_manifest(outcome.run_dir)["gate"]["passed"] is False
+
+
+async def test_warn_only_gate_completes(project: Path) -> None:
+    """warn_only reports the failed gate without failing the run."""
+    path = _write_project(
+        project,
+        rows=2,
+        gates=["all_pass(keyword_check)"],
+        warn_only=True,
+        evaluators=[{"keyword_check": ["never-said"]}],
+    )
+    outcome = await arun_suite(load_suite(path))
+    assert outcome.state == "Completed"
+    assert outcome.gate_passed is False
+
+
+async def test_rescore_reevaluates_stored_transcripts_without_calling_the_target(
+    project: Path,
+) -> None:
+    """--rescore reads runs.parquet and scores it with the suite's (new) evaluators; no target call."""
+    path = _write_project(project, rows=3)
+    first = await arun_suite(load_suite(path))
+    assert _calls(project) == 6
+    suite = load_suite(path, ["evaluators=[{keyword_check: [question]}]"])
+    second = await arun_suite(suite, rescore=first.run_dir)
+    assert second.state == "Completed", second.message
+    assert _calls(project) == 6
+    assert second.run_dir != first.run_dir
+    (results,) = load_run(second.run_dir)
+    assert {s.name for i in results.items for s in i.scores} == {"keyword_check"}
+    assert results.passed == 6
+    assert read_manifest(second.run_dir)["rescored_from"] == str(first.run_dir)
+
+
+async def test_rescore_of_a_directory_that_is_not_a_run_is_a_clear_error(project: Path) -> None:
+    """Re-scoring a random directory says what to pass instead."""
+    suite = load_suite(_write_project(project, rows=1))
+    with pytest.raises(SuiteError, match="not a run directory"):
+        await arun_suite(suite, rescore=project)
+
+
+def test_kill_9_mid_run_then_rerun_makes_only_the_missing_calls(
+    project: Path, prefect_api: str
+) -> None:
+    """A run killed with SIGKILL resumes: finished calls come from the journal, only missing ones run."""
+    path = _write_project(project, rows=20, repetitions=1, concurrency=2, shard_size=4)
+    env = {
+        **os.environ,
+        "PREFECT_API_URL": prefect_api,
+        "EVALPIPE_TEST_COUNT_FILE": str(project / "calls.log"),
+        "EVALPIPE_TEST_DELAY": "0.25",
+    }
+    cmd = [sys.executable, "-m", "evalpipe.cli", "run", str(path), "--no-progress"]
+    proc = subprocess.Popen(
+        cmd, cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    journal_lines = 0
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        journals = list((project / "runs").glob("echo-suite/*/journal/*.jsonl"))
+        journal_lines = sum(len(j.read_bytes().splitlines()) for j in journals)
+        if journal_lines >= 6:
+            break
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert 6 <= journal_lines < 20, "the kill must land mid-run"
+    (run_dir,) = (project / "runs" / "echo-suite").iterdir()
+    assert not (run_dir / "manifest.json").exists()
+    journaled = sum(len(j.read_bytes().splitlines()) for j in (run_dir / "journal").glob("*.jsonl"))
+    before = _calls(project)
+
+    env["EVALPIPE_TEST_DELAY"] = "0"
+    done = subprocess.run(cmd, cwd=project, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"resumed: {journaled} call(s)" in done.stdout
+    assert _calls(project) - before == 20 - journaled
+    (results,) = load_run(run_dir)
+    assert results.passed == 20
+    assert read_manifest(run_dir)["calls_from_journal"] == journaled
+
+
+def test_bad_suite_is_reported_before_any_call(project: Path) -> None:
+    """An unknown evaluator fails validation with its place in the file; the target is never called."""
+    path = _write_project(project, rows=2, evaluators=["tool_calls_presnt"])
+    suite = load_suite(path)
+    from evalpipe.pipeline import RunPlan
+
+    with pytest.raises(
+        SuiteError,
+        match=r"evaluators\[0\]: unknown evaluator 'tool_calls_presnt' \(did you mean 'tool_calls_present'\?\)",
+    ):
+        RunPlan.prepare(suite, project / "runs" / "x")
+    assert _calls(project) == 0
+
+
+def test_cli_run_exit_codes(project: Path, prefect_api: str) -> None:
+    """`evalpipe run` exits 0 on success, 1 on a failed gate, 2 on bad input."""
+    env = {
+        **os.environ,
+        "PREFECT_API_URL": prefect_api,
+        "EVALPIPE_TEST_COUNT_FILE": str(project / "calls.log"),
+    }
+    path = _write_project(project, rows=2)
+    cmd = [sys.executable, "-m", "evalpipe.cli", "run", str(path), "--no-progress"]
+    ok = subprocess.run(cmd, cwd=project, env=env, capture_output=True, text=True, timeout=120)
+    assert ok.returncode == 0, ok.stderr[-2000:]
+    assert "evalpipe summary" in ok.stdout
+    gated = subprocess.run(
+        [
+            *cmd,
+            "--param",
+            "gates=['all_pass(keyword_check)']",
+            "--param",
+            "evaluators=[{keyword_check: [nope]}]",
+        ],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert gated.returncode == 1
+    assert "all_pass" in gated.stderr
+    bad = subprocess.run(
+        [*cmd, "--param", "repetitons=2"],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert bad.returncode == 2
+    assert "unknown field 'repetitons' (did you mean 'repetitions'?)" in bad.stderr
+    run_dir = next((project / "runs" / "echo-suite").iterdir())
+    again = subprocess.run(
+        [sys.executable, "-m", "evalpipe.cli", "results", str(run_dir)],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert again.returncode == 0 and "evalpipe summary" in again.stdout
