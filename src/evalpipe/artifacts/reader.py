@@ -125,10 +125,12 @@ def read_table(
     """One table of the run (``runs``, ``items``, ``scores`` or ``summary``) as a ``pyarrow.Table``.
 
     Raises:
-        ArtifactError: when the file is missing, not evalpipe's, or lacks a column.
+        ArtifactError: when the run has no manifest (unfinished), or the file is missing, not
+            evalpipe's, or lacks a column.
         SchemaVersionError: when it was written with a newer schema version.
     """
     fs, path = resolve_filesystem(run_dir, filesystem)
+    read_manifest(path, filesystem=fs)
     return _open(fs, path, name).read(columns=list(columns) if columns is not None else None)
 
 
@@ -143,12 +145,17 @@ def iter_batches(
     """The rows of one table as ``pyarrow.RecordBatch``es of at most ``batch_size`` rows.
 
     Memory stays bounded by the batch size (and one row group), however large the file.
+
+    Raises:
+        ArtifactError, SchemaVersionError: as ``read_table``.
     """
     fs, path = resolve_filesystem(run_dir, filesystem)
+    read_manifest(path, filesystem=fs)
     parquet = _open(fs, path, name)
-    yield from parquet.iter_batches(
+    batches: Iterator[Any] = parquet.iter_batches(
         batch_size=batch_size, columns=list(columns) if columns is not None else None
     )
+    return batches
 
 
 def iter_runs(

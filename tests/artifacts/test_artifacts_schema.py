@@ -1,0 +1,167 @@
+"""The artifact schemas, their version checks, RunRecord validation, and docs/artifacts.md."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from artifact_builders import workflow_batch
+
+from evalpipe.artifacts import (
+    FILES,
+    MANIFEST_FILE,
+    SCHEMA_VERSION,
+    SCHEMAS,
+    ArtifactError,
+    RunRecord,
+    RunWriter,
+    SchemaVersionError,
+    iter_batches,
+    load_run,
+    read_manifest,
+    read_table,
+)
+from evalpipe.artifacts.schema import SCHEMA_VERSION_KEY
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "artifacts.md"
+
+
+@pytest.fixture
+def run_dir(tmp_path: Path) -> Path:
+    with RunWriter(tmp_path) as writer:
+        writer.add_results(workflow_batch(0, 3))
+    return tmp_path
+
+
+def test_every_schema_carries_the_version_and_describes_each_column() -> None:
+    """Each table's schema has the version in its metadata and a description on every field."""
+    for name, schema in SCHEMAS.items():
+        assert schema.metadata[SCHEMA_VERSION_KEY] == str(SCHEMA_VERSION).encode(), name
+        for field in schema:
+            assert field.metadata[b"description"].strip(), f"{name}.{field.name}"
+
+
+def test_written_files_carry_the_schema_version(run_dir: Path) -> None:
+    """Each Parquet file of a run records the schema version it was written with."""
+    for file in FILES.values():
+        metadata = pq.read_schema(run_dir / file).metadata
+        assert metadata[SCHEMA_VERSION_KEY] == str(SCHEMA_VERSION).encode()
+
+
+def test_docs_list_every_column_with_its_type() -> None:
+    """docs/artifacts.md has a table per file listing exactly the schema's columns and types."""
+    text = DOCS.read_text()
+    for name, schema in SCHEMAS.items():
+        section = text.split(f"### {FILES[name]}\n\n", 1)[1].split("\n\n", 1)[0]
+        documented = re.findall(r"^\| `(\w+)` \| (\w+)", section, flags=re.MULTILINE)
+        assert documented == [(f.name, str(f.type)) for f in schema], name
+
+
+def test_newer_manifest_version_is_refused_with_upgrade_advice(run_dir: Path) -> None:
+    """A manifest from a newer schema version raises SchemaVersionError naming both versions."""
+    manifest = run_dir / MANIFEST_FILE
+    data = json.loads(manifest.read_text())
+    data["schema_version"] = SCHEMA_VERSION + 1
+    manifest.write_text(json.dumps(data))
+    expected = (
+        rf"written with artifact schema version {SCHEMA_VERSION + 1}, but this evalpipe reads "
+        rf"versions 1 to {SCHEMA_VERSION}; upgrade evalpipe"
+    )
+    with pytest.raises(SchemaVersionError, match=expected):
+        read_manifest(run_dir)
+    with pytest.raises(SchemaVersionError):
+        load_run(run_dir)
+
+
+def test_unknown_manifest_version_is_refused(run_dir: Path) -> None:
+    """A schema_version that is not an integer is an unknown version, not a crash."""
+    manifest = run_dir / MANIFEST_FILE
+    data = json.loads(manifest.read_text())
+    data["schema_version"] = "1.0-beta"
+    manifest.write_text(json.dumps(data))
+    with pytest.raises(SchemaVersionError, match=r"unknown artifact schema version '1\.0-beta'"):
+        read_manifest(run_dir)
+
+
+def test_parquet_file_from_a_newer_version_is_refused(run_dir: Path) -> None:
+    """A table whose file metadata says a newer version raises, naming the file."""
+    path = run_dir / "scores.parquet"
+    table = pq.read_table(path)
+    newer = {SCHEMA_VERSION_KEY: str(SCHEMA_VERSION + 1).encode()}
+    pq.write_table(table.replace_schema_metadata(newer), path)
+    with pytest.raises(
+        SchemaVersionError, match=r"scores\.parquet: written with artifact schema version"
+    ):
+        read_table(run_dir, "scores")
+
+
+def test_unfinished_run_without_manifest_is_reported(tmp_path: Path) -> None:
+    """A directory without manifest.json is an unfinished run for every reader."""
+    with pytest.raises(ArtifactError, match=r"manifest\.json: not found; a finished run directory"):
+        load_run(tmp_path)
+    with pytest.raises(ArtifactError, match="not found"):
+        iter_batches(tmp_path, "scores")
+
+
+def test_table_missing_a_column_is_reported_by_name(run_dir: Path) -> None:
+    """A table lacking a declared column raises ArtifactError naming the file and the column."""
+    path = run_dir / "items.parquet"
+    table = pq.read_table(path)
+    pq.write_table(table.drop_columns(["conversation"]), path)
+    with pytest.raises(
+        ArtifactError, match=r"items\.parquet: missing column\(s\) \['conversation'\]"
+    ):
+        load_run(run_dir)
+
+
+def test_foreign_parquet_file_is_reported(run_dir: Path) -> None:
+    """A Parquet file that evalpipe did not write is refused, not misread."""
+    pq.write_table(pa.table({"x": [1]}), run_dir / "runs.parquet")
+    with pytest.raises(ArtifactError, match=r"runs\.parquet: no evalpipe\.schema_version metadata"):
+        read_table(run_dir, "runs")
+
+
+def test_unknown_table_name_lists_the_tables(run_dir: Path) -> None:
+    """Asking for a table that does not exist names the ones that do."""
+    with pytest.raises(
+        ValueError,
+        match=r"unknown run table 'score'; the tables are \['items', 'runs', 'scores', 'summary'\]",
+    ):
+        read_table(run_dir, "score")
+
+
+def test_run_record_validates_id_and_status() -> None:
+    """A RunRecord needs a non-empty run_id and an ok/error status; the error names the record."""
+    with pytest.raises(ValueError, match="run_id must be a non-empty string"):
+        RunRecord(run_id="")
+    with pytest.raises(
+        ValueError, match=r"RunRecord r1: status must be 'ok' or 'error', got 'failed'"
+    ):
+        RunRecord(run_id="r1", status="failed")  # type: ignore[arg-type]
+
+
+def test_run_record_without_transcript_cannot_rebuild_a_target_run() -> None:
+    """target_run() on a record with no transcript says which run lacks it."""
+    with pytest.raises(ValueError, match="run r9 has no transcript"):
+        RunRecord(run_id="r9").target_run()
+
+
+def test_docs_examples_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The Python blocks of docs/artifacts.md run in order, in a fresh directory, and print results."""
+    blocks = re.findall(r"```python\n(.*?)```", DOCS.read_text(), flags=re.DOTALL)
+    assert len(blocks) >= 6
+    monkeypatch.chdir(tmp_path)
+    for index, block in enumerate(blocks):
+        exec(
+            compile(block, f"docs/artifacts.md[python block {index}]", "exec"),
+            {"__name__": "__main__"},
+        )
+    out = capsys.readouterr().out
+    assert "Local 2 passed, 4 failed" in out
+    assert "call-0-0 ok 3 messages" in out
