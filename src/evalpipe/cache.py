@@ -22,10 +22,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 __all__ = [
     "DEFAULT_TTL",
+    "CacheConfig",
     "CacheEntry",
     "CacheError",
     "CacheMissError",
@@ -115,6 +116,40 @@ class CacheStats(BaseModel):
     """Creation time of the oldest entry."""
     newest: datetime | None = None
     """Creation time of the newest entry."""
+
+
+class CacheConfig(BaseModel):
+    """A response cache as written in a suite: ``{directory: eval-cache, mode: replay}``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    directory: str
+    """The cache directory (commit it to replay in CI)."""
+    mode: CacheMode = "record"
+    """``record``, ``replay`` or ``off``."""
+    ttl_days: float = Field(default=DEFAULT_TTL.days, ge=0)
+    """Days a new entry stays valid."""
+
+    def build(self) -> ResponseCache:
+        """The ResponseCache this describes."""
+        return ResponseCache(self.directory, mode=self.mode, ttl=timedelta(days=self.ttl_days))
+
+    @classmethod
+    def coerce(cls, value: ResponseCache | Mapping[str, Any] | None) -> ResponseCache | None:
+        """A ResponseCache from a ResponseCache, a mapping of CacheConfig fields, or None.
+
+        Raises:
+            pydantic.ValidationError: for a mapping with bad fields (a ValueError).
+            TypeError: for anything else.
+        """
+        if value is None or isinstance(value, ResponseCache):
+            return value
+        if isinstance(value, Mapping):
+            return cls.model_validate(dict(value)).build()
+        raise TypeError(
+            f"cache must be a ResponseCache or a mapping like {{directory: ..., mode: replay}}, "
+            f"got {type(value).__name__}"
+        )
 
 
 def _normalize(value: Any) -> Any:

@@ -176,6 +176,11 @@ def status(
     )
 
 
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 128  # the default backlog (5) would delay bursts of concurrent clients
+
+
 class FakeOpenAIServer:
     """The server. Use as a context manager; it stops and joins its thread on exit.
 
@@ -259,8 +264,7 @@ class FakeOpenAIServer:
             def do_GET(self) -> None:
                 server._handle(self)
 
-        httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        httpd.daemon_threads = True
+        httpd = _Server(("127.0.0.1", 0), Handler)
         self._httpd = httpd
         self._thread = threading.Thread(
             target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True

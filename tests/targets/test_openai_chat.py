@@ -311,3 +311,26 @@ def test_constructor_errors_are_clear() -> None:
         OpenAIChatAgent(endpoint=endpoint, max_steps=0)
     with pytest.raises(ValueError, match="two tools are named 'get_weather'"):
         OpenAIChatAgent(endpoint=endpoint, tools=[get_weather, get_weather])
+
+
+async def test_endpoint_options_and_cache_mapping_as_a_suite_passes_them(
+    server: FakeOpenAIServer, tmp_path: Path
+) -> None:
+    """ChatEndpoint fields and a cache mapping can be given as keywords, as a suite's {openai: {...}} does."""
+    server.script(chat("hello"))
+    bot = OpenAIChatAgent(
+        server.base_url,
+        "agent-model",
+        api_type="azure",
+        api_key="k",
+        max_retries=0,
+        cache={"directory": str(tmp_path), "mode": "record"},
+    )
+    assert (await bot.run("hi")).text == "hello"
+    assert server.requests[0].headers["api-key"] == "k"
+    assert bot.cache is not None
+    assert len(bot.cache.entries()) == 1
+    with pytest.raises(ValueError, match="max_retires"):
+        OpenAIChatAgent(server.base_url, "m", max_retires=3)
+    with pytest.raises(ValueError, match="cache.mode|mode"):
+        OpenAIChatAgent(server.base_url, "m", cache={"directory": "x", "mode": "sometimes"})

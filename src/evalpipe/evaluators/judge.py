@@ -19,12 +19,11 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from evalpipe.cache import CacheMissError, CacheMode, ResponseCache
+from evalpipe.cache import CacheConfig, CacheMissError, ResponseCache
 from evalpipe.items import EvalItem
 from evalpipe.llm import (
     ChatClient,
@@ -41,7 +40,6 @@ __all__ = [
     "DEFAULT_METRICS",
     "JUDGE_METRICS",
     "JudgeAnswerError",
-    "JudgeCacheConfig",
     "JudgeConfig",
     "JudgeEvaluator",
     "JudgeMetric",
@@ -566,7 +564,7 @@ class JudgeEvaluator:
         metrics: metric names (default: relevance, coherence, task_adherence).
         thresholds: pass thresholds per metric (1–5); a metric passes at ``score >= threshold``.
         threshold: the threshold of metrics not in ``thresholds`` (default 4, "good").
-        cache: a response cache, or None.
+        cache: a response cache, a mapping of CacheConfig fields, or None.
         max_concurrency: overrides the endpoint's bound on requests in flight.
         is_reasoning_model: the judge is a reasoning model (no temperature;
             ``max_completion_tokens``); overrides the endpoint's setting when given.
@@ -587,7 +585,7 @@ class JudgeEvaluator:
         metrics: Sequence[str] | None = None,
         thresholds: Mapping[str, float] | None = None,
         threshold: float = 4.0,
-        cache: ResponseCache | None = None,
+        cache: ResponseCache | Mapping[str, Any] | None = None,
         max_concurrency: int | None = None,
         is_reasoning_model: bool | None = None,
         max_tokens: int | None = 1024,
@@ -615,7 +613,7 @@ class JudgeEvaluator:
                     f"({', '.join(sorted(names))})"
                 )
             self.thresholds[key] = _check_threshold(key, value)
-        self.cache = cache
+        self.cache = CacheConfig.coerce(cache)
         self.max_tokens = max_tokens
         self.json_mode = json_mode
         self.credential = credential
@@ -875,23 +873,6 @@ def _item_metadata(item: EvalItem) -> dict[str, Any] | None:
 # -- configuration (suite YAML) ------------------------------------------------------------------
 
 
-class JudgeCacheConfig(BaseModel):
-    """The response cache of a judge in a suite."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    directory: str
-    """The cache directory (commit it to replay in CI)."""
-    mode: CacheMode = "record"
-    """``record``, ``replay`` or ``off``."""
-    ttl_days: float = Field(default=3650, ge=0)
-    """Days a new entry stays valid."""
-
-    def build(self) -> ResponseCache:
-        """The ResponseCache this describes."""
-        return ResponseCache(self.directory, mode=self.mode, ttl=timedelta(days=self.ttl_days))
-
-
 class JudgeConfig(ChatEndpoint):
     """A judge in a suite: the endpoint fields plus metrics, thresholds and the cache.
 
@@ -911,7 +892,7 @@ class JudgeConfig(ChatEndpoint):
     """The judge answer's token budget."""
     json_mode: bool = True
     """Ask for ``response_format={"type": "json_object"}``."""
-    cache: JudgeCacheConfig | None = None
+    cache: CacheConfig | None = None
     """The response cache, or None."""
     name: str = "Judge"
     """The provider name in results."""

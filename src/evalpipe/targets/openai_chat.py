@@ -19,11 +19,11 @@ import hashlib
 import inspect
 import json
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
-from evalpipe.cache import ResponseCache
+from evalpipe.cache import CacheConfig, ResponseCache
 from evalpipe.items import RunUsage
 from evalpipe.llm import ChatClient, ChatEndpoint
 from evalpipe.messages import (
@@ -63,14 +63,18 @@ class OpenAIChatAgent:
         name: the agent's name in results (default: the model id).
         endpoint: a full ChatEndpoint instead of ``base_url``/``model``/``api_key`` (Azure,
             Entra, timeouts, retries, concurrency).
-        cache: a response cache, or None.
+        cache: a response cache, a mapping of CacheConfig fields, or None.
         credential: an azure-identity credential for Entra authentication.
         max_steps: model calls per run, at most (>= 1).
         max_tokens: the token budget of each answer (None: the server's default).
+        **endpoint_options: any other ChatEndpoint field (``api_key_env``, ``api_type``,
+            ``azure_deployment``, ``timeout``, ``max_retries``, ``max_concurrency``, ...), so a
+            suite's ``{openai: {...}}`` target can set them.
 
     Raises:
         ValueError: for a missing base_url/model, both an endpoint and base_url, duplicate tool
-            names or ``max_steps < 1``.
+            names, ``max_steps < 1`` or a bad endpoint option (a pydantic ValidationError naming
+            the field).
     """
 
     def __init__(
@@ -83,23 +87,26 @@ class OpenAIChatAgent:
         *,
         name: str | None = None,
         endpoint: ChatEndpoint | None = None,
-        cache: ResponseCache | None = None,
+        cache: ResponseCache | Mapping[str, Any] | None = None,
         credential: Any = None,
         max_steps: int = 8,
         max_tokens: int | None = None,
+        **endpoint_options: Any,
     ) -> None:
         if endpoint is None:
             if base_url is None or model is None:
                 raise ValueError("OpenAIChatAgent needs base_url and model, or endpoint=")
-            endpoint = ChatEndpoint(base_url=base_url, model=model, api_key=api_key)
-        elif base_url is not None or model is not None or api_key is not None:
-            raise ValueError("give endpoint= or base_url/model/api_key, not both")
+            endpoint = ChatEndpoint(
+                base_url=base_url, model=model, api_key=api_key, **endpoint_options
+            )
+        elif base_url is not None or model is not None or api_key is not None or endpoint_options:
+            raise ValueError("give endpoint= or base_url/model/api_key/endpoint options, not both")
         if max_steps < 1:
             raise ValueError(f"max_steps must be >= 1, got {max_steps}.")
         self.endpoint = endpoint
         self.name: str | None = name or endpoint.model
         self.instructions = instructions
-        self.cache = cache
+        self.cache = CacheConfig.coerce(cache)
         self.credential = credential
         self.max_steps = max_steps
         self.max_tokens = max_tokens
