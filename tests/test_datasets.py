@@ -64,3 +64,90 @@ def test_missing_file_is_named(tmp_path: Path) -> None:
     """A missing dataset file is reported by path before anything runs."""
     with pytest.raises(DatasetError, match="no such dataset file"):
         load_jsonl(tmp_path / "nope.jsonl")
+
+
+# --- CSV and Parquet ---------------------------------------------------------------------------
+
+
+def test_csv_rows_with_json_cells_and_comma_tags(tmp_path: Path) -> None:
+    """CSV cells for lists/objects hold JSON; tags may be comma-separated; empty cells are absent."""
+    from evalpipe.datasets import load_dataset
+
+    path = tmp_path / "q.csv"
+    path.write_text(
+        "id,query,expected_output,expected_tool_calls,tags,agents\n"
+        'a,Weather in Paris?,sunny,"[{""name"": ""get_weather"", ""arguments"": {""city"": ""Paris""}}]","weather, eu",\n'
+        ',Hotels?,,,,"{""writer"": {""expected_output"": ""Sakura""}}"\n',
+        encoding="utf-8",
+    )
+    rows = load_dataset(path)
+    assert rows[0].id == "a"
+    assert rows[0].tags == ["weather", "eu"]
+    assert rows[0].expected_tool_calls is not None
+    assert rows[0].expected_tool_calls[0].name == "get_weather"
+    assert rows[1].id == "line-3"
+    assert rows[1].expected_output is None
+    assert rows[1].agents is not None
+    assert rows[1].agents["writer"].expected_output == "Sakura"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("query,expectd\nx,y\n", r"q\.csv:1: unknown column 'expectd'"),
+        (
+            'query,expected_tool_calls\nx,"[{bad"\n',
+            r"q\.csv:2: column 'expected_tool_calls' holds invalid JSON",
+        ),
+        ("query,tags\n,a\n", r"q\.csv:2: query: Field required"),
+        ("query\nx,y\n", r"q\.csv:2: more cells than header columns"),
+        ("", r"the file is empty"),
+    ],
+)
+def test_csv_errors_name_file_and_line(tmp_path: Path, text: str, message: str) -> None:
+    """Every CSV problem names file:line and what to change."""
+    from evalpipe.datasets import load_dataset
+
+    path = tmp_path / "q.csv"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(DatasetError, match=message):
+        load_dataset(path)
+
+
+def test_parquet_rows_native_and_json_columns(tmp_path: Path) -> None:
+    """Parquet rows take nested columns natively or as JSON strings; errors name the row."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from evalpipe.datasets import load_dataset
+
+    path = tmp_path / "q.parquet"
+    pq.write_table(
+        pa.table(
+            {
+                "query": ["a?", "b?"],
+                "tags": [["x"], []],
+                "expected_tool_calls": ['[{"name": "t"}]', None],
+            }
+        ),
+        path,
+    )
+    rows = load_dataset(path)
+    assert [r.id for r in rows] == ["row-1", "row-2"]
+    assert rows[0].expected_tool_calls is not None
+    assert rows[0].expected_tool_calls[0].name == "t"
+    bad = tmp_path / "bad.parquet"
+    pq.write_table(pa.table({"query": ["a", ""]}), bad)
+    with pytest.raises(DatasetError, match=r"bad\.parquet:row 2: query"):
+        load_dataset(bad)
+    with pytest.raises(DatasetError, match=r"unknown dataset format '\.txt'"):
+        load_dataset(tmp_path / "q.txt")
+
+
+def test_row_hash_ignores_id_but_not_content() -> None:
+    """The row hash (the journal's key part) changes with the query or expectations, not the id."""
+    from evalpipe.datasets import QueryRow, row_hash
+
+    a = QueryRow(query="q", id="1", expected_output="x")
+    assert row_hash(a) == row_hash(a.model_copy(update={"id": "2"}))
+    assert row_hash(a) != row_hash(a.model_copy(update={"expected_output": "y"}))

@@ -16,7 +16,7 @@ import pytest
 
 from evalpipe.artifacts import load_run, read_manifest
 from evalpipe.pipeline import arun_suite
-from evalpipe.suite import EvalSuite, SuiteError, load_suite
+from evalpipe.suite import SuiteError, load_suite
 
 pytestmark = pytest.mark.usefixtures("prefect_api")
 
@@ -100,7 +100,8 @@ async def test_flow_writes_parquet_artifacts_and_prefect_artifacts(project: Path
     # repetition-major order and row ids survive the shards
     assert [i.item_id for i in results.items][:7] == [f"q{i}#0" for i in range(6)] + ["q0#1"]
     manifest = read_manifest(outcome.run_dir)
-    assert manifest["calls"] == 12 and manifest["suite"]["name"] == "echo-suite"
+    assert manifest["calls"] == 12
+    assert manifest["suite"]["name"] == "echo-suite"
 
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
@@ -295,4 +296,5 @@ def test_cli_run_exit_codes(project: Path, prefect_api: str) -> None:
         text=True,
         timeout=60,
     )
-    assert again.returncode == 0 and "evalpipe summary" in again.stdout
+    assert again.returncode == 0
+    assert "evalpipe summary" in again.stdout

@@ -35,3 +35,59 @@ async def test_declared_tools_are_schema_snapshots() -> None:
     response = await agent.run("Find me a hotel in Tokyo")
     assert response.tools == agent.tools
     assert "Sakura Stay" in response.text
+
+
+# --- transient retries in call_agent ------------------------------------------------------------
+
+
+class _Flaky:
+    """Fails with the given exceptions first, then answers."""
+
+    name = "flaky"
+
+    def __init__(self, *failures: Exception) -> None:
+        self.failures = list(failures)
+        self.calls = 0
+
+    async def run(self, messages: object, **kwargs: object) -> object:
+        from evalpipe import AgentResponse, Message
+
+        self.calls += 1
+        if self.failures:
+            raise self.failures.pop(0)
+        return AgentResponse(messages=[Message("assistant", ["ok"])])
+
+
+async def test_call_agent_retries_transient_errors_then_succeeds() -> None:
+    """Timeouts, connection errors and 429/5xx statuses are retried up to `attempts`."""
+    import httpx
+
+    from evalpipe.targets.base import call_agent
+
+    request = httpx.Request("POST", "http://127.0.0.1/x")
+    throttled = httpx.HTTPStatusError(
+        "429",
+        request=request,
+        response=httpx.Response(429, headers={"retry-after": "0"}, request=request),
+    )
+    agent = _Flaky(httpx.ConnectError("refused"), throttled, TimeoutError())
+    run = await call_agent(agent, "q", query_index=0, repetition=0, attempts=4, retry_wait=0.001)
+    assert run.ok
+    assert run.attempts == 4
+    assert agent.calls == 4
+
+
+async def test_call_agent_does_not_retry_bugs_and_reports_attempts() -> None:
+    """A non-transient error is not retried; exhausting attempts says how many were made."""
+    from evalpipe.targets.base import call_agent
+
+    bug = _Flaky(ValueError("bad input"))
+    run = await call_agent(bug, "q", query_index=0, repetition=0, attempts=5, retry_wait=0.001)
+    assert run.error_code == "AgentError"
+    assert bug.calls == 1
+    assert run.attempts == 1
+    down = _Flaky(*(ConnectionError("down") for _ in range(3)))
+    run = await call_agent(down, "q", query_index=0, repetition=0, attempts=3, retry_wait=0.001)
+    assert run.error_code == "AgentError"
+    assert down.calls == 3
+    assert run.error_message == "ConnectionError: down (after 3 attempts)"

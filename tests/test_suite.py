@@ -1,0 +1,158 @@
+"""EvalSuite: YAML loading with line-numbered errors, --param overrides, evaluator short forms, targets."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from evalpipe.checks import tool_calls_present
+from evalpipe.evaluators.local import LocalEvaluator
+from evalpipe.items import ConversationSplit
+from evalpipe.suite import (
+    EvalSuite,
+    SuiteError,
+    apply_params,
+    build_evaluators,
+    build_split,
+    build_target,
+    load_suite,
+)
+
+
+def _suite_file(tmp_path: Path, body: str) -> Path:
+    (tmp_path / "q.jsonl").write_text('{"query": "hi"}\n', encoding="utf-8")
+    path = tmp_path / "suite.yaml"
+    path.write_text(textwrap.dedent(body), encoding="utf-8")
+    return path
+
+
+BASE = """\
+name: demo
+target: evalpipe.targets.demo:travel_agent
+dataset: q.jsonl
+evaluators:
+  - tool_calls_present
+"""
+
+
+def test_load_resolves_dataset_relative_to_the_suite_file(tmp_path: Path) -> None:
+    """A relative dataset path is taken from the suite file's directory."""
+    suite = load_suite(_suite_file(tmp_path, BASE))
+    assert Path(suite.dataset) == (tmp_path / "q.jsonl").resolve()
+    assert suite.repetitions == 1
+    assert suite.concurrency == 8
+
+
+def test_unknown_field_names_line_and_suggests(tmp_path: Path) -> None:
+    """A misspelt field is reported with its line and the field it probably meant."""
+    path = _suite_file(tmp_path, BASE + "repetitons: 3\n")
+    with pytest.raises(
+        SuiteError,
+        match=r"suite\.yaml:6: unknown field 'repetitons' \(did you mean 'repetitions'\?\)",
+    ):
+        load_suite(path)
+
+
+def test_bad_value_names_its_line(tmp_path: Path) -> None:
+    """A bad value names the field and the line it is on."""
+    path = _suite_file(tmp_path, BASE + "concurrency: 0\n")
+    with pytest.raises(SuiteError, match=r"suite\.yaml:6: concurrency: Input should be greater"):
+        load_suite(path)
+
+
+def test_missing_field_and_invalid_yaml(tmp_path: Path) -> None:
+    """A missing required field and broken YAML are both named with the file."""
+    with pytest.raises(SuiteError, match="missing required field 'dataset'"):
+        load_suite(_suite_file(tmp_path, "name: x\ntarget: a:b\nevaluators: [x]\n"))
+    with pytest.raises(SuiteError, match=r"suite\.yaml:2: invalid YAML"):
+        load_suite(_suite_file(tmp_path, "name: x\n  bad: [\n"))
+    with pytest.raises(SuiteError, match="no such suite file"):
+        load_suite(tmp_path / "nope.yaml")
+
+
+def test_params_override_with_yaml_values(tmp_path: Path) -> None:
+    """--param key=value parses values as YAML and reaches into mappings with dotted keys."""
+    suite = load_suite(_suite_file(tmp_path, BASE), ["repetitions=5", "tags=[nightly, smoke]"])
+    assert suite.repetitions == 5
+    assert suite.tags == ["nightly", "smoke"]
+    assert apply_params({"a": {"b": 1}}, ["a.c=x"]) == {"a": {"b": 1, "c": "x"}}
+    with pytest.raises(SuiteError, match="write it as key=value"):
+        apply_params({}, ["repetitions"])
+
+
+def test_fingerprint_ignores_where_the_run_goes() -> None:
+    """The fingerprint changes with what decides results, not with output_dir or tags."""
+    a = EvalSuite(name="a", target="m:x", dataset="d.jsonl", evaluators=["tool_calls_present"])
+    b = a.model_copy(update={"output_dir": "elsewhere", "tags": ["t"]})
+    c = a.model_copy(update={"repetitions": 2})
+    assert a.fingerprint() == b.fingerprint() != c.fingerprint()
+
+
+def _suite(**kw: object) -> EvalSuite:
+    data: dict[str, object] = {"name": "s", "target": "m:x", "dataset": "d.jsonl"}
+    data.update(kw)
+    return EvalSuite.model_validate(data)
+
+
+def test_short_forms_group_adjacent_checks() -> None:
+    """Names, factories with list/dict/scalar arguments and import paths become one LocalEvaluator."""
+    suite = _suite(
+        evaluators=[
+            "tool_calls_present",
+            {"keyword_check": ["sunny", "paris"]},
+            {"tool_called_check": {"mode": "any"}},
+            "examples.travel.checks:concise",
+        ]
+    )
+    (local,) = build_evaluators(suite)
+    assert isinstance(local, LocalEvaluator)
+    names = [getattr(c, "__name__", getattr(c, "name", None)) for c in local.checks]
+    assert names[0] == tool_calls_present.__name__
+    assert len(local.checks) == 4
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        (
+            "tool_calls_presnt",
+            r"evaluators\[0\]: unknown evaluator 'tool_calls_presnt' \(did you mean 'tool_calls_present'\?\)",
+        ),
+        ({"tool_calls_present": [1]}, r"evaluators\[0\]: 'tool_calls_present' takes no arguments"),
+        ({"keyword_check": ["a"], "extra": 1}, r"exactly one key"),
+        (
+            "nosuch.module:check",
+            r"evaluators\[0\]: evaluator 'nosuch.module:check': cannot import module",
+        ),
+        ({"keyword_check": {"bogus": 1}}, r"evaluators\[0\]: .*bogus.*check the arguments"),
+    ],
+)
+def test_bad_evaluator_specs_are_named(spec: object, message: str) -> None:
+    """Each bad evaluator spec is reported with its index and what to write."""
+    with pytest.raises(SuiteError, match=message):
+        build_evaluators(_suite(evaluators=[spec]))
+
+
+def test_split_and_target_builders() -> None:
+    """Built-in splits map to ConversationSplit; targets import, instantiate factories, or fail clearly."""
+    assert build_split(_suite(evaluators=["tool_calls_present"])) is ConversationSplit.LAST_TURN
+    assert build_split(_suite(evaluators=["x"], split="full")) is ConversationSplit.FULL
+    with pytest.raises(ValueError, match="unknown split 'turns'"):
+        _suite(evaluators=["x"], split="turns")
+    agent = build_target(_suite(evaluators=["x"], target="evalpipe.targets.demo:travel_agent"))
+    assert hasattr(agent, "run")
+    with pytest.raises(SuiteError, match=r"target: target 'nope\.mod:x': cannot import module"):
+        build_target(_suite(evaluators=["x"], target="nope.mod:x"))
+    with pytest.raises(SuiteError, match="neither an agent nor a workflow"):
+        build_target(_suite(evaluators=["x"], target="evalpipe.targets.demo:CITIES"))
+
+
+def test_evaluator_of_the_wrong_type_is_named_with_its_line(tmp_path: Path) -> None:
+    """A number where an evaluator belongs is reported at its line."""
+    path = _suite_file(
+        tmp_path, BASE.replace("  - tool_calls_present", "  - tool_calls_present\n  - 3")
+    )
+    with pytest.raises(SuiteError, match=r"suite\.yaml:6: evaluators\.1: Input should be"):
+        load_suite(path)
