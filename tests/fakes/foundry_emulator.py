@@ -33,7 +33,44 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-__all__ = ["Fault", "FoundryEmulator", "RequestRecord", "running_emulator"]
+from azure.core.credentials import AccessToken, AccessTokenInfo
+
+__all__ = [
+    "TOKEN",
+    "AsyncStaticCredential",
+    "Fault",
+    "FoundryEmulator",
+    "RequestRecord",
+    "StaticCredential",
+    "running_emulator",
+]
+
+TOKEN = "test-token"
+"""The bearer token the static credentials hand out."""
+
+
+class StaticCredential:
+    """A sync azure-core credential that always hands out ``TOKEN`` (TokenCredential + token info)."""
+
+    def get_token(self, *scopes: str, **kwargs: Any) -> AccessToken:
+        return AccessToken(TOKEN, int(time.time()) + 3600)
+
+    def get_token_info(self, *scopes: str, options: Any = None) -> AccessTokenInfo:
+        return AccessTokenInfo(TOKEN, int(time.time()) + 3600)
+
+
+class AsyncStaticCredential:
+    """The async flavour, for ``azure.ai.projects.aio``."""
+
+    async def get_token(self, *scopes: str, **kwargs: Any) -> AccessToken:
+        return AccessToken(TOKEN, int(time.time()) + 3600)
+
+    async def get_token_info(self, *scopes: str, options: Any = None) -> AccessTokenInfo:
+        return AccessTokenInfo(TOKEN, int(time.time()) + 3600)
+
+    async def close(self) -> None:
+        return None
+
 
 _SAFETY = {"violence", "sexual", "self_harm", "hate_unfairness"}
 _COMPONENTS = {

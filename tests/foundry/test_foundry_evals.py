@@ -24,7 +24,7 @@ from evalpipe import (
 )
 from evalpipe.foundry import FoundryEvals, flat_rows, flat_view
 from evalpipe.targets.demo import travel_agent
-from fakes.foundry_emulator import FoundryEmulator
+from fakes.foundry_emulator import AsyncStaticCredential, FoundryEmulator, StaticCredential
 
 FAST: dict[str, Any] = {
     "poll_interval": 0.005,
@@ -441,3 +441,37 @@ async def test_flat_view_has_metric_result_threshold_reason(
     }
     assert (rows[1]["violence"], rows[1]["violence_result"]) == (5.0, "fail")
     json.dumps(rows)
+
+
+@pytest.mark.parametrize("flavour", ["sync", "aio"])
+async def test_endpoint_and_credential_build_the_matching_client(
+    emulator: FoundryEmulator, flavour: str
+) -> None:
+    """endpoint= with a sync credential gives the sync client, with an async one the aio client."""
+    credential = StaticCredential() if flavour == "sync" else AsyncStaticCredential()
+    evals = FoundryEvals(
+        endpoint=emulator.endpoint,
+        credential=credential,
+        model="m",
+        evaluators=["relevance"],
+        **FAST,
+    )
+    expected = AIProjectClient if flavour == "sync" else AsyncAIProjectClient
+    assert isinstance(evals.project_client, expected)
+    results = await evals.evaluate([item(0)], eval_name="ep")
+    assert results.result_counts == {"passed": 1, "failed": 0, "errored": 0}
+    await evals.aclose()
+    assert emulator.calls()[0].headers["x-stainless-async"] == (
+        "false" if flavour == "sync" else "async:asyncio"
+    )
+
+
+async def test_endpoint_comes_from_the_environment(
+    emulator: FoundryEmulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without project_client or endpoint, AZURE_AI_PROJECT_ENDPOINT is used."""
+    monkeypatch.setenv("AZURE_AI_PROJECT_ENDPOINT", emulator.endpoint)
+    evals = FoundryEvals(credential=StaticCredential(), model="m", evaluators=["coherence"], **FAST)
+    results = await evals.evaluate([item(0)], eval_name="env")
+    assert results.status == "completed"
+    await evals.aclose()

@@ -209,7 +209,7 @@ async def test_wrong_token_is_not_retried_and_fails_every_item(emulator: Foundry
     """A 401 is final: one attempt, a failed result naming AuthenticationError, all items errored."""
     from azure.core.credentials import AccessToken
 
-    from evalpipe.foundry._evals import async_transport
+    from evalpipe.foundry import async_transport
 
     class WrongCredential:
         async def get_token(self, *scopes: str, **kw: Any) -> AccessToken:

@@ -7,7 +7,7 @@ per batch, retries, polling with backoff, cancel on timeout. See docs/foundry.md
 from evalpipe.foundry._client import RetryPolicy
 from evalpipe.foundry._config import FoundryConfig
 from evalpipe.foundry._convert import item_to_foundry, to_foundry_messages
-from evalpipe.foundry._evals import ENDPOINT_ENV, FoundryEvals
+from evalpipe.foundry._evals import ENDPOINT_ENV, FoundryEvals, async_transport
 from evalpipe.foundry._evaluators import (
     BUILTIN_EVALUATORS,
     COHERENCE,
@@ -72,6 +72,7 @@ __all__ = [
     "GeneratedEvaluatorRef",
     "MatchingMode",
     "RetryPolicy",
+    "async_transport",
     "flat_rows",
     "flat_view",
     "item_to_foundry",

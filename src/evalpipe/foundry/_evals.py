@@ -15,6 +15,7 @@ import json
 import logging
 import os
 import uuid
+import weakref
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -186,7 +187,7 @@ class FoundryEvals:
                 f"{type(project_client).__name__}"
             )
         self.project_client = project_client
-        self._apis: dict[int, EvalsApi] = {}
+        self._apis: dict[int, tuple[weakref.ref[asyncio.AbstractEventLoop], EvalsApi]] = {}
         self._criteria: dict[str, list[EvaluatorSpec]] = {}
 
     def __repr__(self) -> str:
@@ -199,20 +200,24 @@ class FoundryEvals:
         return [s.name for s in self._specs] if self._specs is not None else None
 
     def _api(self) -> EvalsApi:
-        # An async OpenAI client's connections belong to one event loop: one client per loop.
-        loop_id = id(asyncio.get_running_loop())
-        api = self._apis.get(loop_id)
-        if api is None:
-            client = self.project_client.get_openai_client(
-                max_retries=0, timeout=self.request_timeout
-            )
-            api = self._apis[loop_id] = EvalsApi(client, self.retry_policy)
+        # An async OpenAI client's connections belong to one event loop: one client per loop
+        # (held by a weak reference to the loop, so a new loop never reuses a dead loop's client).
+        loop = asyncio.get_running_loop()
+        entry = self._apis.get(id(loop))
+        if entry is not None and entry[0]() is loop:
+            return entry[1]
+        client = self.project_client.get_openai_client(max_retries=0, timeout=self.request_timeout)
+        api = EvalsApi(client, self.retry_policy)
+        self._apis[id(loop)] = (weakref.ref(loop), api)
         return api
 
     async def aclose(self) -> None:
         """Close the OpenAI clients this object opened, and the project client it built itself."""
-        apis, self._apis = list(self._apis.values()), {}
-        for api in apis:
+        entries, self._apis = list(self._apis.values()), {}
+        loop = asyncio.get_running_loop()
+        for ref, api in entries:
+            if api.is_async and ref() is not loop:
+                continue  # opened on another (possibly closed) loop: it cannot be closed from here
             closed = api.client.close()
             if inspect.isawaitable(closed):
                 await closed
