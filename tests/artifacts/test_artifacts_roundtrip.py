@@ -242,3 +242,12 @@ def test_loaded_items_answer_like_the_originals(tmp_path: Path) -> None:
     assert [(i.query, i.response, i.function_calls) for i in loaded] == [
         (i.query, i.response, i.function_calls) for i in original
     ]
+
+
+def test_load_run_can_skip_rebuilding_input_items(tmp_path: Path) -> None:
+    """input_items=False gives the same results with no EvalItems (the costly part of a large run)."""
+    batch = workflow_batch(0, 4)
+    write(tmp_path, batch)
+    loaded = load_run(tmp_path, input_items=False)
+    assert [r.model_dump() for r in loaded] == [r.model_dump() for r in batch]
+    assert all(not level.input_items for r in loaded for level in r.iter_results())
