@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from typing import Any
 
@@ -280,3 +281,20 @@ async def test_cancel_that_keeps_failing_still_returns_the_timeout(
     assert results.error is not None
     assert "cancel failed" in results.error
     assert len(emulator.calls("POST", r"/cancel$")) == 2
+
+
+async def test_cancelling_the_caller_cancels_the_run_on_the_server(
+    emulator: FoundryEmulator, aio_project: AsyncAIProjectClient
+) -> None:
+    """If the evaluate task is cancelled while polling, the run is canceled on the server first."""
+    emulator.run_outcome = "never"
+    task = asyncio.create_task(foundry(aio_project, timeout=30).evaluate(items(2), eval_name="x"))
+    for _ in range(500):
+        if emulator.calls("GET", RUN):
+            break
+        await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert emulator.calls("POST", r"/cancel$")
+    assert emulator.run_objects()[0]["status"] == "canceled"

@@ -62,9 +62,10 @@ def retry_after_seconds(headers: Mapping[str, str] | None) -> float | None:
         return max(float(raw), 0.0)
     except ValueError:
         pass
-    parsed = email.utils.parsedate_to_datetime(raw) if raw else None
-    if parsed is None:
-        return None
+    try:
+        parsed = email.utils.parsedate_to_datetime(raw)
+    except (TypeError, ValueError):
+        return None  # not a delay we can read: fall back to our own backoff
     return max(parsed.timestamp() - time.time(), 0.0)
 
 

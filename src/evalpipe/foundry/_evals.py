@@ -8,6 +8,7 @@ cancels the run and keeps the output items that exist (docs/foundry.md).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import importlib.util
 import inspect
@@ -48,6 +49,17 @@ _MATCHING_MODES = ("exact_match", "in_order_match", "any_order_match")
 
 def _item_id(item: EvalItem, index: int) -> str:
     return item.item_id if item.item_id is not None else str(index)
+
+
+def _index(value: Any) -> int | None:
+    """A datasource_item_id as an int (the service may send it as a string)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.isdigit():
+        return int(value)
+    return None
 
 
 def _error_text(exc: BaseException) -> str:
@@ -391,7 +403,13 @@ class FoundryEvals:
         base.report_url = run.get("report_url")
         logger.info("Foundry run %s (eval %s): %d items", run_id, eval_id, len(content))
 
-        status, error = await self._poll(api, eval_id, run, started)
+        try:
+            status, error = await self._poll(api, eval_id, run, started)
+        except asyncio.CancelledError:
+            # The caller gave up (a task timeout, Ctrl-C): stop the run so it stops costing money.
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(api.cancel_run(eval_id, run_id), timeout=10)
+            raise
         if status == "timeout":
             try:
                 await api.cancel_run(eval_id, run_id)
@@ -416,8 +434,8 @@ class FoundryEvals:
             text = f"could not read output items: {_error_text(exc)}"
             error = f"{error}; {text}" if error else text
         for oi in outputs:
-            index = oi.get("datasource_item_id")
-            if not isinstance(index, int) or not 0 <= index < len(sent):
+            index = _index(oi.get("datasource_item_id"))
+            if index is None or not 0 <= index < len(sent):
                 logger.warning("Foundry output item %s has no matching input", oi.get("id"))
                 continue
             i = sent[index]

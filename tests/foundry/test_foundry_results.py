@@ -1,0 +1,130 @@
+"""Output items as results (service shapes MAF also reads), merging batches, the flat view, Retry-After parsing."""
+
+from __future__ import annotations
+
+import email.utils
+import time
+
+from evalpipe import EvalItem, EvalItemResult, EvalResults, EvalScoreResult, Message
+from evalpipe.foundry import flat_view
+from evalpipe.foundry._client import retry_after_seconds
+from evalpipe.foundry._evaluators import validate_evaluators
+from evalpipe.foundry._results import item_result, merge_results
+
+ITEM = EvalItem([Message("user", ["Q"]), Message("assistant", ["A"])], query_index=3)
+
+
+def test_errored_status_rubric_dimensions_and_response_id_are_read() -> None:
+    """Status "errored" reads as error; rubric dimension_scores and datasource resp_id are kept."""
+    specs = validate_evaluators(["relevance"])
+    assert specs is not None
+    output = {
+        "status": "errored",
+        "datasource_item": {"resp_id": "resp_1"},
+        "results": [
+            {
+                "name": "relevance",
+                "score": None,
+                "passed": None,
+                "properties": {
+                    "dimension_scores": [
+                        {"id": "d1", "score": 4, "applicable": True, "weight": 2, "reason": "ok"}
+                    ]
+                },
+            }
+        ],
+        "sample": {
+            "error": {"code": "QueryExtractionError", "message": "no query"},
+            "usage": {"total_tokens": 0},
+        },
+    }
+    result = item_result(output, ITEM, "3", specs)
+    assert (result.status, result.error_code, result.error_message) == (
+        "error",
+        "QueryExtractionError",
+        "no query",
+    )
+    assert result.response_id == "resp_1"
+    [score] = result.scores
+    assert score.dimensions is not None
+    assert (score.dimensions[0].id, score.dimensions[0].score, score.dimensions[0].weight) == (
+        "d1",
+        4,
+        2,
+    )
+    assert result.metadata == {"query_index": 3}
+    assert result.token_usage is None
+
+
+def test_status_is_derived_when_the_service_sends_another_word() -> None:
+    """A "completed" item status is replaced by the verdict of its scores (label decides passed)."""
+    specs = validate_evaluators(["coherence"])
+    assert specs is not None
+    output = {
+        "status": "completed",
+        "results": [{"name": "coherence", "score": 2, "label": "fail", "threshold": 3}],
+    }
+    result = item_result(output, ITEM, "0", specs)
+    assert result.status == "fail"
+    assert result.scores[0].passed is False
+
+
+def _batch(status: str, passed: int, run_id: str) -> EvalResults:
+    return EvalResults(
+        provider="Microsoft Foundry",
+        eval_id="eval_1",
+        run_id=run_id,
+        status=status,
+        result_counts={"passed": passed, "failed": 0, "errored": 1},
+        per_evaluator={"relevance": {"passed": passed, "failed": 0, "errored": 1}},
+        items=[EvalItemResult(run_id, "pass")],
+        error=None if status == "completed" else f"{status} happened",
+    )
+
+
+def test_merge_sums_counts_and_keeps_the_worst_status() -> None:
+    """Merged counts are summed; any timeout beats canceled and completed; errors name their run."""
+    merged = merge_results(
+        [_batch("completed", 2, "r1"), _batch("canceled", 1, "r2"), _batch("timeout", 0, "r3")]
+    )
+    assert merged.status == "timeout"
+    assert merged.result_counts == {"passed": 3, "failed": 0, "errored": 3}
+    assert merged.per_evaluator == {"relevance": {"passed": 3, "failed": 0, "errored": 3}}
+    assert [i.item_id for i in merged.items] == ["r1", "r2", "r3"]
+    assert merged.run_id == "r1, r2, r3"
+    assert merged.error == "r2: canceled happened; r3: timeout happened"
+    assert merge_results([_batch("completed", 1, "a"), _batch("failed", 1, "b")]).status == "failed"
+
+
+def test_flat_view_adds_label_and_error_only_when_they_say_something() -> None:
+    """A severity label adds {metric}_label; an errored metric adds {metric}_error and no result."""
+    item = EvalItemResult(
+        "0",
+        "error",
+        [
+            EvalScoreResult("violence", 1.0, True, label="Very low", threshold=3),
+            EvalScoreResult(
+                "coherence", None, None, error_message="judge failed", error_code="JudgeError"
+            ),
+        ],
+    )
+    flat = flat_view(item)
+    assert flat["violence_label"] == "Very low"
+    assert flat["violence_result"] == "pass"
+    assert (flat["coherence"], flat["coherence_result"], flat["coherence_error"]) == (
+        None,
+        None,
+        "judge failed",
+    )
+
+
+def test_retry_after_forms() -> None:
+    """retry-after-ms wins over Retry-After; seconds may be fractional; an HTTP date is a delay from now."""
+    assert retry_after_seconds({"retry-after-ms": "250", "Retry-After": "9"}) == 0.25
+    assert retry_after_seconds({"Retry-After": "1.5"}) == 1.5
+    date = email.utils.formatdate(time.time() + 30, usegmt=True)
+    delay = retry_after_seconds({"Retry-After": date})
+    assert delay is not None
+    assert 25 <= delay <= 31
+    assert retry_after_seconds({"Retry-After": "soon"}) is None
+    assert retry_after_seconds({}) is None
