@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from evalpipe.results import EvalItemResult, EvalResults, EvalScoreResult
 
 __all__ = [
+    "ACCEPTED_FORMS",
     "Aggregate",
     "AllPass",
     "AtMost",

@@ -507,6 +507,7 @@ def test_tool_call_success_scores_the_share_of_clean_results() -> None:
     assert not result.passed
     assert result.score == pytest.approx(2 / 3)
     assert result.reason == "1 of 3 tool results carry an error: tool2 (call c2): timeout"
+    assert result.details == {"results": 3, "errors": 1}
 
 
 @pytest.mark.parametrize(

@@ -588,10 +588,11 @@ def _tool_call_success(item: EvalItem) -> CheckResult:
         reason = f"{len(failures)} of {len(results)} tool results carry an error: " + "; ".join(
             failures
         )
-        return CheckResult(False, reason, "tool_call_success", score, {"errors": len(failures)})
-    return CheckResult(
-        True, f"{_plural(len(results), 'tool result')} without an error", "tool_call_success", score
-    )
+        details = {"results": len(results), "errors": len(failures)}
+        return CheckResult(False, reason, "tool_call_success", score, details)
+    reason = f"{_plural(len(results), 'tool result')} without an error"
+    details = {"results": len(results), "errors": 0}
+    return CheckResult(True, reason, "tool_call_success", score, details)
 
 
 tool_call_success: EvalCheck = _named(_tool_call_success, "tool_call_success")
