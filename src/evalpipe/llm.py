@@ -41,7 +41,9 @@ __all__ = [
     "ChatHTTPError",
     "ChatResponseError",
     "ChatTransportError",
+    "TokenSource",
     "parse_retry_after",
+    "token_source_for",
 ]
 
 logger = logging.getLogger("evalpipe.llm")
@@ -304,18 +306,33 @@ def _endpoint_limiter(endpoint: ChatEndpoint) -> _Limiter:
     return limiter
 
 
-class _TokenSource:
-    """Bearer tokens from an azure-identity credential (sync or async), refreshed before expiry."""
+class TokenSource:
+    """Bearer tokens from an azure-identity credential (sync or async), reused until 5 minutes
+    before they expire. One source can serve many clients, so a token is fetched once for all.
 
-    def __init__(self, credential: Any, scope: str) -> None:
+    Args:
+        credential: an azure-identity credential; None means DefaultAzureCredential, made on the
+            first token request.
+        scope: the scope tokens are requested for.
+    """
+
+    def __init__(self, credential: Any = None, scope: str = ENTRA_SCOPE) -> None:
         self.credential = credential
         self.scope = scope
         self._token: str | None = None
         self._expires_on = 0.0
 
+    def __repr__(self) -> str:
+        return f"TokenSource({type(self.credential).__name__}, scope={self.scope!r})"
+
     async def token(self) -> str:
+        """A valid token, fetched when there is none or it expires within 5 minutes."""
         if self._token is not None and self._expires_on - 300 > time.time():
             return self._token
+        if self.credential is None:
+            from azure.identity import DefaultAzureCredential
+
+            self.credential = DefaultAzureCredential()
         get_token = self.credential.get_token
         if inspect.iscoroutinefunction(get_token):
             access = await get_token(self.scope)
@@ -328,10 +345,16 @@ class _TokenSource:
         return self._token
 
 
-def _default_credential() -> Any:
-    from azure.identity import DefaultAzureCredential
+def token_source_for(endpoint: ChatEndpoint, credential: Any) -> TokenSource | None:
+    """The TokenSource a client of ``endpoint`` should use (None: API key or no auth).
 
-    return DefaultAzureCredential()
+    ``credential`` may be an azure-identity credential or a TokenSource to share.
+    """
+    if isinstance(credential, TokenSource):
+        return credential
+    if credential is not None or endpoint.entra:
+        return TokenSource(credential, endpoint.entra_scope)
+    return None
 
 
 def _usage(body: Mapping[str, Any]) -> dict[str, int] | None:
@@ -399,8 +422,8 @@ class ChatClient:
     Args:
         endpoint: where to send requests.
         cache: the response cache to consult (None: no cache).
-        credential: an azure-identity credential (sync or async) for Entra tokens; overrides the
-            API key.
+        credential: an azure-identity credential (sync or async) or a TokenSource, for Entra
+            tokens; overrides the API key.
         transport: an httpx transport (advanced: proxies, custom TLS).
 
     Raises:
@@ -418,9 +441,7 @@ class ChatClient:
         self.endpoint = endpoint
         self.cache = cache
         self._api_key = endpoint.resolve_api_key()
-        if credential is None and endpoint.entra:
-            credential = _default_credential()
-        self._tokens = _TokenSource(credential, endpoint.entra_scope) if credential else None
+        self._tokens = token_source_for(endpoint, credential)
         self._transport = transport
         self._http: httpx.AsyncClient | None = None
 
@@ -623,7 +644,7 @@ class ChatClient:
         except httpx.TransportError as exc:
             raise ChatTransportError(
                 f"POST {ep.chat_url} failed after {attempt} attempt(s): "
-                f"{type(exc).__name__}: {exc or 'no detail'}"
+                f"{type(exc).__name__}: {str(exc) or 'no detail'}"
             ) from None
         if response.status_code >= 400:
             status = response.status_code

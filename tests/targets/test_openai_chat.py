@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from azure.core.credentials import AccessToken
 
 from evalpipe import (
     Agent,
@@ -332,5 +334,26 @@ async def test_endpoint_options_and_cache_mapping_as_a_suite_passes_them(
     assert len(bot.cache.entries()) == 1
     with pytest.raises(ValueError, match="max_retires"):
         OpenAIChatAgent(server.base_url, "m", max_retires=3)
-    with pytest.raises(ValueError, match="cache.mode|mode"):
+    with pytest.raises(ValueError, match="mode"):
         OpenAIChatAgent(server.base_url, "m", cache={"directory": "x", "mode": "sometimes"})
+
+
+class AsyncCountingCredential:
+    """An async azure-identity style credential that counts its token requests."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def get_token(self, *scopes: str, **kwargs: Any) -> AccessToken:
+        self.calls += 1
+        return AccessToken(f"token-{self.calls}", int(time.time()) + 3600)
+
+
+async def test_entra_token_is_fetched_once_for_all_runs(server: FakeOpenAIServer) -> None:
+    """An async credential's token is fetched once and reused by every run of the agent."""
+    credential = AsyncCountingCredential()
+    bot = OpenAIChatAgent(server.base_url, "agent-model", api_type="azure", credential=credential)
+    await bot.run("one")
+    await bot.run("two")
+    assert credential.calls == 1
+    assert [r.headers["authorization"] for r in server.requests] == ["Bearer token-1"] * 2

@@ -32,6 +32,7 @@ from evalpipe.llm import (
     ChatHTTPError,
     ChatResponseError,
     ChatTransportError,
+    token_source_for,
 )
 from evalpipe.messages import Message, ToolDefinition
 from evalpipe.results import Diagnostic, EvalItemResult, EvalResults, EvalScoreResult
@@ -616,7 +617,7 @@ class JudgeEvaluator:
         self.cache = CacheConfig.coerce(cache)
         self.max_tokens = max_tokens
         self.json_mode = json_mode
-        self.credential = credential
+        self.credential = token_source_for(self.endpoint, credential)
         self.name = name
 
     def __repr__(self) -> str:

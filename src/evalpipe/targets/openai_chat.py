@@ -25,7 +25,7 @@ from typing import Any
 
 from evalpipe.cache import CacheConfig, ResponseCache
 from evalpipe.items import RunUsage
-from evalpipe.llm import ChatClient, ChatEndpoint
+from evalpipe.llm import ChatClient, ChatEndpoint, token_source_for
 from evalpipe.messages import (
     FunctionCallContent,
     FunctionResultContent,
@@ -107,7 +107,7 @@ class OpenAIChatAgent:
         self.name: str | None = name or endpoint.model
         self.instructions = instructions
         self.cache = CacheConfig.coerce(cache)
-        self.credential = credential
+        self.credential = token_source_for(endpoint, credential)  # one token for every run
         self.max_steps = max_steps
         self.max_tokens = max_tokens
         self._functions: dict[str, Callable[..., Any]] = {}
