@@ -148,7 +148,7 @@ def _split_tokens(
     )
 
 
-def score_status(score: EvalScoreResult) -> str:
+def _score_status(score: EvalScoreResult) -> str:
     """``error`` when the metric carries an error, else ``pass``/``fail`` from its verdict, else
     ``not_applicable``."""
     if score.error_code is not None or score.error_message is not None:
@@ -158,7 +158,7 @@ def score_status(score: EvalScoreResult) -> str:
     return "pass" if score.passed else "fail"
 
 
-def split_name(strategy: Any) -> str | None:
+def _split_name(strategy: Any) -> str | None:
     """How an item's split strategy is stored: the member's value, a custom splitter's name, or None."""
     if strategy is None:
         return None
@@ -535,6 +535,7 @@ class RunWriter:
         into the summary across batches.
 
         Raises:
+            TypeError: for an entry that is not an EvalResults.
             ValueError: when a provider's position changed name since an earlier batch, or the
                 results nest sub_results more than one level (nothing of the batch is written).
         """
@@ -611,7 +612,7 @@ class RunWriter:
                 item.repetition,
                 query,
                 response,
-                split_name(item.split_strategy),
+                _split_name(item.split_strategy),
                 conversation,
                 item.expected_output,
                 item.context,
@@ -649,7 +650,7 @@ class RunWriter:
                 append((*head, *_NO_SCORE), size)
                 continue
             for score_index, score in enumerate(item.scores):
-                status = score_status(score)
+                status = _score_status(score)
                 value = _opt_float(score.score)
                 name = str(score.name)
                 metric_agg = agg.metrics.get(name)
