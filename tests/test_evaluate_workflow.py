@@ -25,6 +25,7 @@ from evalpipe import (
 from evalpipe.evaluate import (
     AgentExpectations,
     SplitAt,
+    WorkflowItems,
     build_workflow_items,
     evaluate_workflow,
     evaluate_workflow_items,
@@ -106,6 +107,7 @@ async def test_items_are_repetition_major_with_query_index_repetition_and_agent(
         "repetition": 0,
         "agent": "writer",
         "executor_id": "writer",
+        "split_at": 5,  # user, planner, researcher's call, result and notes
     }
     assert {i.agent for i in result.input_items} == {None}
 
@@ -146,6 +148,7 @@ async def test_user_only_context_is_mafs_user_messages_plus_the_agents_turn() ->
     item = result.sub_results["writer"].input_items[0]
     assert [m.role for m in item.conversation] == ["user", "assistant"]
     assert item.split_strategy is None
+    assert "split_at" not in item.metadata
     assert item.response.startswith("Your trip to Paris")
 
 
@@ -386,3 +389,13 @@ async def test_per_query_expectation_rows_are_accepted_as_well() -> None:
     assert [i.expected_output for i in items.per_agent["writer"]] == ["Lumiere", None]
     researcher_calls = [i.expected_tool_calls for i in items.per_agent["researcher"]]
     assert researcher_calls == [None, [ExpectedToolCall("get_weather", {"city": "London"})]]
+
+
+async def test_workflow_items_keep_the_per_agent_split_through_json() -> None:
+    """WorkflowItems round-trip through JSON with each per-agent item's received/produced split."""
+    items = build_workflow_items(await run_workflow(travel_workflow(), QUERIES))
+    restored = WorkflowItems.model_validate_json(items.model_dump_json())
+    before, after = items.per_agent["writer"][0], restored.per_agent["writer"][0]
+    assert after.split_strategy == before.split_strategy == SplitAt(7)
+    assert after.response == before.response
+    assert after.response.startswith("Your trip to Paris")

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from evalpipe.evaluators.base import Evaluator
 from evalpipe.evaluators.local import LocalEvaluator
@@ -473,6 +473,17 @@ class WorkflowItems(BaseModel):
     per_agent: dict[str, list[EvalItem]] = Field(default_factory=dict)
     """Agent name -> one item per turn the agent took, in run order (agents in first-seen order)."""
 
+    @model_validator(mode="after")
+    def _restore_splits(self) -> WorkflowItems:
+        # Splitters are not serialized; a per-agent item records its received/produced boundary in
+        # metadata["split_at"], so the items keep their split through JSON.
+        for items in self.per_agent.values():
+            for item in items:
+                cut = item.metadata.get("split_at")
+                if item.split_strategy is None and isinstance(cut, int):
+                    item.split_strategy = SplitAt(cut)
+        return self
+
 
 async def run_workflow(
     workflow: Any,
@@ -613,8 +624,10 @@ def build_workflow_items(
             if upstream_context == "user_only":
                 received = [m for m in received if m.role == "user"] or received
             split = conversation_split
+            metadata: dict[str, Any] = {"executor_id": turn.executor_id}
             if split is None and upstream_context == "received":
                 split = SplitAt(len(received))
+                metadata["split_at"] = len(received)
             wanted = expectations.get(agent)
             agent_etc = _pick(wanted.expected_tool_calls, qi) if wanted is not None else None
             items.per_agent.setdefault(agent, []).append(
@@ -632,7 +645,7 @@ def build_workflow_items(
                     usage=turn.usage,
                     error_code=turn.error_code,
                     error_message=turn.error_message,
-                    metadata={"executor_id": turn.executor_id},
+                    metadata=metadata,
                 )
             )
     return items
