@@ -241,6 +241,32 @@ async def test_non_agent_executors_are_recorded_but_get_no_per_agent_items() -> 
     assert run.executors[2].received[-1].text == "IT IS SUNNY IN PARIS."
 
 
+@af.executor(id="dispatch")
+async def dispatch(text: str, ctx: af.WorkflowContext[str]) -> None:
+    """Sends the query to every branch."""
+    await ctx.send_message(text)
+
+
+async def test_a_failing_parallel_branch_keeps_the_other_branch() -> None:
+    """Fan-out to two agents, one of whose model raises: the other agent's turn is kept."""
+
+    def build_fan_out() -> Any:
+        alpha = af.Agent(client=ScriptedModel(answer="A"), name="alpha")
+        beta = af.Agent(client=ScriptedModel(fail=True), name="beta")
+        return (
+            af.WorkflowBuilder(start_executor=dispatch)
+            .add_fan_out_edges(dispatch, [alpha, beta])
+            .build()
+        )
+
+    [result] = await evaluate_workflow(
+        workflow=MAFWorkflow(build_fan_out), queries=["go"], evaluators=keyword_check("A")
+    )
+    assert [i.status for i in result.sub_results["alpha"].items] == ["pass"]
+    assert [i.error_code for i in result.sub_results["beta"].items] == ["ExecutorError"]
+    assert result.items[0].error_message == "executor 'beta' failed: RuntimeError: model down"
+
+
 def test_maf_objects_are_detected_and_named() -> None:
     """MAF workflows and agents are recognised; identity lists the agent executors."""
     workflow = build()

@@ -194,7 +194,7 @@ def workflow_run_from_events(
             ]
     for turn in open_turns.values():
         if turn.ok and (error is not None or failed is not None):
-            turn.error_code = "ExecutorError"
+            turn.error_code = "Interrupted"
             turn.error_message = "did not complete: the workflow stopped"
     output: list[Message] = []
     if outputs:

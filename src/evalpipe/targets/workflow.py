@@ -64,7 +64,8 @@ class ExecutorRun(BaseModel):
     usage: RunUsage = Field(default_factory=RunUsage)
     """Tokens the agent reported and the wall time of its turn."""
     error_code: str | None = None
-    """Why this turn has no usable output: "ExecutorError" (it raised) or "UpstreamError" (not run)."""
+    """Why this turn has no usable output: "ExecutorError" (it raised), "UpstreamError" (not run
+    because an agent before it failed) or "Interrupted" (the workflow stopped while it ran)."""
     error_message: str | None = None
     """What went wrong, for people."""
 
