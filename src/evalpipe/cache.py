@@ -207,6 +207,8 @@ class ResponseCache:
         self.directory = Path(directory)
         self.mode: CacheMode = mode
         self.ttl = ttl
+        self._stored: list[CacheEntry] | None = None
+        """Entries read once to explain replay misses (replay mode never writes)."""
 
     def __repr__(self) -> str:
         return f"ResponseCache({str(self.directory)!r}, mode={self.mode!r}, ttl={self.ttl})"
@@ -281,7 +283,10 @@ class ResponseCache:
     def explain_miss(self, request: Mapping[str, Any]) -> str:
         """In words, how ``request`` differs from the nearest stored request."""
         normalized = normalize_request(request)
-        stored = self.entries()
+        if self._stored is None or self.mode != "replay":
+            # When a prompt changed, every request misses: read the directory once, not per miss.
+            self._stored = self.entries()
+        stored = self._stored
         if not stored:
             return "the cache directory holds no entries"
         nearest = max(stored, key=lambda e: _similarity(normalized, e.request))

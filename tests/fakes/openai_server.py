@@ -318,10 +318,12 @@ class FakeOpenAIServer:
             delay = reply.delay or self.default_delay
             if delay:
                 time.sleep(min(delay, 5.0))
-            self._send(handler, reply)
         finally:
+            # Counted out before the answer is written: a client can only start its next request
+            # after reading this answer, so max_in_flight never overshoots the client's bound.
             with self._lock:
                 self.in_flight -= 1
+        self._send(handler, reply)
 
     @staticmethod
     def _send(handler: BaseHTTPRequestHandler, reply: Reply) -> None:
