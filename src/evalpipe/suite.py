@@ -137,7 +137,7 @@ def apply_params(data: dict[str, Any], params: Sequence[str]) -> dict[str, Any]:
     Raises:
         SuiteError: for an override without ``=``.
     """
-    out = json.loads(json.dumps(data))
+    out: dict[str, Any] = json.loads(json.dumps(data))
     for param in params:
         key, sep, raw = param.partition("=")
         if not sep or not key.strip():
@@ -253,8 +253,6 @@ def _builtin_checks() -> dict[str, tuple[Callable[..., Any], bool]]:
 
 def _is_factory(obj: Callable[..., Any]) -> bool:
     """A check takes one item; a factory takes configuration and returns a check."""
-    if getattr(obj, "__evalpipe_factory__", None) is not None:
-        return bool(obj.__evalpipe_factory__)
     try:
         params = list(inspect.signature(obj).parameters.values())
     except (TypeError, ValueError):

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
 from evalpipe.datasets import DatasetError, QueryRow, load_dataset, row_hash
 from evalpipe.evaluate import build_agent_items, run_evaluators
@@ -363,10 +363,11 @@ class RunPlan:
         for item in [*built.overall, *(i for items in built.per_agent.values() for i in items)]:
             call = by_position.get((item.query_index, item.repetition))
             if call is not None:
-                agent = item.agent
+                # build_workflow_items ids are "i" and "i/agent[/visit]": keep the agent part
+                _, _, agent_part = (item.item_id or "").partition("/")
                 self._stamp(item, call)
-                if agent not in (None, "overall"):
-                    item.item_id = f"{item.item_id}@{agent}"
+                if agent_part:
+                    item.item_id = f"{item.item_id}@{agent_part}"
         return ShardItems(overall=built.overall, per_agent=built.per_agent, workflow_items=built)
 
     # -- evaluation -----------------------------------------------------------------------------
@@ -383,8 +384,13 @@ class RunPlan:
         if self.kind == "workflow":
             from evalpipe.evaluate import evaluate_workflow_items
 
-            (result,) = await evaluate_workflow_items([provider], items.workflow_items, name)
-            return cast(EvalResults, result)
+            (result,) = await evaluate_workflow_items(
+                [provider], items.workflow_items, self.suite.name
+            )
+            if len(self.providers) > 1:  # MAF's naming: "{name} — {agent} ({provider})"
+                for level in result.iter_results():
+                    level.run_id = f"{level.run_id} ({provider.name})"
+            return result
         (result,) = await run_evaluators([provider], items.overall, name)
         return result
 
@@ -395,9 +401,9 @@ def _parse_gates(specs: Sequence[str | dict[str, Any]]) -> list[Any]:
     from evalpipe.gates import parse_gates
 
     try:
-        return list(parse_gates(list(specs)))
+        return list(parse_gates(list(specs), source="gates"))
     except ValueError as exc:
-        raise SuiteError(f"gates: {exc}") from None
+        raise SuiteError(str(exc)) from None
 
 
 def _read_stored(run_dir: Path) -> tuple[Literal["agent", "workflow"], str, dict[str, Any]]:
