@@ -155,11 +155,14 @@ def test_handoff_target_reads_the_last_assistant_text() -> None:
 
 
 def test_invalid_compositions_are_rejected_with_the_reason() -> None:
-    """Duplicate agent names, no agents, max_hops < 1 and non-workflows raise naming the problem."""
+    """Duplicate agent names, no agents, attempts or max_hops < 1 and non-workflows raise naming
+    the problem."""
     with pytest.raises(ValueError, match="two agents are named 'a'"):
         SequentialWorkflow([Echo("a", "x"), Echo("a", "y")])
     with pytest.raises(ValueError, match="at least one agent"):
         SequentialWorkflow([])
+    with pytest.raises(ValueError, match="attempts must be >= 1, got 0"):
+        SequentialWorkflow([Echo("a", "x")], attempts=0)
     with pytest.raises(ValueError, match="max_hops must be >= 1"):
         RouterWorkflow(Echo("r", "x"), [], max_hops=0)
     with pytest.raises(TypeError, match="cannot run str as a workflow"):
@@ -236,3 +239,39 @@ def test_is_workflow_tells_workflows_from_agents() -> None:
     assert is_workflow(Exploding())
     assert not is_workflow(Echo("a", "x"))
     assert not is_workflow("travel")
+
+
+class Throttled:
+    """A user agent whose first ``failures`` calls time out, like a throttled endpoint."""
+
+    def __init__(self, failures: int) -> None:
+        self.name = "researcher"
+        self.failures = failures
+        self.calls = 0
+
+    async def run(self, messages: list[Message], **kwargs: Any) -> AgentResponse:
+        self.calls += 1
+        if self.calls <= self.failures:
+            raise TimeoutError("upstream timed out")
+        return AgentResponse(messages=[Message("assistant", ["Sunny."])])
+
+
+async def test_transient_agent_errors_are_retried_without_rerunning_earlier_agents() -> None:
+    """attempts=3 retries a timing-out agent in place; the agent before it runs once."""
+    first = Echo("planner", "Plan.")
+    flaky = Throttled(failures=2)
+    wf = SequentialWorkflow([first, flaky], attempts=3, retry_wait=0.001)
+    run = await wf.run("q")
+    assert run.ok
+    assert flaky.calls == 3
+    assert [e.attempts for e in run.executors] == [1, 3]
+
+
+async def test_retries_stop_at_attempts_and_say_so() -> None:
+    """When every attempt fails the turn is ExecutorError naming how many attempts were made."""
+    run = await RouterWorkflow(Throttled(failures=5), [], attempts=2, retry_wait=0.001).run("q")
+    assert run.executors[0].error_message == "TimeoutError: upstream timed out (after 2 attempts)"
+    assert run.executors[0].attempts == 2
+    single = await SequentialWorkflow([Throttled(failures=1)]).run("q")
+    assert single.executors[0].attempts == 1
+    assert single.error_code == "ExecutorError"

@@ -18,9 +18,11 @@ from typing import Any, Protocol, get_type_hints, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from evalpipe._internal.retry import is_transient
 from evalpipe.items import RunUsage
 from evalpipe.messages import Message, ToolDefinition
 from evalpipe.targets.base import (
+    _retry,
     agent_name,
     agent_tools,
     response_messages,
@@ -68,6 +70,8 @@ class ExecutorRun(BaseModel):
     because an agent before it failed) or "Interrupted" (the workflow stopped while it ran)."""
     error_message: str | None = None
     """What went wrong, for people."""
+    attempts: int = 1
+    """How many times the agent was called (transient errors are retried when configured)."""
 
     @property
     def ok(self) -> bool:
@@ -152,12 +156,37 @@ async def _invoke_agent(agent: Any, messages: list[Message]) -> Any:
     return result
 
 
-async def run_executor(agent: Any, received: list[Message], *, executor_id: str) -> ExecutorRun:
-    """Run one agent on ``received``; an exception becomes an ExecutorRun with "ExecutorError"."""
+async def run_executor(
+    agent: Any,
+    received: list[Message],
+    *,
+    executor_id: str,
+    attempts: int = 1,
+    retry_wait: float = 0.5,
+) -> ExecutorRun:
+    """Run one agent on ``received``; an exception becomes an ExecutorRun with "ExecutorError".
+
+    With ``attempts`` > 1 a transient error (timeout, connection error, 408/409/429/5xx) is retried
+    with the same backoff policy as ``call_agent``, so one throttled agent call does not cost the
+    turns before it. Latency is the last attempt's.
+    """
     name = agent_name(agent)
     started = time.perf_counter()
+    tries = 0
+
+    async def attempt() -> Any:
+        nonlocal started, tries
+        tries += 1
+        started = time.perf_counter()
+        return await _invoke_agent(agent, list(received))
+
     try:
-        response = await _invoke_agent(agent, list(received))
+        try:
+            response = await attempt()
+        except Exception as first:
+            if attempts <= 1 or not is_transient(first):
+                raise
+            response = await _retry(attempt, first, attempts - 1, retry_wait)
         usage = response_usage(response)
         usage.latency_seconds = time.perf_counter() - started
         return ExecutorRun(
@@ -167,6 +196,7 @@ async def run_executor(agent: Any, received: list[Message], *, executor_id: str)
             produced=response_messages(response),
             tools=response_tools(response) or agent_tools(agent) or None,
             usage=usage,
+            attempts=tries,
         )
     except Exception as exc:
         return ExecutorRun(
@@ -176,7 +206,9 @@ async def run_executor(agent: Any, received: list[Message], *, executor_id: str)
             tools=agent_tools(agent) or None,
             usage=RunUsage(latency_seconds=time.perf_counter() - started),
             error_code="ExecutorError",
-            error_message=f"{type(exc).__name__}: {exc}",
+            error_message=f"{type(exc).__name__}: {exc}"
+            + (f" (after {tries} attempts)" if tries > 1 else ""),
+            attempts=max(tries, 1),
         )
 
 
@@ -229,16 +261,29 @@ class SequentialWorkflow:
     Args:
         agents: The agents, in order; any object with ``name`` and ``async run(messages)``.
         name: The workflow's name (default ``"sequential"``).
+        attempts: Tries per agent call; transient errors are retried (default 1: no retry).
+        retry_wait: The first backoff wait in seconds (a server's Retry-After wins).
 
     Raises:
-        ValueError: for no agents, or two agents with the same name.
+        ValueError: for no agents, two agents with the same name, or ``attempts < 1``.
     """
 
-    def __init__(self, agents: Sequence[Any], *, name: str = "sequential") -> None:
+    def __init__(
+        self,
+        agents: Sequence[Any],
+        *,
+        name: str = "sequential",
+        attempts: int = 1,
+        retry_wait: float = 0.5,
+    ) -> None:
         if not agents:
             raise ValueError("SequentialWorkflow needs at least one agent")
+        if attempts < 1:
+            raise ValueError(f"attempts must be >= 1, got {attempts}.")
         self._agents = _unique_names(agents, "SequentialWorkflow")
         self.name = name
+        self.attempts = attempts
+        self.retry_wait = retry_wait
 
     @property
     def agent_names(self) -> list[str]:
@@ -264,7 +309,13 @@ class SequentialWorkflow:
                     )
                 )
                 continue
-            turn = await run_executor(agent, conversation, executor_id=name)
+            turn = await run_executor(
+                agent,
+                conversation,
+                executor_id=name,
+                attempts=self.attempts,
+                retry_wait=self.retry_wait,
+            )
             executors.append(turn)
             if not turn.ok:
                 failed = name
@@ -306,9 +357,11 @@ class RouterWorkflow:
         max_hops: The most handoffs one run may take (default 4).
         route: Picks the next agent from a finished turn.
         name: The workflow's name (default ``"router"``).
+        attempts: Tries per agent call; transient errors are retried (default 1: no retry).
+        retry_wait: The first backoff wait in seconds (a server's Retry-After wins).
 
     Raises:
-        ValueError: for duplicate agent names or ``max_hops < 1``.
+        ValueError: for duplicate agent names, ``max_hops < 1`` or ``attempts < 1``.
     """
 
     def __init__(
@@ -319,9 +372,15 @@ class RouterWorkflow:
         max_hops: int = 4,
         route: Route | None = None,
         name: str = "router",
+        attempts: int = 1,
+        retry_wait: float = 0.5,
     ) -> None:
         if max_hops < 1:
             raise ValueError(f"max_hops must be >= 1, got {max_hops}.")
+        if attempts < 1:
+            raise ValueError(f"attempts must be >= 1, got {attempts}.")
+        self.attempts = attempts
+        self.retry_wait = retry_wait
         self._agents = _unique_names([router, *agents], "RouterWorkflow")
         self._start = agent_name(router)
         self.max_hops = max_hops
@@ -341,7 +400,13 @@ class RouterWorkflow:
         current = self._start
         hops = 0
         while True:
-            turn = await run_executor(self._agents[current], conversation, executor_id=current)
+            turn = await run_executor(
+                self._agents[current],
+                conversation,
+                executor_id=current,
+                attempts=self.attempts,
+                retry_wait=self.retry_wait,
+            )
             executors.append(turn)
             if not turn.ok:
                 return _finish(query, self.name, executors, started)
