@@ -169,6 +169,8 @@ def test_endpoint_config_errors_name_the_field() -> None:
         ChatEndpoint(base_url="localhost:11434/v1", model="m")
     with pytest.raises(ValueError, match="need api_type='azure'"):
         ChatEndpoint(base_url="http://x/v1", model="m", azure_deployment="d")
+    with pytest.raises(ValueError, match="api_version is only used with azure_deployment"):
+        ChatEndpoint(base_url="http://x/openai/v1", model="m", api_type="azure", api_version="v")
     with pytest.raises(ValueError, match="max_concurrency"):
         ChatEndpoint(base_url="http://x/v1", model="m", max_concurrency=0)
     with pytest.raises(ValueError, match="temprature"):

@@ -121,6 +121,11 @@ class ChatEndpoint(BaseModel):
     def _check_azure(self) -> ChatEndpoint:
         if self.api_type != "azure" and (self.azure_deployment or self.api_version):
             raise ValueError("azure_deployment and api_version need api_type='azure'")
+        if self.api_version and not self.azure_deployment:
+            raise ValueError(
+                "api_version is only used with azure_deployment (the deployment URL form); "
+                "Azure's v1 API (base_url .../openai/v1) takes none"
+            )
         if self.api_key is not None and self.api_key_env is not None:
             raise ValueError("give api_key or api_key_env, not both")
         return self
