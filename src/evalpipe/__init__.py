@@ -5,6 +5,9 @@ Switch from MAF with one import::
     from evalpipe import evaluate_agent, LocalEvaluator, keyword_check, tool_called_check
 """
 
+from typing import TYPE_CHECKING, Any
+
+from evalpipe.cache import CacheConfig, ResponseCache, cache_clean, cache_stats
 from evalpipe.checks import (
     CheckResult,
     EvalCheck,
@@ -13,9 +16,11 @@ from evalpipe.checks import (
     tool_called_check,
     tool_calls_present,
 )
-from evalpipe.evaluate import evaluate_agent
+from evalpipe.evaluate import AgentExpectations, evaluate_agent, evaluate_workflow
 from evalpipe.evaluators.base import Evaluator
+from evalpipe.evaluators.judge import JudgeConfig, JudgeEvaluator
 from evalpipe.evaluators.local import FunctionEvaluator, LocalEvaluator, evaluator
+from evalpipe.gates import GateReport, GateSyntaxError, evaluate_gates, parse_gates
 from evalpipe.items import (
     ConversationSplit,
     ConversationSplitter,
@@ -23,6 +28,7 @@ from evalpipe.items import (
     ExpectedToolCall,
     RunUsage,
 )
+from evalpipe.llm import ChatClient, ChatEndpoint
 from evalpipe.messages import (
     Content,
     DataContent,
@@ -44,12 +50,58 @@ from evalpipe.results import (
     RubricScore,
 )
 from evalpipe.targets.base import Agent, AgentResponse, TargetRun
+from evalpipe.targets.maf import MAFWorkflow
+from evalpipe.targets.openai_chat import OpenAIChatAgent
+from evalpipe.targets.workflow import (
+    ExecutorRun,
+    RouterWorkflow,
+    SequentialWorkflow,
+    Workflow,
+    WorkflowRun,
+)
+
+if TYPE_CHECKING:  # loaded on first use: sacrebleu and nltk add ~0.4 s to `import evalpipe`
+    from evalpipe.evaluators.nlp import (
+        MissingReferenceError,
+        bleu,
+        expected_fact_check,
+        gleu,
+        task_navigation_efficiency,
+        token_f1,
+        tool_call_success,
+    )
+
+_LAZY = {
+    "MissingReferenceError": "evalpipe.evaluators.nlp",
+    "bleu": "evalpipe.evaluators.nlp",
+    "expected_fact_check": "evalpipe.evaluators.nlp",
+    "gleu": "evalpipe.evaluators.nlp",
+    "task_navigation_efficiency": "evalpipe.evaluators.nlp",
+    "token_f1": "evalpipe.evaluators.nlp",
+    "tool_call_success": "evalpipe.evaluators.nlp",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'evalpipe' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Agent",
+    "AgentExpectations",
     "AgentResponse",
+    "CacheConfig",
+    "ChatClient",
+    "ChatEndpoint",
     "CheckResult",
     "Content",
     "ConversationSplit",
@@ -63,25 +115,49 @@ __all__ = [
     "EvalResults",
     "EvalScoreResult",
     "Evaluator",
+    "ExecutorRun",
     "ExpectedToolCall",
     "FunctionCallContent",
     "FunctionEvaluator",
     "FunctionResultContent",
+    "GateReport",
+    "GateSyntaxError",
+    "JudgeConfig",
+    "JudgeEvaluator",
     "LocalEvaluator",
+    "MAFWorkflow",
     "Message",
+    "MissingReferenceError",
+    "OpenAIChatAgent",
+    "ResponseCache",
+    "RouterWorkflow",
     "RubricScore",
     "RunUsage",
+    "SequentialWorkflow",
     "TargetRun",
     "TextContent",
     "ToolDefinition",
     "UriContent",
+    "Workflow",
+    "WorkflowRun",
     "__version__",
+    "bleu",
+    "cache_clean",
+    "cache_stats",
     "evaluate_agent",
+    "evaluate_gates",
+    "evaluate_workflow",
     "evaluator",
+    "expected_fact_check",
+    "gleu",
     "keyword_check",
     "messages_from_openai",
     "messages_to_openai",
+    "parse_gates",
+    "task_navigation_efficiency",
+    "token_f1",
     "tool_call_args_match",
+    "tool_call_success",
     "tool_called_check",
     "tool_calls_present",
 ]

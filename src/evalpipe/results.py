@@ -241,12 +241,13 @@ class EvalResults(BaseModel):
     ) -> None:
         """Raise unless every score (of ``evaluator``, if given) is at least ``min_score``.
 
-        Walks items and sub-results; an errored metric (score None) counts as below.
+        Walks items and sub-results; an errored metric (score None) counts as below, a metric
+        labelled ``not_applicable`` (a judge with no input for it) is skipped.
         """
         low = [
             f"{item.item_id}/{score.name}={(score.score if score.score is not None else 0.0):.3f}"
             for item, score in self._scores(evaluator)
-            if score.score is None or score.score < min_score
+            if score.label != "not_applicable" and (score.score is None or score.score < min_score)
         ]
         if not low:
             return

@@ -298,3 +298,45 @@ def test_cli_run_exit_codes(project: Path, prefect_api: str) -> None:
     )
     assert again.returncode == 0
     assert "evalpipe summary" in again.stdout
+
+
+async def test_foundry_in_a_suite_one_eval_one_run_per_shard_under_the_foundry_limit(
+    project: Path,
+) -> None:
+    """A suite's Foundry evaluator creates one eval per run and one run per shard, under the
+    "foundry" global concurrency limit, beside the local checks; its scores land in Parquet."""
+    from fakes.foundry_emulator import TOKEN, FoundryEmulator
+
+    emu = FoundryEmulator(token=TOKEN).start()
+    try:
+        foundry = {
+            "endpoint": emu.endpoint,
+            "model": "judge",
+            "evaluators": ["relevance"],
+            "poll_interval": 0.01,
+            "credential": "fakes.foundry_emulator:StaticCredential",
+        }
+        path = _write_project(
+            project,
+            rows=10,
+            repetitions=1,
+            shard_size=4,
+            evaluators=[{"keyword_check": ["answer"]}, {"foundry": foundry}],
+        )
+        outcome = await arun_suite(load_suite(path))
+        assert outcome.state == "Completed", outcome.message
+        local, cloud = load_run(outcome.run_dir)
+        assert local.provider == "Local"
+        assert cloud.provider == "Microsoft Foundry"
+        assert (cloud.passed, cloud.errored) == (10, 0)
+        assert len(emu.calls("POST", r"/evals$")) == 1
+        assert len(emu.run_objects()) == 3
+        assert [i.item_id for i in cloud.items] == [f"q{i}#0" for i in range(10)]
+    finally:
+        emu.stop()
+
+    from prefect.client.orchestration import get_client
+
+    async with get_client() as client:
+        limit = await client.read_global_concurrency_limit_by_name("foundry")
+    assert limit.limit >= 1

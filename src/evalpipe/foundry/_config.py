@@ -43,6 +43,9 @@ class FoundryConfig(BaseModel):
     """Seconds one HTTP request may take."""
     matching_mode: MatchingMode = "exact_match"
     """How task_navigation_efficiency compares tool calls."""
+    credential: str | None = None
+    """``module:attr`` of a credential (class, factory or instance), e.g.
+    ``azure.identity:ManagedIdentityCredential``; default DefaultAzureCredential."""
 
     @field_validator("evaluators")
     @classmethod
@@ -60,8 +63,15 @@ class FoundryConfig(BaseModel):
             raise ValueError(
                 f"foundry.endpoint is not set: add it to the suite or set {ENDPOINT_ENV}."
             )
+        credential = None
+        if self.credential is not None:
+            from evalpipe._internal.imports import load_object
+
+            obj = load_object(self.credential, what="foundry.credential")
+            credential = obj() if isinstance(obj, type) or not hasattr(obj, "get_token") else obj
         return FoundryEvals(
             endpoint=self.endpoint,
+            credential=credential,
             model=self.model,
             evaluators=self.evaluators,
             conversation_split=ConversationSplit(self.conversation_split)

@@ -12,6 +12,7 @@ Prefect does not walk them.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import html
 import os
@@ -29,6 +30,7 @@ from prefect.artifacts import (
     aupdate_progress_artifact,
 )
 from prefect.cache_policies import NO_CACHE
+from prefect.concurrency.asyncio import concurrency
 from prefect.runtime import flow_run
 from prefect.tasks import exponential_backoff
 from prefect.utilities.annotations import quote
@@ -129,10 +131,53 @@ async def build_items_task(
     persist_result=False,
 )
 async def evaluate_task(
-    plan: RunPlan, provider_index: int, provider_name: str, shard_index: int, items: ShardItems
+    plan: RunPlan,
+    provider_index: int,
+    provider_name: str,
+    shard_index: int,
+    items: ShardItems,
+    first_position: int,
 ) -> EvalResults:
-    """One provider over one shard's items (local checks run in-process, here)."""
-    return await plan.evaluate(plan.providers[provider_index], items)
+    """One provider over one shard's items (local checks run in-process, here).
+
+    Foundry batches hold a slot of the global concurrency limit "foundry", so concurrent flow runs
+    (and workers) share one quota.
+    """
+    provider = plan.providers[provider_index]
+    if plan.is_foundry(provider):
+        async with concurrency(FOUNDRY_LIMIT, occupy=1, strict=True):
+            return await plan.evaluate(provider, items, first_position)
+    return await plan.evaluate(provider, items, first_position)
+
+
+FOUNDRY_LIMIT = "foundry"
+"""The global concurrency limit every Foundry batch holds a slot of."""
+
+
+async def ensure_foundry_limit(plan: RunPlan) -> None:
+    """Create the "foundry" global concurrency limit when a suite uses Foundry and it is missing.
+
+    Its size is the largest ``max_concurrent_runs`` of the suite's Foundry providers; an existing
+    limit (set by an operator for the whole project's quota) is left as it is.
+    """
+    sizes = [
+        int(getattr(p, "max_concurrent_runs", 4)) for p in plan.providers if plan.is_foundry(p)
+    ]
+    if not sizes:
+        return
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
+    from prefect.exceptions import ObjectAlreadyExists, ObjectNotFound
+
+    async with get_client() as client:
+        try:
+            await client.read_global_concurrency_limit_by_name(FOUNDRY_LIMIT)
+        except ObjectNotFound:
+            # another flow run may create it meanwhile
+            with contextlib.suppress(ObjectAlreadyExists):
+                await client.create_global_concurrency_limit(
+                    GlobalConcurrencyLimitCreate(name=FOUNDRY_LIMIT, limit=max(sizes))
+                )
 
 
 @task(name="write-artifacts", cache_policy=NO_CACHE, persist_result=False)
@@ -271,6 +316,7 @@ async def eval_flow(
     progress_id = await acreate_progress_artifact(
         progress=0.0, key=f"{key}-progress", description="target calls evaluated"
     )
+    await ensure_foundry_limit(plan)
     shards = plan.shards()
     semaphore = asyncio.Semaphore(suite.concurrency)
     # Enough shards in flight to keep the semaphore busy, few enough to bound memory.
@@ -293,7 +339,9 @@ async def eval_flow(
             results = list(
                 await asyncio.gather(
                     *(
-                        evaluate_task(_q(plan), p, provider.name, index, _q(items))
+                        evaluate_task(
+                            _q(plan), p, provider.name, index, _q(items), calls[0].position
+                        )
                         for p, provider in enumerate(plan.providers)
                     )
                 )

@@ -24,7 +24,7 @@ from evalpipe.evaluate import build_agent_items, run_evaluators
 from evalpipe.evaluators.base import Evaluator
 from evalpipe.items import EvalItem
 from evalpipe.journal import Journal, call_key
-from evalpipe.results import EvalResults
+from evalpipe.results import EvalResults, merge_results
 from evalpipe.suite import (
     EvalSuite,
     SuiteError,
@@ -123,10 +123,9 @@ def find_resumable(suite: EvalSuite, output_dir: str | Path | None = None) -> Pa
 
 
 def _is_workflow(target: Any) -> bool:
-    from evalpipe.targets.maf import is_maf_workflow
-    from evalpipe.targets.workflow import RouterWorkflow, SequentialWorkflow
+    from evalpipe.targets.workflow import is_workflow
 
-    return is_maf_workflow(target) or isinstance(target, SequentialWorkflow | RouterWorkflow)
+    return bool(is_workflow(target))
 
 
 @dataclass
@@ -150,6 +149,8 @@ class RunPlan:
     rescored_from: Path | None = None
     started_at: float = field(default_factory=time.time)
     calls: list[Call] = field(default_factory=list)
+    _eval_ids: dict[str, str] = field(default_factory=dict, repr=False)
+    _eval_locks: dict[str, asyncio.Lock] = field(default_factory=dict, repr=False)
 
     # -- construction -------------------------------------------------------------------------
 
@@ -378,9 +379,53 @@ class RunPlan:
             return f"{self.suite.name} ({provider.name})"
         return self.suite.name
 
-    async def evaluate(self, provider: Evaluator, items: ShardItems) -> EvalResults:
-        """One provider over one shard's items; a provider that raises gives errored items."""
+    def is_foundry(self, provider: Evaluator) -> bool:
+        """A provider that evaluates in batches of one server-side evaluation (FoundryEvals)."""
+        return hasattr(provider, "create_eval") and hasattr(provider, "run_batch")
+
+    async def _foundry_eval_id(self, provider: Any, items: Sequence[EvalItem], name: str) -> str:
+        """The run's one server-side evaluation for this provider, created by the first shard.
+
+        Tagged with the run directory's name, so a resumed run (or a retried task) reuses it.
+        """
+        lock = self._eval_locks.setdefault(name, asyncio.Lock())
+        async with lock:
+            if name not in self._eval_ids:
+                self._eval_ids[name] = await provider.create_eval(
+                    items, eval_name=name, key=f"evalpipe:{self.run_dir.name}:{name}"
+                )
+            return self._eval_ids[name]
+
+    async def _evaluate_foundry(
+        self, provider: Any, items: list[EvalItem], name: str, first_position: int
+    ) -> EvalResults:
+        try:
+            eval_id = await self._foundry_eval_id(provider, items, name)
+        except Exception as exc:
+            (result,) = await run_evaluators([_Raising(provider.name, exc)], items, name)
+            return result
+        size = max(1, int(getattr(provider, "batch_size", len(items)) or len(items)))
+        parts = await asyncio.gather(
+            *(
+                provider.run_batch(
+                    eval_id, items[i : i + size], eval_name=name, batch_index=first_position + i
+                )
+                for i in range(0, len(items), size)
+            )
+        )
+        return merge_results(list(parts))
+
+    async def evaluate(
+        self, provider: Evaluator, items: ShardItems, first_position: int = 0
+    ) -> EvalResults:
+        """One provider over one shard's items; a provider that raises gives errored items.
+
+        FoundryEvals gets one evaluation per run and one server run per shard (split at its
+        ``batch_size``), tagged so a retry or a resume does not pay twice.
+        """
         name = self.eval_name(provider)
+        if self.kind == "agent" and self.is_foundry(provider) and items.overall:
+            return await self._evaluate_foundry(provider, items.overall, name, first_position)
         if self.kind == "workflow":
             from evalpipe.evaluate import evaluate_workflow_items
 
@@ -393,6 +438,17 @@ class RunPlan:
             return result
         (result,) = await run_evaluators([provider], items.overall, name)
         return result
+
+
+class _Raising:
+    """Stands in for a provider whose setup failed, so its items come back errored."""
+
+    def __init__(self, name: str, exc: Exception) -> None:
+        self.name = name
+        self._exc = exc
+
+    async def evaluate(self, items: Sequence[EvalItem], *, eval_name: str) -> EvalResults:
+        raise self._exc
 
 
 def _parse_gates(specs: Sequence[str | dict[str, Any]]) -> list[Any]:

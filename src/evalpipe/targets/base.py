@@ -231,10 +231,10 @@ async def call_agent(
         tries += 1
         if semaphore is None:
             started = time.perf_counter()
-            return await _invoke(agent, query)
+            return await _invoke(agent, query, repetition)
         async with semaphore:
             started = time.perf_counter()
-            return await _invoke(agent, query)
+            return await _invoke(agent, query, repetition)
 
     try:
         try:
@@ -296,7 +296,22 @@ async def _retry(
     raise AssertionError("unreachable: tenacity re-raises the last error")  # pragma: no cover
 
 
-async def _invoke(agent: Any, query: str) -> Any:
+_TAKES_REPETITION: dict[type, bool] = {}
+
+
+def _takes_repetition(cls: type) -> bool:
+    """The agent's ``run`` declares a ``repetition`` parameter (e.g. OpenAIChatAgent's cache key)."""
+    known = _TAKES_REPETITION.get(cls)
+    if known is None:
+        try:
+            known = "repetition" in inspect.signature(getattr(cls, "run")).parameters  # noqa: B009
+        except (TypeError, ValueError, AttributeError):
+            known = False
+        _TAKES_REPETITION[cls] = known
+    return known
+
+
+async def _invoke(agent: Any, query: str, repetition: int = 0) -> Any:
     run = agent.run
     # MAF agents take their own Message type; a plain string is the input every version accepts.
     messages: Any = (
@@ -304,9 +319,10 @@ async def _invoke(agent: Any, query: str) -> Any:
         if type(agent).__module__.startswith("agent_framework")
         else [Message("user", [query])]
     )
+    extra = {"repetition": repetition} if _takes_repetition(type(agent)) else {}
     if inspect.iscoroutinefunction(run):
-        return await run(messages)
-    result = await asyncio.to_thread(run, messages)
+        return await run(messages, **extra)
+    result = await asyncio.to_thread(run, messages, **extra)
     if inspect.isawaitable(result):
         result = await result
     return result
