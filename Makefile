@@ -14,12 +14,15 @@ $(STAMP): pyproject.toml constraints.txt
 
 install: $(STAMP)
 
-## make demo: evaluate the scripted travel agent over the demo query set, offline, and print a summary
+## make demo: run the demo suite's Prefect flow (ephemeral Prefect, scripted three-agent workflow,
+## local checks, per-agent sub-results, Parquet in runs/), then the canary suite, whose gate must fail
 demo: $(STAMP)
-	$(BIN)/evalpipe eval --agent examples.travel.agent:agent \
-		--queries examples/travel/queries.jsonl --repetitions 3 --max-concurrency 8 \
-		--check tool_calls_present --check tool_call_args_match \
-		--check examples.travel.checks:mentions_expected --check examples.travel.checks:concise
+	$(BIN)/evalpipe run examples/travel/suite.yaml
+	@echo "--- canary: known-bad agents; the same gate must fail (exit code 1) ---"
+	@$(BIN)/evalpipe run examples/travel/canary.yaml --no-progress > /dev/null 2> runs/canary.log; \
+		status=$$?; \
+		if [ $$status -eq 1 ]; then echo "canary gate failed, as it must: $$(tail -n 1 runs/canary.log | cut -c1-300)"; \
+		else echo "canary gate did NOT fail (exit $$status): the evaluation is broken"; cat runs/canary.log; exit 1; fi
 
 ## make test: lint, type-check and run the test suite
 test: lint
@@ -33,6 +36,8 @@ lint: $(STAMP)
 ## make bench: the benchmarks (not tests), beside MAF (the maf extra); numbers go to bench/results/
 bench: $(STAMP)
 	$(BIN)/python bench/bench_evaluate.py
+	$(BIN)/python bench/bench_artifacts.py
+	$(BIN)/python bench/bench_flow.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

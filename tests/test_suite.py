@@ -137,7 +137,8 @@ def test_bad_evaluator_specs_are_named(spec: object, message: str) -> None:
 
 def test_split_and_target_builders() -> None:
     """Built-in splits map to ConversationSplit; targets import, instantiate factories, or fail clearly."""
-    assert build_split(_suite(evaluators=["tool_calls_present"])) is ConversationSplit.LAST_TURN
+    assert build_split(_suite(evaluators=["tool_calls_present"])) is None
+    assert build_split(_suite(evaluators=["x"], split="last_turn")) is ConversationSplit.LAST_TURN
     assert build_split(_suite(evaluators=["x"], split="full")) is ConversationSplit.FULL
     with pytest.raises(ValueError, match="unknown split 'turns'"):
         _suite(evaluators=["x"], split="turns")

@@ -120,32 +120,37 @@ def print_summary(
         )
     console.print(table)
     for res in results:
-        bad = [i for i in res.items if not i.is_passed]
-        if bad:
-            console.print(f"[bold]items not passed ({len(bad)} of {len(res.items)}):[/]")
-        for item in bad[:max_failures]:
-            meta = item.metadata or {}
-            label = item.item_id
-            if "row_id" in meta:
-                label = f"{meta['row_id']} (rep {meta.get('repetition', 0)})"
-            why = item.error_message or "; ".join(
-                f"{s.name}: {(s.reason or 'failed').splitlines()[0]}"
-                for s in item.scores
-                if s.passed is False
-            )
-            console.print(
-                f"  {label} [{item.status}] {item.input_text!r}: {why}",
-                markup=False,
-                highlight=False,
-            )
-        if len(bad) > max_failures:
-            console.print(f"  ... and {len(bad) - max_failures} more")
+        for level in res.iter_results():
+            bad = [i for i in level.items if not i.is_passed]
+            if bad:
+                console.print(
+                    f"[bold]{level.run_id}: items not passed ({len(bad)} of {len(level.items)}):[/]"
+                )
+            for item in bad[:max_failures]:
+                meta = item.metadata or {}
+                label = item.item_id
+                if "row_id" in meta:
+                    label = f"{meta['row_id']} (rep {meta.get('repetition', 0)})"
+                why = item.error_message or "; ".join(
+                    f"{s.name}: {(s.reason or 'failed').splitlines()[0]}"
+                    for s in item.scores
+                    if s.passed is False
+                )
+                console.print(
+                    f"  {label} [{item.status}] {item.input_text!r}: {why}",
+                    markup=False,
+                    highlight=False,
+                )
+            if len(bad) > max_failures:
+                console.print(f"  ... and {len(bad) - max_failures} more")
     for res in results:
-        verdict = "[green]all passed[/]" if res.all_passed else "[red]not all passed[/]"
-        console.print(
-            f"{res.run_id}: {res.passed} passed, {res.failed} failed, {res.errored} errored "
-            f"of {res.passed + res.failed + res.errored} items — {verdict}"
-        )
+        for level in res.iter_results():
+            verdict = "[green]all passed[/]" if level.all_passed else "[red]not all passed[/]"
+            console.print(
+                f"{level.run_id}: {level.passed} passed, {level.failed} failed, "
+                f"{level.errored} errored of {level.passed + level.failed + level.errored} items "
+                f"— {verdict}"
+            )
     if results:
         stats = run_stats(results[0].input_items)
         console.print(

@@ -77,8 +77,10 @@ class EvalSuite(BaseModel):
     """The query set: a .jsonl, .csv or .parquet path (relative paths: to the suite file)."""
     repetitions: int = Field(default=1, ge=1, le=1000)
     """How many times each query runs."""
-    split: str = "last_turn"
-    """How transcripts become items: ``last_turn``, ``full``, or ``module:function`` (a splitter)."""
+    split: str | None = None
+    """How transcripts become items: ``last_turn``, ``full``, or ``module:function`` (a splitter).
+    Default: ``last_turn`` for agents; for a workflow's per-agent items, the boundary between what
+    the agent received and what it produced."""
     evaluators: list[str | dict[str, Any]] = Field(min_length=1)
     """Evaluators in short form; adjacent local checks share one LocalEvaluator."""
     concurrency: int = Field(default=8, ge=1, le=4096)
@@ -104,8 +106,8 @@ class EvalSuite(BaseModel):
 
     @field_validator("split")
     @classmethod
-    def _check_split(cls, value: str) -> str:
-        if value in ("last_turn", "full") or ":" in value:
+    def _check_split(cls, value: str | None) -> str | None:
+        if value is None or value in ("last_turn", "full") or ":" in value:
             return value
         raise ValueError(
             f"unknown split {value!r}; use 'last_turn', 'full' or an import path "
@@ -379,7 +381,9 @@ def build_evaluators(suite: EvalSuite) -> list[Evaluator]:
 
 
 def build_split(suite: EvalSuite) -> Any:
-    """The splitter the suite names."""
+    """The splitter the suite names (None: each item's default, see ``EvalSuite.split``)."""
+    if suite.split is None:
+        return None
     if suite.split == "last_turn":
         return ConversationSplit.LAST_TURN
     if suite.split == "full":

@@ -340,3 +340,38 @@ async def test_foundry_in_a_suite_one_eval_one_run_per_shard_under_the_foundry_l
     async with get_client() as client:
         limit = await client.read_global_concurrency_limit_by_name("foundry")
     assert limit.limit >= 1
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+async def test_demo_workflow_suite_gives_per_agent_sub_results(tmp_path: Path) -> None:
+    """The demo suite runs the three-agent workflow: overall results with planner, researcher and
+    writer sub-results in Parquet; the writer's scripted weakness shows only in its own results."""
+    suite = load_suite(ROOT / "examples/travel/suite.yaml", ["repetitions=1"])
+    suite.output_dir = str(tmp_path)
+    outcome = await arun_suite(suite)
+    assert outcome.state == "Completed", outcome.message
+    assert outcome.gate_passed is True
+    (results,) = load_run(outcome.run_dir)
+    assert list(results.sub_results) == ["planner", "researcher", "writer"]
+    writer = results.sub_results["writer"].per_evaluator["mentions_expected"]
+    researcher = results.sub_results["researcher"].per_evaluator["mentions_expected"]
+    assert researcher == {"passed": 5, "failed": 0, "errored": 0}
+    assert writer["failed"] == 3
+    ids = [i.item_id for i in results.sub_results["writer"].items]
+    assert ids[0] == "trip-paris#0/writer"
+    summary = pq.read_table(outcome.run_dir / "summary.parquet").to_pylist()
+    assert {r["agent"] for r in summary} == {"overall", "planner", "researcher", "writer"}
+
+
+async def test_canary_suite_gate_fails_on_known_bad_agents(tmp_path: Path) -> None:
+    """The test of the test: known-bad agents (wrong city, off topic) fail the demo's own gate."""
+    suite = load_suite(ROOT / "examples/travel/canary.yaml")
+    suite.output_dir = str(tmp_path)
+    outcome = await arun_suite(suite)
+    assert outcome.state == "Failed"
+    assert outcome.gate_passed is False
+    assert "researcher: all_pass(tool_call_args_match)" in (outcome.message or "")
+    (results,) = load_run(outcome.run_dir)
+    assert results.passed == 0

@@ -368,7 +368,7 @@ class RunPlan:
                 _, _, agent_part = (item.item_id or "").partition("/")
                 self._stamp(item, call)
                 if agent_part:
-                    item.item_id = f"{item.item_id}@{agent_part}"
+                    item.item_id = f"{item.item_id}/{agent_part}"
         return ShardItems(overall=built.overall, per_agent=built.per_agent, workflow_items=built)
 
     # -- evaluation -----------------------------------------------------------------------------
