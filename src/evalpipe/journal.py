@@ -49,7 +49,8 @@ class Journal:
         self.identity = identity
         self.path = self.directory / f"{target_key(identity)}.jsonl"
         self._lock = threading.Lock()
-        self._entries: dict[str, str] = {}
+        self._entries: dict[str, tuple[int, int]] = {}
+        """key -> (offset, length) of its line: transcripts stay on disk, not in memory."""
         self.skipped_lines = 0
         """Lines that could not be read back (a write cut short by a crash)."""
         self._load()
@@ -58,15 +59,19 @@ class Journal:
     def _load(self) -> None:
         if not self.path.is_file():
             return
+        offset = 0
         with self.path.open("rb") as handle:
             for raw in handle:
                 try:
                     entry = json.loads(raw)
-                    key, run = entry["key"], entry["run"]
+                    key = entry["key"]
+                    if not isinstance(entry["run"], str):
+                        raise TypeError
                 except (ValueError, KeyError, TypeError):
                     self.skipped_lines += 1
-                    continue
-                self._entries[key] = run
+                else:
+                    self._entries[key] = (offset, len(raw))
+                offset += len(raw)
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -75,8 +80,15 @@ class Journal:
         return key in self._entries
 
     def get(self, key: str) -> str | None:
-        """The journaled transcript JSON for ``key``, or None."""
-        return self._entries.get(key)
+        """The journaled transcript JSON for ``key``, or None (read back from the file)."""
+        where = self._entries.get(key)
+        if where is None:
+            return None
+        offset, length = where
+        with self.path.open("rb") as handle:
+            handle.seek(offset)
+            run: str = json.loads(handle.read(length))["run"]
+        return run
 
     def keys(self) -> Iterator[str]:
         """Every journaled key."""
@@ -96,8 +108,9 @@ class Journal:
                 self._handle = open(self.path, "ab", buffering=0)  # noqa: SIM115 - kept open
                 if self._handle.tell() > 0:
                     self._terminate_partial_line()
+            offset = self._handle.tell()
             self._handle.write(data)
-            self._entries[key] = run_json
+            self._entries[key] = (offset, len(data))
 
     def _terminate_partial_line(self) -> None:
         """After a crash mid-write the file may end without a newline; start on a fresh line."""

@@ -350,8 +350,10 @@ class RunRecord:
         target: str | None = None,
         row_id: str | None = None,
         cached: bool = False,
+        transcript: str | None = None,
     ) -> RunRecord:
-        """The record of one agent call, its transcript being the TargetRun's JSON."""
+        """The record of one call (a TargetRun or a WorkflowRun), its transcript being the run's
+        JSON (``transcript``, when the caller serialized it already)."""
         usage = run.usage
         return cls(
             run_id=run_id,
@@ -366,7 +368,7 @@ class RunRecord:
             input_tokens=usage.input_tokens,
             output_tokens=usage.output_tokens,
             total_tokens=usage.total_tokens,
-            transcript=run.model_dump_json(fallback=str),
+            transcript=transcript if transcript is not None else run.model_dump_json(fallback=str),
             cached=cached,
         )
 

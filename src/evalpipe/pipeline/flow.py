@@ -14,10 +14,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import gc
 import html
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
@@ -36,7 +37,7 @@ from prefect.tasks import exponential_backoff
 from prefect.utilities.annotations import quote
 
 from evalpipe.artifacts import RunRecord, RunWriter
-from evalpipe.pipeline.plan import Call, CallOutcome, RunPlan, ShardItems, _slug
+from evalpipe.pipeline.plan import Call, CallOutcome, RunPlan, _slug
 from evalpipe.results import EvalResults, merge_results
 from evalpipe.suite import EvalSuite
 from evalpipe.summary import summarize
@@ -99,11 +100,13 @@ async def run_shard(
     calls: Sequence[Call],
     semaphore: asyncio.Semaphore,
     counter: list[int],
-) -> list[CallOutcome]:
+) -> int:
     """Make (or take from the journal) one shard's target calls, all at once under the semaphore.
 
     A call that fails is an errored transcript, not a failed task; the task retries only on
     infrastructure errors (the journal's disk), and the journal keeps a retry from repeating calls.
+    The transcripts go to ``plan.shard_outcomes`` (Prefect keeps every task's return value for the
+    whole flow run, so tasks return counts, not data); returns how many calls were made.
     """
     total = len(plan.calls)
 
@@ -113,15 +116,20 @@ async def run_shard(
         _notify("calls", counter[0], total)
         return outcome
 
-    return list(await asyncio.gather(*(one(c) for c in calls)))
+    outcomes = list(await asyncio.gather(*(one(c) for c in calls)))
+    plan.shard_outcomes[shard_index] = outcomes
+    return sum(1 for o in outcomes if not o.cached)
 
 
 @task(name="build-items", task_run_name="items-{shard_index}", cache_policy=NO_CACHE)
-async def build_items_task(
-    plan: RunPlan, shard_index: int, outcomes: Sequence[CallOutcome]
-) -> ShardItems:
-    """Split the shard's transcripts into items: per call, and per agent for workflows."""
-    return plan.build_items(outcomes)
+async def build_items_task(plan: RunPlan, shard_index: int) -> int:
+    """Split the shard's transcripts into items: per call, and per agent for workflows.
+
+    The items go to ``plan.shard_items``; returns how many there are.
+    """
+    items = plan.build_items(plan.shard_outcomes[shard_index])
+    plan.shard_items[shard_index] = items
+    return items.count
 
 
 @task(
@@ -135,7 +143,6 @@ async def evaluate_task(
     provider_index: int,
     provider_name: str,
     shard_index: int,
-    items: ShardItems,
     first_position: int,
 ) -> EvalResults:
     """One provider over one shard's items (local checks run in-process, here).
@@ -144,6 +151,7 @@ async def evaluate_task(
     (and workers) share one quota.
     """
     provider = plan.providers[provider_index]
+    items = plan.shard_items[shard_index]
     if plan.is_foundry(provider):
         async with concurrency(FOUNDRY_LIMIT, occupy=1, strict=True):
             return await plan.evaluate(provider, items, first_position)
@@ -204,18 +212,50 @@ def _flow_run_name() -> str:
 
 
 def _record(plan: RunPlan, outcome: CallOutcome) -> RunRecord:
-    return RunRecord.from_target_run(
+    record = RunRecord.from_target_run(
         outcome.run,
         run_id=outcome.call.key,
         target=plan.identity,
         row_id=plan.rows[outcome.call.row_index].id,
         cached=outcome.cached,
+        transcript=outcome.transcript,
     )
+    return record
+
+
+@contextlib.contextmanager
+def _young_gc_relaxed(threshold: int = 20_000) -> Iterator[None]:
+    """Run the young-generation collector every ``threshold`` allocations instead of every 700.
+
+    Transcripts and items are many small acyclic objects; with Prefect's modules loaded, the default
+    threshold made the collector re-scan them constantly (measured: 0.32 s -> 0.19 s of CPU for
+    3,000 calls). Reference counting still frees them; only the cyclic collector runs less often.
+    The old thresholds come back when the shards are done.
+    """
+    old = gc.get_threshold()
+    gc.set_threshold(max(old[0], threshold), *old[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*old)
+
+
+def _write(
+    writer: RunWriter, plan: RunPlan, outcomes: Sequence[CallOutcome], results: list[EvalResults]
+) -> None:
+    writer.add_runs(_record(plan, o) for o in outcomes)
+    writer.add_results(results)
 
 
 def _strip(result: EvalResults) -> None:
-    """Drop the items (written already) so a long run does not hold every transcript in memory."""
+    """Drop what is written already and not needed for the gate and the summary (the items, their
+    texts and metadata), so a long run does not hold every transcript in memory."""
     result.input_items = []
+    for item in result.items:
+        item.input_text = item.output_text = None
+        item.metadata = None
+        for score in item.scores:
+            score.sample = None
     for sub in result.sub_results.values():
         _strip(sub)
 
@@ -323,7 +363,9 @@ async def eval_flow(
     shard_gate = asyncio.Semaphore(max(2, 2 * -(-suite.concurrency // plan.shard_size())))
     counter = [0]
     progress_lock = asyncio.Lock()
+    write_lock = asyncio.Lock()
     reported = [0]
+    last_update = [time.monotonic()]
     writer = RunWriter(plan.run_dir)
     done: dict[int, tuple[list[CallOutcome], list[EvalResults]]] = {}
     next_to_write = 0
@@ -334,39 +376,46 @@ async def eval_flow(
     async def process(index: int, calls: list[Call]) -> None:
         nonlocal next_to_write, finished_shards
         async with shard_gate:
-            outcomes = await run_shard(_q(plan), index, _q(calls), _q(semaphore), _q(counter))
-            items = await build_items_task(_q(plan), index, _q(outcomes))
+            await run_shard(_q(plan), index, _q(calls), _q(semaphore), _q(counter))
+            await build_items_task(_q(plan), index)
             results = list(
                 await asyncio.gather(
                     *(
-                        evaluate_task(
-                            _q(plan), p, provider.name, index, _q(items), calls[0].position
-                        )
+                        evaluate_task(_q(plan), p, provider.name, index, calls[0].position)
                         for p, provider in enumerate(plan.providers)
                     )
                 )
             )
+            plan.shard_items.pop(index, None)
+            outcomes = plan.shard_outcomes.pop(index)
         done[index] = (outcomes, results)
-        while next_to_write in done:  # write in shard order, whatever order shards finish in
-            outs, res = done.pop(next_to_write)
-            writer.add_runs(_record(plan, o) for o in outs)
-            writer.add_results(res)
-            for p, r in enumerate(res):
-                _strip(r)
-                kept[p].append(r)
-            next_to_write += 1
+        async with write_lock:  # in shard order, whatever order shards finish in
+            while next_to_write in done:
+                outs, res = done.pop(next_to_write)
+                # Off the event loop: Parquet encoding would stall the calls still in flight.
+                await asyncio.to_thread(_write, writer, plan, outs, res)
+                for p, r in enumerate(res):
+                    _strip(r)
+                    kept[p].append(r)
+                next_to_write += 1
         finished_shards += 1
         _notify("items", finished_shards, len(shards))
-        async with progress_lock:  # updates sent in order, so the last one is the highest
-            reached = finished_shards
-            if reached > reported[0]:
-                reported[0] = reached
-                await aupdate_progress_artifact(
-                    artifact_id=progress_id, progress=100.0 * reached / len(shards)
-                )
+        # At most one update a second (each is an API call), and always the last one; sent in
+        # order under the lock, so the newest value is the highest.
+        now = time.monotonic()
+        if finished_shards == len(shards) or now - last_update[0] >= 1.0:
+            last_update[0] = now
+            async with progress_lock:
+                reached = finished_shards
+                if reached > reported[0]:
+                    reported[0] = reached
+                    await aupdate_progress_artifact(
+                        artifact_id=progress_id, progress=100.0 * reached / len(shards)
+                    )
 
     try:
-        await asyncio.gather(*(process(i, calls) for i, calls in enumerate(shards)))
+        with _young_gc_relaxed():
+            await asyncio.gather(*(process(i, calls) for i, calls in enumerate(shards)))
     except BaseException:
         writer.abort()
         raise

@@ -44,7 +44,7 @@ __all__ = [
     "new_run_dir",
 ]
 
-MAX_SHARD_TASKS = 100
+MAX_SHARD_TASKS = 50
 """Default shard size aims for at most this many shard tasks per flow run (prefect-notes §2)."""
 
 RUN_MARKER = "run.json"
@@ -71,6 +71,8 @@ class CallOutcome:
     call: Call
     run: Transcript
     cached: bool
+    transcript: str | None = None
+    """The run as JSON, when it was serialized already (for the journal)."""
 
 
 @dataclass(slots=True)
@@ -149,6 +151,10 @@ class RunPlan:
     rescored_from: Path | None = None
     started_at: float = field(default_factory=time.time)
     calls: list[Call] = field(default_factory=list)
+    shard_outcomes: dict[int, list[CallOutcome]] = field(default_factory=dict, repr=False)
+    """Finished shards' transcripts, until their items are written."""
+    shard_items: dict[int, ShardItems] = field(default_factory=dict, repr=False)
+    """Shards' items, until every provider has evaluated them."""
     _eval_ids: dict[str, str] = field(default_factory=dict, repr=False)
     _eval_locks: dict[str, asyncio.Lock] = field(default_factory=dict, repr=False)
 
@@ -287,7 +293,7 @@ class RunPlan:
             return CallOutcome(call, stored, True)
         assert self.journal is not None, "start() the plan before calling the target"
         if (text := self.journal.get(call.key)) is not None:
-            return CallOutcome(call, self._load(text), True)
+            return CallOutcome(call, self._load(text), True, text)
         row = self.rows[call.row_index]
         run: Any
         if self.kind == "workflow":
@@ -309,9 +315,10 @@ class RunPlan:
                 semaphore=semaphore,
                 attempts=self.suite.call_attempts,
             )
+        text = run.model_dump_json()
         if run.error_code is None:
-            self.journal.record(call.key, run.model_dump_json())
-        return CallOutcome(call, run, False)
+            self.journal.record(call.key, text)
+        return CallOutcome(call, run, False, text)
 
     # -- items ----------------------------------------------------------------------------------
 

@@ -57,6 +57,7 @@ async def arun_suite(
     resumed = plan.resumed_calls()
     if plan.journal is not None:
         plan.journal.close()
+    del plan  # the flow prepares its own; don't hold the dataset twice during the run
     token = progress_hook.set(progress)
     try:
         state: Any = await eval_flow(
