@@ -34,7 +34,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 
-AGENT = '''
+AGENT = """
 import asyncio
 from evalpipe import AgentResponse, FunctionCallContent, FunctionResultContent, Message
 
@@ -55,7 +55,7 @@ class BenchAgent:
 
 
 agent = BenchAgent()
-'''
+"""
 
 
 def _project(root: Path, rows: int, reps: int, latency: float, concurrency: int) -> Path:
