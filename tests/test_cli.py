@@ -112,3 +112,23 @@ def test_agent_class_is_instantiated(tmp_path: Path, monkeypatch: pytest.MonkeyP
     monkeypatch.chdir(tmp_path)
     argv = ["eval", "--agent", "my_agents:Echo", "--queries", str(QUERIES), "--check"]
     assert main([*argv, "keyword_check:echo", "--strict"]) == 0
+
+
+def test_cache_stats_and_clean_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`evalpipe cache stats DIR` counts entries; `evalpipe cache clean DIR` drops only expired ones."""
+    from datetime import timedelta
+
+    from evalpipe.cache import ResponseCache
+
+    fresh = ResponseCache(tmp_path, ttl=timedelta(days=1))
+    stale = ResponseCache(tmp_path, ttl=timedelta(0))
+    fresh.put({"model": "m", "messages": [{"role": "user", "content": "a"}]}, {"choices": []})
+    stale.put({"model": "m", "messages": [{"role": "user", "content": "b"}]}, {"choices": []})
+    assert main(["cache", "stats", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "entries: 2" in out
+    assert "expired: 1" in out
+    assert main(["cache", "clean", str(tmp_path)]) == 0
+    assert "removed 1 expired entry" in capsys.readouterr().out
+    main(["cache", "stats", str(tmp_path)])
+    assert "entries: 1" in capsys.readouterr().out
