@@ -10,9 +10,9 @@ workflow agent's item holds what it received (docs/maf-compatibility.md).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -144,11 +144,41 @@ async def run_agent(
     they finish in. A run that raises is returned with error_code "AgentError". ``semaphore`` adds a
     bound shared with other callers; ``on_run`` is called as each run finishes.
     """
+    return await _run_pool(
+        lambda query, qi, rep: call_agent(
+            agent, query, query_index=qi, repetition=rep, semaphore=semaphore
+        ),
+        queries,
+        num_repetitions,
+        max_concurrency,
+        on_run,
+    )
+
+
+def _listify(value: str | Sequence[Any] | None) -> list[Any] | None:
+    """A str is one value; a sequence is copied into a list; None stays None."""
+    if value is None:
+        return None
+    return [value] if isinstance(value, str) else list(value)
+
+
+RunT = TypeVar("RunT")
+
+
+async def _run_pool(
+    call: Callable[[str, int, int], Awaitable[RunT]],
+    queries: Sequence[str],
+    num_repetitions: int,
+    max_concurrency: int,
+    on_run: Callable[[RunT], None] | None,
+) -> list[RunT]:
+    """``call(query, query_index, repetition)`` for every query and repetition, at most
+    ``max_concurrency`` at once; results in repetition-major order whatever order they finish in."""
     if max_concurrency < 1:
         raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}.")
     n = len(queries)
     total = n * num_repetitions
-    runs: list[TargetRun | None] = [None] * total
+    runs: list[RunT | None] = [None] * total
     next_index = 0
 
     async def worker() -> None:
@@ -157,9 +187,7 @@ async def run_agent(
             index = next_index
             next_index += 1
             rep, qi = divmod(index, n)
-            run = await call_agent(
-                agent, queries[qi], query_index=qi, repetition=rep, semaphore=semaphore
-            )
+            run = await call(queries[qi], qi, rep)
             runs[index] = run
             if on_run is not None:
                 on_run(run)
@@ -280,16 +308,8 @@ async def evaluate_agent(
             pre-existing responses.
         TypeError: for an evaluator that is neither an Evaluator nor a callable.
     """
-    query_list = (
-        [queries] if isinstance(queries, str) else list(queries) if queries is not None else None
-    )
-    expected_list = (
-        [expected_output]
-        if isinstance(expected_output, str)
-        else list(expected_output)
-        if expected_output is not None
-        else None
-    )
+    query_list = _listify(queries)
+    expected_list = _listify(expected_output)
     etc = _normalize_expected_tool_calls(expected_tool_calls)
     response_list: list[Any] | None = None
     if responses is not None:
@@ -508,26 +528,15 @@ async def run_workflow(
     if max_concurrency < 1:
         raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}.")
     target = as_workflow(workflow)
-    n = len(queries)
-    total = n * num_repetitions
-    runs: list[WorkflowRun | None] = [None] * total
-    next_index = 0
-
-    async def worker() -> None:
-        nonlocal next_index
-        while next_index < total:
-            index = next_index
-            next_index += 1
-            rep, qi = divmod(index, n)
-            run = await call_workflow(
-                target, queries[qi], query_index=qi, repetition=rep, semaphore=semaphore
-            )
-            runs[index] = run
-            if on_run is not None:
-                on_run(run)
-
-    await asyncio.gather(*(worker() for _ in range(min(max_concurrency, total))))
-    return [r for r in runs if r is not None]
+    return await _run_pool(
+        lambda query, qi, rep: call_workflow(
+            target, query, query_index=qi, repetition=rep, semaphore=semaphore
+        ),
+        queries,
+        num_repetitions,
+        max_concurrency,
+        on_run,
+    )
 
 
 def _tool_activity(messages: Sequence[Message]) -> list[Message]:
@@ -801,16 +810,8 @@ async def evaluate_workflow(
         ValueError: for inconsistent arguments (MAF's messages) or no items to evaluate.
         TypeError: for an evaluator that is neither an Evaluator nor a callable.
     """
-    query_list = (
-        [queries] if isinstance(queries, str) else list(queries) if queries is not None else None
-    )
-    expected_list = (
-        [expected_output]
-        if isinstance(expected_output, str)
-        else list(expected_output)
-        if expected_output is not None
-        else None
-    )
+    query_list = _listify(queries)
+    expected_list = _listify(expected_output)
     etc = _normalize_expected_tool_calls(expected_tool_calls)
     if workflow_result is None and query_list is None:
         raise ValueError("Provide either 'workflow_result' or 'queries'.")

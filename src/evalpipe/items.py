@@ -288,6 +288,20 @@ class EvalItem(BaseModel):
         private["_split_cache"] = (splitter, tuple(conv), result, query, response)
         return result, query, response
 
+    def result_metadata(self) -> dict[str, Any] | None:
+        """What every provider's result for this item carries from it: query index, repetition,
+        agent, and the item's own metadata (dataset row id, tags, ...); None when there is none."""
+        meta: dict[str, Any] = {}
+        if self.query_index is not None:
+            meta["query_index"] = self.query_index
+        if self.repetition is not None:
+            meta["repetition"] = self.repetition
+        if self.agent is not None:
+            meta["agent"] = self.agent
+        if self.metadata:
+            meta.update(self.metadata)
+        return meta or None
+
     def query_and_response(self) -> tuple[str, str]:
         """``(query, response)`` under the item's own split, computed once."""
         _, query, response = self._resolve(None)

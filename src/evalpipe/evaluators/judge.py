@@ -779,7 +779,7 @@ class JudgeEvaluator:
         for index, (item, row) in enumerate(zip(items, outcomes, strict=True)):
             item_id = item.item_id if item.item_id is not None else str(index)
             query, response = item.query_and_response()
-            metadata = _item_metadata(item)
+            metadata = item.result_metadata()
             if item.error_code:
                 for m in self.metrics:
                     per_evaluator[m.name]["errored"] += 1
@@ -856,19 +856,6 @@ class JudgeEvaluator:
             input_items=list(items),
             error="; ".join(failures) or None,
         )
-
-
-def _item_metadata(item: EvalItem) -> dict[str, Any] | None:
-    meta: dict[str, Any] = {}
-    if item.query_index is not None:
-        meta["query_index"] = item.query_index
-    if item.repetition is not None:
-        meta["repetition"] = item.repetition
-    if item.agent is not None:
-        meta["agent"] = item.agent
-    if item.metadata:
-        meta.update(item.metadata)
-    return meta or None
 
 
 # -- configuration (suite YAML) ------------------------------------------------------------------

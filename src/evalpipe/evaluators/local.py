@@ -275,7 +275,7 @@ class LocalEvaluator:
 
         for index, (item, outs) in enumerate(zip(items, started, strict=True)):
             item_id = item.item_id if item.item_id is not None else str(index)
-            metadata = _item_metadata(item)
+            metadata = item.result_metadata()
             query, response = item.query_and_response()
             if outs is None:
                 for name in names:
@@ -406,16 +406,3 @@ def _gc_paused() -> Iterator[None]:
     finally:
         if was_enabled:
             gc.enable()
-
-
-def _item_metadata(item: EvalItem) -> dict[str, Any] | None:
-    meta: dict[str, Any] = {}
-    if item.query_index is not None:
-        meta["query_index"] = item.query_index
-    if item.repetition is not None:
-        meta["repetition"] = item.repetition
-    if item.agent is not None:
-        meta["agent"] = item.agent
-    if item.metadata:
-        meta.update(item.metadata)
-    return meta or None

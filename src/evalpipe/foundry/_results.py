@@ -15,7 +15,6 @@ __all__ = [
     "errored_item",
     "flat_rows",
     "flat_view",
-    "item_metadata",
     "item_result",
     "merge_results",
     "summarize",
@@ -28,20 +27,6 @@ NOT_APPLICABLE = "not_applicable"
 """The label of a composite whose components were all skipped (and of a skipped component)."""
 
 _STATUS_ORDER = ("failed", "timeout", "canceled", "partial")
-
-
-def item_metadata(item: EvalItem) -> dict[str, Any] | None:
-    """What an item result carries from its item (as LocalEvaluator): query index, repetition, agent, tags."""
-    meta: dict[str, Any] = {}
-    if item.query_index is not None:
-        meta["query_index"] = item.query_index
-    if item.repetition is not None:
-        meta["repetition"] = item.repetition
-    if item.agent is not None:
-        meta["agent"] = item.agent
-    if item.metadata:
-        meta.update(item.metadata)
-    return meta or None
 
 
 def _number(value: Any) -> float | None:
@@ -254,7 +239,7 @@ def item_result(
         input_text=query,
         output_text=response,
         token_usage=usage,
-        metadata=item_metadata(item),
+        metadata=item.result_metadata(),
     )
 
 
@@ -268,7 +253,7 @@ def errored_item(item: EvalItem, item_id: str, code: str, message: str) -> EvalI
         error_message=message,
         input_text=query,
         output_text=response,
-        metadata=item_metadata(item),
+        metadata=item.result_metadata(),
     )
 
 

@@ -38,6 +38,7 @@ __all__ = [
     "response_messages",
     "response_tools",
     "response_usage",
+    "with_retries",
 ]
 
 
@@ -237,14 +238,7 @@ async def call_agent(
             return await _invoke(agent, query, repetition)
 
     try:
-        try:
-            response = await attempt()
-        except Exception as first:
-            # The first attempt runs outside tenacity: most calls succeed, and a retry loop per
-            # call costs ~0.2 ms of CPU. Only a transient failure enters the retry policy.
-            if attempts <= 1 or not is_transient(first):
-                raise
-            response = await _retry(attempt, first, attempts - 1, retry_wait)
+        response = await with_retries(attempt, attempts=attempts, retry_wait=retry_wait)
         latency = time.perf_counter() - started
         usage = response_usage(response)
         usage.latency_seconds = latency
@@ -268,6 +262,22 @@ async def call_agent(
             error_message=f"{type(exc).__name__}: {exc}{after}",
             attempts=tries,
         )
+
+
+async def with_retries(
+    attempt: Callable[[], Awaitable[Any]], *, attempts: int, retry_wait: float
+) -> Any:
+    """``attempt()``, retried on transient errors up to ``attempts`` times in all (tenacity).
+
+    The first attempt runs outside tenacity: most calls succeed, and a retry loop per call costs
+    ~0.2 ms of CPU. Only a transient failure enters the retry policy; anything else is raised.
+    """
+    try:
+        return await attempt()
+    except Exception as first:
+        if attempts <= 1 or not is_transient(first):
+            raise
+        return await _retry(attempt, first, attempts - 1, retry_wait)
 
 
 async def _retry(

@@ -18,16 +18,15 @@ from typing import Any, Protocol, get_type_hints, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from evalpipe._internal.retry import is_transient
 from evalpipe.items import RunUsage
 from evalpipe.messages import Message, ToolDefinition
 from evalpipe.targets.base import (
-    _retry,
     agent_name,
     agent_tools,
     response_messages,
     response_tools,
     response_usage,
+    with_retries,
 )
 
 __all__ = [
@@ -181,12 +180,7 @@ async def run_executor(
         return await _invoke_agent(agent, list(received))
 
     try:
-        try:
-            response = await attempt()
-        except Exception as first:
-            if attempts <= 1 or not is_transient(first):
-                raise
-            response = await _retry(attempt, first, attempts - 1, retry_wait)
+        response = await with_retries(attempt, attempts=attempts, retry_wait=retry_wait)
         usage = response_usage(response)
         usage.latency_seconds = time.perf_counter() - started
         return ExecutorRun(
