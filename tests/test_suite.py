@@ -157,3 +157,62 @@ def test_evaluator_of_the_wrong_type_is_named_with_its_line(tmp_path: Path) -> N
     )
     with pytest.raises(SuiteError, match=r"suite\.yaml:6: evaluators\.1: Input should be"):
         load_suite(path)
+
+
+def test_judge_and_foundry_short_forms_build_providers_in_order() -> None:
+    """{judge: ...} and {foundry: ...} build their providers between groups of local checks."""
+    from evalpipe.evaluators.judge import JudgeEvaluator
+    from evalpipe.foundry import FoundryEvals
+
+    suite = _suite(
+        evaluators=[
+            "tool_calls_present",
+            {
+                "judge": {
+                    "base_url": "http://127.0.0.1:9/v1",
+                    "model": "m",
+                    "metrics": ["relevance"],
+                }
+            },
+            {"foundry": {"endpoint": "http://127.0.0.1:9/api/projects/p", "model": "judge"}},
+            {"keyword_check": ["x"]},
+        ]
+    )
+    providers = build_evaluators(suite)
+    assert [type(p) for p in providers] == [LocalEvaluator, JudgeEvaluator, FoundryEvals]
+    local = providers[0]
+    assert isinstance(local, LocalEvaluator)
+    assert len(local.checks) == 2  # both local checks, in one provider
+
+
+def test_two_providers_with_one_name_are_refused() -> None:
+    """Two judges both named "Judge" would collide in the results; the error says to name them."""
+    judge = {"base_url": "http://127.0.0.1:9/v1", "model": "m"}
+    with pytest.raises(SuiteError, match="both named 'Judge'"):
+        build_evaluators(_suite(evaluators=[{"judge": judge}, {"judge": judge}]))
+    named = {**judge, "name": "Judge B"}
+    assert len(build_evaluators(_suite(evaluators=[{"judge": judge}, {"judge": named}]))) == 2
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        (
+            {"judge": {"base_url": "http://x/v1", "model": "m", "metricz": []}},
+            r"evaluators\[0\]\.judge: metricz: Extra inputs",
+        ),
+        (
+            {"judge": {"base_url": "http://x/v1", "model": "m", "metrics": ["vibes"]}},
+            r"evaluators\[0\]\.judge: metrics\.0",
+        ),
+        (
+            {"foundry": {"model": "j", "evaluators": ["relevanse"]}},
+            r"evaluators\[0\]\.foundry: .*relevanse",
+        ),
+        ({"judge": "http://x"}, r"evaluators\[0\]: judge takes a mapping of settings"),
+    ],
+)
+def test_bad_provider_settings_name_the_field(spec: object, message: str) -> None:
+    """A judge or Foundry setting that does not validate is named with its place in the suite."""
+    with pytest.raises(SuiteError, match=message):
+        build_evaluators(_suite(evaluators=[spec]))

@@ -82,7 +82,7 @@ class EvalSuite(BaseModel):
     Default: ``last_turn`` for agents; for a workflow's per-agent items, the boundary between what
     the agent received and what it produced."""
     evaluators: list[str | dict[str, Any]] = Field(min_length=1)
-    """Evaluators in short form; adjacent local checks share one LocalEvaluator."""
+    """Evaluators in short form; all local checks share one LocalEvaluator."""
     concurrency: int = Field(default=8, ge=1, le=4096)
     """At most this many target calls at once, across all shards of the run."""
     shard_size: int | None = Field(default=None, ge=1)
@@ -351,33 +351,33 @@ def _one(spec: Any, where: str, table: Mapping[str, tuple[Callable[..., Any], bo
 
 
 def build_evaluators(suite: EvalSuite) -> list[Evaluator]:
-    """The suite's providers; adjacent local checks are grouped into one LocalEvaluator.
+    """The suite's providers, in order; every local check joins one LocalEvaluator, placed where
+    the first check is (results are keyed by provider, so there is one "Local").
 
     Raises:
-        SuiteError: naming ``evaluators[i]`` for an unknown name, a bad import path or bad settings.
+        SuiteError: naming ``evaluators[i]`` for an unknown name, a bad import path or bad settings;
+            or for two providers with the same name.
     """
     table = _builtin_checks()
-    providers: list[Evaluator] = []
+    providers: list[Evaluator | None] = []
     checks: list[Any] = []
     for i, spec in enumerate(suite.evaluators):
         obj = _one(spec, f"evaluators[{i}]", table)
         if isinstance(obj, Evaluator):
-            if checks:
-                providers.append(LocalEvaluator(*checks))
-                checks = []
             providers.append(obj)
         else:
+            if not checks:
+                providers.append(None)  # the LocalEvaluator's place
             checks.append(obj)
-    if checks:
-        providers.append(LocalEvaluator(*checks))
-    names = [p.name for p in providers]
+    built = [p if p is not None else LocalEvaluator(*checks) for p in providers]
+    names = [p.name for p in built]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         raise SuiteError(
-            f"evaluators: two providers are both named {dupes[0]!r}; results are keyed by provider, "
-            "so put local checks next to each other (they share one LocalEvaluator)"
+            f"evaluators: two providers are both named {dupes[0]!r}; results are keyed by provider "
+            "name, so give each its own (e.g. judge: {name: ...})"
         )
-    return providers
+    return built
 
 
 def build_split(suite: EvalSuite) -> Any:
