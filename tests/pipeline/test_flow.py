@@ -375,3 +375,38 @@ async def test_canary_suite_gate_fails_on_known_bad_agents(tmp_path: Path) -> No
     assert "researcher: all_pass(tool_call_args_match)" in (outcome.message or "")
     (results,) = load_run(outcome.run_dir)
     assert results.passed == 0
+
+
+async def test_foundry_on_a_workflow_one_eval_per_agent_group_one_run_per_shard(
+    tmp_path: Path,
+) -> None:
+    """On a workflow, Foundry creates one eval per group (overall and each agent) for the whole
+    run and one run per group per shard; sub-results come back per agent."""
+    from fakes.foundry_emulator import TOKEN, FoundryEmulator
+
+    emu = FoundryEmulator(token=TOKEN).start()
+    try:
+        foundry = {
+            "endpoint": emu.endpoint,
+            "model": "judge",
+            "evaluators": ["relevance"],
+            "poll_interval": 0.01,
+            "credential": "fakes.foundry_emulator:StaticCredential",
+        }
+        suite = load_suite(
+            ROOT / "examples/travel/suite.yaml",
+            ["repetitions=2", "shard_size=5", "gates=[]"],
+        )
+        suite.evaluators = [{"foundry": foundry}]
+        suite.output_dir = str(tmp_path)
+        outcome = await arun_suite(suite)
+        assert outcome.state == "Completed", outcome.message
+        (results,) = load_run(outcome.run_dir)
+        assert results.provider == "Microsoft Foundry"
+        assert list(results.sub_results) == ["planner", "researcher", "writer"]
+        assert results.errored == 0
+        assert len(results.items) == 10
+        assert len(emu.calls("POST", r"/evals$")) == 4
+        assert len(emu.run_objects()) == 4 * 2
+    finally:
+        emu.stop()

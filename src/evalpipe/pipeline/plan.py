@@ -436,8 +436,14 @@ class RunPlan:
         if self.kind == "workflow":
             from evalpipe.evaluate import evaluate_workflow_items
 
+            # Foundry: one evaluation per agent group for the whole run, a server run per shard.
+            group_provider: Any = (
+                _FoundryBatches(self, provider, first_position)
+                if self.is_foundry(provider)
+                else provider
+            )
             (result,) = await evaluate_workflow_items(
-                [provider], items.workflow_items, self.suite.name
+                [group_provider], items.workflow_items, self.suite.name
             )
             if len(self.providers) > 1:  # MAF's naming: "{name} — {agent} ({provider})"
                 for level in result.iter_results():
@@ -445,6 +451,22 @@ class RunPlan:
             return result
         (result,) = await run_evaluators([provider], items.overall, name)
         return result
+
+
+class _FoundryBatches:
+    """A Foundry provider seen through the run: ``evaluate`` on one group of a shard's items reuses
+    the run's evaluation of that group (by eval name) and adds one server run for this shard."""
+
+    def __init__(self, plan: RunPlan, provider: Any, first_position: int) -> None:
+        self.name = provider.name
+        self._plan = plan
+        self._provider = provider
+        self._first_position = first_position
+
+    async def evaluate(self, items: Sequence[EvalItem], *, eval_name: str) -> EvalResults:
+        return await self._plan._evaluate_foundry(
+            self._provider, list(items), eval_name, self._first_position
+        )
 
 
 class _Raising:
