@@ -427,7 +427,7 @@ class RunPlan:
     ) -> EvalResults:
         """One provider over one shard's items; a provider that raises gives errored items.
 
-        FoundryEvals gets one evaluation per run and one server run per shard (split at its
+        FoundryEvals gets one evaluation per run (per agent group for workflows) and one server run per shard (split at its
         ``batch_size``), tagged so a retry or a resume does not pay twice.
         """
         name = self.eval_name(provider)
