@@ -216,3 +216,66 @@ def test_bad_provider_settings_name_the_field(spec: object, message: str) -> Non
     """A judge or Foundry setting that does not validate is named with its place in the suite."""
     with pytest.raises(SuiteError, match=message):
         build_evaluators(_suite(evaluators=[spec]))
+
+
+def test_agents_scope_makes_a_provider_per_scope() -> None:
+    """`agents:` beside an evaluator scopes it to those workflow agents, as a provider of its own."""
+    from evalpipe.suite import AgentScoped
+
+    suite = _suite(
+        evaluators=[
+            "tool_call_args_match",
+            {"task_navigation_efficiency": "in_order_match", "agents": ["researcher"]},
+            {"keyword_check": ["x"], "agents": ["researcher"]},
+            {"keyword_check": ["y"], "agents": ["writer", "overall"]},
+        ]
+    )
+    providers = build_evaluators(suite)
+    assert [p.name for p in providers] == [
+        "Local",
+        "Local (researcher)",
+        "Local (writer, overall)",
+    ]
+    scoped = providers[1]
+    assert isinstance(scoped, AgentScoped)
+    assert isinstance(scoped.inner, LocalEvaluator)
+    assert len(scoped.inner.checks) == 2
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        (
+            {"keyword_check": ["x"], "agents": "writer"},
+            r"evaluators\[0\]\.agents: a list of agent names",
+        ),
+        (
+            {"keyword_check": ["x"], "tool_calls_present": None, "agents": ["w"]},
+            r"exactly one evaluator",
+        ),
+    ],
+)
+def test_bad_agents_scope_is_named(entry: object, message: str) -> None:
+    """A malformed `agents:` scope is reported with its place and the form to use."""
+    with pytest.raises(SuiteError, match=message):
+        build_evaluators(_suite(evaluators=[entry]))
+
+
+def test_agents_scope_is_checked_against_the_target(tmp_path: Path) -> None:
+    """A scope on a single-agent target, or naming an agent the workflow lacks, fails before any call."""
+    from evalpipe.pipeline.plan import RunPlan
+
+    (tmp_path / "q.jsonl").write_text('{"query": "Plan a trip to Paris"}\n', encoding="utf-8")
+    scoped = {"keyword_check": ["x"], "agents": ["reseacher"]}
+    agent = _suite(
+        target="evalpipe.targets.demo:travel_agent",
+        dataset=str(tmp_path / "q.jsonl"),
+        evaluators=[scoped],
+    )
+    with pytest.raises(SuiteError, match="only applies to workflow targets"):
+        RunPlan.prepare(agent, tmp_path / "run")
+    workflow = agent.model_copy(update={"target": "examples.travel.workflow:workflow"})
+    with pytest.raises(
+        SuiteError, match="names agent 'reseacher', which the workflow does not have"
+    ):
+        RunPlan.prepare(workflow, tmp_path / "run")

@@ -100,7 +100,7 @@ def print_summary(
 ) -> None:
     """Print the per-metric table, the items that did not pass, and the run statistics."""
     table = Table(title="evalpipe summary")
-    table.add_column("provider")
+    table.add_column("provider", no_wrap=True)
     table.add_column("agent")
     table.add_column("metric", no_wrap=True)
     for column in ("passed", "failed", "errored", "pass rate", "n", "mean score"):

@@ -44,6 +44,7 @@ from evalpipe.evaluators.local import LocalEvaluator
 from evalpipe.items import ConversationSplit
 
 __all__ = [
+    "AgentScoped",
     "EvalSuite",
     "SuiteError",
     "apply_params",
@@ -82,7 +83,7 @@ class EvalSuite(BaseModel):
     Default: ``last_turn`` for agents; for a workflow's per-agent items, the boundary between what
     the agent received and what it produced."""
     evaluators: list[str | dict[str, Any]] = Field(min_length=1)
-    """Evaluators in short form; all local checks share one LocalEvaluator."""
+    """Evaluators in short form; local checks share one LocalEvaluator (per ``agents:`` scope)."""
     concurrency: int = Field(default=8, ge=1, le=4096)
     """At most this many target calls at once, across all shards of the run."""
     shard_size: int | None = Field(default=None, ge=1)
@@ -350,26 +351,75 @@ def _one(spec: Any, where: str, table: Mapping[str, tuple[Callable[..., Any], bo
     return obj
 
 
+class AgentScoped:
+    """A provider that evaluates only some groups of a workflow's items (``agents:`` in a suite).
+
+    ``agents`` names workflow agents; ``"overall"`` is the whole workflow's answer.
+    """
+
+    def __init__(self, inner: Evaluator, agents: Sequence[str]) -> None:
+        self.inner = inner
+        self.agents = tuple(agents)
+        self.name = f"{inner.name} ({', '.join(self.agents)})"
+
+    async def evaluate(self, items: Sequence[Any], *, eval_name: str) -> Any:
+        return await self.inner.evaluate(items, eval_name=eval_name)
+
+    def __repr__(self) -> str:
+        return f"AgentScoped({self.inner!r}, agents={list(self.agents)})"
+
+
+def _split_scope(spec: Any, where: str) -> tuple[Any, tuple[str, ...] | None]:
+    """An entry's evaluator spec and its ``agents:`` scope (None: every agent)."""
+    if not (isinstance(spec, dict) and "agents" in spec):
+        return spec, None
+    agents = spec["agents"]
+    rest = {k: v for k, v in spec.items() if k != "agents"}
+    if not isinstance(agents, list) or not agents or not all(isinstance(a, str) for a in agents):
+        raise SuiteError(
+            f"{where}.agents: a list of agent names (or 'overall'), e.g. agents: [researcher]"
+        )
+    if len(rest) != 1:
+        raise SuiteError(
+            f"{where}: beside 'agents', an entry names exactly one evaluator, got {sorted(rest)}"
+        )
+    return rest, tuple(dict.fromkeys(agents))
+
+
 def build_evaluators(suite: EvalSuite) -> list[Evaluator]:
-    """The suite's providers, in order; every local check joins one LocalEvaluator, placed where
-    the first check is (results are keyed by provider, so there is one "Local").
+    """The suite's providers, in order; local checks join one LocalEvaluator per ``agents:`` scope,
+    placed where its first check is (results are keyed by provider name).
+
+    An entry may carry ``agents: [name, ...]`` (workflow targets): the evaluator then scores only
+    those agents' items (``overall``: the whole workflow's answer); it becomes its own provider,
+    named with the scope, e.g. ``"Local (researcher)"``.
 
     Raises:
         SuiteError: naming ``evaluators[i]`` for an unknown name, a bad import path or bad settings;
             or for two providers with the same name.
     """
     table = _builtin_checks()
-    providers: list[Evaluator | None] = []
-    checks: list[Any] = []
-    for i, spec in enumerate(suite.evaluators):
-        obj = _one(spec, f"evaluators[{i}]", table)
+    order: list[Evaluator | tuple[str, ...] | None] = []
+    checks: dict[tuple[str, ...] | None, list[Any]] = {}
+    for i, entry in enumerate(suite.evaluators):
+        where = f"evaluators[{i}]"
+        spec, scope = _split_scope(entry, where)
+        obj = _one(spec, where, table)
         if isinstance(obj, Evaluator):
-            providers.append(obj)
+            order.append(obj if scope is None else AgentScoped(obj, scope))
         else:
-            if not checks:
-                providers.append(None)  # the LocalEvaluator's place
-            checks.append(obj)
-    built = [p if p is not None else LocalEvaluator(*checks) for p in providers]
+            if scope not in checks:
+                checks[scope] = []
+                order.append(scope if scope is not None else None)
+            checks[scope].append(obj)
+    built: list[Evaluator] = []
+    for slot in order:
+        if slot is None:
+            built.append(LocalEvaluator(*checks[None]))
+        elif isinstance(slot, tuple):
+            built.append(AgentScoped(LocalEvaluator(*checks[slot]), slot))
+        else:
+            built.append(slot)
     names = [p.name for p in built]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:

@@ -353,8 +353,13 @@ async def test_demo_workflow_suite_gives_per_agent_sub_results(tmp_path: Path) -
     outcome = await arun_suite(suite)
     assert outcome.state == "Completed", outcome.message
     assert outcome.gate_passed is True
-    (results,) = load_run(outcome.run_dir)
+    results, scoped = load_run(outcome.run_dir)
     assert list(results.sub_results) == ["planner", "researcher", "writer"]
+    # task_navigation_efficiency is scoped to the researcher and the overall answer
+    assert scoped.provider == "Local (researcher, overall)"
+    assert list(scoped.sub_results) == ["researcher"]
+    assert set(scoped.per_evaluator) == {"task_navigation_efficiency"}
+    assert scoped.passed == 5
     writer = results.sub_results["writer"].per_evaluator["mentions_expected"]
     researcher = results.sub_results["researcher"].per_evaluator["mentions_expected"]
     assert researcher == {"passed": 5, "failed": 0, "errored": 0}
@@ -373,7 +378,8 @@ async def test_canary_suite_gate_fails_on_known_bad_agents(tmp_path: Path) -> No
     assert outcome.state == "Failed"
     assert outcome.gate_passed is False
     assert "researcher: all_pass(tool_call_args_match)" in (outcome.message or "")
-    (results,) = load_run(outcome.run_dir)
+    assert "researcher: mean(task_navigation_efficiency) >= 0.9" in (outcome.message or "")
+    results, _ = load_run(outcome.run_dir)
     assert results.passed == 0
 
 

@@ -26,6 +26,7 @@ from evalpipe.items import EvalItem
 from evalpipe.journal import Journal, call_key
 from evalpipe.results import EvalResults, merge_results
 from evalpipe.suite import (
+    AgentScoped,
     EvalSuite,
     SuiteError,
     build_evaluators,
@@ -208,6 +209,7 @@ class RunPlan:
             stored=stored,
             rescored_from=Path(rescore) if rescore is not None else None,
         )
+        _check_scopes(providers, kind, target)
         plan.calls = plan._make_calls()
         if stored is not None:
             missing = [c for c in plan.calls if c.key not in stored]
@@ -388,7 +390,8 @@ class RunPlan:
 
     def is_foundry(self, provider: Evaluator) -> bool:
         """A provider that evaluates in batches of one server-side evaluation (FoundryEvals)."""
-        return hasattr(provider, "create_eval") and hasattr(provider, "run_batch")
+        inner = provider.inner if isinstance(provider, AgentScoped) else provider
+        return hasattr(inner, "create_eval") and hasattr(inner, "run_batch")
 
     async def _foundry_eval_id(self, provider: Any, items: Sequence[EvalItem], name: str) -> str:
         """The run's one server-side evaluation for this provider, created by the first shard.
@@ -434,17 +437,35 @@ class RunPlan:
         if self.kind == "agent" and self.is_foundry(provider) and items.overall:
             return await self._evaluate_foundry(provider, items.overall, name, first_position)
         if self.kind == "workflow":
-            from evalpipe.evaluate import evaluate_workflow_items
+            from evalpipe.evaluate import WorkflowItems, evaluate_workflow_items
 
+            workflow_items = items.workflow_items
+            inner: Any = provider
+            if isinstance(provider, AgentScoped):
+                inner = provider.inner
+                workflow_items = WorkflowItems(
+                    overall=workflow_items.overall if "overall" in provider.agents else [],
+                    per_agent={
+                        a: v for a, v in workflow_items.per_agent.items() if a in provider.agents
+                    },
+                )
+                if not workflow_items.overall and not any(workflow_items.per_agent.values()):
+                    # none of its agents ran in this shard: an empty result, not an error
+                    return EvalResults(
+                        provider=provider.name,
+                        run_id=name,
+                        result_counts={"passed": 0, "failed": 0, "errored": 0},
+                    )
             # Foundry: one evaluation per agent group for the whole run, a server run per shard.
             group_provider: Any = (
-                _FoundryBatches(self, provider, first_position)
-                if self.is_foundry(provider)
-                else provider
+                _FoundryBatches(self, inner, first_position) if self.is_foundry(inner) else inner
             )
             (result,) = await evaluate_workflow_items(
-                [group_provider], items.workflow_items, self.suite.name
+                [group_provider], workflow_items, self.suite.name
             )
+            result.provider = provider.name
+            for sub in result.sub_results.values():
+                sub.provider = provider.name
             if len(self.providers) > 1:  # MAF's naming: "{name} — {agent} ({provider})"
                 for level in result.iter_results():
                     level.run_id = f"{level.run_id} ({provider.name})"
@@ -478,6 +499,32 @@ class _Raising:
 
     async def evaluate(self, items: Sequence[EvalItem], *, eval_name: str) -> EvalResults:
         raise self._exc
+
+
+def _check_scopes(providers: Sequence[Evaluator], kind: str, target: Any) -> None:
+    """``agents:`` scopes only make sense for workflows, and must name their agents."""
+    scoped = [p for p in providers if isinstance(p, AgentScoped)]
+    if not scoped:
+        return
+    if kind != "workflow":
+        raise SuiteError(
+            f"evaluators: {scoped[0].name!r} is scoped with 'agents:', which only applies to "
+            "workflow targets; remove 'agents:' for a single agent"
+        )
+    if target is None:
+        return
+    from evalpipe.targets.workflow import workflow_agent_names
+
+    known = workflow_agent_names(target)
+    if known is None:
+        return
+    for provider in scoped:
+        unknown = [a for a in provider.agents if a != "overall" and a not in known]
+        if unknown:
+            raise SuiteError(
+                f"evaluators: {provider.name!r} names agent {unknown[0]!r}, which the workflow "
+                f"does not have; its agents are {', '.join(known)} (and 'overall')"
+            )
 
 
 def _parse_gates(specs: Sequence[str | dict[str, Any]]) -> list[Any]:
