@@ -272,6 +272,18 @@ class Clause(ABC):
         # `a and b` would silently keep only b: clauses combine with `&`.
         raise TypeError(f"combine gate clauses with & (not `and`/`or`): {self}")
 
+    def _values(
+        self, results: Sequence[EvalResults], metric: str
+    ) -> ClauseResult | tuple[_Values, str, int]:
+        """The metric's values on the clause's levels, the errored/not-applicable note and n; or the
+        failed verdict when the clause names an agent the results do not have."""
+        agent: str | None = getattr(self, "agent", None)
+        levels = _levels(results, agent)
+        if agent is not None and not levels:
+            return self._missing_agent(results, metric)
+        values = _collect(levels, metric)
+        return values, _errored_note(len(values.errored), values.not_applicable), len(values.scores)
+
     def _missing_agent(self, results: Sequence[EvalResults], metric: str | None) -> ClauseResult:
         known = _agents(results)
         return ClauseResult(
@@ -339,12 +351,10 @@ class Threshold(Clause):
         return f"{self.kind}({_name(self.metric)}) {self.op} {_num(self.threshold)}"
 
     def evaluate(self, results: Sequence[EvalResults]) -> ClauseResult:
-        levels = _levels(results, self.agent)
-        if self.agent is not None and not levels:
-            return self._missing_agent(results, self.metric)
-        values = _collect(levels, self.metric)
-        note = _errored_note(len(values.errored), values.not_applicable)
-        n = len(values.scores)
+        found = self._values(results, self.metric)
+        if isinstance(found, ClauseResult):
+            return found
+        values, note, n = found
         base: dict[str, Any] = {
             "clause": str(self),
             "metric": self.metric,
@@ -397,12 +407,10 @@ class AtMost(Clause):
         return f"at_most({self.count}, {_name(self.metric)}, below={_num(self.below)})"
 
     def evaluate(self, results: Sequence[EvalResults]) -> ClauseResult:
-        levels = _levels(results, self.agent)
-        if self.agent is not None and not levels:
-            return self._missing_agent(results, self.metric)
-        values = _collect(levels, self.metric)
-        note = _errored_note(len(values.errored), values.not_applicable)
-        n = len(values.scores)
+        found = self._values(results, self.metric)
+        if isinstance(found, ClauseResult):
+            return found
+        values, note, n = found
         low = [label for label, s in values.scores if (s.score or 0.0) < self.below]
         base: dict[str, Any] = {
             "clause": str(self),
@@ -446,12 +454,10 @@ class AllPass(Clause):
         return f"all_pass({_name(self.metric)})"
 
     def evaluate(self, results: Sequence[EvalResults]) -> ClauseResult:
-        levels = _levels(results, self.agent)
-        if self.agent is not None and not levels:
-            return self._missing_agent(results, self.metric)
-        values = _collect(levels, self.metric)
-        note = _errored_note(len(values.errored), values.not_applicable)
-        n = len(values.scores)
+        found = self._values(results, self.metric)
+        if isinstance(found, ClauseResult):
+            return found
+        values, note, n = found
         # A score with no verdict (passed None) is not a pass.
         bad = [label for label, s in values.scores if s.passed is not True]
         base: dict[str, Any] = {
