@@ -297,11 +297,9 @@ async def test_without_bound_pressure_requests_overlap(server: FakeOpenAIServer)
     """With max_concurrency=8, eight slow requests are all in flight at once (the bound is not serial)."""
     server.default_delay = 0.2
     ep = endpoint(server, max_concurrency=8)
-    started = time.perf_counter()
     async with ChatClient(ep) as client:
         await asyncio.gather(*(client.complete(HI) for _ in range(8)))
     assert server.max_in_flight == 8
-    assert time.perf_counter() - started < 1.0
 
 
 async def test_cache_record_then_replay_offline(server: FakeOpenAIServer, tmp_path: Path) -> None:
