@@ -112,9 +112,10 @@ def _collect(file: Path, records: Iterable[tuple[str, str, dict[str, Any]]]) -> 
         if row.id is None:
             row.id = default_id
         if row.id in seen:
+            earlier = seen[row.id]
+            label = earlier if earlier.startswith("row ") else f"line {earlier}"
             raise DatasetError(
-                f"{file}:{where}: id {row.id!r} already used at {file.name}:{seen[row.id]}; ids "
-                "must be unique"
+                f"{file}:{where}: id {row.id!r} already used on {label}; ids must be unique"
             )
         seen[row.id] = where
         rows.append(row)
@@ -245,9 +246,8 @@ def load_jsonl(path: str | Path) -> list[QueryRow]:
             ``file:line``; or for an empty file, or two rows sharing an id.
     """
     file = _existing(path)
-    rows: list[QueryRow] = []
-    seen: dict[str, int] = {}
-    with file.open(encoding="utf-8") as handle:
+
+    def records(handle: Iterable[str]) -> Iterable[tuple[str, str, dict[str, Any]]]:
         for lineno, line in enumerate(handle, start=1):
             text = line.strip()
             if not text or text.startswith("#"):
@@ -264,19 +264,7 @@ def load_jsonl(path: str | Path) -> list[QueryRow]:
                     f"{file}:{lineno}: expected a JSON object with a 'query', got "
                     f"{type(data).__name__}"
                 )
-            try:
-                row = QueryRow.model_validate(data)
-            except ValidationError as exc:
-                raise DatasetError(f"{file}:{lineno}: {_describe(exc)}") from None
-            if row.id is None:
-                row.id = f"line-{lineno}"
-            if row.id in seen:
-                raise DatasetError(
-                    f"{file}:{lineno}: id {row.id!r} already used on line {seen[row.id]}; ids must "
-                    "be unique"
-                )
-            seen[row.id] = lineno
-            rows.append(row)
-    if not rows:
-        raise DatasetError(f"{file}: the dataset has no rows; add one JSON object per line")
-    return rows
+            yield str(lineno), f"line-{lineno}", data
+
+    with file.open(encoding="utf-8") as handle:
+        return _collect(file, records(handle))

@@ -49,6 +49,7 @@ __all__ = [
     "agent_expectations",
     "build_agent_items",
     "build_workflow_items",
+    "errored_results",
     "evaluate_agent",
     "evaluate_workflow",
     "evaluate_workflow_items",
@@ -86,9 +87,10 @@ def resolve_evaluators(evaluators: Any) -> list[Evaluator]:
     return resolved
 
 
-def _errored_results(
+def errored_results(
     provider: str, items: Sequence[EvalItem], eval_name: str, error: str
 ) -> EvalResults:
+    """A provider's "failed" result: every item errored ("EvaluatorError") with ``error``."""
     return EvalResults(
         provider=provider,
         eval_id="",
@@ -124,7 +126,7 @@ async def run_evaluators(
         try:
             return await ev.evaluate(items, eval_name=name)
         except Exception as exc:
-            return _errored_results(ev.name, items, name, f"{type(exc).__name__}: {exc}")
+            return errored_results(ev.name, items, name, f"{type(exc).__name__}: {exc}")
 
     return list(await asyncio.gather(*(one(ev) for ev in evaluators)))
 
@@ -664,7 +666,7 @@ async def _evaluate_group(ev: Evaluator, items: Sequence[EvalItem], name: str) -
     try:
         return await ev.evaluate(items, eval_name=name)
     except Exception as exc:
-        return _errored_results(ev.name, items, name, f"{type(exc).__name__}: {exc}")
+        return errored_results(ev.name, items, name, f"{type(exc).__name__}: {exc}")
 
 
 async def evaluate_workflow_items(

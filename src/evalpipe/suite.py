@@ -243,10 +243,8 @@ def _builtin_checks() -> dict[str, tuple[Callable[..., Any], bool]]:
         "tool_calls_present": (tool_calls_present, False),
         "tool_call_args_match": (tool_call_args_match, False),
     }
-    try:
-        from evalpipe.evaluators import nlp
-    except ImportError:  # pragma: no cover - the module ships with evalpipe
-        return table
+    from evalpipe.evaluators import nlp  # on use: sacrebleu and nltk load with it
+
     for name in getattr(nlp, "__all__", ()):
         obj = getattr(nlp, name)
         if callable(obj) and not isinstance(obj, type):

@@ -257,45 +257,35 @@ def test_cli_run_exit_codes(project: Path, prefect_api: str) -> None:
         "EVALPIPE_TEST_COUNT_FILE": str(project / "calls.log"),
     }
     path = _write_project(project, rows=2)
-    cmd = [sys.executable, "-m", "evalpipe.cli", "run", str(path), "--no-progress"]
-    ok = subprocess.run(cmd, cwd=project, env=env, capture_output=True, text=True, timeout=120)
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "evalpipe.cli", *args],
+            cwd=project,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    run = ("run", str(path), "--no-progress")
+    ok = cli(*run)
     assert ok.returncode == 0, ok.stderr[-2000:]
     assert "evalpipe summary" in ok.stdout
-    gated = subprocess.run(
-        [
-            *cmd,
-            "--param",
-            "gates=['all_pass(keyword_check)']",
-            "--param",
-            "evaluators=[{keyword_check: [nope]}]",
-        ],
-        cwd=project,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
+    gated = cli(
+        *run,
+        "--param",
+        "gates=['all_pass(keyword_check)']",
+        "--param",
+        "evaluators=[{keyword_check: [nope]}]",
     )
     assert gated.returncode == 1
     assert "all_pass" in gated.stderr
-    bad = subprocess.run(
-        [*cmd, "--param", "repetitons=2"],
-        cwd=project,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    bad = cli(*run, "--param", "repetitons=2")
     assert bad.returncode == 2
     assert "unknown field 'repetitons' (did you mean 'repetitions'?)" in bad.stderr
     run_dir = next((project / "runs" / "echo-suite").iterdir())
-    again = subprocess.run(
-        [sys.executable, "-m", "evalpipe.cli", "results", str(run_dir)],
-        cwd=project,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    again = cli("results", str(run_dir))
     assert again.returncode == 0
     assert "evalpipe summary" in again.stdout
 

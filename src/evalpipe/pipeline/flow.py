@@ -16,10 +16,9 @@ import contextlib
 import contextvars
 import gc
 import html
-import os
+import re
 import time
 from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path
 from typing import Any, TypeVar, cast
 
 from prefect import flow, get_run_logger, task
@@ -37,7 +36,7 @@ from prefect.tasks import exponential_backoff
 from prefect.utilities.annotations import quote
 
 from evalpipe.artifacts import RunRecord, RunWriter
-from evalpipe.pipeline.plan import Call, CallOutcome, RunPlan, _slug
+from evalpipe.pipeline.plan import Call, CallOutcome, RunPlan
 from evalpipe.results import EvalResults, merge_results
 from evalpipe.suite import EvalSuite
 from evalpipe.summary import summarize
@@ -63,6 +62,11 @@ def _q(value: T) -> T:
 
 class GateFailedError(Exception):
     """The run's gate failed: the flow run ends Failed with every violated clause in its message."""
+
+
+def _artifact_key(name: str) -> str:
+    """A Prefect artifact key prefix from a suite name (keys allow only ``[a-z0-9-]``)."""
+    return re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-") or "suite"
 
 
 def _transient(task: Any, task_run: Any, state: Any) -> bool:
@@ -212,7 +216,7 @@ def _flow_run_name() -> str:
 
 
 def _record(plan: RunPlan, outcome: CallOutcome) -> RunRecord:
-    record = RunRecord.from_target_run(
+    return RunRecord.from_target_run(
         outcome.run,
         run_id=outcome.call.key,
         target=plan.identity,
@@ -220,7 +224,6 @@ def _record(plan: RunPlan, outcome: CallOutcome) -> RunRecord:
         cached=outcome.cached,
         transcript=outcome.transcript,
     )
-    return record
 
 
 @contextlib.contextmanager
@@ -352,7 +355,7 @@ async def eval_flow(
         len(plan.providers),
         plan.run_dir,
     )
-    key = _slug(suite.name)
+    key = _artifact_key(suite.name)
     progress_id = await acreate_progress_artifact(
         progress=0.0, key=f"{key}-progress", description="target calls evaluated"
     )
@@ -480,15 +483,3 @@ async def eval_flow(
             raise GateFailedError(f"gate failed for suite {suite.name}: {text}")
     logger.info("run %s finished in %.2f s", run_path, time.perf_counter() - started)
     return outcome
-
-
-def default_env() -> None:
-    """Quiet defaults for in-process runs (no telemetry noise; logs without a flow run ignored)."""
-    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    os.environ.setdefault("PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW", "ignore")
-    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
-
-
-def run_dir_of(outcome: dict[str, Any]) -> Path:
-    """The run directory a flow run wrote."""
-    return Path(outcome["run_dir"])

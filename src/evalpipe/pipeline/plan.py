@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -20,7 +19,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from evalpipe.datasets import DatasetError, QueryRow, load_dataset, row_hash
-from evalpipe.evaluate import build_agent_items, run_evaluators
+from evalpipe.evaluate import build_agent_items, errored_results, run_evaluators
 from evalpipe.evaluators.base import Evaluator
 from evalpipe.items import EvalItem
 from evalpipe.journal import Journal, call_key
@@ -90,10 +89,6 @@ class ShardItems:
         return len(self.overall) + sum(len(v) for v in self.per_agent.values())
 
 
-def _slug(text: str) -> str:
-    return re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-") or "suite"
-
-
 def new_run_dir(suite: EvalSuite, output_dir: str | Path | None = None) -> Path:
     """A fresh run directory: ``{output_dir}/{suite}/{UTC timestamp}-{fingerprint}``."""
     base = Path(output_dir or suite.output_dir) / suite.name
@@ -147,7 +142,7 @@ class RunPlan:
     target: Any = None
     declared_tools: list[Any] = field(default_factory=list)
     journal: Journal | None = None
-    stored: dict[str, tuple[Transcript, bool]] | None = None
+    stored: dict[str, Transcript] | None = None
     """Re-scoring: transcripts by call key, read from an earlier run (the target is not called)."""
     rescored_from: Path | None = None
     started_at: float = field(default_factory=time.time)
@@ -181,7 +176,7 @@ class RunPlan:
         providers = build_evaluators(suite)
         splitter = build_split(suite)
         gates = _parse_gates(suite.gates)
-        stored: dict[str, tuple[Transcript, bool]] | None = None
+        stored: dict[str, Transcript] | None = None
         target: Any = None
         if rescore is not None:
             kind, identity, stored = _read_stored(Path(rescore))
@@ -227,14 +222,9 @@ class RunPlan:
         n = len(self.rows)
         for rep in range(self.suite.repetitions):
             for i in range(n):
-                key = call_key(self.identity_for_keys, self.row_hashes[i], rep)
+                key = call_key(self.identity, self.row_hashes[i], rep)
                 calls.append(Call(rep * n + i, i, rep, key))
         return calls
-
-    @property
-    def identity_for_keys(self) -> str:
-        """Keys of stored runs are those of the run that made them."""
-        return self.identity
 
     def absolute_run_dir(self) -> Path:
         """The run directory as an absolute path."""
@@ -291,8 +281,7 @@ class RunPlan:
     async def call(self, call: Call, semaphore: asyncio.Semaphore) -> CallOutcome:
         """Make one call, or take it from the journal (or the stored run when re-scoring)."""
         if self.stored is not None:
-            stored, _ = self.stored[call.key]
-            return CallOutcome(call, stored, True)
+            return CallOutcome(call, self.stored[call.key], True)
         assert self.journal is not None, "start() the plan before calling the target"
         if (text := self.journal.get(call.key)) is not None:
             return CallOutcome(call, self._load(text), True, text)
@@ -412,8 +401,7 @@ class RunPlan:
         try:
             eval_id = await self._foundry_eval_id(provider, items, name)
         except Exception as exc:
-            (result,) = await run_evaluators([_Raising(provider.name, exc)], items, name)
-            return result
+            return errored_results(provider.name, items, name, f"{type(exc).__name__}: {exc}")
         size = max(1, int(getattr(provider, "batch_size", len(items)) or len(items)))
         parts = await asyncio.gather(
             *(
@@ -430,8 +418,8 @@ class RunPlan:
     ) -> EvalResults:
         """One provider over one shard's items; a provider that raises gives errored items.
 
-        FoundryEvals gets one evaluation per run (per agent group for workflows) and one server run per shard (split at its
-        ``batch_size``), tagged so a retry or a resume does not pay twice.
+        FoundryEvals gets one evaluation per run (per agent group for workflows) and one server run
+        per shard (split at its ``batch_size``), tagged so a retry or a resume does not pay twice.
         """
         name = self.eval_name(provider)
         if self.kind == "agent" and self.is_foundry(provider) and items.overall:
@@ -488,17 +476,6 @@ class _FoundryBatches:
         return await self._plan._evaluate_foundry(
             self._provider, list(items), eval_name, self._first_position
         )
-
-
-class _Raising:
-    """Stands in for a provider whose setup failed, so its items come back errored."""
-
-    def __init__(self, name: str, exc: Exception) -> None:
-        self.name = name
-        self._exc = exc
-
-    async def evaluate(self, items: Sequence[EvalItem], *, eval_name: str) -> EvalResults:
-        raise self._exc
 
 
 def _check_scopes(providers: Sequence[Evaluator], kind: str, target: Any) -> None:
@@ -564,5 +541,5 @@ def _read_stored(run_dir: Path) -> tuple[Literal["agent", "workflow"], str, dict
             run: Any = WorkflowRun.model_validate_json(record.transcript)
         else:
             run = TargetRun.model_validate_json(record.transcript)
-        stored[record.run_id] = (run, True)
+        stored[record.run_id] = run
     return kind, identity, stored
