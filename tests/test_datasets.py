@@ -36,7 +36,7 @@ def test_rows_load_with_expectations(tmp_path: Path) -> None:
         ('{"query": "a"}\n{"query": "b",}\n', ":2: invalid JSON"),
         (
             '{"query": "a", "expectd_output": "x"}\n',
-            ":1: unknown column 'expectd_output' (known: agents, context, expected_output",
+            ":1: unknown column 'expectd_output' (known: agents, context, conversation, expected_output",
         ),
         ('{"query": ""}\n', ":1: query: String should have at least 1 character"),
         ('["a"]\n', ":1: expected a JSON object with a 'query', got list"),

@@ -2,7 +2,14 @@
 
 A row has a ``query`` and, optionally, ``id``, ``expected_output``, ``expected_tool_calls`` (a list of
 ``{"name", "arguments"}``), ``context``, ``tags`` and ``agents`` (per-agent expectations for a
-workflow: ``{"writer": {"expected_output": ..., "expected_tool_calls": [...]}}``). Three file formats:
+workflow: ``{"writer": {"expected_output": ..., "expected_tool_calls": [...]}}``).
+
+A row may also carry a recording of what an agent already did, instead of (or beside) the query:
+``conversation`` (the whole exchange, in evalpipe/MAF, OpenAI chat-completions or Foundry agent
+message format, one format per file: see ``evalpipe.recorded``), ``tools`` (the tool definitions the
+agent had) and ``recorded_agents`` (for a multi-agent recording, in turn order:
+``{"agent", "received", "produced", "tools"}``). Without a ``query`` the row's query is the last user
+message before the response. Recorded rows are evaluated without calling a target. Three file formats:
 JSONL (one object per line), CSV (one row per line after the header; list and object cells hold JSON,
 ``tags`` may also be comma-separated) and Parquet (one row per record; nested columns or JSON
 strings). Errors name the file and line (CSV/JSONL) or row (Parquet) and say what to change.
@@ -17,14 +24,24 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from evalpipe.items import ExpectedToolCall
+from evalpipe.messages import Message, ToolDefinition
+from evalpipe.recorded import (
+    RecordedFormat,
+    RecordedFormatError,
+    check_messages,
+    convert_messages,
+    detect_format,
+    split_recording,
+)
 
 __all__ = [
     "AgentExpectation",
     "DatasetError",
     "QueryRow",
+    "RecordedAgent",
     "load_csv",
     "load_dataset",
     "load_jsonl",
@@ -50,13 +67,77 @@ class AgentExpectation(BaseModel):
     """Tool calls the agent should make."""
 
 
+def _tool_definitions(value: Any) -> Any:
+    if isinstance(value, list):
+        return [ToolDefinition.coerce(t) if isinstance(t, dict) else t for t in value]
+    return value
+
+
+class RecordedAgent(BaseModel):
+    """One agent's turn in a recorded multi-agent exchange."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    agent: str = Field(min_length=1)
+    """The agent's name (per-agent results are keyed by it)."""
+    received: list[Message] = Field(default_factory=list)
+    """The messages the agent was given."""
+    produced: list[Message] = Field(default_factory=list)
+    """The messages it produced: tool calls, tool results, its answer."""
+    tools: list[ToolDefinition] | None = None
+    """The tool definitions it had (None: unknown)."""
+
+    @field_validator("tools", mode="before")
+    @classmethod
+    def _coerce_tools(cls, value: Any) -> Any:
+        return _tool_definitions(value)
+
+
+def _recording_lists(data: dict[str, Any]) -> list[tuple[str, Any]]:
+    """``(path, messages)`` of every message list a raw row records."""
+    lists: list[tuple[str, Any]] = []
+    if data.get("conversation") is not None:
+        lists.append(("conversation", data["conversation"]))
+    agents = data.get("recorded_agents")
+    if isinstance(agents, list):
+        for i, entry in enumerate(agents):
+            if isinstance(entry, dict):
+                for key in ("received", "produced"):
+                    if isinstance(entry.get(key), list):
+                        lists.append((f"recorded_agents[{i}].{key}", entry[key]))
+    return lists
+
+
+def _convert_recording(data: dict[str, Any], fmt: RecordedFormat) -> dict[str, Any]:
+    """The row with its recorded message lists converted from ``fmt`` to Messages.
+
+    Raises:
+        RecordedFormatError: naming the first place a list does not fit ``fmt``.
+    """
+    out = dict(data)
+    for path, value in _recording_lists(data):
+        if value and all(isinstance(m, Message) for m in value):
+            continue
+        bad = check_messages(value, fmt, path)
+        if bad is not None:
+            raise RecordedFormatError(str(bad))
+        converted = convert_messages(value, fmt)
+        if path == "conversation":
+            out["conversation"] = converted
+        else:
+            index, key = path.removeprefix("recorded_agents[").split("].")
+            agents = out["recorded_agents"] = list(out["recorded_agents"])
+            agents[int(index)] = {**agents[int(index)], key: converted}
+    return out
+
+
 class QueryRow(BaseModel):
-    """One query of a query set."""
+    """One query of a query set, or one recorded conversation to evaluate as it happened."""
 
     model_config = ConfigDict(extra="forbid")
 
     query: str = Field(min_length=1)
-    """The user query sent to the target."""
+    """The user query sent to the target. Recorded rows: the last user message's text when absent."""
     id: str | None = None
     """A stable id for the row (defaults to its line number)."""
     expected_output: str | None = None
@@ -69,6 +150,49 @@ class QueryRow(BaseModel):
     """Free-form labels for slicing results."""
     agents: dict[str, AgentExpectation] | None = None
     """Per-agent expectations for a workflow target, keyed by agent name."""
+    conversation: list[Message] | None = None
+    """A recorded exchange (system, user, tool calls and results, answer): the target is not called."""
+    tools: list[ToolDefinition] | None = None
+    """The tool definitions the recorded agent had."""
+    recorded_agents: list[RecordedAgent] | None = None
+    """A recorded multi-agent exchange, one entry per agent turn in order."""
+
+    @field_validator("tools", mode="before")
+    @classmethod
+    def _coerce_tools(cls, value: Any) -> Any:
+        return _tool_definitions(value)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _read_recording(cls, data: Any) -> Any:
+        # Rows built in code: detect the recording's format from this row alone (a file's loader
+        # converts with the format detected over the whole file before this runs). Without a
+        # query, the query is the last user message before the response.
+        if not isinstance(data, dict):
+            return data
+        lists = [
+            (p, v)
+            for p, v in _recording_lists(data)
+            if not (v and all(isinstance(m, Message) for m in v))
+        ]
+        if lists:
+            fmt = detect_format([("this row", lists)])
+            if fmt is not None:
+                data = _convert_recording(data, fmt)
+        if data.get("query") is None:
+            source = data.get("conversation")
+            agents = data.get("recorded_agents")
+            if source is None and isinstance(agents, list) and agents:
+                first = agents[0]
+                source = first.get("received") if isinstance(first, dict) else first.received
+            if isinstance(source, list) and all(isinstance(m, Message) for m in source):
+                data = {**data, "query": split_recording(source, None)[2]}
+        return data
+
+    @property
+    def recorded(self) -> bool:
+        """The row carries a recording: it is evaluated as recorded, without calling a target."""
+        return self.conversation is not None or self.recorded_agents is not None
 
 
 def row_hash(row: QueryRow) -> str:
@@ -87,7 +211,7 @@ def _describe(error: ValidationError) -> str:
                 f"unknown column {where!r} (known: {', '.join(sorted(QueryRow.model_fields))})"
             )
         else:
-            parts.append(f"{where}: {e['msg']}")
+            parts.append(f"{where}: {e['msg'].removeprefix('Value error, ')}")
     return "; ".join(parts)
 
 
@@ -100,11 +224,40 @@ def _existing(path: str | Path) -> Path:
     return file
 
 
+def _label(where: str) -> str:
+    return where if where.startswith("row ") else f"line {where}"
+
+
+def _read_recordings(
+    file: Path, records: list[tuple[str, str, dict[str, Any]]]
+) -> list[tuple[str, str, dict[str, Any]]]:
+    """Detect the file's recording format over every row and convert the rows' recordings."""
+    try:
+        fmt = detect_format(
+            (_label(where), lists)
+            for where, _, data in records
+            if (lists := _recording_lists(data))
+        )
+    except RecordedFormatError as exc:
+        text = str(exc)
+        where = text.split(":", 1)[0].removeprefix("line ")
+        raise DatasetError(f"{file}:{where}:{text.split(':', 1)[1]}") from None
+    if fmt is None:
+        return records
+    out = []
+    for where, default_id, data in records:
+        try:
+            out.append((where, default_id, _convert_recording(data, fmt)))
+        except RecordedFormatError as exc:  # pragma: no cover - detect_format checked the row
+            raise DatasetError(f"{file}:{where}: {exc}") from None
+    return out
+
+
 def _collect(file: Path, records: Iterable[tuple[str, str, dict[str, Any]]]) -> list[QueryRow]:
     """Validate (where, default id, data) records into rows; ``where`` is a line or "row N"."""
     rows: list[QueryRow] = []
     seen: dict[str, str] = {}
-    for where, default_id, data in records:
+    for where, default_id, data in _read_recordings(file, list(records)):
         try:
             row = QueryRow.model_validate(data)
         except ValidationError as exc:
@@ -112,15 +265,17 @@ def _collect(file: Path, records: Iterable[tuple[str, str, dict[str, Any]]]) -> 
         if row.id is None:
             row.id = default_id
         if row.id in seen:
-            earlier = seen[row.id]
-            label = earlier if earlier.startswith("row ") else f"line {earlier}"
+            label = _label(seen[row.id])
             raise DatasetError(
                 f"{file}:{where}: id {row.id!r} already used on {label}; ids must be unique"
             )
         seen[row.id] = where
         rows.append(row)
     if not rows:
-        raise DatasetError(f"{file}: the dataset has no rows; add at least one row with a 'query'")
+        raise DatasetError(
+            f"{file}: the dataset has no rows; add at least one row with a 'query' or a "
+            "'conversation'"
+        )
     return rows
 
 
@@ -144,7 +299,14 @@ def load_dataset(path: str | Path) -> list[QueryRow]:
     )
 
 
-_JSON_COLUMNS = ("expected_tool_calls", "agents", "tags")
+_JSON_COLUMNS = (
+    "expected_tool_calls",
+    "agents",
+    "tags",
+    "conversation",
+    "tools",
+    "recorded_agents",
+)
 
 
 def _cell(column: str, value: Any, where: str, file: Path) -> Any:

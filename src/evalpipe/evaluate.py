@@ -295,7 +295,11 @@ async def evaluate_agent(
         expected_output: Reference answers, one per query (stamped by query index).
         expected_tool_calls: Expected calls per query (a flat list is one query's worth).
         responses: Pre-existing responses (objects with ``.messages``), one per query; the agent is
-            then not run and ``num_repetitions`` is ignored.
+            then not run and ``num_repetitions`` is ignored. A response may also be a recorded
+            conversation: a list of messages in evalpipe/MAF, OpenAI chat-completions or Foundry
+            agent format (``evalpipe.recorded``). One with a user message is the item's whole
+            conversation (its system message and earlier turns kept), and when every response is
+            one, ``queries`` may be left out (each query is its last user message).
         evaluators: Evaluators and/or bare checks; adjacent checks share one LocalEvaluator.
         eval_name: Defaults to ``"Eval: {agent name}"``; with several providers each gets
             ``" ({provider})"`` appended.
@@ -326,6 +330,16 @@ async def evaluate_agent(
         raise ValueError(f"Got {n} queries but {len(etc)} expected_tool_calls lists.")
     if query_list is not None and response_list is not None and len(response_list) != n:
         raise ValueError(f"Got {n} queries but {len(response_list)} responses.")
+    recorded = _recorded_responses(response_list) if response_list is not None else {}
+    whole = {i for i, (head, _, _) in recorded.items() if head is not None}
+    if response_list is not None and query_list is None and len(whole) == len(response_list):
+        # every response is a whole recorded conversation: its query is its last user message
+        query_list = [recorded[i][2] for i in range(len(response_list))]
+        n = len(query_list)
+        if expected_list is not None and len(expected_list) != n:
+            raise ValueError(f"Got {n} responses but {len(expected_list)} expected_output values.")
+        if etc is not None and len(etc) != n:
+            raise ValueError(f"Got {n} responses but {len(etc)} expected_tool_calls lists.")
     if response_list is not None and query_list is None:
         raise ValueError(
             "Provide 'queries' alongside 'responses' so the conversation can be constructed for "
@@ -349,10 +363,13 @@ async def evaluate_agent(
     if response_list is not None:
         runs = []
         for i, (query, response) in enumerate(zip(query_list, response_list, strict=True)):
-            try:
-                messages = response_messages(response)
-            except TypeError as exc:
-                raise TypeError(f"responses[{i}]: {exc}") from exc
+            if i in recorded:
+                messages = recorded[i][1]
+            else:
+                try:
+                    messages = response_messages(response)
+                except TypeError as exc:
+                    raise TypeError(f"responses[{i}]: {exc}") from exc
             runs.append(
                 TargetRun(
                     query_index=i,
@@ -377,8 +394,58 @@ async def evaluate_agent(
         conversation_split=conversation_split,
         strict_tools=response_list is not None,
     )
+    for i, (head, _, _) in recorded.items():
+        if head is not None:
+            # a recorded conversation keeps its own query side (system message, earlier turns)
+            items[i].conversation = [*head, *items[i].conversation[1:]]
     name = eval_name or f"Eval: {agent_name(agent) if agent is not None else 'agent'}"
     return await run_evaluators(providers, items, name)
+
+
+def _recorded_responses(
+    responses: Sequence[Any],
+) -> dict[int, tuple[list[Message] | None, list[Message], str]]:
+    """The responses given as message lists, by index: ``(query side, response side, query)``.
+
+    A list of message dicts (evalpipe/MAF, OpenAI chat-completions or Foundry agent messages, one
+    format for all) or of messages that holds a user message is a whole recorded conversation; a
+    list of dicts without one is only the response (query side None, as MAF's responses).
+
+    Raises:
+        ValueError: naming ``responses[i]`` and the first mismatch for a list that fits no format.
+    """
+    from evalpipe.recorded import (
+        RecordedFormatError,
+        convert_messages,
+        detect_format,
+        split_recording,
+    )
+
+    raw = {
+        i: r
+        for i, r in enumerate(responses)
+        if isinstance(r, list) and r and all(isinstance(m, Mapping) for m in r)
+    }
+    try:
+        fmt = detect_format((f"responses[{i}]", [(f"responses[{i}]", r)]) for i, r in raw.items())
+    except RecordedFormatError as exc:
+        raise ValueError(str(exc)) from None
+    out: dict[int, tuple[list[Message] | None, list[Message], str]] = {}
+    for i, response in enumerate(responses):
+        if i in raw and fmt is not None:
+            messages = convert_messages(raw[i], fmt)
+        elif isinstance(response, list) and response:
+            try:
+                messages = [Message.coerce(m) for m in response]
+            except TypeError:
+                continue
+        else:
+            continue
+        if any(m.role == "user" for m in messages):
+            out[i] = split_recording(messages, None)
+        elif i in raw:
+            out[i] = (None, messages, "")
+    return out
 
 
 # -- workflows ----------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ the evaluators (short forms, below), the concurrency, the gates and where the ru
 
     name: travel-demo
     target: examples.travel.workflow:workflow     # an agent, a workflow, or a factory of either
+                                                  # (none: every dataset row is a recording)
     dataset: queries.jsonl                        # JSONL, CSV or Parquet; relative to this file
     repetitions: 3
     evaluators:
@@ -69,9 +70,10 @@ class EvalSuite(BaseModel):
     """The suite's name (letters, digits, ``_ . -``): names the run directory and the flow run."""
     description: str = ""
     """What the suite checks, for people."""
-    target: str | dict[str, Any]
+    target: str | dict[str, Any] | None = None
     """``module:attr`` of an agent, a workflow, a class or a factory; or an adapter spec such as
-    ``{openai: {base_url, model, instructions, tools: [module:function]}}``."""
+    ``{openai: {base_url, model, instructions, tools: [module:function]}}``. Optional when every
+    dataset row is recorded (a ``conversation`` or ``recorded_agents``): nothing is then called."""
     target_version: str = ""
     """A label for the target's version (a model name, a git revision); part of its identity."""
     dataset: str
@@ -219,7 +221,10 @@ def load_suite(path: str | Path, params: Sequence[str] = ()) -> EvalSuite:
         where = f"{file}:{mark.line + 1}" if mark is not None else str(file)
         raise SuiteError(f"{where}: invalid YAML ({getattr(exc, 'problem', exc)})") from None
     if not isinstance(data, dict):
-        raise SuiteError(f"{file}: a suite is a YAML mapping with at least name, target, dataset")
+        raise SuiteError(
+            f"{file}: a suite is a YAML mapping with at least name, dataset, evaluators (and a "
+            "target unless the dataset is recorded)"
+        )
     data = apply_params(data, params)
     try:
         suite = EvalSuite.model_validate(data)
@@ -471,6 +476,11 @@ def build_target(suite: EvalSuite) -> Any:
         SuiteError: for a path that does not import, or an object that cannot run.
     """
     spec = suite.target
+    if spec is None:
+        raise SuiteError(
+            "target: the suite has no target; add one (an import path or {openai: {...}}), or "
+            "give every dataset row a recorded 'conversation'"
+        )
     if isinstance(spec, str):
         try:
             obj = load_object(spec, what="target")

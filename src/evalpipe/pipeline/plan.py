@@ -180,6 +180,8 @@ class RunPlan:
         target: Any = None
         if rescore is not None:
             kind, identity, stored = _read_stored(Path(rescore))
+        elif suite.target is None:
+            kind, identity = _recorded_kind(suite, rows)
         else:
             target = build_target(suite)
             kind = "workflow" if _is_workflow(target) else "agent"
@@ -189,6 +191,7 @@ class RunPlan:
                 identity = f"{workflow_identity(target)}|{suite.target_identity()}"
             else:
                 identity = f"agent|{suite.target_identity()}"
+        _check_recorded_rows(rows, kind)
         plan = cls(
             suite=suite,
             rows=rows,
@@ -287,7 +290,14 @@ class RunPlan:
             return CallOutcome(call, self._load(text), True, text)
         row = self.rows[call.row_index]
         run: Any
-        if self.kind == "workflow":
+        if row.recorded:
+            from evalpipe.recorded import recorded_run
+
+            # a recorded row is its own transcript: the target is not called
+            run = recorded_run(
+                row, query_index=call.row_index, repetition=call.repetition, kind=self.kind
+            )
+        elif self.kind == "workflow":
             from evalpipe.targets.workflow import call_workflow
 
             run = await call_workflow(
@@ -336,7 +346,13 @@ class RunPlan:
             conversation_split=self.splitter,
         )
         for item, outcome in zip(items, outcomes, strict=True):
-            item.expected_tool_calls = rows[outcome.call.row_index].expected_tool_calls
+            row = rows[outcome.call.row_index]
+            item.expected_tool_calls = row.expected_tool_calls
+            if row.conversation is not None and outcome.run.ok:
+                from evalpipe.recorded import recorded_item_conversation
+
+                # the recorded query side (system message, earlier turns) replaces the bare query
+                item.conversation = recorded_item_conversation(row, outcome.run.messages)
             self._stamp(item, outcome.call)
         return ShardItems(overall=items)
 
@@ -476,6 +492,38 @@ class _FoundryBatches:
         return await self._plan._evaluate_foundry(
             self._provider, list(items), eval_name, self._first_position
         )
+
+
+def _recorded_kind(
+    suite: EvalSuite, rows: Sequence[QueryRow]
+) -> tuple[Literal["agent", "workflow"], str]:
+    """Kind and identity of a suite without a target: every row must be recorded."""
+    for index, row in enumerate(rows):
+        if not row.recorded:
+            raise SuiteError(
+                f"target: the suite has no target, but dataset row {row.id!r} (row {index + 1}) "
+                "has no recording; give it a 'conversation' (or 'recorded_agents'), or add a target"
+            )
+    if any(row.recorded_agents is not None for row in rows):
+        return "workflow", f"workflow:recorded|{suite.target_identity()}"
+    return "agent", f"agent|{suite.target_identity()}"
+
+
+def _check_recorded_rows(rows: Sequence[QueryRow], kind: str) -> None:
+    """Recorded rows must fit the kind: per-agent turns for workflows, a conversation for agents."""
+    for index, row in enumerate(rows):
+        if kind == "agent" and row.recorded_agents is not None:
+            raise SuiteError(
+                f"dataset: row {row.id!r} (row {index + 1}) has 'recorded_agents', a multi-agent "
+                "recording, but the target is a single agent; use a workflow target, no target, "
+                "or give the row a 'conversation' only"
+            )
+        if kind == "workflow" and row.recorded and row.recorded_agents is None:
+            raise SuiteError(
+                f"dataset: row {row.id!r} (row {index + 1}) has a 'conversation' but no "
+                "'recorded_agents'; a workflow evaluation needs each agent's turns (who received "
+                "and produced what)"
+            )
 
 
 def _check_scopes(providers: Sequence[Evaluator], kind: str, target: Any) -> None:

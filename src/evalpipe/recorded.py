@@ -1,0 +1,568 @@
+"""Recorded conversations: what an agent already did, read back as evalpipe Messages.
+
+Three message formats are understood, detected from the messages themselves:
+
+- ``evalpipe``: evalpipe's and Microsoft Agent Framework's message dicts (``Message.to_dict()`` of
+  either): ``{"role", "contents": [{"type": "text" | "function_call" | "function_result" | ...}]}``.
+- ``openai``: OpenAI chat-completions messages: ``{"role", "content": str | [parts] | null}``, the
+  assistant's ``tool_calls: [{"id", "type": "function", "function": {"name", "arguments": "<JSON>"}}]``
+  and ``{"role": "tool", "tool_call_id", "content"}`` results.
+- ``foundry``: Foundry's agent message schema (what its agent evaluators read, and what
+  ``evalpipe.foundry`` sends): ``{"role", "content": str | [parts]}`` with ``text``, ``tool_call``
+  (``tool_call_id``, ``name``, ``arguments`` as an object), ``tool_result`` (in a ``tool`` message
+  with ``tool_call_id``) and ``input_image`` parts. A ``{"query": [...], "response": [...]}`` pair of
+  such arrays is one conversation too (the response starts where ``query`` ends).
+
+A dataset file holds one format: :func:`detect_format` picks the format every recording fits, and a
+recording that fits none gets an error naming the closest format's first mismatch as a field path
+(``conversation[2].content[0].type``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import ValidationError
+
+from evalpipe.messages import (
+    _FOREIGN_ONLY_KINDS,  # MAF kinds evalpipe leaves out
+    DataContent,
+    FunctionCallContent,
+    FunctionResultContent,
+    Message,
+    TextContent,
+    UriContent,
+    messages_from_openai,
+)
+
+__all__ = [
+    "FORMATS",
+    "Mismatch",
+    "RecordedFormat",
+    "RecordedFormatError",
+    "check_messages",
+    "closest",
+    "convert_messages",
+    "detect_format",
+    "final_answer",
+    "foundry_split",
+    "parse_conversation",
+    "recorded_item_conversation",
+    "recorded_run",
+    "response_start",
+    "split_recording",
+]
+
+RecordedFormat = Literal["evalpipe", "openai", "foundry"]
+"""The message formats a recording may be written in."""
+
+FORMATS: tuple[RecordedFormat, ...] = ("evalpipe", "openai", "foundry")
+"""Every format, in the order detection prefers them when several fit."""
+
+FORMAT_NAMES: dict[str, str] = {
+    "evalpipe": "evalpipe/MAF message dicts",
+    "openai": "OpenAI chat-completions messages",
+    "foundry": "Foundry agent messages",
+}
+
+
+class RecordedFormatError(ValueError):
+    """A recording that fits no message format, or not the format of the rest of its file."""
+
+
+@dataclass(frozen=True, slots=True)
+class Mismatch:
+    """Where a recording stops fitting a format: the field path and what is wrong there."""
+
+    format: str
+    path: str
+    """Field path of the first mismatch, e.g. ``conversation[2].content[0].type``."""
+    message: str
+    progress: tuple[int, ...]
+    """How far the recording fitted (messages, then depth): the largest is the closest format."""
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}"
+
+
+# ---------------------------------------------------------------------------------------------
+# per-format checks: None when the message fits, else the first mismatch
+
+
+def _fail(fmt: str, path: str, message: str, *progress: int) -> Mismatch:
+    return Mismatch(fmt, path, message, progress)
+
+
+_EVALPIPE_KEYS = frozenset(
+    {"role", "contents", "author_name", "type", "message_id", "additional_properties"}
+)
+_OPENAI_KEYS = frozenset({"role", "content", "name", "tool_calls", "tool_call_id", "refusal"})
+_FOUNDRY_KEYS = frozenset({"role", "content", "tool_call_id", "createdAt", "run_id", "name"})
+_OPENAI_ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
+
+
+def _check_evalpipe(msg: Mapping[str, Any], path: str, index: int) -> Mismatch | None:
+    fmt = "evalpipe"
+    if "contents" not in msg:
+        hint = " (it has 'content': another format)" if "content" in msg else ""
+        return _fail(fmt, f"{path}.contents", f"missing{hint}", index, 1)
+    extra = sorted(set(msg) - _EVALPIPE_KEYS)
+    if extra:
+        return _fail(fmt, f"{path}.{extra[0]}", "not a field of an evalpipe/MAF message", index, 2)
+    if not isinstance(msg.get("contents"), list):
+        return _fail(fmt, f"{path}.contents", "must be a list of content dicts", index, 2)
+    for j, part in enumerate(msg["contents"]):
+        kind = part.get("type") if isinstance(part, Mapping) else None
+        if not isinstance(part, str) and kind not in _CONTENT_TAGS | _FOREIGN_ONLY_KINDS:
+            return _fail(
+                fmt,
+                f"{path}.contents[{j}].type",
+                f"{kind!r} is not a content kind ({', '.join(sorted(_CONTENT_TAGS))})",
+                index,
+                3,
+                j,
+            )
+    try:
+        Message.model_validate(dict(msg))
+    except (ValidationError, ValueError) as exc:
+        where, text = path, str(exc)
+        if isinstance(exc, ValidationError) and exc.errors():
+            first = exc.errors()[0]
+            loc = [p for p in first["loc"] if not (isinstance(p, str) and p in _CONTENT_TAGS)]
+            where = path + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc)
+            text = first["msg"]
+        return _fail(fmt, where, text, index, 3)
+    return None
+
+
+_CONTENT_TAGS = frozenset({"text", "function_call", "function_result", "data", "uri"})
+
+
+def _check_text_parts(
+    fmt: str, parts: list[Any], path: str, index: int, kinds: Mapping[str, tuple[str, ...]]
+) -> Mismatch | None:
+    """Each part a dict whose ``type`` is a key of ``kinds``, holding that kind's required keys."""
+    for j, part in enumerate(parts):
+        where = f"{path}[{j}]"
+        if not isinstance(part, Mapping):
+            return _fail(fmt, where, f"a content part is an object, got {part!r:.40}", index, 3, j)
+        kind = part.get("type")
+        if kind not in kinds:
+            return _fail(
+                fmt,
+                f"{where}.type",
+                f"{kind!r} is not one of {', '.join(map(repr, kinds))}",
+                index,
+                3,
+                j,
+            )
+        for key in kinds[str(kind)]:
+            if key not in part:
+                return _fail(fmt, f"{where}.{key}", f"missing in a {kind!r} part", index, 4, j)
+        if kind == "text" and not isinstance(part.get("text"), str):
+            return _fail(fmt, f"{where}.text", "must be a string", index, 4, j)
+    return None
+
+
+def _check_openai(msg: Mapping[str, Any], path: str, index: int) -> Mismatch | None:
+    fmt = "openai"
+    role = msg.get("role")
+    if "content" not in msg and "tool_calls" not in msg:
+        hint = " (it has 'contents': another format)" if "contents" in msg else ""
+        return _fail(fmt, f"{path}.content", f"missing{hint}", index, 1)
+    extra = sorted(set(msg) - _OPENAI_KEYS)
+    if extra:
+        return _fail(fmt, f"{path}.{extra[0]}", "not a field of an OpenAI message", index, 2)
+    if role not in _OPENAI_ROLES:
+        return _fail(
+            fmt, f"{path}.role", f"{role!r} is not one of {sorted(_OPENAI_ROLES)}", index, 2
+        )
+    content = msg.get("content")
+    if role == "tool":
+        if not isinstance(msg.get("tool_call_id"), str):
+            return _fail(fmt, f"{path}.tool_call_id", "a tool message needs a string", index, 2)
+        if isinstance(content, list):
+            return _check_text_parts(fmt, content, f"{path}.content", index, {"text": ("text",)})
+        if not isinstance(content, str):
+            return _fail(fmt, f"{path}.content", "a tool message's content is a string", index, 2)
+        return None
+    if isinstance(content, list):
+        bad = _check_text_parts(
+            fmt,
+            content,
+            f"{path}.content",
+            index,
+            {"text": ("text",), "image_url": ("image_url",)},
+        )
+        if bad is not None:
+            return bad
+    elif content is not None and not isinstance(content, str):
+        return _fail(fmt, f"{path}.content", "must be a string, a list of parts or null", index, 2)
+    calls = msg.get("tool_calls")
+    if calls is not None:
+        if role != "assistant" or not isinstance(calls, list):
+            return _fail(fmt, f"{path}.tool_calls", "a list, on assistant messages only", index, 2)
+        for j, call in enumerate(calls):
+            where = f"{path}.tool_calls[{j}]"
+            function = call.get("function") if isinstance(call, Mapping) else None
+            if not isinstance(function, Mapping):
+                return _fail(fmt, f"{where}.function", "missing (an object)", index, 3, j)
+            if not isinstance(function.get("name"), str):
+                return _fail(fmt, f"{where}.function.name", "must be a string", index, 4, j)
+            if not isinstance(function.get("arguments"), str):
+                return _fail(
+                    fmt,
+                    f"{where}.function.arguments",
+                    "must be a JSON string (chat-completions encodes arguments as text)",
+                    index,
+                    4,
+                    j,
+                )
+    return None
+
+
+_FOUNDRY_PARTS: dict[str, tuple[str, ...]] = {
+    "text": ("text",),
+    "tool_call": ("tool_call_id", "name", "arguments"),
+    "tool_result": ("tool_result",),
+    "input_image": ("image_url",),
+}
+
+
+def _check_foundry(msg: Mapping[str, Any], path: str, index: int) -> Mismatch | None:
+    fmt = "foundry"
+    if "content" not in msg:
+        hint = " (it has 'contents': another format)" if "contents" in msg else ""
+        return _fail(fmt, f"{path}.content", f"missing{hint}", index, 1)
+    extra = sorted(set(msg) - _FOUNDRY_KEYS)
+    if extra:
+        return _fail(fmt, f"{path}.{extra[0]}", "not a field of a Foundry agent message", index, 2)
+    role = msg.get("role")
+    if role not in _OPENAI_ROLES:
+        return _fail(
+            fmt, f"{path}.role", f"{role!r} is not one of {sorted(_OPENAI_ROLES)}", index, 2
+        )
+    content = msg.get("content")
+    if role == "tool" and not isinstance(msg.get("tool_call_id"), str):
+        return _fail(fmt, f"{path}.tool_call_id", "a tool message needs a string", index, 2)
+    if isinstance(content, str):
+        return None
+    if not isinstance(content, list):
+        return _fail(fmt, f"{path}.content", "must be a string or a list of parts", index, 2)
+    bad = _check_text_parts(fmt, content, f"{path}.content", index, _FOUNDRY_PARTS)
+    if bad is not None:
+        return bad
+    for j, part in enumerate(content):
+        kind = part["type"]
+        where = f"{path}.content[{j}]"
+        if kind == "tool_call":
+            if role != "assistant":
+                return _fail(
+                    fmt,
+                    f"{where}.type",
+                    "tool_call parts belong to assistant messages",
+                    index,
+                    5,
+                    j,
+                )
+            if not isinstance(part["arguments"], Mapping):
+                return _fail(fmt, f"{where}.arguments", "must be a JSON object", index, 5, j)
+        if kind == "tool_result" and role != "tool":
+            return _fail(
+                fmt, f"{where}.type", "tool_result parts belong to tool messages", index, 5, j
+            )
+    return None
+
+
+_CHECKS = {"evalpipe": _check_evalpipe, "openai": _check_openai, "foundry": _check_foundry}
+
+
+def _message_list(value: Any, fmt: str, path: str) -> tuple[list[Any] | None, Mismatch | None]:
+    """The message list of a recording (a foundry query/response pair is joined)."""
+    if isinstance(value, Mapping) and fmt == "foundry" and set(value) <= {"query", "response"}:
+        query, response = value.get("query") or [], value.get("response") or []
+        for key, part in (("query", query), ("response", response)):
+            if not isinstance(part, list):
+                return None, _fail(fmt, f"{path}.{key}", "must be a list of messages", 0, 0)
+        return [*query, *response], None
+    if not isinstance(value, list):
+        return None, _fail(fmt, path, f"must be a list of messages, got {type(value).__name__}", 0)
+    return value, None
+
+
+def check_messages(value: Any, fmt: str, path: str = "conversation") -> Mismatch | None:
+    """The first place ``value`` (a list of messages) stops fitting ``fmt``; None when it fits."""
+    messages, bad = _message_list(value, fmt, path)
+    if bad is not None or messages is None:
+        return bad
+    check = _CHECKS[fmt]
+    for index, msg in enumerate(messages):
+        where = f"{path}[{index}]"
+        if not isinstance(msg, Mapping):
+            return _fail(fmt, where, f"a message is an object, got {type(msg).__name__}", index)
+        if not isinstance(msg.get("role"), str):
+            return _fail(fmt, f"{where}.role", "missing (a string)", index)
+        bad = check(msg, where, index)
+        if bad is not None:
+            return bad
+    return None
+
+
+def closest(mismatches: Iterable[Mismatch]) -> Mismatch:
+    """The mismatch of the format the recording fitted furthest (ties: the preferred format)."""
+    ordered = sorted(mismatches, key=lambda m: FORMATS.index(m.format))
+    return max(ordered, key=lambda m: m.progress)
+
+
+def detect_format(
+    recordings: Iterable[tuple[str, Sequence[tuple[str, Any]]]],
+) -> RecordedFormat | None:
+    """The one format every recording fits, checked in order.
+
+    Args:
+        recordings: ``(where, [(path, messages), ...])`` per recording (a dataset row: its
+            conversation and each recorded agent's received/produced lists); ``where`` names the
+            row in errors (``"line 3"``).
+
+    Returns:
+        The first of :data:`FORMATS` that every recording fits; None when there are none.
+
+    Raises:
+        RecordedFormatError: naming the recording that fits no format (with the closest format's
+            first mismatch), or that fits only formats the recordings before it do not.
+    """
+    candidates: list[RecordedFormat] = list(FORMATS)
+    first: str | None = None
+    for where, lists in recordings:
+        if not lists:
+            continue
+        mismatches: dict[RecordedFormat, Mismatch] = {}
+        for fmt in FORMATS:
+            for path, value in lists:
+                bad = check_messages(value, fmt, path)
+                if bad is not None:
+                    mismatches[fmt] = bad
+                    break
+        fits = [f for f in FORMATS if f not in mismatches]
+        if not fits:
+            near = closest(mismatches.values())
+            raise RecordedFormatError(
+                f"{where}: the recording fits no message format; closest is "
+                f"{FORMAT_NAMES[near.format]}, which it leaves at {near}"
+            )
+        kept = [f for f in candidates if f in fits]
+        if not kept:
+            near = closest(mismatches[f] for f in candidates)
+            raise RecordedFormatError(
+                f"{where}: the recording is in {FORMAT_NAMES[fits[0]]} but the rows before it "
+                f"(from {first}) are in {FORMAT_NAMES[near.format]}, which it leaves at {near}; "
+                "write every row of a file in one format"
+            )
+        candidates = kept
+        first = first or where
+    return candidates[0] if first is not None else None
+
+
+# ---------------------------------------------------------------------------------------------
+# conversion
+
+
+def _foundry_content(part: Mapping[str, Any], tool_call_id: str) -> Any:
+    kind = part["type"]
+    if kind == "text":
+        return TextContent(text=part["text"])
+    if kind == "tool_call":
+        return FunctionCallContent(
+            name=str(part["name"]),
+            arguments=dict(part["arguments"]),
+            call_id=str(part.get("tool_call_id") or ""),
+        )
+    if kind == "tool_result":
+        return FunctionResultContent(call_id=tool_call_id, result=part["tool_result"])
+    url = str(part["image_url"])
+    if url.startswith("data:"):
+        return DataContent(uri=url, media_type=url[5:].split(";", 1)[0].split(",", 1)[0] or None)
+    return UriContent(uri=url)
+
+
+def _from_foundry(msg: Mapping[str, Any]) -> Message:
+    role = str(msg["role"])
+    call_id = str(msg.get("tool_call_id") or "")
+    content = msg.get("content")
+    if isinstance(content, str):
+        if role == "tool":
+            return Message(role, [FunctionResultContent(call_id=call_id, result=content)])
+        return Message(role, [TextContent(text=content)] if content else [])
+    return Message(role, [_foundry_content(part, call_id) for part in content or []])
+
+
+def convert_messages(value: Any, fmt: RecordedFormat) -> list[Message]:
+    """A recording in ``fmt`` (checked with :func:`check_messages` first) as Messages."""
+    messages, _ = _message_list(value, fmt, "conversation")
+    if fmt == "evalpipe":
+        return [Message.model_validate(dict(m)) for m in messages or []]
+    if fmt == "openai":
+        return messages_from_openai(messages or [])
+    return [_from_foundry(m) for m in messages or []]
+
+
+def parse_conversation(
+    value: Any, fmt: RecordedFormat | None = None, path: str = "conversation"
+) -> list[Message]:
+    """A recorded conversation as Messages, its format detected unless given.
+
+    Messages already parsed (evalpipe ``Message`` or MAF message objects) are taken as they are.
+
+    Raises:
+        RecordedFormatError: naming the first mismatch of the given format, or of the closest one.
+    """
+    if isinstance(value, list) and value and all(not isinstance(m, Mapping) for m in value):
+        try:
+            return [Message.coerce(m) for m in value]
+        except TypeError as exc:
+            raise RecordedFormatError(f"{path}: {exc}") from None
+    if fmt is None:
+        fmt = detect_format([(path, [(path, value)])])
+        if fmt is None:
+            return []
+    bad = check_messages(value, fmt, path)
+    if bad is not None:
+        raise RecordedFormatError(f"not {FORMAT_NAMES[fmt]}: {bad}")
+    return convert_messages(value, fmt)
+
+
+def foundry_split(value: Any) -> int | None:
+    """Where the response starts in a foundry ``{"query", "response"}`` pair (None: not a pair)."""
+    if isinstance(value, Mapping) and set(value) <= {"query", "response"}:
+        return len(value.get("query") or [])
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# query side and response side
+
+
+def response_start(conversation: Sequence[Message]) -> int:
+    """Index of the first response message: after the last user message, or after the leading
+    system/developer messages when there is no user message."""
+    for index in range(len(conversation) - 1, -1, -1):
+        if conversation[index].role == "user":
+            return index + 1
+    index = 0
+    while index < len(conversation) and conversation[index].role in ("system", "developer"):
+        index += 1
+    return index
+
+
+def split_recording(
+    conversation: Sequence[Message], query: str | None, at: int | None = None
+) -> tuple[list[Message], list[Message], str]:
+    """``(query side, response side, query text)`` of a recorded conversation.
+
+    The query side ends at ``at`` (default :func:`response_start`). The query text is ``query`` when
+    given, else the text of the last user message on the query side. A query side without a user
+    message gets ``Message("user", [query])`` at its end, so every item has its question.
+
+    Raises:
+        RecordedFormatError: when there is neither a ``query`` nor a user message with text.
+    """
+    cut = response_start(conversation) if at is None else at
+    head, tail = list(conversation[:cut]), list(conversation[cut:])
+    users = [m for m in head if m.role == "user"]
+    text = query
+    if text is None:
+        text = next((m.text for m in reversed(users) if m.text), None)
+    if not text:
+        raise RecordedFormatError(
+            "the conversation has no user message with text before its response; add a 'query'"
+        )
+    if not users:
+        head.append(Message("user", [text]))
+    return head, tail, text
+
+
+def final_answer(messages: Sequence[Message]) -> list[Message]:
+    """The last assistant message with text (``[]`` when there is none)."""
+    for message in reversed(messages):
+        if message.role == "assistant" and message.text:
+            return [message]
+    return []
+
+
+# ---------------------------------------------------------------------------------------------
+# transcripts from recorded dataset rows
+
+
+def recorded_run(
+    row: Any, *, query_index: int, repetition: int, kind: Literal["agent", "workflow"]
+) -> Any:
+    """The transcript a recorded dataset row stands for, as if the target had just run.
+
+    Args:
+        row: A ``QueryRow`` with ``conversation`` and/or ``recorded_agents``.
+        query_index: The row's position in the dataset.
+        repetition: Which repetition the transcript is for.
+        kind: ``"agent"``: a ``TargetRun`` whose messages are the conversation's response side;
+            ``"workflow"``: a ``WorkflowRun`` with one executor turn per recorded agent and the final
+            assistant message of the conversation (else of the last agent) as its output.
+
+    Raises:
+        RecordedFormatError: for a recording the kind cannot use (a workflow row without
+            ``recorded_agents``, an agent row with them).
+    """
+    from evalpipe.items import RunUsage
+
+    if kind == "agent":
+        from evalpipe.targets.base import TargetRun
+
+        if row.recorded_agents is not None or row.conversation is None:
+            raise RecordedFormatError(
+                f"row {row.id!r}: 'recorded_agents' is a multi-agent recording, but the target "
+                "is a single agent; give the row a 'conversation' only"
+            )
+        _, tail, query = split_recording(row.conversation, row.query)
+        return TargetRun(
+            query_index=query_index,
+            repetition=repetition,
+            query=query,
+            messages=tail,
+            tools=row.tools,
+            usage=RunUsage(),
+        )
+    from evalpipe.targets.workflow import ExecutorRun, WorkflowRun
+
+    if not row.recorded_agents:
+        raise RecordedFormatError(
+            f"row {row.id!r}: a workflow evaluation needs each recorded row's 'recorded_agents' "
+            "(who received and produced what); add them, or evaluate the rows as a single agent"
+        )
+    turns = [
+        ExecutorRun(
+            executor_id=entry.agent,
+            agent=entry.agent,
+            received=list(entry.received),
+            produced=list(entry.produced),
+            tools=entry.tools,
+        )
+        for entry in row.recorded_agents
+    ]
+    output = final_answer(row.conversation or [])
+    if not output:
+        output = final_answer([m for turn in turns for m in turn.produced])
+    return WorkflowRun(
+        query_index=query_index,
+        repetition=repetition,
+        query=row.query,
+        workflow="recorded",
+        executors=turns,
+        output=output,
+    )
+
+
+def recorded_item_conversation(row: Any, response: Sequence[Message]) -> list[Message]:
+    """A recorded agent row's whole conversation for its item: the recorded query side (system
+    message and earlier turns included) followed by ``response``."""
+    head, _, _ = split_recording(row.conversation or [], row.query)
+    return [*head, *response]
