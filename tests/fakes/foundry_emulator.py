@@ -91,6 +91,9 @@ _COMPONENTS = {
 }
 _TOOL_COMPONENTS = set(_COMPONENTS["tool_use_quality"])
 _PATH = re.compile(r"^/api/projects/(?P<project>[^/]+)/openai(?P<v1>/v1)?(?P<rest>/.*)$")
+_AGENTS_PATH = re.compile(
+    r"^/api/projects/(?P<project>[^/]+)(?P<rest>/(?:threads|assistants)(?:/.*)?)$"
+)
 
 
 @dataclass
@@ -181,6 +184,14 @@ class FoundryEmulator:
         self._lock = threading.Lock()
         self._seq = 0
         self._order: dict[str, int] = {}
+        self.agents: dict[str, dict[str, Any]] = {}
+        self.threads: dict[str, dict[str, Any]] = {}
+        self.messages: dict[str, list[dict[str, Any]]] = {}
+        self.thread_runs: dict[str, list[dict[str, Any]]] = {}
+        self.run_steps: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        self.responses: dict[str, dict[str, Any]] = {}
+        self.traces: list[dict[str, Any]] = []
+        self._clock = int(time.time()) - 100_000
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -258,6 +269,281 @@ class FoundryEmulator:
         with self._lock:
             return [dict(r.obj) for r in self.runs.values() if eval_id in (None, r.obj["eval_id"])]
 
+    # -- Agent Service fixtures (threads, messages, runs, run steps) ---------------------------
+
+    def _stamp(self, created_at: int | None) -> int:
+        """``created_at`` as given, else a clock that ticks one second per seeded object."""
+        self._clock += 1
+        return self._clock if created_at is None else int(created_at)
+
+    def add_agent(
+        self,
+        name: str,
+        *,
+        instructions: str = "",
+        tools: list[dict[str, Any]] | None = None,
+        agent_id: str | None = None,
+        model: str = "gpt-4o",
+        description: str = "",
+    ) -> str:
+        """Seed an agent (an ``assistant`` object); returns its id."""
+        with self._lock:
+            ident = agent_id or self._next("asst")
+            self.agents[ident] = {
+                "id": ident,
+                "object": "assistant",
+                "created_at": self._stamp(None),
+                "name": name,
+                "description": description,
+                "model": model,
+                "instructions": instructions,
+                "tools": list(tools or []),
+                "tool_resources": {},
+                "temperature": 1.0,
+                "top_p": 1.0,
+                "response_format": "auto",
+                "metadata": {},
+            }
+            return ident
+
+    def add_thread(self, *, thread_id: str | None = None, created_at: int | None = None) -> str:
+        """Seed an empty thread; returns its id."""
+        with self._lock:
+            ident = thread_id or self._next("thread")
+            self.threads[ident] = {
+                "id": ident,
+                "object": "thread",
+                "created_at": self._stamp(created_at),
+                "tool_resources": {},
+                "metadata": {},
+            }
+            self.messages[ident] = []
+            self.thread_runs[ident] = []
+            return ident
+
+    def add_message(
+        self,
+        thread_id: str,
+        role: str,
+        text: str,
+        *,
+        run_id: str | None = None,
+        agent_id: str | None = None,
+        created_at: int | None = None,
+        message_id: str | None = None,
+    ) -> str:
+        """Seed a text message on a thread; returns its id."""
+        with self._lock:
+            ident = message_id or self._next("msg")
+            stamp = self._stamp(created_at)
+            self.messages[thread_id].append(
+                {
+                    "id": ident,
+                    "object": "thread.message",
+                    "created_at": stamp,
+                    "thread_id": thread_id,
+                    "status": "completed",
+                    "incomplete_details": None,
+                    "completed_at": stamp,
+                    "incomplete_at": None,
+                    "role": role,
+                    "content": [{"type": "text", "text": {"value": text, "annotations": []}}],
+                    "assistant_id": agent_id,
+                    "run_id": run_id,
+                    "attachments": [],
+                    "metadata": {},
+                }
+            )
+            return ident
+
+    def delete_message(self, thread_id: str, message_id: str) -> None:
+        """Remove a message, as a user deleting it after the run (its run step still points to it)."""
+        with self._lock:
+            self.messages[thread_id] = [
+                m for m in self.messages[thread_id] if m["id"] != message_id
+            ]
+
+    def add_run(
+        self,
+        thread_id: str,
+        agent_id: str,
+        *,
+        status: str = "completed",
+        created_at: int | None = None,
+        usage: dict[str, int] | None = None,
+        last_error: dict[str, str] | None = None,
+        instructions: str | None = None,
+        tools: list[dict[str, Any]] | None = None,
+        run_id: str | None = None,
+    ) -> str:
+        """Seed a run of ``agent_id`` on a thread (instructions and tools default to the agent's)."""
+        with self._lock:
+            agent = self.agents.get(agent_id) or {}
+            ident = run_id or self._next("run")
+            stamp = self._stamp(created_at)
+            self.thread_runs[thread_id].append(
+                {
+                    "id": ident,
+                    "object": "thread.run",
+                    "thread_id": thread_id,
+                    "assistant_id": agent_id,
+                    "status": status,
+                    "required_action": None,
+                    "last_error": last_error,
+                    "model": agent.get("model", "gpt-4o"),
+                    "instructions": agent.get("instructions", "")
+                    if instructions is None
+                    else instructions,
+                    "tools": list(agent.get("tools", []) if tools is None else tools),
+                    "created_at": stamp,
+                    "expires_at": None,
+                    "started_at": stamp,
+                    "completed_at": stamp + 3 if status == "completed" else None,
+                    "cancelled_at": None,
+                    "failed_at": stamp + 3 if status == "failed" else None,
+                    "incomplete_details": None,
+                    "usage": usage,
+                    "temperature": 1.0,
+                    "top_p": 1.0,
+                    "max_prompt_tokens": None,
+                    "max_completion_tokens": None,
+                    "truncation_strategy": None,
+                    "tool_choice": "auto",
+                    "parallel_tool_calls": True,
+                    "response_format": "auto",
+                    "metadata": {},
+                    "tool_resources": {},
+                }
+            )
+            self.run_steps[(thread_id, ident)] = []
+            return ident
+
+    def add_step(
+        self,
+        thread_id: str,
+        run_id: str,
+        step_details: dict[str, Any],
+        *,
+        created_at: int | None = None,
+        status: str = "completed",
+    ) -> str:
+        """Seed a run step; ``step_details`` is the wire object (``message_creation`` or
+        ``tool_calls``)."""
+        with self._lock:
+            run = next(r for r in self.thread_runs[thread_id] if r["id"] == run_id)
+            ident = self._next("step")
+            stamp = self._stamp(created_at)
+            self.run_steps[(thread_id, run_id)].append(
+                {
+                    "id": ident,
+                    "object": "thread.run.step",
+                    "type": step_details.get("type"),
+                    "assistant_id": run["assistant_id"],
+                    "thread_id": thread_id,
+                    "run_id": run_id,
+                    "status": status,
+                    "step_details": step_details,
+                    "last_error": None,
+                    "created_at": stamp,
+                    "expired_at": None,
+                    "completed_at": stamp if status == "completed" else None,
+                    "cancelled_at": None,
+                    "failed_at": None,
+                    "usage": None,
+                    "metadata": {},
+                }
+            )
+            return ident
+
+    def add_response(
+        self,
+        response_id: str,
+        *,
+        query: str,
+        response: str,
+        agent_id: str | None = None,
+        created_at: int | None = None,
+    ) -> None:
+        """Seed a stored response that evaluate-by-response-id can retrieve."""
+        with self._lock:
+            self.responses[response_id] = {
+                "resp_id": response_id,
+                "query": query,
+                "response": response,
+                "agent_id": agent_id,
+                "created_at": int(time.time()) if created_at is None else created_at,
+            }
+
+    def add_trace(
+        self,
+        trace_id: str,
+        *,
+        agent_id: str,
+        query: str,
+        response: str,
+        created_at: float | None = None,
+    ) -> None:
+        """Seed a stored agent trace that evaluate-by-agent-id finds within its lookback window."""
+        with self._lock:
+            self.traces.append(
+                {
+                    "trace_id": trace_id,
+                    "agent_id": agent_id,
+                    "query": query,
+                    "response": response,
+                    "created_at": time.time() if created_at is None else created_at,
+                }
+            )
+
+    def _route_agents(
+        self, method: str, parts: list[str], query: dict[str, str]
+    ) -> tuple[int, dict[str, Any]]:
+        if method != "GET":
+            return _error(405, "MethodNotAllowed", f"{method} /{'/'.join(parts)}")
+        if parts[0] == "assistants":
+            if len(parts) == 1:
+                return 200, _agents_page(list(self.agents.values()), query)
+            agent = self.agents.get(parts[1])
+            if agent is None or len(parts) != 2:
+                return _error(404, "NotFound", f"No assistant found with id '{parts[1]}'.")
+            return 200, agent
+        if len(parts) == 1:
+            return 200, _agents_page(list(self.threads.values()), query)
+        thread_id = parts[1]
+        if thread_id not in self.threads:
+            return _error(404, "NotFound", f"No thread found with id '{thread_id}'.")
+        if len(parts) == 2:
+            return 200, self.threads[thread_id]
+        if parts[2] == "messages":
+            messages = self.messages[thread_id]
+            if len(parts) == 4:
+                found = next((m for m in messages if m["id"] == parts[3]), None)
+                if found is None:
+                    return _error(404, "NotFound", f"No message found with id '{parts[3]}'.")
+                return 200, found
+            if "run_id" in query:
+                messages = [m for m in messages if m["run_id"] == query["run_id"]]
+            return 200, _agents_page(messages, query)
+        if parts[2] != "runs":
+            return _error(404, "NotFound", f"no route for /{'/'.join(parts)}")
+        runs = self.thread_runs[thread_id]
+        if len(parts) == 3:
+            return 200, _agents_page(runs, query)
+        run = next((r for r in runs if r["id"] == parts[3]), None)
+        if run is None:
+            return _error(404, "NotFound", f"No run found with id '{parts[3]}'.")
+        if len(parts) == 4:
+            return 200, run
+        steps = self.run_steps.get((thread_id, parts[3]), [])
+        if parts[4] == "steps" and len(parts) == 5:
+            return 200, _agents_page(steps, query)
+        if parts[4] == "steps" and len(parts) == 6:
+            found = next((st for st in steps if st["id"] == parts[5]), None)
+            if found is None:
+                return _error(404, "NotFound", f"No run step found with id '{parts[5]}'.")
+            return 200, found
+        return _error(404, "NotFound", f"no route for /{'/'.join(parts)}")
+
     # -- protocol ----------------------------------------------------------------------------
 
     def _next(self, prefix: str) -> str:
@@ -277,6 +563,8 @@ class FoundryEmulator:
         self, method: str, path: str, query: dict[str, str], body: Any
     ) -> tuple[int, dict[str, Any]]:
         parts = [p for p in path.split("/") if p]
+        if parts and parts[0] in ("threads", "assistants"):
+            return self._route_agents(method, parts, query)
         if not parts or parts[0] != "evals":
             return _error(404, "NotFound", f"no route for {path}")
         if len(parts) == 1:
@@ -388,12 +676,71 @@ class FoundryEmulator:
         self.evals[eval_id] = ev
         return 200, ev
 
+    def _server_side_items(
+        self, ev: dict[str, Any], data_source: dict[str, Any]
+    ) -> list[dict[str, Any]] | tuple[int, dict[str, Any]]:
+        """The items of a server-side data source (stored responses or agent traces), or an error.
+
+        ``azure_ai_responses`` needs an eval of scenario ``responses`` and an
+        ``item_generation_params`` of type ``response_retrieval`` whose ``data_mapping`` names
+        the item field holding the response id; an unknown id gives an item that errors.
+        ``azure_ai_traces`` needs scenario ``traces`` and ``lookback_hours`` > 0; it selects the
+        stored traces in the window, of ``agent_id`` and among ``trace_ids`` when given.
+        """
+        scenario = (ev.get("data_source_config") or {}).get("scenario")
+        kind = data_source.get("type")
+        if kind == "azure_ai_responses":
+            if scenario != "responses":
+                return _error(400, "BadRequest", "azure_ai_responses needs scenario 'responses'")
+            params = data_source.get("item_generation_params") or {}
+            mapping = (params.get("data_mapping") or {}).get("response_id", "")
+            field_match = re.fullmatch(r"\{\{item\.(\w+)\}\}", str(mapping))
+            content = (params.get("source") or {}).get("content")
+            if params.get("type") != "response_retrieval" or not field_match:
+                return _error(
+                    400,
+                    "BadRequest",
+                    "item_generation_params: response_retrieval with data_mapping.response_id required",
+                )
+            if not isinstance(content, list):
+                return _error(
+                    400, "BadRequest", "item_generation_params.source.content must be a list"
+                )
+            items = []
+            for entry in content:
+                given = (entry.get("item") or {}) if isinstance(entry, dict) else {}
+                rid = given.get(field_match.group(1))
+                stored = self.responses.get(str(rid))
+                items.append(dict(stored) if stored else {"resp_id": rid, "__not_found": True})
+            return items
+        if scenario != "traces":
+            return _error(400, "BadRequest", "azure_ai_traces needs scenario 'traces'")
+        hours = data_source.get("lookback_hours")
+        if not isinstance(hours, int | float) or hours <= 0:
+            return _error(400, "BadRequest", "lookback_hours must be a positive number")
+        since = time.time() - float(hours) * 3600
+        wanted_ids = data_source.get("trace_ids")
+        agent_id = data_source.get("agent_id")
+        return [
+            {k: v for k, v in t.items() if k != "created_at"}
+            for t in self.traces
+            if t["created_at"] >= since
+            and (agent_id is None or t["agent_id"] == agent_id)
+            and (wanted_ids is None or t["trace_id"] in wanted_ids)
+        ]
+
     def _create_run(self, ev: dict[str, Any], body: Any) -> tuple[int, dict[str, Any]]:
-        source = ((body or {}).get("data_source") or {}).get("source") or {}
-        content = source.get("content")
-        if not isinstance(content, list):
-            return _error(400, "BadRequest", "data_source.source.content must be a list")
-        items = [c.get("item", {}) if isinstance(c, dict) else {} for c in content]
+        data_source = (body or {}).get("data_source") or {}
+        if data_source.get("type") in ("azure_ai_responses", "azure_ai_traces"):
+            found = self._server_side_items(ev, data_source)
+            if isinstance(found, tuple):
+                return found
+            items = found
+        else:
+            content = (data_source.get("source") or {}).get("content")
+            if not isinstance(content, list):
+                return _error(400, "BadRequest", "data_source.source.content must be a list")
+            items = [c.get("item", {}) if isinstance(c, dict) else {} for c in content]
         run_id = self._next("evalrun")
         obj: dict[str, Any] = {
             "object": "eval.run",
@@ -487,16 +834,24 @@ class FoundryEmulator:
         item = run.items[index]
         text = _text(item.get("response"))
         results: list[dict[str, Any]] = []
-        for criterion in ev["testing_criteria"]:
-            results.extend(self._criterion_results(criterion, item, text))
-        if any(r["passed"] is None and r.get("label") != "not_applicable" for r in results):
+        if not item.get("__not_found"):
+            for criterion in ev["testing_criteria"]:
+                results.extend(self._criterion_results(criterion, item, text))
+        if item.get("__not_found") or any(
+            r["passed"] is None and r.get("label") != "not_applicable" for r in results
+        ):
             status = "error"
         elif any(r["passed"] is False for r in results):
             status = "fail"
         else:
             status = "pass"
         error = None
-        if status == "error":
+        if item.get("__not_found"):
+            error = {
+                "code": "ResponseNotFound",
+                "message": f"response {item.get('resp_id')} not found",
+            }
+        elif status == "error":
             error = {"code": "EvaluatorError", "message": "the judge returned no parseable score"}
         return {
             "object": "eval.run.output_item",
@@ -706,6 +1061,29 @@ def _navigation(name: str, item: dict[str, Any], mode: str) -> dict[str, Any]:
     return result
 
 
+def _agents_page(data: list[dict[str, Any]], query: dict[str, str]) -> dict[str, Any]:
+    """A page of an Agent Service list: ``order`` (default desc by created_at), ``after``/
+    ``before`` cursors (element ids), ``limit`` (default 20, 1..100); ``last_id`` is the page's
+    last element (None on an empty page, which is where azure-ai-agents' pager stops)."""
+    ordered = sorted(data, key=lambda d: d["created_at"])  # stable: seeding order breaks ties
+    if query.get("order", "desc") == "desc":
+        ordered.reverse()
+    ids = [d["id"] for d in ordered]
+    if query.get("after"):
+        ordered = ordered[ids.index(query["after"]) + 1 :] if query["after"] in ids else []
+    elif query.get("before"):
+        ordered = ordered[: ids.index(query["before"])] if query["before"] in ids else []
+    limit = min(max(int(query.get("limit", 20)), 1), 100)
+    page = ordered[:limit]
+    return {
+        "object": "list",
+        "data": page,
+        "first_id": page[0]["id"] if page else None,
+        "last_id": page[-1]["id"] if page else None,
+        "has_more": len(ordered) > limit,
+    }
+
+
 def _error(status: int, code: str, message: str) -> tuple[int, dict[str, Any]]:
     return status, {
         "error": {"code": code, "message": message, "type": "invalid_request_error", "param": None}
@@ -741,8 +1119,9 @@ class _Handler(BaseHTTPRequestHandler):
             body = json.loads(raw) if raw else None
         except ValueError:
             body = None
-        match = _PATH.match(url.path)
+        match = _PATH.match(url.path) or _AGENTS_PATH.match(url.path)
         rest = match.group("rest") if match else url.path
+        is_agents = match is not None and match.re is _AGENTS_PATH
         record = RequestRecord(
             self.command, rest, dict(query), {k.lower(): v for k, v in self.headers.items()}, body
         )
@@ -762,7 +1141,8 @@ class _Handler(BaseHTTPRequestHandler):
             record.status = 404
             self._send(*_error(404, "NotFound", f"no project at {url.path}"), {})
             return
-        if match.group("v1") is None and query.get("api-version") != "v1":
+        needs_version = is_agents or match.group("v1") is None
+        if needs_version and query.get("api-version") != "v1":
             record.status = 400
             self._send(*_error(400, "BadRequest", "api-version=v1 is required here"), {})
             return

@@ -1,7 +1,9 @@
 """Microsoft Foundry cloud evaluators (LLM-as-judge and safety) as an evalpipe provider.
 
 ``FoundryEvals`` drives the real ``azure-ai-projects`` client: one eval per evaluator set, one run
-per batch, retries, polling with backoff, cancel on timeout. See docs/foundry.md.
+per batch, retries, polling with backoff, cancel on timeout; ``evaluate_traces`` scores stored
+responses or agent traces server-side. ``FoundryThreads`` reads Agent Service threads and runs
+into EvalItems and dataset rows. See docs/foundry.md.
 """
 
 from evalpipe.foundry._client import RetryPolicy
@@ -38,6 +40,13 @@ from evalpipe.foundry._evaluators import (
     MatchingMode,
 )
 from evalpipe.foundry._results import NOT_APPLICABLE, flat_rows, flat_view
+from evalpipe.foundry._threads import (
+    FoundryThreads,
+    ThreadDiagnostic,
+    ThreadRunRecord,
+    evaluate_threads,
+    threads_to_items,
+)
 
 __all__ = [
     "BUILTIN_EVALUATORS",
@@ -69,12 +78,17 @@ __all__ = [
     "VIOLENCE",
     "FoundryConfig",
     "FoundryEvals",
+    "FoundryThreads",
     "GeneratedEvaluatorRef",
     "MatchingMode",
     "RetryPolicy",
+    "ThreadDiagnostic",
+    "ThreadRunRecord",
     "async_transport",
+    "evaluate_threads",
     "flat_rows",
     "flat_view",
     "item_to_foundry",
+    "threads_to_items",
     "to_foundry_messages",
 ]

@@ -1,0 +1,901 @@
+"""Foundry Agent Service threads and runs as evalpipe EvalItems and dataset rows.
+
+The surface used is the Agent Service's threads API (threads, messages, runs, run steps, agents)
+through ``azure.ai.agents.AgentsClient`` from **azure-ai-agents 1.1.0**: REST ``api-version=v1``,
+paths ``{project endpoint}/threads/...`` and ``/assistants/{id}``, token scope
+``https://ai.azure.com/.default``. azure-ai-projects 2.x does not carry it: its
+``project_client.agents`` is the newer versioned-agents API (conversations and responses), which
+``FoundryEvals.evaluate_traces(response_ids=...)`` covers server-side instead.
+
+One finished run becomes one ``ThreadRunRecord``: the run's instructions (else the agent's) as the
+system message, the thread's earlier messages, then what the run did, rebuilt from its run steps in
+order (assistant tool calls, tool results, the messages it created). A run whose steps call
+connected agents is a multi-agent run: it also carries a ``WorkflowRun`` with one executor per
+agent (the orchestrator, then each connected agent in call order, its own thread and run read when
+the step names them), so evaluation splits per agent like a workflow (see docs/foundry.md#agent-threads).
+
+What cannot be read (a deleted message, a tool call without output, a missing connected agent's
+thread) becomes a diagnostic on the record, never an exception.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import logging
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from evalpipe.evaluate import (
+    WorkflowItems,
+    build_workflow_items,
+    evaluate_workflow_items,
+    resolve_evaluators,
+)
+from evalpipe.items import EvalItem, RunUsage
+from evalpipe.messages import (
+    Content,
+    FunctionCallContent,
+    FunctionResultContent,
+    Message,
+    TextContent,
+    ToolDefinition,
+    UriContent,
+)
+from evalpipe.results import EvalResults
+from evalpipe.targets.workflow import ExecutorRun, WorkflowRun
+
+__all__ = [
+    "FoundryThreads",
+    "ThreadDiagnostic",
+    "ThreadRunRecord",
+    "evaluate_threads",
+    "threads_to_items",
+]
+
+logger = logging.getLogger("evalpipe.foundry")
+
+_FINISHED = frozenset({"completed", "failed", "cancelled", "canceled", "expired", "incomplete"})
+_ERROR_CODES = {
+    "failed": "RunFailed",
+    "cancelled": "RunCanceled",
+    "canceled": "RunCanceled",
+    "expired": "RunExpired",
+    "incomplete": "RunIncomplete",
+}
+# Tool call types whose run step carries the tool's output: a missing one is worth a diagnostic.
+_OUTPUT_EXPECTED = frozenset({"function", "connected_agent", "openapi"})
+_MAX_DEPTH = 3
+
+
+@dataclass(frozen=True)
+class ThreadDiagnostic:
+    """Something that could not be read or made sense of; the conversion went on without it."""
+
+    thread_id: str
+    run_id: str | None
+    message: str
+
+    def __str__(self) -> str:
+        where = self.thread_id + (f"/{self.run_id}" if self.run_id else "")
+        return f"{where}: {self.message}"
+
+
+class ThreadRunRecord(BaseModel):
+    """One finished run of a Foundry agent on a thread, as evalpipe reads it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    thread_id: str
+    run_id: str
+    agent_id: str | None = None
+    agent: str
+    """The agent's name (its id when the agent could not be read)."""
+    status: str
+    """The run's status: ``completed``, ``failed``, ``cancelled``, ``expired``, ``incomplete``."""
+    created_at: int | None = None
+    """When the run was created (Unix seconds)."""
+    conversation: list[Message] = Field(default_factory=list)
+    """System (instructions), the thread's messages before the run, then what the run did."""
+    split_at: int = 0
+    """Where the run's own output starts in ``conversation``."""
+    tools: list[ToolDefinition] | None = None
+    """The run's tool definitions (connected agents appear as tools named after them)."""
+    usage: RunUsage = Field(default_factory=RunUsage)
+    error_code: str | None = None
+    error_message: str | None = None
+    workflow: WorkflowRun | None = None
+    """Set for a multi-agent run (connected agents): one executor per agent turn."""
+    diagnostics: list[str] = Field(default_factory=list)
+
+    @property
+    def item_id(self) -> str:
+        """``thread_id/run_id``."""
+        return f"{self.thread_id}/{self.run_id}"
+
+    @property
+    def is_multi_agent(self) -> bool:
+        """The run called connected agents."""
+        return self.workflow is not None
+
+    def to_item(self, *, conversation_split: Any = None) -> EvalItem:
+        """The whole exchange as one EvalItem (split at the last user turn unless told otherwise)."""
+        return EvalItem(
+            self.conversation,
+            self.tools,
+            split_strategy=conversation_split,
+            item_id=self.item_id,
+            agent=self.agent,
+            usage=self.usage,
+            error_code=self.error_code,
+            error_message=self.error_message,
+            metadata={
+                "thread_id": self.thread_id,
+                "run_id": self.run_id,
+                "agent_id": self.agent_id,
+            },
+        )
+
+    def to_row(self) -> dict[str, Any]:
+        """A dataset row (one JSON line): id, conversation, tools, recorded_agents, tags."""
+        row: dict[str, Any] = {
+            "id": self.item_id,
+            "conversation": [_message_dict(m) for m in self.conversation],
+            "tools": [t.model_dump(mode="json") for t in self.tools or []],
+        }
+        if self.workflow is not None:
+            row["recorded_agents"] = [
+                {
+                    "agent": turn.agent or turn.executor_id,
+                    "received": [_message_dict(m) for m in turn.received],
+                    "produced": [_message_dict(m) for m in turn.produced],
+                    "tools": [t.model_dump(mode="json") for t in turn.tools or []],
+                }
+                for turn in self.workflow.executors
+            ]
+        row["tags"] = ["foundry", self.agent]
+        return row
+
+
+def _message_dict(message: Message) -> dict[str, Any]:
+    return message.model_dump(mode="json", exclude_none=True)
+
+
+def _plain(obj: Any) -> Any:
+    """An SDK model (or anything JSON-like) as plain dicts and lists."""
+    as_dict = getattr(obj, "as_dict", None)
+    if callable(as_dict):
+        return as_dict()
+    if isinstance(obj, Mapping):
+        return {k: _plain(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_plain(v) for v in obj]
+    return obj
+
+
+def _text_of(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _parse_output(output: Any) -> Any:
+    if isinstance(output, str):
+        try:
+            return json.loads(output)
+        except ValueError:
+            return output
+    return output
+
+
+def tool_definitions(tools: Iterable[Any]) -> list[ToolDefinition]:
+    """Foundry agent tool definitions as evalpipe's: function tools as they are, connected agents
+    as a tool named after the agent, built-in tools (code interpreter, file search, ...) by type."""
+    out: list[ToolDefinition] = []
+    for raw in tools:
+        tool = _plain(raw)
+        if not isinstance(tool, Mapping):
+            continue
+        kind = str(tool.get("type") or "")
+        spec = tool.get(kind)
+        if kind == "function" and isinstance(spec, Mapping) and spec.get("name"):
+            out.append(ToolDefinition.coerce(tool))
+        elif kind == "connected_agent" and isinstance(spec, Mapping) and spec.get("name"):
+            out.append(
+                ToolDefinition(
+                    name=str(spec["name"]),
+                    description=str(spec.get("description") or ""),
+                    parameters={"type": "object", "properties": {"input": {"type": "string"}}},
+                )
+            )
+        elif kind == "openapi" and isinstance(spec, Mapping) and spec.get("name"):
+            out.append(
+                ToolDefinition(
+                    name=str(spec["name"]), description=str(spec.get("description") or "")
+                )
+            )
+        elif kind:
+            out.append(ToolDefinition(name=kind, description=f"Foundry built-in tool: {kind}"))
+    return out
+
+
+def _message_contents(message: Mapping[str, Any], diag: list[str]) -> list[Any]:
+    contents: list[Any] = []
+    for part in message.get("content") or []:
+        if not isinstance(part, Mapping):
+            continue
+        kind = part.get("type")
+        if kind == "text":
+            text = part.get("text")
+            value = text.get("value") if isinstance(text, Mapping) else text
+            contents.append(TextContent(text=_text_of(value)))
+        elif kind == "image_url":
+            image = part.get("image_url")
+            url = image.get("url") if isinstance(image, Mapping) else None
+            if url:
+                contents.append(UriContent(uri=str(url)))
+        else:
+            diag.append(f"message {message.get('id')}: content of type {kind!r} left out")
+    return contents
+
+
+@dataclass
+class _Call:
+    call_id: str
+    kind: str
+    name: str
+    arguments: Any
+    output: Any
+    has_output: bool
+    sub: Mapping[str, Any] | None
+
+
+def _tool_call(raw: Mapping[str, Any]) -> _Call:
+    kind = str(raw.get("type") or "unknown")
+    spec = raw.get(kind)
+    spec = dict(spec) if isinstance(spec, Mapping) else {}
+    call_id = str(raw.get("id") or "")
+    if kind in ("function", "connected_agent") or "arguments" in spec:
+        name = str(spec.get("name") or kind)
+        arguments = spec.get("arguments")
+    else:
+        name = kind
+        arguments = {k: v for k, v in spec.items() if k not in ("output", "outputs")}
+    has = spec.get("output") is not None or spec.get("outputs") is not None
+    output = spec.get("output") if spec.get("output") is not None else spec.get("outputs")
+    sub = spec if kind == "connected_agent" else None
+    return _Call(call_id, kind, name, arguments, _parse_output(output), has, sub)
+
+
+def _arguments_query(arguments: Any) -> str:
+    """The text a connected agent was asked: its arguments' only string, else the raw JSON."""
+    parsed = _parse_output(arguments)
+    if isinstance(parsed, Mapping):
+        strings = [v for v in parsed.values() if isinstance(v, str)]
+        if len(strings) == 1:
+            return strings[0]
+    if isinstance(parsed, str):
+        return parsed
+    return json.dumps(parsed) if parsed is not None else ""
+
+
+def _usage(run: Mapping[str, Any]) -> RunUsage:
+    raw = run.get("usage")
+    raw = raw if isinstance(raw, Mapping) else {}
+    started = run.get("started_at") or run.get("created_at")
+    ended = run.get("completed_at") or run.get("failed_at") or run.get("cancelled_at")
+    latency = (
+        float(ended) - float(started)
+        if isinstance(started, int | float) and isinstance(ended, int | float)
+        else None
+    )
+    return RunUsage(
+        input_tokens=raw.get("prompt_tokens"),
+        output_tokens=raw.get("completion_tokens"),
+        total_tokens=raw.get("total_tokens"),
+        latency_seconds=latency,
+    )
+
+
+def _is_loopback_http(endpoint: str) -> bool:
+    parts = urlsplit(endpoint)
+    return parts.scheme == "http" and parts.hostname in ("127.0.0.1", "localhost", "::1")
+
+
+@dataclass
+class _Turn:
+    """One run converted: where the run's output starts, the messages, and the connected calls."""
+
+    conversation: list[Message]
+    split_at: int
+    calls: list[_Call]
+
+
+class FoundryThreads:
+    """Reads Foundry Agent Service threads and runs and converts them for evaluation.
+
+    Args:
+        agents_client: An ``azure.ai.agents.AgentsClient`` (sync). None: one is built from
+            ``endpoint`` and ``credential``.
+        endpoint: The project endpoint (``https://<resource>.services.ai.azure.com/api/projects/<p>``).
+        credential: A sync azure-core credential (default ``DefaultAzureCredential``).
+        page_size: ``limit`` of every list call (1..100).
+        follow_connected: Read each connected agent's own thread and run (its tool calls) when the
+            run step names them; otherwise a connected agent's turn is its input and output only.
+
+    Every list is read page by page (``after`` = the page's last id) until a page comes back
+    empty. Plain ``http://`` is accepted for loopback endpoints only (local emulators).
+    """
+
+    def __init__(
+        self,
+        agents_client: Any = None,
+        *,
+        endpoint: str | None = None,
+        credential: Any = None,
+        page_size: int = 100,
+        follow_connected: bool = True,
+    ) -> None:
+        if not 1 <= page_size <= 100:
+            raise ValueError(f"page_size must be between 1 and 100, got {page_size}.")
+        self._owned = agents_client is None
+        if agents_client is None:
+            if not endpoint:
+                raise ValueError(
+                    "Pass agents_client= (an azure.ai.agents AgentsClient) or endpoint= (the "
+                    "project endpoint, https://<resource>.services.ai.azure.com/api/projects/<p>)."
+                )
+            from azure.ai.agents import AgentsClient
+
+            if credential is None:
+                from azure.identity import DefaultAzureCredential
+
+                credential = DefaultAzureCredential()
+            agents_client = AgentsClient(endpoint=endpoint, credential=credential)
+        elif inspect.iscoroutinefunction(getattr(agents_client, "get_agent", None)):
+            raise TypeError(
+                "FoundryThreads needs the sync azure.ai.agents.AgentsClient (its async methods "
+                "are run in worker threads by the a* methods); got the aio client."
+            )
+        elif not hasattr(agents_client, "threads") or not hasattr(agents_client, "run_steps"):
+            raise TypeError(
+                "agents_client must be an azure.ai.agents AgentsClient, got "
+                f"{type(agents_client).__name__}"
+            )
+        self.client = agents_client
+        self.page_size = page_size
+        self.follow_connected = follow_connected
+        base = str(getattr(getattr(agents_client, "_config", None), "endpoint", endpoint or ""))
+        self._call_kw: dict[str, Any] = {"enforce_https": False} if _is_loopback_http(base) else {}
+        self._agents: dict[str, dict[str, Any] | None] = {}
+        self.diagnostics: list[ThreadDiagnostic] = []
+
+    def close(self) -> None:
+        """Close the client when this object built it."""
+        if self._owned:
+            self.client.close()
+
+    def __enter__(self) -> FoundryThreads:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def _list(self, fn: Any, *args: Any, **kwargs: Any) -> Iterator[dict[str, Any]]:
+        for element in fn(*args, limit=self.page_size, **kwargs, **self._call_kw):
+            yield _plain(element)
+
+    def _agent(self, agent_id: str | None, thread_id: str, run_id: str | None) -> dict[str, Any]:
+        if not agent_id:
+            return {}
+        if agent_id not in self._agents:
+            from azure.core.exceptions import HttpResponseError
+
+            try:
+                self._agents[agent_id] = _plain(self.client.get_agent(agent_id, **self._call_kw))
+            except HttpResponseError as exc:
+                self._agents[agent_id] = None
+                self._note(thread_id, run_id, f"agent {agent_id} could not be read: {exc.message}")
+        return self._agents[agent_id] or {}
+
+    def _note(
+        self, thread_id: str, run_id: str | None, message: str, into: list[str] | None = None
+    ) -> None:
+        diag = ThreadDiagnostic(thread_id, run_id, message)
+        self.diagnostics.append(diag)
+        logger.warning("Foundry thread %s", diag)
+        if into is not None:
+            into.append(str(diag))
+
+    def read(self, thread_id: str, run_id: str | None = None) -> list[ThreadRunRecord]:
+        """The finished runs of one thread (or only ``run_id``), oldest first.
+
+        A thread that cannot be read gives no record and a diagnostic; runs still in progress are
+        skipped with a diagnostic.
+        """
+        from azure.core.exceptions import HttpResponseError
+
+        try:
+            messages = list(self._list(self.client.messages.list, thread_id, order="asc"))
+            runs = list(self._list(self.client.runs.list, thread_id, order="asc"))
+        except HttpResponseError as exc:
+            self._note(thread_id, None, f"thread could not be read: {exc.message}")
+            return []
+        if run_id is not None and all(r.get("id") != run_id for r in runs):
+            self._note(thread_id, run_id, "no such run on this thread")
+            return []
+        turns = self._thread_turns(thread_id, messages, runs)
+        records: list[ThreadRunRecord] = []
+        for run, turn, diag in turns:
+            if run_id is not None and run.get("id") != run_id:
+                continue
+            status = str(run.get("status") or "")
+            if status not in _FINISHED:
+                self._note(
+                    thread_id, run.get("id"), f"run is {status or 'of unknown status'}: skipped"
+                )
+                continue
+            records.append(self._record(thread_id, run, turn, diag))
+        return records
+
+    def read_many(self, thread_ids: Sequence[str]) -> list[ThreadRunRecord]:
+        """Every finished run of each thread, in the order given."""
+        return [record for tid in thread_ids for record in self.read(tid)]
+
+    def agent_thread_ids(
+        self,
+        agent_id: str,
+        *,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        lookback_hours: float | None = None,
+    ) -> list[str]:
+        """The threads created in the window that have a run of ``agent_id``, newest first.
+
+        The window is ``[since, until)``; ``lookback_hours`` sets ``since`` to that long before
+        ``until`` (default: now). Threads are listed newest first and listing stops at the first
+        thread older than the window, so only the pages that matter are read.
+        """
+        since, until = _window(since, until, lookback_hours)
+        low, high = since.timestamp(), until.timestamp()
+        found: list[str] = []
+        for thread in self._list(self.client.threads.list, order="desc"):
+            created = thread.get("created_at")
+            if isinstance(created, str):
+                created = datetime.fromisoformat(created).timestamp()
+            if not isinstance(created, int | float):
+                continue
+            if created < low:
+                break
+            if created >= high:
+                continue
+            runs = self._list(self.client.runs.list, thread["id"], order="asc")
+            if any(r.get("assistant_id") == agent_id for r in runs):
+                found.append(str(thread["id"]))
+        return found
+
+    def read_agent(
+        self,
+        agent_id: str,
+        *,
+        since: datetime | None = None,
+        until: datetime | None = None,
+        lookback_hours: float | None = None,
+    ) -> list[ThreadRunRecord]:
+        """Every finished run of ``agent_id`` on the threads created in the window (see
+        ``agent_thread_ids``), threads newest first, runs oldest first within a thread."""
+        records: list[ThreadRunRecord] = []
+        for tid in self.agent_thread_ids(
+            agent_id, since=since, until=until, lookback_hours=lookback_hours
+        ):
+            records.extend(r for r in self.read(tid) if r.agent_id == agent_id)
+        return records
+
+    async def aread(self, thread_id: str, run_id: str | None = None) -> list[ThreadRunRecord]:
+        """``read`` in a worker thread."""
+        return await asyncio.to_thread(self.read, thread_id, run_id)
+
+    async def aread_many(self, thread_ids: Sequence[str]) -> list[ThreadRunRecord]:
+        """``read_many`` in a worker thread."""
+        return await asyncio.to_thread(self.read_many, thread_ids)
+
+    async def aread_agent(self, agent_id: str, **window: Any) -> list[ThreadRunRecord]:
+        """``read_agent`` in a worker thread."""
+        return await asyncio.to_thread(lambda: self.read_agent(agent_id, **window))
+
+    # -- conversion --------------------------------------------------------------------------
+
+    def _thread_turns(
+        self,
+        thread_id: str,
+        messages: list[dict[str, Any]],
+        runs: list[dict[str, Any]],
+    ) -> list[tuple[dict[str, Any], _Turn, list[str]]]:
+        """Each run of the thread (oldest first) with its conversation: history, then its output."""
+        by_id = {str(m.get("id")): m for m in messages}
+        run_ids = {str(r.get("id")) for r in runs}
+        # The timeline: messages not written by a run, and runs, by creation time (a message
+        # created at the same second as a run comes first: it is the run's input).
+        events: list[tuple[float, int, int, Any]] = []
+        for i, m in enumerate(messages):
+            if str(m.get("run_id") or "") not in run_ids:
+                events.append((float(m.get("created_at") or 0), 0, i, m))
+        for i, r in enumerate(runs):
+            events.append((float(r.get("created_at") or 0), 1, i, r))
+        events.sort(key=lambda e: e[:3])
+        history: list[Message] = []
+        out: list[tuple[dict[str, Any], _Turn, list[str]]] = []
+        for _, is_run, _, obj in events:
+            if not is_run:
+                diag: list[str] = []
+                contents = _message_contents(obj, diag)
+                for text in diag:
+                    self._note(thread_id, None, text)
+                history.append(Message(str(obj.get("role") or "user"), contents))
+                continue
+            run = obj
+            diag = []
+            agent = self._agent(run.get("assistant_id"), thread_id, run.get("id"))
+            name = str(agent.get("name") or run.get("assistant_id") or "agent")
+            instructions = run.get("instructions") or agent.get("instructions")
+            system = [Message("system", [str(instructions)])] if instructions else []
+            produced, calls = self._run_output(thread_id, run, by_id, name, diag)
+            conversation = [*system, *history, *produced]
+            out.append((run, _Turn(conversation, len(system) + len(history), calls), diag))
+            history.extend(produced)
+        return out
+
+    def _run_output(
+        self,
+        thread_id: str,
+        run: dict[str, Any],
+        by_id: Mapping[str, dict[str, Any]],
+        agent: str,
+        diag: list[str],
+    ) -> tuple[list[Message], list[_Call]]:
+        """What the run did, in step order: tool calls with their results, created messages."""
+        from azure.core.exceptions import HttpResponseError
+
+        run_id = str(run.get("id"))
+        try:
+            steps = list(self._list(self.client.run_steps.list, thread_id, run_id, order="asc"))
+        except HttpResponseError as exc:
+            self._note(thread_id, run_id, f"run steps could not be read: {exc.message}", diag)
+            steps = []
+        produced: list[Message] = []
+        calls: list[_Call] = []
+        used: set[str] = set()
+        for step in steps:
+            details = step.get("step_details")
+            details = details if isinstance(details, Mapping) else {}
+            kind = details.get("type") or step.get("type")
+            step_id = step.get("id")
+            if kind == "message_creation":
+                ref = details.get("message_creation")
+                mid = str(ref.get("message_id")) if isinstance(ref, Mapping) else ""
+                message = by_id.get(mid)
+                if message is None:
+                    self._note(
+                        thread_id,
+                        run_id,
+                        f"step {step_id}: message {mid or '?'} not found (deleted?); left out",
+                        diag,
+                    )
+                    continue
+                used.add(mid)
+                text_diag: list[str] = []
+                contents = _message_contents(message, text_diag)
+                for text in text_diag:
+                    self._note(thread_id, run_id, text, diag)
+                produced.append(Message("assistant", contents, author_name=agent))
+            elif kind == "tool_calls":
+                step_calls = [
+                    _tool_call(_plain(tc))
+                    for tc in details.get("tool_calls") or []
+                    if isinstance(_plain(tc), Mapping)
+                ]
+                if not step_calls:
+                    self._note(
+                        thread_id, run_id, f"step {step_id}: tool_calls step with no calls", diag
+                    )
+                    continue
+                call_parts: list[Content] = [
+                    FunctionCallContent(
+                        name=c.name, arguments=_arguments(c.arguments), call_id=c.call_id
+                    )
+                    for c in step_calls
+                ]
+                produced.append(Message("assistant", call_parts, author_name=agent))
+                results: list[Content] = []
+                for c in step_calls:
+                    if c.has_output:
+                        results.append(FunctionResultContent(call_id=c.call_id, result=c.output))
+                    elif c.kind in _OUTPUT_EXPECTED:
+                        self._note(
+                            thread_id,
+                            run_id,
+                            f"step {step_id}: tool call {c.call_id} ({c.name}) has no output",
+                            diag,
+                        )
+                if results:
+                    produced.append(Message("tool", results))
+                calls.extend(step_calls)
+            else:
+                self._note(thread_id, run_id, f"step {step_id}: unknown step type {kind!r}", diag)
+        # Messages the run wrote that no step points to (steps missing or not listed).
+        for mid, message in by_id.items():
+            if message.get("run_id") == run_id and mid not in used:
+                extra: list[str] = []
+                produced.append(
+                    Message("assistant", _message_contents(message, extra), author_name=agent)
+                )
+                if not steps:
+                    self._note(thread_id, run_id, f"message {mid} kept without its run step", diag)
+        return produced, calls
+
+    def _record(
+        self, thread_id: str, run: dict[str, Any], turn: _Turn, diag: list[str]
+    ) -> ThreadRunRecord:
+        run_id = str(run.get("id"))
+        agent_id = run.get("assistant_id")
+        agent = self._agent(agent_id, thread_id, run_id)
+        name = str(agent.get("name") or agent_id or "agent")
+        tools_raw = run.get("tools") if run.get("tools") is not None else agent.get("tools")
+        tools = tool_definitions(tools_raw or []) if tools_raw is not None else None
+        status = str(run.get("status"))
+        error_code = _ERROR_CODES.get(status)
+        error_message = None
+        if error_code is not None:
+            last = run.get("last_error")
+            error_message = (
+                str(last.get("message") or last.get("code"))
+                if isinstance(last, Mapping)
+                else f"the run ended {status}"
+            )
+        usage = _usage(run)
+        workflow = None
+        connected = [c for c in turn.calls if c.kind == "connected_agent"]
+        if connected:
+            workflow = self._workflow(thread_id, run_id, name, turn, tools, usage, connected, diag)
+        return ThreadRunRecord(
+            thread_id=thread_id,
+            run_id=run_id,
+            agent_id=agent_id,
+            agent=name,
+            status=status,
+            created_at=run.get("created_at") if isinstance(run.get("created_at"), int) else None,
+            conversation=turn.conversation,
+            split_at=turn.split_at,
+            tools=tools,
+            usage=usage,
+            error_code=error_code,
+            error_message=error_message,
+            workflow=workflow,
+            diagnostics=diag,
+        )
+
+    def _workflow(
+        self,
+        thread_id: str,
+        run_id: str,
+        name: str,
+        turn: _Turn,
+        tools: list[ToolDefinition] | None,
+        usage: RunUsage,
+        connected: list[_Call],
+        diag: list[str],
+    ) -> WorkflowRun:
+        received = turn.conversation[: turn.split_at]
+        produced = turn.conversation[turn.split_at :]
+        executors = [
+            ExecutorRun(
+                executor_id=name,
+                agent=name,
+                received=received,
+                produced=produced,
+                tools=tools,
+                usage=usage,
+            )
+        ]
+        for call in connected:
+            executors.extend(self._connected_turns(thread_id, run_id, call, diag, depth=1))
+        user_texts = [m.text for m in received if m.role == "user" and m.text]
+        answers = [m for m in produced if m.role == "assistant" and m.text]
+        return WorkflowRun(
+            query=user_texts[-1] if user_texts else "",
+            workflow=name,
+            executors=executors,
+            output=answers[-1:],
+            usage=usage,
+        )
+
+    def _connected_turns(
+        self, thread_id: str, run_id: str, call: _Call, diag: list[str], *, depth: int
+    ) -> list[ExecutorRun]:
+        """The executor turns of one connected-agent call: the agent's own run when it can be
+        read (and, nested, the agents it called), else its input and output only."""
+        from azure.core.exceptions import HttpResponseError
+
+        sub = call.sub or {}
+        sub_agent = (
+            self._agent(sub.get("agent_id"), thread_id, run_id) if sub.get("agent_id") else {}
+        )
+        name = str(sub_agent.get("name") or call.name)
+        sub_thread, sub_run = sub.get("thread_id"), sub.get("run_id")
+        if self.follow_connected and sub_thread and sub_run and depth <= _MAX_DEPTH:
+            try:
+                messages = list(self._list(self.client.messages.list, sub_thread, order="asc"))
+                runs = list(self._list(self.client.runs.list, sub_thread, order="asc"))
+            except HttpResponseError as exc:
+                self._note(
+                    thread_id,
+                    run_id,
+                    f"connected agent {name}: thread {sub_thread} could not be read "
+                    f"({exc.message}); using the call's input and output",
+                    diag,
+                )
+            else:
+                for run, turn, sub_diag in self._thread_turns(sub_thread, messages, runs):
+                    if run.get("id") != sub_run:
+                        continue
+                    diag.extend(sub_diag)
+                    raw_tools = (
+                        run.get("tools") if run.get("tools") is not None else sub_agent.get("tools")
+                    )
+                    sub_tools = tool_definitions(raw_tools) if raw_tools is not None else None
+                    turn_usage = _usage(run)
+                    sub_status = str(run.get("status"))
+                    sub_error = "ExecutorError" if sub_status in _ERROR_CODES else None
+                    turns = [
+                        ExecutorRun(
+                            executor_id=name,
+                            agent=name,
+                            received=turn.conversation[: turn.split_at],
+                            produced=turn.conversation[turn.split_at :],
+                            tools=sub_tools,
+                            usage=turn_usage,
+                            error_code=sub_error,
+                            error_message=f"the connected agent's run ended {sub_status}"
+                            if sub_error
+                            else None,
+                        )
+                    ]
+                    for nested in (c for c in turn.calls if c.kind == "connected_agent"):
+                        turns.extend(
+                            self._connected_turns(
+                                sub_thread, sub_run, nested, diag, depth=depth + 1
+                            )
+                        )
+                    return turns
+                self._note(
+                    thread_id,
+                    run_id,
+                    f"connected agent {name}: run {sub_run} not found on thread {sub_thread}; "
+                    "using the call's input and output",
+                    diag,
+                )
+        instructions = sub_agent.get("instructions")
+        received = [Message("system", [str(instructions)])] if instructions else []
+        received.append(Message("user", [_arguments_query(call.arguments)]))
+        produced = []
+        if call.has_output:
+            out = call.output
+            text = out if isinstance(out, str) else json.dumps(out)
+            produced.append(Message("assistant", [text], author_name=name))
+        sub_tools_raw = sub_agent.get("tools")
+        return [
+            ExecutorRun(
+                executor_id=name,
+                agent=name,
+                received=received,
+                produced=produced,
+                tools=tool_definitions(sub_tools_raw) if sub_tools_raw is not None else None,
+                error_code=None if call.has_output else "ExecutorError",
+                error_message=None if call.has_output else "the connected agent returned no output",
+            )
+        ]
+
+
+def _arguments(value: Any) -> dict[str, Any] | str | None:
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, Mapping):
+        return dict(value)
+    return json.dumps(value)
+
+
+def _window(
+    since: datetime | None, until: datetime | None, lookback_hours: float | None
+) -> tuple[datetime, datetime]:
+    if since is not None and lookback_hours is not None:
+        raise ValueError("Pass since= or lookback_hours=, not both.")
+    until = until or datetime.now(UTC)
+    if until.tzinfo is None:
+        until = until.replace(tzinfo=UTC)
+    if since is None:
+        hours = 24.0 if lookback_hours is None else float(lookback_hours)
+        if hours <= 0:
+            raise ValueError(f"lookback_hours must be > 0, got {lookback_hours}.")
+        since = until - timedelta(hours=hours)
+    elif since.tzinfo is None:
+        since = since.replace(tzinfo=UTC)
+    if since >= until:
+        raise ValueError(
+            f"the window is empty: since {since.isoformat()} is not before until {until.isoformat()}."
+        )
+    return since, until
+
+
+def threads_to_items(
+    records: Sequence[ThreadRunRecord], *, conversation_split: Any = None
+) -> WorkflowItems:
+    """Overall items (one per run, the whole exchange) and, when any run is multi-agent, per-agent
+    items of every run (agents keyed by name; a single-agent run is its agent's only turn)."""
+    items = WorkflowItems(
+        overall=[r.to_item(conversation_split=conversation_split) for r in records]
+    )
+    if not any(r.is_multi_agent for r in records):
+        return items
+    runs = [
+        r.workflow
+        if r.workflow is not None
+        else WorkflowRun(
+            query=next(
+                (m.text for m in reversed(r.conversation[: r.split_at]) if m.role == "user"), ""
+            ),
+            workflow=r.agent,
+            executors=[
+                ExecutorRun(
+                    executor_id=r.agent,
+                    agent=r.agent,
+                    received=r.conversation[: r.split_at],
+                    produced=r.conversation[r.split_at :],
+                    tools=r.tools,
+                    usage=r.usage,
+                    error_code="ExecutorError" if r.error_code else None,
+                    error_message=r.error_message,
+                )
+            ],
+            usage=r.usage,
+        )
+        for r in records
+    ]
+    per_agent = build_workflow_items(
+        runs, conversation_split=conversation_split, include_overall=False
+    ).per_agent
+    for agent, agent_items in per_agent.items():
+        for item in agent_items:
+            index, _, rest = (item.item_id or "").partition("/")
+            record = records[int(index)]
+            item.item_id = f"{record.item_id}/{rest}"
+            item.metadata.update({"thread_id": record.thread_id, "run_id": record.run_id})
+        items.per_agent[agent] = agent_items
+    return items
+
+
+async def evaluate_threads(
+    records: Sequence[ThreadRunRecord],
+    *,
+    evaluators: Any,
+    eval_name: str = "Foundry threads",
+    conversation_split: Any = None,
+) -> list[EvalResults]:
+    """Evaluate converted runs with every provider; one EvalResults per provider.
+
+    The top level scores each run's whole exchange; when any run called connected agents,
+    ``sub_results`` holds one result per agent (keyed by agent name), as for workflows.
+
+    Raises:
+        ValueError: when there are no records.
+    """
+    if not records:
+        raise ValueError("No Foundry runs to evaluate: the threads had no finished runs.")
+    providers = resolve_evaluators(evaluators)
+    items = threads_to_items(records, conversation_split=conversation_split)
+    return await evaluate_workflow_items(providers, items, eval_name)
