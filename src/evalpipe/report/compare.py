@@ -1,0 +1,403 @@
+"""Compare two finished runs: verdict flips per item and metric, paired tests per metric, and
+judge-vs-check disagreement in each run.
+
+Pairing key: (provider, agent, dataset row, repetition, metric). The dataset row is items.parquet's
+``row_id`` (``"query N"`` when a row has no id), so the same question asked in both runs pairs up
+whatever item ids, query order or shard layout each run had; the repetition pairs repetition r of
+run A with repetition r of run B. A key present in one run only is counted, not paired.
+"""
+
+from __future__ import annotations
+
+import html as _html
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import pyarrow as pa  # type: ignore[import-untyped, unused-ignore]
+import pyarrow.compute as pc  # type: ignore[import-untyped, unused-ignore]
+from rich.console import Console
+from rich.table import Table
+
+from evalpipe.artifacts import read_manifest
+from evalpipe.report.data import Disagreement, disagreements, scored_rows
+from evalpipe.report.stats import PairedTest, mcnemar_test, wilcoxon_test
+
+__all__ = [
+    "PAIRING_KEY",
+    "Comparison",
+    "Flip",
+    "MetricComparison",
+    "compare_runs",
+    "render_compare_html",
+    "render_markdown",
+    "render_terminal",
+    "write_compare_html",
+]
+
+PAIRING_KEY = ("provider", "agent", "row", "repetition", "metric")
+"""What pairs a score of run A with a score of run B."""
+
+
+@dataclass(slots=True)
+class Flip:
+    """A verdict that changed between the runs."""
+
+    kind: Literal["regression", "improvement"]
+    """regression: passed in A, failed in B; improvement: the reverse."""
+    provider: str
+    agent: str
+    row: str
+    repetition: int
+    metric: str
+    a_score: float | None
+    b_score: float | None
+
+
+@dataclass(slots=True)
+class MetricComparison:
+    """One provider × agent × metric in both runs."""
+
+    provider: str
+    agent: str
+    metric: str
+    pairs: int
+    """Keys present in both runs."""
+    only_a: int
+    """Keys in run A only (not paired)."""
+    only_b: int
+    """Keys in run B only (not paired)."""
+    a_passed: int
+    a_denominator: int
+    """Paired keys with a verdict in A."""
+    b_passed: int
+    b_denominator: int
+    """Paired keys with a verdict in B."""
+    regressions: int
+    improvements: int
+    newly_errored: int
+    """A verdict in A, an error in B."""
+    mcnemar: PairedTest
+    """Over pairs with a verdict in both runs."""
+    wilcoxon: PairedTest
+    """Over pairs with a score in both runs."""
+    a_mean: float | None
+    """Mean score in A over the Wilcoxon pairs."""
+    b_mean: float | None
+
+    @property
+    def a_pass_rate(self) -> float | None:
+        return self.a_passed / self.a_denominator if self.a_denominator else None
+
+    @property
+    def b_pass_rate(self) -> float | None:
+        return self.b_passed / self.b_denominator if self.b_denominator else None
+
+
+@dataclass(slots=True)
+class Comparison:
+    """Run B against run A (A is the baseline)."""
+
+    run_a: str
+    run_b: str
+    suite_a: str
+    suite_b: str
+    metrics: list[MetricComparison]
+    flips: list[Flip]
+    """Regressions first, then improvements; at most ``max_flips`` listed."""
+    flips_total: int
+    disagreements_a: list[Disagreement] = field(default_factory=list)
+    disagreements_b: list[Disagreement] = field(default_factory=list)
+    duplicates: int = 0
+    """Scores dropped because their pairing key repeated within a run (the first is kept)."""
+
+    @property
+    def regressions(self) -> int:
+        """Verdicts that went from pass in A to fail in B."""
+        return sum(m.regressions for m in self.metrics)
+
+    @property
+    def improvements(self) -> int:
+        """Verdicts that went from fail in A to pass in B."""
+        return sum(m.improvements for m in self.metrics)
+
+    @property
+    def has_regressions(self) -> bool:
+        """At least one verdict went from pass to fail."""
+        return self.regressions > 0
+
+
+def _suite_name(run_dir: Any, filesystem: Any) -> str:
+    manifest = read_manifest(run_dir, filesystem=filesystem)
+    suite = manifest.get("suite")
+    if isinstance(suite, dict) and suite.get("name"):
+        return str(suite["name"])
+    return os.path.basename(str(run_dir).rstrip("/"))
+
+
+def _keyed(scored: Any) -> tuple[Any, int]:
+    """One row per pairing key (the first), and how many rows were dropped as duplicates."""
+    table = scored.select([*PAIRING_KEY, "status", "score"])
+    grouped = table.group_by(list(PAIRING_KEY), use_threads=False).aggregate(
+        [("status", "first"), ("score", "first"), ([], "count_all")]
+    )
+    dropped = int(pc.sum(grouped["count_all"]).as_py() or 0) - len(grouped)
+    return grouped.rename_columns([*PAIRING_KEY, "status", "score", "count"]).drop_columns(
+        ["count"]
+    ), dropped
+
+
+def _np(column: Any, dtype: Any) -> np.ndarray:
+    return np.asarray(column.to_numpy(zero_copy_only=False), dtype=dtype)
+
+
+def compare_runs(
+    run_a: str | os.PathLike[str],
+    run_b: str | os.PathLike[str],
+    *,
+    max_flips: int = 500,
+    filesystem: Any = None,
+) -> Comparison:
+    """Compare run B with run A (the baseline), pairing scores by :data:`PAIRING_KEY`.
+
+    Raises:
+        ArtifactError: either directory is not a finished run.
+        SchemaVersionError: either run was written by a newer evalpipe.
+    """
+    suite_a, suite_b = _suite_name(run_a, filesystem), _suite_name(run_b, filesystem)
+    scored_a = scored_rows(run_a, filesystem=filesystem)
+    scored_b = scored_rows(run_b, filesystem=filesystem)
+    a, dup_a = _keyed(scored_a)
+    b, dup_b = _keyed(scored_b)
+    a = a.rename_columns([*PAIRING_KEY, "a_status", "a_score"])
+    b = b.rename_columns([*PAIRING_KEY, "b_status", "b_score"])
+    a = a.append_column("in_a", pa.array(np.ones(len(a), dtype=bool)))
+    b = b.append_column("in_b", pa.array(np.ones(len(b), dtype=bool)))
+    joined = a.join(b, keys=list(PAIRING_KEY), join_type="full outer")
+    in_a = pc.fill_null(joined["in_a"], False)
+    in_b = pc.fill_null(joined["in_b"], False)
+    metrics: list[MetricComparison] = []
+    groups = joined.group_by(["provider", "agent", "metric"]).aggregate([])
+    for g in sorted(groups.to_pylist(), key=lambda r: (r["provider"], r["agent"], r["metric"])):
+        mask = pc.and_(
+            pc.and_(
+                pc.equal(joined["provider"], g["provider"]), pc.equal(joined["agent"], g["agent"])
+            ),
+            pc.equal(joined["metric"], g["metric"]),
+        )
+        part = joined.filter(mask)
+        pa_in_a, pa_in_b = _np(in_a.filter(mask), bool), _np(in_b.filter(mask), bool)
+        both = pa_in_a & pa_in_b
+        sa = np.asarray(part["a_status"].to_pylist(), dtype=object)
+        sb = np.asarray(part["b_status"].to_pylist(), dtype=object)
+        a_verdict = both & ((sa == "pass") | (sa == "fail"))
+        b_verdict = both & ((sb == "pass") | (sb == "fail"))
+        paired = a_verdict & b_verdict
+        a_pass, b_pass = sa == "pass", sb == "pass"
+        xa, xb = _np(part["a_score"], float), _np(part["b_score"], float)
+        scored_both = both & ~np.isnan(xa) & ~np.isnan(xb)
+        metrics.append(
+            MetricComparison(
+                provider=g["provider"],
+                agent=g["agent"],
+                metric=g["metric"],
+                pairs=int(both.sum()),
+                only_a=int((pa_in_a & ~pa_in_b).sum()),
+                only_b=int((pa_in_b & ~pa_in_a).sum()),
+                a_passed=int((a_verdict & a_pass).sum()),
+                a_denominator=int(a_verdict.sum()),
+                b_passed=int((b_verdict & b_pass).sum()),
+                b_denominator=int(b_verdict.sum()),
+                regressions=int((paired & a_pass & ~b_pass).sum()),
+                improvements=int((paired & ~a_pass & b_pass).sum()),
+                newly_errored=int((a_verdict & both & (sb == "error")).sum()),
+                mcnemar=mcnemar_test(list(a_pass[paired]), list(b_pass[paired])),
+                wilcoxon=wilcoxon_test(list(xa[scored_both]), list(xb[scored_both])),
+                a_mean=float(xa[scored_both].mean()) if scored_both.any() else None,
+                b_mean=float(xb[scored_both].mean()) if scored_both.any() else None,
+            )
+        )
+    regress = pc.and_(pc.equal(joined["a_status"], "pass"), pc.equal(joined["b_status"], "fail"))
+    improve = pc.and_(pc.equal(joined["a_status"], "fail"), pc.equal(joined["b_status"], "pass"))
+    flips: list[Flip] = []
+    for kind, mask in (("regression", regress), ("improvement", improve)):
+        room = max_flips - len(flips)
+        rows = joined.filter(pc.fill_null(mask, False))
+        rows = rows.sort_by([(c, "ascending") for c in PAIRING_KEY])
+        for r in rows.slice(0, max(room, 0)).to_pylist():
+            flips.append(
+                Flip(
+                    kind="regression" if kind == "regression" else "improvement",
+                    provider=r["provider"],
+                    agent=r["agent"],
+                    row=r["row"],
+                    repetition=r["repetition"],
+                    metric=r["metric"],
+                    a_score=r["a_score"],
+                    b_score=r["b_score"],
+                )
+            )
+    total = sum(m.regressions + m.improvements for m in metrics)
+    return Comparison(
+        run_a=str(run_a),
+        run_b=str(run_b),
+        suite_a=suite_a,
+        suite_b=suite_b,
+        metrics=metrics,
+        flips=flips,
+        flips_total=total,
+        disagreements_a=disagreements(scored_a),
+        disagreements_b=disagreements(scored_b),
+        duplicates=dup_a + dup_b,
+    )
+
+
+# -- renderers ------------------------------------------------------------------------------------
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1%}"
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def render_terminal(comparison: Comparison, console: Console, *, max_flips: int = 20) -> None:
+    """Print the comparison: a table per metric, the flips, disagreement, and the verdict."""
+    c = comparison
+    console.print(f"[bold]A[/] {c.run_a} ({c.suite_a})", markup=True, highlight=False)
+    console.print(f"[bold]B[/] {c.run_b} ({c.suite_b})", highlight=False)
+    table = Table(title="B against A, per metric")
+    for column in ("provider", "agent", "metric"):
+        table.add_column(column, no_wrap=True)
+    for column in (
+        "pairs",
+        "A pass",
+        "B pass",
+        "regr.",
+        "impr.",
+        "McNemar",
+        "mean A→B",
+        "Wilcoxon",
+    ):
+        table.add_column(column, justify="right")
+    for m in c.metrics:
+        table.add_row(
+            m.provider,
+            m.agent,
+            m.metric,
+            str(m.pairs)
+            + (f" (A only {m.only_a}, B only {m.only_b})" if m.only_a or m.only_b else ""),
+            f"{_pct(m.a_pass_rate)} ({m.a_passed}/{m.a_denominator})",
+            f"{_pct(m.b_pass_rate)} ({m.b_passed}/{m.b_denominator})",
+            str(m.regressions),
+            str(m.improvements),
+            m.mcnemar.describe(),
+            f"{_num(m.a_mean)}→{_num(m.b_mean)}",
+            m.wilcoxon.describe(),
+        )
+    console.print(table)
+    shown = c.flips[:max_flips]
+    for flip in shown:
+        console.print(
+            f"  {flip.kind:<11} {flip.agent} · {flip.metric} · row {flip.row} rep {flip.repetition}"
+            f" ({flip.provider}): {_num(flip.a_score)} → {_num(flip.b_score)}",
+            markup=False,
+            highlight=False,
+        )
+    if c.flips_total > len(shown):
+        console.print(f"  ... and {c.flips_total - len(shown)} more flips", highlight=False)
+    for label, found in (("A", c.disagreements_a), ("B", c.disagreements_b)):
+        for d in found:
+            console.print(
+                f"judge vs check in {label}: {d.agent} {d.check} vs {d.judge}: "
+                f"{d.check_pass_judge_fail} check-pass/judge-fail, {d.check_fail_judge_pass} "
+                f"check-fail/judge-pass of {d.pairs}",
+                markup=False,
+                highlight=False,
+            )
+    verdict = "[red]regressions[/]" if c.has_regressions else "[green]no regressions[/]"
+    console.print(f"{verdict}: {c.regressions} regression(s), {c.improvements} improvement(s)")
+
+
+def _md(text: object) -> str:
+    """Text safe inside a markdown table cell: no HTML, no cell breaks."""
+    escaped = _html.escape(str(text), quote=False)
+    return escaped.replace("|", "\\|").replace("\n", " ").replace("`", "\\`")
+
+
+def render_markdown(comparison: Comparison, *, max_flips: int = 50) -> str:
+    """The comparison as markdown (a Prefect markdown artifact)."""
+    c = comparison
+    lines = [
+        f"# Comparison: {_md(c.suite_b)} against {_md(c.suite_a)}",
+        "",
+        f"- A (baseline): `{_md(c.run_a)}`",
+        f"- B: `{_md(c.run_b)}`",
+        f"- **{c.regressions} regression(s)** (pass → fail), {c.improvements} improvement(s)"
+        " (fail → pass)",
+        "",
+        "| provider | agent | metric | pairs | A pass | B pass | regressions | improvements |"
+        " McNemar | mean A → B | Wilcoxon |",
+        "|---|---|---|---:|---:|---:|---:|---:|---|---|---|",
+    ]
+    for m in c.metrics:
+        lines.append(
+            f"| {_md(m.provider)} | {_md(m.agent)} | {_md(m.metric)} | {m.pairs} | "
+            f"{_pct(m.a_pass_rate)} ({m.a_passed}/{m.a_denominator}) | "
+            f"{_pct(m.b_pass_rate)} ({m.b_passed}/{m.b_denominator}) | {m.regressions} | "
+            f"{m.improvements} | {m.mcnemar.describe()} | {_num(m.a_mean)} → {_num(m.b_mean)} | "
+            f"{m.wilcoxon.describe()} |"
+        )
+    if c.flips:
+        lines += [
+            "",
+            "## Flips",
+            "",
+            "| | agent | metric | row | rep | A → B |",
+            "|---|---|---|---|---:|---|",
+        ]
+        for f in c.flips[:max_flips]:
+            lines.append(
+                f"| {f.kind} | {_md(f.agent)} | {_md(f.metric)} | {_md(f.row)} | {f.repetition} | "
+                f"{_num(f.a_score)} → {_num(f.b_score)} |"
+            )
+        if c.flips_total > min(len(c.flips), max_flips):
+            lines.append(f"\n{c.flips_total - min(len(c.flips), max_flips)} more flips not listed.")
+    for label, found in (("A", c.disagreements_a), ("B", c.disagreements_b)):
+        if found:
+            lines += [
+                "",
+                f"## Judge vs check in {label}",
+                "",
+                "| agent | check | judge | pairs | check pass, judge fail | check fail, judge pass |",
+                "|---|---|---|---:|---:|---:|",
+            ]
+            lines += [
+                f"| {_md(d.agent)} | {_md(d.check)} | {_md(d.judge)} | {d.pairs} | "
+                f"{d.check_pass_judge_fail} | {d.check_fail_judge_pass} |"
+                for d in found
+            ]
+    return "\n".join(lines) + "\n"
+
+
+def render_compare_html(comparison: Comparison) -> str:
+    """The comparison as one self-contained HTML page (the report's style)."""
+    from evalpipe.report.html import environment, package_version
+
+    return (
+        environment()
+        .get_template("compare.html.j2")
+        .render(c=comparison, version=package_version())
+    )
+
+
+def write_compare_html(comparison: Comparison, output: str | os.PathLike[str]) -> Path:
+    """Write :func:`render_compare_html` to a file; returns its path."""
+    path = Path(output)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(render_compare_html(comparison), encoding="utf-8")
+    return path

@@ -1,0 +1,965 @@
+"""Read a finished run directory into what the report shows.
+
+Aggregates come from whole columns with pyarrow (group-bys and joins), never from one Python
+object per item: only the capped drill-down and the listed flaky and disagreeing items become
+Python objects, so a 100,000-item run reads in seconds with memory bounded by a few columns.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+import pyarrow as pa  # type: ignore[import-untyped, unused-ignore]
+import pyarrow.compute as pc  # type: ignore[import-untyped, unused-ignore]
+from scipy import special as _special  # type: ignore[import-untyped, unused-ignore]
+
+from evalpipe.artifacts import OVERALL, iter_batches, read_manifest, read_table
+from evalpipe.report.stats import (
+    Interval,
+    RepetitionStats,
+    bootstrap_mean_interval,
+    wilson_interval,
+)
+
+__all__ = [
+    "FOUNDRY_PROVIDER",
+    "Bin",
+    "Disagreement",
+    "DisagreementItem",
+    "FlakyItem",
+    "ItemDetail",
+    "MessagePart",
+    "MessageView",
+    "MetricKind",
+    "MetricRow",
+    "ResultRow",
+    "RunReport",
+    "ScoreView",
+    "VariabilityRow",
+    "classify_metric",
+    "disagreements",
+    "load_report_data",
+    "paired_scores",
+]
+
+MetricKind = Literal["judge", "check", "other"]
+"""judge: an LLM judge's metric (JudgeEvaluator, Microsoft Foundry); check: a local check run
+in-process (LocalEvaluator); other: any other provider."""
+
+FOUNDRY_PROVIDER = "Microsoft Foundry"
+_SEP = "\x1f"
+
+
+def classify_metric(provider: str, has_rating: bool) -> MetricKind:
+    """Judge or check, from what scores.parquet records.
+
+    A JudgeEvaluator sets ``rating`` on every score it returns (also on errored and
+    not-applicable ones) and no local check does; Foundry's provider is named "Microsoft
+    Foundry" (with an agent scope appended when the suite scopes it: "Microsoft Foundry
+    (researcher)"); LocalEvaluator's provider is "Local" (or "Local (scope)").
+    """
+    if has_rating or provider.startswith(FOUNDRY_PROVIDER):
+        return "judge"
+    if provider == "Local" or provider.startswith("Local ("):
+        return "check"
+    return "other"
+
+
+# -- views ------------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Bin:
+    """One histogram bar."""
+
+    low: float
+    high: float
+    count: int
+
+
+@dataclass(slots=True)
+class MetricRow:
+    """One provider × agent × metric: counts with their denominators and intervals."""
+
+    provider: str
+    agent: str
+    metric: str
+    kind: MetricKind
+    n: int
+    passed: int
+    failed: int
+    errored: int
+    not_applicable: int
+    pass_rate: Interval | None
+    """Wilson interval over passed + failed (errored and not applicable left out)."""
+    score: Interval | None
+    """Seeded bootstrap interval of the mean of the non-null scores."""
+    score_std: float | None
+    score_min: float | None
+    score_max: float | None
+    histogram: list[Bin] = field(default_factory=list)
+
+    @property
+    def denominator(self) -> int:
+        """passed + failed."""
+        return self.passed + self.failed
+
+
+@dataclass(slots=True)
+class ResultRow:
+    """One provider × agent: item verdicts."""
+
+    provider: str
+    agent: str
+    n: int
+    passed: int
+    failed: int
+    errored: int
+    pass_rate: Interval | None
+    status: str | None
+    error: str | None
+    report_url: str | None
+
+
+@dataclass(slots=True)
+class VariabilityRow:
+    """Repetitions of one metric on one agent: averages over dataset rows."""
+
+    provider: str
+    agent: str
+    metric: str
+    rows: int
+    """Dataset rows with at least one verdict."""
+    k: int
+    pass_at_1: float | None
+    pass_at_k: float | None
+    pass_hat_k: float | None
+    at_least_1: int
+    """Rows where at least one repetition passed."""
+    all_k: int
+    """Rows where every one of at least k repetitions passed."""
+    rows_at_k: int
+    """Rows with at least k verdicts (pass@k and pass^k average over these)."""
+    flaky: int
+    score_std_mean: float | None
+    """Mean over rows of the standard deviation of the scores across repetitions."""
+
+
+@dataclass(slots=True)
+class FlakyItem:
+    """A dataset row whose repetitions disagree on a metric."""
+
+    provider: str
+    agent: str
+    metric: str
+    row: str
+    stats: RepetitionStats
+
+
+@dataclass(slots=True)
+class DisagreementItem:
+    """One item where a check and a judge disagree."""
+
+    agent: str
+    item_id: str
+    row: str
+    repetition: int
+    check: str
+    check_passed: bool
+    judge: str
+    judge_passed: bool
+    judge_reason: str | None
+
+
+@dataclass(slots=True)
+class Disagreement:
+    """A check metric against a judge metric on one agent's items."""
+
+    agent: str
+    check: str
+    judge: str
+    pairs: int
+    """Items where both have a verdict."""
+    check_pass_judge_fail: int
+    check_fail_judge_pass: int
+    examples: list[DisagreementItem] = field(default_factory=list)
+
+    @property
+    def agreement(self) -> float | None:
+        """Share of pairs where they agree."""
+        if not self.pairs:
+            return None
+        return 1.0 - (self.check_pass_judge_fail + self.check_fail_judge_pass) / self.pairs
+
+
+@dataclass(slots=True)
+class MessagePart:
+    """One content of a message: text, a tool call, a tool result or anything else (as JSON)."""
+
+    kind: Literal["text", "call", "result", "other"]
+    title: str
+    body: str
+
+
+@dataclass(slots=True)
+class MessageView:
+    role: str
+    author: str | None
+    parts: list[MessagePart]
+
+
+@dataclass(slots=True)
+class ScoreView:
+    """One metric of an item, as the drill-down shows it."""
+
+    provider: str
+    metric: str | None
+    evaluator: str | None
+    status: str | None
+    score: float | None
+    threshold: float | None
+    label: str | None
+    rating: str | None
+    reason: str | None
+    error_code: str | None
+    error_message: str | None
+    diagnostics: list[tuple[str, str]]
+    dimensions: list[dict[str, Any]]
+
+
+@dataclass(slots=True)
+class ItemDetail:
+    """One evaluated item with its transcript and every provider's metrics."""
+
+    agent: str
+    item_id: str
+    row: str
+    repetition: int
+    query: str | None
+    response: str | None
+    expected_output: str | None
+    context: str | None
+    error_code: str | None
+    error_message: str | None
+    messages: list[MessageView]
+    scores: list[ScoreView]
+    verdict: str
+    """"pass" when every provider passed it, else the worst item status."""
+
+
+@dataclass(slots=True)
+class RunReport:
+    """Everything the HTML report of one run shows."""
+
+    run_dir: str
+    manifest: dict[str, Any]
+    suite_name: str
+    description: str | None
+    target: str | None
+    finished_at: str | None
+    calls: int
+    calls_errored: int
+    calls_cached: int
+    total_tokens: int | None
+    latency_p50: float | None
+    latency_p95: float | None
+    items_per_agent: list[tuple[str, int]]
+    results: list[ResultRow]
+    metrics: list[MetricRow]
+    variability: list[VariabilityRow]
+    flaky: list[FlakyItem]
+    flaky_total: int
+    disagreements: list[Disagreement]
+    items: list[ItemDetail]
+    items_total: int
+    items_not_passed: int
+    max_items: int
+    gate: dict[str, Any] | None
+
+    @property
+    def items_omitted(self) -> int:
+        """Items left out of the drill-down."""
+        return self.items_total - len(self.items)
+
+    @property
+    def agents(self) -> list[str]:
+        return [agent for agent, _ in self.items_per_agent]
+
+
+# -- column helpers -------------------------------------------------------------------------------
+
+
+def _row_key(items: Any) -> Any:
+    """The dataset row of each item: its row_id, else "query N"."""
+    fallback = pc.binary_join_element_wise(
+        "query ", pc.cast(pc.fill_null(items["query_index"], -1), pa.string()), ""
+    )
+    return pc.if_else(pc.is_null(items["row_id"]), fallback, items["row_id"])
+
+
+def _item_keys(run_dir: Any, filesystem: Any) -> Any:
+    """items.parquet's (agent, item_id) with their dataset row, repetition and position."""
+    items = read_table(
+        run_dir,
+        "items",
+        columns=["agent", "item_index", "item_id", "row_id", "query_index", "repetition"],
+        filesystem=filesystem,
+    )
+    return pa.table(
+        {
+            "agent": items["agent"],
+            "item_id": items["item_id"],
+            "item_index": items["item_index"],
+            "row": _row_key(items),
+            "repetition": pc.fill_null(items["repetition"], 0),
+        }
+    )
+
+
+_SCORE_COLUMNS = [
+    "provider",
+    "provider_index",
+    "agent",
+    "item_id",
+    "item_status",
+    "metric",
+    "score",
+    "status",
+    "rating",
+]
+
+
+def scored_rows(run_dir: Any, *, filesystem: Any = None) -> Any:
+    """scores.parquet's metric rows (metric not null) joined with each item's dataset row and
+    repetition: provider, provider_index, agent, item_id, item_status, metric, score, status,
+    rating, row, repetition, item_index."""
+    scores = read_table(run_dir, "scores", columns=_SCORE_COLUMNS, filesystem=filesystem)
+    scores = scores.filter(pc.is_valid(scores["metric"]))
+    keys = _item_keys(run_dir, filesystem)
+    joined = scores.join(keys, keys=["agent", "item_id"], join_type="left outer")
+    # an item missing from items.parquet (a provider scoring items it was not given) keeps its id
+    row = pc.if_else(pc.is_null(joined["row"]), joined["item_id"], joined["row"])
+    joined = joined.set_column(joined.schema.get_field_index("row"), "row", row)
+    return joined.set_column(
+        joined.schema.get_field_index("repetition"),
+        "repetition",
+        pc.fill_null(joined["repetition"], 0),
+    )
+
+
+def _kinds(scored: Any) -> dict[tuple[str, str], MetricKind]:
+    grouped = scored.group_by(["provider", "metric"]).aggregate([("rating", "count")])
+    return {
+        (r["provider"], r["metric"]): classify_metric(r["provider"], r["rating_count"] > 0)
+        for r in grouped.to_pylist()
+    }
+
+
+def paired_scores(scored: Any) -> Any:
+    """The table compare pairs on: provider, agent, row, repetition, metric, status, score."""
+    return scored.select(["provider", "agent", "row", "repetition", "metric", "status", "score"])
+
+
+# -- aggregates -----------------------------------------------------------------------------------
+
+
+def _histogram(values: np.ndarray) -> list[Bin]:
+    """Ten bins over [0, 1] for scores in it; one bin per value for whole-number scores over a
+    short range (a judge's 1-5); else ten bins between the smallest and the largest score."""
+    if values.size == 0:
+        return []
+    low, high = float(values.min()), float(values.max())
+    integral = bool(np.all(np.equal(np.mod(values, 1), 0)))
+    if low >= 0.0 and high <= 1.0:
+        edges = np.linspace(0.0, 1.0, 11)
+    elif integral and high - low <= 10:
+        edges = np.arange(low - 0.5, high + 1.5, 1.0)
+    else:
+        edges = np.linspace(low, high, 11)
+    counts, edges = np.histogram(values, bins=edges)
+    return [Bin(float(edges[i]), float(edges[i + 1]), int(counts[i])) for i in range(len(counts))]
+
+
+def _metric_rows(
+    run_dir: Any, filesystem: Any, scored: Any, kinds: dict[tuple[str, str], MetricKind]
+) -> tuple[list[ResultRow], list[MetricRow], dict[str, int]]:
+    summary = read_table(run_dir, "summary", filesystem=filesystem)
+    rows = sorted(
+        summary.to_pylist(),
+        key=lambda r: (r["provider_index"], r["agent_index"], r["metric"] or ""),
+    )
+    agent_order: dict[str, int] = {}
+    for r in rows:
+        agent_order.setdefault(r["agent"], r["agent_index"])
+    valid = scored.filter(pc.is_valid(scored["score"]))
+    lists = valid.group_by(["provider", "agent", "metric"]).aggregate([("score", "list")])
+    by_key = {
+        (p, a, m): np.asarray(v, dtype=float)
+        for p, a, m, v in zip(
+            lists["provider"].to_pylist(),
+            lists["agent"].to_pylist(),
+            lists["metric"].to_pylist(),
+            lists["score_list"].to_pylist(),
+            strict=True,
+        )
+    }
+    results: list[ResultRow] = []
+    metrics: list[MetricRow] = []
+    for r in rows:
+        if r["kind"] == "result":
+            results.append(
+                ResultRow(
+                    provider=r["provider"],
+                    agent=r["agent"],
+                    n=r["n"],
+                    passed=r["passed"],
+                    failed=r["failed"],
+                    errored=r["errored"],
+                    pass_rate=wilson_interval(r["passed"], r["passed"] + r["failed"]),
+                    status=r["status"],
+                    error=r["error"],
+                    report_url=r["report_url"],
+                )
+            )
+            continue
+        values = by_key.get((r["provider"], r["agent"], r["metric"]), np.empty(0))
+        metrics.append(
+            MetricRow(
+                provider=r["provider"],
+                agent=r["agent"],
+                metric=r["metric"],
+                kind=kinds.get((r["provider"], r["metric"]), "other"),
+                n=r["n"],
+                passed=r["passed"],
+                failed=r["failed"],
+                errored=r["errored"],
+                not_applicable=r["not_applicable"],
+                pass_rate=wilson_interval(r["passed"], r["passed"] + r["failed"]),
+                score=bootstrap_mean_interval(values),
+                score_std=r["score_std"],
+                score_min=r["score_min"],
+                score_max=r["score_max"],
+                histogram=_histogram(values),
+            )
+        )
+    return results, metrics, agent_order
+
+
+def _per_row(scored: Any) -> Any:
+    """Per provider, agent, metric and dataset row: verdict counts and score spread."""
+    status = scored["status"]
+    table = pa.table(
+        {
+            "provider": scored["provider"],
+            "agent": scored["agent"],
+            "metric": scored["metric"],
+            "row": scored["row"],
+            "p": pc.cast(pc.equal(status, "pass"), pa.int64()),
+            "f": pc.cast(pc.equal(status, "fail"), pa.int64()),
+            "na": pc.cast(pc.equal(status, "not_applicable"), pa.int64()),
+            "one": pa.array(np.ones(len(scored), dtype=np.int64)),
+            "score": scored["score"],
+        }
+    )
+    return table.group_by(["provider", "agent", "metric", "row"]).aggregate(
+        [
+            ("p", "sum"),
+            ("f", "sum"),
+            ("na", "sum"),
+            ("one", "sum"),
+            ("score", "mean"),
+            ("score", "stddev", pc.VarianceOptions(ddof=1)),
+            ("score", "count"),
+        ]
+    )
+
+
+def _variability(
+    per_row: Any, repetitions: int, max_listed: int
+) -> tuple[list[VariabilityRow], list[FlakyItem], int]:
+    out: list[VariabilityRow] = []
+    flaky_items: list[FlakyItem] = []
+    flaky_total = 0
+    groups = per_row.group_by(["provider", "agent", "metric"]).aggregate([])
+    for key in groups.to_pylist():
+        mask = pc.and_(
+            pc.and_(
+                pc.equal(per_row["provider"], key["provider"]),
+                pc.equal(per_row["agent"], key["agent"]),
+            ),
+            pc.equal(per_row["metric"], key["metric"]),
+        )
+        part = per_row.filter(mask)
+        c = part["p_sum"].to_numpy(zero_copy_only=False).astype(np.int64)
+        n = c + part["f_sum"].to_numpy(zero_copy_only=False).astype(np.int64)
+        has = n > 0
+        k = max(1, min(repetitions, int(n.max()) if n.size else 1))
+        at_k = n >= k
+        std = part["score_stddev"].to_numpy(zero_copy_only=False).astype(float)
+        flaky = has & (c > 0) & (c < n)
+        n_at_k, c_at_k = n[at_k].astype(float), c[at_k].astype(float)
+        out.append(
+            VariabilityRow(
+                provider=key["provider"],
+                agent=key["agent"],
+                metric=key["metric"],
+                rows=int(has.sum()),
+                k=k,
+                pass_at_1=float((c[has] / n[has]).mean()) if has.any() else None,
+                pass_at_k=float(
+                    (1.0 - _special.comb(n_at_k - c_at_k, k) / _special.comb(n_at_k, k)).mean()
+                )
+                if at_k.any()
+                else None,
+                pass_hat_k=float((_special.comb(c_at_k, k) / _special.comb(n_at_k, k)).mean())
+                if at_k.any()
+                else None,
+                at_least_1=int((has & (c >= 1)).sum()),
+                all_k=int((at_k & (c == n)).sum()),
+                rows_at_k=int(at_k.sum()),
+                flaky=int(flaky.sum()),
+                score_std_mean=float(np.nanmean(std)) if np.any(~np.isnan(std)) else None,
+            )
+        )
+        flaky_total += int(flaky.sum())
+        room = max_listed - len(flaky_items)
+        if room > 0 and flaky.any():
+            chosen = part.filter(pa.array(flaky)).slice(0, room).to_pylist()
+            for r in chosen:
+                flaky_items.append(
+                    FlakyItem(
+                        provider=key["provider"],
+                        agent=key["agent"],
+                        metric=key["metric"],
+                        row=r["row"],
+                        stats=RepetitionStats(
+                            n=r["p_sum"] + r["f_sum"],
+                            c=r["p_sum"],
+                            errored=r["one_sum"] - r["p_sum"] - r["f_sum"] - r["na_sum"],
+                            not_applicable=r["na_sum"],
+                            mean=r["score_mean"],
+                            std=r["score_stddev"],
+                            scores=r["score_count"],
+                        ),
+                    )
+                )
+    return out, flaky_items, flaky_total
+
+
+def disagreements(
+    scored: Any,
+    kinds: dict[tuple[str, str], MetricKind] | None = None,
+    *,
+    max_examples: int = 20,
+    reasons: dict[tuple[str, str, str], str | None] | None = None,
+) -> list[Disagreement]:
+    """Per agent, check metric and judge metric: items (same agent and item id) where the check
+    passed and the judge failed, and the reverse. Only verdicts (pass/fail) count."""
+    kinds = kinds if kinds is not None else _kinds(scored)
+    verdicts = scored.filter(pc.is_in(scored["status"], pa.array(["pass", "fail"])))
+    kind_col = _kind_column(verdicts, kinds)
+    base = pa.table(
+        {
+            "agent": verdicts["agent"],
+            "item_id": verdicts["item_id"],
+            "row": verdicts["row"],
+            "repetition": verdicts["repetition"],
+            "metric": verdicts["metric"],
+            "passed": pc.equal(verdicts["status"], "pass"),
+            "kind": kind_col,
+        }
+    )
+    checks = base.filter(pc.equal(base["kind"], "check")).select(
+        ["agent", "item_id", "row", "repetition", "metric", "passed"]
+    )
+    judges = base.filter(pc.equal(base["kind"], "judge")).select(
+        ["agent", "item_id", "metric", "passed"]
+    )
+    if not len(checks) or not len(judges):
+        return []
+    judges = judges.rename_columns(["agent", "item_id", "judge", "judge_passed"])
+    pairs = checks.rename_columns(
+        ["agent", "item_id", "row", "repetition", "check", "check_passed"]
+    ).join(judges, keys=["agent", "item_id"], join_type="inner")
+    if not len(pairs):
+        return []
+    cp, jp = pairs["check_passed"], pairs["judge_passed"]
+    counted = pa.table(
+        {
+            "agent": pairs["agent"],
+            "check": pairs["check"],
+            "judge": pairs["judge"],
+            "cpjf": pc.cast(pc.and_(cp, pc.invert(jp)), pa.int64()),
+            "cfjp": pc.cast(pc.and_(pc.invert(cp), jp), pa.int64()),
+            "one": pa.array(np.ones(len(pairs), dtype=np.int64)),
+        }
+    )
+    grouped = counted.group_by(["agent", "check", "judge"]).aggregate(
+        [("one", "sum"), ("cpjf", "sum"), ("cfjp", "sum")]
+    )
+    disagree = pairs.filter(pc.not_equal(cp, jp))
+    out: list[Disagreement] = []
+    for g in sorted(grouped.to_pylist(), key=lambda r: (r["agent"], r["check"], r["judge"])):
+        mask = pc.and_(
+            pc.and_(
+                pc.equal(disagree["agent"], g["agent"]), pc.equal(disagree["check"], g["check"])
+            ),
+            pc.equal(disagree["judge"], g["judge"]),
+        )
+        examples = [
+            DisagreementItem(
+                agent=r["agent"],
+                item_id=r["item_id"],
+                row=r["row"],
+                repetition=r["repetition"],
+                check=r["check"],
+                check_passed=r["check_passed"],
+                judge=r["judge"],
+                judge_passed=r["judge_passed"],
+                judge_reason=(reasons or {}).get((r["agent"], r["item_id"], r["judge"])),
+            )
+            for r in disagree.filter(mask).slice(0, max_examples).to_pylist()
+        ]
+        out.append(
+            Disagreement(
+                agent=g["agent"],
+                check=g["check"],
+                judge=g["judge"],
+                pairs=g["one_sum"],
+                check_pass_judge_fail=g["cpjf_sum"],
+                check_fail_judge_pass=g["cfjp_sum"],
+                examples=examples,
+            )
+        )
+    return out
+
+
+def _kind_column(table: Any, kinds: dict[tuple[str, str], MetricKind]) -> Any:
+    """The kind of each row, by a join on (provider, metric) rather than a Python loop."""
+    lookup = pa.table(
+        {
+            "provider": [p for p, _ in kinds],
+            "metric": [m for _, m in kinds],
+            "kind": list(kinds.values()),
+            "_pos": list(range(len(kinds))),
+        }
+    )
+    positions = pa.table(
+        {
+            "provider": table["provider"],
+            "metric": table["metric"],
+            "_row": pa.array(np.arange(len(table), dtype=np.int64)),
+        }
+    )
+    joined = positions.join(lookup, keys=["provider", "metric"], join_type="left outer")
+    joined = joined.sort_by("_row")
+    return pc.fill_null(joined["kind"], "other").combine_chunks()
+
+
+# -- drill-down -----------------------------------------------------------------------------------
+
+
+def _loads(text: str | None) -> Any:
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def _dump(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, indent=2, ensure_ascii=False, default=str)
+
+
+def _messages(conversation: str | None) -> list[MessageView]:
+    data = _loads(conversation)
+    if not isinstance(data, list):
+        return []
+    out: list[MessageView] = []
+    for message in data:
+        if not isinstance(message, dict):
+            out.append(MessageView("?", None, [MessagePart("other", "", _dump(message))]))
+            continue
+        parts: list[MessagePart] = []
+        for content in message.get("contents") or []:
+            kind = content.get("type") if isinstance(content, dict) else None
+            if kind == "text":
+                parts.append(MessagePart("text", "", str(content.get("text") or "")))
+            elif kind == "function_call":
+                parts.append(
+                    MessagePart(
+                        "call",
+                        f"{content.get('name')} (call {content.get('call_id')})",
+                        _dump(content.get("arguments")),
+                    )
+                )
+            elif kind == "function_result":
+                parts.append(
+                    MessagePart(
+                        "result",
+                        f"result of call {content.get('call_id')}",
+                        _dump(content.get("result")),
+                    )
+                )
+            else:
+                parts.append(MessagePart("other", str(kind), _dump(content)))
+        out.append(MessageView(str(message.get("role")), message.get("author_name"), parts))
+    return out
+
+
+def _score_view(r: dict[str, Any]) -> ScoreView:
+    diagnostics = _loads(r["diagnostics"]) or []
+    dimensions = _loads(r["dimensions"]) or []
+    return ScoreView(
+        provider=r["provider"],
+        metric=r["metric"],
+        evaluator=r["evaluator"],
+        status=r["status"],
+        score=r["score"],
+        threshold=r["threshold"],
+        label=r["label"],
+        rating=r["rating"],
+        reason=r["reason"],
+        error_code=r["error_code"] or (None if r["metric"] else r["item_error_code"]),
+        error_message=r["error_message"] or (None if r["metric"] else r["item_error_message"]),
+        diagnostics=[
+            (str(d.get("severity")), str(d.get("message")))
+            for d in diagnostics
+            if isinstance(d, dict)
+        ],
+        dimensions=[d for d in dimensions if isinstance(d, dict)],
+    )
+
+
+def _key_column(table: Any) -> Any:
+    return pc.binary_join_element_wise(table["agent"], pc.fill_null(table["item_id"], ""), _SEP)
+
+
+_STATUS_RANK = {"pass": 0, "fail": 1, "error": 2, "errored": 2}
+
+
+def _drill_down(
+    run_dir: Any,
+    filesystem: Any,
+    agent_order: dict[str, int],
+    max_items: int,
+) -> tuple[list[ItemDetail], int, int]:
+    """The items to show: those not passed by every provider first, then the others, up to
+    max_items; returns them with the number of items and of items not passed."""
+    heads = read_table(
+        run_dir,
+        "scores",
+        columns=["agent", "item_id", "item_index", "item_status"],
+        filesystem=filesystem,
+    )
+    per_item = heads.group_by(["agent", "item_id"]).aggregate(
+        [("item_index", "min"), ("item_status", "distinct")]
+    )
+    total = len(per_item)
+    records = per_item.to_pylist() if total <= 4 * max_items else None
+    if records is None:
+        # many items: rank on key strings, not one dict per item
+        flat = heads.filter(pc.not_equal(heads["item_status"], "pass"))
+        bad_keys = set(_key_column(flat).unique().to_pylist())
+        not_passed = len(bad_keys)
+        ordered = per_item.select(["agent", "item_id", "item_index_min"])
+        keys = _key_column(ordered).to_pylist()
+        index = ordered["item_index_min"].to_pylist()
+        agents = ordered["agent"].to_pylist()
+        ranked = sorted(
+            range(total),
+            key=lambda i: (keys[i] not in bad_keys, agent_order.get(agents[i], 99), index[i]),
+        )[:max_items]
+        chosen = [keys[i] for i in ranked]
+        verdicts = {k: ("fail" if k in bad_keys else "pass") for k in chosen}
+    else:
+
+        def verdict(statuses: Sequence[str]) -> str:
+            return max(statuses, key=lambda s: _STATUS_RANK.get(s, 3))
+
+        for r in records:
+            r["verdict"] = verdict(r["item_status_distinct"])
+        records.sort(
+            key=lambda r: (
+                r["verdict"] == "pass",
+                agent_order.get(r["agent"], 99),
+                r["item_index_min"],
+            )
+        )
+        not_passed = sum(r["verdict"] != "pass" for r in records)
+        chosen = [f"{r['agent']}{_SEP}{r['item_id']}" for r in records[:max_items]]
+        verdicts = {f"{r['agent']}{_SEP}{r['item_id']}": r["verdict"] for r in records}
+    wanted = pa.array(chosen, pa.string())
+    item_rows: dict[str, dict[str, Any]] = {}
+    for batch in iter_batches(run_dir, "items", filesystem=filesystem, batch_size=8192):
+        table = pa.Table.from_batches([batch])
+        hit = table.filter(pc.is_in(_key_column(table), wanted))
+        for r in hit.to_pylist():
+            item_rows[f"{r['agent']}{_SEP}{r['item_id']}"] = r
+    score_rows: dict[str, list[dict[str, Any]]] = {}
+    for batch in iter_batches(run_dir, "scores", filesystem=filesystem, batch_size=8192):
+        table = pa.Table.from_batches([batch])
+        hit = table.filter(pc.is_in(_key_column(table), wanted))
+        for r in hit.to_pylist():
+            score_rows.setdefault(f"{r['agent']}{_SEP}{r['item_id']}", []).append(r)
+    details: list[ItemDetail] = []
+    for key in chosen:
+        agent, _, item_id = key.partition(_SEP)
+        item = item_rows.get(key, {})
+        scores = sorted(
+            score_rows.get(key, []),
+            key=lambda r: (
+                r["provider_index"],
+                r["score_index"] if r["score_index"] is not None else -1,
+            ),
+        )
+        first = scores[0] if scores else {}
+        row = item.get("row_id") or (
+            f"query {item['query_index']}" if item.get("query_index") is not None else item_id
+        )
+        details.append(
+            ItemDetail(
+                agent=agent,
+                item_id=item_id,
+                row=row,
+                repetition=item.get("repetition") or 0,
+                query=item.get("query", first.get("input_text")),
+                response=item.get("response", first.get("output_text")),
+                expected_output=item.get("expected_output"),
+                context=item.get("context"),
+                error_code=item.get("error_code") or first.get("item_error_code"),
+                error_message=item.get("error_message") or first.get("item_error_message"),
+                messages=_messages(item.get("conversation")),
+                scores=[_score_view(r) for r in scores],
+                verdict=verdicts.get(key, "pass"),
+            )
+        )
+    return details, total, not_passed
+
+
+# -- the whole report -----------------------------------------------------------------------------
+
+
+def _percentile(values: np.ndarray, q: float) -> float | None:
+    return float(np.percentile(values, q)) if values.size else None
+
+
+def _judge_reasons(
+    run_dir: Any, filesystem: Any, examples: Iterable[DisagreementItem]
+) -> dict[tuple[str, str, str], str | None]:
+    wanted = {(e.agent, e.item_id, e.judge) for e in examples}
+    if not wanted:
+        return {}
+    keys = pa.array(sorted({f"{a}{_SEP}{i}" for a, i, _ in wanted}), pa.string())
+    out: dict[tuple[str, str, str], str | None] = {}
+    for batch in iter_batches(
+        run_dir,
+        "scores",
+        columns=["agent", "item_id", "metric", "reason"],
+        filesystem=filesystem,
+        batch_size=65_536,
+    ):
+        table = pa.Table.from_batches([batch])
+        for r in table.filter(pc.is_in(_key_column(table), keys)).to_pylist():
+            key = (r["agent"], r["item_id"], r["metric"])
+            if key in wanted:
+                out[key] = r["reason"]
+    return out
+
+
+def load_report_data(
+    run_dir: str | os.PathLike[str],
+    *,
+    max_items: int = 200,
+    max_listed: int = 200,
+    filesystem: Any = None,
+) -> RunReport:
+    """Read a finished run directory into a RunReport.
+
+    Args:
+        run_dir: the run directory (a path, a URI, or a path in ``filesystem``).
+        max_items: items in the drill-down: those not passed first, then the others.
+        max_listed: flaky rows listed (all are counted).
+        filesystem: a pyarrow or fsspec filesystem, as for every artifact reader.
+
+    Raises:
+        ArtifactError: the directory is not a finished run (no manifest, a missing file).
+        SchemaVersionError: the run was written by a newer evalpipe.
+    """
+    if max_items < 0 or max_listed < 0:
+        raise ValueError("max_items and max_listed must be >= 0")
+    manifest = read_manifest(run_dir, filesystem=filesystem)
+    suite = manifest.get("suite") if isinstance(manifest.get("suite"), dict) else {}
+    assert isinstance(suite, dict)
+    runs = read_table(
+        run_dir,
+        "runs",
+        columns=["status", "cached", "latency_s", "total_tokens"],
+        filesystem=filesystem,
+    )
+    latency = runs["latency_s"].drop_null().to_numpy(zero_copy_only=False).astype(float)
+    tokens = pc.sum(runs["total_tokens"]).as_py()
+    items = read_table(run_dir, "items", columns=["agent"], filesystem=filesystem)
+    counts = items.group_by(["agent"]).aggregate([("agent", "count")]).to_pylist()
+    scored = scored_rows(run_dir, filesystem=filesystem)
+    kinds = _kinds(scored)
+    results, metrics, agent_order = _metric_rows(run_dir, filesystem, scored, kinds)
+    for r in counts:
+        agent_order.setdefault(r["agent"], len(agent_order))
+    items_per_agent = sorted(
+        ((r["agent"], r["agent_count"]) for r in counts),
+        key=lambda a: (a[0] != OVERALL, agent_order.get(a[0], 99)),
+    )
+    repetitions = suite.get("repetitions") if isinstance(suite.get("repetitions"), int) else None
+    if repetitions is None:
+        rep = pc.max(scored["repetition"]).as_py() if len(scored) else None
+        repetitions = (rep or 0) + 1
+    variability, flaky, flaky_total = _variability(_per_row(scored), repetitions, max_listed)
+    order = {(m.provider, m.agent, m.metric): i for i, m in enumerate(metrics)}
+    variability.sort(key=lambda v: order.get((v.provider, v.agent, v.metric), math.inf))
+    found = disagreements(scored, kinds, max_examples=max(1, min(20, max_listed)))
+    reasons = _judge_reasons(run_dir, filesystem, (e for d in found for e in d.examples))
+    for d in found:
+        for e in d.examples:
+            e.judge_reason = reasons.get((e.agent, e.item_id, e.judge))
+    details, total, not_passed = _drill_down(run_dir, filesystem, agent_order, max_items)
+    timings = manifest.get("timings") if isinstance(manifest.get("timings"), dict) else {}
+    assert isinstance(timings, dict)
+    gate = manifest.get("gate")
+    return RunReport(
+        run_dir=str(run_dir),
+        manifest=manifest,
+        suite_name=str(suite.get("name") or manifest.get("name") or os.path.basename(str(run_dir))),
+        description=suite.get("description"),
+        target=manifest.get("target") or suite.get("target"),
+        finished_at=timings.get("finished_at"),
+        calls=len(runs),
+        calls_errored=int(
+            pc.sum(pc.cast(pc.equal(runs["status"], "error"), pa.int64())).as_py() or 0
+        ),
+        calls_cached=int(pc.sum(pc.cast(runs["cached"], pa.int64())).as_py() or 0),
+        total_tokens=int(tokens) if tokens is not None else None,
+        latency_p50=_percentile(latency, 50),
+        latency_p95=_percentile(latency, 95),
+        items_per_agent=items_per_agent,
+        results=results,
+        metrics=metrics,
+        variability=variability,
+        flaky=flaky,
+        flaky_total=flaky_total,
+        disagreements=found,
+        items=details,
+        items_total=total,
+        items_not_passed=not_passed,
+        max_items=max_items,
+        gate=gate if isinstance(gate, dict) else None,
+    )

@@ -1,0 +1,90 @@
+"""Render a run's report (and a comparison) as one self-contained HTML file.
+
+jinja2 with autoescaping on for every template: agent, user and judge text is always escaped
+(no template marks data ``|safe``). Plots are inline SVG drawn by the templates from numbers
+computed here; the file has no script and loads nothing at view time.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import cache
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import jinja2
+
+from evalpipe.report.data import RunReport, load_report_data
+from evalpipe.report.stats import BOOTSTRAP_RESAMPLES
+
+__all__ = ["environment", "render_report", "write_report"]
+
+
+@cache
+def environment() -> jinja2.Environment:
+    """The template environment: package templates, autoescape on, undefined names an error."""
+    return jinja2.Environment(
+        loader=jinja2.PackageLoader("evalpipe.report", "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=False,
+        lstrip_blocks=False,
+    )
+
+
+def package_version() -> str:
+    """The installed evalpipe version (written into every page)."""
+    try:
+        return metadata.version("evalpipe")
+    except metadata.PackageNotFoundError:  # pragma: no cover - running from a source tree
+        return "unknown"
+
+
+def render_report(report: RunReport) -> str:
+    """The HTML of a run's report."""
+    bars: dict[str, list[tuple[str, Any]]] = {}
+    for row in report.results:
+        bars.setdefault(row.provider, []).append((row.agent, row.pass_rate))
+    git = report.manifest.get("git")
+    return (
+        environment()
+        .get_template("report.html.j2")
+        .render(
+            r=report,
+            pass_bars=list(bars.items()),
+            git=git if isinstance(git, dict) else None,
+            resamples=BOOTSTRAP_RESAMPLES,
+            version=package_version(),
+        )
+    )
+
+
+def write_report(
+    run_dir: str | os.PathLike[str],
+    output: str | os.PathLike[str] | None = None,
+    *,
+    max_items: int = 200,
+    filesystem: Any = None,
+) -> Path:
+    """Write the HTML report of a finished run directory; returns the file written.
+
+    Args:
+        run_dir: the run directory.
+        output: the HTML file (default: ``report.html`` inside a local run directory).
+        max_items: items in the drill-down, those not passed first; the report says how many
+            were omitted.
+        filesystem: a pyarrow or fsspec filesystem holding the run (the report is written locally).
+
+    Raises:
+        ArtifactError: the directory is not a finished run.
+        SchemaVersionError: the run was written by a newer evalpipe.
+    """
+    report = load_report_data(run_dir, max_items=max_items, filesystem=filesystem)
+    path = Path(output) if output is not None else Path(run_dir) / "report.html"
+    html = render_report(report)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(html, encoding="utf-8")
+    os.replace(tmp, path)
+    return path
