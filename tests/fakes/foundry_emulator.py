@@ -668,7 +668,8 @@ class FoundryEmulator:
             "object": "eval",
             "id": eval_id,
             "name": body.get("name"),
-            "data_source_config": {"type": config.get("type", "custom"), "schema": schema},
+            "data_source_config": {"type": config.get("type", "custom"), "schema": schema}
+            | ({"scenario": config["scenario"]} if "scenario" in config else {}),
             "testing_criteria": body["testing_criteria"],
             "created_at": int(time.time()),
             "metadata": body.get("metadata") or {},

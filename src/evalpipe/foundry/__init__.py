@@ -9,7 +9,7 @@ into EvalItems and dataset rows. See docs/foundry.md.
 from evalpipe.foundry._client import RetryPolicy
 from evalpipe.foundry._config import FoundryConfig
 from evalpipe.foundry._convert import item_to_foundry, to_foundry_messages
-from evalpipe.foundry._evals import ENDPOINT_ENV, FoundryEvals, async_transport
+from evalpipe.foundry._evals import ENDPOINT_ENV, FoundryEvals, async_transport, evaluate_traces
 from evalpipe.foundry._evaluators import (
     BUILTIN_EVALUATORS,
     COHERENCE,
@@ -86,6 +86,7 @@ __all__ = [
     "ThreadRunRecord",
     "async_transport",
     "evaluate_threads",
+    "evaluate_traces",
     "flat_rows",
     "flat_view",
     "item_to_foundry",

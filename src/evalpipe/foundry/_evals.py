@@ -34,9 +34,10 @@ from evalpipe.foundry._results import (
     summarize,
 )
 from evalpipe.items import EvalItem
+from evalpipe.messages import Message
 from evalpipe.results import EvalItemResult, EvalResults
 
-__all__ = ["ENDPOINT_ENV", "FoundryEvals"]
+__all__ = ["ENDPOINT_ENV", "FoundryEvals", "evaluate_traces"]
 
 logger = logging.getLogger("evalpipe.foundry")
 
@@ -563,6 +564,239 @@ class FoundryEvals:
 
         results = await asyncio.gather(*(one(k, b) for k, b in enumerate(batches)))
         return self.merge(results)
+
+    # -- server-side data: stored responses and agent traces (MAF's evaluate_traces) ---------
+
+    async def evaluate_traces(
+        self,
+        *,
+        response_ids: Sequence[str] | None = None,
+        trace_ids: Sequence[str] | None = None,
+        agent_id: str | None = None,
+        lookback_hours: float = 24,
+        eval_name: str = "evalpipe Trace Eval",
+    ) -> EvalResults:
+        """Score what Foundry already stored, without sending any conversation.
+
+        With ``response_ids``: the eval's data source config is
+        ``{"type": "azure_ai_source", "scenario": "responses"}`` and the run's data source
+        ``azure_ai_responses`` (``response_retrieval`` of each ``{"resp_id": id}``); one item per
+        response id, in the order given (item id = the response id). With ``agent_id`` and/or
+        ``trace_ids``: scenario ``traces`` and an ``azure_ai_traces`` data source with
+        ``lookback_hours``; one item per trace the service selected (item id = its trace id).
+        Criteria carry no data mapping (the service maps its own data). The evaluators are the
+        configured ones as they are (default relevance, coherence, task_adherence).
+
+        Returns the same EvalResults shape as ``evaluate``; like it, a service fault never
+        raises: it gives a ``failed``/``timeout``/``partial`` result.
+
+        Raises:
+            ValueError: for no source, both sources, or ``lookback_hours <= 0``.
+        """
+        ids = [str(r) for r in response_ids] if response_ids is not None else None
+        if ids is not None and (trace_ids is not None or agent_id is not None):
+            raise ValueError("Pass response_ids= or agent_id=/trace_ids=, not both.")
+        if ids is None and trace_ids is None and agent_id is None:
+            raise ValueError("Pass response_ids=, agent_id= or trace_ids= to evaluate_traces.")
+        if ids is not None and not ids:
+            raise ValueError("response_ids is empty: pass at least one response id.")
+        if not lookback_hours > 0:
+            raise ValueError(f"lookback_hours must be > 0, got {lookback_hours}.")
+        specs = (
+            list(self._specs)
+            if self._specs is not None
+            else ev.resolve_evaluators(None, any_tools=False)
+        )
+        criteria = [
+            {k: v for k, v in c.items() if k != "data_mapping"}
+            for c in ev.build_criteria(
+                specs, model=self.model, any_tools=False, matching_mode=self.matching_mode
+            )
+        ]
+        data_source: dict[str, Any]
+        if ids is not None:
+            scenario = "responses"
+            data_source = {
+                "type": "azure_ai_responses",
+                "item_generation_params": {
+                    "type": "response_retrieval",
+                    "data_mapping": {"response_id": "{{item.resp_id}}"},
+                    "source": {
+                        "type": "file_content",
+                        "content": [{"item": {"resp_id": rid}} for rid in ids],
+                    },
+                },
+            }
+        else:
+            scenario = "traces"
+            data_source = {"type": "azure_ai_traces", "lookback_hours": lookback_hours}
+            if trace_ids is not None:
+                data_source["trace_ids"] = [str(t) for t in trace_ids]
+            if agent_id is not None:
+                data_source["agent_id"] = agent_id
+        api = self._api()
+        tag = uuid.uuid4().hex
+        eval_body = {
+            "name": eval_name,
+            "data_source_config": {"type": "azure_ai_source", "scenario": scenario},
+            "testing_criteria": criteria,
+            "metadata": {"evalpipe_key": tag, "evalpipe_kind": f"FoundryEvals.{scenario}"},
+        }
+        items = [_server_item(None, rid, {"response_id": rid}) for rid in ids or []]
+        out: list[EvalItemResult | None] = [None] * len(items)
+        base = EvalResults(provider=PROVIDER, input_items=items)
+        try:
+            created = await api.create_once(
+                "eval create", lambda: api.create_eval(**eval_body), lambda: api.find_eval(tag)
+            )
+        except Exception as exc:
+            reason = f"could not create the eval: {_error_text(exc)}"
+            return self._finish(
+                base, items, ids or [], out, specs, "failed", reason, "FoundryError"
+            )
+        eval_id = str(created["id"])
+        self._criteria[eval_id] = specs
+        base.eval_id = eval_id
+        run_key = hashlib.sha256(
+            json.dumps([eval_id, data_source], sort_keys=True).encode()
+        ).hexdigest()[:32]
+        run_body: dict[str, Any] = {
+            "name": f"{eval_name} Run",
+            "data_source": data_source,
+            "metadata": {"evalpipe_key": run_key},
+        }
+        started = asyncio.get_running_loop().time()
+        try:
+            run = await api.create_once(
+                "run create",
+                lambda: api.create_run(eval_id, **run_body),
+                lambda: api.find_run(eval_id, run_key),
+            )
+        except Exception as exc:
+            return self._finish(
+                base, items, ids or [], out, specs, "failed", _error_text(exc), "FoundryError"
+            )
+        run_id = str(run["id"])
+        base.run_id = run_id
+        base.report_url = run.get("report_url")
+        try:
+            status, error = await self._poll(api, eval_id, run, started)
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(api.cancel_run(eval_id, run_id), timeout=10)
+            raise
+        if status == "timeout":
+            try:
+                await api.cancel_run(eval_id, run_id)
+                error = f"run did not finish within {self.timeout:g}s; canceled on the server"
+            except Exception as exc:
+                error = f"run did not finish within {self.timeout:g}s; cancel failed: {_error_text(exc)}"
+        missing_code = {"timeout": "Timeout", "failed": "RunFailed", "canceled": "RunCanceled"}.get(
+            status, "MissingOutput"
+        )
+        try:
+            outputs = await api.list_output_items(eval_id, run_id)
+        except Exception as exc:
+            outputs = []
+            if status == "completed":
+                status, missing_code = "partial", "FoundryError"
+            text = f"could not read output items: {_error_text(exc)}"
+            error = f"{error}; {text}" if error else text
+        if ids is not None:
+            for oi in outputs:
+                index = _index(oi.get("datasource_item_id"))
+                if index is None or not 0 <= index < len(items):
+                    logger.warning("Foundry output item %s has no matching response", oi.get("id"))
+                    continue
+                source = _server_item(
+                    oi.get("datasource_item"), ids[index], {"response_id": ids[index]}
+                )
+                items[index] = source
+                try:
+                    out[index] = item_result(oi, source, ids[index], specs)
+                except Exception as exc:
+                    out[index] = errored_item(
+                        source, ids[index], "OutputParseError", _error_text(exc)
+                    )
+            return self._finish(base, items, ids, out, specs, status, error, missing_code)
+        trace_items: list[EvalItem] = []
+        trace_ids_out: list[str] = []
+        results: list[EvalItemResult | None] = []
+        for oi in sorted(outputs, key=lambda o: _index(o.get("datasource_item_id")) or 0):
+            datasource = oi.get("datasource_item")
+            ident = str(
+                (datasource.get("trace_id") if isinstance(datasource, dict) else None)
+                or oi.get("id")
+            )
+            source = _server_item(datasource, ident, {})
+            trace_items.append(source)
+            trace_ids_out.append(ident)
+            try:
+                results.append(item_result(oi, source, ident, specs))
+            except Exception as exc:
+                results.append(errored_item(source, ident, "OutputParseError", _error_text(exc)))
+        base.input_items = trace_items
+        return self._finish(
+            base, trace_items, trace_ids_out, results, specs, status, error, missing_code
+        )
+
+
+def _server_item(datasource: Any, item_id: str, metadata: dict[str, Any]) -> EvalItem:
+    """An EvalItem standing for a server-side data item (a stored response or an agent trace):
+    the query and response the service reports for it, when it reports them."""
+    conversation: list[Message] = []
+    if isinstance(datasource, dict):
+        query, response = datasource.get("query"), datasource.get("response")
+        if isinstance(query, str) and query:
+            conversation.append(Message("user", [query]))
+        if isinstance(response, str) and response:
+            conversation.append(Message("assistant", [response]))
+        for key in ("trace_id", "agent_id", "resp_id", "response_id"):
+            value = datasource.get(key)
+            if isinstance(value, str) and value:
+                metadata.setdefault("response_id" if key == "resp_id" else key, value)
+    return EvalItem(conversation, item_id=item_id, metadata=metadata)
+
+
+async def evaluate_traces(
+    *,
+    model: str,
+    evaluators: Sequence[str | GeneratedEvaluatorRef] | None = None,
+    project_client: Any = None,
+    endpoint: str | None = None,
+    credential: Any = None,
+    response_ids: Sequence[str] | None = None,
+    trace_ids: Sequence[str] | None = None,
+    agent_id: str | None = None,
+    lookback_hours: float = 24,
+    eval_name: str = "evalpipe Trace Eval",
+    poll_interval: float = 1.0,
+    timeout: float = 600.0,  # noqa: ASYNC109 - MAF's parameter name (the run's deadline)
+) -> EvalResults:
+    """MAF's ``evaluate_traces``: score stored responses or agent traces server-side.
+
+    A ``FoundryEvals`` is built for the call (see ``FoundryEvals.evaluate_traces``) and closed
+    after it.
+    """
+    foundry = FoundryEvals(
+        project_client,
+        endpoint=endpoint,
+        credential=credential,
+        model=model,
+        evaluators=evaluators,
+        poll_interval=poll_interval,
+        timeout=timeout,
+    )
+    try:
+        return await foundry.evaluate_traces(
+            response_ids=response_ids,
+            trace_ids=trace_ids,
+            agent_id=agent_id,
+            lookback_hours=lookback_hours,
+            eval_name=eval_name,
+        )
+    finally:
+        await foundry.aclose()
 
 
 def _project_client(endpoint: str, credential: Any) -> Any:
