@@ -194,8 +194,9 @@ def bootstrap_mean_interval(
         return None
     mean = float(arr.mean())
     distinct, counts = np.unique(arr, return_counts=True)
-    if distinct.size == 1:
-        return Interval(mean, mean, mean, n, "bootstrap", confidence)
+    if distinct.size == 1:  # every resample is the value itself
+        value = float(distinct[0])
+        return Interval(value, value, value, n, "bootstrap", confidence)
     rng = np.random.default_rng(seed)
     alpha = (1.0 - confidence) / 2.0
     if distinct.size > _FEW_DISTINCT:

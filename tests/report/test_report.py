@@ -1,0 +1,210 @@
+"""The HTML report of crafted runs: numbers with their denominators, repetitions, judge-vs-check
+disagreement, the capped drill-down, escaping (also in headless Chromium) and self-containment."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from report_builders import write_run
+
+from evalpipe.artifacts import ArtifactError
+from evalpipe.report import load_report_data, render_report, write_report
+
+XSS = "<script>alert(1)</script>"
+
+# 3 rows × 3 repetitions. "kw" (check): row a passes 3/3, row b 1/3 (flaky), row c errors once.
+CHECKS = {
+    "kw": {
+        ("a", 0): (True, 1.0),
+        ("a", 1): (True, 1.0),
+        ("a", 2): (True, 1.0),
+        ("b", 0): (True, 1.0),
+        ("b", 1): (False, 0.0),
+        ("b", 2): (False, 0.0),
+        ("c", 0): (False, 0.0),
+        ("c", 1): ("error", None),
+        ("c", 2): (None, 0.5),
+    },
+}
+# judge: 1-5 scores, pass at >= 3; disagrees with kw on a#1 (kw pass, judge fail) and c#0
+# (kw fail, judge pass).
+JUDGES = {
+    "relevance": {
+        ("a", 0): (True, 5.0),
+        ("a", 1): (False, 2.0),
+        ("a", 2): (True, 4.0),
+        ("b", 0): (True, 3.0),
+        ("b", 1): (False, 1.0),
+        ("b", 2): (False, 2.0),
+        ("c", 0): (True, 4.0),
+        ("c", 1): (True, 5.0),
+        ("c", 2): (True, 3.0),
+    },
+}
+
+
+@pytest.fixture
+def crafted(tmp_path: Path) -> Path:
+    return write_run(
+        tmp_path / "run",
+        CHECKS,
+        JUDGES,
+        suite=f"suite {XSS}",
+        responses={("b", 1): f"I think {XSS} is fine"},
+    )
+
+
+def _text(html: str) -> str:
+    return re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", html))
+
+
+def test_metric_rows_have_explicit_denominators_and_intervals(crafted: Path) -> None:
+    """kw: 4 passed, 3 failed, 1 errored, 1 not applicable -> 4/7 with Wilson [25.0%, 84.2%];
+    relevance is classified as a judge (it has ratings), kw as a check."""
+    report = load_report_data(crafted)
+    rows = {m.metric: m for m in report.metrics}
+    kw, rel = rows["kw"], rows["relevance"]
+    assert (kw.passed, kw.failed, kw.errored, kw.not_applicable, kw.denominator) == (4, 3, 1, 1, 7)
+    assert (kw.kind, rel.kind) == ("check", "judge")
+    assert kw.pass_rate is not None
+    assert (round(kw.pass_rate.low, 3), round(kw.pass_rate.high, 3)) == (0.250, 0.842)
+    assert rel.score is not None
+    assert rel.score.estimate == pytest.approx(29 / 9)
+    assert rel.score.n == 9
+    assert [b.count for b in rel.histogram] == [1, 2, 2, 2, 2]  # one bin per score 1..5
+    text = _text(render_report(report))
+    assert "4 / 7" in text
+    assert "57.1% [25.0%, 84.2%]" in text
+
+
+def test_repetitions_give_pass_at_k_and_flaky_rows(crafted: Path) -> None:
+    """kw over 3 repetitions: a 3/3, b 1/3, c 0/1 (one error, one n/a): pass@1 = (1 + 1/3 + 0)/3;
+    pass@3 over rows with 3 verdicts (a, b): (1 + 1)/2; pass^3: (1 + 0)/2; b is flaky."""
+    report = load_report_data(crafted)
+    kw = next(v for v in report.variability if v.metric == "kw")
+    assert (kw.rows, kw.k, kw.rows_at_k) == (3, 3, 2)
+    assert kw.pass_at_1 == pytest.approx((1 + 1 / 3 + 0) / 3)
+    assert kw.pass_at_k == pytest.approx(1.0)
+    assert kw.pass_hat_k == pytest.approx(0.5)
+    assert (kw.at_least_1, kw.all_k, kw.flaky) == (2, 1, 1)
+    flaky = {(f.metric, f.row): f.stats for f in report.flaky}
+    assert flaky[("kw", "b")].c == 1
+    assert flaky[("kw", "b")].n == 3
+    # relevance: a 2/3, b 1/3 are flaky; c 3/3 is not
+    assert {row for metric, row in flaky if metric == "relevance"} == {"a", "b"}
+    assert report.flaky_total == 3
+    html = render_report(report)
+    assert 'id="flaky-table"' in html
+    assert "Flaky rows (3)" in html
+
+
+def test_judge_vs_check_disagreement_both_ways(crafted: Path) -> None:
+    """kw vs relevance over the 7 items with both verdicts: a#1 check pass/judge fail, c#0 check
+    fail/judge pass; each listed with the judge's reason."""
+    report = load_report_data(crafted)
+    [d] = report.disagreements
+    assert (d.agent, d.check, d.judge) == ("overall", "kw", "relevance")
+    assert (d.pairs, d.check_pass_judge_fail, d.check_fail_judge_pass) == (7, 1, 1)
+    assert d.agreement == pytest.approx(5 / 7)
+    listed = {(e.item_id, e.check_passed, e.judge_passed) for e in d.examples}
+    assert listed == {("a#1", True, False), ("c#0", False, True)}
+    assert {e.judge_reason for e in d.examples} == {
+        "relevance reason: not ok",
+        "relevance reason: ok",
+    }
+    assert "check pass, judge fail" in render_report(report)
+
+
+def test_no_disagreement_section_rows_without_a_judge(tmp_path: Path) -> None:
+    """A run of checks only has nothing to disagree with, and says so."""
+    run = write_run(tmp_path / "run", CHECKS)
+    report = load_report_data(run)
+    assert report.disagreements == []
+    assert "No item has both a local check verdict and a judge verdict" in render_report(report)
+
+
+def test_drill_down_puts_failures_first_and_says_what_is_omitted(crafted: Path) -> None:
+    """max_items=2: the two shown are not-passed items; the note counts the 7 omitted."""
+    # not passed by both providers: a#1, b#1, b#2, c#0 (a judge or check fail), c#1 (errored)
+    report = load_report_data(crafted, max_items=2)
+    assert report.items_total == 9
+    assert report.items_not_passed == 5
+    assert [i.item_id for i in report.items] == ["a#1", "b#1"]
+    assert [i.verdict for i in report.items] == ["fail", "fail"]
+    assert report.items_omitted == 7
+    html = render_report(report)
+    assert "7 items omitted from this report" in html
+    assert html.count('<details class="item ') == 2
+
+
+def test_item_detail_has_transcript_tool_calls_and_every_metric(crafted: Path) -> None:
+    """An item's drill-down shows query, response, the tool call and its result, and each
+    provider's metric with reason, rating and diagnostics."""
+    report = load_report_data(crafted)
+    item = next(i for i in report.items if i.item_id == "a#1")
+    kinds = [p.kind for m in item.messages for p in m.parts]
+    assert kinds == ["text", "call", "result", "text"]
+    call = item.messages[1].parts[0]
+    assert call.title == "lookup (call c1)"
+    assert '"row": "a"' in call.body
+    scores = {s.metric: s for s in item.scores}
+    assert scores["relevance"].rating == "poor"
+    assert scores["relevance"].diagnostics == [("informational", "relevance thought about it")]
+    errored = next(i for i in report.items if i.item_id == "c#1")
+    assert {s.metric: s.error_code for s in errored.scores}["kw"] == "CheckError"
+    html = render_report(report)
+    assert "relevance thought about it" in html
+    assert "tool call" in html
+
+
+def test_agent_text_is_escaped_in_the_html(crafted: Path) -> None:
+    """A response and a suite name holding <script> appear as text, never as markup."""
+    html = render_report(load_report_data(crafted))
+    assert "<script" not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+
+
+def test_the_report_is_self_contained(crafted: Path, tmp_path: Path) -> None:
+    """No script, stylesheet link, external image, font or import: it opens offline."""
+    path = write_report(crafted, tmp_path / "out" / "r.html")
+    html = path.read_text(encoding="utf-8")
+    assert path.name == "r.html"
+    for needle in ("<script", "<link", "@import", "url(", "<img", "<iframe", 'src="http'):
+        assert needle not in html
+    assert "<svg" in html
+    assert write_report(crafted) == crafted / "report.html"
+
+
+def test_report_of_a_directory_that_is_not_a_run_is_a_clear_error(tmp_path: Path) -> None:
+    """No manifest: ArtifactError naming the directory."""
+    with pytest.raises(ArtifactError, match=re.escape(str(tmp_path))):
+        write_report(tmp_path)
+
+
+def test_chromium_shows_agent_script_as_text_and_runs_nothing(crafted: Path, browser: Any) -> None:
+    """Opened in headless Chromium: no dialog fires, the script shows as text, the sections and
+    SVG plots are there, and <details> opens without JavaScript."""
+    path = write_report(crafted, crafted / "report.html")
+    page = browser.new_page(java_script_enabled=False)
+    dialogs: list[str] = []
+    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+    page.goto(path.as_uri())
+    assert page.title() == f"evalpipe report: suite {XSS}"
+    assert page.locator("#suite-name").inner_text() == f"suite {XSS}"
+    item = page.locator('details.item[data-item="b#1"]')
+    item.locator("> summary").click()
+    assert XSS in item.locator("pre.response").inner_text()
+    assert page.locator("#metrics svg, #plots svg").count() >= 3
+    assert page.locator("script").count() == 0
+    page.close()
+    # the same page with JavaScript on: still no dialog, since no script element exists
+    page = browser.new_page()
+    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+    page.goto(path.as_uri())
+    page.wait_for_timeout(200)
+    assert page.evaluate("document.scripts.length") == 0
+    page.close()
+    assert dialogs == []
