@@ -13,6 +13,14 @@ server (127.0.0.1, an ephemeral port, HTTP/1.1 keep-alive) so the real ``azure-a
 * task_navigation_efficiency compares the tool names in ``actions`` with ``expected_actions`` by
   the criterion's ``matching_mode``.
 
+It also serves what evalpipe reads from the Agent Service (azure-ai-agents' ``AgentsClient``,
+``api-version=v1``): ``GET /assistants/{id}``, ``/threads``, ``/threads/{id}``,
+``/threads/{id}/messages``, ``/threads/{id}/runs``, ``/threads/{id}/runs/{run}/steps``, with
+``limit``/``order``/``after``/``before`` pagination and ``has_more``, seeded by the test
+(``add_agent``, ``add_thread``, ``add_message``, ``add_run``, ``add_step``, ``delete_message``); and
+the server-side data sources of evaluate-by-response-id (``azure_ai_responses``, seeded with
+``add_response``) and evaluate-by-agent (``azure_ai_traces``, seeded with ``add_trace``).
+
 Runs advance on polls: ``queued`` at creation, then ``in_progress``, then terminal after
 ``polls_to_complete`` retrieves. Fault injection: ``inject(...)`` for HTTP faults (status codes with
 headers, delays, a create committed but answered with an error), and run behaviour knobs

@@ -450,3 +450,48 @@ def test_client_is_checked(emulator: FoundryEmulator) -> None:
         FoundryThreads()
     with FoundryThreads(endpoint=emulator.endpoint, credential=StaticCredential()) as own:
         assert own.read("thread_nope") == []
+
+
+def test_built_in_tools_and_unknown_content(
+    emulator: FoundryEmulator, agents: AgentsClient
+) -> None:
+    """A code_interpreter call keeps its input and logs; an image_file part is left out, said so."""
+    agent = emulator.add_agent(
+        "coder", instructions="Compute.", tools=[{"type": "code_interpreter"}]
+    )
+    thread = emulator.add_thread()
+    emulator.add_message(thread, "user", "What is 6*7?")
+    emulator.messages[thread][-1]["content"].append(
+        {"type": "image_file", "image_file": {"file_id": "file_1"}}
+    )
+    run = emulator.add_run(thread, agent)
+    emulator.add_step(
+        thread,
+        run,
+        {
+            "type": "tool_calls",
+            "tool_calls": [
+                {
+                    "id": "ci_1",
+                    "type": "code_interpreter",
+                    "code_interpreter": {
+                        "input": "print(6*7)",
+                        "outputs": [{"type": "logs", "logs": "42"}],
+                    },
+                }
+            ],
+        },
+    )
+    answer(emulator, thread, run, agent, "42")
+    reader = FoundryThreads(agents)
+    [rec] = reader.read(thread)
+    assert rec.tools == [
+        ToolDefinition(
+            name="code_interpreter", description="Foundry built-in tool: code_interpreter"
+        )
+    ]
+    call = rec.conversation[2].function_calls[0]
+    assert (call.name, call.arguments) == ("code_interpreter", {"input": "print(6*7)"})
+    assert rec.conversation[3].function_results[0].result == [{"type": "logs", "logs": "42"}]
+    assert rec.conversation[1].text == "What is 6*7?"
+    assert any("content of type 'image_file' left out" in str(d) for d in reader.diagnostics)

@@ -2,7 +2,9 @@
 
 One eval per evaluator set, one run per batch of items, runs concurrent up to a limit; every call
 retried by evalpipe's policy; polling backs off until a terminal status or the timeout, which
-cancels the run and keeps the output items that exist (docs/foundry.md).
+cancels the run and keeps the output items that exist (docs/foundry.md). ``evaluate_traces``
+scores data the service already stores (responses by id, an agent's traces in a lookback window)
+through server-side data sources.
 """
 
 from __future__ import annotations
