@@ -151,3 +151,125 @@ def test_row_hash_ignores_id_but_not_content() -> None:
     a = QueryRow(query="q", id="1", expected_output="x")
     assert row_hash(a) == row_hash(a.model_copy(update={"id": "2"}))
     assert row_hash(a) != row_hash(a.model_copy(update={"expected_output": "y"}))
+
+
+# --- recorded rows ---------------------------------------------------------------------------
+
+OPENAI_CONVERSATION = [
+    {"role": "system", "content": "Be brief."},
+    {"role": "user", "content": "Weather in Paris?"},
+    {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {
+                "id": "c1",
+                "type": "function",
+                "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+            }
+        ],
+    },
+    {"role": "tool", "tool_call_id": "c1", "content": "18C"},
+    {"role": "assistant", "content": "18C in Paris."},
+]
+
+
+def test_recorded_row_derives_query_and_reads_tools(tmp_path: Path) -> None:
+    """A JSONL row with only a conversation gets its query from the last user message; its tools
+    (OpenAI or plain shape) become definitions; the conversation is stored as evalpipe Messages."""
+    import json
+
+    tools = [{"type": "function", "function": {"name": "get_weather", "description": "w"}}]
+    path = write(tmp_path, json.dumps({"conversation": OPENAI_CONVERSATION, "tools": tools}) + "\n")
+    (row,) = load_jsonl(path)
+    assert row.query == "Weather in Paris?"
+    assert row.recorded
+    assert [m.role for m in row.conversation or []] == [
+        "system",
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+    ]
+    assert [t.name for t in row.tools or []] == ["get_weather"]
+
+
+def test_recorded_agents_rows_and_their_errors(tmp_path: Path) -> None:
+    """recorded_agents entries read in the file's format; a bad entry names file:line and path."""
+    import json
+
+    entry = {
+        "agent": "researcher",
+        "received": [{"role": "user", "content": "Find hotels"}],
+        "produced": [{"role": "assistant", "content": "Hotel Lumiere."}],
+    }
+    path = write(tmp_path, json.dumps({"recorded_agents": [entry]}) + "\n")
+    (row,) = load_jsonl(path)
+    assert row.query == "Find hotels"
+    assert row.recorded_agents is not None
+    assert row.recorded_agents[0].produced[0].text == "Hotel Lumiere."
+    bad = {**entry, "produced": [{"role": "assistant", "text": "x"}]}
+    path = write(tmp_path, '{"query": "q"}\n' + json.dumps({"recorded_agents": [bad]}) + "\n")
+    with pytest.raises(
+        DatasetError,
+        match=r":2: the recording fits no message format.*"
+        r"recorded_agents\[0\]\.produced\[0\]",
+    ):
+        load_jsonl(path)
+    path = write(tmp_path, json.dumps({"recorded_agents": [{**entry, "agnt": "x"}]}) + "\n")
+    with pytest.raises(DatasetError, match=r":1: unknown column 'recorded_agents\.0\.agnt'"):
+        load_jsonl(path)
+
+
+def test_recorded_row_without_any_user_message_needs_a_query(tmp_path: Path) -> None:
+    """A recording with no user message and no query is refused with what to add."""
+    import json
+
+    conversation = [{"role": "assistant", "content": "Hello."}]
+    path = write(tmp_path, json.dumps({"conversation": conversation}) + "\n")
+    with pytest.raises(DatasetError, match=r":1: .*no user message with text.*add a 'query'"):
+        load_jsonl(path)
+    path = write(tmp_path, json.dumps({"query": "hi", "conversation": conversation}) + "\n")
+    assert load_jsonl(path)[0].query == "hi"
+
+
+def test_recorded_rows_in_csv_and_native_parquet(tmp_path: Path) -> None:
+    """CSV cells hold recordings as JSON; Parquet holds them natively (nulls from struct unions are
+    dropped) or as JSON strings."""
+    import csv
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from evalpipe.datasets import load_dataset
+
+    path = tmp_path / "r.csv"
+    with path.open("w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["id", "conversation"])
+        writer.writerow(["a", json.dumps(OPENAI_CONVERSATION)])
+    (row,) = load_dataset(path)
+    assert row.query == "Weather in Paris?"
+    assert row.conversation is not None
+    assert row.conversation[2].function_calls[0].name == "get_weather"
+
+    native = tmp_path / "r.parquet"
+    pq.write_table(pa.table({"conversation": [OPENAI_CONVERSATION]}), native)
+    assert pa.types.is_list(pq.read_schema(native).field("conversation").type)
+    (row,) = load_dataset(native)
+    assert row.conversation is not None
+    assert [m.role for m in row.conversation][-2:] == ["tool", "assistant"]
+    assert row.conversation[3].function_results[0].result == "18C"
+
+
+def test_row_hash_includes_the_recording() -> None:
+    """A changed recording is a new row (its hash changes); a QueryRow built in code detects its
+    recording's format itself."""
+    from evalpipe.datasets import QueryRow, row_hash
+
+    a = QueryRow.model_validate({"conversation": OPENAI_CONVERSATION})
+    changed = [*OPENAI_CONVERSATION[:-1], {"role": "assistant", "content": "20C in Paris."}]
+    b = QueryRow.model_validate({"conversation": changed})
+    assert a.query == b.query
+    assert row_hash(a) != row_hash(b)

@@ -279,3 +279,32 @@ def test_agents_scope_is_checked_against_the_target(tmp_path: Path) -> None:
         SuiteError, match="names agent 'reseacher', which the workflow does not have"
     ):
         RunPlan.prepare(workflow, tmp_path / "run")
+
+
+def test_a_suite_without_a_target_loads_and_build_target_says_why(tmp_path: Path) -> None:
+    """`target` is optional (recorded datasets); asking to build a missing target names the fix."""
+    body = "name: recorded\ndataset: q.jsonl\nevaluators:\n  - tool_calls_present\n"
+    suite = load_suite(_suite_file(tmp_path, body))
+    assert suite.target is None
+    with pytest.raises(SuiteError, match=r"the suite has no target.*recorded 'conversation'"):
+        build_target(suite)
+    with_target = load_suite(_suite_file(tmp_path, BASE))
+    assert suite.fingerprint() != with_target.fingerprint()
+
+
+def test_a_targetless_suite_needs_every_row_recorded(tmp_path: Path) -> None:
+    """Preparing a run of a suite without a target refuses the first unrecorded row by id."""
+    from evalpipe.pipeline.plan import RunPlan
+
+    body = "name: recorded\ndataset: q.jsonl\nevaluators:\n  - tool_calls_present\n"
+    suite = load_suite(_suite_file(tmp_path, body))
+    with pytest.raises(SuiteError, match=r"dataset row 'line-1' \(row 1\) has no recording"):
+        RunPlan.prepare(suite, tmp_path / "run")
+    (tmp_path / "q.jsonl").write_text(
+        '{"conversation": [{"role": "user", "content": "hi"}, '
+        '{"role": "assistant", "content": "hello"}]}\n',
+        encoding="utf-8",
+    )
+    plan = RunPlan.prepare(suite, tmp_path / "run")
+    assert plan.kind == "agent"
+    assert plan.target is None

@@ -309,10 +309,25 @@ _JSON_COLUMNS = (
 )
 
 
+_RECORDING_COLUMNS = ("conversation", "tools", "recorded_agents")
+
+
+def _without_nulls(value: Any) -> Any:
+    """A native Parquet struct value without its null fields: a list of structs has the union of
+    every element's fields, so a message gets ``tool_calls: null`` from its neighbours."""
+    if isinstance(value, dict):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_nulls(v) for v in value]
+    return value
+
+
 def _cell(column: str, value: Any, where: str, file: Path) -> Any:
     """A CSV/Parquet cell as a row value: JSON for nested columns, empty cells absent."""
     if value is None:
         return None
+    if column in _RECORDING_COLUMNS and isinstance(value, list | dict):
+        return _without_nulls(value)
     if isinstance(value, str):
         text = value.strip()
         if text == "":

@@ -21,7 +21,7 @@ recording that fits none gets an error naming the closest format's first mismatc
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from pydantic import ValidationError
@@ -340,10 +340,10 @@ def detect_format(
             continue
         mismatches: dict[RecordedFormat, Mismatch] = {}
         for fmt in FORMATS:
-            for path, value in lists:
+            for ordinal, (path, value) in enumerate(lists):
                 bad = check_messages(value, fmt, path)
-                if bad is not None:
-                    mismatches[fmt] = bad
+                if bad is not None:  # a later list got further than an earlier one
+                    mismatches[fmt] = replace(bad, progress=(ordinal, *bad.progress))
                     break
         fits = [f for f in FORMATS if f not in mismatches]
         if not fits:
