@@ -505,12 +505,13 @@ def recorded_run(
         query_index: The row's position in the dataset.
         repetition: Which repetition the transcript is for.
         kind: ``"agent"``: a ``TargetRun`` whose messages are the conversation's response side;
-            ``"workflow"``: a ``WorkflowRun`` with one executor turn per recorded agent and the final
-            assistant message of the conversation (else of the last agent) as its output.
+            ``"workflow"``: a ``WorkflowRun`` with one executor turn per recorded agent (a row
+            with only a ``conversation`` is one turn of the agent named by its assistant messages'
+            ``author_name``, else ``"agent"``) and the final assistant message of the
+            conversation (else of the last agent) as its output.
 
     Raises:
-        RecordedFormatError: for a recording the kind cannot use (a workflow row without
-            ``recorded_agents``, an agent row with them).
+        RecordedFormatError: for an agent row with ``recorded_agents``.
     """
     from evalpipe.items import RunUsage
 
@@ -533,21 +534,30 @@ def recorded_run(
         )
     from evalpipe.targets.workflow import ExecutorRun, WorkflowRun
 
-    if not row.recorded_agents:
-        raise RecordedFormatError(
-            f"row {row.id!r}: a workflow evaluation needs each recorded row's 'recorded_agents' "
-            "(who received and produced what); add them, or evaluate the rows as a single agent"
-        )
-    turns = [
-        ExecutorRun(
-            executor_id=entry.agent,
-            agent=entry.agent,
-            received=list(entry.received),
-            produced=list(entry.produced),
-            tools=entry.tools,
-        )
-        for entry in row.recorded_agents
-    ]
+    if row.recorded_agents:
+        turns = [
+            ExecutorRun(
+                executor_id=entry.agent,
+                agent=entry.agent,
+                received=list(entry.received),
+                produced=list(entry.produced),
+                tools=entry.tools,
+            )
+            for entry in row.recorded_agents
+        ]
+    else:
+        # a single-agent recording among multi-agent ones: one turn, named by its author
+        head, tail, _ = split_recording(row.conversation or [], row.query)
+        name = next((m.author_name for m in tail if m.role == "assistant" and m.author_name), None)
+        turns = [
+            ExecutorRun(
+                executor_id=name or "agent",
+                agent=name or "agent",
+                received=head,
+                produced=tail,
+                tools=row.tools,
+            )
+        ]
     output = final_answer(row.conversation or [])
     if not output:
         output = final_answer([m for turn in turns for m in turn.produced])

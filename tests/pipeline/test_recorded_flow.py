@@ -194,3 +194,23 @@ async def test_targetless_suite_with_an_unrecorded_row_names_the_row(project: Pa
     path = _suite(project, [_openai_row(0, "Paris", "sunny"), {"id": "plain", "query": "hi"}])
     with pytest.raises(SuiteError, match=r"row 'plain' \(row 2\) has no recording"):
         await arun_suite(load_suite(path))
+
+
+async def test_single_and_multi_agent_recordings_in_one_file(project: Path) -> None:
+    """A file mixing multi-agent rows (recorded_agents) and single-agent conversations (as the
+    Foundry threads import writes) is one workflow evaluation: a single-agent row is one turn of
+    the agent its assistant messages name."""
+    nested = trace_rows(read_otel_traces(FIXTURES / "agent_as_tool.json", log=False).traces)
+    single = trace_rows(read_otel_traces(FIXTURES / "single_agent.json", log=False).traces)[0]
+    for message in single["conversation"]:
+        if message["role"] == "assistant":
+            message["author_name"] = "support"
+    path = _suite(project, [*nested, single], evaluators=[{"keyword_check": ["Paris"]}])
+    outcome = await arun_suite(load_suite(path))
+    assert outcome.state == "Completed", outcome.message
+    (results,) = load_run(outcome.run_dir)
+    assert set(results.sub_results) == {"coordinator", "researcher", "support"}
+    assert results.sub_results["support"].passed == 1
+    support = results.sub_results["support"].input_items[0]
+    assert [m.role for m in support.conversation][:2] == ["system", "user"]
+    assert support.response == "It is 18C and sunny in Paris."

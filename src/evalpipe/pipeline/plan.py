@@ -510,19 +510,13 @@ def _recorded_kind(
 
 
 def _check_recorded_rows(rows: Sequence[QueryRow], kind: str) -> None:
-    """Recorded rows must fit the kind: per-agent turns for workflows, a conversation for agents."""
+    """A single agent target cannot take multi-agent recordings (a workflow takes both kinds)."""
     for index, row in enumerate(rows):
         if kind == "agent" and row.recorded_agents is not None:
             raise SuiteError(
                 f"dataset: row {row.id!r} (row {index + 1}) has 'recorded_agents', a multi-agent "
                 "recording, but the target is a single agent; use a workflow target, no target, "
                 "or give the row a 'conversation' only"
-            )
-        if kind == "workflow" and row.recorded and row.recorded_agents is None:
-            raise SuiteError(
-                f"dataset: row {row.id!r} (row {index + 1}) has a 'conversation' but no "
-                "'recorded_agents'; a workflow evaluation needs each agent's turns (who received "
-                "and produced what)"
             )
 
 
