@@ -208,3 +208,19 @@ def test_chromium_shows_agent_script_as_text_and_runs_nothing(crafted: Path, bro
     assert page.evaluate("document.scripts.length") == 0
     page.close()
     assert dialogs == []
+
+
+def test_large_run_drill_down_is_capped_with_failures_first(tmp_path: Path) -> None:
+    """1,200 items with 171 failing (i % 7 == 3), max_items=40 (the many-items path): the 40 shown are
+    failures in item order, the counts cover all items, and the file stays small."""
+    keys = [(f"row{i:04d}", 0) for i in range(1200)]
+    run = write_run(tmp_path / "big", {"kw": {k: (i % 7 != 3, 1.0) for i, k in enumerate(keys)}})
+    report = load_report_data(run, max_items=40)
+    assert (report.items_total, report.items_not_passed) == (1200, 171)
+    assert [i.item_id for i in report.items] == [f"row{i:04d}#0" for i in range(3, 3 + 7 * 40, 7)]
+    assert {i.verdict for i in report.items} == {"fail"}
+    path = write_report(run, tmp_path / "big.html", max_items=40)
+    html = path.read_text(encoding="utf-8")
+    assert "1160 items omitted" in html
+    assert html.count('<details class="item ') == 40
+    assert path.stat().st_size < 300_000
