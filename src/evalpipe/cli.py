@@ -288,6 +288,35 @@ def _results(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def _deploy(args: argparse.Namespace, err: Console) -> int:
+    from evalpipe.pipeline.deploy import DeployError, deploy
+
+    try:
+        return deploy(args.prefect_file, args.name, create_pools=not args.no_create_pool)
+    except DeployError as exc:
+        raise ValueError(str(exc)) from None
+
+
+def _serve(args: argparse.Namespace, err: Console) -> int:
+    from evalpipe.pipeline.deploy import DeployError, serve
+    from evalpipe.suite import apply_params
+
+    params = apply_params({}, args.param) if args.param else None
+    try:
+        serve(
+            args.suite,
+            name=args.name,
+            cron=args.cron,
+            interval=args.interval,
+            repetitions=args.repetitions,
+            params=params,
+            tags=args.tag,
+        )
+    except DeployError as exc:
+        raise ValueError(str(exc)) from None
+    return 0
+
+
 def _cache(args: argparse.Namespace, console: Console) -> int:
     from evalpipe.cache import cache_clean, cache_stats
 
@@ -339,6 +368,39 @@ def _build_parser() -> argparse.ArgumentParser:
     cache = sub.add_parser("cache", help="inspect or clean the response cache")
     cache.add_argument("cache_command", choices=["stats", "clean"])
     cache.add_argument("dir", type=Path, help="the cache directory")
+    dep = sub.add_parser(
+        "deploy",
+        help="check the suites, create the work pools, and `prefect deploy` a prefect.yaml",
+    )
+    dep.add_argument(
+        "--prefect-file",
+        type=Path,
+        default=Path("deployments/prefect.yaml"),
+        help="the deployments file (default deployments/prefect.yaml)",
+    )
+    dep.add_argument(
+        "--name", action="append", default=[], help="deploy only this deployment (repeatable)"
+    )
+    dep.add_argument(
+        "--no-create-pool", action="store_true", help="do not create missing process work pools"
+    )
+    srv = sub.add_parser(
+        "serve", help="register a deployment of a suite and run its flow runs in this process"
+    )
+    srv.add_argument("suite", help="the suite YAML file")
+    srv.add_argument("--name", default=None, help="deployment name (default: the suite's name)")
+    when = srv.add_mutually_exclusive_group()
+    when.add_argument("--cron", default=None, help='a cron schedule, e.g. "0 2 * * *" (UTC)')
+    when.add_argument("--interval", type=int, default=None, help="a schedule every N seconds")
+    srv.add_argument("--repetitions", type=int, default=None, help="override repetitions")
+    srv.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a suite field for every run (repeatable; values are YAML)",
+    )
+    srv.add_argument("--tag", action="append", default=[], help="a deployment tag (repeatable)")
     ev = sub.add_parser("eval", help="evaluate an agent over a JSONL query set, in-process")
     ev.add_argument(
         "--agent",
@@ -376,6 +438,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _results(args, console)
         if args.command == "cache":
             return _cache(args, console)
+        if args.command == "deploy":
+            return _deploy(args, err)
+        if args.command == "serve":
+            return _serve(args, err)
         if args.repetitions < 1:
             raise ValueError(f"--repetitions must be >= 1, got {args.repetitions}")
         results = asyncio.run(_eval(args))

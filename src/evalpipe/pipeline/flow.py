@@ -9,8 +9,6 @@ concurrent target calls across every shard of the run. Large values travel as ``
 Prefect does not walk them.
 """
 
-from __future__ import annotations
-
 import asyncio
 import contextlib
 import contextvars
@@ -36,6 +34,7 @@ from prefect.tasks import exponential_backoff
 from prefect.utilities.annotations import quote
 
 from evalpipe.artifacts import RunRecord, RunWriter
+from evalpipe.pipeline.params import redact, resolve_suite, suite_label
 from evalpipe.pipeline.plan import Call, CallOutcome, RunPlan
 from evalpipe.results import EvalResults, merge_results
 from evalpipe.suite import EvalSuite
@@ -207,12 +206,15 @@ async def gate_task(plan: RunPlan, results: list[EvalResults]) -> Any:
 
 
 def _flow_run_name() -> str:
-    suite = (flow_run.parameters or {}).get("suite")
-    data = suite.model_dump() if isinstance(suite, EvalSuite) else dict(suite or {})
-    name = data.get("name") or "suite"
-    version = data.get("target_version") or ""
+    """``{suite}-{target_version}-x{repetitions}-{UTC date and time}`` from the run's parameters."""
+    params = flow_run.parameters or {}
+    name, version = suite_label(params.get("suite"))
+    if not version and isinstance(params.get("params"), dict):
+        version = str(params["params"].get("target_version") or "")
+    reps = params.get("repetitions")
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
-    return f"{name}{'-' + version if version else ''}-{stamp}"
+    parts = [name, version, f"x{reps}" if reps else "", stamp]
+    return "-".join(p for p in parts if p)
 
 
 def _record(plan: RunPlan, outcome: CallOutcome) -> RunRecord:
@@ -322,21 +324,33 @@ def _md_escape(text: str) -> str:
     log_prints=False,
 )
 async def eval_flow(
-    suite: EvalSuite,
+    suite: EvalSuite | str,
+    repetitions: int | None = None,
+    evaluators: list[str | dict[str, Any]] | None = None,
+    params: dict[str, Any] | None = None,
     run_dir: str | None = None,
     rescore: str | None = None,
 ) -> dict[str, Any]:
     """Run a suite: target calls in shards, per-agent items, evaluations, Parquet, gate.
 
     Args:
-        suite: The suite (a form in the Prefect UI; a YAML file on the command line).
+        suite: The suite: a YAML path (relative to the run's working directory) or the suite
+            itself (a form in the Prefect UI).
+        repetitions: Overrides the suite's repetitions.
+        evaluators: Overrides the suite's evaluator set (the YAML short forms).
+        params: Other overrides by dotted key, e.g. ``{"target_version": "v2", "concurrency": 32}``.
         run_dir: Where to write; an unfinished run directory resumes (default: a new directory
             under ``suite.output_dir``).
         rescore: A finished run directory whose transcripts are re-evaluated instead of calling
             the target.
+
+    The flow run fails when the suite's gate fails (unless ``warn_only``), its state message naming
+    every violated clause; every run emits ``evalpipe.gate.passed`` or ``evalpipe.gate.failed``.
     """
     from evalpipe.pipeline.plan import find_resumable, new_run_dir
 
+    suite = resolve_suite(suite, repetitions=repetitions, evaluators=evaluators, params=params)
+    await _tag_flow_run(suite.tags)
     logger = get_run_logger()
     started = time.perf_counter()
     if run_dir is None:
@@ -426,7 +440,7 @@ async def eval_flow(
     merged = [merge_results(parts) for parts in kept if parts]
     report = await gate_task(_q(plan), _q(merged)) if plan.gates else None
     manifest = {
-        "suite": suite.model_dump(mode="json"),
+        "suite": redact(suite.model_dump(mode="json")),
         "suite_fingerprint": suite.fingerprint(),
         "target": plan.identity,
         "providers": [p.name for p in plan.providers],
@@ -475,11 +489,95 @@ async def eval_flow(
         ],
         "gate_passed": None if report is None else report.passed,
     }
-    if report is not None and not report.passed:
-        text = "; ".join(f"{c.clause}: {c.message}" for c in report.failures) or report.summary()
+    failures = [] if report is None else [f"{c.clause}: {c.message}" for c in report.failures]
+    if report is not None and not report.passed and not failures:
+        failures = [report.summary()]
+    _emit_gate_event(suite, plan, merged, report, failures, outcome)
+    if failures:
+        text = "; ".join(failures)
         if suite.warn_only:
             logger.warning("gate failed (warn only): %s", text)
         else:
             raise GateFailedError(f"gate failed for suite {suite.name}: {text}")
     logger.info("run %s finished in %.2f s", run_path, time.perf_counter() - started)
     return outcome
+
+
+async def _tag_flow_run(tags: Sequence[str]) -> None:
+    """Add the suite's tags to the flow run (a deployment's own tags stay)."""
+    current = list(flow_run.tags or [])
+    missing = [t for t in tags if t not in current]
+    if not missing or flow_run.id is None:
+        return
+    from prefect.client.orchestration import get_client
+
+    async with get_client() as client:
+        await client.update_flow_run(flow_run.id, tags=[*current, *missing])
+
+
+GATE_PASSED = "evalpipe.gate.passed"
+GATE_FAILED = "evalpipe.gate.failed"
+
+
+def _emit_gate_event(
+    suite: EvalSuite,
+    plan: RunPlan,
+    merged: Sequence[EvalResults],
+    report: Any,
+    failures: Sequence[str],
+    outcome: dict[str, Any],
+) -> None:
+    """One event per run for automations: ``evalpipe.gate.failed`` or ``evalpipe.gate.passed``.
+
+    The resource is the suite (``evalpipe.suite.<name>``); related resources are the flow run
+    and, for a deployment run, the deployment. A suite without gates passes (``gates: 0``).
+    """
+    from prefect.events import emit_event
+    from prefect.runtime import deployment
+
+    related = []
+    if flow_run.id:
+        related.append(
+            {
+                "prefect.resource.id": f"prefect.flow-run.{flow_run.id}",
+                "prefect.resource.role": "flow-run",
+                "prefect.resource.name": flow_run.name or "",
+            }
+        )
+    if deployment.id:
+        related.append(
+            {
+                "prefect.resource.id": f"prefect.deployment.{deployment.id}",
+                "prefect.resource.role": "deployment",
+                "prefect.resource.name": deployment.name or "",
+            }
+        )
+    payload = {
+        "suite": suite.name,
+        "target_version": suite.target_version,
+        "run_dir": outcome["run_dir"],
+        "calls": outcome["calls"],
+        "gates": len(plan.gates),
+        "warn_only": suite.warn_only,
+        "violated": list(failures),
+        "results": [
+            {
+                "provider": r.provider,
+                "passed": r.passed,
+                "failed": r.failed,
+                "errored": r.errored,
+                "pass_rate": r.passed / (r.passed + r.failed) if r.passed + r.failed else None,
+            }
+            for r in merged
+        ],
+        "clauses": [] if report is None else report.model_dump(mode="json").get("clauses", []),
+    }
+    emit_event(
+        event=GATE_FAILED if failures else GATE_PASSED,
+        resource={
+            "prefect.resource.id": f"evalpipe.suite.{suite.name}",
+            "prefect.resource.name": suite.name,
+        },
+        related=related,
+        payload=payload,
+    )

@@ -1,0 +1,178 @@
+"""Deploying the eval flow: ``evalpipe deploy`` (prefect.yaml + a process pool) and ``evalpipe serve``.
+
+``deploy`` checks every deployment's suite before Prefect sees it (a typo in a suite path fails here,
+not at 02:00), creates the process work pool when asked, then runs ``prefect deploy`` on the file
+with ``EVALPIPE_ROOT`` set to the project root (the pull step of deployments/prefect.yaml changes
+into it before each run). ``serve`` registers one deployment and runs its flow runs in this process:
+no pool, no worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from evalpipe.suite import SuiteError
+
+__all__ = ["DeployError", "check_deployments", "deploy", "ensure_work_pool", "serve"]
+
+
+class DeployError(Exception):
+    """A deployment file or option that cannot work; the message says which and how to fix it."""
+
+
+def _prefect() -> list[str]:
+    """The ``prefect`` command of this interpreter's environment."""
+    exe = Path(sys.executable).with_name("prefect")
+    return [str(exe)] if exe.exists() else [sys.executable, "-m", "prefect"]
+
+
+def check_deployments(
+    prefect_file: Path, names: Sequence[str] = (), *, root: Path | None = None
+) -> list[dict[str, Any]]:
+    """The deployments of ``prefect_file`` (those in ``names``, or all) with valid suites.
+
+    Each deployment's ``suite`` parameter (a path relative to ``root``) is loaded and every
+    override parameter applied, so a broken suite fails before anything is registered.
+
+    Raises:
+        DeployError: naming the file, the deployment and what is wrong.
+    """
+    from evalpipe.pipeline.params import resolve_suite
+
+    root = root or Path.cwd()
+    try:
+        data = yaml.safe_load(prefect_file.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise DeployError(f"{prefect_file}: cannot read ({exc.strerror})") from None
+    except yaml.YAMLError as exc:
+        raise DeployError(f"{prefect_file}: invalid YAML ({exc})") from None
+    deployments = (data or {}).get("deployments") if isinstance(data, dict) else None
+    if not isinstance(deployments, list) or not deployments:
+        raise DeployError(f"{prefect_file}: no 'deployments:' list")
+    known = [str(d.get("name")) for d in deployments if isinstance(d, dict)]
+    missing = [n for n in names if n not in known]
+    if missing:
+        raise DeployError(
+            f"{prefect_file}: no deployment named {', '.join(missing)}; it has {', '.join(known)}"
+        )
+    chosen = [d for d in deployments if isinstance(d, dict) and (not names or d["name"] in names)]
+    for dep in chosen:
+        where = f"{prefect_file}: deployment {dep.get('name')!r}"
+        params = dict(dep.get("parameters") or {})
+        suite = params.get("suite")
+        if suite is None:
+            raise DeployError(f"{where}: parameters.suite is missing (a suite YAML path)")
+        if isinstance(suite, str) and not Path(suite).is_absolute():
+            suite = str(root / suite)
+        try:
+            resolve_suite(
+                suite,
+                repetitions=params.get("repetitions"),
+                evaluators=params.get("evaluators"),
+                params=params.get("params"),
+            )
+        except SuiteError as exc:
+            raise DeployError(f"{where}: {exc}") from None
+    return chosen
+
+
+async def ensure_work_pool(name: str, pool_type: str = "process") -> bool:
+    """Create the work pool when it does not exist; True when it was created."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.actions import WorkPoolCreate
+    from prefect.exceptions import ObjectAlreadyExists, ObjectNotFound
+
+    async with get_client() as client:
+        try:
+            await client.read_work_pool(name)
+            return False
+        except ObjectNotFound:
+            try:
+                await client.create_work_pool(WorkPoolCreate(name=name, type=pool_type))
+            except ObjectAlreadyExists:  # created meanwhile by someone else
+                return False
+            return True
+
+
+def deploy(
+    prefect_file: Path,
+    names: Sequence[str] = (),
+    *,
+    create_pools: bool = True,
+    root: Path | None = None,
+) -> int:
+    """Check the suites, create missing process pools, then ``prefect deploy`` them.
+
+    Returns ``prefect deploy``'s exit code.
+
+    Raises:
+        DeployError: for a broken deployment file or suite, or no Prefect server configured.
+    """
+    root = (root or Path.cwd()).resolve()
+    if not os.environ.get("PREFECT_API_URL"):
+        raise DeployError(
+            "PREFECT_API_URL is not set: deployments live on a Prefect server. Start one "
+            "(prefect server start) and export PREFECT_API_URL=http://127.0.0.1:4200/api"
+        )
+    chosen = check_deployments(prefect_file, names, root=root)
+    if create_pools:
+        pools = {
+            str((d.get("work_pool") or {}).get("name"))
+            for d in chosen
+            if (d.get("work_pool") or {}).get("name")
+        }
+        for pool in sorted(pools):
+            asyncio.run(ensure_work_pool(pool))
+    command = [*_prefect(), "--no-prompt", "deploy", "--prefect-file", str(prefect_file)]
+    if names:
+        for name in names:
+            command += ["--name", name]
+    else:
+        command.append("--all")
+    env = {**os.environ, "EVALPIPE_ROOT": os.environ.get("EVALPIPE_ROOT", str(root))}
+    return subprocess.run(command, cwd=root, env=env, check=False).returncode
+
+
+def serve(
+    suite_path: str,
+    *,
+    name: str | None = None,
+    cron: str | None = None,
+    interval: int | None = None,
+    repetitions: int | None = None,
+    params: dict[str, Any] | None = None,
+    tags: Sequence[str] = (),
+) -> None:
+    """Register deployment ``evalpipe-eval/<name>`` (default: the suite's name) and run its flow runs here until interrupted.
+
+    Raises:
+        DeployError: for a suite that does not load with the given overrides.
+    """
+    from evalpipe.pipeline.flow import eval_flow
+    from evalpipe.pipeline.params import resolve_suite
+
+    try:
+        suite = resolve_suite(suite_path, repetitions=repetitions, params=params)
+    except SuiteError as exc:
+        raise DeployError(str(exc)) from None
+    parameters: dict[str, Any] = {"suite": str(Path(suite_path).resolve())}
+    if repetitions is not None:
+        parameters["repetitions"] = repetitions
+    if params:
+        parameters["params"] = params
+    eval_flow.serve(
+        name=name or suite.name,
+        cron=cron,
+        interval=interval,
+        parameters=parameters,
+        tags=[*dict.fromkeys([*tags, *suite.tags])],
+        description=suite.description or f"evalpipe suite {suite.name}",
+    )

@@ -1,0 +1,358 @@
+"""Deployments end to end: a real `prefect server` (SQLite in a temporary PREFECT_HOME) on 127.0.0.1,
+`evalpipe deploy` of deployments/prefect.yaml, a process worker, runs triggered from the CLI and from
+Python, artifacts read back through the API, gate events read back from the events API, the Prefect
+UI in headless Chromium, and `evalpipe serve`."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pyarrow.parquet as pq
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+FINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
+SCREENSHOT = ROOT / "docs" / "images" / "prefect-ui-flow-run.png"
+
+
+@dataclass
+class Server:
+    url: str
+    api: str
+    env: dict[str, str]
+    home: Path
+    output: Path
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _wait(predicate: Callable[[], Any], timeout: float, what: str, step: float = 0.5) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(step)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+
+
+def _start(cmd: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    handle = log.open("wb")
+    return subprocess.Popen(
+        cmd, cwd=ROOT, env=env, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True
+    )
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """`prefect server start` on a free loopback port, its own PREFECT_HOME and SQLite database."""
+    home = tmp_path_factory.mktemp("prefect-home")
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith("PREFECT_") and k != "EVALPIPE_ROOT"
+    }
+    env.update(
+        PREFECT_HOME=str(home),
+        PREFECT_API_URL=f"{url}/api",
+        PREFECT_SERVER_UI_API_URL=f"{url}/api",
+        PREFECT_SERVER_ANALYTICS_ENABLED="false",
+        PREFECT_WORKER_QUERY_SECONDS="1",
+        PREFECT_WORKER_PREFETCH_SECONDS="5",
+        PREFECT_RUNNER_POLL_FREQUENCY="1",
+        PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW="ignore",
+    )
+    proc = _start(
+        [str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+        env,
+        home / "server.log",
+    )
+
+    def healthy() -> bool:
+        if proc.poll() is not None:
+            raise AssertionError((home / "server.log").read_text(errors="replace")[-3000:])
+        try:
+            return httpx.get(f"{url}/api/health", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    try:
+        _wait(healthy, 120, "prefect server health")
+        yield Server(url, f"{url}/api", env, home, tmp_path_factory.mktemp("runs"))
+    finally:
+        _stop(proc)
+
+
+@pytest.fixture(scope="module")
+def worker(server: Server) -> Iterator[subprocess.Popen[bytes]]:
+    """`evalpipe deploy` (checks suites, creates the pool, runs prefect deploy), then one worker."""
+    deployed = subprocess.run(
+        [str(BIN / "evalpipe"), "deploy"],
+        cwd=ROOT,
+        env=server.env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert deployed.returncode == 0, deployed.stdout[-3000:] + deployed.stderr[-3000:]
+    proc = _start(
+        [str(BIN / "prefect"), "worker", "start", "--pool", "evalpipe-process", "--name", "w1"],
+        server.env,
+        server.home / "worker.log",
+    )
+    try:
+        yield proc
+    finally:
+        _stop(proc)
+
+
+def _api(server: Server, method: str, path: str, body: Any = None) -> Any:
+    response = httpx.request(method, f"{server.api}{path}", json=body, timeout=30)
+    response.raise_for_status()
+    return response.json()
+
+
+def _wait_final(server: Server, flow_run_id: str, timeout: float = 240) -> dict[str, Any]:
+    def final() -> dict[str, Any] | None:
+        run = _api(server, "GET", f"/flow_runs/{flow_run_id}")
+        return run if run["state"] and run["state"]["type"] in FINAL else None
+
+    run: dict[str, Any] = _wait(final, timeout, f"flow run {flow_run_id} to finish", step=1)
+    return run
+
+
+def _outputs(server: Server, name: str) -> Path:
+    path = server.output / name
+    path.mkdir(exist_ok=True)
+    return path
+
+
+def _gate_events(server: Server, flow_run_id: str) -> list[dict[str, Any]]:
+    page = _api(
+        server,
+        "POST",
+        "/events/filter",
+        {"filter": {"event": {"prefix": ["evalpipe.gate."]}}, "limit": 50},
+    )
+    return [
+        e
+        for e in page["events"]
+        if any(r["prefect.resource.id"] == f"prefect.flow-run.{flow_run_id}" for r in e["related"])
+    ]
+
+
+@pytest.fixture(scope="module")
+def smoke_run(server: Server, worker: subprocess.Popen[bytes]) -> dict[str, Any]:
+    """The hourly smoke deployment triggered from the CLI with repetitions=2 and an output dir."""
+    output = _outputs(server, "smoke")
+    started = subprocess.run(
+        [
+            str(BIN / "prefect"),
+            "deployment",
+            "run",
+            "evalpipe-eval/travel-smoke-hourly",
+            "--param",
+            "repetitions=2",
+            "--param",
+            "params=" + json.dumps({"output_dir": str(output)}),
+        ],
+        cwd=ROOT,
+        env=server.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert started.returncode == 0, started.stdout + started.stderr
+    match = re.search(r"UUID:\s*([0-9a-f-]{36})", started.stdout)
+    assert match, started.stdout
+    run = _wait_final(server, match.group(1))
+    run["output"] = output
+    return run
+
+
+def test_deployed_run_completes_with_the_overridden_parameters(
+    server: Server, smoke_run: dict[str, Any]
+) -> None:
+    """A CLI-triggered deployment run completes, named from the template, with its overrides applied."""
+    log = (server.home / "worker.log").read_text(errors="replace")[-3000:]
+    assert smoke_run["state"]["type"] == "COMPLETED", smoke_run["state"]["message"] + log
+    assert re.fullmatch(r"travel-agent-x2-\d{8}-\d{6}", smoke_run["name"])
+    assert smoke_run["parameters"]["repetitions"] == 2
+    assert {"evalpipe", "smoke", "demo"} <= set(smoke_run["tags"])  # deployment + suite tags
+
+
+def test_deployed_run_artifacts_exist_in_the_api_and_on_disk(
+    server: Server, smoke_run: dict[str, Any]
+) -> None:
+    """The run's Prefect artifacts are readable through the API and its Parquet files are on disk."""
+    artifacts = _api(
+        server,
+        "POST",
+        "/artifacts/filter",
+        {"artifacts": {"flow_run_id": {"any_": [smoke_run["id"]]}}},
+    )
+    by_key = {a["key"]: a for a in artifacts}
+    assert {"travel-agent-summary", "travel-agent-failures", "travel-agent-run-dir"} <= set(by_key)
+    assert by_key["travel-agent-summary"]["type"] == "table"
+    run_dirs = [p for p in (smoke_run["output"] / "travel-agent").iterdir() if p.is_dir()]
+    assert len(run_dirs) == 1
+    runs = pq.read_table(run_dirs[0] / "runs.parquet")
+    rows = len((ROOT / "examples/travel/queries.jsonl").read_text().splitlines())
+    assert runs.num_rows == rows * 2  # repetitions=2 reached the flow
+    assert set(runs.column("repetition").to_pylist()) == {0, 1}
+    for name in ("items.parquet", "scores.parquet", "summary.parquet", "manifest.json"):
+        assert (run_dirs[0] / name).is_file()
+
+
+def test_passing_run_emits_the_gate_passed_event(server: Server, smoke_run: dict[str, Any]) -> None:
+    """A run whose gate holds emits evalpipe.gate.passed about its suite, with its numbers."""
+    events = _wait(lambda: _gate_events(server, smoke_run["id"]), 30, "the gate event")
+    assert [e["event"] for e in events] == ["evalpipe.gate.passed"]
+    event = events[0]
+    assert event["resource"]["prefect.resource.id"] == "evalpipe.suite.travel-agent"
+    assert event["payload"]["gates"] == 3
+    assert event["payload"]["violated"] == []
+    assert event["payload"]["calls"] == smoke_run_calls(smoke_run)
+
+
+def smoke_run_calls(run: dict[str, Any]) -> int:
+    rows = len((ROOT / "examples/travel/queries.jsonl").read_text().splitlines())
+    return rows * int(run["parameters"]["repetitions"])
+
+
+@pytest.fixture(scope="module")
+def canary_run(server: Server, worker: subprocess.Popen[bytes]) -> dict[str, Any]:
+    """The canary deployment triggered from Python with run_deployment(timeout=0)."""
+    from prefect.deployments import run_deployment
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    output = _outputs(server, "canary")
+
+    async def trigger() -> str:
+        with temporary_settings(updates={PREFECT_API_URL: server.api}):
+            flow_run = await run_deployment(
+                "evalpipe-eval/travel-canary",
+                parameters={"params": {"output_dir": str(output)}},
+                timeout=0,
+            )
+        return str(flow_run.id)
+
+    return _wait_final(server, asyncio.run(trigger()))
+
+
+def test_failed_gate_fails_the_deployed_run_naming_the_clauses(canary_run: dict[str, Any]) -> None:
+    """A failing gate ends the flow run Failed, and its state message names the violated clauses."""
+    assert canary_run["state"]["type"] == "FAILED"
+    message = canary_run["state"]["message"]
+    assert "gate failed for suite travel-canary" in message
+    assert "researcher: all_pass(tool_call_args_match)" in message
+    assert "researcher: pass_rate(mentions_expected) >= 0.8" in message
+
+
+def test_failed_gate_emits_the_gate_failed_event(
+    server: Server, canary_run: dict[str, Any]
+) -> None:
+    """The failed run's evalpipe.gate.failed event reaches the server's events API with its clauses."""
+    events = _wait(lambda: _gate_events(server, canary_run["id"]), 30, "the gate event")
+    assert [e["event"] for e in events] == ["evalpipe.gate.failed"]
+    payload = events[0]["payload"]
+    assert payload["suite"] == "travel-canary"
+    assert payload["target_version"] == "canary-v1"
+    assert any(
+        v.startswith("researcher: all_pass(tool_call_args_match)") for v in payload["violated"]
+    )
+    assert {"provider", "passed", "failed", "errored", "pass_rate"} <= set(payload["results"][0])
+    roles = {r.get("prefect.resource.role") for r in events[0]["related"]}
+    assert {"flow-run", "deployment"} <= roles
+
+
+def test_prefect_ui_shows_the_flow_run_and_its_artifacts(
+    server: Server, smoke_run: dict[str, Any], browser: Any
+) -> None:
+    """The server's UI, in headless Chromium, shows the deployed flow run, its state and artifacts."""
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    try:
+        page.goto(f"{server.url}/runs/flow-run/{smoke_run['id']}")
+        page.get_by_text(smoke_run["name"]).first.wait_for(timeout=30_000)
+        page.get_by_text("Completed").first.wait_for(timeout=30_000)
+        page.get_by_text("Artifacts", exact=True).first.click()
+        page.get_by_text("travel-agent-summary").first.wait_for(timeout=30_000)
+        body = page.inner_text("body")
+        assert "travel-agent-run-dir" in body
+        assert "travel-agent-failures" in body
+        shot = server.output / "ui.png"
+        page.screenshot(path=str(shot))
+        assert shot.stat().st_size > 10_000
+        if os.environ.get("EVALPIPE_UPDATE_SCREENSHOTS"):
+            SCREENSHOT.parent.mkdir(exist_ok=True)
+            SCREENSHOT.write_bytes(shot.read_bytes())
+    finally:
+        page.close()
+
+
+def test_serve_registers_a_deployment_and_runs_it(server: Server) -> None:
+    """`evalpipe serve` registers evalpipe-eval/<name> and runs a triggered run in its own process."""
+    output = _outputs(server, "served")
+    proc = _start(
+        [
+            str(BIN / "evalpipe"),
+            "serve",
+            "examples/travel/agent_suite.yaml",
+            "--name",
+            "served-smoke",
+            "--repetitions",
+            "1",
+            "--param",
+            f"output_dir={output}",
+        ],
+        server.env,
+        server.home / "serve.log",
+    )
+    try:
+
+        def deployment() -> dict[str, Any] | None:
+            if proc.poll() is not None:
+                raise AssertionError((server.home / "serve.log").read_text(errors="replace"))
+            response = httpx.get(
+                f"{server.api}/deployments/name/evalpipe-eval/served-smoke", timeout=10
+            )
+            return response.json() if response.status_code == 200 else None
+
+        dep = _wait(deployment, 90, "the served deployment", step=1)
+        assert dep["parameters"]["repetitions"] == 1
+        created = _api(server, "POST", f"/deployments/{dep['id']}/create_flow_run", {})
+        run = _wait_final(server, created["id"], timeout=120)
+        assert run["state"]["type"] == "COMPLETED", (server.home / "serve.log").read_text()[-3000:]
+        assert list((output / "travel-agent").glob("*/manifest.json"))
+    finally:
+        _stop(proc)
