@@ -214,3 +214,30 @@ async def test_single_and_multi_agent_recordings_in_one_file(project: Path) -> N
     support = results.sub_results["support"].input_items[0]
     assert [m.role for m in support.conversation][:2] == ["system", "user"]
     assert support.response == "It is 18C and sunny in Paris."
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+async def test_example_recorded_suites_run_without_a_target(tmp_path: Path) -> None:
+    """examples/recorded: the conversations suite catches the wrong-city tool call and passes its
+    gate; the traces suite gives per-agent results for the imported MAF traces."""
+    suite = load_suite(ROOT / "examples/recorded/suite.yaml")
+    suite.output_dir = str(tmp_path)
+    outcome = await arun_suite(suite)
+    assert outcome.state == "Completed", outcome.message
+    assert outcome.gate_passed is True
+    (results,) = load_run(outcome.run_dir)
+    assert results.per_evaluator["tool_call_args_match"] == {"passed": 3, "failed": 1, "errored": 0}
+    assert results.per_evaluator["answers_with_temperature"]["failed"] == 1
+    wrong = next(i for i in results.items if i.item_id == "chat-0413#0")
+    assert wrong.status == "fail"
+
+    traces = load_suite(ROOT / "examples/recorded/traces_suite.yaml")
+    traces.output_dir = str(tmp_path)
+    outcome = await arun_suite(traces)
+    assert outcome.state == "Completed", outcome.message
+    results, scoped = load_run(outcome.run_dir)
+    assert set(results.sub_results) == {"coordinator", "researcher", "planner", "writer"}
+    assert set(scoped.sub_results) == {"coordinator", "researcher"}
+    assert scoped.sub_results["researcher"].failed == 1

@@ -1,0 +1,1 @@
+"""Recorded conversations and OpenTelemetry traces evaluated without a target."""
