@@ -116,8 +116,11 @@ def deploy(
     Raises:
         DeployError: for a broken deployment file or suite, or no Prefect server configured.
     """
+    from prefect.settings import PREFECT_API_URL
+
     root = (root or Path.cwd()).resolve()
-    if not os.environ.get("PREFECT_API_URL"):
+    api_url = PREFECT_API_URL.value()
+    if not api_url:
         raise DeployError(
             "PREFECT_API_URL is not set: deployments live on a Prefect server. Start one "
             "(prefect server start) and export PREFECT_API_URL=http://127.0.0.1:4200/api"
@@ -137,7 +140,11 @@ def deploy(
             command += ["--name", name]
     else:
         command.append("--all")
-    env = {**os.environ, "EVALPIPE_ROOT": os.environ.get("EVALPIPE_ROOT", str(root))}
+    env = {
+        **os.environ,
+        "PREFECT_API_URL": str(api_url),
+        "EVALPIPE_ROOT": os.environ.get("EVALPIPE_ROOT", str(root)),
+    }
     return subprocess.run(command, cwd=root, env=env, check=False).returncode
 
 
