@@ -274,3 +274,24 @@ async def test_evaluate_agent_refuses_a_response_in_no_format() -> None:
         await evaluate_agent(
             queries=["q"], responses=[[{"content": "x"}]], evaluators=keyword_check("x")
         )
+
+
+async def test_evaluate_agent_takes_recorded_message_objects_with_queries() -> None:
+    """A recording given as Message objects with a user message is the whole conversation even when
+    queries are passed (no duplicated user turn); mismatched lengths keep MAF's message."""
+    [result] = await evaluate_agent(
+        queries=["label"], responses=[EXPECTED], evaluators=keyword_check("18C")
+    )
+    item = result.input_items[0]
+    assert [m.role for m in item.conversation] == [
+        "system",
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+    ]
+    assert result.passed == 1
+    with pytest.raises(ValueError, match=r"Got 2 queries but 1 responses\."):
+        await evaluate_agent(
+            queries=["a", "b"], responses=[EXPECTED], evaluators=keyword_check("x")
+        )
