@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -406,3 +407,33 @@ async def test_foundry_on_a_workflow_one_eval_per_agent_group_one_run_per_shard(
         assert len(emu.run_objects()) == 4 * 2
     finally:
         emu.stop()
+
+
+async def test_a_judge_global_limit_bounds_requests_across_concurrent_runs(project: Path) -> None:
+    """With GCL judge:<host>:<model> of size 2, two concurrent flow runs whose judge allows 4
+    requests each never have more than 2 judge requests in flight (and do use both slots)."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
+
+    from fakes.openai_server import FakeOpenAIServer, verdict
+
+    with FakeOpenAIServer(lambda _req: verdict(5), default_delay=0.05) as server:
+        judge = {
+            "base_url": server.base_url,
+            "model": "gcl-judge",
+            "metrics": ["relevance"],
+            "max_concurrency": 4,
+        }
+        path = _write_project(
+            project, rows=8, repetitions=1, shard_size=4, evaluators=[{"judge": judge}]
+        )
+        first, second = load_suite(path), load_suite(path)
+        second.output_dir = str(project / "runs-2")
+        async with get_client() as client:
+            await client.create_global_concurrency_limit(
+                GlobalConcurrencyLimitCreate(name="judge:127.0.0.1:gcl-judge", limit=2)
+            )
+        outcomes = await asyncio.gather(arun_suite(first), arun_suite(second))
+        assert [o.state for o in outcomes] == ["Completed", "Completed"]
+        assert len(server.requests) == 16
+        assert server.max_in_flight == 2

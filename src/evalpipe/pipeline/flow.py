@@ -147,16 +147,23 @@ async def evaluate_task(
     provider_name: str,
     shard_index: int,
     first_position: int,
+    limit: tuple[str, int] | None = None,
 ) -> EvalResults:
     """One provider over one shard's items (local checks run in-process, here).
 
-    Foundry batches hold a slot of the global concurrency limit "foundry", so concurrent flow runs
-    (and workers) share one quota.
+    ``limit`` is a global concurrency limit and how many of its slots the batch holds while it
+    runs: Foundry batches hold one slot of "foundry", and a judge's batches hold as many slots of
+    ``judge:<host>:<model>`` as it sends requests at once, so concurrent flow runs (and workers)
+    share one quota.
     """
     provider = plan.providers[provider_index]
     items = plan.shard_items[shard_index]
-    if plan.is_foundry(provider):
-        async with concurrency(FOUNDRY_LIMIT, occupy=1, strict=True):
+    if limit is not None:
+        name, occupy = limit
+        # A small batch holds no more slots than it can use (a judge sends one request per
+        # item and metric).
+        requests = items.count * max(1, len(getattr(provider, "metrics", ()) or ()))
+        async with concurrency(name, occupy=max(1, min(occupy, requests)), strict=True):
             return await plan.evaluate(provider, items, first_position)
     return await plan.evaluate(provider, items, first_position)
 
@@ -189,6 +196,71 @@ async def ensure_foundry_limit(plan: RunPlan) -> None:
                 await client.create_global_concurrency_limit(
                     GlobalConcurrencyLimitCreate(name=FOUNDRY_LIMIT, limit=max(sizes))
                 )
+
+
+def judge_limit_name(provider: Any) -> str | None:
+    """``judge:<host>:<model>`` for an LLM judge (its endpoint's quota), None for anything else."""
+    from urllib.parse import urlsplit
+
+    from evalpipe.llm import ChatEndpoint
+
+    endpoint = getattr(provider, "endpoint", None)
+    if not isinstance(endpoint, ChatEndpoint):
+        return None
+    host = urlsplit(endpoint.base_url).hostname or "local"
+    return f"judge:{host}:{endpoint.model}"
+
+
+async def provider_limits(plan: RunPlan) -> dict[int, tuple[str, int]]:
+    """The global concurrency limit each provider's batches hold, by provider index.
+
+    Foundry providers always hold one slot of "foundry" (created when missing). A judge holds
+    ``max_concurrency`` slots of ``judge:<host>:<model>`` when an operator created that limit
+    (``prefect gcl create judge:api.openai.com:gpt-4o --limit 32``); a judge asking for more than
+    the limit is lowered to it. Without the limit, the judge is bounded per flow run by its
+    endpoint's ``max_concurrency`` only, and the log says so.
+    """
+    await ensure_foundry_limit(plan)
+    limits: dict[int, tuple[str, int]] = {}
+    judges: dict[int, tuple[str, int]] = {}
+    for index, provider in enumerate(plan.providers):
+        if plan.is_foundry(provider):
+            limits[index] = (FOUNDRY_LIMIT, 1)
+        elif (name := judge_limit_name(provider)) is not None:
+            judges[index] = (name, int(cast(Any, provider).endpoint.max_concurrency))
+    if not judges:
+        return limits
+    from prefect.client.orchestration import get_client
+    from prefect.exceptions import ObjectNotFound
+
+    logger = get_run_logger()
+    async with get_client() as client:
+        for index, (name, wanted) in judges.items():
+            try:
+                gcl = await client.read_global_concurrency_limit_by_name(name)
+            except ObjectNotFound:
+                logger.info(
+                    "no global concurrency limit %r: judge requests are bounded per flow run "
+                    "only (create it to share a quota across runs and workers)",
+                    name,
+                )
+                continue
+            allowed = max(1, int(gcl.limit))
+            if wanted > allowed:
+                # A batch holding fewer slots than it sends requests would break the quota.
+                judge = plan.providers[index]
+                judge.endpoint = judge.endpoint.model_copy(  # type: ignore[attr-defined]
+                    update={"max_concurrency": allowed}
+                )
+                logger.warning(
+                    "judge %s: max_concurrency %d lowered to %d, the size of limit %r",
+                    judge.name,
+                    wanted,
+                    allowed,
+                    name,
+                )
+            limits[index] = (name, min(wanted, allowed))
+    return limits
 
 
 @task(name="write-artifacts", cache_policy=NO_CACHE, persist_result=False)
@@ -373,7 +445,7 @@ async def eval_flow(
     progress_id = await acreate_progress_artifact(
         progress=0.0, key=f"{key}-progress", description="target calls evaluated"
     )
-    await ensure_foundry_limit(plan)
+    limits = await provider_limits(plan)
     shards = plan.shards()
     semaphore = asyncio.Semaphore(suite.concurrency)
     # Enough shards in flight to keep the semaphore busy, few enough to bound memory.
@@ -398,7 +470,9 @@ async def eval_flow(
             results = list(
                 await asyncio.gather(
                     *(
-                        evaluate_task(_q(plan), p, provider.name, index, calls[0].position)
+                        evaluate_task(
+                            _q(plan), p, provider.name, index, calls[0].position, limits.get(p)
+                        )
                         for p, provider in enumerate(plan.providers)
                     )
                 )
