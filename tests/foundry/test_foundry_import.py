@@ -270,3 +270,74 @@ def test_parser_rejects_bad_input(tmp_path: Path) -> None:
         ).import_handler
         is handler
     )
+
+
+def test_written_rows_load_as_a_recorded_dataset(
+    emulator: FoundryEmulator, support: str, tmp_path: Path
+) -> None:
+    """The file loads with evalpipe's dataset loader: single- and multi-agent rows, query derived."""
+    from evalpipe.datasets import load_dataset
+
+    single = seed(emulator, support, "S1")
+    boss = emulator.add_agent(
+        "boss",
+        instructions="Delegate.",
+        tools=[
+            {
+                "type": "connected_agent",
+                "connected_agent": {"id": support, "name": "support", "description": "Orders"},
+            }
+        ],
+    )
+    multi = emulator.add_thread()
+    emulator.add_message(multi, "user", "Check order M1 for me.")
+    run_id = emulator.add_run(multi, boss)
+    emulator.add_step(
+        multi,
+        run_id,
+        {
+            "type": "tool_calls",
+            "tool_calls": [
+                {
+                    "id": "call_s",
+                    "type": "connected_agent",
+                    "connected_agent": {
+                        "name": "support",
+                        "arguments": '{"input": "order M1"}',
+                        "output": "M1 shipped.",
+                        "agent_id": support,
+                    },
+                }
+            ],
+        },
+    )
+    mid = emulator.add_message(multi, "assistant", "M1 has shipped.", run_id=run_id, agent_id=boss)
+    emulator.add_step(
+        multi, run_id, {"type": "message_creation", "message_creation": {"message_id": mid}}
+    )
+    out = tmp_path / "mixed.jsonl"
+    code, stdout, _ = run(
+        parse(
+            "foundry-threads",
+            "--thread-id",
+            single,
+            "--thread-id",
+            multi,
+            "--endpoint",
+            emulator.endpoint,
+            "-o",
+            str(out),
+        )
+    )
+    assert code == 0
+    assert "(1 multi-agent)" in stdout
+    loaded = load_dataset(out)
+    assert [r.query for r in loaded] == ["Where is order S1?", "Check order M1 for me."]
+    assert loaded[0].recorded_agents is None
+    assert loaded[0].tools == [ToolDefinition.coerce(TOOL)]
+    agents = loaded[1].recorded_agents
+    assert agents is not None
+    assert [a.agent for a in agents] == ["boss", "support"]
+    assert [m.text for m in agents[1].received] == ["Help with orders.", "order M1"]
+    assert [m.text for m in agents[1].produced] == ["M1 shipped."]
+    assert loaded[1].tags == ["foundry", "boss"]
