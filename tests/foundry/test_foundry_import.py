@@ -36,7 +36,7 @@ def parse(*argv: str) -> argparse.Namespace:
 def run(args: argparse.Namespace) -> tuple[int, str, str]:
     """Call the handler with the emulator's static credential; (exit code, stdout, stderr)."""
     out, err = io.StringIO(), io.StringIO()
-    code = args.import_handler(args, credential=StaticCredential(), stdout=out, stderr=err)
+    code = args.handler(args, credential=StaticCredential(), stdout=out, stderr=err)
     return code, out.getvalue(), err.getvalue()
 
 
@@ -216,6 +216,7 @@ def test_nothing_to_write_is_exit_1_and_warnings_are_printed(
         (["--thread-id", "t1", "--lookback-hours", "3"], "use them with --agent-id"),
         (["--agent-id", "a", "--lookback-hours", "0"], "--lookback-hours must be > 0"),
         (["--agent-id", "a", "--page-size", "0"], "--page-size must be between 1 and 100"),
+        (["--agent-id", "a", "-o", "rows.csv"], "name it *.jsonl"),
     ],
 )
 def test_usage_errors_exit_2(
@@ -225,11 +226,11 @@ def test_usage_errors_exit_2(
     code, _, stderr = run(
         parse(
             "foundry-threads",
-            *argv,
             "--endpoint",
             emulator.endpoint,
             "-o",
             str(tmp_path / "x.jsonl"),
+            *argv,
         )
     )
     assert code == 2
@@ -267,7 +268,7 @@ def test_parser_rejects_bad_input(tmp_path: Path) -> None:
     assert (
         parse(
             "foundry-threads", "--agent-id", "a", "--since", "2026-11-29T00:00:00Z", "-o", out
-        ).import_handler
+        ).handler
         is handler
     )
 

@@ -34,7 +34,7 @@ def _timestamp(value: str) -> datetime:
 def add_import_foundry_parser(import_subparsers: Any) -> argparse.ArgumentParser:
     """Add ``foundry-threads`` to the ``import`` command's subparsers; returns its parser.
 
-    The parser's ``import_handler`` default is ``handler``.
+    Its handler is ``args.handler`` (as ``evalpipe import otel``'s).
     """
     parser: argparse.ArgumentParser = import_subparsers.add_parser(
         "foundry-threads",
@@ -90,7 +90,7 @@ def add_import_foundry_parser(import_subparsers: Any) -> argparse.ArgumentParser
     parser.add_argument(
         "--page-size", type=int, default=100, help="items per list call, 1-100 (default 100)"
     )
-    parser.set_defaults(import_handler=handler)
+    parser.set_defaults(handler=handler)
     return parser
 
 
@@ -103,6 +103,8 @@ def _usage_error(args: argparse.Namespace) -> str | None:
         return "--since, --until and --lookback-hours select an agent's threads: use them with --agent-id."
     if args.lookback_hours is not None and args.lookback_hours <= 0:
         return f"--lookback-hours must be > 0, got {args.lookback_hours:g}."
+    if args.output.suffix.lower() != ".jsonl":
+        return f"{args.output}: the dataset is written as JSON Lines; name it *.jsonl."
     if not 1 <= args.page_size <= 100:
         return f"--page-size must be between 1 and 100, got {args.page_size}."
     if not (args.endpoint or os.environ.get(ENDPOINT_ENV)):
@@ -120,8 +122,8 @@ def handler(
     """Run ``evalpipe import foundry-threads``; returns the exit code.
 
     The summary goes to ``stdout``, warnings (diagnostics, skipped runs) and errors to ``stderr``.
-    0: rows written; 1: no finished run to write (nothing is written); 2: bad arguments or the
-    service refused. ``credential`` defaults to ``DefaultAzureCredential``.
+    0: rows written (and checked to load as a dataset); 1: no finished run to write (nothing is
+    written); 2: bad arguments, the service refused, or the rows do not load. ``credential`` defaults to ``DefaultAzureCredential``.
     """
     out = stdout or sys.stdout
     err = stderr or sys.stderr
@@ -169,6 +171,14 @@ def handler(
     with tmp.open("w", encoding="utf-8") as fh:
         for record in kept:
             fh.write(json.dumps(record.to_row(), ensure_ascii=False) + "\n")
+    from evalpipe.datasets import DatasetError, load_jsonl
+
+    try:
+        load_jsonl(tmp)  # what `evalpipe run` will read: fail here, not on the schedule
+    except DatasetError as exc:
+        print(f"error: the written dataset does not load: {exc}", file=err)
+        tmp.unlink(missing_ok=True)
+        return 2
     tmp.replace(args.output)
     threads = len({r.thread_id for r in kept})
     multi = sum(1 for r in kept if r.is_multi_agent)
