@@ -495,3 +495,24 @@ def test_built_in_tools_and_unknown_content(
     assert rec.conversation[3].function_results[0].result == [{"type": "logs", "logs": "42"}]
     assert rec.conversation[1].text == "What is 6*7?"
     assert any("content of type 'image_file' left out" in str(d) for d in reader.diagnostics)
+
+
+def test_transient_errors_are_retried_by_the_client_pipeline(
+    emulator: FoundryEmulator, weather_agent: str
+) -> None:
+    """A 503 on a list page is retried by azure-core's retry policy; the conversion is complete."""
+    thread = weather_thread(emulator, weather_agent)
+    fault = emulator.inject("GET", rf"^/threads/{thread}/runs/[^/]+/steps$", 503, times=2)
+    with AgentsClient(
+        endpoint=emulator.endpoint, credential=StaticCredential(), retry_backoff_factor=0.01
+    ) as client:
+        [rec] = FoundryThreads(client).read(thread)
+    assert fault.hits == 2
+    assert [m.role for m in rec.conversation] == [
+        "system",
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+    ]
+    assert rec.diagnostics == []
