@@ -260,6 +260,7 @@ def canary_run(server: Server, worker: subprocess.Popen[bytes]) -> dict[str, Any
 
     async def trigger() -> str:
         with temporary_settings(updates={PREFECT_API_URL: server.api}):
+            await _pause_nightly_on_gate_failure()
             flow_run = await run_deployment(
                 "evalpipe-eval/travel-canary",
                 parameters={"params": {"output_dir": str(output)}},
@@ -268,6 +269,27 @@ def canary_run(server: Server, worker: subprocess.Popen[bytes]) -> dict[str, Any
         return str(flow_run.id)
 
     return _wait_final(server, asyncio.run(trigger()))
+
+
+async def _pause_nightly_on_gate_failure() -> None:
+    """The automation docs/operations.md shows: a failed canary gate pauses the nightly run."""
+    from prefect.automations import Automation
+    from prefect.client.orchestration import get_client
+    from prefect.events.actions import PauseDeployment
+    from prefect.events.schemas.automations import EventTrigger, Posture
+
+    async with get_client() as client:
+        nightly = await client.read_deployment_by_name("evalpipe-eval/travel-nightly")
+    await Automation(
+        name="pause-nightly-when-canary-gate-fails",
+        trigger=EventTrigger(
+            expect={"evalpipe.gate.failed"},
+            match={"prefect.resource.id": "evalpipe.suite.travel-canary"},
+            posture=Posture.Reactive,
+            threshold=1,
+        ),
+        actions=[PauseDeployment(source="selected", deployment_id=nightly.id)],
+    ).acreate()
 
 
 def test_failed_gate_fails_the_deployed_run_naming_the_clauses(canary_run: dict[str, Any]) -> None:
@@ -356,3 +378,17 @@ def test_serve_registers_a_deployment_and_runs_it(server: Server) -> None:
         assert list((output / "travel-agent").glob("*/manifest.json"))
     finally:
         _stop(proc)
+
+
+def test_an_automation_on_the_gate_failed_event_pauses_a_deployment(
+    server: Server, canary_run: dict[str, Any]
+) -> None:
+    """The automation on evalpipe.gate.failed (docs/operations.md) fires: the nightly is paused."""
+
+    def paused() -> bool:
+        dep = _api(server, "GET", "/deployments/name/evalpipe-eval/travel-nightly")
+        return bool(dep["paused"])
+
+    _wait(paused, 60, "the automation to pause travel-nightly", step=1)
+    smoke = _api(server, "GET", "/deployments/name/evalpipe-eval/travel-smoke-hourly")
+    assert smoke["paused"] is False  # only the selected deployment
