@@ -128,6 +128,9 @@ def test_one_run_with_tool_calls_becomes_one_item(
     assert calls
     assert all(c.headers["authorization"] == f"Bearer {TOKEN}" for c in calls)
     assert all(c.query["api-version"] == "v1" for c in calls)
+    # a page shorter than the limit is the last one: no request for an empty page after it
+    assert len(emulator.calls("GET", rf"^/threads/{thread}/messages$")) == 1
+    assert len(emulator.calls("GET", rf"^/threads/{thread}/runs$")) == 1
 
 
 def test_thread_with_two_runs_gives_one_record_per_run_with_history(

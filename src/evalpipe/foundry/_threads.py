@@ -388,8 +388,17 @@ class FoundryThreads:
     # -- reading -----------------------------------------------------------------------------
 
     def _list(self, fn: Any, *args: Any, **kwargs: Any) -> Iterator[dict[str, Any]]:
-        for element in fn(*args, limit=self.page_size, **kwargs, **self._call_kw):
-            yield _plain(element)
+        """Every element of a list, page by page. The SDK's pager asks for the page after
+        ``last_id`` until one comes back empty; a page shorter than ``limit`` is the last one, so
+        that extra request is not sent."""
+        pager = fn(*args, limit=self.page_size, **kwargs, **self._call_kw)
+        for page in pager.by_page():
+            count = 0
+            for element in page:
+                count += 1
+                yield _plain(element)
+            if count < self.page_size:
+                return
 
     def _agent(self, agent_id: str | None, thread_id: str, run_id: str | None) -> dict[str, Any]:
         if not agent_id:
@@ -419,11 +428,17 @@ class FoundryThreads:
         A thread that cannot be read gives no record and a diagnostic; runs still in progress are
         skipped with a diagnostic.
         """
+        return self._read(thread_id, run_id, None)
+
+    def _read(
+        self, thread_id: str, run_id: str | None, runs: list[dict[str, Any]] | None
+    ) -> list[ThreadRunRecord]:
         from azure.core.exceptions import HttpResponseError
 
         try:
             messages = list(self._list(self.client.messages.list, thread_id, order="asc"))
-            runs = list(self._list(self.client.runs.list, thread_id, order="asc"))
+            if runs is None:
+                runs = list(self._list(self.client.runs.list, thread_id, order="asc"))
         except HttpResponseError as exc:
             self._note(thread_id, None, f"thread could not be read: {exc.message}")
             return []
@@ -462,9 +477,21 @@ class FoundryThreads:
         ``until`` (default: now). Threads are listed newest first and listing stops at the first
         thread older than the window, so only the pages that matter are read.
         """
+        return [tid for tid, _ in self._agent_threads(agent_id, since, until, lookback_hours)]
+
+    def _agent_threads(
+        self,
+        agent_id: str,
+        since: datetime | None,
+        until: datetime | None,
+        lookback_hours: float | None,
+    ) -> list[tuple[str, list[dict[str, Any]]]]:
+        """(thread id, its runs) of the threads in the window with a run of ``agent_id``."""
+        from azure.core.exceptions import HttpResponseError
+
         since, until = _window(since, until, lookback_hours)
         low, high = since.timestamp(), until.timestamp()
-        found: list[str] = []
+        found: list[tuple[str, list[dict[str, Any]]]] = []
         for thread in self._list(self.client.threads.list, order="desc"):
             created = thread.get("created_at")
             if isinstance(created, str):
@@ -475,9 +502,14 @@ class FoundryThreads:
                 break
             if created >= high:
                 continue
-            runs = self._list(self.client.runs.list, thread["id"], order="asc")
+            tid = str(thread["id"])
+            try:
+                runs = list(self._list(self.client.runs.list, tid, order="asc"))
+            except HttpResponseError as exc:
+                self._note(tid, None, f"runs could not be listed: {exc.message}")
+                continue
             if any(r.get("assistant_id") == agent_id for r in runs):
-                found.append(str(thread["id"]))
+                found.append((tid, runs))
         return found
 
     def read_agent(
@@ -491,10 +523,8 @@ class FoundryThreads:
         """Every finished run of ``agent_id`` on the threads created in the window (see
         ``agent_thread_ids``), threads newest first, runs oldest first within a thread."""
         records: list[ThreadRunRecord] = []
-        for tid in self.agent_thread_ids(
-            agent_id, since=since, until=until, lookback_hours=lookback_hours
-        ):
-            records.extend(r for r in self.read(tid) if r.agent_id == agent_id)
+        for tid, runs in self._agent_threads(agent_id, since, until, lookback_hours):
+            records.extend(r for r in self._read(tid, None, runs) if r.agent_id == agent_id)
         return records
 
     async def aread(self, thread_id: str, run_id: str | None = None) -> list[ThreadRunRecord]:
