@@ -129,12 +129,15 @@ def test_flip_list_is_capped_but_counted(runs: tuple[Path, Path]) -> None:
 
 
 def test_renderers_show_the_flips_and_escape_text(runs: tuple[Path, Path]) -> None:
-    """Terminal, markdown and HTML name the regressions; a row id with | and <b> stays text."""
+    """Terminal, markdown and HTML name the regressions; a row id with | and <b> and a suite name
+    with rich markup stay text."""
     comparison = compare_runs(*runs)
+    comparison.suite_a = "[red]base[/red]"  # rich markup in a suite name stays text
     console = Console(record=True, width=200)
     render_terminal(comparison, console)
     text = console.export_text()
     assert "regression  overall · kw · row r1|<b> rep 0" in text
+    assert "([red]base[/red])" in text
     assert "2 regression(s), 1 improvement(s)" in text
     markdown = render_markdown(comparison)
     assert "**2 regression(s)**" in markdown

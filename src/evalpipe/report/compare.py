@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa  # type: ignore[import-untyped, unused-ignore]
 import pyarrow.compute as pc  # type: ignore[import-untyped, unused-ignore]
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from evalpipe.artifacts import read_manifest
@@ -268,8 +269,8 @@ def _num(value: float | None) -> str:
 def render_terminal(comparison: Comparison, console: Console, *, max_flips: int = 20) -> None:
     """Print the comparison: a table per metric, the flips, disagreement, and the verdict."""
     c = comparison
-    console.print(f"[bold]A[/] {c.run_a} ({c.suite_a})", markup=True, highlight=False)
-    console.print(f"[bold]B[/] {c.run_b} ({c.suite_b})", highlight=False)
+    console.print(f"[bold]A[/] {escape(c.run_a)} ({escape(c.suite_a)})", highlight=False)
+    console.print(f"[bold]B[/] {escape(c.run_b)} ({escape(c.suite_b)})", highlight=False)
     table = Table(title="B against A, per metric")
     for column in ("provider", "agent", "metric"):
         table.add_column(column, no_wrap=True)
@@ -286,9 +287,9 @@ def render_terminal(comparison: Comparison, console: Console, *, max_flips: int 
         table.add_column(column, justify="right")
     for m in c.metrics:
         table.add_row(
-            m.provider,
-            m.agent,
-            m.metric,
+            escape(m.provider),
+            escape(m.agent),
+            escape(m.metric),
             str(m.pairs)
             + (f" (A only {m.only_a}, B only {m.only_b})" if m.only_a or m.only_b else ""),
             f"{_pct(m.a_pass_rate)} ({m.a_passed}/{m.a_denominator})",

@@ -487,7 +487,7 @@ def _variability(
     flaky_items: list[FlakyItem] = []
     flaky_total = 0
     groups = per_row.group_by(["provider", "agent", "metric"]).aggregate([])
-    for key in groups.to_pylist():
+    for key in sorted(groups.to_pylist(), key=lambda g: (g["provider"], g["agent"], g["metric"])):
         mask = pc.and_(
             pc.and_(
                 pc.equal(per_row["provider"], key["provider"]),
@@ -530,7 +530,7 @@ def _variability(
         flaky_total += int(flaky.sum())
         room = max_listed - len(flaky_items)
         if room > 0 and flaky.any():
-            chosen = part.filter(pa.array(flaky)).slice(0, room).to_pylist()
+            chosen = part.filter(pa.array(flaky)).sort_by("row").slice(0, room).to_pylist()
             for r in chosen:
                 flaky_items.append(
                     FlakyItem(
