@@ -4,6 +4,8 @@ exit codes 0 / 1 (regression with --fail-on-regression) / 2 (bad input, with the
 from __future__ import annotations
 
 import argparse
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -71,3 +73,15 @@ def test_compare_exit_codes_and_outputs(
     assert _run(["compare", str(a), str(b), "--fail-on-regression"]) == 1
     assert "--fail-on-regression" in capsys.readouterr().err
     assert _run(["compare", str(b), str(a), "--fail-on-regression"]) == 0
+
+
+def test_registering_the_commands_does_not_import_scipy() -> None:
+    """The CLI imports evalpipe.report.commands at start-up; scipy and the report modules load
+    only when a report or comparison runs (the package facade is lazy)."""
+    code = (
+        "import sys; from evalpipe.report import add_report_commands; "
+        "print(sorted(m for m in ('scipy', 'evalpipe.report.stats', 'evalpipe.report.data') "
+        "if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"

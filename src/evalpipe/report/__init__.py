@@ -1,41 +1,50 @@
 """Run reports and run comparison: one self-contained HTML file per run, statistics over
 repetitions with confidence intervals, judge-vs-check disagreement, and ``compare_runs`` for
 verdict flips and paired tests between two runs. See docs/report.md.
+
+Names are imported on first use, so the command line can register ``report`` and ``compare``
+without paying for scipy until one of them runs.
 """
 
-from evalpipe.report.commands import add_report_commands
-from evalpipe.report.compare import (
-    PAIRING_KEY,
-    Comparison,
-    Flip,
-    MetricComparison,
-    compare_runs,
-    render_compare_html,
-    render_markdown,
-    render_terminal,
-    write_compare_html,
-)
-from evalpipe.report.data import (
-    Disagreement,
-    RunReport,
-    classify_metric,
-    load_report_data,
-)
-from evalpipe.report.html import render_report, write_report
-from evalpipe.report.stats import (
-    Interval,
-    PairedTest,
-    RepetitionStats,
-    at_least_k,
-    bootstrap_mean_interval,
-    mcnemar_test,
-    pass_at_k,
-    pass_hat_k,
-    repetition_stats,
-    sample_std,
-    wilcoxon_test,
-    wilson_interval,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from evalpipe.report.commands import add_report_commands
+    from evalpipe.report.compare import (
+        PAIRING_KEY,
+        Comparison,
+        Flip,
+        MetricComparison,
+        compare_runs,
+        render_compare_html,
+        render_markdown,
+        render_terminal,
+        write_compare_html,
+    )
+    from evalpipe.report.data import (
+        Disagreement,
+        RunReport,
+        classify_metric,
+        load_report_data,
+    )
+    from evalpipe.report.html import render_report, write_report
+    from evalpipe.report.stats import (
+        Interval,
+        PairedTest,
+        RepetitionStats,
+        at_least_k,
+        bootstrap_mean_interval,
+        mcnemar_test,
+        pass_at_k,
+        pass_hat_k,
+        repetition_stats,
+        sample_std,
+        wilcoxon_test,
+        wilson_interval,
+    )
 
 __all__ = [
     "PAIRING_KEY",
@@ -67,3 +76,35 @@ __all__ = [
     "write_compare_html",
     "write_report",
 ]
+
+_HOME = {
+    "add_report_commands": "commands",
+    "PAIRING_KEY": "compare",
+    "Comparison": "compare",
+    "Flip": "compare",
+    "MetricComparison": "compare",
+    "compare_runs": "compare",
+    "render_compare_html": "compare",
+    "render_markdown": "compare",
+    "render_terminal": "compare",
+    "write_compare_html": "compare",
+    "Disagreement": "data",
+    "RunReport": "data",
+    "classify_metric": "data",
+    "load_report_data": "data",
+    "render_report": "html",
+    "write_report": "html",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in __all__:
+        raise AttributeError(f"module 'evalpipe.report' has no attribute {name!r}")
+    module = importlib.import_module(f"evalpipe.report.{_HOME.get(name, 'stats')}")
+    value = getattr(module, name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

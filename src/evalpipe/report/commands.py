@@ -14,8 +14,6 @@ from typing import Any
 
 from rich.console import Console
 
-from evalpipe.artifacts import ArtifactError, SchemaVersionError
-
 __all__ = ["add_report_commands", "compare_command", "report_command"]
 
 
@@ -45,6 +43,7 @@ def _check_run_dir(path: Path) -> str | None:
 
 def report_command(args: argparse.Namespace) -> int:
     """``evalpipe report RUN_DIR [-o report.html] [--max-items N]``."""
+    from evalpipe.artifacts import ArtifactError, SchemaVersionError
     from evalpipe.report.html import write_report
 
     out, err = _consoles()
@@ -66,6 +65,7 @@ def report_command(args: argparse.Namespace) -> int:
 def compare_command(args: argparse.Namespace) -> int:
     """``evalpipe compare RUN_A RUN_B [--html out.html] [--markdown out.md]
     [--fail-on-regression]``."""
+    from evalpipe.artifacts import ArtifactError, SchemaVersionError
     from evalpipe.report.compare import (
         compare_runs,
         render_markdown,
