@@ -50,7 +50,7 @@ def _score(name: str, outcome: Outcome, judge: bool) -> EvalScoreResult:
     )
 
 
-def _item(row: str, rep: int, index: int, response: str) -> EvalItem:
+def _item(row: str, rep: int, index: int, response: str, failed: bool = False) -> EvalItem:
     conversation = [
         Message("user", [f"question about {row}"]),
         Message(
@@ -65,6 +65,8 @@ def _item(row: str, rep: int, index: int, response: str) -> EvalItem:
         item_id=f"{row}#{rep}",
         query_index=index,
         repetition=rep,
+        error_code="AgentError" if failed else None,
+        error_message=f"RuntimeError: call {row}#{rep} <failed>" if failed else None,
         metadata={"row_id": row, "run_id": f"call-{row}-{rep}"},
     )
 
@@ -72,6 +74,19 @@ def _item(row: str, rep: int, index: int, response: str) -> EvalItem:
 def _provider(name: str, table: Table, items: list[EvalItem], judge: bool) -> EvalResults:
     results = []
     for item in items:
+        if item.error_code:  # the target call failed: no metrics, as every provider reports it
+            results.append(
+                EvalItemResult(
+                    item.item_id or "",
+                    "error",
+                    [],
+                    item.error_code,
+                    item.error_message,
+                    input_text=item.query,
+                    metadata=dict(item.metadata),
+                )
+            )
+            continue
         key = (item.metadata["row_id"], item.repetition or 0)
         scores = [_score(metric, outcomes[key], judge) for metric, outcomes in table.items()]
         if any(s.error_code for s in scores):
@@ -112,13 +127,21 @@ def write_run(
     responses: Mapping[tuple[str, int], str] | None = None,
     repetitions: int | None = None,
     manifest: Mapping[str, Any] | None = None,
+    failed_calls: frozenset[tuple[str, int]] = frozenset(),
 ) -> Path:
-    """Write a finished run: one item per (row, repetition) key of the first check's table."""
+    """Write a finished run: one item per (row, repetition) key of the first check's table;
+    the keys in ``failed_calls`` are target calls that failed (items without metrics)."""
     first = next(iter(checks.values()))
     keys = list(first)
     rows = list(dict.fromkeys(row for row, _ in keys))
     items = [
-        _item(row, rep, rows.index(row), (responses or {}).get((row, rep), f"answer for {row}"))
+        _item(
+            row,
+            rep,
+            rows.index(row),
+            (responses or {}).get((row, rep), f"answer for {row}"),
+            (row, rep) in failed_calls,
+        )
         for row, rep in keys
     ]
     providers = [_provider("Local", checks, items, judge=False)]
@@ -132,6 +155,8 @@ def write_run(
                 query_index=rows.index(row),
                 repetition=rep,
                 target="crafted-target",
+                status="error" if (row, rep) in failed_calls else "ok",
+                error_code="AgentError" if (row, rep) in failed_calls else None,
                 latency_s=0.5 + i / 10,
                 total_tokens=10,
             )

@@ -224,3 +224,27 @@ def test_large_run_drill_down_is_capped_with_failures_first(tmp_path: Path) -> N
     assert "1160 items omitted" in html
     assert html.count('<details class="item ') == 40
     assert path.stat().st_size < 300_000
+
+
+def test_a_failed_target_call_is_errored_outside_every_denominator(tmp_path: Path) -> None:
+    """Row b's call failed: its item has no metrics; it counts as errored on kw (left out of
+    2 / 2), the totals say 1 errored call of 3, and the drill-down shows the call's error first."""
+    keys = [("a", 0), ("b", 0), ("c", 0)]
+    run = write_run(
+        tmp_path / "run",
+        {"kw": {k: (True, 1.0) for k in keys}},
+        failed_calls=frozenset({("b", 0)}),
+    )
+    report = load_report_data(run)
+    [kw] = report.metrics
+    assert (kw.passed, kw.failed, kw.errored, kw.denominator) == (2, 0, 1, 2)
+    assert kw.pass_rate is not None
+    assert kw.pass_rate.estimate == 1.0
+    assert (report.calls, report.calls_errored) == (3, 1)
+    first = report.items[0]
+    assert (first.item_id, first.verdict, first.error_code) == ("b#0", "error", "AgentError")
+    assert [(s.metric, s.error_code) for s in first.scores] == [(None, "AgentError")]
+    html = render_report(report)
+    assert "1 errored of 3" in html
+    assert "RuntimeError: call b#0 &lt;failed&gt;" in html
+    assert "2 / 2 (1 errored of 3 left out)" in html
