@@ -26,9 +26,12 @@ def chromium_path() -> str | None:
     return os.environ.get("EVALPIPE_CHROMIUM") or shutil.which("chromium")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def browser() -> Iterator[Any]:
-    """One headless Chromium driven by Playwright for the whole session.
+    """A headless Chromium driven by Playwright, started for one test (~1 s).
+
+    Not shared across tests: Playwright's sync API keeps an event loop running in this thread
+    while it is open, and the async tests that follow could not start theirs.
 
     Skipped where Chromium is missing, unless EVALPIPE_REQUIRE_BROWSER is set (CI sets it), in which
     case a missing browser fails the test instead of hiding it.

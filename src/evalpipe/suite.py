@@ -106,6 +106,31 @@ class EvalSuite(BaseModel):
     """Where run directories are created (``{output_dir}/{name}/{timestamp}-{hash}``)."""
     tags: list[str] = Field(default_factory=list)
     """Labels for the flow run and the manifest."""
+    task_runner: Literal["threads"] | dict[str, dict[str, Any] | None] = "threads"
+    """Where shards run: ``threads`` (default: in the flow's process, on asyncio) or
+    ``{dask: {...}}`` (prefect-dask, the ``dask`` extra): ``{dask: {n_workers: 2}}`` starts a local
+    cluster, ``{dask: {address: "tcp://scheduler:8786"}}`` uses an existing one."""
+
+    @field_validator("task_runner")
+    @classmethod
+    def _check_task_runner(
+        cls, value: str | dict[str, dict[str, Any] | None]
+    ) -> str | dict[str, dict[str, Any] | None]:
+        if isinstance(value, str):
+            return value
+        if list(value) != ["dask"]:
+            raise ValueError(
+                f"task_runner: 'threads' or {{dask: {{...}}}}; got {sorted(value)} "
+                "(Ray is not built in: see docs/operations.md)"
+            )
+        options = value["dask"] or {}
+        unknown = sorted(set(options) - {"address", "n_workers", "threads_per_worker", "processes"})
+        if unknown:
+            raise ValueError(
+                f"task_runner.dask: unknown option(s) {unknown}; use address, n_workers, "
+                "threads_per_worker or processes"
+            )
+        return {"dask": options}
 
     @field_validator("split")
     @classmethod
@@ -119,7 +144,9 @@ class EvalSuite(BaseModel):
 
     def fingerprint(self) -> str:
         """A hash of everything that decides the run's results (not where it is written)."""
-        data = self.model_dump(mode="json", exclude={"output_dir", "description", "tags"})
+        data = self.model_dump(
+            mode="json", exclude={"output_dir", "description", "tags", "task_runner"}
+        )
         canonical = json.dumps(data, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:12]
 

@@ -15,6 +15,7 @@ import contextvars
 import gc
 import html
 import re
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar, cast
@@ -37,7 +38,7 @@ from evalpipe.artifacts import RunRecord, RunWriter
 from evalpipe.pipeline.params import redact, resolve_suite, suite_label
 from evalpipe.pipeline.plan import Call, CallOutcome, RunPlan
 from evalpipe.results import EvalResults, merge_results
-from evalpipe.suite import EvalSuite
+from evalpipe.suite import EvalSuite, SuiteError
 from evalpipe.summary import summarize
 
 __all__ = ["GateFailedError", "ProgressHook", "eval_flow", "progress_hook"]
@@ -166,6 +167,84 @@ async def evaluate_task(
         async with concurrency(name, occupy=max(1, min(occupy, requests)), strict=True):
             return await plan.evaluate(provider, items, first_position)
     return await plan.evaluate(provider, items, first_position)
+
+
+_WORKER_PLANS: dict[tuple[str, str, str | None], RunPlan] = {}
+_WORKER_PLANS_LOCK = threading.Lock()
+
+
+def _worker_plan(suite: EvalSuite, run_dir: str, rescore: str | None) -> RunPlan:
+    """The run's plan in this worker process, prepared once and reused by its later shards."""
+    key = (suite.model_dump_json(), run_dir, rescore)
+    with _WORKER_PLANS_LOCK:
+        plan = _WORKER_PLANS.get(key)
+        if plan is None:
+            plan = RunPlan.prepare(suite, run_dir, rescore=rescore)
+            plan.start()
+            _WORKER_PLANS.clear()  # one run at a time per worker process
+            _WORKER_PLANS[key] = plan
+        return plan
+
+
+@task(
+    name="shard",
+    task_run_name="shard-{shard_index}",
+    cache_policy=NO_CACHE,
+    persist_result=False,
+    retries=2,
+    retry_delay_seconds=exponential_backoff(backoff_factor=1),
+    retry_jitter_factor=0.5,
+    retry_condition_fn=_transient,
+)
+async def remote_shard_task(
+    suite: EvalSuite,
+    run_dir: str,
+    rescore: str | None,
+    shard_index: int,
+    calls: Sequence[Call],
+    limits: dict[int, tuple[str, int]],
+) -> tuple[list[CallOutcome], list[EvalResults]]:
+    """A whole shard on a task-runner worker (Dask): calls, items and every provider.
+
+    The worker prepares the run's plan once (dataset, target, evaluators) and appends finished
+    calls to the run's journal, so the run directory must be on a filesystem the workers share
+    (any directory for a local cluster). Concurrency applies per shard here:
+    ``suite.concurrency`` calls at once in each running shard.
+    """
+    plan = _worker_plan(suite, run_dir, rescore)
+    semaphore = asyncio.Semaphore(suite.concurrency)
+    outcomes = list(await asyncio.gather(*(plan.call(c, semaphore) for c in calls)))
+    items = plan.build_items(outcomes)
+    plan.shard_items[shard_index] = items
+    try:
+        results = []
+        for index, provider in enumerate(plan.providers):
+            limit = limits.get(index)
+            if limit is None:
+                results.append(await plan.evaluate(provider, items, calls[0].position))
+                continue
+            async with concurrency(limit[0], occupy=limit[1], strict=True):
+                results.append(await plan.evaluate(provider, items, calls[0].position))
+    finally:
+        plan.shard_items.pop(shard_index, None)
+    return outcomes, results
+
+
+def _task_runner(suite: EvalSuite) -> Any:
+    """The suite's task runner for shards, or None to run them in the flow's process."""
+    if suite.task_runner == "threads":
+        return None
+    options = dict(cast(dict[str, Any], suite.task_runner)["dask"] or {})
+    try:
+        from prefect_dask.task_runners import DaskTaskRunner
+    except ImportError:
+        raise SuiteError(
+            "task_runner: dask needs prefect-dask: pip install 'evalpipe[dask]'"
+        ) from None
+    if "address" in options:
+        return DaskTaskRunner(address=options["address"])
+    options.setdefault("dashboard_address", None)
+    return DaskTaskRunner(cluster_kwargs=options)
 
 
 FOUNDRY_LIMIT = "foundry"
@@ -448,8 +527,14 @@ async def eval_flow(
     limits = await provider_limits(plan)
     shards = plan.shards()
     semaphore = asyncio.Semaphore(suite.concurrency)
-    # Enough shards in flight to keep the semaphore busy, few enough to bound memory.
-    shard_gate = asyncio.Semaphore(max(2, 2 * -(-suite.concurrency // plan.shard_size())))
+    runner = _task_runner(suite)
+    # Enough shards in flight to keep the semaphore busy, few enough to bound memory; a task
+    # runner queues shards itself, so it gets all of them.
+    shard_gate = asyncio.Semaphore(
+        max(1, len(shards))
+        if runner is not None
+        else max(2, 2 * -(-suite.concurrency // plan.shard_size()))
+    )
     counter = [0]
     progress_lock = asyncio.Lock()
     write_lock = asyncio.Lock()
@@ -465,20 +550,36 @@ async def eval_flow(
     async def process(index: int, calls: list[Call]) -> None:
         nonlocal next_to_write, finished_shards
         async with shard_gate:
-            await run_shard(_q(plan), index, _q(calls), _q(semaphore), _q(counter))
-            await build_items_task(_q(plan), index)
-            results = list(
-                await asyncio.gather(
-                    *(
-                        evaluate_task(
-                            _q(plan), p, provider.name, index, calls[0].position, limits.get(p)
+            if runner is not None:
+                future = runner.submit(
+                    remote_shard_task,
+                    parameters={
+                        "suite": suite,
+                        "run_dir": str(plan.run_dir),
+                        "rescore": rescore,
+                        "shard_index": index,
+                        "calls": calls,
+                        "limits": limits,
+                    },
+                )
+                outcomes, results = await asyncio.to_thread(future.result)
+                counter[0] += len(calls)
+                _notify("calls", counter[0], len(plan.calls))
+            else:
+                await run_shard(_q(plan), index, _q(calls), _q(semaphore), _q(counter))
+                await build_items_task(_q(plan), index)
+                results = list(
+                    await asyncio.gather(
+                        *(
+                            evaluate_task(
+                                _q(plan), p, provider.name, index, calls[0].position, limits.get(p)
+                            )
+                            for p, provider in enumerate(plan.providers)
                         )
-                        for p, provider in enumerate(plan.providers)
                     )
                 )
-            )
-            plan.shard_items.pop(index, None)
-            outcomes = plan.shard_outcomes.pop(index)
+                plan.shard_items.pop(index, None)
+                outcomes = plan.shard_outcomes.pop(index)
         done[index] = (outcomes, results)
         async with write_lock:  # in shard order, whatever order shards finish in
             while next_to_write in done:
@@ -505,7 +606,11 @@ async def eval_flow(
                     )
 
     try:
-        with _young_gc_relaxed():
+        with contextlib.ExitStack() as stack:
+            if runner is not None:
+                stack.enter_context(runner)
+                logger.info("shards run on %s", type(runner).__name__)
+            stack.enter_context(_young_gc_relaxed())
             await asyncio.gather(*(process(i, calls) for i, calls in enumerate(shards)))
     except BaseException:
         writer.abort()
