@@ -41,6 +41,8 @@ from evalpipe.messages import (
     messages_from_openai,
     messages_to_openai,
 )
+from evalpipe.otel import OtelTraces, TraceDiagnostic, read_otel_traces, trace_items, trace_rows
+from evalpipe.recorded import RecordedFormatError, parse_conversation
 from evalpipe.results import (
     Diagnostic,
     EvalItemResult,
@@ -129,6 +131,8 @@ __all__ = [
     "Message",
     "MissingReferenceError",
     "OpenAIChatAgent",
+    "OtelTraces",
+    "RecordedFormatError",
     "ResponseCache",
     "RouterWorkflow",
     "RubricScore",
@@ -137,6 +141,7 @@ __all__ = [
     "TargetRun",
     "TextContent",
     "ToolDefinition",
+    "TraceDiagnostic",
     "UriContent",
     "Workflow",
     "WorkflowRun",
@@ -153,11 +158,15 @@ __all__ = [
     "keyword_check",
     "messages_from_openai",
     "messages_to_openai",
+    "parse_conversation",
     "parse_gates",
+    "read_otel_traces",
     "task_navigation_efficiency",
     "token_f1",
     "tool_call_args_match",
     "tool_call_success",
     "tool_called_check",
     "tool_calls_present",
+    "trace_items",
+    "trace_rows",
 ]

@@ -401,6 +401,15 @@ def _build_parser() -> argparse.ArgumentParser:
         help="override a suite field for every run (repeatable; values are YAML)",
     )
     srv.add_argument("--tag", action="append", default=[], help="a deployment tag (repeatable)")
+    imp = sub.add_parser(
+        "import", help="write a recorded dataset from production traffic (OTel traces, Foundry)"
+    )
+    import_sub = imp.add_subparsers(dest="import_command", required=True)
+    from evalpipe.foundry._import import add_import_foundry_parser
+    from evalpipe.recorded_commands import add_import_otel_parser
+
+    add_import_otel_parser(import_sub)
+    add_import_foundry_parser(import_sub)
     ev = sub.add_parser("eval", help="evaluate an agent over a JSONL query set, in-process")
     ev.add_argument(
         "--agent",
@@ -438,6 +447,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _results(args, console)
         if args.command == "cache":
             return _cache(args, console)
+        if getattr(args, "handler", None) is not None:  # import otel | foundry-threads
+            return int(args.handler(args))
         if args.command == "deploy":
             return _deploy(args, err)
         if args.command == "serve":

@@ -18,7 +18,7 @@ under), the user query and the whole conversation. :func:`trace_workflow_runs` t
 ``WorkflowRun``s, so ``build_workflow_items`` gives per-agent items and an overall item per trace,
 and :func:`trace_rows` into dataset rows (``recorded_agents``) that ``evalpipe run`` evaluates.
 
-Nothing here raises on missing or partial attributes: each gap becomes a :class:`Diagnostic` naming
+Nothing here raises on missing or partial attributes: each gap becomes a :class:`TraceDiagnostic` naming
 the trace and span, returned with the transcripts and logged as a warning.
 """
 
@@ -47,10 +47,10 @@ from evalpipe.recorded import final_answer
 
 __all__ = [
     "AgentTurn",
-    "Diagnostic",
     "OtelError",
     "OtelTraces",
     "Span",
+    "TraceDiagnostic",
     "TraceTranscript",
     "genai_messages",
     "read_otel_traces",
@@ -69,7 +69,7 @@ class OtelError(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
-class Diagnostic:
+class TraceDiagnostic:
     """Something missing or unreadable in a trace, and what was done about it."""
 
     message: str
@@ -160,7 +160,7 @@ class OtelTraces:
     """What an export held: the rebuilt traces and every diagnostic met on the way."""
 
     traces: list[TraceTranscript]
-    diagnostics: list[Diagnostic]
+    diagnostics: list[TraceDiagnostic]
     spans: int = 0
     """How many spans were read."""
 
@@ -222,10 +222,10 @@ def _int(value: Any) -> int:
         return 0
 
 
-def _spans_of(request: Any, source: str, diagnostics: list[Diagnostic]) -> Iterator[Span]:
+def _spans_of(request: Any, source: str, diagnostics: list[TraceDiagnostic]) -> Iterator[Span]:
     if not isinstance(request, Mapping) or "resourceSpans" not in request:
         diagnostics.append(
-            Diagnostic("not an OTLP traces export (no resourceSpans); skipped", source=source)
+            TraceDiagnostic("not an OTLP traces export (no resourceSpans); skipped", source=source)
         )
         return
     for resource in request.get("resourceSpans") or []:
@@ -259,7 +259,7 @@ def _files(path: Path) -> list[Path]:
     return [path]
 
 
-def read_spans(path: str | Path) -> tuple[list[Span], list[Diagnostic]]:
+def read_spans(path: str | Path) -> tuple[list[Span], list[TraceDiagnostic]]:
     """Every span of an OTLP/JSON export: a ``.json`` file holding one export request, a ``.jsonl``
     file with one request per line (the OpenTelemetry Collector's file exporter), or a directory
     of such files (read recursively, in name order).
@@ -274,7 +274,7 @@ def read_spans(path: str | Path) -> tuple[list[Span], list[Diagnostic]]:
     if not files:
         raise OtelError(f"{root}: no .json or .jsonl files in this directory")
     spans: list[Span] = []
-    diagnostics: list[Diagnostic] = []
+    diagnostics: list[TraceDiagnostic] = []
     for file in files:
         text = file.read_text(encoding="utf-8")
         try:
@@ -288,7 +288,7 @@ def read_spans(path: str | Path) -> tuple[list[Span], list[Diagnostic]]:
                     documents.append((f"{file}:{lineno}", json.loads(line)))
                 except json.JSONDecodeError as exc:
                     diagnostics.append(
-                        Diagnostic(
+                        TraceDiagnostic(
                             f"invalid JSON ({exc.msg}); line skipped", source=f"{file}:{lineno}"
                         )
                     )
@@ -301,7 +301,7 @@ def read_spans(path: str | Path) -> tuple[list[Span], list[Diagnostic]]:
 # GenAI messages
 
 
-def _json_attribute(span: Span, key: str, diagnostics: list[Diagnostic]) -> Any:
+def _json_attribute(span: Span, key: str, diagnostics: list[TraceDiagnostic]) -> Any:
     """A JSON-encoded attribute, parsed; None (with a diagnostic) when it does not parse."""
     value = span.attributes.get(key)
     if value is None or not isinstance(value, str):
@@ -310,7 +310,7 @@ def _json_attribute(span: Span, key: str, diagnostics: list[Diagnostic]) -> Any:
         return json.loads(value)
     except json.JSONDecodeError:
         diagnostics.append(
-            Diagnostic(
+            TraceDiagnostic(
                 f"{key} is not valid JSON; ignored", span.trace_id, span.span_id, span.source
             )
         )
@@ -366,7 +366,7 @@ def genai_messages(value: Any) -> tuple[list[Message], list[str]]:
     return messages, skipped
 
 
-def _instructions(span: Span, diagnostics: list[Diagnostic]) -> list[Message]:
+def _instructions(span: Span, diagnostics: list[TraceDiagnostic]) -> list[Message]:
     value = _json_attribute(span, "gen_ai.system_instructions", diagnostics)
     if value is None:
         return []
@@ -385,7 +385,7 @@ def _instructions(span: Span, diagnostics: list[Diagnostic]) -> list[Message]:
     return [Message("system", [text])] if text else []
 
 
-def _messages(span: Span, key: str, diagnostics: list[Diagnostic]) -> list[Message] | None:
+def _messages(span: Span, key: str, diagnostics: list[TraceDiagnostic]) -> list[Message] | None:
     if key not in span.attributes:
         return None
     value = _json_attribute(span, key, diagnostics)
@@ -394,14 +394,16 @@ def _messages(span: Span, key: str, diagnostics: list[Diagnostic]) -> list[Messa
     messages, skipped = genai_messages(value)
     for kind in dict.fromkeys(skipped):
         diagnostics.append(
-            Diagnostic(
+            TraceDiagnostic(
                 f"{key}: left out a part of type {kind!r}", span.trace_id, span.span_id, span.source
             )
         )
     return messages
 
 
-def _tool_definitions(span: Span, diagnostics: list[Diagnostic]) -> list[ToolDefinition] | None:
+def _tool_definitions(
+    span: Span, diagnostics: list[TraceDiagnostic]
+) -> list[ToolDefinition] | None:
     value = _json_attribute(span, "gen_ai.tool.definitions", diagnostics)
     if value is None:
         return None
@@ -414,7 +416,7 @@ def _tool_definitions(span: Span, diagnostics: list[Diagnostic]) -> list[ToolDef
             tools.append(ToolDefinition.coerce(raw))
         except (TypeError, ValueError) as exc:
             diagnostics.append(
-                Diagnostic(
+                TraceDiagnostic(
                     f"a tool definition was left out ({exc})",
                     span.trace_id,
                     span.span_id,
@@ -470,7 +472,7 @@ def _tool_run(span: Span) -> dict[str, Any]:
 
 
 def _rebuild_produced(
-    chats: Sequence[Span], tools: Sequence[Span], diagnostics: list[Diagnostic]
+    chats: Sequence[Span], tools: Sequence[Span], diagnostics: list[TraceDiagnostic]
 ) -> list[Message]:
     """An agent's output from its model calls and tool runs, in start order."""
     out: list[Message] = []
@@ -492,10 +494,10 @@ def _turn(
     children: Mapping[str, list[Span]],
     names: Mapping[str, str],
     parent: str | None,
-    diagnostics: list[Diagnostic],
+    diagnostics: list[TraceDiagnostic],
 ) -> AgentTurn:
     def note(message: str, at: Span = span) -> None:
-        diagnostics.append(Diagnostic(message, at.trace_id, at.span_id, at.source))
+        diagnostics.append(TraceDiagnostic(message, at.trace_id, at.span_id, at.source))
 
     chats = [c for c in children.get(span.span_id, []) if c.operation == "chat"]
     tool_spans = [c for c in children.get(span.span_id, []) if c.operation == "execute_tool"]
@@ -547,7 +549,7 @@ def _turn(
     )
 
 
-def _agent_name(span: Span, diagnostics: list[Diagnostic]) -> str:
+def _agent_name(span: Span, diagnostics: list[TraceDiagnostic]) -> str:
     a = span.attributes
     name = a.get("gen_ai.agent.name")
     if isinstance(name, str) and name:
@@ -557,7 +559,7 @@ def _agent_name(span: Span, diagnostics: list[Diagnostic]) -> str:
         rest = span.name.split(" ", 1)[1].strip() if " " in span.name else ""
         fallback = rest or "agent"
     diagnostics.append(
-        Diagnostic(
+        TraceDiagnostic(
             f"invoke_agent has no gen_ai.agent.name; named it {fallback!r}",
             span.trace_id,
             span.span_id,
@@ -567,14 +569,14 @@ def _agent_name(span: Span, diagnostics: list[Diagnostic]) -> str:
     return str(fallback)
 
 
-def _transcript(spans: list[Span], diagnostics: list[Diagnostic]) -> TraceTranscript | None:
+def _transcript(spans: list[Span], diagnostics: list[TraceDiagnostic]) -> TraceTranscript | None:
     trace_id = spans[0].trace_id
     by_id = {s.span_id: s for s in spans}
     agent_spans = sorted((s for s in spans if s.operation == "invoke_agent"), key=lambda s: s.start)
     if not agent_spans:
         if any(s.operation in ("chat", "execute_tool") for s in spans):
             diagnostics.append(
-                Diagnostic(
+                TraceDiagnostic(
                     "has chat/execute_tool spans but no invoke_agent span; skipped",
                     trace_id,
                     source=spans[0].source,
@@ -605,7 +607,7 @@ def _transcript(spans: list[Span], diagnostics: list[Diagnostic]) -> TraceTransc
     query = users[-1].text if users else ""
     if not query:
         diagnostics.append(
-            Diagnostic(
+            TraceDiagnostic(
                 "the first agent received no user message with text; the query is empty",
                 trace_id,
                 first.span_id,
@@ -615,7 +617,7 @@ def _transcript(spans: list[Span], diagnostics: list[Diagnostic]) -> TraceTransc
     output = final_answer(top[-1].produced) or final_answer(conversation)
     if not output:
         diagnostics.append(
-            Diagnostic(
+            TraceDiagnostic(
                 "no assistant answer with text; the output is empty",
                 trace_id,
                 top[-1].span_id,
@@ -649,7 +651,7 @@ def read_otel_traces(path: str | Path, *, log: bool = True) -> OtelTraces:
 
     A trace's spans may be spread over several files (an exporter's batches); a span exported twice
     is read once. Traces come in the order of their first span's start time. Missing or partial
-    attributes never raise: each gap is a :class:`Diagnostic`, also logged as a warning on the
+    attributes never raise: each gap is a :class:`TraceDiagnostic`, also logged as a warning on the
     ``evalpipe.otel`` logger unless ``log`` is False.
 
     Raises:
@@ -661,12 +663,14 @@ def read_otel_traces(path: str | Path, *, log: bool = True) -> OtelTraces:
     for span in spans:
         if not span.trace_id or not span.span_id:
             diagnostics.append(
-                Diagnostic(f"span {span.name!r} has no traceId/spanId; skipped", source=span.source)
+                TraceDiagnostic(
+                    f"span {span.name!r} has no traceId/spanId; skipped", source=span.source
+                )
             )
             continue
         if (span.trace_id, span.span_id) in seen:
             diagnostics.append(
-                Diagnostic(
+                TraceDiagnostic(
                     "exported more than once; the first copy is kept",
                     span.trace_id,
                     span.span_id,
