@@ -238,6 +238,8 @@ def _run(args: argparse.Namespace, console: Console, err: Console) -> int:
             resume=not args.no_resume,
             progress=progress,
         )
+    if outcome.published_to:
+        console.print(f"published to {outcome.published_to}")
     if outcome.resumed_calls:
         console.print(f"resumed: {outcome.resumed_calls} call(s) taken from the run's journal")
     if (outcome.run_dir / "manifest.json").exists():
@@ -345,7 +347,9 @@ def _build_parser() -> argparse.ArgumentParser:
         help="override a suite field, e.g. --param repetitions=5 (repeatable; values are YAML)",
     )
     run.add_argument(
-        "--output", type=Path, default=None, help="output directory (suite's output_dir)"
+        "--output",
+        default=None,
+        help="output directory or filesystem URI, e.g. s3://bucket/evals (suite's output_dir)",
     )
     run.add_argument(
         "--run-dir", type=Path, default=None, help="write (or resume) this run directory"

@@ -37,6 +37,7 @@ from prefect.utilities.annotations import quote
 from evalpipe.artifacts import RunRecord, RunWriter
 from evalpipe.pipeline.params import redact, resolve_suite, suite_label
 from evalpipe.pipeline.plan import Call, CallOutcome, RunPlan
+from evalpipe.pipeline.storage import is_remote, publish
 from evalpipe.results import EvalResults, merge_results
 from evalpipe.suite import EvalSuite, SuiteError
 from evalpipe.summary import summarize
@@ -633,9 +634,19 @@ async def eval_flow(
         "timings": timings,
     }
     timings["total_s"] = time.perf_counter() - started
+    destination = (
+        f"{suite.output_dir.rstrip('/')}/{suite.name}/{plan.run_dir.name}"
+        if is_remote(suite.output_dir)
+        else None
+    )
+    manifest["published_to"] = destination
     await finish_task(_q(writer), manifest)
     if plan.journal is not None:
         plan.journal.close()
+    if destination is not None:
+        published = await asyncio.to_thread(publish, plan.run_dir, suite.output_dir, suite.name)
+        assert published == destination
+        logger.info("run published to %s", destination)
     await acreate_table_artifact(
         key=f"{key}-summary",
         table=_summary_table(merged),
@@ -647,12 +658,17 @@ async def eval_flow(
     run_path = plan.absolute_run_dir()
     await acreate_link_artifact(
         key=f"{key}-run-dir",
-        link=run_path.as_uri(),
-        link_text=str(run_path),
-        description=f"run directory (open locally: {run_path})",
+        link=destination or run_path.as_uri(),
+        link_text=destination or str(run_path),
+        description=(
+            f"run published to {destination} (staging copy: {run_path})"
+            if destination
+            else f"run directory (open locally: {run_path})"
+        ),
     )
     outcome = {
         "run_dir": str(run_path),
+        "published_to": destination,
         "calls": len(plan.calls),
         "calls_from_journal": resumed,
         "results": [

@@ -23,6 +23,8 @@ from evalpipe.evaluate import build_agent_items, errored_results, run_evaluators
 from evalpipe.evaluators.base import Evaluator
 from evalpipe.items import EvalItem
 from evalpipe.journal import Journal, call_key
+from evalpipe.pipeline.params import redact
+from evalpipe.pipeline.storage import local_base
 from evalpipe.results import EvalResults, merge_results
 from evalpipe.suite import (
     AgentScoped,
@@ -91,7 +93,7 @@ class ShardItems:
 
 def new_run_dir(suite: EvalSuite, output_dir: str | Path | None = None) -> Path:
     """A fresh run directory: ``{output_dir}/{suite}/{UTC timestamp}-{fingerprint}``."""
-    base = Path(output_dir or suite.output_dir) / suite.name
+    base = local_base(str(output_dir or suite.output_dir)) / suite.name
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
     path = base / f"{stamp}-{suite.fingerprint()}"
     n = 1
@@ -103,7 +105,7 @@ def new_run_dir(suite: EvalSuite, output_dir: str | Path | None = None) -> Path:
 
 def find_resumable(suite: EvalSuite, output_dir: str | Path | None = None) -> Path | None:
     """The newest unfinished run of this exact suite (same fingerprint, no manifest yet)."""
-    base = Path(output_dir or suite.output_dir) / suite.name
+    base = local_base(str(output_dir or suite.output_dir)) / suite.name
     if not base.is_dir():
         return None
     candidates = []
@@ -241,7 +243,7 @@ class RunPlan:
             marker.write_text(
                 json.dumps(
                     {
-                        "suite": self.suite.model_dump(mode="json"),
+                        "suite": redact(self.suite.model_dump(mode="json")),
                         "fingerprint": self.suite.fingerprint(),
                         "identity": self.identity,
                         "started_at": self.started_at,

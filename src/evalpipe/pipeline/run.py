@@ -28,6 +28,9 @@ class RunOutcome:
     """The failure message (a failed gate names every violated clause)."""
     resumed_calls: int
     """Calls taken from the journal of an unfinished earlier run."""
+    published_to: str | None = None
+    """Where the finished run was published when the suite's output_dir is a remote URI
+    (``run_dir`` is then the local staging copy)."""
 
     @property
     def ok(self) -> bool:
@@ -70,9 +73,11 @@ async def arun_suite(
         progress_hook.reset(token)
     message = None
     gate_passed: bool | None = None
+    published_to: str | None = None
     if state.is_completed():
         data = await state.aresult()
         gate_passed = data.get("gate_passed")
+        published_to = data.get("published_to")
     else:
         exc = await state.aresult(raise_on_failure=False)
         message = str(exc) if isinstance(exc, BaseException) else state.message
@@ -84,6 +89,7 @@ async def arun_suite(
         gate_passed=gate_passed,
         message=message,
         resumed_calls=resumed,
+        published_to=published_to,
     )
 
 
