@@ -132,3 +132,26 @@ def test_cache_stats_and_clean_commands(tmp_path: Path, capsys: pytest.CaptureFi
     assert "removed 1 expired entry" in capsys.readouterr().out
     main(["cache", "stats", str(tmp_path)])
     assert "entries: 1" in capsys.readouterr().out
+
+
+def test_import_otel_is_wired_into_the_command_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`evalpipe import otel TRACES -o rows.jsonl` writes a dataset the loader accepts."""
+    from evalpipe.datasets import load_dataset
+
+    out = tmp_path / "rows.jsonl"
+    fixture = Path(__file__).parent / "fixtures" / "otel" / "sequential.json"
+    assert main(["import", "otel", str(fixture), "-o", str(out)]) == 0
+    rows = load_dataset(out)
+    assert rows
+    assert all(r.conversation or r.recorded_agents for r in rows)
+
+
+def test_import_foundry_threads_without_ids_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`evalpipe import foundry-threads` needs thread ids or an agent id: exit 2, not a crash."""
+    with pytest.raises(SystemExit) as exc:
+        main(["import", "foundry-threads", "-o", "x.jsonl"])
+    assert exc.value.code == 2
