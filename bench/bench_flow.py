@@ -11,8 +11,11 @@
 Each part runs in its own process (so peak RSS is that part's), against the ephemeral Prefect API
 in a temporary PREFECT_HOME unless PREFECT_API_URL is set.
 
+3. Dask: the throughput workload with shards on a Dask LocalCluster (task_runner {dask: ...}); each
+   running shard gets concurrency / workers calls at once, so the floor is the same as in 1.
+
 Usage: python bench/bench_flow.py [--calls 3000] [--latency 0.05] [--concurrency 64]
-                                  [--items 100000] [--part throughput|scale|all]
+                                  [--items 100000] [--part throughput|scale|dask|all]
 Writes bench/results/flow.json and prints the numbers.
 """
 
@@ -58,7 +61,14 @@ agent = BenchAgent()
 """
 
 
-def _project(root: Path, rows: int, reps: int, latency: float, concurrency: int) -> Path:
+def _project(
+    root: Path,
+    rows: int,
+    reps: int,
+    latency: float,
+    concurrency: int,
+    task_runner: Any = "threads",
+) -> Path:
     (root / "bench_agent.py").write_text(AGENT.format(latency=latency), encoding="utf-8")
     with (root / "queries.jsonl").open("w", encoding="utf-8") as fh:
         for i in range(rows):
@@ -83,6 +93,7 @@ def _project(root: Path, rows: int, reps: int, latency: float, concurrency: int)
         "concurrency": concurrency,
         "evaluators": [{"keyword_check": ["sunny"]}, "tool_calls_present", "tool_call_args_match"],
         "output_dir": str(root / "runs"),
+        "task_runner": task_runner,
     }
     path = root / "suite.json"
     path.write_text(json.dumps(suite), encoding="utf-8")
@@ -116,11 +127,14 @@ def _child(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def _run_part(rows: int, reps: int, latency: float, concurrency: int) -> dict[str, Any]:
+def _run_part(
+    rows: int, reps: int, latency: float, concurrency: int, task_runner: Any = "threads"
+) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="evalpipe-bench-") as tmp:
         root = Path(tmp)
-        suite = _project(root, rows, reps, latency, concurrency)
+        suite = _project(root, rows, reps, latency, concurrency, task_runner)
         env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join([tmp, env.get("PYTHONPATH", "")])  # Dask workers
         env.setdefault("PREFECT_HOME", str(root / "prefect-home"))
         env.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
         env.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
@@ -145,7 +159,10 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=0.05)
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--items", type=int, default=100_000)
-    parser.add_argument("--part", choices=["throughput", "scale", "all"], default="all")
+    parser.add_argument("--part", choices=["throughput", "scale", "dask", "all"], default="all")
+    parser.add_argument(
+        "--dask-workers", type=int, default=2, help="LocalCluster processes for --part dask"
+    )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--root", help=argparse.SUPPRESS)
     parser.add_argument("--suite", help=argparse.SUPPRESS)
@@ -191,6 +208,29 @@ def main() -> None:
             f"scale: {r['calls']} items x 3 checks: flow {r['flow_total_s']:.1f} s "
             f"({r['items_per_s']:.0f} items/s), peak RSS {r['peak_rss_mib']:.0f} MiB, "
             f"{r['shards']} shards"
+        )
+    if args.part in ("dask", "all"):
+        reps = 3
+        rows = math.ceil(args.calls / reps)
+        calls = rows * reps
+        workers = args.dask_workers
+        runner = {"dask": {"n_workers": workers, "threads_per_worker": 1, "processes": True}}
+        r = _run_part(rows, reps, args.latency, max(1, args.concurrency // workers), runner)
+        floor = math.ceil(calls / args.concurrency) * args.latency
+        r.update(
+            {
+                "workers": workers,
+                "floor_s": floor,
+                "ratio_flow_work_to_floor": r["flow_calls_and_evaluation_s"] / floor,
+                "ratio_flow_total_to_floor": r["flow_total_s"] / floor,
+            }
+        )
+        report["throughput_dask"] = r
+        print(
+            f"dask ({workers} workers): {calls} calls x {args.latency * 1000:.0f} ms at "
+            f"c={args.concurrency}: flow work {r['flow_calls_and_evaluation_s']:.2f} s, total "
+            f"{r['flow_total_s']:.2f} s (incl. cluster start) vs floor {floor:.2f} s -> "
+            f"{r['ratio_flow_work_to_floor']:.2f}x"
         )
     out = HERE / "results" / "flow.json"
     out.parent.mkdir(exist_ok=True)
