@@ -3,7 +3,10 @@
 ``evalpipe run SUITE.yaml`` runs a suite's Prefect flow (ephemeral Prefect unless PREFECT_API_URL is
 set) with a progress bar and a summary; ``evalpipe results RUN_DIR`` prints a run's summary again;
 ``evalpipe eval`` evaluates an agent over a JSONL query set in-process, without Prefect;
-``evalpipe cache stats|clean`` inspects the judge/agent response cache.
+``evalpipe cache stats|clean`` inspects the judge/agent response cache; ``evalpipe report`` and
+``evalpipe compare`` render a run's HTML report and compare two runs; ``evalpipe deploy`` and
+``evalpipe serve`` put suites on a Prefect server; ``evalpipe import otel|foundry-threads`` turns
+production traffic into a recorded dataset.
 Exit codes: 0 done, 1 a gate failed (``run``) or not all passed (``eval --strict``), 2 bad input
 (the message says what to fix).
 """
@@ -414,6 +417,9 @@ def _build_parser() -> argparse.ArgumentParser:
 
     add_import_otel_parser(import_sub)
     add_import_foundry_parser(import_sub)
+    from evalpipe.report import add_report_commands
+
+    add_report_commands(sub)
     ev = sub.add_parser("eval", help="evaluate an agent over a JSONL query set, in-process")
     ev.add_argument(
         "--agent",

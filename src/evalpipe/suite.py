@@ -106,6 +106,9 @@ class EvalSuite(BaseModel):
     """Where run directories are created (``{output_dir}/{name}/{timestamp}-{hash}``)."""
     tags: list[str] = Field(default_factory=list)
     """Labels for the flow run and the manifest."""
+    compare_with: str | None = None
+    """After the run, compare it with a baseline (a Prefect markdown artifact and the manifest):
+    ``last`` (the newest earlier finished run of this suite in ``output_dir``) or a run directory."""
     task_runner: Literal["threads"] | dict[str, dict[str, Any] | None] = "threads"
     """Where shards run: ``threads`` (default: in the flow's process, on asyncio) or
     ``{dask: {...}}`` (prefect-dask, the ``dask`` extra): ``{dask: {n_workers: 2}}`` starts a local
@@ -145,7 +148,8 @@ class EvalSuite(BaseModel):
     def fingerprint(self) -> str:
         """A hash of everything that decides the run's results (not where it is written)."""
         data = self.model_dump(
-            mode="json", exclude={"output_dir", "description", "tags", "task_runner"}
+            mode="json",
+            exclude={"output_dir", "description", "tags", "task_runner", "compare_with"},
         )
         canonical = json.dumps(data, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:12]

@@ -437,3 +437,33 @@ async def test_a_judge_global_limit_bounds_requests_across_concurrent_runs(proje
         assert [o.state for o in outcomes] == ["Completed", "Completed"]
         assert len(server.requests) == 16
         assert server.max_in_flight == 2
+
+
+async def test_flow_writes_the_report_and_compares_with_the_last_run(project: Path) -> None:
+    """Each run writes report.html beside its Parquet files (linked as an artifact); with
+    compare_with: last, a later run's comparison artifact counts the verdict flips."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    path = _write_project(project, rows=4, repetitions=1, compare_with="last")
+    first = await arun_suite(load_suite(path), resume=False)
+    assert first.state == "Completed", first.message
+    report = (first.run_dir / "report.html").read_text(encoding="utf-8")
+    assert "echo-suite" in report
+    # The second run's check fails on every answer without a "2": three regressions.
+    worse = load_suite(path, ["evaluators=[{keyword_check: [answer, '2']}]"])
+    second = await arun_suite(worse, resume=False)
+    assert second.state == "Completed", second.message
+    assert (second.run_dir / "report.html").is_file()
+    flow_run_id = read_manifest(second.run_dir)["flow_run_id"]
+    async with get_client() as client:
+        found = await client.read_artifacts(
+            artifact_filter=ArtifactFilter(
+                key=ArtifactFilterKey(any_=["echo-suite-comparison", "echo-suite-report"])
+            )
+        )
+    mine = {a.key: a for a in found if str(a.flow_run_id) == flow_run_id}
+    assert set(mine) == {"echo-suite-comparison", "echo-suite-report"}
+    assert "**3 regression(s)**" in str(mine["echo-suite-comparison"].data)
+    link = (second.run_dir / "report.html").resolve().as_uri()
+    assert str(mine["echo-suite-report"].data) == f"[report.html]({link})"

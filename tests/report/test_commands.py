@@ -1,9 +1,8 @@
-"""The report and compare commands through an argparse parser built as the CLI builds its own:
-exit codes 0 / 1 (regression with --fail-on-regression) / 2 (bad input, with the message)."""
+"""The report and compare commands through `evalpipe`'s own command line: exit codes 0 / 1
+(regression with --fail-on-regression) / 2 (bad input, with the message)."""
 
 from __future__ import annotations
 
-import argparse
 import subprocess
 import sys
 from pathlib import Path
@@ -11,16 +10,11 @@ from pathlib import Path
 import pytest
 from report_builders import write_run
 
-from evalpipe.report import add_report_commands
+from evalpipe.cli import main
 
 
 def _run(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="evalpipe")
-    sub = parser.add_subparsers(dest="command", required=True)
-    add_report_commands(sub)
-    args = parser.parse_args(argv)
-    code: int = args.handler(args)
-    return code
+    return main(argv)
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any, TypeVar, cast
 
 from prefect import flow, get_run_logger, task
@@ -37,7 +38,7 @@ from prefect.utilities.annotations import quote
 from evalpipe.artifacts import RunRecord, RunWriter
 from evalpipe.pipeline.params import redact, resolve_suite, suite_label
 from evalpipe.pipeline.plan import Call, CallOutcome, RunPlan
-from evalpipe.pipeline.storage import is_remote, publish
+from evalpipe.pipeline.storage import is_remote, local_base, publish
 from evalpipe.results import EvalResults, merge_results
 from evalpipe.suite import EvalSuite, SuiteError
 from evalpipe.summary import summarize
@@ -357,6 +358,56 @@ async def gate_task(plan: RunPlan, results: list[EvalResults]) -> Any:
     return evaluate_gates(plan.gates, results)
 
 
+@task(name="report", cache_policy=NO_CACHE, persist_result=False)
+async def report_task(run_dir: str) -> str | None:
+    """Write ``report.html`` beside the Parquet files. A report that cannot be written is logged,
+    not fatal: the Parquet files are the record."""
+    from evalpipe.report import write_report
+
+    try:
+        return str(await asyncio.to_thread(write_report, run_dir))
+    except Exception as exc:
+        get_run_logger().warning("report.html not written: %s: %s", type(exc).__name__, exc)
+        return None
+
+
+def _baseline(suite: EvalSuite, run_dir: str) -> Path | None:
+    """The run to compare with: ``last`` is the newest other finished run of the suite."""
+    if suite.compare_with != "last":
+        return Path(str(suite.compare_with))
+    base = local_base(suite.output_dir) / suite.name
+    current = Path(run_dir).resolve()
+    finished = sorted(
+        (p for p in base.glob("*/manifest.json") if p.parent.resolve() != current),
+        key=lambda p: p.parent.name,
+    )
+    return finished[-1].parent if finished else None
+
+
+@task(name="compare", cache_policy=NO_CACHE, persist_result=False)
+async def compare_task(suite: EvalSuite, run_dir: str) -> str | None:
+    """Compare the finished run with the suite's baseline; markdown for an artifact, or None."""
+    from evalpipe.report import compare_runs, render_markdown
+
+    logger = get_run_logger()
+    baseline = _baseline(suite, run_dir)
+    if baseline is None:
+        logger.info("compare_with: last: no earlier finished run of %s to compare with", suite.name)
+        return None
+    try:
+        comparison = await asyncio.to_thread(compare_runs, baseline, run_dir)
+    except Exception as exc:
+        logger.warning("comparison with %s failed: %s: %s", baseline, type(exc).__name__, exc)
+        return None
+    logger.info(
+        "compared with %s: %d regression(s), %d improvement(s)",
+        baseline,
+        comparison.regressions,
+        comparison.improvements,
+    )
+    return str(render_markdown(comparison))
+
+
 def _flow_run_name() -> str:
     """``{suite}-{target_version}-x{repetitions}-{UTC date and time}`` from the run's parameters."""
     params = flow_run.parameters or {}
@@ -643,6 +694,8 @@ async def eval_flow(
     await finish_task(_q(writer), manifest)
     if plan.journal is not None:
         plan.journal.close()
+    report_path = await report_task(str(plan.run_dir))
+    comparison = await compare_task(suite, str(plan.run_dir)) if suite.compare_with else None
     if destination is not None:
         published = await asyncio.to_thread(publish, plan.run_dir, suite.output_dir, suite.name)
         assert published == destination
@@ -666,8 +719,23 @@ async def eval_flow(
             else f"run directory (open locally: {run_path})"
         ),
     )
+    if report_path is not None:
+        where = f"{destination}/report.html" if destination else Path(report_path).as_uri()
+        await acreate_link_artifact(
+            key=f"{key}-report",
+            link=where,
+            link_text="report.html",
+            description=f"{suite.name}: the run's HTML report (self-contained)",
+        )
+    if comparison is not None:
+        await acreate_markdown_artifact(
+            key=f"{key}-comparison",
+            markdown=comparison,
+            description=f"{suite.name}: this run against {suite.compare_with}",
+        )
     outcome = {
         "run_dir": str(run_path),
+        "report": report_path,
         "published_to": destination,
         "calls": len(plan.calls),
         "calls_from_journal": resumed,
