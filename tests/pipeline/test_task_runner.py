@@ -128,3 +128,21 @@ def test_unknown_task_runners_and_options_are_refused() -> None:
     with pytest.raises(ValueError, match=r"unknown option\(s\) \['workers'\]"):
         EvalSuite.model_validate({**base, "task_runner": {"dask": {"workers": 2}}})
     assert issubclass(SuiteError, ValueError)
+
+
+async def test_an_unreachable_dask_scheduler_fails_the_run_once_and_fast(project: Path) -> None:
+    """{dask: {address: ...}} with nothing listening fails the flow run with the connect error,
+    once (not once per shard), and no call is made."""
+    import time
+
+    import dask
+
+    runner = {"dask": {"address": "tcp://127.0.0.1:9"}}
+    suite = load_suite(_suite(project, task_runner=runner, shard_size=1))  # 24 shards
+    started = time.monotonic()
+    with dask.config.set({"distributed.comm.timeouts.connect": "2s"}):
+        outcome = await arun_suite(suite)
+    assert outcome.state == "Failed"
+    assert "tcp://127.0.0.1:9" in (outcome.message or "")
+    assert time.monotonic() - started < 30  # one 2 s attempt per shard would take 48 s
+    assert not (project / "pids.log").exists()

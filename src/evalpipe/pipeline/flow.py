@@ -661,6 +661,9 @@ async def eval_flow(
         with contextlib.ExitStack() as stack:
             if runner is not None:
                 stack.enter_context(runner)
+                # Connect (or start the local cluster) once, now: a cluster that is not there
+                # fails the run here instead of once per shard.
+                await asyncio.to_thread(lambda: runner.client)
                 logger.info("shards run on %s", type(runner).__name__)
             stack.enter_context(_young_gc_relaxed())
             await asyncio.gather(*(process(i, calls) for i, calls in enumerate(shards)))
