@@ -406,10 +406,33 @@ class FoundryEvals:
         base.report_url = run.get("report_url")
         logger.info("Foundry run %s (eval %s): %d items", run_id, eval_id, len(content))
 
+        status, error, missing_code, outputs = await self._await_outputs(api, eval_id, run, started)
+        for oi in outputs:
+            index = _index(oi.get("datasource_item_id"))
+            if index is None or not 0 <= index < len(sent):
+                logger.warning("Foundry output item %s has no matching input", oi.get("id"))
+                continue
+            i = sent[index]
+            try:
+                out[i] = item_result(oi, items[i], ids[i], specs)
+            except Exception as exc:
+                out[i] = errored_item(items[i], ids[i], "OutputParseError", _error_text(exc))
+        return self._finish(base, items, ids, out, specs, status, error, missing_code)
+
+    async def _await_outputs(
+        self, api: Any, eval_id: str, run: dict[str, Any], started: float
+    ) -> tuple[str, str | None, str, list[dict[str, Any]]]:
+        """Poll a run to its end and read its output items.
+
+        Returns (status, error, the error code for items with no output, output items). A run
+        that times out is canceled on the server; a caller that gives up (a task timeout, Ctrl-C)
+        cancels it too, so it stops costing money. Output items that cannot be read make a
+        completed run ``partial``.
+        """
+        run_id = str(run["id"])
         try:
             status, error = await self._poll(api, eval_id, run, started)
         except asyncio.CancelledError:
-            # The caller gave up (a task timeout, Ctrl-C): stop the run so it stops costing money.
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(api.cancel_run(eval_id, run_id), timeout=10)
             raise
@@ -428,25 +451,14 @@ class FoundryEvals:
             "canceled": "RunCanceled",
         }.get(status, "MissingOutput")
         try:
-            outputs = await api.list_output_items(eval_id, run_id)
+            outputs: list[dict[str, Any]] = list(await api.list_output_items(eval_id, run_id))
         except Exception as exc:
             outputs = []
             if status == "completed":
-                status = "partial"
-                missing_code = "FoundryError"
+                status, missing_code = "partial", "FoundryError"
             text = f"could not read output items: {_error_text(exc)}"
             error = f"{error}; {text}" if error else text
-        for oi in outputs:
-            index = _index(oi.get("datasource_item_id"))
-            if index is None or not 0 <= index < len(sent):
-                logger.warning("Foundry output item %s has no matching input", oi.get("id"))
-                continue
-            i = sent[index]
-            try:
-                out[i] = item_result(oi, items[i], ids[i], specs)
-            except Exception as exc:
-                out[i] = errored_item(items[i], ids[i], "OutputParseError", _error_text(exc))
-        return self._finish(base, items, ids, out, specs, status, error, missing_code)
+        return status, error, missing_code, outputs
 
     async def _poll(
         self, api: EvalsApi, eval_id: str, run: dict[str, Any], started: float
@@ -681,29 +693,7 @@ class FoundryEvals:
         run_id = str(run["id"])
         base.run_id = run_id
         base.report_url = run.get("report_url")
-        try:
-            status, error = await self._poll(api, eval_id, run, started)
-        except asyncio.CancelledError:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(api.cancel_run(eval_id, run_id), timeout=10)
-            raise
-        if status == "timeout":
-            try:
-                await api.cancel_run(eval_id, run_id)
-                error = f"run did not finish within {self.timeout:g}s; canceled on the server"
-            except Exception as exc:
-                error = f"run did not finish within {self.timeout:g}s; cancel failed: {_error_text(exc)}"
-        missing_code = {"timeout": "Timeout", "failed": "RunFailed", "canceled": "RunCanceled"}.get(
-            status, "MissingOutput"
-        )
-        try:
-            outputs = await api.list_output_items(eval_id, run_id)
-        except Exception as exc:
-            outputs = []
-            if status == "completed":
-                status, missing_code = "partial", "FoundryError"
-            text = f"could not read output items: {_error_text(exc)}"
-            error = f"{error}; {text}" if error else text
+        status, error, missing_code, outputs = await self._await_outputs(api, eval_id, run, started)
         if ids is not None:
             for oi in outputs:
                 index = _index(oi.get("datasource_item_id"))

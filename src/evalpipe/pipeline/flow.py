@@ -82,6 +82,18 @@ def _notify(stage: str, done: int, total: int) -> None:
         hook(stage, done, total)
 
 
+_RETRY_ON_INFRASTRUCTURE: dict[str, Any] = {
+    "cache_policy": NO_CACHE,
+    "persist_result": False,
+    "retries": 2,
+    "retry_delay_seconds": exponential_backoff(backoff_factor=1),
+    "retry_jitter_factor": 0.5,
+    "retry_condition_fn": _transient,
+}
+"""Shard tasks retry on infrastructure errors only (OSError: the journal's disk); a failed call
+is an errored transcript, not a failed task."""
+
+
 @task(name="prepare", cache_policy=NO_CACHE, persist_result=False)
 async def prepare_task(suite: EvalSuite, run_dir: str, rescore: str | None) -> RunPlan:
     """Load and validate the dataset, target, evaluators and gates; open the run directory."""
@@ -93,12 +105,7 @@ async def prepare_task(suite: EvalSuite, run_dir: str, rescore: str | None) -> R
 @task(
     name="target-calls",
     task_run_name="calls-{shard_index}",
-    cache_policy=NO_CACHE,
-    persist_result=False,
-    retries=2,
-    retry_delay_seconds=exponential_backoff(backoff_factor=1),
-    retry_jitter_factor=0.5,
-    retry_condition_fn=_transient,
+    **_RETRY_ON_INFRASTRUCTURE,
 )
 async def run_shard(
     plan: RunPlan,
@@ -191,12 +198,7 @@ def _worker_plan(suite: EvalSuite, run_dir: str, rescore: str | None) -> RunPlan
 @task(
     name="shard",
     task_run_name="shard-{shard_index}",
-    cache_policy=NO_CACHE,
-    persist_result=False,
-    retries=2,
-    retry_delay_seconds=exponential_backoff(backoff_factor=1),
-    retry_jitter_factor=0.5,
-    retry_condition_fn=_transient,
+    **_RETRY_ON_INFRASTRUCTURE,
 )
 async def remote_shard_task(
     suite: EvalSuite,
