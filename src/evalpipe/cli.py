@@ -275,6 +275,8 @@ def _print_run(run_dir: Path, console: Console) -> None:
             mark = "ok  " if clause.get("passed") else "FAIL"
             console.print(f"  {mark} {clause.get('message') or clause.get('clause')}", markup=False)
     console.print(f"run directory: {run_dir}")
+    if (run_dir / "report.html").is_file():
+        console.print(f"report: {run_dir / 'report.html'}")
 
 
 def _results(args: argparse.Namespace, console: Console) -> int:

@@ -725,7 +725,9 @@ async def eval_flow(
         ),
     )
     if report_path is not None:
-        where = f"{destination}/report.html" if destination else Path(report_path).as_uri()
+        where = (
+            f"{destination}/report.html" if destination else Path(report_path).resolve().as_uri()
+        )
         await acreate_link_artifact(
             key=f"{key}-report",
             link=where,
