@@ -468,3 +468,21 @@ async def test_flow_writes_the_report_and_compares_with_the_last_run(project: Pa
     assert "**3 regression(s)**" in str(mine["echo-suite-comparison"].data)
     link = (second.run_dir / "report.html").resolve().as_uri()
     assert str(mine["echo-suite-report"].data) == f"[report.html]({link})"
+
+
+async def test_a_large_run_gets_its_report_from_a_child_process(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At REPORT_SUBPROCESS_CALLS calls or more, report.html comes from `python -m evalpipe.cli
+    report` in a child process (the in-process writer is broken here and never called)."""
+    import evalpipe.pipeline.flow as flow_module
+    import evalpipe.report
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the in-process report writer was called")
+
+    monkeypatch.setattr(flow_module, "REPORT_SUBPROCESS_CALLS", 1)
+    monkeypatch.setattr(evalpipe.report, "write_report", broken, raising=False)
+    outcome = await arun_suite(load_suite(_write_project(project, rows=3, repetitions=1)))
+    assert outcome.state == "Completed", outcome.message
+    assert "echo-suite" in (outcome.run_dir / "report.html").read_text(encoding="utf-8")

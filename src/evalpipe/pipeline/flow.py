@@ -360,17 +360,48 @@ async def gate_task(plan: RunPlan, results: list[EvalResults]) -> Any:
     return evaluate_gates(plan.gates, results)
 
 
-@task(name="report", cache_policy=NO_CACHE, persist_result=False)
-async def report_task(run_dir: str) -> str | None:
-    """Write ``report.html`` beside the Parquet files. A report that cannot be written is logged,
-    not fatal: the Parquet files are the record."""
-    from evalpipe.report import write_report
+REPORT_SUBPROCESS_CALLS = 10_000
+"""Runs with at least this many calls get their report from a child process, so the flow's
+process (already at its high-water mark after the run) does not grow by the report's peak."""
 
+
+@task(name="report", cache_policy=NO_CACHE, persist_result=False)
+async def report_task(run_dir: str, calls: int) -> str | None:
+    """Write ``report.html`` beside the Parquet files (``run_dir`` is absolute; so is the path
+    returned). A report that cannot be written is logged, not fatal: the Parquet files are the
+    record."""
+    logger = get_run_logger()
+    started = time.perf_counter()
     try:
-        return str(await asyncio.to_thread(write_report, run_dir))
+        if calls >= REPORT_SUBPROCESS_CALLS:
+            path = await _report_in_child(run_dir)
+        else:
+            from evalpipe.report import write_report
+
+            path = str(await asyncio.to_thread(write_report, run_dir))
     except Exception as exc:
-        get_run_logger().warning("report.html not written: %s: %s", type(exc).__name__, exc)
+        logger.warning("report.html not written: %s: %s", type(exc).__name__, exc)
         return None
+    logger.info("report %s written in %.2f s", path, time.perf_counter() - started)
+    return path
+
+
+async def _report_in_child(run_dir: str) -> str:
+    import sys
+
+    child = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "evalpipe.cli",
+        "report",
+        run_dir,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    _, stderr = await child.communicate()
+    if child.returncode != 0:
+        raise RuntimeError(stderr.decode(errors="replace").strip()[-2000:] or "no output")
+    return str(Path(run_dir) / "report.html")
 
 
 def _baseline(suite: EvalSuite, run_dir: str) -> Path | None:
@@ -699,7 +730,7 @@ async def eval_flow(
     await finish_task(_q(writer), manifest)
     if plan.journal is not None:
         plan.journal.close()
-    report_path = await report_task(str(plan.run_dir))
+    report_path = await report_task(str(plan.absolute_run_dir()), len(plan.calls))
     comparison = await compare_task(suite, str(plan.run_dir)) if suite.compare_with else None
     if destination is not None:
         published = await asyncio.to_thread(publish, plan.run_dir, suite.output_dir, suite.name)
@@ -725,9 +756,7 @@ async def eval_flow(
         ),
     )
     if report_path is not None:
-        where = (
-            f"{destination}/report.html" if destination else Path(report_path).resolve().as_uri()
-        )
+        where = f"{destination}/report.html" if destination else Path(report_path).as_uri()
         await acreate_link_artifact(
             key=f"{key}-report",
             link=where,
