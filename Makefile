@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-SOURCES := src tests bench examples flows
+SOURCES := src tests bench examples flows tools
 
 .PHONY: install demo test lint bench clean
 
