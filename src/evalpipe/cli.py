@@ -99,9 +99,16 @@ def _fmt(value: float | None, spec: str) -> str:
 
 
 def print_summary(
-    results: Sequence[EvalResults], console: Console, *, max_failures: int = 10
+    results: Sequence[EvalResults],
+    console: Console,
+    *,
+    max_failures: int = 10,
+    not_called: str | None = None,
 ) -> None:
-    """Print the per-metric table, the items that did not pass, and the run statistics."""
+    """Print the per-metric table, the items that did not pass, and the run statistics.
+
+    ``not_called`` names where the transcripts came from when no target was called
+    ("recorded transcripts", "re-scored transcripts"); then there is no latency to show."""
     table = Table(title="evalpipe summary")
     table.add_column("provider", no_wrap=True)
     table.add_column("agent")
@@ -156,6 +163,9 @@ def print_summary(
             )
     if results:
         stats = run_stats(results[0].input_items)
+        if not_called:
+            console.print(f"{not_called}: {stats.runs} (no target was called)")
+            return
         console.print(
             f"target calls: {stats.runs} ({stats.errored} errored), latency p50 "
             f"{_fmt(stats.latency_p50, '.3f')} s, p95 {_fmt(stats.latency_p95, '.3f')} s, tokens "
@@ -265,8 +275,13 @@ def _print_run(run_dir: Path, console: Console) -> None:
     from evalpipe.artifacts import load_run, read_manifest
 
     results = load_run(run_dir)
-    print_summary(results, console)
     manifest = read_manifest(run_dir)
+    not_called = None
+    if manifest.get("rescored_from"):
+        not_called = "re-scored transcripts"
+    elif (manifest.get("suite") or {}).get("target") is None:
+        not_called = "recorded transcripts"
+    print_summary(results, console, not_called=not_called)
     gate = manifest.get("gate")
     if gate:
         verdict = "[green]passed[/]" if gate.get("passed") else "[red]FAILED[/]"

@@ -241,3 +241,19 @@ async def test_example_recorded_suites_run_without_a_target(tmp_path: Path) -> N
     assert set(results.sub_results) == {"coordinator", "researcher", "planner", "writer"}
     assert set(scoped.sub_results) == {"coordinator", "researcher"}
     assert scoped.sub_results["researcher"].failed == 1
+
+
+async def test_the_summary_of_a_recorded_run_says_no_target_was_called(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`evalpipe results` on a target-less run counts recorded transcripts, with no latency line."""
+    from evalpipe.cli import main
+
+    rows = [_openai_row(0, "Paris", "Sunny, 18 C"), _openai_row(1, "Oslo", "Cold")]
+    outcome = await arun_suite(load_suite(_suite(tmp_path, rows)))
+    assert outcome.state == "Completed", outcome.message
+    capsys.readouterr()
+    assert main(["results", str(outcome.run_dir)]) == 0
+    out = capsys.readouterr().out
+    assert "recorded transcripts: 2 (no target was called)" in out
+    assert "target calls:" not in out
