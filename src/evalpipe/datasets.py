@@ -362,12 +362,7 @@ def load_csv(path: str | Path) -> list[QueryRow]:
         reader = csv.DictReader(handle)
         if reader.fieldnames is None:
             raise DatasetError(f"{file}: the file is empty; the first line must be a header")
-        unknown = [c for c in reader.fieldnames if c not in QueryRow.model_fields]
-        if unknown:
-            raise DatasetError(
-                f"{file}:1: unknown column {unknown[0]!r} (known: "
-                f"{', '.join(sorted(QueryRow.model_fields))})"
-            )
+        _check_columns(reader.fieldnames, f"{file}:1")
 
         def records() -> Iterable[tuple[str, str, dict[str, Any]]]:
             for record in reader:
@@ -386,6 +381,16 @@ def load_csv(path: str | Path) -> list[QueryRow]:
         return _collect(file, records())
 
 
+def _check_columns(columns: Iterable[str], where: str) -> None:
+    """A table's columns must be QueryRow fields; the first unknown one is named with the list."""
+    unknown = [c for c in columns if c not in QueryRow.model_fields]
+    if unknown:
+        raise DatasetError(
+            f"{where}: unknown column {unknown[0]!r} (known: "
+            f"{', '.join(sorted(QueryRow.model_fields))})"
+        )
+
+
 def load_parquet(path: str | Path) -> list[QueryRow]:
     """Read a Parquet query set (one record per row; nested columns or JSON strings).
 
@@ -399,12 +404,7 @@ def load_parquet(path: str | Path) -> list[QueryRow]:
         table = pq.read_table(file)
     except Exception as exc:
         raise DatasetError(f"{file}: not a readable Parquet file ({exc})") from None
-    unknown = [c for c in table.column_names if c not in QueryRow.model_fields]
-    if unknown:
-        raise DatasetError(
-            f"{file}: unknown column {unknown[0]!r} (known: "
-            f"{', '.join(sorted(QueryRow.model_fields))})"
-        )
+    _check_columns(table.column_names, str(file))
 
     def records() -> Iterable[tuple[str, str, dict[str, Any]]]:
         for index, record in enumerate(table.to_pylist(), start=1):
