@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from azure.core.credentials import AccessToken
 
+from evalpipe._internal.retry import parse_retry_after
 from evalpipe.cache import CacheMissError, ResponseCache
 from evalpipe.llm import (
     ChatClient,
@@ -22,7 +23,6 @@ from evalpipe.llm import (
     ChatHTTPError,
     ChatResponseError,
     ChatTransportError,
-    parse_retry_after,
 )
 from fakes.openai_server import (
     FakeOpenAIServer,

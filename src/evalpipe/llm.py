@@ -12,7 +12,6 @@ in a repr, a log line or an error message.
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import inspect
 import logging
 import os
@@ -21,7 +20,6 @@ import time
 import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any, Literal
 
@@ -29,6 +27,7 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
+from evalpipe._internal.retry import parse_retry_after
 from evalpipe.cache import ResponseCache
 
 __all__ = [
@@ -42,7 +41,6 @@ __all__ = [
     "ChatResponseError",
     "ChatTransportError",
     "TokenSource",
-    "parse_retry_after",
     "token_source_for",
 ]
 
@@ -243,34 +241,6 @@ class ChatTransportError(ChatError):
 
 class ChatResponseError(ChatError):
     """The endpoint answered 200 with a body that is not a chat completion."""
-
-
-def parse_retry_after(headers: Mapping[str, str], *, now: datetime | None = None) -> float | None:
-    """Seconds to wait from ``retry-after-ms`` or ``Retry-After`` (seconds or an HTTP date).
-
-    Returns None when neither header is present or parseable; a date in the past gives 0.
-    """
-    lowered = {k.lower(): v for k, v in headers.items()}
-    ms = lowered.get("retry-after-ms")
-    if ms is not None:
-        try:
-            return max(float(ms) / 1000.0, 0.0)
-        except ValueError:
-            pass
-    value = lowered.get("retry-after")
-    if value is None:
-        return None
-    try:
-        return max(float(value), 0.0)
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max((when - (now or datetime.now(UTC))).total_seconds(), 0.0)
 
 
 class _Limiter:

@@ -6,8 +6,8 @@ import email.utils
 import time
 
 from evalpipe import EvalItem, EvalItemResult, EvalResults, EvalScoreResult, Message
+from evalpipe._internal.retry import parse_retry_after
 from evalpipe.foundry import flat_view
-from evalpipe.foundry._client import retry_after_seconds
 from evalpipe.foundry._evaluators import validate_evaluators
 from evalpipe.foundry._results import item_result, merge_results
 
@@ -120,11 +120,11 @@ def test_flat_view_adds_label_and_error_only_when_they_say_something() -> None:
 
 def test_retry_after_forms() -> None:
     """retry-after-ms wins over Retry-After; seconds may be fractional; an HTTP date is a delay from now."""
-    assert retry_after_seconds({"retry-after-ms": "250", "Retry-After": "9"}) == 0.25
-    assert retry_after_seconds({"Retry-After": "1.5"}) == 1.5
+    assert parse_retry_after({"retry-after-ms": "250", "Retry-After": "9"}) == 0.25
+    assert parse_retry_after({"Retry-After": "1.5"}) == 1.5
     date = email.utils.formatdate(time.time() + 30, usegmt=True)
-    delay = retry_after_seconds({"Retry-After": date})
+    delay = parse_retry_after({"Retry-After": date})
     assert delay is not None
     assert 25 <= delay <= 31
-    assert retry_after_seconds({"Retry-After": "soon"}) is None
-    assert retry_after_seconds({}) is None
+    assert parse_retry_after({"Retry-After": "soon"}) is None
+    assert parse_retry_after({}) is None

@@ -9,11 +9,9 @@ a create whose outcome is unknown, looks for what it tagged (metadata) on the se
 from __future__ import annotations
 
 import asyncio
-import email.utils
 import inspect
 import logging
 import random
-import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -21,7 +19,9 @@ from typing import Any, TypeVar
 import openai
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
-__all__ = ["EvalsApi", "RetryPolicy", "is_retryable", "retry_after_seconds"]
+from evalpipe._internal.retry import parse_retry_after
+
+__all__ = ["EvalsApi", "RetryPolicy", "is_retryable"]
 
 logger = logging.getLogger("evalpipe.foundry")
 
@@ -44,31 +44,6 @@ def outcome_unknown(exc: BaseException) -> bool:
     return isinstance(exc, openai.APIConnectionError)
 
 
-def retry_after_seconds(headers: Mapping[str, str] | None) -> float | None:
-    """The server's requested delay: ``retry-after-ms`` first, then ``Retry-After`` (seconds or a date)."""
-    if not headers:
-        return None
-    lowered = {k.lower(): v for k, v in headers.items()}
-    raw_ms = lowered.get("retry-after-ms")
-    if raw_ms is not None:
-        try:
-            return max(float(raw_ms) / 1000.0, 0.0)
-        except ValueError:
-            pass
-    raw = lowered.get("retry-after")
-    if raw is None:
-        return None
-    try:
-        return max(float(raw), 0.0)
-    except ValueError:
-        pass
-    try:
-        parsed = email.utils.parsedate_to_datetime(raw)
-    except (TypeError, ValueError):
-        return None  # not a delay we can read: fall back to our own backoff
-    return max(parsed.timestamp() - time.time(), 0.0)
-
-
 @dataclass(frozen=True)
 class RetryPolicy:
     """How each evals call is retried: exponential backoff with full jitter, or the server's delay."""
@@ -86,7 +61,7 @@ class RetryPolicy:
         """Seconds to sleep before the next attempt."""
         exc = state.outcome.exception() if state.outcome is not None else None
         if isinstance(exc, openai.APIStatusError):
-            requested = retry_after_seconds(exc.response.headers)
+            requested = parse_retry_after(exc.response.headers)
             if requested is not None:
                 return requested
         backoff = min(self.initial_delay * 2.0 ** (state.attempt_number - 1), self.max_delay)
@@ -97,7 +72,7 @@ class RetryPolicy:
         if not is_retryable(exc):
             return False
         if isinstance(exc, openai.APIStatusError):
-            requested = retry_after_seconds(exc.response.headers)
+            requested = parse_retry_after(exc.response.headers)
             if requested is not None and requested > self.max_retry_after:
                 return False
         return True
