@@ -37,7 +37,7 @@ from prefect.utilities.annotations import quote
 
 from evalpipe.artifacts import RunRecord, RunWriter
 from evalpipe.pipeline.params import redact, resolve_suite, suite_label
-from evalpipe.pipeline.plan import Call, CallOutcome, RunPlan
+from evalpipe.pipeline.plan import Call, CallOutcome, RunPlan, ShardItems
 from evalpipe.pipeline.storage import is_remote, local_base, publish
 from evalpipe.results import EvalResults, merge_results
 from evalpipe.suite import EvalSuite, SuiteError
@@ -167,15 +167,33 @@ async def evaluate_task(
     share one quota.
     """
     provider = plan.providers[provider_index]
-    items = plan.shard_items[shard_index]
-    if limit is not None:
-        name, occupy = limit
-        # A small batch holds no more slots than it can use (a judge sends one request per
-        # item and metric).
-        requests = items.count * max(1, len(getattr(provider, "metrics", ()) or ()))
-        async with concurrency(name, occupy=max(1, min(occupy, requests)), strict=True):
-            return await plan.evaluate(provider, items, first_position)
-    return await plan.evaluate(provider, items, first_position)
+    return await _evaluate_under(
+        plan, provider, plan.shard_items[shard_index], first_position, limit
+    )
+
+
+async def _evaluate_under(
+    plan: RunPlan,
+    provider: Any,
+    items: ShardItems,
+    first_position: int,
+    limit: tuple[str, int] | None,
+) -> EvalResults:
+    """``plan.evaluate`` holding ``limit``'s slots while it runs (in the flow or on a worker).
+
+    A judge never sends more requests at once than the slots it holds (its ``max_concurrency``
+    is lowered to them), and a small batch holds no more slots than it can use (one request per
+    item and metric).
+    """
+    if limit is None:
+        return await plan.evaluate(provider, items, first_position)
+    name, slots = limit
+    endpoint: Any = getattr(provider, "endpoint", None)
+    if judge_limit_name(provider) is not None and endpoint.max_concurrency > slots:
+        provider.endpoint = endpoint.model_copy(update={"max_concurrency": slots})
+    requests = items.count * max(1, len(getattr(provider, "metrics", ()) or ()))
+    async with concurrency(name, occupy=max(1, min(slots, requests)), strict=True):
+        return await plan.evaluate(provider, items, first_position)
 
 
 _WORKER_PLANS: dict[tuple[str, str, str | None], RunPlan] = {}
@@ -219,18 +237,10 @@ async def remote_shard_task(
     semaphore = asyncio.Semaphore(suite.concurrency)
     outcomes = list(await asyncio.gather(*(plan.call(c, semaphore) for c in calls)))
     items = plan.build_items(outcomes)
-    plan.shard_items[shard_index] = items
-    try:
-        results = []
-        for index, provider in enumerate(plan.providers):
-            limit = limits.get(index)
-            if limit is None:
-                results.append(await plan.evaluate(provider, items, calls[0].position))
-                continue
-            async with concurrency(limit[0], occupy=limit[1], strict=True):
-                results.append(await plan.evaluate(provider, items, calls[0].position))
-    finally:
-        plan.shard_items.pop(shard_index, None)
+    results = [
+        await _evaluate_under(plan, provider, items, calls[0].position, limits.get(index))
+        for index, provider in enumerate(plan.providers)
+    ]
     return outcomes, results
 
 
@@ -329,15 +339,10 @@ async def provider_limits(plan: RunPlan) -> dict[int, tuple[str, int]]:
                 )
                 continue
             allowed = max(1, int(gcl.limit))
-            if wanted > allowed:
-                # A batch holding fewer slots than it sends requests would break the quota.
-                judge = plan.providers[index]
-                judge.endpoint = judge.endpoint.model_copy(  # type: ignore[attr-defined]
-                    update={"max_concurrency": allowed}
-                )
+            if wanted > allowed:  # _evaluate_under lowers it, wherever the batch runs
                 logger.warning(
                     "judge %s: max_concurrency %d lowered to %d, the size of limit %r",
-                    judge.name,
+                    plan.providers[index].name,
                     wanted,
                     allowed,
                     name,
