@@ -273,3 +273,20 @@ def test_row_hash_includes_the_recording() -> None:
     b = QueryRow.model_validate({"conversation": changed})
     assert a.query == b.query
     assert row_hash(a) != row_hash(b)
+
+
+def test_write_jsonl_replaces_the_file_only_with_rows_that_load(tmp_path: Path) -> None:
+    """write_jsonl writes rows that load back; rows that do not load leave the old file as it was
+    (no .tmp left behind), and a path not named *.jsonl is refused."""
+    from evalpipe.datasets import write_jsonl
+
+    path = tmp_path / "out" / "rows.jsonl"
+    rows = write_jsonl([{"id": "a", "query": "q1"}, {"id": "b", "query": "q2"}], path)
+    assert [r.id for r in rows] == ["a", "b"]
+    before = path.read_text(encoding="utf-8")
+    with pytest.raises(DatasetError, match=r"rows\.jsonl:2: .*quer"):
+        write_jsonl([{"id": "c", "query": "ok"}, {"id": "d", "quer": "typo"}], path)
+    assert path.read_text(encoding="utf-8") == before
+    assert not (tmp_path / "out" / "rows.jsonl.tmp").exists()
+    with pytest.raises(DatasetError, match=r"rows\.json: .*name it \*\.jsonl"):
+        write_jsonl([{"query": "q"}], tmp_path / "rows.json")

@@ -20,7 +20,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +47,7 @@ __all__ = [
     "load_jsonl",
     "load_parquet",
     "row_hash",
+    "write_jsonl",
 ]
 
 DATASET_SUFFIXES = (".jsonl", ".csv", ".parquet")
@@ -445,3 +446,33 @@ def load_jsonl(path: str | Path) -> list[QueryRow]:
 
     with file.open(encoding="utf-8") as handle:
         return _collect(file, records(handle))
+
+
+def write_jsonl(rows: Iterable[Mapping[str, Any]], path: str | Path) -> list[QueryRow]:
+    """Write dataset rows as JSON Lines, checked: they must load as ``load_jsonl`` reads them.
+
+    The rows go to a temporary file beside ``path``, which replaces ``path`` only once it loads,
+    so a schedule never picks up a half-written or invalid dataset. Returns the loaded rows.
+
+    Raises:
+        DatasetError: for a ``path`` not named ``*.jsonl``, or rows that do not load (naming the
+            row); ``path`` is left as it was.
+    """
+    target = Path(path)
+    if target.suffix.lower() != ".jsonl":
+        raise DatasetError(f"{target}: the dataset is written as JSON Lines; name it *.jsonl")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(target.name + ".tmp")
+    try:
+        with tmp.open("w", encoding="utf-8") as handle:
+            for row in rows:
+                handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+        loaded = load_jsonl(tmp)
+    except DatasetError as exc:  # named as the file the user asked for
+        tmp.unlink(missing_ok=True)
+        raise DatasetError(str(exc).replace(str(tmp), str(target))) from None
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    tmp.replace(target)
+    return loaded

@@ -58,7 +58,6 @@ __all__ = [
     "trace_items",
     "trace_rows",
     "trace_workflow_runs",
-    "write_rows",
 ]
 
 logger = logging.getLogger("evalpipe.otel")
@@ -798,15 +797,3 @@ def trace_rows(
             ]
         rows.append(row)
     return rows
-
-
-def write_rows(rows: Iterable[Mapping[str, Any]], path: str | Path) -> int:
-    """Write rows as JSON Lines (a dataset ``evalpipe run`` reads); returns how many."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    count = 0
-    with target.open("w", encoding="utf-8") as handle:
-        for row in rows:
-            handle.write(json.dumps(row, ensure_ascii=False) + "\n")
-            count += 1
-    return count

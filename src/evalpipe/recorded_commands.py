@@ -56,8 +56,8 @@ def import_otel(
     0: written; 1: written, but ``--strict`` and some spans had warnings; 2: nothing usable (no
     such path, no trace with an ``invoke_agent`` span, or an output path that is not ``.jsonl``).
     """
-    from evalpipe.datasets import DatasetError, load_jsonl
-    from evalpipe.otel import OtelError, read_otel_traces, trace_rows, write_rows
+    from evalpipe.datasets import DatasetError, write_jsonl
+    from evalpipe.otel import OtelError, read_otel_traces, trace_rows
 
     out = out or sys.stdout
     err = err or sys.stderr
@@ -82,10 +82,9 @@ def import_otel(
             file=err,
         )
         return 2
-    rows = trace_rows(read.traces, per_agent=args.per_agent)
-    count = write_rows(rows, args.output)
     try:
-        load_jsonl(args.output)  # what `evalpipe run` will read: fail here, not on the schedule
+        # checked to load as `evalpipe run` will read it: fail here, not on the schedule
+        count = len(write_jsonl(trace_rows(read.traces, per_agent=args.per_agent), args.output))
     except DatasetError as exc:
         print(f"error: the written dataset does not load: {exc}", file=err)
         return 2

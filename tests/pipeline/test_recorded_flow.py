@@ -13,7 +13,8 @@ import pytest
 import yaml
 
 from evalpipe.artifacts import load_run
-from evalpipe.otel import read_otel_traces, trace_rows, write_rows
+from evalpipe.datasets import write_jsonl
+from evalpipe.otel import read_otel_traces, trace_rows
 from evalpipe.pipeline import arun_suite
 from evalpipe.suite import SuiteError, load_suite
 
@@ -137,7 +138,7 @@ async def test_otel_import_evaluates_per_agent_without_a_target(project: Path) -
     """Traces from real MAF agents, imported as a dataset, evaluate as a workflow: per-agent
     sub-results (nested agent-as-tool and workflow agents) and an overall result per trace."""
     read = read_otel_traces(FIXTURES, log=False)
-    write_rows(trace_rows(read.traces), project / "prod.jsonl")
+    write_jsonl(trace_rows(read.traces), project / "prod.jsonl")
     data = {
         "name": "prod-traces",
         "dataset": "prod.jsonl",

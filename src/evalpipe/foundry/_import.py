@@ -9,7 +9,6 @@ the ``import`` command of ``evalpipe.cli``.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from datetime import datetime
@@ -166,20 +165,14 @@ def handler(
     if not kept:
         print("error: no finished run to write; nothing written", file=err)
         return 1
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.output.with_name(args.output.name + ".tmp")
-    with tmp.open("w", encoding="utf-8") as fh:
-        for record in kept:
-            fh.write(json.dumps(record.to_row(), ensure_ascii=False) + "\n")
-    from evalpipe.datasets import DatasetError, load_jsonl
+    from evalpipe.datasets import DatasetError, write_jsonl
 
     try:
-        load_jsonl(tmp)  # what `evalpipe run` will read: fail here, not on the schedule
+        # checked to load as `evalpipe run` will read it: fail here, not on the schedule
+        write_jsonl((record.to_row() for record in kept), args.output)
     except DatasetError as exc:
         print(f"error: the written dataset does not load: {exc}", file=err)
-        tmp.unlink(missing_ok=True)
         return 2
-    tmp.replace(args.output)
     threads = len({r.thread_id for r in kept})
     multi = sum(1 for r in kept if r.is_multi_agent)
     print(
