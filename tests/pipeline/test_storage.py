@@ -10,8 +10,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from evalpipe.artifacts import load_run, read_manifest
+from evalpipe.artifacts.writer import resolve_filesystem
 from evalpipe.pipeline import arun_suite
-from evalpipe.pipeline.storage import is_remote, local_base, open_filesystem, publish
+from evalpipe.pipeline.storage import is_remote, local_base, publish
 from evalpipe.suite import load_suite
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,7 +35,7 @@ def test_remote_and_local_output_dirs_are_told_apart(
 def test_an_unknown_scheme_names_the_package_to_install() -> None:
     """A scheme neither pyarrow nor fsspec can open is an error that says what to install."""
     with pytest.raises(ValueError, match=r"nosuch://x/y.*install the scheme's package"):
-        open_filesystem("nosuch://x/y")
+        resolve_filesystem("nosuch://x/y")
 
 
 def test_publish_copies_the_run_manifest_last_and_keeps_the_journal_local(tmp_path: Path) -> None:
@@ -80,7 +81,7 @@ async def test_a_remote_output_dir_publishes_the_finished_run(
     assert outcome.published_to == expected
     memory = fsspec.filesystem("memory")
     remote_dir = expected.removeprefix("memory:/")
-    manifest = read_manifest(remote_dir, filesystem=memory)
+    manifest = read_manifest(expected)  # the URI itself: fsspec's memory filesystem
     assert manifest["published_to"] == expected
     assert [r.provider for r in load_run(remote_dir, filesystem=memory)] == [
         r.provider for r in load_run(outcome.run_dir)

@@ -62,17 +62,42 @@ def resolve_filesystem(run_dir: str | os.PathLike[str], filesystem: Any = None) 
 
     ``filesystem`` may be a ``pyarrow.fs.FileSystem``, an fsspec filesystem (wrapped), or None: then
     ``run_dir`` is a local path or a URI that ``pyarrow.fs.FileSystem.from_uri`` understands
-    (``s3://bucket/runs/x``, ``file:///tmp/x``).
+    (``s3://bucket/runs/x``, ``file:///tmp/x``) or, failing that, fsspec (``memory://``, ``az://``
+    with adlfs installed).
     """
     text = os.fspath(run_dir)
     if filesystem is None:
         if "://" in text:
-            fs, path = pafs.FileSystem.from_uri(text)
-            return fs, str(path)
+            return _from_uri(text)
         return pafs.LocalFileSystem(), Path(text).resolve().as_posix()
     if not isinstance(filesystem, pafs.FileSystem):
         filesystem = pafs.PyFileSystem(pafs.FSSpecHandler(filesystem))
     return filesystem, text.rstrip("/") or text
+
+
+def _from_uri(uri: str) -> tuple[Any, str]:
+    """pyarrow's own filesystem for a URI (S3, GCS, Azure, HDFS, local), else fsspec's wrapped
+    (``abfs://`` with adlfs, ``memory://``, ...).
+
+    Raises:
+        ValueError: for a URI neither understands, naming the package to install.
+    """
+    try:
+        fs, path = pafs.FileSystem.from_uri(uri)
+        return fs, str(path)
+    except (ValueError, NotImplementedError) as exc:
+        arrow_error = str(exc)
+    import fsspec
+
+    try:
+        fs, path = fsspec.core.url_to_fs(uri)
+    except (ImportError, ValueError) as exc:
+        raise ValueError(
+            f"{uri!r}: pyarrow cannot open it ({arrow_error}) and fsspec has no filesystem for "
+            f"it ({exc}); install the scheme's package (s3fs for s3://, adlfs for abfs:// and "
+            "az://, gcsfs for gs://)"
+        ) from None
+    return pafs.PyFileSystem(pafs.FSSpecHandler(fs)), str(path)
 
 
 def _renames_atomically(fs: Any) -> bool:

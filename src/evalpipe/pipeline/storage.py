@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 from urllib.parse import unquote, urlsplit
 
-__all__ = ["PUBLISHED_FILES", "is_remote", "local_base", "open_filesystem", "publish"]
+__all__ = ["PUBLISHED_FILES", "is_remote", "local_base", "publish"]
 
 PUBLISHED_FILES = ("runs.parquet", "items.parquet", "scores.parquet", "summary.parquet")
 """Published first, in this order; then any report, then manifest.json."""
@@ -37,35 +36,6 @@ def local_base(output_dir: str) -> Path:
     return Path(output_dir)
 
 
-def open_filesystem(uri: str) -> tuple[Any, str]:
-    """A pyarrow filesystem and the path inside it for ``uri``.
-
-    pyarrow's own filesystems first (S3, GCS, HDFS, local); otherwise fsspec's (``abfs://`` with
-    adlfs installed, ``memory://``), wrapped for pyarrow.
-
-    Raises:
-        ValueError: for a URI neither understands (the message names the package to install).
-    """
-    import pyarrow.fs as pafs
-
-    try:
-        fs, path = pafs.FileSystem.from_uri(uri)
-        return fs, str(path)
-    except (ValueError, NotImplementedError) as exc:
-        arrow_error = str(exc)
-    import fsspec
-
-    try:
-        fs, path = fsspec.core.url_to_fs(uri)
-    except (ImportError, ValueError) as exc:
-        raise ValueError(
-            f"output_dir {uri!r}: pyarrow cannot open it ({arrow_error}) and fsspec has no "
-            f"filesystem for it ({exc}); install the scheme's package (s3fs for s3://, adlfs "
-            "for abfs:// and az://, gcsfs for gs://)"
-        ) from None
-    return pafs.PyFileSystem(pafs.FSSpecHandler(fs)), str(path)
-
-
 def publish(run_dir: Path, output_dir: str, suite_name: str) -> str:
     """Copy a finished run's files to ``{output_dir}/{suite_name}/{run_dir.name}``; returns the URI.
 
@@ -74,8 +44,10 @@ def publish(run_dir: Path, output_dir: str, suite_name: str) -> str:
     """
     import pyarrow.fs as pafs
 
+    from evalpipe.artifacts.writer import resolve_filesystem
+
     destination = f"{output_dir.rstrip('/')}/{suite_name}/{run_dir.name}"
-    fs, base = open_filesystem(destination)
+    fs, base = resolve_filesystem(destination)
     fs.create_dir(base, recursive=True)
     local = pafs.LocalFileSystem()
     reports = sorted(p.name for p in run_dir.glob("*.html") if p.is_file())
