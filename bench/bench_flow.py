@@ -117,7 +117,8 @@ def _child(args: argparse.Namespace) -> dict[str, Any]:
     rss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return {
         "state": outcome.state,
-        "calls": manifest["calls"],
+        "calls": manifest["calls"]["total"],
+        "calls_made": manifest["calls"]["made"],
         "shards": manifest["shards"],
         "process_wall_s": wall,
         "import_s": t_import,

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from evalpipe.cli import main, parse_check
+from evalpipe.cli import main
+from evalpipe.evaluators.registry import parse_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 QUERIES = ROOT / "examples" / "travel" / "queries.jsonl"
@@ -71,10 +72,11 @@ def test_strict_exits_1_when_not_all_passed() -> None:
         (["--agent", "evalpipe.targets.demo:CITIES"], "is neither an agent"),
         (
             ["--check", "keyword_chek:x"],
-            "unknown check 'keyword_chek:x' (did you mean 'keyword_check'?)",
+            "unknown evaluator 'keyword_chek' (did you mean 'keyword_check'?)",
         ),
         (["--check", "no_such_module:check"], "cannot import module 'no_such_module'"),
-        (["--check", "bogus"], "unknown check 'bogus'"),
+        (["--check", "bogus"], "unknown evaluator 'bogus'"),
+        (["--check", "judge"], "judge is configured with a mapping of settings"),
         (["--queries", "missing.jsonl"], "missing.jsonl: no such dataset file"),
         (["--repetitions", "0"], "--repetitions must be >= 1"),
     ],
@@ -93,11 +95,12 @@ def test_bad_input_exits_2_with_a_message(
     assert fragment in capsys.readouterr().err.replace("\n", "")
 
 
-def test_parse_check_builtin_forms() -> None:
-    """Command-line check specs build the built-in checks with their arguments."""
-    assert parse_check("keyword_check:a, b").__name__ == "keyword_check"
-    assert parse_check("tool_called_any:x,y").__name__ == "tool_called"
-    assert parse_check("tool_calls_present").__name__ == "tool_calls_present"
+def test_parse_cli_builtin_forms() -> None:
+    """Command-line check specs build the registry's checks with positional or keyword arguments."""
+    assert parse_cli("keyword_check:a, b").__name__ == "keyword_check"
+    assert parse_cli("tool_called_any:x,y").__name__ == "tool_called"
+    assert parse_cli("tool_calls_present").__name__ == "tool_calls_present"
+    assert parse_cli("bleu:threshold=0.25").__name__ == "bleu"
 
 
 def test_agent_class_is_instantiated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

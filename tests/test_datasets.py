@@ -144,12 +144,14 @@ def test_parquet_rows_native_and_json_columns(tmp_path: Path) -> None:
         load_dataset(tmp_path / "q.txt")
 
 
-def test_row_hash_ignores_id_but_not_content() -> None:
-    """The row hash (the journal's key part) changes with the query or expectations, not the id."""
+def test_row_hash_includes_the_id_and_the_content() -> None:
+    """The row hash (the journal's key part) changes with the id, the query or the expectations:
+    rows that differ only in id are two samples (regression: they shared one target call)."""
     from evalpipe.datasets import QueryRow, row_hash
 
     a = QueryRow(query="q", id="1", expected_output="x")
-    assert row_hash(a) == row_hash(a.model_copy(update={"id": "2"}))
+    assert row_hash(a) == row_hash(a.model_copy())
+    assert row_hash(a) != row_hash(a.model_copy(update={"id": "2"}))
     assert row_hash(a) != row_hash(a.model_copy(update={"expected_output": "y"}))
 
 

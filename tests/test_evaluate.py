@@ -28,7 +28,12 @@ from evalpipe import (
     keyword_check,
     tool_called_check,
 )
-from evalpipe.evaluate import resolve_evaluators, run_agent
+from evalpipe.evaluators.local import resolve_evaluators
+from evalpipe.itemize import NO_EXPECTATIONS
+from evalpipe.runner import in_process_plan, resolve_target
+from evalpipe.runner.shard import run_calls
+from evalpipe.runner.state import RunState
+from runner_helpers import transcripts
 
 
 class EchoAgent:
@@ -479,14 +484,14 @@ async def test_float_scores_from_function_evaluators_are_kept() -> None:
     ]
 
 
-async def test_run_agent_reports_each_finished_run() -> None:
-    """run_agent calls on_run once per finished run and returns them rep-major."""
+async def test_runner_reports_each_finished_call() -> None:
+    """The runner calls on_call once per finished call and returns them rep-major."""
     seen: list[tuple[int, int]] = []
-    runs = await run_agent(
+    runs = await transcripts(
         EchoAgent(),
         ["a", "b"],
-        num_repetitions=2,
-        on_run=lambda r: seen.append((r.repetition, r.query_index)),
+        repetitions=2,
+        on_call=lambda o: seen.append((o.run.repetition, o.run.query_index)),
     )
     assert sorted(seen) == [(0, 0), (0, 1), (1, 0), (1, 1)]
     assert [(r.repetition, r.query_index) for r in runs] == [(0, 0), (0, 1), (1, 0), (1, 1)]
@@ -505,12 +510,24 @@ async def test_checks_see_the_agent_transcript() -> None:
 
 
 async def test_shared_semaphore_bounds_runs_across_callers() -> None:
-    """A semaphore passed to several run_agent calls bounds their runs together."""
+    """A semaphore shared by two shards' call fan-outs bounds their calls together."""
     agent = EchoAgent(delay=0.01)
     shared = asyncio.Semaphore(2)
+
+    def plan(prefix: str) -> Any:
+        return in_process_plan(
+            name="x",
+            target=resolve_target(agent),
+            kind="agent",
+            queries=[f"{prefix}{i}" for i in range(6)],
+            expectations=[NO_EXPECTATIONS] * 6,
+            providers=[],
+        )
+
+    a, b = plan("a"), plan("b")
     await asyncio.gather(
-        run_agent(agent, [f"a{i}" for i in range(6)], max_concurrency=4, semaphore=shared),
-        run_agent(agent, [f"b{i}" for i in range(6)], max_concurrency=4, semaphore=shared),
+        run_calls(a, RunState(), a.calls, semaphore=shared, workers=4),
+        run_calls(b, RunState(), b.calls, semaphore=shared, workers=4),
     )
     assert len(agent.calls) == 12
     assert agent.max_active == 2

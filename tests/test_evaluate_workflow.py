@@ -22,16 +22,12 @@ from evalpipe import (
     tool_call_args_match,
     tool_called_check,
 )
-from evalpipe.evaluate import (
-    AgentExpectations,
-    SplitAt,
-    WorkflowItems,
-    build_workflow_items,
-    evaluate_workflow,
-    evaluate_workflow_items,
-    run_workflow,
-)
-from evalpipe.targets.workflow import SequentialWorkflow, WorkflowRun
+from evalpipe.evaluate import evaluate_workflow
+from evalpipe.itemize import AgentExpectations, SplitAt, WorkflowItems, build_workflow_items
+from evalpipe.runner import evaluate_prebuilt
+from evalpipe.targets.workflow import SequentialWorkflow
+from evalpipe.transcripts import WorkflowRun
+from runner_helpers import transcripts
 
 QUERIES = ["Plan a trip to Paris", "Should I pack an umbrella for London?"]
 
@@ -341,24 +337,24 @@ async def test_recorded_runs_are_evaluated_without_running_the_workflow() -> Non
 
 
 async def test_stages_compose_into_evaluate_workflow_and_runs_are_concurrent() -> None:
-    """run_workflow → build_workflow_items → evaluate_workflow_items gives the same counts as
+    """Runner calls → build_workflow_items → evaluate_prebuilt gives the same counts as
     evaluate_workflow; runs overlap up to max_concurrency and come back repetition-major."""
     finished: list[tuple[int, int]] = []
     wf = travel_workflow(latency=0.05)
     started = asyncio.get_running_loop().time()
-    runs = await run_workflow(
+    runs = await transcripts(
         wf,
         QUERIES,
-        num_repetitions=3,
+        repetitions=3,
         max_concurrency=6,
-        on_run=lambda r: finished.append((r.repetition, r.query_index)),
+        on_call=lambda o: finished.append((o.run.repetition, o.run.query_index)),
     )
     elapsed = asyncio.get_running_loop().time() - started
     assert elapsed < 0.45  # 6 runs x 3 turns x 50 ms = 0.9 s one at a time
     assert sorted(finished) == [(rep, qi) for rep in range(3) for qi in range(2)]
     assert [(r.repetition, r.query_index) for r in runs] == sorted(finished)
     items = build_workflow_items(runs)
-    [staged] = await evaluate_workflow_items(
+    [staged] = await evaluate_prebuilt(
         [LocalEvaluator(keyword_check("°C"))], items, "Workflow Eval: travel-planner"
     )
     [direct] = await evaluate_workflow(
@@ -372,7 +368,7 @@ async def test_stages_compose_into_evaluate_workflow_and_runs_are_concurrent() -
 
 async def test_per_query_expectation_rows_are_accepted_as_well() -> None:
     """Per-agent expectations given per query (a dataset row's ``agents``) reach the same items."""
-    runs = await run_workflow(travel_workflow(), QUERIES)
+    runs = await transcripts(travel_workflow(), QUERIES)
     items = build_workflow_items(
         runs,
         per_agent_expectations={
@@ -393,7 +389,7 @@ async def test_per_query_expectation_rows_are_accepted_as_well() -> None:
 
 async def test_workflow_items_keep_the_per_agent_split_through_json() -> None:
     """WorkflowItems round-trip through JSON with each per-agent item's received/produced split."""
-    items = build_workflow_items(await run_workflow(travel_workflow(), QUERIES))
+    items = build_workflow_items(await transcripts(travel_workflow(), QUERIES))
     restored = WorkflowItems.model_validate_json(items.model_dump_json())
     before, after = items.per_agent["writer"][0], restored.per_agent["writer"][0]
     assert after.split_strategy == before.split_strategy == SplitAt(7)

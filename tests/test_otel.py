@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import io
 import json
 import logging
@@ -15,8 +14,8 @@ from typing import Any
 import pytest
 
 from evalpipe import LocalEvaluator, keyword_check, tool_called_check
+from evalpipe.cli import build_parser
 from evalpipe.datasets import load_jsonl
-from evalpipe.evaluate import evaluate_workflow_items
 from evalpipe.otel import (
     OtelError,
     genai_messages,
@@ -25,7 +24,7 @@ from evalpipe.otel import (
     trace_items,
     trace_rows,
 )
-from evalpipe.recorded_commands import add_import_otel_parser
+from evalpipe.runner import evaluate_prebuilt
 
 FIXTURES = Path(__file__).parent / "fixtures" / "otel"
 ROOT = Path(__file__).parent.parent
@@ -85,7 +84,7 @@ async def test_traces_give_per_agent_items_and_an_overall_item() -> None:
     assert writer.metadata["span_id"] == read.traces[0].turns[1].span_id
     (overall,) = items.overall
     assert [c.name for c in overall.function_calls] == ["get_weather"]
-    [result] = await evaluate_workflow_items(
+    [result] = await evaluate_prebuilt(
         [LocalEvaluator(keyword_check("sunny"), tool_called_check("get_weather"))], items, "prod"
     )
     assert result.passed == 1
@@ -226,11 +225,7 @@ def test_directory_export_merges_a_trace_split_over_files(tmp_path: Path) -> Non
 
 
 def _import(argv: list[str]) -> tuple[int, str, str]:
-    parser = argparse.ArgumentParser(prog="evalpipe")
-    sub = parser.add_subparsers(dest="command")
-    imports = sub.add_parser("import").add_subparsers(dest="import_command", required=True)
-    add_import_otel_parser(imports)
-    args = parser.parse_args(["import", "otel", *argv])
+    args = build_parser().parse_args(["import", "otel", *argv])
     out, err = io.StringIO(), io.StringIO()
     code = args.handler(args, out, err)
     return code, out.getvalue(), err.getvalue()

@@ -263,7 +263,7 @@ def test_bad_agents_scope_is_named(entry: object, message: str) -> None:
 
 def test_agents_scope_is_checked_against_the_target(tmp_path: Path) -> None:
     """A scope on a single-agent target, or naming an agent the workflow lacks, fails before any call."""
-    from evalpipe.pipeline.plan import RunPlan
+    from evalpipe.runner.prepare import prepare_suite
 
     (tmp_path / "q.jsonl").write_text('{"query": "Plan a trip to Paris"}\n', encoding="utf-8")
     scoped = {"keyword_check": ["x"], "agents": ["reseacher"]}
@@ -273,12 +273,12 @@ def test_agents_scope_is_checked_against_the_target(tmp_path: Path) -> None:
         evaluators=[scoped],
     )
     with pytest.raises(SuiteError, match="only applies to workflow targets"):
-        RunPlan.prepare(agent, tmp_path / "run")
+        prepare_suite(agent, tmp_path / "run")
     workflow = agent.model_copy(update={"target": "examples.travel.workflow:workflow"})
     with pytest.raises(
         SuiteError, match="names agent 'reseacher', which the workflow does not have"
     ):
-        RunPlan.prepare(workflow, tmp_path / "run")
+        prepare_suite(workflow, tmp_path / "run")
 
 
 def test_a_suite_without_a_target_loads_and_build_target_says_why(tmp_path: Path) -> None:
@@ -294,17 +294,17 @@ def test_a_suite_without_a_target_loads_and_build_target_says_why(tmp_path: Path
 
 def test_a_targetless_suite_needs_every_row_recorded(tmp_path: Path) -> None:
     """Preparing a run of a suite without a target refuses the first unrecorded row by id."""
-    from evalpipe.pipeline.plan import RunPlan
+    from evalpipe.runner.prepare import prepare_suite
 
     body = "name: recorded\ndataset: q.jsonl\nevaluators:\n  - tool_calls_present\n"
     suite = load_suite(_suite_file(tmp_path, body))
     with pytest.raises(SuiteError, match=r"dataset row 'line-1' \(row 1\) has no recording"):
-        RunPlan.prepare(suite, tmp_path / "run")
+        prepare_suite(suite, tmp_path / "run")
     (tmp_path / "q.jsonl").write_text(
         '{"conversation": [{"role": "user", "content": "hi"}, '
         '{"role": "assistant", "content": "hello"}]}\n',
         encoding="utf-8",
     )
-    plan = RunPlan.prepare(suite, tmp_path / "run")
+    plan = prepare_suite(suite, tmp_path / "run")
     assert plan.kind == "agent"
     assert plan.target is None

@@ -16,17 +16,17 @@ from evalpipe.checks import (
     tool_called_check,
     tool_calls_present,
 )
-from evalpipe.evaluate import AgentExpectations, evaluate_agent, evaluate_workflow
+from evalpipe.evaluate import evaluate_agent, evaluate_workflow
 from evalpipe.evaluators.base import Evaluator
 from evalpipe.evaluators.judge import JudgeConfig, JudgeEvaluator
 from evalpipe.evaluators.local import FunctionEvaluator, LocalEvaluator, evaluator
 from evalpipe.gates import GateReport, GateSyntaxError, evaluate_gates, parse_gates
+from evalpipe.itemize import AgentExpectations
 from evalpipe.items import (
     ConversationSplit,
     ConversationSplitter,
     EvalItem,
     ExpectedToolCall,
-    RunUsage,
 )
 from evalpipe.llm import ChatClient, ChatEndpoint
 from evalpipe.messages import (
@@ -51,16 +51,11 @@ from evalpipe.results import (
     EvalScoreResult,
     RubricScore,
 )
-from evalpipe.targets.base import Agent, AgentResponse, TargetRun
+from evalpipe.targets.base import Agent, AgentResponse
 from evalpipe.targets.maf import MAFWorkflow
 from evalpipe.targets.openai_chat import OpenAIChatAgent
-from evalpipe.targets.workflow import (
-    ExecutorRun,
-    RouterWorkflow,
-    SequentialWorkflow,
-    Workflow,
-    WorkflowRun,
-)
+from evalpipe.targets.workflow import RouterWorkflow, SequentialWorkflow, Workflow
+from evalpipe.transcripts import ExecutorRun, RunUsage, TargetRun, WorkflowRun
 
 if TYPE_CHECKING:  # loaded on first use: sacrebleu and nltk add ~0.4 s to `import evalpipe`
     from evalpipe.evaluators.nlp import (

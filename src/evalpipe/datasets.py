@@ -18,7 +18,6 @@ strings). Errors name the file and line (CSV/JSONL) or row (Parquet) and say wha
 from __future__ import annotations
 
 import csv
-import hashlib
 import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -26,7 +25,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from evalpipe.items import ExpectedToolCall
+from evalpipe.items import AgentExpectation, ExpectedToolCall
+from evalpipe.journal import content_key
 from evalpipe.messages import Message, ToolDefinition
 from evalpipe.recorded import (
     RecordedFormat,
@@ -38,7 +38,6 @@ from evalpipe.recorded import (
 )
 
 __all__ = [
-    "AgentExpectation",
     "DatasetError",
     "QueryRow",
     "RecordedAgent",
@@ -55,17 +54,6 @@ DATASET_SUFFIXES = (".jsonl", ".csv", ".parquet")
 
 class DatasetError(ValueError):
     """A dataset that cannot be used as it is; the message names the file, line and field."""
-
-
-class AgentExpectation(BaseModel):
-    """What one agent of a workflow is expected to produce for a row."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    expected_output: str | None = None
-    """The agent's reference answer."""
-    expected_tool_calls: list[ExpectedToolCall] | None = None
-    """Tool calls the agent should make."""
 
 
 def _tool_definitions(value: Any) -> Any:
@@ -197,10 +185,9 @@ class QueryRow(BaseModel):
 
 
 def row_hash(row: QueryRow) -> str:
-    """A content hash of the row (its id excluded): a changed query or expectation is a new row."""
-    data = row.model_dump(mode="json", exclude={"id"}, exclude_none=True)
-    canonical = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:32]
+    """A content hash of the row, its id included: a changed query or expectation is a new row,
+    and two rows that differ only in id are two samples (each gets its own target calls)."""
+    return content_key(row.model_dump(mode="json", exclude_none=True))
 
 
 def _describe(error: ValidationError) -> str:

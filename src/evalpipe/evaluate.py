@@ -1,160 +1,48 @@
-"""``evaluate_agent`` and ``evaluate_workflow``: run the target, build items, evaluate them.
+"""``evaluate_agent`` and ``evaluate_workflow``: Microsoft Agent Framework's evaluation API.
 
-The stages are separate functions so the Prefect pipeline calls the same code as tasks: for agents
-``run_agent`` → ``build_agent_items`` → ``run_evaluators``, for workflows ``run_workflow`` →
-``build_workflow_items`` → ``evaluate_workflow_items``. Validation messages, naming and counting are
-MAF's (shared spec §7, §8, §10); runs are concurrent and failures are errored items, and a downstream
-workflow agent's item holds what it received (docs/maf-compatibility.md).
+Both check their arguments as MAF does (the same messages, shared spec §7, §8, §10), build an
+in-process plan and run it through the runner (``evalpipe.runner``), the same path ``evalpipe run``
+and the Prefect flow take: calls are concurrent, a failing call or provider is an errored item, and
+a downstream workflow agent's item holds what it received (docs/maf-compatibility.md).
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from collections.abc import Mapping, Sequence
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
-
-from evalpipe.evaluators.base import Evaluator
-from evalpipe.evaluators.local import LocalEvaluator
-from evalpipe.items import EvalItem, ExpectedToolCall
+from evalpipe.evaluators.local import resolve_evaluators
+from evalpipe.itemize import (
+    AgentExpectations,
+    PerAgentExpectations,
+    UpstreamContext,
+    agent_expectations,
+    per_query_expectations,
+)
+from evalpipe.items import ExpectedToolCall
 from evalpipe.messages import Message, ToolDefinition
-from evalpipe.results import EvalItemResult, EvalResults
+from evalpipe.recorded import RecordedFormatError, convert_messages, detect_format, split_recording
+from evalpipe.results import EvalResults
+from evalpipe.runner.plan import Target, in_process_plan, resolve_target
+from evalpipe.runner.shard import run_in_process
 from evalpipe.targets.base import (
-    TargetRun,
-    agent_name,
-    agent_tools,
-    call_agent,
-    merge_tool_snapshots,
+    is_maf_workflow,
     response_messages,
     response_tools,
     response_usage,
 )
-from evalpipe.targets.maf import is_maf_workflow, workflow_run_from_events
-from evalpipe.targets.workflow import (
-    WorkflowRun,
-    as_workflow,
-    call_workflow,
-    workflow_agent_names,
-    workflow_name,
-)
+from evalpipe.targets.maf import workflow_run_from_events
+from evalpipe.targets.workflow import workflow_agent_names, workflow_name
+from evalpipe.transcripts import TargetRun, WorkflowRun
 
-__all__ = [
-    "AgentExpectations",
-    "PerAgentExpectations",
-    "SplitAt",
-    "UpstreamContext",
-    "WorkflowItems",
-    "agent_expectations",
-    "build_agent_items",
-    "build_workflow_items",
-    "errored_results",
-    "evaluate_agent",
-    "evaluate_workflow",
-    "evaluate_workflow_items",
-    "resolve_evaluators",
-    "run_agent",
-    "run_evaluators",
-    "run_workflow",
-]
+__all__ = ["DEFAULT_MAX_CONCURRENCY", "evaluate_agent", "evaluate_workflow"]
 
 DEFAULT_MAX_CONCURRENCY = 8
 
-
-def resolve_evaluators(evaluators: Any) -> list[Evaluator]:
-    """Providers from what the user passed: adjacent bare callables are grouped into one LocalEvaluator.
-
-    Raises:
-        TypeError: for anything that is neither an Evaluator nor a callable.
-    """
-    if isinstance(evaluators, Evaluator) or callable(evaluators):
-        evaluators = [evaluators]
-    resolved: list[Evaluator] = []
-    checks: list[Any] = []
-    for ev in evaluators:
-        if isinstance(ev, Evaluator):
-            if checks:
-                resolved.append(LocalEvaluator(*checks))
-                checks = []
-            resolved.append(ev)
-        elif callable(ev):
-            checks.append(ev)
-        else:
-            raise TypeError(f"Expected an Evaluator or callable, got {type(ev).__name__}")
-    if checks:
-        resolved.append(LocalEvaluator(*checks))
-    return resolved
-
-
-def errored_results(
-    provider: str, items: Sequence[EvalItem], eval_name: str, error: str
-) -> EvalResults:
-    """A provider's "failed" result: every item errored ("EvaluatorError") with ``error``."""
-    return EvalResults(
-        provider=provider,
-        eval_id="",
-        run_id=eval_name,
-        status="failed",
-        result_counts={"passed": 0, "failed": 0, "errored": len(items)},
-        error=error,
-        items=[
-            EvalItemResult(
-                item_id=item.item_id if item.item_id is not None else str(i),
-                status="error",
-                error_code="EvaluatorError",
-                error_message=error,
-            )
-            for i, item in enumerate(items)
-        ],
-        input_items=list(items),
-    )
-
-
-async def run_evaluators(
-    evaluators: Sequence[Evaluator], items: Sequence[EvalItem], eval_name: str
-) -> list[EvalResults]:
-    """Run every provider concurrently; one EvalResults each, in provider order.
-
-    A provider that raises gives a "failed" EvalResults whose items are errored ("EvaluatorError"),
-    so the other providers' results are kept.
-    """
-    suffix = len(evaluators) > 1
-
-    async def one(ev: Evaluator) -> EvalResults:
-        name = f"{eval_name} ({ev.name})" if suffix else eval_name
-        try:
-            return await ev.evaluate(items, eval_name=name)
-        except Exception as exc:
-            return errored_results(ev.name, items, name, f"{type(exc).__name__}: {exc}")
-
-    return list(await asyncio.gather(*(one(ev) for ev in evaluators)))
-
-
-async def run_agent(
-    agent: Any,
-    queries: Sequence[str],
-    *,
-    num_repetitions: int = 1,
-    max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
-    semaphore: asyncio.Semaphore | None = None,
-    on_run: Callable[[TargetRun], None] | None = None,
-) -> list[TargetRun]:
-    """Call the agent on every query, ``num_repetitions`` times, at most ``max_concurrency`` at once.
-
-    Runs are returned in repetition-major order (rep 0: Q1..Qn, rep 1: Q1..Qn, ...) whatever order
-    they finish in. A run that raises is returned with error_code "AgentError". ``semaphore`` adds a
-    bound shared with other callers; ``on_run`` is called as each run finishes.
-    """
-    return await _run_pool(
-        lambda query, qi, rep: call_agent(
-            agent, query, query_index=qi, repetition=rep, semaphore=semaphore
-        ),
-        queries,
-        num_repetitions,
-        max_concurrency,
-        on_run,
-    )
+_NO_AGENT_DATA = (
+    "No agent executor data found in the workflow result. Ensure the workflow uses "
+    "AgentExecutor-based agents."
+)
 
 
 def _listify(value: str | Sequence[Any] | None) -> list[Any] | None:
@@ -164,40 +52,6 @@ def _listify(value: str | Sequence[Any] | None) -> list[Any] | None:
     return [value] if isinstance(value, str) else list(value)
 
 
-RunT = TypeVar("RunT")
-
-
-async def _run_pool(
-    call: Callable[[str, int, int], Awaitable[RunT]],
-    queries: Sequence[str],
-    num_repetitions: int,
-    max_concurrency: int,
-    on_run: Callable[[RunT], None] | None,
-) -> list[RunT]:
-    """``call(query, query_index, repetition)`` for every query and repetition, at most
-    ``max_concurrency`` at once; results in repetition-major order whatever order they finish in."""
-    if max_concurrency < 1:
-        raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}.")
-    n = len(queries)
-    total = n * num_repetitions
-    runs: list[RunT | None] = [None] * total
-    next_index = 0
-
-    async def worker() -> None:
-        nonlocal next_index
-        while next_index < total:
-            index = next_index
-            next_index += 1
-            rep, qi = divmod(index, n)
-            run = await call(queries[qi], qi, rep)
-            runs[index] = run
-            if on_run is not None:
-                on_run(run)
-
-    await asyncio.gather(*(worker() for _ in range(min(max_concurrency, total))))
-    return [r for r in runs if r is not None]
-
-
 def _normalize_expected_tool_calls(value: Any) -> list[list[ExpectedToolCall]] | None:
     if value is None:
         return None
@@ -205,69 +59,6 @@ def _normalize_expected_tool_calls(value: Any) -> list[list[ExpectedToolCall]] |
     if value and isinstance(value[0], ExpectedToolCall):
         return [list(value)]
     return [list(v) for v in value]
-
-
-def build_agent_items(
-    runs: Sequence[TargetRun],
-    *,
-    declared_tools: Sequence[ToolDefinition] = (),
-    tools: Sequence[Any] | None = None,
-    expected_output: Sequence[str | None] | None = None,
-    expected_tool_calls: Sequence[Sequence[ExpectedToolCall]] | None = None,
-    context: str | Sequence[str | None] | None = None,
-    conversation_split: Any = None,
-    strict_tools: bool = False,
-) -> list[EvalItem]:
-    """One EvalItem per run: the user query followed by the response messages.
-
-    Expectations are stamped by query index; tool definitions come from ``tools`` (an override,
-    ``[]`` for none), else the snapshots the response carried, else the agent's declared tools.
-    A tool called with two different schemas raises ValueError when ``strict_tools`` and otherwise
-    makes that item errored ("ToolSchemaConflict").
-    """
-    override = [ToolDefinition.coerce(t) for t in tools] if tools is not None else None
-    items: list[EvalItem] = []
-    for index, run in enumerate(runs):
-        qi = run.query_index
-        conversation = [Message("user", [run.query]), *run.messages]
-        error_code, error_message = run.error_code, run.error_message
-        item_tools: list[ToolDefinition] | None
-        if override is not None:
-            item_tools = override
-        else:
-            snapshots = run.tools if run.tools is not None else list(declared_tools)
-            calls = [c for m in run.messages for c in m.function_calls]
-            try:
-                item_tools = merge_tool_snapshots(snapshots, calls) or None
-            except ValueError as exc:
-                if strict_tools:
-                    raise
-                item_tools = None
-                error_code = error_code or "ToolSchemaConflict"
-                error_message = error_message or str(exc)
-        if isinstance(context, str) or context is None:
-            item_context = context
-        else:
-            item_context = context[qi % len(context)]
-        items.append(
-            EvalItem(
-                conversation,
-                item_tools,
-                item_context,
-                expected_output[qi % len(expected_output)] if expected_output else None,
-                list(expected_tool_calls[qi % len(expected_tool_calls)])
-                if expected_tool_calls
-                else None,
-                conversation_split,
-                item_id=str(index),
-                query_index=qi,
-                repetition=run.repetition,
-                usage=run.usage,
-                error_code=error_code,
-                error_message=error_message,
-            )
-        )
-    return items
 
 
 async def evaluate_agent(
@@ -359,18 +150,22 @@ async def evaluate_agent(
         raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}.")
 
     providers = resolve_evaluators(evaluators)
-    declared = agent_tools(agent) if agent is not None else []
+    target = resolve_target(agent) if agent is not None else None
+    given: list[TargetRun | None] | None = None
+    heads: list[list[Message] | None] | None = None
     if response_list is not None:
-        runs = []
+        given, heads = [], []
         for i, (query, response) in enumerate(zip(query_list, response_list, strict=True)):
             if i in recorded:
-                messages = recorded[i][1]
+                head, messages, _ = recorded[i]
             else:
+                head = None
                 try:
                     messages = response_messages(response)
                 except TypeError as exc:
                     raise TypeError(f"responses[{i}]: {exc}") from exc
-            runs.append(
+            heads.append(head)
+            given.append(
                 TargetRun(
                     query_index=i,
                     repetition=0,
@@ -380,26 +175,24 @@ async def evaluate_agent(
                     usage=response_usage(response),
                 )
             )
-    else:
-        runs = await run_agent(
-            agent, query_list, num_repetitions=num_repetitions, max_concurrency=max_concurrency
-        )
-    items = build_agent_items(
-        runs,
-        declared_tools=declared,
-        tools=tools,
-        expected_output=expected_list,
-        expected_tool_calls=etc,
-        context=context,
-        conversation_split=conversation_split,
-        strict_tools=response_list is not None,
+    plan = in_process_plan(
+        name=eval_name or f"Eval: {target.name if target is not None else 'agent'}",
+        target=target,
+        kind="agent",
+        queries=query_list,
+        expectations=per_query_expectations(
+            n, expected_output=expected_list, expected_tool_calls=etc, context=context
+        ),
+        providers=providers,
+        # pre-existing responses are evaluated once each, whatever num_repetitions says (as MAF)
+        repetitions=1 if given is not None else num_repetitions,
+        recorded=given,
+        recorded_heads=heads,
+        split=conversation_split,
+        tools_override=[ToolDefinition.coerce(t) for t in tools] if tools is not None else None,
+        strict_tools=given is not None,
     )
-    for i, (head, _, _) in recorded.items():
-        if head is not None:
-            # a recorded conversation keeps its own query side (system message, earlier turns)
-            items[i].conversation = [*head, *items[i].conversation[1:]]
-    name = eval_name or f"Eval: {agent_name(agent) if agent is not None else 'agent'}"
-    return await run_evaluators(providers, items, name)
+    return (await run_in_process(plan, max_concurrency=max_concurrency)).results
 
 
 def _recorded_responses(
@@ -414,13 +207,6 @@ def _recorded_responses(
     Raises:
         ValueError: naming ``responses[i]`` and the first mismatch for a list that fits no format.
     """
-    from evalpipe.recorded import (
-        RecordedFormatError,
-        convert_messages,
-        detect_format,
-        split_recording,
-    )
-
     raw = {
         i: r
         for i, r in enumerate(responses)
@@ -446,340 +232,6 @@ def _recorded_responses(
         elif i in raw:
             out[i] = (None, messages, "")
     return out
-
-
-# -- workflows ----------------------------------------------------------------------------------
-
-UpstreamContext = Literal["received", "user_only"]
-"""What a per-agent item's query side holds: ``"received"`` (default) everything the agent was given,
-including upstream agents' output; ``"user_only"`` only the user messages of it (MAF's behaviour)."""
-
-_NO_AGENT_DATA = (
-    "No agent executor data found in the workflow result. Ensure the workflow uses "
-    "AgentExecutor-based agents."
-)
-
-
-@dataclass(frozen=True, slots=True)
-class SplitAt:
-    """A splitter that cuts the conversation at a fixed index: what the agent received is the query
-    side, what it produced the response side (the per-agent split under ``upstream_context="received"``).
-    """
-
-    index: int
-
-    def __call__(self, conversation: list[Message]) -> tuple[list[Message], list[Message]]:
-        return list(conversation[: self.index]), list(conversation[self.index :])
-
-
-class AgentExpectations(BaseModel):
-    """What one agent of a workflow is expected to do, one entry per query (None: no expectation)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    expected_output: list[str | None] | None = None
-    """The agent's reference answer per query."""
-    expected_tool_calls: list[list[ExpectedToolCall] | None] | None = None
-    """The tool calls the agent should make, per query."""
-
-    @field_validator("expected_output", mode="before")
-    @classmethod
-    def _one_query(cls, value: Any) -> Any:
-        return [value] if isinstance(value, str) else value
-
-    @field_validator("expected_tool_calls", mode="before")
-    @classmethod
-    def _flat_list(cls, value: Any) -> Any:
-        if value is None:
-            return None
-        value = list(value)
-        if value and (isinstance(value[0], ExpectedToolCall | Mapping | str)):
-            return [value]
-        return value
-
-
-PerAgentExpectations = (
-    Mapping[str, Any] | Mapping[int, Mapping[str, Any]] | Sequence[Mapping[str, Any] | None]
-)
-"""Per-agent expectations in either shape: agent name -> ``AgentExpectations`` (or its dict), one
-entry per query; or per query (a list, or a dict keyed by query index) -> agent name -> one query's
-``{"expected_output": ..., "expected_tool_calls": [...]}`` (a dataset row's ``agents``)."""
-
-
-def _field(spec: Any, name: str) -> Any:
-    return spec.get(name) if isinstance(spec, Mapping) else getattr(spec, name, None)
-
-
-def agent_expectations(value: PerAgentExpectations | None) -> dict[str, AgentExpectations]:
-    """Per-agent expectations as agent name -> AgentExpectations, from either accepted shape.
-
-    Raises:
-        ValueError: for an entry that is not an expectation (pydantic's message names the field).
-    """
-    if value is None:
-        return {}
-    if isinstance(value, Mapping) and all(isinstance(k, str) for k in value):
-        return {
-            str(agent): spec
-            if isinstance(spec, AgentExpectations)
-            else AgentExpectations.model_validate(spec)
-            for agent, spec in value.items()
-        }
-    rows: dict[int, Any] = (
-        {int(k): v for k, v in value.items()}
-        if isinstance(value, Mapping)
-        else dict(enumerate(value))
-    )
-    n = max(rows, default=-1) + 1
-    outputs: dict[str, list[str | None]] = {}
-    calls: dict[str, list[list[ExpectedToolCall] | None]] = {}
-    for qi, row in rows.items():
-        for agent, spec in (row or {}).items():
-            output = _field(spec, "expected_output")
-            if output is not None:
-                outputs.setdefault(agent, [None] * n)[qi] = output
-            expected = _field(spec, "expected_tool_calls")
-            if expected is not None:
-                calls.setdefault(agent, [None] * n)[qi] = [
-                    c if isinstance(c, ExpectedToolCall) else ExpectedToolCall.model_validate(c)
-                    for c in expected
-                ]
-    return {
-        agent: AgentExpectations(
-            expected_output=outputs.get(agent), expected_tool_calls=calls.get(agent)
-        )
-        for agent in [*outputs, *(a for a in calls if a not in outputs)]
-    }
-
-
-class WorkflowItems(BaseModel):
-    """The items of a workflow evaluation: overall items and per-agent items, in run order."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    overall: list[EvalItem] = Field(default_factory=list)
-    """One item per run: the user query, every agent's tool calls and results, the final output."""
-    per_agent: dict[str, list[EvalItem]] = Field(default_factory=dict)
-    """Agent name -> one item per turn the agent took, in run order (agents in first-seen order)."""
-
-    @model_validator(mode="after")
-    def _restore_splits(self) -> WorkflowItems:
-        # Splitters are not serialized; a per-agent item records its received/produced boundary in
-        # metadata["split_at"], so the items keep their split through JSON.
-        for items in self.per_agent.values():
-            for item in items:
-                cut = item.metadata.get("split_at")
-                if item.split_strategy is None and isinstance(cut, int):
-                    item.split_strategy = SplitAt(cut)
-        return self
-
-
-async def run_workflow(
-    workflow: Any,
-    queries: Sequence[str],
-    *,
-    num_repetitions: int = 1,
-    max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
-    semaphore: asyncio.Semaphore | None = None,
-    on_run: Callable[[WorkflowRun], None] | None = None,
-) -> list[WorkflowRun]:
-    """Run the workflow on every query, ``num_repetitions`` times, at most ``max_concurrency`` at once.
-
-    Runs come back repetition-major (rep 0: Q1..Qn, rep 1: Q1..Qn, ...) whatever order they finish
-    in. A run that raises is kept with error_code "WorkflowError"; a failing executor is recorded
-    inside its run. ``semaphore`` adds a bound shared with other callers; ``on_run`` is called as
-    each run finishes.
-
-    Raises:
-        ValueError: for ``max_concurrency < 1``.
-        TypeError: for something that is not a workflow.
-    """
-    if max_concurrency < 1:
-        raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}.")
-    target = as_workflow(workflow)
-    return await _run_pool(
-        lambda query, qi, rep: call_workflow(
-            target, query, query_index=qi, repetition=rep, semaphore=semaphore
-        ),
-        queries,
-        num_repetitions,
-        max_concurrency,
-        on_run,
-    )
-
-
-def _tool_activity(messages: Sequence[Message]) -> list[Message]:
-    """Only the tool calls and tool results of ``messages`` (texts dropped)."""
-    out: list[Message] = []
-    for message in messages:
-        kept = [c for c in message.contents if c.type in ("function_call", "function_result")]
-        if kept:
-            out.append(Message(message.role, kept))
-    return out
-
-
-def _merged_tools(run: WorkflowRun) -> list[ToolDefinition] | None:
-    by_name: dict[str, ToolDefinition] = {}
-    seen = False
-    for turn in run.executors:
-        if turn.tools is not None:
-            seen = True
-            for tool in turn.tools:
-                by_name.setdefault(tool.name, tool)
-    return list(by_name.values()) if seen else None
-
-
-def _pick(values: Sequence[Any] | None, qi: int) -> Any:
-    return values[qi % len(values)] if values else None
-
-
-def build_workflow_items(
-    runs: Sequence[WorkflowRun],
-    *,
-    expected_output: Sequence[str | None] | None = None,
-    expected_tool_calls: Sequence[Sequence[ExpectedToolCall] | None] | None = None,
-    per_agent_expectations: PerAgentExpectations | None = None,
-    conversation_split: Any = None,
-    upstream_context: UpstreamContext = "received",
-    include_overall: bool = True,
-    include_per_agent: bool = True,
-) -> WorkflowItems:
-    """Overall and per-agent EvalItems from workflow runs; expectations are stamped by query index.
-
-    Overall item of run *i* (``item_id`` ``"i"``, ``agent`` None): the user query, the tool calls and
-    results of every agent whose messages are not the output (their texts left out), then the final
-    output; the tools of all agents; the workflow-level expectations; the run's usage and error.
-
-    Per-agent item (``item_id`` ``"i/agent"``, and ``"i/agent/k"`` for the agent's k-th further
-    turn in that run): what the agent received (all of it, or only its user messages under
-    ``upstream_context="user_only"``) followed by what it produced, split between the two unless
-    ``conversation_split`` is given; the agent's tools, usage and error; its own expectations
-    (``per_agent_expectations`` in either shape of ``PerAgentExpectations``).
-    """
-    if upstream_context not in ("received", "user_only"):
-        raise ValueError(
-            f"upstream_context must be 'received' or 'user_only', got {upstream_context!r}."
-        )
-    expectations = agent_expectations(per_agent_expectations)
-    items = WorkflowItems()
-    for index, run in enumerate(runs):
-        qi = run.query_index
-        user = Message("user", [run.query])
-        if include_overall:
-            upstream = [
-                m
-                for turn in run.executors
-                if turn.produced != run.output
-                for m in _tool_activity(turn.produced)
-            ]
-            etc = _pick(expected_tool_calls, qi)
-            items.overall.append(
-                EvalItem(
-                    [user, *upstream, *run.output],
-                    _merged_tools(run),
-                    None,
-                    _pick(expected_output, qi),
-                    list(etc) if etc is not None else None,
-                    conversation_split,
-                    item_id=str(index),
-                    query_index=qi,
-                    repetition=run.repetition,
-                    usage=run.usage,
-                    error_code=run.error_code,
-                    error_message=run.error_message,
-                )
-            )
-        if not include_per_agent:
-            continue
-        visits: dict[str, int] = {}
-        for turn in run.executors:
-            if turn.agent is None:
-                continue
-            agent = turn.agent
-            visit = visits.get(agent, 0)
-            visits[agent] = visit + 1
-            received = list(turn.received) or [user]
-            if upstream_context == "user_only":
-                received = [m for m in received if m.role == "user"] or received
-            split = conversation_split
-            metadata: dict[str, Any] = {"executor_id": turn.executor_id}
-            if split is None and upstream_context == "received":
-                split = SplitAt(len(received))
-                metadata["split_at"] = len(received)
-            wanted = expectations.get(agent)
-            agent_etc = _pick(wanted.expected_tool_calls, qi) if wanted is not None else None
-            items.per_agent.setdefault(agent, []).append(
-                EvalItem(
-                    [*received, *turn.produced],
-                    turn.tools,
-                    None,
-                    _pick(wanted.expected_output, qi) if wanted is not None else None,
-                    list(agent_etc) if agent_etc is not None else None,
-                    split,
-                    item_id=f"{index}/{agent}" + (f"/{visit}" if visit else ""),
-                    query_index=qi,
-                    repetition=run.repetition,
-                    agent=agent,
-                    usage=turn.usage,
-                    error_code=turn.error_code,
-                    error_message=turn.error_message,
-                    metadata=metadata,
-                )
-            )
-    return items
-
-
-async def _evaluate_group(ev: Evaluator, items: Sequence[EvalItem], name: str) -> EvalResults:
-    try:
-        return await ev.evaluate(items, eval_name=name)
-    except Exception as exc:
-        return errored_results(ev.name, items, name, f"{type(exc).__name__}: {exc}")
-
-
-async def evaluate_workflow_items(
-    evaluators: Sequence[Evaluator], workflow_items: WorkflowItems, eval_name: str
-) -> list[EvalResults]:
-    """Evaluate each agent's items and the overall items with every provider; one result per provider.
-
-    Each top-level result is the overall evaluation (``"{eval_name} — overall"``) with
-    ``sub_results`` keyed by agent name (``"{eval_name} — {agent}"``); with several providers each
-    name gets ``" ({provider})"`` appended. Without overall items the top level is MAF's synthetic
-    aggregate (``run_id="aggregate"``, summed counts). A provider that raises on a group gives that
-    group a "failed" result with errored items; everything else is kept.
-
-    Raises:
-        ValueError: when there are no items at all (MAF's message).
-    """
-    groups = {agent: items for agent, items in workflow_items.per_agent.items() if items}
-    if not groups and not workflow_items.overall:
-        raise ValueError(_NO_AGENT_DATA)
-    suffix = len(evaluators) > 1
-
-    async def one(ev: Evaluator) -> EvalResults:
-        tail = f" ({ev.name})" if suffix else ""
-        names = list(groups)
-        subs = await asyncio.gather(
-            *(_evaluate_group(ev, groups[a], f"{eval_name} — {a}{tail}") for a in names)
-        )
-        sub_results = dict(zip(names, subs, strict=True))
-        if workflow_items.overall:
-            top = await _evaluate_group(ev, workflow_items.overall, f"{eval_name} — overall{tail}")
-            top.sub_results = sub_results
-            return top
-        return EvalResults(
-            provider=ev.name,
-            eval_id="aggregate",
-            run_id="aggregate",
-            status="completed" if all(s.status == "completed" for s in subs) else "partial",
-            result_counts={
-                "passed": sum(s.passed for s in subs),
-                "failed": sum(s.failed for s in subs),
-                "errored": sum(s.errored for s in subs),
-            },
-            sub_results=sub_results,
-        )
-
-    return list(await asyncio.gather(*(one(ev) for ev in evaluators)))
 
 
 def _normalize_expectations(
@@ -899,25 +351,41 @@ async def evaluate_workflow(
         raise ValueError(f"num_repetitions must be >= 1, got {num_repetitions}.")
     if max_concurrency < 1:
         raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}.")
+    if upstream_context not in ("received", "user_only"):
+        raise ValueError(
+            f"upstream_context must be 'received' or 'user_only', got {upstream_context!r}."
+        )
     agents = workflow_agent_names(workflow) if per_agent_expectations else None
     expectations = _normalize_expectations(per_agent_expectations, n, agents)
     providers = resolve_evaluators(evaluators)
 
+    given: list[WorkflowRun] | None = None
+    target: Target | None = None
     if query_list is not None:
-        runs = await run_workflow(
-            workflow, query_list, num_repetitions=num_repetitions, max_concurrency=max_concurrency
-        )
+        target = resolve_target(workflow, kind="workflow")
     else:
-        runs = _runs_from_result(workflow, workflow_result)
-    items = build_workflow_items(
-        runs,
-        expected_output=expected_list,
-        expected_tool_calls=etc,
-        per_agent_expectations=expectations,
-        conversation_split=conversation_split,
+        given = _runs_from_result(workflow, workflow_result)
+        query_list = [r.query for r in given]
+    plan = in_process_plan(
+        name=eval_name or f"Workflow Eval: {workflow_name(workflow)}",
+        target=target,
+        kind="workflow",
+        queries=query_list,
+        expectations=per_query_expectations(
+            len(query_list),
+            expected_output=expected_list,
+            expected_tool_calls=etc,
+            per_agent=expectations,
+        ),
+        providers=providers,
+        repetitions=num_repetitions if given is None else 1,
+        recorded=given,
+        split=conversation_split,
         upstream_context=upstream_context,
         include_overall=include_overall,
         include_per_agent=include_per_agent,
     )
-    name = eval_name or f"Workflow Eval: {workflow_name(workflow)}"
-    return await evaluate_workflow_items(providers, items, name)
+    shard = await run_in_process(plan, max_concurrency=max_concurrency)
+    if shard.items == 0:
+        raise ValueError(_NO_AGENT_DATA)
+    return shard.results

@@ -30,6 +30,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from evalpipe.results import EvalItemResult, EvalResults, EvalScoreResult
+from evalpipe.tally import ERROR, FAIL, PASS, score_status
 
 __all__ = [
     "ACCEPTED_FORMS",
@@ -174,23 +175,9 @@ def _label(level: _Level, item: EvalItemResult) -> str:
     return f"{level.label}:{item.item_id}"
 
 
-NOT_APPLICABLE = "not_applicable"
-"""The label of a metric that did not apply to an item (a judge metric missing its context):
-neither a score nor an error, so gates skip it."""
-
-
 def _score_errored(score: EvalScoreResult) -> bool:
-    """Could not be computed: an error code or message, an error diagnostic, or no score at all
-    (except a metric labelled not applicable)."""
-    if score.error_code or score.error_message:
-        return True
-    if any(d.severity == "error" for d in score.diagnostics or ()):
-        return True
-    return score.score is None and score.label != NOT_APPLICABLE
-
-
-def _not_applicable(score: EvalScoreResult) -> bool:
-    return score.score is None and not _score_errored(score)
+    """Could not be computed (the tally's rule: an error, an error diagnostic, or nothing at all)."""
+    return score_status(score) == ERROR
 
 
 @dataclass(slots=True)
@@ -200,13 +187,27 @@ class _Values:
     not_applicable: int = 0
 
 
+def _owns(level: _Level, metric: str) -> bool:
+    """The level's provider produces ``metric`` (its counts or one of its scores name it)."""
+    result = level.result
+    if metric in result.per_evaluator:
+        return True
+    return any(s.name == metric for item in result.items for s in item.scores)
+
+
 def _collect(levels: Sequence[_Level], metric: str) -> _Values:
-    """The metric's scores in scope, the items where it errored, how many skipped it."""
+    """The metric's scores in scope, the items where it errored, how many skipped it.
+
+    Only the levels whose provider produces the metric count (the tally's rule: an item that could
+    not be evaluated counts as errored on its own provider's metrics, not on every provider's).
+    """
     found = _Values()
     for level in levels:
+        if not _owns(level, metric):
+            continue
         for item in level.result.items:
             named = [s for s in item.scores if s.name == metric]
-            good = [s for s in named if s.score is not None and not _score_errored(s)]
+            good = [s for s in named if s.score is not None and score_status(s) != ERROR]
             if good:
                 found.scores.extend((_label(level, item), s) for s in good)
             elif any(_score_errored(s) for s in named) or (item.is_error and not named):
@@ -374,7 +375,14 @@ class Threshold(Clause):
             observed = math.fsum(s.score or 0.0 for _, s in values.scores) / n
             what = f"mean {_shown(observed)} over n={n}"
         else:
-            passing = sum(1 for _, s in values.scores if s.passed is True)
+            # The tally's pass rate: verdicts only (a score without a verdict is not a pass).
+            statuses: list[str] = [score_status(s) for _, s in values.scores]
+            passing, failing = statuses.count(PASS), statuses.count(FAIL)
+            n = base["n"] = passing + failing
+            if n == 0:
+                return ClauseResult(
+                    passed=False, message=f"no verdicts for {self.metric}{note}", **base
+                )
             observed = passing / n
             what = f"pass rate {_shown(observed)} ({passing} of n={n} passed)"
         passed = bool(_COMPARE[self.op](observed, self.threshold))
@@ -513,6 +521,8 @@ class NoErrors(Clause):
         n = 0
         for level in levels:
             result = level.result
+            if self.metric is not None and not _owns(level, self.metric):
+                continue
             if result.status != "completed":
                 where = f"{level.label} " if level.label else ""
                 runs.append(f"{result.provider} {where}run {result.status}")

@@ -15,13 +15,14 @@ from typing import Any, Protocol, runtime_checkable
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
 from evalpipe.messages import FunctionCallContent, Message, ToolDefinition
+from evalpipe.transcripts import RunUsage
 
 __all__ = [
+    "AgentExpectation",
     "ConversationSplit",
     "ConversationSplitter",
     "EvalItem",
     "ExpectedToolCall",
-    "RunUsage",
     "split_full",
     "split_last_turn",
 ]
@@ -116,19 +117,15 @@ class ExpectedToolCall(BaseModel):
         super().__init__(**data)
 
 
-class RunUsage(BaseModel):
-    """What one target call cost: tokens when the response reports them, and wall time."""
+class AgentExpectation(BaseModel):
+    """What one agent of a workflow is expected to produce for one query (dataset row)."""
 
     model_config = ConfigDict(extra="forbid")
 
-    input_tokens: int | None = None
-    """Prompt tokens, when reported."""
-    output_tokens: int | None = None
-    """Completion tokens, when reported."""
-    total_tokens: int | None = None
-    """Total tokens, when reported."""
-    latency_seconds: float | None = None
-    """Wall-clock time of the call, measured by evalpipe."""
+    expected_output: str | None = None
+    """The agent's reference answer."""
+    expected_tool_calls: list[ExpectedToolCall] | None = None
+    """Tool calls the agent should make."""
 
 
 class EvalItem(BaseModel):

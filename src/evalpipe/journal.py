@@ -1,7 +1,7 @@
 """The run journal: every finished target call, on disk as soon as it finishes, so a run resumes.
 
 A call's key is content-addressed: a hash of the target's identity, the dataset row's content hash
-and the repetition index. Re-running the same suite against the same journal re-uses every call that
+(its id included: rows that differ only in id are separate samples) and the repetition index. Re-running the same suite against the same journal re-uses every call that
 finished (the transcript is read back) and makes only the missing ones, so a run killed halfway (even
 with ``kill -9``) loses at most the calls that were in flight.
 
@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Journal", "call_key", "target_key"]
+__all__ = ["Journal", "call_key", "content_key", "target_key"]
 
 
 def target_key(identity: str) -> str:
@@ -30,8 +30,14 @@ def target_key(identity: str) -> str:
     return hashlib.sha256(identity.encode("utf-8")).hexdigest()[:24]
 
 
+def content_key(data: Any) -> str:
+    """The content address of JSON-ready data (a dataset row: its id and everything it holds)."""
+    canonical = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:32]
+
+
 def call_key(identity: str, row_hash: str, repetition: int) -> str:
-    """The content address of one target call."""
+    """The content address of one target call: the target, the row and the repetition."""
     text = f"{identity}\x1f{row_hash}\x1f{repetition}"
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from evalpipe.items import RunUsage
+from evalpipe.itemize import WorkflowItems, build_workflow_items
 from evalpipe.messages import (
     DataContent,
     FunctionCallContent,
@@ -44,6 +44,7 @@ from evalpipe.messages import (
     UriContent,
 )
 from evalpipe.recorded import final_answer
+from evalpipe.transcripts import ExecutorRun, RunUsage, WorkflowRun
 
 __all__ = [
     "AgentTurn",
@@ -694,12 +695,10 @@ def read_otel_traces(path: str | Path, *, log: bool = True) -> OtelTraces:
 # traces -> evaluation
 
 
-def trace_workflow_runs(traces: Sequence[TraceTranscript]) -> list[Any]:
+def trace_workflow_runs(traces: Sequence[TraceTranscript]) -> list[WorkflowRun]:
     """One ``WorkflowRun`` per trace: an executor turn per agent turn (``executor_id`` is the turn's
     agent path, e.g. ``coordinator/researcher``), the final answer as output, ``query_index`` the
     trace's position."""
-    from evalpipe.targets.workflow import ExecutorRun, WorkflowRun
-
     runs = []
     for index, trace in enumerate(traces):
         runs.append(
@@ -728,25 +727,24 @@ def trace_workflow_runs(traces: Sequence[TraceTranscript]) -> list[Any]:
     return runs
 
 
-def trace_items(traces: Sequence[TraceTranscript], **options: Any) -> Any:
-    """Per-agent items and an overall item per trace (``evaluate.WorkflowItems``).
+def trace_items(traces: Sequence[TraceTranscript], **options: Any) -> WorkflowItems:
+    """Per-agent items and an overall item per trace.
 
-    ``options`` go to ``evaluate.build_workflow_items`` (``upstream_context``, ``include_overall``,
+    ``options`` go to ``itemize.build_workflow_items`` (``upstream_context``, ``include_overall``,
     ``include_per_agent``, ``conversation_split``, expectations). Each item's metadata holds the
     trace id and, for per-agent items, the agent's span id.
     """
-    from evalpipe.evaluate import build_workflow_items
 
-    built = build_workflow_items(trace_workflow_runs(traces), **options)
-    for item in built.overall:
-        item.metadata = {**item.metadata, "trace_id": traces[item.query_index or 0].trace_id}
-    for items in built.per_agent.values():
-        for item in items:
-            trace = traces[item.query_index or 0]
-            path = item.metadata.get("executor_id")
-            span = next((t.span_id for t in trace.turns if t.path == path), None)
-            item.metadata = {**item.metadata, "trace_id": trace.trace_id, "span_id": span}
-    return built
+    def span(index: int, turn: ExecutorRun) -> dict[str, Any]:
+        found = next((t.span_id for t in traces[index].turns if t.path == turn.executor_id), None)
+        return {"span_id": found}
+
+    return build_workflow_items(
+        trace_workflow_runs(traces),
+        metadata=[{"trace_id": t.trace_id} for t in traces],
+        turn_metadata=span,
+        **options,
+    )
 
 
 def trace_rows(

@@ -36,6 +36,7 @@ from evalpipe.messages import (
     UriContent,
     messages_from_openai,
 )
+from evalpipe.transcripts import ExecutorRun, RunUsage, TargetRun, WorkflowRun
 
 __all__ = [
     "FORMATS",
@@ -497,7 +498,7 @@ def final_answer(messages: Sequence[Message]) -> list[Message]:
 
 def recorded_run(
     row: Any, *, query_index: int, repetition: int, kind: Literal["agent", "workflow"]
-) -> Any:
+) -> TargetRun | WorkflowRun:
     """The transcript a recorded dataset row stands for, as if the target had just run.
 
     Args:
@@ -513,11 +514,7 @@ def recorded_run(
     Raises:
         RecordedFormatError: for an agent row with ``recorded_agents``.
     """
-    from evalpipe.items import RunUsage
-
     if kind == "agent":
-        from evalpipe.targets.base import TargetRun
-
         if row.recorded_agents is not None or row.conversation is None:
             raise RecordedFormatError(
                 f"row {row.id!r}: 'recorded_agents' is a multi-agent recording, but the target "
@@ -532,8 +529,6 @@ def recorded_run(
             tools=row.tools,
             usage=RunUsage(),
         )
-    from evalpipe.targets.workflow import ExecutorRun, WorkflowRun
-
     if row.recorded_agents:
         turns = [
             ExecutorRun(

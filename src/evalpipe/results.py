@@ -7,7 +7,7 @@ The counting and pass rules, and the text of ``raise_for_status``, mirror MAF (s
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -21,14 +21,8 @@ __all__ = [
     "EvalNotPassedError",
     "EvalResults",
     "EvalScoreResult",
-    "ItemStatus",
     "RubricScore",
-    "merge_results",
 ]
-
-ItemStatus = Literal["pass", "fail", "error", "errored"]
-"""``pass``/``fail`` are verdicts on the agent; ``error`` (Foundry also says ``errored``) means the
-item could not be evaluated (the agent run or an evaluator broke), which is not a verdict."""
 
 
 class EvalNotPassedError(Exception):
@@ -100,7 +94,7 @@ class EvalItemResult:
     item_id: str
     """The evaluated item's id."""
     status: str
-    """``pass``, ``fail``, or ``error``/``errored`` (see ItemStatus)."""
+    """``pass``, ``fail``, or ``error``/``errored`` (see ``evalpipe.tally.ItemStatus``)."""
     scores: list[EvalScoreResult] = field(default_factory=list)
     """One entry per metric."""
     error_code: str | None = None
@@ -314,54 +308,3 @@ class EvalResults(BaseModel):
             more = f" (+{len(bad) - 10} more)" if len(bad) > 10 else ""
             msg = f"{len(bad)} item(s) did not pass: {', '.join(bad[:10])}{more}"
         raise EvalNotPassedError(msg)
-
-
-def merge_results(parts: Sequence[EvalResults]) -> EvalResults:
-    """One provider's results over several batches of items, as if evaluated in one go.
-
-    Items are concatenated in batch order; counts and per-evaluator counts add up; sub-results merge
-    by agent name (first-seen order). The status is ``completed`` when every batch completed, the
-    common status when all share one, and ``partial`` otherwise; run-level errors are joined.
-
-    Raises:
-        ValueError: for no parts, or parts from different providers.
-    """
-    if not parts:
-        raise ValueError("merge_results needs at least one EvalResults")
-    providers = {p.provider for p in parts}
-    if len(providers) > 1:
-        raise ValueError(f"cannot merge results of different providers: {sorted(providers)}")
-    first = parts[0]
-    if len(parts) == 1:
-        return first
-    counts: dict[str, int] | None = None
-    per_evaluator: dict[str, dict[str, int]] = {}
-    for part in parts:
-        if part.result_counts is not None:
-            counts = counts or {}
-            for key, value in part.result_counts.items():
-                counts[key] = counts.get(key, 0) + value
-        for name, sub_counts in part.per_evaluator.items():
-            target = per_evaluator.setdefault(name, {})
-            for key, value in sub_counts.items():
-                target[key] = target.get(key, 0) + value
-    statuses = {p.status for p in parts}
-    status = statuses.pop() if len(statuses) == 1 else "partial"
-    errors = list(dict.fromkeys(p.error for p in parts if p.error))
-    agents: dict[str, list[EvalResults]] = {}
-    for part in parts:
-        for name, sub in part.sub_results.items():
-            agents.setdefault(name, []).append(sub)
-    return EvalResults(
-        provider=first.provider,
-        eval_id=first.eval_id,
-        run_id=first.run_id,
-        status=status,
-        result_counts=counts,
-        report_url=next((p.report_url for p in parts if p.report_url), None),
-        error="; ".join(errors) if errors else None,
-        per_evaluator=per_evaluator,
-        items=[item for p in parts for item in p.items],
-        input_items=[item for p in parts for item in p.input_items],
-        sub_results={name: merge_results(subs) for name, subs in agents.items()},
-    )

@@ -24,9 +24,8 @@ from __future__ import annotations
 
 import difflib
 import hashlib
-import inspect
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -34,18 +33,14 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from evalpipe._internal.imports import load_object
-from evalpipe.checks import (
-    keyword_check,
-    tool_call_args_match,
-    tool_called_check,
-    tool_calls_present,
-)
-from evalpipe.evaluators.base import Evaluator
+from evalpipe.evaluators import registry
+from evalpipe.evaluators.base import AgentScoped, Evaluator
 from evalpipe.evaluators.local import LocalEvaluator
 from evalpipe.items import ConversationSplit
+from evalpipe.targets.openai_chat import OpenAIChatAgent
+from evalpipe.targets.workflow import target_from_factory
 
 __all__ = [
-    "AgentScoped",
     "EvalSuite",
     "SuiteError",
     "apply_params",
@@ -268,82 +263,15 @@ def load_suite(path: str | Path, params: Sequence[str] = ()) -> EvalSuite:
 
 
 # ---------------------------------------------------------------------------------------------
-# Evaluators from short forms
-
-
-def _builtin_checks() -> dict[str, tuple[Callable[..., Any], bool]]:
-    """name -> (object, is_factory). Deterministic evaluators join when their module is present."""
-    table: dict[str, tuple[Callable[..., Any], bool]] = {
-        "keyword_check": (keyword_check, True),
-        "tool_called_check": (tool_called_check, True),
-        "tool_calls_present": (tool_calls_present, False),
-        "tool_call_args_match": (tool_call_args_match, False),
-    }
-    from evalpipe.evaluators import nlp  # on use: sacrebleu and nltk load with it
-
-    for name in getattr(nlp, "__all__", ()):
-        obj = getattr(nlp, name)
-        if callable(obj) and not isinstance(obj, type):
-            table[name] = (obj, _is_factory(obj))
-    return table
-
-
-def _is_factory(obj: Callable[..., Any]) -> bool:
-    """A check takes one item; a factory takes configuration and returns a check."""
-    try:
-        params = list(inspect.signature(obj).parameters.values())
-    except (TypeError, ValueError):
-        return False
-    names = [p.name for p in params]
-    return names[:1] != ["item"]
+# Evaluators from short forms (names resolve through evalpipe.evaluators.registry)
 
 
 def builtin_check_names() -> list[str]:
-    """The names a suite may use for built-in checks."""
-    return sorted(_builtin_checks())
+    """The names a suite may use for built-in evaluators."""
+    return registry.names()
 
 
-_PROVIDERS = ("judge", "foundry")
-
-
-def _call_factory(factory: Callable[..., Any], value: Any, where: str) -> Any:
-    try:
-        if value is None:
-            return factory()
-        if isinstance(value, list):
-            return factory(*value)
-        if isinstance(value, dict):
-            return factory(**value)
-        return factory(value)
-    except TypeError as exc:
-        raise SuiteError(f"{where}: {exc}; check the arguments") from None
-
-
-def _provider(kind: str, config: Any, where: str) -> Evaluator:
-    if not isinstance(config, dict):
-        raise SuiteError(f"{where}: {kind} takes a mapping of settings, got {config!r}")
-    model: Any
-    if kind == "judge":
-        from evalpipe.evaluators.judge import JudgeConfig
-
-        model = JudgeConfig
-    else:
-        from evalpipe.foundry import FoundryConfig
-
-        model = FoundryConfig
-    try:
-        built: Evaluator = model.model_validate(config).build()
-    except ValidationError as exc:
-        details = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or kind}: {e['msg']}" for e in exc.errors()
-        )
-        raise SuiteError(f"{where}.{kind}: {details}") from None
-    except ValueError as exc:
-        raise SuiteError(f"{where}.{kind}: {exc}") from None
-    return built
-
-
-def _one(spec: Any, where: str, table: Mapping[str, tuple[Callable[..., Any], bool]]) -> Any:
+def _one(spec: Any, where: str) -> Any:
     """A check (callable) or an Evaluator from one short form."""
     if isinstance(spec, dict):
         if len(spec) != 1:
@@ -356,51 +284,10 @@ def _one(spec: Any, where: str, table: Mapping[str, tuple[Callable[..., Any], bo
         name, value = spec, None
     else:
         raise SuiteError(f"{where}: expected a name or a one-key mapping, got {spec!r}")
-    if name in _PROVIDERS:
-        return _provider(name, value, where)
-    if name in table:
-        obj, is_factory = table[name]
-        if is_factory:
-            return _call_factory(obj, value, where)
-        if value is not None:
-            raise SuiteError(f"{where}: {name!r} takes no arguments; write it as a plain name")
-        return obj
-    if ":" not in name:
-        close = difflib.get_close_matches(name, [*table, *_PROVIDERS], n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise SuiteError(
-            f"{where}: unknown evaluator {name!r}{hint}; use a built-in check "
-            f"({', '.join(sorted(table))}), judge, foundry, or an import path 'package.module:name'"
-        )
     try:
-        obj = load_object(name, what="evaluator")
-    except ValueError as exc:
-        raise SuiteError(f"{where}: {exc}") from None
-    if isinstance(obj, type) or value is not None:
-        obj = _call_factory(obj, value, where)
-    if not (isinstance(obj, Evaluator) or callable(obj)):
-        raise SuiteError(
-            f"{where}: {name!r} is a {type(obj).__name__}, not a check or an Evaluator"
-        )
-    return obj
-
-
-class AgentScoped:
-    """A provider that evaluates only some groups of a workflow's items (``agents:`` in a suite).
-
-    ``agents`` names workflow agents; ``"overall"`` is the whole workflow's answer.
-    """
-
-    def __init__(self, inner: Evaluator, agents: Sequence[str]) -> None:
-        self.inner = inner
-        self.agents = tuple(agents)
-        self.name = f"{inner.name} ({', '.join(self.agents)})"
-
-    async def evaluate(self, items: Sequence[Any], *, eval_name: str) -> Any:
-        return await self.inner.evaluate(items, eval_name=eval_name)
-
-    def __repr__(self) -> str:
-        return f"AgentScoped({self.inner!r}, agents={list(self.agents)})"
+        return registry.build(str(name), value, where=where)
+    except registry.RegistryError as exc:
+        raise SuiteError(str(exc)) from None
 
 
 def _split_scope(spec: Any, where: str) -> tuple[Any, tuple[str, ...] | None]:
@@ -432,13 +319,12 @@ def build_evaluators(suite: EvalSuite) -> list[Evaluator]:
         SuiteError: naming ``evaluators[i]`` for an unknown name, a bad import path or bad settings;
             or for two providers with the same name.
     """
-    table = _builtin_checks()
     order: list[Evaluator | tuple[str, ...] | None] = []
     checks: dict[tuple[str, ...] | None, list[Any]] = {}
     for i, entry in enumerate(suite.evaluators):
         where = f"evaluators[{i}]"
         spec, scope = _split_scope(entry, where)
-        obj = _one(spec, where, table)
+        obj = _one(spec, where)
         if isinstance(obj, Evaluator):
             order.append(obj if scope is None else AgentScoped(obj, scope))
         else:
@@ -492,7 +378,8 @@ def _instantiate(obj: Any, where: str) -> Any:
                 f"{where}: {exc}; a target factory or class must be callable without arguments"
             ) from None
         if hasattr(made, "run"):
-            return made
+            # Called once per run; a factory of MAF workflows is called again for every call.
+            return target_from_factory(obj, made)
         raise SuiteError(
             f"{where}: calling it returned a {type(made).__name__} with no run(); return an "
             "agent or a workflow"
@@ -524,8 +411,6 @@ def build_target(suite: EvalSuite) -> Any:
         )
     ((kind, config),) = spec.items()
     if kind == "openai":
-        from evalpipe.targets.openai_chat import OpenAIChatAgent
-
         if not isinstance(config, dict):
             raise SuiteError("target.openai: a mapping of settings (base_url, model, ...)")
         config = dict(config)

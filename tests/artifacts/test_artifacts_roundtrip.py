@@ -24,8 +24,8 @@ from evalpipe import (
     tool_calls_present,
 )
 from evalpipe.artifacts import RunRecord, RunWriter, load_run, read_runs
-from evalpipe.evaluate import run_agent
 from evalpipe.targets.demo import travel_agent
+from runner_helpers import transcripts
 
 
 def assert_same(loaded: list[EvalResults], expected: list[EvalResults]) -> None:
@@ -151,8 +151,8 @@ async def test_evaluate_agent_with_real_local_checks_round_trips(tmp_path: Path)
 
 async def test_read_runs_gives_back_transcripts_for_rescoring(tmp_path: Path) -> None:
     """runs.parquet rows come back as equal RunRecords whose transcripts rebuild the TargetRuns."""
-    runs = await run_agent(
-        travel_agent(), ["Weather in Paris?", "Hotels in Rome?"], num_repetitions=2
+    runs = await transcripts(
+        travel_agent(), ["Weather in Paris?", "Hotels in Rome?"], repetitions=2
     )
     records = [
         RunRecord.from_target_run(

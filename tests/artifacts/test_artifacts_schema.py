@@ -164,4 +164,4 @@ def test_docs_examples_run(
         )
     out = capsys.readouterr().out
     assert "Local 2 passed, 4 failed" in out
-    assert "call-0-0 ok 3 messages" in out
+    assert "paris 0 ok 3 messages" in out

@@ -303,7 +303,9 @@ async def test_composites_pass_only_when_every_applicable_component_passes(
     assert "fluency" in (failing.scores[0].reason or "")
     assert skipped.scores[0].label == "not_applicable"
     assert skipped.status == "pass"
-    assert results.per_evaluator == {"output_quality": {"passed": 1, "failed": 1, "errored": 0}}
+    assert results.per_evaluator == {
+        "output_quality": {"passed": 1, "failed": 1, "errored": 0, "not_applicable": 1}
+    }
     assert flat_view(skipped)["output_quality_result"] == "not_applicable"
 
 

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from evalpipe import Message, ToolDefinition
-from evalpipe.foundry._import import add_import_foundry_parser, handler
+from evalpipe.cli import build_parser
+from evalpipe.cli.import_ import import_foundry_threads
 from fakes.foundry_emulator import FoundryEmulator, StaticCredential
 
 TOOL = {
@@ -27,10 +28,7 @@ TOOL = {
 
 def parse(*argv: str) -> argparse.Namespace:
     """Parse ``evalpipe import <argv>`` with the import subparser this module adds."""
-    parser = argparse.ArgumentParser(prog="evalpipe import")
-    sub = parser.add_subparsers(dest="import_kind", required=True)
-    add_import_foundry_parser(sub)
-    return parser.parse_args(list(argv))
+    return build_parser().parse_args(["import", *argv])
 
 
 def run(args: argparse.Namespace) -> tuple[int, str, str]:
@@ -269,7 +267,7 @@ def test_parser_rejects_bad_input(tmp_path: Path) -> None:
         parse(
             "foundry-threads", "--agent-id", "a", "--since", "2026-11-29T00:00:00Z", "-o", out
         ).handler
-        is handler
+        is import_foundry_threads
     )
 
 

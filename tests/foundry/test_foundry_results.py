@@ -5,11 +5,11 @@ from __future__ import annotations
 import email.utils
 import time
 
-from evalpipe import EvalItem, EvalItemResult, EvalResults, EvalScoreResult, Message
+from evalpipe import EvalItem, EvalItemResult, EvalScoreResult, Message
 from evalpipe._internal.retry import parse_retry_after
 from evalpipe.foundry import flat_view
 from evalpipe.foundry._evaluators import validate_evaluators
-from evalpipe.foundry._results import item_result, merge_results
+from evalpipe.foundry._results import item_result
 
 ITEM = EvalItem([Message("user", ["Q"]), Message("assistant", ["A"])], query_index=3)
 
@@ -67,33 +67,6 @@ def test_status_is_derived_when_the_service_sends_another_word() -> None:
     result = item_result(output, ITEM, "0", specs)
     assert result.status == "fail"
     assert result.scores[0].passed is False
-
-
-def _batch(status: str, passed: int, run_id: str) -> EvalResults:
-    return EvalResults(
-        provider="Microsoft Foundry",
-        eval_id="eval_1",
-        run_id=run_id,
-        status=status,
-        result_counts={"passed": passed, "failed": 0, "errored": 1},
-        per_evaluator={"relevance": {"passed": passed, "failed": 0, "errored": 1}},
-        items=[EvalItemResult(run_id, "pass")],
-        error=None if status == "completed" else f"{status} happened",
-    )
-
-
-def test_merge_sums_counts_and_keeps_the_worst_status() -> None:
-    """Merged counts are summed; any timeout beats canceled and completed; errors name their run."""
-    merged = merge_results(
-        [_batch("completed", 2, "r1"), _batch("canceled", 1, "r2"), _batch("timeout", 0, "r3")]
-    )
-    assert merged.status == "timeout"
-    assert merged.result_counts == {"passed": 3, "failed": 0, "errored": 3}
-    assert merged.per_evaluator == {"relevance": {"passed": 3, "failed": 0, "errored": 3}}
-    assert [i.item_id for i in merged.items] == ["r1", "r2", "r3"]
-    assert merged.run_id == "r1, r2, r3"
-    assert merged.error == "r2: canceled happened; r3: timeout happened"
-    assert merge_results([_batch("completed", 1, "a"), _batch("failed", 1, "b")]).status == "failed"
 
 
 def test_flat_view_adds_label_and_error_only_when_they_say_something() -> None:

@@ -101,7 +101,8 @@ async def test_flow_writes_parquet_artifacts_and_prefect_artifacts(project: Path
     # repetition-major order and row ids survive the shards
     assert [i.item_id for i in results.items][:7] == [f"q{i}#0" for i in range(6)] + ["q0#1"]
     manifest = read_manifest(outcome.run_dir)
-    assert manifest["calls"] == 12
+    assert manifest["calls"]["total"] == manifest["calls"]["made"] == 12
+    assert (manifest["calls"]["reused"], manifest["calls"]["errored"]) == (0, 0)
     assert manifest["suite"]["name"] == "echo-suite"
 
     from prefect.client.orchestration import get_client
@@ -230,23 +231,25 @@ def test_kill_9_mid_run_then_rerun_makes_only_the_missing_calls(
     done = subprocess.run(cmd, cwd=project, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert f"resumed: {journaled} call(s)" in done.stdout
+    assert f"target calls: {20 - journaled} made, {journaled} reused" in done.stdout
     assert _calls(project) - before == 20 - journaled
     (results,) = load_run(run_dir)
     assert results.passed == 20
-    assert read_manifest(run_dir)["calls_from_journal"] == journaled
+    calls = read_manifest(run_dir)["calls"]
+    assert (calls["made"], calls["reused"]) == (20 - journaled, journaled)
 
 
 def test_bad_suite_is_reported_before_any_call(project: Path) -> None:
     """An unknown evaluator fails validation with its place in the file; the target is never called."""
     path = _write_project(project, rows=2, evaluators=["tool_calls_presnt"])
     suite = load_suite(path)
-    from evalpipe.pipeline import RunPlan
+    from evalpipe.runner.prepare import prepare_suite
 
     with pytest.raises(
         SuiteError,
         match=r"evaluators\[0\]: unknown evaluator 'tool_calls_presnt' \(did you mean 'tool_calls_present'\?\)",
     ):
-        RunPlan.prepare(suite, project / "runs" / "x")
+        prepare_suite(suite, project / "runs" / "x")
     assert _calls(project) == 0
 
 

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from evalpipe.pipeline.params import REDACTED, redact, resolve_suite, suite_label
+from evalpipe.pipeline.params import resolve_suite, suite_label
+from evalpipe.redact import REDACTED, redact
 from evalpipe.suite import EvalSuite, SuiteError, load_suite
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from evalpipe.artifacts import load_run
+from evalpipe.artifacts import load_run, read_manifest
 from evalpipe.datasets import write_jsonl
 from evalpipe.otel import read_otel_traces, trace_rows
 from evalpipe.pipeline import arun_suite
@@ -101,8 +101,11 @@ async def test_targetless_suite_scores_recorded_conversations(project: Path) -> 
     assert [t.name for t in item.tools or []] == ["get_weather"]
     runs = pq.read_table(outcome.run_dir / "runs.parquet").to_pylist()
     assert len(runs) == 2
+    # recorded rows are not calls: nothing to journal, and the manifest says so
     journal = list((outcome.run_dir / "journal").glob("*.jsonl"))
-    assert sum(len(p.read_text().splitlines()) for p in journal) == 2
+    assert sum(len(p.read_text().splitlines()) for p in journal) == 0
+    calls = read_manifest(outcome.run_dir)["calls"]
+    assert (calls["made"], calls["reused"], calls["recorded"]) == (0, 0, 2)
 
     rescored = await arun_suite(
         load_suite(path, ["evaluators=[{keyword_check: [Paris]}]"]), rescore=outcome.run_dir
@@ -115,8 +118,8 @@ async def test_targetless_suite_scores_recorded_conversations(project: Path) -> 
 
 
 async def test_changed_recording_is_a_new_call_on_resume(project: Path) -> None:
-    """Resuming the same run directory reuses recorded rows from the journal, and a row whose
-    recording changed is a new row (its own journal entry)."""
+    """Resuming the same run directory reads recorded rows from the dataset again: a row whose
+    recording changed is evaluated as it is now (recorded rows are not journaled calls)."""
     rows = [_openai_row(0, "Paris", "18C and sunny in Paris.")]
     path = _suite(project, rows)
     suite = load_suite(path)
@@ -130,8 +133,7 @@ async def test_changed_recording_is_a_new_call_on_resume(project: Path) -> None:
     assert again.state == "Completed", again.message
     (results,) = load_run(again.run_dir)
     assert "20C" in results.input_items[0].response
-    journal = next((run_dir / "journal").glob("*.jsonl"))
-    assert len(journal.read_text().splitlines()) == 2
+    assert read_manifest(run_dir)["calls"]["recorded"] == 1
 
 
 async def test_otel_import_evaluates_per_agent_without_a_target(project: Path) -> None:
@@ -256,5 +258,5 @@ async def test_the_summary_of_a_recorded_run_says_no_target_was_called(
     capsys.readouterr()
     assert main(["results", str(outcome.run_dir)]) == 0
     out = capsys.readouterr().out
-    assert "recorded transcripts: 2 (no target was called)" in out
+    assert "transcripts: 2 recorded (no target called); 0 errored" in out
     assert "target calls:" not in out

@@ -10,9 +10,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from evalpipe.artifacts import load_run, read_manifest
+from evalpipe.artifacts.storage import publish
 from evalpipe.artifacts.writer import resolve_filesystem
 from evalpipe.pipeline import arun_suite
-from evalpipe.pipeline.storage import is_remote, local_base, publish
+from evalpipe.runner.state import is_remote, local_base
 from evalpipe.suite import load_suite
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -108,7 +108,7 @@ async def test_dask_resume_takes_finished_calls_from_the_workers_journal(project
     (first.run_dir / "manifest.json").unlink()  # as if the run had died before the end
     again = await arun_suite(suite, run_dir=first.run_dir)
     assert again.state == "Completed", again.message
-    assert again.resumed_calls == 24
+    assert again.reusable_calls == 24
     assert len((project / "pids.log").read_text().splitlines()) == 24
 
 

@@ -70,10 +70,10 @@ def test_compare_exit_codes_and_outputs(
 
 
 def test_registering_the_commands_does_not_import_scipy() -> None:
-    """The CLI imports evalpipe.report.commands at start-up; scipy and the report modules load
-    only when a report or comparison runs (the package facade is lazy)."""
+    """Building the command line does not import scipy or the report modules: they load only
+    when a report or comparison runs (the package facade is lazy)."""
     code = (
-        "import sys; from evalpipe.report import add_report_commands; "
+        "import sys; from evalpipe.cli import build_parser; build_parser(); "
         "print(sorted(m for m in ('scipy', 'evalpipe.report.stats', 'evalpipe.report.data') "
         "if m in sys.modules))"
     )

@@ -11,12 +11,8 @@ import pytest
 
 from evalpipe import ExpectedToolCall, keyword_check, tool_call_args_match
 from evalpipe.evaluate import evaluate_workflow
-from evalpipe.targets.maf import (
-    MAFWorkflow,
-    is_maf_agent,
-    is_maf_workflow,
-    workflow_run_from_events,
-)
+from evalpipe.targets.base import is_maf_agent, is_maf_workflow
+from evalpipe.targets.maf import MAFWorkflow, workflow_run_from_events
 from evalpipe.targets.workflow import (
     SequentialWorkflow,
     WorkflowRun,

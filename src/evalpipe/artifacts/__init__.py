@@ -11,7 +11,9 @@ from evalpipe.artifacts.reader import (
     iter_runs,
     load_run,
     read_manifest,
+    read_not_passed,
     read_runs,
+    read_summary,
     read_table,
 )
 from evalpipe.artifacts.schema import (
@@ -28,13 +30,12 @@ from evalpipe.artifacts.schema import (
     RunStatus,
     SchemaVersionError,
 )
-from evalpipe.artifacts.writer import OVERALL, RunWriter
+from evalpipe.artifacts.writer import RunWriter
 
 __all__ = [
     "FILES",
     "ITEMS_SCHEMA",
     "MANIFEST_FILE",
-    "OVERALL",
     "RUNS_SCHEMA",
     "SCHEMAS",
     "SCHEMA_VERSION",
@@ -49,6 +50,8 @@ __all__ = [
     "iter_runs",
     "load_run",
     "read_manifest",
+    "read_not_passed",
     "read_runs",
+    "read_summary",
     "read_table",
 ]

@@ -13,6 +13,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa  # type: ignore[import-untyped, unused-ignore]
+import pyarrow.compute as pc  # type: ignore[import-untyped, unused-ignore]
 import pyarrow.fs as pafs  # type: ignore[import-untyped, unused-ignore]
 import pyarrow.parquet as pq  # type: ignore[import-untyped, unused-ignore]
 from pydantic import TypeAdapter
@@ -27,17 +28,21 @@ from evalpipe.artifacts.schema import (
     RunRecord,
     SchemaVersionError,
 )
-from evalpipe.artifacts.writer import OVERALL, resolve_filesystem
-from evalpipe.items import ConversationSplit, EvalItem, ExpectedToolCall, RunUsage
+from evalpipe.artifacts.writer import resolve_filesystem
+from evalpipe.items import ConversationSplit, EvalItem, ExpectedToolCall
 from evalpipe.messages import Message, ToolDefinition
 from evalpipe.results import Diagnostic, EvalItemResult, EvalResults, EvalScoreResult, RubricScore
+from evalpipe.tally import OVERALL, SummaryRow
+from evalpipe.transcripts import RunUsage
 
 __all__ = [
     "iter_batches",
     "iter_runs",
     "load_run",
     "read_manifest",
+    "read_not_passed",
     "read_runs",
+    "read_summary",
     "read_table",
 ]
 
@@ -174,6 +179,65 @@ def read_runs(run_dir: str | os.PathLike[str], *, filesystem: Any = None) -> lis
     """Every target call of runs.parquet (for ``--rescore``: ``record.target_run()`` gives the
     transcript back)."""
     return list(iter_runs(run_dir, filesystem=filesystem))
+
+
+def read_summary(run_dir: str | os.PathLike[str], *, filesystem: Any = None) -> list[SummaryRow]:
+    """summary.parquet's rows, in file order: one per provider × agent and per metric (the numbers
+    every sink shows, computed by ``evalpipe.tally``)."""
+    table = read_table(run_dir, "summary", columns=SCHEMAS["summary"].names, filesystem=filesystem)
+    return [SummaryRow(**row) for row in table.to_pylist()]
+
+
+def read_not_passed(
+    run_dir: str | os.PathLike[str], *, limit: int = 10, filesystem: Any = None
+) -> dict[str, list[dict[str, Any]]]:
+    """The items that did not pass, per result (its eval name), at most ``limit`` each, in order:
+    ``item_id``, ``item_status``, ``input_text``, ``item_metadata`` (a dict), ``why`` (the item's
+    error, else its failed metrics and their reasons). Only scores.parquet's rows of such items are
+    read into Python."""
+    columns = [
+        "eval_run_id",
+        "item_index",
+        "item_id",
+        "item_status",
+        "item_error_message",
+        "input_text",
+        "item_metadata",
+        "metric",
+        "passed",
+        "reason",
+    ]
+    out: dict[str, dict[int, dict[str, Any]]] = {}
+    for batch in iter_batches(run_dir, "scores", columns=columns, filesystem=filesystem):
+        status = batch.column("item_status")
+        keep = pc.not_equal(status, "pass")
+        if not pc.any(keep).as_py():
+            continue
+        for row in batch.filter(keep).to_pylist():
+            level = out.setdefault(row["eval_run_id"] or "", {})
+            item = level.get(row["item_index"])
+            if item is None:
+                if len(level) >= limit:
+                    continue
+                item = level[row["item_index"]] = {
+                    "item_id": row["item_id"],
+                    "item_status": row["item_status"],
+                    "input_text": row["input_text"],
+                    "item_metadata": _loads(row["item_metadata"]) or {},
+                    "error": row["item_error_message"],
+                    "failed": [],
+                }
+            if row["passed"] is False:
+                reason = (row["reason"] or "failed").splitlines()[0]
+                item["failed"].append(f"{row['metric']}: {reason}")
+
+    def finished(item: dict[str, Any]) -> dict[str, Any]:
+        error, failed = item.pop("error"), item.pop("failed")
+        return {**item, "why": error or "; ".join(failed)}
+
+    return {
+        level: [finished(item) for _, item in sorted(items.items())] for level, items in out.items()
+    }
 
 
 def _tokens(

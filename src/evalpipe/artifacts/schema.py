@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 import pyarrow as pa  # type: ignore[import-untyped, unused-ignore]
 
-from evalpipe.targets.base import TargetRun
+from evalpipe.transcripts import TargetRun, Transcript
 
 __all__ = [
     "FILES",
@@ -344,7 +344,7 @@ class RunRecord:
     @classmethod
     def from_target_run(
         cls,
-        run: TargetRun,
+        run: Transcript,
         *,
         run_id: str,
         target: str | None = None,

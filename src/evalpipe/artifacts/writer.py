@@ -12,14 +12,13 @@ import contextlib
 import datetime as dt
 import importlib.metadata
 import json
-import math
 import os
 import subprocess
 import threading
 import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, astuple
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -42,12 +41,10 @@ from evalpipe.artifacts.schema import (
 )
 from evalpipe.items import ConversationSplit, EvalItem, ExpectedToolCall
 from evalpipe.messages import Message, ToolDefinition
-from evalpipe.results import EvalItemResult, EvalResults, EvalScoreResult
+from evalpipe.results import EvalItemResult, EvalResults
+from evalpipe.tally import SummaryRow, SummaryTally, score_status
 
-__all__ = ["OVERALL", "RunWriter", "resolve_filesystem"]
-
-OVERALL = "overall"
-"""The agent name of a provider's top-level result (the whole target)."""
+__all__ = ["RunWriter", "resolve_filesystem"]
 
 _TOKEN_KEYS = ("input_tokens", "output_tokens", "total_tokens")
 _PACKAGES = ("evalpipe", "prefect", "pyarrow", "pydantic", "azure-ai-projects")
@@ -173,16 +170,6 @@ def _split_tokens(
     )
 
 
-def _score_status(score: EvalScoreResult) -> str:
-    """``error`` when the metric carries an error, else ``pass``/``fail`` from its verdict, else
-    ``not_applicable``."""
-    if score.error_code is not None or score.error_message is not None:
-        return "error"
-    if score.passed is None:
-        return "not_applicable"
-    return "pass" if score.passed else "fail"
-
-
 def _split_name(strategy: Any) -> str | None:
     """How an item's split strategy is stored: the member's value, a custom splitter's name, or None."""
     if strategy is None:
@@ -263,179 +250,6 @@ class _Sink:
         self.rows = []
 
 
-@dataclass(slots=True)
-class _MetricAgg:
-    n: int = 0
-    passed: int = 0
-    failed: int = 0
-    errored: int = 0
-    not_applicable: int = 0
-    count: int = 0
-    mean: float = 0.0
-    m2: float = 0.0
-    low: float | None = None
-    high: float | None = None
-
-    def add(self, status: str, score: float | None) -> None:
-        self.n += 1
-        if status == "pass":
-            self.passed += 1
-        elif status == "fail":
-            self.failed += 1
-        elif status == "error":
-            self.errored += 1
-        else:
-            self.not_applicable += 1
-        if score is None or math.isnan(score):
-            return
-        # Welford's update: stable mean and variance however many batches arrive.
-        self.count += 1
-        delta = score - self.mean
-        self.mean += delta / self.count
-        self.m2 += delta * (score - self.mean)
-        self.low = score if self.low is None else min(self.low, score)
-        self.high = score if self.high is None else max(self.high, score)
-
-
-@dataclass(slots=True)
-class _LevelAgg:
-    """One provider × agent: item counts, metric aggregates and the merged EvalResults fields."""
-
-    provider: str
-    provider_index: int
-    agent: str
-    agent_index: int
-    items: int = 0
-    passed: int = 0
-    failed: int = 0
-    errored: int = 0
-    unscored_errors: int = 0
-    statuses: list[str] = field(default_factory=list)
-    eval_id: str | None = None
-    run_id: str | None = None
-    report_url: str | None = None
-    errors: list[str] = field(default_factory=list)
-    result_counts: dict[str, int] | None = None
-    per_evaluator: dict[str, dict[str, int]] = field(default_factory=dict)
-    metrics: dict[str, _MetricAgg] = field(default_factory=dict)
-
-    def merge_result(self, result: EvalResults) -> None:
-        first = not self.statuses
-        if result.status not in self.statuses:
-            self.statuses.append(result.status)
-        if first:
-            self.eval_id, self.run_id, self.report_url = (
-                result.eval_id,
-                result.run_id,
-                result.report_url,
-            )
-        if result.error is not None:
-            self.errors.append(result.error)
-        if result.result_counts is not None:
-            counts = self.result_counts if self.result_counts is not None else {}
-            for key, value in result.result_counts.items():
-                counts[key] = counts.get(key, 0) + int(value)
-            self.result_counts = counts
-        for name, bucket in result.per_evaluator.items():
-            mine = self.per_evaluator.setdefault(name, {})
-            for key, value in bucket.items():
-                mine[key] = mine.get(key, 0) + int(value)
-
-    def count_item(self, status: str) -> None:
-        self.items += 1
-        if status == "pass":
-            self.passed += 1
-        elif status == "fail":
-            self.failed += 1
-        elif status in ("error", "errored"):
-            self.errored += 1
-
-    def rows(self) -> list[tuple[Any, ...]]:
-        denominator = self.passed + self.failed
-        status = self.statuses[0] if len(self.statuses) == 1 else "partial"
-        out: list[tuple[Any, ...]] = [
-            (
-                "result",
-                self.provider,
-                self.provider_index,
-                self.agent,
-                self.agent_index,
-                None,
-                self.items,
-                self.passed,
-                self.failed,
-                self.errored,
-                0,
-                denominator,
-                self.passed / denominator if denominator else None,
-                0,
-                None,
-                None,
-                None,
-                None,
-                status,
-                self.eval_id,
-                self.run_id,
-                self.report_url,
-                "; ".join(self.errors) if self.errors else None,
-                _opt_json(self.result_counts),
-                _json(self.per_evaluator),
-            )
-        ]
-        # An item that could not be evaluated at all (its target call failed) has no metric rows;
-        # it counts as errored on every metric, as LocalEvaluator's per_evaluator counts it.
-        unscored = self.unscored_errors
-        for metric, agg in self.metrics.items():
-            denominator = agg.passed + agg.failed
-            out.append(
-                (
-                    "metric",
-                    self.provider,
-                    self.provider_index,
-                    self.agent,
-                    self.agent_index,
-                    metric,
-                    agg.n + unscored,
-                    agg.passed,
-                    agg.failed,
-                    agg.errored + unscored,
-                    agg.not_applicable,
-                    denominator,
-                    agg.passed / denominator if denominator else None,
-                    agg.count,
-                    agg.mean if agg.count else None,
-                    agg.low,
-                    agg.high,
-                    math.sqrt(agg.m2 / (agg.count - 1)) if agg.count > 1 else None,
-                    None,
-                    None,
-                    None,
-                    None,
-                    None,
-                    None,
-                    None,
-                )
-            )
-        return out
-
-
-def _levels(result: EvalResults, where: str) -> list[tuple[str, EvalResults]]:
-    levels = [(OVERALL, result)]
-    for agent, sub in result.sub_results.items():
-        if agent == OVERALL:
-            raise ValueError(
-                f"{where}: sub_results key {OVERALL!r} is reserved for the top-level result; "
-                "rename that agent"
-            )
-        if sub.sub_results:
-            raise ValueError(
-                f"{where}: sub_results[{agent!r}] has sub_results of its own; run artifacts hold "
-                "one level of per-agent results"
-            )
-        levels.append((agent, sub))
-    return levels
-
-
 class RunWriter:
     """Writes one run directory: runs, items, scores and summary Parquet files plus manifest.json.
 
@@ -484,9 +298,8 @@ class RunWriter:
         self._items = sink("items", ITEMS_SCHEMA)
         self._scores = sink("scores", SCORES_SCHEMA)
         self._sinks = (self._runs, self._items, self._scores)
-        self._levels: dict[tuple[int, str], _LevelAgg] = {}
-        self._providers: list[str] = []
-        self._agents: dict[int, list[str]] = {}
+        self._tally = SummaryTally()
+        self._scored: dict[tuple[int, str], int] = {}
         self._item_keys: set[tuple[str, str]] = set()
         self._item_counts: dict[str, int] = {}
         self._lock = threading.Lock()
@@ -566,45 +379,22 @@ class RunWriter:
         """
         with self._lock:
             self._check_open()
-            plan: list[tuple[int, EvalResults, list[tuple[str, EvalResults]]]] = []
-            for index, result in enumerate(results):
-                if not isinstance(result, EvalResults):
-                    raise TypeError(
-                        f"results[{index}]: expected EvalResults, got {type(result).__name__}"
-                    )
-                if index < len(self._providers) and self._providers[index] != result.provider:
-                    raise ValueError(
-                        f"results[{index}]: provider {result.provider!r}, but earlier batches had "
-                        f"{self._providers[index]!r} at this position; pass the providers in the "
-                        "same order in every batch"
-                    )
-                plan.append((index, result, _levels(result, f"results[{index}]")))
-            for index, result, _ in plan:
-                if index == len(self._providers):
-                    self._providers.append(result.provider)
-            self._write_items(plan)
-            for index, result, levels in plan:
-                for agent, level in levels:
+            levels = self._tally.check(results)
+            self._write_items(levels)
+            for index, (result, provider_levels) in enumerate(zip(results, levels, strict=True)):
+                for agent, level in provider_levels:
                     self._write_scores(index, result.provider, agent, level)
+            self._tally.add(results)
 
-    def _level(self, provider_index: int, provider: str, agent: str) -> _LevelAgg:
-        key = (provider_index, agent)
-        agg = self._levels.get(key)
-        if agg is None:
-            agents = self._agents.setdefault(provider_index, [OVERALL])
-            if agent not in agents:
-                agents.append(agent)
-            agg = self._levels[key] = _LevelAgg(
-                provider, provider_index, agent, agents.index(agent)
-            )
-        return agg
+    def summary_rows(self) -> list[SummaryRow]:
+        """The summary rows of everything added so far (what summary.parquet will hold)."""
+        with self._lock:
+            return self._tally.rows()
 
-    def _write_items(
-        self, plan: list[tuple[int, EvalResults, list[tuple[str, EvalResults]]]]
-    ) -> None:
+    def _write_items(self, levels: list[list[tuple[str, EvalResults]]]) -> None:
         batch_keys: set[tuple[str, int]] = set()
-        for _, _, levels in plan:
-            for agent, level in levels:
+        for provider_levels in levels:
+            for agent, level in provider_levels:
                 for position, item in enumerate(level.input_items):
                     if item.item_id is None:
                         # No id to deduplicate on: the providers' lists are parallel.
@@ -660,28 +450,21 @@ class RunWriter:
     def _write_scores(
         self, provider_index: int, provider: str, agent: str, level: EvalResults
     ) -> None:
-        agg = self._level(provider_index, provider, agent)
-        agg.merge_result(level)
         append = self._scores.append
         eval_run_id = level.run_id
-        for item in level.items:
-            item_index = agg.items
-            agg.count_item(item.status)
+        key = (provider_index, agent)
+        first = self._scored.get(key, 0)
+        self._scored[key] = first + len(level.items)
+        for item_index, item in enumerate(level.items, start=first):
             head = _item_head(provider, provider_index, eval_run_id, agent, item_index, item)
             size = len(item.input_text or "") + len(item.output_text or "")
             if not item.scores:
-                if item.is_error:
-                    agg.unscored_errors += 1
                 append((*head, *_NO_SCORE), size)
                 continue
             for score_index, score in enumerate(item.scores):
-                status = _score_status(score)
+                status = score_status(score)
                 value = _opt_float(score.score)
                 name = str(score.name)
-                metric_agg = agg.metrics.get(name)
-                if metric_agg is None:
-                    metric_agg = agg.metrics[name] = _MetricAgg()
-                metric_agg.add(status, value)
                 in_t, out_t, total_t, other = _split_tokens(score.token_usage)
                 append(
                     (
@@ -742,9 +525,8 @@ class RunWriter:
             )
             sinks = (*self._sinks, summary)
             try:
-                for key in sorted(self._levels, key=lambda k: (k[0], self._levels[k].agent_index)):
-                    for row in self._levels[key].rows():
-                        summary.append(row)
+                for row in self._tally.rows():
+                    summary.append(astuple(row))
                 for s in sinks:
                     s.close()
                 # An old manifest must not vouch for files that are being replaced.
@@ -785,7 +567,7 @@ class RunWriter:
             git=data.get("git") or _git_revision(),
             timings=timings,
         )
-        data.setdefault("providers", list(self._providers))
+        data.setdefault("providers", list(self._tally.providers))
         text = json.dumps(data, indent=2, ensure_ascii=False, default=_json_default)
         final = f"{self.path}/{MANIFEST_FILE}"
         target = f"{self.path}/.{MANIFEST_FILE}.{uuid.uuid4().hex}.tmp" if self._atomic else final

@@ -1,14 +1,14 @@
-"""The Evaluator protocol: what every provider (local checks, LLM judges, Foundry) implements."""
+"""The Evaluator protocol every provider implements, and the optional batched protocol."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from evalpipe.items import EvalItem
 from evalpipe.results import EvalResults
 
-__all__ = ["Evaluator"]
+__all__ = ["AgentScoped", "BatchedEvaluator", "Evaluator"]
 
 
 @runtime_checkable
@@ -22,3 +22,50 @@ class Evaluator(Protocol):
     name: str
 
     async def evaluate(self, items: Sequence[EvalItem], *, eval_name: str) -> EvalResults: ...
+
+
+@runtime_checkable
+class BatchedEvaluator(Evaluator, Protocol):
+    """A provider whose evaluation lives on a server and runs in batches (Microsoft Foundry).
+
+    A run creates one server-side evaluation per provider (per agent group for workflows) with
+    ``create_eval`` and adds one server run per shard of items with ``run_batch``, so a long run is
+    one evaluation in the provider's portal and a retried shard does not pay twice. A provider
+    declares this by subclassing ``BatchedEvaluator``; ``evaluate`` stays the one-call form.
+    """
+
+    batch_size: int
+    """Items per server run."""
+    max_concurrent_runs: int
+    """Server runs of one evaluation in flight at once."""
+
+    async def create_eval(
+        self, items: Sequence[EvalItem], *, eval_name: str, key: str | None = None
+    ) -> str:
+        """Create (or, with a ``key`` already used, find) the evaluation; returns its id."""
+        ...
+
+    async def run_batch(
+        self, eval_id: str, items: Sequence[EvalItem], *, eval_name: str, batch_index: int = 0
+    ) -> EvalResults:
+        """Run one batch of items in the evaluation; never raises for a server fault."""
+        ...
+
+
+class AgentScoped:
+    """A provider that evaluates only some groups of a workflow's items (``agents:`` in a suite).
+
+    ``agents`` names workflow agents; ``"overall"`` is the whole workflow's answer. The scoped
+    provider is its own provider, named with the scope, e.g. ``"Local (researcher, overall)"``.
+    """
+
+    def __init__(self, inner: Evaluator, agents: Sequence[str]) -> None:
+        self.inner = inner
+        self.agents = tuple(agents)
+        self.name = f"{inner.name} ({', '.join(self.agents)})"
+
+    async def evaluate(self, items: Sequence[EvalItem], *, eval_name: str) -> Any:
+        return await self.inner.evaluate(items, eval_name=eval_name)
+
+    def __repr__(self) -> str:
+        return f"AgentScoped({self.inner!r}, agents={list(self.agents)})"

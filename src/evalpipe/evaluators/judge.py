@@ -36,6 +36,7 @@ from evalpipe.llm import (
 )
 from evalpipe.messages import Message, ToolDefinition
 from evalpipe.results import Diagnostic, EvalItemResult, EvalResults, EvalScoreResult
+from evalpipe.tally import ERROR, FAIL, NOT_APPLICABLE, item_status, make_results, score_status
 
 __all__ = [
     "DEFAULT_METRICS",
@@ -74,9 +75,6 @@ no usable verdict. The others map the 1–5 score: 1 unacceptable … 5 exceptio
 
 DEFAULT_METRICS: tuple[MetricName, ...] = ("relevance", "coherence", "task_adherence")
 """What ``JudgeEvaluator`` scores when no metrics are named (Foundry's default quality set)."""
-
-NOT_APPLICABLE = "not_applicable"
-"""The label of a metric whose required input the item lacks."""
 
 Block = Literal[
     "system", "conversation", "query", "response", "trajectory", "context", "expected_output",
@@ -769,11 +767,6 @@ class JudgeEvaluator:
         outcomes: Sequence[Sequence[EvalScoreResult | None]],
         eval_name: str,
     ) -> EvalResults:
-        per_evaluator = {
-            m.name: {"passed": 0, "failed": 0, "errored": 0, NOT_APPLICABLE: 0}
-            for m in self.metrics
-        }
-        counts = {"passed": 0, "failed": 0, "errored": 0}
         failures: list[str] = []
         results: list[EvalItemResult] = []
         for index, (item, row) in enumerate(zip(items, outcomes, strict=True)):
@@ -781,13 +774,10 @@ class JudgeEvaluator:
             query, response = item.query_and_response()
             metadata = item.result_metadata()
             if item.error_code:
-                for m in self.metrics:
-                    per_evaluator[m.name]["errored"] += 1
-                counts["errored"] += 1
                 results.append(
                     EvalItemResult(
                         item_id=item_id,
-                        status="error",
+                        status=ERROR,
                         error_code=item.error_code,
                         error_message=item.error_message,
                         input_text=query,
@@ -798,40 +788,21 @@ class JudgeEvaluator:
                 continue
             scores = [s for s in row if s is not None]
             usage: dict[str, int] = {}
-            errors: list[EvalScoreResult] = []
-            applicable = 0
-            all_passed = True
             for score in scores:
                 _add_usage(usage, score.token_usage)
-                bucket = per_evaluator[score.name]
-                if score.error_code:
-                    bucket["errored"] += 1
-                    errors.append(score)
-                elif score.label == NOT_APPLICABLE:
-                    bucket[NOT_APPLICABLE] += 1
-                else:
-                    applicable += 1
-                    if score.passed:
-                        bucket["passed"] += 1
-                    else:
-                        bucket["failed"] += 1
-                        all_passed = False
-                        failures.append(f"{score.name}: {score.reason}")
+            status = item_status(scores)
             error_code: str | None = None
             error_message: str | None = None
+            errors = [s for s in scores if score_status(s) == ERROR]
             if errors:
-                status = "error"
-                error_code = errors[0].error_code
+                error_code = errors[0].error_code or "JudgeError"
                 error_message = "; ".join(f"{s.name}: {s.error_message}" for s in errors)
-            elif applicable == 0:
-                status = "error"
+            elif status == ERROR:
                 error_code = "JudgeNotApplicable"
                 error_message = "no judge metric applies: " + "; ".join(
                     s.reason or s.name for s in scores
                 )
-            else:
-                status = "pass" if all_passed else "fail"
-            counts[{"pass": "passed", "fail": "failed", "error": "errored"}[status]] += 1
+            failures.extend(f"{s.name}: {s.reason}" for s in scores if score_status(s) == FAIL)
             results.append(
                 EvalItemResult(
                     item_id=item_id,
@@ -845,15 +816,13 @@ class JudgeEvaluator:
                     metadata=metadata,
                 )
             )
-        return EvalResults(
-            provider=self.name,
+        return make_results(
+            self.name,
+            results,
+            metrics=[m.name for m in self.metrics],
+            input_items=items,
             eval_id="judge",
             run_id=eval_name,
-            status="completed",
-            result_counts=counts,
-            per_evaluator=per_evaluator,
-            items=results,
-            input_items=list(items),
             error="; ".join(failures) or None,
         )
 

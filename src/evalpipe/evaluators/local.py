@@ -15,10 +15,18 @@ from contextlib import contextmanager
 from typing import Any, overload
 
 from evalpipe.checks import CheckResult, EvalCheck
+from evalpipe.evaluators.base import Evaluator
 from evalpipe.items import EvalItem
 from evalpipe.results import EvalItemResult, EvalResults, EvalScoreResult
+from evalpipe.tally import ERROR, FAIL, PASS, make_results
 
-__all__ = ["FunctionEvaluator", "LocalEvaluator", "check_name_of", "evaluator"]
+__all__ = [
+    "FunctionEvaluator",
+    "LocalEvaluator",
+    "check_name_of",
+    "evaluator",
+    "resolve_evaluators",
+]
 
 _SUPPORTED = (
     "context",
@@ -262,29 +270,17 @@ class LocalEvaluator:
         eval_name: str,
     ) -> EvalResults:
         names = [check_name_of(c) for c in self.checks]
-        per_evaluator: dict[str, dict[str, int]] = {}
-        counts = {"passed": 0, "failed": 0, "errored": 0}
         failures: list[str] = []
         results: list[EvalItemResult] = []
-
-        def bump(name: str, key: str) -> None:
-            bucket = per_evaluator.get(name)
-            if bucket is None:
-                bucket = per_evaluator[name] = {"passed": 0, "failed": 0, "errored": 0}
-            bucket[key] += 1
-
         for index, (item, outs) in enumerate(zip(items, started, strict=True)):
             item_id = item.item_id if item.item_id is not None else str(index)
             metadata = item.result_metadata()
             query, response = item.query_and_response()
             if outs is None:
-                for name in names:
-                    bump(name, "errored")
-                counts["errored"] += 1
                 results.append(
                     EvalItemResult(
                         item_id=item_id,
-                        status="error",
+                        status=ERROR,
                         scores=[],
                         error_code=item.error_code,
                         error_message=item.error_message,
@@ -303,13 +299,7 @@ class LocalEvaluator:
                     passed = bool(out.passed)
                     reason = out.reason
                     cname = out.check_name
-                    bucket = per_evaluator.get(cname)
-                    if bucket is None:
-                        bucket = per_evaluator[cname] = {"passed": 0, "failed": 0, "errored": 0}
-                    if passed:
-                        bucket["passed"] += 1
-                    else:
-                        bucket["failed"] += 1
+                    if not passed:
                         all_passed = False
                         failures.append(f"{cname}: {reason}")
                     score = out.score
@@ -352,18 +342,11 @@ class LocalEvaluator:
                     out = TypeError(
                         f"check '{name}' returned {type(out).__name__}, expected CheckResult"
                     )
-                bump(name, "errored")
                 errors.append(f"{name}: {_error_text(out)}")
                 scores.append(EvalScoreResult(name, None, None, error_message=_error_text(out)))
-            if errors:
-                status = "error"
-                counts["errored"] += 1
-            elif all_passed:
-                status = "pass"
-                counts["passed"] += 1
-            else:
-                status = "fail"
-                counts["failed"] += 1
+            # The tally's item rule, inlined for the hot path: any error, else all passed, else fail
+            # (zero checks fail, as MAF).
+            status = ERROR if errors else PASS if all_passed else FAIL
             results.append(
                 EvalItemResult(
                     item_id=item_id,
@@ -376,17 +359,41 @@ class LocalEvaluator:
                     metadata=metadata,
                 )
             )
-        return EvalResults(
-            provider=self.name,
+        return make_results(
+            self.name,
+            results,
+            metrics=list(dict.fromkeys(names)),
+            prefill=False,
+            input_items=items,
             eval_id="local",
             run_id=eval_name,
-            status="completed",
-            result_counts=counts,
-            per_evaluator=per_evaluator,
-            items=results,
-            input_items=list(items),
             error="; ".join(failures) or None,
         )
+
+
+def resolve_evaluators(evaluators: Any) -> list[Evaluator]:
+    """Providers from what the user passed: adjacent bare callables are grouped into one LocalEvaluator.
+
+    Raises:
+        TypeError: for anything that is neither an Evaluator nor a callable.
+    """
+    if isinstance(evaluators, Evaluator) or callable(evaluators):
+        evaluators = [evaluators]
+    resolved: list[Evaluator] = []
+    checks: list[Any] = []
+    for ev in evaluators:
+        if isinstance(ev, Evaluator):
+            if checks:
+                resolved.append(LocalEvaluator(*checks))
+                checks = []
+            resolved.append(ev)
+        elif callable(ev):
+            checks.append(ev)
+        else:
+            raise TypeError(f"Expected an Evaluator or callable, got {type(ev).__name__}")
+    if checks:
+        resolved.append(LocalEvaluator(*checks))
+    return resolved
 
 
 @contextmanager

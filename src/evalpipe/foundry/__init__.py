@@ -39,7 +39,7 @@ from evalpipe.foundry._evaluators import (
     GeneratedEvaluatorRef,
     MatchingMode,
 )
-from evalpipe.foundry._results import NOT_APPLICABLE, flat_rows, flat_view
+from evalpipe.foundry._results import flat_rows, flat_view
 from evalpipe.foundry._threads import (
     FoundryThreads,
     ThreadDiagnostic,
@@ -59,7 +59,6 @@ __all__ = [
     "GROUNDEDNESS",
     "HATE_UNFAIRNESS",
     "INTENT_RESOLUTION",
-    "NOT_APPLICABLE",
     "OUTPUT_QUALITY",
     "RELEVANCE",
     "RESPONSE_COMPLETENESS",

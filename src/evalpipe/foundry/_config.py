@@ -7,6 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from evalpipe._internal.imports import load_object
 from evalpipe.foundry._evals import ENDPOINT_ENV, FoundryEvals
 from evalpipe.foundry._evaluators import MatchingMode, validate_evaluators
 from evalpipe.items import ConversationSplit
@@ -65,8 +66,6 @@ class FoundryConfig(BaseModel):
             )
         credential = None
         if self.credential is not None:
-            from evalpipe._internal.imports import load_object
-
             obj = load_object(self.credential, what="foundry.credential")
             credential = obj() if isinstance(obj, type) or not hasattr(obj, "get_token") else obj
         return FoundryEvals(

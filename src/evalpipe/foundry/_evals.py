@@ -24,26 +24,23 @@ from typing import Any, ClassVar
 
 import openai
 
+from evalpipe._internal.env import FOUNDRY_ENDPOINT_ENV
+from evalpipe.evaluators.base import BatchedEvaluator
 from evalpipe.foundry import _evaluators as ev
 from evalpipe.foundry._client import EvalsApi, RetryPolicy, is_retryable
 from evalpipe.foundry._convert import item_to_foundry
 from evalpipe.foundry._evaluators import EvaluatorSpec, GeneratedEvaluatorRef, MatchingMode
-from evalpipe.foundry._results import (
-    PROVIDER,
-    errored_item,
-    item_result,
-    merge_results,
-    summarize,
-)
+from evalpipe.foundry._results import PROVIDER, errored_item, item_result
 from evalpipe.items import EvalItem
 from evalpipe.messages import Message
 from evalpipe.results import EvalItemResult, EvalResults
+from evalpipe.tally import count_results, merge_results
 
 __all__ = ["ENDPOINT_ENV", "FoundryEvals", "evaluate_traces"]
 
 logger = logging.getLogger("evalpipe.foundry")
 
-ENDPOINT_ENV = "AZURE_AI_PROJECT_ENDPOINT"
+ENDPOINT_ENV = FOUNDRY_ENDPOINT_ENV
 """The environment variable read for the project endpoint when none is passed."""
 
 _TERMINAL = frozenset({"completed", "failed", "canceled", "cancelled"})
@@ -69,7 +66,7 @@ def _error_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-class FoundryEvals:
+class FoundryEvals(BatchedEvaluator):
     """Scores items with Microsoft Foundry's built-in (or your generated) evaluators.
 
     Args:
@@ -509,7 +506,7 @@ class FoundryEvals:
             r if r is not None else errored_item(items[i], ids[i], missing_code, reason)
             for i, r in enumerate(out)
         ]
-        counts, per = summarize(results, [s.name for s in specs])
+        counts, per = count_results(results, [s.name for s in specs])
         base.status = status
         base.error = error
         base.items = results

@@ -1,32 +1,33 @@
-"""Foundry output items as evalpipe results: scores, composites, counts, merging, and the flat view."""
+"""Foundry output items as evalpipe results: scores, composites, and the flat view (counting and
+merging are the tally's)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from evalpipe.foundry._evaluators import EvaluatorSpec
 from evalpipe.items import EvalItem
 from evalpipe.results import EvalItemResult, EvalResults, EvalScoreResult, RubricScore
+from evalpipe.tally import (
+    ERROR,
+    NOT_APPLICABLE,
+    ItemStatus,
+    item_status,
+    normalize_status,
+    score_status,
+)
 
 __all__ = [
-    "NOT_APPLICABLE",
     "PROVIDER",
     "errored_item",
     "flat_rows",
     "flat_view",
     "item_result",
-    "merge_results",
-    "summarize",
 ]
 
 PROVIDER = "Microsoft Foundry"
 """MAF's provider name for FoundryEvals results."""
-
-NOT_APPLICABLE = "not_applicable"
-"""The label of a composite whose components were all skipped (and of a skipped component)."""
-
-_STATUS_ORDER = ("failed", "timeout", "canceled", "partial")
 
 
 def _number(value: Any) -> float | None:
@@ -140,9 +141,7 @@ def _score(raw: Mapping[str, Any], specs: Mapping[str, EvaluatorSpec]) -> EvalSc
 
 
 def _is_errored(score: EvalScoreResult) -> bool:
-    if score.error_code or score.error_message:
-        return True
-    return score.passed is None and score.score is None and score.label != NOT_APPLICABLE
+    return score_status(score) == ERROR
 
 
 def _composite_parent(spec: EvaluatorSpec, components: list[EvalScoreResult]) -> EvalScoreResult:
@@ -207,18 +206,11 @@ def item_result(
             usage = _add_usage(usage, score.token_usage)
     top = [s for s in scores if s.evaluator is None]
     raw_status = output_item.get("status")
-    status = {"errored": "error", "pass": "pass", "fail": "fail", "error": "error"}.get(
-        str(raw_status), ""
-    )
-    if not status:
-        if code or message or any(_is_errored(s) for s in top):
-            status = "error"
-        elif any(s.passed is False for s in top):
-            status = "fail"
-        elif any(s.passed for s in top):
-            status = "pass"
-        else:
-            status = "error"
+    status: ItemStatus
+    if raw_status in ("pass", "fail", "error", "errored"):
+        status = normalize_status(str(raw_status))
+    else:
+        status = item_status(scores, errored=bool(code or message), empty=ERROR)
     if status == "error" and not (code or message):
         first = next((s for s in top if _is_errored(s)), None)
         code = (first.error_code if first else None) or "EvaluatorError"
@@ -254,71 +246,6 @@ def errored_item(item: EvalItem, item_id: str, code: str, message: str) -> EvalI
         input_text=query,
         output_text=response,
         metadata=item.result_metadata(),
-    )
-
-
-def summarize(
-    items: Sequence[EvalItemResult], criteria: Iterable[str]
-) -> tuple[dict[str, int], dict[str, dict[str, int]]]:
-    """``(result_counts, per_evaluator)`` from item results; errored items count for every criterion."""
-    counts = {"passed": 0, "failed": 0, "errored": 0}
-    names = list(criteria)
-    per: dict[str, dict[str, int]] = {n: {"passed": 0, "failed": 0, "errored": 0} for n in names}
-    for result in items:
-        counts["passed" if result.is_passed else "errored" if result.is_error else "failed"] += 1
-        top = {s.name: s for s in result.scores if s.evaluator is None}
-        for name in names:
-            score = top.get(name)
-            if score is None:
-                if result.is_error:
-                    per[name]["errored"] += 1
-            elif _is_errored(score):
-                per[name]["errored"] += 1
-            elif score.passed is True:
-                per[name]["passed"] += 1
-            elif score.passed is False:
-                per[name]["failed"] += 1
-    return counts, per
-
-
-def merge_results(results: Sequence[EvalResults]) -> EvalResults:
-    """Combine the batch results of one eval: items in the given order, counts summed.
-
-    The status is ``completed`` when every batch completed, else the worst of failed, timeout,
-    canceled, partial.
-    """
-    if not results:
-        return EvalResults(
-            provider=PROVIDER,
-            status="completed",
-            result_counts={"passed": 0, "failed": 0, "errored": 0},
-        )
-    if len(results) == 1:
-        return results[0]
-    statuses = {r.status for r in results}
-    status = next((s for s in _STATUS_ORDER if s in statuses), "completed")
-    counts: dict[str, int] = {}
-    per: dict[str, dict[str, int]] = {}
-    for r in results:
-        for key, value in (r.result_counts or {}).items():
-            counts[key] = counts.get(key, 0) + value
-        for name, bucket in r.per_evaluator.items():
-            target = per.setdefault(name, {})
-            for key, value in bucket.items():
-                target[key] = target.get(key, 0) + value
-    errors = [f"{r.run_id or 'batch'}: {r.error}" for r in results if r.error]
-    run_ids = [r.run_id for r in results if r.run_id]
-    return EvalResults(
-        provider=results[0].provider,
-        eval_id=next((r.eval_id for r in results if r.eval_id), ""),
-        run_id=", ".join(run_ids),
-        status=status,
-        result_counts=counts,
-        report_url=next((r.report_url for r in results if r.report_url), None),
-        error="; ".join(errors) or None,
-        per_evaluator=per,
-        items=[i for r in results for i in r.items],
-        input_items=[i for r in results for i in r.input_items],
     )
 
 

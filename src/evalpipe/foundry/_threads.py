@@ -32,13 +32,9 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from evalpipe.evaluate import (
-    WorkflowItems,
-    build_workflow_items,
-    evaluate_workflow_items,
-    resolve_evaluators,
-)
-from evalpipe.items import EvalItem, RunUsage
+from evalpipe.evaluators.local import resolve_evaluators
+from evalpipe.itemize import WorkflowItems, build_workflow_items
+from evalpipe.items import EvalItem
 from evalpipe.messages import (
     Content,
     FunctionCallContent,
@@ -49,7 +45,8 @@ from evalpipe.messages import (
     UriContent,
 )
 from evalpipe.results import EvalResults
-from evalpipe.targets.workflow import ExecutorRun, WorkflowRun
+from evalpipe.runner import evaluate_prebuilt
+from evalpipe.transcripts import ExecutorRun, RunUsage, WorkflowRun
 
 __all__ = [
     "FoundryThreads",
@@ -896,16 +893,13 @@ def threads_to_items(
         )
         for r in records
     ]
-    per_agent = build_workflow_items(
-        runs, conversation_split=conversation_split, include_overall=False
+    items.per_agent = build_workflow_items(
+        runs,
+        conversation_split=conversation_split,
+        include_overall=False,
+        item_ids=[r.item_id for r in records],
+        metadata=[{"thread_id": r.thread_id, "run_id": r.run_id} for r in records],
     ).per_agent
-    for agent, agent_items in per_agent.items():
-        for item in agent_items:
-            index, _, rest = (item.item_id or "").partition("/")
-            record = records[int(index)]
-            item.item_id = f"{record.item_id}/{rest}"
-            item.metadata.update({"thread_id": record.thread_id, "run_id": record.run_id})
-        items.per_agent[agent] = agent_items
     return items
 
 
@@ -928,4 +922,4 @@ async def evaluate_threads(
         raise ValueError("No Foundry runs to evaluate: the threads had no finished runs.")
     providers = resolve_evaluators(evaluators)
     items = threads_to_items(records, conversation_split=conversation_split)
-    return await evaluate_workflow_items(providers, items, eval_name)
+    return await evaluate_prebuilt(providers, items, eval_name)

@@ -19,6 +19,8 @@ from typing import Any
 
 import yaml
 
+from evalpipe.pipeline.flow import eval_flow
+from evalpipe.pipeline.params import resolve_suite
 from evalpipe.suite import SuiteError
 
 __all__ = ["DeployError", "check_deployments", "deploy", "ensure_work_pool", "serve"]
@@ -45,8 +47,6 @@ def check_deployments(
     Raises:
         DeployError: naming the file, the deployment and what is wrong.
     """
-    from evalpipe.pipeline.params import resolve_suite
-
     root = root or Path.cwd()
     try:
         data = yaml.safe_load(prefect_file.read_text(encoding="utf-8"))
@@ -163,9 +163,6 @@ def serve(
     Raises:
         DeployError: for a suite that does not load with the given overrides.
     """
-    from evalpipe.pipeline.flow import eval_flow
-    from evalpipe.pipeline.params import resolve_suite
-
     try:
         suite = resolve_suite(suite_path, repetitions=repetitions, params=params)
     except SuiteError as exc:

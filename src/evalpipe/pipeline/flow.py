@@ -1,21 +1,19 @@
-"""The evaluation flow: a suite's target calls, items, evaluations, artifacts and gate, on Prefect.
+"""The evaluation flow: a suite's run on Prefect, shard by shard, through the runner.
 
-Granularity follows shared measurements (docs/pipeline.md): one task per *shard* of target calls
-(not per call), one task per shard to build items, one task per provider per shard to evaluate
-(local checks run in-process inside it), then one task each to write the artifacts and check the
-gate. Tasks are awaited with ``asyncio.gather`` from the async flow (``.map``/``.submit`` from an
-async flow cost ~16x more per task). Inside a shard, calls run on asyncio; one semaphore bounds
-concurrent target calls across every shard of the run. Large values travel as ``quote(...)`` so
-Prefect does not walk them.
+The flow only wraps the runner (``evalpipe.runner``) in Prefect tasks: ``prepare`` (unless the
+caller prepared the plan already, as ``evalpipe run`` does), one ``shard-{i}`` task per shard of
+target calls (calls, items and every provider's scores: ``runner.run_shard``), then the artifacts,
+the gate and the report. Granularity follows shared measurements (docs/pipeline.md): one task per
+shard, never per call or item; tasks are awaited with ``asyncio.gather`` from the async flow; one
+semaphore bounds target calls across every shard of the run; large values travel as
+``quote(...)`` so Prefect does not walk them.
 """
 
 import asyncio
 import contextlib
 import contextvars
 import gc
-import html
-import re
-import threading
+import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -30,20 +28,47 @@ from prefect.artifacts import (
     aupdate_progress_artifact,
 )
 from prefect.cache_policies import NO_CACHE
-from prefect.concurrency.asyncio import concurrency
+from prefect.client.orchestration import get_client
 from prefect.runtime import flow_run
 from prefect.tasks import exponential_backoff
 from prefect.utilities.annotations import quote
 
 from evalpipe.artifacts import RunRecord, RunWriter
-from evalpipe.pipeline.params import redact, resolve_suite, suite_label
-from evalpipe.pipeline.plan import Call, CallOutcome, RunPlan, ShardItems
-from evalpipe.pipeline.storage import is_remote, local_base, publish
-from evalpipe.results import EvalResults, merge_results
+from evalpipe.artifacts.storage import publish
+from evalpipe.gates import evaluate_gates
+from evalpipe.pipeline.limits import Limits, limits_scope, provider_limits
+from evalpipe.pipeline.params import resolve_suite, suite_label
+from evalpipe.pipeline.prefect_artifacts import (
+    artifact_key,
+    emit_gate_event,
+    failures_markdown,
+    summary_table,
+)
+from evalpipe.redact import redact
+from evalpipe.results import EvalResults
+from evalpipe.runner import (
+    Call,
+    CallOutcome,
+    RunPlan,
+    RunState,
+    ShardResult,
+    find_resumable,
+    new_run_dir,
+    run_shard,
+)
+from evalpipe.runner.prepare import prepare_suite
+from evalpipe.runner.state import is_remote, local_base
 from evalpipe.suite import EvalSuite, SuiteError
-from evalpipe.summary import summarize
+from evalpipe.tally import CallTally, merge_results
 
-__all__ = ["GateFailedError", "ProgressHook", "eval_flow", "progress_hook"]
+__all__ = [
+    "MAX_SHARD_TASKS",
+    "GateFailedError",
+    "ProgressHook",
+    "eval_flow",
+    "prepared_plan",
+    "progress_hook",
+]
 
 ProgressHook = Callable[[str, int, int], None]
 """Called as ``hook(stage, done, total)`` when calls finish ("calls") and shards finish ("items")."""
@@ -53,6 +78,14 @@ progress_hook: contextvars.ContextVar[ProgressHook | None] = contextvars.Context
 )
 """Set by the CLI to drive its progress bar; the flow calls it from its own event loop."""
 
+prepared_plan: contextvars.ContextVar[RunPlan | None] = contextvars.ContextVar(
+    "evalpipe_prepared_plan", default=None
+)
+"""A plan the caller prepared (and validated) before starting the flow: the flow uses it instead
+of preparing the suite again, so the dataset is loaded and the target factory called once."""
+
+MAX_SHARD_TASKS = 50
+"""Default shard size aims for at most this many shard tasks per flow run (prefect-notes §2)."""
 
 T = TypeVar("T")
 
@@ -64,11 +97,6 @@ def _q(value: T) -> T:
 
 class GateFailedError(Exception):
     """The run's gate failed: the flow run ends Failed with every violated clause in its message."""
-
-
-def _artifact_key(name: str) -> str:
-    """A Prefect artifact key prefix from a suite name (keys allow only ``[a-z0-9-]``)."""
-    return re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-") or "suite"
 
 
 def _transient(task: Any, task_run: Any, state: Any) -> bool:
@@ -91,157 +119,96 @@ _RETRY_ON_INFRASTRUCTURE: dict[str, Any] = {
     "retry_condition_fn": _transient,
 }
 """Shard tasks retry on infrastructure errors only (OSError: the journal's disk); a failed call
-is an errored transcript, not a failed task."""
+is an errored transcript, not a failed task, and the journal keeps a retry from repeating calls."""
+
+
+def shard_size(plan: RunPlan) -> int:
+    """Calls per shard task: the suite's, or sized for at most MAX_SHARD_TASKS shards."""
+    if plan.suite is not None and plan.suite.shard_size is not None:
+        return int(plan.suite.shard_size)
+    return max(1, -(-len(plan.calls) // MAX_SHARD_TASKS))
 
 
 @task(name="prepare", cache_policy=NO_CACHE, persist_result=False)
 async def prepare_task(suite: EvalSuite, run_dir: str, rescore: str | None) -> RunPlan:
-    """Load and validate the dataset, target, evaluators and gates; open the run directory."""
-    plan = RunPlan.prepare(suite, run_dir, rescore=rescore)
-    plan.start()
-    return plan
+    """Load and validate the dataset, target, evaluators and gates."""
+    return prepare_suite(suite, run_dir, rescore=rescore)
 
 
-@task(
-    name="target-calls",
-    task_run_name="calls-{shard_index}",
-    **_RETRY_ON_INFRASTRUCTURE,
-)
-async def run_shard(
+@task(name="shard", task_run_name="shard-{shard_index}", **_RETRY_ON_INFRASTRUCTURE)
+async def shard_task(
     plan: RunPlan,
+    state: RunState,
     shard_index: int,
     calls: Sequence[Call],
     semaphore: asyncio.Semaphore,
-    counter: list[int],
-) -> int:
-    """Make (or take from the journal) one shard's target calls, all at once under the semaphore.
+    limits: Limits,
+    done: dict[int, ShardResult],
+    on_call: Callable[[CallOutcome], None],
+) -> dict[str, int]:
+    """One shard through the runner: its calls (taken from the journal when it holds them), their
+    items and every provider's scores.
 
-    A call that fails is an errored transcript, not a failed task; the task retries only on
-    infrastructure errors (the journal's disk), and the journal keeps a retry from repeating calls.
-    The transcripts go to ``plan.shard_outcomes`` (Prefect keeps every task's return value for the
-    whole flow run, so tasks return counts, not data); returns how many calls were made.
+    The result goes to ``done`` (Prefect keeps every task's return value for the whole flow run, so
+    tasks return counts, not data); returns how many calls were made and reused.
     """
-    total = len(plan.calls)
-
-    async def one(call: Call) -> CallOutcome:
-        outcome = await plan.call(call, semaphore)
-        counter[0] += 1
-        _notify("calls", counter[0], total)
-        return outcome
-
-    outcomes = list(await asyncio.gather(*(one(c) for c in calls)))
-    plan.shard_outcomes[shard_index] = outcomes
-    return sum(1 for o in outcomes if not o.cached)
-
-
-@task(name="build-items", task_run_name="items-{shard_index}", cache_policy=NO_CACHE)
-async def build_items_task(plan: RunPlan, shard_index: int) -> int:
-    """Split the shard's transcripts into items: per call, and per agent for workflows.
-
-    The items go to ``plan.shard_items``; returns how many there are.
-    """
-    items = plan.build_items(plan.shard_outcomes[shard_index])
-    plan.shard_items[shard_index] = items
-    return items.count
-
-
-@task(
-    name="evaluate",
-    task_run_name="{provider_name}-{shard_index}",
-    cache_policy=NO_CACHE,
-    persist_result=False,
-)
-async def evaluate_task(
-    plan: RunPlan,
-    provider_index: int,
-    provider_name: str,
-    shard_index: int,
-    first_position: int,
-    limit: tuple[str, int] | None = None,
-) -> EvalResults:
-    """One provider over one shard's items (local checks run in-process, here).
-
-    ``limit`` is a global concurrency limit and how many of its slots the batch holds while it
-    runs: Foundry batches hold one slot of "foundry", and a judge's batches hold as many slots of
-    ``judge:<host>:<model>`` as it sends requests at once, so concurrent flow runs (and workers)
-    share one quota.
-    """
-    provider = plan.providers[provider_index]
-    return await _evaluate_under(
-        plan, provider, plan.shard_items[shard_index], first_position, limit
+    result = await run_shard(
+        plan,
+        state,
+        calls,
+        semaphore=semaphore,
+        workers=plan.suite.concurrency,
+        on_call=on_call,
+        scope=limits_scope(limits),
     )
+    done[shard_index] = result
+    return {
+        "made": sum(1 for o in result.outcomes if o.source == "made"),
+        "reused": sum(1 for o in result.outcomes if o.source == "reused"),
+        "items": result.items,
+    }
 
 
-async def _evaluate_under(
-    plan: RunPlan,
-    provider: Any,
-    items: ShardItems,
-    first_position: int,
-    limit: tuple[str, int] | None,
-) -> EvalResults:
-    """``plan.evaluate`` holding ``limit``'s slots while it runs (in the flow or on a worker).
-
-    A judge never sends more requests at once than the slots it holds (its ``max_concurrency``
-    is lowered to them), and a small batch holds no more slots than it can use (one request per
-    item and metric).
-    """
-    if limit is None:
-        return await plan.evaluate(provider, items, first_position)
-    name, slots = limit
-    endpoint: Any = getattr(provider, "endpoint", None)
-    if judge_limit_name(provider) is not None and endpoint.max_concurrency > slots:
-        provider.endpoint = endpoint.model_copy(update={"max_concurrency": slots})
-    requests = items.count * max(1, len(getattr(provider, "metrics", ()) or ()))
-    async with concurrency(name, occupy=max(1, min(slots, requests)), strict=True):
-        return await plan.evaluate(provider, items, first_position)
+_WORKER_PLANS: dict[tuple[str, str, str | None], tuple[RunPlan, RunState]] = {}
 
 
-_WORKER_PLANS: dict[tuple[str, str, str | None], RunPlan] = {}
-_WORKER_PLANS_LOCK = threading.Lock()
-
-
-def _worker_plan(suite: EvalSuite, run_dir: str, rescore: str | None) -> RunPlan:
+def _worker_plan(suite: EvalSuite, run_dir: str, rescore: str | None) -> tuple[RunPlan, RunState]:
     """The run's plan in this worker process, prepared once and reused by its later shards."""
     key = (suite.model_dump_json(), run_dir, rescore)
-    with _WORKER_PLANS_LOCK:
-        plan = _WORKER_PLANS.get(key)
-        if plan is None:
-            plan = RunPlan.prepare(suite, run_dir, rescore=rescore)
-            plan.start()
-            _WORKER_PLANS.clear()  # one run at a time per worker process
-            _WORKER_PLANS[key] = plan
-        return plan
+    found = _WORKER_PLANS.get(key)
+    if found is None:
+        plan = prepare_suite(suite, run_dir, rescore=rescore)
+        found = (plan, RunState.open(plan, marker=False))
+        _WORKER_PLANS.clear()  # one run at a time per worker process
+        _WORKER_PLANS[key] = found
+    return found
 
 
-@task(
-    name="shard",
-    task_run_name="shard-{shard_index}",
-    **_RETRY_ON_INFRASTRUCTURE,
-)
+@task(name="shard", task_run_name="shard-{shard_index}", **_RETRY_ON_INFRASTRUCTURE)
 async def remote_shard_task(
     suite: EvalSuite,
     run_dir: str,
     rescore: str | None,
     shard_index: int,
     calls: Sequence[Call],
-    limits: dict[int, tuple[str, int]],
-) -> tuple[list[CallOutcome], list[EvalResults]]:
-    """A whole shard on a task-runner worker (Dask): calls, items and every provider.
+    limits: Limits,
+) -> ShardResult:
+    """A whole shard on a task-runner worker (Dask), through the same runner.
 
     The worker prepares the run's plan once (dataset, target, evaluators) and appends finished
     calls to the run's journal, so the run directory must be on a filesystem the workers share
     (any directory for a local cluster). Concurrency applies per shard here:
     ``suite.concurrency`` calls at once in each running shard.
     """
-    plan = _worker_plan(suite, run_dir, rescore)
-    semaphore = asyncio.Semaphore(suite.concurrency)
-    outcomes = list(await asyncio.gather(*(plan.call(c, semaphore) for c in calls)))
-    items = plan.build_items(outcomes)
-    results = [
-        await _evaluate_under(plan, provider, items, calls[0].position, limits.get(index))
-        for index, provider in enumerate(plan.providers)
-    ]
-    return outcomes, results
+    plan, state = _worker_plan(suite, run_dir, rescore)
+    return await run_shard(
+        plan,
+        state,
+        calls,
+        semaphore=asyncio.Semaphore(suite.concurrency),
+        workers=suite.concurrency,
+        scope=limits_scope(limits),
+    )
 
 
 def _task_runner(suite: EvalSuite) -> Any:
@@ -250,7 +217,7 @@ def _task_runner(suite: EvalSuite) -> Any:
         return None
     options = dict(cast(dict[str, Any], suite.task_runner)["dask"] or {})
     try:
-        from prefect_dask.task_runners import DaskTaskRunner
+        from prefect_dask.task_runners import DaskTaskRunner  # optional: the dask extra
     except ImportError:
         raise SuiteError(
             "task_runner: dask needs prefect-dask: pip install 'evalpipe[dask]'"
@@ -259,96 +226,6 @@ def _task_runner(suite: EvalSuite) -> Any:
         return DaskTaskRunner(address=options["address"])
     options.setdefault("dashboard_address", None)
     return DaskTaskRunner(cluster_kwargs=options)
-
-
-FOUNDRY_LIMIT = "foundry"
-"""The global concurrency limit every Foundry batch holds a slot of."""
-
-
-async def ensure_foundry_limit(plan: RunPlan) -> None:
-    """Create the "foundry" global concurrency limit when a suite uses Foundry and it is missing.
-
-    Its size is the largest ``max_concurrent_runs`` of the suite's Foundry providers; an existing
-    limit (set by an operator for the whole project's quota) is left as it is.
-    """
-    sizes = [
-        int(getattr(p, "max_concurrent_runs", 4)) for p in plan.providers if plan.is_foundry(p)
-    ]
-    if not sizes:
-        return
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
-    from prefect.exceptions import ObjectAlreadyExists, ObjectNotFound
-
-    async with get_client() as client:
-        try:
-            await client.read_global_concurrency_limit_by_name(FOUNDRY_LIMIT)
-        except ObjectNotFound:
-            # another flow run may create it meanwhile
-            with contextlib.suppress(ObjectAlreadyExists):
-                await client.create_global_concurrency_limit(
-                    GlobalConcurrencyLimitCreate(name=FOUNDRY_LIMIT, limit=max(sizes))
-                )
-
-
-def judge_limit_name(provider: Any) -> str | None:
-    """``judge:<host>:<model>`` for an LLM judge (its endpoint's quota), None for anything else."""
-    from urllib.parse import urlsplit
-
-    from evalpipe.llm import ChatEndpoint
-
-    endpoint = getattr(provider, "endpoint", None)
-    if not isinstance(endpoint, ChatEndpoint):
-        return None
-    host = urlsplit(endpoint.base_url).hostname or "local"
-    return f"judge:{host}:{endpoint.model}"
-
-
-async def provider_limits(plan: RunPlan) -> dict[int, tuple[str, int]]:
-    """The global concurrency limit each provider's batches hold, by provider index.
-
-    Foundry providers always hold one slot of "foundry" (created when missing). A judge holds
-    ``max_concurrency`` slots of ``judge:<host>:<model>`` when an operator created that limit
-    (``prefect gcl create judge:api.openai.com:gpt-4o --limit 32``); a judge asking for more than
-    the limit is lowered to it. Without the limit, the judge is bounded per flow run by its
-    endpoint's ``max_concurrency`` only, and the log says so.
-    """
-    await ensure_foundry_limit(plan)
-    limits: dict[int, tuple[str, int]] = {}
-    judges: dict[int, tuple[str, int]] = {}
-    for index, provider in enumerate(plan.providers):
-        if plan.is_foundry(provider):
-            limits[index] = (FOUNDRY_LIMIT, 1)
-        elif (name := judge_limit_name(provider)) is not None:
-            judges[index] = (name, int(cast(Any, provider).endpoint.max_concurrency))
-    if not judges:
-        return limits
-    from prefect.client.orchestration import get_client
-    from prefect.exceptions import ObjectNotFound
-
-    logger = get_run_logger()
-    async with get_client() as client:
-        for index, (name, wanted) in judges.items():
-            try:
-                gcl = await client.read_global_concurrency_limit_by_name(name)
-            except ObjectNotFound:
-                logger.info(
-                    "no global concurrency limit %r: judge requests are bounded per flow run "
-                    "only (create it to share a quota across runs and workers)",
-                    name,
-                )
-                continue
-            allowed = max(1, int(gcl.limit))
-            if wanted > allowed:  # _evaluate_under lowers it, wherever the batch runs
-                logger.warning(
-                    "judge %s: max_concurrency %d lowered to %d, the size of limit %r",
-                    plan.providers[index].name,
-                    wanted,
-                    allowed,
-                    name,
-                )
-            limits[index] = (name, min(wanted, allowed))
-    return limits
 
 
 @task(name="write-artifacts", cache_policy=NO_CACHE, persist_result=False)
@@ -360,9 +237,7 @@ async def finish_task(writer: RunWriter, manifest: dict[str, Any]) -> dict[str, 
 @task(name="gate", cache_policy=NO_CACHE, persist_result=False)
 async def gate_task(plan: RunPlan, results: list[EvalResults]) -> Any:
     """Check the suite's gates on the merged results."""
-    from evalpipe.gates import evaluate_gates
-
-    return evaluate_gates(plan.gates, results)
+    return evaluate_gates(list(plan.gates), results)
 
 
 REPORT_SUBPROCESS_CALLS = 10_000
@@ -381,7 +256,7 @@ async def report_task(run_dir: str, calls: int) -> str | None:
         if calls >= REPORT_SUBPROCESS_CALLS:
             path = await _report_in_child(run_dir)
         else:
-            from evalpipe.report import write_report
+            from evalpipe.report import write_report  # lazy: scipy, only when a report is written
 
             path = str(await asyncio.to_thread(write_report, run_dir))
     except Exception as exc:
@@ -392,8 +267,6 @@ async def report_task(run_dir: str, calls: int) -> str | None:
 
 
 async def _report_in_child(run_dir: str) -> str:
-    import sys
-
     child = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -425,7 +298,7 @@ def _baseline(suite: EvalSuite, run_dir: str) -> Path | None:
 @task(name="compare", cache_policy=NO_CACHE, persist_result=False)
 async def compare_task(suite: EvalSuite, run_dir: str) -> str | None:
     """Compare the finished run with the suite's baseline; markdown for an artifact, or None."""
-    from evalpipe.report import compare_runs, render_markdown
+    from evalpipe.report import compare_runs, render_markdown  # lazy: scipy
 
     logger = get_run_logger()
     baseline = _baseline(suite, run_dir)
@@ -458,17 +331,6 @@ def _flow_run_name() -> str:
     return "-".join(p for p in parts if p)
 
 
-def _record(plan: RunPlan, outcome: CallOutcome) -> RunRecord:
-    return RunRecord.from_target_run(
-        outcome.run,
-        run_id=outcome.call.key,
-        target=plan.identity,
-        row_id=plan.rows[outcome.call.row_index].id,
-        cached=outcome.cached,
-        transcript=outcome.transcript,
-    )
-
-
 @contextlib.contextmanager
 def _young_gc_relaxed(threshold: int = 20_000) -> Iterator[None]:
     """Run the young-generation collector every ``threshold`` allocations instead of every 700.
@@ -486,13 +348,6 @@ def _young_gc_relaxed(threshold: int = 20_000) -> Iterator[None]:
         gc.set_threshold(*old)
 
 
-def _write(
-    writer: RunWriter, plan: RunPlan, outcomes: Sequence[CallOutcome], results: list[EvalResults]
-) -> None:
-    writer.add_runs(_record(plan, o) for o in outcomes)
-    writer.add_results(results)
-
-
 def _strip(result: EvalResults) -> None:
     """Drop what is written already and not needed for the gate and the summary (the items, their
     texts and metadata), so a long run does not hold every transcript in memory."""
@@ -506,56 +361,39 @@ def _strip(result: EvalResults) -> None:
         _strip(sub)
 
 
-def _summary_table(results: Sequence[EvalResults]) -> list[dict[str, Any]]:
-    return [
-        {
-            "provider": row.provider,
-            "agent": row.agent,
-            "metric": row.metric,
-            "passed": row.passed,
-            "failed": row.failed,
-            "errored": row.errored,
-            "n": row.passed + row.failed,
-            "pass rate": None if row.pass_rate is None else round(row.pass_rate, 4),
-            "mean score": None if row.mean_score is None else round(row.mean_score, 4),
-        }
-        for row in summarize(results)
-    ]
+def _record(plan: RunPlan, outcome: CallOutcome) -> RunRecord:
+    return RunRecord.from_target_run(
+        outcome.run,
+        run_id=outcome.call.key,
+        target=plan.identity,
+        row_id=plan.rows[outcome.call.row_index].id,
+        cached=outcome.reused,
+        transcript=outcome.transcript_json(),
+    )
 
 
-def _failures_markdown(results: Sequence[EvalResults], limit: int = 50) -> str:
-    lines = ["# Items that did not pass", ""]
-    count = 0
-    for res in results:
-        for level in res.iter_results():
-            for item in level.items:
-                if item.is_passed:
-                    continue
-                count += 1
-                if count > limit:
-                    continue
-                why = item.error_message or "; ".join(
-                    f"{s.name}: {(s.reason or 'failed').splitlines()[0]}"
-                    for s in item.scores
-                    if s.passed is False
-                )
-                lines.append(
-                    f"- `{html.escape(item.item_id)}` **{item.status}** ({html.escape(level.provider)}"
-                    f", {html.escape(level.run_id)}): {_md_escape(why)}"
-                )
-    if count == 0:
-        lines.append("Every item passed.")
-    elif count > limit:
-        lines.append(f"- ... and {count - limit} more (see scores.parquet)")
-    return "\n".join(lines)
+def _write(writer: RunWriter, plan: RunPlan, shard: ShardResult) -> None:
+    writer.add_runs(_record(plan, o) for o in shard.outcomes)
+    writer.add_results(shard.results)
 
 
-def _md_escape(text: str) -> str:
-    """Agent and judge text is shown as text: HTML escaped, markdown specials backslashed."""
-    escaped = html.escape(text[:500])
-    for ch in "\\`*_{}[]()#+!|>~":
-        escaped = escaped.replace(ch, "\\" + ch)
-    return escaped.replace("\n", " ")
+def _take_prepared(suite: EvalSuite, run_dir: str, rescore: str | None) -> RunPlan | None:
+    """The caller's prepared plan, when it is this run's (same suite, directory and re-scoring)."""
+    plan = prepared_plan.get()
+    if plan is None or plan.suite is None or plan.run_dir is None:
+        return None
+    same_rescore = (plan.rescored_from is None and rescore is None) or (
+        plan.rescored_from is not None
+        and rescore is not None
+        and Path(rescore).resolve() == plan.rescored_from.resolve()
+    )
+    if (
+        plan.run_dir.resolve() == Path(run_dir).resolve()
+        and same_rescore
+        and plan.suite.model_dump(mode="json") == suite.model_dump(mode="json")
+    ):
+        return plan
+    return None
 
 
 @flow(
@@ -588,8 +426,6 @@ async def eval_flow(
     The flow run fails when the suite's gate fails (unless ``warn_only``), its state message naming
     every violated clause; every run emits ``evalpipe.gate.passed`` or ``evalpipe.gate.failed``.
     """
-    from evalpipe.pipeline.plan import find_resumable, new_run_dir
-
     suite = resolve_suite(suite, repetitions=repetitions, evaluators=evaluators, params=params)
     await _tag_flow_run(suite.tags)
     logger = get_run_logger()
@@ -597,47 +433,53 @@ async def eval_flow(
     if run_dir is None:
         found = None if rescore else find_resumable(suite)
         run_dir = str(found or new_run_dir(suite))
-    plan: RunPlan = await prepare_task(suite, run_dir, rescore)
-    resumed = plan.resumed_calls()
+    plan = _take_prepared(suite, run_dir, rescore) or await prepare_task(suite, run_dir, rescore)
+    assert plan.run_dir is not None
+    state = RunState.open(plan)
+    reusable = state.reusable(plan)
     logger.info(
-        "suite %s: %d rows x %d repetitions = %d calls (%d from the journal), %d provider(s), "
-        "run directory %s",
+        "suite %s: %d rows x %d repetitions = %d calls (%d reusable from the journal), "
+        "%d provider(s), run directory %s",
         suite.name,
         len(plan.rows),
         suite.repetitions,
         len(plan.calls),
-        resumed,
+        reusable,
         len(plan.providers),
         plan.run_dir,
     )
-    key = _artifact_key(suite.name)
+    key = artifact_key(suite.name)
     progress_id = await acreate_progress_artifact(
         progress=0.0, key=f"{key}-progress", description="target calls evaluated"
     )
     limits = await provider_limits(plan)
-    shards = plan.shards()
+    size = shard_size(plan)
+    shards = plan.shards(size)
     semaphore = asyncio.Semaphore(suite.concurrency)
     runner = _task_runner(suite)
     # Enough shards in flight to keep the semaphore busy, few enough to bound memory; a task
     # runner queues shards itself, so it gets all of them.
     shard_gate = asyncio.Semaphore(
-        max(1, len(shards))
-        if runner is not None
-        else max(2, 2 * -(-suite.concurrency // plan.shard_size()))
+        max(1, len(shards)) if runner is not None else max(2, 2 * -(-suite.concurrency // size))
     )
-    counter = [0]
+    calls_done = [0]
+    calls = CallTally()
     progress_lock = asyncio.Lock()
     write_lock = asyncio.Lock()
     reported = [0]
     last_update = [time.monotonic()]
     writer = RunWriter(plan.run_dir)
-    done: dict[int, tuple[list[CallOutcome], list[EvalResults]]] = {}
+    finished: dict[int, ShardResult] = {}
     next_to_write = 0
     kept: list[list[EvalResults]] = [[] for _ in plan.providers]
     finished_shards = 0
     timings: dict[str, float] = {"prepare_s": time.perf_counter() - started}
 
-    async def process(index: int, calls: list[Call]) -> None:
+    def on_call(outcome: CallOutcome) -> None:
+        calls_done[0] += 1
+        _notify("calls", calls_done[0], len(plan.calls))
+
+    async def process(index: int, shard_calls: tuple[Call, ...]) -> None:
         nonlocal next_to_write, finished_shards
         async with shard_gate:
             if runner is not None:
@@ -648,35 +490,32 @@ async def eval_flow(
                         "run_dir": str(plan.run_dir),
                         "rescore": rescore,
                         "shard_index": index,
-                        "calls": calls,
+                        "calls": shard_calls,
                         "limits": limits,
                     },
                 )
-                outcomes, results = await asyncio.to_thread(future.result)
-                counter[0] += len(calls)
-                _notify("calls", counter[0], len(plan.calls))
+                finished[index] = await asyncio.to_thread(future.result)
+                calls_done[0] += len(shard_calls)
+                _notify("calls", calls_done[0], len(plan.calls))
             else:
-                await run_shard(_q(plan), index, _q(calls), _q(semaphore), _q(counter))
-                await build_items_task(_q(plan), index)
-                results = list(
-                    await asyncio.gather(
-                        *(
-                            evaluate_task(
-                                _q(plan), p, provider.name, index, calls[0].position, limits.get(p)
-                            )
-                            for p, provider in enumerate(plan.providers)
-                        )
-                    )
+                await shard_task(
+                    _q(plan),
+                    _q(state),
+                    index,
+                    _q(shard_calls),
+                    _q(semaphore),
+                    _q(limits),
+                    _q(finished),
+                    _q(on_call),
                 )
-                plan.shard_items.pop(index, None)
-                outcomes = plan.shard_outcomes.pop(index)
-        done[index] = (outcomes, results)
         async with write_lock:  # in shard order, whatever order shards finish in
-            while next_to_write in done:
-                outs, res = done.pop(next_to_write)
+            while next_to_write in finished:
+                shard = finished.pop(next_to_write)
+                for outcome in shard.outcomes:
+                    calls.add(outcome.source, outcome.run)
                 # Off the event loop: Parquet encoding would stall the calls still in flight.
-                await asyncio.to_thread(_write, writer, plan, outs, res)
-                for p, r in enumerate(res):
+                await asyncio.to_thread(_write, writer, plan, shard)
+                for p, r in enumerate(shard.results):
                     _strip(r)
                     kept[p].append(r)
                 next_to_write += 1
@@ -704,21 +543,23 @@ async def eval_flow(
                 await asyncio.to_thread(lambda: runner.client)
                 logger.info("shards run on %s", type(runner).__name__)
             stack.enter_context(_young_gc_relaxed())
-            await asyncio.gather(*(process(i, calls) for i, calls in enumerate(shards)))
+            await asyncio.gather(*(process(i, c) for i, c in enumerate(shards)))
     except BaseException:
         writer.abort()
+        state.close()
         raise
     timings["calls_and_evaluation_s"] = time.perf_counter() - started - timings["prepare_s"]
     merged = [merge_results(parts) for parts in kept if parts]
     report = await gate_task(_q(plan), _q(merged)) if plan.gates else None
+    rows = writer.summary_rows()
+    call_counts = calls.as_dict()
     manifest = {
         "suite": redact(suite.model_dump(mode="json")),
         "suite_fingerprint": suite.fingerprint(),
         "target": plan.identity,
         "providers": [p.name for p in plan.providers],
         "evaluator_specs": suite.evaluators,
-        "calls": len(plan.calls),
-        "calls_from_journal": resumed,
+        "calls": call_counts,
         "shards": len(shards),
         "rescored_from": str(plan.rescored_from) if plan.rescored_from else None,
         "flow_run_id": str(flow_run.id) if flow_run.id else None,
@@ -733,9 +574,9 @@ async def eval_flow(
     )
     manifest["published_to"] = destination
     await finish_task(_q(writer), manifest)
-    if plan.journal is not None:
-        plan.journal.close()
-    report_path = await report_task(str(plan.absolute_run_dir()), len(plan.calls))
+    state.close()
+    run_path = plan.run_dir.resolve()
+    report_path = await report_task(str(run_path), len(plan.calls))
     comparison = await compare_task(suite, str(plan.run_dir)) if suite.compare_with else None
     if destination is not None:
         published = await asyncio.to_thread(publish, plan.run_dir, suite.output_dir, suite.name)
@@ -743,13 +584,13 @@ async def eval_flow(
         logger.info("run published to %s", destination)
     await acreate_table_artifact(
         key=f"{key}-summary",
-        table=_summary_table(merged),
-        description=f"{suite.name}: pass rates per provider, agent and metric",
+        table=summary_table(rows),
+        description=f"{suite.name}: pass rates per provider, agent and metric; "
+        + CallTally.text(call_counts),
     )
     await acreate_markdown_artifact(
-        key=f"{key}-failures", markdown=_failures_markdown(merged), description="failing items"
+        key=f"{key}-failures", markdown=failures_markdown(merged), description="failing items"
     )
-    run_path = plan.absolute_run_dir()
     await acreate_link_artifact(
         key=f"{key}-run-dir",
         link=destination or run_path.as_uri(),
@@ -778,8 +619,7 @@ async def eval_flow(
         "run_dir": str(run_path),
         "report": report_path,
         "published_to": destination,
-        "calls": len(plan.calls),
-        "calls_from_journal": resumed,
+        "calls": call_counts,
         "results": [
             {
                 "provider": r.provider,
@@ -796,7 +636,7 @@ async def eval_flow(
     failures = [] if report is None else [f"{c.clause}: {c.message}" for c in report.failures]
     if report is not None and not report.passed and not failures:
         failures = [report.summary()]
-    _emit_gate_event(suite, plan, merged, report, failures, outcome)
+    emit_gate_event(plan, rows, report, failures, outcome)
     if failures:
         text = "; ".join(failures)
         if suite.warn_only:
@@ -813,75 +653,5 @@ async def _tag_flow_run(tags: Sequence[str]) -> None:
     missing = [t for t in tags if t not in current]
     if not missing or flow_run.id is None:
         return
-    from prefect.client.orchestration import get_client
-
     async with get_client() as client:
         await client.update_flow_run(flow_run.id, tags=[*current, *missing])
-
-
-GATE_PASSED = "evalpipe.gate.passed"
-GATE_FAILED = "evalpipe.gate.failed"
-
-
-def _emit_gate_event(
-    suite: EvalSuite,
-    plan: RunPlan,
-    merged: Sequence[EvalResults],
-    report: Any,
-    failures: Sequence[str],
-    outcome: dict[str, Any],
-) -> None:
-    """One event per run for automations: ``evalpipe.gate.failed`` or ``evalpipe.gate.passed``.
-
-    The resource is the suite (``evalpipe.suite.<name>``); related resources are the flow run
-    and, for a deployment run, the deployment. A suite without gates passes (``gates: 0``).
-    """
-    from prefect.events import emit_event
-    from prefect.runtime import deployment
-
-    related = []
-    if flow_run.id:
-        related.append(
-            {
-                "prefect.resource.id": f"prefect.flow-run.{flow_run.id}",
-                "prefect.resource.role": "flow-run",
-                "prefect.resource.name": flow_run.name or "",
-            }
-        )
-    if deployment.id:
-        related.append(
-            {
-                "prefect.resource.id": f"prefect.deployment.{deployment.id}",
-                "prefect.resource.role": "deployment",
-                "prefect.resource.name": deployment.name or "",
-            }
-        )
-    payload = {
-        "suite": suite.name,
-        "target_version": suite.target_version,
-        "run_dir": outcome["run_dir"],
-        "calls": outcome["calls"],
-        "gates": len(plan.gates),
-        "warn_only": suite.warn_only,
-        "violated": list(failures),
-        "results": [
-            {
-                "provider": r.provider,
-                "passed": r.passed,
-                "failed": r.failed,
-                "errored": r.errored,
-                "pass_rate": r.passed / (r.passed + r.failed) if r.passed + r.failed else None,
-            }
-            for r in merged
-        ],
-        "clauses": [] if report is None else report.model_dump(mode="json").get("clauses", []),
-    }
-    emit_event(
-        event=GATE_FAILED if failures else GATE_PASSED,
-        resource={
-            "prefect.resource.id": f"evalpipe.suite.{suite.name}",
-            "prefect.resource.name": suite.name,
-        },
-        related=related,
-        payload=payload,
-    )

@@ -9,7 +9,6 @@ A deployment's parameters are what an operator types in the Prefect UI's Run for
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Any
 
@@ -18,29 +17,7 @@ from pydantic import ValidationError
 
 from evalpipe.suite import EvalSuite, SuiteError, apply_params, load_suite
 
-__all__ = ["redact", "resolve_suite", "suite_label"]
-
-_SECRET_KEY = re.compile(
-    r"(?i)^(api[_-]?key|apikey|password|passwd|secret|client[_-]?secret|token|access[_-]?token"
-    r"|auth(orization)?|connection[_-]?string|sas[_-]?token|account[_-]?key)$"
-)
-REDACTED = "***"
-
-
-def redact(value: Any) -> Any:
-    """A copy of ``value`` with every secret-looking mapping entry (api_key, token, ...) masked.
-
-    Used for everything evalpipe logs or writes about a suite (manifest, run marker, Prefect
-    logs and artifacts); ``api_key_env`` and other ``*_env`` names stay, they name a variable.
-    """
-    if isinstance(value, dict):
-        return {
-            k: (REDACTED if isinstance(k, str) and _SECRET_KEY.match(k) and v else redact(v))
-            for k, v in value.items()
-        }
-    if isinstance(value, list | tuple):
-        return [redact(v) for v in value]
-    return value
+__all__ = ["resolve_suite", "suite_label"]
 
 
 def resolve_suite(

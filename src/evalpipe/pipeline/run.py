@@ -3,15 +3,22 @@
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evalpipe.pipeline.flow import GateFailedError, ProgressHook, eval_flow, progress_hook
-from evalpipe.pipeline.plan import RunPlan, find_resumable, new_run_dir
+from evalpipe.pipeline.flow import (
+    GateFailedError,
+    ProgressHook,
+    eval_flow,
+    prepared_plan,
+    progress_hook,
+)
+from evalpipe.runner import RunPlan, RunState, find_resumable, new_run_dir
+from evalpipe.runner.prepare import prepare_suite
 from evalpipe.suite import EvalSuite
 
-__all__ = ["RunOutcome", "arun_suite", "run_suite"]
+__all__ = ["RunOutcome", "arun_suite", "prepare_run", "run_suite"]
 
 
 @dataclass(slots=True)
@@ -26,16 +33,38 @@ class RunOutcome:
     """None when the suite has no gates."""
     message: str | None
     """The failure message (a failed gate names every violated clause)."""
-    resumed_calls: int
-    """Calls taken from the journal of an unfinished earlier run."""
+    reusable_calls: int
+    """Calls the run found finished already (in the journal of an unfinished earlier run, or the
+    re-scored run): they are reused, not made again."""
     published_to: str | None = None
     """Where the finished run was published when the suite's output_dir is a remote URI
     (``run_dir`` is then the local staging copy)."""
+    calls: dict[str, Any] = field(default_factory=dict)
+    """What happened to the run's target calls (the manifest's ``calls``: made, reused, recorded,
+    errored)."""
 
     @property
     def ok(self) -> bool:
         """Completed, and the gate (if any) passed or is warn-only."""
         return self.state == "Completed"
+
+
+def prepare_run(
+    suite: EvalSuite,
+    *,
+    run_dir: str | Path | None = None,
+    rescore: str | Path | None = None,
+    resume: bool = True,
+) -> RunPlan:
+    """The run's plan, validated before any Prefect start-up or target call.
+
+    Raises:
+        SuiteError: for anything wrong with the suite, its dataset, target, evaluators or gates.
+    """
+    if run_dir is None:
+        found = find_resumable(suite) if resume and rescore is None else None
+        run_dir = found or new_run_dir(suite)
+    return prepare_suite(suite, run_dir, rescore=rescore)
 
 
 async def arun_suite(
@@ -45,39 +74,42 @@ async def arun_suite(
     rescore: str | Path | None = None,
     resume: bool = True,
     progress: ProgressHook | None = None,
+    plan: RunPlan | None = None,
 ) -> RunOutcome:
     """Validate the suite (before any Prefect start-up or target call), then run its flow.
+
+    The plan is prepared once (or ``plan``, from :func:`prepare_run`, is used) and handed to the
+    flow: the dataset is loaded and the target factory called once per run.
 
     Raises:
         SuiteError: for anything wrong with the suite, its dataset, target, evaluators or gates.
     """
-    if run_dir is None:
-        found = find_resumable(suite) if resume and rescore is None else None
-        run_dir = found or new_run_dir(suite)
-    plan = RunPlan.prepare(suite, run_dir, rescore=rescore)  # raises SuiteError early
-    plan.start()
-    run_path = plan.absolute_run_dir()
-    resumed = plan.resumed_calls()
-    if plan.journal is not None:
-        plan.journal.close()
-    del plan  # the flow prepares its own; don't hold the dataset twice during the run
+    if plan is None:
+        plan = prepare_run(suite, run_dir=run_dir, rescore=rescore, resume=resume)
+    assert plan.run_dir is not None
+    run_path = plan.run_dir.resolve()
+    reusable = RunState.peek(plan)
     token = progress_hook.set(progress)
+    prepared = prepared_plan.set(plan)
     try:
         state: Any = await eval_flow(
-            suite,
-            run_dir=str(run_dir),
+            plan.suite,
+            run_dir=str(plan.run_dir),
             rescore=str(rescore) if rescore is not None else None,
             return_state=True,
         )
     finally:
+        prepared_plan.reset(prepared)
         progress_hook.reset(token)
     message = None
     gate_passed: bool | None = None
     published_to: str | None = None
+    calls: dict[str, Any] = {}
     if state.is_completed():
         data = await state.aresult()
         gate_passed = data.get("gate_passed")
         published_to = data.get("published_to")
+        calls = dict(data.get("calls") or {})
     else:
         exc = await state.aresult(raise_on_failure=False)
         message = str(exc) if isinstance(exc, BaseException) else state.message
@@ -88,8 +120,9 @@ async def arun_suite(
         state=state.name or state.type.value,
         gate_passed=gate_passed,
         message=message,
-        resumed_calls=resumed,
+        reusable_calls=reusable,
         published_to=published_to,
+        calls=calls,
     )
 
 
@@ -100,8 +133,16 @@ def run_suite(
     rescore: str | Path | None = None,
     resume: bool = True,
     progress: ProgressHook | None = None,
+    plan: RunPlan | None = None,
 ) -> RunOutcome:
     """:func:`arun_suite` from synchronous code."""
     return asyncio.run(
-        arun_suite(suite, run_dir=run_dir, rescore=rescore, resume=resume, progress=progress)
+        arun_suite(
+            suite,
+            run_dir=run_dir,
+            rescore=rescore,
+            resume=resume,
+            progress=progress,
+            plan=plan,
+        )
     )

@@ -2,8 +2,8 @@
 repetitions with confidence intervals, judge-vs-check disagreement, and ``compare_runs`` for
 verdict flips and paired tests between two runs. See docs/report.md.
 
-Names are imported on first use, so the command line can register ``report`` and ``compare``
-without paying for scipy until one of them runs.
+Names are imported on first use, so importing the package costs nothing until a report or a
+comparison is made (scipy loads then).
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from evalpipe.report.commands import add_report_commands
     from evalpipe.report.compare import (
         PAIRING_KEY,
         Comparison,
@@ -56,7 +55,6 @@ __all__ = [
     "PairedTest",
     "RepetitionStats",
     "RunReport",
-    "add_report_commands",
     "at_least_k",
     "bootstrap_mean_interval",
     "classify_metric",
@@ -78,7 +76,6 @@ __all__ = [
 ]
 
 _HOME = {
-    "add_report_commands": "commands",
     "PAIRING_KEY": "compare",
     "Comparison": "compare",
     "Flip": "compare",

@@ -24,6 +24,7 @@ from rich.table import Table
 
 from evalpipe.artifacts import read_manifest
 from evalpipe.report.data import Disagreement, disagreements, scored_rows
+from evalpipe.report.html import environment, package_version
 from evalpipe.report.stats import PairedTest, mcnemar_test, wilcoxon_test
 
 __all__ = [
@@ -387,7 +388,6 @@ def render_markdown(comparison: Comparison, *, max_flips: int = 50) -> str:
 
 def render_compare_html(comparison: Comparison) -> str:
     """The comparison as one self-contained HTML page (the report's style)."""
-    from evalpipe.report.html import environment, package_version
 
     return (
         environment()

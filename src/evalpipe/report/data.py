@@ -19,13 +19,14 @@ import pyarrow as pa  # type: ignore[import-untyped, unused-ignore]
 import pyarrow.compute as pc  # type: ignore[import-untyped, unused-ignore]
 from scipy import special as _special  # type: ignore[import-untyped, unused-ignore]
 
-from evalpipe.artifacts import OVERALL, iter_batches, read_manifest, read_table
+from evalpipe.artifacts import iter_batches, read_manifest, read_table
 from evalpipe.report.stats import (
     Interval,
     RepetitionStats,
     bootstrap_mean_interval,
     wilson_interval,
 )
+from evalpipe.tally import OVERALL, CallTally
 
 __all__ = [
     "FOUNDRY_PROVIDER",
@@ -266,6 +267,8 @@ class RunReport:
     calls: int
     calls_errored: int
     calls_cached: int
+    calls_text: str
+    """What happened to the calls, as every sink words it (``CallTally.text``)."""
     total_tokens: int | None
     latency_p50: float | None
     latency_p95: float | None
@@ -935,6 +938,11 @@ def load_report_data(
     timings = manifest.get("timings") if isinstance(manifest.get("timings"), dict) else {}
     assert isinstance(timings, dict)
     gate = manifest.get("gate")
+    calls_errored = int(pc.sum(pc.cast(pc.equal(runs["status"], "error"), pa.int64())).as_py() or 0)
+    calls_cached = int(pc.sum(pc.cast(runs["cached"], pa.int64())).as_py() or 0)
+    calls = manifest.get("calls")
+    if not isinstance(calls, dict):  # a run written before the manifest counted its calls
+        calls = {"made": len(runs) - calls_cached, "reused": calls_cached, "errored": calls_errored}
     return RunReport(
         run_dir=str(run_dir),
         manifest=manifest,
@@ -943,10 +951,9 @@ def load_report_data(
         target=manifest.get("target") or suite.get("target"),
         finished_at=timings.get("finished_at"),
         calls=len(runs),
-        calls_errored=int(
-            pc.sum(pc.cast(pc.equal(runs["status"], "error"), pa.int64())).as_py() or 0
-        ),
-        calls_cached=int(pc.sum(pc.cast(runs["cached"], pa.int64())).as_py() or 0),
+        calls_errored=calls_errored,
+        calls_cached=calls_cached,
+        calls_text=CallTally.text(calls),
         total_tokens=int(tokens) if tokens is not None else None,
         latency_p50=_percentile(latency, 50),
         latency_p95=_percentile(latency, 95),

@@ -1,25 +1,17 @@
-"""Targets: the Agent and Workflow protocols, their run records, adapters and the demo agents."""
+"""Targets: the Agent and Workflow protocols, adapters (OpenAI-compatible chat, MAF) and the demo
+agents. What a call records (TargetRun, WorkflowRun) lives in ``evalpipe.transcripts``."""
 
-from evalpipe.targets.base import Agent, AgentResponse, TargetRun
+from evalpipe.targets.base import Agent, AgentResponse
 from evalpipe.targets.maf import MAFWorkflow
 from evalpipe.targets.openai_chat import OpenAIChatAgent
-from evalpipe.targets.workflow import (
-    ExecutorRun,
-    RouterWorkflow,
-    SequentialWorkflow,
-    Workflow,
-    WorkflowRun,
-)
+from evalpipe.targets.workflow import RouterWorkflow, SequentialWorkflow, Workflow
 
 __all__ = [
     "Agent",
     "AgentResponse",
-    "ExecutorRun",
     "MAFWorkflow",
     "OpenAIChatAgent",
     "RouterWorkflow",
     "SequentialWorkflow",
-    "TargetRun",
     "Workflow",
-    "WorkflowRun",
 ]

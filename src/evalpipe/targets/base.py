@@ -24,17 +24,17 @@ from tenacity import (
 )
 
 from evalpipe._internal.retry import is_transient, retry_after
-from evalpipe.items import RunUsage
-from evalpipe.messages import FunctionCallContent, Message, ToolDefinition
+from evalpipe.messages import Message, ToolDefinition
+from evalpipe.transcripts import RunUsage, TargetRun
 
 __all__ = [
     "Agent",
     "AgentResponse",
-    "TargetRun",
     "agent_name",
     "agent_tools",
     "call_agent",
-    "merge_tool_snapshots",
+    "is_maf_agent",
+    "is_maf_workflow",
     "response_messages",
     "response_tools",
     "response_usage",
@@ -69,34 +69,18 @@ class AgentResponse(BaseModel):
         return " ".join(t for m in self.messages if m.role == "assistant" and (t := m.text))
 
 
-class TargetRun(BaseModel):
-    """One call of the target: which query and repetition, what came back, or how it failed."""
+def _from_maf(obj: Any) -> bool:
+    return type(obj).__module__.startswith("agent_framework")
 
-    model_config = ConfigDict(extra="forbid")
 
-    query_index: int
-    """Position of the query in the query set."""
-    repetition: int
-    """Which repetition (0-based)."""
-    query: str
-    """The user query sent to the target."""
-    messages: list[Message] = Field(default_factory=list)
-    """The response messages (empty when the call failed)."""
-    tools: list[ToolDefinition] | None = None
-    """Tool snapshots the response carried (None when it carried none)."""
-    usage: RunUsage = Field(default_factory=RunUsage)
-    """Tokens and latency."""
-    error_code: str | None = None
-    """"AgentError" when the call raised."""
-    error_message: str | None = None
-    """The exception, as text."""
-    attempts: int = 1
-    """How many times the call was made (transient errors are retried)."""
+def is_maf_workflow(obj: Any) -> bool:
+    """Whether ``obj`` is a MAF ``Workflow`` (detected without importing agent_framework)."""
+    return _from_maf(obj) and hasattr(obj, "executors") and hasattr(obj, "run")
 
-    @property
-    def ok(self) -> bool:
-        """The call returned a response."""
-        return self.error_code is None
+
+def is_maf_agent(obj: Any) -> bool:
+    """Whether ``obj`` is a MAF agent (an agent_framework object with ``run`` that is no workflow)."""
+    return _from_maf(obj) and hasattr(obj, "run") and not hasattr(obj, "executors")
 
 
 def agent_name(agent: Any) -> str:
@@ -183,29 +167,6 @@ def agent_tools(agent: Any) -> list[ToolDefinition]:
             seen.add(snapshot.name)
             out.append(snapshot)
     return out
-
-
-def merge_tool_snapshots(
-    snapshots: Iterable[ToolDefinition], called: Iterable[FunctionCallContent]
-) -> list[ToolDefinition]:
-    """One definition per tool name, first seen wins.
-
-    Raises:
-        ValueError: when a tool that was called appears with two different input schemas.
-    """
-    called_names = {c.name for c in called}
-    by_name: dict[str, ToolDefinition] = {}
-    for tool in snapshots:
-        first = by_name.get(tool.name)
-        if first is None:
-            by_name[tool.name] = tool
-        elif first.parameters != tool.parameters and tool.name in called_names:
-            raise ValueError(
-                f"Tool '{tool.name}' was called in a conversation where it had two different input "
-                "schemas, so its definition is ambiguous. Use distinct tool names, evaluate the "
-                "segments separately, or pass explicit definitions with tools=."
-            )
-    return list(by_name.values())
 
 
 async def call_agent(
@@ -324,11 +285,7 @@ def _takes_repetition(cls: type) -> bool:
 async def _invoke(agent: Any, query: str, repetition: int = 0) -> Any:
     run = agent.run
     # MAF agents take their own Message type; a plain string is the input every version accepts.
-    messages: Any = (
-        query
-        if type(agent).__module__.startswith("agent_framework")
-        else [Message("user", [query])]
-    )
+    messages: Any = query if is_maf_agent(agent) else [Message("user", [query])]
     extra = {"repetition": repetition} if _takes_repetition(type(agent)) else {}
     if inspect.iscoroutinefunction(run):
         return await run(messages, **extra)

@@ -13,7 +13,6 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from evalpipe.items import RunUsage
 from evalpipe.messages import (
     FunctionCallContent,
     FunctionResultContent,
@@ -21,6 +20,7 @@ from evalpipe.messages import (
     ToolDefinition,
 )
 from evalpipe.targets.base import AgentResponse
+from evalpipe.transcripts import RunUsage
 
 __all__ = [
     "CITIES",

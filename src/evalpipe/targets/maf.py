@@ -16,15 +16,17 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from evalpipe.items import RunUsage
 from evalpipe.messages import Message
-from evalpipe.targets.base import agent_tools, response_messages, response_usage
-from evalpipe.targets.workflow import ExecutorRun, WorkflowRun, sum_usage
+from evalpipe.targets.base import (
+    agent_tools,
+    is_maf_workflow,
+    response_messages,
+    response_usage,
+)
+from evalpipe.transcripts import ExecutorRun, RunUsage, WorkflowRun, sum_usage
 
 __all__ = [
     "MAFWorkflow",
-    "is_maf_agent",
-    "is_maf_workflow",
     "to_maf_messages",
     "workflow_run_from_events",
 ]
@@ -32,20 +34,6 @@ __all__ = [
 _INTERNAL_EXECUTORS = frozenset({"input-conversation", "end-conversation", "end"})
 """Bookkeeping executors MAF's orchestrations add; like MAF's evaluate_workflow, they are skipped
 (so is any executor whose id starts with "_")."""
-
-
-def _from_maf(obj: Any) -> bool:
-    return type(obj).__module__.startswith("agent_framework")
-
-
-def is_maf_workflow(obj: Any) -> bool:
-    """Whether ``obj`` is a MAF ``Workflow`` (detected without importing agent_framework)."""
-    return _from_maf(obj) and hasattr(obj, "executors") and hasattr(obj, "run")
-
-
-def is_maf_agent(obj: Any) -> bool:
-    """Whether ``obj`` is a MAF agent (an agent_framework object with ``run`` that is no workflow)."""
-    return _from_maf(obj) and hasattr(obj, "run") and not hasattr(obj, "executors")
 
 
 def to_maf_messages(messages: Iterable[Message]) -> list[Any]:
@@ -245,12 +233,15 @@ class MAFWorkflow:
         workflow: A MAF ``Workflow``, or a zero-argument callable returning a fresh one.
         name: The workflow's display name (default: the class name, ``"Workflow"``, as MAF's).
         stream: Run with ``stream=True`` and convert the events as they arrive.
+        first: A workflow the factory already built (used for ``agent_names``, never run).
 
     Raises:
         TypeError: when ``workflow`` is neither a MAF workflow nor a callable.
     """
 
-    def __init__(self, workflow: Any, *, name: str | None = None, stream: bool = True) -> None:
+    def __init__(
+        self, workflow: Any, *, name: str | None = None, stream: bool = True, first: Any = None
+    ) -> None:
         if is_maf_workflow(workflow):
             self._instance: Any = workflow
             self._factory: Callable[[], Any] | None = None
@@ -264,7 +255,7 @@ class MAFWorkflow:
             )
         self._lock = asyncio.Lock()
         self._stream = stream
-        self._sample: Any = self._instance
+        self._sample: Any = self._instance if first is None else first
         self.name = name or "Workflow"
 
     def _build(self) -> Any:

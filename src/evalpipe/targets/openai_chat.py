@@ -24,7 +24,6 @@ from types import TracebackType
 from typing import Any
 
 from evalpipe.cache import CacheConfig, ResponseCache
-from evalpipe.items import RunUsage
 from evalpipe.llm import ChatClient, ChatEndpoint, token_source_for
 from evalpipe.messages import (
     FunctionCallContent,
@@ -35,6 +34,7 @@ from evalpipe.messages import (
     messages_to_openai,
 )
 from evalpipe.targets.base import AgentResponse
+from evalpipe.transcripts import RunUsage
 
 __all__ = ["OpenAIChatAgent"]
 

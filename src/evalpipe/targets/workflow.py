@@ -16,104 +16,34 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, get_type_hints, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, Field
-
-from evalpipe.items import RunUsage
-from evalpipe.messages import Message, ToolDefinition
+from evalpipe.messages import Message
 from evalpipe.targets.base import (
     agent_name,
     agent_tools,
+    is_maf_agent,
+    is_maf_workflow,
     response_messages,
     response_tools,
     response_usage,
     with_retries,
 )
+from evalpipe.targets.maf import MAFWorkflow, to_maf_messages
+from evalpipe.transcripts import ExecutorRun, RunUsage, WorkflowRun, sum_usage
 
 __all__ = [
-    "ExecutorRun",
     "RouterWorkflow",
     "SequentialWorkflow",
     "Workflow",
-    "WorkflowRun",
     "as_workflow",
     "call_workflow",
     "handoff_target",
     "is_workflow",
     "run_executor",
-    "sum_usage",
+    "target_from_factory",
     "workflow_agent_names",
     "workflow_identity",
     "workflow_name",
 ]
-
-
-class ExecutorRun(BaseModel):
-    """One executor's turn inside a workflow run: what it received and what it produced."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    executor_id: str
-    """The executor's id in the workflow (for built-in workflows and MAF agents: the agent name)."""
-    agent: str | None = None
-    """The agent this executor runs, used to group per-agent results; None for a non-agent step."""
-    received: list[Message] = Field(default_factory=list)
-    """The messages the agent was given: the user query and, downstream, what upstream agents said."""
-    produced: list[Message] = Field(default_factory=list)
-    """The messages the agent produced (tool calls, tool results, answer); empty when it failed."""
-    tools: list[ToolDefinition] | None = None
-    """Schema snapshots of the tools the agent could call (None: unknown)."""
-    usage: RunUsage = Field(default_factory=RunUsage)
-    """Tokens the agent reported and the wall time of its turn."""
-    error_code: str | None = None
-    """Why this turn has no usable output: "ExecutorError" (it raised), "UpstreamError" (not run
-    because an agent before it failed) or "Interrupted" (the workflow stopped while it ran)."""
-    error_message: str | None = None
-    """What went wrong, for people."""
-    attempts: int = 1
-    """How many times the agent was called (transient errors are retried when configured)."""
-
-    @property
-    def ok(self) -> bool:
-        """The executor finished its turn."""
-        return self.error_code is None
-
-
-class WorkflowRun(BaseModel):
-    """One run of a workflow on one query: the ordered executor transcripts and the final output.
-
-    Round-trips through ``model_dump_json()`` / ``model_validate_json()``.
-    """
-
-    model_config = ConfigDict(extra="forbid")
-
-    query_index: int = 0
-    """Position of the query in the query set."""
-    repetition: int = 0
-    """Which repetition (0-based)."""
-    query: str
-    """The user query the workflow was given."""
-    workflow: str | None = None
-    """The workflow's name."""
-    executors: list[ExecutorRun] = Field(default_factory=list)
-    """Every executor turn, in the order the turns started."""
-    output: list[Message] = Field(default_factory=list)
-    """The workflow's final output messages."""
-    usage: RunUsage = Field(default_factory=RunUsage)
-    """Tokens summed over the executors, and the wall time of the whole run."""
-    error_code: str | None = None
-    """Set when the run did not finish: "ExecutorError", "WorkflowError", "RoutingError",
-    "MaxHopsExceeded"."""
-    error_message: str | None = None
-    """What went wrong, for people."""
-
-    @property
-    def ok(self) -> bool:
-        """The run finished."""
-        return self.error_code is None
-
-    def for_agent(self, agent: str) -> list[ExecutorRun]:
-        """The turns of one agent, in order."""
-        return [e for e in self.executors if e.agent == agent]
 
 
 @runtime_checkable
@@ -125,27 +55,10 @@ class Workflow(Protocol):
     async def run(self, query: str) -> WorkflowRun: ...
 
 
-def sum_usage(usages: Sequence[RunUsage], latency_seconds: float | None = None) -> RunUsage:
-    """Token counts added up (None when no part reported that count), with the given latency."""
-
-    def total(field: str) -> int | None:
-        values = [v for u in usages if (v := getattr(u, field)) is not None]
-        return sum(values) if values else None
-
-    return RunUsage(
-        input_tokens=total("input_tokens"),
-        output_tokens=total("output_tokens"),
-        total_tokens=total("total_tokens"),
-        latency_seconds=latency_seconds,
-    )
-
-
 async def _invoke_agent(agent: Any, messages: list[Message]) -> Any:
     run = agent.run
     payload: Any = messages
-    if type(agent).__module__.startswith("agent_framework"):
-        from evalpipe.targets.maf import to_maf_messages
-
+    if is_maf_agent(agent):
         payload = to_maf_messages(messages)
     if inspect.iscoroutinefunction(run):
         return await run(payload)
@@ -447,8 +360,6 @@ def as_workflow(workflow: Any) -> Workflow:
     Raises:
         TypeError: for an object that is neither.
     """
-    from evalpipe.targets.maf import MAFWorkflow, is_maf_workflow
-
     if is_maf_workflow(workflow):
         return MAFWorkflow(workflow)
     if isinstance(workflow, Workflow):
@@ -460,12 +371,20 @@ def as_workflow(workflow: Any) -> Workflow:
     )
 
 
+def target_from_factory(factory: Callable[[], Any], built: Any) -> Any:
+    """The target a factory stands for, given the object its first call ``built``: a MAF workflow
+    factory becomes ``MAFWorkflow(factory)`` (a fresh workflow per call, since a MAF workflow
+    refuses concurrent runs; the first one is reused for its agent names); anything else is
+    ``built`` itself, shared by every call."""
+    if is_maf_workflow(built):
+        return MAFWorkflow(factory, first=built)
+    return built
+
+
 def is_workflow(target: Any) -> bool:
     """Whether ``target`` is a workflow (and not an agent): a MAF workflow, or an object whose
     ``run`` takes a query and returns a WorkflowRun (built-in workflows and MAFWorkflow declare
     ``agent_names``; your own may instead annotate ``run`` with ``-> WorkflowRun``)."""
-    from evalpipe.targets.maf import is_maf_workflow
-
     if is_maf_workflow(target):
         return True
     run = getattr(target, "run", None)
@@ -482,8 +401,6 @@ def is_workflow(target: Any) -> bool:
 
 def workflow_name(workflow: Any) -> str:
     """The workflow's display name (MAF workflows: the class name, as MAF's default eval name)."""
-    from evalpipe.targets.maf import is_maf_workflow
-
     if is_maf_workflow(workflow):
         return type(workflow).__name__
     return str(getattr(workflow, "name", None) or type(workflow).__name__)

@@ -1,9 +1,12 @@
-"""``evalpipe import foundry-threads``: Foundry Agent Service runs written as an evalpipe dataset.
+"""``evalpipe import otel | foundry-threads``: production traffic written as a recorded dataset.
 
-Each finished run becomes one JSON line (``ThreadRunRecord.to_row``: ``id``, ``conversation``,
-``tools``, ``recorded_agents`` for connected-agent runs, ``tags``), so a scheduled flow can score
-yesterday's production traffic like any dataset. The lead wires ``add_import_foundry_parser`` under
-the ``import`` command of ``evalpipe.cli``.
+``import otel PATH -o dataset.jsonl`` reads an OTLP/JSON export (a file or a directory), rebuilds
+each trace's agent turns (``evalpipe.otel``) and writes one dataset row per trace: the
+conversation, the tools and, for multi-agent traces, every agent's turn (``recorded_agents``).
+``import foundry-threads`` reads Foundry Agent Service threads (by id, or an agent's threads in a
+time window) and writes one row per finished run. ``evalpipe run`` evaluates such a file with a
+suite that has no target, on a schedule like any other suite; the rows are loaded back before the
+command reports success.
 """
 
 from __future__ import annotations
@@ -15,10 +18,92 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
 
-from evalpipe.foundry._evals import ENDPOINT_ENV
-from evalpipe.foundry._threads import FoundryThreads, ThreadRunRecord
+from evalpipe._internal.env import FOUNDRY_ENDPOINT_ENV
+from evalpipe.datasets import DatasetError, write_jsonl
+from evalpipe.otel import OtelError, read_otel_traces, trace_rows
 
-__all__ = ["add_import_foundry_parser", "handler"]
+__all__ = ["import_foundry_threads", "import_otel", "register"]
+
+MAX_SHOWN_WARNINGS = 20
+
+ENDPOINT_ENV = FOUNDRY_ENDPOINT_ENV
+
+
+def _add_otel(import_subparsers: Any) -> argparse.ArgumentParser:
+    """Add ``otel`` to the ``evalpipe import`` subcommands; its handler is ``args.handler``."""
+    parser: argparse.ArgumentParser = import_subparsers.add_parser(
+        "otel",
+        help="turn an OTLP/JSON export of GenAI traces into a recorded dataset (JSONL)",
+        description=(
+            "Read OpenTelemetry GenAI spans (invoke_agent, chat, execute_tool) from an OTLP/JSON "
+            "export and write one recorded dataset row per trace."
+        ),
+    )
+    parser.add_argument("path", type=Path, help="an OTLP/JSON file (.json/.jsonl) or a directory")
+    parser.add_argument(
+        "-o", "--output", type=Path, required=True, help="the dataset to write (.jsonl)"
+    )
+    parser.add_argument(
+        "--per-agent",
+        choices=["auto", "always", "never"],
+        default="auto",
+        help="write every agent's turn (recorded_agents) for per-agent results: auto (default) "
+        "when any trace has more than one agent turn",
+    )
+    parser.add_argument(
+        "--strict",
+        action="store_true",
+        help="exit 1 when any span had missing or unreadable attributes (the file is still written)",
+    )
+    parser.set_defaults(handler=import_otel)
+    return parser
+
+
+def import_otel(
+    args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None
+) -> int:
+    """Run ``evalpipe import otel``; returns the exit code.
+
+    0: written; 1: written, but ``--strict`` and some spans had warnings; 2: nothing usable (no
+    such path, no trace with an ``invoke_agent`` span, or an output path that is not ``.jsonl``).
+    """
+    out = out or sys.stdout
+    err = err or sys.stderr
+    if args.output.suffix.lower() != ".jsonl":
+        print(
+            f"error: {args.output}: the dataset is written as JSON Lines; name it *.jsonl", file=err
+        )
+        return 2
+    try:
+        read = read_otel_traces(args.path, log=False)
+    except OtelError as exc:
+        print(f"error: {exc}", file=err)
+        return 2
+    for diagnostic in read.diagnostics[:MAX_SHOWN_WARNINGS]:
+        print(f"warning: {diagnostic}", file=err)
+    if len(read.diagnostics) > MAX_SHOWN_WARNINGS:
+        print(f"warning: ... and {len(read.diagnostics) - MAX_SHOWN_WARNINGS} more", file=err)
+    if not read.traces:
+        print(
+            f"error: {args.path}: {read.spans} spans but no trace with an invoke_agent span; "
+            "export GenAI spans with message content (e.g. MAF's enable_sensitive_data=True)",
+            file=err,
+        )
+        return 2
+    try:
+        # checked to load as `evalpipe run` will read it: fail here, not on the schedule
+        count = len(write_jsonl(trace_rows(read.traces, per_agent=args.per_agent), args.output))
+    except DatasetError as exc:
+        print(f"error: the written dataset does not load: {exc}", file=err)
+        return 2
+    agents = sorted({t.agent for trace in read.traces for t in trace.turns})
+    print(
+        f"{count} trace{'s' if count != 1 else ''} ({read.spans} spans, agents: "
+        f"{', '.join(agents)}) -> {args.output}; {len(read.diagnostics)} warning"
+        f"{'s' if len(read.diagnostics) != 1 else ''}",
+        file=out,
+    )
+    return 1 if args.strict and read.diagnostics else 0
 
 
 def _timestamp(value: str) -> datetime:
@@ -30,7 +115,7 @@ def _timestamp(value: str) -> datetime:
         ) from None
 
 
-def add_import_foundry_parser(import_subparsers: Any) -> argparse.ArgumentParser:
+def _add_foundry(import_subparsers: Any) -> argparse.ArgumentParser:
     """Add ``foundry-threads`` to the ``import`` command's subparsers; returns its parser.
 
     Its handler is ``args.handler`` (as ``evalpipe import otel``'s).
@@ -89,7 +174,7 @@ def add_import_foundry_parser(import_subparsers: Any) -> argparse.ArgumentParser
     parser.add_argument(
         "--page-size", type=int, default=100, help="items per list call, 1-100 (default 100)"
     )
-    parser.set_defaults(handler=handler)
+    parser.set_defaults(handler=import_foundry_threads)
     return parser
 
 
@@ -111,7 +196,7 @@ def _usage_error(args: argparse.Namespace) -> str | None:
     return None
 
 
-def handler(
+def import_foundry_threads(
     args: argparse.Namespace,
     *,
     credential: Any = None,
@@ -131,7 +216,9 @@ def handler(
         print(f"error: {problem}", file=err)
         return 2
     endpoint = args.endpoint or os.environ[ENDPOINT_ENV]
-    from azure.core.exceptions import AzureError
+    from azure.core.exceptions import AzureError  # lazy: azure, only for this command
+
+    from evalpipe.foundry import FoundryThreads, ThreadRunRecord  # lazy: azure
 
     try:
         with FoundryThreads(
@@ -165,8 +252,6 @@ def handler(
     if not kept:
         print("error: no finished run to write; nothing written", file=err)
         return 1
-    from evalpipe.datasets import DatasetError, write_jsonl
-
     try:
         # checked to load as `evalpipe run` will read it: fail here, not on the schedule
         write_jsonl((record.to_row() for record in kept), args.output)
@@ -182,3 +267,15 @@ def handler(
         file=out,
     )
     return 0
+
+
+def register(sub: Any) -> None:
+    """Add ``import`` (with ``otel`` and ``foundry-threads``) to the command line."""
+    parser = sub.add_parser(
+        "import",
+        help="write a recorded dataset from production traffic (OTel traces, Foundry threads)",
+        description="Write a recorded dataset (JSONL) from production traffic.",
+    )
+    commands = parser.add_subparsers(dest="import_command", required=True, metavar="SOURCE")
+    _add_otel(commands)
+    _add_foundry(commands)

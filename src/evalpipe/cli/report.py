@@ -1,0 +1,55 @@
+"""``evalpipe report RUN_DIR``: write a run's self-contained HTML report."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from evalpipe.artifacts import ArtifactError, SchemaVersionError
+from evalpipe.cli._common import EXIT_OK, check_run_dir, consoles, fail
+
+__all__ = ["register"]
+
+
+def _report(args: argparse.Namespace) -> int:
+    out, err = consoles()
+    problem = check_run_dir(args.run_dir)
+    if problem:
+        return fail(err, problem)
+    if args.max_items < 0:
+        return fail(err, f"--max-items must be >= 0, got {args.max_items}")
+    from evalpipe.report.html import write_report  # lazy: scipy, only for this command
+
+    try:
+        path = write_report(args.run_dir, args.output, max_items=args.max_items)
+    except (ArtifactError, SchemaVersionError) as exc:
+        return fail(err, str(exc))
+    except OSError as exc:
+        return fail(err, f"cannot write the report: {exc}")
+    out.print(f"report written to {path}", markup=False, highlight=False)
+    return EXIT_OK
+
+
+def register(sub: Any) -> None:
+    """Add ``report`` to the command line."""
+    parser = sub.add_parser(
+        "report",
+        help="write a run's self-contained HTML report",
+        description="Write a finished run's HTML report: statistics, repetitions, drill-down.",
+    )
+    parser.add_argument("run_dir", type=Path, help="a run directory written by `evalpipe run`")
+    parser.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        default=None,
+        help="the HTML file (default: RUN_DIR/report.html)",
+    )
+    parser.add_argument(
+        "--max-items",
+        type=int,
+        default=200,
+        help="items in the drill-down, those not passed first (default 200)",
+    )
+    parser.set_defaults(handler=_report)

@@ -1,0 +1,70 @@
+"""``evalpipe results RUN_DIR``: print a finished run's summary again."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from evalpipe.artifacts import ArtifactError, read_manifest, read_not_passed, read_summary
+from evalpipe.cli._common import EXIT_OK, Failure, check_run_dir, consoles, fail, print_summary
+
+__all__ = ["print_run", "register"]
+
+
+def print_run(run_dir: Path, console: Console) -> None:
+    """A finished run's summary from its summary.parquet and manifest (items are not loaded)."""
+    manifest = read_manifest(run_dir)
+    rows = read_summary(run_dir)
+    not_passed = read_not_passed(run_dir, limit=10)
+    failures = []
+    for level, items in not_passed.items():
+        for item in items:
+            meta = item["item_metadata"]
+            label = item["item_id"]
+            if "row_id" in meta:
+                label = f"{meta['row_id']} (rep {meta.get('repetition', 0)})"
+            failures.append(
+                Failure(level, label, item["item_status"], item["input_text"], item["why"])
+            )
+    calls = manifest.get("calls") if isinstance(manifest.get("calls"), dict) else None
+    print_summary(rows, failures, console, calls=calls)
+    gate = manifest.get("gate")
+    if gate:
+        verdict = "[green]passed[/]" if gate.get("passed") else "[red]FAILED[/]"
+        console.print(f"gate {verdict}")
+        for clause in gate.get("clauses", []):
+            mark = "ok  " if clause.get("passed") else "FAIL"
+            console.print(
+                f"  {mark} {clause.get('clause')}: {clause.get('message')}",
+                markup=False,
+                highlight=False,
+            )
+    console.print(f"run directory: {run_dir}", markup=False, highlight=False)
+    if (run_dir / "report.html").is_file():
+        console.print(f"report: {run_dir / 'report.html'}", markup=False, highlight=False)
+
+
+def _results(args: argparse.Namespace) -> int:
+    out, err = consoles()
+    problem = check_run_dir(args.run_dir)
+    if problem:
+        return fail(err, problem)
+    try:
+        print_run(args.run_dir, out)
+    except ArtifactError as exc:
+        return fail(err, str(exc))
+    return EXIT_OK
+
+
+def register(sub: Any) -> None:
+    """Add ``results`` to the command line."""
+    parser = sub.add_parser(
+        "results",
+        help="print a finished run's summary again",
+        description="Print a finished run's summary table, failures, calls and gate verdict.",
+    )
+    parser.add_argument("run_dir", type=Path, help="a run directory written by `evalpipe run`")
+    parser.set_defaults(handler=_results)

@@ -1,0 +1,256 @@
+"""The evaluator registry: every short name a suite or the command line may use, in one table.
+
+Each entry names its object by import path (loaded on first use, so naming ``keyword_check`` does
+not import sacrebleu and nltk) and says what kind of thing it is:
+
+- ``check``: a check used as is (``tool_calls_present``); it takes no arguments.
+- ``factory``: a function that takes configuration and returns a check (``keyword_check: [sunny]``,
+  ``bleu: {threshold: 0.3}``; a plain name calls it without arguments).
+- ``provider``: a provider configured by a mapping (``judge: {...}``, ``foundry: {...}``).
+
+Anything else is an import path ``package.module:name`` of a check, a check factory or class, or an
+Evaluator. Suites (``evaluators:`` entries) and ``evalpipe eval --check`` resolve names here, so the
+two accept the same names with the same arguments.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import yaml
+from pydantic import ValidationError
+
+from evalpipe._internal.imports import load_object
+from evalpipe.checks import tool_called_check
+from evalpipe.evaluators.base import Evaluator
+
+__all__ = [
+    "ENTRIES",
+    "Entry",
+    "RegistryError",
+    "build",
+    "names",
+    "parse_cli",
+    "tool_called_any",
+]
+
+
+class RegistryError(ValueError):
+    """A name or arguments that do not make an evaluator; the message says what to write."""
+
+
+def tool_called_any(*tool_names: str) -> Any:
+    """``tool_called_check(*tool_names, mode="any")``: one of the tools must have been called."""
+    return tool_called_check(*tool_names, mode="any")
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One registered name."""
+
+    name: str
+    """The short name."""
+    target: str
+    """``module:attr`` of the check, factory, or provider config model."""
+    kind: Literal["check", "factory", "provider"]
+    """How the entry's arguments are applied (see the module docstring)."""
+    summary: str
+    """One line for help texts."""
+
+    def load(self) -> Any:
+        """The registered object (its module is imported now)."""
+        return load_object(self.target, what="evaluator")
+
+
+_NLP = "evalpipe.evaluators.nlp"
+
+ENTRIES: dict[str, Entry] = {
+    e.name: e
+    for e in (
+        Entry(
+            "keyword_check",
+            "evalpipe.checks:keyword_check",
+            "factory",
+            "the response contains every keyword",
+        ),
+        Entry(
+            "tool_called_check",
+            "evalpipe.checks:tool_called_check",
+            "factory",
+            "the agent called every named tool",
+        ),
+        Entry(
+            "tool_called_any",
+            "evalpipe.evaluators.registry:tool_called_any",
+            "factory",
+            "the agent called at least one of the named tools",
+        ),
+        Entry(
+            "tool_calls_present",
+            "evalpipe.checks:tool_calls_present",
+            "check",
+            "every expected tool was called",
+        ),
+        Entry(
+            "tool_call_args_match",
+            "evalpipe.checks:tool_call_args_match",
+            "check",
+            "every expected tool was called with the expected arguments",
+        ),
+        Entry("bleu", f"{_NLP}:bleu", "factory", "BLEU against the references (0-1)"),
+        Entry("gleu", f"{_NLP}:gleu", "factory", "GLEU against the references (0-1)"),
+        Entry("token_f1", f"{_NLP}:token_f1", "factory", "token F1 against the references"),
+        Entry(
+            "expected_fact_check",
+            f"{_NLP}:expected_fact_check",
+            "factory",
+            "the response states the expected fact",
+        ),
+        Entry(
+            "task_navigation_efficiency",
+            f"{_NLP}:task_navigation_efficiency",
+            "factory",
+            "the tool-call trajectory against the expected calls",
+        ),
+        Entry(
+            "tool_call_success",
+            f"{_NLP}:tool_call_success",
+            "check",
+            "tool results carry no error",
+        ),
+        Entry(
+            "judge",
+            "evalpipe.evaluators.judge:JudgeConfig",
+            "provider",
+            "an LLM judge on an OpenAI-compatible endpoint",
+        ),
+        Entry(
+            "foundry",
+            "evalpipe.foundry:FoundryConfig",
+            "provider",
+            "Microsoft Foundry evaluators",
+        ),
+    )
+}
+"""Every registered name."""
+
+
+def names() -> list[str]:
+    """Every registered name, sorted."""
+    return sorted(ENTRIES)
+
+
+def _call(factory: Callable[..., Any], value: Any, where: str) -> Any:
+    try:
+        if value is None:
+            return factory()
+        if isinstance(value, list):
+            return factory(*value)
+        if isinstance(value, dict):
+            return factory(**value)
+        return factory(value)
+    except TypeError as exc:
+        raise RegistryError(f"{where}: {exc}; check the arguments") from None
+
+
+def _provider(entry: Entry, config: Any, where: str) -> Evaluator:
+    if not isinstance(config, dict):
+        raise RegistryError(f"{where}: {entry.name} takes a mapping of settings, got {config!r}")
+    model = entry.load()
+    try:
+        built: Evaluator = model.model_validate(config).build()
+    except ValidationError as exc:
+        details = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or entry.name}: {e['msg']}" for e in exc.errors()
+        )
+        raise RegistryError(f"{where}.{entry.name}: {details}") from None
+    except ValueError as exc:
+        raise RegistryError(f"{where}.{entry.name}: {exc}") from None
+    return built
+
+
+def build(name: str, value: Any = None, *, where: str = "evaluator") -> Any:
+    """A check (a callable) or an Evaluator from a name and its arguments.
+
+    ``value`` is what follows the name in a suite: None (a plain name), a list (positional
+    arguments), a mapping (keyword arguments, or a provider's settings) or a scalar (one argument).
+
+    Raises:
+        RegistryError: naming ``where`` for an unknown name, a bad import path or bad arguments.
+    """
+    entry = ENTRIES.get(name)
+    if entry is not None:
+        if entry.kind == "provider":
+            return _provider(entry, value, where)
+        obj = entry.load()
+        if entry.kind == "factory":
+            return _call(obj, value, where)
+        if value is not None:
+            raise RegistryError(f"{where}: {name!r} takes no arguments; write it as a plain name")
+        return obj
+    if ":" not in name:
+        close = difflib.get_close_matches(name, list(ENTRIES), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise RegistryError(
+            f"{where}: unknown evaluator {name!r}{hint}; use one of {', '.join(names())}, or an "
+            "import path 'package.module:name'"
+        )
+    try:
+        obj = load_object(name, what="evaluator")
+    except ValueError as exc:
+        raise RegistryError(f"{where}: {exc}") from None
+    if isinstance(obj, type) or value is not None:
+        obj = _call(obj, value, where)
+    if not (isinstance(obj, Evaluator) or callable(obj)):
+        raise RegistryError(
+            f"{where}: {name!r} is a {type(obj).__name__}, not a check or an Evaluator"
+        )
+    return obj
+
+
+def _cli_value(text: str) -> Any:
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def parse_cli(spec: str) -> Any:
+    """A check or Evaluator from its command-line form: ``name``, ``name:a,b`` (positional
+    arguments), ``name:key=value,...`` (keyword arguments, values read as YAML), or an import path
+    ``package.module:name``.
+
+    Raises:
+        RegistryError: as :func:`build`, naming ``--check SPEC``.
+    """
+    where = f"--check {spec!r}"
+    name, sep, rest = spec.partition(":")
+    if name not in ENTRIES:
+        try:
+            return build(spec, where=where)  # an import path, or an unknown name
+        except RegistryError:
+            close = difflib.get_close_matches(name, list(ENTRIES), n=1)
+            if sep and close:  # more likely a misspelt built-in than a missing module
+                raise RegistryError(
+                    f"{where}: unknown evaluator {name!r} (did you mean {close[0]!r}?); use one "
+                    f"of {', '.join(names())}, or an import path 'package.module:name'"
+                ) from None
+            raise
+    entry = ENTRIES[name]
+    if entry.kind == "provider":
+        raise RegistryError(
+            f"{where}: {name} is configured with a mapping of settings; use it in a suite file "
+            "(evaluators: [{" + name + ": {...}}]) with `evalpipe run`"
+        )
+    if not rest:
+        return build(name, where=where)
+    parts = [p.strip() for p in rest.split(",") if p.strip()]
+    if parts and all("=" in p for p in parts):
+        kwargs = {k.strip(): _cli_value(v.strip()) for k, v in (p.split("=", 1) for p in parts)}
+        return build(name, kwargs, where=where)
+    if entry.kind == "check":
+        raise RegistryError(f"{where}: {name!r} takes no arguments; write it as a plain name")
+    return build(name, parts, where=where)

@@ -1,0 +1,156 @@
+"""What a flow run shows in the Prefect UI: the summary table, the failures list, links, and the
+gate event automations react to. Every number comes from the tally (``evalpipe.tally``)."""
+
+from __future__ import annotations
+
+import html
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from prefect.events import emit_event
+from prefect.runtime import deployment, flow_run
+
+from evalpipe.results import EvalResults
+from evalpipe.runner import RunPlan
+from evalpipe.tally import SummaryRow, rate_text
+
+__all__ = [
+    "GATE_FAILED",
+    "GATE_PASSED",
+    "artifact_key",
+    "emit_gate_event",
+    "failures_markdown",
+    "summary_table",
+]
+
+GATE_PASSED = "evalpipe.gate.passed"
+GATE_FAILED = "evalpipe.gate.failed"
+
+
+def artifact_key(name: str) -> str:
+    """A Prefect artifact key prefix from a suite name (keys allow only ``[a-z0-9-]``)."""
+    return re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-") or "suite"
+
+
+def summary_table(rows: Sequence[SummaryRow]) -> list[dict[str, Any]]:
+    """One row per provider × agent × metric: the counts and the pass rate with its denominator,
+    as summary.parquet and the command line have them."""
+    return [
+        {
+            "provider": row.provider,
+            "agent": row.agent,
+            "metric": row.metric,
+            "n": row.n,
+            "passed": row.passed,
+            "failed": row.failed,
+            "errored": row.errored,
+            "n/a": row.not_applicable,
+            "pass rate": row.rate_text,
+            "mean score": None if row.score_mean is None else round(row.score_mean, 4),
+        }
+        for row in rows
+        if row.kind == "metric"
+    ]
+
+
+def _md_escape(text: str) -> str:
+    """Agent and judge text is shown as text: HTML escaped, markdown specials backslashed."""
+    escaped = html.escape(text[:500])
+    for ch in "\\`*_{}[]()#+!|>~":
+        escaped = escaped.replace(ch, "\\" + ch)
+    return escaped.replace("\n", " ")
+
+
+def failures_markdown(results: Sequence[EvalResults], limit: int = 50) -> str:
+    """The items that did not pass, with why (at most ``limit``; the rest are counted)."""
+    lines = ["# Items that did not pass", ""]
+    count = 0
+    for res in results:
+        for level in res.iter_results():
+            for item in level.items:
+                if item.is_passed:
+                    continue
+                count += 1
+                if count > limit:
+                    continue
+                why = item.error_message or "; ".join(
+                    f"{s.name}: {(s.reason or 'failed').splitlines()[0]}"
+                    for s in item.scores
+                    if s.passed is False
+                )
+                lines.append(
+                    f"- `{html.escape(item.item_id)}` **{item.status}** ({html.escape(level.provider)}"
+                    f", {html.escape(level.run_id)}): {_md_escape(why)}"
+                )
+    if count == 0:
+        lines.append("Every item passed.")
+    elif count > limit:
+        lines.append(f"- ... and {count - limit} more (see scores.parquet)")
+    return "\n".join(lines)
+
+
+def emit_gate_event(
+    plan: RunPlan,
+    rows: Sequence[SummaryRow],
+    report: Any,
+    failures: Sequence[str],
+    outcome: Mapping[str, Any],
+) -> None:
+    """One event per run for automations: ``evalpipe.gate.failed`` or ``evalpipe.gate.passed``.
+
+    The resource is the suite (``evalpipe.suite.<name>``); related resources are the flow run
+    and, for a deployment run, the deployment. A suite without gates passes (``gates: 0``).
+    """
+    suite = plan.suite
+    related = []
+    if flow_run.id:
+        related.append(
+            {
+                "prefect.resource.id": f"prefect.flow-run.{flow_run.id}",
+                "prefect.resource.role": "flow-run",
+                "prefect.resource.name": flow_run.name or "",
+            }
+        )
+    if deployment.id:
+        related.append(
+            {
+                "prefect.resource.id": f"prefect.deployment.{deployment.id}",
+                "prefect.resource.role": "deployment",
+                "prefect.resource.name": deployment.name or "",
+            }
+        )
+    payload = {
+        "suite": suite.name,
+        "target_version": suite.target_version,
+        "run_dir": outcome["run_dir"],
+        "calls": outcome["calls"],
+        "gates": len(plan.gates),
+        "warn_only": suite.warn_only,
+        "violated": list(failures),
+        "results": [
+            {
+                "provider": r.provider,
+                "agent": r.agent,
+                "n": r.n,
+                "passed": r.passed,
+                "failed": r.failed,
+                "errored": r.errored,
+                "pass_rate": r.pass_rate,
+                "pass_rate_denominator": r.pass_rate_denominator,
+                "pass_rate_text": rate_text(r.passed, r.failed, r.errored),
+            }
+            for r in rows
+            if r.kind == "result"
+        ],
+        "clauses": [] if report is None else report.model_dump(mode="json").get("clauses", []),
+    }
+    emit_event(
+        event=GATE_FAILED if failures else GATE_PASSED,
+        resource={
+            "prefect.resource.id": f"evalpipe.suite.{suite.name}",
+            "prefect.resource.name": suite.name,
+        },
+        related=related,
+        payload=payload,
+    )

@@ -1,0 +1,279 @@
+"""The run plan: everything a run needs, validated and built once before the first target call.
+
+A plan is immutable: the rows (samples), the calls (one per row and repetition, in
+repetition-major order, each with its content address for the journal), the target, the
+providers, how transcripts become items, and for a suite the gates and the run directory.
+``evaluate_agent`` / ``evaluate_workflow`` build one from their arguments (:func:`agent_plan`,
+:func:`workflow_plan`), ``evalpipe run`` and the Prefect flow from a suite (:func:`prepare_suite`,
+where the dataset is loaded and the target factory called exactly once).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from evalpipe.evaluators.base import AgentScoped, BatchedEvaluator, Evaluator
+from evalpipe.itemize import NO_EXPECTATIONS, Expectations, UpstreamContext
+from evalpipe.journal import call_key, content_key
+from evalpipe.messages import Message, ToolDefinition
+from evalpipe.targets.base import agent_name, agent_tools
+from evalpipe.targets.workflow import (
+    as_workflow,
+    is_workflow,
+    workflow_agent_names,
+    workflow_identity,
+    workflow_name,
+)
+from evalpipe.transcripts import TargetKind, Transcript
+
+__all__ = [
+    "Call",
+    "ItemIds",
+    "Row",
+    "RunPlan",
+    "Target",
+    "in_process_plan",
+    "make_calls",
+    "resolve_target",
+]
+
+ItemIds = Literal["position", "row"]
+"""How items are named: ``position`` (MAF's: the call's place in the run, ``"0"``, ``"1"``, ...) or
+``row`` (suites: ``"{row id}#{repetition}"``, stable across runs and resumes)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One sample source: a dataset row, or one query of ``evaluate_agent``."""
+
+    index: int
+    """Position in the query set."""
+    query: str
+    """The user query sent to the target."""
+    key: str
+    """Content address of the row: its id and everything it holds (see :func:`row_key`)."""
+    id: str | None = None
+    """The dataset row's id (None for in-process queries)."""
+    tags: tuple[str, ...] = ()
+    """The row's labels."""
+    expect: Expectations = NO_EXPECTATIONS
+    """What the row expects."""
+    recorded: Transcript | None = None
+    """A recorded row's transcript (repetition 0): no target is called for it."""
+    recorded_head: tuple[Message, ...] | None = None
+    """A recorded agent conversation's query side (system message, earlier turns)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One target call of the run: which row, which repetition, and its content address."""
+
+    position: int
+    """Place in the run's repetition-major order."""
+    row_index: int
+    repetition: int
+    key: str
+
+
+def make_calls(identity: str, rows: Sequence[Row], repetitions: int) -> tuple[Call, ...]:
+    """Every (row, repetition) as its own call, repetition-major (rep 0: rows 0..n-1, rep 1: ...)."""
+    n = len(rows)
+    return tuple(
+        Call(rep * n + i, i, rep, call_key(identity, row.key, rep))
+        for rep in range(repetitions)
+        for i, row in enumerate(rows)
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """The target as the run calls it: one object for every call (see :func:`resolve_target`)."""
+
+    kind: TargetKind
+    obj: Any
+    """An agent (``run(messages)``) or an evalpipe Workflow (``run(query) -> WorkflowRun``)."""
+    name: str
+    """Its display name."""
+    declared_tools: tuple[ToolDefinition, ...] = ()
+    """An agent's declared tool snapshots (the fallback when a response carries none)."""
+    agent_names: tuple[str, ...] | None = None
+    """A workflow's agents, when it declares them up front."""
+    identity: str = ""
+    """What the journal keys calls by (with the suite's target spec and version)."""
+
+
+def resolve_target(obj: Any, *, kind: TargetKind | None = None) -> Target:
+    """The run's target from an agent, a workflow, or what a factory built.
+
+    Which objects are shared by every call, and why: agents (evalpipe's, MAF's ``Agent``, any
+    object with ``run(messages)``) are reused, since one call does not change what the next one
+    sees (pass a factory that returns a fresh object if yours keeps state between calls); evalpipe
+    workflows are reused for the same reason. A MAF ``Workflow`` instance refuses concurrent runs,
+    so an instance runs one call at a time, and a ``MAFWorkflow(factory)`` builds a fresh workflow
+    per call (that is what a suite target that is a factory of MAF workflows becomes).
+
+    ``kind="workflow"`` takes any object with ``name`` and ``run`` as a workflow (as
+    ``evaluate_workflow`` does); by default an object is a workflow when ``is_workflow`` says so.
+
+    Raises:
+        TypeError: for something that is neither an agent nor a workflow.
+    """
+    if kind == "workflow" or (kind is None and is_workflow(obj)):
+        workflow = as_workflow(obj)
+        names = workflow_agent_names(workflow)
+        return Target(
+            kind="workflow",
+            obj=workflow,
+            name=workflow_name(obj),
+            agent_names=tuple(names) if names is not None else None,
+            identity=workflow_identity(workflow),
+        )
+    if not callable(getattr(obj, "run", None)):
+        raise TypeError(
+            f"cannot run {type(obj).__name__}: an agent has `name` and `async run(messages)`, a "
+            "workflow `name` and `async run(query) -> WorkflowRun`"
+        )
+    return Target(
+        kind="agent",
+        obj=obj,
+        name=agent_name(obj),
+        declared_tools=tuple(agent_tools(obj)),
+        identity="agent",
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunPlan:
+    """A validated run (see the module docstring)."""
+
+    name: str
+    """The evaluation's name: results are named after it (``"{name} ({provider})"`` with several
+    providers, ``"{name} — {agent}"`` per agent of a workflow)."""
+    kind: TargetKind
+    target: Target | None
+    """None when no target is called (every row recorded, or re-scoring)."""
+    identity: str
+    """The target's identity for the journal."""
+    rows: tuple[Row, ...]
+    repetitions: int
+    providers: tuple[Evaluator, ...]
+    calls: tuple[Call, ...]
+    split: Any = None
+    """The splitter stamped on items (None: each item's default)."""
+    upstream_context: UpstreamContext = "received"
+    include_overall: bool = True
+    include_per_agent: bool = True
+    tools_override: tuple[ToolDefinition, ...] | None = None
+    """Agents: tool definitions for evaluation only (``evaluate_agent(tools=...)``)."""
+    strict_tools: bool = False
+    """Agents: a tool with two schemas raises (pre-existing responses) instead of erroring the item."""
+    call_attempts: int = 1
+    """Tries per call for transient errors."""
+    item_ids: ItemIds = "position"
+    stored: Mapping[str, Transcript] | None = None
+    """Re-scoring: the transcripts of an earlier run by call key (the target is not called)."""
+    eval_key: str | None = None
+    """A stable key for server-side evaluations (Foundry): a resumed or retried run reuses them."""
+    suite: Any = None
+    """The EvalSuite, for runs made from a suite."""
+    gates: tuple[Any, ...] = ()
+    """The suite's parsed gate clauses."""
+    run_dir: Path | None = None
+    """Where a suite run writes."""
+    rescored_from: Path | None = None
+    """The run whose transcripts are re-scored."""
+
+    def eval_name(self, provider: Evaluator) -> str:
+        """The name a provider's results carry (the provider appended when there are several)."""
+        if len(self.providers) > 1:
+            return f"{self.name} ({provider.name})"
+        return self.name
+
+    def item_id(self, call: Call) -> str:
+        """The id of a call's (overall) item."""
+        if self.item_ids == "row":
+            return f"{self.rows[call.row_index].id}#{call.repetition}"
+        return str(call.position)
+
+    def metadata(self, call: Call) -> dict[str, Any]:
+        """What each item of a call carries in its metadata: the dataset row's id and tags, and
+        (suites) the call's content address."""
+        row = self.rows[call.row_index]
+        meta: dict[str, Any] = {}
+        if row.id is not None:
+            meta["row_id"] = row.id
+            meta["tags"] = list(row.tags)
+        if self.item_ids == "row":
+            meta["run_id"] = call.key
+        return meta
+
+    def shards(self, size: int) -> list[tuple[Call, ...]]:
+        """The calls cut into shards of ``size``, in repetition-major order."""
+        return [self.calls[i : i + size] for i in range(0, len(self.calls), size)]
+
+    def batched(self, provider: Evaluator) -> BatchedEvaluator | None:
+        """The provider's batched (server-side) evaluator, seen through an ``agents:`` scope."""
+        inner = provider.inner if isinstance(provider, AgentScoped) else provider
+        return inner if isinstance(inner, BatchedEvaluator) else None
+
+
+def in_process_plan(
+    *,
+    name: str,
+    target: Target | None,
+    kind: TargetKind,
+    queries: Sequence[str],
+    providers: Sequence[Evaluator],
+    expectations: Sequence[Expectations] | None = None,
+    repetitions: int = 1,
+    recorded: Sequence[Transcript | None] | None = None,
+    recorded_heads: Sequence[Sequence[Message] | None] | None = None,
+    split: Any = None,
+    upstream_context: UpstreamContext = "received",
+    include_overall: bool = True,
+    include_per_agent: bool = True,
+    tools_override: Sequence[ToolDefinition] | None = None,
+    strict_tools: bool = False,
+    row_ids: Sequence[str] | None = None,
+    tags: Sequence[Sequence[str]] | None = None,
+    item_ids: ItemIds = "position",
+) -> RunPlan:
+    """The plan of an in-process evaluation (``evaluate_agent``, ``evaluate_workflow``, ``evalpipe
+    eval``): one row per query, each with its expectations and, for pre-existing responses, its
+    recorded transcript."""
+    identity = target.identity if target is not None else kind
+    rows = tuple(
+        Row(
+            index=i,
+            query=query,
+            key=content_key({"index": i, "query": query, "id": row_ids[i] if row_ids else None}),
+            id=row_ids[i] if row_ids is not None else None,
+            tags=tuple(tags[i]) if tags is not None else (),
+            expect=expectations[i] if expectations is not None else NO_EXPECTATIONS,
+            recorded=recorded[i] if recorded is not None else None,
+            recorded_head=tuple(head)
+            if recorded_heads is not None and (head := recorded_heads[i]) is not None
+            else None,
+        )
+        for i, query in enumerate(queries)
+    )
+    return RunPlan(
+        name=name,
+        kind=kind,
+        target=target,
+        identity=identity,
+        rows=rows,
+        repetitions=repetitions,
+        providers=tuple(providers),
+        calls=make_calls(identity, rows, repetitions),
+        split=split,
+        upstream_context=upstream_context,
+        include_overall=include_overall,
+        include_per_agent=include_per_agent,
+        tools_override=tuple(tools_override) if tools_override is not None else None,
+        strict_tools=strict_tools,
+        item_ids=item_ids,
+    )

@@ -1,0 +1,419 @@
+"""A shard of a run: its target calls, the items their transcripts become, and every provider's scores.
+
+``run_shard`` is the one place calls → items → scores happen: ``evaluate_agent`` and
+``evaluate_workflow`` run the whole plan as one shard in-process, the Prefect flow runs one task per
+shard in its own process, and a Dask worker runs whole shards of the same plan. Calls fan out over
+a bounded pool of workers sharing one semaphore; each finished call is journaled before the next
+stage sees it, so a resumed run makes only the calls it is missing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from contextlib import AbstractAsyncContextManager, nullcontext
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from evalpipe.evaluators.base import AgentScoped, BatchedEvaluator, Evaluator
+from evalpipe.itemize import WorkflowItems, agent_item, workflow_items
+from evalpipe.items import EvalItem
+from evalpipe.results import EvalResults
+from evalpipe.runner.plan import Call, RunPlan
+from evalpipe.runner.state import RunState
+from evalpipe.tally import OVERALL, errored_results, merge_results
+from evalpipe.targets.base import call_agent
+from evalpipe.targets.workflow import call_workflow
+from evalpipe.transcripts import Transcript, load_transcript
+
+__all__ = [
+    "CallOutcome",
+    "Scope",
+    "ShardResult",
+    "Source",
+    "build_items",
+    "evaluate_items",
+    "evaluate_prebuilt",
+    "make_call",
+    "run_calls",
+    "run_in_process",
+    "run_shard",
+]
+
+Source = Literal["made", "reused", "recorded"]
+"""Where a call's transcript came from: the target was called now (``made``), the journal or the
+re-scored run held it (``reused``), or the dataset row is a recording (``recorded``)."""
+
+Scope = Callable[[int, Evaluator, WorkflowItems], AbstractAsyncContextManager[Any]]
+"""What a provider's evaluation of a shard runs inside: ``scope(provider_index, provider, items)``
+(the Prefect layer holds global concurrency slots there)."""
+
+
+@dataclass(slots=True)
+class CallOutcome:
+    """A finished call: its transcript and where it came from."""
+
+    call: Call
+    run: Transcript
+    source: Source
+    json: str | None = None
+    """The transcript as JSON, once serialized (for the journal and runs.parquet)."""
+
+    @property
+    def reused(self) -> bool:
+        """The transcript was not made in this run."""
+        return self.source == "reused"
+
+    def transcript_json(self) -> str:
+        """The transcript as JSON (serialized once)."""
+        if self.json is None:
+            self.json = self.run.model_dump_json(fallback=str)
+        return self.json
+
+
+@dataclass(slots=True)
+class ShardResult:
+    """What a shard became: its calls' outcomes (in call order) and one EvalResults per provider."""
+
+    outcomes: list[CallOutcome]
+    results: list[EvalResults]
+    items: int
+    """How many items the transcripts became (overall and per agent)."""
+
+
+async def make_call(
+    plan: RunPlan, state: RunState, call: Call, semaphore: asyncio.Semaphore | None
+) -> CallOutcome:
+    """One call: from the re-scored run or the journal when they hold it, the recording for a
+    recorded row, else the target (journaled as soon as it returns without error)."""
+    if plan.stored is not None:
+        return CallOutcome(call, plan.stored[call.key], "reused")
+    journal = state.journal
+    if journal is not None and (text := journal.get(call.key)) is not None:
+        return CallOutcome(call, load_transcript(plan.kind, text), "reused", text)
+    row = plan.rows[call.row_index]
+    if row.recorded is not None:
+        run = row.recorded
+        if call.repetition:
+            run = run.model_copy(update={"repetition": call.repetition})
+        return CallOutcome(call, run, "recorded")
+    target = plan.target
+    if target is None:  # pragma: no cover - prepare_suite refuses such a plan
+        raise RuntimeError(f"row {row.id!r} has no recording and the plan has no target")
+    made: Transcript
+    if target.kind == "workflow":
+        made = await call_workflow(
+            target.obj,
+            row.query,
+            query_index=row.index,
+            repetition=call.repetition,
+            semaphore=semaphore,
+        )
+    else:
+        made = await call_agent(
+            target.obj,
+            row.query,
+            query_index=row.index,
+            repetition=call.repetition,
+            semaphore=semaphore,
+            attempts=plan.call_attempts,
+        )
+    outcome = CallOutcome(call, made, "made")
+    if journal is not None and made.error_code is None:
+        journal.record(call.key, outcome.transcript_json())
+    return outcome
+
+
+async def run_calls(
+    plan: RunPlan,
+    state: RunState,
+    calls: Sequence[Call],
+    *,
+    semaphore: asyncio.Semaphore | None,
+    workers: int,
+    on_call: Callable[[CallOutcome], None] | None = None,
+) -> list[CallOutcome]:
+    """Every call, ``workers`` at a time (the semaphore may bound them further, shared with other
+    shards); outcomes in call order whatever order they finish in."""
+    total = len(calls)
+    out: list[CallOutcome | None] = [None] * total
+    next_index = 0
+
+    async def worker() -> None:
+        nonlocal next_index
+        while next_index < total:
+            index = next_index
+            next_index += 1
+            outcome = await make_call(plan, state, calls[index], semaphore)
+            out[index] = outcome
+            if on_call is not None:
+                on_call(outcome)
+
+    await asyncio.gather(*(worker() for _ in range(max(1, min(workers, total)))))
+    return [o for o in out if o is not None]
+
+
+def build_items(plan: RunPlan, outcomes: Sequence[CallOutcome]) -> WorkflowItems:
+    """The items of a shard's transcripts: one per agent call; for a workflow call an overall item
+    and one per agent turn (see :mod:`evalpipe.itemize`).
+
+    Raises:
+        ValueError: for a tool with two schemas when the plan is ``strict_tools``.
+    """
+    items = WorkflowItems()
+    declared = plan.target.declared_tools if plan.target is not None else ()
+    for outcome in outcomes:
+        call = outcome.call
+        row = plan.rows[call.row_index]
+        run = outcome.run
+        if plan.kind == "agent":
+            items.overall.append(
+                agent_item(
+                    run,  # type: ignore[arg-type]
+                    item_id=plan.item_id(call),
+                    expect=row.expect,
+                    recorded_head=row.recorded_head,
+                    declared_tools=declared,
+                    tools=plan.tools_override,
+                    split=plan.split,
+                    strict_tools=plan.strict_tools,
+                    metadata=plan.metadata(call),
+                )
+            )
+        else:
+            items.add(
+                workflow_items(
+                    run,  # type: ignore[arg-type]
+                    item_id=plan.item_id(call),
+                    expect=row.expect,
+                    split=plan.split,
+                    upstream_context=plan.upstream_context,
+                    include_overall=plan.include_overall,
+                    include_per_agent=plan.include_per_agent,
+                    metadata=plan.metadata(call),
+                )
+            )
+    return items
+
+
+def _error_text(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+async def _evaluate_batched(
+    plan: RunPlan,
+    state: RunState,
+    index: int,
+    provider: BatchedEvaluator,
+    items: list[EvalItem],
+    name: str,
+    first_position: int,
+) -> EvalResults:
+    """One server-side evaluation per run and group (created by the first shard), one server run
+    per ``batch_size`` items of this shard, tagged so a retry or a resume does not pay twice."""
+    key = f"{plan.eval_key}:{name}" if plan.eval_key is not None else None
+    try:
+        eval_id = await state.eval_id(
+            name, lambda: provider.create_eval(items, eval_name=name, key=key)
+        )
+    except Exception as exc:
+        return errored_results(
+            provider.name, items, name, f"could not create the eval: {_error_text(exc)}"
+        )
+    size = max(1, int(provider.batch_size or len(items)))
+    slots = state.run_slots(index, int(provider.max_concurrent_runs or 1))
+
+    async def batch(offset: int) -> EvalResults:
+        async with slots:
+            return await provider.run_batch(
+                eval_id,
+                items[offset : offset + size],
+                eval_name=name,
+                batch_index=first_position + offset,
+            )
+
+    parts = await asyncio.gather(*(batch(i) for i in range(0, len(items), size)))
+    return merge_results(list(parts))
+
+
+async def _evaluate_group(
+    plan: RunPlan,
+    state: RunState,
+    index: int,
+    provider: Evaluator,
+    items: list[EvalItem],
+    name: str,
+    first_position: int,
+) -> EvalResults:
+    """One provider over one group of items; a provider that raises gives errored items."""
+    batched = plan.batched(provider)
+    try:
+        if batched is not None:
+            result = await _evaluate_batched(
+                plan, state, index, batched, items, name, first_position
+            )
+        else:
+            result = await provider.evaluate(items, eval_name=name)
+    except Exception as exc:
+        return errored_results(provider.name, items, name, _error_text(exc))
+    result.provider = provider.name
+    return result
+
+
+def _empty(provider: Evaluator, name: str) -> EvalResults:
+    return EvalResults(
+        provider=provider.name,
+        run_id=name,
+        result_counts={"passed": 0, "failed": 0, "errored": 0},
+    )
+
+
+async def evaluate_items(
+    plan: RunPlan,
+    state: RunState,
+    index: int,
+    provider: Evaluator,
+    items: WorkflowItems,
+    first_position: int = 0,
+) -> EvalResults:
+    """One provider over one shard's items.
+
+    Agents: one result over the items. Workflows: the overall evaluation
+    (``"{name} — overall"``) with ``sub_results`` keyed by agent (``"{name} — {agent}"``), each
+    name with ``" ({provider})"`` when the plan has several providers; without overall items the
+    top level is MAF's synthetic aggregate (``run_id="aggregate"``, summed counts). An ``agents:``
+    scope limits the groups a provider sees.
+    """
+    if plan.kind == "agent":
+        name = plan.eval_name(provider)
+        if not items.overall:
+            return _empty(provider, name)
+        return await _evaluate_group(
+            plan, state, index, provider, items.overall, name, first_position
+        )
+    groups = {agent: group for agent, group in items.per_agent.items() if group}
+    overall = items.overall
+    if isinstance(provider, AgentScoped):
+        groups = {a: g for a, g in groups.items() if a in provider.agents}
+        overall = overall if OVERALL in provider.agents else []
+    tail = f" ({provider.name})" if len(plan.providers) > 1 else ""
+    if not groups and not overall:
+        return _empty(provider, f"{plan.name}{tail}")
+    names = list(groups)
+    evaluations = [
+        _evaluate_group(
+            plan, state, index, provider, groups[a], f"{plan.name} — {a}{tail}", first_position
+        )
+        for a in names
+    ]
+    if overall:
+        evaluations.append(
+            _evaluate_group(
+                plan,
+                state,
+                index,
+                provider,
+                overall,
+                f"{plan.name} — overall{tail}",
+                first_position,
+            )
+        )
+    done = await asyncio.gather(*evaluations)
+    subs = dict(zip(names, done[: len(names)], strict=True))
+    if overall:
+        top = done[-1]
+        top.sub_results = subs
+        return top
+    return EvalResults(
+        provider=provider.name,
+        eval_id="aggregate",
+        run_id="aggregate",
+        status="completed" if all(s.status == "completed" for s in subs.values()) else "partial",
+        result_counts={
+            "passed": sum(s.passed for s in subs.values()),
+            "failed": sum(s.failed for s in subs.values()),
+            "errored": sum(s.errored for s in subs.values()),
+        },
+        sub_results=subs,
+    )
+
+
+async def run_shard(
+    plan: RunPlan,
+    state: RunState,
+    calls: Sequence[Call],
+    *,
+    semaphore: asyncio.Semaphore | None,
+    workers: int,
+    on_call: Callable[[CallOutcome], None] | None = None,
+    scope: Scope | None = None,
+) -> ShardResult:
+    """Calls → items → every provider's scores, for one shard of the plan's calls.
+
+    Providers evaluate the shard concurrently, each inside ``scope`` when given.
+    """
+    outcomes = await run_calls(
+        plan, state, calls, semaphore=semaphore, workers=workers, on_call=on_call
+    )
+    items = build_items(plan, outcomes)
+    first = calls[0].position if calls else 0
+
+    async def one(index: int, provider: Evaluator) -> EvalResults:
+        around = scope(index, provider, items) if scope is not None else nullcontext()
+        async with around:
+            return await evaluate_items(plan, state, index, provider, items, first)
+
+    results = await asyncio.gather(*(one(i, p) for i, p in enumerate(plan.providers)))
+    return ShardResult(outcomes, list(results), items.count)
+
+
+async def run_in_process(
+    plan: RunPlan,
+    *,
+    max_concurrency: int,
+    on_call: Callable[[CallOutcome], None] | None = None,
+) -> ShardResult:
+    """The whole plan as one shard in this process, at most ``max_concurrency`` calls at once,
+    nothing journaled.
+
+    Raises:
+        ValueError: for ``max_concurrency < 1``.
+    """
+    if max_concurrency < 1:
+        raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}.")
+    semaphore = asyncio.Semaphore(max_concurrency)
+    return await run_shard(
+        plan,
+        RunState(),
+        plan.calls,
+        semaphore=semaphore,
+        workers=max_concurrency,
+        on_call=on_call,
+    )
+
+
+async def evaluate_prebuilt(
+    providers: Sequence[Evaluator],
+    items: WorkflowItems,
+    name: str,
+    *,
+    kind: Literal["agent", "workflow"] = "workflow",
+) -> list[EvalResults]:
+    """Every provider over items built elsewhere (OpenTelemetry traces, Foundry threads): the same
+    evaluation and naming as a run's, without calls. One EvalResults per provider, in order."""
+    plan = RunPlan(
+        name=name,
+        kind=kind,
+        target=None,
+        identity=kind,
+        rows=(),
+        repetitions=1,
+        providers=tuple(providers),
+        calls=(),
+    )
+    state = RunState()
+    return list(
+        await asyncio.gather(
+            *(evaluate_items(plan, state, i, p, items) for i, p in enumerate(providers))
+        )
+    )

@@ -1,0 +1,174 @@
+"""Transcripts: what one target call recorded, for an agent (TargetRun) or a workflow (WorkflowRun).
+
+A transcript is the record every later stage reads: the items stage splits it into EvalItems, the
+journal stores it as JSON so a run resumes, and runs.parquet keeps it so a run can be re-scored.
+Targets, recorded datasets, OpenTelemetry traces and Foundry threads all produce these types; this
+module depends on ``messages`` only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from evalpipe.messages import Message, ToolDefinition
+
+__all__ = [
+    "ExecutorRun",
+    "RunUsage",
+    "TargetKind",
+    "TargetRun",
+    "Transcript",
+    "WorkflowRun",
+    "load_transcript",
+    "sum_usage",
+]
+
+TargetKind = Literal["agent", "workflow"]
+"""What a target is: one agent (a call gives a TargetRun) or a workflow (a WorkflowRun)."""
+
+
+class RunUsage(BaseModel):
+    """What one target call cost: tokens when the response reports them, and wall time."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    input_tokens: int | None = None
+    """Prompt tokens, when reported."""
+    output_tokens: int | None = None
+    """Completion tokens, when reported."""
+    total_tokens: int | None = None
+    """Total tokens, when reported."""
+    latency_seconds: float | None = None
+    """Wall-clock time of the call, measured by evalpipe."""
+
+
+def sum_usage(usages: Sequence[RunUsage], latency_seconds: float | None = None) -> RunUsage:
+    """Token counts added up (None when no part reported that count), with the given latency."""
+
+    def total(field: str) -> int | None:
+        values = [v for u in usages if (v := getattr(u, field)) is not None]
+        return sum(values) if values else None
+
+    return RunUsage(
+        input_tokens=total("input_tokens"),
+        output_tokens=total("output_tokens"),
+        total_tokens=total("total_tokens"),
+        latency_seconds=latency_seconds,
+    )
+
+
+class TargetRun(BaseModel):
+    """One call of an agent: which query and repetition, what came back, or how it failed."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    query_index: int
+    """Position of the query (dataset row) in the query set."""
+    repetition: int
+    """Which repetition (0-based)."""
+    query: str
+    """The user query sent to the target."""
+    messages: list[Message] = Field(default_factory=list)
+    """The response messages (empty when the call failed)."""
+    tools: list[ToolDefinition] | None = None
+    """Tool snapshots the response carried (None when it carried none)."""
+    usage: RunUsage = Field(default_factory=RunUsage)
+    """Tokens and latency."""
+    error_code: str | None = None
+    """Why the call has no usable response: "AgentError" when it raised."""
+    error_message: str | None = None
+    """The exception, as text."""
+    attempts: int = 1
+    """How many times the call was made (transient errors are retried)."""
+
+    @property
+    def ok(self) -> bool:
+        """The call returned a response."""
+        return self.error_code is None
+
+
+class ExecutorRun(BaseModel):
+    """One executor's turn inside a workflow run: what it received and what it produced."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    executor_id: str
+    """The executor's id in the workflow (for built-in workflows and MAF agents: the agent name)."""
+    agent: str | None = None
+    """The agent this executor runs, used to group per-agent results; None for a non-agent step."""
+    received: list[Message] = Field(default_factory=list)
+    """The messages the agent was given: the user query and, downstream, what upstream agents said."""
+    produced: list[Message] = Field(default_factory=list)
+    """The messages the agent produced (tool calls, tool results, answer); empty when it failed."""
+    tools: list[ToolDefinition] | None = None
+    """Schema snapshots of the tools the agent could call (None: unknown)."""
+    usage: RunUsage = Field(default_factory=RunUsage)
+    """Tokens the agent reported and the wall time of its turn."""
+    error_code: str | None = None
+    """Why this turn has no usable output: "ExecutorError" (it raised), "UpstreamError" (not run
+    because an agent before it failed) or "Interrupted" (the workflow stopped while it ran)."""
+    error_message: str | None = None
+    """What went wrong, for people."""
+    attempts: int = 1
+    """How many times the agent was called (transient errors are retried when configured)."""
+
+    @property
+    def ok(self) -> bool:
+        """The executor finished its turn."""
+        return self.error_code is None
+
+
+class WorkflowRun(BaseModel):
+    """One run of a workflow on one query: the ordered executor transcripts and the final output.
+
+    Round-trips through ``model_dump_json()`` / ``model_validate_json()``.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    query_index: int = 0
+    """Position of the query in the query set."""
+    repetition: int = 0
+    """Which repetition (0-based)."""
+    query: str
+    """The user query the workflow was given."""
+    workflow: str | None = None
+    """The workflow's name."""
+    executors: list[ExecutorRun] = Field(default_factory=list)
+    """Every executor turn, in the order the turns started."""
+    output: list[Message] = Field(default_factory=list)
+    """The workflow's final output messages."""
+    usage: RunUsage = Field(default_factory=RunUsage)
+    """Tokens summed over the executors, and the wall time of the whole run."""
+    error_code: str | None = None
+    """Set when the run did not finish: "ExecutorError", "WorkflowError", "RoutingError",
+    "MaxHopsExceeded"."""
+    error_message: str | None = None
+    """What went wrong, for people."""
+
+    @property
+    def ok(self) -> bool:
+        """The run finished."""
+        return self.error_code is None
+
+    def for_agent(self, agent: str) -> list[ExecutorRun]:
+        """The turns of one agent, in order."""
+        return [e for e in self.executors if e.agent == agent]
+
+
+Transcript = TargetRun | WorkflowRun
+"""What one target call recorded."""
+
+
+def load_transcript(kind: TargetKind, text: str) -> Transcript:
+    """A transcript from its JSON (as the journal and runs.parquet store it).
+
+    Raises:
+        pydantic.ValidationError: when ``text`` is not a transcript of that kind.
+    """
+    if kind == "workflow":
+        return WorkflowRun.model_validate_json(text)
+    return TargetRun.model_validate_json(text)

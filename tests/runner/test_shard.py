@@ -1,0 +1,108 @@
+"""The runner's shard: where each transcript comes from, what the journal keeps, and scoped
+providers; every path (evaluate_agent, the flow, Dask) runs through it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from examples.travel.workflow import travel_workflow
+
+from evalpipe import AgentResponse, LocalEvaluator, Message, keyword_check
+from evalpipe.evaluators.base import AgentScoped
+from evalpipe.itemize import WorkflowItems
+from evalpipe.journal import Journal
+from evalpipe.runner import RunPlan, RunState, in_process_plan, resolve_target, run_shard
+from evalpipe.runner.shard import evaluate_items, make_call
+from evalpipe.transcripts import TargetRun
+
+
+class Counting:
+    name = "counting"
+
+    def __init__(self) -> None:
+        self.queries: list[str] = []
+
+    async def run(self, messages: list[Message], **kwargs: Any) -> AgentResponse:
+        query = messages[-1].text
+        self.queries.append(query)
+        if "fail" in query:
+            raise RuntimeError("down")
+        return AgentResponse(messages=[Message("assistant", [f"answer {len(self.queries)}"])])
+
+
+def _plan(agent: Any, queries: list[str], **kw: Any) -> RunPlan:
+    return in_process_plan(
+        name="t",
+        target=resolve_target(agent),
+        kind="agent",
+        queries=queries,
+        providers=[LocalEvaluator(keyword_check("answer"))],
+        **kw,
+    )
+
+
+async def test_same_queries_are_separate_calls_in_process() -> None:
+    """Every (row, repetition) is its own call, whatever the rows hold."""
+    agent = Counting()
+    plan = _plan(agent, ["roll", "roll", "roll"], repetitions=2)
+    shard = await run_shard(plan, RunState(), plan.calls, semaphore=None, workers=4)
+    assert len(agent.queries) == 6
+    assert [o.source for o in shard.outcomes] == ["made"] * 6
+    assert len({o.call.key for o in shard.outcomes}) == 6
+    assert shard.items == 6
+    assert shard.results[0].passed == 6
+
+
+async def test_finished_calls_are_journaled_and_reused_errored_ones_are_made_again(
+    tmp_path: Path,
+) -> None:
+    """A finished call is journaled before the next stage sees it and reused by a later shard;
+    an errored call is not journaled, so it is made again."""
+    agent = Counting()
+    plan = _plan(agent, ["ok", "fail"])
+    state = RunState(journal=Journal(tmp_path, plan.identity))
+    first = [await make_call(plan, state, c, None) for c in plan.calls]
+    assert [o.source for o in first] == ["made", "made"]
+    assert first[0].call.key in state.journal  # type: ignore[operator]
+    assert first[1].call.key not in state.journal  # type: ignore[operator]
+    again = [await make_call(plan, state, c, None) for c in plan.calls]
+    assert [o.source for o in again] == ["reused", "made"]
+    assert again[0].run == first[0].run
+    assert agent.queries == ["ok", "fail", "fail"]
+
+
+async def test_recorded_rows_are_not_calls() -> None:
+    """A recorded row's transcript is used as is (each repetition its own copy); nothing is called
+    and nothing is journaled."""
+    agent = Counting()
+    recorded = TargetRun(
+        query_index=0, repetition=0, query="q", messages=[Message("assistant", ["answer"])]
+    )
+    plan = _plan(agent, ["q"], repetitions=2, recorded=[recorded])
+    shard = await run_shard(plan, RunState(), plan.calls, semaphore=None, workers=2)
+    assert agent.queries == []
+    assert [(o.source, o.run.repetition) for o in shard.outcomes] == [
+        ("recorded", 0),
+        ("recorded", 1),
+    ]
+
+
+async def test_a_scoped_provider_sees_only_its_agents() -> None:
+    """`agents: [writer]` evaluates the writer's items and nothing else; a scope with none of its
+    agents in a shard gives an empty result, not an error."""
+    workflow = resolve_target(travel_workflow())
+    plan = in_process_plan(
+        name="wf",
+        target=workflow,
+        kind="workflow",
+        queries=["Plan a trip to Paris"],
+        providers=[AgentScoped(LocalEvaluator(keyword_check("Paris")), ["writer"])],
+    )
+    shard = await run_shard(plan, RunState(), plan.calls, semaphore=None, workers=1)
+    [result] = shard.results
+    assert result.provider == "Local (writer)"
+    assert set(result.sub_results) == {"writer"}
+    assert result.run_id == "aggregate"
+    empty = await evaluate_items(plan, RunState(), 0, plan.providers[0], WorkflowItems())
+    assert (empty.passed, empty.failed, empty.errored) == (0, 0, 0)

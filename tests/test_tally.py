@@ -1,0 +1,179 @@
+"""The tally: statuses, counts, pass rates with their denominators, merging and summary rows."""
+
+from __future__ import annotations
+
+from evalpipe import EvalResults, Message, evaluate_agent, keyword_check
+from evalpipe.results import Diagnostic, EvalItemResult, EvalScoreResult
+from evalpipe.tally import (
+    NOT_APPLICABLE,
+    CallTally,
+    Counts,
+    count_results,
+    item_status,
+    merge_results,
+    rate_text,
+    score_status,
+    summary_rows,
+)
+from evalpipe.transcripts import RunUsage, TargetRun
+
+
+def test_score_status_rules() -> None:
+    """Errors (code, message or error diagnostic) and empty scores are errors; n/a is its label."""
+    assert score_status(EvalScoreResult("m", 1.0, True)) == "pass"
+    assert score_status(EvalScoreResult("m", 0.0, False)) == "fail"
+    assert score_status(EvalScoreResult("m", None, None, error_code="JudgeParseError")) == "error"
+    assert score_status(EvalScoreResult("m", None, None, error_message="boom")) == "error"
+    flagged = EvalScoreResult("m", 3.0, True, diagnostics=[Diagnostic("error", "bad")])
+    assert score_status(flagged) == "error"
+    assert score_status(EvalScoreResult("m", None, None)) == "error"
+    assert score_status(EvalScoreResult("m", None, None, label=NOT_APPLICABLE)) == NOT_APPLICABLE
+    assert score_status(EvalScoreResult("m", 0.7, None)) == NOT_APPLICABLE
+
+
+def test_item_status_rules() -> None:
+    """Any error wins, then any fail; no metric fails (MAF's zero checks); all n/a is an error."""
+    ok, bad = EvalScoreResult("a", 1.0, True), EvalScoreResult("b", 0.0, False)
+    broken = EvalScoreResult("c", None, None, error_code="X")
+    na = EvalScoreResult("d", None, None, label=NOT_APPLICABLE)
+    assert item_status([ok, na]) == "pass"
+    assert item_status([ok, bad]) == "fail"
+    assert item_status([bad, broken]) == "error"
+    assert item_status([]) == "fail"
+    assert item_status([], empty="error") == "error"
+    assert item_status([na, na]) == "error"
+    assert item_status([ok], errored=True) == "error"
+    component = EvalScoreResult("part", 0.0, False, evaluator="composite")
+    assert item_status([ok, component]) == "pass"
+
+
+def test_counts_name_their_denominator() -> None:
+    """n counts everything; the pass rate divides by passed + failed only."""
+    counts = Counts(passed=8, failed=2, errored=3, not_applicable=1)
+    assert (counts.n, counts.denominator, counts.pass_rate) == (14, 10, 0.8)
+    assert Counts().pass_rate is None
+    assert rate_text(8, 2, 3, 1) == "80.0% (8 of 10; 3 errored, 1 n/a left out)"
+    assert rate_text(0, 0, 5) == "- (0 of 0; 5 errored left out)"
+    assert rate_text(1, 1) == "50.0% (1 of 2)"
+
+
+def test_count_results_counts_unscored_errors_on_every_metric() -> None:
+    """An item errored before any metric ran is errored on each named metric."""
+    items = [
+        EvalItemResult(
+            "0", "pass", [EvalScoreResult("m", 1.0, True), EvalScoreResult("k", 1, True)]
+        ),
+        EvalItemResult(
+            "1", "fail", [EvalScoreResult("m", 0.0, False), EvalScoreResult("k", 1, True)]
+        ),
+        EvalItemResult("2", "error", error_code="AgentError"),
+        EvalItemResult("3", "errored", [EvalScoreResult("m", None, None, label=NOT_APPLICABLE)]),
+    ]
+    counts, per = count_results(items, ["m", "k"])
+    assert counts == {"passed": 1, "failed": 1, "errored": 2}
+    assert per["m"] == {"passed": 1, "failed": 1, "errored": 1, NOT_APPLICABLE: 1}
+    assert per["k"] == {"passed": 2, "failed": 0, "errored": 1}
+
+
+def _batch(status: str, passed: int, run_id: str, error: str | None = None) -> EvalResults:
+    return EvalResults(
+        provider="P",
+        run_id=run_id,
+        status=status,
+        result_counts={"passed": passed, "failed": 0, "errored": 1},
+        per_evaluator={"m": {"passed": passed, "failed": 0, "errored": 1}},
+        items=[EvalItemResult(run_id, "pass")],
+        error=error,
+    )
+
+
+def test_merge_has_one_status_rule() -> None:
+    """One status: common, else partial when a batch completed, else the worst; counts add up."""
+    merged = merge_results([_batch("completed", 2, "r1"), _batch("canceled", 1, "r2", "gone")])
+    assert merged.status == "partial"
+    assert merged.result_counts == {"passed": 3, "failed": 0, "errored": 2}
+    assert merged.per_evaluator == {"m": {"passed": 3, "failed": 0, "errored": 2}}
+    assert [i.item_id for i in merged.items] == ["r1", "r2"]
+    assert merged.error == "gone"
+    assert (
+        merge_results([_batch("canceled", 1, "a"), _batch("timeout", 1, "b")]).status == "timeout"
+    )
+    assert merge_results([_batch("failed", 1, "a"), _batch("timeout", 1, "b")]).status == "failed"
+    assert merge_results([_batch("completed", 1, "a"), _batch("completed", 1, "b")]).status == (
+        "completed"
+    )
+
+
+def test_summary_rows_count_items_and_metrics_per_agent() -> None:
+    """Result rows count items; metric rows count scores plus items errored before any metric."""
+    results = EvalResults(
+        provider="Local",
+        run_id="s",
+        items=[
+            EvalItemResult("0", "pass", [EvalScoreResult("m", 0.9, True)]),
+            EvalItemResult("1", "fail", [EvalScoreResult("m", 0.2, False)]),
+            EvalItemResult("2", "error", error_code="AgentError"),
+        ],
+        sub_results={
+            "writer": EvalResults(
+                provider="Local",
+                run_id="s — writer",
+                items=[EvalItemResult("0/w", "fail", [EvalScoreResult("m", 0.0, False)])],
+            )
+        },
+    )
+    rows = summary_rows([results])
+    got = [(r.kind, r.agent, r.metric, r.n, r.passed, r.failed, r.errored) for r in rows]
+    assert got == [
+        ("result", "overall", None, 3, 1, 1, 1),
+        ("metric", "overall", "m", 3, 1, 1, 1),
+        ("result", "writer", None, 1, 0, 1, 0),
+        ("metric", "writer", "m", 1, 0, 1, 0),
+    ]
+    metric = rows[1]
+    assert metric.pass_rate == 0.5
+    assert metric.pass_rate_denominator == 2
+    assert metric.score_mean is not None
+    assert abs(metric.score_mean - 0.55) < 1e-9
+    assert metric.rate_text == "50.0% (1 of 2; 1 errored left out)"
+
+
+def test_call_tally_tells_made_from_reused_and_recorded() -> None:
+    """Calls made, reused and recorded are counted apart; latency and tokens are of calls made."""
+    tally = CallTally()
+    for i in range(1, 21):
+        run = TargetRun(
+            query_index=i,
+            repetition=0,
+            query="q",
+            usage=RunUsage(latency_seconds=float(i), total_tokens=10),
+        )
+        tally.add("made", run)
+    tally.add(
+        "reused", TargetRun(query_index=0, repetition=1, query="q", usage=RunUsage(total_tokens=99))
+    )
+    tally.add("recorded", TargetRun(query_index=0, repetition=0, query="q", error_code="X"))
+    data = tally.as_dict()
+    assert (data["total"], data["made"], data["reused"], data["recorded"], data["errored"]) == (
+        22,
+        20,
+        1,
+        1,
+        1,
+    )
+    assert (data["latency_p50_s"], data["latency_p95_s"], data["total_tokens"]) == (10.0, 19.0, 200)
+    assert CallTally.text(data) == (
+        "target calls: 20 made, 1 reused (not called again), 1 recorded (no target called); "
+        "1 errored"
+    )
+
+
+async def test_summary_of_a_real_evaluation() -> None:
+    """Summary rows of evaluate_agent output count the same items the results do."""
+    [res] = await evaluate_agent(
+        queries=["a", "b"],
+        responses=[[Message("assistant", ["yes"])], [Message("assistant", ["no"])]],
+        evaluators=keyword_check("yes"),
+    )
+    metric = next(r for r in summary_rows([res]) if r.kind == "metric")
+    assert (metric.passed, metric.failed) == (res.passed, res.failed) == (1, 1)
