@@ -158,3 +158,31 @@ def test_import_foundry_threads_without_ids_is_a_usage_error(
     with pytest.raises(SystemExit) as exc:
         main(["import", "foundry-threads", "-o", "x.jsonl"])
     assert exc.value.code == 2
+
+
+def test_markup_in_names_is_printed_as_text() -> None:
+    """Regression: an agent named `[/oops]` crashed the summary after a finished run and `[x]`
+    vanished. Names, ids and reasons are printed as text."""
+    from rich.console import Console
+
+    from evalpipe import EvalItemResult, EvalResults, EvalScoreResult
+    from evalpipe.cli._common import failures_of, print_summary
+    from evalpipe.tally import summary_rows
+
+    bad = EvalItemResult(
+        "[red]id[/red]",
+        "fail",
+        [EvalScoreResult("[x]", 0.0, False, reason="[/oops] no")],
+        input_text="[bold]q",
+    )
+    result = EvalResults(
+        provider="Local",
+        run_id="run [/oops]",
+        items=[bad],
+        sub_results={"[/oops]": EvalResults(provider="Local", run_id="[x] sub", items=[bad])},
+    )
+    console = Console(record=True, width=200)
+    print_summary(summary_rows([result]), failures_of([result]), console)
+    text = console.export_text()
+    for fragment in ("[/oops]", "[x]", "[red]id[/red]", "[bold]q", "run [/oops]"):
+        assert fragment in text

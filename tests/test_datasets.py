@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -292,3 +293,33 @@ def test_write_jsonl_replaces_the_file_only_with_rows_that_load(tmp_path: Path) 
     assert not (tmp_path / "out" / "rows.jsonl.tmp").exists()
     with pytest.raises(DatasetError, match=r"rows\.json: .*name it \*\.jsonl"):
         write_jsonl([{"query": "q"}], tmp_path / "rows.json")
+
+
+def test_a_recorded_conversation_without_an_answer_is_refused(tmp_path: Path) -> None:
+    """Regression: a recorded conversation with no assistant message was scored as an empty
+    answer (and could pass). It is refused naming the line."""
+    from evalpipe.datasets import DatasetError, load_jsonl
+
+    path = tmp_path / "rec.jsonl"
+    row = {
+        "conversation": [{"role": "user", "content": "hi"}, {"role": "user", "content": "again"}]
+    }
+    path.write_text(json.dumps(row) + "\n", encoding="utf-8")
+    with pytest.raises(
+        DatasetError, match=r"rec.jsonl:1: the recorded conversation has no assistant message"
+    ):
+        load_jsonl(path)
+
+
+def test_a_dataset_that_is_not_utf8_names_the_line(tmp_path: Path) -> None:
+    """Non-UTF-8 bytes in a JSONL or CSV dataset name the file, line and column."""
+    from evalpipe.datasets import DatasetError, load_csv, load_jsonl
+
+    jsonl = tmp_path / "q.jsonl"
+    jsonl.write_bytes(b'{"query": "a"}\n{"query": "caf\xe9"}\n')
+    with pytest.raises(DatasetError, match=r"q.jsonl:2:15: not UTF-8 \(byte 0xe9\)"):
+        load_jsonl(jsonl)
+    csv_file = tmp_path / "q.csv"
+    csv_file.write_bytes(b"query\nfine\ncaf\xe9\n")
+    with pytest.raises(DatasetError, match=r"q.csv:3:4: not UTF-8 \(byte 0xe9\)"):
+        load_csv(csv_file)

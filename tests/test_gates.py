@@ -110,13 +110,48 @@ async def test_every_comparison_operator() -> None:
     assert not (mean("relevance") < 3).evaluate(results).passed
 
 
-async def test_errored_scores_are_excluded_and_reported() -> None:
-    """A check that raised (score None) is left out of the mean; the count says how many."""
+async def test_errored_items_are_left_out_of_the_mean_and_fail_the_clause_by_default() -> None:
+    """Regression: a gate passed with most calls errored, because errored items were only left
+    out. They are still never averaged, but a clause fails unless it allows them."""
     # scores 4, <error>, 5 and an agent failure: mean = (4 + 5) / 2 = 4.5 over n=2, 2 errored
     results = [await run_local([4, "boom", 5, None])]
     outcome = (mean("relevance") >= 4).evaluate(results)
-    assert (outcome.passed, outcome.observed, outcome.n, outcome.errored) == (True, 4.5, 2, 2)
-    assert outcome.message == "mean 4.5 over n=2, 2 errored excluded; holds >= 4"
+    assert (outcome.passed, outcome.observed, outcome.n, outcome.errored) == (False, 4.5, 2, 2)
+    assert outcome.message == (
+        "mean 4.5 over n=2, 2 errored excluded; holds >= 4; FAILS: 2 errored > max_errors=0 "
+        "(could not evaluate is not a pass)"
+    )
+    allowed = (mean("relevance") >= 4).allowing(max_errors=2).evaluate(results)
+    assert (allowed.passed, allowed.message) == (
+        True,
+        "mean 4.5 over n=2, 2 errored excluded; holds >= 4",
+    )
+    assert not (mean("relevance") >= 4).allowing(max_errors=1).evaluate(results).passed
+    by_share = (mean("relevance") >= 4).allowing(max_error_rate=0.5)
+    assert by_share.evaluate(results).passed  # 2 of 4 covered items
+    assert not (mean("relevance") >= 4).allowing(max_error_rate=0.4).evaluate(results).passed
+
+
+async def test_a_clause_over_too_few_scores_fails_naming_n() -> None:
+    """min_n (default 1) fails a clause over fewer scores, naming n."""
+    results = [await run_local([5, 5])]
+    assert (mean("relevance") >= 4).evaluate(results).passed
+    outcome = (mean("relevance") >= 4).allowing(min_n=3).evaluate(results)
+    assert not outcome.passed
+    assert outcome.message.endswith("FAILS: n=2 < min_n=3")
+
+
+def test_limits_round_trip_through_the_text_form() -> None:
+    """max_errors, max_error_rate and min_n are read from clause text and written back."""
+    [clause] = parse_gates(["writer: pass_rate(relevance, max_errors=2, min_n=10) >= 0.9"])
+    assert clause.max_errors == 2  # type: ignore[attr-defined]
+    assert str(clause) == "writer: pass_rate(relevance, max_errors=2, min_n=10) >= 0.9"
+    [again] = parse_gates([str(clause)])
+    assert again == clause
+    [share] = parse_gates(["all_pass(tool_calls_present, max_error_rate=0.1)"])
+    assert str(share) == "all_pass(tool_calls_present, max_error_rate=0.1)"
+    with pytest.raises(GateSyntaxError, match="max_errors must be an integer >= 0"):
+        parse_gates(["all_pass(x, max_errors=-1)"])
 
 
 async def test_a_clause_without_scores_fails() -> None:
@@ -124,7 +159,7 @@ async def test_a_clause_without_scores_fails() -> None:
     errored = [await run_local(["boom", None])]
     outcome = (mean("relevance") >= 1).evaluate(errored)
     assert not outcome.passed
-    assert outcome.message == "no scores for relevance, 2 errored excluded"
+    assert outcome.message.startswith("no scores for relevance, 2 errored excluded")
     absent = at_most(0, "coherence", below=3).evaluate([await run_local([5])])
     assert (absent.passed, absent.message) == (False, "no scores for coherence")
 
@@ -188,8 +223,10 @@ def test_no_errors_catches_error_diagnostics_and_unfinished_runs() -> None:
     outcome = no_errors().evaluate([results])
     assert outcome.message == "1 error in n=1 items: a relevance JudgeParseError; Judge run timeout"
     # The same metric is not averaged either.
-    assert (mean("relevance") >= 1).evaluate([results]).message == (
-        "no scores for relevance, 1 errored excluded"
+    assert (
+        (mean("relevance") >= 1)
+        .evaluate([results])
+        .message.startswith("no scores for relevance, 1 errored excluded")
     )
 
 
@@ -291,9 +328,11 @@ async def test_a_failed_gate_names_every_violated_clause_with_its_numbers() -> N
     # every level: (5 + 4 + 5 + 2 + 1) / 5 = 17/5 = 3.4
     assert report.summary() == (
         "Gate FAILED: 4 of 4 clauses violated\n"
-        "  FAIL mean(relevance) >= 3.5: mean 3.4 over n=5, 1 errored excluded; needs >= 3.5\n"
+        "  FAIL mean(relevance) >= 3.5: mean 3.4 over n=5, 1 errored excluded; needs >= 3.5; "
+        "FAILS: 1 errored > max_errors=0 (could not evaluate is not a pass)\n"
         "  FAIL at_most(1, relevance, below=3): 2 of n=5 relevance scores below 3 "
-        "(items writer:0, writer:1), 1 errored excluded; more than the 1 allowed\n"
+        "(items writer:0, writer:1), 1 errored excluded; more than the 1 allowed; "
+        "FAILS: 1 errored > max_errors=0 (could not evaluate is not a pass)\n"
         "  FAIL writer: mean(relevance) >= 3: mean 1.5 over n=2; needs >= 3\n"
         "  FAIL no_errors(): 1 error in n=6 items: researcher:1 CheckError"
     )

@@ -308,3 +308,33 @@ def test_a_targetless_suite_needs_every_row_recorded(tmp_path: Path) -> None:
     plan = prepare_suite(suite, tmp_path / "run")
     assert plan.kind == "agent"
     assert plan.target is None
+
+
+def test_a_duplicate_key_is_refused_with_both_lines(tmp_path: Path) -> None:
+    """Regression: a key written twice in the suite YAML silently kept the last value."""
+    body = BASE + "evaluators:\n  - tool_call_args_match\n"
+    with pytest.raises(
+        SuiteError,
+        match=r"suite.yaml:6: invalid YAML \(duplicate key 'evaluators' \(first on line 4\)",
+    ):
+        load_suite(_suite_file(tmp_path, body))
+
+
+def test_an_evaluator_listed_twice_is_refused(tmp_path: Path) -> None:
+    """Regression: an evaluator listed twice was scored twice (n=6 scores for 3 items)."""
+    body = BASE + "  - tool_calls_present\n"
+    suite = load_suite(_suite_file(tmp_path, body))
+    with pytest.raises(
+        SuiteError, match=r"evaluators\[1\]: check 'tool_calls_present' is already evaluators\[0\]"
+    ):
+        build_evaluators(suite)
+    scoped = BASE + "  - {tool_calls_present: null, agents: [writer]}\n"
+    assert len(build_evaluators(load_suite(_suite_file(tmp_path, scoped)))) == 2
+
+
+def test_a_suite_that_is_not_utf8_names_the_line(tmp_path: Path) -> None:
+    """Non-UTF-8 bytes in a suite file: the error names the file, line and column."""
+    path = _suite_file(tmp_path, BASE)
+    path.write_bytes(BASE.encode() + b"description: caf\xe9\n")
+    with pytest.raises(SuiteError, match=r"suite.yaml:6:17: not UTF-8 \(byte 0xe9\)"):
+        load_suite(path)

@@ -18,6 +18,7 @@ strings). Errors name the file and line (CSV/JSONL) or row (Parquet) and say wha
 from __future__ import annotations
 
 import csv
+import io
 import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -25,6 +26,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from evalpipe._internal.files import atomic_path, decode_utf8
 from evalpipe.items import AgentExpectation, ExpectedToolCall
 from evalpipe.journal import content_key
 from evalpipe.messages import Message, ToolDefinition
@@ -241,6 +243,26 @@ def _read_recordings(
     return out
 
 
+def _unanswered(row: QueryRow) -> str | None:
+    """Why a recorded row has no answer to evaluate (a response side without an assistant
+    message would be scored as an empty answer, and could pass), or None."""
+    if row.conversation is not None and row.recorded_agents is None:
+        _, tail, _ = split_recording(row.conversation, row.query)
+        if not any(m.role == "assistant" for m in tail):
+            return (
+                "the recorded conversation has no assistant message after its last user message, "
+                "so there is no answer to evaluate; record the answer or drop the row"
+            )
+    if row.recorded_agents is not None and not any(
+        m.role == "assistant" for turn in row.recorded_agents for m in turn.produced
+    ):
+        return (
+            "no recorded agent produced an assistant message, so there is no answer to "
+            "evaluate; record the agents' answers or drop the row"
+        )
+    return None
+
+
 def _collect(file: Path, records: Iterable[tuple[str, str, dict[str, Any]]]) -> list[QueryRow]:
     """Validate (where, default id, data) records into rows; ``where`` is a line or "row N"."""
     rows: list[QueryRow] = []
@@ -252,6 +274,9 @@ def _collect(file: Path, records: Iterable[tuple[str, str, dict[str, Any]]]) -> 
             raise DatasetError(f"{file}:{where}: {_describe(exc)}") from None
         if row.id is None:
             row.id = default_id
+        problem = _unanswered(row)
+        if problem is not None:
+            raise DatasetError(f"{file}:{where}: {problem}")
         if row.id in seen:
             label = _label(seen[row.id])
             raise DatasetError(
@@ -346,7 +371,11 @@ def load_csv(path: str | Path) -> list[QueryRow]:
         DatasetError: naming ``file:line`` for an unknown column (header line), a bad cell or value.
     """
     file = _existing(path)
-    with file.open(encoding="utf-8-sig", newline="") as handle:
+    try:
+        text = decode_utf8(file.read_bytes(), str(file)).removeprefix("\ufeff")
+    except ValueError as exc:
+        raise DatasetError(str(exc)) from None
+    with io.StringIO(text, newline="") as handle:
         reader = csv.DictReader(handle)
         if reader.fieldnames is None:
             raise DatasetError(f"{file}: the file is empty; the first line must be a header")
@@ -412,8 +441,14 @@ def load_jsonl(path: str | Path) -> list[QueryRow]:
     """
     file = _existing(path)
 
-    def records(handle: Iterable[str]) -> Iterable[tuple[str, str, dict[str, Any]]]:
-        for lineno, line in enumerate(handle, start=1):
+    def records(handle: Iterable[bytes]) -> Iterable[tuple[str, str, dict[str, Any]]]:
+        for lineno, raw in enumerate(handle, start=1):
+            try:
+                line = decode_utf8(raw, str(file))
+            except ValueError as exc:  # the column of this line; the line is ours to count
+                where = str(exc).split(": ", 1)
+                column = where[0].rsplit(":", 1)[-1]
+                raise DatasetError(f"{file}:{lineno}:{column}: {where[1]}") from None
             text = line.strip()
             if not text or text.startswith("#"):
                 continue
@@ -431,7 +466,7 @@ def load_jsonl(path: str | Path) -> list[QueryRow]:
                 )
             yield str(lineno), f"line-{lineno}", data
 
-    with file.open(encoding="utf-8") as handle:
+    with file.open("rb") as handle:
         return _collect(file, records(handle))
 
 
@@ -449,17 +484,12 @@ def write_jsonl(rows: Iterable[Mapping[str, Any]], path: str | Path) -> list[Que
     if target.suffix.lower() != ".jsonl":
         raise DatasetError(f"{target}: the dataset is written as JSON Lines; name it *.jsonl")
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(target.name + ".tmp")
-    try:
+    with atomic_path(target) as tmp:
         with tmp.open("w", encoding="utf-8") as handle:
             for row in rows:
                 handle.write(json.dumps(row, ensure_ascii=False) + "\n")
-        loaded = load_jsonl(tmp)
-    except DatasetError as exc:  # named as the file the user asked for
-        tmp.unlink(missing_ok=True)
-        raise DatasetError(str(exc).replace(str(tmp), str(target))) from None
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    tmp.replace(target)
+        try:
+            loaded = load_jsonl(tmp)
+        except DatasetError as exc:  # named as the file the user asked for
+            raise DatasetError(str(exc).replace(str(tmp), str(target))) from None
     return loaded

@@ -19,13 +19,14 @@ labelled ``not_applicable`` is skipped (and counted). A clause that sees no scor
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -322,8 +323,94 @@ _COMPARE = {
 }
 
 
+DEFAULT_MAX_ERRORS = 0
+"""Errored items a metric clause allows by default: none. An item that could not be evaluated
+(its call failed, the metric errored) is not a pass, so a clause over errored items fails unless
+it allows them (``max_errors=N`` or ``max_error_rate=R``)."""
+DEFAULT_MIN_N = 1
+"""Scores a metric clause needs by default."""
+
+
+class _Limited(Clause):
+    """What every metric clause (mean, pass_rate, at_most, all_pass) also requires: at most
+    ``max_errors`` errored items (or at most the share ``max_error_rate`` of the items it covers)
+    and at least ``min_n`` scores."""
+
+    max_errors: int
+    max_error_rate: float | None
+    min_n: int
+
+    def _check_limits(self, where: str) -> None:
+        if (
+            isinstance(self.max_errors, bool)
+            or not isinstance(self.max_errors, int)
+            or (self.max_errors < 0)
+        ):
+            raise GateSyntaxError(
+                f"{where}: max_errors must be an integer >= 0, got {self.max_errors!r}"
+            )
+        if self.max_error_rate is not None:
+            rate = _check_number(self.max_error_rate, f"{where}: max_error_rate")
+            if not 0.0 <= rate <= 1.0:
+                raise GateSyntaxError(f"{where}: max_error_rate must be in [0, 1], got {rate}")
+        if isinstance(self.min_n, bool) or not isinstance(self.min_n, int) or self.min_n < 1:
+            raise GateSyntaxError(f"{where}: min_n must be an integer >= 1, got {self.min_n!r}")
+
+    def allowing(
+        self,
+        *,
+        max_errors: int | None = None,
+        max_error_rate: float | None = None,
+        min_n: int | None = None,
+    ) -> Self:
+        """This clause with other limits: ``(mean("relevance") >= 4).allowing(max_errors=2)``."""
+        changes: dict[str, Any] = {}
+        if max_errors is not None:
+            changes["max_errors"] = max_errors
+        if max_error_rate is not None:
+            changes["max_error_rate"] = max_error_rate
+        if min_n is not None:
+            changes["min_n"] = min_n
+        return dataclasses.replace(self, **changes)  # type: ignore[type-var]
+
+    def _options(self) -> str:
+        """The non-default limits as clause text (``, max_errors=2, min_n=10``)."""
+        out = ""
+        if self.max_error_rate is not None:
+            out += f", max_error_rate={_num(self.max_error_rate)}"
+        elif self.max_errors != DEFAULT_MAX_ERRORS:
+            out += f", max_errors={self.max_errors}"
+        if self.min_n != DEFAULT_MIN_N:
+            out += f", min_n={self.min_n}"
+        return out
+
+    def _limited(self, result: ClauseResult) -> ClauseResult:
+        """The verdict with the limits applied: failed, and saying why, when they are not met."""
+        problems = []
+        covered = result.n + result.errored
+        if self.max_error_rate is not None:
+            share = result.errored / covered if covered else 0.0
+            if share > self.max_error_rate:
+                problems.append(
+                    f"{result.errored} of {covered} errored ({share:.1%}) > "
+                    f"max_error_rate={_num(self.max_error_rate)}"
+                )
+        elif result.errored > self.max_errors:
+            problems.append(
+                f"{result.errored} errored > max_errors={self.max_errors} (could not evaluate "
+                "is not a pass)"
+            )
+        if 0 < result.n < self.min_n:
+            problems.append(f"n={result.n} < min_n={self.min_n}")
+        if not problems:
+            return result
+        return result.model_copy(
+            update={"passed": False, "message": f"{result.message}; FAILS: {'; '.join(problems)}"}
+        )
+
+
 @dataclass(frozen=True)
-class Threshold(Clause):
+class Threshold(_Limited):
     """An aggregate of a metric compared with a bound: ``mean("relevance") >= 3.5``."""
 
     kind: Literal["mean", "pass_rate"]
@@ -336,10 +423,17 @@ class Threshold(Clause):
     """The bound."""
     agent: str | None = None
     """The agent whose sub-results are read; None: every level."""
+    max_errors: int = DEFAULT_MAX_ERRORS
+    """Errored items allowed."""
+    max_error_rate: float | None = None
+    """Instead of a count: the share of covered items allowed to be errored."""
+    min_n: int = DEFAULT_MIN_N
+    """Scores needed."""
 
     def __post_init__(self) -> None:
         _check_metric(self.metric, self.kind)
         _check_agent(self.agent, self.kind)
+        self._check_limits(self.kind)
         _check_number(self.threshold, f"{self.kind}({self.metric}) threshold")
         if self.op not in _COMPARE:
             raise GateSyntaxError(f"comparison must be one of {list(_COMPARE)}, got {self.op!r}")
@@ -349,9 +443,14 @@ class Threshold(Clause):
             )
 
     def text(self) -> str:
-        return f"{self.kind}({_name(self.metric)}) {self.op} {_num(self.threshold)}"
+        return (
+            f"{self.kind}({_name(self.metric)}{self._options()}) {self.op} {_num(self.threshold)}"
+        )
 
     def evaluate(self, results: Sequence[EvalResults]) -> ClauseResult:
+        return self._limited(self._verdict(results))
+
+    def _verdict(self, results: Sequence[EvalResults]) -> ClauseResult:
         found = self._values(results, self.metric)
         if isinstance(found, ClauseResult):
             return found
@@ -392,7 +491,7 @@ class Threshold(Clause):
 
 
 @dataclass(frozen=True)
-class AtMost(Clause):
+class AtMost(_Limited):
     """At most ``count`` scores of a metric below a bound: ``at_most(1, "relevance", below=3)``."""
 
     count: int
@@ -403,6 +502,12 @@ class AtMost(Clause):
     """A score strictly below this is low."""
     agent: str | None = None
     """The agent whose sub-results are read; None: every level."""
+    max_errors: int = DEFAULT_MAX_ERRORS
+    """Errored items allowed."""
+    max_error_rate: float | None = None
+    """Instead of a count: the share of covered items allowed to be errored."""
+    min_n: int = DEFAULT_MIN_N
+    """Scores needed."""
 
     def __post_init__(self) -> None:
         if isinstance(self.count, bool) or not isinstance(self.count, int) or self.count < 0:
@@ -410,11 +515,18 @@ class AtMost(Clause):
         _check_metric(self.metric, "at_most")
         _check_agent(self.agent, "at_most")
         _check_number(self.below, f"at_most(..., {self.metric}) below")
+        self._check_limits("at_most")
 
     def text(self) -> str:
-        return f"at_most({self.count}, {_name(self.metric)}, below={_num(self.below)})"
+        return (
+            f"at_most({self.count}, {_name(self.metric)}, below={_num(self.below)}"
+            f"{self._options()})"
+        )
 
     def evaluate(self, results: Sequence[EvalResults]) -> ClauseResult:
+        return self._limited(self._verdict(results))
+
+    def _verdict(self, results: Sequence[EvalResults]) -> ClauseResult:
         found = self._values(results, self.metric)
         if isinstance(found, ClauseResult):
             return found
@@ -446,22 +558,32 @@ class AtMost(Clause):
 
 
 @dataclass(frozen=True)
-class AllPass(Clause):
+class AllPass(_Limited):
     """Every computed score of a metric passed its own verdict: ``all_pass("expected_fact")``."""
 
     metric: str
     """The metric (EvalScoreResult.name)."""
     agent: str | None = None
     """The agent whose sub-results are read; None: every level."""
+    max_errors: int = DEFAULT_MAX_ERRORS
+    """Errored items allowed."""
+    max_error_rate: float | None = None
+    """Instead of a count: the share of covered items allowed to be errored."""
+    min_n: int = DEFAULT_MIN_N
+    """Scores needed."""
 
     def __post_init__(self) -> None:
         _check_metric(self.metric, "all_pass")
         _check_agent(self.agent, "all_pass")
+        self._check_limits("all_pass")
 
     def text(self) -> str:
-        return f"all_pass({_name(self.metric)})"
+        return f"all_pass({_name(self.metric)}{self._options()})"
 
     def evaluate(self, results: Sequence[EvalResults]) -> ClauseResult:
+        return self._limited(self._verdict(results))
+
+    def _verdict(self, results: Sequence[EvalResults]) -> ClauseResult:
         found = self._values(results, self.metric)
         if isinstance(found, ClauseResult):
             return found
@@ -710,6 +832,8 @@ ACCEPTED_FORMS = (
     "at_most(COUNT, METRIC, below=NUMBER)",
     "all_pass(METRIC)",
     "no_errors()  or  no_errors(METRIC)",
+    "any of the first four with max_errors=N (default 0), max_error_rate=RATE or min_n=N "
+    "(default 1) among its arguments",
 )
 """The clause texts ``parse_gates`` accepts (the comparison may be >=, >, <= or <)."""
 
@@ -760,12 +884,14 @@ def _tokens(text: str, source: str) -> list[Token]:
     return out
 
 
+_LIMITS = ("max_errors", "max_error_rate", "min_n")
+
 _SIGNATURES: dict[str, tuple[tuple[str, ...], tuple[str, ...], bool]] = {
     # name: (positional parameters, keyword parameters, takes a comparison)
-    "mean": (("metric",), ("agent",), True),
-    "pass_rate": (("metric",), ("agent",), True),
-    "at_most": (("count", "metric"), ("below", "agent"), False),
-    "all_pass": (("metric",), ("agent",), False),
+    "mean": (("metric",), ("agent", *_LIMITS), True),
+    "pass_rate": (("metric",), ("agent", *_LIMITS), True),
+    "at_most": (("count", "metric"), ("below", "agent", *_LIMITS), False),
+    "all_pass": (("metric",), ("agent", *_LIMITS), False),
     "no_errors": (("metric",), ("agent",), False),
 }
 
@@ -851,18 +977,19 @@ def _build(
     metric = params.get("metric")
     if metric is not None:
         metric = str(metric)
+    limits = {k: params[k] for k in _LIMITS if k in params}
     if fname in ("mean", "pass_rate"):
         if metric is None:
             raise GateSyntaxError(f"{fname}() needs a metric")
-        return Threshold(fname, metric, op, threshold, agent)  # type: ignore[arg-type]
+        return Threshold(fname, metric, op, threshold, agent, **limits)  # type: ignore[arg-type]
     if fname == "at_most":
         if "count" not in params or metric is None or "below" not in params:
             raise GateSyntaxError("at_most() needs a count, a metric and below=NUMBER")
-        return AtMost(params["count"], metric, params["below"], agent)
+        return AtMost(params["count"], metric, params["below"], agent, **limits)
     if fname == "all_pass":
         if metric is None:
             raise GateSyntaxError("all_pass() needs a metric")
-        return AllPass(metric, agent)
+        return AllPass(metric, agent, **limits)
     return NoErrors(metric, agent)
 
 

@@ -32,10 +32,12 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from evalpipe._internal.calls import DEFAULT_CALL_TIMEOUT
+from evalpipe._internal.files import read_utf8
 from evalpipe._internal.imports import load_object
 from evalpipe.evaluators import registry
 from evalpipe.evaluators.base import AgentScoped, Evaluator
-from evalpipe.evaluators.local import LocalEvaluator
+from evalpipe.evaluators.local import LocalEvaluator, check_name_of
 from evalpipe.items import ConversationSplit
 from evalpipe.targets.openai_chat import OpenAIChatAgent
 from evalpipe.targets.workflow import target_from_factory
@@ -87,6 +89,12 @@ class EvalSuite(BaseModel):
     """Target calls per Prefect task (default: sized so a run holds at most ~100 shard tasks)."""
     call_attempts: int = Field(default=3, ge=1, le=20)
     """Attempts per target call for transient errors (timeouts, connection errors, 408/429/5xx)."""
+    call_timeout: float | None = Field(default=DEFAULT_CALL_TIMEOUT, gt=0)
+    """Seconds one target call (one attempt) may take; past it the call is cancelled and its item
+    errored (``TargetTimeout``), and the run goes on. ``null``: unbounded."""
+    timeout: float | None = Field(default=None, gt=0)
+    """Seconds the whole run may take (calls and evaluation); past it the run stops, keeps what it
+    journaled, and exits as "could not complete" (3): run it again to resume. ``null``: unbounded."""
     upstream_context: Literal["received", "user_only"] = "received"
     """Workflow targets: a downstream agent's item holds what it received, or only the user query."""
     include_overall: bool = True
@@ -227,6 +235,32 @@ def _describe(exc: ValidationError, source: str, root: yaml.Node | None) -> str:
     return "\n".join(dict.fromkeys(lines))
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a mapping that names a key twice (YAML keeps the last one
+    silently: a second ``evaluators:`` would drop the first)."""
+
+
+def _unique_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> Any:
+    seen: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None,
+                None,
+                f"duplicate key {key!r} (first on line {seen[key] + 1}); each key may appear once",
+                key_node.start_mark,
+            )
+        seen[key] = key_node.start_mark.line
+    return loader.construct_mapping(node, deep=deep)
+
+
+_UniqueKeyLoader.add_constructor(
+    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
+    _unique_mapping,
+)
+
+
 def load_suite(path: str | Path, params: Sequence[str] = ()) -> EvalSuite:
     """Read a suite YAML file, apply ``--param`` overrides and validate it.
 
@@ -238,9 +272,12 @@ def load_suite(path: str | Path, params: Sequence[str] = ()) -> EvalSuite:
     file = Path(path)
     if not file.is_file():
         raise SuiteError(f"{file}: no such suite file; check the path (relative to {Path.cwd()})")
-    text = file.read_text(encoding="utf-8")
     try:
-        data = yaml.safe_load(text)
+        text = read_utf8(file)
+    except ValueError as exc:
+        raise SuiteError(str(exc)) from None
+    try:
+        data = yaml.load(text, Loader=_UniqueKeyLoader)
         root = yaml.compose(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
@@ -321,6 +358,7 @@ def build_evaluators(suite: EvalSuite) -> list[Evaluator]:
     """
     order: list[Evaluator | tuple[str, ...] | None] = []
     checks: dict[tuple[str, ...] | None, list[Any]] = {}
+    placed: dict[tuple[tuple[str, ...] | None, str], int] = {}
     for i, entry in enumerate(suite.evaluators):
         where = f"evaluators[{i}]"
         spec, scope = _split_scope(entry, where)
@@ -328,6 +366,16 @@ def build_evaluators(suite: EvalSuite) -> list[Evaluator]:
         if isinstance(obj, Evaluator):
             order.append(obj if scope is None else AgentScoped(obj, scope))
         else:
+            # the same check twice in one scope would score every item twice (n doubled)
+            name = check_name_of(obj)
+            if (scope, name) in placed:
+                raise SuiteError(
+                    f"{where}: check {name!r} is already evaluators[{placed[(scope, name)]}]"
+                    + (f" for agents {list(scope)}" if scope else "")
+                    + "; list each check once (give a second one its own name with "
+                    "@evaluator(name=...) if you mean a different check)"
+                )
+            placed[(scope, name)] = i
             if scope not in checks:
                 checks[scope] = []
                 order.append(scope if scope is not None else None)
@@ -376,6 +424,11 @@ def _instantiate(obj: Any, where: str) -> Any:
         except TypeError as exc:
             raise SuiteError(
                 f"{where}: {exc}; a target factory or class must be callable without arguments"
+            ) from None
+        except Exception as exc:
+            raise SuiteError(
+                f"{where}: building the target raised {type(exc).__name__}: {exc}; fix the "
+                "factory (it runs once, before the first call)"
             ) from None
         if hasattr(made, "run"):
             # Called once per run; a factory of MAF workflows is called again for every call.

@@ -182,10 +182,11 @@ def test_failed_runs_are_skipped_unless_asked(
     assert len(rows(out)) == 2
 
 
-def test_nothing_to_write_is_exit_1_and_warnings_are_printed(
+def test_nothing_to_write_is_exit_3_and_warnings_are_printed(
     emulator: FoundryEmulator, tmp_path: Path
 ) -> None:
-    """An unknown thread gives a warning naming it and exit 1, with no file written."""
+    """An unknown thread gives a warning naming it and exit 3 (could not complete), with no file
+    written."""
     out = tmp_path / "none.jsonl"
     code, _, stderr = run(
         parse(
@@ -198,7 +199,7 @@ def test_nothing_to_write_is_exit_1_and_warnings_are_printed(
             str(out),
         )
     )
-    assert code == 1
+    assert code == 3  # could not complete: nothing to write
     assert "warning: thread_nope: thread could not be read" in stderr
     assert "nothing written" in stderr
     assert not out.exists()

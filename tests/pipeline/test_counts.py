@@ -256,10 +256,10 @@ async def test_every_sink_shows_the_same_numbers(
             {"keyword_check": ["rome"]},
             "counts_agents:Relevance",
         ],
-        gates=[
-            "pass_rate(picky) >= 0",
-            "pass_rate(keyword_check) >= 0",
-            "pass_rate(relevance) >= 0",
+        gates=[  # errors allowed: the gates are a sink here, not the verdict under test
+            "pass_rate(picky, max_error_rate=1) >= 0",
+            "pass_rate(keyword_check, max_error_rate=1) >= 0",
+            "pass_rate(relevance, max_error_rate=1) >= 0",
         ],
     )
     outcome = await arun_suite(load_suite(path))

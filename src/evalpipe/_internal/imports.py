@@ -4,10 +4,18 @@ from __future__ import annotations
 
 import importlib
 import sys
+import traceback
 from pathlib import Path
 from typing import Any
 
 __all__ = ["load_object"]
+
+
+def _where(exc: BaseException) -> str:
+    """`` (at file:line)``: the innermost frame of a traceback that is not evalpipe's or Python's."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    user = [f for f in frames if "importlib" not in f.filename and "/evalpipe/" not in f.filename]
+    return f" (at {user[-1].filename}:{user[-1].lineno})" if user else ""
 
 
 def load_object(path: str, *, what: str = "object", search_path: Path | None = None) -> Any:
@@ -37,6 +45,16 @@ def load_object(path: str, *, what: str = "object", search_path: Path | None = N
             f"{what} {path!r}: cannot import module {module_name!r} ({exc}); check the spelling "
             "and that the module is installed or under the current directory"
         ) from exc
+    except SyntaxError as exc:
+        raise ValueError(
+            f"{what} {path!r}: {exc.filename}:{exc.lineno}: the module has a syntax error "
+            f"({exc.msg}); fix it and run again"
+        ) from None
+    except Exception as exc:
+        raise ValueError(
+            f"{what} {path!r}: importing module {module_name!r} raised {type(exc).__name__}: "
+            f"{exc}{_where(exc)}; fix the module (it runs when it is imported)"
+        ) from None
     obj: Any = module
     for part in attr.split("."):
         try:

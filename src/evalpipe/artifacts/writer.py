@@ -244,7 +244,7 @@ class _Sink:
                 # Best effort: the run is already failing; the original error is what matters.
                 with contextlib.suppress(Exception):
                     closable.close()
-        if self._writer is not None:
+        if self._writer is not None or self._stream is not None:
             with contextlib.suppress(OSError):
                 self.fs.delete_file(self.path)
         self.rows = []
@@ -571,10 +571,16 @@ class RunWriter:
         text = json.dumps(data, indent=2, ensure_ascii=False, default=_json_default)
         final = f"{self.path}/{MANIFEST_FILE}"
         target = f"{self.path}/.{MANIFEST_FILE}.{uuid.uuid4().hex}.tmp" if self._atomic else final
-        with self.fs.open_output_stream(target) as out:
-            out.write(text.encode())
-        if self._atomic:
-            self.fs.move(target, final)
+        try:
+            with self.fs.open_output_stream(target) as out:
+                out.write(text.encode())
+            if self._atomic:
+                self.fs.move(target, final)
+        except BaseException:
+            if self._atomic:  # a failed write leaves no temporary file behind
+                with contextlib.suppress(OSError):
+                    self.fs.delete_file(target)
+            raise
         result: dict[str, Any] = json.loads(text)
         return result
 

@@ -8,10 +8,14 @@ says what to fix), 3 the run could not complete.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
 from collections.abc import Sequence
+from types import FrameType
 
 from evalpipe.cli import cache, compare, deploy, eval_, import_, report, results, run, serve
+from evalpipe.cli._common import EXIT_INCOMPLETE
 
 __all__ = ["main"]
 
@@ -30,10 +34,32 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _terminate(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit code."""
+    """Run the command line; returns the exit code.
+
+    SIGTERM stops a command as Ctrl-C does: what was journaled is kept (run again to resume), the
+    embedded Prefect server stops with the process, and the exit code is 3.
+    """
     args = build_parser().parse_args(argv)
-    return int(args.handler(args))
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        return int(args.handler(args))
+    except KeyboardInterrupt:
+        print(
+            "interrupted: the run stopped; the calls it finished are journaled, run the same "
+            "command again to resume",
+            file=sys.stderr,
+        )
+        return EXIT_INCOMPLETE
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -206,8 +206,8 @@ def import_foundry_threads(
     """Run ``evalpipe import foundry-threads``; returns the exit code.
 
     The summary goes to ``stdout``, warnings (diagnostics, skipped runs) and errors to ``stderr``.
-    0: rows written (and checked to load as a dataset); 1: no finished run to write (nothing is
-    written); 2: bad arguments, the service refused, or the rows do not load. ``credential`` defaults to ``DefaultAzureCredential``.
+    0: rows written (and checked to load as a dataset); 2: bad arguments or rows that do not load;
+    3: the service refused or did not answer, or no finished run to write (nothing is written). ``credential`` defaults to ``DefaultAzureCredential``.
     """
     out = stdout or sys.stdout
     err = stderr or sys.stderr
@@ -237,9 +237,12 @@ def import_foundry_threads(
             else:
                 records = reader.read_many(args.thread_ids)
             diagnostics = list(reader.diagnostics)
-    except (AzureError, ValueError) as exc:
+    except ValueError as exc:
         print(f"error: {endpoint}: {exc}", file=err)
         return 2
+    except AzureError as exc:  # the service refused or did not answer: could not complete
+        print(f"error: {endpoint}: {exc}", file=err)
+        return 3
     for diag in diagnostics:
         print(f"warning: {diag}", file=err)
     kept = [r for r in records if args.include_failed or r.error_code is None]
@@ -251,7 +254,7 @@ def import_foundry_threads(
         )
     if not kept:
         print("error: no finished run to write; nothing written", file=err)
-        return 1
+        return 3
     try:
         # checked to load as `evalpipe run` will read it: fail here, not on the schedule
         write_jsonl((record.to_row() for record in kept), args.output)

@@ -36,9 +36,9 @@ def print_run(run_dir: Path, console: Console) -> None:
         verdict = "[green]passed[/]" if gate.get("passed") else "[red]FAILED[/]"
         console.print(f"gate {verdict}")
         for clause in gate.get("clauses", []):
-            mark = "ok  " if clause.get("passed") else "FAIL"
+            mark = "ok" if clause.get("passed") else "FAIL"
             console.print(
-                f"  {mark} {clause.get('clause')}: {clause.get('message')}",
+                f"  {clause.get('clause')}  {mark}  {clause.get('message')}",
                 markup=False,
                 highlight=False,
             )

@@ -9,8 +9,15 @@ from typing import Any
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
-from evalpipe.cli._common import EXIT_GATE_FAILED, EXIT_OK, consoles, fail
+from evalpipe.cli._common import (
+    EXIT_GATE_FAILED,
+    EXIT_INCOMPLETE,
+    EXIT_OK,
+    consoles,
+    fail,
+)
 from evalpipe.cli.results import print_run
+from evalpipe.runner.state import RunLockedError
 from evalpipe.suite import SuiteError, load_suite
 
 __all__ = ["register"]
@@ -34,10 +41,14 @@ def _run(args: argparse.Namespace) -> int:
         if args.output is not None:
             suite.output_dir = str(args.output)
         _quiet_prefect()
-        from evalpipe.pipeline import prepare_run, run_suite  # lazy: Prefect, only to run
+        from evalpipe.pipeline import (  # lazy: Prefect, only to run
+            PrefectUnavailableError,
+            prepare_run,
+            run_suite,
+        )
 
         plan = prepare_run(
-            suite, run_dir=args.run_dir, rescore=args.rescore, resume=not args.no_resume
+            suite, run_dir=args.run_dir, rescore=args.rescore, resume=not args.new_run
         )
     except SuiteError as exc:
         return fail(err, str(exc))
@@ -58,12 +69,16 @@ def _run(args: argparse.Namespace) -> int:
                 tasks[stage] = bar.add_task(labels.get(stage, stage), total=total)
             bar.update(tasks[stage], completed=done, total=total)
 
-        outcome = run_suite(
-            suite,
-            rescore=args.rescore,
-            progress=progress,
-            plan=plan,
-        )
+        try:
+            outcome = run_suite(
+                suite, rescore=args.rescore, progress=progress, plan=plan, wait=args.wait
+            )
+        except (RunLockedError, SuiteError) as exc:
+            return fail(err, str(exc))
+        except PrefectUnavailableError as exc:
+            return fail(err, str(exc), EXIT_INCOMPLETE)
+    for note in outcome.notes:
+        err.print(f"note: {note}", markup=False, highlight=False)
     if outcome.published_to:
         out.print(f"published to {outcome.published_to}", markup=False, highlight=False)
     if outcome.reusable_calls:
@@ -73,17 +88,21 @@ def _run(args: argparse.Namespace) -> int:
         )
     if (outcome.run_dir / "manifest.json").exists():
         print_run(outcome.run_dir, out)
-    if outcome.state != "Completed":
+    if outcome.verdict == "gate_failed":
+        err.print(f"{outcome.message}", style="red", markup=False, highlight=False, soft_wrap=True)
+        return EXIT_GATE_FAILED
+    if outcome.verdict == "incomplete":
         err.print(
-            f"flow run {outcome.state}: {outcome.message}",
+            f"the run could not complete (flow run {outcome.state}): {outcome.message}; "
+            f"run directory {outcome.run_dir}",
             style="red",
             markup=False,
             highlight=False,
             soft_wrap=True,
         )
-        return EXIT_GATE_FAILED
-    if outcome.gate_passed is False:
-        out.print("[yellow]gate failed (warn only)[/]")
+        return EXIT_INCOMPLETE
+    if outcome.verdict == "warned":
+        out.print("gate failed (warn only)", style="yellow", markup=False, highlight=False)
     return EXIT_OK
 
 
@@ -121,9 +140,23 @@ def register(sub: Any) -> None:
         help="re-evaluate the transcripts stored in RUN_DIR instead of calling the target",
     )
     parser.add_argument(
+        "--new-run",
         "--no-resume",
+        dest="new_run",
         action="store_true",
-        help="start a new run even if an unfinished run of the same suite exists",
+        help="start a new run directory (calling everything again) even if an unfinished run "
+        "of the same target exists",
+    )
+    parser.add_argument(
+        "--wait",
+        nargs="?",
+        type=float,
+        const=None,
+        default=0.0,
+        metavar="SECONDS",
+        help="when a live run holds the run directory, wait for it (at most SECONDS; no value: "
+        "as long as it takes), then reuse its finished calls; without --wait such a run is "
+        "refused",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.set_defaults(handler=_run)

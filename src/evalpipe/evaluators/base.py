@@ -8,7 +8,7 @@ from typing import Any, Protocol, runtime_checkable
 from evalpipe.items import EvalItem
 from evalpipe.results import EvalResults
 
-__all__ = ["AgentScoped", "BatchedEvaluator", "Evaluator"]
+__all__ = ["AgentScoped", "BatchedEvaluator", "Evaluator", "metric_names"]
 
 
 @runtime_checkable
@@ -52,6 +52,16 @@ class BatchedEvaluator(Evaluator, Protocol):
         ...
 
 
+def metric_names(provider: Any) -> list[str] | None:
+    """The metrics a provider says it produces, or None when it does not say (or cannot know
+    before it runs). Providers declare them with a ``metric_names`` attribute (an optional part of
+    the protocol); a suite's gates are checked against them before the first call."""
+    names = getattr(provider, "metric_names", None)
+    if names is None:
+        return None
+    return [str(n) for n in names]
+
+
 class AgentScoped:
     """A provider that evaluates only some groups of a workflow's items (``agents:`` in a suite).
 
@@ -63,6 +73,11 @@ class AgentScoped:
         self.inner = inner
         self.agents = tuple(agents)
         self.name = f"{inner.name} ({', '.join(self.agents)})"
+
+    @property
+    def metric_names(self) -> list[str] | None:
+        """The inner provider's metrics."""
+        return metric_names(self.inner)
 
     async def evaluate(self, items: Sequence[EvalItem], *, eval_name: str) -> Any:
         return await self.inner.evaluate(items, eval_name=eval_name)

@@ -624,6 +624,11 @@ class JudgeEvaluator:
             f"metrics={[m.name for m in self.metrics]!r})"
         )
 
+    @property
+    def metric_names(self) -> list[str]:
+        """The metrics this judge scores."""
+        return [m.name for m in self.metrics]
+
     def threshold_for(self, metric: str) -> float:
         """The pass threshold of ``metric``."""
         return self.thresholds.get(metric, self.default_threshold)

@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, overload
 
+from evalpipe._internal.calls import is_call_failure
 from evalpipe.checks import CheckResult, EvalCheck
 from evalpipe.evaluators.base import Evaluator
 from evalpipe.items import EvalItem
@@ -192,7 +193,9 @@ async def _await_check(pending: Any) -> Any:
     """Await one started check; an exception it raises becomes its outcome."""
     try:
         return await pending
-    except Exception as exc:
+    except BaseException as exc:
+        if not is_call_failure(exc):
+            raise
         return exc
 
 
@@ -222,6 +225,11 @@ class LocalEvaluator:
     def __repr__(self) -> str:
         return f"LocalEvaluator({', '.join(check_name_of(c) for c in self.checks)})"
 
+    @property
+    def metric_names(self) -> list[str]:
+        """The checks' names (each check reports under its own name)."""
+        return list(dict.fromkeys(check_name_of(c) for c in self.checks))
+
     def _start(
         self, item: EvalItem, runners: Sequence[Callable[[EvalItem], Any]]
     ) -> list[CheckResult | BaseException | Awaitable[CheckResult]]:
@@ -229,7 +237,9 @@ class LocalEvaluator:
         for run in runners:
             try:
                 out.append(run(item))
-            except Exception as exc:
+            except BaseException as exc:
+                if not is_call_failure(exc):
+                    raise
                 out.append(exc)
         return out
 

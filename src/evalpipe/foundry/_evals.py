@@ -211,6 +211,14 @@ class FoundryEvals(BatchedEvaluator):
         """The configured criterion names (None: the defaults, decided per evaluation)."""
         return [s.name for s in self._specs] if self._specs is not None else None
 
+    @property
+    def metric_names(self) -> list[str] | None:
+        """The metrics results carry: each criterion and a composite's components (None with the
+        default set, which depends on the items)."""
+        if self._specs is None:
+            return None
+        return [n for s in self._specs for n in (s.name, *s.components)]
+
     def _api(self) -> EvalsApi:
         # An async OpenAI client's connections belong to one event loop: one client per loop
         # (held by a weak reference to the loop, so a new loop never reuses a dead loop's client).

@@ -4,12 +4,20 @@
 ``run_suite`` runs it from plain Python (ephemeral Prefect unless ``PREFECT_API_URL`` is set).
 """
 
-from evalpipe.pipeline.flow import GateFailedError, eval_flow, prepared_plan, progress_hook
-from evalpipe.pipeline.run import RunOutcome, arun_suite, prepare_run, run_suite
+from evalpipe.pipeline.flow import eval_flow, prepared_plan, progress_hook
+from evalpipe.pipeline.run import (
+    PrefectUnavailableError,
+    RunOutcome,
+    Verdict,
+    arun_suite,
+    prepare_run,
+    run_suite,
+)
 
 __all__ = [
-    "GateFailedError",
+    "PrefectUnavailableError",
     "RunOutcome",
+    "Verdict",
     "arun_suite",
     "eval_flow",
     "prepare_run",

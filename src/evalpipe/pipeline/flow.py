@@ -29,7 +29,9 @@ from prefect.artifacts import (
 )
 from prefect.cache_policies import NO_CACHE
 from prefect.client.orchestration import get_client
+from prefect.client.schemas.objects import State
 from prefect.runtime import flow_run
+from prefect.states import Failed
 from prefect.tasks import exponential_backoff
 from prefect.utilities.annotations import quote
 
@@ -52,18 +54,15 @@ from evalpipe.runner import (
     RunPlan,
     RunState,
     ShardResult,
-    find_resumable,
-    new_run_dir,
     run_shard,
 )
 from evalpipe.runner.prepare import prepare_suite
-from evalpipe.runner.state import is_remote, local_base
+from evalpipe.runner.state import RunLock, RunLockedError, StorageError, is_remote, local_base
 from evalpipe.suite import EvalSuite, SuiteError
 from evalpipe.tally import CallTally, merge_results
 
 __all__ = [
     "MAX_SHARD_TASKS",
-    "GateFailedError",
     "ProgressHook",
     "eval_flow",
     "prepared_plan",
@@ -78,11 +77,12 @@ progress_hook: contextvars.ContextVar[ProgressHook | None] = contextvars.Context
 )
 """Set by the CLI to drive its progress bar; the flow calls it from its own event loop."""
 
-prepared_plan: contextvars.ContextVar[RunPlan | None] = contextvars.ContextVar(
+prepared_plan: contextvars.ContextVar[tuple[RunPlan, RunLock] | None] = contextvars.ContextVar(
     "evalpipe_prepared_plan", default=None
 )
-"""A plan the caller prepared (and validated) before starting the flow: the flow uses it instead
-of preparing the suite again, so the dataset is loaded and the target factory called once."""
+"""A plan the caller prepared (and validated) before starting the flow, and the lock it holds on
+the run directory: the flow uses them instead of preparing the suite again, so the dataset is
+loaded and the target factory called once."""
 
 MAX_SHARD_TASKS = 50
 """Default shard size aims for at most this many shard tasks per flow run (prefect-notes §2)."""
@@ -93,10 +93,6 @@ T = TypeVar("T")
 def _q(value: T) -> T:
     """``quote``: pass a large or unhashable value to a task without Prefect walking it."""
     return cast(T, quote(value))
-
-
-class GateFailedError(Exception):
-    """The run's gate failed: the flow run ends Failed with every violated clause in its message."""
 
 
 def _transient(task: Any, task_run: Any, state: Any) -> bool:
@@ -130,8 +126,9 @@ def shard_size(plan: RunPlan) -> int:
 
 
 @task(name="prepare", cache_policy=NO_CACHE, persist_result=False)
-async def prepare_task(suite: EvalSuite, run_dir: str, rescore: str | None) -> RunPlan:
-    """Load and validate the dataset, target, evaluators and gates."""
+async def prepare_task(suite: EvalSuite, run_dir: str | None, rescore: str | None) -> RunPlan:
+    """Load and validate the dataset, target, evaluators and gates; pick the run directory (the
+    given one, the newest unfinished run of the same target, or a new one)."""
     return prepare_suite(suite, run_dir, rescore=rescore)
 
 
@@ -178,7 +175,8 @@ def _worker_plan(suite: EvalSuite, run_dir: str, rescore: str | None) -> tuple[R
     found = _WORKER_PLANS.get(key)
     if found is None:
         plan = prepare_suite(suite, run_dir, rescore=rescore)
-        found = (plan, RunState.open(plan, marker=False))
+        # the flow's process holds the directory's lock; workers only append to its journal
+        found = (plan, RunState.open(plan, marker=False, lock=False))
         _WORKER_PLANS.clear()  # one run at a time per worker process
         _WORKER_PLANS[key] = found
     return found
@@ -373,14 +371,26 @@ def _record(plan: RunPlan, outcome: CallOutcome) -> RunRecord:
 
 
 def _write(writer: RunWriter, plan: RunPlan, shard: ShardResult) -> None:
-    writer.add_runs(_record(plan, o) for o in shard.outcomes)
-    writer.add_results(shard.results)
+    try:
+        writer.add_runs(_record(plan, o) for o in shard.outcomes)
+        writer.add_results(shard.results)
+    except OSError as exc:
+        raise StorageError(
+            f"cannot write the run's tables in {writer.path}: {exc.strerror or exc}; the run "
+            "stopped (its finished calls are journaled: free the space, then run again to resume)"
+        ) from exc
 
 
-def _take_prepared(suite: EvalSuite, run_dir: str, rescore: str | None) -> RunPlan | None:
-    """The caller's prepared plan, when it is this run's (same suite, directory and re-scoring)."""
-    plan = prepared_plan.get()
-    if plan is None or plan.suite is None or plan.run_dir is None:
+def _take_prepared(
+    suite: EvalSuite, run_dir: str | None, rescore: str | None
+) -> tuple[RunPlan, RunLock] | None:
+    """The caller's prepared plan and lock, when they are this run's (same suite, directory and
+    re-scoring)."""
+    prepared = prepared_plan.get()
+    if prepared is None:
+        return None
+    plan, lock = prepared
+    if plan.suite is None or plan.run_dir is None or run_dir is None:
         return None
     same_rescore = (plan.rescored_from is None and rescore is None) or (
         plan.rescored_from is not None
@@ -392,7 +402,7 @@ def _take_prepared(suite: EvalSuite, run_dir: str, rescore: str | None) -> RunPl
         and same_rescore
         and plan.suite.model_dump(mode="json") == suite.model_dump(mode="json")
     ):
-        return plan
+        return plan, lock
     return None
 
 
@@ -409,7 +419,7 @@ async def eval_flow(
     params: dict[str, Any] | None = None,
     run_dir: str | None = None,
     rescore: str | None = None,
-) -> dict[str, Any]:
+) -> Any:
     """Run a suite: target calls in shards, per-agent items, evaluations, Parquet, gate.
 
     Args:
@@ -430,12 +440,47 @@ async def eval_flow(
     await _tag_flow_run(suite.tags)
     logger = get_run_logger()
     started = time.perf_counter()
-    if run_dir is None:
-        found = None if rescore else find_resumable(suite)
-        run_dir = str(found or new_run_dir(suite))
-    plan = _take_prepared(suite, run_dir, rescore) or await prepare_task(suite, run_dir, rescore)
+    prepared = _take_prepared(suite, run_dir, rescore)
+    lock: RunLock | bool = True
+    if prepared is not None:
+        plan, lock = prepared
+    else:
+        plan = await prepare_task(suite, run_dir, rescore)
     assert plan.run_dir is not None
-    state = RunState.open(plan)
+    try:
+        state = RunState.open(plan, lock=lock)
+    except RunLockedError as exc:
+        logger.error("%s", exc)
+        return _incomplete(str(exc))
+    try:
+        return await _execute(plan, state, rescore, logger, started)
+    finally:
+        state.close()
+
+
+def _stop_reason(exc: BaseException) -> str | None:
+    """Why the run stopped without a verdict, when it is not a crash (a call it could not
+    journal), in words; None otherwise."""
+    if isinstance(exc, StorageError):
+        return str(exc)
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            if (reason := _stop_reason(inner)) is not None:
+                return reason
+    return None
+
+
+def _incomplete(message: str) -> State:
+    """The flow run's end when the run could not complete (nothing of it is a verdict)."""
+    return Failed(message=message, data={"verdict": "incomplete", "message": message})
+
+
+async def _execute(
+    plan: RunPlan, state: RunState, rescore: str | None, logger: Any, started: float
+) -> Any:
+    """The run itself, once its directory is held: shards, artifacts, gate, report."""
+    suite = plan.suite
+    assert plan.run_dir is not None
     reusable = state.reusable(plan)
     logger.info(
         "suite %s: %d rows x %d repetitions = %d calls (%d reusable from the journal), "
@@ -534,6 +579,7 @@ async def eval_flow(
                         artifact_id=progress_id, progress=100.0 * reached / len(shards)
                     )
 
+    deadline = asyncio.timeout(suite.timeout)
     try:
         with contextlib.ExitStack() as stack:
             if runner is not None:
@@ -543,11 +589,23 @@ async def eval_flow(
                 await asyncio.to_thread(lambda: runner.client)
                 logger.info("shards run on %s", type(runner).__name__)
             stack.enter_context(_young_gc_relaxed())
-            await asyncio.gather(*(process(i, c) for i, c in enumerate(shards)))
-    except BaseException:
+            # a shard that fails stops the others (their calls in flight are cancelled)
+            async with deadline, asyncio.TaskGroup() as group:
+                for i, c in enumerate(shards):
+                    group.create_task(process(i, c))
+    except BaseException as exc:
         writer.abort()
-        state.close()
-        raise
+        stopped = _stop_reason(exc)
+        if stopped is None and isinstance(exc, TimeoutError) and deadline.expired():
+            stopped = (
+                f"the run did not finish within its timeout of {suite.timeout:g} s: "
+                f"{calls_done[0]} of {len(plan.calls)} calls done; the finished calls are "
+                "journaled, run again to resume"
+            )
+        if stopped is None:
+            raise
+        logger.error("%s", stopped)
+        return _incomplete(stopped)
     timings["calls_and_evaluation_s"] = time.perf_counter() - started - timings["prepare_s"]
     merged = [merge_results(parts) for parts in kept if parts]
     report = await gate_task(_q(plan), _q(merged)) if plan.gates else None
@@ -637,12 +695,16 @@ async def eval_flow(
     if report is not None and not report.passed and not failures:
         failures = [report.summary()]
     emit_gate_event(plan, rows, report, failures, outcome)
+    outcome["verdict"] = "passed"
     if failures:
         text = "; ".join(failures)
-        if suite.warn_only:
-            logger.warning("gate failed (warn only): %s", text)
-        else:
-            raise GateFailedError(f"gate failed for suite {suite.name}: {text}")
+        if not suite.warn_only:
+            outcome["verdict"] = "gate_failed"
+            # A verdict, not a crash: the flow run ends Failed with the violated clauses as its
+            # message, and no traceback is logged.
+            return Failed(message=f"gate failed for suite {suite.name}: {text}", data=outcome)
+        outcome["verdict"] = "warned"
+        logger.warning("gate failed (warn only): %s", text)
     logger.info("run %s finished in %.2f s", run_path, time.perf_counter() - started)
     return outcome
 

@@ -5,20 +5,35 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from evalpipe.pipeline.flow import (
-    GateFailedError,
-    ProgressHook,
-    eval_flow,
-    prepared_plan,
-    progress_hook,
-)
-from evalpipe.runner import RunPlan, RunState, find_resumable, new_run_dir
+import httpx
+from prefect.exceptions import TerminationSignal
+from prefect.settings import PREFECT_API_URL
+
+from evalpipe.pipeline.flow import ProgressHook, eval_flow, prepared_plan, progress_hook
+from evalpipe.pipeline.server import prefect_api
+from evalpipe.runner import RunPlan, RunState
 from evalpipe.runner.prepare import prepare_suite
+from evalpipe.runner.state import RunLock
 from evalpipe.suite import EvalSuite
 
-__all__ = ["RunOutcome", "arun_suite", "prepare_run", "run_suite"]
+__all__ = [
+    "PrefectUnavailableError",
+    "RunOutcome",
+    "Verdict",
+    "arun_suite",
+    "prepare_run",
+    "run_suite",
+]
+
+Verdict = Literal["passed", "warned", "gate_failed", "incomplete"]
+"""How a run ended: its gate held (or it has none), its gate failed but the suite is
+``warn_only``, its gate failed, or it could not complete (crashed, stopped, timed out)."""
+
+
+class PrefectUnavailableError(RuntimeError):
+    """The Prefect API the run would report to does not answer (nothing was started)."""
 
 
 @dataclass(slots=True)
@@ -29,8 +44,10 @@ class RunOutcome:
     """The run directory (Parquet files and manifest.json when the run completed)."""
     state: str
     """The flow run's final state name (Completed, Failed, ...)."""
+    verdict: Verdict
+    """passed, warned, gate_failed or incomplete (see :data:`Verdict`)."""
     gate_passed: bool | None
-    """None when the suite has no gates."""
+    """None when the suite has no gates (or the run did not complete)."""
     message: str | None
     """The failure message (a failed gate names every violated clause)."""
     reusable_calls: int
@@ -42,6 +59,8 @@ class RunOutcome:
     calls: dict[str, Any] = field(default_factory=dict)
     """What happened to the run's target calls (the manifest's ``calls``: made, reused, recorded,
     errored)."""
+    notes: list[str] = field(default_factory=list)
+    """Things the operator should know (a stale lock taken over)."""
 
     @property
     def ok(self) -> bool:
@@ -56,15 +75,34 @@ def prepare_run(
     rescore: str | Path | None = None,
     resume: bool = True,
 ) -> RunPlan:
-    """The run's plan, validated before any Prefect start-up or target call.
+    """The run's plan, validated and placed before any Prefect start-up or target call.
 
     Raises:
-        SuiteError: for anything wrong with the suite, its dataset, target, evaluators or gates.
+        SuiteError: for anything wrong with the suite, its dataset, target, evaluators, gates or
+            run directory.
     """
-    if run_dir is None:
-        found = find_resumable(suite) if resume and rescore is None else None
-        run_dir = found or new_run_dir(suite)
-    return prepare_suite(suite, run_dir, rescore=rescore)
+    return prepare_suite(suite, run_dir, rescore=rescore, resume=resume)
+
+
+async def check_api() -> None:
+    """That the configured Prefect API answers (an unset API is the ephemeral one: fine).
+
+    Raises:
+        PrefectUnavailableError: naming the URL and what to do.
+    """
+    url = PREFECT_API_URL.value()
+    if not url:
+        return
+    try:
+        async with httpx.AsyncClient(timeout=10.0) as client:
+            response = await client.get(f"{str(url).rstrip('/')}/health")
+        response.raise_for_status()
+    except httpx.HTTPError as exc:
+        raise PrefectUnavailableError(
+            f"the Prefect API at {url} does not answer ({type(exc).__name__}: {exc}); start the "
+            "server (`prefect server start`), fix PREFECT_API_URL, or unset it to run on an "
+            "embedded server"
+        ) from None
 
 
 async def arun_suite(
@@ -75,24 +113,62 @@ async def arun_suite(
     resume: bool = True,
     progress: ProgressHook | None = None,
     plan: RunPlan | None = None,
+    wait: float | None = 0.0,
 ) -> RunOutcome:
-    """Validate the suite (before any Prefect start-up or target call), then run its flow.
+    """Validate the suite (before any Prefect start-up or target call), hold the run directory's
+    lock, then run the flow.
 
     The plan is prepared once (or ``plan``, from :func:`prepare_run`, is used) and handed to the
-    flow: the dataset is loaded and the target factory called once per run.
+    flow: the dataset is loaded and the target factory called once per run. ``wait``: how long to
+    wait (seconds; None: as long as it takes) for a live run holding the same directory.
 
     Raises:
-        SuiteError: for anything wrong with the suite, its dataset, target, evaluators or gates.
+        SuiteError: for anything wrong with the suite, its dataset, target, evaluators, gates or
+            run directory.
+        RunLockedError: when a live run holds the directory (after ``wait``).
+        PrefectUnavailableError: when the configured Prefect API does not answer.
     """
     if plan is None:
         plan = prepare_run(suite, run_dir=run_dir, rescore=rescore, resume=resume)
     assert plan.run_dir is not None
-    run_path = plan.run_dir.resolve()
+    await check_api()
+    lock = RunLock(plan.run_dir)
+    lock.acquire(wait=wait)
+    notes = [lock.took_over] if lock.took_over else []
     reusable = RunState.peek(plan)
-    token = progress_hook.set(progress)
-    prepared = prepared_plan.set(plan)
     try:
-        state: Any = await eval_flow(
+        async with prefect_api():
+            state = await _flow(plan, lock, rescore, progress)
+    finally:
+        lock.release()
+    data = await state.aresult(raise_on_failure=False)
+    info: dict[str, Any] = data if isinstance(data, dict) else {}
+    verdict: Verdict = info.get("verdict") or ("passed" if state.is_completed() else "incomplete")
+    message = None
+    if not state.is_completed():
+        message = str(data) if isinstance(data, BaseException) else state.message
+    return RunOutcome(
+        run_dir=plan.run_dir.resolve(),
+        state=state.name or state.type.value,
+        verdict=verdict,
+        gate_passed=info.get("gate_passed"),
+        message=message,
+        reusable_calls=reusable,
+        published_to=info.get("published_to"),
+        calls=dict(info.get("calls") or {}),
+        notes=notes,
+    )
+
+
+async def _flow(
+    plan: RunPlan, lock: RunLock, rescore: str | Path | None, progress: ProgressHook | None
+) -> Any:
+    """The flow run of a prepared, locked plan; its final state."""
+    assert plan.run_dir is not None
+    token = progress_hook.set(progress)
+    prepared = prepared_plan.set((plan, lock))
+    try:
+        return await eval_flow(
             plan.suite,
             run_dir=str(plan.run_dir),
             rescore=str(rescore) if rescore is not None else None,
@@ -101,29 +177,6 @@ async def arun_suite(
     finally:
         prepared_plan.reset(prepared)
         progress_hook.reset(token)
-    message = None
-    gate_passed: bool | None = None
-    published_to: str | None = None
-    calls: dict[str, Any] = {}
-    if state.is_completed():
-        data = await state.aresult()
-        gate_passed = data.get("gate_passed")
-        published_to = data.get("published_to")
-        calls = dict(data.get("calls") or {})
-    else:
-        exc = await state.aresult(raise_on_failure=False)
-        message = str(exc) if isinstance(exc, BaseException) else state.message
-        if isinstance(exc, GateFailedError):
-            gate_passed = False
-    return RunOutcome(
-        run_dir=run_path,
-        state=state.name or state.type.value,
-        gate_passed=gate_passed,
-        message=message,
-        reusable_calls=reusable,
-        published_to=published_to,
-        calls=calls,
-    )
 
 
 def run_suite(
@@ -134,15 +187,25 @@ def run_suite(
     resume: bool = True,
     progress: ProgressHook | None = None,
     plan: RunPlan | None = None,
+    wait: float | None = 0.0,
 ) -> RunOutcome:
-    """:func:`arun_suite` from synchronous code."""
-    return asyncio.run(
-        arun_suite(
-            suite,
-            run_dir=run_dir,
-            rescore=rescore,
-            resume=resume,
-            progress=progress,
-            plan=plan,
+    """:func:`arun_suite` from synchronous code.
+
+    Raises:
+        KeyboardInterrupt: on Ctrl-C or SIGTERM (Prefect turns SIGTERM into its
+            ``TerminationSignal`` while a flow runs; the run's journal is kept either way).
+    """
+    try:
+        return asyncio.run(
+            arun_suite(
+                suite,
+                run_dir=run_dir,
+                rescore=rescore,
+                resume=resume,
+                progress=progress,
+                plan=plan,
+                wait=wait,
+            )
         )
-    )
+    except TerminationSignal:
+        raise KeyboardInterrupt("SIGTERM") from None

@@ -645,12 +645,14 @@ def disagreements(
 
 def _kind_column(table: Any, kinds: dict[tuple[str, str], MetricKind]) -> Any:
     """The kind of each row, by a join on (provider, metric) rather than a Python loop."""
+    # typed: with no metric at all (every call errored) the lists are empty, and pyarrow would
+    # infer the null type, which it cannot join on
     lookup = pa.table(
         {
-            "provider": [p for p, _ in kinds],
-            "metric": [m for _, m in kinds],
-            "kind": list(kinds.values()),
-            "_pos": list(range(len(kinds))),
+            "provider": pa.array([p for p, _ in kinds], type=pa.string()),
+            "metric": pa.array([m for _, m in kinds], type=pa.string()),
+            "kind": pa.array(list(kinds.values()), type=pa.string()),
+            "_pos": pa.array(list(range(len(kinds))), type=pa.int64()),
         }
     )
     positions = pa.table(
@@ -683,11 +685,36 @@ def _dump(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, default=str)
 
 
+MAX_TEXT = 4_000
+"""Characters of one text (a message, a reason, the query) the report shows; the rest is cut, with
+its length and where the whole text is."""
+MAX_MESSAGES = 60
+"""Messages of one item's transcript the report shows."""
+MAX_DRILL_DOWN_TEXT = 6_000_000
+"""Characters of text the whole drill-down may hold: the report's size is bounded however large
+the run's texts are (items past it are left out, and counted)."""
+
+
+def _cut(text: str | None, where: str = "items.parquet") -> str | None:
+    """``text`` up to MAX_TEXT characters; a longer one ends with how long it was and where the
+    whole of it is."""
+    if text is None or len(text) <= MAX_TEXT:
+        return text
+    return (
+        f"{text[:MAX_TEXT]}… [cut: {len(text):,} characters in all; the whole text is in {where}]"
+    )
+
+
 def _messages(conversation: str | None) -> list[MessageView]:
     data = _loads(conversation)
     if not isinstance(data, list):
         return []
     out: list[MessageView] = []
+    if len(data) > MAX_MESSAGES:
+        hidden = len(data) - MAX_MESSAGES
+        data = data[:MAX_MESSAGES]
+    else:
+        hidden = 0
     for message in data:
         if not isinstance(message, dict):
             out.append(MessageView("?", None, [MessagePart("other", "", _dump(message))]))
@@ -696,13 +723,13 @@ def _messages(conversation: str | None) -> list[MessageView]:
         for content in message.get("contents") or []:
             kind = content.get("type") if isinstance(content, dict) else None
             if kind == "text":
-                parts.append(MessagePart("text", "", str(content.get("text") or "")))
+                parts.append(MessagePart("text", "", _cut(str(content.get("text") or "")) or ""))
             elif kind == "function_call":
                 parts.append(
                     MessagePart(
                         "call",
                         f"{content.get('name')} (call {content.get('call_id')})",
-                        _dump(content.get("arguments")),
+                        _cut(_dump(content.get("arguments"))) or "",
                     )
                 )
             elif kind == "function_result":
@@ -710,12 +737,17 @@ def _messages(conversation: str | None) -> list[MessageView]:
                     MessagePart(
                         "result",
                         f"result of call {content.get('call_id')}",
-                        _dump(content.get("result")),
+                        _cut(_dump(content.get("result"))) or "",
                     )
                 )
             else:
-                parts.append(MessagePart("other", str(kind), _dump(content)))
+                parts.append(MessagePart("other", str(kind), _cut(_dump(content)) or ""))
         out.append(MessageView(str(message.get("role")), message.get("author_name"), parts))
+    if hidden:
+        note = MessagePart(
+            "other", "cut", f"{hidden} more messages; the whole transcript is in items.parquet"
+        )
+        out.append(MessageView("…", None, [note]))
     return out
 
 
@@ -731,16 +763,26 @@ def _score_view(r: dict[str, Any]) -> ScoreView:
         threshold=r["threshold"],
         label=r["label"],
         rating=r["rating"],
-        reason=r["reason"],
+        reason=_cut(r["reason"], "scores.parquet"),
         error_code=r["error_code"] or (None if r["metric"] else r["item_error_code"]),
-        error_message=r["error_message"] or (None if r["metric"] else r["item_error_message"]),
+        error_message=_cut(
+            r["error_message"] or (None if r["metric"] else r["item_error_message"]),
+            "scores.parquet",
+        ),
         diagnostics=[
-            (str(d.get("severity")), str(d.get("message")))
+            (str(d.get("severity")), _cut(str(d.get("message")), "scores.parquet") or "")
             for d in diagnostics
             if isinstance(d, dict)
         ],
         dimensions=[d for d in dimensions if isinstance(d, dict)],
     )
+
+
+def _text_size(detail: ItemDetail) -> int:
+    """About how many characters of text an item adds to the report."""
+    size = sum(len(t or "") for t in (detail.query, detail.response, detail.expected_output))
+    size += sum(len(p.body) for m in detail.messages for p in m.parts)
+    return size + sum(len(s.reason or "") + len(s.error_message or "") for s in detail.scores)
 
 
 def _key_column(table: Any) -> Any:
@@ -815,7 +857,10 @@ def _drill_down(
         for r in hit.to_pylist():
             score_rows.setdefault(f"{r['agent']}{_SEP}{r['item_id']}", []).append(r)
     details: list[ItemDetail] = []
+    budget = MAX_DRILL_DOWN_TEXT
     for key in chosen:
+        if budget <= 0:
+            break  # the rest are counted as omitted
         agent, _, item_id = key.partition(_SEP)
         item = item_rows.get(key, {})
         scores = sorted(
@@ -829,23 +874,23 @@ def _drill_down(
         row = item.get("row_id") or (
             f"query {item['query_index']}" if item.get("query_index") is not None else item_id
         )
-        details.append(
-            ItemDetail(
-                agent=agent,
-                item_id=item_id,
-                row=row,
-                repetition=item.get("repetition") or 0,
-                query=item.get("query", first.get("input_text")),
-                response=item.get("response", first.get("output_text")),
-                expected_output=item.get("expected_output"),
-                context=item.get("context"),
-                error_code=item.get("error_code") or first.get("item_error_code"),
-                error_message=item.get("error_message") or first.get("item_error_message"),
-                messages=_messages(item.get("conversation")),
-                scores=[_score_view(r) for r in scores],
-                verdict=verdicts.get(key, "pass"),
-            )
+        detail = ItemDetail(
+            agent=agent,
+            item_id=item_id,
+            row=row,
+            repetition=item.get("repetition") or 0,
+            query=_cut(item.get("query", first.get("input_text"))),
+            response=_cut(item.get("response", first.get("output_text"))),
+            expected_output=_cut(item.get("expected_output")),
+            context=_cut(item.get("context")),
+            error_code=item.get("error_code") or first.get("item_error_code"),
+            error_message=_cut(item.get("error_message") or first.get("item_error_message")),
+            messages=_messages(item.get("conversation")),
+            scores=[_score_view(r) for r in scores],
+            verdict=verdicts.get(key, "pass"),
         )
+        budget -= _text_size(detail)
+        details.append(detail)
     return details, total, not_passed
 
 

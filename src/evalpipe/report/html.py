@@ -15,6 +15,7 @@ from typing import Any
 
 import jinja2
 
+from evalpipe._internal.files import atomic_path
 from evalpipe.report.data import RunReport, load_report_data
 from evalpipe.report.stats import BOOTSTRAP_RESAMPLES
 
@@ -84,7 +85,6 @@ def write_report(
     path = Path(output) if output is not None else Path(run_dir) / "report.html"
     html = render_report(report)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(html, encoding="utf-8")
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        tmp.write_text(html, encoding="utf-8")
     return path

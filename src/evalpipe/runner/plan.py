@@ -172,6 +172,8 @@ class RunPlan:
     """Agents: a tool with two schemas raises (pre-existing responses) instead of erroring the item."""
     call_attempts: int = 1
     """Tries per call for transient errors."""
+    call_timeout: float | None = None
+    """Seconds one call may take (None: unbounded); past it the call is a ``TargetTimeout``."""
     item_ids: ItemIds = "position"
     stored: Mapping[str, Transcript] | None = None
     """Re-scoring: the transcripts of an earlier run by call key (the target is not called)."""
@@ -240,6 +242,7 @@ def in_process_plan(
     row_ids: Sequence[str] | None = None,
     tags: Sequence[Sequence[str]] | None = None,
     item_ids: ItemIds = "position",
+    call_timeout: float | None = None,
 ) -> RunPlan:
     """The plan of an in-process evaluation (``evaluate_agent``, ``evaluate_workflow``, ``evalpipe
     eval``): one row per query, each with its expectations and, for pre-existing responses, its
@@ -276,4 +279,5 @@ def in_process_plan(
         tools_override=tuple(tools_override) if tools_override is not None else None,
         strict_tools=strict_tools,
         item_ids=item_ids,
+        call_timeout=call_timeout,
     )

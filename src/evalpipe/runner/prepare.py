@@ -8,23 +8,33 @@ first call: nothing is called and nothing is written.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from evalpipe.artifacts import read_runs
 from evalpipe.datasets import DatasetError, QueryRow, load_dataset, row_hash
-from evalpipe.evaluators.base import AgentScoped, Evaluator
+from evalpipe.evaluators.base import AgentScoped, Evaluator, metric_names
 from evalpipe.gates import parse_gates
 from evalpipe.itemize import Expectations
 from evalpipe.messages import Message
 from evalpipe.recorded import recorded_run, split_recording
 from evalpipe.runner.plan import Row, RunPlan, Target, make_calls, resolve_target
-from evalpipe.runner.state import RUN_MARKER
+from evalpipe.runner.state import (
+    RUN_MARKER,
+    RunDirError,
+    check_run_dir,
+    find_resumable,
+    local_base,
+    new_run_dir,
+)
 from evalpipe.suite import EvalSuite, SuiteError, build_evaluators, build_split, build_target
+from evalpipe.tally import OVERALL
 from evalpipe.transcripts import TargetKind, Transcript, load_transcript
 
-__all__ = ["prepare_suite", "rows_from_dataset"]
+__all__ = ["place", "prepare_suite", "rows_from_dataset"]
 
 
 def rows_from_dataset(rows: Sequence[QueryRow], kind: TargetKind) -> tuple[Row, ...]:
@@ -59,12 +69,21 @@ def rows_from_dataset(rows: Sequence[QueryRow], kind: TargetKind) -> tuple[Row, 
 
 
 def prepare_suite(
-    suite: EvalSuite, run_dir: str | Path | None = None, *, rescore: str | Path | None = None
+    suite: EvalSuite,
+    run_dir: str | Path | None = None,
+    *,
+    rescore: str | Path | None = None,
+    resume: bool = True,
 ) -> RunPlan:
     """The plan of a suite run; nothing is called and nothing is written.
 
+    The run directory is ``run_dir`` (it must be new, empty, or an unfinished run of the same
+    target), else the newest unfinished run of the same target when ``resume`` (not when
+    re-scoring), else a new directory under the suite's ``output_dir``.
+
     Raises:
-        SuiteError: for a bad dataset, target, evaluator, split or gate (named, with the fix).
+        SuiteError: for a bad dataset, target, evaluator, split, gate or run directory (named,
+            with the fix).
     """
     try:
         dataset = load_dataset(suite.dataset)
@@ -88,6 +107,10 @@ def prepare_suite(
         identity = f"{target.identity}|{suite.target_identity()}"
     _check_recorded_rows(dataset, kind)
     _check_scopes(providers, kind, target)
+    _check_row_agents(dataset, suite, target)
+    _check_gates(gates, providers, kind, target)
+    _check_credentials(providers)
+    _check_compare_with(suite)
     rows = rows_from_dataset(dataset, kind)
     calls = make_calls(identity, rows, suite.repetitions)
     if stored is not None:
@@ -99,8 +122,7 @@ def prepare_suite(
                 f"{missing[0].repetition} ({len(missing)} missing); re-score with the suite and "
                 "dataset the run was made with, or lower repetitions"
             )
-    path = Path(run_dir) if run_dir is not None else None
-    return RunPlan(
+    plan = RunPlan(
         name=suite.name,
         kind=kind,
         target=target,
@@ -114,14 +136,41 @@ def prepare_suite(
         include_overall=suite.include_overall,
         include_per_agent=suite.include_per_agent,
         call_attempts=suite.call_attempts,
+        call_timeout=suite.call_timeout,
         item_ids="row",
         stored=stored,
-        eval_key=f"evalpipe:{path.name}" if path is not None else None,
         suite=suite,
         gates=tuple(gates),
-        run_dir=path,
         rescored_from=Path(rescore) if rescore is not None else None,
     )
+    return place(plan, run_dir, resume=resume)
+
+
+def place(plan: RunPlan, run_dir: str | Path | None = None, *, resume: bool = True) -> RunPlan:
+    """The plan with its run directory chosen (see :func:`prepare_suite`).
+
+    Raises:
+        RunDirError: for a directory this run must not write.
+    """
+    if run_dir is not None:
+        path = Path(run_dir)
+        check_run_dir(path, plan.identity, rescore=plan.stored is not None)
+    elif (
+        plan.stored is None
+        and resume
+        and (found := find_resumable(plan.suite, plan.identity)) is not None
+    ):
+        path = found
+    else:
+        base = local_base(str(plan.suite.output_dir))
+        for parent in (base, *base.parents):
+            if parent.exists() and not parent.is_dir():
+                raise RunDirError(
+                    f"output_dir {plan.suite.output_dir}: {parent} is a file, not a directory; "
+                    "choose another output directory (output_dir in the suite, or --output)"
+                )
+        path = new_run_dir(plan.suite)
+    return replace(plan, run_dir=path, eval_key=f"evalpipe:{path.name}")
 
 
 def _recorded_kind(suite: EvalSuite, rows: Sequence[QueryRow]) -> tuple[TargetKind, str]:
@@ -168,6 +217,89 @@ def _check_scopes(providers: Sequence[Evaluator], kind: str, target: Target | No
                 f"evaluators: {provider.name!r} names agent {unknown[0]!r}, which the workflow "
                 f"does not have; its agents are {', '.join(known)} (and 'overall')"
             )
+
+
+def _check_row_agents(rows: Sequence[QueryRow], suite: EvalSuite, target: Target | None) -> None:
+    """Per-agent expectations must name agents the workflow has (else they are silently never
+    checked, and a check on a missing expectation passes vacuously)."""
+    known = target.agent_names if target is not None else None
+    for index, row in enumerate(rows):
+        if not row.agents:
+            continue
+        if target is not None and target.kind == "agent":
+            raise SuiteError(
+                f"dataset {suite.dataset}: row {row.id!r} (row {index + 1}) has per-agent "
+                "expectations ('agents'), but the target is a single agent; move them to "
+                "expected_output / expected_tool_calls"
+            )
+        if known is None:
+            continue
+        unknown = [a for a in row.agents if a not in known]
+        if unknown:
+            raise SuiteError(
+                f"dataset {suite.dataset}: row {row.id!r} (row {index + 1}) expects agent "
+                f"{unknown[0]!r}, which the workflow does not have; its agents are "
+                f"{', '.join(known)}"
+            )
+
+
+def _check_gates(
+    gates: Sequence[Any], providers: Sequence[Evaluator], kind: str, target: Target | None
+) -> None:
+    """Gate clauses must read metrics some evaluator produces and agents the target has: a clause
+    on something that never comes back would only be found after every call is paid."""
+    declared = [metric_names(p) for p in providers]
+    produced: set[str] | None = None
+    if all(names is not None for names in declared):
+        produced = {n for names in declared for n in names or ()}
+    known = target.agent_names if target is not None else None
+    for index, clause in enumerate(gates):
+        where = f"gates[{index}] {str(clause)!r}"
+        metric = getattr(clause, "metric", None)
+        if metric is not None and produced is not None and metric not in produced:
+            raise SuiteError(
+                f"{where}: no evaluator produces metric {metric!r}; the evaluators produce "
+                f"{', '.join(sorted(produced)) or 'nothing'}"
+            )
+        agent = getattr(clause, "agent", None)
+        if agent is None or agent == OVERALL:
+            continue
+        if kind == "agent":
+            raise SuiteError(
+                f"{where}: names agent {agent!r}, but the target is a single agent; remove the "
+                "agent prefix"
+            )
+        if known is not None and agent not in known:
+            raise SuiteError(
+                f"{where}: names agent {agent!r}, which the workflow does not have; its agents "
+                f"are {', '.join(known)}"
+            )
+
+
+def _check_credentials(providers: Sequence[Evaluator]) -> None:
+    """A judge's ``api_key_env`` must name a variable that is set (else every judge call fails)."""
+    for provider in providers:
+        inner = provider.inner if isinstance(provider, AgentScoped) else provider
+        endpoint = getattr(inner, "endpoint", None)
+        variable = getattr(endpoint, "api_key_env", None)
+        if variable and not os.environ.get(variable):
+            raise SuiteError(
+                f"evaluators: {provider.name!r} reads its API key from ${variable}, which is not "
+                f"set; export {variable}=... (or remove api_key_env for an endpoint without "
+                "authentication)"
+            )
+
+
+def _check_compare_with(suite: EvalSuite) -> None:
+    """``compare_with`` naming a run directory must name a finished run."""
+    if suite.compare_with in (None, "last"):
+        return
+    path = Path(str(suite.compare_with))
+    if not (path / "manifest.json").is_file():
+        raise SuiteError(
+            f"compare_with: {path} is not a finished run directory (no manifest.json); name a "
+            "run directory `evalpipe run` completed, or use compare_with: last"
+        )
 
 
 def _parse_gates(specs: Sequence[str | dict[str, Any]]) -> list[Any]:

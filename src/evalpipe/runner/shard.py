@@ -15,12 +15,13 @@ from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from evalpipe._internal.calls import is_call_failure
 from evalpipe.evaluators.base import AgentScoped, BatchedEvaluator, Evaluator
 from evalpipe.itemize import WorkflowItems, agent_item, workflow_items
 from evalpipe.items import EvalItem
 from evalpipe.results import EvalResults
 from evalpipe.runner.plan import Call, RunPlan
-from evalpipe.runner.state import RunState
+from evalpipe.runner.state import RunState, StorageError
 from evalpipe.tally import OVERALL, errored_results, merge_results
 from evalpipe.targets.base import call_agent
 from evalpipe.targets.workflow import call_workflow
@@ -108,6 +109,7 @@ async def make_call(
             query_index=row.index,
             repetition=call.repetition,
             semaphore=semaphore,
+            call_timeout=plan.call_timeout,
         )
     else:
         made = await call_agent(
@@ -117,10 +119,20 @@ async def make_call(
             repetition=call.repetition,
             semaphore=semaphore,
             attempts=plan.call_attempts,
+            call_timeout=plan.call_timeout,
         )
     outcome = CallOutcome(call, made, "made")
     if journal is not None and made.error_code is None:
-        journal.record(call.key, outcome.transcript_json())
+        try:
+            journal.record(call.key, outcome.transcript_json())
+        except OSError as exc:
+            failure = StorageError(
+                f"cannot journal a finished call in {journal.path}: {exc.strerror or exc}; the "
+                "run stopped making calls (the calls journaled so far are kept: free the space "
+                "or fix the directory, then run again to resume)"
+            )
+            state.stop(failure)
+            raise failure from exc
     return outcome
 
 
@@ -134,14 +146,21 @@ async def run_calls(
     on_call: Callable[[CallOutcome], None] | None = None,
 ) -> list[CallOutcome]:
     """Every call, ``workers`` at a time (the semaphore may bound them further, shared with other
-    shards); outcomes in call order whatever order they finish in."""
+    shards); outcomes in call order whatever order they finish in.
+
+    When the run is stopped (``state.stop``: a call that cannot be journaled) no further call
+    starts, here or in any other shard of the state, and the calls in flight are cancelled.
+
+    Raises:
+        StorageError: (or the run's other stop reason) when the run was stopped.
+    """
     total = len(calls)
     out: list[CallOutcome | None] = [None] * total
     next_index = 0
 
     async def worker() -> None:
         nonlocal next_index
-        while next_index < total:
+        while next_index < total and state.failure is None:
             index = next_index
             next_index += 1
             outcome = await make_call(plan, state, calls[index], semaphore)
@@ -149,7 +168,14 @@ async def run_calls(
             if on_call is not None:
                 on_call(outcome)
 
-    await asyncio.gather(*(worker() for _ in range(max(1, min(workers, total)))))
+    try:
+        async with asyncio.TaskGroup() as group:
+            for _ in range(max(1, min(workers, total))):
+                group.create_task(worker())
+    except BaseExceptionGroup as failed:
+        raise failed.exceptions[0] from None
+    if state.failure is not None:
+        raise state.failure
     return [o for o in out if o is not None]
 
 
@@ -216,7 +242,9 @@ async def _evaluate_batched(
         eval_id = await state.eval_id(
             name, lambda: provider.create_eval(items, eval_name=name, key=key)
         )
-    except Exception as exc:
+    except BaseException as exc:
+        if not is_call_failure(exc):
+            raise
         return errored_results(
             provider.name, items, name, f"could not create the eval: {_error_text(exc)}"
         )
@@ -254,7 +282,9 @@ async def _evaluate_group(
             )
         else:
             result = await provider.evaluate(items, eval_name=name)
-    except Exception as exc:
+    except BaseException as exc:
+        if not is_call_failure(exc):
+            raise
         return errored_results(provider.name, items, name, _error_text(exc))
     result.provider = provider.name
     return result

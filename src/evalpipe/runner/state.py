@@ -14,8 +14,10 @@ directory; for a remote ``output_dir`` (``s3://...``) that is a staging copy und
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import socket
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -26,8 +28,21 @@ from urllib.parse import unquote, urlsplit
 from evalpipe.journal import Journal
 from evalpipe.redact import redact
 from evalpipe.runner.plan import RunPlan
+from evalpipe.suite import SuiteError
 
-__all__ = ["RUN_MARKER", "RunState", "find_resumable", "is_remote", "local_base", "new_run_dir"]
+__all__ = [
+    "RUN_MARKER",
+    "RunDirError",
+    "RunLock",
+    "RunLockedError",
+    "RunState",
+    "StorageError",
+    "check_run_dir",
+    "find_resumable",
+    "is_remote",
+    "local_base",
+    "new_run_dir",
+]
 
 RUN_MARKER = "run.json"
 """Written when a run starts (suite + fingerprint); ``manifest.json`` appears when it completes."""
@@ -62,23 +77,197 @@ def new_run_dir(suite: Any, output_dir: str | Path | None = None) -> Path:
     return path
 
 
-def find_resumable(suite: Any, output_dir: str | Path | None = None) -> Path | None:
-    """The newest unfinished run of this exact suite (same fingerprint, no manifest yet)."""
+class RunDirError(SuiteError):
+    """A run directory that this run must not write (a finished run, another target's run, a
+    file); the message names it and says what to do instead."""
+
+
+class RunLockedError(RuntimeError):
+    """A live run holds the run directory; the message names it (pid, host, directory)."""
+
+
+class StorageError(RuntimeError):
+    """A run's files (its journal, its tables) could not be written: the run stops making calls
+    (paid calls would otherwise be lost); the message names the file and the cause."""
+
+
+def _marker(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads((path / RUN_MARKER).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def find_resumable(suite: Any, identity: str, output_dir: str | Path | None = None) -> Path | None:
+    """The newest unfinished run of this suite against the same target (its identity: the target
+    and its version), whatever else changed (evaluators, gates, repetitions): its finished calls
+    are reused by target and row, not by the whole suite."""
     base = local_base(str(output_dir or suite.output_dir)) / suite.name
     if not base.is_dir():
         return None
     candidates: list[tuple[float, Path]] = []
     for path in base.iterdir():
-        marker = path / RUN_MARKER
-        if not marker.is_file() or (path / "manifest.json").exists():
+        if (path / MANIFEST).exists():
             continue
-        try:
-            data = json.loads(marker.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        if data.get("fingerprint") == suite.fingerprint():
-            candidates.append((marker.stat().st_mtime, path))
+        data = _marker(path)
+        if data is not None and data.get("identity") == identity:
+            candidates.append(((path / RUN_MARKER).stat().st_mtime, path))
     return max(candidates)[1] if candidates else None
+
+
+MANIFEST = "manifest.json"
+
+
+def check_run_dir(path: Path, identity: str, *, rescore: bool = False) -> None:
+    """That ``path`` may be written by a run of ``identity``: absent or empty, or an unfinished
+    run of the same target (resumed). A finished run is never rewritten.
+
+    Raises:
+        RunDirError: naming the directory and what to do instead.
+    """
+    if path.exists() and not path.is_dir():
+        raise RunDirError(
+            f"{path}: is a file, not a run directory; pass a directory (it is created) or leave "
+            "--run-dir out for a new one under the suite's output_dir"
+        )
+    if not path.is_dir() or not any(path.iterdir()):
+        return
+    if (path / MANIFEST).exists():
+        raise RunDirError(
+            f"{path}: a finished run; finished runs are never rewritten. Re-score it with "
+            f"--rescore {path} (that writes a new directory), or leave --run-dir out"
+        )
+    if rescore:
+        raise RunDirError(
+            f"{path}: not empty; re-scoring writes a new directory: leave --run-dir out or name "
+            "a new one"
+        )
+    data = _marker(path)
+    if data is None:
+        raise RunDirError(
+            f"{path}: not empty and not a run directory (no {RUN_MARKER}); name an empty or new "
+            "directory"
+        )
+    if data.get("identity") != identity:
+        raise RunDirError(
+            f"{path}: an unfinished run of another target ({data.get('identity')!r}, this run's "
+            f"is {identity!r}); resuming is for unfinished runs of the same target: name another "
+            "directory"
+        )
+
+
+class RunLock:
+    """The lock a live run holds on its directory (``run.lock``: an advisory ``flock`` that the
+    kernel releases when the process dies, even by ``kill -9``, and the holder's pid and host).
+
+    Args:
+        run_dir: The run directory (created when missing).
+    """
+
+    FILE = "run.lock"
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self.path = run_dir / self.FILE
+        self._handle: Any = None
+        self._created_dir = False
+        self.took_over: str | None = None
+        """Set when the lock was left by a process that is gone: what it said."""
+
+    def holder(self) -> dict[str, Any] | None:
+        """Who holds (or last held) the lock: ``{"pid", "host", "started_at"}``."""
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8") or "null")
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None
+
+    def describe(self) -> str:
+        """The live holder in words, for messages."""
+        who = self.holder() or {}
+        return (
+            f"pid {who.get('pid', '?')} on host {who.get('host', '?')} (started "
+            f"{who.get('started_at', '?')}) is writing {self.run_dir}"
+        )
+
+    def acquire(self, *, wait: float | None = 0.0) -> None:
+        """Take the lock; ``wait`` seconds at most (None: as long as it takes, 0: not at all).
+
+        Raises:
+            RunLockedError: when a live run holds it, naming that run and how to wait.
+        """
+        import fcntl  # optional: POSIX only
+
+        try:
+            if not self.run_dir.exists():
+                self.run_dir.mkdir(parents=True)
+                self._created_dir = True
+            handle = open(self.path, "a+", encoding="utf-8")  # noqa: SIM115 - held until release
+        except OSError as exc:
+            raise RunDirError(
+                f"cannot create the run directory {self.run_dir}: {exc.strerror or exc}; choose "
+                "a writable output directory (output_dir in the suite, or --output / --run-dir)"
+            ) from None
+        deadline = None if wait is None else time.monotonic() + wait
+        while True:
+            try:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if deadline is not None and time.monotonic() >= deadline:
+                    message = self.describe()
+                    handle.close()
+                    raise RunLockedError(
+                        f"a live run holds this run: {message}. Wait for it with --wait (its "
+                        "finished calls are then reused), or start a fresh directory that calls "
+                        "everything again with --new-run"
+                    ) from None
+                time.sleep(0.2)
+        previous = self.holder()
+        if previous and previous.get("pid") and not previous.get("released"):
+            self.took_over = (
+                f"took over the lock of pid {previous.get('pid')} on host {previous.get('host')}, "
+                f"which is no longer running"
+            )
+        handle.seek(0)
+        handle.truncate()
+        handle.write(
+            json.dumps(
+                {
+                    "pid": os.getpid(),
+                    "host": socket.gethostname(),
+                    "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
+                }
+            )
+        )
+        handle.flush()
+        self._handle = handle
+
+    @property
+    def held(self) -> bool:
+        """This process holds the lock."""
+        return self._handle is not None
+
+    def release(self) -> None:
+        """Let go; a directory the lock created and nothing else was written to is removed."""
+        if self._handle is None:
+            return
+        handle, self._handle = self._handle, None
+        # Marked released (not unlinked: a run waiting on this file must not lock a stale one).
+        with contextlib.suppress(OSError):
+            who = self.holder() or {}
+            handle.seek(0)
+            handle.truncate()
+            handle.write(json.dumps({**who, "released": True}))
+            handle.flush()
+        handle.close()
+        leftover = [p for p in self.run_dir.iterdir() if p.name != self.FILE]
+        if not leftover and self._created_dir:
+            # nothing happened in a directory this lock created: leave nothing behind
+            with contextlib.suppress(OSError):
+                self.path.unlink()
+                self.run_dir.rmdir()
 
 
 @dataclass
@@ -87,18 +276,33 @@ class RunState:
 
     journal: Journal | None = None
     """Finished calls on disk (None: nothing is journaled)."""
+    lock: RunLock | None = None
+    """The run directory's lock, when this process holds it."""
+    failure: BaseException | None = None
+    """Set when the run must stop making calls (the journal cannot be written)."""
     started_at: float = field(default_factory=time.time)
     _eval_ids: dict[str, str] = field(default_factory=dict, repr=False)
     _eval_locks: dict[str, asyncio.Lock] = field(default_factory=dict, repr=False)
     _run_slots: dict[int, asyncio.Semaphore] = field(default_factory=dict, repr=False)
 
     @classmethod
-    def open(cls, plan: RunPlan, *, marker: bool = True) -> RunState:
+    def open(cls, plan: RunPlan, *, marker: bool = True, lock: RunLock | bool = True) -> RunState:
         """The state of a suite run: its directory, marker and journal (an existing journal is
-        resumed). Without a run directory, a state that journals nothing."""
+        resumed). Without a run directory, a state that journals nothing.
+
+        ``lock``: take the directory's lock (True), use one the caller holds, or none (False: a
+        worker writing a run another process holds).
+
+        Raises:
+            RunLockedError: when a live run holds the directory.
+        """
         state = cls()
         if plan.run_dir is None:
             return state
+        if lock is True:
+            lock = RunLock(plan.run_dir)
+            lock.acquire()
+        state.lock = lock or None
         plan.run_dir.mkdir(parents=True, exist_ok=True)
         path = plan.run_dir / RUN_MARKER
         if marker and not path.exists():
@@ -151,7 +355,15 @@ class RunState:
             slots = self._run_slots[provider_index] = asyncio.Semaphore(max(1, size))
         return slots
 
+    def stop(self, failure: BaseException) -> None:
+        """Stop the run's calls: no call starts after this (the first failure is kept)."""
+        if self.failure is None:
+            self.failure = failure
+
     def close(self) -> None:
-        """Close the journal (what it holds is on disk already)."""
+        """Close the journal (what it holds is on disk already) and release the lock."""
         if self.journal is not None:
             self.journal.close()
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None

@@ -23,6 +23,7 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
+from evalpipe._internal.calls import CallTimeout, bounded, in_thread, is_call_failure
 from evalpipe._internal.retry import is_transient, retry_after
 from evalpipe.messages import Message, ToolDefinition
 from evalpipe.transcripts import RunUsage, TargetRun
@@ -33,6 +34,8 @@ __all__ = [
     "agent_name",
     "agent_tools",
     "call_agent",
+    "failure_code",
+    "failure_text",
     "is_maf_agent",
     "is_maf_workflow",
     "response_messages",
@@ -169,6 +172,18 @@ def agent_tools(agent: Any) -> list[ToolDefinition]:
     return out
 
 
+def failure_code(exc: BaseException, default: str) -> str:
+    """The error code of a failed call: ``TargetTimeout`` for one past its timeout, else
+    ``default``."""
+    return "TargetTimeout" if isinstance(exc, CallTimeout) else default
+
+
+def failure_text(exc: BaseException, tries: int = 1) -> str:
+    """What a failed call raised, for people (with the attempts when it was retried)."""
+    after = f" (after {tries} attempts)" if tries > 1 else ""
+    return f"{type(exc).__name__}: {exc}{after}"
+
+
 async def call_agent(
     agent: Any,
     query: str,
@@ -178,12 +193,17 @@ async def call_agent(
     semaphore: asyncio.Semaphore | None = None,
     attempts: int = 1,
     retry_wait: float = 0.5,
+    call_timeout: float | None = None,
 ) -> TargetRun:
-    """Run the agent on one query; an exception becomes a TargetRun with error_code "AgentError".
+    """Run the agent on one query; whatever it raises becomes a TargetRun with error_code
+    "AgentError" ("TargetTimeout" past ``call_timeout`` seconds, per attempt; the call is
+    cancelled).
 
     With ``attempts`` > 1, a transient error (timeout, connection error, 408/409/429/5xx) is retried
     with exponential backoff and jitter starting at ``retry_wait`` seconds, honouring the server's
-    Retry-After; the semaphore slot is released while waiting. Latency is the last attempt's.
+    Retry-After; the semaphore slot is released while waiting. Latency is the last attempt's. Only
+    the run being stopped (Ctrl-C, the cancellation of this task) propagates
+    (``_internal.calls.is_call_failure``).
     """
     started = time.perf_counter()
     tries = 0
@@ -193,10 +213,10 @@ async def call_agent(
         tries += 1
         if semaphore is None:
             started = time.perf_counter()
-            return await _invoke(agent, query, repetition)
+            return await bounded(_invoke(agent, query, repetition), call_timeout)
         async with semaphore:
             started = time.perf_counter()
-            return await _invoke(agent, query, repetition)
+            return await bounded(_invoke(agent, query, repetition), call_timeout)
 
     try:
         response = await with_retries(attempt, attempts=attempts, retry_wait=retry_wait)
@@ -212,15 +232,16 @@ async def call_agent(
             usage=usage,
             attempts=tries,
         )
-    except Exception as exc:
-        after = f" (after {tries} attempts)" if tries > 1 else ""
+    except BaseException as exc:
+        if not is_call_failure(exc):
+            raise
         return TargetRun(
             query_index=query_index,
             repetition=repetition,
             query=query,
             usage=RunUsage(latency_seconds=time.perf_counter() - started),
-            error_code="AgentError",
-            error_message=f"{type(exc).__name__}: {exc}{after}",
+            error_code=failure_code(exc, "AgentError"),
+            error_message=failure_text(exc, tries),
             attempts=tries,
         )
 
@@ -289,7 +310,7 @@ async def _invoke(agent: Any, query: str, repetition: int = 0) -> Any:
     extra = {"repetition": repetition} if _takes_repetition(type(agent)) else {}
     if inspect.iscoroutinefunction(run):
         return await run(messages, **extra)
-    result = await asyncio.to_thread(run, messages, **extra)
+    result = await in_thread(run, messages, **extra)
     if inspect.isawaitable(result):
         result = await result
     return result

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from evalpipe._internal.calls import is_call_failure
 from evalpipe.messages import Message
 from evalpipe.targets.base import (
     agent_tools,
@@ -299,7 +300,9 @@ class MAFWorkflow:
                     events.append(event)
             else:
                 events = list(await workflow.run(query))
-        except Exception as exc:
+        except BaseException as exc:
+            if not is_call_failure(exc):
+                raise
             error = exc
         run = workflow_run_from_events(
             events, workflow=workflow, query=query, error=error, timings=timings

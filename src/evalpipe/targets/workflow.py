@@ -16,10 +16,13 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, get_type_hints, runtime_checkable
 
+from evalpipe._internal.calls import bounded, in_thread, is_call_failure
 from evalpipe.messages import Message
 from evalpipe.targets.base import (
     agent_name,
     agent_tools,
+    failure_code,
+    failure_text,
     is_maf_agent,
     is_maf_workflow,
     response_messages,
@@ -62,7 +65,7 @@ async def _invoke_agent(agent: Any, messages: list[Message]) -> Any:
         payload = to_maf_messages(messages)
     if inspect.iscoroutinefunction(run):
         return await run(payload)
-    result = await asyncio.to_thread(run, payload)
+    result = await in_thread(run, payload)
     if inspect.isawaitable(result):
         result = await result
     return result
@@ -105,7 +108,9 @@ async def run_executor(
             usage=usage,
             attempts=tries,
         )
-    except Exception as exc:
+    except BaseException as exc:
+        if not is_call_failure(exc):
+            raise
         return ExecutorRun(
             executor_id=executor_id,
             agent=name,
@@ -113,8 +118,7 @@ async def run_executor(
             tools=agent_tools(agent) or None,
             usage=RunUsage(latency_seconds=time.perf_counter() - started),
             error_code="ExecutorError",
-            error_message=f"{type(exc).__name__}: {exc}"
-            + (f" (after {tries} attempts)" if tries > 1 else ""),
+            error_message=failure_text(exc, tries),
             attempts=max(tries, 1),
         )
 
@@ -320,7 +324,9 @@ class RouterWorkflow:
             conversation = [*conversation, *turn.produced]
             try:
                 nxt = self._route(current, list(turn.produced))
-            except Exception as exc:
+            except BaseException as exc:
+                if not is_call_failure(exc):
+                    raise
                 return _finish(
                     query,
                     self.name,
@@ -426,28 +432,32 @@ async def call_workflow(
     query_index: int,
     repetition: int,
     semaphore: asyncio.Semaphore | None = None,
+    call_timeout: float | None = None,
 ) -> WorkflowRun:
-    """Run the workflow on one query; an exception becomes a WorkflowRun with "WorkflowError"."""
+    """Run the workflow on one query; whatever it raises becomes a WorkflowRun with
+    "WorkflowError" ("TargetTimeout" past ``call_timeout`` seconds: the run is cancelled)."""
     target = as_workflow(workflow)
     started = time.perf_counter()
     try:
         if semaphore is not None:
             async with semaphore:
                 started = time.perf_counter()
-                run = await target.run(query)
+                run = await bounded(target.run(query), call_timeout)
         else:
-            run = await target.run(query)
+            run = await bounded(target.run(query), call_timeout)
         if not isinstance(run, WorkflowRun):
             raise TypeError(f"workflow.run() returned {type(run).__name__}, expected WorkflowRun")
-    except Exception as exc:
+    except BaseException as exc:
+        if not is_call_failure(exc):
+            raise
         return WorkflowRun(
             query_index=query_index,
             repetition=repetition,
             query=query,
             workflow=workflow_name(workflow),
             usage=RunUsage(latency_seconds=time.perf_counter() - started),
-            error_code="WorkflowError",
-            error_message=f"{type(exc).__name__}: {exc}",
+            error_code=failure_code(exc, "WorkflowError"),
+            error_message=failure_text(exc),
         )
     update: dict[str, Any] = {"query_index": query_index, "repetition": repetition, "query": query}
     if run.usage.latency_seconds is None:

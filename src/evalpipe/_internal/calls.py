@@ -1,0 +1,88 @@
+"""Bounding one call of user code (an agent, a workflow, a check): its time, what it may raise,
+and the thread a synchronous one runs in.
+
+- ``bounded(awaitable, timeout)``: the call, or :class:`CallTimeout` once ``timeout`` seconds pass
+  (the call is cancelled and its slot freed).
+- ``is_call_failure(exc)``: whether what the call raised is the call's own failure (an errored
+  item) rather than the run being stopped. Everything a call raises is its failure, ``SystemExit``
+  and a ``CancelledError`` the user code raised itself included, except the operator's Ctrl-C
+  (``KeyboardInterrupt``), ``GeneratorExit``, and the cancellation of the task running the call
+  (evalpipe's own: a run-level timeout, SIGTERM).
+- ``in_thread(fn, ...)``: a synchronous call in a daemon thread, so one that never returns cannot
+  keep the process alive after the run ends (``asyncio.to_thread``'s pool is joined at exit).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import threading
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+__all__ = ["DEFAULT_CALL_TIMEOUT", "CallTimeout", "bounded", "in_thread", "is_call_failure"]
+
+DEFAULT_CALL_TIMEOUT = 600.0
+"""Seconds one target call may take before it is an errored item (``TargetTimeout``)."""
+
+T = TypeVar("T")
+
+
+class CallTimeout(Exception):
+    """A call that did not finish within its timeout."""
+
+
+async def bounded(awaitable: Awaitable[T], seconds: float | None) -> T:
+    """``await awaitable``, cancelled after ``seconds`` (None: unbounded).
+
+    Raises:
+        CallTimeout: when the time passed (the call was cancelled).
+    """
+    if seconds is None:
+        return await awaitable
+    try:
+        async with asyncio.timeout(seconds):
+            return await awaitable
+    except TimeoutError:
+        raise CallTimeout(f"no answer within the call timeout of {seconds:g} s") from None
+
+
+def is_call_failure(exc: BaseException) -> bool:
+    """Whether ``exc``, raised out of a call, is the call's failure (see the module docstring)."""
+    if isinstance(exc, KeyboardInterrupt | GeneratorExit):
+        return False
+    if isinstance(exc, asyncio.CancelledError):
+        task = asyncio.current_task()
+        return task is None or task.cancelling() == 0
+    return True
+
+
+def _settle(future: asyncio.Future[Any], value: Any, error: BaseException | None) -> None:
+    if future.done():  # the awaiting call was cancelled (timeout, run stopped)
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(value)
+
+
+async def in_thread(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+    """``fn(*args, **kwargs)`` in a new daemon thread (with this context's variables)."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[T] = loop.create_future()
+    context = contextvars.copy_context()
+
+    def run() -> None:
+        value: Any = None
+        error: BaseException | None = None
+        try:
+            value = context.run(fn, *args, **kwargs)
+        except BaseException as exc:  # handed to the awaiting call, whatever it is
+            error = exc
+        # RuntimeError: the loop is closed, nobody waits for this call any more
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(_settle, future, value, error)
+
+    threading.Thread(target=run, name="evalpipe-call", daemon=True).start()
+    return await future

@@ -1,0 +1,589 @@
+"""Runs an operator can leave alone, tried with real processes and signals: bounded calls, one
+run per directory, exit codes that mean one thing, and no orphaned server."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from evalpipe.artifacts import read_manifest, read_summary
+from evalpipe.journal import Journal
+from evalpipe.pipeline import arun_suite
+from evalpipe.runner.prepare import prepare_suite
+from evalpipe.suite import load_suite
+
+pytestmark = pytest.mark.usefixtures("prefect_api")
+
+ROOT = Path(__file__).resolve().parents[2]
+
+AGENTS = '''
+"""Agents an operator meets: slow, hanging, raising anything."""
+import asyncio, os, sys, time
+
+from evalpipe import AgentResponse, Message
+
+COUNT = os.environ.get("EVALPIPE_TEST_COUNT_FILE", "calls.log")
+DELAY = float(os.environ.get("EVALPIPE_TEST_DELAY", "0"))
+HANG = os.environ.get("EVALPIPE_TEST_HANG", "hang")
+
+
+class Agent:
+    name = "ops"
+
+    async def run(self, messages, **kwargs):
+        query = messages[-1].text
+        with open(COUNT, "a") as fh:
+            fh.write(query + "\\n")
+        if DELAY:
+            await asyncio.sleep(DELAY)
+        if HANG and HANG in query:
+            await asyncio.sleep(3600)
+        if "cancel" in query:
+            raise asyncio.CancelledError("the agent's own cancellation")
+        if "exit" in query:
+            raise SystemExit(3)
+        return AgentResponse(messages=[Message("assistant", [f"answer: {query}"])])
+
+
+class SyncHang:
+    name = "sync"
+
+    def run(self, messages, **kwargs):
+        query = messages[-1].text
+        with open(COUNT, "a") as fh:
+            fh.write(query + "\\n")
+        if "hang" in query:
+            time.sleep(3600)
+        return AgentResponse(messages=[Message("assistant", [f"answer: {query}"])])
+
+
+agent = Agent()
+sync_agent = SyncHang()
+'''
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("EVALPIPE_TEST_COUNT_FILE", str(tmp_path / "calls.log"))
+    sys.modules.pop("ops_agents", None)
+    (tmp_path / "ops_agents.py").write_text(textwrap.dedent(AGENTS), encoding="utf-8")
+    return tmp_path
+
+
+def _suite(project: Path, queries: list[str], **fields: Any) -> Path:
+    with (project / "rows.jsonl").open("w", encoding="utf-8") as fh:
+        for i, q in enumerate(queries):
+            fh.write(json.dumps({"id": f"r{i}", "query": q}) + "\n")
+    data: dict[str, Any] = {
+        "name": "ops",
+        "target": "ops_agents:agent",
+        "dataset": "rows.jsonl",
+        "evaluators": [{"keyword_check": ["answer"]}],
+        "output_dir": str(project / "runs"),
+        "call_attempts": 1,
+        **fields,
+    }
+    path = project / "suite.yaml"
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    return path
+
+
+def _calls(project: Path) -> list[str]:
+    log = project / "calls.log"
+    return log.read_text().splitlines() if log.exists() else []
+
+
+def _cli(project: Path, prefect_api: str | None, **env: str) -> tuple[list[str], dict[str, str]]:
+    base = {
+        **os.environ,
+        "EVALPIPE_TEST_COUNT_FILE": str(project / "calls.log"),
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "COLUMNS": "250",
+        **env,
+    }
+    if prefect_api is not None:
+        base["PREFECT_API_URL"] = prefect_api
+    else:
+        base.pop("PREFECT_API_URL", None)
+    return [
+        sys.executable,
+        "-m",
+        "evalpipe.cli",
+        "run",
+        str(project / "suite.yaml"),
+        "--no-progress",
+    ], base
+
+
+def _wait_for(predicate: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+# -- bounded calls --------------------------------------------------------------------------
+
+
+async def test_a_hanging_call_times_out_and_the_run_goes_on(project: Path) -> None:
+    """Regression: a hanging agent call hung the run forever. Past call_timeout it is an errored
+    item (TargetTimeout), its slot is freed and the other calls finish."""
+    path = _suite(project, ["one", "please hang", "two", "three"], call_timeout=0.5, concurrency=1)
+    started = time.monotonic()
+    outcome = await arun_suite(load_suite(path))
+    assert time.monotonic() - started < 60
+    assert outcome.state == "Completed", outcome.message
+    manifest = read_manifest(outcome.run_dir)
+    assert (manifest["calls"]["made"], manifest["calls"]["errored"]) == (4, 1)
+    [row] = [r for r in read_summary(outcome.run_dir) if r.kind == "result"]
+    assert (row.passed, row.errored) == (3, 1)
+    import pyarrow.parquet as pq
+
+    runs = pq.read_table(outcome.run_dir / "runs.parquet").to_pylist()
+    [hung] = [r for r in runs if r["status"] == "error"]
+    assert hung["error_code"] == "TargetTimeout"
+    assert "call timeout of 0.5 s" in hung["error_message"]
+
+
+def test_a_hung_sync_agent_does_not_keep_the_process_alive(project: Path, prefect_api: str) -> None:
+    """A synchronous agent that never returns runs in a daemon thread: after its timeout the run
+    finishes and the process exits (a thread-pool worker would have kept it alive)."""
+    _suite(project, ["please hang", "fine"], target="ops_agents:sync_agent", call_timeout=0.5)
+    cmd, env = _cli(project, prefect_api)
+    started = time.monotonic()
+    done = subprocess.run(cmd, cwd=project, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert time.monotonic() - started < 90
+    assert "target calls: 2 made; 1 errored" in done.stdout
+
+
+def test_sigterm_stops_a_hung_run_promptly_and_it_resumes(project: Path, prefect_api: str) -> None:
+    """Regression: after SIGTERM a run with a hung call took 77 s to exit. It now stops at once
+    (exit 3, the journal kept) and a second run makes only the calls still missing."""
+    queries = [f"q{i}" for i in range(6)] + ["please hang"]
+    _suite(project, queries, call_timeout=None, concurrency=2)
+    cmd, env = _cli(project, prefect_api)
+    proc = subprocess.Popen(
+        cmd, cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    _wait_for(lambda: "please hang" in _calls(project), 90, "the hanging call to start")
+    time.sleep(0.5)
+    stopped_at = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert time.monotonic() - stopped_at < 15
+    assert proc.returncode == 3, err.decode()[-2000:]
+    assert "interrupted" in err.decode()
+    made_before = len(_calls(project))
+    env["EVALPIPE_TEST_HANG"] = ""
+    done = subprocess.run(cmd, cwd=project, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    resumed = 7 - (len(_calls(project)) - made_before)
+    assert resumed >= 6  # every call that had finished was journaled and reused
+    assert f"target calls: {7 - resumed} made, {resumed} reused" in done.stdout
+
+
+def test_any_exception_from_one_call_is_one_errored_item(project: Path, prefect_api: str) -> None:
+    """Regression: CancelledError raised by an agent crashed the flow and SystemExit(3) made the
+    CLI exit 3. Each is one errored item; the run completes."""
+    _suite(project, ["fine", "please cancel", "please exit"])
+    cmd, env = _cli(project, prefect_api)
+    done = subprocess.run(cmd, cwd=project, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "target calls: 3 made; 2 errored" in done.stdout
+    (run_dir,) = (project / "runs" / "ops").iterdir()
+    import pyarrow.parquet as pq
+
+    errors = {
+        r["error_message"].split(":")[0]
+        for r in pq.read_table(run_dir / "runs.parquet").to_pylist()
+        if r["error_message"]
+    }
+    assert errors == {"CancelledError", "SystemExit"}
+
+
+# -- one run per directory ------------------------------------------------------------------
+
+
+def test_a_second_run_of_a_live_run_is_refused_or_waits(project: Path, prefect_api: str) -> None:
+    """Regression: two runs of one suite joined the same live directory and both made the missing
+    calls. A second run is refused naming the live run, waits with --wait and then reuses every
+    finished call, or starts afresh with --new-run."""
+    _suite(project, [f"q{i}" for i in range(8)], concurrency=2)
+    # slow enough that the live run is still running when the second and third runs start
+    cmd, env = _cli(project, prefect_api, EVALPIPE_TEST_DELAY="10")
+    first = subprocess.Popen(
+        cmd, cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    _wait_for(lambda: len(_calls(project)) >= 2, 90, "the first run to start calling")
+    second = subprocess.run(cmd, cwd=project, env=env, capture_output=True, text=True, timeout=120)
+    assert first.poll() is None, "the first run must still be running"
+    assert second.returncode == 2, second.stdout[-2000:]
+    assert f"pid {first.pid}" in second.stderr
+    assert "--wait" in second.stderr
+    assert "--new-run" in second.stderr
+    assert first.poll() is None, "the first run must still be running"
+    waited = subprocess.run(
+        [*cmd, "--wait", "120"], cwd=project, env=env, capture_output=True, text=True, timeout=180
+    )
+    first.communicate(timeout=60)
+    assert first.returncode == 0
+    assert waited.returncode == 0, waited.stderr[-2000:]
+    assert len(_calls(project)) == 8, (
+        waited.stdout[-3000:],
+        waited.stderr[-3000:],
+        sorted(p.name for p in (project / "runs" / "ops").iterdir()),
+    )  # nothing was called twice
+    assert "target calls: 0 made, 8 reused" in waited.stdout or "resumed" in waited.stdout
+    fresh = subprocess.run(
+        [*cmd, "--new-run"],
+        cwd=project,
+        env={**env, "EVALPIPE_TEST_DELAY": "0"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert fresh.returncode == 0, fresh.stderr[-2000:]
+    assert len(_calls(project)) == 16
+    assert len(list((project / "runs" / "ops").iterdir())) == 2
+
+
+def test_a_stale_lock_is_taken_over_with_a_message(project: Path, prefect_api: str) -> None:
+    """A run killed with SIGKILL leaves its lock; the next run takes it over, says so, and
+    resumes the finished calls."""
+    _suite(project, [f"q{i}" for i in range(10)], concurrency=2)
+    cmd, env = _cli(project, prefect_api, EVALPIPE_TEST_DELAY="0.3")
+    proc = subprocess.Popen(
+        cmd, cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    _wait_for(
+        lambda: any(j.stat().st_size for j in (project / "runs").glob("ops/*/journal/*.jsonl")),
+        90,
+        "a journaled call",
+    )
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    done = subprocess.run(
+        cmd,
+        cwd=project,
+        env={**env, "EVALPIPE_TEST_DELAY": "0"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"took over the lock of pid {proc.pid}" in done.stderr
+    assert "reused" in done.stdout
+
+
+async def test_a_finished_run_is_never_rewritten(project: Path) -> None:
+    """Regression: --run-dir pointing at a finished run of another suite overwrote it. It is
+    refused before any call, and the finished run's files are untouched."""
+    path = _suite(project, ["a", "b"])
+    first = await arun_suite(load_suite(path))
+    assert first.state == "Completed", first.message
+    before = {p.name: p.read_bytes() for p in first.run_dir.iterdir() if p.is_file()}
+    other_file = project / "other.yaml"
+    other_file.write_text(path.read_text().replace("name: ops", "name: other"), encoding="utf-8")
+    other = other_file
+    from evalpipe.suite import SuiteError
+
+    with pytest.raises(SuiteError, match="a finished run; finished runs are never rewritten"):
+        await arun_suite(load_suite(other), run_dir=first.run_dir)
+    with pytest.raises(SuiteError, match="re-scoring writes a new directory"):
+        await arun_suite(load_suite(path), run_dir=first.run_dir.parent, rescore=first.run_dir)
+    assert {p.name: p.read_bytes() for p in first.run_dir.iterdir() if p.is_file()} == before
+    assert _calls(project) == ["a", "b"]
+
+
+async def test_changing_gates_or_evaluators_keeps_the_finished_calls(project: Path) -> None:
+    """Resuming matches finished calls by target and row, not by the whole suite: an unfinished
+    run resumed with other evaluators or gates makes no call twice."""
+    path = _suite(project, ["a", "b"])
+    plan = prepare_suite(load_suite(path))
+    assert plan.run_dir is not None
+    journal = Journal(plan.run_dir / "journal", plan.identity)
+    from evalpipe import Message
+    from evalpipe.transcripts import TargetRun
+
+    first = plan.calls[0]
+    journal.record(
+        first.key,
+        TargetRun(
+            query_index=0, repetition=0, query="a", messages=[Message("assistant", ["answer: a"])]
+        ).model_dump_json(),
+    )
+    journal.close()
+    (plan.run_dir / "run.json").write_text(
+        json.dumps({"identity": plan.identity}), encoding="utf-8"
+    )
+    changed = _suite(project, ["a", "b"], evaluators=["tool_calls_present"], gates=["no_errors()"])
+    outcome = await arun_suite(load_suite(changed))
+    assert outcome.state == "Completed", outcome.message
+    assert outcome.run_dir == plan.run_dir.resolve()
+    assert outcome.calls["reused"] == 1
+    assert _calls(project) == ["b"]
+
+
+# -- files that cannot be written ------------------------------------------------------------
+
+
+@pytest.fixture
+def full_disk(tmp_path: Path) -> Iterator[Path]:
+    """A directory on a real, tiny filesystem (tmpfs, 160 KiB) that fills up."""
+    mount = tmp_path / "full"
+    mount.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=160k", "tmpfs", str(mount)], capture_output=True
+    )
+    if done.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {done.stderr.decode().strip()}")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], capture_output=True, check=False)
+
+
+def test_a_full_disk_stops_the_calls_and_says_where(
+    project: Path, prefect_api: str, full_disk: Path
+) -> None:
+    """Regression: with the disk full, 36 calls were made and 16 journaled, and the error named no
+    path. When a finished call cannot be journaled the run stops making calls, names the file,
+    exits 3; after space is freed the run resumes."""
+    big = "x" * 20_000  # each transcript ~20 KB: the tmpfs fills after a few calls
+    _suite(
+        project,
+        [f"q{i} {big}" for i in range(40)],
+        output_dir=str(full_disk),
+        concurrency=2,
+        shard_size=4,
+    )
+    cmd, env = _cli(project, prefect_api)
+    done = subprocess.run(cmd, cwd=project, env=env, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 3, (done.stdout[-1000:], done.stderr[-2000:])
+    assert "No space left on device" in done.stderr
+    assert str(full_disk) in done.stderr
+    (run_dir,) = (full_disk / "ops").iterdir()
+    journaled = sum(len(j.read_bytes().splitlines()) for j in (run_dir / "journal").glob("*.jsonl"))
+    made = len(_calls(project))
+    assert made < 40
+    assert made - journaled <= 2  # at most the calls in flight when the disk filled
+    assert not list(run_dir.glob(".*.tmp"))
+
+
+def test_an_atomic_write_that_fails_leaves_no_temporary_file(tmp_path: Path) -> None:
+    """Regression: a report write that failed on a full disk left `.report.html.tmp` behind."""
+    from evalpipe._internal.files import atomic_path
+
+    target = tmp_path / "report.html"
+
+    def write() -> None:
+        with atomic_path(target) as tmp:
+            tmp.write_text("partial", encoding="utf-8")
+            raise OSError(28, "No space left on device")
+
+    with pytest.raises(OSError, match="No space"):
+        write()
+    assert list(tmp_path.iterdir()) == []
+
+
+# -- the embedded Prefect server ---------------------------------------------------------------
+
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            out.append(int(stat.parent.name))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_kill_9_does_not_orphan_the_embedded_server(project: Path) -> None:
+    """Regression: `kill -9` of `evalpipe run` left its ephemeral Prefect server running (alive
+    32 minutes later). The embedded server now ends with its parent."""
+    _suite(project, [f"q{i}" for i in range(30)], concurrency=1)
+    cmd, env = _cli(project, None, EVALPIPE_TEST_DELAY="0.5", PREFECT_HOME=str(project / "ph"))
+    proc = subprocess.Popen(
+        cmd, cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    try:
+        _wait_for(lambda: len(_calls(project)) >= 1, 150, "the run to start calling")
+        servers = _children(proc.pid)
+        assert servers, "the embedded server runs as a child of the command"
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+        _wait_for(
+            lambda: not any(_alive(p) for p in servers), 20, "the server to end with its parent"
+        )
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+# -- exit codes and messages ------------------------------------------------------------------
+
+
+def test_a_dead_prefect_api_is_exit_3_and_leaves_no_run_directory(project: Path) -> None:
+    """PREFECT_API_URL pointing at a dead server: exit 3 with the fix, no empty run directory."""
+    _suite(project, ["a"])
+    cmd, env = _cli(project, "http://127.0.0.1:9/api")
+    done = subprocess.run(cmd, cwd=project, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 3
+    assert "does not answer" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (project / "runs").exists() or not any((project / "runs").rglob("*"))
+
+
+@pytest.mark.parametrize(
+    ("module", "target", "fragment"),
+    [
+        (
+            "broken_syntax.py",
+            "broken_syntax:agent",
+            "broken_syntax.py:2: the module has a syntax error",
+        ),
+        (
+            "raises_at_import.py",
+            "raises_at_import:agent",
+            "importing module 'raises_at_import' raised RuntimeError: no config",
+        ),
+        (
+            "raising_factory.py",
+            "raising_factory:make",
+            "building the target raised RuntimeError: quota gone",
+        ),
+    ],
+)
+def test_a_broken_target_is_exit_2_naming_the_place(
+    project: Path, prefect_api: str, module: str, target: str, fragment: str
+) -> None:
+    """A target module with a SyntaxError, one that raises at import, a factory that raises:
+    exit 2 with a message naming the place, never a traceback."""
+    (project / "broken_syntax.py").write_text("x = 1\ndef agent(:\n", encoding="utf-8")
+    (project / "raises_at_import.py").write_text(
+        "raise RuntimeError('no config')\n", encoding="utf-8"
+    )
+    (project / "raising_factory.py").write_text(
+        "def make():\n    raise RuntimeError('quota gone')\n", encoding="utf-8"
+    )
+    _suite(project, ["a"], target=target)
+    cmd, env = _cli(project, prefect_api)
+    done = subprocess.run(cmd, cwd=project, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert fragment in done.stderr.replace("\n", "")
+    assert "Traceback" not in done.stderr
+    assert _calls(project) == []
+
+
+@pytest.mark.parametrize("where", ["file", "readonly"])
+def test_an_unwritable_output_directory_is_exit_2(
+    project: Path, prefect_api: str, where: str
+) -> None:
+    """output_dir that is an existing file, or a directory that cannot be created: exit 2 naming
+    it, before any call."""
+    if where == "file":
+        (project / "out").write_text("not a directory", encoding="utf-8")
+        output, fragment = str(project / "out"), "is a file, not a directory"
+    else:
+        output, fragment = "/sys/evalpipe-cannot-write", "cannot create the run directory"
+    _suite(project, ["a"], output_dir=output)
+    cmd, env = _cli(project, prefect_api)
+    done = subprocess.run(cmd, cwd=project, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert fragment in done.stderr.replace("\n", " ")
+    assert _calls(project) == []
+
+
+def test_a_failed_gate_prints_its_verdict_not_a_traceback(project: Path, prefect_api: str) -> None:
+    """A failed gate exits 1 and prints each clause with its numbers; Prefect's exception
+    traceback is not printed."""
+    _suite(project, ["a", "please cancel"], gates=["pass_rate(keyword_check) >= 0.9"])
+    cmd, env = _cli(project, prefect_api)
+    done = subprocess.run(cmd, cwd=project, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert "Traceback" not in done.stdout + done.stderr
+    assert "pass_rate(keyword_check) >= 0.9  FAIL  pass rate 1 (1 of n=1 passed)" in done.stdout
+    assert "1 errored > max_errors=0" in done.stdout
+    assert "gate failed for suite ops" in done.stderr
+
+
+# -- reports of runs where little went right ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("queries", "evaluators", "target"),
+    [
+        (["please cancel", "please exit"], [{"keyword_check": ["answer"]}], "ops_agents:agent"),
+        (["a", "b"], ["tool_call_args_match"], "ops_agents:agent"),
+        (["only one"], [{"keyword_check": ["answer"]}], "ops_agents:agent"),
+        (
+            ["Plan a trip to Paris"],
+            [{"keyword_check": ["x"], "agents": ["writer"]}],
+            "examples.travel.workflow:workflow",
+        ),
+    ],
+    ids=["all-errored", "no-expected-calls", "one-item", "scoped-agent"],
+)
+async def test_every_sink_works_when_little_went_right(
+    project: Path,
+    capsys: pytest.CaptureFixture[str],
+    queries: list[str],
+    evaluators: list[Any],
+    target: str,
+) -> None:
+    """Regression: a run whose every call errored had no report (ArrowInvalid on a null join
+    key) and `evalpipe report` exited 2. The report, summary, CLI and gate work on an all-errored
+    run, one item, and agents with no rows for a provider."""
+    sys.path.insert(0, str(ROOT))
+    path = _suite(project, queries, evaluators=evaluators, target=target, gates=["no_errors()"])
+    outcome = await arun_suite(load_suite(path))
+    assert outcome.verdict in ("passed", "gate_failed"), outcome.message
+    assert (outcome.run_dir / "report.html").is_file()
+    rows = read_summary(outcome.run_dir)
+    assert rows
+    from evalpipe.cli import main
+
+    capsys.readouterr()
+    assert main(["report", str(outcome.run_dir)]) == 0
+    assert main(["results", str(outcome.run_dir)]) == 0
+    printed = capsys.readouterr().out
+    assert "pass rate" in printed
+
+
+async def test_a_huge_query_does_not_make_a_huge_report(project: Path) -> None:
+    """Regression: a 20 MB query made an 80 MB report.html. Long texts are cut, with their full
+    length shown and where the rest is."""
+    huge = "q" * 20_000_000
+    outcome = await arun_suite(load_suite(_suite(project, [huge])))
+    assert outcome.state == "Completed", outcome.message
+    report = outcome.run_dir / "report.html"
+    assert report.stat().st_size < 2_000_000
+    text = report.read_text(encoding="utf-8")
+    assert "20,000,000 characters" in text
+    assert "items.parquet" in text

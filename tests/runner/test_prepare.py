@@ -1,0 +1,121 @@
+"""Preparing a suite's plan: everything a user can get wrong is found before the first call."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from evalpipe.runner.prepare import prepare_suite
+from evalpipe.suite import SuiteError, load_suite
+
+
+def _suite(tmp_path: Path, rows: list[dict[str, Any]] | None = None, **fields: Any) -> Path:
+    with (tmp_path / "rows.jsonl").open("w", encoding="utf-8") as fh:
+        for row in rows or [{"id": "a", "query": "Plan a trip to Paris"}]:
+            fh.write(json.dumps(row) + "\n")
+    data = {
+        "name": "s",
+        "target": "examples.travel.workflow:workflow",
+        "dataset": "rows.jsonl",
+        "evaluators": [{"keyword_check": ["Paris"]}, "tool_calls_present"],
+        "output_dir": str(tmp_path / "runs"),
+        **fields,
+    }
+    path = tmp_path / "suite.yaml"
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(autouse=True)
+def _at_root(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(Path(__file__).resolve().parents[2])
+
+
+@pytest.mark.parametrize(
+    ("gate", "message"),
+    [
+        (
+            "mean(relevance) >= 3",
+            "no evaluator produces metric 'relevance'; the evaluators produce keyword_check, tool_calls_present",
+        ),
+        (
+            "critic: all_pass(keyword_check)",
+            "names agent 'critic', which the workflow does not have; its agents are planner, researcher, writer",
+        ),
+    ],
+)
+def test_gates_on_something_that_never_comes_back_are_refused(
+    tmp_path: Path, gate: str, message: str
+) -> None:
+    """Regression: a gate naming a metric no evaluator produces, or an agent the target lacks,
+    was found after every call was paid. It is refused while preparing."""
+    with pytest.raises(SuiteError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        prepare_suite(load_suite(_suite(tmp_path, gates=[gate])))
+
+
+def test_an_agent_gate_on_a_single_agent_is_refused(tmp_path: Path) -> None:
+    """An agent prefix means nothing for a single agent target."""
+    path = _suite(
+        tmp_path,
+        target="evalpipe.targets.demo:travel_agent",
+        gates=["writer: all_pass(keyword_check)"],
+    )
+    with pytest.raises(SuiteError, match="the target is a single agent"):
+        prepare_suite(load_suite(path))
+
+
+def test_an_unset_api_key_variable_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression: a judge whose api_key_env names an unset variable failed every judge call."""
+    monkeypatch.delenv("EVALPIPE_NO_SUCH_KEY", raising=False)
+    judge = {
+        "judge": {
+            "base_url": "http://127.0.0.1:9/v1",
+            "model": "m",
+            "api_key_env": "EVALPIPE_NO_SUCH_KEY",
+            "metrics": ["relevance"],
+        }
+    }
+    path = _suite(tmp_path, evaluators=[judge])
+    with pytest.raises(SuiteError, match=r"\$EVALPIPE_NO_SUCH_KEY, which is not set"):
+        prepare_suite(load_suite(path))
+    monkeypatch.setenv("EVALPIPE_NO_SUCH_KEY", "x")
+    assert prepare_suite(load_suite(path)).providers
+
+
+def test_compare_with_a_missing_run_is_refused(tmp_path: Path) -> None:
+    """Regression: compare_with naming a directory that does not exist ran and exited 0."""
+    path = _suite(tmp_path, compare_with=str(tmp_path / "nope"))
+    with pytest.raises(SuiteError, match="is not a finished run directory"):
+        prepare_suite(load_suite(path))
+
+
+def test_expectations_for_an_agent_the_workflow_lacks_are_refused(tmp_path: Path) -> None:
+    """Regression: a per-agent expectation under an unknown agent was ignored, and the check then
+    passed vacuously. It is refused naming the row."""
+    rows = [{"id": "a", "query": "Plan a trip", "agents": {"wirter": {"expected_output": "x"}}}]
+    with pytest.raises(SuiteError, match="row 'a' \\(row 1\\) expects agent 'wirter'"):
+        prepare_suite(load_suite(_suite(tmp_path, rows)))
+
+
+def test_the_run_directory_rules(tmp_path: Path) -> None:
+    """--run-dir: a file is refused; an unfinished run of another target is refused; a new or
+    empty directory is taken."""
+    suite = load_suite(_suite(tmp_path))
+    a_file = tmp_path / "afile"
+    a_file.write_text("x", encoding="utf-8")
+    with pytest.raises(SuiteError, match="is a file, not a run directory"):
+        prepare_suite(suite, a_file)
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "run.json").write_text(
+        json.dumps({"identity": "agent|something else"}), encoding="utf-8"
+    )
+    with pytest.raises(SuiteError, match="an unfinished run of another target"):
+        prepare_suite(suite, other)
+    assert prepare_suite(suite, tmp_path / "fresh").run_dir == tmp_path / "fresh"
