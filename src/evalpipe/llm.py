@@ -236,6 +236,7 @@ class ChatHTTPError(ChatError):
         status: the HTTP status code.
         attempts: attempts made.
         retry_after: seconds the server asked to wait, when it said.
+        detail: the endpoint's own error text (from its error body).
     """
 
     def __init__(
@@ -246,8 +247,10 @@ class ChatHTTPError(ChatError):
         attempts: int = 1,
         retry_after: float | None = None,
         retryable: bool = False,
+        detail: str | None = None,
     ) -> None:
         self.status = status
+        self.detail = message if detail is None else detail
         self.attempts = attempts
         self.retry_after = retry_after
         self.retryable = retryable
@@ -440,15 +443,24 @@ _FORMAT_WORDS = re.compile(
 )
 
 
+_VALIDATION_ERROR = re.compile(r"\s*\d+ validation errors?\b", re.I)
+"""The start of a pydantic request-validation message (what llama-cpp-python sends with a 500)."""
+
+
 def is_format_rejection(exc: BaseException) -> bool:
-    """Whether ``exc`` is an endpoint's rejection of the request's ``response_format``: an HTTP
-    400 or 422 (415 and 501 too) whose error text names response_format, json_schema, json_object
-    or a schema. Transient errors (429, 5xx, timeouts) and other 4xx answers are not."""
-    return (
-        isinstance(exc, ChatHTTPError)
-        and exc.status in (400, 415, 422, 501)
-        and _FORMAT_WORDS.search(str(exc)) is not None
-    )
+    """Whether ``exc`` is an endpoint's rejection of the request's ``response_format``.
+
+    That is an HTTP 400 or 422 (415 and 501 too) whose error text names response_format,
+    json_schema, json_object or a schema, or a request-validation error naming them whatever its
+    status (llama-cpp-python sends its validation errors as 500 ``N validation errors: ...``).
+    Transient errors (429, other 5xx, timeouts) and other 4xx answers are not.
+    """
+    if not isinstance(exc, ChatHTTPError):
+        return False
+    text = exc.detail
+    if _FORMAT_WORDS.search(text) is None:
+        return False
+    return exc.status in (400, 415, 422, 501) or _VALIDATION_ERROR.match(text) is not None
 
 
 @dataclass
@@ -665,12 +677,18 @@ class ChatClient:
         *,
         schema: Mapping[str, Any],
         schema_name: str = "answer",
+        grammar_schema: Mapping[str, Any] | None = None,
         modes: Sequence[ResponseFormatMode] = RESPONSE_FORMAT_MODES,
         max_tokens: int | None = None,
         repetition: int = 0,
         extra: Mapping[str, Any] | None = None,
     ) -> tuple[ChatCompletion, ResponseFormatMode]:
         """One request for an answer following ``schema``, in the strongest mode the endpoint takes.
+
+        ``schema`` goes out in the strict ``json_schema`` mode, so it must keep to OpenAI's strict
+        subset. ``grammar_schema`` (default: ``schema``) goes out in ``json_object_schema`` mode,
+        where llama-cpp-python compiles it into a grammar: it may bound what strict mode cannot
+        (``maxLength``), so a small model's answer ends within its token budget.
 
         Modes are tried in ``modes`` order. A mode the endpoint rejects (see
         ``is_format_rejection``) is remembered for this endpoint (its URL and model) in the
@@ -696,9 +714,13 @@ class ChatClient:
                 raise ValueError(
                     f"unknown response format mode {mode!r}; use one of {RESPONSE_FORMAT_MODES}"
                 )
+        schemas: dict[ResponseFormatMode, Mapping[str, Any]] = {
+            "json_schema": schema,
+            "json_object_schema": schema if grammar_schema is None else grammar_schema,
+        }
         if self.cache is not None and self.cache.mode == "replay":
             return await self._replay_structured(
-                messages, schema, schema_name, ladder, max_tokens, repetition, extra
+                messages, schemas, schema_name, ladder, max_tokens, repetition, extra
             )
         key = (self.endpoint.chat_url, self.endpoint.model)
         memory = _format_memory(key)
@@ -709,7 +731,7 @@ class ChatClient:
                 candidates = [m for m in ladder if m not in memory.rejected]
             if accepted is not None and accepted in candidates:
                 answer = await self._try_format(
-                    memory, accepted, messages, schema, schema_name, max_tokens, repetition, extra
+                    memory, accepted, messages, schemas, schema_name, max_tokens, repetition, extra
                 )
             elif not candidates:
                 raise rejection or ChatHTTPError(
@@ -729,7 +751,7 @@ class ChatClient:
                         memory,
                         candidates[0],
                         messages,
-                        schema,
+                        schemas,
                         schema_name,
                         max_tokens,
                         repetition,
@@ -745,7 +767,7 @@ class ChatClient:
         memory: _FormatMemory,
         mode: ResponseFormatMode,
         messages: Sequence[Mapping[str, Any]],
-        schema: Mapping[str, Any],
+        schemas: Mapping[ResponseFormatMode, Mapping[str, Any]],
         schema_name: str,
         max_tokens: int | None,
         repetition: int,
@@ -757,7 +779,7 @@ class ChatClient:
             completion = await self.complete(
                 messages,
                 max_tokens=max_tokens,
-                response_format=response_format_for(mode, schema, name=schema_name),
+                response_format=response_format_for(mode, schemas.get(mode, {}), name=schema_name),
                 repetition=repetition,
                 extra=extra,
             )
@@ -784,7 +806,7 @@ class ChatClient:
     async def _replay_structured(
         self,
         messages: Sequence[Mapping[str, Any]],
-        schema: Mapping[str, Any],
+        schemas: Mapping[ResponseFormatMode, Mapping[str, Any]],
         schema_name: str,
         ladder: list[ResponseFormatMode],
         max_tokens: int | None,
@@ -803,7 +825,9 @@ class ChatClient:
                 completion = await self.complete(
                     messages,
                     max_tokens=max_tokens,
-                    response_format=response_format_for(mode, schema, name=schema_name),
+                    response_format=response_format_for(
+                        mode, schemas.get(mode, {}), name=schema_name
+                    ),
                     repetition=repetition,
                     extra=extra,
                 )
@@ -880,8 +904,13 @@ class ChatClient:
             ) from None
         if response.status_code >= 400:
             status = response.status_code
+            text = _error_text(response)
             forced = response.headers.get("x-should-retry")
-            retryable = status in _RETRY_STATUSES or status >= 500
+            # llama-cpp-python answers a request its schema rejects with a 500 "N validation
+            # errors: ..."; the same request fails the same way again, so it is not retried.
+            retryable = (status in _RETRY_STATUSES or status >= 500) and not (
+                _VALIDATION_ERROR.match(text)
+            )
             if forced in ("true", "false"):
                 retryable = forced == "true"
             hint = ""
@@ -892,10 +921,11 @@ class ChatClient:
             raise ChatHTTPError(
                 status,
                 f"POST {ep.chat_url} answered HTTP {status} after {attempt} attempt(s): "
-                f"{_error_text(response)}{hint}",
+                f"{text}{hint}",
                 attempts=attempt,
                 retry_after=parse_retry_after(response.headers),
                 retryable=retryable,
+                detail=text,
             )
         try:
             data = response.json()

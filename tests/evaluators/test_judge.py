@@ -590,11 +590,12 @@ def modes_sent(server: FakeOpenAIServer) -> list[str]:
     return [format_mode(r.body) for r in server.requests]
 
 
-async def test_llama_cpp_style_422_steps_down_to_json_object_with_schema_and_is_remembered() -> (
-    None
-):
-    """A server rejecting json_schema with a 422 gets json_object+schema next; the mode is recorded and reused."""
-    with FakeOpenAIServer(reject_formats={"json_schema"}) as server:
+@pytest.mark.parametrize("reject_status", [500, 422], ids=["llama-cpp-500", "fastapi-422"])
+async def test_a_rejected_json_schema_steps_down_to_json_object_with_schema_and_is_remembered(
+    reject_status: int,
+) -> None:
+    """A server rejecting json_schema (llama-cpp-python's 500 validation error, a 422) gets json_object+schema next, unretried; the mode is recorded and reused."""
+    with FakeOpenAIServer(reject_formats={"json_schema"}, reject_status=reject_status) as server:
         server.responder = lambda _r: verdict(4)
         first = await judge(server).evaluate([qa("q?", "a.")])
         assert modes_sent(server) == ["json_schema", "json_object_schema"]
@@ -602,8 +603,9 @@ async def test_llama_cpp_style_422_steps_down_to_json_object_with_schema_and_is_
         assert score.score == 4.0
         assert score.sample is not None
         assert score.sample["structured_output"] == "json_object_schema"
-        body = server.requests[1].body
-        assert body["response_format"]["schema"]["properties"]["score"]["enum"] == [1, 2, 3, 4, 5]
+        schema = server.requests[1].body["response_format"]["schema"]
+        assert schema["properties"]["score"]["enum"] == [1, 2, 3, 4, 5]
+        assert schema["properties"]["reason"]["maxLength"] > 0  # bounded for a grammar
         # a new judge on the same endpoint goes straight to the mode that worked
         second = await judge(server, metrics=["fluency"]).evaluate([qa("q2?", "b.")])
         assert modes_sent(server)[2:] == ["json_object_schema"]

@@ -15,9 +15,11 @@ Reply builders cover what the tests need: judge verdicts (valid, garbage, empty,
 refusals), tool calls (including malformed argument JSON), HTTP errors with Retry-After, and bursts.
 
 ``FakeOpenAIServer(reject_formats={"json_schema"})`` plays a server that does not support some
-``response_format`` forms: such a request is answered with the rejection a real server sends (422
-as llama-cpp-python's FastAPI validation, or 400 as OpenAI's ``invalid_request_error`` with
-``reject_status=400``) before the script is consulted, so scripted replies go to accepted requests.
+``response_format`` forms: such a request is answered with the rejection a real server sends before
+the script is consulted, so scripted replies go to accepted requests. ``reject_status`` picks
+which: 500 (the default) as llama-cpp-python 0.3.36 really answers, a pydantic "1 validation
+error" wrapped as an internal_server_error; 422 as a FastAPI server's request validation; 400 as
+OpenAI's ``invalid_request_error``.
 """
 
 from __future__ import annotations
@@ -196,7 +198,23 @@ def format_mode(body: Any) -> str:
 
 def format_rejection(mode: str, status_code: int) -> Reply:
     """How a real server rejects a response format it does not support."""
-    if status_code == 422:  # llama-cpp-python (FastAPI request validation)
+    if status_code == 500:  # llama-cpp-python 0.3.36: its route handler wraps the validation error
+        detail = (
+            "{'type': 'literal_error', 'loc': ('body', 'response_format', 'type'), 'msg': "
+            f"\"Input should be 'text' or 'json_object'\", 'input': '{mode}'}}"
+        )
+        return Reply(
+            status=500,
+            body={
+                "error": {
+                    "message": f"1 validation error:\n  {detail}",
+                    "type": "internal_server_error",
+                    "param": None,
+                    "code": None,
+                }
+            },
+        )
+    if status_code == 422:  # a FastAPI server's own request validation
         return Reply(
             status=422,
             body={
@@ -236,7 +254,7 @@ class FakeOpenAIServer:
         responder: answers requests when the script queue is empty (default: a fixed text reply).
         default_delay: seconds every reply waits unless it sets its own delay.
         reject_formats: response-format modes (see ``format_mode``) answered with a rejection.
-        reject_status: the rejection's status: 422 (llama-cpp-python) or 400 (OpenAI).
+        reject_status: the rejection's form: 500 (llama-cpp-python), 422 (FastAPI) or 400 (OpenAI).
     """
 
     def __init__(
@@ -245,7 +263,7 @@ class FakeOpenAIServer:
         *,
         default_delay: float = 0.0,
         reject_formats: Iterable[str] = (),
-        reject_status: int = 422,
+        reject_status: int = 500,
     ) -> None:
         self.responder: Callable[[CapturedRequest], Reply] = responder or (
             lambda _req: chat("scripted default answer")

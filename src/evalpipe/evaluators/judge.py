@@ -349,7 +349,9 @@ _REFUSAL = re.compile(
 
 def _json_objects(text: str) -> list[dict[str, Any]]:
     """Every top-level JSON object in ``text`` (nested objects are part of their parent)."""
-    decoder = json.JSONDecoder()
+    # strict=False: a raw control character inside a string (a newline a grammar-constrained
+    # small model wrote into "reason") is read as the character, not a reason to drop the verdict.
+    decoder = json.JSONDecoder(strict=False)
     found: list[dict[str, Any]] = []
     index = text.find("{")
     while index != -1:
@@ -528,17 +530,34 @@ def build_judge_messages(metric: JudgeMetric, blocks: Mapping[Block, str]) -> li
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 
-def verdict_schema(metric: JudgeMetric) -> dict[str, Any]:
-    """The JSON schema of the metric's verdict: ``score`` an integer of the metric's scale,
-    ``reason`` a sentence, ``reasoning`` text or null. Strict-compatible (every property required,
-    no other properties), so the same schema goes out in every structured-output mode."""
+REASONING_MAX_CHARS = 240
+"""The longest ``reasoning`` a grammar-constrained verdict may hold (``json_object_schema``)."""
+REASON_MAX_CHARS = 160
+"""The longest ``reason`` a grammar-constrained verdict may hold (``json_object_schema``)."""
+
+
+def verdict_schema(metric: JudgeMetric, *, bounded: bool = False) -> dict[str, Any]:
+    """The JSON schema of the metric's verdict: ``reasoning`` text or null, ``score`` an integer
+    of the metric's scale, ``reason`` a sentence; every property required and no others (OpenAI's
+    strict subset).
+
+    ``bounded=True`` adds what strict mode refuses but a grammar enforces: string lengths
+    (REASONING_MAX_CHARS, REASON_MAX_CHARS), so a grammar-constrained answer always ends within a
+    small token budget instead of being cut off mid-string. It goes out in ``json_object_schema``
+    mode (llama-cpp-python).
+    """
     scale = list(range(1, len(metric.rubric) + 1))
+    reasoning: dict[str, Any] = {"type": ["string", "null"]}
+    reason: dict[str, Any] = {"type": "string"}
+    if bounded:
+        reasoning["maxLength"] = REASONING_MAX_CHARS
+        reason.update(minLength=1, maxLength=REASON_MAX_CHARS)
     return {
         "type": "object",
         "properties": {
-            "reasoning": {"type": ["string", "null"]},
+            "reasoning": reasoning,
             "score": {"type": "integer", "enum": scale},
-            "reason": {"type": "string"},
+            "reason": reason,
         },
         "required": ["reasoning", "score", "reason"],
         "additionalProperties": False,
@@ -770,6 +789,7 @@ class JudgeEvaluator:
             completion, mode = await client.complete_structured(
                 build_judge_messages(metric, blocks),
                 schema=verdict_schema(metric),
+                grammar_schema=verdict_schema(metric, bounded=True),
                 schema_name=f"{metric.name}_verdict",
                 modes=self.structured_output,
                 max_tokens=self.max_tokens,
