@@ -327,6 +327,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         startup_timeout=args.startup_timeout,
         log=args.log,
     )
+    # A SIGTERM (a CI timeout, a killed make) unwinds like Ctrl-C, so the server is still stopped.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     started = time.monotonic()
     try:
         server.start()
