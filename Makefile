@@ -5,11 +5,11 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SOURCES := src tests bench examples flows tools
 
-.PHONY: install demo test lint bench clean
+.PHONY: install demo demo-local test lint bench clean
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev,maf,dask]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev,maf,dask,local]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -23,6 +23,12 @@ demo: $(STAMP)
 		status=$$?; \
 		if [ $$status -eq 1 ]; then echo "canary gate failed, as it must: $$(tail -n 1 runs/canary.log | cut -c1-300)"; \
 		else echo "canary gate did NOT fail (exit $$status): the evaluation is broken"; cat runs/canary.log; exit 1; fi
+
+## make demo-local: the real-model demo (examples/local): SmolLM2-135M on llama-cpp-python's server
+## (the local extra) on 127.0.0.1:8737, an OpenAIChatAgent with a tool, local checks and a judge on
+## the same model; the server is stopped afterwards (also on failure) and the run's exit code kept
+demo-local: $(STAMP)
+	$(BIN)/python -m evalpipe.local_model --port 8737 -- $(BIN)/evalpipe run examples/local/suite.yaml
 
 ## make test: lint, type-check and run the test suite
 test: lint

@@ -1,4 +1,5 @@
-"""Fixtures shared by every test package: a headless Chromium for the HTML and Prefect UI checks."""
+"""Fixtures shared by every test package: a headless Chromium for the HTML and Prefect UI checks, and
+a clean slate of negotiated response formats for every test."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+
+from evalpipe.llm import forget_response_formats
 
 #: Flags this machine's closed network needs (otherwise Chromium keeps dialing out and logs refusals).
 CHROMIUM_ARGS = [
@@ -50,3 +53,12 @@ def browser() -> Iterator[Any]:
             yield chromium
         finally:
             chromium.close()
+
+
+@pytest.fixture(autouse=True)
+def _fresh_response_formats() -> Iterator[None]:
+    """Each test negotiates response formats anew: loopback servers reuse ports, and what one
+    test's server rejected must not carry over to the next server on that port."""
+    forget_response_formats()
+    yield
+    forget_response_formats()

@@ -27,6 +27,7 @@ from evalpipe.gates import (
     AllPass,
     AtMost,
     ClauseResult,
+    ErrorRate,
     Gate,
     GateReport,
     GateSyntaxError,
@@ -34,6 +35,7 @@ from evalpipe.gates import (
     Threshold,
     all_pass,
     at_most,
+    error_rate,
     evaluate_gates,
     mean,
     no_errors,
@@ -256,6 +258,47 @@ async def test_no_errors_for_one_metric_ignores_the_others() -> None:
     results = [await run_local(["boom 30 days"], relevance, expected_fact)]
     assert no_errors("expected_fact").evaluate(results).passed
     assert not no_errors("relevance").evaluate(results).passed
+
+
+async def test_error_rate_bounds_the_share_of_errored_items() -> None:
+    """error_rate() counts errored items (check and agent errors) over the items in scope against its bound."""
+    results = [await run_local([4, "boom", None, 5, 3])]
+    loose = (error_rate() <= 0.4).evaluate(results)
+    assert loose.passed
+    assert (loose.observed, loose.n, loose.errored, loose.items) == (0.4, 5, 2, ["1", "2"])
+    assert loose.message == "error rate 0.4: 2 of n=5 items errored (items 1, 2); holds <= 0.4"
+    strict = (error_rate() < 0.4).evaluate(results)
+    assert not strict.passed
+    assert strict.message.endswith("needs < 0.4")
+
+
+async def test_error_rate_of_one_metric_and_its_text_form() -> None:
+    """error_rate(METRIC) reads only that metric's errors; the text form parses back to the same clause."""
+    results = [await run_local(["boom 30 days", "x 30 days"], relevance, expected_fact)]
+    assert (error_rate("expected_fact") <= 0).evaluate(results).passed
+    assert not (error_rate("relevance") <= 0.4).evaluate(results).passed
+    [parsed] = parse_gates(["writer: error_rate(relevance) <= 0.25"])
+    assert parsed == ErrorRate("relevance", "<=", 0.25, "writer")
+    assert str(parsed) == "writer: error_rate(relevance) <= 0.25"
+    assert str(parse_gates(["error_rate() < 0.1"])[0]) == "error_rate() < 0.1"
+    with pytest.raises(GateSyntaxError, match="upper bound"):
+        parse_gates(["error_rate() >= 0.1"])
+    with pytest.raises(GateSyntaxError, match=r"in \[0, 1\]"):
+        parse_gates(["error_rate() <= 2"])
+
+
+def test_error_rate_fails_on_an_unfinished_run() -> None:
+    """A provider run that did not complete fails error_rate whatever the share."""
+    results = EvalResults(
+        provider="Judge",
+        status="timeout",
+        items=[
+            EvalItemResult(item_id="a", status="pass", scores=[EvalScoreResult("r", 4.0, True)])
+        ],
+    )
+    outcome = (error_rate() <= 1).evaluate([results])
+    assert not outcome.passed
+    assert outcome.message == "error rate 0: 0 of n=1 items errored; Judge run timeout"
 
 
 def test_no_errors_without_items_fails() -> None:

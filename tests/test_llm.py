@@ -23,6 +23,7 @@ from evalpipe.llm import (
     ChatHTTPError,
     ChatResponseError,
     ChatTransportError,
+    is_format_rejection,
 )
 from fakes.openai_server import (
     FakeOpenAIServer,
@@ -244,6 +245,57 @@ async def test_client_errors_are_not_retried(server: FakeOpenAIServer) -> None:
     with pytest.raises(ChatHTTPError, match="should end in /v1"):
         await client.complete(HI)
     assert len(server.requests) == 2
+
+
+async def test_a_500_request_validation_error_is_not_retried(server: FakeOpenAIServer) -> None:
+    """llama-cpp-python's 500 "N validation errors" for a request it cannot take is raised at once, not retried."""
+    server.script(
+        status(500, message="2 validation errors:\n  {'type': 'literal_error', 'loc': ('body',)}"),
+        status(500, message="boom"),
+        chat("ok"),
+    )
+    client = ChatClient(endpoint(server))
+    with pytest.raises(ChatHTTPError, match="validation errors") as info:
+        await client.complete(HI)
+    assert (info.value.status, info.value.attempts) == (500, 1)
+    assert (await client.complete(HI)).content == "ok"  # a plain 500 is still retried
+    assert len(server.requests) == 3
+
+
+async def test_complete_structured_negotiates_and_returns_the_mode() -> None:
+    """complete_structured sends the strict schema, steps down on a format rejection to the grammar schema, and says which mode answered."""
+    strict = {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]}
+    grammar = {**strict, "properties": {"a": {"type": "string", "maxLength": 5}}}
+    with FakeOpenAIServer(reject_formats={"json_schema"}) as srv:
+        srv.responder = lambda _r: chat('{"a": "x"}')
+        client = ChatClient(endpoint(srv))
+        completion, mode = await client.complete_structured(
+            HI, schema=strict, grammar_schema=grammar, schema_name="thing"
+        )
+        assert (completion.content, mode) == ('{"a": "x"}', "json_object_schema")
+        first, second = (r.body["response_format"] for r in srv.requests)
+        assert first == {
+            "type": "json_schema",
+            "json_schema": {"name": "thing", "schema": strict, "strict": True},
+        }
+        assert second == {"type": "json_object", "schema": grammar}
+        assert srv.requests[0].body["messages"] == HI
+        with pytest.raises(ValueError, match="unknown response format mode"):
+            await client.complete_structured(HI, schema=strict, modes=["xml"])  # type: ignore[list-item]
+
+
+def test_is_format_rejection_reads_the_status_and_the_endpoints_words() -> None:
+    """A 400/422 naming response_format and a 500 validation error naming it are rejections; a 429, a 503 or a 400 about the model are not."""
+    named = "Invalid parameter: 'response_format' of type 'json_schema' is not supported"
+    assert is_format_rejection(ChatHTTPError(400, "x", detail=named))
+    assert is_format_rejection(ChatHTTPError(422, "x", detail="body.response_format.type: bad"))
+    assert is_format_rejection(
+        ChatHTTPError(500, "x", detail="1 validation error:\n ('body', 'response_format')")
+    )
+    assert not is_format_rejection(ChatHTTPError(500, "x", detail="response_format crashed us"))
+    assert not is_format_rejection(ChatHTTPError(429, "x", detail="response_format: slow down"))
+    assert not is_format_rejection(ChatHTTPError(400, "x", detail="model 'm' does not exist"))
+    assert not is_format_rejection(ValueError("response_format"))
 
 
 async def test_x_should_retry_false_wins_over_5xx(server: FakeOpenAIServer) -> None:

@@ -12,7 +12,8 @@ parser is a small tokenizer and a table of known clauses; nothing is evaluated a
 
 Errored scores are never averaged: a metric whose score is None (it could not be computed) and an
 errored item without that metric are left out of ``mean``, ``pass_rate``, ``at_most`` and
-``all_pass`` and reported as ``errored``; ``no_errors()`` is the clause that fails on them. A metric
+``all_pass`` and reported as ``errored``; ``no_errors()`` is the clause that fails on them, and
+``error_rate() <= 0.1`` the one that bounds their share (for a weak or flaky judge). A metric
 labelled ``not_applicable`` is skipped (and counted). A clause that sees no scores at all fails
 ("no scores"). See docs/gates.md.
 """
@@ -41,6 +42,7 @@ __all__ = [
     "Clause",
     "ClauseResult",
     "Comparison",
+    "ErrorRate",
     "Gate",
     "GateReport",
     "GateSyntaxError",
@@ -48,6 +50,7 @@ __all__ = [
     "Threshold",
     "all_pass",
     "at_most",
+    "error_rate",
     "evaluate_gates",
     "mean",
     "no_errors",
@@ -638,27 +641,8 @@ class NoErrors(Clause):
         levels = _levels(results, self.agent)
         if self.agent is not None and not levels:
             return self._missing_agent(results, self.metric)
-        errors: list[str] = []
-        runs: list[str] = []
-        n = 0
-        for level in levels:
-            result = level.result
-            if self.metric is not None and not _owns(level, self.metric):
-                continue
-            if result.status != "completed":
-                where = f"{level.label} " if level.label else ""
-                runs.append(f"{result.provider} {where}run {result.status}")
-            for item in result.items:
-                named = [s for s in item.scores if self.metric is None or s.name == self.metric]
-                n += 1
-                if item.is_error and (
-                    self.metric is None or not any(not _score_errored(s) for s in named)
-                ):
-                    errors.append(f"{_label(level, item)} {item.error_code or 'error'}")
-                    continue
-                for s in named:
-                    if _score_errored(s):
-                        errors.append(f"{_label(level, item)} {s.name} {s.error_code or 'error'}")
+        scan = _scan_errors(levels, self.metric)
+        errors, runs, n = scan.errors, scan.runs, scan.n
         base: dict[str, Any] = {
             "clause": str(self),
             "metric": self.metric,
@@ -687,32 +671,140 @@ class NoErrors(Clause):
         )
 
 
+@dataclass
+class _ErrorScan:
+    """What ``no_errors`` and ``error_rate`` count: errors (item label first), provider runs that
+    did not complete, items seen, and the items with at least one error."""
+
+    errors: list[str] = field(default_factory=list)
+    runs: list[str] = field(default_factory=list)
+    n: int = 0
+    errored_items: list[str] = field(default_factory=list)
+
+
+def _scan_errors(levels: Sequence[_Level], metric: str | None) -> _ErrorScan:
+    scan = _ErrorScan()
+    for level in levels:
+        result = level.result
+        if metric is not None and not _owns(level, metric):
+            continue  # another provider's items: its errors are not this metric's
+        if result.status != "completed":
+            where = f"{level.label} " if level.label else ""
+            scan.runs.append(f"{result.provider} {where}run {result.status}")
+        for item in result.items:
+            named = [s for s in item.scores if metric is None or s.name == metric]
+            scan.n += 1
+            label = _label(level, item)
+            if item.is_error and (metric is None or not any(not _score_errored(s) for s in named)):
+                scan.errors.append(f"{label} {item.error_code or 'error'}")
+                scan.errored_items.append(label)
+                continue
+            bad = [s for s in named if _score_errored(s)]
+            for s in bad:
+                scan.errors.append(f"{label} {s.name} {s.error_code or 'error'}")
+            if bad:
+                scan.errored_items.append(label)
+    return scan
+
+
+@dataclass(frozen=True)
+class ErrorRate(Clause):
+    """The share of items with an error bounded: ``error_rate() <= 0.1``, ``error_rate(relevance)
+    < 0.05``. It counts as ``no_errors`` does (errored items, metrics that could not be computed;
+    with ``metric``, only that metric's), over the items in scope; a provider run that did not
+    complete fails it."""
+
+    metric: str | None
+    """Only this metric's errors, or None for all."""
+    op: Comparison
+    """The comparison (``<=`` or ``<``)."""
+    threshold: float
+    """The bound, a share in [0, 1]."""
+    agent: str | None = None
+    """The agent whose sub-results are read; None: every level."""
+
+    def __post_init__(self) -> None:
+        if self.metric is not None:
+            _check_metric(self.metric, "error_rate")
+        _check_agent(self.agent, "error_rate")
+        _check_number(self.threshold, "error_rate threshold")
+        if self.op not in ("<=", "<"):
+            raise GateSyntaxError(
+                f"error_rate(...) is an upper bound: compare it with <= or <, got {self.op!r}"
+            )
+        if not 0.0 <= self.threshold <= 1.0:
+            raise GateSyntaxError(f"error_rate threshold must be in [0, 1], got {self.threshold}")
+
+    def text(self) -> str:
+        inner = _name(self.metric) if self.metric is not None else ""
+        return f"error_rate({inner}) {self.op} {_num(self.threshold)}"
+
+    def evaluate(self, results: Sequence[EvalResults]) -> ClauseResult:
+        levels = _levels(results, self.agent)
+        if self.agent is not None and not levels:
+            return self._missing_agent(results, self.metric)
+        scan = _scan_errors(levels, self.metric)
+        base: dict[str, Any] = {
+            "clause": str(self),
+            "metric": self.metric,
+            "agent": self.agent,
+            "n": scan.n,
+            "errored": len(scan.errored_items),
+            "items": scan.errored_items[:_SHOWN_ITEMS],
+            "threshold": self.threshold,
+        }
+        if scan.n == 0:
+            note = f" ({'; '.join(scan.runs)})" if scan.runs else ""
+            return ClauseResult(passed=False, message=f"no items{note}", **base)
+        observed = len(scan.errored_items) / scan.n
+        holds = bool(_COMPARE[self.op](observed, self.threshold))
+        what = (
+            f"error rate {_shown(observed)}: {len(scan.errored_items)} of n={scan.n} items "
+            f"errored{_items_note(scan.errored_items)}"
+        )
+        if scan.runs:
+            return ClauseResult(
+                passed=False, observed=observed, message=f"{what}; {'; '.join(scan.runs)}", **base
+            )
+        verdict = "holds" if holds else "needs"
+        message = f"{what}; {verdict} {self.op} {_num(self.threshold)}"
+        return ClauseResult(passed=holds, observed=observed, message=message, **base)
+
+
 class Aggregate:
-    """``mean(metric)`` or ``pass_rate(metric)`` before it is compared (``>= 3.5``)."""
+    """``mean(metric)``, ``pass_rate(metric)`` or ``error_rate()`` before it is compared."""
 
     __slots__ = ("agent", "kind", "metric")
 
     def __init__(
-        self, kind: Literal["mean", "pass_rate"], metric: str, agent: str | None = None
+        self,
+        kind: Literal["mean", "pass_rate", "error_rate"],
+        metric: str | None,
+        agent: str | None = None,
     ) -> None:
         self.kind = kind
-        self.metric = _check_metric(metric, kind)
+        self.metric = (
+            None if metric is None and kind == "error_rate" else _check_metric(metric, kind)
+        )
         self.agent = _check_agent(agent, kind)
 
-    def _compare(self, op: Comparison, other: object) -> Threshold:
-        threshold = _check_number(other, f"{self.kind}({self.metric}) threshold")
+    def _compare(self, op: Comparison, other: object) -> Threshold | ErrorRate:
+        threshold = _check_number(other, f"{self.kind}({self.metric or ''}) threshold")
+        if self.kind == "error_rate":
+            return ErrorRate(self.metric, op, threshold, self.agent)
+        assert self.metric is not None
         return Threshold(self.kind, self.metric, op, threshold, self.agent)
 
-    def __ge__(self, other: object) -> Threshold:
+    def __ge__(self, other: object) -> Threshold | ErrorRate:
         return self._compare(">=", other)
 
-    def __gt__(self, other: object) -> Threshold:
+    def __gt__(self, other: object) -> Threshold | ErrorRate:
         return self._compare(">", other)
 
-    def __le__(self, other: object) -> Threshold:
+    def __le__(self, other: object) -> Threshold | ErrorRate:
         return self._compare("<=", other)
 
-    def __lt__(self, other: object) -> Threshold:
+    def __lt__(self, other: object) -> Threshold | ErrorRate:
         return self._compare("<", other)
 
     def __bool__(self) -> bool:
@@ -733,6 +825,12 @@ def mean(metric: str, *, agent: str | None = None) -> Aggregate:
 def pass_rate(metric: str, *, agent: str | None = None) -> Aggregate:
     """The share of ``metric`` scores that passed; compare it: ``pass_rate("bleu") >= 0.9``."""
     return Aggregate("pass_rate", metric, agent)
+
+
+def error_rate(metric: str | None = None, *, agent: str | None = None) -> Aggregate:
+    """The share of items with an error (only ``metric``'s, if given); compare it with ``<=``:
+    ``error_rate() <= 0.1``."""
+    return Aggregate("error_rate", metric, agent)
 
 
 def at_most(count: int, metric: str, *, below: float, agent: str | None = None) -> AtMost:
@@ -832,6 +930,7 @@ ACCEPTED_FORMS = (
     "at_most(COUNT, METRIC, below=NUMBER)",
     "all_pass(METRIC)",
     "no_errors()  or  no_errors(METRIC)",
+    "error_rate() <= RATE  or  error_rate(METRIC) <= RATE",
     "any of the first four with max_errors=N (default 0), max_error_rate=RATE or min_n=N "
     "(default 1) among its arguments",
 )
@@ -893,6 +992,7 @@ _SIGNATURES: dict[str, tuple[tuple[str, ...], tuple[str, ...], bool]] = {
     "at_most": (("count", "metric"), ("below", "agent", *_LIMITS), False),
     "all_pass": (("metric",), ("agent", *_LIMITS), False),
     "no_errors": (("metric",), ("agent",), False),
+    "error_rate": (("metric",), ("agent",), True),
 }
 
 
@@ -990,6 +1090,8 @@ def _build(
         if metric is None:
             raise GateSyntaxError("all_pass() needs a metric")
         return AllPass(metric, agent, **limits)
+    if fname == "error_rate":
+        return ErrorRate(metric, op, threshold, agent)
     return NoErrors(metric, agent)
 
 

@@ -7,6 +7,11 @@ errors with tenacity (honouring ``Retry-After`` in seconds or as an HTTP date, a
 that endpoint in the process, reports token usage and latency per call, and goes through the
 response cache (evalpipe.cache) when one is given. API keys are held as secrets: they never appear
 in a repr, a log line or an error message.
+
+``ChatClient.complete_structured`` asks for an answer constrained by a JSON schema and negotiates
+how: OpenAI's ``json_schema`` (strict), then llama-cpp-python's ``json_object`` with a ``schema``,
+then a bare ``json_object``, then the prompt alone. It steps down only when the endpoint rejects
+the format (a 400/422 naming it), and remembers per endpoint, in the process, which form worked.
 """
 
 from __future__ import annotations
@@ -16,23 +21,26 @@ import inspect
 import logging
 import os
 import random
+import re
+import threading
 import time
 import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
 from evalpipe._internal.retry import parse_retry_after
-from evalpipe.cache import ResponseCache
+from evalpipe.cache import CacheMissError, ResponseCache
 
 __all__ = [
     "AZURE_DEFAULT_API_VERSION",
     "ENTRA_SCOPE",
+    "RESPONSE_FORMAT_MODES",
     "ChatClient",
     "ChatCompletion",
     "ChatEndpoint",
@@ -40,7 +48,11 @@ __all__ = [
     "ChatHTTPError",
     "ChatResponseError",
     "ChatTransportError",
+    "ResponseFormatMode",
     "TokenSource",
+    "forget_response_formats",
+    "is_format_rejection",
+    "response_format_for",
     "token_source_for",
 ]
 
@@ -53,6 +65,16 @@ ENTRA_SCOPE = "https://cognitiveservices.azure.com/.default"
 """The token scope Azure OpenAI accepts for Entra ID (azure-identity) authentication."""
 
 _RETRY_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504})
+
+ResponseFormatMode = Literal["json_schema", "json_object_schema", "json_object", "prompt"]
+"""How a structured answer is asked for. ``json_schema``: OpenAI's ``{"type": "json_schema",
+"json_schema": {"name", "schema", "strict": true}}`` (OpenAI, Azure OpenAI, vLLM, Ollama).
+``json_object_schema``: ``{"type": "json_object", "schema": {...}}`` (llama-cpp-python's server,
+which turns the schema into a grammar). ``json_object``: ``{"type": "json_object"}``, any JSON
+object. ``prompt``: no ``response_format``; the prompt alone asks for the format."""
+
+RESPONSE_FORMAT_MODES: tuple[ResponseFormatMode, ...] = get_args(ResponseFormatMode)
+"""Every mode, strongest first: the order ``complete_structured`` negotiates in by default."""
 
 
 class ChatEndpoint(BaseModel):
@@ -214,6 +236,7 @@ class ChatHTTPError(ChatError):
         status: the HTTP status code.
         attempts: attempts made.
         retry_after: seconds the server asked to wait, when it said.
+        detail: the endpoint's own error text (from its error body).
     """
 
     def __init__(
@@ -224,8 +247,10 @@ class ChatHTTPError(ChatError):
         attempts: int = 1,
         retry_after: float | None = None,
         retryable: bool = False,
+        detail: str | None = None,
     ) -> None:
         self.status = status
+        self.detail = message if detail is None else detail
         self.attempts = attempts
         self.retry_after = retry_after
         self.retryable = retryable
@@ -386,6 +411,93 @@ def _error_text(response: httpx.Response) -> str:
 
 def _should_retry(exc: BaseException) -> bool:
     return bool(getattr(exc, "retryable", False))
+
+
+def response_format_for(
+    mode: ResponseFormatMode, schema: Mapping[str, Any], *, name: str = "answer"
+) -> dict[str, Any] | None:
+    """The ``response_format`` body field of ``mode`` for ``schema`` (None for ``prompt``).
+
+    ``json_schema`` is sent strict, so ``schema`` must be OpenAI strict-compatible (every property
+    required, ``additionalProperties: false``, no unsupported keywords).
+
+    Raises:
+        ValueError: for an unknown mode.
+    """
+    if mode == "json_schema":
+        return {
+            "type": "json_schema",
+            "json_schema": {"name": name, "schema": dict(schema), "strict": True},
+        }
+    if mode == "json_object_schema":
+        return {"type": "json_object", "schema": dict(schema)}
+    if mode == "json_object":
+        return {"type": "json_object"}
+    if mode == "prompt":
+        return None
+    raise ValueError(f"unknown response format mode {mode!r}; use one of {RESPONSE_FORMAT_MODES}")
+
+
+_FORMAT_WORDS = re.compile(
+    r"response_format|json_schema|json_object|\bschema\b|structured output|guided_json", re.I
+)
+
+
+_VALIDATION_ERROR = re.compile(r"\s*\d+ validation errors?\b", re.I)
+"""The start of a pydantic request-validation message (what llama-cpp-python sends with a 500)."""
+
+
+def is_format_rejection(exc: BaseException) -> bool:
+    """Whether ``exc`` is an endpoint's rejection of the request's ``response_format``.
+
+    That is an HTTP 400 or 422 (415 and 501 too) whose error text names response_format,
+    json_schema, json_object or a schema, or a request-validation error naming them whatever its
+    status (llama-cpp-python sends its validation errors as 500 ``N validation errors: ...``).
+    Transient errors (429, other 5xx, timeouts) and other 4xx answers are not.
+    """
+    if not isinstance(exc, ChatHTTPError):
+        return False
+    text = exc.detail
+    if _FORMAT_WORDS.search(text) is None:
+        return False
+    return exc.status in (400, 415, 422, 501) or _VALIDATION_ERROR.match(text) is not None
+
+
+@dataclass
+class _FormatMemory:
+    """What one endpoint told about response formats: the modes it rejected, the one it took."""
+
+    rejected: set[ResponseFormatMode] = field(default_factory=set)
+    accepted: ResponseFormatMode | None = None
+
+
+_FORMATS: dict[tuple[str, ...], _FormatMemory] = {}
+_FORMATS_LOCK = threading.Lock()
+_PROBE_LOCKS: weakref.WeakKeyDictionary[
+    asyncio.AbstractEventLoop, dict[tuple[str, ...], asyncio.Lock]
+] = weakref.WeakKeyDictionary()
+
+
+def _format_memory(key: tuple[str, ...]) -> _FormatMemory:
+    with _FORMATS_LOCK:
+        memory = _FORMATS.get(key)
+        if memory is None:
+            memory = _FORMATS[key] = _FormatMemory()
+        return memory
+
+
+def _probe_lock(key: tuple[str, ...]) -> asyncio.Lock:
+    per_loop = _PROBE_LOCKS.setdefault(asyncio.get_running_loop(), {})
+    lock = per_loop.get(key)
+    if lock is None:
+        lock = per_loop[key] = asyncio.Lock()
+    return lock
+
+
+def forget_response_formats() -> None:
+    """Forget every endpoint's negotiated response format (the next call negotiates again)."""
+    with _FORMATS_LOCK:
+        _FORMATS.clear()
 
 
 class ChatClient:
@@ -559,6 +671,175 @@ class ChatClient:
             raw=raw,
         )
 
+    async def complete_structured(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        *,
+        schema: Mapping[str, Any],
+        schema_name: str = "answer",
+        grammar_schema: Mapping[str, Any] | None = None,
+        modes: Sequence[ResponseFormatMode] = RESPONSE_FORMAT_MODES,
+        max_tokens: int | None = None,
+        repetition: int = 0,
+        extra: Mapping[str, Any] | None = None,
+    ) -> tuple[ChatCompletion, ResponseFormatMode]:
+        """One request for an answer following ``schema``, in the strongest mode the endpoint takes.
+
+        ``schema`` goes out in the strict ``json_schema`` mode, so it must keep to OpenAI's strict
+        subset. ``grammar_schema`` (default: ``schema``) goes out in ``json_object_schema`` mode,
+        where llama-cpp-python compiles it into a grammar: it may bound what strict mode cannot
+        (``maxLength``), so a small model's answer ends within its token budget.
+
+        Modes are tried in ``modes`` order. A mode the endpoint rejects (see
+        ``is_format_rejection``) is remembered for this endpoint (its URL and model) in the
+        process and the next mode is tried; the first mode answered is remembered too, and until
+        one is, concurrent calls to the endpoint negotiate one at a time. Any other error is
+        raised as it is: a 429 or a 5xx never lowers the mode. In replay mode the cache stands for
+        the endpoint: a mode with no stored answer is passed over for the next, and only when no
+        mode has one is the first mode's CacheMissError raised.
+
+        Returns:
+            The completion and the mode that produced it.
+
+        Raises:
+            ValueError: for no modes or an unknown one.
+            ChatHTTPError: the last rejection when every mode was rejected, or any other HTTP error.
+            ChatTransportError, ChatResponseError, evalpipe.cache.CacheMissError: as ``complete``.
+        """
+        ladder: list[ResponseFormatMode] = list(dict.fromkeys(modes))
+        if not ladder:
+            raise ValueError("complete_structured needs at least one response format mode")
+        for mode in ladder:
+            if mode not in RESPONSE_FORMAT_MODES:
+                raise ValueError(
+                    f"unknown response format mode {mode!r}; use one of {RESPONSE_FORMAT_MODES}"
+                )
+        schemas: dict[ResponseFormatMode, Mapping[str, Any]] = {
+            "json_schema": schema,
+            "json_object_schema": schema if grammar_schema is None else grammar_schema,
+        }
+        if self.cache is not None and self.cache.mode == "replay":
+            return await self._replay_structured(
+                messages, schemas, schema_name, ladder, max_tokens, repetition, extra
+            )
+        key = (self.endpoint.chat_url, self.endpoint.model)
+        memory = _format_memory(key)
+        rejection: ChatHTTPError | None = None
+        while True:
+            with _FORMATS_LOCK:
+                accepted = memory.accepted
+                candidates = [m for m in ladder if m not in memory.rejected]
+            if accepted is not None and accepted in candidates:
+                answer = await self._try_format(
+                    memory, accepted, messages, schemas, schema_name, max_tokens, repetition, extra
+                )
+            elif not candidates:
+                raise rejection or ChatHTTPError(
+                    400,
+                    f"{self.endpoint.chat_url} rejected every response format asked for "
+                    f"({', '.join(ladder)}) earlier in this process",
+                )
+            else:
+                # Until the endpoint has taken a format, its callers negotiate one at a time:
+                # a hundred concurrent judge calls cost one rejection, not a hundred.
+                async with _probe_lock(key):
+                    with _FORMATS_LOCK:
+                        decided = memory.accepted in candidates or candidates[0] in memory.rejected
+                    if decided:  # found out while this call waited
+                        continue
+                    answer = await self._try_format(
+                        memory,
+                        candidates[0],
+                        messages,
+                        schemas,
+                        schema_name,
+                        max_tokens,
+                        repetition,
+                        extra,
+                    )
+            if isinstance(answer, ChatHTTPError):
+                rejection = answer
+                continue
+            return answer
+
+    async def _try_format(
+        self,
+        memory: _FormatMemory,
+        mode: ResponseFormatMode,
+        messages: Sequence[Mapping[str, Any]],
+        schemas: Mapping[ResponseFormatMode, Mapping[str, Any]],
+        schema_name: str,
+        max_tokens: int | None,
+        repetition: int,
+        extra: Mapping[str, Any] | None,
+    ) -> tuple[ChatCompletion, ResponseFormatMode] | ChatHTTPError:
+        """One call in ``mode``; the endpoint's rejection of the format is returned (and
+        remembered), anything else is raised."""
+        try:
+            completion = await self.complete(
+                messages,
+                max_tokens=max_tokens,
+                response_format=response_format_for(mode, schemas.get(mode, {}), name=schema_name),
+                repetition=repetition,
+                extra=extra,
+            )
+        except ChatHTTPError as exc:
+            if mode == "prompt" or not is_format_rejection(exc):
+                raise
+            with _FORMATS_LOCK:
+                memory.rejected.add(mode)
+                if memory.accepted == mode:
+                    memory.accepted = None
+            logger.info(
+                "%s (model %s) rejected response format %s; trying the next: %s",
+                self.endpoint.chat_url,
+                self.endpoint.model,
+                mode,
+                exc,
+            )
+            return exc
+        if not completion.cached:  # a stored answer says nothing about today's endpoint
+            with _FORMATS_LOCK:
+                memory.accepted = mode
+        return completion, mode
+
+    async def _replay_structured(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        schemas: Mapping[ResponseFormatMode, Mapping[str, Any]],
+        schema_name: str,
+        ladder: list[ResponseFormatMode],
+        max_tokens: int | None,
+        repetition: int,
+        extra: Mapping[str, Any] | None,
+    ) -> tuple[ChatCompletion, ResponseFormatMode]:
+        assert self.cache is not None
+        key = ("replay", str(self.cache.directory), self.endpoint.chat_url, self.endpoint.model)
+        memory = _format_memory(key)
+        with _FORMATS_LOCK:
+            preferred = memory.accepted
+        order = sorted(ladder, key=lambda m: m != preferred)  # stable: the hit mode first
+        first_miss: CacheMissError | None = None
+        for mode in order:
+            try:
+                completion = await self.complete(
+                    messages,
+                    max_tokens=max_tokens,
+                    response_format=response_format_for(
+                        mode, schemas.get(mode, {}), name=schema_name
+                    ),
+                    repetition=repetition,
+                    extra=extra,
+                )
+            except CacheMissError as exc:
+                first_miss = first_miss or exc
+                continue
+            with _FORMATS_LOCK:
+                memory.accepted = mode
+            return completion, mode
+        assert first_miss is not None
+        raise first_miss
+
     def _wait(self, state: RetryCallState) -> float:
         ep = self.endpoint
         exc = state.outcome.exception() if state.outcome is not None else None
@@ -623,8 +904,13 @@ class ChatClient:
             ) from None
         if response.status_code >= 400:
             status = response.status_code
+            text = _error_text(response)
             forced = response.headers.get("x-should-retry")
-            retryable = status in _RETRY_STATUSES or status >= 500
+            # llama-cpp-python answers a request its schema rejects with a 500 "N validation
+            # errors: ..."; the same request fails the same way again, so it is not retried.
+            retryable = (status in _RETRY_STATUSES or status >= 500) and not (
+                _VALIDATION_ERROR.match(text)
+            )
             if forced in ("true", "false"):
                 retryable = forced == "true"
             hint = ""
@@ -635,10 +921,11 @@ class ChatClient:
             raise ChatHTTPError(
                 status,
                 f"POST {ep.chat_url} answered HTTP {status} after {attempt} attempt(s): "
-                f"{_error_text(response)}{hint}",
+                f"{text}{hint}",
                 attempts=attempt,
                 retry_after=parse_retry_after(response.headers),
                 retryable=retryable,
+                detail=text,
             )
         try:
             data = response.json()

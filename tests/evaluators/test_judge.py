@@ -21,6 +21,7 @@ from evalpipe.evaluators.judge import (
     parse_verdict,
     rating_for,
 )
+from evalpipe.llm import forget_response_formats
 from evalpipe.messages import FunctionCallContent, FunctionResultContent, ToolDefinition
 from fakes.openai_server import (
     CapturedRequest,
@@ -29,6 +30,7 @@ from fakes.openai_server import (
     chat,
     closed_port,
     empty,
+    format_mode,
     garbage,
     refusal,
     status,
@@ -97,14 +99,20 @@ async def test_valid_verdict_gives_score_rating_pass_reason_reasoning_usage_late
     assert results.per_evaluator["relevance"]["passed"] == 1
 
 
-async def test_request_is_json_mode_temperature_zero_with_data_blocks(
+async def test_request_is_a_strict_json_schema_at_temperature_zero_with_data_blocks(
     server: FakeOpenAIServer,
 ) -> None:
-    """The judge request asks for a JSON object at temperature 0 with a seed, query and response in tagged blocks."""
+    """The judge first asks for a strict json_schema verdict (score an integer of the 1–5 scale) at temperature 0 with a seed, query and response in tagged blocks."""
     server.script(verdict(5))
     await judge(server).evaluate([qa("Weather in Paris?", "Sunny.")])
     [req] = server.requests
-    assert req.body["response_format"] == {"type": "json_object"}
+    fmt = req.body["response_format"]
+    assert fmt["type"] == "json_schema"
+    assert (fmt["json_schema"]["name"], fmt["json_schema"]["strict"]) == ("relevance_verdict", True)
+    schema = fmt["json_schema"]["schema"]
+    assert schema["properties"]["score"] == {"type": "integer", "enum": [1, 2, 3, 4, 5]}
+    assert sorted(schema["required"]) == ["reason", "reasoning", "score"]
+    assert schema["additionalProperties"] is False
     assert (req.body["temperature"], req.body["seed"], req.body["max_tokens"]) == (0.0, 42, 1024)
     text = user_block(req)
     tag = re.search(r"<<<BEGIN QUERY (\w+)>>>", text)
@@ -481,6 +489,7 @@ async def test_replayed_verdicts_report_usage_with_zero_latency(
         "reason": "scripted reason",
         "judge_model": "judge-model",
         "cached": False,
+        "structured_output": "json_schema",
     }
 
 
@@ -572,3 +581,164 @@ def test_spec_never_holds_the_api_key() -> None:
     ).build()
     assert "sk-do-not-store" not in json.dumps(evaluator.spec())
     assert "sk-do-not-store" not in repr(evaluator)
+
+
+# -- structured verdicts: negotiating the response format ----------------------------------------
+
+
+def modes_sent(server: FakeOpenAIServer) -> list[str]:
+    return [format_mode(r.body) for r in server.requests]
+
+
+@pytest.mark.parametrize("reject_status", [500, 422], ids=["llama-cpp-500", "fastapi-422"])
+async def test_a_rejected_json_schema_steps_down_to_json_object_with_schema_and_is_remembered(
+    reject_status: int,
+) -> None:
+    """A server rejecting json_schema (llama-cpp-python's 500 validation error, a 422) gets json_object+schema next, unretried; the mode is recorded and reused."""
+    with FakeOpenAIServer(reject_formats={"json_schema"}, reject_status=reject_status) as server:
+        server.responder = lambda _r: verdict(4)
+        first = await judge(server).evaluate([qa("q?", "a.")])
+        assert modes_sent(server) == ["json_schema", "json_object_schema"]
+        [score] = first.items[0].scores
+        assert score.score == 4.0
+        assert score.sample is not None
+        assert score.sample["structured_output"] == "json_object_schema"
+        schema = server.requests[1].body["response_format"]["schema"]
+        assert schema["properties"]["score"]["enum"] == [1, 2, 3, 4, 5]
+        assert schema["properties"]["reason"]["maxLength"] > 0  # bounded for a grammar
+        # a new judge on the same endpoint goes straight to the mode that worked
+        second = await judge(server, metrics=["fluency"]).evaluate([qa("q2?", "b.")])
+        assert modes_sent(server)[2:] == ["json_object_schema"]
+        assert second.items[0].scores[0].sample["structured_output"] == "json_object_schema"  # type: ignore[index]
+
+
+async def test_openai_style_400s_step_down_to_a_bare_json_object() -> None:
+    """A server rejecting both schema forms with OpenAI-style 400s ends at json_object and still scores."""
+    with FakeOpenAIServer(
+        reject_formats={"json_schema", "json_object_schema"}, reject_status=400
+    ) as server:
+        server.responder = lambda _r: verdict(2)
+        results = await judge(server).evaluate([qa("q?", "a.")])
+    assert modes_sent(server) == ["json_schema", "json_object_schema", "json_object"]
+    [score] = results.items[0].scores
+    assert (score.score, score.passed) == (2.0, False)
+    assert score.sample is not None
+    assert score.sample["structured_output"] == "json_object"
+
+
+async def test_concurrent_calls_negotiate_once() -> None:
+    """Twelve concurrent judge calls against a rejecting server cost one rejection, then run concurrently in the mode found."""
+    with FakeOpenAIServer(reject_formats={"json_schema"}, default_delay=0.05) as server:
+        server.responder = lambda _r: verdict(5)
+        items = [qa(f"q{i}?", f"a{i}.") for i in range(6)]
+        results = await judge(server, metrics=["relevance", "fluency"]).evaluate(items)
+    assert results.passed == 6
+    assert modes_sent(server).count("json_schema") == 1
+    assert modes_sent(server).count("json_object_schema") == 12
+    assert server.max_in_flight > 1
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [status(500), status(429, headers={"retry-after-ms": "10"})],
+    ids=["5xx", "429"],
+)
+async def test_transient_errors_never_lower_the_mode(
+    server: FakeOpenAIServer, reply: Reply
+) -> None:
+    """A 5xx or a 429 is retried in the same mode; the verdict still comes from json_schema."""
+    server.script(reply, verdict(5))
+    results = await judge(server).evaluate([qa("q?", "a.")])
+    assert modes_sent(server) == ["json_schema", "json_schema"]
+    assert results.items[0].scores[0].sample["structured_output"] == "json_schema"  # type: ignore[index]
+
+
+async def test_a_400_that_does_not_name_the_format_is_an_error_not_a_fallback(
+    server: FakeOpenAIServer,
+) -> None:
+    """A 400 about something else (an unknown model) errors the metric with JudgeHTTPError without trying other modes."""
+    server.script(status(400, message="The model 'judge-model' does not exist"))
+    results = await judge(server).evaluate([qa("q?", "a.")])
+    assert modes_sent(server) == ["json_schema"]
+    assert results.items[0].error_code == "JudgeHTTPError"
+
+
+async def test_structured_output_off_sends_the_prompt_alone(server: FakeOpenAIServer) -> None:
+    """structured_output=False (and the older json_mode=False) send no response_format; the verdict is parsed from the text."""
+    server.responder = lambda _r: verdict(4)
+    off = await judge(server, structured_output=False).evaluate([qa("q?", "a.")])
+    legacy = await judge(server, json_mode=False).evaluate([qa("q?", "a.")])
+    assert [("response_format" in r.body) for r in server.requests] == [False, False]
+    for results in (off, legacy):
+        assert results.items[0].scores[0].sample["structured_output"] == "prompt"  # type: ignore[index]
+    assert judge(server, structured_output=False).spec()["judge"]["structured_output"] is False
+
+
+async def test_a_mode_list_is_tried_in_order_and_every_mode_rejected_is_errored() -> None:
+    """structured_output=[json_object_schema] tries only that mode; its rejection errors the metric (JudgeHTTPError)."""
+    with FakeOpenAIServer(reject_formats={"json_object_schema"}) as server:
+        server.responder = lambda _r: verdict(5)
+        evaluator = judge(server, structured_output=["json_object_schema"])
+        results = await evaluator.evaluate([qa("q?", "a.")])
+        assert modes_sent(server) == ["json_object_schema"]
+        assert results.items[0].error_code == "JudgeHTTPError"
+        assert "response_format" in (results.items[0].error_message or "")
+        # the rejection is remembered: the next call errors without a request
+        again = await evaluator.evaluate([qa("q2?", "b.")])
+        assert again.items[0].error_code == "JudgeHTTPError"
+        assert len(server.requests) == 1
+    assert evaluator.spec()["judge"]["structured_output"] == ["json_object_schema"]
+
+
+async def test_unparseable_answer_in_a_structured_mode_stays_errored_and_records_the_mode(
+    server: FakeOpenAIServer,
+) -> None:
+    """A 200 whose text is no verdict is a JudgeParseError in the accepted mode: no fallback on garbage."""
+    server.script(garbage())
+    results = await judge(server).evaluate([qa("q?", "a.")])
+    [score] = results.items[0].scores
+    assert score.error_code == "JudgeParseError"
+    assert modes_sent(server) == ["json_schema"]
+    assert score.sample is not None
+    assert score.sample["structured_output"] == "json_schema"
+
+
+async def test_negotiated_run_replays_offline_with_no_request(tmp_path: Path) -> None:
+    """A run recorded after a step-down replays offline from the cache in the mode that was recorded."""
+    with FakeOpenAIServer(reject_formats={"json_schema"}) as server:
+        server.responder = lambda _r: verdict(3)
+        items = [qa("q?", "a."), qa("q2?", "b.")]
+        recorded = await judge(server, cache=ResponseCache(tmp_path)).evaluate(items)
+    forget_response_formats()
+    offline = JudgeEvaluator(
+        {"base_url": f"http://127.0.0.1:{closed_port()}/v1", "model": "judge-model"},
+        metrics=["relevance"],
+        cache=ResponseCache(tmp_path, mode="replay"),
+    )
+    replayed = await offline.evaluate(items)
+    assert [s.score for i in replayed.items for s in i.scores] == [3.0, 3.0]
+    assert [s.sample["structured_output"] for i in replayed.items for s in i.scores] == [  # type: ignore[index]
+        "json_object_schema",
+        "json_object_schema",
+    ]
+    assert [s.score for i in recorded.items for s in i.scores] == [3.0, 3.0]
+
+
+def test_structured_output_in_a_suite_and_bad_modes_name_the_field() -> None:
+    """A suite's structured_output takes true, false or a list of modes; an unknown mode is a ValidationError on that field."""
+    base = {"base_url": "http://localhost:8080/v1", "model": "m"}
+    built = JudgeConfig.model_validate({**base, "structured_output": ["json_object"]}).build()
+    assert built.structured_output == ("json_object",)
+    assert JudgeConfig.model_validate(base).build().structured_output == (
+        "json_schema",
+        "json_object_schema",
+        "json_object",
+        "prompt",
+    )
+    with pytest.raises(ValidationError) as info:
+        JudgeConfig.model_validate({**base, "structured_output": ["json_shema"]})
+    assert "structured_output" in str(info.value)
+    with pytest.raises(ValueError, match="older spelling"):
+        JudgeEvaluator(base, structured_output=["json_object"], json_mode=False)
+    with pytest.raises(ValueError, match="Did you mean 'json_schema'"):
+        JudgeEvaluator(base, structured_output=["json_shema"])

@@ -13,6 +13,13 @@ Usage::
 
 Reply builders cover what the tests need: judge verdicts (valid, garbage, empty, truncated JSON,
 refusals), tool calls (including malformed argument JSON), HTTP errors with Retry-After, and bursts.
+
+``FakeOpenAIServer(reject_formats={"json_schema"})`` plays a server that does not support some
+``response_format`` forms: such a request is answered with the rejection a real server sends before
+the script is consulted, so scripted replies go to accepted requests. ``reject_status`` picks
+which: 500 (the default) as llama-cpp-python 0.3.36 really answers, a pydantic "1 validation
+error" wrapped as an internal_server_error; 422 as a FastAPI server's request validation; 400 as
+OpenAI's ``invalid_request_error``.
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ __all__ = [
     "closed_port",
     "completion",
     "empty",
+    "format_mode",
     "garbage",
     "refusal",
     "status",
@@ -176,6 +184,64 @@ def status(
     )
 
 
+def format_mode(body: Any) -> str:
+    """The response-format mode of a request body: ``json_schema``, ``json_object_schema``,
+    ``json_object``, ``prompt`` (none sent) or the ``type`` as sent."""
+    fmt = body.get("response_format") if isinstance(body, Mapping) else None
+    if not isinstance(fmt, Mapping):
+        return "prompt"
+    kind = str(fmt.get("type"))
+    if kind == "json_object" and "schema" in fmt:
+        return "json_object_schema"
+    return kind
+
+
+def format_rejection(mode: str, status_code: int) -> Reply:
+    """How a real server rejects a response format it does not support."""
+    if status_code == 500:  # llama-cpp-python 0.3.36: its route handler wraps the validation error
+        detail = (
+            "{'type': 'literal_error', 'loc': ('body', 'response_format', 'type'), 'msg': "
+            f"\"Input should be 'text' or 'json_object'\", 'input': '{mode}'}}"
+        )
+        return Reply(
+            status=500,
+            body={
+                "error": {
+                    "message": f"1 validation error:\n  {detail}",
+                    "type": "internal_server_error",
+                    "param": None,
+                    "code": None,
+                }
+            },
+        )
+    if status_code == 422:  # a FastAPI server's own request validation
+        return Reply(
+            status=422,
+            body={
+                "detail": [
+                    {
+                        "type": "literal_error",
+                        "loc": ["body", "response_format", "type"],
+                        "msg": "Input should be 'text' or 'json_object'",
+                        "input": mode,
+                    }
+                ]
+            },
+        )
+    return Reply(  # OpenAI's invalid_request_error
+        status=status_code,
+        body={
+            "error": {
+                "message": f"Invalid parameter: 'response_format' of type '{mode}' is not "
+                "supported with this model.",
+                "type": "invalid_request_error",
+                "param": "response_format",
+                "code": None,
+            }
+        },
+    )
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 128  # the default backlog (5) would delay bursts of concurrent clients
@@ -187,6 +253,8 @@ class FakeOpenAIServer:
     Args:
         responder: answers requests when the script queue is empty (default: a fixed text reply).
         default_delay: seconds every reply waits unless it sets its own delay.
+        reject_formats: response-format modes (see ``format_mode``) answered with a rejection.
+        reject_status: the rejection's form: 500 (llama-cpp-python), 422 (FastAPI) or 400 (OpenAI).
     """
 
     def __init__(
@@ -194,11 +262,15 @@ class FakeOpenAIServer:
         responder: Callable[[CapturedRequest], Reply] | None = None,
         *,
         default_delay: float = 0.0,
+        reject_formats: Iterable[str] = (),
+        reject_status: int = 500,
     ) -> None:
         self.responder: Callable[[CapturedRequest], Reply] = responder or (
             lambda _req: chat("scripted default answer")
         )
         self.default_delay = default_delay
+        self.reject_formats = set(reject_formats)
+        self.reject_status = reject_status
         self.requests: list[CapturedRequest] = []
         self.in_flight = 0
         self.max_in_flight = 0
@@ -225,6 +297,9 @@ class FakeOpenAIServer:
             return len(self._queue)
 
     def _next_reply(self, request: CapturedRequest) -> Reply:
+        mode = format_mode(request.body)
+        if mode in self.reject_formats:
+            return format_rejection(mode, self.reject_status)
         with self._lock:
             if self._queue:
                 return self._queue.popleft()

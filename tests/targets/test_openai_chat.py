@@ -120,6 +120,8 @@ async def test_tool_loop_records_calls_results_final_text_usage_and_tools(
         "name": "get_weather",
         "arguments": '{"city": "Paris"}',
     }
+    # a tool-call turn goes back with content "" (llama-cpp-python's server refuses null)
+    assert second.messages[2]["content"] == ""
     assert second.messages[3] == {
         "role": "tool",
         "tool_call_id": "call_0",

@@ -50,6 +50,17 @@ def _tool_result_text(value: Any) -> Any:
     return value
 
 
+def _assistant_wire(message: Message) -> list[dict[str, Any]]:
+    """The assistant turn as sent back to the server: a turn of tool calls without text carries
+    ``content: ""`` (OpenAI takes that as it takes null; llama-cpp-python's server validates content
+    as a string and its function-calling template reads it)."""
+    wire = messages_to_openai([message])
+    for m in wire:
+        if m.get("tool_calls") and m.get("content") is None:
+            m["content"] = ""
+    return wire
+
+
 class OpenAIChatAgent:
     """An evalpipe Agent over an OpenAI-compatible ``/chat/completions`` endpoint.
 
@@ -234,7 +245,7 @@ class OpenAIChatAgent:
             if raw.get("content") is None and completion.refusal:
                 raw["content"] = completion.refusal
             [assistant] = messages_from_openai([raw])
-            wire.extend(messages_to_openai([assistant]))
+            wire.extend(_assistant_wire(assistant))
             assistant.author_name = self.name  # after the wire copy: not every server takes "name"
             produced.append(assistant)
             calls = assistant.function_calls

