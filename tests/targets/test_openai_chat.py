@@ -193,6 +193,25 @@ async def test_loop_is_bounded_by_max_steps(server: FakeOpenAIServer) -> None:
         ("tool", "function_result"),
         ("assistant", "function_call"),
     ]
+    # Regression: the run ended on an unanswered tool call and was scored as an empty answer.
+    assert response.error_code == "MaxStepsExceeded"
+    assert "max_steps=3" in (response.error_message or "")
+
+
+async def test_a_run_that_ends_without_an_answer_is_an_errored_item(
+    server: FakeOpenAIServer,
+) -> None:
+    """Through evaluate_agent, the unanswered run is errored (not failed or passed), its
+    transcript kept."""
+    from evalpipe import evaluate_agent, keyword_check
+
+    server.responder = lambda _r: tool_calls(("get_weather", {"city": "Paris"}))
+    [result] = await evaluate_agent(
+        agent=agent(server, max_steps=2), queries=["Weather?"], evaluators=keyword_check("Paris")
+    )
+    [item] = result.items
+    assert (item.status, item.error_code) == ("error", "MaxStepsExceeded")
+    assert result.input_items[0].function_calls
 
 
 async def test_429_and_5xx_are_retried_inside_the_loop(server: FakeOpenAIServer) -> None:

@@ -65,6 +65,11 @@ class AgentResponse(BaseModel):
     """Token counts, when the model reported them."""
     tools: list[ToolDefinition] | None = None
     """Schema snapshots of the tools exposed during the run, in the order they were exposed."""
+    error_code: str | None = None
+    """Set when the run produced no usable answer although it returned (e.g.
+    "MaxStepsExceeded"): the call's item is then errored, its transcript kept."""
+    error_message: str | None = None
+    """What was wrong with the answer, for people."""
 
     @property
     def text(self) -> str:
@@ -223,6 +228,7 @@ async def call_agent(
         latency = time.perf_counter() - started
         usage = response_usage(response)
         usage.latency_seconds = latency
+        code = getattr(response, "error_code", None)
         return TargetRun(
             query_index=query_index,
             repetition=repetition,
@@ -230,6 +236,10 @@ async def call_agent(
             messages=response_messages(response),
             tools=response_tools(response),
             usage=usage,
+            error_code=code if isinstance(code, str) else None,
+            error_message=str(getattr(response, "error_message", None) or code)
+            if isinstance(code, str)
+            else None,
             attempts=tries,
         )
     except BaseException as exc:

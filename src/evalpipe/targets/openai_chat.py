@@ -255,6 +255,18 @@ class OpenAIChatAgent:
             tool_message = Message("tool", results)
             produced.append(tool_message)
             wire.extend(messages_to_openai([tool_message]))
+        if produced and produced[-1].function_calls and not produced[-1].text:
+            # Ended on an unanswered tool call: there is no answer to score as the agent's.
+            return AgentResponse(
+                messages=produced,
+                usage=usage,
+                tools=list(self.tools),
+                error_code="MaxStepsExceeded",
+                error_message=(
+                    f"the model still asked for tools after max_steps={self.max_steps} model "
+                    "calls and gave no final answer"
+                ),
+            )
         return AgentResponse(messages=produced, usage=usage, tools=list(self.tools))
 
     async def _call_tool(self, call: FunctionCallContent) -> FunctionResultContent:
