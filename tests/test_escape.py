@@ -56,9 +56,9 @@ def test_markdown_does_not_double_escape_quotes() -> None:
     assert "&#x27;" not in markdown("it's")
 
 
-def test_table_cell_is_entity_escaped_text() -> None:
-    """<, > and & become entities; quotes stay; newlines become spaces."""
-    assert table_cell("<img src=x> & 'q'\nx") == "&lt;img src=x&gt; &amp; 'q' x"
+def test_table_cell_is_one_line_of_escaped_markdown() -> None:
+    """A cell is markdown-escaped (the Prefect UI renders cells as markdown), on one line."""
+    assert table_cell("<img src=x> & [a](b)\nx") == "\\<img src\\=x\\> \\& \\[a\\]\\(b\\) x"
 
 
 def test_terminal_keeps_rich_markup_and_ansi_as_text() -> None:

@@ -7,8 +7,9 @@ the function of its language, so none of them can become markup:
 - :func:`markdown` for Prefect markdown artifacts (the failures list, the comparison): markdown
   and HTML specials are backslash-escaped, so ``[x](javascript:...)`` is a bracket and text, a
   backtick cannot open or close a code span, and ``<img>`` is shown, not fetched.
-- :func:`table_cell` for Prefect table artifacts (the summary table), whose cells the UI renders as
-  HTML: ``<``, ``>``, ``&`` become entities.
+- :func:`table_cell` for Prefect table artifacts (the summary table): the UI renders each cell as
+  markdown (measured on Prefect 3.9's UI: a cell ``[x](javascript:...)`` became a link), so a cell
+  is escaped as markdown and kept on one line.
 - :func:`terminal` for rich output: rich markup escaped (print it with ``markup=False`` or embed
   it in markup you write).
 - HTML reports use jinja2's autoescape (``evalpipe.report``); :func:`plain` is their filter for
@@ -55,9 +56,8 @@ def markdown(text: object, limit: int | None = 500) -> str:
 
 
 def table_cell(text: object, limit: int | None = 500) -> str:
-    """``text`` for a table cell the viewer renders as HTML."""
-    value = plain(text, limit, newlines=False)
-    return value.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    """``text`` for a Prefect table artifact cell, which the UI renders as markdown."""
+    return markdown(text, limit)
 
 
 def terminal(text: object, limit: int | None = None) -> str:
