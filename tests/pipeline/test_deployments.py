@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -61,7 +62,12 @@ def worker(server: Server) -> Iterator[subprocess.Popen[bytes]]:
 
 
 def _api(server: Server, method: str, path: str, body: Any = None) -> Any:
-    response = httpx.request(method, f"{server.api}{path}", json=body, timeout=30)
+    """One API request; a 503 (the SQLite server busy on a loaded machine) is retried, 5 times."""
+    for attempt in range(6):
+        response = httpx.request(method, f"{server.api}{path}", json=body, timeout=30)
+        if response.status_code != 503 or attempt == 5:
+            break
+        time.sleep(1 + attempt)
     response.raise_for_status()
     return response.json()
 
