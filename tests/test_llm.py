@@ -317,8 +317,8 @@ async def test_connection_refused_is_retried_then_a_transport_error() -> None:
 
 async def test_read_timeout_is_a_transport_error(server: FakeOpenAIServer) -> None:
     """An answer slower than the timeout becomes ChatTransportError (ReadTimeout)."""
-    server.script(Reply(body={}, delay=1.0))
-    ep = endpoint(server, timeout=0.2, max_retries=0)
+    server.script(Reply(body={}, delay=5.0))
+    ep = endpoint(server, timeout=1.0, max_retries=0)  # a loopback connect is well within 1 s
     with pytest.raises(ChatTransportError, match="ReadTimeout"):
         await ChatClient(ep).complete(HI)
 

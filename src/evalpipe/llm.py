@@ -124,8 +124,9 @@ class ChatEndpoint(BaseModel):
     """Sampling seed (None: not sent). A seed is a provider's promise, so record a cache anyway."""
     is_reasoning_model: bool = False
     """o-series style models: no temperature, ``max_completion_tokens`` instead of ``max_tokens``."""
-    headers: dict[str, str] = Field(default_factory=dict, repr=False)
-    """Extra HTTP headers sent with every request."""
+    headers: dict[str, SecretStr] = Field(default_factory=dict, repr=False)
+    """Extra HTTP headers sent with every request (each value a secret: only the request sees
+    it)."""
 
     @field_validator("base_url")
     @classmethod
@@ -878,7 +879,10 @@ class ChatClient:
         return raw, attempts
 
     async def _headers(self) -> dict[str, str]:
-        headers = {"Content-Type": "application/json", **self.endpoint.headers}
+        headers = {
+            "Content-Type": "application/json",
+            **{k: v.get_secret_value() for k, v in self.endpoint.headers.items()},
+        }
         if self._tokens is not None:
             headers["Authorization"] = f"Bearer {await self._tokens.token()}"
         elif self._api_key is not None:

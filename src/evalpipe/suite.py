@@ -39,6 +39,7 @@ from evalpipe.evaluators import registry
 from evalpipe.evaluators.base import AgentScoped, Evaluator
 from evalpipe.evaluators.local import LocalEvaluator, check_name_of
 from evalpipe.items import ConversationSplit
+from evalpipe.secrets import mask, protect
 from evalpipe.targets.openai_chat import OpenAIChatAgent
 from evalpipe.targets.workflow import target_from_factory
 
@@ -157,9 +158,16 @@ class EvalSuite(BaseModel):
         canonical = json.dumps(data, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:12]
 
+    @field_validator("target", "evaluators")
+    @classmethod
+    def _protect(cls, value: Any) -> Any:
+        # Credentials become SecretStr here, the moment the suite is parsed (evalpipe.secrets).
+        return protect(value)
+
     def target_identity(self) -> str:
-        """The target's identity for the journal: its spec and version label."""
-        spec = json.dumps(self.target, sort_keys=True, separators=(",", ":"))
+        """The target's identity for the journal: its spec without its secrets, and its version
+        label (rotating a key keeps the identity; changing the model does not)."""
+        spec = json.dumps(mask(self.target), sort_keys=True, separators=(",", ":"))
         return f"{spec}@{self.target_version}"
 
 

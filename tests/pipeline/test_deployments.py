@@ -9,13 +9,10 @@ import asyncio
 import json
 import os
 import re
-import signal
-import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,92 +20,21 @@ import httpx
 import pyarrow.parquet as pq
 import pytest
 
+from live_prefect import Server, prefect_server, start, stop, wait_for
+
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 FINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
 SCREENSHOT = ROOT / "docs" / "images" / "prefect-ui-flow-run.png"
 
 
-@dataclass
-class Server:
-    url: str
-    api: str
-    env: dict[str, str]
-    home: Path
-    output: Path
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _wait(predicate: Callable[[], Any], timeout: float, what: str, step: float = 0.5) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(step)
-    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
-
-
-def _start(cmd: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    handle = log.open("wb")
-    return subprocess.Popen(
-        cmd, cwd=ROOT, env=env, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True
-    )
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     """`prefect server start` on a free loopback port, its own PREFECT_HOME and SQLite database."""
-    home = tmp_path_factory.mktemp("prefect-home")
-    port = _free_port()
-    url = f"http://127.0.0.1:{port}"
-    env = {
-        k: v for k, v in os.environ.items() if not k.startswith("PREFECT_") and k != "EVALPIPE_ROOT"
-    }
-    env.update(
-        PREFECT_HOME=str(home),
-        PREFECT_API_URL=f"{url}/api",
-        PREFECT_SERVER_UI_API_URL=f"{url}/api",
-        PREFECT_SERVER_ANALYTICS_ENABLED="false",
-        PREFECT_WORKER_QUERY_SECONDS="1",
-        PREFECT_WORKER_PREFETCH_SECONDS="5",
-        PREFECT_RUNNER_POLL_FREQUENCY="1",
-        PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW="ignore",
-    )
-    proc = _start(
-        [str(BIN / "prefect"), "server", "start", "--host", "127.0.0.1", "--port", str(port)],
-        env,
-        home / "server.log",
-    )
-
-    def healthy() -> bool:
-        if proc.poll() is not None:
-            raise AssertionError((home / "server.log").read_text(errors="replace")[-3000:])
-        try:
-            return httpx.get(f"{url}/api/health", timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    try:
-        _wait(healthy, 120, "prefect server health")
-        yield Server(url, f"{url}/api", env, home, tmp_path_factory.mktemp("runs"))
-    finally:
-        _stop(proc)
+    with prefect_server(
+        tmp_path_factory.mktemp("prefect-home"), tmp_path_factory.mktemp("runs")
+    ) as running:
+        yield running
 
 
 @pytest.fixture(scope="module")
@@ -124,7 +50,7 @@ def worker(server: Server) -> Iterator[subprocess.Popen[bytes]]:
         check=False,
     )
     assert deployed.returncode == 0, deployed.stdout[-3000:] + deployed.stderr[-3000:]
-    proc = _start(
+    proc = start(
         [str(BIN / "prefect"), "worker", "start", "--pool", "evalpipe-process", "--name", "w1"],
         server.env,
         server.home / "worker.log",
@@ -132,11 +58,16 @@ def worker(server: Server) -> Iterator[subprocess.Popen[bytes]]:
     try:
         yield proc
     finally:
-        _stop(proc)
+        stop(proc)
 
 
 def _api(server: Server, method: str, path: str, body: Any = None) -> Any:
-    response = httpx.request(method, f"{server.api}{path}", json=body, timeout=30)
+    """One API request; a 503 (the SQLite server busy on a loaded machine) is retried, 5 times."""
+    for attempt in range(6):
+        response = httpx.request(method, f"{server.api}{path}", json=body, timeout=30)
+        if response.status_code != 503 or attempt == 5:
+            break
+        time.sleep(1 + attempt)
     response.raise_for_status()
     return response.json()
 
@@ -146,7 +77,7 @@ def _wait_final(server: Server, flow_run_id: str, timeout: float = 240) -> dict[
         run = _api(server, "GET", f"/flow_runs/{flow_run_id}")
         return run if run["state"] and run["state"]["type"] in FINAL else None
 
-    run: dict[str, Any] = _wait(final, timeout, f"flow run {flow_run_id} to finish", step=1)
+    run: dict[str, Any] = wait_for(final, timeout, f"flow run {flow_run_id} to finish", step=1)
     return run
 
 
@@ -236,7 +167,7 @@ def test_deployed_run_artifacts_exist_in_the_api_and_on_disk(
 
 def test_passing_run_emits_the_gate_passed_event(server: Server, smoke_run: dict[str, Any]) -> None:
     """A run whose gate holds emits evalpipe.gate.passed about its suite, with its numbers."""
-    events = _wait(lambda: _gate_events(server, smoke_run["id"]), 30, "the gate event")
+    events = wait_for(lambda: _gate_events(server, smoke_run["id"]), 30, "the gate event")
     assert [e["event"] for e in events] == ["evalpipe.gate.passed"]
     event = events[0]
     assert event["resource"]["prefect.resource.id"] == "evalpipe.suite.travel-agent"
@@ -306,7 +237,7 @@ def test_failed_gate_emits_the_gate_failed_event(
     server: Server, canary_run: dict[str, Any]
 ) -> None:
     """The failed run's evalpipe.gate.failed event reaches the server's events API with its clauses."""
-    events = _wait(lambda: _gate_events(server, canary_run["id"]), 30, "the gate event")
+    events = wait_for(lambda: _gate_events(server, canary_run["id"]), 30, "the gate event")
     assert [e["event"] for e in events] == ["evalpipe.gate.failed"]
     payload = events[0]["payload"]
     assert payload["suite"] == "travel-canary"
@@ -346,7 +277,7 @@ def test_prefect_ui_shows_the_flow_run_and_its_artifacts(
 def test_serve_registers_a_deployment_and_runs_it(server: Server) -> None:
     """`evalpipe serve` registers evalpipe-eval/<name> and runs a triggered run in its own process."""
     output = _outputs(server, "served")
-    proc = _start(
+    proc = start(
         [
             str(BIN / "evalpipe"),
             "serve",
@@ -371,14 +302,14 @@ def test_serve_registers_a_deployment_and_runs_it(server: Server) -> None:
             )
             return response.json() if response.status_code == 200 else None
 
-        dep = _wait(deployment, 90, "the served deployment", step=1)
+        dep = wait_for(deployment, 90, "the served deployment", step=1)
         assert dep["parameters"]["repetitions"] == 1
         created = _api(server, "POST", f"/deployments/{dep['id']}/create_flow_run", {})
         run = _wait_final(server, created["id"], timeout=120)
         assert run["state"]["type"] == "COMPLETED", (server.home / "serve.log").read_text()[-3000:]
         assert list((output / "travel-agent").glob("*/manifest.json"))
     finally:
-        _stop(proc)
+        stop(proc)
 
 
 def test_an_automation_on_the_gate_failed_event_pauses_a_deployment(
@@ -390,6 +321,6 @@ def test_an_automation_on_the_gate_failed_event_pauses_a_deployment(
         dep = _api(server, "GET", "/deployments/name/evalpipe-eval/travel-nightly")
         return bool(dep["paused"])
 
-    _wait(paused, 60, "the automation to pause travel-nightly", step=1)
+    wait_for(paused, 60, "the automation to pause travel-nightly", step=1)
     smoke = _api(server, "GET", "/deployments/name/evalpipe-eval/travel-smoke-hourly")
     assert smoke["paused"] is False  # only the selected deployment

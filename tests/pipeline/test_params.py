@@ -1,4 +1,4 @@
-"""Flow parameters: suites by path or inline, overrides, run labels, and secret redaction."""
+"""Flow parameters: suites by path or inline, overrides, run labels, and secret masking."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from evalpipe.pipeline.params import resolve_suite, suite_label
-from evalpipe.redact import REDACTED, redact
+from evalpipe.secrets import MASK, mask
 from evalpipe.suite import EvalSuite, SuiteError, load_suite
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -69,21 +69,21 @@ def test_suite_label_reads_name_and_version_without_validating() -> None:
     assert suite_label(None) == ("suite", "")
 
 
-def test_redact_masks_secret_keys_at_any_depth_and_keeps_env_names() -> None:
+def test_mask_masks_secret_keys_at_any_depth_and_keeps_env_names() -> None:
     """api_key/token/password values are masked anywhere; *_env variable names and others stay."""
     data = {
         "target": {"openai": {"api_key": "sk-123", "api_key_env": "OPENAI_KEY", "model": "m"}},
         "evaluators": [{"judge": {"endpoint": {"Authorization": "Bearer x", "token": ""}}}],
         "password": "hunter2",
     }
-    out = redact(data)
+    out = mask(data)
     assert out["target"]["openai"] == {
-        "api_key": REDACTED,
+        "api_key": MASK,
         "api_key_env": "OPENAI_KEY",
         "model": "m",
     }
-    assert out["evaluators"][0]["judge"]["endpoint"] == {"Authorization": REDACTED, "token": ""}
-    assert out["password"] == REDACTED
+    assert out["evaluators"][0]["judge"]["endpoint"] == {"Authorization": MASK, "token": ""}
+    assert out["password"] == MASK
     assert data["password"] == "hunter2"  # a copy
 
 

@@ -141,7 +141,7 @@ def test_renderers_show_the_flips_and_escape_text(runs: tuple[Path, Path]) -> No
     assert "2 regression(s), 1 improvement(s)" in text
     markdown = render_markdown(comparison)
     assert "**2 regression(s)**" in markdown
-    assert "| regression | overall | kw | r1\\|&lt;b&gt; | 0 |" in markdown
+    assert "| regression | overall | kw | r1\\|\\<b\\> | 0 |" in markdown
     assert "<b>" not in markdown
     html = render_compare_html(comparison)
     assert "r1|&lt;b&gt;" in html

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
+from evalpipe.escape import plain, terminal
 from evalpipe.results import EvalResults
 from evalpipe.tally import CallTally, SummaryRow
 
@@ -56,7 +56,9 @@ def consoles() -> tuple[Console, Console]:
 
 def fail(err: Console, message: str, code: int = EXIT_BAD_INPUT) -> int:
     """Print ``error: message`` (as text, never markup) and return ``code``."""
-    err.print(f"error: {message}", style="red", markup=False, highlight=False, soft_wrap=True)
+    err.print(
+        f"error: {plain(message)}", style="red", markup=False, highlight=False, soft_wrap=True
+    )
     return code
 
 
@@ -137,15 +139,15 @@ def print_summary(
         if row.kind != "metric":
             continue
         table.add_row(
-            escape(row.provider),
-            escape(row.agent),
-            escape(row.metric or ""),
+            terminal(row.provider),
+            terminal(row.agent),
+            terminal(row.metric or ""),
             str(row.n),
             str(row.passed),
             str(row.failed),
             str(row.errored),
             str(row.not_applicable),
-            escape(row.rate_text),
+            row.rate_text,
             _fmt(row.score_mean, ".3f"),
         )
     console.print(table)
@@ -158,14 +160,15 @@ def print_summary(
         bad = by_level.get(level, [])
         if bad:
             console.print(
-                f"{level}: items not passed ({row.n - row.passed} of {row.n}):",
+                f"{plain(level)}: items not passed ({row.n - row.passed} of {row.n}):",
                 markup=False,
                 highlight=False,
                 style="bold",
             )
         for failure in bad[:max_failures]:
             console.print(
-                f"  {failure.label} [{failure.status}] {failure.query!r}: {failure.why}",
+                f"  {plain(failure.label)} [{failure.status}] {plain(repr(failure.query), 300)}: "
+                f"{plain(failure.why, 500)}",
                 markup=False,
                 highlight=False,
             )
@@ -178,7 +181,7 @@ def print_summary(
             else "not all passed"
         )
         console.print(
-            f"{row.eval_run_id}: {row.passed} passed, {row.failed} failed, {row.errored} errored "
+            f"{plain(row.eval_run_id)}: {row.passed} passed, {row.failed} failed, {row.errored} errored "
             f"of {row.n} items — pass rate {row.rate_text} — {verdict}",
             markup=False,
             highlight=False,

@@ -10,6 +10,7 @@ from rich.console import Console
 
 from evalpipe.artifacts import ArtifactError, read_manifest, read_not_passed, read_summary
 from evalpipe.cli._common import EXIT_OK, Failure, check_run_dir, consoles, fail, print_summary
+from evalpipe.escape import plain
 
 __all__ = ["print_run", "register"]
 
@@ -38,7 +39,7 @@ def print_run(run_dir: Path, console: Console) -> None:
         for clause in gate.get("clauses", []):
             mark = "ok" if clause.get("passed") else "FAIL"
             console.print(
-                f"  {clause.get('clause')}  {mark}  {clause.get('message')}",
+                f"  {plain(clause.get('clause'))}  {mark}  {plain(clause.get('message'))}",
                 markup=False,
                 highlight=False,
             )

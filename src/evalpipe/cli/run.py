@@ -17,6 +17,7 @@ from evalpipe.cli._common import (
     fail,
 )
 from evalpipe.cli.results import print_run
+from evalpipe.escape import plain
 from evalpipe.runner.state import RunLockedError
 from evalpipe.suite import SuiteError, load_suite
 
@@ -78,7 +79,7 @@ def _run(args: argparse.Namespace) -> int:
         except PrefectUnavailableError as exc:
             return fail(err, str(exc), EXIT_INCOMPLETE)
     for note in outcome.notes:
-        err.print(f"note: {note}", markup=False, highlight=False)
+        err.print(f"note: {plain(note)}", markup=False, highlight=False)
     if outcome.published_to:
         out.print(f"published to {outcome.published_to}", markup=False, highlight=False)
     if outcome.reusable_calls:
@@ -89,11 +90,13 @@ def _run(args: argparse.Namespace) -> int:
     if (outcome.run_dir / "manifest.json").exists():
         print_run(outcome.run_dir, out)
     if outcome.verdict == "gate_failed":
-        err.print(f"{outcome.message}", style="red", markup=False, highlight=False, soft_wrap=True)
+        err.print(
+            plain(outcome.message), style="red", markup=False, highlight=False, soft_wrap=True
+        )
         return EXIT_GATE_FAILED
     if outcome.verdict == "incomplete":
         err.print(
-            f"the run could not complete (flow run {outcome.state}): {outcome.message}; "
+            f"the run could not complete (flow run {outcome.state}): {plain(outcome.message)}; "
             f"run directory {outcome.run_dir}",
             style="red",
             markup=False,

@@ -26,6 +26,7 @@ from pydantic import ValidationError
 from evalpipe._internal.imports import load_object
 from evalpipe.checks import tool_called_check
 from evalpipe.evaluators.base import Evaluator
+from evalpipe.secrets import reveal
 
 __all__ = [
     "ENTRIES",
@@ -203,7 +204,8 @@ def build(name: str, value: Any = None, *, where: str = "evaluator") -> Any:
     except ValueError as exc:
         raise RegistryError(f"{where}: {exc}") from None
     if isinstance(obj, type) or value is not None:
-        obj = _call(obj, value, where)
+        # user code takes plain values: its settings' secrets are revealed to it, not stored
+        obj = _call(obj, reveal(value), where)
     if not (isinstance(obj, Evaluator) or callable(obj)):
         raise RegistryError(
             f"{where}: {name!r} is a {type(obj).__name__}, not a check or an Evaluator"

@@ -21,6 +21,7 @@ import yaml
 
 from evalpipe.pipeline.flow import eval_flow
 from evalpipe.pipeline.params import resolve_suite
+from evalpipe.secrets import is_secret_key, protect, secret_paths
 from evalpipe.suite import SuiteError
 
 __all__ = ["DeployError", "check_deployments", "deploy", "ensure_work_pool", "serve"]
@@ -34,6 +35,33 @@ def _prefect() -> list[str]:
     """The ``prefect`` command of this interpreter's environment."""
     exe = Path(sys.executable).with_name("prefect")
     return [str(exe)] if exe.exists() else [sys.executable, "-m", "prefect"]
+
+
+_USE = (
+    "Prefect stores a deployment's parameters and job variables and shows them in its UI (and "
+    "`prefect deploy` resolves a {{ prefect.blocks.secret.* }} reference in prefect.yaml into "
+    "the stored value). Name an environment variable in the suite instead (api_key_env: "
+    "OPENAI_API_KEY) and set it where the worker starts the run: in the worker's own environment "
+    "(a process worker's runs inherit it), or in the work pool's base job template, where a "
+    "{{ prefect.blocks.secret.<name> }} reference is resolved by the worker when the run starts; "
+    "see docs/operations.md, section 10"
+)
+
+
+def _secret_env(dep: dict[str, Any]) -> list[str]:
+    """``work_pool.job_variables.env`` entries that put a credential into the deployment."""
+    pool = dep.get("work_pool")
+    variables = pool.get("job_variables") if isinstance(pool, dict) else None
+    env = variables.get("env") if isinstance(variables, dict) else None
+    if not isinstance(env, dict):
+        return []
+    return [
+        f"work_pool.job_variables.env.{name}"
+        for name, value in env.items()
+        if isinstance(value, str)
+        and value
+        and ("prefect.blocks.secret" in value or is_secret_key(str(name)))
+    ]
 
 
 def check_deployments(
@@ -73,7 +101,7 @@ def check_deployments(
         if isinstance(suite, str) and not Path(suite).is_absolute():
             suite = str(root / suite)
         try:
-            resolve_suite(
+            resolved = resolve_suite(
                 suite,
                 repetitions=params.get("repetitions"),
                 evaluators=params.get("evaluators"),
@@ -81,6 +109,16 @@ def check_deployments(
             )
         except SuiteError as exc:
             raise DeployError(f"{where}: {exc}") from None
+        # A deployment's parameters and job variables are stored in the Prefect database and
+        # shown in its UI: an inline secret there (or in the suite they name) would be too.
+        inline = [
+            *secret_paths(protect(params), "parameters"),
+            *secret_paths(resolved.target, "suite target"),
+            *secret_paths(resolved.evaluators, "suite evaluators"),
+            *_secret_env(dep),
+        ]
+        if inline:
+            raise DeployError(f"{where}: holds an inline secret ({', '.join(inline)}); {_USE}")
     return chosen
 
 

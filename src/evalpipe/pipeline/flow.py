@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import contextvars
 import gc
+import logging
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -46,7 +47,6 @@ from evalpipe.pipeline.prefect_artifacts import (
     failures_markdown,
     summary_table,
 )
-from evalpipe.redact import redact
 from evalpipe.results import EvalResults
 from evalpipe.runner import (
     Call,
@@ -58,6 +58,7 @@ from evalpipe.runner import (
 )
 from evalpipe.runner.prepare import prepare_suite
 from evalpipe.runner.state import RunLock, RunLockedError, StorageError, is_remote, local_base
+from evalpipe.secrets import Scrubber, mask
 from evalpipe.suite import EvalSuite, SuiteError
 from evalpipe.tally import CallTally, merge_results
 
@@ -453,9 +454,49 @@ async def eval_flow(
         logger.error("%s", exc)
         return _incomplete(str(exc))
     try:
-        return await _execute(plan, state, rescore, logger, started)
+        with _scrubbed_logs(state.scrubber):
+            return await _execute(plan, state, rescore, logger, started)
     finally:
         state.close()
+
+
+class _ScrubFilter(logging.Filter):
+    """Masks the run's secrets in every log record (Prefect's API log handler included)."""
+
+    def __init__(self, scrub: Scrubber) -> None:
+        super().__init__()
+        self.scrub = scrub
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        if self.scrub.found(text):
+            record.msg, record.args = self.scrub(text), ()
+        if record.exc_info and record.exc_text is None:
+            formatted = logging.Formatter().formatException(record.exc_info)
+            if self.scrub.found(formatted):
+                record.exc_text = self.scrub(formatted)
+        return True
+
+
+@contextlib.contextmanager
+def _scrubbed_logs(scrub: Scrubber) -> Iterator[None]:
+    """The run's secrets masked in what any log handler writes while the run runs."""
+    if not scrub:
+        yield
+        return
+    handlers = {
+        h
+        for name in ("", "prefect", "prefect.flow_runs", "prefect.task_runs", "evalpipe")
+        for h in logging.getLogger(name).handlers
+    }
+    guard = _ScrubFilter(scrub)
+    for handler in handlers:
+        handler.addFilter(guard)
+    try:
+        yield
+    finally:
+        for handler in handlers:
+            handler.removeFilter(guard)
 
 
 def _stop_reason(exc: BaseException) -> str | None:
@@ -612,11 +653,11 @@ async def _execute(
     rows = writer.summary_rows()
     call_counts = calls.as_dict()
     manifest = {
-        "suite": redact(suite.model_dump(mode="json")),
+        "suite": mask(suite.model_dump(mode="json")),
         "suite_fingerprint": suite.fingerprint(),
         "target": plan.identity,
         "providers": [p.name for p in plan.providers],
-        "evaluator_specs": suite.evaluators,
+        "evaluator_specs": mask(suite.evaluators),
         "calls": call_counts,
         "shards": len(shards),
         "rescored_from": str(plan.rescored_from) if plan.rescored_from else None,

@@ -3,7 +3,6 @@ gate event automations react to. Every number comes from the tally (``evalpipe.t
 
 from __future__ import annotations
 
-import html
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -11,6 +10,7 @@ from typing import Any
 from prefect.events import emit_event
 from prefect.runtime import deployment, flow_run
 
+from evalpipe.escape import markdown, table_cell
 from evalpipe.results import EvalResults
 from evalpipe.runner import RunPlan
 from evalpipe.tally import SummaryRow, rate_text
@@ -38,9 +38,9 @@ def summary_table(rows: Sequence[SummaryRow]) -> list[dict[str, Any]]:
     as summary.parquet and the command line have them."""
     return [
         {
-            "provider": row.provider,
-            "agent": row.agent,
-            "metric": row.metric,
+            "provider": table_cell(row.provider),
+            "agent": table_cell(row.agent),
+            "metric": table_cell(row.metric),
             "n": row.n,
             "passed": row.passed,
             "failed": row.failed,
@@ -54,16 +54,11 @@ def summary_table(rows: Sequence[SummaryRow]) -> list[dict[str, Any]]:
     ]
 
 
-def _md_escape(text: str) -> str:
-    """Agent and judge text is shown as text: HTML escaped, markdown specials backslashed."""
-    escaped = html.escape(text[:500])
-    for ch in "\\`*_{}[]()#+!|>~":
-        escaped = escaped.replace(ch, "\\" + ch)
-    return escaped.replace("\n", " ")
-
-
 def failures_markdown(results: Sequence[EvalResults], limit: int = 50) -> str:
-    """The items that did not pass, with why (at most ``limit``; the rest are counted)."""
+    """The items that did not pass, with why (at most ``limit``; the rest are counted).
+
+    Ids, names and reasons are untrusted text: escaped with :func:`evalpipe.escape.markdown`, never
+    put in a code span (a backtick in the text would close it)."""
     lines = ["# Items that did not pass", ""]
     count = 0
     for res in results:
@@ -80,8 +75,8 @@ def failures_markdown(results: Sequence[EvalResults], limit: int = 50) -> str:
                     if s.passed is False
                 )
                 lines.append(
-                    f"- `{html.escape(item.item_id)}` **{item.status}** ({html.escape(level.provider)}"
-                    f", {html.escape(level.run_id)}): {_md_escape(why)}"
+                    f"- {markdown(item.item_id, 200)} **{item.status}** ({markdown(level.provider)}"
+                    f", {markdown(level.run_id)}): {markdown(why)}"
                 )
     if count == 0:
         lines.append("Every item passed.")

@@ -9,7 +9,6 @@ run A with repetition r of run B. A key present in one run only is counted, not 
 
 from __future__ import annotations
 
-import html as _html
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,10 +18,10 @@ import numpy as np
 import pyarrow as pa  # type: ignore[import-untyped, unused-ignore]
 import pyarrow.compute as pc  # type: ignore[import-untyped, unused-ignore]
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from evalpipe.artifacts import read_manifest
+from evalpipe.escape import markdown, plain, terminal
 from evalpipe.report.data import Disagreement, disagreements, scored_rows
 from evalpipe.report.html import environment, package_version
 from evalpipe.report.stats import PairedTest, mcnemar_test, wilcoxon_test
@@ -270,8 +269,8 @@ def _num(value: float | None) -> str:
 def render_terminal(comparison: Comparison, console: Console, *, max_flips: int = 20) -> None:
     """Print the comparison: a table per metric, the flips, disagreement, and the verdict."""
     c = comparison
-    console.print(f"[bold]A[/] {escape(c.run_a)} ({escape(c.suite_a)})", highlight=False)
-    console.print(f"[bold]B[/] {escape(c.run_b)} ({escape(c.suite_b)})", highlight=False)
+    console.print(f"[bold]A[/] {terminal(c.run_a)} ({terminal(c.suite_a)})", highlight=False)
+    console.print(f"[bold]B[/] {terminal(c.run_b)} ({terminal(c.suite_b)})", highlight=False)
     table = Table(title="B against A, per metric")
     for column in ("provider", "agent", "metric"):
         table.add_column(column, no_wrap=True)
@@ -288,9 +287,9 @@ def render_terminal(comparison: Comparison, console: Console, *, max_flips: int 
         table.add_column(column, justify="right")
     for m in c.metrics:
         table.add_row(
-            escape(m.provider),
-            escape(m.agent),
-            escape(m.metric),
+            terminal(m.provider),
+            terminal(m.agent),
+            terminal(m.metric),
             str(m.pairs)
             + (f" (A only {m.only_a}, B only {m.only_b})" if m.only_a or m.only_b else ""),
             f"{_pct(m.a_pass_rate)} ({m.a_passed}/{m.a_denominator})",
@@ -305,8 +304,9 @@ def render_terminal(comparison: Comparison, console: Console, *, max_flips: int 
     shown = c.flips[:max_flips]
     for flip in shown:
         console.print(
-            f"  {flip.kind:<11} {flip.agent} · {flip.metric} · row {flip.row} rep {flip.repetition}"
-            f" ({flip.provider}): {_num(flip.a_score)} → {_num(flip.b_score)}",
+            f"  {flip.kind:<11} {plain(flip.agent)} · {plain(flip.metric)} · row {plain(flip.row)}"
+            f" rep {flip.repetition} ({plain(flip.provider)}): {_num(flip.a_score)} →"
+            f" {_num(flip.b_score)}",
             markup=False,
             highlight=False,
         )
@@ -315,7 +315,8 @@ def render_terminal(comparison: Comparison, console: Console, *, max_flips: int 
     for label, found in (("A", c.disagreements_a), ("B", c.disagreements_b)):
         for d in found:
             console.print(
-                f"judge vs check in {label}: {d.agent} {d.check} vs {d.judge}: "
+                f"judge vs check in {label}: {plain(d.agent)} {plain(d.check)} vs "
+                f"{plain(d.judge)}: "
                 f"{d.check_pass_judge_fail} check-pass/judge-fail, {d.check_fail_judge_pass} "
                 f"check-fail/judge-pass of {d.pairs}",
                 markup=False,
@@ -326,9 +327,8 @@ def render_terminal(comparison: Comparison, console: Console, *, max_flips: int 
 
 
 def _md(text: object) -> str:
-    """Text safe inside a markdown table cell: no HTML, no cell breaks."""
-    escaped = _html.escape(str(text), quote=False)
-    return escaped.replace("|", "\\|").replace("\n", " ").replace("`", "\\`")
+    """Untrusted text inside a markdown table cell (:func:`evalpipe.escape.markdown`)."""
+    return markdown(text, 200)
 
 
 def render_markdown(comparison: Comparison, *, max_flips: int = 50) -> str:
@@ -337,8 +337,8 @@ def render_markdown(comparison: Comparison, *, max_flips: int = 50) -> str:
     lines = [
         f"# Comparison: {_md(c.suite_b)} against {_md(c.suite_a)}",
         "",
-        f"- A (baseline): `{_md(c.run_a)}`",
-        f"- B: `{_md(c.run_b)}`",
+        f"- A (baseline): {_md(c.run_a)}",
+        f"- B: {_md(c.run_b)}",
         f"- **{c.regressions} regression(s)** (pass → fail), {c.improvements} improvement(s)"
         " (fail → pass)",
         "",

@@ -1,7 +1,8 @@
 """Render a run's report (and a comparison) as one self-contained HTML file.
 
 jinja2 with autoescaping on for every template: agent, user and judge text is always escaped
-(no template marks data ``|safe``). Plots are inline SVG drawn by the templates from numbers
+(no template marks data ``|safe``), and every printed string first goes through
+:func:`evalpipe.escape.plain` (control and bidi characters shown as ``\\uXXXX``). Plots are inline SVG drawn by the templates from numbers
 computed here; the file has no script and loads nothing at view time.
 """
 
@@ -14,12 +15,21 @@ from pathlib import Path
 from typing import Any
 
 import jinja2
+from markupsafe import Markup
 
 from evalpipe._internal.files import atomic_path
+from evalpipe.escape import plain
 from evalpipe.report.data import RunReport, load_report_data
 from evalpipe.report.stats import BOOTSTRAP_RESAMPLES
 
 __all__ = ["environment", "render_report", "write_report"]
+
+
+def _finalize(value: Any) -> Any:
+    """Every ``{{ value }}``: data strings with invisible characters made visible."""
+    if isinstance(value, str) and not isinstance(value, Markup):
+        return plain(value)
+    return value
 
 
 @cache
@@ -29,6 +39,7 @@ def environment() -> jinja2.Environment:
         loader=jinja2.PackageLoader("evalpipe.report", "templates"),
         autoescape=True,
         undefined=jinja2.StrictUndefined,
+        finalize=_finalize,
         trim_blocks=False,
         lstrip_blocks=False,
     )

@@ -19,6 +19,7 @@ from evalpipe.evaluators.base import AgentScoped, BatchedEvaluator, Evaluator
 from evalpipe.itemize import NO_EXPECTATIONS, Expectations, UpstreamContext
 from evalpipe.journal import call_key, content_key
 from evalpipe.messages import Message, ToolDefinition
+from evalpipe.secrets import secrets_of
 from evalpipe.targets.base import agent_name, agent_tools
 from evalpipe.targets.workflow import (
     as_workflow,
@@ -187,6 +188,9 @@ class RunPlan:
     """Where a suite run writes."""
     rescored_from: Path | None = None
     """The run whose transcripts are re-scored."""
+    secrets: frozenset[str] = frozenset()
+    """Every secret value the run knows (inline keys, header values, the variables its ``*_env``
+    fields name): scrubbed from whatever it stores, logs or prints (``evalpipe.secrets``)."""
 
     def eval_name(self, provider: Evaluator) -> str:
         """The name a provider's results carry (the provider appended when there are several)."""
@@ -280,4 +284,5 @@ def in_process_plan(
         strict_tools=strict_tools,
         item_ids=item_ids,
         call_timeout=call_timeout,
+        secrets=frozenset(secrets_of(target.obj if target is not None else None, *providers)),
     )

@@ -30,6 +30,7 @@ from evalpipe.runner.state import (
     local_base,
     new_run_dir,
 )
+from evalpipe.secrets import secret_values
 from evalpipe.suite import EvalSuite, SuiteError, build_evaluators, build_split, build_target
 from evalpipe.tally import OVERALL
 from evalpipe.transcripts import TargetKind, Transcript, load_transcript
@@ -142,6 +143,7 @@ def prepare_suite(
         suite=suite,
         gates=tuple(gates),
         rescored_from=Path(rescore) if rescore is not None else None,
+        secrets=frozenset(secret_values(suite.target) | secret_values(suite.evaluators)),
     )
     return place(plan, run_dir, resume=resume)
 

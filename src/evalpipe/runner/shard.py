@@ -19,9 +19,10 @@ from evalpipe._internal.calls import is_call_failure
 from evalpipe.evaluators.base import AgentScoped, BatchedEvaluator, Evaluator
 from evalpipe.itemize import WorkflowItems, agent_item, workflow_items
 from evalpipe.items import EvalItem
-from evalpipe.results import EvalResults
+from evalpipe.results import Diagnostic, EvalResults
 from evalpipe.runner.plan import Call, RunPlan
 from evalpipe.runner.state import RunState, StorageError
+from evalpipe.secrets import Scrubber
 from evalpipe.tally import OVERALL, errored_results, merge_results
 from evalpipe.targets.base import call_agent
 from evalpipe.targets.workflow import call_workflow
@@ -122,6 +123,13 @@ async def make_call(
             call_timeout=plan.call_timeout,
         )
     outcome = CallOutcome(call, made, "made")
+    scrub = state.scrubber
+    serialized = outcome.transcript_json() if scrub else ""
+    if scrub and scrub.found(serialized):
+        # an endpoint or a traceback echoed a secret back: it is masked before it is stored
+        clean = scrub(serialized)
+        outcome = CallOutcome(call, load_transcript(plan.kind, clean), "made", clean)
+        made = outcome.run
     if journal is not None and made.error_code is None:
         try:
             journal.record(call.key, outcome.transcript_json())
@@ -393,8 +401,48 @@ async def run_shard(
         async with around:
             return await evaluate_items(plan, state, index, provider, items, first)
 
-    results = await asyncio.gather(*(one(i, p) for i, p in enumerate(plan.providers)))
-    return ShardResult(outcomes, list(results), items.count)
+    results = list(await asyncio.gather(*(one(i, p) for i, p in enumerate(plan.providers))))
+    if state.scrubber:
+        for result in results:
+            _scrub(result, state.scrubber)
+    return ShardResult(outcomes, results, items.count)
+
+
+def _scrub_value(value: Any, scrub: Scrubber) -> Any:
+    if isinstance(value, str):
+        return scrub(value) if scrub.found(value) else value
+    if isinstance(value, dict):
+        return {k: _scrub_value(v, scrub) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_scrub_value(v, scrub) for v in value]
+    return value
+
+
+def _scrub(result: EvalResults, scrub: Scrubber) -> None:
+    """Mask the run's secrets in a provider's results (an endpoint's error that quotes the key,
+    a judge answer that echoes it), in place, before anything is written."""
+    if result.error:
+        result.error = scrub(result.error)
+    for item in result.items:
+        for name in ("error_message", "input_text", "output_text"):
+            text = getattr(item, name)
+            if text and scrub.found(text):
+                setattr(item, name, scrub(text))
+        if item.metadata:
+            item.metadata = _scrub_value(item.metadata, scrub)
+        for score in item.scores:
+            for name in ("reason", "error_message", "label"):
+                text = getattr(score, name)
+                if text and scrub.found(text):
+                    setattr(score, name, scrub(text))
+            if score.sample:
+                score.sample = _scrub_value(score.sample, scrub)
+            if score.diagnostics:
+                score.diagnostics = [
+                    Diagnostic(d.severity, scrub(d.message)) for d in score.diagnostics
+                ]
+    for sub in result.sub_results.values():
+        _scrub(sub, scrub)
 
 
 async def run_in_process(

@@ -26,8 +26,8 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from evalpipe.journal import Journal
-from evalpipe.redact import redact
 from evalpipe.runner.plan import RunPlan
+from evalpipe.secrets import Scrubber, mask
 from evalpipe.suite import SuiteError
 
 __all__ = [
@@ -280,6 +280,8 @@ class RunState:
     """The run directory's lock, when this process holds it."""
     failure: BaseException | None = None
     """Set when the run must stop making calls (the journal cannot be written)."""
+    scrubber: Scrubber = field(default_factory=Scrubber)
+    """Masks the run's secrets in what it stores (transcripts, results)."""
     started_at: float = field(default_factory=time.time)
     _eval_ids: dict[str, str] = field(default_factory=dict, repr=False)
     _eval_locks: dict[str, asyncio.Lock] = field(default_factory=dict, repr=False)
@@ -296,7 +298,7 @@ class RunState:
         Raises:
             RunLockedError: when a live run holds the directory.
         """
-        state = cls()
+        state = cls(scrubber=Scrubber(plan.secrets))
         if plan.run_dir is None:
             return state
         if lock is True:
@@ -309,7 +311,7 @@ class RunState:
             path.write_text(
                 json.dumps(
                     {
-                        "suite": redact(plan.suite.model_dump(mode="json"))
+                        "suite": mask(plan.suite.model_dump(mode="json"))
                         if plan.suite is not None
                         else None,
                         "fingerprint": plan.suite.fingerprint() if plan.suite is not None else None,

@@ -23,6 +23,8 @@ from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
+from pydantic import SecretStr
+
 from evalpipe.cache import CacheConfig, ResponseCache
 from evalpipe.llm import ChatClient, ChatEndpoint, token_source_for
 from evalpipe.messages import (
@@ -94,7 +96,7 @@ class OpenAIChatAgent:
         model: str | None = None,
         instructions: str | None = None,
         tools: Sequence[Callable[..., Any]] = (),
-        api_key: str | None = None,
+        api_key: str | SecretStr | None = None,
         *,
         name: str | None = None,
         endpoint: ChatEndpoint | None = None,

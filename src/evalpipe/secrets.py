@@ -1,0 +1,213 @@
+"""Secrets: every credential a suite holds is a secret type from the moment the suite is parsed.
+
+``protect`` wraps every field that can hold a credential in pydantic's ``SecretStr``: a field named
+like one (``api_key``, ``token``, ``password``, ``client_secret``, ``connection_string``, ...,
+``*_key``, ``*_token``, ``*_secret``, ``*_password``), every value of a ``headers`` mapping, and
+any URL with credentials in it (user info, a signed query string). A ``SecretStr`` shows as
+``**********`` in its repr, in JSON and so in everything derived from them (manifests, run markers,
+Prefect parameters, the target's identity); only the HTTP layer asks for the value
+(``get_secret_value``). ``*_env`` fields name a variable and stay as they are.
+
+What a run knows of its secrets (the values, and those of the variables its ``*_env`` fields
+name) goes into a :class:`Scrubber`, which replaces them in any text an endpoint or a traceback
+echoed back (``Incorrect API key provided: Bearer sk-...``) before it is stored, logged, printed or
+emitted.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Iterator
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+from pydantic import SecretStr
+
+__all__ = [
+    "MASK",
+    "Scrubber",
+    "is_secret_key",
+    "is_secret_url",
+    "mask",
+    "protect",
+    "reveal",
+    "secret_paths",
+    "secret_values",
+    "secrets_of",
+]
+
+MASK = "***"
+"""What a secret is written as where a mask is spelt by evalpipe (pydantic writes ``**********``)."""
+
+_SECRET_KEY = re.compile(
+    r"^(api_?key|apikey|key|password|passwd|pwd|secret|client_secret|token|access_token|"
+    r"refresh_token|id_token|bearer|auth|authorization|cookie|connection_string|conn_str|"
+    r"sas|sas_token|sas_url|account_key|subscription_key|private_key)$"
+    r"|_(key|token|secret|password|passwd)$"
+)
+_SIGNED_QUERY = re.compile(
+    r"[?&](sig|signature|x-amz-signature|x-amz-credential|x-goog-signature|x-goog-credential|"
+    r"token|access_token|api_key|apikey|key|code|sv|se|skoid)=",
+    re.IGNORECASE,
+)
+
+
+def is_secret_key(name: str) -> bool:
+    """Whether a field of this name can hold a credential (``*_env`` fields name a variable)."""
+    key = name.strip().lower().replace("-", "_")
+    if key.endswith("_env"):
+        return False
+    return bool(_SECRET_KEY.search(key))
+
+
+def is_secret_url(value: str) -> bool:
+    """A URL carrying credentials: user info (``https://user:pass@host``) or a signed query."""
+    if "://" not in value:
+        return False
+    try:
+        parts = urlsplit(value)
+    except ValueError:
+        return False
+    return bool(parts.username or parts.password) or bool(_SIGNED_QUERY.search(value))
+
+
+def _wrap(value: Any) -> Any:
+    if isinstance(value, SecretStr) or value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, str | int | float):
+        return SecretStr(str(value)) if str(value) != "" else value
+    return protect(value)
+
+
+def protect(value: Any) -> Any:
+    """A copy of a suite fragment (mappings, lists, scalars) with every credential a SecretStr."""
+    if isinstance(value, dict):
+        out: dict[Any, Any] = {}
+        for key, item in value.items():
+            name = str(key)
+            if name.lower() == "headers" and isinstance(item, dict):
+                out[key] = {h: _wrap(v) for h, v in item.items()}
+            elif is_secret_key(name):
+                out[key] = _wrap(item)
+            else:
+                out[key] = protect(item)
+        return out
+    if isinstance(value, list | tuple):
+        return [protect(v) for v in value]
+    if isinstance(value, str) and is_secret_url(value):
+        return SecretStr(value)
+    return value
+
+
+def reveal(value: Any) -> Any:
+    """A copy with every SecretStr replaced by its value (for user code that takes plain text)."""
+    if isinstance(value, SecretStr):
+        return value.get_secret_value()
+    if isinstance(value, dict):
+        return {k: reveal(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [reveal(v) for v in value]
+    return value
+
+
+def mask(value: Any) -> Any:
+    """A JSON-ready copy with every secret masked: SecretStr values, and (defence in depth, for
+    fragments that were never protected) every credential-named field and credential URL."""
+    if isinstance(value, SecretStr):
+        return MASK
+    if isinstance(value, dict):
+        out: dict[Any, Any] = {}
+        for key, item in value.items():
+            name = str(key)
+            if name.lower() == "headers" and isinstance(item, dict):
+                out[key] = {h: MASK if v not in (None, "") else v for h, v in item.items()}
+            elif (
+                is_secret_key(name)
+                and isinstance(item, str | int | float | SecretStr)
+                and item != ""
+            ):
+                out[key] = MASK
+            else:
+                out[key] = mask(item)
+        return out
+    if isinstance(value, list | tuple):
+        return [mask(v) for v in value]
+    if isinstance(value, str) and is_secret_url(value):
+        return MASK
+    return value
+
+
+def _walk(value: Any, path: str) -> Iterator[tuple[str, Any]]:
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield from _walk(item, f"{path}.{key}" if path else str(key))
+    elif isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            yield from _walk(item, f"{path}[{index}]")
+    else:
+        yield path, value
+
+
+def secret_paths(value: Any, prefix: str = "") -> list[str]:
+    """Where a protected fragment holds an inline secret (``target.openai.api_key``)."""
+    return [path for path, item in _walk(value, prefix) if isinstance(item, SecretStr)]
+
+
+def secret_values(value: Any, environ: dict[str, str] | None = None) -> set[str]:
+    """The secrets a protected fragment knows: its SecretStr values and the values of the
+    variables its ``*_env`` fields name."""
+    env = os.environ if environ is None else environ
+    found: set[str] = set()
+    for path, item in _walk(value, ""):
+        if isinstance(item, SecretStr):
+            found.add(item.get_secret_value())
+        elif isinstance(item, str) and path.rsplit(".", 1)[-1].lower().endswith("_env"):
+            named = env.get(item)
+            if named:
+                found.add(named)
+    return found
+
+
+def secrets_of(*objects: Any, environ: dict[str, str] | None = None) -> set[str]:
+    """The secrets of targets and evaluators built in Python (``evaluate_agent``): what the
+    ``endpoint`` (a :class:`evalpipe.llm.ChatEndpoint`) of each holds, as :func:`secret_values`."""
+    found: set[str] = set()
+    for obj in objects:
+        obj = getattr(obj, "inner", obj)  # an agent-scoped evaluator
+        endpoint = getattr(obj, "endpoint", None)
+        dump = getattr(endpoint, "model_dump", None)
+        if callable(dump):
+            found |= secret_values(protect(dump()), environ)
+    return found
+
+
+class Scrubber:
+    """Replaces known secret values (and their URL-quoted forms) in text with ``***``.
+
+    Values shorter than 6 characters are not scrubbed: they would blank out ordinary text and
+    are not credentials anyone should use.
+    """
+
+    def __init__(self, secrets: Iterable[str] = ()) -> None:
+        forms: set[str] = set()
+        for secret in secrets:
+            if len(secret) < 6:
+                continue
+            forms.add(secret)
+            forms.add(quote(secret, safe=""))
+        self._forms = sorted(forms, key=len, reverse=True)
+
+    def __bool__(self) -> bool:
+        return bool(self._forms)
+
+    def found(self, text: str) -> bool:
+        """Whether ``text`` holds a secret."""
+        return any(form in text for form in self._forms)
+
+    def __call__(self, text: str) -> str:
+        """``text`` with every secret masked."""
+        for form in self._forms:
+            if form in text:
+                text = text.replace(form, MASK)
+        return text
