@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from evalpipe._internal.maf import is_maf_instance
 from evalpipe.messages import Message
 from evalpipe.targets.base import (
     agent_tools,
@@ -190,7 +191,7 @@ def workflow_run_from_events(
         last_id, last = outputs[-1]
         if hasattr(last, "messages") and not hasattr(last, "contents"):
             output = response_messages(last)
-        elif type(last).__name__ == "AgentResponseUpdate" or hasattr(last, "contents"):
+        elif is_maf_instance(last, "AgentResponseUpdate") or hasattr(last, "contents"):
             # Streaming yields updates; the executor's completed response holds the whole turn.
             done = [t for t in turns if t.executor_id == last_id and t.ok]
             output = list(done[-1].produced) if done else _as_messages(last, role="assistant")
