@@ -12,7 +12,7 @@ from typing import Any
 
 import agent_framework as af
 
-__all__ = ["ScriptedModel", "get_weather", "recall", "results_view", "weather_agent"]
+__all__ = ["ScriptedModel", "get_weather", "results_view", "retrieve_memory", "weather_agent"]
 
 
 @af.tool
@@ -22,7 +22,7 @@ def get_weather(city: str) -> str:
 
 
 @af.tool
-def recall(topic: str) -> str:
+def retrieve_memory(topic: str) -> str:
     """Look something up in the user's memory."""
     return f"The user likes {topic}."
 
