@@ -12,7 +12,12 @@ import pytest
 from azure.ai.projects.aio import AIProjectClient as AsyncAIProjectClient
 
 import evalpipe
-from evalpipe.foundry import FoundryEvals, evaluate_foundry_target, evaluate_traces
+from evalpipe.foundry import (
+    FoundryEvals,
+    GeneratedEvaluatorRef,
+    evaluate_foundry_target,
+    evaluate_traces,
+)
 from fakes.foundry_emulator import AsyncStaticCredential, FoundryEmulator, RequestRecord
 
 af = pytest.importorskip("agent_framework")
@@ -229,3 +234,34 @@ async def test_evaluate_traces_without_a_source_raises_mafs_error(chat_client: A
             await run(client=chat_client, model="judge-dep")
         errors.append(str(caught.value))
     assert errors[1] == errors[0] == "Provide at least one of: response_ids, trace_ids, or agent_id"
+
+
+async def test_generated_evaluator_refs_send_mafs_criteria(
+    chat_client: Any, emulator: FoundryEmulator
+) -> None:
+    """A GeneratedEvaluatorRef (pinned or latest) beside a built-in becomes MAF's criterion
+    (display name, evaluator name and version, the client's deployment, conversation mapping)."""
+    wires = []
+    for module, provider, ref in (
+        (af, maf_foundry.FoundryEvals, maf_foundry.GeneratedEvaluatorRef),
+        (evalpipe, FoundryEvals, GeneratedEvaluatorRef),
+    ):
+        before = len(emulator.requests)
+        evals = provider(
+            client=chat_client,
+            evaluators=[
+                ref("policy", version="3", display_name="Policy"),
+                ref.latest("tone"),
+                "relevance",
+            ],
+            **FAST,
+        )
+        await module.evaluate_agent(agent=weather_agent(), queries=["Weather?"], evaluators=evals)
+        wires.append(next(w for w in _wire(emulator.requests[before:]) if w[0] == "POST"))
+    assert wires[1] == wires[0]
+    policy = wires[0][2]["testing_criteria"][0]
+    assert (policy["name"], policy["evaluator_name"], policy["evaluator_version"]) == (
+        "Policy",
+        "policy",
+        "3",
+    )
