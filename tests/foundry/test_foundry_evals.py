@@ -472,7 +472,9 @@ async def test_endpoint_and_credential_build_the_matching_client(
 async def test_endpoint_comes_from_the_environment(
     emulator: FoundryEmulator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Without project_client or endpoint, AZURE_AI_PROJECT_ENDPOINT is used."""
+    """Without project_client or endpoint, AZURE_AI_PROJECT_ENDPOINT is used (when MAF's
+    FOUNDRY_PROJECT_ENDPOINT, read first, is not set)."""
+    monkeypatch.delenv("FOUNDRY_PROJECT_ENDPOINT", raising=False)
     monkeypatch.setenv("AZURE_AI_PROJECT_ENDPOINT", emulator.endpoint)
     evals = FoundryEvals(credential=StaticCredential(), model="m", evaluators=["coherence"], **FAST)
     results = await evals.evaluate([item(0)], eval_name="env")

@@ -265,3 +265,24 @@ async def test_generated_evaluator_refs_send_mafs_criteria(
         "policy",
         "3",
     )
+
+
+async def test_a_raw_openai_client_needs_a_model_and_anything_else_is_refused(
+    aio_project: AsyncAIProjectClient, emulator: FoundryEmulator
+) -> None:
+    """client= an openai AsyncOpenAI (as MAF passes through) works with model=; without one it is
+    MAF's "Model is required" as a ValueError (MAF fails with AttributeError); an object that is
+    no client is a TypeError naming client=."""
+    openai_client = aio_project.get_openai_client()
+    with pytest.raises(ValueError, match=r"^Model is required\."):
+        FoundryEvals(client=openai_client)
+    with pytest.raises(TypeError, match="client= must be MAF's FoundryChatClient"):
+        FoundryEvals(client=object(), model="m")
+    evals = FoundryEvals(client=openai_client, model="m", evaluators=["relevance"], **FAST)
+    item = evalpipe.EvalItem(
+        [evalpipe.Message("user", ["Hi?"]), evalpipe.Message("assistant", ["Hello."])]
+    )
+    assert (await evals.evaluate([item])).passed == 1
+    await evals.aclose()
+    assert not openai_client.is_closed()  # the caller's client is left open
+    await openai_client.close()
