@@ -298,7 +298,11 @@ class FoundryEvals(BatchedEvaluator):
             if not self._client_claimed and self._client is not None:
                 owned.append((loop, self._client))  # resolved but never used
             self._client, self._client_claimed = None, False
+            seen: set[int] = set()
             for client_loop, client in owned:
+                if id(client) in seen:
+                    continue  # a sync client serves every loop: close it once
+                seen.add(id(client))
                 if isinstance(client, openai.AsyncOpenAI) and client_loop is not loop:
                     continue  # opened on another (possibly closed) loop: it cannot be closed here
                 closed = client.close()
