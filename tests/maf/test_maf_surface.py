@@ -105,3 +105,31 @@ def test_maf_class_attributes_exist_in_evalpipe() -> None:
                 if not hasattr(ours, attr) and attr not in fields:
                     missing.append(f"{name}.{attr}")
     assert missing == []
+
+
+def test_maf_methods_take_mafs_parameters_in_evalpipe() -> None:
+    """Each public method of MAF's evaluation classes (EvalResults' assertions, EvalItem's splits,
+    the converter's, FoundryEvals.evaluate, GeneratedEvaluatorRef.latest) takes every parameter
+    MAF's does on evalpipe's class."""
+    missing = []
+    for namespace, names in (("core", _core_names()), ("foundry", FOUNDRY_NAMES)):
+        for name in names:
+            maf = getattr(af if namespace == "core" else maf_foundry_pkg, name)
+            ours = getattr(evalpipe if namespace == "core" else evalpipe.foundry, name)
+            if not inspect.isclass(maf):
+                continue
+            for attr, raw in vars(maf).items():
+                if attr.startswith("_") and attr != "_split_last_turn_static":
+                    continue
+                method = getattr(maf, attr)
+                if isinstance(raw, property) or not callable(method) or inspect.isclass(method):
+                    continue
+                try:
+                    wanted = inspect.signature(method).parameters
+                except (TypeError, ValueError):
+                    continue
+                have = inspect.signature(getattr(ours, attr)).parameters
+                missing += [
+                    f"{name}.{attr}({p})" for p in wanted if p not in ("self", "cls", *have)
+                ]
+    assert missing == []
