@@ -57,7 +57,9 @@ from evalpipe.targets.openai_chat import OpenAIChatAgent
 from evalpipe.targets.workflow import RouterWorkflow, SequentialWorkflow, Workflow
 from evalpipe.transcripts import ExecutorRun, RunUsage, TargetRun, WorkflowRun
 
-if TYPE_CHECKING:  # loaded on first use: sacrebleu and nltk add ~0.4 s to `import evalpipe`
+if TYPE_CHECKING:  # loaded on first use: sacrebleu and nltk add ~0.4 s to `import evalpipe`, the
+    # deprecated converter the Foundry package (openai)
+    from evalpipe.converter import AgentEvalConverter
     from evalpipe.evaluators.nlp import (
         MissingReferenceError,
         bleu,
@@ -69,6 +71,7 @@ if TYPE_CHECKING:  # loaded on first use: sacrebleu and nltk add ~0.4 s to `impo
     )
 
 _LAZY = {
+    "AgentEvalConverter": "evalpipe.converter",
     "MissingReferenceError": "evalpipe.evaluators.nlp",
     "bleu": "evalpipe.evaluators.nlp",
     "expected_fact_check": "evalpipe.evaluators.nlp",
@@ -94,6 +97,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Agent",
+    "AgentEvalConverter",
     "AgentExpectations",
     "AgentResponse",
     "CacheConfig",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import inspect
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from pydantic import (
     BaseModel,
@@ -36,7 +36,104 @@ __all__ = [
 ]
 
 
-class TextContent(BaseModel):
+# Every attribute of MAF's ``Content`` (agent-framework-core 1.23.0). MAF has one content class whose
+# instances carry every kind's attributes, None where a kind has none, so code written for MAF
+# reads any of them on any content: a splitter testing ``c.name`` on every content of a message.
+_MAF_CONTENT_ATTRIBUTES: dict[str, Any] = dict.fromkeys(
+    (
+        "acknowledged_safety_checks",
+        "actions",
+        "annotations",
+        "approved",
+        "arguments",
+        "call_id",
+        "commands",
+        "consent_link",
+        "error_code",
+        "error_details",
+        "exception",
+        "exit_code",
+        "file_id",
+        "function_call",
+        "hosted",
+        "id",
+        "image_id",
+        "inputs",
+        "items",
+        "max_output_length",
+        "media_type",
+        "merge_mode",
+        "message",
+        "name",
+        "output",
+        "outputs",
+        "pending_safety_checks",
+        "protected_data",
+        "raw_representation",
+        "result",
+        "screenshot",
+        "server_name",
+        "status",
+        "stderr",
+        "stdout",
+        "text",
+        "timed_out",
+        "timeout_ms",
+        "tool_name",
+        "uri",
+        "usage_details",
+        "user_input_request",
+        "vector_store_id",
+    )
+) | {"informational_only": False}
+
+
+class _ContentBase(BaseModel):
+    """What the content kinds share: MAF ``Content``'s attribute set and ``parse_arguments``.
+
+    A kind's own fields are ordinary pydantic fields (read at full speed); any other attribute of
+    MAF's ``Content`` answers MAF's value for that kind (None, ``informational_only`` False,
+    ``additional_properties`` a dict kept with the content but never serialized). Other names
+    are still an ``AttributeError``.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    _MAF_DEFAULTS: ClassVar[dict[str, Any]] = _MAF_CONTENT_ATTRIBUTES
+
+    if not TYPE_CHECKING:
+        # Only reached when normal lookup fails, so fields cost nothing extra; hidden from type
+        # checkers so evalpipe's own code keeps strict attribute checking.
+        def __getattr__(self, name: str) -> Any:
+            defaults = type(self)._MAF_DEFAULTS
+            if name in defaults:
+                return defaults[name]
+            return super().__getattr__(name)
+
+    @property
+    def additional_properties(self) -> dict[str, Any]:
+        """Extra data carried with the content (MAF's ``additional_properties``); not serialized."""
+        props: dict[str, Any] = self.__dict__.setdefault("additional_properties", {})
+        return props
+
+    def parse_arguments(self) -> dict[str, Any] | None:
+        """MAF's ``Content.parse_arguments``: None without arguments, ``{}`` for empty ones, a
+        JSON object as a dict, any other value as ``{"raw": value}``."""
+        args = getattr(self, "arguments", None)
+        if args is None:
+            return None
+        if not args:
+            return {}
+        if isinstance(args, str):
+            try:
+                loaded = json.loads(args)
+            except ValueError:
+                return {"raw": args}
+            return loaded if isinstance(loaded, dict) else {"raw": loaded}
+        return dict(args)
+
+
+class TextContent(_ContentBase):
     """Plain text written by any role."""
 
     model_config = ConfigDict(extra="forbid")
@@ -46,10 +143,12 @@ class TextContent(BaseModel):
     """The text itself."""
 
 
-class FunctionCallContent(BaseModel):
+class FunctionCallContent(_ContentBase):
     """A tool call requested by the assistant."""
 
     model_config = ConfigDict(extra="forbid")
+
+    _MAF_DEFAULTS: ClassVar[dict[str, Any]] = _MAF_CONTENT_ATTRIBUTES | {"hosted": False}
 
     type: Literal["function_call"] = "function_call"
     name: str
@@ -76,7 +175,7 @@ class FunctionCallContent(BaseModel):
         return value if isinstance(value, dict) else None
 
 
-class FunctionResultContent(BaseModel):
+class FunctionResultContent(_ContentBase):
     """The result of a tool call, sent back to the model."""
 
     model_config = ConfigDict(extra="forbid")
@@ -88,7 +187,7 @@ class FunctionResultContent(BaseModel):
     """The tool's output: any JSON-compatible value or a string."""
 
 
-class DataContent(BaseModel):
+class DataContent(_ContentBase):
     """Inline binary data (for example an image) as a data: URI."""
 
     model_config = ConfigDict(extra="forbid")
@@ -100,7 +199,7 @@ class DataContent(BaseModel):
     """MIME type such as ``image/png``."""
 
 
-class UriContent(BaseModel):
+class UriContent(_ContentBase):
     """A reference to external content (for example an image URL)."""
 
     model_config = ConfigDict(extra="forbid")
@@ -173,6 +272,17 @@ _FOREIGN_ONLY_KINDS = frozenset(
 )
 
 
+def _keep_maf_extras(source: Any, target: BaseModel) -> None:
+    """Carry a MAF object's ``additional_properties`` (and a message's ``message_id``) over to the
+    evalpipe object converted from it, where the MAF-compatible properties read them."""
+    props = getattr(source, "additional_properties", None)
+    if isinstance(props, Mapping) and props:
+        target.__dict__["additional_properties"] = dict(props)
+    message_id = getattr(source, "message_id", None)
+    if isinstance(message_id, str) and isinstance(target, Message):
+        target.__dict__["message_id"] = message_id
+
+
 def _coerce_content(value: Any) -> Any:
     """Turn a str, a dict, or a foreign content object (MAF's ``Content``) into our content model.
 
@@ -200,7 +310,9 @@ def _coerce_content(value: Any) -> Any:
             field_value = getattr(value, key, None)
             if key != "type" and field_value is not None:
                 data[key] = field_value
-        return model.model_validate(data)
+        content = model.model_validate(data)
+        _keep_maf_extras(value, content)
+        return content
     if isinstance(kind, str):
         # A foreign content kind with no evalpipe counterpart (MAF's usage, text_reasoning,
         # hosted_file, ...): not part of the conversation an evaluator reads.
@@ -276,6 +388,24 @@ class Message(BaseModel):
         return " ".join(c.text for c in contents if c.type == "text")
 
     @property
+    def additional_properties(self) -> dict[str, Any]:
+        """Extra data carried with the message (MAF's ``additional_properties``; a MAF message's
+        are kept when it is converted); held in memory, never serialized."""
+        props: dict[str, Any] = self.__dict__.setdefault("additional_properties", {})
+        return props
+
+    @property
+    def message_id(self) -> str | None:
+        """MAF's ``message_id``: the id a MAF message converted to this one had, else None."""
+        value = self.__dict__.get("message_id")
+        return value if isinstance(value, str) else None
+
+    @property
+    def raw_representation(self) -> Any:
+        """MAF's ``raw_representation``: always None (the provider's raw object is not kept)."""
+        return None
+
+    @property
     def function_calls(self) -> list[FunctionCallContent]:
         """The tool calls this message carries."""
         return [c for c in self.contents if isinstance(c, FunctionCallContent)]
@@ -295,11 +425,13 @@ class Message(BaseModel):
         role = getattr(value, "role", None)
         if role is not None and hasattr(value, "contents"):
             author = getattr(value, "author_name", None)
-            return cls(
+            message = cls(
                 role,
                 list(getattr(value, "contents", None) or []),
                 author_name=author if isinstance(author, str) else None,
             )
+            _keep_maf_extras(value, message)
+            return message
         raise TypeError(
             f"cannot use {type(value).__name__} as a message: expected evalpipe.Message, a dict "
             "with 'role' and 'contents', or an object with .role and .contents"

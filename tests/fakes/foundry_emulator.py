@@ -19,7 +19,10 @@ It also serves what evalpipe reads from the Agent Service (azure-ai-agents' ``Ag
 ``limit``/``order``/``after``/``before`` pagination and ``has_more``, seeded by the test
 (``add_agent``, ``add_thread``, ``add_message``, ``add_run``, ``add_step``, ``delete_message``); and
 the server-side data sources of evaluate-by-response-id (``azure_ai_responses``, seeded with
-``add_response``) and evaluate-by-agent (``azure_ai_traces``, seeded with ``add_trace``).
+``add_response``), evaluate-by-agent (``azure_ai_traces``, seeded with ``add_trace``) and
+evaluate-a-hosted-target (``azure_ai_target_completions``, scenario ``target_completions``: the
+emulator invokes a target seeded with ``add_target`` on each query, and the output item's sample
+holds the query and the target's answer).
 
 Runs advance on polls: ``queued`` at creation, then ``in_progress``, then terminal after
 ``polls_to_complete`` retrieves. Fault injection: ``inject(...)`` for HTTP faults (status codes with
@@ -34,7 +37,7 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -199,6 +202,7 @@ class FoundryEmulator:
         self.run_steps: dict[tuple[str, str], list[dict[str, Any]]] = {}
         self.responses: dict[str, dict[str, Any]] = {}
         self.traces: list[dict[str, Any]] = []
+        self.targets: dict[tuple[str, str], Callable[[str], str]] = {}
         self._clock = int(time.time()) - 100_000
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -503,6 +507,44 @@ class FoundryEmulator:
                 }
             )
 
+    def add_target(self, target: dict[str, Any], answer: str | Callable[[str], str]) -> None:
+        """Seed a hosted target (``{"type": "azure_ai_agent", "name": ...}`` or
+        ``{"type": "azure_ai_model", "model": ...}``) that answers each query with ``answer``
+        (a fixed text or a function of the query)."""
+        reply = answer if callable(answer) else (lambda _query, text=answer: text)
+        with self._lock:
+            self.targets[_target_key(target)] = reply
+
+    def _target_items(
+        self, ev: dict[str, Any], data_source: dict[str, Any]
+    ) -> list[dict[str, Any]] | tuple[int, dict[str, Any]]:
+        """The items of a target-completions run: each query with the seeded target's answer
+        (``__answer``, scored as the response), or an error for a bad scenario or target."""
+        scenario = (ev.get("data_source_config") or {}).get("scenario")
+        if scenario != "target_completions":
+            return _error(
+                400, "BadRequest", "azure_ai_target_completions needs scenario 'target_completions'"
+            )
+        target = data_source.get("target")
+        if not isinstance(target, dict) or target.get("type") not in _TARGET_TYPES:
+            return _error(
+                400, "BadRequest", f"target.type must be one of {sorted(_TARGET_TYPES)}: {target!r}"
+            )
+        reply = self.targets.get(_target_key(target))
+        if reply is None:
+            return _error(404, "NotFound", f"target {target!r} not found in the project")
+        content = (data_source.get("source") or {}).get("content")
+        if not isinstance(content, list):
+            return _error(400, "BadRequest", "data_source.source.content must be a list")
+        items = []
+        for entry in content:
+            given = (entry.get("item") or {}) if isinstance(entry, dict) else {}
+            query = given.get("query")
+            if not isinstance(query, str):
+                return _error(400, "BadRequest", "each target item needs a string 'query'")
+            items.append({**given, "__answer": reply(query)})
+        return items
+
     def _route_agents(
         self, method: str, parts: list[str], query: dict[str, str]
     ) -> tuple[int, dict[str, Any]]:
@@ -745,6 +787,11 @@ class FoundryEmulator:
             if isinstance(found, tuple):
                 return found
             items = found
+        elif data_source.get("type") == "azure_ai_target_completions":
+            targeted = self._target_items(ev, data_source)
+            if isinstance(targeted, tuple):
+                return targeted
+            items = targeted
         else:
             content = (data_source.get("source") or {}).get("content")
             if not isinstance(content, list):
@@ -841,7 +888,8 @@ class FoundryEmulator:
 
     def _output_item(self, ev: dict[str, Any], run: _Run, index: int) -> dict[str, Any]:
         item = run.items[index]
-        text = _text(item.get("response"))
+        answer = item.get("__answer")
+        text = _text(item.get("response") if answer is None else answer)
         results: list[dict[str, Any]] = []
         if not item.get("__not_found"):
             for criterion in ev["testing_criteria"]:
@@ -869,14 +917,15 @@ class FoundryEmulator:
             "eval_id": ev["id"],
             "run_id": run.obj["id"],
             "datasource_item_id": index,
-            "datasource_item": item,
+            "datasource_item": {k: v for k, v in item.items() if k != "__answer"},
             "status": status,
             "results": results,
             "sample": {
                 "error": error,
-                "finish_reason": "",
-                "input": [],
-                "output": [],
+                "finish_reason": "" if answer is None else "stop",
+                # a target completion's sample is the conversation the target had
+                "input": [] if answer is None else [{"role": "user", "content": item["query"]}],
+                "output": [] if answer is None else [{"role": "assistant", "content": answer}],
                 "model": "",
                 "max_completion_tokens": 0,
                 "seed": 0,
@@ -943,6 +992,14 @@ class FoundryEmulator:
                 None,
             )
         return [parent, *components]
+
+
+_TARGET_TYPES = {"azure_ai_agent", "azure_ai_model"}
+
+
+def _target_key(target: dict[str, Any]) -> tuple[str, str]:
+    """A target's identity: its type and its agent name or model deployment."""
+    return str(target.get("type")), str(target.get("name") or target.get("model") or "")
 
 
 def _errored(result: dict[str, Any]) -> bool:

@@ -91,3 +91,48 @@ def test_a_criterion_without_a_judge_deployment_is_rejected(sync_project: AIProj
     bad = [dict(CRITERIA[0], initialization_parameters={})]
     with pytest.raises(openai.BadRequestError, match="deployment_name missing"):
         client.evals.create(data_source_config=CONFIG, testing_criteria=bad)  # type: ignore[arg-type]
+
+
+def test_target_completions_invoke_the_seeded_target(
+    emulator: FoundryEmulator, sync_project: AIProjectClient
+) -> None:
+    """A target-completions run answers each query with the seeded target (the output item's
+    sample holds the conversation); a wrong scenario is 400 and an unknown target 404."""
+    emulator.add_target({"type": "azure_ai_model", "model": "m1"}, lambda q: f"echo {q}")
+    client = sync_project.get_openai_client(max_retries=0)
+    criteria = [{k: v for k, v in CRITERIA[0].items() if k != "data_mapping"}]
+    ev = client.evals.create(
+        name="t",
+        data_source_config={"type": "azure_ai_source", "scenario": "target_completions"},  # type: ignore[arg-type, misc]
+        testing_criteria=criteria,  # type: ignore[arg-type]
+    )
+
+    def source(target: dict[str, str]) -> dict[str, object]:
+        content = [{"item": {"query": "q0"}}, {"item": {"query": "q1"}}]
+        return {
+            "type": "azure_ai_target_completions",
+            "target": target,
+            "source": {"type": "file_content", "content": content},
+        }
+
+    run = client.evals.runs.create(
+        ev.id,
+        name="r",
+        data_source=source({"type": "azure_ai_model", "model": "m1"}),  # type: ignore[arg-type]
+    )
+    assert client.evals.runs.retrieve(run.id, eval_id=ev.id).status == "completed"
+    items = list(client.evals.runs.output_items.list(run.id, eval_id=ev.id))
+    assert [i.datasource_item for i in items] == [{"query": "q0"}, {"query": "q1"}]
+    assert [i.sample.output[0].content for i in items] == ["echo q0", "echo q1"]
+    assert [i.sample.input[0].content for i in items] == ["q0", "q1"]
+    with pytest.raises(openai.NotFoundError):
+        client.evals.runs.create(
+            ev.id,
+            data_source=source({"type": "azure_ai_model", "model": "nope"}),  # type: ignore[arg-type]
+        )
+    other = client.evals.create(name="o", data_source_config=CONFIG, testing_criteria=CRITERIA)  # type: ignore[arg-type]
+    with pytest.raises(openai.BadRequestError, match="target_completions"):
+        client.evals.runs.create(
+            other.id,
+            data_source=source({"type": "azure_ai_model", "model": "m1"}),  # type: ignore[arg-type]
+        )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -471,9 +472,28 @@ async def test_endpoint_and_credential_build_the_matching_client(
 async def test_endpoint_comes_from_the_environment(
     emulator: FoundryEmulator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Without project_client or endpoint, AZURE_AI_PROJECT_ENDPOINT is used."""
+    """Without project_client or endpoint, AZURE_AI_PROJECT_ENDPOINT is used (when MAF's
+    FOUNDRY_PROJECT_ENDPOINT, read first, is not set)."""
+    monkeypatch.delenv("FOUNDRY_PROJECT_ENDPOINT", raising=False)
     monkeypatch.setenv("AZURE_AI_PROJECT_ENDPOINT", emulator.endpoint)
     evals = FoundryEvals(credential=StaticCredential(), model="m", evaluators=["coherence"], **FAST)
     results = await evals.evaluate([item(0)], eval_name="env")
     assert results.status == "completed"
     await evals.aclose()
+
+
+def test_an_aio_provider_serves_one_event_loop_after_another(emulator: FoundryEmulator) -> None:
+    """The OpenAI client resolved at construction serves the first event loop and a later loop
+    gets a client of its own, so one provider works across asyncio.run calls (a suite's
+    evaluations) and closes from yet another loop."""
+    evals = FoundryEvals(
+        endpoint=emulator.endpoint,
+        credential=AsyncStaticCredential(),
+        model="m",
+        evaluators=["relevance"],
+        **FAST,
+    )
+    for _ in range(3):
+        assert asyncio.run(evals.evaluate([item(0)], eval_name="loops")).passed == 1
+    asyncio.run(evals.aclose())
+    assert len(emulator.calls("POST", r"/evals$")) == 3

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from azure.ai.projects import AIProjectClient
 from pydantic import ValidationError
 
 from evalpipe.foundry import (
@@ -14,6 +15,7 @@ from evalpipe.foundry import (
     GeneratedEvaluatorRef,
 )
 from evalpipe.foundry._evaluators import build_criteria, resolve_evaluators, validate_evaluators
+from fakes.foundry_emulator import StaticCredential
 
 ENDPOINT = "http://127.0.0.1:9/api/projects/p1"
 
@@ -152,14 +154,20 @@ def test_bad_settings_name_the_setting() -> None:
         FoundryEvals(endpoint=ENDPOINT, model="m", batch_size=0)
     with pytest.raises(ValueError, match="matching_mode must be one of"):
         FoundryEvals(endpoint=ENDPOINT, model="m", matching_mode="fuzzy")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="model is required"):
-        FoundryEvals(endpoint=ENDPOINT, model="")
+    project = AIProjectClient(endpoint=ENDPOINT, credential=StaticCredential())
+    with pytest.raises(ValueError, match=r"Model is required\. Pass model="):
+        FoundryEvals(project, model="")
 
 
 def test_missing_endpoint_names_the_environment_variable(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Without a client, endpoint or AZURE_AI_PROJECT_ENDPOINT the error says how to fix it."""
+    """Without a client, endpoint, FOUNDRY_PROJECT_ENDPOINT or AZURE_AI_PROJECT_ENDPOINT the error
+    starts as MAF's and says how to fix it."""
     monkeypatch.delenv(ENDPOINT_ENV, raising=False)
-    with pytest.raises(ValueError, match=ENDPOINT_ENV):
+    monkeypatch.delenv("FOUNDRY_PROJECT_ENDPOINT", raising=False)
+    with pytest.raises(
+        ValueError,
+        match=rf"^Either 'project_endpoint' or 'project_client' is required\..*{ENDPOINT_ENV}",
+    ):
         FoundryEvals(model="gpt-4o-mini")
 
 

@@ -163,13 +163,15 @@ async def test_failed_run_errors_every_response(
 
 
 async def test_arguments_are_checked(aio_project: AsyncAIProjectClient) -> None:
-    """No source, both sources, empty ids or a non-positive lookback are refused before any call."""
+    """No source or empty ids (MAF's message), both sources, or a non-positive lookback are
+    refused before any call."""
     foundry = FoundryEvals(aio_project, model="gpt-4o-mini")
     with pytest.raises(ValueError, match="not both"):
         await foundry.evaluate_traces(response_ids=["r"], agent_id="a")
-    with pytest.raises(ValueError, match="Pass response_ids="):
+    no_source = "^Provide at least one of: response_ids, trace_ids, or agent_id$"
+    with pytest.raises(ValueError, match=no_source):
         await foundry.evaluate_traces()
-    with pytest.raises(ValueError, match="empty"):
+    with pytest.raises(ValueError, match=no_source):
         await foundry.evaluate_traces(response_ids=[])
     with pytest.raises(ValueError, match="lookback_hours"):
         await foundry.evaluate_traces(agent_id="a", lookback_hours=0)

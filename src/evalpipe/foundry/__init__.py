@@ -2,14 +2,21 @@
 
 ``FoundryEvals`` drives the real ``azure-ai-projects`` client: one eval per evaluator set, one run
 per batch, retries, polling with backoff, cancel on timeout; ``evaluate_traces`` scores stored
-responses or agent traces server-side. ``FoundryThreads`` reads Agent Service threads and runs
+responses or agent traces server-side, ``evaluate_foundry_target`` has Foundry run a hosted agent or
+model and scores its answers. ``FoundryThreads`` reads Agent Service threads and runs
 into EvalItems and dataset rows. See docs/foundry.md.
 """
 
 from evalpipe.foundry._client import RetryPolicy
 from evalpipe.foundry._config import FoundryConfig
 from evalpipe.foundry._convert import item_to_foundry, to_foundry_messages
-from evalpipe.foundry._evals import ENDPOINT_ENV, FoundryEvals, async_transport, evaluate_traces
+from evalpipe.foundry._evals import (
+    ENDPOINT_ENV,
+    FoundryEvals,
+    async_transport,
+    evaluate_foundry_target,
+    evaluate_traces,
+)
 from evalpipe.foundry._evaluators import (
     BUILTIN_EVALUATORS,
     COHERENCE,
@@ -84,6 +91,7 @@ __all__ = [
     "ThreadDiagnostic",
     "ThreadRunRecord",
     "async_transport",
+    "evaluate_foundry_target",
     "evaluate_threads",
     "evaluate_traces",
     "flat_rows",

@@ -19,7 +19,7 @@ import logging
 import os
 import uuid
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
 import openai
@@ -36,12 +36,21 @@ from evalpipe.messages import Message
 from evalpipe.results import EvalItemResult, EvalResults
 from evalpipe.tally import count_results, merge_results
 
-__all__ = ["ENDPOINT_ENV", "FoundryEvals", "evaluate_traces"]
+__all__ = ["ENDPOINT_ENV", "FoundryEvals", "evaluate_foundry_target", "evaluate_traces"]
 
 logger = logging.getLogger("evalpipe.foundry")
 
 ENDPOINT_ENV = FOUNDRY_ENDPOINT_ENV
-"""The environment variable read for the project endpoint when none is passed."""
+"""The environment variable read for the project endpoint when none is passed (after MAF's)."""
+
+MAF_ENDPOINT_ENV = "FOUNDRY_PROJECT_ENDPOINT"
+"""MAF's environment variable for the project endpoint, read first."""
+
+MODEL_ENV = "FOUNDRY_MODEL"
+"""MAF's environment variable for the judge deployment, read when no client and no model= is given."""
+
+DEFAULT_MODEL = "gpt-4o"
+"""MAF's judge deployment when neither model=, a client's model nor FOUNDRY_MODEL gives one."""
 
 _TERMINAL = frozenset({"completed", "failed", "canceled", "cancelled"})
 _MATCHING_MODES = ("exact_match", "in_order_match", "any_order_match")
@@ -69,13 +78,25 @@ def _error_text(exc: BaseException) -> str:
 class FoundryEvals(BatchedEvaluator):
     """Scores items with Microsoft Foundry's built-in (or your generated) evaluators.
 
+    The OpenAI client the evals calls go through is resolved here, as MAF does: from ``client``
+    (MAF's ``FoundryChatClient``, or an ``openai`` client), else from
+    ``project_client.get_openai_client()``, else from a project client built for ``endpoint`` (or
+    ``FOUNDRY_PROJECT_ENDPOINT`` / ``AZURE_AI_PROJECT_ENDPOINT``). Its own retries are turned off
+    (evalpipe retries, see docs/foundry.md).
+
     Args:
         project_client: An ``azure.ai.projects`` ``AIProjectClient``, sync or aio.
+        client: MAF's ``FoundryChatClient`` (its ``.client`` is used, and its ``model`` when
+            ``model`` is omitted), or an ``openai.AsyncOpenAI`` / ``OpenAI`` client pointed at
+            the project. Wins over ``project_client`` when both are given, as in MAF. evalpipe
+            never closes it.
         endpoint: The project endpoint, used when no client is given (default: the
-            ``AZURE_AI_PROJECT_ENDPOINT`` environment variable).
+            ``FOUNDRY_PROJECT_ENDPOINT`` environment variable, MAF's, then
+            ``AZURE_AI_PROJECT_ENDPOINT``).
         credential: The credential for ``endpoint`` (default: ``DefaultAzureCredential``). An
             async credential gives the aio client, a sync one the sync client.
-        model: The judge model's deployment name in the project.
+        model: The judge model's deployment name in the project (default: ``client``'s model;
+            without a client, ``FOUNDRY_MODEL``, then ``"gpt-4o"`` as MAF).
         evaluators: Evaluator names (see the constants), ``builtin.<name>`` ids or
             ``GeneratedEvaluatorRef``s. None: relevance, coherence, task_adherence, plus
             tool_call_accuracy when any item has tools.
@@ -95,6 +116,7 @@ class FoundryEvals(BatchedEvaluator):
     Raises:
         ValueError: for an unknown evaluator name (listing the valid ones), a missing model or
             endpoint, or an out-of-range setting.
+        TypeError: for a ``client`` or ``project_client`` that is not one.
     """
 
     name = PROVIDER
@@ -125,9 +147,10 @@ class FoundryEvals(BatchedEvaluator):
         self,
         project_client: Any = None,
         *,
+        client: Any = None,
         endpoint: str | None = None,
         credential: Any = None,
-        model: str,
+        model: str | None = None,
         evaluators: Sequence[str | GeneratedEvaluatorRef] | None = None,
         conversation_split: Any = None,
         poll_interval: float = 1.0,
@@ -142,8 +165,6 @@ class FoundryEvals(BatchedEvaluator):
         request_timeout: float = 60.0,
         matching_mode: MatchingMode = "exact_match",
     ) -> None:
-        if not model:
-            raise ValueError("model is required: the judge model's deployment name in the project.")
         for label, value in (
             ("poll_interval", poll_interval),
             ("max_poll_interval", max_poll_interval),
@@ -168,7 +189,6 @@ class FoundryEvals(BatchedEvaluator):
                 f"got {conversation_split!r}"
             )
         self._specs = ev.validate_evaluators(evaluators)
-        self.model = model
         self.conversation_split = conversation_split
         self.poll_interval = poll_interval
         self.max_poll_interval = max(max_poll_interval, poll_interval)
@@ -184,23 +204,58 @@ class FoundryEvals(BatchedEvaluator):
             max_retry_after=max_retry_after,
         )
         self._owned_project: Any = None
-        if project_client is None:
-            endpoint = endpoint or os.environ.get(ENDPOINT_ENV)
-            if not endpoint:
-                raise ValueError(
-                    "Pass project_client= (an azure.ai.projects AIProjectClient) or endpoint=, or "
-                    f"set {ENDPOINT_ENV} to the project endpoint "
-                    "(https://<resource>.services.ai.azure.com/api/projects/<project>)."
-                )
-            project_client = self._owned_project = _project_client(endpoint, credential)
-        elif not hasattr(project_client, "get_openai_client"):
-            raise TypeError(
-                "project_client must be an azure.ai.projects AIProjectClient (sync or aio), got "
-                f"{type(project_client).__name__}"
-            )
-        self.project_client = project_client
         self._apis: dict[int, tuple[weakref.ref[asyncio.AbstractEventLoop], EvalsApi]] = {}
         self._criteria: dict[str, list[EvaluatorSpec]] = {}
+        self.project_client: Any = None
+        if client is not None:
+            openai_client, client_model = _from_client(client)
+            self.project_client = getattr(client, "project_client", None)
+            # The caller's client: used on every event loop, never closed here.
+            with_options = getattr(openai_client, "with_options", None)
+            self._client: Any = (
+                with_options(max_retries=0, timeout=request_timeout)
+                if callable(with_options)
+                else openai_client
+            )
+            self._client_owned = False
+            model = model or client_model
+        else:
+            if project_client is None:
+                endpoint = endpoint or _env_endpoint()
+                if not endpoint:
+                    raise ValueError(
+                        "Either 'project_endpoint' or 'project_client' is required. Pass "
+                        "client= (a FoundryChatClient), project_client= (an azure.ai.projects "
+                        "AIProjectClient) or endpoint=, or set FOUNDRY_PROJECT_ENDPOINT (or "
+                        f"{ENDPOINT_ENV}) to the project endpoint "
+                        "(https://<resource>.services.ai.azure.com/api/projects/<project>)."
+                    )
+                project_client = self._owned_project = _project_client(endpoint, credential)
+                model = model or os.environ.get(MODEL_ENV) or DEFAULT_MODEL
+            elif not hasattr(project_client, "get_openai_client"):
+                raise TypeError(
+                    "project_client must be an azure.ai.projects AIProjectClient (sync or aio), "
+                    f"got {type(project_client).__name__}"
+                )
+            self.project_client = project_client
+            self._client = self._openai_from_project()
+            self._client_owned = True
+        if not model:
+            raise ValueError(
+                "Model is required. Pass model= (the judge model's deployment name in the project) "
+                "explicitly or use a FoundryChatClient that has a model configured."
+            )
+        self.model: str = model
+        self._client_claimed = False
+
+    def _openai_from_project(self) -> Any:
+        """A fresh OpenAI client from the project client (SDK retries off)."""
+        found = self.project_client.get_openai_client(max_retries=0, timeout=self.request_timeout)
+        if found is None:
+            raise ValueError(
+                "project_client.get_openai_client() returned None. Check project configuration."
+            )
+        return found
 
     def __repr__(self) -> str:
         names = [s.name for s in self._specs] if self._specs is not None else "default"
@@ -220,27 +275,47 @@ class FoundryEvals(BatchedEvaluator):
         return [n for s in self._specs for n in (s.name, *s.components)]
 
     def _api(self) -> EvalsApi:
-        # An async OpenAI client's connections belong to one event loop: one client per loop
-        # (held by a weak reference to the loop, so a new loop never reuses a dead loop's client).
+        """The evals calls for the running event loop.
+
+        The OpenAI client resolved at construction serves the first loop that uses it; a sync
+        client, or one the caller passed, serves every loop. An async client's connections
+        belong to one event loop, so any other loop gets a client of its own from the project
+        client (held by a weak reference to its loop: a new loop never reuses a dead loop's).
+        """
         loop = asyncio.get_running_loop()
         entry = self._apis.get(id(loop))
         if entry is not None and entry[0]() is loop:
             return entry[1]
-        client = self.project_client.get_openai_client(max_retries=0, timeout=self.request_timeout)
+        client = self._client
+        per_loop = self._client_owned and (client is None or isinstance(client, openai.AsyncOpenAI))
+        if per_loop:
+            if client is None or self._client_claimed:
+                client = self._openai_from_project()
+            self._client_claimed = True
         api = EvalsApi(client, self.retry_policy)
         self._apis[id(loop)] = (weakref.ref(loop), api)
         return api
 
     async def aclose(self) -> None:
-        """Close the OpenAI clients this object opened, and the project client it built itself."""
+        """Close the OpenAI clients this object opened, and the project client it built itself
+        (a ``client=`` the caller passed is left open). Used again, it opens new ones."""
         entries, self._apis = list(self._apis.values()), {}
         loop = asyncio.get_running_loop()
-        for ref, api in entries:
-            if api.is_async and ref() is not loop:
-                continue  # opened on another (possibly closed) loop: it cannot be closed from here
-            closed = api.client.close()
-            if inspect.isawaitable(closed):
-                await closed
+        if self._client_owned:
+            owned = [(ref(), api.client) for ref, api in entries]
+            if not self._client_claimed and self._client is not None:
+                owned.append((loop, self._client))  # resolved but never used
+            self._client, self._client_claimed = None, False
+            seen: set[int] = set()
+            for client_loop, client in owned:
+                if id(client) in seen:
+                    continue  # a sync client serves every loop: close it once
+                seen.add(id(client))
+                if isinstance(client, openai.AsyncOpenAI) and client_loop is not loop:
+                    continue  # opened on another (possibly closed) loop: it cannot be closed here
+                closed = client.close()
+                if inspect.isawaitable(closed):
+                    await closed
         if self._owned_project is not None:
             closed = self._owned_project.close()
             if inspect.isawaitable(closed):
@@ -515,6 +590,7 @@ class FoundryEvals(BatchedEvaluator):
             for i, r in enumerate(out)
         ]
         counts, per = count_results(results, [s.name for s in specs])
+        base.input_items = list(items)
         base.status = status
         base.error = error
         base.items = results
@@ -584,7 +660,14 @@ class FoundryEvals(BatchedEvaluator):
         results = await asyncio.gather(*(one(k, b) for k, b in enumerate(batches)))
         return self.merge(results)
 
-    # -- server-side data: stored responses and agent traces (MAF's evaluate_traces) ---------
+    # -- server-side data: stored responses, agent traces, hosted targets (MAF's functions) --
+
+    def _server_specs(self) -> list[EvaluatorSpec]:
+        """The evaluators of a server-side evaluation: the configured ones as they are (default
+        relevance, coherence, task_adherence; no tool filtering, the items are the service's)."""
+        if self._specs is not None:
+            return list(self._specs)
+        return ev.resolve_evaluators(None, any_tools=False)
 
     async def evaluate_traces(
         self,
@@ -610,31 +693,17 @@ class FoundryEvals(BatchedEvaluator):
         raises: it gives a ``failed``/``timeout``/``partial`` result.
 
         Raises:
-            ValueError: for no source, both sources, or ``lookback_hours <= 0``.
+            ValueError: for no source (MAF's message), both sources, or ``lookback_hours <= 0``.
         """
-        ids = [str(r) for r in response_ids] if response_ids is not None else None
-        if ids is not None and (trace_ids is not None or agent_id is not None):
+        ids = [str(r) for r in response_ids] if response_ids else None
+        if ids is not None and (trace_ids or agent_id):
             raise ValueError("Pass response_ids= or agent_id=/trace_ids=, not both.")
-        if ids is None and trace_ids is None and agent_id is None:
-            raise ValueError("Pass response_ids=, agent_id= or trace_ids= to evaluate_traces.")
-        if ids is not None and not ids:
-            raise ValueError("response_ids is empty: pass at least one response id.")
+        if ids is None and not trace_ids and not agent_id:
+            raise ValueError("Provide at least one of: response_ids, trace_ids, or agent_id")
         if not lookback_hours > 0:
             raise ValueError(f"lookback_hours must be > 0, got {lookback_hours}.")
-        specs = (
-            list(self._specs)
-            if self._specs is not None
-            else ev.resolve_evaluators(None, any_tools=False)
-        )
-        criteria = [
-            {k: v for k, v in c.items() if k != "data_mapping"}
-            for c in ev.build_criteria(
-                specs, model=self.model, any_tools=False, matching_mode=self.matching_mode
-            )
-        ]
         data_source: dict[str, Any]
         if ids is not None:
-            scenario = "responses"
             data_source = {
                 "type": "azure_ai_responses",
                 "item_generation_params": {
@@ -646,13 +715,98 @@ class FoundryEvals(BatchedEvaluator):
                     },
                 },
             }
-        else:
-            scenario = "traces"
-            data_source = {"type": "azure_ai_traces", "lookback_hours": lookback_hours}
-            if trace_ids is not None:
-                data_source["trace_ids"] = [str(t) for t in trace_ids]
-            if agent_id is not None:
-                data_source["agent_id"] = agent_id
+            return await self._server_side(
+                "responses",
+                data_source,
+                eval_name,
+                inputs=[(rid, _server_item(None, rid, {"response_id": rid})) for rid in ids],
+                source_item=lambda oi, i: _server_item(
+                    oi.get("datasource_item"), ids[i], {"response_id": ids[i]}
+                ),
+            )
+        data_source = {"type": "azure_ai_traces", "lookback_hours": lookback_hours}
+        if trace_ids:
+            data_source["trace_ids"] = [str(t) for t in trace_ids]
+        if agent_id:
+            data_source["agent_id"] = agent_id
+        return await self._server_side("traces", data_source, eval_name, inputs=None)
+
+    async def evaluate_foundry_target(
+        self,
+        *,
+        target: Mapping[str, Any],
+        test_queries: str | Sequence[str],
+        eval_name: str = "evalpipe Target Eval",
+    ) -> EvalResults:
+        """Have Foundry run a hosted target on each query and score its answers (MAF's
+        ``evaluate_foundry_target``).
+
+        The eval's data source config is ``{"type": "azure_ai_source", "scenario":
+        "target_completions"}``, the run's data source ``{"type": "azure_ai_target_completions",
+        "target": target, "source": {"type": "file_content", "content": [{"item": {"query": q}},
+        ...]}}``; criteria carry no data mapping. One item per query, in the order given (item id
+        = the query's index): the query and the target's answer as the service reports it.
+        Results have the shape and fault handling of ``evaluate``.
+
+        Args:
+            target: The Foundry target, e.g. ``{"type": "azure_ai_agent", "name": "my-agent"}``
+                or ``{"type": "azure_ai_model", "model": "gpt-4o-mini"}``; sent as it is.
+            test_queries: The queries Foundry sends to the target (a str is one query).
+            eval_name: The eval's name (its run is ``"{eval_name} Run"``).
+
+        Raises:
+            ValueError: for a target without a ``type`` (MAF's message).
+            TypeError: for a target that is not a dict, or a query that is not a str.
+        """
+        queries = _target_queries(target, test_queries)
+        data_source = {
+            "type": "azure_ai_target_completions",
+            "target": dict(target),
+            "source": {
+                "type": "file_content",
+                "content": [{"item": {"query": q}} for q in queries],
+            },
+        }
+        if not queries:
+            return EvalResults(
+                provider=PROVIDER,
+                status="completed",
+                result_counts={"passed": 0, "failed": 0, "errored": 0},
+            )
+        return await self._server_side(
+            "target_completions",
+            data_source,
+            eval_name,
+            inputs=[
+                (str(i), EvalItem([Message("user", [q])], item_id=str(i), query_index=i))
+                for i, q in enumerate(queries)
+            ],
+            source_item=lambda oi, i: _target_item(oi, queries[i], i),
+        )
+
+    async def _server_side(
+        self,
+        scenario: str,
+        data_source: dict[str, Any],
+        eval_name: str,
+        *,
+        inputs: list[tuple[str, EvalItem]] | None,
+        source_item: Callable[[dict[str, Any], int], EvalItem] | None = None,
+    ) -> EvalResults:
+        """One eval of ``scenario`` and one run of ``data_source``, polled as ``evaluate`` polls.
+
+        With ``inputs`` (``(item id, stand-in item)`` per input the run was given), output items
+        are matched to them by ``datasource_item_id`` and ``source_item`` builds each one's
+        EvalItem from the service's data; inputs without an output are errored. Without, the
+        service chooses the items (agent traces): one per output item, ids from their trace ids.
+        """
+        specs = self._server_specs()
+        criteria = [
+            {k: v for k, v in c.items() if k != "data_mapping"}
+            for c in ev.build_criteria(
+                specs, model=self.model, any_tools=False, matching_mode=self.matching_mode
+            )
+        ]
         api = self._api()
         tag = uuid.uuid4().hex
         eval_body = {
@@ -661,7 +815,8 @@ class FoundryEvals(BatchedEvaluator):
             "testing_criteria": criteria,
             "metadata": {"evalpipe_key": tag, "evalpipe_kind": f"FoundryEvals.{scenario}"},
         }
-        items = [_server_item(None, rid, {"response_id": rid}) for rid in ids or []]
+        items = [item for _, item in inputs or []]
+        ids = [ident for ident, _ in inputs or []]
         out: list[EvalItemResult | None] = [None] * len(items)
         base = EvalResults(provider=PROVIDER, input_items=items)
         try:
@@ -670,9 +825,7 @@ class FoundryEvals(BatchedEvaluator):
             )
         except Exception as exc:
             reason = f"could not create the eval: {_error_text(exc)}"
-            return self._finish(
-                base, items, ids or [], out, specs, "failed", reason, "FoundryError"
-            )
+            return self._finish(base, items, ids, out, specs, "failed", reason, "FoundryError")
         eval_id = str(created["id"])
         self._criteria[eval_id] = specs
         base.eval_id = eval_id
@@ -693,27 +846,24 @@ class FoundryEvals(BatchedEvaluator):
             )
         except Exception as exc:
             return self._finish(
-                base, items, ids or [], out, specs, "failed", _error_text(exc), "FoundryError"
+                base, items, ids, out, specs, "failed", _error_text(exc), "FoundryError"
             )
-        run_id = str(run["id"])
-        base.run_id = run_id
+        base.run_id = str(run["id"])
         base.report_url = run.get("report_url")
         status, error, missing_code, outputs = await self._await_outputs(api, eval_id, run, started)
-        if ids is not None:
+        if inputs is not None:
+            assert source_item is not None
             for oi in outputs:
                 index = _index(oi.get("datasource_item_id"))
                 if index is None or not 0 <= index < len(items):
-                    logger.warning("Foundry output item %s has no matching response", oi.get("id"))
+                    logger.warning("Foundry output item %s has no matching input", oi.get("id"))
                     continue
-                source = _server_item(
-                    oi.get("datasource_item"), ids[index], {"response_id": ids[index]}
-                )
-                items[index] = source
                 try:
-                    out[index] = item_result(oi, source, ids[index], specs)
+                    items[index] = source_item(oi, index)
+                    out[index] = item_result(oi, items[index], ids[index], specs)
                 except Exception as exc:
                     out[index] = errored_item(
-                        source, ids[index], "OutputParseError", _error_text(exc)
+                        items[index], ids[index], "OutputParseError", _error_text(exc)
                     )
             return self._finish(base, items, ids, out, specs, status, error, missing_code)
         trace_items: list[EvalItem] = []
@@ -732,7 +882,6 @@ class FoundryEvals(BatchedEvaluator):
                 results.append(item_result(oi, source, ident, specs))
             except Exception as exc:
                 results.append(errored_item(source, ident, "OutputParseError", _error_text(exc)))
-        base.input_items = trace_items
         return self._finish(
             base, trace_items, trace_ids_out, results, specs, status, error, missing_code
         )
@@ -755,11 +904,70 @@ def _server_item(datasource: Any, item_id: str, metadata: dict[str, Any]) -> Eva
     return EvalItem(conversation, item_id=item_id, metadata=metadata)
 
 
+def _target_queries(target: Any, test_queries: Any) -> list[str]:
+    """The checked queries of an evaluate_foundry_target call (MAF's target check first)."""
+    if not isinstance(target, Mapping):
+        raise TypeError(
+            f"target must be a dict such as {{'type': 'azure_ai_agent', 'name': 'my-agent'}}, "
+            f"got {type(target).__name__}"
+        )
+    if "type" not in target:
+        raise ValueError("target dict must include a 'type' key (e.g., 'azure_ai_agent').")
+    queries = [test_queries] if isinstance(test_queries, str) else list(test_queries)
+    for i, query in enumerate(queries):
+        if not isinstance(query, str):
+            raise TypeError(f"test_queries[{i}] must be a str, got {type(query).__name__}")
+    return queries
+
+
+def _target_item(output_item: dict[str, Any], query: str, index: int) -> EvalItem:
+    """The item for one target completion: the query, then the target's answer (the output
+    item's ``sample.output`` assistant messages, else its datasource item's ``response``)."""
+    sample = output_item.get("sample")
+    answers: list[str] = []
+    if isinstance(sample, dict):
+        for message in sample.get("output") or []:
+            content = message.get("content") if isinstance(message, dict) else None
+            if message.get("role") == "assistant" and isinstance(content, str) and content:
+                answers.append(content)
+    datasource = output_item.get("datasource_item")
+    if not answers and isinstance(datasource, dict):
+        response = datasource.get("response")
+        if isinstance(response, str) and response:
+            answers.append(response)
+    conversation = [Message("user", [query]), *(Message("assistant", [a]) for a in answers)]
+    return EvalItem(conversation, item_id=str(index), query_index=index)
+
+
+def _foundry(
+    *,
+    client: Any,
+    project_client: Any,
+    endpoint: str | None,
+    credential: Any,
+    model: str | None,
+    evaluators: Sequence[str | GeneratedEvaluatorRef] | None,
+    poll_interval: float,
+    timeout: float,
+) -> FoundryEvals:
+    return FoundryEvals(
+        project_client,
+        client=client,
+        endpoint=endpoint,
+        credential=credential,
+        model=model,
+        evaluators=evaluators,
+        poll_interval=poll_interval,
+        timeout=timeout,
+    )
+
+
 async def evaluate_traces(
     *,
-    model: str,
     evaluators: Sequence[str | GeneratedEvaluatorRef] | None = None,
+    client: Any = None,
     project_client: Any = None,
+    model: str | None = None,
     endpoint: str | None = None,
     credential: Any = None,
     response_ids: Sequence[str] | None = None,
@@ -772,11 +980,16 @@ async def evaluate_traces(
 ) -> EvalResults:
     """MAF's ``evaluate_traces``: score stored responses or agent traces server-side.
 
-    A ``FoundryEvals`` is built for the call (see ``FoundryEvals.evaluate_traces``) and closed
-    after it.
+    A ``FoundryEvals`` is built for the call from ``client`` / ``project_client`` (or the
+    environment, see ``FoundryEvals``), used as ``FoundryEvals.evaluate_traces`` and closed after.
+
+    Raises:
+        ValueError: as ``FoundryEvals`` and ``FoundryEvals.evaluate_traces`` do (no source:
+            ``"Provide at least one of: response_ids, trace_ids, or agent_id"``, as MAF).
     """
-    foundry = FoundryEvals(
-        project_client,
+    foundry = _foundry(
+        client=client,
+        project_client=project_client,
         endpoint=endpoint,
         credential=credential,
         model=model,
@@ -794,6 +1007,73 @@ async def evaluate_traces(
         )
     finally:
         await foundry.aclose()
+
+
+async def evaluate_foundry_target(
+    *,
+    target: Mapping[str, Any],
+    test_queries: str | Sequence[str],
+    evaluators: Sequence[str | GeneratedEvaluatorRef] | None = None,
+    client: Any = None,
+    project_client: Any = None,
+    model: str | None = None,
+    endpoint: str | None = None,
+    credential: Any = None,
+    eval_name: str = "evalpipe Target Eval",
+    poll_interval: float = 1.0,
+    timeout: float = 600.0,  # noqa: ASYNC109 - MAF's parameter name (the run's deadline)
+) -> EvalResults:
+    """MAF's ``evaluate_foundry_target``: Foundry runs a hosted agent or model on each query and
+    scores the answers (see ``FoundryEvals.evaluate_foundry_target``).
+
+    The target is checked before any client is built (as MAF). A ``FoundryEvals`` is built for
+    the call from ``client`` / ``project_client`` (or the environment) and closed after it.
+
+    Raises:
+        ValueError: for a target without a ``type`` (MAF's message), or as ``FoundryEvals``.
+        TypeError: for a target that is not a dict, or a query that is not a str.
+    """
+    _target_queries(target, test_queries)
+    foundry = _foundry(
+        client=client,
+        project_client=project_client,
+        endpoint=endpoint,
+        credential=credential,
+        model=model,
+        evaluators=evaluators,
+        poll_interval=poll_interval,
+        timeout=timeout,
+    )
+    try:
+        return await foundry.evaluate_foundry_target(
+            target=target, test_queries=test_queries, eval_name=eval_name
+        )
+    finally:
+        await foundry.aclose()
+
+
+def _env_endpoint() -> str | None:
+    """The project endpoint from MAF's FOUNDRY_PROJECT_ENDPOINT, else AZURE_AI_PROJECT_ENDPOINT."""
+    return os.environ.get(MAF_ENDPOINT_ENV) or os.environ.get(ENDPOINT_ENV) or None
+
+
+def _from_client(client: Any) -> tuple[Any, str | None]:
+    """``(openai client, model)`` of what ``client=`` was given: an OpenAI client (it has
+    ``.evals``), or a chat client holding one (MAF's FoundryChatClient: ``.client``, ``.model``).
+
+    Raises:
+        TypeError: for anything else, naming ``client=``.
+    """
+    if isinstance(client, openai.AsyncOpenAI | openai.OpenAI) or hasattr(client, "evals"):
+        return client, None
+    inner = getattr(client, "client", None)
+    if isinstance(inner, openai.AsyncOpenAI | openai.OpenAI):
+        model = getattr(client, "model", None)
+        return inner, model if isinstance(model, str) else None
+    raise TypeError(
+        "client= must be MAF's FoundryChatClient (agent_framework.foundry) or an openai "
+        f"AsyncOpenAI/OpenAI client pointed at the project, got {type(client).__name__}"
+    )
 
 
 def _project_client(endpoint: str, credential: Any) -> Any:

@@ -24,6 +24,7 @@ from tenacity import (
 )
 
 from evalpipe._internal.calls import CallTimeout, bounded, in_thread, is_call_failure
+from evalpipe._internal.maf import is_maf_instance
 from evalpipe._internal.retry import is_transient, retry_after
 from evalpipe.messages import Message, ToolDefinition
 from evalpipe.transcripts import RunUsage, TargetRun
@@ -77,18 +78,15 @@ class AgentResponse(BaseModel):
         return " ".join(t for m in self.messages if m.role == "assistant" and (t := m.text))
 
 
-def _from_maf(obj: Any) -> bool:
-    return type(obj).__module__.startswith("agent_framework")
-
-
 def is_maf_workflow(obj: Any) -> bool:
-    """Whether ``obj`` is a MAF ``Workflow`` (detected without importing agent_framework)."""
-    return _from_maf(obj) and hasattr(obj, "executors") and hasattr(obj, "run")
+    """Whether ``obj`` is a MAF ``Workflow`` or an instance of a subclass of it (never imports MAF)."""
+    return is_maf_instance(obj, "Workflow")
 
 
 def is_maf_agent(obj: Any) -> bool:
-    """Whether ``obj`` is a MAF agent (an agent_framework object with ``run`` that is no workflow)."""
-    return _from_maf(obj) and hasattr(obj, "run") and not hasattr(obj, "executors")
+    """Whether ``obj`` is a MAF agent: an instance of MAF's ``BaseAgent`` (``Agent``, ``RawAgent``,
+    ``WorkflowAgent``, Foundry's agents) or of a subclass (never imports MAF)."""
+    return is_maf_instance(obj, "BaseAgent")
 
 
 def agent_name(agent: Any) -> str:

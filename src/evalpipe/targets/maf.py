@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from evalpipe._internal.calls import is_call_failure
+from evalpipe._internal.maf import is_maf_instance
 from evalpipe.messages import Message
 from evalpipe.targets.base import (
     agent_tools,
@@ -191,7 +192,7 @@ def workflow_run_from_events(
         last_id, last = outputs[-1]
         if hasattr(last, "messages") and not hasattr(last, "contents"):
             output = response_messages(last)
-        elif type(last).__name__ == "AgentResponseUpdate" or hasattr(last, "contents"):
+        elif is_maf_instance(last, "AgentResponseUpdate") or hasattr(last, "contents"):
             # Streaming yields updates; the executor's completed response holds the whole turn.
             done = [t for t in turns if t.executor_id == last_id and t.ok]
             output = list(done[-1].produced) if done else _as_messages(last, role="assistant")
