@@ -57,7 +57,9 @@ def test_docs_list_every_column_with_its_type() -> None:
     text = DOCS.read_text()
     for name, schema in SCHEMAS.items():
         section = text.split(f"### {FILES[name]}\n\n", 1)[1].split("\n\n", 1)[0]
-        documented = re.findall(r"^\| `(\w+)` \| (\w+)", section, flags=re.MULTILINE)
+        documented = re.findall(
+            r"^\| `(\w+)` \| (timestamp\[[^\]]*\]|\w+)", section, flags=re.MULTILINE
+        )
         assert documented == [(f.name, str(f.type)) for f in schema], name
 
 
@@ -165,3 +167,8 @@ def test_docs_examples_run(
     out = capsys.readouterr().out
     assert "Local 2 passed, 4 failed" in out
     assert "paris 0 ok 3 messages" in out
+    # pandas with the pyarrow backend keeps the nullable integers and the UTC timestamps typed
+    assert "int64[pyarrow] timestamp[us, tz=UTC][pyarrow]" in out
+    # the stacking examples see the run by its name
+    assert "('demo', datetime.datetime(" in out
+    assert re.search(r"^demo\s+6\s+\d{4}-\d\d-\d\d", out, flags=re.MULTILINE), out

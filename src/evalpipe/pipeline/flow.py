@@ -16,6 +16,7 @@ import gc
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
@@ -440,6 +441,7 @@ async def eval_flow(
     await _tag_flow_run(suite.tags)
     logger = get_run_logger()
     started = time.perf_counter()
+    started_at = datetime.now(UTC)
     prepared = _take_prepared(suite, run_dir, rescore)
     lock: RunLock | bool = True
     if prepared is not None:
@@ -453,7 +455,7 @@ async def eval_flow(
         logger.error("%s", exc)
         return _incomplete(str(exc))
     try:
-        return await _execute(plan, state, rescore, logger, started)
+        return await _execute(plan, state, rescore, logger, started, started_at)
     finally:
         state.close()
 
@@ -476,7 +478,12 @@ def _incomplete(message: str) -> State:
 
 
 async def _execute(
-    plan: RunPlan, state: RunState, rescore: str | None, logger: Any, started: float
+    plan: RunPlan,
+    state: RunState,
+    rescore: str | None,
+    logger: Any,
+    started: float,
+    started_at: datetime,
 ) -> Any:
     """The run itself, once its directory is held: shards, artifacts, gate, report."""
     suite = plan.suite
@@ -513,7 +520,7 @@ async def _execute(
     write_lock = asyncio.Lock()
     reported = [0]
     last_update = [time.monotonic()]
-    writer = RunWriter(plan.run_dir)
+    writer = RunWriter(plan.run_dir, started_at=started_at)
     finished: dict[int, ShardResult] = {}
     next_to_write = 0
     kept: list[list[EvalResults]] = [[] for _ in plan.providers]

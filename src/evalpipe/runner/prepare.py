@@ -138,6 +138,7 @@ def prepare_suite(
         call_attempts=suite.call_attempts,
         call_timeout=suite.call_timeout,
         item_ids="row",
+        name_providers=True,
         stored=stored,
         suite=suite,
         gates=tuple(gates),
