@@ -14,11 +14,15 @@ from evalpipe.cli._common import EXIT_OK, Failure, check_run_dir, consoles, fail
 __all__ = ["print_run", "register"]
 
 
+MAX_FAILURES = 5
+"""Items listed per result that did not pass; the rest are counted and where they are is said."""
+
+
 def print_run(run_dir: Path, console: Console) -> None:
     """A finished run's summary from its summary.parquet and manifest (items are not loaded)."""
     manifest = read_manifest(run_dir)
     rows = read_summary(run_dir)
-    not_passed = read_not_passed(run_dir, limit=10)
+    not_passed = read_not_passed(run_dir, limit=MAX_FAILURES)
     failures = []
     for level, items in not_passed.items():
         for item in items:
@@ -27,10 +31,22 @@ def print_run(run_dir: Path, console: Console) -> None:
             if "row_id" in meta:
                 label = f"{meta['row_id']} (rep {meta.get('repetition', 0)})"
             failures.append(
-                Failure(level, label, item["item_status"], item["input_text"], item["why"])
+                Failure(
+                    level,
+                    label,
+                    item["item_status"],
+                    item["input_text"],
+                    item["why"],
+                    item["output_text"],
+                )
             )
     calls = manifest.get("calls") if isinstance(manifest.get("calls"), dict) else None
-    print_summary(rows, failures, console, calls=calls)
+    where = [f"every item is in {run_dir / 'scores.parquet'}"]
+    if (run_dir / "report.html").is_file():
+        where.append(f"and {run_dir / 'report.html'}")
+    print_summary(
+        rows, failures, console, calls=calls, max_failures=MAX_FAILURES, rest=" ".join(where)
+    )
     gate = manifest.get("gate")
     if gate:
         verdict = "[green]passed[/]" if gate.get("passed") else "[red]FAILED[/]"
