@@ -241,3 +241,17 @@ def test_output_that_is_not_a_terminal_honours_columns_else_120(
     monkeypatch.delenv("COLUMNS")
     out, err = consoles()
     assert (out.width, err.width) == (120, 120)
+
+
+def test_each_call_has_its_utc_start_and_end_in_runs_parquet(demo_runs: tuple[Path, Path]) -> None:
+    """runs.parquet: every call made has started_at <= ended_at (UTC), ended - started = latency."""
+    import pyarrow.parquet as pq
+
+    demo, _ = demo_runs
+    runs = pq.read_table(demo / "runs.parquet").to_pylist()
+    assert len(runs) == 15
+    for call in runs:
+        assert call["started_at"].utcoffset().total_seconds() == 0
+        assert call["started_at"] <= call["ended_at"]
+        span = (call["ended_at"] - call["started_at"]).total_seconds()
+        assert abs(span - call["latency_s"]) < 1e-3

@@ -110,8 +110,10 @@ class EvalSuite(BaseModel):
     tags: list[str] = Field(default_factory=list)
     """Labels for the flow run and the manifest."""
     compare_with: str | None = None
-    """After the run, compare it with a baseline (a Prefect markdown artifact and the manifest):
-    ``last`` (the newest earlier finished run of this suite in ``output_dir``) or a run directory."""
+    """After the run, compare it with a baseline (a Prefect markdown artifact): ``last`` (the
+    newest earlier finished run of this suite in ``output_dir``), ``baseline`` (the run
+    ``evalpipe bless`` made this suite's baseline; none blessed: no comparison) or a run
+    directory."""
     task_runner: Literal["threads"] | dict[str, dict[str, Any] | None] = "threads"
     """Where shards run: ``threads`` (default: in the flow's process, on asyncio) or
     ``{dask: {...}}`` (prefect-dask, the ``dask`` extra): ``{dask: {n_workers: 2}}`` starts a local

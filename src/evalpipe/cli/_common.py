@@ -19,6 +19,7 @@ from rich.table import Table
 from rich.text import Text
 
 from evalpipe._internal.terminal import count_column, name_column, plain_table, shorten
+from evalpipe.artifacts import ArtifactError, read_manifest
 from evalpipe.results import EvalResults
 from evalpipe.tally import CallTally, SummaryRow
 
@@ -72,8 +73,15 @@ def fail(err: Console, message: str, code: int = EXIT_BAD_INPUT) -> int:
     return code
 
 
-def check_run_dir(path: Path) -> str | None:
-    """Why ``path`` is not a finished run directory, or None."""
+def check_run_dir(path: Path | str) -> str | None:
+    """Why ``path`` (a directory or a filesystem URI) is not a finished run directory, or None."""
+    if "://" in str(path):
+        try:
+            read_manifest(str(path))
+        except (ArtifactError, ValueError, OSError) as exc:
+            return f"{exc}; pass a run directory written by `evalpipe run`"
+        return None
+    path = Path(path)
     if not path.exists():
         return f"{path}: no such directory; pass a run directory written by `evalpipe run`"
     if not path.is_dir():
@@ -239,12 +247,15 @@ def print_summary(
     calls: Mapping[str, Any] | None = None,
     max_failures: int = 5,
     rest: str | None = None,
+    heading: str = "evalpipe summary",
 ) -> None:
-    """The tables (one per provider), the items that did not pass, each result's counts and the
-    calls. ``rest`` says where the items not listed are (a file, a command).
+    """A heading, the tables (one per provider), the items that did not pass, each result's counts
+    and the calls. ``rest`` says where the items not listed are (a file, a command).
 
     Every name and text is printed as text (rich markup in an agent's name is not markup).
     """
+    _print_text(console, heading, style="bold")
+    console.print()
     for table in summary_tables(rows):
         console.print(table)
         console.print()

@@ -36,7 +36,8 @@ from prefect.states import Failed
 from prefect.tasks import exponential_backoff
 from prefect.utilities.annotations import quote
 
-from evalpipe.artifacts import RunRecord, RunWriter
+from evalpipe.artifacts import RunRecord, RunWriter, baseline_of
+from evalpipe.artifacts.history import join
 from evalpipe.artifacts.storage import publish
 from evalpipe.gates import evaluate_gates
 from evalpipe.pipeline.limits import Limits, limits_scope, provider_limits
@@ -281,8 +282,16 @@ async def _report_in_child(run_dir: str) -> str:
     return str(Path(run_dir) / "report.html")
 
 
-def _baseline(suite: EvalSuite, run_dir: str) -> Path | None:
-    """The run to compare with: ``last`` is the newest other finished run of the suite."""
+def _baseline(suite: EvalSuite, run_dir: str) -> Path | str | None:
+    """The run to compare with: ``last`` is the newest other finished run of the suite,
+    ``baseline`` the one ``evalpipe bless`` made its baseline (in the output directory, local or
+    a URI), else the run directory named."""
+    if suite.compare_with == "baseline":
+        suite_dir = join(str(suite.output_dir), suite.name)
+        name = baseline_of(suite_dir)
+        if name is None or name == Path(run_dir).name:
+            return None
+        return join(suite_dir, name)
     if suite.compare_with != "last":
         return Path(str(suite.compare_with))
     base = local_base(suite.output_dir) / suite.name
@@ -302,7 +311,12 @@ async def compare_task(suite: EvalSuite, run_dir: str) -> str | None:
     logger = get_run_logger()
     baseline = _baseline(suite, run_dir)
     if baseline is None:
-        logger.info("compare_with: last: no earlier finished run of %s to compare with", suite.name)
+        logger.info(
+            "compare_with: %s: no %s run of %s to compare with",
+            suite.compare_with,
+            "blessed (evalpipe bless RUN_DIR)" if suite.compare_with == "baseline" else "earlier",
+            suite.name,
+        )
         return None
     try:
         comparison = await asyncio.to_thread(compare_runs, baseline, run_dir)

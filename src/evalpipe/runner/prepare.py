@@ -293,13 +293,13 @@ def _check_credentials(providers: Sequence[Evaluator]) -> None:
 
 def _check_compare_with(suite: EvalSuite) -> None:
     """``compare_with`` naming a run directory must name a finished run."""
-    if suite.compare_with in (None, "last"):
+    if suite.compare_with in (None, "last", "baseline"):
         return
     path = Path(str(suite.compare_with))
     if not (path / "manifest.json").is_file():
         raise SuiteError(
             f"compare_with: {path} is not a finished run directory (no manifest.json); name a "
-            "run directory `evalpipe run` completed, or use compare_with: last"
+            "run directory `evalpipe run` completed, or use compare_with: last or baseline"
         )
 
 
