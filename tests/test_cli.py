@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -187,3 +188,54 @@ def test_markup_in_names_is_printed_as_text() -> None:
     text = console.export_text()
     for fragment in ("[/oops]", "[x]", "[red]id[/red]", "[bold]q", "run [/oops]"):
         assert fragment in text
+
+
+def _parsers(parser: Any, path: str = "evalpipe") -> list[tuple[str, Any]]:
+    import argparse
+
+    found = [(path, parser)]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, child in action.choices.items():
+                found += _parsers(child, f"{path} {name}")
+    return found
+
+
+def test_every_command_and_option_has_help() -> None:
+    """Every subcommand has a description and a line in its parent's list; every option and
+    argument says what it is for."""
+    import argparse
+
+    from evalpipe.cli import build_parser
+
+    for path, parser in _parsers(build_parser()):
+        assert parser.description, f"{path}: no description"
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                listed = {a.dest: a.help for a in action._choices_actions}
+                assert all(listed.get(n) for n in action.choices), f"{path}: {listed}"
+                continue
+            assert action.help and action.help.strip(), (
+                f"{path} {action.option_strings or action.dest}"
+            )
+
+
+def test_version_and_top_level_help(capsys: pytest.CaptureFixture[str]) -> None:
+    """--version and -V print the version; --help says what evalpipe does, lists every command,
+    shows an example and the exit codes."""
+    from evalpipe import __version__
+
+    for flag in ("--version", "-V"):
+        with pytest.raises(SystemExit) as exc:
+            main([flag])
+        assert exc.value.code == 0
+        assert capsys.readouterr().out.strip() == f"evalpipe {__version__}"
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = capsys.readouterr().out
+    assert "Evaluate AI agents and multi-agent workflows" in text
+    for command in ("run", "eval", "results", "history", "bless", "compare", "report", "cache"):
+        assert re.search(rf"^    {command}\s+\S", text, flags=re.MULTILINE), command
+    assert "evalpipe run examples/travel/suite.yaml" in text
+    for code in ("0  passed", "1  a gate failed", "2  bad input", "3  the run could not complete"):
+        assert code in text
