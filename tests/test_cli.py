@@ -215,9 +215,7 @@ def test_every_command_and_option_has_help() -> None:
                 listed = {a.dest: a.help for a in action._choices_actions}
                 assert all(listed.get(n) for n in action.choices), f"{path}: {listed}"
                 continue
-            assert action.help and action.help.strip(), (
-                f"{path} {action.option_strings or action.dest}"
-            )
+            assert (action.help or "").strip(), f"{path} {action.option_strings or action.dest}"
 
 
 def test_version_and_top_level_help(capsys: pytest.CaptureFixture[str]) -> None:

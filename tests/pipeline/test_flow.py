@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -276,6 +277,8 @@ def test_cli_run_exit_codes(project: Path, prefect_api: str) -> None:
     ok = cli(*run)
     assert ok.returncode == 0, ok.stderr[-2000:]
     assert "evalpipe summary" in ok.stdout
+    # without the bar, the one line saying how the run ended is still there
+    assert re.search(r"^echo-suite: 4/4 calls in \d+\.\d s", ok.stderr, flags=re.MULTILINE)
     gated = cli(
         *run,
         "--param",

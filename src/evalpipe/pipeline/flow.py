@@ -61,7 +61,7 @@ from evalpipe.runner import (
 from evalpipe.runner.prepare import prepare_suite
 from evalpipe.runner.state import RunLock, RunLockedError, StorageError, is_remote, local_base
 from evalpipe.suite import EvalSuite, SuiteError
-from evalpipe.tally import CallTally, merge_results
+from evalpipe.tally import CallTally, Counts, call_verdicts, merge_results
 
 __all__ = [
     "MAX_SHARD_TASKS",
@@ -72,7 +72,9 @@ __all__ = [
 ]
 
 ProgressHook = Callable[[str, int, int], None]
-"""Called as ``hook(stage, done, total)`` when calls finish ("calls") and shards finish ("items")."""
+"""Called as ``hook(stage, done, total)`` when calls finish ("calls": calls done of all), shards
+finish ("items": shards evaluated of all), and the calls' verdicts are known ("passed", "failed",
+"errored": calls so far with that verdict, of all calls; ``tally.call_verdicts``)."""
 
 progress_hook: contextvars.ContextVar[ProgressHook | None] = contextvars.ContextVar(
     "evalpipe_progress_hook", default=None
@@ -529,6 +531,7 @@ async def _execute(
         max(1, len(shards)) if runner is not None else max(2, 2 * -(-suite.concurrency // size))
     )
     calls_done = [0]
+    verdicts = Counts()
     calls = CallTally()
     progress_lock = asyncio.Lock()
     write_lock = asyncio.Lock()
@@ -581,6 +584,12 @@ async def _execute(
                     calls.add(outcome.source, outcome.run)
                 # Off the event loop: Parquet encoding would stall the calls still in flight.
                 await asyncio.to_thread(_write, writer, plan, shard)
+                judged = call_verdicts(shard.results)
+                verdicts.passed += judged.passed
+                verdicts.failed += judged.failed
+                verdicts.errored += judged.errored
+                for stage in ("passed", "failed", "errored"):
+                    _notify(stage, getattr(verdicts, stage), len(plan.calls))
                 for p, r in enumerate(shard.results):
                     _strip(r)
                     kept[p].append(r)

@@ -8,6 +8,7 @@ a guard that ends it when the parent process dies, and stops it when the run end
 from __future__ import annotations
 
 import contextlib
+import inspect
 import os
 import subprocess
 import sys
@@ -16,6 +17,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import prefect
+from prefect.events.worker import EventsWorker
+from prefect.logging.handlers import APILogWorker
 from prefect.server.api.server import SubprocessASGIServer
 from prefect.settings import PREFECT_API_URL, get_current_settings, temporary_settings
 
@@ -73,6 +76,18 @@ async def prefect_api() -> AsyncIterator[str | None]:
     server.start()
     try:
         with temporary_settings(updates={PREFECT_API_URL: server.api_url}):
-            yield server.api_url
+            try:
+                yield server.api_url
+            finally:
+                await _flush()
     finally:
         server.stop()
+
+
+async def _flush() -> None:
+    """Send the logs and events still queued (the flow run's last state line, the gate event)
+    while the server is up: queued at exit, they failed with "Error logging to API"."""
+    for service in (APILogWorker, EventsWorker):
+        pending = service.drain_all(timeout=5)
+        if inspect.isawaitable(pending):
+            await pending
