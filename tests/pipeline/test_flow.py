@@ -492,3 +492,31 @@ async def test_a_large_run_gets_its_report_from_a_child_process(
     outcome = await arun_suite(load_suite(_write_project(project, rows=3, repetitions=1)))
     assert outcome.state == "Completed", outcome.message
     assert "echo-suite" in (outcome.run_dir / "report.html").read_text(encoding="utf-8")
+
+
+async def test_the_failures_artifact_shows_query_and_response_and_where_the_rest_is(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The failures artifact lists each item that did not pass with why, its query and its
+    response, and when capped says how many more there are and where they all are."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    from evalpipe.pipeline import flow
+
+    monkeypatch.setattr(flow, "FAILURES_LISTED", 3)
+    path = _write_project(project, rows=6, evaluators=[{"keyword_check": ["nope"]}])
+    outcome = await arun_suite(load_suite(path))
+    assert outcome.state == "Completed", outcome.message
+    flow_run_id = read_manifest(outcome.run_dir)["flow_run_id"]
+    async with get_client() as client:
+        found = await client.read_artifacts(
+            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["echo-suite-failures"]))
+        )
+    [artifact] = [a for a in found if str(a.flow_run_id) == flow_run_id]
+    text = str(artifact.data)
+    assert text.count("  - query: question ") == 3
+    assert text.count("  - response: answer") == 3
+    assert "keyword\\_check: Missing keywords" in text
+    assert "Listed: the first 3 of 12; 9 more not listed; every item is in " in text
+    assert "scores.parquet" in text

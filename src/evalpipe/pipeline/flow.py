@@ -43,6 +43,7 @@ from evalpipe.gates import evaluate_gates
 from evalpipe.pipeline.limits import Limits, limits_scope, provider_limits
 from evalpipe.pipeline.params import resolve_suite, suite_label
 from evalpipe.pipeline.prefect_artifacts import (
+    FAILURES_LISTED,
     artifact_key,
     emit_gate_event,
     failures_markdown,
@@ -363,17 +364,23 @@ def _young_gc_relaxed(threshold: int = 20_000) -> Iterator[None]:
         gc.set_threshold(*old)
 
 
-def _strip(result: EvalResults) -> None:
+def _strip(result: EvalResults, kept: dict[tuple[str, str], int]) -> None:
     """Drop what is written already and not needed for the gate and the summary (the items, their
-    texts and metadata), so a long run does not hold every transcript in memory."""
+    texts and metadata), so a long run does not hold every transcript in memory. The query and
+    response of the first FAILURES_LISTED items of each result that did not pass stay, for the
+    failures artifact (``kept`` counts them per provider and result)."""
     result.input_items = []
+    level = (result.provider, result.run_id)
     for item in result.items:
-        item.input_text = item.output_text = None
+        if not item.is_passed and kept.get(level, 0) < FAILURES_LISTED:
+            kept[level] = kept.get(level, 0) + 1
+        else:
+            item.input_text = item.output_text = None
         item.metadata = None
         for score in item.scores:
             score.sample = None
     for sub in result.sub_results.values():
-        _strip(sub)
+        _strip(sub, kept)
 
 
 def _record(plan: RunPlan, outcome: CallOutcome) -> RunRecord:
@@ -532,6 +539,7 @@ async def _execute(
     )
     calls_done = [0]
     verdicts = Counts()
+    texts_kept: dict[tuple[str, str], int] = {}
     calls = CallTally()
     progress_lock = asyncio.Lock()
     write_lock = asyncio.Lock()
@@ -591,7 +599,7 @@ async def _execute(
                 for stage in ("passed", "failed", "errored"):
                     _notify(stage, getattr(verdicts, stage), len(plan.calls))
                 for p, r in enumerate(shard.results):
-                    _strip(r)
+                    _strip(r, texts_kept)
                     kept[p].append(r)
                 next_to_write += 1
         finished_shards += 1
@@ -677,7 +685,13 @@ async def _execute(
         + CallTally.text(call_counts),
     )
     await acreate_markdown_artifact(
-        key=f"{key}-failures", markdown=failures_markdown(merged), description="failing items"
+        key=f"{key}-failures",
+        markdown=failures_markdown(
+            merged,
+            FAILURES_LISTED,
+            rest=f"every item is in {destination or run_path}/scores.parquet and in the report",
+        ),
+        description="items that did not pass: why, query and response",
     )
     await acreate_link_artifact(
         key=f"{key}-run-dir",

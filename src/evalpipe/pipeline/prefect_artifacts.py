@@ -62,8 +62,25 @@ def _md_escape(text: str) -> str:
     return escaped.replace("\n", " ")
 
 
-def failures_markdown(results: Sequence[EvalResults], limit: int = 50) -> str:
-    """The items that did not pass, with why (at most ``limit``; the rest are counted)."""
+FAILURES_LISTED = 50
+"""Items the failures artifact lists (with their query and response); the rest are counted."""
+
+SHORT = 200
+"""Characters of a query or response the failures artifact shows (then ``…``)."""
+
+
+def _short(text: str | None) -> str:
+    if not text:
+        return "-"
+    flat = " ".join(text.split())
+    return flat if len(flat) <= SHORT else flat[: SHORT - 1] + "…"
+
+
+def failures_markdown(
+    results: Sequence[EvalResults], limit: int = FAILURES_LISTED, *, rest: str | None = None
+) -> str:
+    """The items that did not pass, with why, their query and their response shortened (at most
+    ``limit``; then how many more, and ``rest``: where they all are)."""
     lines = ["# Items that did not pass", ""]
     count = 0
     for res in results:
@@ -83,10 +100,16 @@ def failures_markdown(results: Sequence[EvalResults], limit: int = 50) -> str:
                     f"- `{html.escape(item.item_id)}` **{item.status}** ({html.escape(level.provider)}"
                     f", {html.escape(level.run_id)}): {_md_escape(why)}"
                 )
+                lines.append(f"  - query: {_md_escape(_short(item.input_text))}")
+                lines.append(f"  - response: {_md_escape(_short(item.output_text))}")
     if count == 0:
         lines.append("Every item passed.")
     elif count > limit:
-        lines.append(f"- ... and {count - limit} more (see scores.parquet)")
+        where = f"; {_md_escape(rest)}" if rest else " (see scores.parquet)"
+        lines += [
+            "",
+            f"Listed: the first {limit} of {count}; {count - limit} more not listed{where}.",
+        ]
     return "\n".join(lines)
 
 
