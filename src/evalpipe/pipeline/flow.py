@@ -339,8 +339,9 @@ def _flow_run_name() -> str:
     """``{suite}-{target_version}-x{repetitions}-{UTC date and time}`` from the run's parameters."""
     params = flow_run.parameters or {}
     name, version = suite_label(params.get("suite"))
-    if not version and isinstance(params.get("params"), dict):
-        version = str(params["params"].get("target_version") or "")
+    overrides = params.get("params")
+    if isinstance(overrides, dict) and overrides.get("target_version") not in (None, ""):
+        version = str(overrides["target_version"])  # an override names the run, as it runs
     reps = params.get("repetitions")
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
     parts = [name, version, f"x{reps}" if reps else "", stamp]
