@@ -88,7 +88,9 @@ def prepare_suite(
     try:
         dataset = load_dataset(suite.dataset)
     except DatasetError as exc:
-        raise SuiteError(f"dataset: {exc}") from None
+        raise SuiteError(
+            f"dataset: {exc} (a relative path in a suite file is relative to the suite file)"
+        ) from None
     providers = build_evaluators(suite)
     splitter = build_split(suite)
     gates = _parse_gates(suite.gates)
