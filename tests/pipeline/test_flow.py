@@ -520,3 +520,44 @@ async def test_the_failures_artifact_shows_query_and_response_and_where_the_rest
     assert "keyword\\_check: Missing keywords" in text
     assert "Listed: the first 3 of 12; 9 more not listed; every item is in " in text
     assert "scores.parquet" in text
+
+
+def test_the_demo_piped_to_a_file_shows_every_agent(tmp_path: Path, prefect_api: str) -> None:
+    """Regression: `make demo` piped to a file showed an empty agent column (output that is not a
+    terminal was 120 columns and rich shrank `agent` to nothing). Every agent's line and every
+    metric is in the piped output, at the default width and at COLUMNS=80."""
+    root = Path(__file__).resolve().parents[2]
+    for columns in (None, "80"):
+        env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+        env["PREFECT_API_URL"] = prefect_api
+        if columns:
+            env["COLUMNS"] = columns
+        out = tmp_path / f"demo-{columns}.txt"
+        with out.open("w") as handle:
+            done = subprocess.run(
+                [
+                    *(sys.executable, "-m", "evalpipe.cli", "run", "examples/travel/suite.yaml"),
+                    *("--output", str(tmp_path / "runs"), "--new-run"),
+                ],
+                cwd=root,
+                env=env,
+                stdout=handle,
+                stderr=subprocess.PIPE,
+                text=True,
+                timeout=240,
+                check=False,
+            )
+        assert done.returncode == 0, done.stderr[-2000:]
+        text = out.read_text()
+        width = int(columns or 120)
+        assert all(len(line) <= width for line in text.splitlines())
+        for agent in ("overall", "planner", "researcher", "writer"):
+            assert re.search(rf"^{agent}\s+15\s+\d+\s+\d+\s+0\s", text, flags=re.MULTILINE), agent
+        for metric in (
+            "tool_call_args_match",
+            "mentions_expected",
+            "concise",
+            "task_navigation_efficiency",
+        ):
+            assert re.search(rf"^  {metric}\s+15\s", text, flags=re.MULTILINE), metric
+        assert re.search(r"^Local \(researcher, overall\)", text, flags=re.MULTILINE)
