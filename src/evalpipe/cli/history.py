@@ -62,8 +62,9 @@ def _stamp(run: RunInfo) -> str:
 
 
 def _print(runs: Sequence[RunInfo], console: Console, where: str) -> None:
-    """Per suite: one line per run (newest first), then the pass rates of every agent and metric
-    with a column per run, as many of the newest runs as the width holds."""
+    """Per suite: one line per run (newest first: when, version, calls, errored calls, gate, run
+    name), then the pass rates of every agent and metric with a column per run, as many of the
+    newest runs as the width holds."""
     for suite in dict.fromkeys(r.suite for r in runs):
         mine = [r for r in runs if r.suite == suite]
         console.print(
@@ -79,10 +80,8 @@ def _print(runs: Sequence[RunInfo], console: Console, where: str) -> None:
         count_column(table, "calls")
         count_column(table, "err")
         table.add_column("gate", no_wrap=True)
-        count_column(table, "pass rate")
         name_column(table, "run", min_width=15)
         for run in mine:
-            first = next((r for r in run.rows if r.kind == "result"), None)
             table.add_row(
                 "*" if run.baseline else "",
                 _when(run),
@@ -90,7 +89,6 @@ def _print(runs: Sequence[RunInfo], console: Console, where: str) -> None:
                 str(run.calls.get("total", "-")),
                 str(run.calls.get("errored", "-")),
                 _gate(run),
-                "-" if first is None else _rate(first.passed, first.failed),
                 escape(run.run_name),
             )
         console.print(table)
