@@ -388,8 +388,6 @@ def test_run_without_api_url_uses_the_server_on_its_prefect_home(server: Server)
     and says so."""
     env = {k: v for k, v in server.env.items() if k != "PREFECT_API_URL"}
     output = _outputs(server, "same-home")
-    log = server.home / "server.log"
-    before = len(log.read_bytes())
     done = subprocess.run(
         [
             str(BIN / "evalpipe"),
@@ -408,9 +406,10 @@ def test_run_without_api_url_uses_the_server_on_its_prefect_home(server: Server)
     [manifest] = list(output.glob("travel-agent/*/manifest.json"))
     flow_run_id = json.loads(manifest.read_text())["flow_run_id"]
     assert _api(server, "GET", f"/flow_runs/{flow_run_id}")["state"]["type"] == "COMPLETED"
-    # the run's flow run is in this server's database; nothing shared its SQLite file meanwhile
+    # no embedded server beside it: its errors would be on the run's stderr (the server's own
+    # log may show SQLite contention of its own under this module's load: not checked)
     assert "database is locked" not in done.stderr
-    assert b"database is locked" not in log.read_bytes()[before:]
+    assert "Starting temporary server" not in done.stderr
 
 
 @pytest.fixture(scope="module")
