@@ -12,7 +12,7 @@ from prefect.exceptions import TerminationSignal
 from prefect.settings import PREFECT_API_URL
 
 from evalpipe.pipeline.flow import ProgressHook, eval_flow, prepared_plan, progress_hook
-from evalpipe.pipeline.server import prefect_api
+from evalpipe.pipeline.server import ServerOnThisHomeError, prefect_api
 from evalpipe.runner import RunPlan, RunState
 from evalpipe.runner.prepare import prepare_suite
 from evalpipe.runner.state import RunLock
@@ -137,8 +137,10 @@ async def arun_suite(
     notes = [lock.took_over] if lock.took_over else []
     reusable = RunState.peek(plan)
     try:
-        async with prefect_api():
+        async with prefect_api(notes):
             state = await _flow(plan, lock, rescore, progress)
+    except ServerOnThisHomeError as exc:
+        raise PrefectUnavailableError(str(exc)) from None
     finally:
         lock.release()
     data = await state.aresult(raise_on_failure=False)
