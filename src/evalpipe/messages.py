@@ -232,6 +232,8 @@ def _text(text: str) -> TextContent:
     object.__setattr__(content, "__pydantic_extra__", None)
     object.__setattr__(content, "__pydantic_private__", None)
     return content
+
+
 _CONTENT_TYPES = (TextContent, FunctionCallContent, FunctionResultContent, DataContent, UriContent)
 _CONTENT_BY_TYPE: dict[str, type[BaseModel]] = {
     "text": TextContent,

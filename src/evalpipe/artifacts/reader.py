@@ -7,8 +7,6 @@ newer or unknown one with a message that says which evalpipe to use.
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import json
 import os
 from collections import Counter
@@ -22,6 +20,7 @@ import pyarrow.fs as pafs  # type: ignore[import-untyped, unused-ignore]
 import pyarrow.parquet as pq  # type: ignore[import-untyped, unused-ignore]
 from pydantic import TypeAdapter
 
+from evalpipe._internal.collector import no_cyclic_gc
 from evalpipe.artifacts.schema import (
     ADDED,
     FILES,
@@ -567,7 +566,7 @@ class _InputItems:
     def _load(self) -> dict[str, list[EvalItem]]:
         if self.by_agent is None:
             pairs: dict[str, list[tuple[int, EvalItem]]] = {}
-            with _no_cyclic_gc():
+            with no_cyclic_gc():
                 for batch in iter_batches(
                     self.run_dir,
                     "items",
@@ -615,20 +614,6 @@ def _read_results(
                 item.scores.append(_score(*values, samples))
 
 
-@contextlib.contextmanager
-def _no_cyclic_gc() -> Iterator[None]:
-    """The cyclic collector off while a reader builds many small acyclic objects (it would
-    re-scan the growing heap over and over: half of ``load_run``'s time); reference counting
-    still frees them, and the collector's state comes back after."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
-
-
 def load_run(
     run_dir: str | os.PathLike[str], *, input_items: bool = True, filesystem: Any = None
 ) -> list[EvalResults]:
@@ -654,7 +639,7 @@ def load_run(
     loader = _InputItems(run_dir, filesystem) if input_items else None
 
     results: dict[tuple[int, str], dict[int, EvalItemResult]] = {}
-    with _no_cyclic_gc():
+    with no_cyclic_gc():
         _read_results(run_dir, common, results)
 
     summary = read_table(run_dir, "summary", columns=SCHEMAS["summary"].names, **common)
