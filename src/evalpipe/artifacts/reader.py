@@ -15,7 +15,6 @@ from dataclasses import fields
 from typing import Any
 
 import pyarrow as pa  # type: ignore[import-untyped, unused-ignore]
-import pyarrow.compute as pc  # type: ignore[import-untyped, unused-ignore]
 import pyarrow.fs as pafs  # type: ignore[import-untyped, unused-ignore]
 import pyarrow.parquet as pq  # type: ignore[import-untyped, unused-ignore]
 from pydantic import TypeAdapter
@@ -283,10 +282,13 @@ def read_not_passed(
         if levels and all(len(out.get(level, ())) >= limit for level in levels):
             break
         head = table.read_row_group(group, keys)
-        keep = pc.not_equal(head.column("item_status"), "pass")
-        if not pc.any(keep).as_py():
+        # plain Python over one column: pyarrow.compute's first call imports pandas (2 s)
+        statuses = head.column("item_status").to_pylist()
+        positions = [
+            i for i, status in enumerate(statuses) if status is not None and status != "pass"
+        ]
+        if not positions:
             continue
-        positions = pc.indices_nonzero(pc.fill_null(keep, False)).to_pylist()
         wanted: list[int] = []
         runs = head.column("eval_run_id").take(positions).to_pylist()
         indices = head.column("item_index").take(positions).to_pylist()

@@ -581,9 +581,15 @@ async def _execute(
     runner = _task_runner(suite)
     # Enough shards in flight to keep the semaphore busy, few enough to bound memory; a task
     # runner queues shards itself, so it gets all of them.
-    shard_gate = asyncio.Semaphore(
+    running = (
         max(1, len(shards)) if runner is not None else max(2, 2 * -(-suite.concurrency // size))
     )
+    shard_gate = asyncio.Semaphore(running)
+    # Shards are written in order, off the event loop; those that finished while an earlier one
+    # is still running or being written wait in memory. At most twice as many shards as run at
+    # once are held (taken in shard order, so the next one to write always has its place):
+    # without this bound a run whose writing lags its calls held every shard it had made.
+    unwritten = asyncio.Semaphore(max(1, len(shards)) if runner is not None else 2 * running)
     calls_done = [0]
     verdicts = Counts()
     texts_kept: dict[tuple[str, str], int] = {}
@@ -605,6 +611,7 @@ async def _execute(
 
     async def process(index: int, shard_calls: tuple[Call, ...]) -> None:
         nonlocal next_to_write, finished_shards
+        await unwritten.acquire()  # released when this shard is written
         async with shard_gate:
             if runner is not None:
                 future = runner.submit(
@@ -649,6 +656,8 @@ async def _execute(
                     _strip(r, texts_kept)
                     kept[p].append(r)
                 next_to_write += 1
+                del shard
+                unwritten.release()
         finished_shards += 1
         _notify("items", finished_shards, len(shards))
         # At most one update a second (each is an API call), and always the last one; sent in
