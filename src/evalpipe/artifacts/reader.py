@@ -498,27 +498,27 @@ def _item_result(
     )
 
 
-def _score(
-    metric: str,
-    score: float | None,
-    passed: bool | None,
-    sample: str | None,
-    dimensions: str | None,
-    reason: str | None,
-    threshold: float | None,
-    label: str | None,
-    error_message: str | None,
-    rating: str | None,
-    diagnostics: str | None,
-    error_code: str | None,
-    evaluator: str | None,
-    input_tokens: int | None,
-    output_tokens: int | None,
-    total_tokens: int | None,
-    other: str | None,
-    latency_s: float | None,
-    samples: _Samples,
-) -> EvalScoreResult:
+def _score(values: Sequence[Any], samples: _Samples) -> EvalScoreResult:
+    (
+        metric,
+        score,
+        passed,
+        sample,
+        dimensions,
+        reason,
+        threshold,
+        label,
+        error_message,
+        rating,
+        diagnostics,
+        error_code,
+        evaluator,
+        input_tokens,
+        output_tokens,
+        total_tokens,
+        other,
+        latency_s,
+    ) = values
     notes = _loads(diagnostics)
     dims = _loads(dimensions)
     return EvalScoreResult(
@@ -613,7 +613,7 @@ def _read_results(
                 item = level[item_index] = _item_result(*head)
                 LOADED["item_results"] += 1
             if score_index is not None:
-                item.scores.append(_score(*values, samples))
+                item.scores.append(_score(values, samples))
 
 
 def load_run(
