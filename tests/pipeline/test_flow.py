@@ -12,7 +12,9 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
+import psutil
 import pyarrow.parquet as pq
 import pytest
 
@@ -301,7 +303,8 @@ async def test_foundry_in_a_suite_one_eval_one_run_per_shard_under_the_foundry_l
     project: Path,
 ) -> None:
     """A suite's Foundry evaluator creates one eval per run and one run per shard, under the
-    "foundry" global concurrency limit, beside the local checks; its scores land in Parquet."""
+    "foundry" global concurrency limit, beside the local checks; its scores land in Parquet; the
+    run closes the Foundry clients it opened."""
     from fakes.foundry_emulator import TOKEN, FoundryEmulator
 
     emu = FoundryEmulator(token=TOKEN).start()
@@ -329,6 +332,13 @@ async def test_foundry_in_a_suite_one_eval_one_run_per_shard_under_the_foundry_l
         assert len(emu.calls("POST", r"/evals$")) == 1
         assert len(emu.run_objects()) == 3
         assert [i.item_id for i in cloud.items] == [f"q{i}#0" for i in range(10)]
+        # the run closed the clients its FoundryEvals opened: no connection to Foundry stays open
+        port = urlsplit(emu.endpoint).port
+        assert [
+            c
+            for c in psutil.Process().net_connections("tcp")
+            if c.raddr and c.raddr.port == port and c.status == psutil.CONN_ESTABLISHED
+        ] == []
     finally:
         emu.stop()
 

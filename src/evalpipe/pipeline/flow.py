@@ -40,6 +40,7 @@ from prefect.utilities.annotations import quote
 from evalpipe.artifacts import RunRecord, RunWriter, baseline_of
 from evalpipe.artifacts.history import join
 from evalpipe.artifacts.storage import publish
+from evalpipe.evaluators.base import close_providers
 from evalpipe.gates import evaluate_gates
 from evalpipe.pipeline.limits import Limits, limits_scope, provider_limits
 from evalpipe.pipeline.params import resolve_suite, suite_label
@@ -62,7 +63,7 @@ from evalpipe.runner import (
 from evalpipe.runner.prepare import prepare_suite
 from evalpipe.runner.state import RunLock, RunLockedError, StorageError, is_remote, local_base
 from evalpipe.secrets import Scrubber, mask
-from evalpipe.suite import EvalSuite, SuiteError
+from evalpipe.suite import EvalSuite, SuiteError, shared_evaluators
 from evalpipe.tally import CallTally, Counts, call_verdicts, merge_results
 
 __all__ = [
@@ -483,6 +484,9 @@ async def eval_flow(
         with _scrubbed_logs(state.scrubber):
             return await _execute(plan, state, rescore, logger, started, started_at)
     finally:
+        await close_providers(
+            plan.providers, keep=shared_evaluators(plan.suite) if plan.suite is not None else []
+        )
         state.close()
 
 
