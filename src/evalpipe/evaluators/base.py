@@ -88,7 +88,7 @@ async def close_providers(providers: Sequence[Any], *, keep: Sequence[Any] = ())
                 closing = close()
                 if inspect.isawaitable(closing):
                     await closing
-        except Exception as exc:  # noqa: BLE001 - closing must not fail a finished run
+        except Exception as exc:  # closing must not fail a finished run
             _log.warning("closing %s failed: %s: %s", provider.name, type(exc).__name__, exc)
 
 
