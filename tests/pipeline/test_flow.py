@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from evalpipe.artifacts import load_run, read_manifest
+from evalpipe.escape import markdown
 from evalpipe.pipeline import arun_suite
 from evalpipe.suite import SuiteError, load_suite
 
@@ -527,9 +528,9 @@ async def test_the_failures_artifact_shows_query_and_response_and_where_the_rest
     text = str(artifact.data)
     assert text.count("  - query: question ") == 3
     assert text.count("  - response: answer") == 3
-    assert "keyword\\_check: Missing keywords" in text
+    assert markdown("keyword_check: Missing keywords") in text  # text, escaped as markdown
     assert "Listed: the first 3 of 12; 9 more not listed; every item is in " in text
-    assert "scores.parquet" in text
+    assert markdown("scores.parquet") in text
 
 
 def test_the_demo_piped_to_a_file_shows_every_agent(tmp_path: Path, prefect_api: str) -> None:
