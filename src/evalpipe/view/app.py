@@ -42,6 +42,7 @@ from evalpipe.view.queries import (
     trend_charts,
 )
 from evalpipe.view.urls import (
+    compare_item_path,
     compare_path,
     item_path,
     run_path,
@@ -330,7 +331,7 @@ class _Pages:
         first, second = a, b
 
         def flip_url(flip: Any) -> str:
-            return compare_path(
+            return compare_item_path(
                 a=first.key,
                 b=second.key,
                 provider=flip.provider,

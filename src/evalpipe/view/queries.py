@@ -53,7 +53,7 @@ __all__ = [
 
 STATUSES = ("pass", "fail", "error", "errored")
 """Item verdicts and metric statuses the sample table filters on (a metric adds not_applicable)."""
-PAGE_SIZES = (25, 50, 100, 200)
+PAGE_SIZES = (10, 25, 50, 100, 200)
 """Rows per page the sample table offers."""
 _RANK = {"pass": 0, "fail": 1, "error": 2, "errored": 3}
 METRIC_STATUSES = ("pass", "fail", "error", "not_applicable")

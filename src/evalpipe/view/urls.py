@@ -12,6 +12,7 @@ from urllib.parse import quote, urlencode
 
 __all__ = [
     "VIEW_URL_ENV",
+    "compare_item_path",
     "compare_path",
     "configured_view_url",
     "item_path",
@@ -74,6 +75,11 @@ def item_path(suite: str, run_name: str, agent: str, item_id: str) -> str:
 def compare_path(**params: object) -> str:
     """The comparison page (``a``, ``b``: run keys ``suite/run_name``)."""
     return _query("/compare", params)
+
+
+def compare_item_path(**params: object) -> str:
+    """One item in both runs, side by side (``a``, ``b``, ``agent``, ``row``, ``rep``)."""
+    return _query("/compare/item", params)
 
 
 def trends_path(suite: str) -> str:
