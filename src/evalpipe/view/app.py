@@ -317,10 +317,7 @@ class _Pages:
         b = self.catalog.by_key(b_key) if b_key else None
         a = self.catalog.by_key(a_key) if a_key else None
         if a is None and b is not None:
-            same = [e for e in runs if e.suite == b.suite and e.location != b.location]
-            baseline = next((e for e in same if e.info.baseline), None)
-            older = [e for e in same if runs.index(e) > runs.index(b)]
-            a = baseline or (older[0] if older else None)
+            a = self.catalog.default_a(b)
         return runs, a, b
 
     def compare(self, request: Request) -> HTMLResponse:
@@ -393,12 +390,16 @@ class _Pages:
 
 
 def _warm(catalog: Catalog) -> None:
-    """Read the newest run's index and report ahead of the first visit."""
+    """Read the newest run's index, report and comparison (with its baseline, else the run
+    before it) ahead of the first visit: what a link from the Prefect UI opens."""
     try:
         runs = catalog.runs()
         if runs:
             catalog.samples(runs[0])
             catalog.report(runs[0])
+            a = catalog.default_a(runs[0])
+            if a is not None:
+                catalog.compare(a, runs[0])
     except Exception:  # a damaged run is reported when its page is asked for
         logger.debug("warming the newest run failed", exc_info=True)
 

@@ -741,6 +741,16 @@ class Catalog:
         suite, _, run_name = key.partition("/")
         return self.run(suite, run_name)
 
+    def default_a(self, b: RunEntry) -> RunEntry | None:
+        """What B is compared with when no A is named: its suite's blessed baseline, else the run
+        of its suite before it (None: B is its suite's only run)."""
+        runs = self.runs()
+        same = [e for e in runs if e.suite == b.suite and e.location != b.location]
+        baseline = next((e for e in same if e.info.baseline), None)
+        position = next((i for i, e in enumerate(runs) if e.location == b.location), -1)
+        older = [e for e in same if runs.index(e) > position]
+        return baseline or (older[0] if older else None)
+
     def report(self, entry: RunEntry) -> RunReport:
         """The report's content for the run (its items are paged by :meth:`samples`)."""
         return self._reports.get(
