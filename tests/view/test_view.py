@@ -6,6 +6,7 @@ by default and a foreign Host refused. The Prefect UI's report artifact opens th
 
 from __future__ import annotations
 
+import html
 import http.client
 import os
 import re
@@ -581,7 +582,7 @@ def test_the_operations_md_commands_run_as_written(runs: Runs) -> None:
         "import httpx, os\n"
         "from evalpipe.pipeline.prefect_artifacts import view_page\n"
         f"link = view_page('travel-demo', '{run.name}')\n"
-        "print(link)\n"
+        "print('LINK=' + str(link))\n"
         "print(httpx.get(link, timeout=30).text)\n"
     )
     script = "\n".join(
@@ -607,6 +608,28 @@ def test_the_operations_md_commands_run_as_written(runs: Runs) -> None:
         check=False,
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    link, _, page = done.stdout.partition("\n")
-    assert link == f"http://127.0.0.1:{port}/runs/travel-demo/{run.name}"
-    assert f"<title>evalpipe view: travel-demo · {run.name}</title>" in page
+    lines = done.stdout.splitlines()
+    assert f"LINK=http://127.0.0.1:{port}/runs/travel-demo/{run.name}" in lines
+    assert f"<title>evalpipe view: travel-demo · {run.name}</title>" in done.stdout
+    assert f"evalpipe view: 5 run(s) in runs at http://127.0.0.1:{port}/" in done.stdout
+
+
+def test_bad_parameters_answer_400_and_what_is_not_there_404(runs: Runs) -> None:
+    """A parameter the sample table cannot take is a 400 saying which and why; a page past the
+    last, an item or run that is not there, a 404 page; neither is a server error."""
+    samples = runs.page("travel-v1", "/samples")
+    for query, status, says in [
+        ("?page=abc", 400, "page='abc': expected a whole number"),
+        ("?per=100000", 400, "per='100000': expected a whole number from 10 to 200"),
+        ("?status=bogus", 400, "status='bogus': expected one of pass, fail, error, errored"),
+        ("?sort=bogus", 400, "sort='bogus': not a column of the sample table"),
+        ("?page=99", 404, "page 99 of 1"),
+    ]:
+        response = httpx.get(samples + query, timeout=30)
+        assert response.status_code == status, query
+        assert says in html.unescape(response.text), (query, response.text[-800:])
+    missing = httpx.get(runs.page("travel-v1", "/item?agent=writer&id=nope"), timeout=30)
+    assert missing.status_code == 404
+    assert "no item 'nope' of agent 'writer'" in html.unescape(missing.text)
+    assert httpx.get(f"{runs.view_url}/runs/travel-demo/nope", timeout=30).status_code == 404
+    assert httpx.get(f"{runs.view_url}/compare/item?b=x/y", timeout=30).status_code == 404

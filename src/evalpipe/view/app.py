@@ -35,6 +35,7 @@ from evalpipe.view.queries import (
     PAGE_SIZES,
     SORTS,
     STATUSES,
+    BadRequest,
     Catalog,
     NotFound,
     RunEntry,
@@ -168,7 +169,7 @@ def _int(params: Mapping[str, str], name: str, default: int, low: int, high: int
     if not text:
         return default
     if not text.isdigit() or not low <= int(text) <= high:
-        raise ValueError(f"{name}={text!r}: expected a whole number from {low} to {high}")
+        raise BadRequest(f"{name}={text!r}: expected a whole number from {low} to {high}")
     return int(text)
 
 
@@ -206,7 +207,7 @@ class _Pages:
             return handler(request)
         except NotFound as exc:
             return self.error(404, "Not found", str(exc))
-        except ValueError as exc:
+        except BadRequest as exc:
             return self.error(400, "Bad request", str(exc))
         except ArtifactError as exc:
             logger.warning("%s", exc)
@@ -247,10 +248,10 @@ class _Pages:
         metric = index.metric(params.get("metric") or None)
         allowed = (*STATUSES, "not_applicable") if metric else STATUSES
         if status is not None and status not in allowed:
-            raise ValueError(f"status={status!r}: expected one of {', '.join(allowed)}")
+            raise BadRequest(f"status={status!r}: expected one of {', '.join(allowed)}")
         sort = params.get("sort") or "position"
         if sort not in SORTS and index.metric(sort) is None:
-            raise ValueError(f"sort={sort!r}: not a column of the sample table")
+            raise BadRequest(f"sort={sort!r}: not a column of the sample table")
         per = _int(params, "per", 50, min(PAGE_SIZES), max(PAGE_SIZES))
         q = SampleQuery(
             status=status,
@@ -345,7 +346,7 @@ class _Pages:
     def compare_item(self, request: Request) -> HTMLResponse:
         _, a, b = self._pair(request)
         if a is None or b is None:
-            raise ValueError("compare/item needs two runs: a=SUITE/RUN and b=SUITE/RUN")
+            raise BadRequest("compare/item needs two runs: a=SUITE/RUN and b=SUITE/RUN")
         params = request.query_params
         agent, row = params.get("agent", ""), params.get("row", "")
         repetition = _int(params, "rep", 0, 0, 10**9)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import bisect
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -37,6 +38,7 @@ from evalpipe.report.data import (
 __all__ = [
     "PAGE_SIZES",
     "STATUSES",
+    "BadRequest",
     "Catalog",
     "MetricColumn",
     "NotFound",
@@ -55,6 +57,8 @@ STATUSES = ("pass", "fail", "error", "errored")
 """Item verdicts and metric statuses the sample table filters on (a metric adds not_applicable)."""
 PAGE_SIZES = (10, 25, 50, 100, 200)
 """Rows per page the sample table offers."""
+LISTING_TTL_S = 2.0
+"""How long the list of runs is kept before the directory is read again."""
 _RANK = {"pass": 0, "fail": 1, "error": 2, "errored": 3}
 METRIC_STATUSES = ("pass", "fail", "error", "not_applicable")
 """A metric's statuses (scores.parquet's ``status``)."""
@@ -110,6 +114,10 @@ def _sums(pos: Any, column: Any, n: int, dtype: Any) -> Any:
 
 class NotFound(LookupError):
     """No such run, item or page in the served directory."""
+
+
+class BadRequest(ValueError):
+    """A query parameter the page cannot take."""
 
 
 K = TypeVar("K")
@@ -701,6 +709,8 @@ class Catalog:
         self._samples: _Lru[tuple[str, str], SampleIndex] = _Lru(cache_size)
         self._costs: _Lru[tuple[str, str], list[ProviderCost]] = _Lru(cache_size * 4)
         self._comparisons: _Lru[tuple[str, str, str, str], Comparison] = _Lru(cache_size)
+        self._listing: tuple[float, list[RunEntry]] | None = None
+        self._listing_lock = threading.Lock()
 
     def _entry(self, info: RunInfo) -> RunEntry:
         started = "" if info.started_at is None else info.started_at.isoformat()
@@ -717,8 +727,15 @@ class Catalog:
         return RunEntry(info, tags, stamp)
 
     def runs(self, *, suite: str | None = None, tag: str | None = None) -> list[RunEntry]:
-        """Every finished run, newest first; ``suite`` / ``tag`` keep those of a suite / tag."""
-        entries = [self._entry(info) for info in find_runs(self.root)]
+        """Every finished run, newest first; ``suite`` / ``tag`` keep those of a suite / tag.
+
+        The listing is read again at most every ``LISTING_TTL_S`` seconds: a run that finishes
+        shows within that time, and a page's several look-ups read the directory once."""
+        with self._listing_lock:
+            now = time.monotonic()
+            if self._listing is None or now - self._listing[0] > LISTING_TTL_S:
+                self._listing = (now, [self._entry(info) for info in find_runs(self.root)])
+            entries = list(self._listing[1])
         if suite:
             entries = [e for e in entries if e.suite == suite]
         if tag:
