@@ -39,7 +39,9 @@ def main() -> None:
         raise SystemExit("needs two runs of travel-demo in OUTPUT_DIR")
     newest = runs[0]
     items = read_table(newest.location, "scores", columns=["agent", "item_id", "item_status"])
-    failed = next(r for r in items.to_pylist() if r["agent"] == "writer" and r["item_status"] == "fail")
+    failed = next(
+        r for r in items.to_pylist() if r["agent"] == "writer" and r["item_status"] == "fail"
+    )
 
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
