@@ -243,10 +243,13 @@ def test_every_command_in_operations_md_is_run_by_a_test() -> None:
     served = [c for c in commands if c.startswith("evalpipe serve ")]
     limits = [c for c in commands if c.startswith("prefect gcl create ")]
     secrets = _secret_commands(commands)
+    # §12's commands are run as written by tests/view/test_view.py
+    viewed = [c for c in commands if c.startswith(("evalpipe view ", "export EVALPIPE_VIEW_URL="))]
     assert len(served) == 1
     assert len(limits) == 2
     assert len(secrets) == 5
-    rest = [c for c in commands if c not in triggers + served + limits + secrets]
+    assert len(viewed) == 2
+    rest = [c for c in commands if c not in triggers + served + limits + secrets + viewed]
     # §10 starts the worker as §3 does: the same command, run by the worker fixture
     assert sorted(dict.fromkeys(rest)) == sorted(RUN_BY_FIXTURES)
 
