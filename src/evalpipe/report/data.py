@@ -19,6 +19,7 @@ import pyarrow as pa  # type: ignore[import-untyped, unused-ignore]
 import pyarrow.compute as pc  # type: ignore[import-untyped, unused-ignore]
 from scipy import special as _special  # type: ignore[import-untyped, unused-ignore]
 
+from evalpipe._internal.arrow import numpy_of
 from evalpipe.artifacts import iter_batches, read_manifest, read_table
 from evalpipe.report.stats import (
     Interval,
@@ -502,12 +503,12 @@ def _variability(
             pc.equal(per_row["metric"], key["metric"]),
         )
         part = per_row.filter(mask)
-        c = part["p_sum"].to_numpy(zero_copy_only=False).astype(np.int64)
-        n = c + part["f_sum"].to_numpy(zero_copy_only=False).astype(np.int64)
+        c = numpy_of(part["p_sum"], np.int64)
+        n = c + numpy_of(part["f_sum"], np.int64)
         has = n > 0
         k = max(1, min(repetitions, int(n.max()) if n.size else 1))
         at_k = n >= k
-        std = part["score_stddev"].to_numpy(zero_copy_only=False).astype(float)
+        std = numpy_of(part["score_stddev"], float)
         flaky = has & (c > 0) & (c < n)
         n_at_k, c_at_k = n[at_k].astype(float), c[at_k].astype(float)
         out.append(
@@ -963,7 +964,7 @@ def load_report_data(
         columns=["status", "cached", "latency_s", "total_tokens"],
         filesystem=filesystem,
     )
-    latency = runs["latency_s"].drop_null().to_numpy(zero_copy_only=False).astype(float)
+    latency = numpy_of(runs["latency_s"].drop_null(), float)
     tokens = pc.sum(runs["total_tokens"]).as_py()
     items = read_table(run_dir, "items", columns=["agent"], filesystem=filesystem)
     counts = items.group_by(["agent"]).aggregate([("agent", "count")]).to_pylist()

@@ -23,6 +23,7 @@ import pyarrow as pa  # type: ignore[import-untyped, unused-ignore]
 import pyarrow.compute as pc  # type: ignore[import-untyped, unused-ignore]
 import pyarrow.parquet as pq  # type: ignore[import-untyped, unused-ignore]
 
+from evalpipe._internal.arrow import numpy_of
 from evalpipe.artifacts import FILES, RunInfo, find_runs, read_manifest, read_table
 from evalpipe.artifacts.writer import resolve_filesystem
 from evalpipe.report.compare import Comparison, compare_runs
@@ -64,10 +65,6 @@ METRIC_STATUSES = ("pass", "fail", "error", "not_applicable")
 """A metric's statuses (scores.parquet's ``status``)."""
 
 
-def _np(column: Any, dtype: Any) -> Any:
-    return np.asarray(column.to_numpy(zero_copy_only=False), dtype=dtype)
-
-
 def _positions(scores: Any, items: Any, table: Any) -> Any:
     """scores with each row's item position in items.parquet (``_pos``), rows of no item dropped.
 
@@ -105,8 +102,8 @@ def _sort_indices(table: Any, keys: Sequence[tuple[str, str]]) -> Any:
 
 def _sums(pos: Any, column: Any, n: int, dtype: Any) -> Any:
     """Per item position: the sum of ``column``'s non-null values, null where there are none."""
-    valid = _np(pc.is_valid(column), bool)
-    values = _np(pc.fill_null(column, 0), np.float64)
+    valid = numpy_of(pc.is_valid(column), bool)
+    values = numpy_of(pc.fill_null(column, 0), np.float64)
     total = np.bincount(pos[valid], weights=values[valid], minlength=n)
     count = np.bincount(pos[valid], minlength=n)
     return pa.array(total.astype(dtype), mask=count == 0)
@@ -365,8 +362,8 @@ class SampleIndex:
         # each score row's item position: one join on the string keys, then integer work
         scores = scores.append_column("_spos", pa.array(np.arange(len(scores), dtype=np.int64)))
         scores = _positions(scores, items, table)
-        pos = _np(scores["_pos"], np.int64)
-        rank = _np(
+        pos = numpy_of(scores["_pos"], np.int64)
+        rank = numpy_of(
             pc.fill_null(pc.index_in(scores["item_status"], pa.array(list(_RANK))), 3), np.int64
         )
         worst = np.full(n, -1, dtype=np.int64)
@@ -386,11 +383,11 @@ class SampleIndex:
             .to_pylist()
         )
         names = [p["metric"] for p in pairs]
-        status_codes = _np(
+        status_codes = numpy_of(
             pc.fill_null(pc.index_in(scores["status"], pa.array(list(METRIC_STATUSES))), -1),
             np.int64,
         )
-        values = _np(scores["score"], np.float64)
+        values = numpy_of(scores["score"], np.float64)
         self.metrics: list[MetricColumn] = []
         for i, p in enumerate(pairs):
             label = (
@@ -398,7 +395,7 @@ class SampleIndex:
             )
             column = MetricColumn(f"m{i}", p["provider"], p["metric"], label)
             self.metrics.append(column)
-            hit = _np(
+            hit = numpy_of(
                 pc.fill_null(
                     pc.and_(
                         pc.equal(scores["provider"], p["provider"]), pc.equal(metric, p["metric"])
