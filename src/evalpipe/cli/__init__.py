@@ -27,12 +27,26 @@ from evalpipe.cli import (
     results,
     run,
     serve,
+    view,
 )
 from evalpipe.cli._common import EXIT_INCOMPLETE
 
 __all__ = ["main"]
 
-_COMMANDS = (run, eval_, results, history, bless, compare, report, import_, deploy, serve, cache)
+_COMMANDS = (
+    run,
+    eval_,
+    results,
+    history,
+    bless,
+    compare,
+    report,
+    view,
+    import_,
+    deploy,
+    serve,
+    cache,
+)
 
 
 _DESCRIPTION = """\
@@ -47,6 +61,7 @@ example:
   evalpipe history runs                        every run so far, newest first
   evalpipe bless runs/travel-demo/<run>        make a run the baseline
   evalpipe compare --baseline runs/travel-demo/<run>
+  evalpipe view runs                           browse every run at http://127.0.0.1:8765/
 
 exit codes:
   0  passed (or done)

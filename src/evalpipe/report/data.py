@@ -19,6 +19,7 @@ import pyarrow as pa  # type: ignore[import-untyped, unused-ignore]
 import pyarrow.compute as pc  # type: ignore[import-untyped, unused-ignore]
 from scipy import special as _special  # type: ignore[import-untyped, unused-ignore]
 
+from evalpipe._internal.arrow import numpy_of
 from evalpipe.artifacts import iter_batches, read_manifest, read_table
 from evalpipe.report.stats import (
     Interval,
@@ -46,7 +47,10 @@ __all__ = [
     "classify_metric",
     "disagreements",
     "load_report_data",
+    "message_views",
     "paired_scores",
+    "row_key",
+    "score_view",
 ]
 
 MetricKind = Literal["judge", "check", "other"]
@@ -298,7 +302,7 @@ class RunReport:
 # -- column helpers -------------------------------------------------------------------------------
 
 
-def _row_key(items: Any) -> Any:
+def row_key(items: Any) -> Any:
     """The dataset row of each item: its row_id, else "query N"."""
     fallback = pc.binary_join_element_wise(
         "query ", pc.cast(pc.fill_null(items["query_index"], -1), pa.string()), ""
@@ -319,7 +323,7 @@ def _item_keys(run_dir: Any, filesystem: Any) -> Any:
             "agent": items["agent"],
             "item_id": items["item_id"],
             "item_index": items["item_index"],
-            "row": _row_key(items),
+            "row": row_key(items),
             "repetition": pc.fill_null(items["repetition"], 0),
         }
     )
@@ -499,12 +503,12 @@ def _variability(
             pc.equal(per_row["metric"], key["metric"]),
         )
         part = per_row.filter(mask)
-        c = part["p_sum"].to_numpy(zero_copy_only=False).astype(np.int64)
-        n = c + part["f_sum"].to_numpy(zero_copy_only=False).astype(np.int64)
+        c = numpy_of(part["p_sum"], np.int64)
+        n = c + numpy_of(part["f_sum"], np.int64)
         has = n > 0
         k = max(1, min(repetitions, int(n.max()) if n.size else 1))
         at_k = n >= k
-        std = part["score_stddev"].to_numpy(zero_copy_only=False).astype(float)
+        std = numpy_of(part["score_stddev"], float)
         flaky = has & (c > 0) & (c < n)
         n_at_k, c_at_k = n[at_k].astype(float), c[at_k].astype(float)
         out.append(
@@ -705,7 +709,9 @@ def _cut(text: str | None, where: str = "items.parquet") -> str | None:
     )
 
 
-def _messages(conversation: str | None) -> list[MessageView]:
+def message_views(conversation: str | None) -> list[MessageView]:
+    """An item's conversation (items.parquet's JSON) as the drill-down shows it: texts, tool
+    calls and results, each cut at MAX_TEXT characters, at most MAX_MESSAGES messages."""
     data = _loads(conversation)
     if not isinstance(data, list):
         return []
@@ -751,7 +757,8 @@ def _messages(conversation: str | None) -> list[MessageView]:
     return out
 
 
-def _score_view(r: dict[str, Any]) -> ScoreView:
+def score_view(r: dict[str, Any]) -> ScoreView:
+    """One scores.parquet row as the drill-down shows it (an item's error on its no-metric row)."""
     diagnostics = _loads(r["diagnostics"]) or []
     dimensions = _loads(r["dimensions"]) or []
     return ScoreView(
@@ -810,6 +817,9 @@ def _drill_down(
         [("item_index", "min"), ("item_status", "distinct")]
     )
     total = len(per_item)
+    if max_items == 0:  # only the counts (the view pages items itself)
+        flat = heads.filter(pc.not_equal(heads["item_status"], "pass"))
+        return [], total, len(_key_column(flat).unique())
     records = per_item.to_pylist() if total <= 4 * max_items else None
     if records is None:
         # many items: rank on key strings, not one dict per item
@@ -885,8 +895,8 @@ def _drill_down(
             context=_cut(item.get("context")),
             error_code=item.get("error_code") or first.get("item_error_code"),
             error_message=_cut(item.get("error_message") or first.get("item_error_message")),
-            messages=_messages(item.get("conversation")),
-            scores=[_score_view(r) for r in scores],
+            messages=message_views(item.get("conversation")),
+            scores=[score_view(r) for r in scores],
             verdict=verdicts.get(key, "pass"),
         )
         budget -= _text_size(detail)
@@ -954,7 +964,7 @@ def load_report_data(
         columns=["status", "cached", "latency_s", "total_tokens"],
         filesystem=filesystem,
     )
-    latency = runs["latency_s"].drop_null().to_numpy(zero_copy_only=False).astype(float)
+    latency = numpy_of(runs["latency_s"].drop_null(), float)
     tokens = pc.sum(runs["total_tokens"]).as_py()
     items = read_table(run_dir, "items", columns=["agent"], filesystem=filesystem)
     counts = items.group_by(["agent"]).aggregate([("agent", "count")]).to_pylist()
