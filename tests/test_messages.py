@@ -520,3 +520,36 @@ def test_unknown_keys_outside_maf_bookkeeping_are_still_rejected() -> None:
         )
     with pytest.raises(ValidationError, match="contnets"):
         Message.model_validate({"role": "user", "contnets": []})
+
+
+def test_message_from_role_and_contents_equals_the_validated_message() -> None:
+    """Message(role, [str, content, ...]) (built without running validation) has exactly the
+    fields, dump, JSON and pickle of the same message validated from its dict form."""
+
+    from evalpipe.messages import FunctionCallContent, FunctionResultContent
+
+    built = Message(
+        "assistant",
+        [
+            "hi",
+            FunctionCallContent(call_id="c1", name="f", arguments={"x": 1}),
+            FunctionResultContent(call_id="c1", result="ok"),
+        ],
+    )
+    validated = Message.model_validate(
+        {
+            "role": "assistant",
+            "contents": [
+                {"type": "text", "text": "hi"},
+                {"type": "function_call", "call_id": "c1", "name": "f", "arguments": {"x": 1}},
+                {"type": "function_result", "call_id": "c1", "result": "ok"},
+            ],
+        }
+    )
+    assert built == validated
+    assert built.model_dump() == validated.model_dump()
+    assert built.model_dump_json() == validated.model_dump_json()
+    assert built.model_fields_set == validated.model_fields_set
+    assert pickle.loads(pickle.dumps(built)) == validated
+    assert built.text == "hi"
+    assert built.author_name is None

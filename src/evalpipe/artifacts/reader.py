@@ -9,16 +9,17 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import fields
 from typing import Any
 
 import pyarrow as pa  # type: ignore[import-untyped, unused-ignore]
-import pyarrow.compute as pc  # type: ignore[import-untyped, unused-ignore]
 import pyarrow.fs as pafs  # type: ignore[import-untyped, unused-ignore]
 import pyarrow.parquet as pq  # type: ignore[import-untyped, unused-ignore]
 from pydantic import TypeAdapter
 
+from evalpipe._internal.collector import no_cyclic_gc
 from evalpipe.artifacts.schema import (
     ADDED,
     FILES,
@@ -55,6 +56,11 @@ _TOOLS: TypeAdapter[list[ToolDefinition]] = TypeAdapter(list[ToolDefinition])
 _EXPECTED: TypeAdapter[list[ExpectedToolCall]] = TypeAdapter(list[ExpectedToolCall])
 _SPLITS = {member.value: member for member in ConversationSplit}
 SUMMARY_ROW_COLUMNS = [f.name for f in fields(SummaryRow)]
+LOADED: Counter[str] = Counter()
+"""What the readers turned into Python objects in this process, by kind, for instrumentation
+(``evalpipe run``'s summary must stay off the items): ``items`` (EvalItems rebuilt from
+items.parquet), ``item_results`` (EvalItemResults rebuilt from scores.parquet) and
+``not_passed_rows`` (scores.parquet rows ``read_not_passed`` read in full)."""
 """The columns of summary.parquet a SummaryRow holds (not the run's name and times)."""
 
 
@@ -143,6 +149,11 @@ class _Table:
         present, missing = self._columns(columns)
         wanted = list(columns) if columns is not None else None
         return self._complete(self.parquet.read(columns=present), wanted, missing)
+
+    def read_row_group(self, index: int, columns: Sequence[str] | None) -> Any:
+        present, missing = self._columns(columns)
+        wanted = list(columns) if columns is not None else None
+        return self._complete(self.parquet.read_row_group(index, columns=present), wanted, missing)
 
     def iter_batches(self, batch_size: int, columns: Sequence[str] | None) -> Iterator[Any]:
         present, missing = self._columns(columns)
@@ -247,43 +258,61 @@ def read_not_passed(
 ) -> dict[str, list[dict[str, Any]]]:
     """The items that did not pass, per result (its eval name), at most ``limit`` each, in order:
     ``item_id``, ``item_status``, ``input_text``, ``output_text``, ``item_metadata`` (a dict),
-    ``why`` (the item's
-    error, else its failed metrics and their reasons). Only scores.parquet's rows of such items are
-    read into Python."""
-    columns = [
-        "eval_run_id",
-        "item_index",
-        "item_id",
-        "item_status",
-        "item_error_message",
-        "input_text",
-        "output_text",
-        "item_metadata",
-        "metric",
-        "passed",
-        "reason",
-    ]
+    ``why`` (the item's error, else its failed metrics and their reasons).
+
+    scores.parquet is scanned row group by row group on its status column alone; only the rows of
+    the listed items are read in full and into Python, and the scan stops once every result of
+    summary.parquet has ``limit`` items listed (``LOADED["not_passed_rows"]`` counts those rows)."""
+    fs, path = resolve_filesystem(run_dir, filesystem)
+    read_manifest(path, filesystem=fs)
+    summary = _open(fs, path, "summary").read(["kind", "eval_run_id"])
+    levels = {
+        level or ""
+        for kind, level in zip(
+            summary.column("kind").to_pylist(),
+            summary.column("eval_run_id").to_pylist(),
+            strict=True,
+        )
+        if kind == "result"
+    }
+    table = _open(fs, path, "scores")
+    keys = ["eval_run_id", "item_index", "item_status"]
     out: dict[str, dict[int, dict[str, Any]]] = {}
-    for batch in iter_batches(run_dir, "scores", columns=columns, filesystem=filesystem):
-        status = batch.column("item_status")
-        keep = pc.not_equal(status, "pass")
-        if not pc.any(keep).as_py():
+    for group in range(table.parquet.num_row_groups):
+        if levels and all(len(out.get(level, ())) >= limit for level in levels):
+            break
+        head = table.read_row_group(group, keys)
+        # plain Python over one column: pyarrow.compute's first call imports pandas (2 s)
+        statuses = head.column("item_status").to_pylist()
+        positions = [
+            i for i, status in enumerate(statuses) if status is not None and status != "pass"
+        ]
+        if not positions:
             continue
-        for row in batch.filter(keep).to_pylist():
-            level = out.setdefault(row["eval_run_id"] or "", {})
-            item = level.get(row["item_index"])
-            if item is None:
-                if len(level) >= limit:
-                    continue
-                item = level[row["item_index"]] = {
-                    "item_id": row["item_id"],
-                    "item_status": row["item_status"],
-                    "input_text": row["input_text"],
-                    "output_text": row["output_text"],
-                    "item_metadata": _loads(row["item_metadata"]) or {},
-                    "error": row["item_error_message"],
-                    "failed": [],
-                }
+        wanted: list[int] = []
+        runs = head.column("eval_run_id").take(positions).to_pylist()
+        indices = head.column("item_index").take(positions).to_pylist()
+        for position, level, index in zip(positions, runs, indices, strict=True):
+            listed = out.setdefault(level or "", {})
+            if index in listed or len(listed) < limit:
+                listed.setdefault(index, {})
+                wanted.append(position)
+        if not wanted:
+            continue
+        rows = table.read_row_group(group, _NOT_PASSED_COLUMNS).take(wanted).to_pylist()
+        LOADED["not_passed_rows"] += len(rows)
+        for row in rows:
+            item = out[row["eval_run_id"] or ""][row["item_index"]]
+            if not item:
+                item.update(
+                    item_id=row["item_id"],
+                    item_status=row["item_status"],
+                    input_text=row["input_text"],
+                    output_text=row["output_text"],
+                    item_metadata=_loads(row["item_metadata"]) or {},
+                    error=row["item_error_message"],
+                    failed=[],
+                )
             if row["passed"] is False:
                 reason = (row["reason"] or "failed").splitlines()[0]
                 item["failed"].append(f"{row['metric']}: {reason}")
@@ -293,20 +322,37 @@ def read_not_passed(
         return {**item, "why": error or "; ".join(failed)}
 
     return {
-        level: [finished(item) for _, item in sorted(items.items())] for level, items in out.items()
+        level: [finished(item) for _, item in sorted(items.items())]
+        for level, items in out.items()
+        if items
     }
+
+
+_NOT_PASSED_COLUMNS = [
+    "eval_run_id",
+    "item_index",
+    "item_id",
+    "item_status",
+    "item_error_message",
+    "input_text",
+    "output_text",
+    "item_metadata",
+    "metric",
+    "passed",
+    "reason",
+]
 
 
 def _tokens(
     input_tokens: int | None, output_tokens: int | None, total_tokens: int | None, other: str | None
 ) -> dict[str, int] | None:
+    if other is None and input_tokens is None and output_tokens is None and total_tokens is None:
+        return None
     values = (
         ("input_tokens", input_tokens),
         ("output_tokens", output_tokens),
         ("total_tokens", total_tokens),
     )
-    if other is None and all(v is None for _, v in values):
-        return None
     usage = {k: v for k, v in values if v is not None}
     if other is not None:
         usage.update(json.loads(other))
@@ -315,6 +361,34 @@ def _tokens(
 
 def _loads(text: str | None) -> Any:
     return None if text is None else json.loads(text)
+
+
+_SCALARS = (str, int, float, bool, type(None))
+
+
+class _Samples:
+    """``json.loads`` for a column whose texts repeat (a local check's ``{"reason": ...}``): each
+    distinct flat object is parsed once and every row gets its own copy of it."""
+
+    def __init__(self, size: int = 4096) -> None:
+        self.parsed: dict[str, dict[str, Any]] = {}
+        self.size = size
+
+    def __call__(self, text: str | None) -> Any:
+        if text is None:
+            return None
+        flat = self.parsed.get(text)
+        if flat is not None:
+            return dict(flat)
+        value = json.loads(text)
+        if (
+            isinstance(value, dict)
+            and len(self.parsed) < self.size
+            and all(isinstance(v, _SCALARS) for v in value.values())
+        ):
+            self.parsed[text] = value
+            return dict(value)
+        return value
 
 
 def _split(name: str | None) -> Any:
@@ -358,48 +432,203 @@ def _item(row: dict[str, Any]) -> EvalItem:
     )
 
 
-def _item_result(row: dict[str, Any]) -> EvalItemResult:
+_ITEM_RESULT_COLUMNS = [
+    "item_id",
+    "item_status",
+    "item_error_code",
+    "item_error_message",
+    "response_id",
+    "input_text",
+    "output_text",
+    "item_input_tokens",
+    "item_output_tokens",
+    "item_total_tokens",
+    "item_token_usage_other",
+    "item_metadata",
+]
+_SCORE_COLUMNS = [
+    "metric",
+    "score",
+    "passed",
+    "sample",
+    "dimensions",
+    "reason",
+    "threshold",
+    "label",
+    "error_message",
+    "rating",
+    "diagnostics",
+    "error_code",
+    "evaluator",
+    "input_tokens",
+    "output_tokens",
+    "total_tokens",
+    "token_usage_other",
+    "latency_s",
+]
+_SHARED = ("metric", "reason", "label", "rating", "error_code", "evaluator", "item_status")
+"""Columns whose values repeat across rows: one str object per distinct value, not per row."""
+
+
+def _item_result(
+    item_id: str,
+    status: str,
+    error_code: str | None,
+    error_message: str | None,
+    response_id: str | None,
+    input_text: str | None,
+    output_text: str | None,
+    input_tokens: int | None,
+    output_tokens: int | None,
+    total_tokens: int | None,
+    other: str | None,
+    metadata: str | None,
+) -> EvalItemResult:
     return EvalItemResult(
-        item_id=row["item_id"],
-        status=row["item_status"],
+        item_id=item_id,
+        status=status,
         scores=[],
-        error_code=row["item_error_code"],
-        error_message=row["item_error_message"],
-        response_id=row["response_id"],
-        input_text=row["input_text"],
-        output_text=row["output_text"],
-        token_usage=_tokens(
-            row["item_input_tokens"],
-            row["item_output_tokens"],
-            row["item_total_tokens"],
-            row["item_token_usage_other"],
-        ),
-        metadata=_loads(row["item_metadata"]),
+        error_code=error_code,
+        error_message=error_message,
+        response_id=response_id,
+        input_text=input_text,
+        output_text=output_text,
+        token_usage=_tokens(input_tokens, output_tokens, total_tokens, other),
+        metadata=_loads(metadata),
     )
 
 
-def _score(row: dict[str, Any]) -> EvalScoreResult:
-    diagnostics = _loads(row["diagnostics"])
-    dimensions = _loads(row["dimensions"])
+def _score(values: Sequence[Any], samples: _Samples) -> EvalScoreResult:
+    (
+        metric,
+        score,
+        passed,
+        sample,
+        dimensions,
+        reason,
+        threshold,
+        label,
+        error_message,
+        rating,
+        diagnostics,
+        error_code,
+        evaluator,
+        input_tokens,
+        output_tokens,
+        total_tokens,
+        other,
+        latency_s,
+    ) = values
+    # the hot loop of load_run (300,000 calls for 100,000 items x 3 checks): positional, and
+    # the usual empty columns tested inline
     return EvalScoreResult(
-        name=row["metric"],
-        score=row["score"],
-        passed=row["passed"],
-        sample=_loads(row["sample"]),
-        dimensions=None if dimensions is None else [RubricScore(**d) for d in dimensions],
-        reason=row["reason"],
-        threshold=row["threshold"],
-        label=row["label"],
-        error_message=row["error_message"],
-        rating=row["rating"],
-        diagnostics=None if diagnostics is None else [Diagnostic(**d) for d in diagnostics],
-        error_code=row["error_code"],
-        evaluator=row["evaluator"],
-        token_usage=_tokens(
-            row["input_tokens"], row["output_tokens"], row["total_tokens"], row["token_usage_other"]
-        ),
-        latency_s=row["latency_s"],
+        metric,
+        score,
+        passed,
+        None if sample is None else samples(sample),
+        None if dimensions is None else [RubricScore(**d) for d in json.loads(dimensions)],
+        reason,
+        threshold,
+        label,
+        error_message,
+        rating,
+        None if diagnostics is None else [Diagnostic(**d) for d in json.loads(diagnostics)],
+        error_code,
+        evaluator,
+        None
+        if other is None and input_tokens is None and output_tokens is None and total_tokens is None
+        else _tokens(input_tokens, output_tokens, total_tokens, other),
+        latency_s,
     )
+
+
+def _pylists(batch: Any, names: Sequence[str], shared: dict[str, str]) -> list[list[Any]]:
+    """Columns of ``batch`` as Python lists; the repeating text columns share their strings."""
+    out = []
+    for name in names:
+        values = batch.column(name).to_pylist()
+        if name in _SHARED:
+            values = [v if v is None else shared.setdefault(v, v) for v in values]
+        out.append(values)
+    return out
+
+
+class _InputItems:
+    """The EvalItems of items.parquet, read the first time any result asks for its agent's, then
+    handed out per agent (each result gets its own list of the shared items)."""
+
+    def __init__(self, run_dir: str | os.PathLike[str], filesystem: Any) -> None:
+        self.run_dir = run_dir
+        self.filesystem = filesystem
+        self.by_agent: dict[str, list[EvalItem]] | None = None
+        fs, path = resolve_filesystem(run_dir, filesystem)
+        _open(fs, path, "items")  # a missing or damaged file is an error now, not on first use
+
+    def of(self, agent: str) -> Callable[[], list[EvalItem]]:
+        return lambda: list(self._load().get(agent, []))
+
+    def _load(self) -> dict[str, list[EvalItem]]:
+        if self.by_agent is None:
+            pairs: dict[str, list[tuple[int, EvalItem]]] = {}
+            with no_cyclic_gc():
+                for batch in iter_batches(
+                    self.run_dir,
+                    "items",
+                    columns=SCHEMAS["items"].names,
+                    filesystem=self.filesystem,
+                ):
+                    for row in batch.to_pylist():
+                        pairs.setdefault(row["agent"], []).append((row["item_index"], _item(row)))
+                    LOADED["items"] += batch.num_rows
+            self.by_agent = {
+                agent: [item for _, item in sorted(found, key=lambda p: p[0])]
+                for agent, found in pairs.items()
+            }
+        return self.by_agent
+
+
+def _read_results(
+    run_dir: str | os.PathLike[str],
+    common: dict[str, Any],
+    results: dict[tuple[int, str], dict[int, EvalItemResult]],
+) -> None:
+    """scores.parquet's rows into EvalItemResults with their scores, per (provider, agent)."""
+    shared: dict[str, str] = {}
+    samples = _Samples()
+    keys = ["provider_index", "agent", "item_index", "score_index"]
+    for batch in iter_batches(
+        run_dir, "scores", columns=SCHEMAS["scores"].names, batch_size=8_192, **common
+    ):
+        providers, agents, indices, score_indices = _pylists(batch, keys, shared)
+        # An item's rows are consecutive: its own columns are read from its first row only.
+        rows = list(zip(providers, agents, indices, strict=True))
+        starts = [i for i, row in enumerate(rows) if i == 0 or row != rows[i - 1]]
+        heads = dict(
+            zip(
+                starts,
+                zip(*_pylists(batch.take(starts), _ITEM_RESULT_COLUMNS, shared), strict=True),
+                strict=True,
+            )
+        )
+        scores = zip(*_pylists(batch, _SCORE_COLUMNS, shared), strict=True)
+        level: dict[int, EvalItemResult] = {}
+        where: tuple[int, str] | None = None
+        for position, ((provider_index, agent, item_index), score_index, values) in enumerate(
+            zip(rows, score_indices, scores, strict=True)
+        ):
+            if where != (provider_index, agent):
+                where = (provider_index, agent)
+                level = results.setdefault(where, {})
+            item = level.get(item_index)
+            if item is None:
+                head = heads.get(position)
+                if head is None:  # not a run of rows (not written by RunWriter)
+                    one = _pylists(batch.slice(position, 1), _ITEM_RESULT_COLUMNS, shared)
+                    head = tuple(column[0] for column in one)
+                item = level[item_index] = _item_result(*head)
+                LOADED["item_results"] += 1
+            if score_index is not None:
+                item.scores.append(_score(values, samples))
 
 
 def load_run(
@@ -412,9 +641,11 @@ def load_run(
     EvalItems of items.parquet for that agent. Custom split strategies (callables) are not restored:
     such items come back with ``split_strategy=None``.
 
-    Everything is materialized as Python objects (roughly 20 KiB and 300 µs per item with its
-    conversation): for large runs query the tables instead (``read_table``, ``iter_batches``,
-    duckdb), or pass ``input_items=False`` to skip rebuilding the EvalItems, the costly part.
+    The item results and their scores are built at once (about 2 µs and 1 KiB per score); the
+    EvalItems, the costly part (roughly 20 KiB and 250 µs per item with its conversation), are
+    read from items.parquet the first time any result's ``input_items`` is read, for every agent
+    at once. ``input_items=False`` leaves them empty. For large runs, query the tables instead
+    (``read_table``, ``iter_batches``, duckdb).
 
     Raises:
         ArtifactError: when the directory is not a finished run or a file is damaged.
@@ -422,32 +653,17 @@ def load_run(
     """
     read_manifest(run_dir, filesystem=filesystem)
     common = {"filesystem": filesystem}
-
-    items: dict[str, list[tuple[int, EvalItem]]] = {}
-    if input_items:
-        for batch in iter_batches(run_dir, "items", columns=SCHEMAS["items"].names, **common):
-            for row in batch.to_pylist():
-                items.setdefault(row["agent"], []).append((row["item_index"], _item(row)))
+    loader = _InputItems(run_dir, filesystem) if input_items else None
 
     results: dict[tuple[int, str], dict[int, EvalItemResult]] = {}
-    for batch in iter_batches(run_dir, "scores", columns=SCHEMAS["scores"].names, **common):
-        for row in batch.to_pylist():
-            level = results.setdefault((row["provider_index"], row["agent"]), {})
-            item = level.get(row["item_index"])
-            if item is None:
-                item = level[row["item_index"]] = _item_result(row)
-            if row["score_index"] is not None:
-                item.scores.append(_score(row))
+    with no_cyclic_gc():
+        _read_results(run_dir, common, results)
 
     summary = read_table(run_dir, "summary", columns=SCHEMAS["summary"].names, **common)
     levels = sorted(
         (r for r in summary.to_pylist() if r["kind"] == "result"),
         key=lambda r: (r["provider_index"], r["agent_index"]),
     )
-    items_by_agent = {
-        agent: [item for _, item in sorted(pairs, key=lambda p: p[0])]
-        for agent, pairs in items.items()
-    }
     out: dict[int, EvalResults] = {}
     for row in levels:
         by_index = results.get((row["provider_index"], row["agent"]), {})
@@ -460,9 +676,12 @@ def load_run(
             report_url=row["report_url"],
             error=row["error"],
             per_evaluator=_loads(row["per_evaluator"]) or {},
-            items=[by_index[i] for i in sorted(by_index)],
-            input_items=list(items_by_agent.get(row["agent"], [])),
         )
+        # the item results as they are (already built; validating them again costs seconds)
+        result.__dict__["items"] = [by_index[i] for i in sorted(by_index)]
+        result.__pydantic_fields_set__.add("items")
+        if loader is not None:
+            result.defer_input_items(loader.of(row["agent"]))
         if row["agent"] == OVERALL:
             out[row["provider_index"]] = result
         else:

@@ -69,6 +69,7 @@ from evalpipe.tally import CallTally, Counts, call_verdicts, merge_results
 
 __all__ = [
     "MAX_SHARD_TASKS",
+    "MIN_SHARD_CALLS",
     "ProgressHook",
     "eval_flow",
     "prepared_plan",
@@ -126,11 +127,18 @@ _RETRY_ON_INFRASTRUCTURE: dict[str, Any] = {
 is an errored transcript, not a failed task, and the journal keeps a retry from repeating calls."""
 
 
+MIN_SHARD_CALLS = 32
+"""Default shards hold at least this many calls: a shard costs four Prefect task runs whatever its
+size (the 15-call demo ran 15 shards: 1.43 s of flow for 0.14 s of work), while the calls of a
+shard run concurrently anyway and each is journaled as it finishes."""
+
+
 def shard_size(plan: RunPlan) -> int:
-    """Calls per shard task: the suite's, or sized for at most MAX_SHARD_TASKS shards."""
+    """Calls per shard task: the suite's, or sized for at most MAX_SHARD_TASKS shards of at least
+    MIN_SHARD_CALLS calls."""
     if plan.suite is not None and plan.suite.shard_size is not None:
         return int(plan.suite.shard_size)
-    return max(1, -(-len(plan.calls) // MAX_SHARD_TASKS))
+    return max(MIN_SHARD_CALLS, -(-len(plan.calls) // MAX_SHARD_TASKS))
 
 
 @task(name="prepare", cache_policy=NO_CACHE, persist_result=False)
@@ -358,14 +366,19 @@ def _young_gc_relaxed(threshold: int = 20_000) -> Iterator[None]:
     Transcripts and items are many small acyclic objects; with Prefect's modules loaded, the default
     threshold made the collector re-scan them constantly (measured: 0.32 s -> 0.19 s of CPU for
     3,000 calls). Reference counting still frees them; only the cyclic collector runs less often.
-    The old thresholds come back when the shards are done.
+    What is alive when the shards start (the plan and its rows, the modules) is frozen out of the
+    collector's scans (``gc.freeze``): at 100,000 rows the full collections re-scanned them again
+    and again. The old thresholds come back, and the frozen objects are unfrozen, when the shards
+    are done.
     """
     old = gc.get_threshold()
+    gc.freeze()
     gc.set_threshold(max(old[0], threshold), *old[1:])
     try:
         yield
     finally:
         gc.set_threshold(*old)
+        gc.unfreeze()
 
 
 def _strip(result: EvalResults, kept: dict[tuple[str, str], int]) -> None:
@@ -581,9 +594,15 @@ async def _execute(
     runner = _task_runner(suite)
     # Enough shards in flight to keep the semaphore busy, few enough to bound memory; a task
     # runner queues shards itself, so it gets all of them.
-    shard_gate = asyncio.Semaphore(
+    running = (
         max(1, len(shards)) if runner is not None else max(2, 2 * -(-suite.concurrency // size))
     )
+    shard_gate = asyncio.Semaphore(running)
+    # Shards are written in order, off the event loop; those that finished while an earlier one
+    # is still running or being written wait in memory. At most twice as many shards as run at
+    # once are held (taken in shard order, so the next one to write always has its place):
+    # without this bound a run whose writing lags its calls held every shard it had made.
+    unwritten = asyncio.Semaphore(max(1, len(shards)) if runner is not None else 2 * running)
     calls_done = [0]
     verdicts = Counts()
     texts_kept: dict[tuple[str, str], int] = {}
@@ -605,6 +624,7 @@ async def _execute(
 
     async def process(index: int, shard_calls: tuple[Call, ...]) -> None:
         nonlocal next_to_write, finished_shards
+        await unwritten.acquire()  # released when this shard is written
         async with shard_gate:
             if runner is not None:
                 future = runner.submit(
@@ -649,6 +669,8 @@ async def _execute(
                     _strip(r, texts_kept)
                     kept[p].append(r)
                 next_to_write += 1
+                del shard
+                unwritten.release()
         finished_shards += 1
         _notify("items", finished_shards, len(shards))
         # At most one update a second (each is an API call), and always the last one; sent in

@@ -14,6 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from evalpipe._internal.collector import no_cyclic_gc
 from evalpipe.artifacts import read_runs
 from evalpipe.datasets import DatasetError, QueryRow, load_dataset, row_hash
 from evalpipe.evaluators.base import AgentScoped, Evaluator, metric_names
@@ -87,7 +88,8 @@ def prepare_suite(
             with the fix).
     """
     try:
-        dataset = load_dataset(suite.dataset)
+        with no_cyclic_gc():  # 100,000 rows of small objects: see _internal.collector
+            dataset = load_dataset(suite.dataset)
     except DatasetError as exc:
         raise SuiteError(
             f"dataset: {exc} (a relative path in a suite file is relative to the suite file)"
@@ -114,8 +116,9 @@ def prepare_suite(
     _check_gates(gates, providers, kind, target)
     _check_credentials(providers)
     _check_compare_with(suite)
-    rows = rows_from_dataset(dataset, kind)
-    calls = make_calls(identity, rows, suite.repetitions)
+    with no_cyclic_gc():
+        rows = rows_from_dataset(dataset, kind)
+        calls = make_calls(identity, rows, suite.repetitions)
     if stored is not None:
         missing = [c for c in calls if c.key not in stored]
         if missing:
