@@ -15,11 +15,12 @@ from collections.abc import Sequence
 from types import FrameType
 
 from evalpipe.cli import cache, compare, deploy, eval_, import_, report, results, run, serve
+from evalpipe.cli import server as server_command
 from evalpipe.cli._common import EXIT_INCOMPLETE
 
 __all__ = ["main"]
 
-_COMMANDS = (run, eval_, results, report, compare, import_, deploy, serve, cache)
+_COMMANDS = (run, eval_, results, report, compare, import_, deploy, serve, cache, server_command)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -12,7 +12,7 @@ from prefect.exceptions import TerminationSignal
 from prefect.settings import PREFECT_API_URL
 
 from evalpipe.pipeline.flow import ProgressHook, eval_flow, prepared_plan, progress_hook
-from evalpipe.pipeline.server import prefect_api
+from evalpipe.pipeline.server import ServerError, prefect_api
 from evalpipe.runner import RunPlan, RunState
 from evalpipe.runner.prepare import prepare_suite
 from evalpipe.runner.state import RunLock
@@ -33,7 +33,8 @@ Verdict = Literal["passed", "warned", "gate_failed", "incomplete"]
 
 
 class PrefectUnavailableError(RuntimeError):
-    """The Prefect API the run would report to does not answer (nothing was started)."""
+    """The Prefect API the run would report to does not answer, or the embedded server could not
+    be started (no target was called)."""
 
 
 @dataclass(slots=True)
@@ -137,8 +138,10 @@ async def arun_suite(
     notes = [lock.took_over] if lock.took_over else []
     reusable = RunState.peek(plan)
     try:
-        async with prefect_api():
+        async with prefect_api(notes):
             state = await _flow(plan, lock, rescore, progress)
+    except ServerError as exc:
+        raise PrefectUnavailableError(str(exc)) from None
     finally:
         lock.release()
     data = await state.aresult(raise_on_failure=False)

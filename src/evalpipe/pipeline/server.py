@@ -1,78 +1,521 @@
-"""The embedded Prefect server a run uses when no PREFECT_API_URL is set.
+"""The embedded Prefect server a run uses when no PREFECT_API_URL is set: one per PREFECT_HOME,
+shared by every run on that home and kept for the next one.
 
-Prefect's own ephemeral server outlives a parent killed with ``kill -9`` (it was found listening
-32 minutes later). evalpipe starts the same server (Prefect's app under uvicorn, the UI off) under
-a guard that ends it when the parent process dies, and stops it when the run ends.
+The first run that needs it starts it (Prefect's API app under uvicorn, the UI off, on a free port
+of 127.0.0.1, in a process of its own: ``keeper.py``); later runs find it through
+``$PREFECT_HOME/evalpipe-server/server.json``, check its health, and use it. Its lifetime is its
+own, and bounded (docs/operations.md, "The embedded server"):
+
+- every run holds a lease (a shared ``flock`` on ``clients.lock``) while it uses the server; the
+  kernel drops the lease of a killed run, so ``kill -9`` of a run counts as its end;
+- the server stops once no run has held a lease for ``EVALPIPE_SERVER_IDLE_TIMEOUT`` seconds
+  (default 600; ``0``: as soon as the last run using it ends, the behaviour of a per-run server);
+- it stops within a second when ``server.json`` or PREFECT_HOME is removed, and on
+  ``evalpipe server stop`` (:func:`stop_server`);
+- a server that died or does not answer is replaced by the next run (the keeper's lock tells a
+  live keeper from a dead one: no pid is trusted).
+
+A fresh PREFECT_HOME's database is a copy of a migrated template (kept per Prefect version under
+``~/.cache/evalpipe/prefect-db``, made by the first server on the machine), which saves Prefect's
+migrations (10 s on two cores); ``EVALPIPE_SERVER_DB_TEMPLATES=off`` migrates every new database.
+
+POSIX only (``fcntl``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import fcntl
+import hashlib
+import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from importlib.metadata import version
 from pathlib import Path
-from typing import Any, ClassVar
 
-import prefect
-from prefect.server.api.server import SubprocessASGIServer
-from prefect.settings import PREFECT_API_URL, get_current_settings, temporary_settings
+import httpx
 
-__all__ = ["EmbeddedServer", "prefect_api"]
+__all__ = [
+    "DEFAULT_IDLE_TIMEOUT",
+    "Lease",
+    "ServerBusyError",
+    "ServerError",
+    "ServerInfo",
+    "ServerStatus",
+    "ensure_server",
+    "prefect_api",
+    "server_status",
+    "state_dir",
+    "stop_server",
+]
 
-_GUARD = Path(__file__).resolve().parents[1] / "_internal" / "guard.py"
+DEFAULT_IDLE_TIMEOUT = 600.0
+"""Seconds a shared server waits for its next run before it stops."""
+
+STATE_DIRNAME = "evalpipe-server"
+_KEEPER = Path(__file__).resolve().with_name("keeper.py")
+_POLL = 0.05
+_LOG_LIMIT = 4 * 1024 * 1024
+# What the server process gets of the environment of the run that starts it: it outlives that run,
+# so it gets no API keys or other secrets of it (Prefect's settings are passed explicitly).
+_ENV_KEEP = (
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "LANG",
+    "LANGUAGE",
+    "TZ",
+    "TMPDIR",
+    "PYTHONPATH",
+    "VIRTUAL_ENV",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+)
+_ENV_KEEP_PREFIXES = ("PREFECT_", "LC_", "XDG_")
 
 
-class EmbeddedServer(SubprocessASGIServer):
-    """Prefect's ephemeral server, started under a guard that ends it with its parent."""
+class ServerError(RuntimeError):
+    """The embedded server could not be started, found or stopped; the message says why (and where
+    its log is)."""
 
-    _instances: ClassVar[dict[int | None, Any]] = {}  # type: ignore[misc]
 
-    def _run_uvicorn_command(self) -> subprocess.Popen[Any]:
-        server_env = {
+class ServerBusyError(ServerError):
+    """The server is in use by a run and was not stopped (``force`` stops it anyway)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ServerInfo:
+    """A running shared server, as its ``server.json`` describes it."""
+
+    pid: int
+    api_url: str
+    started_at: str
+    idle_timeout: float
+    prefect: str
+    """The Prefect version that serves."""
+    database: str
+    """A digest of the database connection URL (the URL itself may hold a password)."""
+    home: str
+
+    @classmethod
+    def read(cls, path: Path) -> ServerInfo | None:
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            return cls(
+                pid=int(data["pid"]),
+                api_url=str(data["api_url"]),
+                started_at=str(data["started_at"]),
+                idle_timeout=float(data["idle_timeout"]),
+                prefect=str(data.get("prefect", "")),
+                database=str(data.get("database", "")),
+                home=str(data.get("home", "")),
+            )
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+
+@dataclass(frozen=True, slots=True)
+class ServerStatus:
+    """What ``evalpipe server status`` shows."""
+
+    home: Path
+    state_dir: Path
+    info: ServerInfo | None
+    """None when no server runs for this home."""
+    healthy: bool
+    in_use: bool
+    """A run holds a lease now."""
+
+    @property
+    def log(self) -> Path:
+        return self.state_dir / "server.log"
+
+
+@dataclass(frozen=True, slots=True)
+class _Config:
+    home: Path
+    database_url: str
+    database_file: Path | None
+    startup_timeout: float
+    environment: dict[str, str]
+
+    @property
+    def digest(self) -> str:
+        return hashlib.sha256(self.database_url.encode()).hexdigest()[:16]
+
+
+def _config() -> _Config:
+    """What the current Prefect settings say about the server to use."""
+    from prefect.settings import get_current_settings  # lazy: prefect, ~1 s to import
+
+    settings = get_current_settings()
+    url = settings.server.database.connection_url
+    database_url = url.get_secret_value() if url is not None else ""
+    database_file = None
+    for prefix in ("sqlite+aiosqlite:///", "sqlite:///"):
+        if database_url.startswith(prefix) and ":memory:" not in database_url:
+            database_file = Path(database_url[len(prefix) :].split("?", 1)[0])
+    return _Config(
+        home=Path(settings.home),
+        database_url=database_url,
+        database_file=database_file,
+        startup_timeout=float(settings.server.ephemeral.startup_timeout_seconds),
+        environment=settings.to_environment_variables(exclude_unset=True),
+    )
+
+
+def _home(home: str | Path | None) -> Path:
+    return Path(home) if home is not None else _config().home
+
+
+def state_dir(home: str | Path | None = None) -> Path:
+    """Where the shared server of a PREFECT_HOME (default: the current one) keeps its state."""
+    return _home(home) / STATE_DIRNAME
+
+
+def idle_timeout() -> float:
+    """``EVALPIPE_SERVER_IDLE_TIMEOUT`` (seconds), else :data:`DEFAULT_IDLE_TIMEOUT`."""
+    raw = os.environ.get("EVALPIPE_SERVER_IDLE_TIMEOUT", "").strip()
+    if not raw:
+        return DEFAULT_IDLE_TIMEOUT
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:
+        raise ServerError(
+            f"EVALPIPE_SERVER_IDLE_TIMEOUT={raw!r}: give the seconds a shared Prefect server waits "
+            "for its next run (0: stop with the last run)"
+        )
+    return value
+
+
+def _template(config: _Config) -> Path | None:
+    """The migrated database a new SQLite database starts from, or None."""
+    if config.database_file is None:
+        return None
+    where = os.environ.get("EVALPIPE_SERVER_DB_TEMPLATES", "").strip()
+    if where.lower() == "off":
+        return None
+    if not where:
+        cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+        where = str(Path(cache) / "evalpipe" / "prefect-db")
+    return Path(where) / f"prefect-{version('prefect')}.db"
+
+
+def _locked_by_someone(path: Path) -> bool:
+    """Whether another process holds a lock on ``path`` (shared or exclusive)."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def _keeper_alive(directory: Path) -> bool:
+    """A keeper holds the directory's server lock (the kernel drops a dead one's)."""
+    fd = os.open(directory / "server.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def _healthy(api_url: str, timeout: float = 5.0) -> bool:
+    try:
+        return httpx.get(f"{api_url}/health", timeout=timeout).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def _log_tail(directory: Path, lines: int = 20) -> str:
+    try:
+        text = (directory / "server.log").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+    tail = "\n".join(text.splitlines()[-lines:])
+    return f"; the end of its log ({directory / 'server.log'}):\n{tail}" if tail else ""
+
+
+class Lease:
+    """A run's hold on the shared server of a state directory: while any lease is held, the server
+    does not count as idle. Released by :meth:`release` or when the process ends (even killed)."""
+
+    def __init__(self, directory: Path, timeout: float = 30.0) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self._fd: int | None = os.open(directory / "clients.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(self._fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:  # a server stopping holds it exclusively, for seconds
+                if time.monotonic() > deadline:
+                    self.release()
+                    raise ServerError(
+                        f"{directory}: the shared Prefect server is stopping and did not finish "
+                        f"within {timeout:g} s; run `evalpipe server stop` and try again"
+                    ) from None
+                time.sleep(_POLL)
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> Lease:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def _environment(config: _Config) -> dict[str, str]:
+    env = {
+        k: v for k, v in os.environ.items() if k in _ENV_KEEP or k.startswith(_ENV_KEEP_PREFIXES)
+    }
+    env.pop("PREFECT_API_URL", None)
+    env.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")  # as `evalpipe run` has it
+    env.update(config.environment)
+    env.update(
+        {
+            "PREFECT_HOME": str(config.home),
             "PREFECT_UI_ENABLED": "0",
             "PREFECT__SERVER_EPHEMERAL": "1",
             "PREFECT__SERVER_FINAL": "1",
         }
+    )
+    return env
+
+
+def _spawn(directory: Path, config: _Config, idle: float) -> subprocess.Popen[bytes]:
+    log = directory / "server.log"
+    with contextlib.suppress(OSError):
+        if log.stat().st_size > _LOG_LIMIT:
+            log.unlink()
+    template = _template(config)
+    meta = {
+        "prefect": version("prefect"),
+        "database": config.digest,
+        "home": str(config.home),
+    }
+    args = [
+        sys.executable,
+        str(_KEEPER),
+        str(directory),
+        "--idle",
+        repr(idle),
+        "--startup-timeout",
+        repr(max(config.startup_timeout, 30.0) * 2),
+        "--meta",
+        json.dumps(meta),
+    ]
+    if config.database_file is not None:
+        args += ["--database", str(config.database_file)]
+        if template is not None:
+            args += ["--template", str(template)]
+    with log.open("ab") as out:
         return subprocess.Popen(
-            args=[
-                sys.executable,
-                str(_GUARD),
-                str(os.getpid()),
-                "uvicorn",
-                "--app-dir",
-                str(prefect.__module_path__.parent),
-                "--factory",
-                "prefect.server.api.server:create_app",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(self.port),
-                "--log-level",
-                "error",
-                "--lifespan",
-                "on",
-            ],
-            env={
-                **os.environ,
-                **server_env,
-                **get_current_settings().to_environment_variables(exclude_unset=True),
-            },
+            args,
+            cwd=directory,
+            env=_environment(config),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
 
 
+def _compatible(info: ServerInfo, config: _Config) -> bool:
+    return info.prefect == version("prefect") and info.database == config.digest
+
+
+def _retire_incompatible(directory: Path, config: _Config) -> None:
+    """Stop a shared server started by another Prefect version or for another database, unless a
+    run uses it (then say so)."""
+    info = ServerInfo.read(directory / "server.json")
+    if info is None or _compatible(info, config) or not _keeper_alive(directory):
+        return
+    try:
+        stop_server(config.home)
+    except ServerBusyError:
+        raise ServerBusyError(
+            f"the shared Prefect server of {config.home} (pid {info.pid}) was started by Prefect "
+            f"{info.prefect} or for another database, and a run uses it; wait for that run, or "
+            "stop it with `evalpipe server stop --force`"
+        ) from None
+
+
+def ensure_server() -> tuple[ServerInfo, bool]:
+    """The shared server of the current PREFECT_HOME, started if none answers; and whether this
+    call started it.
+
+    Call it holding a :class:`Lease` of that home, or the server may go idle before it is used
+    (:func:`prefect_api` does; ``evalpipe server start`` does not need to).
+
+    Raises:
+        ServerError: when no server answers within Prefect's ephemeral start-up timeout (the message
+            ends with the server's log).
+    """
+    config = _config()
+    directory = config.home / STATE_DIRNAME
+    directory.mkdir(parents=True, exist_ok=True)
+    idle = idle_timeout()
+    timeout = max(config.startup_timeout, 30.0)
+    deadline = time.monotonic() + timeout
+    spawned: subprocess.Popen[bytes] | None = None
+    starts = 0
+    while True:
+        alive = _keeper_alive(directory)
+        info = ServerInfo.read(directory / "server.json") if alive else None
+        if info is not None and not _compatible(info, config):
+            raise ServerError(
+                f"the shared Prefect server of {config.home} (pid {info.pid}) runs Prefect "
+                f"{info.prefect} or another database; stop it with `evalpipe server stop`"
+            )
+        if info is not None and _healthy(info.api_url):
+            return info, spawned is not None
+        if not alive and (spawned is None or spawned.poll() is not None):
+            if starts >= 3:
+                raise ServerError(
+                    f"the embedded Prefect server for {config.home} did not start (exit code "
+                    f"{spawned.returncode if spawned else None})" + _log_tail(directory)
+                )
+            spawned = _spawn(directory, config, idle)
+            starts += 1
+        if time.monotonic() > deadline:
+            raise ServerError(
+                f"the embedded Prefect server for {config.home} did not answer within "
+                f"{timeout:g} s (PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS)"
+                + _log_tail(directory)
+            )
+        time.sleep(_POLL)
+
+
+def _is_keeper(pid: int, directory: Path) -> bool:
+    """``pid`` is a keeper of ``directory`` (its command line says so)."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return str(_KEEPER).encode() in argv and str(directory).encode() in argv
+
+
+def stop_server(
+    home: str | Path | None = None, *, force: bool = False, timeout: float = 30.0
+) -> ServerInfo | None:
+    """Stop the shared server of ``home`` (default: the current PREFECT_HOME); the one stopped, or
+    None when none ran.
+
+    A server a run uses is not stopped unless ``force`` (that run then fails, resumable).
+
+    Raises:
+        ServerBusyError: a run uses it and ``force`` is not set.
+        ServerError: it did not stop within ``timeout`` seconds, even signalled.
+    """
+    directory = _home(home) / STATE_DIRNAME
+    if not directory.is_dir():
+        return None
+    info_path = directory / "server.json"
+    deadline = time.monotonic() + timeout
+    info = None
+    while _keeper_alive(directory):
+        info = ServerInfo.read(info_path)
+        if info is not None:
+            break
+        if time.monotonic() > deadline:  # still starting: it writes server.json once it answers
+            raise ServerError(f"{directory}: the server is still starting; try again")
+        time.sleep(_POLL)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            info_path.unlink()  # a dead keeper's
+        return None
+    assert info is not None
+    clients = os.open(directory / "clients.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(clients, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if not force:
+                raise ServerBusyError(
+                    f"the shared Prefect server of {directory.parent} (pid {info.pid}) is in use "
+                    "by a run; wait for it, or stop it anyway with --force"
+                ) from None
+        with contextlib.suppress(FileNotFoundError):
+            info_path.unlink()  # the keeper's stop request
+    finally:
+        os.close(clients)
+    while _keeper_alive(directory):
+        if time.monotonic() > deadline:
+            if _is_keeper(info.pid, directory):
+                os.kill(info.pid, 9)
+                time.sleep(0.5)
+            if _keeper_alive(directory):
+                raise ServerError(
+                    f"the shared Prefect server of {directory.parent} (pid {info.pid}) did not stop"
+                )
+            break
+        time.sleep(_POLL)
+    return info
+
+
+def server_status(home: str | Path | None = None) -> ServerStatus:
+    """Whether the shared server of ``home`` (default: the current PREFECT_HOME) runs, answers and
+    is in use."""
+    path = _home(home)
+    directory = path / STATE_DIRNAME
+    info = None
+    if directory.is_dir() and _keeper_alive(directory):
+        info = ServerInfo.read(directory / "server.json")
+    healthy = info is not None and _healthy(info.api_url)
+    in_use = directory.is_dir() and _locked_by_someone(directory / "clients.lock")
+    return ServerStatus(path, directory, info, healthy, in_use and info is not None)
+
+
 @contextlib.asynccontextmanager
-async def prefect_api() -> AsyncIterator[str | None]:
-    """The Prefect API for a run: the configured one, else an embedded server started now and
-    stopped when the block ends (yields its URL; None when one was configured)."""
+async def prefect_api(notes: list[str] | None = None) -> AsyncIterator[str | None]:
+    """The Prefect API for a run: the configured one (yields None), else the shared embedded
+    server of the PREFECT_HOME (yields its URL), started if none answers, leased while the block
+    runs. ``notes`` gets a line for the operator when this run started the server."""
+    from prefect.settings import PREFECT_API_URL, temporary_settings  # lazy: prefect
+
     if PREFECT_API_URL.value():
         yield None
         return
-    server = EmbeddedServer()
-    server.start()
+    config = await asyncio.to_thread(_config)
+    directory = config.home / STATE_DIRNAME
+    if (directory / "server.json").exists():
+        await asyncio.to_thread(_retire_incompatible, directory, config)
+    lease = await asyncio.to_thread(Lease, directory)
     try:
-        with temporary_settings(updates={PREFECT_API_URL: server.api_url}):
-            yield server.api_url
+        info, started = await asyncio.to_thread(ensure_server)
+        if started and notes is not None:
+            notes.append(_started_note(info))
+        with temporary_settings(updates={PREFECT_API_URL: info.api_url}):
+            yield info.api_url
     finally:
-        server.stop()
+        lease.release()
+
+
+def _started_note(info: ServerInfo) -> str:
+    idle = (
+        "stops when its last run ends"
+        if info.idle_timeout == 0
+        else f"stops after {info.idle_timeout:g} s without a run"
+    )
+    return (
+        f"started the embedded Prefect server {info.api_url} (pid {info.pid}) for {info.home}; "
+        f"later runs reuse it; it {idle} (`evalpipe server stop` stops it now)"
+    )
