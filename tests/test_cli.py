@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -44,7 +46,7 @@ def test_demo_run_prints_summary_and_writes_json(
     assert code == 0
     assert "tool_calls_present" in printed
     assert "mentions_expected" in printed
-    assert "'Is it warm in Tokyo today?'" in printed
+    assert "query:    Is it warm in Tokyo today?" in printed
     assert "14 passed, 2 failed, 0 errored of 16 items" in printed
     [data] = json.loads(out.read_text())
     assert data["provider"] == "Local"
@@ -129,12 +131,12 @@ def test_cache_stats_and_clean_commands(tmp_path: Path, capsys: pytest.CaptureFi
     stale.put({"model": "m", "messages": [{"role": "user", "content": "b"}]}, {"choices": []})
     assert main(["cache", "stats", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert "entries: 2" in out
-    assert "expired: 1" in out
+    assert re.search(r"^entries\s+2\s*$", out, flags=re.MULTILINE), out
+    assert re.search(r"^expired\s+1\s*$", out, flags=re.MULTILINE), out
     assert main(["cache", "clean", str(tmp_path)]) == 0
     assert "removed 1 expired entry" in capsys.readouterr().out
     main(["cache", "stats", str(tmp_path)])
-    assert "entries: 1" in capsys.readouterr().out
+    assert re.search(r"^entries\s+1\s*$", capsys.readouterr().out, flags=re.MULTILINE)
 
 
 def test_import_otel_is_wired_into_the_command_line(
@@ -186,3 +188,52 @@ def test_markup_in_names_is_printed_as_text() -> None:
     text = console.export_text()
     for fragment in ("[/oops]", "[x]", "[red]id[/red]", "[bold]q", "run [/oops]"):
         assert fragment in text
+
+
+def _parsers(parser: Any, path: str = "evalpipe") -> list[tuple[str, Any]]:
+    import argparse
+
+    found = [(path, parser)]
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, child in action.choices.items():
+                found += _parsers(child, f"{path} {name}")
+    return found
+
+
+def test_every_command_and_option_has_help() -> None:
+    """Every subcommand has a description and a line in its parent's list; every option and
+    argument says what it is for."""
+    import argparse
+
+    from evalpipe.cli import build_parser
+
+    for path, parser in _parsers(build_parser()):
+        assert parser.description, f"{path}: no description"
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                listed = {a.dest: a.help for a in action._choices_actions}
+                assert all(listed.get(n) for n in action.choices), f"{path}: {listed}"
+                continue
+            assert (action.help or "").strip(), f"{path} {action.option_strings or action.dest}"
+
+
+def test_version_and_top_level_help(capsys: pytest.CaptureFixture[str]) -> None:
+    """--version and -V print the version; --help says what evalpipe does, lists every command,
+    shows an example and the exit codes."""
+    from evalpipe import __version__
+
+    for flag in ("--version", "-V"):
+        with pytest.raises(SystemExit) as exc:
+            main([flag])
+        assert exc.value.code == 0
+        assert capsys.readouterr().out.strip() == f"evalpipe {__version__}"
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = capsys.readouterr().out
+    assert "Evaluate AI agents and multi-agent workflows" in text
+    for command in ("run", "eval", "results", "history", "bless", "compare", "report", "cache"):
+        assert re.search(rf"^    {command}\s+\S", text, flags=re.MULTILINE), command
+    assert "evalpipe run examples/travel/suite.yaml" in text
+    for code in ("0  passed", "1  a gate failed", "2  bad input", "3  the run could not complete"):
+        assert code in text

@@ -45,6 +45,40 @@ def test_load_resolves_dataset_relative_to_the_suite_file(tmp_path: Path) -> Non
     assert suite.concurrency == 8
 
 
+def test_every_path_in_a_suite_file_is_relative_to_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression: output_dir resolved against the current directory while dataset resolved
+    against the suite file. Now dataset, output_dir and compare_with written in the file are all
+    relative to the file; command-line overrides to the current directory; left out, output_dir is
+    runs in the current directory; URIs, last and baseline are kept as written."""
+    (tmp_path / "suites").mkdir()
+    monkeypatch.chdir(tmp_path)
+    text = BASE + "output_dir: ../out\ncompare_with: ../out/s/old\n"
+    suite = load_suite(_suite_file(tmp_path / "suites", text))
+    assert Path(suite.dataset) == (tmp_path / "suites" / "q.jsonl").resolve()
+    assert suite.output_dir == str((tmp_path / "out").resolve())
+    assert suite.compare_with == str((tmp_path / "out" / "s" / "old").resolve())
+    path = tmp_path / "suites" / "suite.yaml"
+    assert load_suite(path, ["output_dir=here"]).output_dir == "here"
+    default = _suite_file(tmp_path / "suites", BASE)
+    assert load_suite(default).output_dir == "runs"
+    uri = _suite_file(tmp_path / "suites", BASE + "output_dir: s3://b/evals\ncompare_with: last\n")
+    assert (load_suite(uri).output_dir, load_suite(uri).compare_with) == ("s3://b/evals", "last")
+
+
+def test_a_missing_dataset_names_where_it_was_looked_for(tmp_path: Path) -> None:
+    """The dataset is looked for beside the suite file, and the error says so."""
+    from evalpipe.runner.prepare import prepare_suite
+
+    suite = load_suite(_suite_file(tmp_path, BASE.replace("q.jsonl", "nope.jsonl")))
+    with pytest.raises(SuiteError) as exc:
+        prepare_suite(suite, None)
+    message = str(exc.value)
+    assert f"{(tmp_path / 'nope.jsonl').resolve()}: no such dataset file" in message
+    assert "relative to the suite file" in message
+
+
 def test_unknown_field_names_line_and_suggests(tmp_path: Path) -> None:
     """A misspelt field is reported with its line and the field it probably meant."""
     path = _suite_file(tmp_path, BASE + "repetitons: 3\n")

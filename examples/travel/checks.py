@@ -4,9 +4,11 @@ from evalpipe import evaluator
 
 
 @evaluator
-def mentions_expected(response: str, expected_output: str) -> bool:
+def mentions_expected(response: str, expected_output: str) -> dict[str, object]:
     """The answer contains the row's expected output (case-insensitive)."""
-    return expected_output.lower() in response.lower()
+    found = expected_output.lower() in response.lower()
+    verb = "mentions" if found else "does not mention"
+    return {"passed": found, "reason": f"the response {verb} {expected_output!r}"}
 
 
 @evaluator(name="concise")

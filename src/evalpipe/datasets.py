@@ -208,9 +208,8 @@ def _describe(error: ValidationError) -> str:
 def _existing(path: str | Path) -> Path:
     file = Path(path)
     if not file.is_file():
-        raise DatasetError(
-            f"{file}: no such dataset file; check the path (relative to {Path.cwd()})"
-        )
+        where = "" if file.is_absolute() else f" (relative to {Path.cwd()})"
+        raise DatasetError(f"{file}: no such dataset file; check the path{where}")
     return file
 
 

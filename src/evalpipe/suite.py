@@ -6,7 +6,7 @@ the evaluators (short forms, below), the concurrency, the gates and where the ru
     name: travel-demo
     target: examples.travel.workflow:workflow     # an agent, a workflow, or a factory of either
                                                   # (none: every dataset row is a recording)
-    dataset: queries.jsonl                        # JSONL, CSV or Parquet; relative to this file
+    dataset: queries.jsonl                        # JSONL, CSV or Parquet; paths are relative to this file
     repetitions: 3
     evaluators:
       - tool_calls_present                        # a built-in check
@@ -44,6 +44,7 @@ from evalpipe.targets.openai_chat import OpenAIChatAgent
 from evalpipe.targets.workflow import target_from_factory
 
 __all__ = [
+    "PATH_FIELDS",
     "EvalSuite",
     "SuiteError",
     "apply_params",
@@ -75,7 +76,7 @@ class EvalSuite(BaseModel):
     target_version: str = ""
     """A label for the target's version (a model name, a git revision); part of its identity."""
     dataset: str
-    """The query set: a .jsonl, .csv or .parquet path (relative paths: to the suite file)."""
+    """The query set: a .jsonl, .csv or .parquet path (in a suite file, relative to the file)."""
     repetitions: int = Field(default=1, ge=1, le=1000)
     """How many times each query runs."""
     split: str | None = None
@@ -107,12 +108,15 @@ class EvalSuite(BaseModel):
     warn_only: bool = False
     """Report failed gates without failing the run."""
     output_dir: str = "runs"
-    """Where run directories are created (``{output_dir}/{name}/{timestamp}-{hash}``)."""
+    """Where run directories are created (``{output_dir}/{name}/{timestamp}-{hash}``): a path (in a
+    suite file, relative to the file; left out, ``runs`` in the current directory) or a URI."""
     tags: list[str] = Field(default_factory=list)
     """Labels for the flow run and the manifest."""
     compare_with: str | None = None
-    """After the run, compare it with a baseline (a Prefect markdown artifact and the manifest):
-    ``last`` (the newest earlier finished run of this suite in ``output_dir``) or a run directory."""
+    """After the run, compare it with a baseline (a Prefect markdown artifact): ``last`` (the
+    newest earlier finished run of this suite in ``output_dir``), ``baseline`` (the run
+    ``evalpipe bless`` made this suite's baseline; none blessed: no comparison) or a run
+    directory."""
     task_runner: Literal["threads"] | dict[str, dict[str, Any] | None] = "threads"
     """Where shards run: ``threads`` (default: in the flow's process, on asyncio) or
     ``{dask: {...}}`` (prefect-dask, the ``dask`` extra): ``{dask: {n_workers: 2}}`` starts a local
@@ -272,7 +276,9 @@ _UniqueKeyLoader.add_constructor(
 def load_suite(path: str | Path, params: Sequence[str] = ()) -> EvalSuite:
     """Read a suite YAML file, apply ``--param`` overrides and validate it.
 
-    A relative ``dataset`` is resolved against the suite file's directory.
+    Relative paths written in the file (``dataset``, ``output_dir``, ``compare_with``) are
+    resolved against the suite file's directory; overrides in ``params`` against the current
+    directory (:data:`PATH_FIELDS`).
 
     Raises:
         SuiteError: for a missing file, invalid YAML, or an invalid field (named with its line).
@@ -296,15 +302,34 @@ def load_suite(path: str | Path, params: Sequence[str] = ()) -> EvalSuite:
             f"{file}: a suite is a YAML mapping with at least name, dataset, evaluators (and a "
             "target unless the dataset is recorded)"
         )
+    data = _beside(data, file.parent)
     data = apply_params(data, params)
     try:
         suite = EvalSuite.model_validate(data)
     except ValidationError as exc:
         raise SuiteError(_describe(exc, str(file), root)) from None
-    dataset = Path(suite.dataset)
-    if not dataset.is_absolute() and (file.parent / dataset).exists():
-        suite.dataset = str((file.parent / dataset).resolve())
     return suite
+
+
+PATH_FIELDS = ("dataset", "output_dir", "compare_with")
+"""Suite fields that are paths. Written in a suite file, a relative one is relative to the suite
+file's directory; given on the command line (``--param``, ``--output``) or as a flow parameter,
+to the current directory. ``output_dir`` left out of the file is ``runs`` in the current
+directory."""
+
+
+def _beside(data: dict[str, Any], directory: Path) -> dict[str, Any]:
+    """The file's relative paths (:data:`PATH_FIELDS`) made absolute against ``directory``."""
+    out = dict(data)
+    for key in PATH_FIELDS:
+        value = out.get(key)
+        if not isinstance(value, str) or not value or "://" in value:
+            continue
+        if key == "compare_with" and value in ("last", "baseline"):
+            continue
+        if not Path(value).is_absolute():
+            out[key] = str((directory / value).resolve())
+    return out
 
 
 # ---------------------------------------------------------------------------------------------

@@ -42,6 +42,7 @@ __all__ = [
     "ScoreStatus",
     "SummaryRow",
     "SummaryTally",
+    "call_verdicts",
     "count_results",
     "errored_results",
     "item_status",
@@ -600,6 +601,28 @@ def summary_rows(results: Sequence[EvalResults]) -> list[SummaryRow]:
     tally = SummaryTally()
     tally.add(results)
     return tally.rows()
+
+
+def call_verdicts(results: Sequence[EvalResults]) -> Counts:
+    """The calls' verdicts over every item each became (every provider and agent; items are tied
+    to their call by ``metadata["run_id"]``): errored when any of its items errored, else failed
+    when any failed, else passed. What the progress bar counts while a run goes on."""
+    worst: dict[str, ItemStatus] = {}
+    rank = {PASS: 0, FAIL: 1, ERROR: 2}
+    for result in results:
+        for level in result.iter_results():
+            for item in level.items:
+                key = (item.metadata or {}).get("run_id")
+                if key is None:
+                    continue
+                status = _ITEM_STATUSES.get(item.status, ERROR)
+                seen = worst.get(str(key))
+                if seen is None or rank[status] > rank[seen]:
+                    worst[str(key)] = status
+    counts = Counts()
+    for status in worst.values():
+        counts.add(status)
+    return counts
 
 
 # ---------------------------------------------------------------------------------------------

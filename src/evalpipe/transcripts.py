@@ -9,6 +9,7 @@ module depends on ``messages`` only.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -83,6 +84,11 @@ class TargetRun(BaseModel):
     """The exception, as text."""
     attempts: int = 1
     """How many times the call was made (transient errors are retried)."""
+    started_at: datetime | None = None
+    """When the call (its last attempt) started, in UTC, as evalpipe measured it; None for a
+    recording."""
+    ended_at: datetime | None = None
+    """When the call ended, in UTC; None for a recording."""
 
     @property
     def ok(self) -> bool:
@@ -148,6 +154,10 @@ class WorkflowRun(BaseModel):
     "MaxHopsExceeded"."""
     error_message: str | None = None
     """What went wrong, for people."""
+    started_at: datetime | None = None
+    """When the run started, in UTC, as evalpipe measured it; None for a recording."""
+    ended_at: datetime | None = None
+    """When the run ended, in UTC; None for a recording."""
 
     @property
     def ok(self) -> bool:

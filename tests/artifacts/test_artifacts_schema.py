@@ -57,7 +57,9 @@ def test_docs_list_every_column_with_its_type() -> None:
     text = DOCS.read_text()
     for name, schema in SCHEMAS.items():
         section = text.split(f"### {FILES[name]}\n\n", 1)[1].split("\n\n", 1)[0]
-        documented = re.findall(r"^\| `(\w+)` \| (\w+)", section, flags=re.MULTILINE)
+        documented = re.findall(
+            r"^\| `(\w+)` \| (timestamp\[[^\]]*\]|\w+)", section, flags=re.MULTILINE
+        )
         assert documented == [(f.name, str(f.type)) for f in schema], name
 
 
@@ -165,3 +167,54 @@ def test_docs_examples_run(
     out = capsys.readouterr().out
     assert "Local 2 passed, 4 failed" in out
     assert "paris 0 ok 3 messages" in out
+    # pandas with the pyarrow backend keeps the nullable integers and the UTC timestamps typed
+    assert "int64[pyarrow] timestamp[us, tz=UTC][pyarrow]" in out
+    # the stacking examples see the run by its name
+    assert "('demo', datetime.datetime(" in out
+    assert re.search(r"^demo\s+6\s+\d{4}-\d\d-\d\d", out, flags=re.MULTILINE), out
+
+
+def test_every_table_names_its_run_and_the_times_are_typed_utc(tmp_path: Path) -> None:
+    """run_name (the directory's name) is on every row of every table; the run's start and end
+    are UTC timestamps in summary.parquet and ISO strings in the manifest."""
+    run = tmp_path / "20260101T000000-abc"
+    with RunWriter(run) as writer:
+        writer.add_runs([RunRecord(run_id="c1")])
+        writer.add_results(workflow_batch(0, 3))
+    for name in SCHEMAS:
+        table = read_table(run, name)
+        assert table.schema.names[0] == "run_name"
+        assert set(table.column("run_name").to_pylist()) == {run.name}, name
+    summary = pq.read_table(run / "summary.parquet")
+    assert str(summary.schema.field("run_started_at").type) == "timestamp[us, tz=UTC]"
+    started = summary.column("run_started_at")[0].as_py()
+    ended = summary.column("run_ended_at")[0].as_py()
+    assert started <= ended
+    manifest = read_manifest(run)
+    assert manifest["run_name"] == run.name
+    assert manifest["ended_at"] == ended.isoformat()
+
+
+def test_a_version_1_run_reads_with_the_new_columns_filled_in(run_dir: Path) -> None:
+    """A run written before schema version 2 (no run_name, no timestamps) still reads: run_name
+    is the directory's name and the timestamps are null."""
+    for file in FILES.values():
+        table = pq.read_table(run_dir / file)
+        old = [
+            c
+            for c in table.schema.names
+            if c not in ("run_name", "run_started_at", "run_ended_at", "started_at", "ended_at")
+        ]
+        pq.write_table(
+            table.select(old).replace_schema_metadata({SCHEMA_VERSION_KEY: b"1"}), run_dir / file
+        )
+    manifest = json.loads((run_dir / MANIFEST_FILE).read_text())
+    manifest["schema_version"] = 1
+    (run_dir / MANIFEST_FILE).write_text(json.dumps(manifest))
+    summary = read_table(run_dir, "summary")
+    assert summary.schema.names == SCHEMAS["summary"].names
+    assert set(summary.column("run_name").to_pylist()) == {run_dir.name}
+    assert summary.column("run_started_at").null_count == len(summary)
+    batches = list(iter_batches(run_dir, "scores", columns=["run_name", "metric"]))
+    assert batches[0].schema.names == ["run_name", "metric"]
+    assert load_run(run_dir)[0].provider  # the nested results come back too

@@ -56,7 +56,7 @@ async def test_bare_decorator_uses_function_name() -> None:
 
     assert mentions_sun.__name__ == "mentions_sun"
     r = await run_check(mentions_sun, item())
-    assert r == CheckResult(True, "passed", "mentions_sun", 1.0)
+    assert r == CheckResult(True, "passed: mentions_sun(response)", "mentions_sun", 1.0)
 
 
 async def test_decorator_with_name() -> None:
@@ -68,7 +68,7 @@ async def test_decorator_with_name() -> None:
 
     assert short.__name__ == "length_ok"
     r = await run_check(short, item())
-    assert (r.passed, r.reason, r.check_name) == (False, "failed", "length_ok")
+    assert (r.passed, r.reason, r.check_name) == (False, "failed: short(response)", "length_ok")
 
 
 @pytest.mark.parametrize(("name", "expected"), [(None, "scorer"), ("custom", "custom")])
@@ -733,3 +733,29 @@ def test_max_concurrency_must_be_positive() -> None:
     """A LocalEvaluator bound below 1 is rejected at construction (it would wait forever)."""
     with pytest.raises(ValueError, match=r"max_concurrency must be >= 1, got 0\."):
         LocalEvaluator(keyword_check("x"), max_concurrency=0)
+
+
+async def test_a_bare_verdict_says_what_the_check_looked_for() -> None:
+    """Regression: `mentions_expected: failed` told nothing. A bool (or {"passed": ...} without a
+    reason) from an @evaluator gets the docstring's first line as what it looked for; a reason the
+    function gives is kept; a score keeps MAF's score reason."""
+
+    @evaluator
+    def mentions_paris(response: str) -> bool:
+        """The answer names Paris.
+
+        More detail that is not shown."""
+        return "Paris" in response
+
+    @evaluator
+    def flagged(response: str) -> dict[str, object]:
+        return {"passed": False}
+
+    @evaluator
+    def explained(response: str) -> dict[str, object]:
+        return {"passed": False, "reason": "no city at all"}
+
+    r = await run_check(mentions_paris, item("It is sunny."))
+    assert (r.passed, r.reason) == (False, "failed: The answer names Paris")
+    assert (await run_check(flagged, item())).reason == "failed: flagged(response)"
+    assert (await run_check(explained, item())).reason == "no city at all"

@@ -226,12 +226,18 @@ async def test_a_maf_workflow_factory_target_runs_concurrently(project: Path) ->
 
 
 def _cli_rows(text: str) -> dict[tuple[str, str], list[str]]:
-    """(provider, metric) -> the numeric cells of the command line's summary table."""
+    """(provider, metric) -> the counts of the command line's summary: a table per provider
+    (titled with its name), each metric's line indented under its agent's."""
     out = {}
+    provider = None
     for line in text.splitlines():
-        cells = [c.strip() for c in line.split("│")]
-        if len(cells) >= 10 and cells[1] in ("Local", "Relevance"):
-            out[(cells[1], cells[3])] = cells[4:9]
+        if line.strip() in ("Local", "Relevance"):
+            provider = line.strip()
+        elif not line.strip():
+            provider = None  # a table ends with an empty line
+        elif provider and line.startswith("  ") and not line.startswith("   "):
+            cells = line.split()
+            out[(provider, cells[0])] = cells[1:6]
     return out
 
 

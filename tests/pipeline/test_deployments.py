@@ -6,6 +6,8 @@ UI in headless Chromium, and `evalpipe serve`."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import io
 import json
 import os
 import re
@@ -182,6 +184,172 @@ def smoke_run_calls(run: dict[str, Any]) -> int:
     return rows * int(run["parameters"]["repetitions"])
 
 
+OPERATIONS = ROOT / "docs" / "operations.md"
+
+RUN_BY_FIXTURES = {
+    "export PREFECT_HOME=$PWD/.prefect-server": "server: its own PREFECT_HOME",
+    "prefect server start --host 127.0.0.1 --port 4200 &": "server: the same, on a free port",
+    "export PREFECT_API_URL=http://127.0.0.1:4200/api": "server: PREFECT_API_URL in its env",
+    "evalpipe deploy": "worker: runs it and checks its exit code",
+    "prefect worker start --pool evalpipe-process": "worker: the same, with --name w1",
+}
+"""Commands of docs/operations.md the module's fixtures run (on a free port, not 4200)."""
+
+
+def _doc_commands() -> list[str]:
+    """Every command in docs/operations.md: the lines of its bash blocks (continuations joined,
+    comments dropped) and the inline `prefect gcl create ...` commands."""
+    text = OPERATIONS.read_text(encoding="utf-8")
+    commands = []
+    for block in re.findall(r"```bash\n(.*?)```", text, flags=re.DOTALL):
+        joined = block.replace("\\\n", " ")
+        for line in joined.splitlines():
+            line = re.sub(r"\s+#.*$", "", line).strip()
+            if line:
+                commands.append(re.sub(r"\s+", " ", line))
+    commands += re.findall(r"`(prefect gcl create [^`]+)`", text)
+    return commands
+
+
+def _verbatim(command: str, env: dict[str, str], timeout: float = 300) -> str:
+    """A documented command as written, by bash, with the project's tools on PATH."""
+    done = subprocess.run(
+        ["bash", "-c", command],
+        cwd=ROOT,
+        env={**env, "PATH": f"{BIN}:{env.get('PATH', '')}"},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    assert done.returncode == 0, f"{command}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    return done.stdout
+
+
+def test_every_command_in_operations_md_is_run_by_a_test() -> None:
+    """Each command docs/operations.md shows is run as written by this module (or, for the server,
+    the deploy and the worker, by its fixtures), so a broken example fails a test."""
+    commands = _doc_commands()
+    triggers = [c for c in commands if c.startswith("prefect deployment run ")]
+    assert len(triggers) == 2
+    served = [c for c in commands if c.startswith("evalpipe serve ")]
+    limits = [c for c in commands if c.startswith("prefect gcl create ")]
+    assert len(served) == 1
+    assert len(limits) == 2
+    rest = [c for c in commands if c not in triggers + served + limits]
+    assert sorted(rest) == sorted(RUN_BY_FIXTURES)
+
+
+def test_the_trigger_commands_run_as_written(
+    server: Server, worker: subprocess.Popen[bytes]
+) -> None:
+    """Both `prefect deployment run` examples of docs/operations.md §4, as written: their flow
+    runs complete (the second, with its evaluator override and gates, named with version v2),
+    and the run_deployment() example schedules a run."""
+    first, second = [c for c in _doc_commands() if c.startswith("prefect deployment run ")]
+    started = _verbatim(first, server.env)
+    match = re.search(r"UUID:\s*([0-9a-f-]{36})", started)
+    assert match, started
+    run = _wait_final(server, match.group(1), timeout=300)
+    assert run["state"]["type"] == "COMPLETED", run["state"]["message"]
+    assert run["parameters"]["repetitions"] == 5
+    watched = _verbatim(second, server.env, timeout=400)
+    match = re.search(r"UUID:\s*([0-9a-f-]{36})", watched)
+    assert match, watched
+    run = _api(server, "GET", f"/flow_runs/{match.group(1)}")
+    assert run["state"]["type"] == "COMPLETED", run["state"]["message"]
+    assert re.fullmatch(r"travel-demo-v2-x3-\d{8}-\d{6}", run["name"]), run["name"]
+
+    text = OPERATIONS.read_text(encoding="utf-8")
+    [block] = [
+        b
+        for b in re.findall(r"```python\n(.*?)```", text, flags=re.DOTALL)
+        if "run_deployment" in b
+    ]
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    printed = io.StringIO()
+    with (
+        temporary_settings(updates={PREFECT_API_URL: server.api}),
+        contextlib.redirect_stdout(printed),
+    ):
+        exec(compile(block, "docs/operations.md[run_deployment]", "exec"), {"__name__": "__main__"})
+    flow_run_id, name = printed.getvalue().split(maxsplit=1)
+    assert name.strip()  # Prefect's placeholder: the flow names the run when it starts
+    assert _api(server, "GET", f"/flow_runs/{flow_run_id}")["parameters"]["repetitions"] == 5
+    # scheduled is what the example shows; running it too would only load the shared server
+    _api(
+        server,
+        "POST",
+        f"/flow_runs/{flow_run_id}/set_state",
+        {"state": {"type": "CANCELLED", "name": "Cancelled"}, "force": True},
+    )
+
+
+def test_the_concurrency_limit_commands_run_as_written(server: Server) -> None:
+    """The `prefect gcl create` commands of docs/operations.md §8 create the limits they name."""
+    for command in [c for c in _doc_commands() if c.startswith("prefect gcl create ")]:
+        _verbatim(command, server.env, timeout=60)
+    limits = {
+        g["name"]: g["limit"] for g in _api(server, "POST", "/v2/concurrency_limits/filter", {})
+    }
+    assert limits["foundry"] == 4
+    assert limits["judge:api.openai.com:gpt-4o-mini"] == 32
+
+
+def test_the_serve_command_registers_its_deployment_as_written(server: Server) -> None:
+    """`evalpipe serve` as docs/operations.md §5 writes it registers evalpipe-eval/travel-demo with
+    the cron schedule and the target_version override."""
+    [command] = [c for c in _doc_commands() if c.startswith("evalpipe serve ")]
+    env = {**server.env, "PATH": f"{BIN}:{server.env.get('PATH', '')}"}
+    proc = start(["bash", "-c", f"exec {command}"], env, server.home / "serve-doc.log")
+    try:
+
+        def deployment() -> dict[str, Any] | None:
+            if proc.poll() is not None:
+                raise AssertionError((server.home / "serve-doc.log").read_text(errors="replace"))
+            response = httpx.get(
+                f"{server.api}/deployments/name/evalpipe-eval/travel-demo", timeout=10
+            )
+            return response.json() if response.status_code == 200 else None
+
+        dep = wait_for(deployment, 120, "the served deployment", step=1)
+        assert dep["parameters"]["params"] == {"target_version": "v2"}
+        assert [s["schedule"].get("cron") for s in dep["schedules"]] == ["0 2 * * *"]
+    finally:
+        stop(proc)
+
+
+def test_run_without_api_url_uses_the_server_on_its_prefect_home(server: Server) -> None:
+    """Regression: with the server's PREFECT_HOME but no PREFECT_API_URL, `evalpipe run` started an
+    embedded server on the same SQLite file ("database is locked"). It runs on that server now,
+    and says so."""
+    env = {k: v for k, v in server.env.items() if k != "PREFECT_API_URL"}
+    output = _outputs(server, "same-home")
+    done = subprocess.run(
+        [
+            str(BIN / "evalpipe"),
+            *("run", "examples/travel/agent_suite.yaml", "--no-progress"),
+            *("--param", "repetitions=1", "--output", str(output)),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"note: using the Prefect server at {server.api}" in done.stderr
+    [manifest] = list(output.glob("travel-agent/*/manifest.json"))
+    flow_run_id = json.loads(manifest.read_text())["flow_run_id"]
+    assert _api(server, "GET", f"/flow_runs/{flow_run_id}")["state"]["type"] == "COMPLETED"
+    # no embedded server beside it: its errors would be on the run's stderr (the server's own
+    # log may show SQLite contention of its own under this module's load: not checked)
+    assert "database is locked" not in done.stderr
+    assert "Starting temporary server" not in done.stderr
+
+
 @pytest.fixture(scope="module")
 def canary_run(server: Server, worker: subprocess.Popen[bytes]) -> dict[str, Any]:
     """The canary deployment triggered from Python with run_deployment(timeout=0)."""
@@ -204,24 +372,19 @@ def canary_run(server: Server, worker: subprocess.Popen[bytes]) -> dict[str, Any
 
 
 async def _pause_nightly_on_gate_failure() -> None:
-    """The automation docs/operations.md shows: a failed canary gate pauses the nightly run."""
-    from prefect.automations import Automation
-    from prefect.client.orchestration import get_client
-    from prefect.events.actions import PauseDeployment
-    from prefect.events.schemas.automations import EventTrigger, Posture
-
-    async with get_client() as client:
-        nightly = await client.read_deployment_by_name("evalpipe-eval/travel-nightly")
-    await Automation(
-        name="pause-nightly-when-canary-gate-fails",
-        trigger=EventTrigger(
-            expect={"evalpipe.gate.failed"},
-            match={"prefect.resource.id": "evalpipe.suite.travel-canary"},
-            posture=Posture.Reactive,
-            threshold=1,
-        ),
-        actions=[PauseDeployment(source="selected", deployment_id=nightly.id)],
-    ).acreate()
+    """The automation docs/operations.md §7 shows, as written: a failed canary gate pauses the
+    nightly run."""
+    text = OPERATIONS.read_text(encoding="utf-8")
+    [block] = [
+        b for b in re.findall(r"```python\n(.*?)```", text, flags=re.DOTALL) if "Automation(" in b
+    ]
+    # the block ends with asyncio.run(main()); here a loop runs already: define, then await main
+    namespace: dict[str, Any] = {"__name__": "docs"}
+    exec(
+        compile(block.replace("asyncio.run(main())", ""), "docs/operations.md[automation]", "exec"),
+        namespace,
+    )
+    await namespace["main"]()
 
 
 def test_failed_gate_fails_the_deployed_run_naming_the_clauses(canary_run: dict[str, Any]) -> None:

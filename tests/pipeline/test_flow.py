@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -276,6 +277,8 @@ def test_cli_run_exit_codes(project: Path, prefect_api: str) -> None:
     ok = cli(*run)
     assert ok.returncode == 0, ok.stderr[-2000:]
     assert "evalpipe summary" in ok.stdout
+    # without the bar, the one line saying how the run ended is still there
+    assert re.search(r"^echo-suite: 4/4 calls in \d+\.\d s", ok.stderr, flags=re.MULTILINE)
     gated = cli(
         *run,
         "--param",
@@ -489,3 +492,72 @@ async def test_a_large_run_gets_its_report_from_a_child_process(
     outcome = await arun_suite(load_suite(_write_project(project, rows=3, repetitions=1)))
     assert outcome.state == "Completed", outcome.message
     assert "echo-suite" in (outcome.run_dir / "report.html").read_text(encoding="utf-8")
+
+
+async def test_the_failures_artifact_shows_query_and_response_and_where_the_rest_is(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The failures artifact lists each item that did not pass with why, its query and its
+    response, and when capped says how many more there are and where they all are."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    from evalpipe.pipeline import flow
+
+    monkeypatch.setattr(flow, "FAILURES_LISTED", 3)
+    path = _write_project(project, rows=6, evaluators=[{"keyword_check": ["nope"]}])
+    outcome = await arun_suite(load_suite(path))
+    assert outcome.state == "Completed", outcome.message
+    flow_run_id = read_manifest(outcome.run_dir)["flow_run_id"]
+    async with get_client() as client:
+        found = await client.read_artifacts(
+            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["echo-suite-failures"]))
+        )
+    [artifact] = [a for a in found if str(a.flow_run_id) == flow_run_id]
+    text = str(artifact.data)
+    assert text.count("  - query: question ") == 3
+    assert text.count("  - response: answer") == 3
+    assert "keyword\\_check: Missing keywords" in text
+    assert "Listed: the first 3 of 12; 9 more not listed; every item is in " in text
+    assert "scores.parquet" in text
+
+
+def test_the_demo_piped_to_a_file_shows_every_agent(tmp_path: Path, prefect_api: str) -> None:
+    """Regression: `make demo` piped to a file showed an empty agent column (output that is not a
+    terminal was 120 columns and rich shrank `agent` to nothing). Every agent's line and every
+    metric is in the piped output, at the default width and at COLUMNS=80."""
+    root = Path(__file__).resolve().parents[2]
+    for columns in (None, "80"):
+        env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+        env["PREFECT_API_URL"] = prefect_api
+        if columns:
+            env["COLUMNS"] = columns
+        out = tmp_path / f"demo-{columns}.txt"
+        with out.open("w") as handle:
+            done = subprocess.run(
+                [
+                    *(sys.executable, "-m", "evalpipe.cli", "run", "examples/travel/suite.yaml"),
+                    *("--output", str(tmp_path / "runs"), "--new-run"),
+                ],
+                cwd=root,
+                env=env,
+                stdout=handle,
+                stderr=subprocess.PIPE,
+                text=True,
+                timeout=240,
+                check=False,
+            )
+        assert done.returncode == 0, done.stderr[-2000:]
+        text = out.read_text()
+        width = int(columns or 120)
+        assert all(len(line) <= width for line in text.splitlines())
+        for agent in ("overall", "planner", "researcher", "writer"):
+            assert re.search(rf"^{agent}\s+15\s+\d+\s+\d+\s+0\s", text, flags=re.MULTILINE), agent
+        for metric in (
+            "tool_call_args_match",
+            "mentions_expected",
+            "concise",
+            "task_navigation_efficiency",
+        ):
+            assert re.search(rf"^  {metric}\s+15\s", text, flags=re.MULTILINE), metric
+        assert re.search(r"^Local \(researcher, overall\)", text, flags=re.MULTILINE)

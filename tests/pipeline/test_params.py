@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -92,3 +93,21 @@ def test_resolved_suite_is_an_evalsuite() -> None:
     suite = load_suite(AGENT_SUITE)
     assert resolve_suite(suite) is suite
     assert isinstance(resolve_suite(suite, repetitions=2), EvalSuite)
+
+
+@pytest.mark.usefixtures("prefect_api")
+async def test_the_flow_run_is_named_with_an_overridden_target_version(tmp_path: Path) -> None:
+    """Regression: a deployment's params target_version (or --param target_version=...) did not
+    reach the flow run's name when the suite file has a version of its own."""
+    from prefect.client.orchestration import get_client
+
+    from evalpipe.pipeline.flow import eval_flow
+
+    state = await eval_flow(
+        str(ROOT / "examples/travel/canary.yaml"),
+        params={"target_version": "v2", "output_dir": str(tmp_path)},
+        return_state=True,
+    )
+    async with get_client() as client:
+        run = await client.read_flow_run(state.state_details.flow_run_id)
+    assert re.fullmatch(r"travel-canary-v2-\d{8}-\d{6}", run.name), run.name

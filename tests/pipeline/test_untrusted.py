@@ -259,15 +259,16 @@ def test_no_secret_reaches_anything_the_run_wrote(server: Server, tmp_path: Path
 
 EVIL = "evil.example"
 AGENTS = ["[x](javascript:alert(7))", "<img src=x onerror=alert(1)>"]
+# the terminal's hostile texts first: the failures list shows the first 5 items of each result
 HOSTILE = [
+    "[bold red]rich[/] [link=https://evil.example/r]rich link[/link]",
+    "\x1b[31mred\x1b[0m \x1b]8;;https://evil.example/osc\x07osc link\x1b]8;;\x07 \x1b[2J",
+    "bidi \u202egnp.exe\u202c and zero\u200bwidth",
     "x` [click](javascript:alert(4)) `y",
     '<a href="https://evil.example/login">Sign in again</a>',
     "![pixel](https://evil.example/pixel.png)",
     "<script>alert(2)</script><b id=evalpipe-hostile>bold</b>",
     "cell | pipe | break",
-    "[bold red]rich[/] [link=https://evil.example/r]rich link[/link]",
-    "\x1b[31mred\x1b[0m \x1b]8;;https://evil.example/osc\x07osc link\x1b]8;;\x07 \x1b[2J",
-    "bidi \u202egnp.exe\u202c and zero\u200bwidth",
     'it\'s "quoted" & <ok>',
     "<https://evil.example/autolink> javascript:alert(5)",
     "long " + "y" * 6000,
@@ -411,7 +412,8 @@ def test_hostile_text_stays_text_in_every_sink(
         json={"flow_runs": {"tags": {"all_": []}}, "sort": "START_TIME_DESC"},
         timeout=30,
     ).json()
-    hostile_runs = [r for r in runs if r["parameters"]]
+    hostile_runs = [r for r in runs if r["name"].startswith("hostile-")]  # not the hunt's run
+    assert len(hostile_runs) == 2, [r["name"] for r in runs]
     artifacts = httpx.post(
         f"{server.api}/artifacts/filter",
         json={"artifacts": {"flow_run_id": {"any_": [r["id"] for r in hostile_runs]}}},

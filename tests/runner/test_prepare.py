@@ -119,3 +119,28 @@ def test_the_run_directory_rules(tmp_path: Path) -> None:
     with pytest.raises(SuiteError, match="an unfinished run of another target"):
         prepare_suite(suite, other)
     assert prepare_suite(suite, tmp_path / "fresh").run_dir == tmp_path / "fresh"
+
+
+def test_a_suite_run_names_its_results_with_the_provider_however_many_there_are() -> None:
+    """Regression: eval_run_id changed with the number of providers ("travel-demo — writer" with
+    one, "travel-demo — writer (Local)" with two). A suite run always names the provider; MAF's
+    in-process API keeps naming it only when there are several."""
+    from evalpipe import LocalEvaluator, tool_calls_present
+    from evalpipe.runner import in_process_plan, resolve_target
+    from evalpipe.targets.demo import travel_agent
+
+    one = load_suite(
+        Path(__file__).resolve().parents[2] / "examples/travel/suite.yaml",
+        ["evaluators=[tool_call_args_match]", "gates=[]"],
+    )
+    plan = prepare_suite(one, None)
+    assert [plan.eval_name(p) for p in plan.providers] == ["travel-demo (Local)"]
+    assert plan.provider_tail(plan.providers[0]) == " (Local)"
+    maf = in_process_plan(
+        name="Eval: travel",
+        target=resolve_target(travel_agent()),
+        kind="agent",
+        queries=["hi"],
+        providers=[LocalEvaluator(tool_calls_present)],
+    )
+    assert maf.eval_name(maf.providers[0]) == "Eval: travel"

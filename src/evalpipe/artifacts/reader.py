@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator, Sequence
+from dataclasses import fields
 from typing import Any
 
 import pyarrow as pa  # type: ignore[import-untyped, unused-ignore]
@@ -19,8 +20,10 @@ import pyarrow.parquet as pq  # type: ignore[import-untyped, unused-ignore]
 from pydantic import TypeAdapter
 
 from evalpipe.artifacts.schema import (
+    ADDED,
     FILES,
     MANIFEST_FILE,
+    RUN_NAME,
     SCHEMA_VERSION,
     SCHEMA_VERSION_KEY,
     SCHEMAS,
@@ -28,7 +31,8 @@ from evalpipe.artifacts.schema import (
     RunRecord,
     SchemaVersionError,
 )
-from evalpipe.artifacts.writer import resolve_filesystem
+from evalpipe.artifacts.writer import SPLIT_AT_PREFIX, resolve_filesystem
+from evalpipe.itemize import SplitAt
 from evalpipe.items import ConversationSplit, EvalItem, ExpectedToolCall
 from evalpipe.messages import Message, ToolDefinition
 from evalpipe.results import Diagnostic, EvalItemResult, EvalResults, EvalScoreResult, RubricScore
@@ -50,6 +54,8 @@ _MESSAGES: TypeAdapter[list[Message]] = TypeAdapter(list[Message])
 _TOOLS: TypeAdapter[list[ToolDefinition]] = TypeAdapter(list[ToolDefinition])
 _EXPECTED: TypeAdapter[list[ExpectedToolCall]] = TypeAdapter(list[ExpectedToolCall])
 _SPLITS = {member.value: member for member in ConversationSplit}
+SUMMARY_ROW_COLUMNS = [f.name for f in fields(SummaryRow)]
+"""The columns of summary.parquet a SummaryRow holds (not the run's name and times)."""
 
 
 def _check_version(raw: Any, where: str) -> int:
@@ -98,7 +104,54 @@ def read_manifest(run_dir: str | os.PathLike[str], *, filesystem: Any = None) ->
     return data
 
 
-def _open(fs: Any, directory: str, name: str) -> Any:
+class _Table:
+    """An open table file, its schema version, and the columns it lacks (added by later versions)."""
+
+    def __init__(self, parquet: Any, name: str, directory: str, version: int) -> None:
+        self.parquet = parquet
+        self.name = name
+        self.run_name = directory.rstrip("/").rsplit("/", 1)[-1]
+        present = set(parquet.schema_arrow.names)
+        self.absent = [c for c in ADDED[name] if c not in present]
+
+    def _columns(self, columns: Sequence[str] | None) -> tuple[list[str] | None, list[str]]:
+        wanted = list(columns) if columns is not None else list(SCHEMAS[self.name].names)
+        missing = [c for c in wanted if c in self.absent]
+        if not missing and columns is None:
+            return None, []
+        return [c for c in wanted if c not in missing], missing
+
+    def _complete(self, data: Any, wanted: Sequence[str] | None, missing: Sequence[str]) -> Any:
+        """``data`` with the absent columns filled in (``run_name``: the directory's name; the
+        timestamps null), in the asked order."""
+        if not missing:
+            return data
+        schema = SCHEMAS[self.name]
+        order = list(wanted) if wanted is not None else list(schema.names)
+        arrays = []
+        for column in order:
+            if column in missing:
+                kind = schema.field(column).type
+                value = self.run_name if column == RUN_NAME else None
+                arrays.append(pa.array([value] * data.num_rows, type=kind))
+            else:
+                arrays.append(data.column(column))
+        maker = pa.Table if isinstance(data, pa.Table) else pa.RecordBatch
+        return maker.from_arrays(arrays, names=order)
+
+    def read(self, columns: Sequence[str] | None) -> Any:
+        present, missing = self._columns(columns)
+        wanted = list(columns) if columns is not None else None
+        return self._complete(self.parquet.read(columns=present), wanted, missing)
+
+    def iter_batches(self, batch_size: int, columns: Sequence[str] | None) -> Iterator[Any]:
+        present, missing = self._columns(columns)
+        wanted = list(columns) if columns is not None else None
+        for batch in self.parquet.iter_batches(batch_size=batch_size, columns=present):
+            yield self._complete(batch, wanted, missing)
+
+
+def _open(fs: Any, directory: str, name: str) -> _Table:
     if name not in SCHEMAS:
         raise ValueError(f"unknown run table {name!r}; the tables are {sorted(SCHEMAS)}")
     path = f"{directory}/{FILES[name]}"
@@ -113,11 +166,16 @@ def _open(fs: Any, directory: str, name: str) -> Any:
         raise ArtifactError(
             f"{path}: no {SCHEMA_VERSION_KEY.decode()} metadata; not written by evalpipe"
         )
-    _check_version(metadata[SCHEMA_VERSION_KEY].decode(), path)
-    missing = [c for c in SCHEMAS[name].names if c not in parquet.schema_arrow.names]
+    version = _check_version(metadata[SCHEMA_VERSION_KEY].decode(), path)
+    added = ADDED[name]
+    missing = [
+        c
+        for c in SCHEMAS[name].names
+        if c not in parquet.schema_arrow.names and added.get(c, 0) <= version
+    ]
     if missing:
         raise ArtifactError(f"{path}: missing column(s) {missing}")
-    return parquet
+    return _Table(parquet, name, directory, version)
 
 
 def read_table(
@@ -136,7 +194,7 @@ def read_table(
     """
     fs, path = resolve_filesystem(run_dir, filesystem)
     read_manifest(path, filesystem=fs)
-    return _open(fs, path, name).read(columns=list(columns) if columns is not None else None)
+    return _open(fs, path, name).read(columns)
 
 
 def iter_batches(
@@ -156,18 +214,14 @@ def iter_batches(
     """
     fs, path = resolve_filesystem(run_dir, filesystem)
     read_manifest(path, filesystem=fs)
-    parquet = _open(fs, path, name)
-    batches: Iterator[Any] = parquet.iter_batches(
-        batch_size=batch_size, columns=list(columns) if columns is not None else None
-    )
-    return batches
+    return _open(fs, path, name).iter_batches(batch_size, columns)
 
 
 def iter_runs(
     run_dir: str | os.PathLike[str], *, batch_size: int = 1_024, filesystem: Any = None
 ) -> Iterator[RunRecord]:
     """The target calls of runs.parquet, in the order they were written, streamed."""
-    names = SCHEMAS["runs"].names
+    names = [n for n in SCHEMAS["runs"].names if n != RUN_NAME]
     for batch in iter_batches(
         run_dir, "runs", columns=names, batch_size=batch_size, filesystem=filesystem
     ):
@@ -184,7 +238,7 @@ def read_runs(run_dir: str | os.PathLike[str], *, filesystem: Any = None) -> lis
 def read_summary(run_dir: str | os.PathLike[str], *, filesystem: Any = None) -> list[SummaryRow]:
     """summary.parquet's rows, in file order: one per provider × agent and per metric (the numbers
     every sink shows, computed by ``evalpipe.tally``)."""
-    table = read_table(run_dir, "summary", columns=SCHEMAS["summary"].names, filesystem=filesystem)
+    table = read_table(run_dir, "summary", columns=SUMMARY_ROW_COLUMNS, filesystem=filesystem)
     return [SummaryRow(**row) for row in table.to_pylist()]
 
 
@@ -192,7 +246,8 @@ def read_not_passed(
     run_dir: str | os.PathLike[str], *, limit: int = 10, filesystem: Any = None
 ) -> dict[str, list[dict[str, Any]]]:
     """The items that did not pass, per result (its eval name), at most ``limit`` each, in order:
-    ``item_id``, ``item_status``, ``input_text``, ``item_metadata`` (a dict), ``why`` (the item's
+    ``item_id``, ``item_status``, ``input_text``, ``output_text``, ``item_metadata`` (a dict),
+    ``why`` (the item's
     error, else its failed metrics and their reasons). Only scores.parquet's rows of such items are
     read into Python."""
     columns = [
@@ -202,6 +257,7 @@ def read_not_passed(
         "item_status",
         "item_error_message",
         "input_text",
+        "output_text",
         "item_metadata",
         "metric",
         "passed",
@@ -223,6 +279,7 @@ def read_not_passed(
                     "item_id": row["item_id"],
                     "item_status": row["item_status"],
                     "input_text": row["input_text"],
+                    "output_text": row["output_text"],
                     "item_metadata": _loads(row["item_metadata"]) or {},
                     "error": row["item_error_message"],
                     "failed": [],
@@ -260,6 +317,15 @@ def _loads(text: str | None) -> Any:
     return None if text is None else json.loads(text)
 
 
+def _split(name: str | None) -> Any:
+    """A stored split back: a ConversationSplit, a workflow agent's cut (``at:N``), else None."""
+    if name is None:
+        return None
+    if name.startswith(SPLIT_AT_PREFIX) and name[len(SPLIT_AT_PREFIX) :].isdigit():
+        return SplitAt(int(name[len(SPLIT_AT_PREFIX) :]))
+    return _SPLITS.get(name)
+
+
 def _item(row: dict[str, Any]) -> EvalItem:
     split = row["split"]
     return EvalItem(
@@ -273,7 +339,7 @@ def _item(row: dict[str, Any]) -> EvalItem:
         if row["expected_tool_calls"] is None
         else _EXPECTED.validate_json(row["expected_tool_calls"]),
         # A custom splitter is a callable: it is not imported back from a data file.
-        split_strategy=_SPLITS.get(split) if split is not None else None,
+        split_strategy=_split(split),
         item_id=row["item_id"],
         query_index=row["query_index"],
         repetition=row["repetition"],

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
+from datetime import datetime
 from typing import Any, Literal
 
 import pyarrow as pa  # type: ignore[import-untyped, unused-ignore]
@@ -16,10 +17,12 @@ import pyarrow as pa  # type: ignore[import-untyped, unused-ignore]
 from evalpipe.transcripts import TargetRun, Transcript
 
 __all__ = [
+    "ADDED",
     "FILES",
     "ITEMS_SCHEMA",
     "MANIFEST_FILE",
     "RUNS_SCHEMA",
+    "RUN_NAME",
     "SCHEMAS",
     "SCHEMA_VERSION",
     "SCHEMA_VERSION_KEY",
@@ -31,8 +34,11 @@ __all__ = [
     "SchemaVersionError",
 ]
 
-SCHEMA_VERSION = 1
-"""The version of the run-directory layout this evalpipe writes, and the newest it reads."""
+SCHEMA_VERSION = 2
+"""The version of the run-directory layout this evalpipe writes, and the newest it reads.
+
+Version 2 added ``run_name`` to every table, the calls' ``started_at``/``ended_at`` to runs.parquet
+and the run's ``run_started_at``/``run_ended_at`` to summary.parquet (see :data:`ADDED`)."""
 
 SCHEMA_VERSION_KEY = b"evalpipe.schema_version"
 """Key of the schema version in each Parquet file's key-value metadata."""
@@ -60,10 +66,23 @@ _S = pa.string()
 _I = pa.int64()
 _F = pa.float64()
 _B = pa.bool_()
+_T = pa.timestamp("us", tz="UTC")
+
+RUN_NAME = "run_name"
+"""The column every table starts with: the run directory's name, the same on each of its rows."""
 
 
 def _schema(*columns: Any) -> Any:
-    return pa.schema(list(columns), metadata={SCHEMA_VERSION_KEY: str(SCHEMA_VERSION).encode()})
+    run_name = _field(
+        RUN_NAME,
+        _S,
+        "The run: its run directory's name (unique per run; the same on every row and table of the "
+        "run, and manifest.json's run_name). Stack runs on it.",
+        nullable=False,
+    )
+    return pa.schema(
+        [run_name, *columns], metadata={SCHEMA_VERSION_KEY: str(SCHEMA_VERSION).encode()}
+    )
 
 
 RUNS_SCHEMA = _schema(
@@ -78,6 +97,10 @@ RUNS_SCHEMA = _schema(
     _field("error_code", _S, 'Why the call failed (e.g. "AgentError"); null when ok.'),
     _field("error_message", _S, "The failure, as text; null when ok."),
     _field("latency_s", _F, "Wall-clock seconds of the call."),
+    _field(
+        "started_at", _T, "When the call started (UTC); null for a recorded row (nothing called)."
+    ),
+    _field("ended_at", _T, "When the call ended (UTC); null for a recorded row."),
     _field("input_tokens", _I, "Prompt tokens, when reported."),
     _field("output_tokens", _I, "Completion tokens, when reported."),
     _field("total_tokens", _I, "Total tokens, when reported."),
@@ -113,7 +136,7 @@ ITEMS_SCHEMA = _schema(
     _field(
         "split",
         _S,
-        'The item\'s split strategy: "last_turn", "full", a custom splitter\'s name, or null for the default (last_turn).',
+        'The item\'s split strategy: "last_turn", "full", "at:N" (a workflow agent\'s item: its conversation cut after the first N messages, what the agent received | what it produced), a custom splitter\'s "module:name", or null for the default (last_turn).',
     ),
     _field("conversation", _S, "JSON list of the conversation's messages."),
     _field("expected_output", _S, "The reference answer."),
@@ -148,7 +171,7 @@ SCORES_SCHEMA = _schema(
     _field(
         "eval_run_id",
         _S,
-        "EvalResults.run_id of this provider and agent (the eval name for local runs).",
+        'EvalResults.run_id of this provider and agent (local providers: the eval name; in suite runs it always ends with " ({provider})", however many providers the suite has).',
     ),
     _field("agent", _S, '"overall" or the agent (executor) name.', nullable=False),
     _field(
@@ -271,6 +294,12 @@ SUMMARY_SCHEMA = _schema(
     _field(
         "per_evaluator", _S, "Result rows: JSON of EvalResults.per_evaluator, summed over batches."
     ),
+    _field(
+        "run_started_at", _T, "When the run started (UTC; manifest.json's started_at), every row."
+    ),
+    _field(
+        "run_ended_at", _T, "When the run's tables were written (UTC; manifest.json's ended_at)."
+    ),
 )
 
 SCHEMAS: dict[str, Any] = {
@@ -283,6 +312,15 @@ SCHEMAS: dict[str, Any] = {
 
 FILES: dict[str, str] = {name: f"{name}.parquet" for name in SCHEMAS}
 """Each table's file name."""
+
+ADDED: dict[str, dict[str, int]] = {
+    "runs": {RUN_NAME: 2, "started_at": 2, "ended_at": 2},
+    "items": {RUN_NAME: 2},
+    "scores": {RUN_NAME: 2},
+    "summary": {RUN_NAME: 2, "run_started_at": 2, "run_ended_at": 2},
+}
+"""Columns added after version 1, per table, with the version that added them: a reader fills them
+in for older files (``run_name`` from the directory's name, the timestamps null)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -307,6 +345,10 @@ class RunRecord:
     """The failure, as text."""
     latency_s: float | None = None
     """Wall-clock seconds."""
+    started_at: datetime | None = None
+    """When the call started (UTC); None for a recording."""
+    ended_at: datetime | None = None
+    """When the call ended (UTC); None for a recording."""
     input_tokens: int | None = None
     """Prompt tokens."""
     output_tokens: int | None = None
@@ -365,6 +407,8 @@ class RunRecord:
             error_code=run.error_code,
             error_message=run.error_message,
             latency_s=usage.latency_seconds,
+            started_at=run.started_at,
+            ended_at=run.ended_at,
             input_tokens=usage.input_tokens,
             output_tokens=usage.output_tokens,
             total_tokens=usage.total_tokens,

@@ -33,18 +33,24 @@ from evalpipe.artifacts.schema import (
     FILES,
     ITEMS_SCHEMA,
     MANIFEST_FILE,
+    RUN_NAME,
     RUNS_SCHEMA,
     SCHEMA_VERSION,
     SCORES_SCHEMA,
     SUMMARY_SCHEMA,
     RunRecord,
 )
+from evalpipe.itemize import SplitAt
 from evalpipe.items import ConversationSplit, EvalItem, ExpectedToolCall
 from evalpipe.messages import Message, ToolDefinition
 from evalpipe.results import EvalItemResult, EvalResults
 from evalpipe.tally import SummaryRow, SummaryTally, score_status
 
-__all__ = ["RunWriter", "resolve_filesystem"]
+__all__ = ["SPLIT_AT_PREFIX", "RunWriter", "resolve_filesystem"]
+
+SPLIT_AT_PREFIX = "at:"
+"""items.parquet's ``split`` of a workflow agent's item: ``at:N``, the conversation cut after its
+first N messages (what the agent received | what it produced)."""
 
 _TOKEN_KEYS = ("input_tokens", "output_tokens", "total_tokens")
 _PACKAGES = ("evalpipe", "prefect", "pyarrow", "pydantic", "azure-ai-projects")
@@ -176,19 +182,35 @@ def _split_name(strategy: Any) -> str | None:
         return None
     if isinstance(strategy, ConversationSplit):
         return strategy.value
+    if isinstance(strategy, SplitAt):
+        return f"{SPLIT_AT_PREFIX}{strategy.index}"
     module = getattr(strategy, "__module__", None)
     name = getattr(strategy, "__qualname__", None) or type(strategy).__qualname__
     return f"{module}:{name}" if module else str(name)
 
 
 class _Sink:
-    """One Parquet file: rows buffered as tuples, flushed as one record batch (row group)."""
+    """One Parquet file: rows buffered as tuples, flushed as one record batch (row group).
+
+    ``constants`` are columns with one value on every row (the run's name): they are not in the
+    tuples; every other column is, in schema order.
+    """
 
     def __init__(
-        self, fs: Any, directory: str, name: str, schema: Any, *, atomic: bool, max_rows: int
+        self,
+        fs: Any,
+        directory: str,
+        name: str,
+        schema: Any,
+        *,
+        atomic: bool,
+        max_rows: int,
+        constants: Mapping[str, Any],
     ) -> None:
         self.fs = fs
         self.schema = schema
+        self.constants = dict(constants)
+        self._varying = [f for f in schema if f.name not in self.constants]
         self.final_path = f"{directory}/{FILES[name]}"
         self.path = (
             f"{directory}/.{FILES[name]}.{uuid.uuid4().hex}.tmp" if atomic else self.final_path
@@ -211,8 +233,23 @@ class _Sink:
     def flush(self) -> None:
         if not self.rows:
             return
-        columns = list(zip(*self.rows, strict=True))
-        arrays = [pa.array(col, type=f.type) for col, f in zip(columns, self.schema, strict=True)]
+        columns = dict(
+            zip(
+                (f.name for f in self._varying),
+                (
+                    pa.array(col, type=f.type)
+                    for col, f in zip(zip(*self.rows, strict=True), self._varying, strict=True)
+                ),
+                strict=True,
+            )
+        )
+        n = len(self.rows)
+        arrays = [
+            pa.array([self.constants[f.name]] * n, type=f.type)
+            if f.name in self.constants
+            else columns[f.name]
+            for f in self.schema
+        ]
         batch = pa.RecordBatch.from_arrays(arrays, schema=self.schema)
         self._open().write_batch(batch)
         self.written += len(self.rows)
@@ -266,6 +303,9 @@ class RunWriter:
         row_group_size: Rows buffered per file before they are written as one Parquet row group
             (a group is also written once its text columns reach 32 MiB). Memory is bounded by
             this, not by the size of the run.
+        run_name: The ``run_name`` column of every table (default: the run directory's name).
+        started_at: When the run started (default: when the writer was opened); the manifest's
+            ``started_at`` and summary.parquet's ``run_started_at``.
 
     Raises:
         ValueError: for a row_group_size below 1.
@@ -283,6 +323,8 @@ class RunWriter:
         *,
         filesystem: Any = None,
         row_group_size: int = 16_384,
+        run_name: str | None = None,
+        started_at: dt.datetime | None = None,
     ) -> None:
         if row_group_size < 1:
             raise ValueError(f"row_group_size must be >= 1, got {row_group_size}")
@@ -290,9 +332,22 @@ class RunWriter:
         self.fs.create_dir(self.path, recursive=True)
         atomic = _renames_atomically(self.fs)
         self._atomic = atomic
+        self.run_name = run_name or self.path.rstrip("/").rsplit("/", 1)[-1]
+        """The ``run_name`` of every row: the run directory's name unless given."""
+        self.started_at = (started_at or dt.datetime.now(dt.UTC)).astimezone(dt.UTC)
+        """When the run started (UTC)."""
+        constants = {RUN_NAME: self.run_name}
 
         def sink(name: str, schema: Any) -> _Sink:
-            return _Sink(self.fs, self.path, name, schema, atomic=atomic, max_rows=row_group_size)
+            return _Sink(
+                self.fs,
+                self.path,
+                name,
+                schema,
+                atomic=atomic,
+                max_rows=row_group_size,
+                constants=constants,
+            )
 
         self._runs = sink("runs", RUNS_SCHEMA)
         self._items = sink("items", ITEMS_SCHEMA)
@@ -353,6 +408,8 @@ class RunWriter:
                         r.error_code,
                         r.error_message,
                         _opt_float(r.latency_s),
+                        _utc(r.started_at),
+                        _utc(r.ended_at),
                         _opt_int(r.input_tokens),
                         _opt_int(r.output_tokens),
                         _opt_int(r.total_tokens),
@@ -520,8 +577,19 @@ class RunWriter:
         with self._lock:
             self._check_open()
             self._closed = True
+            ended = dt.datetime.now(dt.UTC)
             summary = _Sink(
-                self.fs, self.path, "summary", SUMMARY_SCHEMA, atomic=self._atomic, max_rows=1 << 30
+                self.fs,
+                self.path,
+                "summary",
+                SUMMARY_SCHEMA,
+                atomic=self._atomic,
+                max_rows=1 << 30,
+                constants={
+                    RUN_NAME: self.run_name,
+                    "run_started_at": self.started_at,
+                    "run_ended_at": ended,
+                },
             )
             sinks = (*self._sinks, summary)
             try:
@@ -542,7 +610,7 @@ class RunWriter:
                     }
                     for name, s in zip(("runs", "items", "scores", "summary"), sinks, strict=True)
                 }
-                written = self._write_manifest(dict(manifest or {}), files)
+                written = self._write_manifest(dict(manifest or {}), files, ended)
             except BaseException:
                 for s in sinks:
                     s.abort()
@@ -550,8 +618,10 @@ class RunWriter:
             self._manifest = written
             return written
 
-    def _write_manifest(self, data: dict[str, Any], files: dict[str, Any]) -> dict[str, Any]:
-        finished = time.time()
+    def _write_manifest(
+        self, data: dict[str, Any], files: dict[str, Any], ended: dt.datetime
+    ) -> dict[str, Any]:
+        finished = ended.timestamp()
         timings = {
             "writer_opened_at": _iso(self._started),
             "finished_at": _iso(finished),
@@ -561,6 +631,9 @@ class RunWriter:
         if isinstance(caller_timings, Mapping):
             timings = {**timings, **caller_timings}
         data.update(
+            run_name=self.run_name,
+            started_at=self.started_at.isoformat(),
+            ended_at=ended.isoformat(),
             schema_version=SCHEMA_VERSION,
             files=files,
             versions={name: _version(name) for name in _PACKAGES},
@@ -616,6 +689,13 @@ def _item_head(
         other,
         _opt_json(item.metadata),
     )
+
+
+def _utc(value: dt.datetime | None) -> dt.datetime | None:
+    """A timestamp in UTC (a naive one is taken as UTC)."""
+    if value is None:
+        return None
+    return value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value.astimezone(dt.UTC)
 
 
 def _iso(timestamp: float) -> str:

@@ -14,22 +14,81 @@ import threading
 from collections.abc import Sequence
 from types import FrameType
 
-from evalpipe.cli import cache, compare, deploy, eval_, import_, report, results, run, serve
+from evalpipe import __version__
+from evalpipe.cli import (
+    bless,
+    cache,
+    compare,
+    deploy,
+    eval_,
+    history,
+    import_,
+    report,
+    results,
+    run,
+    serve,
+)
 from evalpipe.cli import server as server_command
 from evalpipe.cli._common import EXIT_INCOMPLETE
 
 __all__ = ["main"]
 
-_COMMANDS = (run, eval_, results, report, compare, import_, deploy, serve, cache, server_command)
+_COMMANDS = (
+    run,
+    eval_,
+    results,
+    history,
+    bless,
+    compare,
+    report,
+    import_,
+    deploy,
+    serve,
+    cache,
+    server_command,
+)
+
+
+_DESCRIPTION = """\
+Evaluate AI agents and multi-agent workflows: run a suite (a target, a dataset, evaluators and a
+gate) as a Prefect flow, score every call per agent and per metric, write Parquet tables and an
+HTML report per run, and compare runs over time. The evaluation API mirrors Microsoft Agent
+Framework's."""
+
+_EPILOG = """\
+example:
+  evalpipe run examples/travel/suite.yaml      run the demo suite (an embedded Prefect server)
+  evalpipe history runs                        every run so far, newest first
+  evalpipe bless runs/travel-demo/<run>        make a run the baseline
+  evalpipe compare --baseline runs/travel-demo/<run>
+
+exit codes:
+  0  passed (or done)
+  1  a gate failed (run), a regression (compare --fail-on-regression), not all
+     passed (eval --strict)
+  2  bad input, found before any call; the message says what to fix
+  3  the run could not complete (crashed, interrupted, timed out); run it again
+     to resume
+
+`evalpipe COMMAND --help` tells more about each command."""
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The whole command line."""
     parser = argparse.ArgumentParser(
         prog="evalpipe",
-        description="Evaluate AI agents and multi-agent workflows, orchestrated on Prefect.",
+        description=_DESCRIPTION,
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    parser.add_argument(
+        "-V",
+        "--version",
+        action="version",
+        version=f"evalpipe {__version__}",
+        help="print evalpipe's version and exit",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", title="commands")
     for command in _COMMANDS:
         command.register(sub)
     return parser

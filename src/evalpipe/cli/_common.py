@@ -15,12 +15,16 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
+from evalpipe._internal.terminal import count_column, name_column, plain_table, shorten
+from evalpipe.artifacts import ArtifactError, read_manifest
 from evalpipe.escape import plain, terminal
 from evalpipe.results import EvalResults
 from evalpipe.tally import CallTally, SummaryRow
 
 __all__ = [
+    "DEFAULT_WIDTH",
     "EXIT_BAD_INPUT",
     "EXIT_GATE_FAILED",
     "EXIT_INCOMPLETE",
@@ -30,7 +34,9 @@ __all__ = [
     "consoles",
     "fail",
     "failures_of",
+    "print_failures",
     "print_summary",
+    "summary_tables",
 ]
 
 EXIT_OK = 0
@@ -44,13 +50,20 @@ EXIT_INCOMPLETE = 3
 """The run could not complete."""
 
 
+DEFAULT_WIDTH = 120
+"""Columns for output that is not a terminal when ``COLUMNS`` is not set (a CI log, a file)."""
+
+
 def _width(stream: Any) -> int | None:
-    """A terminal's own width, else ``COLUMNS`` when set, else 120."""
-    return None if stream.isatty() or os.environ.get("COLUMNS", "").isdigit() else 120
+    """None (rich's own choice: a terminal's width, else ``COLUMNS``) or :data:`DEFAULT_WIDTH`."""
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    return None if stream.isatty() else DEFAULT_WIDTH
 
 
 def consoles() -> tuple[Console, Console]:
-    """stdout and stderr consoles."""
+    """stdout and stderr consoles: a terminal's width, else ``COLUMNS``, else 120 columns."""
     return Console(width=_width(sys.stdout)), Console(stderr=True, width=_width(sys.stderr))
 
 
@@ -62,8 +75,15 @@ def fail(err: Console, message: str, code: int = EXIT_BAD_INPUT) -> int:
     return code
 
 
-def check_run_dir(path: Path) -> str | None:
-    """Why ``path`` is not a finished run directory, or None."""
+def check_run_dir(path: Path | str) -> str | None:
+    """Why ``path`` (a directory or a filesystem URI) is not a finished run directory, or None."""
+    if "://" in str(path):
+        try:
+            read_manifest(str(path))
+        except (ArtifactError, ValueError, OSError) as exc:
+            return f"{exc}; pass a run directory written by `evalpipe run`"
+        return None
+    path = Path(path)
     if not path.exists():
         return f"{path}: no such directory; pass a run directory written by `evalpipe run`"
     if not path.is_dir():
@@ -87,6 +107,8 @@ class Failure:
     status: str
     query: str | None
     why: str
+    response: str | None = None
+    """The response the evaluators saw."""
 
 
 def _why(item: Any) -> str:
@@ -109,7 +131,16 @@ def failures_of(results: Sequence[EvalResults]) -> list[Failure]:
                 label = item.item_id
                 if "row_id" in meta:
                     label = f"{meta['row_id']} (rep {meta.get('repetition', 0)})"
-                out.append(Failure(level.run_id, label, item.status, item.input_text, _why(item)))
+                out.append(
+                    Failure(
+                        level.run_id,
+                        label,
+                        item.status,
+                        item.input_text,
+                        _why(item),
+                        item.output_text,
+                    )
+                )
     return out
 
 
@@ -117,31 +148,40 @@ def _fmt(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
-def print_summary(
-    rows: Sequence[SummaryRow],
-    failures: Sequence[Failure],
-    console: Console,
-    *,
-    calls: Mapping[str, Any] | None = None,
-    max_failures: int = 10,
-) -> None:
-    """The per-metric table, the items that did not pass, each result's counts and the calls.
+def summary_tables(rows: Sequence[SummaryRow]) -> list[Table]:
+    """One table per provider: a line per agent (its items) and, under it, a line per metric.
 
-    Every name and text is printed as text (rich markup in an agent's name is not markup).
+    Every name goes in as text (``evalpipe.escape``); counts are right-aligned, the mean score
+    has three decimals and the pass rate one, with its denominator (``rate_text``).
     """
-    table = Table(title="evalpipe summary")
-    table.add_column("provider", no_wrap=True)
-    table.add_column("agent")
-    table.add_column("metric", no_wrap=True)
-    for column in ("n", "passed", "failed", "errored", "n/a", "pass rate", "mean score"):
-        table.add_column(column, justify="right", no_wrap=True)
+    tables: list[Table] = []
+    current: tuple[int, str] | None = None
+    table = plain_table()
     for row in rows:
-        if row.kind != "metric":
+        key = (row.provider_index, row.provider)
+        if key != current:
+            current = key
+            table = plain_table(terminal(row.provider))
+            name_column(table, "agent / metric")
+            for column in ("n", "pass", "fail", "err", "n/a"):
+                count_column(table, column)
+            table.add_column("pass rate", justify="right", overflow="fold", min_width=6)
+            count_column(table, "mean")
+            tables.append(table)
+        if row.kind == "result":
+            table.add_row(
+                Text(plain(row.agent), style="bold"),
+                str(row.n),
+                str(row.passed),
+                str(row.failed),
+                str(row.errored),
+                "",
+                row.rate_text,
+                "",
+            )
             continue
         table.add_row(
-            terminal(row.provider),
-            terminal(row.agent),
-            terminal(row.metric or ""),
+            Text("  " + plain(row.metric or "")),
             str(row.n),
             str(row.passed),
             str(row.failed),
@@ -150,41 +190,91 @@ def print_summary(
             row.rate_text,
             _fmt(row.score_mean, ".3f"),
         )
-    console.print(table)
+    return tables
+
+
+def _print_text(console: Console, text: str, **options: Any) -> None:
+    """Print ``text`` as text: never markup, control and bidi characters shown (``plain``)."""
+    console.print(plain(text), markup=False, highlight=False, **options)
+
+
+def print_failures(
+    rows: Sequence[SummaryRow],
+    failures: Sequence[Failure],
+    console: Console,
+    *,
+    max_failures: int = 5,
+    rest: str | None = None,
+) -> None:
+    """Per result, the items that did not pass (at most ``max_failures``, each with why, its query
+    and its response shortened), and when capped how many more there are and where (``rest``)."""
     by_level: dict[str, list[Failure]] = {}
     for failure in failures:
         by_level.setdefault(failure.level, []).append(failure)
-    results = [r for r in rows if r.kind == "result"]
-    for row in results:
+    for row in rows:
+        if row.kind != "result":
+            continue
         level = row.eval_run_id or ""
         bad = by_level.get(level, [])
-        if bad:
-            console.print(
-                f"{plain(level)}: items not passed ({row.n - row.passed} of {row.n}):",
-                markup=False,
-                highlight=False,
-                style="bold",
+        not_passed = row.n - row.passed
+        if not bad or not not_passed:
+            continue
+        shown = bad[:max_failures]
+        capped = not_passed > len(shown)
+        head = f"{level}: {not_passed} of {row.n} items did not pass"
+        _print_text(console, head + (f"; the first {len(shown)}:" if capped else ":"), style="bold")
+        for failure in shown:
+            _print_text(
+                console,
+                f"  {failure.label} [{failure.status}] {shorten(failure.why)}",
+                no_wrap=True,
+                overflow="ellipsis",
             )
-        for failure in bad[:max_failures]:
-            console.print(
-                f"  {plain(failure.label)} [{failure.status}] {plain(repr(failure.query), 300)}: "
-                f"{plain(failure.why, 500)}",
-                markup=False,
-                highlight=False,
-            )
-        if row.n - row.passed > max_failures:
-            console.print(f"  ... and {row.n - row.passed - max_failures} more", highlight=False)
-    for row in results:
+            for label, text in (("query", failure.query), ("response", failure.response)):
+                _print_text(
+                    console,
+                    f"      {label + ':':<9} {shorten(text)}",
+                    no_wrap=True,
+                    overflow="ellipsis",
+                )
+        if capped:
+            where = f": {rest}" if rest else ""
+            _print_text(console, f"  ... and {not_passed - len(shown)} more not shown{where}")
+
+
+def print_summary(
+    rows: Sequence[SummaryRow],
+    failures: Sequence[Failure],
+    console: Console,
+    *,
+    calls: Mapping[str, Any] | None = None,
+    max_failures: int = 5,
+    rest: str | None = None,
+    heading: str = "evalpipe summary",
+) -> None:
+    """A heading, the tables (one per provider), the items that did not pass, each result's counts
+    and the calls. ``rest`` says where the items not listed are (a file, a command).
+
+    Every name and text is printed as text (rich markup in an agent's name is not markup).
+    """
+    _print_text(console, heading, style="bold")
+    console.print()
+    for table in summary_tables(rows):
+        console.print(table)
+        console.print()
+    print_failures(rows, failures, console, max_failures=max_failures, rest=rest)
+    for row in rows:
+        if row.kind != "result":
+            continue
         verdict = (
             "all passed"
             if row.failed == 0 and row.errored == 0 and row.passed > 0
             else "not all passed"
         )
-        console.print(
-            f"{plain(row.eval_run_id)}: {row.passed} passed, {row.failed} failed, {row.errored} errored "
+        _print_text(
+            console,
+            f"{row.eval_run_id}: {row.passed} passed, {row.failed} failed, {row.errored} errored "
             f"of {row.n} items — pass rate {row.rate_text} — {verdict}",
-            markup=False,
-            highlight=False,
         )
     if calls:
         stats = (
@@ -194,4 +284,4 @@ def print_summary(
             if calls.get("made")
             else ""
         )
-        console.print(CallTally.text(calls) + stats, markup=False, highlight=False)
+        _print_text(console, CallTally.text(calls) + stats)

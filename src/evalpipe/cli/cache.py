@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from evalpipe._internal.terminal import name_column, plain_table
 from evalpipe.cache import cache_clean, cache_stats
 from evalpipe.cli._common import EXIT_OK, consoles
 
@@ -22,8 +23,25 @@ def _cache(args: argparse.Namespace) -> int:
             highlight=False,
         )
         return EXIT_OK
-    for key, value in cache_stats(args.dir).model_dump().items():
-        out.print(f"{key}: {value}", markup=False, highlight=False)
+    stats = cache_stats(args.dir)
+    out.print(f"response cache {stats.directory}", markup=False, highlight=False, style="bold")
+    table = plain_table()
+    name_column(table, "", min_width=10)
+    table.add_column("", overflow="fold")
+    for key, value in stats.model_dump().items():
+        if key == "directory":
+            continue
+        if key == "bytes":
+            text = f"{value:,} bytes"
+        elif value is None:
+            text = "-"
+        elif hasattr(value, "isoformat"):
+            text = value.isoformat(timespec="seconds")
+        else:
+            text = str(value)
+        table.add_row(key, text)
+    table.show_header = False
+    out.print(table)
     return EXIT_OK
 
 
@@ -37,7 +55,14 @@ def register(sub: Any) -> None:
     parser.add_argument(
         "cache_command",
         choices=["stats", "clean"],
-        help="stats: count entries, expired ones and bytes; clean: remove expired entries",
+        metavar="{stats,clean}",
+        help="stats: count the entries, the expired and unreadable ones, their bytes and the "
+        "oldest and newest entry; clean: remove the expired entries (nothing else)",
     )
-    parser.add_argument("dir", type=Path, help="the cache directory")
+    parser.add_argument(
+        "dir",
+        type=Path,
+        metavar="DIR",
+        help="the cache directory (a judge's or target's `cache: {directory: ...}` in a suite)",
+    )
     parser.set_defaults(handler=_cache)

@@ -6,15 +6,47 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from evalpipe.artifacts import ArtifactError, SchemaVersionError
+from evalpipe.artifacts import BASELINE_FILE, ArtifactError, SchemaVersionError, baseline_of
+from evalpipe.artifacts.history import join, parent_of
 from evalpipe.cli._common import EXIT_GATE_FAILED, EXIT_OK, check_run_dir, consoles, fail
 
 __all__ = ["register"]
 
 
+def _runs(args: argparse.Namespace) -> tuple[str, str]:
+    """(A, B): the two runs given, or with --baseline the one given and its suite's baseline.
+
+    Raises:
+        ValueError: naming what is missing.
+    """
+    if not args.baseline:
+        if args.run_b is None:
+            raise ValueError(
+                "compare needs two run directories (RUN_A, the baseline, and RUN_B), or "
+                "--baseline RUN to compare RUN with its suite's blessed baseline"
+            )
+        return args.run_a, args.run_b
+    if args.run_b is not None:
+        raise ValueError(
+            "with --baseline, give one run directory: it is compared with its suite's baseline"
+        )
+    suite_dir = parent_of(args.run_a)
+    name = baseline_of(suite_dir)
+    if name is None:
+        raise ValueError(
+            f"{suite_dir}: no baseline blessed for this suite ({BASELINE_FILE} not found); "
+            "make one with `evalpipe bless RUN_DIR`"
+        )
+    return join(suite_dir, name), args.run_a
+
+
 def _compare(args: argparse.Namespace) -> int:
     out, err = consoles()
-    for run_dir in (args.run_a, args.run_b):
+    try:
+        run_a, run_b = _runs(args)
+    except (ValueError, ArtifactError) as exc:
+        return fail(err, str(exc))
+    for run_dir in (run_a, run_b):
         problem = check_run_dir(run_dir)
         if problem:
             return fail(err, problem)
@@ -26,7 +58,7 @@ def _compare(args: argparse.Namespace) -> int:
     )
 
     try:
-        comparison = compare_runs(args.run_a, args.run_b)
+        comparison = compare_runs(run_a, run_b)
     except (ArtifactError, SchemaVersionError) as exc:
         return fail(err, str(exc))
     render_terminal(comparison, out)
@@ -54,11 +86,27 @@ def register(sub: Any) -> None:
     """Add ``compare`` to the command line."""
     parser = sub.add_parser(
         "compare",
-        help="compare two runs: flips, paired tests, judge-vs-check disagreement",
-        description="Compare two finished runs item by item, with paired statistics.",
+        help="compare two runs, or a run with its baseline: flips, paired tests, disagreement",
+        description=(
+            "Compare two finished runs item by item (pairing each dataset row, repetition, "
+            "agent and metric), with paired statistics: `compare RUN_A RUN_B`, or "
+            "`compare --baseline RUN` against the run `evalpipe bless` made its suite's "
+            "baseline. Run directories may be filesystem URIs."
+        ),
     )
-    parser.add_argument("run_a", type=Path, help="the baseline run directory")
-    parser.add_argument("run_b", type=Path, help="the run compared with it")
+    parser.add_argument(
+        "run_a",
+        metavar="RUN_A",
+        help="the baseline run directory (with --baseline: the run compared with the baseline)",
+    )
+    parser.add_argument(
+        "run_b", metavar="RUN_B", nargs="?", default=None, help="the run compared with RUN_A"
+    )
+    parser.add_argument(
+        "--baseline",
+        action="store_true",
+        help="compare the one run given with its suite's blessed baseline (`evalpipe bless`)",
+    )
     parser.add_argument("--html", type=Path, default=None, help="also write the comparison as HTML")
     parser.add_argument(
         "--markdown", type=Path, default=None, help="also write the comparison as markdown"

@@ -98,7 +98,12 @@ def _eval(args: argparse.Namespace) -> int:
         results, calls = asyncio.run(_evaluate(args, rows))
     except (DatasetError, ValueError, TypeError) as exc:
         return fail(err, str(exc))
-    print_summary(summary_rows(results), failures_of(results), out, calls=calls)
+    rest = (
+        f"every item is in {args.json}"
+        if args.json is not None
+        else "run again with --json FILE to keep every item"
+    )
+    print_summary(summary_rows(results), failures_of(results), out, calls=calls, rest=rest)
     if args.json is not None:
         args.json.write_text(
             json.dumps([r.model_dump(mode="json") for r in results], indent=2), encoding="utf-8"
@@ -142,11 +147,18 @@ def register(sub: Any) -> None:
         "--split",
         choices=[s.value for s in ConversationSplit],
         default="last_turn",
-        help="how each transcript splits into query and response (default last_turn)",
+        help="how each transcript splits into the query and the response the checks see: "
+        "last_turn (default) the answer to the latest user message, earlier turns being the "
+        "query's context; full the whole trajectory after the first user message (tool calls "
+        "and all)",
     )
     parser.add_argument("--name", default=None, help="eval name (default 'Eval: <agent name>')")
     parser.add_argument(
-        "--json", type=Path, default=None, help="also write the results as JSON here"
+        "--json",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="also write the results (every item and score) as JSON to FILE",
     )
     parser.add_argument("--strict", action="store_true", help="exit 1 unless every item passed")
     parser.set_defaults(handler=_eval)

@@ -6,20 +6,34 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+import pyarrow.fs as pafs  # type: ignore[import-untyped, unused-ignore]
 from rich.console import Console
 
 from evalpipe.artifacts import ArtifactError, read_manifest, read_not_passed, read_summary
+from evalpipe.artifacts.history import join
+from evalpipe.artifacts.writer import resolve_filesystem
 from evalpipe.cli._common import EXIT_OK, Failure, check_run_dir, consoles, fail, print_summary
 from evalpipe.escape import plain
 
 __all__ = ["print_run", "register"]
 
 
-def print_run(run_dir: Path, console: Console) -> None:
-    """A finished run's summary from its summary.parquet and manifest (items are not loaded)."""
+MAX_FAILURES = 5
+"""Items listed per result that did not pass; the rest are counted and where they are is said."""
+
+
+def _has_report(run_dir: str) -> bool:
+    fs, path = resolve_filesystem(run_dir)
+    return bool(fs.get_file_info(f"{path}/report.html").type == pafs.FileType.File)
+
+
+def print_run(run_dir: Path | str, console: Console) -> None:
+    """A finished run's summary from its summary.parquet and manifest (items are not loaded);
+    ``run_dir`` is a directory or a filesystem URI."""
+    run_dir = str(run_dir)
     manifest = read_manifest(run_dir)
     rows = read_summary(run_dir)
-    not_passed = read_not_passed(run_dir, limit=10)
+    not_passed = read_not_passed(run_dir, limit=MAX_FAILURES)
     failures = []
     for level, items in not_passed.items():
         for item in items:
@@ -28,10 +42,32 @@ def print_run(run_dir: Path, console: Console) -> None:
             if "row_id" in meta:
                 label = f"{meta['row_id']} (rep {meta.get('repetition', 0)})"
             failures.append(
-                Failure(level, label, item["item_status"], item["input_text"], item["why"])
+                Failure(
+                    level,
+                    label,
+                    item["item_status"],
+                    item["input_text"],
+                    item["why"],
+                    item["output_text"],
+                )
             )
     calls = manifest.get("calls") if isinstance(manifest.get("calls"), dict) else None
-    print_summary(rows, failures, console, calls=calls)
+    report = join(run_dir, "report.html") if _has_report(run_dir) else None
+    where = [f"every item is in {join(run_dir, 'scores.parquet')}"]
+    if report:
+        where.append(f"and {report}")
+    name_of_dir = run_dir.rstrip("/").replace("\\", "/").rsplit("/", 1)[-1]
+    suite = manifest.get("suite")
+    name = suite.get("name") if isinstance(suite, dict) else None
+    print_summary(
+        rows,
+        failures,
+        console,
+        calls=calls,
+        max_failures=MAX_FAILURES,
+        rest=" ".join(where),
+        heading=f"evalpipe summary: {name or name_of_dir} ({manifest.get('run_name') or name_of_dir})",
+    )
     gate = manifest.get("gate")
     if gate:
         verdict = "[green]passed[/]" if gate.get("passed") else "[red]FAILED[/]"
@@ -44,8 +80,8 @@ def print_run(run_dir: Path, console: Console) -> None:
                 highlight=False,
             )
     console.print(f"run directory: {run_dir}", markup=False, highlight=False)
-    if (run_dir / "report.html").is_file():
-        console.print(f"report: {run_dir / 'report.html'}", markup=False, highlight=False)
+    if report:
+        console.print(f"report: {report}", markup=False, highlight=False)
 
 
 def _results(args: argparse.Namespace) -> int:
@@ -67,5 +103,9 @@ def register(sub: Any) -> None:
         help="print a finished run's summary again",
         description="Print a finished run's summary table, failures, calls and gate verdict.",
     )
-    parser.add_argument("run_dir", type=Path, help="a run directory written by `evalpipe run`")
+    parser.add_argument(
+        "run_dir",
+        metavar="RUN_DIR",
+        help="a run directory written by `evalpipe run` (or its filesystem URI)",
+    )
     parser.set_defaults(handler=_results)

@@ -4,10 +4,21 @@ from __future__ import annotations
 
 import argparse
 import os
+import time
 from pathlib import Path
 from typing import Any
 
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    SpinnerColumn,
+    Task,
+    TextColumn,
+)
+from rich.text import Text
 
 from evalpipe.cli._common import (
     EXIT_GATE_FAILED,
@@ -35,49 +46,156 @@ def _quiet_prefect() -> None:
     os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
 
 
+def _clock(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
+
+
+class _Since(ProgressColumn):
+    """Time since the command started (not since the bar appeared)."""
+
+    def __init__(self, started: float) -> None:
+        super().__init__()
+        self.started = started
+
+    def render(self, task: Task) -> Text:
+        return Text(_clock(time.monotonic() - self.started), style="progress.elapsed")
+
+
+class _Rate(ProgressColumn):
+    """Calls a second, once there is a rate."""
+
+    def render(self, task: Task) -> Text:
+        speed = task.finished_speed or task.speed
+        return Text("" if not speed else f"{speed:.1f}/s", style="progress.data.speed")
+
+
+class _Eta(ProgressColumn):
+    """Time left at the current rate."""
+
+    def render(self, task: Task) -> Text:
+        left = task.time_remaining
+        if task.total is None or task.finished or left is None:
+            return Text("")
+        return Text(f"ETA {_clock(left)}", style="progress.remaining")
+
+
+class _Verdicts(ProgressColumn):
+    """The calls' verdicts so far (every item of a call passed / one failed / one errored)."""
+
+    def render(self, task: Task) -> Text:
+        if task.total is None:
+            return Text("")
+        f = task.fields
+        return Text(
+            f"pass {f.get('passed', 0)} fail {f.get('failed', 0)} err {f.get('errored', 0)}"
+        )
+
+
+class _Display:
+    """What `evalpipe run` shows on stderr while it runs: from the start a spinner and the stage
+    (loading the suite, starting Prefect), then a bar of the target calls with done/total, rate,
+    ETA and the calls' verdicts so far, and the time since the command started. The bar goes
+    when the run ends; :meth:`final` is the one line that stays."""
+
+    def __init__(self, console: Console, started: float, *, disabled: bool) -> None:
+        self.started = started
+        self.console = console
+        self.bar = Progress(
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            BarColumn(bar_width=12),
+            MofNCompleteColumn(),
+            _Rate(),
+            _Eta(),
+            _Verdicts(),
+            _Since(started),
+            console=console,
+            transient=True,
+            disable=disabled,
+        )
+        self.task = self.bar.add_task(
+            "loading the suite", total=None, passed=0, failed=0, errored=0
+        )
+        self.done = 0
+        self.total: int | None = None
+        self.counts = {"passed": 0, "failed": 0, "errored": 0}
+
+    def __enter__(self) -> _Display:
+        self.bar.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.bar.stop()
+
+    def stage(self, description: str) -> None:
+        """Show what is happening before the calls start."""
+        self.bar.update(self.task, description=description)
+
+    def hook(self, stage: str, done: int, total: int) -> None:
+        """The flow's progress hook (``evalpipe.pipeline.flow.ProgressHook``)."""
+        if stage == "calls":
+            if self.total is None:
+                self.bar.reset(self.task, total=total, description="calls")
+            self.done, self.total = done, total
+            self.bar.update(self.task, completed=done, total=total)
+        elif stage in self.counts:
+            self.counts[stage] = done
+            c = self.counts
+            self.bar.update(self.task, passed=c["passed"], failed=c["failed"], errored=c["errored"])
+        elif stage == "items" and done == total:
+            self.bar.update(self.task, description="writing")
+
+    def final(self, name: str) -> str:
+        """The run's end in one line: calls done, time, rate, and the calls' verdicts."""
+        took = time.monotonic() - self.started
+        if self.total is None:
+            return f"{name}: no target call made, {took:.1f} s"
+        counts = self.counts
+        return (
+            f"{name}: {self.done}/{self.total} calls in {took:.1f} s "
+            f"({self.done / took if took > 0 else 0:.1f}/s); calls {counts['passed']} passed, "
+            f"{counts['failed']} failed, {counts['errored']} errored"
+        )
+
+
 def _run(args: argparse.Namespace) -> int:
+    started = time.monotonic()
     out, err = consoles()
-    try:
-        suite = load_suite(args.suite, args.param)
-        if args.output is not None:
-            suite.output_dir = str(args.output)
-        _quiet_prefect()
-        from evalpipe.pipeline import (  # lazy: Prefect, only to run
-            PrefectUnavailableError,
-            prepare_run,
-            run_suite,
-        )
+    with _Display(err, started, disabled=args.no_progress) as display:
+        try:
+            suite = load_suite(args.suite, args.param)
+            if args.output is not None:
+                suite.output_dir = str(args.output)
+            _quiet_prefect()
+            display.stage(
+                "connecting to Prefect" if os.environ.get("PREFECT_API_URL") else "starting Prefect"
+            )
+            from evalpipe.pipeline import (  # lazy: Prefect, only to run
+                PrefectUnavailableError,
+                prepare_run,
+                run_suite,
+            )
 
-        plan = prepare_run(
-            suite, run_dir=args.run_dir, rescore=args.rescore, resume=not args.new_run
-        )
-    except SuiteError as exc:
-        return fail(err, str(exc))
-    with Progress(
-        "[progress.description]{task.description}",
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=err,
-        transient=True,
-        disable=args.no_progress,
-    ) as bar:
-        tasks: dict[str, Any] = {}
-        labels = {"calls": "target calls", "items": "shards evaluated"}
-
-        def progress(stage: str, done: int, total: int) -> None:
-            if stage not in tasks:
-                tasks[stage] = bar.add_task(labels.get(stage, stage), total=total)
-            bar.update(tasks[stage], completed=done, total=total)
-
+            plan = prepare_run(
+                suite, run_dir=args.run_dir, rescore=args.rescore, resume=not args.new_run
+            )
+        except SuiteError as exc:
+            display.bar.stop()
+            return fail(err, str(exc))
+        display.stage("starting the flow run")
         try:
             outcome = run_suite(
-                suite, rescore=args.rescore, progress=progress, plan=plan, wait=args.wait
+                suite, rescore=args.rescore, progress=display.hook, plan=plan, wait=args.wait
             )
         except (RunLockedError, SuiteError) as exc:
+            display.bar.stop()
             return fail(err, str(exc))
         except PrefectUnavailableError as exc:
+            display.bar.stop()
             return fail(err, str(exc), EXIT_INCOMPLETE)
+    err.print(display.final(suite.name), markup=False, highlight=False)
     for note in outcome.notes:
         err.print(f"note: {plain(note)}", markup=False, highlight=False)
     if outcome.published_to:
@@ -161,5 +279,9 @@ def register(sub: Any) -> None:
         "as long as it takes), then reuse its finished calls; without --wait such a run is "
         "refused",
     )
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument(
+        "--no-progress",
+        action="store_true",
+        help="no progress display (the line saying how the run ended is still printed)",
+    )
     parser.set_defaults(handler=_run)

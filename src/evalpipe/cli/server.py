@@ -52,11 +52,14 @@ def _start(args: argparse.Namespace) -> int:
 
     out, err = consoles()
     try:
-        info, started = ensure_server()
+        acquired = ensure_server()
     except ServerError as exc:
         return fail(err, str(exc), EXIT_INCOMPLETE)
+    info = acquired.info
     idle = "the next run ends" if info.idle_timeout == 0 else f"{info.idle_timeout:g} s idle"
-    verb = "started" if started else "already running:"
+    if acquired.replaced:
+        _say(out, f"{acquired.replaced}")
+    verb = "started" if acquired.started else "already running:"
     _say(out, f"{verb} {info.api_url} (pid {info.pid}); it stops after {idle}")
     return EXIT_OK
 

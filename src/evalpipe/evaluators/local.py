@@ -139,18 +139,42 @@ class FunctionEvaluator:
                 f"{sorted(unknown)}.  Supported: {sorted(_SUPPORTED)}"
             )
 
+        doc = (self.__doc__ or "").strip().splitlines()
+        looked_for = doc[0].strip().rstrip(".") if doc else ""
+        self.looked_for: str = looked_for or (
+            f"{getattr(fn, '__name__', self.__name__)}({', '.join(self._params)})"
+        )
+        """What the check looks for, as its verdict's reason says it: the docstring's first line,
+        else the function and what it is given."""
+
     def _kwargs(self, item: EvalItem) -> dict[str, Any]:
         return {p: _inject(item, p) for p in self._params}
+
+    def _coerce(self, value: Any) -> CheckResult:
+        """MAF's coercion; a bare verdict (a bool, or ``{"passed": ...}`` without a reason) gets a
+        reason saying what was looked for, not just ``passed``/``failed``."""
+        result = coerce_result(value, self.__name__)
+        bare = isinstance(value, bool) or (
+            isinstance(value, Mapping)
+            and "passed" in value
+            and "score" not in value
+            and "reason" not in value
+        )
+        if not bare:
+            return result
+        verdict = "passed" if result.passed else "failed"
+        return CheckResult(
+            result.passed, f"{verdict}: {self.looked_for}", self.__name__, result.score
+        )
 
     def run(self, item: EvalItem) -> CheckResult | Awaitable[CheckResult]:
         """Run the function on ``item``: a CheckResult for a sync function, an awaitable otherwise."""
         if self.is_async:
             return self._run_async(item)
-        return coerce_result(self.fn(**self._kwargs(item)), self.__name__)
+        return self._coerce(self.fn(**self._kwargs(item)))
 
     async def _run_async(self, item: EvalItem) -> CheckResult:
-        value = await self.fn(**self._kwargs(item))
-        return coerce_result(value, self.__name__)
+        return self._coerce(await self.fn(**self._kwargs(item)))
 
     async def __call__(self, item: EvalItem) -> CheckResult:
         result = self.run(item)

@@ -17,6 +17,7 @@ import logging
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
@@ -36,12 +37,14 @@ from prefect.states import Failed
 from prefect.tasks import exponential_backoff
 from prefect.utilities.annotations import quote
 
-from evalpipe.artifacts import RunRecord, RunWriter
+from evalpipe.artifacts import RunRecord, RunWriter, baseline_of
+from evalpipe.artifacts.history import join
 from evalpipe.artifacts.storage import publish
 from evalpipe.gates import evaluate_gates
 from evalpipe.pipeline.limits import Limits, limits_scope, provider_limits
 from evalpipe.pipeline.params import resolve_suite, suite_label
 from evalpipe.pipeline.prefect_artifacts import (
+    FAILURES_LISTED,
     artifact_key,
     emit_gate_event,
     failures_markdown,
@@ -60,7 +63,7 @@ from evalpipe.runner.prepare import prepare_suite
 from evalpipe.runner.state import RunLock, RunLockedError, StorageError, is_remote, local_base
 from evalpipe.secrets import Scrubber, mask
 from evalpipe.suite import EvalSuite, SuiteError
-from evalpipe.tally import CallTally, merge_results
+from evalpipe.tally import CallTally, Counts, call_verdicts, merge_results
 
 __all__ = [
     "MAX_SHARD_TASKS",
@@ -71,7 +74,9 @@ __all__ = [
 ]
 
 ProgressHook = Callable[[str, int, int], None]
-"""Called as ``hook(stage, done, total)`` when calls finish ("calls") and shards finish ("items")."""
+"""Called as ``hook(stage, done, total)`` when calls finish ("calls": calls done of all), shards
+finish ("items": shards evaluated of all), and the calls' verdicts are known ("passed", "failed",
+"errored": calls so far with that verdict, of all calls; ``tally.call_verdicts``)."""
 
 progress_hook: contextvars.ContextVar[ProgressHook | None] = contextvars.ContextVar(
     "evalpipe_progress_hook", default=None
@@ -281,8 +286,16 @@ async def _report_in_child(run_dir: str) -> str:
     return str(Path(run_dir) / "report.html")
 
 
-def _baseline(suite: EvalSuite, run_dir: str) -> Path | None:
-    """The run to compare with: ``last`` is the newest other finished run of the suite."""
+def _baseline(suite: EvalSuite, run_dir: str) -> Path | str | None:
+    """The run to compare with: ``last`` is the newest other finished run of the suite,
+    ``baseline`` the one ``evalpipe bless`` made its baseline (in the output directory, local or
+    a URI), else the run directory named."""
+    if suite.compare_with == "baseline":
+        suite_dir = join(str(suite.output_dir), suite.name)
+        name = baseline_of(suite_dir)
+        if name is None or name == Path(run_dir).name:
+            return None
+        return join(suite_dir, name)
     if suite.compare_with != "last":
         return Path(str(suite.compare_with))
     base = local_base(suite.output_dir) / suite.name
@@ -302,7 +315,12 @@ async def compare_task(suite: EvalSuite, run_dir: str) -> str | None:
     logger = get_run_logger()
     baseline = _baseline(suite, run_dir)
     if baseline is None:
-        logger.info("compare_with: last: no earlier finished run of %s to compare with", suite.name)
+        logger.info(
+            "compare_with: %s: no %s run of %s to compare with",
+            suite.compare_with,
+            "blessed (evalpipe bless RUN_DIR)" if suite.compare_with == "baseline" else "earlier",
+            suite.name,
+        )
         return None
     try:
         comparison = await asyncio.to_thread(compare_runs, baseline, run_dir)
@@ -322,8 +340,9 @@ def _flow_run_name() -> str:
     """``{suite}-{target_version}-x{repetitions}-{UTC date and time}`` from the run's parameters."""
     params = flow_run.parameters or {}
     name, version = suite_label(params.get("suite"))
-    if not version and isinstance(params.get("params"), dict):
-        version = str(params["params"].get("target_version") or "")
+    overrides = params.get("params")
+    if isinstance(overrides, dict) and overrides.get("target_version") not in (None, ""):
+        version = str(overrides["target_version"])  # an override names the run, as it runs
     reps = params.get("repetitions")
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
     parts = [name, version, f"x{reps}" if reps else "", stamp]
@@ -347,17 +366,23 @@ def _young_gc_relaxed(threshold: int = 20_000) -> Iterator[None]:
         gc.set_threshold(*old)
 
 
-def _strip(result: EvalResults) -> None:
+def _strip(result: EvalResults, kept: dict[tuple[str, str], int]) -> None:
     """Drop what is written already and not needed for the gate and the summary (the items, their
-    texts and metadata), so a long run does not hold every transcript in memory."""
+    texts and metadata), so a long run does not hold every transcript in memory. The query and
+    response of the first FAILURES_LISTED items of each result that did not pass stay, for the
+    failures artifact (``kept`` counts them per provider and result)."""
     result.input_items = []
+    level = (result.provider, result.run_id)
     for item in result.items:
-        item.input_text = item.output_text = None
+        if not item.is_passed and kept.get(level, 0) < FAILURES_LISTED:
+            kept[level] = kept.get(level, 0) + 1
+        else:
+            item.input_text = item.output_text = None
         item.metadata = None
         for score in item.scores:
             score.sample = None
     for sub in result.sub_results.values():
-        _strip(sub)
+        _strip(sub, kept)
 
 
 def _record(plan: RunPlan, outcome: CallOutcome) -> RunRecord:
@@ -441,6 +466,7 @@ async def eval_flow(
     await _tag_flow_run(suite.tags)
     logger = get_run_logger()
     started = time.perf_counter()
+    started_at = datetime.now(UTC)
     prepared = _take_prepared(suite, run_dir, rescore)
     lock: RunLock | bool = True
     if prepared is not None:
@@ -455,7 +481,7 @@ async def eval_flow(
         return _incomplete(str(exc))
     try:
         with _scrubbed_logs(state.scrubber):
-            return await _execute(plan, state, rescore, logger, started)
+            return await _execute(plan, state, rescore, logger, started, started_at)
     finally:
         state.close()
 
@@ -517,7 +543,12 @@ def _incomplete(message: str) -> State:
 
 
 async def _execute(
-    plan: RunPlan, state: RunState, rescore: str | None, logger: Any, started: float
+    plan: RunPlan,
+    state: RunState,
+    rescore: str | None,
+    logger: Any,
+    started: float,
+    started_at: datetime,
 ) -> Any:
     """The run itself, once its directory is held: shards, artifacts, gate, report."""
     suite = plan.suite
@@ -549,12 +580,14 @@ async def _execute(
         max(1, len(shards)) if runner is not None else max(2, 2 * -(-suite.concurrency // size))
     )
     calls_done = [0]
+    verdicts = Counts()
+    texts_kept: dict[tuple[str, str], int] = {}
     calls = CallTally()
     progress_lock = asyncio.Lock()
     write_lock = asyncio.Lock()
     reported = [0]
     last_update = [time.monotonic()]
-    writer = RunWriter(plan.run_dir)
+    writer = RunWriter(plan.run_dir, started_at=started_at)
     finished: dict[int, ShardResult] = {}
     next_to_write = 0
     kept: list[list[EvalResults]] = [[] for _ in plan.providers]
@@ -601,8 +634,14 @@ async def _execute(
                     calls.add(outcome.source, outcome.run)
                 # Off the event loop: Parquet encoding would stall the calls still in flight.
                 await asyncio.to_thread(_write, writer, plan, shard)
+                judged = call_verdicts(shard.results)
+                verdicts.passed += judged.passed
+                verdicts.failed += judged.failed
+                verdicts.errored += judged.errored
+                for stage in ("passed", "failed", "errored"):
+                    _notify(stage, getattr(verdicts, stage), len(plan.calls))
                 for p, r in enumerate(shard.results):
-                    _strip(r)
+                    _strip(r, texts_kept)
                     kept[p].append(r)
                 next_to_write += 1
         finished_shards += 1
@@ -688,7 +727,13 @@ async def _execute(
         + CallTally.text(call_counts),
     )
     await acreate_markdown_artifact(
-        key=f"{key}-failures", markdown=failures_markdown(merged), description="failing items"
+        key=f"{key}-failures",
+        markdown=failures_markdown(
+            merged,
+            FAILURES_LISTED,
+            rest=f"every item is in {destination or run_path}/scores.parquet and in the report",
+        ),
+        description="items that did not pass: why, query and response",
     )
     await acreate_link_artifact(
         key=f"{key}-run-dir",

@@ -54,11 +54,29 @@ def summary_table(rows: Sequence[SummaryRow]) -> list[dict[str, Any]]:
     ]
 
 
-def failures_markdown(results: Sequence[EvalResults], limit: int = 50) -> str:
-    """The items that did not pass, with why (at most ``limit``; the rest are counted).
+FAILURES_LISTED = 50
+"""Items the failures artifact lists (with their query and response); the rest are counted."""
 
-    Ids, names and reasons are untrusted text: escaped with :func:`evalpipe.escape.markdown`, never
-    put in a code span (a backtick in the text would close it)."""
+SHORT = 200
+"""Characters of a query or response the failures artifact shows (then ``…``)."""
+
+
+def _short(text: str | None) -> str:
+    if not text:
+        return "-"
+    flat = " ".join(text.split())
+    return flat if len(flat) <= SHORT else flat[: SHORT - 1] + "…"
+
+
+def failures_markdown(
+    results: Sequence[EvalResults], limit: int = FAILURES_LISTED, *, rest: str | None = None
+) -> str:
+    """The items that did not pass, with why, their query and their response shortened (at most
+    ``limit``; then how many more, and ``rest``: where they all are).
+
+    Ids, names, queries, responses and reasons are untrusted text: escaped with
+    :func:`evalpipe.escape.markdown`, never put in a code span (a backtick in the text would close
+    it)."""
     lines = ["# Items that did not pass", ""]
     count = 0
     for res in results:
@@ -78,10 +96,16 @@ def failures_markdown(results: Sequence[EvalResults], limit: int = 50) -> str:
                     f"- {markdown(item.item_id, 200)} **{item.status}** ({markdown(level.provider)}"
                     f", {markdown(level.run_id)}): {markdown(why)}"
                 )
+                lines.append(f"  - query: {markdown(_short(item.input_text))}")
+                lines.append(f"  - response: {markdown(_short(item.output_text))}")
     if count == 0:
         lines.append("Every item passed.")
     elif count > limit:
-        lines.append(f"- ... and {count - limit} more (see scores.parquet)")
+        where = f"; {markdown(rest)}" if rest else " (see scores.parquet)"
+        lines += [
+            "",
+            f"Listed: the first {limit} of {count}; {count - limit} more not listed{where}.",
+        ]
     return "\n".join(lines)
 
 

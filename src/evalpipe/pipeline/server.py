@@ -28,8 +28,10 @@ import asyncio
 import contextlib
 import fcntl
 import hashlib
+import inspect
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -42,13 +44,16 @@ import httpx
 
 __all__ = [
     "DEFAULT_IDLE_TIMEOUT",
+    "Acquired",
     "Lease",
     "ServerBusyError",
     "ServerError",
     "ServerInfo",
+    "ServerOnThisHomeError",
     "ServerStatus",
     "ensure_server",
     "prefect_api",
+    "running_server",
     "server_status",
     "state_dir",
     "stop_server",
@@ -358,9 +363,61 @@ def _retire_incompatible(directory: Path, config: _Config) -> None:
         ) from None
 
 
-def ensure_server() -> tuple[ServerInfo, bool]:
-    """The shared server of the current PREFECT_HOME, started if none answers; and whether this
-    call started it.
+@dataclass(frozen=True, slots=True)
+class Acquired:
+    """The server :func:`ensure_server` found or started."""
+
+    info: ServerInfo
+    started: bool
+    """This call started it (else an earlier run or `evalpipe server start` had)."""
+    replaced: str | None = None
+    """Why an earlier server of this home was replaced (it had died, or did not answer)."""
+
+    def note(self) -> str:
+        """One line for the operator: which server the run used."""
+        info = self.info
+        if not self.started:
+            return (
+                f"reused the embedded Prefect server {info.api_url} (pid {info.pid}, since "
+                f"{info.started_at}) of {info.home}; `evalpipe server stop` stops it"
+            )
+        idle = (
+            "stops when its last run ends"
+            if info.idle_timeout == 0
+            else f"stops after {info.idle_timeout:g} s without a run"
+        )
+        why = f"{self.replaced}; " if self.replaced else ""
+        return (
+            f"{why}started the embedded Prefect server {info.api_url} (pid {info.pid}) for "
+            f"{info.home}; later runs reuse it; it {idle} (`evalpipe server stop` stops it now)"
+        )
+
+
+_UNANSWERED = 15.0
+"""Seconds a live server may fail its health check before it is replaced."""
+
+
+def _terminate(pid: int, directory: Path, grace: float = 10.0) -> None:
+    """End the keeper ``pid`` of ``directory`` (SIGTERM, then SIGKILL); a pid that is not one
+    (reused since) is left alone."""
+    if not _is_keeper(pid, directory):
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while _keeper_alive(directory) and time.monotonic() < deadline:
+        time.sleep(_POLL)
+    if _keeper_alive(directory) and _is_keeper(pid, directory):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        while _keeper_alive(directory) and time.monotonic() < deadline + grace:
+            time.sleep(_POLL)
+
+
+def ensure_server() -> Acquired:
+    """The shared server of the current PREFECT_HOME: the one running if it answers, else a new
+    one (a dead server's state is cleared, a live one that does not answer for
+    :data:`_UNANSWERED` seconds is ended first; :attr:`Acquired.replaced` says which).
 
     Call it holding a :class:`Lease` of that home, or the server may go idle before it is used
     (:func:`prefect_api` does; ``evalpipe server start`` does not need to).
@@ -377,6 +434,11 @@ def ensure_server() -> tuple[ServerInfo, bool]:
     deadline = time.monotonic() + timeout
     spawned: subprocess.Popen[bytes] | None = None
     starts = 0
+    replaced: str | None = None
+    left = ServerInfo.read(directory / "server.json")
+    if left is not None and not _keeper_alive(directory):
+        replaced = f"the embedded Prefect server pid {left.pid} of {config.home} had died"
+    unanswered_since: float | None = None
     while True:
         alive = _keeper_alive(directory)
         info = ServerInfo.read(directory / "server.json") if alive else None
@@ -385,8 +447,20 @@ def ensure_server() -> tuple[ServerInfo, bool]:
                 f"the shared Prefect server of {config.home} (pid {info.pid}) runs Prefect "
                 f"{info.prefect} or another database; stop it with `evalpipe server stop`"
             )
-        if info is not None and _healthy(info.api_url):
-            return info, spawned is not None
+        if info is not None:
+            if _healthy(info.api_url):
+                mine = spawned is not None and info.pid == spawned.pid
+                return Acquired(info, started=mine, replaced=replaced if mine else None)
+            now = time.monotonic()
+            unanswered_since = now if unanswered_since is None else unanswered_since
+            if now - unanswered_since >= _UNANSWERED:
+                replaced = (
+                    f"the embedded Prefect server pid {info.pid} ({info.api_url}) did not answer "
+                    f"for {_UNANSWERED:g} s and was stopped"
+                )
+                _terminate(info.pid, directory)
+                unanswered_since = None
+                continue
         if not alive and (spawned is None or spawned.poll() is not None):
             if starts >= 3:
                 raise ServerError(
@@ -484,38 +558,164 @@ def server_status(home: str | Path | None = None) -> ServerStatus:
     return ServerStatus(path, directory, info, healthy, in_use and info is not None)
 
 
+class ServerOnThisHomeError(ServerError):
+    """A Prefect server runs on this PREFECT_HOME's database but does not answer: an embedded
+    server beside it would share its SQLite file (``database is locked``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Candidate:
+    url: str
+    """The server's root URL (``http://host:port``)."""
+    pid: int | None = None
+    """The process found running ``prefect server start`` on this PREFECT_HOME (None: the
+    configured host and port, probed)."""
+
+
+def _same(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
+    try:
+        return Path(a).expanduser().resolve() == Path(b).expanduser().resolve()
+    except (OSError, RuntimeError):
+        return False
+
+
+def _option(args: list[str], name: str) -> str | None:
+    for i, arg in enumerate(args):
+        if arg == name and i + 1 < len(args):
+            return args[i + 1]
+        if arg.startswith(name + "="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def _servers_on(home: Path) -> list[_Candidate]:
+    """``prefect server start`` processes (of this user: /proc, Linux) whose PREFECT_HOME is
+    ``home``, with the URL their command line and environment give."""
+    found = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            args = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
+            if not ("server" in args and "start" in args and any("prefect" in a for a in args)):
+                continue
+            env = dict(
+                line.split("=", 1)
+                for line in (entry / "environ").read_bytes().decode(errors="replace").split("\0")
+                if "=" in line
+            )
+        except OSError:  # gone, or another user's
+            continue
+        if int(entry.name) == os.getpid():
+            continue
+        if not _same(env.get("PREFECT_HOME", "~/.prefect"), home):
+            continue
+        host = _option(args, "--host") or env.get("PREFECT_SERVER_API_HOST") or "127.0.0.1"
+        port = _option(args, "--port") or env.get("PREFECT_SERVER_API_PORT") or "4200"
+        if host in ("0.0.0.0", "::"):
+            host = "127.0.0.1"
+        found.append(_Candidate(f"http://{host}:{port}", int(entry.name)))
+    return found
+
+
+def _home_of(url: str) -> str | None:
+    """The PREFECT_HOME of the server at ``url`` (its settings), or None when it does not answer."""
+    try:
+        response = httpx.get(f"{url}/api/admin/settings", timeout=2.0)
+        response.raise_for_status()
+        home = response.json().get("home")
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return None
+    return str(home) if home else None
+
+
+def running_server() -> str | None:
+    """The API URL of a Prefect server already running on this PREFECT_HOME (so on its SQLite
+    database), or None when there is none.
+
+    Looked for at the configured server host and port (``PREFECT_SERVER_API_HOST``/``PORT``,
+    127.0.0.1:4200 by default) and, on Linux, among this user's ``prefect server start``
+    processes.
+
+    Raises:
+        ServerOnThisHomeError: when such a process runs but does not answer; the message says
+            how to run on it or beside it.
+    """
+    from prefect.settings import get_current_settings  # lazy: prefect
+
+    settings = get_current_settings()
+    home = Path(settings.home)
+    configured = _Candidate(f"http://{settings.server.api.host}:{settings.server.api.port}")
+    processes = _servers_on(home) if Path("/proc/self").exists() else []
+    for candidate in dict.fromkeys([configured, *processes]):
+        served = _home_of(candidate.url)
+        if served is not None and _same(served, home):
+            return f"{candidate.url}/api"
+    if processes:
+        pid = processes[0].pid
+        raise ServerOnThisHomeError(
+            f"a Prefect server (process {pid}) runs on PREFECT_HOME={home} and does not answer at "
+            f"{processes[0].url}; an embedded server would share its database ({home}/prefect.db: "
+            "'database is locked'). Set PREFECT_API_URL to that server's API (e.g. "
+            f"PREFECT_API_URL={processes[0].url}/api) to run on it, or set PREFECT_HOME to another "
+            "directory to run on an embedded server"
+        )
+    return None
+
+
 @contextlib.asynccontextmanager
 async def prefect_api(notes: list[str] | None = None) -> AsyncIterator[str | None]:
-    """The Prefect API for a run: the configured one (yields None), else the shared embedded
-    server of the PREFECT_HOME (yields its URL), started if none answers, leased while the block
-    runs. ``notes`` gets a line for the operator when this run started the server."""
+    """The Prefect API for a run: the configured one (yields None); else a server already running
+    on this PREFECT_HOME (:func:`running_server`, a `prefect server start`); else the shared
+    embedded server of the PREFECT_HOME, started if none answers and leased while the block runs
+    (yields its URL). ``notes`` gets a line saying which server the run used.
+
+    Raises:
+        ServerOnThisHomeError: see :func:`running_server`.
+        ServerError: the embedded server could not be started.
+    """
     from prefect.settings import PREFECT_API_URL, temporary_settings  # lazy: prefect
 
     if PREFECT_API_URL.value():
         yield None
         return
     config = await asyncio.to_thread(_config)
+    found = await asyncio.to_thread(running_server)
+    if found is not None:
+        if notes is not None:
+            notes.append(
+                f"using the Prefect server at {found}: it runs on this PREFECT_HOME "
+                f"({config.home}), whose database an embedded server would share; set "
+                "PREFECT_API_URL to choose the server yourself"
+            )
+        with temporary_settings(updates={PREFECT_API_URL: found}):
+            try:
+                yield found
+            finally:
+                await _flush()
+        return
     directory = config.home / STATE_DIRNAME
     if (directory / "server.json").exists():
         await asyncio.to_thread(_retire_incompatible, directory, config)
     lease = await asyncio.to_thread(Lease, directory)
     try:
-        info, started = await asyncio.to_thread(ensure_server)
-        if started and notes is not None:
-            notes.append(_started_note(info))
-        with temporary_settings(updates={PREFECT_API_URL: info.api_url}):
-            yield info.api_url
+        acquired = await asyncio.to_thread(ensure_server)
+        if notes is not None:
+            notes.append(acquired.note())
+        with temporary_settings(updates={PREFECT_API_URL: acquired.info.api_url}):
+            try:
+                yield acquired.info.api_url
+            finally:
+                await _flush()
     finally:
         lease.release()
 
 
-def _started_note(info: ServerInfo) -> str:
-    idle = (
-        "stops when its last run ends"
-        if info.idle_timeout == 0
-        else f"stops after {info.idle_timeout:g} s without a run"
-    )
-    return (
-        f"started the embedded Prefect server {info.api_url} (pid {info.pid}) for {info.home}; "
-        f"later runs reuse it; it {idle} (`evalpipe server stop` stops it now)"
-    )
+async def _flush() -> None:
+    """Send the logs and events still queued (the flow run's last state line, the gate event)
+    while the server is up: queued at exit, they failed with "Error logging to API"."""
+    from prefect.events.worker import EventsWorker
+    from prefect.logging.handlers import APILogWorker
+
+    for service in (APILogWorker, EventsWorker):
+        pending = service.drain_all(timeout=5)
+        if inspect.isawaitable(pending):
+            await pending

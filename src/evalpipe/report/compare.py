@@ -18,13 +18,14 @@ import numpy as np
 import pyarrow as pa  # type: ignore[import-untyped, unused-ignore]
 import pyarrow.compute as pc  # type: ignore[import-untyped, unused-ignore]
 from rich.console import Console
-from rich.table import Table
+from rich.text import Text
 
+from evalpipe._internal.terminal import count_column, name_column, plain_table
 from evalpipe.artifacts import read_manifest
 from evalpipe.escape import markdown, plain, terminal
 from evalpipe.report.data import Disagreement, disagreements, scored_rows
 from evalpipe.report.html import environment, package_version
-from evalpipe.report.stats import PairedTest, mcnemar_test, wilcoxon_test
+from evalpipe.report.stats import MIN_PAIRS, PairedTest, mcnemar_test, wilcoxon_test
 
 __all__ = [
     "PAIRING_KEY",
@@ -266,42 +267,81 @@ def _num(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
 
 
-def render_terminal(comparison: Comparison, console: Console, *, max_flips: int = 20) -> None:
-    """Print the comparison: a table per metric, the flips, disagreement, and the verdict."""
-    c = comparison
-    console.print(f"[bold]A[/] {terminal(c.run_a)} ({terminal(c.suite_a)})", highlight=False)
-    console.print(f"[bold]B[/] {terminal(c.run_b)} ({terminal(c.suite_b)})", highlight=False)
-    table = Table(title="B against A, per metric")
-    for column in ("provider", "agent", "metric"):
-        table.add_column(column, no_wrap=True)
-    for column in (
-        "pairs",
-        "A pass",
-        "B pass",
-        "regr.",
-        "impr.",
-        "McNemar",
-        "mean A→B",
-        "Wilcoxon",
-    ):
-        table.add_column(column, justify="right")
+def _p(test: PairedTest) -> str:
+    """A paired test's p-value and its pairs, short: ``0.0312 (n=15)``, ``- (n=3)`` (too few)."""
+    return f"{'-' if test.p_value is None else format(test.p_value, '.3g')} (n={test.pairs})"
+
+
+def _tables(c: Comparison) -> list[Any]:
+    """Per provider: the verdicts (pairs, pass rates, flips) and the scores with paired tests, a
+    line per metric under a line per agent."""
+    out: list[Any] = []
+    by_provider: dict[str, list[MetricComparison]] = {}
     for m in c.metrics:
-        table.add_row(
-            terminal(m.provider),
-            terminal(m.agent),
-            terminal(m.metric),
-            str(m.pairs)
-            + (f" (A only {m.only_a}, B only {m.only_b})" if m.only_a or m.only_b else ""),
-            f"{_pct(m.a_pass_rate)} ({m.a_passed}/{m.a_denominator})",
-            f"{_pct(m.b_pass_rate)} ({m.b_passed}/{m.b_denominator})",
-            str(m.regressions),
-            str(m.improvements),
-            m.mcnemar.describe(),
-            f"{_num(m.a_mean)}→{_num(m.b_mean)}",
-            m.wilcoxon.describe(),
+        by_provider.setdefault(m.provider, []).append(m)
+    for provider, metrics in by_provider.items():
+        verdicts = plain_table(f"{terminal(provider)}: verdicts, B against A")
+        name_column(verdicts, "agent / metric")
+        for column in ("pairs", "A pass", "B pass", "regr", "impr", "new err"):
+            count_column(verdicts, column)
+        scores = plain_table(f"{terminal(provider)}: scores and paired tests")
+        name_column(scores, "agent / metric")
+        for column in ("mean A", "mean B", "McNemar p", "Wilcoxon p"):
+            count_column(scores, column)
+        agent = None
+        for m in metrics:
+            if m.agent != agent:
+                agent = m.agent
+                verdicts.add_row(Text(plain(m.agent), style="bold"))
+                scores.add_row(Text(plain(m.agent), style="bold"))
+            verdicts.add_row(
+                Text("  " + plain(m.metric)),
+                str(m.pairs),
+                f"{_pct(m.a_pass_rate)} ({m.a_passed}/{m.a_denominator})",
+                f"{_pct(m.b_pass_rate)} ({m.b_passed}/{m.b_denominator})",
+                str(m.regressions),
+                str(m.improvements),
+                str(m.newly_errored),
+            )
+            scores.add_row(
+                Text("  " + plain(m.metric)),
+                _num(m.a_mean),
+                _num(m.b_mean),
+                _p(m.mcnemar),
+                _p(m.wilcoxon),
+            )
+        out += [verdicts, scores]
+    return out
+
+
+def render_terminal(comparison: Comparison, console: Console, *, max_flips: int = 20) -> None:
+    """Print the comparison: per provider a table of verdicts and one of scores and paired tests
+    (a line per agent, and under it a line per metric), the flips, disagreement, and the verdict.
+    Every name is printed as text."""
+    c = comparison
+    console.print(
+        f"[bold]A[/] (baseline) {terminal(c.run_a)} ({terminal(c.suite_a)})", highlight=False
+    )
+    console.print(f"[bold]B[/] {terminal(c.run_b)} ({terminal(c.suite_b)})", highlight=False)
+    console.print()
+    for table in _tables(c):
+        console.print(table)
+        console.print()
+    if any(m.mcnemar.p_value is None or m.wilcoxon.p_value is None for m in c.metrics):
+        console.print(
+            f"p: - when there are fewer than {MIN_PAIRS} pairs (no test is made)", highlight=False
         )
-    console.print(table)
+    unpaired = [m for m in c.metrics if m.only_a or m.only_b]
+    for m in unpaired:
+        console.print(
+            f"not paired: {plain(m.agent)} · {plain(m.metric)} ({plain(m.provider)}): {m.only_a} in A only, "
+            f"{m.only_b} in B only",
+            markup=False,
+            highlight=False,
+        )
     shown = c.flips[:max_flips]
+    if shown:
+        console.print("flips (A → B):", style="bold", highlight=False)
     for flip in shown:
         console.print(
             f"  {flip.kind:<11} {plain(flip.agent)} · {plain(flip.metric)} · row {plain(flip.row)}"
@@ -311,7 +351,10 @@ def render_terminal(comparison: Comparison, console: Console, *, max_flips: int 
             highlight=False,
         )
     if c.flips_total > len(shown):
-        console.print(f"  ... and {c.flips_total - len(shown)} more flips", highlight=False)
+        console.print(
+            f"  ... and {c.flips_total - len(shown)} more flips (all of them: --markdown or --html)",
+            highlight=False,
+        )
     for label, found in (("A", c.disagreements_a), ("B", c.disagreements_b)):
         for d in found:
             console.print(

@@ -192,11 +192,17 @@ class RunPlan:
     """Every secret value the run knows (inline keys, header values, the variables its ``*_env``
     fields name): scrubbed from whatever it stores, logs or prints (``evalpipe.secrets``)."""
 
+    name_providers: bool = False
+    """Append ``" ({provider})"`` to every result name even with one provider (suite runs: a
+    result's name does not change when a provider is added); MAF's API names it only with several."""
+
+    def provider_tail(self, provider: Evaluator) -> str:
+        """What a provider's result names end with: ``" ({provider})"`` or nothing."""
+        return f" ({provider.name})" if self.name_providers or len(self.providers) > 1 else ""
+
     def eval_name(self, provider: Evaluator) -> str:
-        """The name a provider's results carry (the provider appended when there are several)."""
-        if len(self.providers) > 1:
-            return f"{self.name} ({provider.name})"
-        return self.name
+        """The name a provider's results carry (see :meth:`provider_tail`)."""
+        return f"{self.name}{self.provider_tail(provider)}"
 
     def item_id(self, call: Call) -> str:
         """The id of a call's (overall) item."""

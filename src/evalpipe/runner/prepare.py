@@ -89,7 +89,9 @@ def prepare_suite(
     try:
         dataset = load_dataset(suite.dataset)
     except DatasetError as exc:
-        raise SuiteError(f"dataset: {exc}") from None
+        raise SuiteError(
+            f"dataset: {exc} (a relative path in a suite file is relative to the suite file)"
+        ) from None
     providers = build_evaluators(suite)
     splitter = build_split(suite)
     gates = _parse_gates(suite.gates)
@@ -139,6 +141,7 @@ def prepare_suite(
         call_attempts=suite.call_attempts,
         call_timeout=suite.call_timeout,
         item_ids="row",
+        name_providers=True,
         stored=stored,
         suite=suite,
         gates=tuple(gates),
@@ -294,13 +297,13 @@ def _check_credentials(providers: Sequence[Evaluator]) -> None:
 
 def _check_compare_with(suite: EvalSuite) -> None:
     """``compare_with`` naming a run directory must name a finished run."""
-    if suite.compare_with in (None, "last"):
+    if suite.compare_with in (None, "last", "baseline"):
         return
     path = Path(str(suite.compare_with))
     if not (path / "manifest.json").is_file():
         raise SuiteError(
             f"compare_with: {path} is not a finished run directory (no manifest.json); name a "
-            "run directory `evalpipe run` completed, or use compare_with: last"
+            "run directory `evalpipe run` completed, or use compare_with: last or baseline"
         )
 
 

@@ -13,6 +13,7 @@ import asyncio
 from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from evalpipe._internal.calls import is_call_failure
@@ -83,6 +84,15 @@ class ShardResult:
     """How many items the transcripts became (overall and per agent)."""
 
 
+def _stamp(run: Transcript) -> None:
+    """When the call started and ended (UTC): it ended now, and started its latency ago (the
+    latency excludes waiting for a concurrency slot)."""
+    ended = datetime.now(UTC)
+    latency = run.usage.latency_seconds
+    run.ended_at = ended
+    run.started_at = ended - timedelta(seconds=latency) if latency is not None else ended
+
+
 async def make_call(
     plan: RunPlan, state: RunState, call: Call, semaphore: asyncio.Semaphore | None
 ) -> CallOutcome:
@@ -122,6 +132,7 @@ async def make_call(
             attempts=plan.call_attempts,
             call_timeout=plan.call_timeout,
         )
+    _stamp(made)
     outcome = CallOutcome(call, made, "made")
     scrub = state.scrubber
     serialized = outcome.transcript_json() if scrub else ""
@@ -318,7 +329,7 @@ async def evaluate_items(
 
     Agents: one result over the items. Workflows: the overall evaluation
     (``"{name} — overall"``) with ``sub_results`` keyed by agent (``"{name} — {agent}"``), each
-    name with ``" ({provider})"`` when the plan has several providers; without overall items the
+    name ending as :meth:`RunPlan.provider_tail` says; without overall items the
     top level is MAF's synthetic aggregate (``run_id="aggregate"``, summed counts). An ``agents:``
     scope limits the groups a provider sees.
     """
@@ -334,7 +345,7 @@ async def evaluate_items(
     if isinstance(provider, AgentScoped):
         groups = {a: g for a, g in groups.items() if a in provider.agents}
         overall = overall if OVERALL in provider.agents else []
-    tail = f" ({provider.name})" if len(plan.providers) > 1 else ""
+    tail = plan.provider_tail(provider)
     if not groups and not overall:
         return _empty(provider, f"{plan.name}{tail}")
     names = list(groups)

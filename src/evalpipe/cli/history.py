@@ -1,0 +1,215 @@
+"""``evalpipe history OUTPUT_DIR``: every finished run, newest first, with its pass rates."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from rich.console import Console
+from rich.text import Text
+
+from evalpipe._internal.terminal import count_column, name_column, plain_table
+from evalpipe.artifacts import ArtifactError, RunInfo, find_runs
+from evalpipe.cli._common import EXIT_OK, consoles, fail
+from evalpipe.escape import plain, terminal
+
+__all__ = ["register"]
+
+ITEMS = "items"
+"""The column of an agent's item pass rate (beside its metrics')."""
+
+
+def _when(run: RunInfo) -> str:
+    return "-" if run.started_at is None else run.started_at.strftime("%Y-%m-%d %H:%M")
+
+
+def _gate(run: RunInfo) -> str:
+    return "-" if run.gate is None else ("passed" if run.gate else "FAILED")
+
+
+def _rate(passed: int, failed: int) -> str:
+    d = passed + failed
+    return f"{passed / d:.1%} ({passed}/{d})" if d else f"- (0/{d})"
+
+
+def _series(runs: Sequence[RunInfo]) -> dict[tuple[str, str], list[str]]:
+    """(provider, agent) -> its columns (``items`` then the metrics), first-seen order."""
+    series: dict[tuple[str, str], list[str]] = {}
+    for run in runs:
+        for row in run.rows:
+            columns = series.setdefault((row.provider, row.agent), [ITEMS])
+            if row.kind == "metric" and row.metric not in columns:
+                columns.append(str(row.metric))
+    return series
+
+
+def _cells(run: RunInfo) -> dict[tuple[str, str, str], str]:
+    return {
+        (row.provider, row.agent, ITEMS if row.kind == "result" else str(row.metric)): _rate(
+            row.passed, row.failed
+        )
+        for row in run.rows
+    }
+
+
+def _stamp(run: RunInfo) -> str:
+    return "-" if run.started_at is None else run.started_at.strftime("%m-%d %H:%M")
+
+
+def _print(runs: Sequence[RunInfo], console: Console, where: str) -> None:
+    """Per suite: one line per run (newest first: when, version, calls, errored calls, gate, run
+    name), then the pass rates of every agent and metric with a column per run, as many of the
+    newest runs as the width holds."""
+    for suite in dict.fromkeys(r.suite for r in runs):
+        mine = [r for r in runs if r.suite == suite]
+        console.print(
+            f"{plain(suite)}: {len(mine)} run(s) in {plain(where)}, newest first",
+            markup=False,
+            highlight=False,
+            style="bold",
+        )
+        table = plain_table()
+        table.add_column("", no_wrap=True, width=1)
+        count_column(table, "started (UTC)")
+        name_column(table, "version", min_width=7)
+        count_column(table, "calls")
+        count_column(table, "err")
+        table.add_column("gate", no_wrap=True)
+        name_column(table, "run", min_width=15)
+        for run in mine:
+            table.add_row(
+                "*" if run.baseline else "",
+                _when(run),
+                terminal(run.target_version or "-"),
+                str(run.calls.get("total", "-")),
+                str(run.calls.get("errored", "-")),
+                _gate(run),
+                terminal(run.run_name),
+            )
+        console.print(table)
+        if any(r.baseline for r in mine):
+            console.print("* the suite's baseline (evalpipe bless)", highlight=False)
+        console.print()
+        _print_rates(mine, console)
+
+
+def _print_rates(runs: Sequence[RunInfo], console: Console) -> None:
+    series = _series(runs)
+    labels = [f"{p} · {a}" for p, a in series] + [f"  {c}" for cs in series.values() for c in cs]
+    name_width = min(32, max(len(label) for label in labels))
+    cells = [_cells(r) for r in runs]
+    cell_width = max([len(c) for found in cells for c in found.values()] + [11])
+    fits = max(1, (console.width - name_width) // (cell_width + 1))
+    shown = list(zip(runs, cells, strict=True))[:fits]
+    title = "pass rates by agent and metric, newest run first"
+    if len(runs) > len(shown):
+        title += f" (the {len(shown)} newest of {len(runs)}: --format csv has them all)"
+    block = plain_table(title)
+    name_column(block, "provider · agent / metric")
+    for run, _ in shown:
+        count_column(block, _stamp(run))
+    for (provider, agent), columns in series.items():
+        for column in columns:
+            label = (
+                Text(plain(f"{provider} · {agent}"), style="bold")
+                if column == ITEMS
+                else Text(plain(f"  {column}"))
+            )
+            block.add_row(label, *(found.get((provider, agent, column), "") for _, found in shown))
+    console.print(block)
+    console.print()
+
+
+def _csv(runs: Sequence[RunInfo]) -> str:
+    """One line per run: its fields, then a pass rate per provider/agent/metric (``items``: the
+    agent's items) and its denominator."""
+    series = _series(runs)
+    keys = [(p, a, c) for (p, a), columns in series.items() for c in columns]
+    head = ["suite", "run_name", "started_at", "target_version", "calls", "errored", "gate"]
+    head += ["baseline", "location"]
+    for p, a, c in keys:
+        head += [f"{p}/{a}/{c} pass_rate", f"{p}/{a}/{c} denominator"]
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(head)
+    for run in runs:
+        by_key = {
+            (r.provider, r.agent, ITEMS if r.kind == "result" else str(r.metric)): r
+            for r in run.rows
+        }
+        line: list[Any] = [
+            run.suite,
+            run.run_name,
+            "" if run.started_at is None else run.started_at.isoformat(),
+            run.target_version,
+            run.calls.get("total", ""),
+            run.calls.get("errored", ""),
+            _gate(run).lower() if run.gate is not None else "",
+            "yes" if run.baseline else "",
+            run.location,
+        ]
+        for key in keys:
+            row = by_key.get(key)
+            rate = None if row is None else row.pass_rate
+            line += ["" if rate is None else rate, "" if row is None else row.pass_rate_denominator]
+        writer.writerow(line)
+    return buffer.getvalue()
+
+
+def _history(args: argparse.Namespace) -> int:
+    out, err = consoles()
+    try:
+        runs = find_runs(args.output_dir, suite=args.suite)
+    except (ArtifactError, ValueError) as exc:
+        return fail(err, str(exc))
+    if args.format == "json":
+        sys.stdout.write(json.dumps([r.as_dict() for r in runs], indent=2) + "\n")
+        return EXIT_OK
+    if args.format == "csv":
+        sys.stdout.write(_csv(runs))
+        return EXIT_OK
+    if not runs:
+        which = f" of suite {args.suite!r}" if args.suite else ""
+        err.print(
+            f"no finished run{which} in {args.output_dir} (a finished run has a manifest.json)",
+            markup=False,
+            highlight=False,
+        )
+        return EXIT_OK
+    _print(runs, out, args.output_dir)
+    return EXIT_OK
+
+
+def register(sub: Any) -> None:
+    """Add ``history`` to the command line."""
+    parser = sub.add_parser(
+        "history",
+        help="list the finished runs in an output directory, newest first, with pass rates",
+        description=(
+            "List every finished run under OUTPUT_DIR ({output_dir}/{suite}/{run}), newest "
+            "first: when it started, the target version, its calls, the gate, and the pass "
+            "rate of every agent and metric (a table per provider and agent). A suite's "
+            "baseline (`evalpipe bless`) is marked. OUTPUT_DIR may be a filesystem URI."
+        ),
+    )
+    parser.add_argument(
+        "output_dir",
+        metavar="OUTPUT_DIR",
+        help="where runs are written (a suite's output_dir, e.g. runs or s3://bucket/evals), or "
+        "one suite's directory in it",
+    )
+    parser.add_argument("--suite", metavar="NAME", default=None, help="only the runs of this suite")
+    parser.add_argument(
+        "--format",
+        choices=["table", "json", "csv"],
+        default="table",
+        help="table (default: for people, readable at 80 columns); json (a list of runs, "
+        "each with every pass rate and its counts); csv (one line per run, a pass rate and "
+        "denominator column per provider/agent/metric)",
+    )
+    parser.set_defaults(handler=_history)
