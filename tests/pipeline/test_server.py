@@ -160,15 +160,16 @@ def _serving_lines(home: Path) -> list[str]:
 def test_the_next_run_reuses_the_server_and_stop_ends_it(
     project: Path, home: Path, templates: Path
 ) -> None:
-    """The first run starts the server and says so; the second finds the same one (no note);
+    """The first run starts the server and says so; the second reuses the same one and says so;
     `server status` reports it; `server stop` ends it and `status` then exits 1."""
     env = _env(home, templates, project)
     first = _run(project, env)
     assert "started the embedded Prefect server" in first.stderr
-    pid = _info(home)["pid"]
+    pid, first_url = _info(home)["pid"], _info(home)["api_url"]
     assert _alive(pid)
     second = _run(project, env)
     assert "started the embedded Prefect server" not in second.stderr
+    assert f"reused the embedded Prefect server {first_url}" in second.stderr
     assert _info(home)["pid"] == pid
     assert len(_serving_lines(home)) == 1
     status = _server(env, "status")
@@ -322,3 +323,69 @@ def test_a_server_of_another_prefect_version_is_replaced(
     assert "started the embedded Prefect server" in done.stderr
     assert not _alive(info["pid"])
     assert _info(home)["pid"] != info["pid"]
+
+
+def test_a_server_that_does_not_answer_is_replaced_with_a_message(
+    project: Path, home: Path, templates: Path
+) -> None:
+    """A live server that does not answer (stopped with SIGSTOP) is ended by the next run after
+    its health checks fail for 15 s; the run starts a new one, says why, and completes."""
+    env = _env(home, templates, project)
+    _server(env, "start")
+    old = _info(home)["pid"]
+    os.kill(old, signal.SIGSTOP)
+    try:
+        done = _run(project, env)
+    finally:
+        if _alive(old):
+            os.kill(old, signal.SIGKILL)
+    assert f"pid {old}" in done.stderr
+    assert "did not answer for 15 s and was stopped" in done.stderr
+    assert "started the embedded Prefect server" in done.stderr
+    new = _info(home)["pid"]
+    assert new != old
+    assert _alive(new)
+    assert not _alive(old)
+
+
+def test_a_server_that_cannot_start_fails_the_run_with_exit_3_and_its_log(
+    project: Path, home: Path, tmp_path: Path
+) -> None:
+    """A database the server cannot create: `evalpipe run` exits 3 (could not complete) with the
+    end of the server's log, and no target call is made."""
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("a file where the database's directory should be", encoding="utf-8")
+    env = _env(
+        home,
+        tmp_path / "templates",
+        project,
+        PREFECT_SERVER_DATABASE_CONNECTION_URL=f"sqlite+aiosqlite:///{blocker}/prefect.db",
+    )
+    cmd = _evalpipe("run", str(project / "suite.yaml"), "--no-progress", "--new-run")
+    done = subprocess.run(
+        cmd, cwd=project, env=env, capture_output=True, text=True, timeout=BOUND + 120
+    )
+    assert done.returncode == 3, done.stdout[-2000:] + done.stderr[-3000:]
+    assert "the embedded Prefect server for" in done.stderr
+    assert "did not start" in done.stderr
+    assert "server.log" in done.stderr
+    assert not (project / "calls.log").exists()
+    assert not server_status(home).info
+
+
+def test_a_kept_server_is_not_taken_for_a_prefect_server_start(
+    project: Path, home: Path, templates: Path
+) -> None:
+    """The kept server is not a `prefect server start` on the home (issue 19's search finds none),
+    and the run's note names it as reused, not as a server found on the home."""
+    from prefect.settings import PREFECT_HOME, temporary_settings
+
+    from evalpipe.pipeline.server import running_server
+
+    env = _env(home, templates, project)
+    _server(env, "start")
+    with temporary_settings(updates={PREFECT_HOME: str(home)}):
+        assert running_server() is None
+    done = _run(project, env)
+    assert "reused the embedded Prefect server" in done.stderr
+    assert "using the Prefect server at" not in done.stderr

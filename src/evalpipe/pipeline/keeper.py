@@ -1,7 +1,8 @@
 """The keeper of an embedded Prefect server: Prefect's API app under uvicorn, in this process, with a
 lifetime of its own (not its parent's).
 
-Started as a script by ``evalpipe.pipeline.server`` (``python .../keeper.py STATE_DIR ...``), in a
+Started as a script by ``evalpipe.pipeline.server`` (``python -P .../keeper.py STATE_DIR ...``: ``-P``
+keeps this file's directory, whose modules' names are not unique, off ``sys.path``), in a
 session of its own, so it imports nothing of evalpipe and a Ctrl-C in the terminal of the run that
 started it does not reach it. The protocol, all in ``STATE_DIR`` (``$PREFECT_HOME/evalpipe-server``):
 
@@ -115,6 +116,7 @@ class Keeper:
         self.info = self.state / "server.json"
         self.clients = os.open(self.state / "clients.lock", os.O_RDWR | os.O_CREAT, 0o600)
         self.stopping = False
+        self.announced = False
 
     def stop(self, why: str) -> None:
         if self.stopping:
@@ -155,6 +157,7 @@ class Keeper:
                 "idle_timeout": self.args.idle,
             },
         )
+        self.announced = True
         _log(f"serving http://127.0.0.1:{self.port}/api (idle timeout {self.args.idle:g} s)")
 
     def watch(self) -> None:
@@ -165,13 +168,17 @@ class Keeper:
             if time.monotonic() - began > self.args.startup_timeout:
                 self.stop(f"not started within {self.args.startup_timeout:g} s")
                 return
-            time.sleep(POLL / 5)
+            time.sleep(POLL / 2)
         while not _healthy(self.port):
             if self.server.should_exit or time.monotonic() - began > self.args.startup_timeout:
                 self.stop("the API does not answer")
                 return
             time.sleep(POLL / 5)
-        self._announce()
+        try:
+            self._announce()
+        except OSError as exc:  # the directory went (PREFECT_HOME deleted) while starting
+            self.stop(f"could not write {self.info} ({type(exc).__name__}: {exc})")
+            return
         idle_since: float | None = None
         while not self.server.should_exit:
             if not self.info.exists() or not _names_me(self.info):
@@ -248,8 +255,8 @@ def main() -> int:
         if _names_me(state / "server.json"):
             with contextlib.suppress(FileNotFoundError):
                 (state / "server.json").unlink()
-        _log("stopped")
-    return 0
+        _log("stopped" if keeper.announced else "stopped without having served")
+    return 0 if keeper.announced else 1
 
 
 if __name__ == "__main__":

@@ -291,9 +291,10 @@ def _environment(config: _Config) -> dict[str, str]:
     env = {
         k: v for k, v in os.environ.items() if k in _ENV_KEEP or k.startswith(_ENV_KEEP_PREFIXES)
     }
-    env.pop("PREFECT_API_URL", None)
     env.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")  # as `evalpipe run` has it
     env.update(config.environment)
+    env.pop("PREFECT_API_URL", None)
+    env.pop("PREFECT_API_KEY", None)  # a client's credential (Prefect Cloud); a server needs none
     env.update(
         {
             "PREFECT_HOME": str(config.home),
@@ -318,6 +319,7 @@ def _spawn(directory: Path, config: _Config, idle: float) -> subprocess.Popen[by
     }
     args = [
         sys.executable,
+        "-P",  # not this package's directory first on sys.path (its limits.py, run.py, ...)
         str(_KEEPER),
         str(directory),
         "--idle",
@@ -397,7 +399,7 @@ _UNANSWERED = 15.0
 """Seconds a live server may fail its health check before it is replaced."""
 
 
-def _terminate(pid: int, directory: Path, grace: float = 10.0) -> None:
+def _terminate(pid: int, directory: Path, grace: float = 3.0) -> None:
     """End the keeper ``pid`` of ``directory`` (SIGTERM, then SIGKILL); a pid that is not one
     (reused since) is left alone."""
     if not _is_keeper(pid, directory):
@@ -462,7 +464,7 @@ def ensure_server() -> Acquired:
                 unanswered_since = None
                 continue
         if not alive and (spawned is None or spawned.poll() is not None):
-            if starts >= 3:
+            if starts >= 2:
                 raise ServerError(
                     f"the embedded Prefect server for {config.home} did not start (exit code "
                     f"{spawned.returncode if spawned else None})" + _log_tail(directory)
@@ -678,6 +680,7 @@ async def prefect_api(notes: list[str] | None = None) -> AsyncIterator[str | Non
         yield None
         return
     config = await asyncio.to_thread(_config)
+    directory = config.home / STATE_DIRNAME
     found = await asyncio.to_thread(running_server)
     if found is not None:
         if notes is not None:
@@ -686,13 +689,20 @@ async def prefect_api(notes: list[str] | None = None) -> AsyncIterator[str | Non
                 f"({config.home}), whose database an embedded server would share; set "
                 "PREFECT_API_URL to choose the server yourself"
             )
+        if (directory / "server.json").exists():  # ours, from before that server: retire it
+            with contextlib.suppress(ServerError):
+                kept = await asyncio.to_thread(stop_server, config.home)
+                if kept is not None and notes is not None:
+                    notes.append(
+                        f"stopped the embedded Prefect server pid {kept.pid} of this PREFECT_HOME "
+                        "(the server above uses its database)"
+                    )
         with temporary_settings(updates={PREFECT_API_URL: found}):
             try:
                 yield found
             finally:
                 await _flush()
         return
-    directory = config.home / STATE_DIRNAME
     if (directory / "server.json").exists():
         await asyncio.to_thread(_retire_incompatible, directory, config)
     lease = await asyncio.to_thread(Lease, directory)
