@@ -93,13 +93,32 @@ def register(sub: Any) -> None:
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
     status = actions.add_parser(
         "status",
-        help="whether it runs, where, and whether a run uses it (exit 0: it answers; 1: none "
-        "runs; 3: it does not answer)",
+        help="whether it runs, where, and whether a run uses it",
+        description=(
+            "Show the embedded server of this PREFECT_HOME: its URL, pid, Prefect version, start "
+            "time, whether it answers and whether a run uses it, and where its log is. Exit 0: it "
+            "answers; 1: none runs; 3: it runs but does not answer."
+        ),
     )
     status.set_defaults(handler=_status)
-    start = actions.add_parser("start", help="start it now (runs would start it anyway)")
+    start = actions.add_parser(
+        "start",
+        help="start it now (the first run would start it anyway)",
+        description=(
+            "Start the embedded server of this PREFECT_HOME ahead of the first run (or say that "
+            "one runs already); it stops after the idle timeout like one a run started. Exit 3 "
+            "when it cannot start (the message ends with its log)."
+        ),
+    )
     start.set_defaults(handler=_start)
-    stop = actions.add_parser("stop", help="stop it now (refused while a run uses it)")
+    stop = actions.add_parser(
+        "stop",
+        help="stop it now (refused while a run uses it)",
+        description=(
+            "Stop the embedded server of this PREFECT_HOME. Refused (exit 3) while a run uses it, "
+            "unless --force: that run then fails and can be resumed."
+        ),
+    )
     stop.add_argument(
         "--force", action="store_true", help="stop it even while a run uses it (that run fails)"
     )
