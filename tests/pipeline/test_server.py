@@ -389,3 +389,19 @@ def test_a_kept_server_is_not_taken_for_a_prefect_server_start(
     done = _run(project, env)
     assert "reused the embedded Prefect server" in done.stderr
     assert "using the Prefect server at" not in done.stderr
+
+
+def test_a_profile_api_url_starts_no_embedded_server(
+    project: Path, home: Path, templates: Path, prefect_api: str
+) -> None:
+    """PREFECT_API_URL set in the home's active profile (not in the environment): the run reports
+    to that API, and no embedded server is started, not even early while Prefect is imported."""
+    home.mkdir(parents=True)
+    (home / "profiles.toml").write_text(
+        f'active = "shared"\n\n[profiles.shared]\nPREFECT_API_URL = "{prefect_api}"\n',
+        encoding="utf-8",
+    )
+    done = _run(project, _env(home, templates, project))
+    assert "embedded Prefect server" not in done.stderr
+    assert not (state_dir(home) / "server.log").exists()
+    assert not server_status(home).info

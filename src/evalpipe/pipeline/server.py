@@ -55,6 +55,7 @@ __all__ = [
     "prefect_api",
     "running_server",
     "server_status",
+    "start_early",
     "state_dir",
     "stop_server",
 ]
@@ -365,6 +366,104 @@ def _retire_incompatible(directory: Path, config: _Config) -> None:
         ) from None
 
 
+@dataclass(slots=True)
+class _Early:
+    """The keeper :func:`start_early` spawned in this process, and the lease held for it."""
+
+    proc: subprocess.Popen[bytes] | None = None
+    directory: Path | None = None
+    lease: Lease | None = None
+    replaced: str | None = None
+
+    def drop(self) -> None:
+        """It is not needed after all (the run uses another API): stop it."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+        self.proc = None
+        self.release()
+
+    def release(self) -> None:
+        if self.lease is not None:
+            self.lease.release()
+            self.lease = None
+
+
+_early = _Early()
+
+_SETTINGS_FILES = {"prefect.toml": "", ".env": "PREFECT_", "pyproject.toml": "tool.prefect"}
+"""Files of the working directory that can hold Prefect settings (with the text that tells)."""
+_PROFILE_KEYS = ("PREFECT_API_URL", "PREFECT_HOME", "DATABASE", "PREFECT_PROFILE")
+
+
+def _early_config() -> _Config | None:
+    """The configuration Prefect will compute, read without importing Prefect, when nothing but
+    the environment's PREFECT_HOME can change it (else None: no early start)."""
+    if "PREFECT_API_URL" in os.environ or any(
+        "DATABASE" in key or key == "PREFECT_PROFILE"
+        for key in os.environ
+        if key.startswith("PREFECT_")
+    ):
+        return None
+    for name, tell in _SETTINGS_FILES.items():
+        path = Path(name)
+        if path.exists():
+            try:
+                if tell in path.read_text(encoding="utf-8", errors="replace"):
+                    return None
+            except OSError:
+                return None
+    raw = os.environ.get("PREFECT_HOME", "")
+    home = Path(raw).expanduser() if raw else Path.home() / ".prefect"
+    if not home.is_absolute():
+        return None
+    profiles = Path(os.environ.get("PREFECT_PROFILES_PATH") or home / "profiles.toml")
+    try:
+        text = profiles.read_text(encoding="utf-8") if profiles.exists() else ""
+    except OSError:
+        return None
+    if any(key in text for key in _PROFILE_KEYS):
+        return None
+    try:
+        startup = float(os.environ.get("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "20"))
+    except ValueError:
+        return None
+    database = home / "prefect.db"
+    return _Config(home, f"sqlite+aiosqlite:///{database}", database, startup, {})
+
+
+def start_early() -> bool:
+    """Start the embedded server of this PREFECT_HOME now, so that it starts while the run imports
+    Prefect and prepares its plan, when that server is sure to be the one the run will use: no
+    PREFECT_API_URL or other Prefect setting beyond PREFECT_HOME (environment, profile, settings
+    files), no server of this home running (kept or `prefect server start`). Whether it started
+    one; never raises (the run then starts it as usual). :func:`prefect_api` takes it over."""
+    if _early.proc is not None:
+        return False
+    try:
+        config = _early_config()
+        if config is None:
+            return False
+        directory = config.home / STATE_DIRNAME
+        if directory.is_dir() and _keeper_alive(directory):
+            return False
+        if Path("/proc/self").exists() and _servers_on(config.home):
+            return False
+        directory.mkdir(parents=True, exist_ok=True)
+        left = ServerInfo.read(directory / "server.json")
+        lease = Lease(directory, timeout=0.0)
+        try:
+            proc = _spawn(directory, config, idle_timeout())
+        except BaseException:
+            lease.release()
+            raise
+    except (OSError, ServerError, subprocess.SubprocessError):
+        return False
+    _early.proc, _early.directory, _early.lease = proc, directory, lease
+    if left is not None:
+        _early.replaced = f"the embedded Prefect server pid {left.pid} of {config.home} had died"
+    return True
+
+
 @dataclass(frozen=True, slots=True)
 class Acquired:
     """The server :func:`ensure_server` found or started."""
@@ -437,6 +536,10 @@ def ensure_server() -> Acquired:
     spawned: subprocess.Popen[bytes] | None = None
     starts = 0
     replaced: str | None = None
+    if _early.proc is not None and _early.directory == directory:
+        spawned, replaced, starts = _early.proc, _early.replaced, 1
+        _early.proc = None
+    _early.drop()  # one for another home (a guess that proved wrong), if any
     left = ServerInfo.read(directory / "server.json")
     if left is not None and not _keeper_alive(directory):
         replaced = f"the embedded Prefect server pid {left.pid} of {config.home} had died"
@@ -444,6 +547,15 @@ def ensure_server() -> Acquired:
     while True:
         alive = _keeper_alive(directory)
         info = ServerInfo.read(directory / "server.json") if alive else None
+        if (
+            info is not None
+            and not _compatible(info, config)
+            and spawned is not None
+            and info.pid == spawned.pid
+        ):  # started early on a guess that proved wrong: start again
+            _terminate(info.pid, directory)
+            spawned, starts = None, 0
+            continue
         if info is not None and not _compatible(info, config):
             raise ServerError(
                 f"the shared Prefect server of {config.home} (pid {info.pid}) runs Prefect "
@@ -677,12 +789,14 @@ async def prefect_api(notes: list[str] | None = None) -> AsyncIterator[str | Non
     from prefect.settings import PREFECT_API_URL, temporary_settings  # lazy: prefect
 
     if PREFECT_API_URL.value():
+        _early.drop()
         yield None
         return
     config = await asyncio.to_thread(_config)
     directory = config.home / STATE_DIRNAME
     found = await asyncio.to_thread(running_server)
     if found is not None:
+        _early.drop()
         if notes is not None:
             notes.append(
                 f"using the Prefect server at {found}: it runs on this PREFECT_HOME "
@@ -706,6 +820,7 @@ async def prefect_api(notes: list[str] | None = None) -> AsyncIterator[str | Non
     if (directory / "server.json").exists():
         await asyncio.to_thread(_retire_incompatible, directory, config)
     lease = await asyncio.to_thread(Lease, directory)
+    _early.release()
     try:
         acquired = await asyncio.to_thread(ensure_server)
         if notes is not None:
