@@ -1,10 +1,11 @@
 """Run the ``evalpipe`` command line with phase marks (used by bench_startup.py; not a test).
 
-``python bench/_startup_probe.py MARKS.json ARGS...`` runs ``evalpipe ARGS...`` and, at exit, writes
-the wall-clock times (``time.time()``) at which the run asked for the Prefect API, got it, started
-its flow, ended its flow and returned from ``run_suite``. It patches nothing in advance: when ``evalpipe.pipeline.run`` is
-first imported (lazily, as the command line does), its ``prefect_api`` and ``_flow`` are wrapped,
-so the import order, and any start-up that overlaps it, are the command's own.
+``python bench/_startup_probe.py MARKS.json ARGS...`` runs ``evalpipe ARGS...`` and, at exit,
+writes the wall-clock times (``time.time()``) at which the run asked for the Prefect API, got it,
+started its flow, ended its flow and returned from ``run_suite``. It patches nothing in advance:
+when ``evalpipe.pipeline.run`` is first imported (lazily, as the command line does), its
+``prefect_api`` and ``_flow`` are wrapped, so the import order, and any start-up that overlaps it,
+are the command's own.
 """
 
 from __future__ import annotations

@@ -87,6 +87,24 @@ def _run(src: Path, home: Path, out: Path, **extra: str) -> tuple[float, str]:
     return took, " | ".join(notes)
 
 
+def _phases(src: Path, home: Path, work: Path, extra: dict[str, str]) -> dict[str, float]:
+    """One more warm run through bench/_startup_probe.py: seconds from the process's start to the
+    API (imports, suite, plan), to the server found, through the flow, and after it to the exit
+    (the summary; the probe's own exit is the interpreter's usual one)."""
+    marks_path = work / "marks.json"
+    cmd = [sys.executable, str(HERE / "_startup_probe.py"), str(marks_path), "run", str(SUITE)]
+    cmd += ["--no-progress", "--output", str(work / "out")]
+    began = time.time()
+    subprocess.run(cmd, cwd=ROOT, env=_env(src, home, **extra), capture_output=True, check=False)
+    m = json.loads(marks_path.read_text())
+    return {
+        "before_the_api": round(m["api_asked"] - began, 2),
+        "finding_the_server": round(m["api_ready"] - m["api_asked"], 2),
+        "flow": round(m["flow_end"] - m["flow_start"], 2),
+        "after_the_flow": round(m["exit"] - m["run_end"], 2),
+    }
+
+
 def _stop(src: Path, home: Path) -> None:
     subprocess.run(
         [sys.executable, "-m", "evalpipe.cli", "server", "stop", "--force"],
@@ -102,7 +120,9 @@ def _load() -> str:
     return f"load {one:.2f} (1 min) / {five:.2f} (5 min) on {os.cpu_count()} cores"
 
 
-def measure(src: Path, repeat: int, work: Path, label: str, extra: dict[str, str]) -> dict[str, Any]:
+def measure(
+    src: Path, repeat: int, work: Path, label: str, extra: dict[str, str]
+) -> dict[str, Any]:
     """Warm and fresh medians of the tree at ``src``."""
     kept = (src / "evalpipe" / "pipeline" / "keeper.py").exists()
     result: dict[str, Any] = {"tree": str(src), "kept_server": kept}
@@ -113,6 +133,8 @@ def measure(src: Path, repeat: int, work: Path, label: str, extra: dict[str, str
     finally:
         if kept:
             _stop(src, warm_home)
+        if kept:
+            result["warm_phases"] = _phases(src, warm_home, work, extra)
     result["warm"] = [round(t, 2) for t, _ in warm]
     result["warm_note"] = warm[-1][1]
     fresh = []
@@ -178,6 +200,10 @@ def main() -> int:
         report["this_tree"] = ours
         print(_line("warm", ours["warm"], TARGETS["warm"], MAIN["warm"]))
         print(f"               {ours['warm_note']}")
+        phases = ", ".join(
+            f"{k.replace('_', ' ')} {v:.2f} s" for k, v in ours["warm_phases"].items()
+        )
+        print(f"               one more warm run: {phases}")
         print(_line("fresh", ours["fresh"], TARGETS["fresh"], MAIN["fresh"]))
         print(f"               {ours['fresh_note']}")
         inproc = in_process(ROOT / "src", args.repeat)

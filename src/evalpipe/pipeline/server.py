@@ -15,9 +15,15 @@ own, and bounded (docs/operations.md, "The embedded server"):
 - a server that died or does not answer is replaced by the next run (the keeper's lock tells a
   live keeper from a dead one: no pid is trusted).
 
+A server already running on the PREFECT_HOME (``prefect server start``: :func:`running_server`)
+comes first: the run uses it (an embedded server beside it would share its SQLite file) and a kept
+server of that home is stopped. The command line calls :func:`start_early` before it imports
+Prefect, so that a server it is sure to need starts while Prefect loads.
+
 A fresh PREFECT_HOME's database is a copy of a migrated template (kept per Prefect version under
 ``~/.cache/evalpipe/prefect-db``, made by the first server on the machine), which saves Prefect's
-migrations (10 s on two cores); ``EVALPIPE_SERVER_DB_TEMPLATES=off`` migrates every new database.
+migrations (10 s on two cores); ``EVALPIPE_SERVER_DB_TEMPLATES=off`` migrates every new database,
+``EVALPIPE_SERVER_DB_TEMPLATES=DIR`` keeps the templates in DIR.
 
 POSIX only (``fcntl``).
 """
