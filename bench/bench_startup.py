@@ -74,11 +74,13 @@ def _env(src: Path, home: Path, **extra: str) -> dict[str, str]:
 
 
 def _run(src: Path, home: Path, out: Path, **extra: str) -> tuple[float, str]:
-    cmd = [sys.executable, "-m", "evalpipe.cli", "run", str(SUITE), "--no-progress"]
+    root = src.parent  # the tree's own demo suite and examples
+    suite = root / SUITE.relative_to(ROOT)
+    cmd = [sys.executable, "-m", "evalpipe.cli", "run", str(suite), "--no-progress"]
     cmd += ["--output", str(out)]
     began = time.perf_counter()
     done = subprocess.run(
-        cmd, cwd=ROOT, env=_env(src, home, **extra), capture_output=True, text=True, check=False
+        cmd, cwd=root, env=_env(src, home, **extra), capture_output=True, text=True, check=False
     )
     took = time.perf_counter() - began
     if done.returncode not in (0, 1):
@@ -108,7 +110,7 @@ def _phases(src: Path, home: Path, work: Path, extra: dict[str, str]) -> dict[st
 def _stop(src: Path, home: Path) -> None:
     subprocess.run(
         [sys.executable, "-m", "evalpipe.cli", "server", "stop", "--force"],
-        cwd=ROOT,
+        cwd=src.parent,
         env=_env(src, home),
         capture_output=True,
         check=False,

@@ -736,10 +736,14 @@ def _servers_on(home: Path) -> list[_Candidate]:
     return found
 
 
-def _home_of(url: str) -> str | None:
+_PATIENCE = 10.0
+"""Seconds a `prefect server start` of this home that does not answer gets before a run refuses."""
+
+
+def _home_of(url: str, timeout: float = 2.0) -> str | None:
     """The PREFECT_HOME of the server at ``url`` (its settings), or None when it does not answer."""
     try:
-        response = httpx.get(f"{url}/api/admin/settings", timeout=2.0)
+        response = httpx.get(f"{url}/api/admin/settings", timeout=timeout)
         response.raise_for_status()
         home = response.json().get("home")
     except (httpx.HTTPError, ValueError, AttributeError):
@@ -769,6 +773,15 @@ def running_server() -> str | None:
         served = _home_of(candidate.url)
         if served is not None and _same(served, home):
             return f"{candidate.url}/api"
+    # A server process of this home that did not answer may be busy (or still starting): give it
+    # _PATIENCE seconds before refusing.
+    deadline = time.monotonic() + _PATIENCE
+    while processes and time.monotonic() < deadline:
+        time.sleep(0.5)
+        for candidate in processes:
+            served = _home_of(candidate.url, timeout=5.0)
+            if served is not None and _same(served, home):
+                return f"{candidate.url}/api"
     if processes:
         pid = processes[0].pid
         raise ServerOnThisHomeError(
