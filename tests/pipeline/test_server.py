@@ -160,8 +160,7 @@ def _serving_lines(home: Path) -> list[str]:
 def test_the_next_run_reuses_the_server_and_stop_ends_it(
     project: Path, home: Path, templates: Path
 ) -> None:
-    """The first run starts the server and says so; the second reuses the same one and says so;
-    `server status` reports it; `server stop` ends it and `status` then exits 1."""
+    """The second run reuses the first run's server (both say so); `server stop` ends it."""
     env = _env(home, templates, project)
     first = _run(project, env)
     assert "started the embedded Prefect server" in first.stderr
@@ -183,8 +182,7 @@ def test_the_next_run_reuses_the_server_and_stop_ends_it(
 
 
 def test_a_run_replaces_a_killed_server(project: Path, home: Path, templates: Path) -> None:
-    """A server killed between two runs (SIGKILL: its state file stays behind) fails the health
-    check of the next run, which starts a new one and completes."""
+    """A server killed with SIGKILL between runs is replaced by the next run, which completes."""
     env = _env(home, templates, project)
     _server(env, "start")
     old = _info(home)["pid"]
@@ -201,8 +199,7 @@ def test_a_run_replaces_a_killed_server(project: Path, home: Path, templates: Pa
 def test_two_concurrent_runs_on_one_home_share_one_server(
     project: Path, home: Path, templates: Path
 ) -> None:
-    """Two runs started together on a home without a server both complete, on one server: the
-    keeper's lock lets one start and the other keeper exit."""
+    """Two first runs started together on a new home complete on one server between them."""
     env = _env(home, templates, project)
     cmd = _evalpipe("run", str(project / "suite.yaml"), "--no-progress", "--new-run")
     procs = [
@@ -226,8 +223,7 @@ def test_two_concurrent_runs_on_one_home_share_one_server(
 def test_a_run_killed_with_sigkill_leaves_the_server_for_its_idle_timeout_only(
     project: Path, home: Path, templates: Path
 ) -> None:
-    """`kill -9` of a run drops its lease (the kernel releases the lock): the server stays for the
-    next run, then ends on its own once idle for EVALPIPE_SERVER_IDLE_TIMEOUT seconds."""
+    """`kill -9` of a run drops its lease: the server outlives it, then stops once idle."""
     env = _env(home, templates, project, EVALPIPE_SERVER_IDLE_TIMEOUT="4", EVALPIPE_TEST_DELAY="30")
     cmd = _evalpipe("run", str(project / "suite.yaml"), "--no-progress")
     proc = subprocess.Popen(cmd, cwd=project, env=env)
@@ -247,7 +243,7 @@ def test_a_run_killed_with_sigkill_leaves_the_server_for_its_idle_timeout_only(
 
 
 def test_removing_the_home_stops_the_server(home: Path, templates: Path) -> None:
-    """Deleting PREFECT_HOME (so the server's state file) ends its server within seconds."""
+    """Deleting PREFECT_HOME ends its server within seconds (no orphan)."""
     env = _env(home, templates)
     _server(env, "start")
     pid = _info(home)["pid"]
@@ -256,8 +252,7 @@ def test_removing_the_home_stops_the_server(home: Path, templates: Path) -> None
 
 
 def test_stop_refuses_a_server_in_use_unless_forced(home: Path, templates: Path) -> None:
-    """While a run holds its lease the server is not stopped (ServerBusyError, and the CLI exits 3
-    naming --force); --force stops it."""
+    """`server stop` refuses (exit 3, naming --force) while a run holds a lease; --force stops."""
     env = _env(home, templates)
     _server(env, "start")
     pid = _info(home)["pid"]
@@ -276,8 +271,7 @@ def test_stop_refuses_a_server_in_use_unless_forced(home: Path, templates: Path)
 def test_the_server_gets_none_of_the_secrets_of_the_run_that_started_it(
     home: Path, templates: Path
 ) -> None:
-    """The server outlives the command that started it: it is started with Prefect's settings and
-    a minimal environment, not the command's API keys."""
+    """The kept server's environment holds none of the starting command's API keys."""
     env = _env(home, templates, OPENAI_API_KEY="sk-test-not-for-the-server")
     _server(env, "start")
     environ = Path(f"/proc/{_info(home)['pid']}/environ").read_bytes().split(b"\0")
@@ -286,8 +280,7 @@ def test_the_server_gets_none_of_the_secrets_of_the_run_that_started_it(
 
 
 def test_a_fresh_home_starts_from_the_migrated_template(tmp_path: Path, templates: Path) -> None:
-    """The first server on the machine migrates its database and keeps it as a template; a new
-    PREFECT_HOME starts from a copy, at the same migration (no migrations run)."""
+    """A new home's database is a copy of the migrated template, at the same migration."""
     own = tmp_path / "templates"
     first, second = tmp_path / "a", tmp_path / "b"
     try:
@@ -312,8 +305,7 @@ def test_a_fresh_home_starts_from_the_migrated_template(tmp_path: Path, template
 def test_a_server_of_another_prefect_version_is_replaced(
     project: Path, home: Path, templates: Path
 ) -> None:
-    """A server whose state file names another Prefect version (an upgrade since it started) is
-    stopped by the next run, which starts one of its own version."""
+    """A server of another Prefect version is stopped by the next run, which starts its own."""
     env = _env(home, templates, project)
     _server(env, "start")
     info = _info(home)
@@ -328,8 +320,7 @@ def test_a_server_of_another_prefect_version_is_replaced(
 def test_a_server_that_does_not_answer_is_replaced_with_a_message(
     project: Path, home: Path, templates: Path
 ) -> None:
-    """A live server that does not answer (stopped with SIGSTOP) is ended by the next run after
-    its health checks fail for 15 s; the run starts a new one, says why, and completes."""
+    """A live server that does not answer (SIGSTOP) is replaced by the next run, which says so."""
     env = _env(home, templates, project)
     _server(env, "start")
     old = _info(home)["pid"]
@@ -351,8 +342,7 @@ def test_a_server_that_does_not_answer_is_replaced_with_a_message(
 def test_a_server_that_cannot_start_fails_the_run_with_exit_3_and_its_log(
     project: Path, home: Path, tmp_path: Path
 ) -> None:
-    """A database the server cannot create: `evalpipe run` exits 3 (could not complete) with the
-    end of the server's log, and no target call is made."""
+    """A server that cannot start: exit 3 with the end of its log, and no target call."""
     blocker = tmp_path / "not-a-directory"
     blocker.write_text("a file where the database's directory should be", encoding="utf-8")
     env = _env(
@@ -376,8 +366,7 @@ def test_a_server_that_cannot_start_fails_the_run_with_exit_3_and_its_log(
 def test_a_kept_server_is_not_taken_for_a_prefect_server_start(
     project: Path, home: Path, templates: Path
 ) -> None:
-    """The kept server is not a `prefect server start` on the home (issue 19's search finds none),
-    and the run's note names it as reused, not as a server found on the home."""
+    """The kept server is not taken for a `prefect server start`: runs say they reused it."""
     from prefect.settings import PREFECT_HOME, temporary_settings
 
     from evalpipe.pipeline.server import running_server
@@ -394,8 +383,7 @@ def test_a_kept_server_is_not_taken_for_a_prefect_server_start(
 def test_a_profile_api_url_starts_no_embedded_server(
     project: Path, home: Path, templates: Path, prefect_api: str
 ) -> None:
-    """PREFECT_API_URL set in the home's active profile (not in the environment): the run reports
-    to that API, and no embedded server is started, not even early while Prefect is imported."""
+    """A profile's PREFECT_API_URL is used, and no embedded server starts, not even early."""
     home.mkdir(parents=True)
     (home / "profiles.toml").write_text(
         f'active = "shared"\n\n[profiles.shared]\nPREFECT_API_URL = "{prefect_api}"\n',
