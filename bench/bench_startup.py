@@ -69,7 +69,7 @@ def _env(src: Path, home: Path, **extra: str) -> dict[str, str]:
         for k, v in os.environ.items()
         if k not in ("PREFECT_API_URL", "PYTHONDONTWRITEBYTECODE") and not k.startswith("PREFECT_")
     }
-    env.update(PYTHONPATH=str(src), PREFECT_HOME=str(home), **extra)
+    env.update(PYTHONPATH=str(src), PREFECT_HOME=str(home), COLUMNS="400", **extra)
     return env
 
 

@@ -500,7 +500,7 @@ class Acquired:
         )
 
 
-_UNANSWERED = 15.0
+_UNANSWERED = 30.0
 """Seconds a live server may fail its health check before it is replaced."""
 
 
@@ -568,7 +568,7 @@ def ensure_server() -> Acquired:
                 f"{info.prefect} or another database; stop it with `evalpipe server stop`"
             )
         if info is not None:
-            if _healthy(info.api_url):
+            if _healthy(info.api_url, timeout=10.0):  # a busy server (a run's events) is slow
                 mine = spawned is not None and info.pid == spawned.pid
                 return Acquired(info, started=mine, replaced=replaced if mine else None)
             now = time.monotonic()
