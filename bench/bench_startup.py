@@ -132,11 +132,11 @@ def measure(
     try:
         _run(src, warm_home, work / "out", **extra)  # starts the server, writes bytecode
         warm = [_run(src, warm_home, work / "out", **extra) for _ in range(repeat)]
+        if kept:
+            result["warm_phases"] = _phases(src, warm_home, work, extra)
     finally:
         if kept:
             _stop(src, warm_home)
-        if kept:
-            result["warm_phases"] = _phases(src, warm_home, work, extra)
     result["warm"] = [round(t, 2) for t, _ in warm]
     result["warm_note"] = warm[-1][1]
     fresh = []
