@@ -116,15 +116,16 @@ def test_failures_show_query_response_and_where_the_rest_is(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """The items that did not pass come with why, their query and their response on one line each,
-    and a capped list says how many more and where they are."""
+    """The items that did not pass come with why (whole, wrapped), their query and their response
+    on one line each, and a capped list says how many more and where they are."""
     _, canary = demo_runs
     out = _render(["results", str(canary)], width, monkeypatch, capsys)
     _in_order(
         out,
         [
             r"^travel-canary — researcher \(Local\): 4 of 5 items did not pass:",
-            r"^  trip-paris \(rep 0\) \[fail\] tool_call_args_match: ",
+            r"^  trip-paris \(rep 0\) \[fail\]$",
+            r"^      why:      tool_call_args_match: ",
             r"^      query:    Plan a trip to Paris$",
             r"^      response: ",
         ],
@@ -139,6 +140,9 @@ def test_failures_show_query_response_and_where_the_rest_is(
             r"^  \.\.\. and 4 more not shown: every item is in ",
         ],
     )
+    # the reason says what was missing, whatever the width (what the check looked for is last)
+    flat = " ".join(out.split())
+    assert "mentions_expected: the response does not mention '22°C'" in flat
     assert str(demo / "scores.parquet") in out.replace("\n", "")
 
 

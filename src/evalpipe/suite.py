@@ -53,6 +53,7 @@ __all__ = [
     "build_target",
     "builtin_check_names",
     "load_suite",
+    "shared_evaluators",
 ]
 
 
@@ -429,6 +430,24 @@ def build_evaluators(suite: EvalSuite) -> list[Evaluator]:
             "name, so give each its own (e.g. judge: {name: ...})"
         )
     return built
+
+
+def shared_evaluators(suite: EvalSuite) -> list[Any]:
+    """The suite's evaluators that are imported instances (``package.module:obj``), not built for
+    the run: a run leaves them open (:func:`evalpipe.evaluators.base.close_providers`)."""
+    shared = []
+    for i, entry in enumerate(suite.evaluators):
+        spec, _ = _split_scope(entry, f"evaluators[{i}]")
+        if isinstance(spec, dict) and len(spec) == 1:
+            ((name, value),) = spec.items()
+        elif isinstance(spec, str):
+            name, value = spec, None
+        else:
+            continue
+        obj = registry.shared_object(str(name), value)
+        if obj is not None:
+            shared.append(obj)
+    return shared
 
 
 def build_split(suite: EvalSuite) -> Any:

@@ -211,12 +211,20 @@ def _doc_commands() -> list[str]:
     return commands
 
 
-def _verbatim(command: str, env: dict[str, str], timeout: float = 300) -> str:
+def _verbatim(
+    command: str,
+    env: dict[str, str],
+    timeout: float = 300,
+    *,
+    cwd: Path = ROOT,
+    stdin: str | None = None,
+) -> str:
     """A documented command as written, by bash, with the project's tools on PATH."""
     done = subprocess.run(
         ["bash", "-c", command],
-        cwd=ROOT,
+        cwd=cwd,
         env={**env, "PATH": f"{BIN}:{env.get('PATH', '')}"},
+        input=stdin,
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -234,10 +242,47 @@ def test_every_command_in_operations_md_is_run_by_a_test() -> None:
     assert len(triggers) == 2
     served = [c for c in commands if c.startswith("evalpipe serve ")]
     limits = [c for c in commands if c.startswith("prefect gcl create ")]
+    secrets = _secret_commands(commands)
+    # §12's commands are run as written by tests/view/test_view.py
+    viewed = [c for c in commands if c.startswith(("evalpipe view ", "export EVALPIPE_VIEW_URL="))]
     assert len(served) == 1
     assert len(limits) == 2
-    rest = [c for c in commands if c not in triggers + served + limits]
-    assert sorted(rest) == sorted(RUN_BY_FIXTURES)
+    assert len(secrets) == 5
+    assert len(viewed) == 2
+    rest = [c for c in commands if c not in triggers + served + limits + secrets + viewed]
+    # §10 starts the worker as §3 does: the same command, run by the worker fixture
+    assert sorted(dict.fromkeys(rest)) == sorted(RUN_BY_FIXTURES)
+
+
+def _secret_commands(commands: list[str]) -> list[str]:
+    """§10's commands: the worker's environment, the Secret block and the pool's template."""
+    starts = ("export OPENAI_API_KEY=", "python -c ", "prefect work-pool ")
+    return [c for c in commands if c.startswith(starts)]
+
+
+async def test_the_secret_commands_run_as_written(
+    server: Server, worker: subprocess.Popen[bytes], tmp_path: Path
+) -> None:
+    """§10's commands as written: the Secret block is saved, the pool's base job template stores
+    a reference to it (never the value), and Prefect's job configuration for a run (what the
+    worker builds each time it starts one) resolves the reference to the value."""
+    value = f"sk-doc-{os.urandom(8).hex()}"
+    for command in _secret_commands(_doc_commands()):
+        _verbatim(command, server.env, cwd=tmp_path, stdin=value + "\n")
+    pool = _api(server, "GET", "/work_pools/evalpipe-process")
+    stored = json.dumps(pool["base_job_template"])
+    assert "{{ prefect.blocks.secret.openai-api-key }}" in stored
+    assert value not in stored
+    from prefect.client.orchestration import get_client
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+    from prefect.workers.process import ProcessJobConfiguration
+
+    with temporary_settings(updates={PREFECT_API_URL: server.api}):
+        async with get_client() as client:
+            config = await ProcessJobConfiguration.from_template_and_values(
+                pool["base_job_template"], {}, client=client
+            )
+    assert (config.env or {})["OPENAI_API_KEY"] == value
 
 
 def test_the_trigger_commands_run_as_written(

@@ -12,11 +12,14 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
+import psutil
 import pyarrow.parquet as pq
 import pytest
 
 from evalpipe.artifacts import load_run, read_manifest
+from evalpipe.escape import markdown
 from evalpipe.pipeline import arun_suite
 from evalpipe.suite import SuiteError, load_suite
 
@@ -301,7 +304,8 @@ async def test_foundry_in_a_suite_one_eval_one_run_per_shard_under_the_foundry_l
     project: Path,
 ) -> None:
     """A suite's Foundry evaluator creates one eval per run and one run per shard, under the
-    "foundry" global concurrency limit, beside the local checks; its scores land in Parquet."""
+    "foundry" global concurrency limit, beside the local checks; its scores land in Parquet; the
+    run closes the Foundry clients it opened."""
     from fakes.foundry_emulator import TOKEN, FoundryEmulator
 
     emu = FoundryEmulator(token=TOKEN).start()
@@ -329,6 +333,13 @@ async def test_foundry_in_a_suite_one_eval_one_run_per_shard_under_the_foundry_l
         assert len(emu.calls("POST", r"/evals$")) == 1
         assert len(emu.run_objects()) == 3
         assert [i.item_id for i in cloud.items] == [f"q{i}#0" for i in range(10)]
+        # the run closed the clients its FoundryEvals opened: no connection to Foundry stays open
+        port = urlsplit(emu.endpoint).port
+        assert [
+            c
+            for c in psutil.Process().net_connections("tcp")
+            if c.raddr and c.raddr.port == port and c.status == psutil.CONN_ESTABLISHED
+        ] == []
     finally:
         emu.stop()
 
@@ -517,9 +528,9 @@ async def test_the_failures_artifact_shows_query_and_response_and_where_the_rest
     text = str(artifact.data)
     assert text.count("  - query: question ") == 3
     assert text.count("  - response: answer") == 3
-    assert "keyword\\_check: Missing keywords" in text
+    assert markdown("keyword_check: Missing keywords") in text  # text, escaped as markdown
     assert "Listed: the first 3 of 12; 9 more not listed; every item is in " in text
-    assert "scores.parquet" in text
+    assert markdown("scores.parquet") in text
 
 
 def test_the_demo_piped_to_a_file_shows_every_agent(tmp_path: Path, prefect_api: str) -> None:

@@ -14,6 +14,7 @@ import pytest
 
 from evalpipe.artifacts import baseline_of, find_runs, read_manifest
 from evalpipe.cli import main
+from evalpipe.escape import markdown
 from evalpipe.pipeline import arun_suite
 from evalpipe.suite import load_suite
 
@@ -92,7 +93,8 @@ async def test_history_bless_and_compare_with_the_baseline_on_local_runs(
             artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["travel-agent-comparison"]))
         )
     [artifact] = [a for a in found if str(a.flow_run_id) == flow_run_id]
-    assert Path(first).name in str(artifact.data)  # compared with the blessed run
+    # compared with the blessed run (its name as the artifact shows it: escaped markdown)
+    assert markdown(Path(first).name) in str(artifact.data)
 
 
 async def test_history_bless_and_compare_read_the_published_uri(

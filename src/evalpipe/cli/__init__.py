@@ -31,6 +31,7 @@ from evalpipe.cli import (
     results,
     run,
     serve,
+    view,
 )
 from evalpipe.cli import server as server_command
 from evalpipe.cli._common import EXIT_INCOMPLETE
@@ -45,6 +46,7 @@ _COMMANDS = (
     bless,
     compare,
     report,
+    view,
     import_,
     deploy,
     serve,
@@ -65,6 +67,7 @@ example:
   evalpipe history runs                        every run so far, newest first
   evalpipe bless runs/travel-demo/<run>        make a run the baseline
   evalpipe compare --baseline runs/travel-demo/<run>
+  evalpipe view runs                           browse every run at http://127.0.0.1:8765/
 
 exit codes:
   0  passed (or done)

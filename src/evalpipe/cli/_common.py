@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -206,8 +207,9 @@ def print_failures(
     max_failures: int = 5,
     rest: str | None = None,
 ) -> None:
-    """Per result, the items that did not pass (at most ``max_failures``, each with why, its query
-    and its response shortened), and when capped how many more there are and where (``rest``)."""
+    """Per result, the items that did not pass (at most ``max_failures``, each with why in full
+    (wrapped), its query and its response shortened to a line), and when capped how many more
+    there are and where (``rest``)."""
     by_level: dict[str, list[Failure]] = {}
     for failure in failures:
         by_level.setdefault(failure.level, []).append(failure)
@@ -225,11 +227,18 @@ def print_failures(
         _print_text(console, head + (f"; the first {len(shown)}:" if capped else ":"), style="bold")
         for failure in shown:
             _print_text(
-                console,
-                f"  {failure.label} [{failure.status}] {shorten(failure.why)}",
-                no_wrap=True,
-                overflow="ellipsis",
+                console, f"  {failure.label} [{failure.status}]", no_wrap=True, overflow="ellipsis"
             )
+            # why is what the reader needs whole: wrapped under its label, never cut at the width
+            why = textwrap.wrap(
+                shorten(plain(failure.why)),
+                width=max(40, console.width),
+                initial_indent=f"      {'why:':<9} ",
+                subsequent_indent=" " * 16,
+                break_long_words=True,
+            )
+            for line in why:
+                _print_text(console, line, no_wrap=True, overflow="fold")
             for label, text in (("query", failure.query), ("response", failure.response)):
                 _print_text(
                     console,

@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
+import inspect
+import logging
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from evalpipe.items import EvalItem
 from evalpipe.results import EvalResults
 
-__all__ = ["AgentScoped", "BatchedEvaluator", "Evaluator", "metric_names"]
+__all__ = ["AgentScoped", "BatchedEvaluator", "Evaluator", "close_providers", "metric_names"]
+
+_log = logging.getLogger("evalpipe")
+
+CLOSE_TIMEOUT = 10.0
+"""Seconds one provider's ``aclose`` may take at the end of a run."""
 
 
 @runtime_checkable
@@ -62,6 +70,28 @@ def metric_names(provider: Any) -> list[str] | None:
     return [str(n) for n in names]
 
 
+async def close_providers(providers: Sequence[Any], *, keep: Sequence[Any] = ()) -> None:
+    """Close the providers a run built (an optional ``aclose`` part of the protocol: e.g.
+    ``FoundryEvals`` opens an OpenAI client per event loop), except those in ``keep`` (objects the
+    run did not make, such as a module's instance a suite imports: other runs in the process use
+    them). Each close is bounded by :data:`CLOSE_TIMEOUT`; a failing or slow one is logged, never
+    raised: the run's results are already written."""
+    kept = {id(obj) for obj in keep}
+    for provider in providers:
+        if id(provider) in kept or id(getattr(provider, "inner", None)) in kept:
+            continue
+        close = getattr(provider, "aclose", None)
+        if not callable(close):
+            continue
+        try:
+            async with asyncio.timeout(CLOSE_TIMEOUT):
+                closing = close()
+                if inspect.isawaitable(closing):
+                    await closing
+        except Exception as exc:  # closing must not fail a finished run
+            _log.warning("closing %s failed: %s: %s", provider.name, type(exc).__name__, exc)
+
+
 class AgentScoped:
     """A provider that evaluates only some groups of a workflow's items (``agents:`` in a suite).
 
@@ -81,6 +111,10 @@ class AgentScoped:
 
     async def evaluate(self, items: Sequence[EvalItem], *, eval_name: str) -> Any:
         return await self.inner.evaluate(items, eval_name=eval_name)
+
+    async def aclose(self) -> None:
+        """Close the inner provider (if it has ``aclose``)."""
+        await close_providers([self.inner])
 
     def __repr__(self) -> str:
         return f"AgentScoped({self.inner!r}, agents={list(self.agents)})"

@@ -213,6 +213,19 @@ def build(name: str, value: Any = None, *, where: str = "evaluator") -> Any:
     return obj
 
 
+def shared_object(name: str, value: Any = None) -> Any | None:
+    """The object :func:`build` returns as it is, not made for the caller (an import path to an
+    instance, without arguments), or None. Such an object may serve other runs in the process, so
+    a run does not close it."""
+    if name in ENTRIES or ":" not in name or value is not None:
+        return None
+    try:
+        obj = load_object(name, what="evaluator")
+    except ValueError:
+        return None
+    return None if isinstance(obj, type) else obj
+
+
 def _cli_value(text: str) -> Any:
     try:
         return yaml.safe_load(text)

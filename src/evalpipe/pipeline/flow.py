@@ -40,6 +40,7 @@ from prefect.utilities.annotations import quote
 from evalpipe.artifacts import RunRecord, RunWriter, baseline_of
 from evalpipe.artifacts.history import join
 from evalpipe.artifacts.storage import publish
+from evalpipe.evaluators.base import close_providers
 from evalpipe.gates import evaluate_gates
 from evalpipe.pipeline.limits import Limits, limits_scope, provider_limits
 from evalpipe.pipeline.params import resolve_suite, suite_label
@@ -49,6 +50,7 @@ from evalpipe.pipeline.prefect_artifacts import (
     emit_gate_event,
     failures_markdown,
     summary_table,
+    view_page,
 )
 from evalpipe.results import EvalResults
 from evalpipe.runner import (
@@ -62,7 +64,7 @@ from evalpipe.runner import (
 from evalpipe.runner.prepare import prepare_suite
 from evalpipe.runner.state import RunLock, RunLockedError, StorageError, is_remote, local_base
 from evalpipe.secrets import Scrubber, mask
-from evalpipe.suite import EvalSuite, SuiteError
+from evalpipe.suite import EvalSuite, SuiteError, shared_evaluators
 from evalpipe.tally import CallTally, Counts, call_verdicts, merge_results
 
 __all__ = [
@@ -483,6 +485,9 @@ async def eval_flow(
         with _scrubbed_logs(state.scrubber):
             return await _execute(plan, state, rescore, logger, started, started_at)
     finally:
+        await close_providers(
+            plan.providers, keep=shared_evaluators(plan.suite) if plan.suite is not None else []
+        )
         state.close()
 
 
@@ -735,23 +740,26 @@ async def _execute(
         ),
         description="items that did not pass: why, query and response",
     )
+    page = view_page(suite.name, plan.run_dir.name, logger)  # evalpipe view, when configured
     await acreate_link_artifact(
         key=f"{key}-run-dir",
-        link=destination or run_path.as_uri(),
+        link=page or destination or run_path.as_uri(),
         link_text=destination or str(run_path),
         description=(
             f"run published to {destination} (staging copy: {run_path})"
             if destination
             else f"run directory (open locally: {run_path})"
-        ),
+        )
+        + ("; the link opens its page in evalpipe view" if page else ""),
     )
     if report_path is not None:
         where = f"{destination}/report.html" if destination else Path(report_path).as_uri()
         await acreate_link_artifact(
             key=f"{key}-report",
-            link=where,
-            link_text="report.html",
-            description=f"{suite.name}: the run's HTML report (self-contained)",
+            link=page or where,
+            link_text="the run in evalpipe view" if page else "report.html",
+            description=f"{suite.name}: the run's HTML report"
+            + (f" in evalpipe view (the file: {where})" if page else " (self-contained)"),
         )
     if comparison is not None:
         await acreate_markdown_artifact(

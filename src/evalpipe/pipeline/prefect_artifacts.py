@@ -14,6 +14,7 @@ from evalpipe.escape import markdown, table_cell
 from evalpipe.results import EvalResults
 from evalpipe.runner import RunPlan
 from evalpipe.tally import SummaryRow, rate_text
+from evalpipe.view.urls import configured_view_url, run_url
 
 __all__ = [
     "GATE_FAILED",
@@ -22,6 +23,7 @@ __all__ = [
     "emit_gate_event",
     "failures_markdown",
     "summary_table",
+    "view_page",
 ]
 
 GATE_PASSED = "evalpipe.gate.passed"
@@ -52,6 +54,19 @@ def summary_table(rows: Sequence[SummaryRow]) -> list[dict[str, Any]]:
         for row in rows
         if row.kind == "metric"
     ]
+
+
+def view_page(suite: str, run_name: str, logger: Any = None) -> str | None:
+    """The run's page in ``evalpipe view`` when ``EVALPIPE_VIEW_URL`` is set where the flow runs
+    (the report and run-directory artifacts link there instead of to ``file://``), else None.
+    A value that is not an http(s) URL is logged and ignored."""
+    try:
+        base = configured_view_url()
+    except ValueError as exc:
+        if logger is not None:
+            logger.warning("%s; the artifacts link to the files instead", exc)
+        return None
+    return None if base is None else run_url(base, suite, run_name)
 
 
 FAILURES_LISTED = 50

@@ -20,6 +20,7 @@ import pyarrow.compute as pc  # type: ignore[import-untyped, unused-ignore]
 from rich.console import Console
 from rich.text import Text
 
+from evalpipe._internal.arrow import numpy_of
 from evalpipe._internal.terminal import count_column, name_column, plain_table
 from evalpipe.artifacts import read_manifest
 from evalpipe.escape import markdown, plain, terminal
@@ -151,10 +152,6 @@ def _keyed(scored: Any) -> tuple[Any, int]:
     ), dropped
 
 
-def _np(column: Any, dtype: Any) -> np.ndarray:
-    return np.asarray(column.to_numpy(zero_copy_only=False), dtype=dtype)
-
-
 def compare_runs(
     run_a: str | os.PathLike[str],
     run_b: str | os.PathLike[str],
@@ -190,7 +187,7 @@ def compare_runs(
             pc.equal(joined["metric"], g["metric"]),
         )
         part = joined.filter(mask)
-        pa_in_a, pa_in_b = _np(in_a.filter(mask), bool), _np(in_b.filter(mask), bool)
+        pa_in_a, pa_in_b = numpy_of(in_a.filter(mask), bool), numpy_of(in_b.filter(mask), bool)
         both = pa_in_a & pa_in_b
         sa = np.asarray(part["a_status"].to_pylist(), dtype=object)
         sb = np.asarray(part["b_status"].to_pylist(), dtype=object)
@@ -198,7 +195,7 @@ def compare_runs(
         b_verdict = both & ((sb == "pass") | (sb == "fail"))
         paired = a_verdict & b_verdict
         a_pass, b_pass = sa == "pass", sb == "pass"
-        xa, xb = _np(part["a_score"], float), _np(part["b_score"], float)
+        xa, xb = numpy_of(part["a_score"], float), numpy_of(part["b_score"], float)
         scored_both = both & ~np.isnan(xa) & ~np.isnan(xb)
         metrics.append(
             MetricComparison(

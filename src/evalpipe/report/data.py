@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa  # type: ignore[import-untyped, unused-ignore]
 import pyarrow.compute as pc  # type: ignore[import-untyped, unused-ignore]
 
+from evalpipe._internal.arrow import numpy_of
 from evalpipe.artifacts import iter_batches, read_manifest, read_table
 from evalpipe.report.stats import (
     Interval,
@@ -47,7 +48,10 @@ __all__ = [
     "classify_metric",
     "disagreements",
     "load_report_data",
+    "message_views",
     "paired_scores",
+    "row_key",
+    "score_view",
 ]
 
 MetricKind = Literal["judge", "check", "other"]
@@ -299,7 +303,7 @@ class RunReport:
 # -- column helpers -------------------------------------------------------------------------------
 
 
-def _row_key(items: Any) -> Any:
+def row_key(items: Any) -> Any:
     """The dataset row of each item: its row_id, else "query N"."""
     fallback = pc.binary_join_element_wise(
         "query ", pc.cast(pc.fill_null(items["query_index"], -1), pa.string()), ""
@@ -320,7 +324,7 @@ def _item_keys(run_dir: Any, filesystem: Any) -> Any:
             "agent": items["agent"],
             "item_id": items["item_id"],
             "item_index": items["item_index"],
-            "row": _row_key(items),
+            "row": row_key(items),
             "repetition": pc.fill_null(items["repetition"], 0),
         }
     )
@@ -500,12 +504,12 @@ def _variability(
             pc.equal(per_row["metric"], key["metric"]),
         )
         part = per_row.filter(mask)
-        c = part["p_sum"].to_numpy(zero_copy_only=False).astype(np.int64)
-        n = c + part["f_sum"].to_numpy(zero_copy_only=False).astype(np.int64)
+        c = numpy_of(part["p_sum"], np.int64)
+        n = c + numpy_of(part["f_sum"], np.int64)
         has = n > 0
         k = max(1, min(repetitions, int(n.max()) if n.size else 1))
         at_k = n >= k
-        std = part["score_stddev"].to_numpy(zero_copy_only=False).astype(float)
+        std = numpy_of(part["score_stddev"], float)
         flaky = has & (c > 0) & (c < n)
         at_k_counts = list(zip(n[at_k].tolist(), c[at_k].tolist(), strict=True))
         out.append(
@@ -704,7 +708,9 @@ def _cut(text: str | None, where: str = "items.parquet") -> str | None:
     )
 
 
-def _messages(conversation: str | None) -> list[MessageView]:
+def message_views(conversation: str | None) -> list[MessageView]:
+    """An item's conversation (items.parquet's JSON) as the drill-down shows it: texts, tool
+    calls and results, each cut at MAX_TEXT characters, at most MAX_MESSAGES messages."""
     data = _loads(conversation)
     if not isinstance(data, list):
         return []
@@ -750,7 +756,8 @@ def _messages(conversation: str | None) -> list[MessageView]:
     return out
 
 
-def _score_view(r: dict[str, Any]) -> ScoreView:
+def score_view(r: dict[str, Any]) -> ScoreView:
+    """One scores.parquet row as the drill-down shows it (an item's error on its no-metric row)."""
     diagnostics = _loads(r["diagnostics"]) or []
     dimensions = _loads(r["dimensions"]) or []
     return ScoreView(
@@ -809,6 +816,9 @@ def _drill_down(
         [("item_index", "min"), ("item_status", "distinct")]
     )
     total = len(per_item)
+    if max_items == 0:  # only the counts (the view pages items itself)
+        flat = heads.filter(pc.not_equal(heads["item_status"], "pass"))
+        return [], total, len(_key_column(flat).unique())
     records = per_item.to_pylist() if total <= 4 * max_items else None
     if records is None:
         # many items: rank on key strings, not one dict per item
@@ -884,8 +894,8 @@ def _drill_down(
             context=_cut(item.get("context")),
             error_code=item.get("error_code") or first.get("item_error_code"),
             error_message=_cut(item.get("error_message") or first.get("item_error_message")),
-            messages=_messages(item.get("conversation")),
-            scores=[_score_view(r) for r in scores],
+            messages=message_views(item.get("conversation")),
+            scores=[score_view(r) for r in scores],
             verdict=verdicts.get(key, "pass"),
         )
         budget -= _text_size(detail)
@@ -953,7 +963,7 @@ def load_report_data(
         columns=["status", "cached", "latency_s", "total_tokens"],
         filesystem=filesystem,
     )
-    latency = runs["latency_s"].drop_null().to_numpy(zero_copy_only=False).astype(float)
+    latency = numpy_of(runs["latency_s"].drop_null(), float)
     tokens = pc.sum(runs["total_tokens"]).as_py()
     items = read_table(run_dir, "items", columns=["agent"], filesystem=filesystem)
     counts = items.group_by(["agent"]).aggregate([("agent", "count")]).to_pylist()

@@ -22,7 +22,7 @@ from evalpipe.escape import plain
 from evalpipe.report.data import RunReport, load_report_data
 from evalpipe.report.stats import BOOTSTRAP_RESAMPLES
 
-__all__ = ["environment", "render_report", "write_report"]
+__all__ = ["environment", "render_report", "report_context", "write_report"]
 
 
 def _finalize(value: Any) -> Any:
@@ -53,23 +53,24 @@ def package_version() -> str:
         return "unknown"
 
 
-def render_report(report: RunReport) -> str:
-    """The HTML of a run's report."""
+def report_context(report: RunReport) -> dict[str, Any]:
+    """What report.html.j2 renders from (``evalpipe view`` renders its run page from it too)."""
     bars: dict[str, list[tuple[str, Any]]] = {}
     for row in report.results:
         bars.setdefault(row.provider, []).append((row.agent, row.pass_rate))
     git = report.manifest.get("git")
-    return (
-        environment()
-        .get_template("report.html.j2")
-        .render(
-            r=report,
-            pass_bars=list(bars.items()),
-            git=git if isinstance(git, dict) else None,
-            resamples=BOOTSTRAP_RESAMPLES,
-            version=package_version(),
-        )
-    )
+    return {
+        "r": report,
+        "pass_bars": list(bars.items()),
+        "git": git if isinstance(git, dict) else None,
+        "resamples": BOOTSTRAP_RESAMPLES,
+        "version": package_version(),
+    }
+
+
+def render_report(report: RunReport) -> str:
+    """The HTML of a run's report."""
+    return environment().get_template("report.html.j2").render(**report_context(report))
 
 
 def write_report(

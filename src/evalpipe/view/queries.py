@@ -1,0 +1,785 @@
+"""What the view's pages show, read from run directories with pyarrow.
+
+Runs are found with ``evalpipe.artifacts.find_runs`` and looked up by their suite and run name
+among what it found: a request never names a path, so nothing outside the served directory can be
+reached. A run's sample table is an index of small columns (no text) built once per run and kept
+(finished runs are never rewritten); filtering, sorting and paging happen on that index, and only
+the rows of a page have their query and response read, from the row groups that hold them. The
+report's numbers come from ``evalpipe.report`` (one home for the statistics and the comparison).
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+import numpy as np
+import pyarrow as pa  # type: ignore[import-untyped, unused-ignore]
+import pyarrow.compute as pc  # type: ignore[import-untyped, unused-ignore]
+import pyarrow.parquet as pq  # type: ignore[import-untyped, unused-ignore]
+
+from evalpipe._internal.arrow import numpy_of
+from evalpipe.artifacts import FILES, RunInfo, find_runs, read_manifest, read_table
+from evalpipe.artifacts.writer import resolve_filesystem
+from evalpipe.report.compare import Comparison, compare_runs
+from evalpipe.report.data import (
+    ItemDetail,
+    RunReport,
+    load_report_data,
+    message_views,
+    row_key,
+    score_view,
+)
+
+__all__ = [
+    "PAGE_SIZES",
+    "STATUSES",
+    "BadRequest",
+    "Catalog",
+    "MetricColumn",
+    "NotFound",
+    "ProviderCost",
+    "RunEntry",
+    "SampleIndex",
+    "SamplePage",
+    "SampleQuery",
+    "SampleRow",
+    "TrendChart",
+    "TrendPoint",
+    "trend_charts",
+]
+
+STATUSES = ("pass", "fail", "error", "errored")
+"""Item verdicts and metric statuses the sample table filters on (a metric adds not_applicable)."""
+PAGE_SIZES = (10, 25, 50, 100, 200)
+"""Rows per page the sample table offers."""
+LISTING_TTL_S = 2.0
+"""How long the list of runs is kept before the directory is read again."""
+_RANK = {"pass": 0, "fail": 1, "error": 2, "errored": 3}
+METRIC_STATUSES = ("pass", "fail", "error", "not_applicable")
+"""A metric's statuses (scores.parquet's ``status``)."""
+
+
+def _positions(scores: Any, items: Any, table: Any) -> Any:
+    """scores with each row's item position in items.parquet (``_pos``), rows of no item dropped.
+
+    A provider's item_index is the item's position among its agent's items (the writer keeps
+    items in order), so the join is on integers; the item ids are checked, and when they do not
+    agree (results in another order) the join is on (agent, item_id)."""
+    keys = pa.table(
+        {
+            "agent": table["agent"],
+            "item_index": items["item_index"],
+            "_pos": table["_pos"],
+            "_item_id": table["item_id"],
+        }
+    )
+    joined = scores.join(keys, keys=["agent", "item_index"], join_type="inner")
+    same = len(joined) == len(scores) and bool(
+        pc.all(pc.equal(joined["item_id"], joined["_item_id"])).as_py()
+    )
+    if not same:
+        keys = table.select(["agent", "item_id", "_pos"])
+        joined = scores.join(keys, keys=["agent", "item_id"], join_type="inner")
+    return joined.drop_columns([c for c in ("_item_id",) if c in joined.column_names]).sort_by(
+        "_spos"
+    )
+
+
+def _sort_indices(table: Any, keys: Sequence[tuple[str, str]]) -> Any:
+    """The order of ``table`` by ``keys``, nulls last (pyarrow 25 takes the placement per key;
+    older versions, once for all keys)."""
+    try:
+        return pc.sort_indices(table, sort_keys=[(c, o, "at_end") for c, o in keys])
+    except (TypeError, ValueError, pa.ArrowInvalid):
+        return pc.sort_indices(table, sort_keys=list(keys), null_placement="at_end")
+
+
+def _sums(pos: Any, column: Any, n: int, dtype: Any) -> Any:
+    """Per item position: the sum of ``column``'s non-null values, null where there are none."""
+    valid = numpy_of(pc.is_valid(column), bool)
+    values = numpy_of(pc.fill_null(column, 0), np.float64)
+    total = np.bincount(pos[valid], weights=values[valid], minlength=n)
+    count = np.bincount(pos[valid], minlength=n)
+    return pa.array(total.astype(dtype), mask=count == 0)
+
+
+class NotFound(LookupError):
+    """No such run, item or page in the served directory."""
+
+
+class BadRequest(ValueError):
+    """A query parameter the page cannot take."""
+
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class _Lru(Generic[K, V]):
+    """A small thread-safe least-recently-used cache; ``get`` computes a missing value once."""
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._data: OrderedDict[K, V] = OrderedDict()
+        self._lock = threading.Lock()
+        self._building: dict[K, threading.Lock] = {}
+
+    def get(self, key: K, build: Callable[[], V]) -> V:
+        with self._lock:
+            if key in self._data:
+                self._data.move_to_end(key)
+                return self._data[key]
+            lock = self._building.setdefault(key, threading.Lock())
+        with lock:  # one build per key, however many requests ask at once
+            with self._lock:
+                if key in self._data:
+                    return self._data[key]
+            value = build()
+            with self._lock:
+                self._data[key] = value
+                self._data.move_to_end(key)
+                while len(self._data) > self._size:
+                    self._data.popitem(last=False)
+                self._building.pop(key, None)
+            return value
+
+
+@dataclass(frozen=True, slots=True)
+class RunEntry:
+    """One finished run under the served directory."""
+
+    info: RunInfo
+    tags: tuple[str, ...]
+    stamp: str
+    """What changes when the run directory is written again (its manifest's end time)."""
+
+    @property
+    def suite(self) -> str:
+        return self.info.suite
+
+    @property
+    def run_name(self) -> str:
+        return self.info.run_name
+
+    @property
+    def location(self) -> str:
+        return self.info.location
+
+    @property
+    def key(self) -> str:
+        """``suite/run_name``: how the compare page names a run."""
+        return f"{self.info.suite}/{self.info.run_name}"
+
+    @property
+    def results(self) -> list[Any]:
+        """summary.parquet's result rows (one per provider and agent)."""
+        return [r for r in self.info.rows if r.kind == "result"]
+
+
+@dataclass(frozen=True, slots=True)
+class MetricColumn:
+    """One (provider, metric) of a run: a status and a score column of the sample table."""
+
+    key: str
+    """``m0``, ``m1``, ...: the column's name in the index and in URLs."""
+    provider: str
+    metric: str
+    label: str
+    """The metric's name, with its provider when two providers share the name."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderCost:
+    """What an evaluator provider spent on the run (judge cost): tokens and seconds."""
+
+    provider: str
+    scores: int
+    input_tokens: int | None
+    output_tokens: int | None
+    total_tokens: int | None
+    latency_s: float | None
+    """Seconds spent computing the provider's metrics, summed."""
+
+
+@dataclass(slots=True)
+class SampleQuery:
+    """What the sample table shows: filters, sort and page."""
+
+    status: str | None = None
+    agent: str | None = None
+    metric: str | None = None
+    """A metric column's key: the status filter applies to it (else to the item's verdict)."""
+    text: str | None = None
+    sort: str = "position"
+    desc: bool = False
+    page: int = 1
+    per: int = 50
+
+    def params(self, **changes: object) -> dict[str, object]:
+        """The query as URL parameters, with ``changes``."""
+        values: dict[str, object] = {
+            "status": self.status,
+            "agent": self.agent,
+            "metric": self.metric,
+            "q": self.text,
+            "sort": None if self.sort == "position" else self.sort,
+            "desc": "1" if self.desc else None,
+            "page": None if self.page == 1 else self.page,
+            "per": None if self.per == 50 else self.per,
+        }
+        values.update(changes)
+        return values
+
+
+@dataclass(slots=True)
+class SampleRow:
+    """One item (agent × item) of the sample table."""
+
+    agent: str
+    item_id: str
+    row: str
+    repetition: int
+    query: str | None
+    response: str | None
+    verdict: str | None
+    metrics: list[tuple[str | None, float | None]]
+    """Per metric column: status and score (None, None: not scored on it)."""
+    latency_s: float | None
+    tokens: int | None
+    judge_tokens: int | None
+    judge_latency_s: float | None
+
+
+@dataclass(slots=True)
+class SamplePage:
+    rows: list[SampleRow]
+    total: int
+    """Items matching the filters."""
+    items: int
+    """Items in the run."""
+    query: SampleQuery
+    pages: int
+
+
+SORTS = {
+    "position": "_pos",
+    "row": "row",
+    "repetition": "repetition",
+    "agent": "agent",
+    "item": "item_id",
+    "query": "query",
+    "response": "response",
+    "verdict": "_rank",
+    "latency": "latency_s",
+    "tokens": "tokens",
+    "judge_tokens": "judge_tokens",
+    "judge_latency": "judge_latency_s",
+}
+"""Sortable columns: their URL name and their index column (metric keys sort on the score)."""
+
+_TEXT_COLUMNS = ("query", "response")
+
+
+def _offsets(parquet: Any) -> list[int]:
+    """The first row of each row group, then the row count."""
+    offsets = [0]
+    for i in range(parquet.metadata.num_row_groups):
+        offsets.append(offsets[-1] + parquet.metadata.row_group(i).num_rows)
+    return offsets
+
+
+def _take(
+    parquet: Any, offsets: list[int], positions: Sequence[int], columns: Sequence[str] | None
+) -> list[dict[str, Any]]:
+    """Rows at ``positions`` of a Parquet file, reading only the row groups that hold them."""
+    groups: dict[int, list[int]] = {}
+    for position in positions:
+        groups.setdefault(bisect.bisect_right(offsets, position) - 1, []).append(position)
+    found: dict[int, dict[str, Any]] = {}
+    for group, wanted in groups.items():
+        table = parquet.read_row_group(group, columns=None if columns is None else list(columns))
+        local = table.take(pa.array([p - offsets[group] for p in wanted], pa.int64()))
+        found.update(zip(wanted, local.to_pylist(), strict=True))
+    return [found[p] for p in positions]
+
+
+class SampleIndex:
+    """A run's items with their verdict, each metric's status and score, latency and tokens (the
+    target's and the judges'), and where each item's rows are in items.parquet and
+    scores.parquet; no text column."""
+
+    def __init__(self, location: str) -> None:
+        self.location = location
+        items = read_table(
+            location,
+            "items",
+            columns=[
+                "agent",
+                "item_index",
+                "item_id",
+                "row_id",
+                "query_index",
+                "repetition",
+                "latency_s",
+                "total_tokens",
+            ],
+        )
+        scores = read_table(
+            location,
+            "scores",
+            columns=[
+                "provider",
+                "provider_index",
+                "agent",
+                "item_index",
+                "item_id",
+                "item_status",
+                "metric",
+                "status",
+                "score",
+                "total_tokens",
+                "latency_s",
+            ],
+        )
+        n = len(items)
+        table = pa.table(
+            {
+                "_pos": pa.array(np.arange(n, dtype=np.int64)),
+                "agent": items["agent"],
+                "item_id": pc.fill_null(items["item_id"], ""),
+                "row": row_key(items),
+                "repetition": pc.fill_null(items["repetition"], 0),
+                "latency_s": items["latency_s"],
+                "tokens": items["total_tokens"],
+            }
+        )
+        # each score row's item position: one join on the string keys, then integer work
+        scores = scores.append_column("_spos", pa.array(np.arange(len(scores), dtype=np.int64)))
+        scores = _positions(scores, items, table)
+        pos = numpy_of(scores["_pos"], np.int64)
+        rank = numpy_of(
+            pc.fill_null(pc.index_in(scores["item_status"], pa.array(list(_RANK))), 3), np.int64
+        )
+        worst = np.full(n, -1, dtype=np.int64)
+        np.maximum.at(worst, pos, rank)
+        columns: dict[str, Any] = {
+            "_rank": pa.array(worst, mask=worst < 0),
+            "judge_tokens": _sums(pos, scores["total_tokens"], n, np.int64),
+            "judge_latency_s": _sums(pos, scores["latency_s"], n, np.float64),
+        }
+        metric = scores["metric"]
+        scored = pc.is_valid(metric)
+        pairs = (
+            scores.filter(scored)
+            .group_by(["provider_index", "provider", "metric"], use_threads=False)
+            .aggregate([("_spos", "min")])
+            .sort_by([("provider_index", "ascending"), ("_spos_min", "ascending")])
+            .to_pylist()
+        )
+        names = [p["metric"] for p in pairs]
+        status_codes = numpy_of(
+            pc.fill_null(pc.index_in(scores["status"], pa.array(list(METRIC_STATUSES))), -1),
+            np.int64,
+        )
+        values = numpy_of(scores["score"], np.float64)
+        self.metrics: list[MetricColumn] = []
+        for i, p in enumerate(pairs):
+            label = (
+                p["metric"] if names.count(p["metric"]) == 1 else f"{p['metric']} ({p['provider']})"
+            )
+            column = MetricColumn(f"m{i}", p["provider"], p["metric"], label)
+            self.metrics.append(column)
+            hit = numpy_of(
+                pc.fill_null(
+                    pc.and_(
+                        pc.equal(scores["provider"], p["provider"]), pc.equal(metric, p["metric"])
+                    ),
+                    False,
+                ),
+                bool,
+            )
+            code = np.full(n, -1, dtype=np.int64)
+            score = np.full(n, np.nan)
+            # the first row of an item wins (as compare keeps the first of a repeated key)
+            where, first = np.unique(pos[hit][::-1], return_index=True)
+            take = np.flatnonzero(hit)[::-1][first]
+            code[where] = status_codes[take]
+            score[where] = values[take]
+            columns[f"{column.key}_status"] = pc.take(
+                pa.array(list(METRIC_STATUSES)), pa.array(code, mask=code < 0)
+            )
+            columns[column.key] = pa.array(score, mask=np.isnan(score))
+        for name, array in columns.items():
+            table = table.append_column(name, array)
+        self.table = table.combine_chunks()
+        self.score_rows = scores.select(["agent", "item_id", "_spos"])
+        self.agents = list(dict.fromkeys(self.table["agent"].to_pylist()))
+
+    def __len__(self) -> int:
+        return len(self.table)
+
+    def metric(self, key: str | None) -> MetricColumn | None:
+        return next((m for m in self.metrics if m.key == key), None)
+
+    def _parquet(self, name: str) -> tuple[Any, list[int]]:
+        fs, path = resolve_filesystem(self.location)
+        parquet = pq.ParquetFile(fs.open_input_file(f"{path}/{FILES[name]}"))
+        return parquet, _offsets(parquet)
+
+    def _texts(self) -> Any:
+        """items.parquet's query and response columns, in file order."""
+        return read_table(self.location, "items", columns=list(_TEXT_COLUMNS))
+
+    def query(self, q: SampleQuery) -> SamplePage:
+        """The page of items ``q`` asks for.
+
+        Raises:
+            NotFound: for a page past the last one.
+        """
+        table = self.table
+        texts = None
+        mask = None
+
+        def both(condition: Any) -> None:
+            nonlocal mask
+            condition = pc.fill_null(condition, False)
+            mask = condition if mask is None else pc.and_(mask, condition)
+
+        if q.agent:
+            both(pc.equal(table["agent"], q.agent))
+        metric = self.metric(q.metric)
+        if metric is not None:
+            status = table[f"{metric.key}_status"]
+            both(pc.equal(status, q.status) if q.status else pc.is_valid(status))
+        elif q.status:
+            both(pc.equal(table["_rank"], _RANK.get(q.status, -1)))
+        if q.text or q.sort in ("query", "response"):
+            texts = self._texts()
+            table = table.append_column("query", texts["query"]).append_column(
+                "response", texts["response"]
+            )
+        if q.text:
+            found = None
+            for column in ("query", "response", "item_id", "row", "agent"):
+                hit = pc.match_substring(table[column], q.text, ignore_case=True)
+                found = hit if found is None else pc.or_(found, hit)
+            both(found)
+        if mask is not None:
+            table = table.filter(mask)
+        column = SORTS.get(q.sort) or (q.sort if self.metric(q.sort) else "_pos")
+        order = "descending" if q.desc else "ascending"
+        if column != "_pos":
+            table = table.take(_sort_indices(table, [(column, order), ("_pos", "ascending")]))
+        elif q.desc:
+            table = table.take(pa.array(range(len(table) - 1, -1, -1), pa.int64()))
+        total = len(table)
+        pages = max(1, -(-total // q.per))
+        if q.page > pages:
+            raise NotFound(f"page {q.page} of {pages}")
+        part = table.slice((q.page - 1) * q.per, q.per)
+        positions = part["_pos"].to_pylist()
+        if texts is not None:
+            shown = {c: part[c].to_pylist() for c in _TEXT_COLUMNS}
+        else:
+            parquet, offsets = self._parquet("items")
+            rows = _take(parquet, offsets, positions, _TEXT_COLUMNS)
+            shown = {c: [r[c] for r in rows] for c in _TEXT_COLUMNS}
+        data = part.to_pylist()
+        out = []
+        for i, r in enumerate(data):
+            out.append(
+                SampleRow(
+                    agent=r["agent"],
+                    item_id=r["item_id"],
+                    row=r["row"],
+                    repetition=r["repetition"],
+                    query=shown["query"][i],
+                    response=shown["response"][i],
+                    verdict=None if r["_rank"] is None else list(_RANK)[r["_rank"]],
+                    metrics=[(r[f"{m.key}_status"], r[m.key]) for m in self.metrics],
+                    latency_s=r["latency_s"],
+                    tokens=r["tokens"],
+                    judge_tokens=r["judge_tokens"],
+                    judge_latency_s=r["judge_latency_s"],
+                )
+            )
+        return SamplePage(out, total, len(self.table), q, pages)
+
+    def find(self, agent: str, item_id: str) -> int:
+        """The item's position in items.parquet.
+
+        Raises:
+            NotFound: when the run has no such item.
+        """
+        hit = self.table.filter(
+            pc.and_(pc.equal(self.table["agent"], agent), pc.equal(self.table["item_id"], item_id))
+        )
+        if not len(hit):
+            raise NotFound(f"no item {item_id!r} of agent {agent!r}")
+        return int(hit["_pos"][0].as_py())
+
+    def find_row(self, agent: str, row: str, repetition: int) -> str | None:
+        """The item id of an agent's item on a dataset row and repetition, or None."""
+        t = self.table
+        hit = t.filter(
+            pc.and_(
+                pc.and_(pc.equal(t["agent"], agent), pc.equal(t["row"], row)),
+                pc.equal(t["repetition"], repetition),
+            )
+        )
+        return None if not len(hit) else str(hit["item_id"][0].as_py())
+
+    def detail(self, agent: str, item_id: str) -> tuple[ItemDetail, list[tuple[Any, Any]]]:
+        """The item as the report's drill-down shows it, and each score's judge cost (tokens,
+        seconds); reads only the row groups holding the item's rows.
+
+        Raises:
+            NotFound: when the run has no such item.
+        """
+        position = self.find(agent, item_id)
+        parquet, offsets = self._parquet("items")
+        [item] = _take(parquet, offsets, [position], None)
+        s = self.score_rows
+        spos = s.filter(pc.and_(pc.equal(s["agent"], agent), pc.equal(s["item_id"], item_id)))[
+            "_spos"
+        ].to_pylist()
+        parquet, offsets = self._parquet("scores")
+        scores = sorted(
+            _take(parquet, offsets, spos, None),
+            key=lambda r: (
+                r["provider_index"],
+                -1 if r["score_index"] is None else r["score_index"],
+            ),
+        )
+        first = scores[0] if scores else {}
+        index = self.table.filter(pc.equal(self.table["_pos"], position)).to_pylist()[0]
+        verdict = "pass" if index["_rank"] is None else list(_RANK)[index["_rank"]]
+        detail = ItemDetail(
+            agent=agent,
+            item_id=item_id,
+            row=index["row"],
+            repetition=index["repetition"],
+            query=item.get("query") if item.get("query") is not None else first.get("input_text"),
+            response=item.get("response")
+            if item.get("response") is not None
+            else first.get("output_text"),
+            expected_output=item.get("expected_output"),
+            context=item.get("context"),
+            error_code=item.get("error_code") or first.get("item_error_code"),
+            error_message=item.get("error_message") or first.get("item_error_message"),
+            messages=message_views(item.get("conversation")),
+            scores=[score_view(r) for r in scores],
+            verdict=verdict,
+        )
+        return detail, [(r["total_tokens"], r["latency_s"]) for r in scores]
+
+
+def _cost(location: str) -> list[ProviderCost]:
+    scores = read_table(
+        location,
+        "scores",
+        columns=[
+            "provider",
+            "provider_index",
+            "metric",
+            "input_tokens",
+            "output_tokens",
+            "total_tokens",
+            "latency_s",
+        ],
+    )
+    scores = scores.filter(pc.is_valid(scores["metric"]))
+    grouped = scores.group_by(["provider_index", "provider"], use_threads=False).aggregate(
+        [
+            ([], "count_all"),
+            ("input_tokens", "sum"),
+            ("output_tokens", "sum"),
+            ("total_tokens", "sum"),
+            ("latency_s", "sum"),
+        ]
+    )
+    return [
+        ProviderCost(
+            provider=r["provider"],
+            scores=r["count_all"],
+            input_tokens=r["input_tokens_sum"],
+            output_tokens=r["output_tokens_sum"],
+            total_tokens=r["total_tokens_sum"],
+            latency_s=r["latency_s_sum"],
+        )
+        for r in sorted(grouped.to_pylist(), key=lambda r: r["provider_index"])
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class TrendPoint:
+    x: float
+    y: float
+    value: float
+    run_name: str
+    label: str
+
+
+@dataclass(slots=True)
+class TrendChart:
+    """One series of a suite over its runs, as an inline SVG line chart draws it."""
+
+    provider: str
+    agent: str
+    metric: str
+    """The metric, or ``items`` for the agent's item pass rate."""
+    measure: str
+    """``pass rate`` or ``mean score``."""
+    low: float
+    high: float
+    points: list[TrendPoint] = field(default_factory=list)
+    baseline_x: float | None = None
+    width: int = 360
+    height: int = 150
+    pad: int = 34
+
+    @property
+    def polyline(self) -> str:
+        return " ".join(f"{p.x:.1f},{p.y:.1f}" for p in self.points)
+
+
+def _fmt(value: float, measure: str) -> str:
+    return f"{value:.1%}" if measure == "pass rate" else f"{value:.3g}"
+
+
+def _x(chart: TrendChart, i: int, runs: int) -> float:
+    """Where run ``i`` of ``runs`` (oldest first) is on a chart's x axis."""
+    span = chart.width - 2 * chart.pad
+    return chart.pad + (i * span / (runs - 1) if runs > 1 else span / 2)
+
+
+def trend_charts(entries: Sequence[RunEntry]) -> list[TrendChart]:
+    """Per provider, agent and metric (and per agent's items): its pass rate and its mean score
+    over ``entries`` (one suite's runs), oldest first, with the baseline's position."""
+    runs = sorted(entries, key=lambda e: (e.info.started_at is None, e.info.started_at, e.run_name))
+    series: dict[tuple[str, str, str, str], list[tuple[int, float]]] = {}
+    for i, entry in enumerate(runs):
+        for row in entry.info.rows:
+            name = "items" if row.kind == "result" else str(row.metric)
+            if row.pass_rate is not None:
+                series.setdefault((row.provider, row.agent, name, "pass rate"), []).append(
+                    (i, row.pass_rate)
+                )
+            if row.kind == "metric" and row.score_mean is not None:
+                series.setdefault((row.provider, row.agent, name, "mean score"), []).append(
+                    (i, row.score_mean)
+                )
+    baseline = next((i for i, e in enumerate(runs) if e.info.baseline), None)
+    charts = []
+    for (provider, agent, metric, measure), values in series.items():
+        ys = [v for _, v in values]
+        if measure == "pass rate":
+            low, high = 0.0, 1.0
+        else:
+            low, high = min(0.0, min(ys)), max(1.0, max(ys))
+        chart = TrendChart(provider, agent, metric, measure, low, high)
+        span_y = chart.height - 2 * chart.pad + 10
+        for i, v in values:
+            y = chart.pad - 10 + span_y * (1 - (v - low) / ((high - low) or 1.0))
+            label = f"{runs[i].run_name}: {_fmt(v, measure)}"
+            chart.points.append(TrendPoint(_x(chart, i, len(runs)), y, v, runs[i].run_name, label))
+        if baseline is not None:
+            chart.baseline_x = _x(chart, baseline, len(runs))
+        charts.append(chart)
+    return charts
+
+
+class Catalog:
+    """The finished runs under one directory (a path or a filesystem URI), and what the view
+    computes from them, cached: a finished run is read again only when its manifest changes."""
+
+    def __init__(self, root: str, *, cache_size: int = 4) -> None:
+        self.root = root
+        self._tags: dict[tuple[str, str], tuple[tuple[str, ...], str]] = {}
+        self._reports: _Lru[tuple[str, str], RunReport] = _Lru(cache_size)
+        self._samples: _Lru[tuple[str, str], SampleIndex] = _Lru(cache_size)
+        self._costs: _Lru[tuple[str, str], list[ProviderCost]] = _Lru(cache_size * 4)
+        self._comparisons: _Lru[tuple[str, str, str, str], Comparison] = _Lru(cache_size)
+        self._listing: tuple[float, list[RunEntry]] | None = None
+        self._listing_lock = threading.Lock()
+
+    def _entry(self, info: RunInfo) -> RunEntry:
+        started = "" if info.started_at is None else info.started_at.isoformat()
+        key = (info.location, started)
+        if key not in self._tags:
+            manifest = read_manifest(info.location)
+            suite = manifest.get("suite")
+            tags = suite.get("tags") if isinstance(suite, dict) else None
+            timings = manifest.get("timings")
+            finished = timings.get("finished_at") if isinstance(timings, dict) else None
+            stamp = str(manifest.get("ended_at") or finished)
+            self._tags[key] = (tuple(str(t) for t in tags or ()), stamp)
+        tags, stamp = self._tags[key]
+        return RunEntry(info, tags, stamp)
+
+    def runs(self, *, suite: str | None = None, tag: str | None = None) -> list[RunEntry]:
+        """Every finished run, newest first; ``suite`` / ``tag`` keep those of a suite / tag.
+
+        The listing is read again at most every ``LISTING_TTL_S`` seconds: a run that finishes
+        shows within that time, and a page's several look-ups read the directory once."""
+        with self._listing_lock:
+            now = time.monotonic()
+            if self._listing is None or now - self._listing[0] > LISTING_TTL_S:
+                self._listing = (now, [self._entry(info) for info in find_runs(self.root)])
+            entries = list(self._listing[1])
+        if suite:
+            entries = [e for e in entries if e.suite == suite]
+        if tag:
+            entries = [e for e in entries if tag in e.tags]
+        return entries
+
+    def run(self, suite: str, run_name: str) -> RunEntry:
+        """The run of ``suite`` named ``run_name``.
+
+        Raises:
+            NotFound: when the served directory has no such finished run.
+        """
+        for entry in self.runs():
+            if entry.suite == suite and entry.run_name == run_name:
+                return entry
+        raise NotFound(f"no finished run {run_name!r} of suite {suite!r}")
+
+    def by_key(self, key: str) -> RunEntry:
+        """The run a ``suite/run_name`` key names (see :attr:`RunEntry.key`)."""
+        suite, _, run_name = key.partition("/")
+        return self.run(suite, run_name)
+
+    def default_a(self, b: RunEntry) -> RunEntry | None:
+        """What B is compared with when no A is named: its suite's blessed baseline, else the run
+        of its suite before it (None: B is its suite's only run)."""
+        runs = self.runs()
+        same = [e for e in runs if e.suite == b.suite and e.location != b.location]
+        baseline = next((e for e in same if e.info.baseline), None)
+        position = next((i for i, e in enumerate(runs) if e.location == b.location), -1)
+        older = [e for e in same if runs.index(e) > position]
+        return baseline or (older[0] if older else None)
+
+    def report(self, entry: RunEntry) -> RunReport:
+        """The report's content for the run (its items are paged by :meth:`samples`)."""
+        return self._reports.get(
+            (entry.location, entry.stamp), lambda: load_report_data(entry.location, max_items=0)
+        )
+
+    def samples(self, entry: RunEntry) -> SampleIndex:
+        return self._samples.get((entry.location, entry.stamp), lambda: SampleIndex(entry.location))
+
+    def costs(self, entry: RunEntry) -> list[ProviderCost]:
+        return self._costs.get((entry.location, entry.stamp), lambda: _cost(entry.location))
+
+    def compare(self, a: RunEntry, b: RunEntry) -> Comparison:
+        """Run B against run A, as ``evalpipe compare`` computes it."""
+        return self._comparisons.get(
+            (a.location, a.stamp, b.location, b.stamp),
+            lambda: compare_runs(a.location, b.location),
+        )
