@@ -426,9 +426,17 @@ def _alive(pid: int) -> bool:
 
 def test_kill_9_does_not_orphan_the_embedded_server(project: Path) -> None:
     """Regression: `kill -9` of `evalpipe run` left its ephemeral Prefect server running (alive
-    32 minutes later). The embedded server now ends with its parent."""
+    32 minutes later). With EVALPIPE_SERVER_IDLE_TIMEOUT=0 the embedded server ends with the last
+    run using it, killed or not (the default timeout: tests/pipeline/test_server.py)."""
     _suite(project, [f"q{i}" for i in range(30)], concurrency=1)
-    cmd, env = _cli(project, None, EVALPIPE_TEST_DELAY="0.5", PREFECT_HOME=str(project / "ph"))
+    cmd, env = _cli(
+        project,
+        None,
+        EVALPIPE_TEST_DELAY="0.5",
+        PREFECT_HOME=str(project / "ph"),
+        EVALPIPE_SERVER_IDLE_TIMEOUT="0",
+        EVALPIPE_SERVER_DB_TEMPLATES=str(project / "templates"),
+    )
     proc = subprocess.Popen(
         cmd, cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )

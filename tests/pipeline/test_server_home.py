@@ -68,8 +68,9 @@ def test_a_server_on_another_home_does_not_matter(
 def test_the_cli_refuses_before_any_call_exit_3(
     silent_server: tuple[Path, subprocess.Popen[bytes]], tmp_path: Path
 ) -> None:
-    """`evalpipe run` on that PREFECT_HOME without PREFECT_API_URL exits 3 with the fix, and no
-    target call is made (no run directory is finished)."""
+    """`evalpipe run` on that PREFECT_HOME without PREFECT_API_URL exits 3 with the fix, no
+    target call is made (no run directory is finished), and no embedded server was started on
+    its database (not even early, while Prefect was imported)."""
     home, _ = silent_server
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
     env["PREFECT_HOME"] = str(home)
@@ -89,3 +90,4 @@ def test_the_cli_refuses_before_any_call_exit_3(
     assert "runs on PREFECT_HOME=" in done.stderr
     assert "Set PREFECT_API_URL" in done.stderr.replace("\n", " ")
     assert not list((tmp_path / "out").glob("*/*/manifest.json"))
+    assert not (home / "evalpipe-server" / "server.log").exists()

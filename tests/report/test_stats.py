@@ -105,6 +105,34 @@ def test_wilson_interval_by_hand() -> None:
         wilson_interval(6, 5)
 
 
+@pytest.mark.parametrize("confidence", [0.8, 0.9, 0.95, 0.99])
+def test_wilson_interval_equals_scipy_to_1e_12(confidence: float) -> None:
+    """The Wilson interval computed without scipy equals scipy.stats.binomtest(...).proportion_ci
+    (method="wilson") to 1e-12 for every count of n = 1..40 and n = 997, 10000."""
+    for n in [*range(1, 41), 997, 10_000]:
+        for successes in sorted({*range(0, min(n, 40) + 1), n // 3, n - 1, n}):
+            ci = wilson_interval(successes, n, confidence)
+            ref = scipy_stats.binomtest(successes, n).proportion_ci(
+                confidence_level=confidence, method="wilson"
+            )
+            assert ci is not None
+            assert abs(ci.low - ref.low) <= 1e-12, (successes, n, ci.low, ref.low)
+            assert abs(ci.high - ref.high) <= 1e-12, (successes, n, ci.high, ref.high)
+
+
+def test_pass_at_k_and_pass_hat_k_equal_scipy_comb_to_1e_12() -> None:
+    """pass@k and pass^k equal 1 - C(n-c,k)/C(n,k) and C(c,k)/C(n,k) from scipy.special.comb
+    (exact) to 1e-12 for every n <= 30, c, k."""
+    from scipy.special import comb
+
+    for n in range(1, 31):
+        for c in range(n + 1):
+            for k in range(1, n + 1):
+                total = comb(n, k, exact=True)
+                assert abs(pass_at_k(n, c, k) - (1 - comb(n - c, k, exact=True) / total)) <= 1e-12
+                assert abs(pass_hat_k(n, c, k) - comb(c, k, exact=True) / total) <= 1e-12
+
+
 def test_bootstrap_interval_of_a_small_sample_by_hand() -> None:
     """[0, 0, 0, 1]: a resample's mean is Binomial(4, 1/4)/4; P(mean = 0) = 0.316 > 2.5% and
     P(mean >= 0.75) = 0.0508 > 2.5% > P(mean = 1) = 0.0039, so the 95% interval is [0, 0.75]."""

@@ -8,6 +8,10 @@ says what to fix), 3 the run could not complete.
 from __future__ import annotations
 
 import argparse
+import atexit
+import contextlib
+import logging
+import os
 import signal
 import sys
 import threading
@@ -29,6 +33,7 @@ from evalpipe.cli import (
     serve,
     view,
 )
+from evalpipe.cli import server as server_command
 from evalpipe.cli._common import EXIT_INCOMPLETE
 
 __all__ = ["main"]
@@ -46,6 +51,7 @@ _COMMANDS = (
     deploy,
     serve,
     cache,
+    server_command,
 )
 
 
@@ -95,6 +101,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+_exit_code: list[int] = []
+
+
+def _exit_when_done() -> None:
+    """Register, first of all exit handlers (so it runs last), one that ends the process with the
+    exit code :func:`main` returned, after the others ran and the output was flushed."""
+
+    def leave() -> None:
+        if not _exit_code:
+            return  # not returned from main (an uncaught exception): the usual exit
+        logging.shutdown()
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(_exit_code[0])
+
+    atexit.register(leave)
+
+
 def _terminate(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
 
@@ -102,25 +127,32 @@ def _terminate(signum: int, frame: FrameType | None) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code.
 
-    SIGTERM stops a command as Ctrl-C does: what was journaled is kept (run again to resume), the
-    embedded Prefect server stops with the process, and the exit code is 3.
+    SIGTERM stops a command as Ctrl-C does: what was journaled is kept (run again to resume), and
+    the exit code is 3. Run as the program (``argv`` None), the process ends as soon as the
+    command has: the exit handlers run and the output is flushed, but the interpreter's teardown
+    of every loaded module (a second or more after a run) is skipped.
     """
+    if argv is None:
+        _exit_when_done()
     args = build_parser().parse_args(argv)
     previous = None
     if threading.current_thread() is threading.main_thread():
         previous = signal.signal(signal.SIGTERM, _terminate)
     try:
-        return int(args.handler(args))
+        code = int(args.handler(args))
     except KeyboardInterrupt:
         print(
             "interrupted: the run stopped; the calls it finished are journaled, run the same "
             "command again to resume",
             file=sys.stderr,
         )
-        return EXIT_INCOMPLETE
+        code = EXIT_INCOMPLETE
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+    if argv is None:
+        _exit_code[:] = [code]
+    return code
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -169,6 +169,9 @@ def _run(args: argparse.Namespace) -> int:
             if args.output is not None:
                 suite.output_dir = str(args.output)
             _quiet_prefect()
+            from evalpipe.pipeline.server import start_early  # lazy: only to run (no Prefect)
+
+            start_early()  # the embedded server starts while Prefect is imported, if it will be used
             display.stage(
                 "connecting to Prefect" if os.environ.get("PREFECT_API_URL") else "starting Prefect"
             )

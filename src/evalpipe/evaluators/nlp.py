@@ -17,10 +17,6 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, get_args
 
-from nltk.translate.gleu_score import sentence_gleu
-from sacrebleu import sentence_bleu
-from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
-
 from evalpipe.checks import CheckResult, EvalCheck
 from evalpipe.items import EvalItem, ExpectedToolCall
 from evalpipe.messages import FunctionCallContent, FunctionResultContent
@@ -201,6 +197,8 @@ def bleu(
     Raises:
         ValueError: for a threshold outside [0, 1] or an unknown ``references_from``.
     """
+    from sacrebleu import sentence_bleu  # lazy: sacrebleu, ~0.3 s, only for suites that use BLEU
+
     limit = _check_threshold(threshold, "bleu")
     read = _reference_reader(references_from)
 
@@ -221,9 +219,6 @@ def bleu(
         return CheckResult(passed, reason, name, score, details)
 
     return _named(check, name)
-
-
-_TOKENIZE_13A = Tokenizer13a()  # type: ignore[no-untyped-call]
 
 
 def gleu(
@@ -249,11 +244,15 @@ def gleu(
     Raises:
         ValueError: for a threshold outside [0, 1] or an unknown ``references_from``.
     """
+    from nltk.translate.gleu_score import sentence_gleu  # lazy: nltk loads scipy, ~1.5 s
+    from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a  # lazy: only for GLEU suites
+
     limit = _check_threshold(threshold, "gleu")
     read = _reference_reader(references_from)
+    tokenize = Tokenizer13a()  # type: ignore[no-untyped-call]
 
     def tokens(text: str) -> list[str]:
-        tokenized: str = _TOKENIZE_13A(text.lower() if lowercase else text)
+        tokenized: str = tokenize(text.lower() if lowercase else text)
         return tokenized.split()
 
     def check(item: EvalItem) -> CheckResult:

@@ -1,18 +1,29 @@
 """The Prefect layer: the evaluation flow and its tasks (the only package that imports Prefect).
 
 ``eval_flow`` runs an :class:`~evalpipe.suite.EvalSuite` through the runner (``evalpipe.runner``);
-``run_suite`` runs it from plain Python (ephemeral Prefect unless ``PREFECT_API_URL`` is set).
+``run_suite`` runs it from plain Python (the PREFECT_HOME's embedded server unless
+``PREFECT_API_URL`` is set).
+
+The names below load on first use: importing a submodule that does not need Prefect (the embedded
+server's ``evalpipe.pipeline.server``, which the command line uses to start the server while it
+imports Prefect) does not import Prefect (1-2 s).
 """
 
-from evalpipe.pipeline.flow import eval_flow, prepared_plan, progress_hook
-from evalpipe.pipeline.run import (
-    PrefectUnavailableError,
-    RunOutcome,
-    Verdict,
-    arun_suite,
-    prepare_run,
-    run_suite,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from evalpipe.pipeline.flow import eval_flow, prepared_plan, progress_hook
+    from evalpipe.pipeline.run import (
+        PrefectUnavailableError,
+        RunOutcome,
+        Verdict,
+        arun_suite,
+        prepare_run,
+        run_suite,
+    )
 
 __all__ = [
     "PrefectUnavailableError",
@@ -25,3 +36,29 @@ __all__ = [
     "progress_hook",
     "run_suite",
 ]
+
+_WHERE = {
+    "eval_flow": "evalpipe.pipeline.flow",
+    "prepared_plan": "evalpipe.pipeline.flow",
+    "progress_hook": "evalpipe.pipeline.flow",
+    **dict.fromkeys(
+        [
+            "PrefectUnavailableError",
+            "RunOutcome",
+            "Verdict",
+            "arun_suite",
+            "prepare_run",
+            "run_suite",
+        ],
+        "evalpipe.pipeline.run",
+    ),
+}
+
+
+def __getattr__(name: str) -> Any:
+    where = _WHERE.get(name)
+    if where is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(where), name)
+    globals()[name] = value
+    return value

@@ -12,7 +12,7 @@ from prefect.exceptions import TerminationSignal
 from prefect.settings import PREFECT_API_URL
 
 from evalpipe.pipeline.flow import ProgressHook, eval_flow, prepared_plan, progress_hook
-from evalpipe.pipeline.server import ServerOnThisHomeError, prefect_api
+from evalpipe.pipeline.server import ServerError, prefect_api
 from evalpipe.runner import RunPlan, RunState
 from evalpipe.runner.prepare import prepare_suite
 from evalpipe.runner.state import RunLock
@@ -33,7 +33,8 @@ Verdict = Literal["passed", "warned", "gate_failed", "incomplete"]
 
 
 class PrefectUnavailableError(RuntimeError):
-    """The Prefect API the run would report to does not answer (nothing was started)."""
+    """The Prefect API the run would report to does not answer, or the embedded server could not
+    be started (no target was called)."""
 
 
 @dataclass(slots=True)
@@ -139,7 +140,7 @@ async def arun_suite(
     try:
         async with prefect_api(notes):
             state = await _flow(plan, lock, rescore, progress)
-    except ServerOnThisHomeError as exc:
+    except ServerError as exc:
         raise PrefectUnavailableError(str(exc)) from None
     finally:
         lock.release()

@@ -1,78 +1,684 @@
-"""The embedded Prefect server a run uses when no PREFECT_API_URL is set.
+"""The embedded Prefect server a run uses when no PREFECT_API_URL is set: one per PREFECT_HOME,
+shared by every run on that home and kept for the next one.
 
-Prefect's own ephemeral server outlives a parent killed with ``kill -9`` (it was found listening
-32 minutes later). evalpipe starts the same server (Prefect's app under uvicorn, the UI off) under
-a guard that ends it when the parent process dies, and stops it when the run ends.
+The first run that needs it starts it (Prefect's API app under uvicorn, the UI off, on a free port
+of 127.0.0.1, in a process of its own: ``keeper.py``); later runs find it through
+``$PREFECT_HOME/evalpipe-server/server.json``, check its health, and use it. Its lifetime is its
+own, and bounded (docs/operations.md, "The embedded server"):
 
-An embedded server uses PREFECT_HOME's SQLite database; when a server (``prefect server start``)
-already runs on the same PREFECT_HOME, the run uses that server instead, or, when it does not
-answer, is refused with the fix (two servers on one SQLite file fail with "database is locked").
+- every run holds a lease (a shared ``flock`` on ``clients.lock``) while it uses the server; the
+  kernel drops the lease of a killed run, so ``kill -9`` of a run counts as its end;
+- the server stops once no run has held a lease for ``EVALPIPE_SERVER_IDLE_TIMEOUT`` seconds
+  (default 600; ``0``: as soon as the last run using it ends, the behaviour of a per-run server);
+- it stops within a second when ``server.json`` or PREFECT_HOME is removed, and on
+  ``evalpipe server stop`` (:func:`stop_server`);
+- a server that died or does not answer is replaced by the next run (the keeper's lock tells a
+  live keeper from a dead one: no pid is trusted).
+
+A server already running on the PREFECT_HOME (``prefect server start``: :func:`running_server`)
+comes first: the run uses it (an embedded server beside it would share its SQLite file) and a kept
+server of that home is stopped. The command line calls :func:`start_early` before it imports
+Prefect, so that a server it is sure to need starts while Prefect loads.
+
+A fresh PREFECT_HOME's database is a copy of a migrated template (kept per Prefect version under
+``~/.cache/evalpipe/prefect-db``, made by the first server on the machine), which saves Prefect's
+migrations (10 s on two cores); ``EVALPIPE_SERVER_DB_TEMPLATES=off`` migrates every new database,
+``EVALPIPE_SERVER_DB_TEMPLATES=DIR`` keeps the templates in DIR.
+
+POSIX only (``fcntl``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
+import hashlib
 import inspect
+import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from importlib.metadata import version
 from pathlib import Path
-from typing import Any, ClassVar
 
 import httpx
-import prefect
-from prefect.events.worker import EventsWorker
-from prefect.logging.handlers import APILogWorker
-from prefect.server.api.server import SubprocessASGIServer
-from prefect.settings import PREFECT_API_URL, get_current_settings, temporary_settings
 
-__all__ = ["EmbeddedServer", "ServerOnThisHomeError", "prefect_api", "running_server"]
+__all__ = [
+    "DEFAULT_IDLE_TIMEOUT",
+    "Acquired",
+    "Lease",
+    "ServerBusyError",
+    "ServerError",
+    "ServerInfo",
+    "ServerOnThisHomeError",
+    "ServerStatus",
+    "ensure_server",
+    "prefect_api",
+    "running_server",
+    "server_status",
+    "start_early",
+    "state_dir",
+    "stop_server",
+]
 
-_GUARD = Path(__file__).resolve().parents[1] / "_internal" / "guard.py"
+DEFAULT_IDLE_TIMEOUT = 600.0
+"""Seconds a shared server waits for its next run before it stops."""
+
+STATE_DIRNAME = "evalpipe-server"
+_KEEPER = Path(__file__).resolve().with_name("keeper.py")
+_POLL = 0.05
+_LOG_LIMIT = 4 * 1024 * 1024
+# What the server process gets of the environment of the run that starts it: it outlives that run,
+# so it gets no API keys or other secrets of it (Prefect's settings are passed explicitly).
+_ENV_KEEP = (
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "LANG",
+    "LANGUAGE",
+    "TZ",
+    "TMPDIR",
+    "PYTHONPATH",
+    "VIRTUAL_ENV",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+)
+_ENV_KEEP_PREFIXES = ("PREFECT_", "LC_", "XDG_")
 
 
-class EmbeddedServer(SubprocessASGIServer):
-    """Prefect's ephemeral server, started under a guard that ends it with its parent."""
+class ServerError(RuntimeError):
+    """The embedded server could not be started, found or stopped; the message says why (and where
+    its log is)."""
 
-    _instances: ClassVar[dict[int | None, Any]] = {}  # type: ignore[misc]
 
-    def _run_uvicorn_command(self) -> subprocess.Popen[Any]:
-        server_env = {
+class ServerBusyError(ServerError):
+    """The server is in use by a run and was not stopped (``force`` stops it anyway)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ServerInfo:
+    """A running shared server, as its ``server.json`` describes it."""
+
+    pid: int
+    api_url: str
+    started_at: str
+    idle_timeout: float
+    prefect: str
+    """The Prefect version that serves."""
+    database: str
+    """A digest of the database connection URL (the URL itself may hold a password)."""
+    home: str
+
+    @classmethod
+    def read(cls, path: Path) -> ServerInfo | None:
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            return cls(
+                pid=int(data["pid"]),
+                api_url=str(data["api_url"]),
+                started_at=str(data["started_at"]),
+                idle_timeout=float(data["idle_timeout"]),
+                prefect=str(data.get("prefect", "")),
+                database=str(data.get("database", "")),
+                home=str(data.get("home", "")),
+            )
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+
+@dataclass(frozen=True, slots=True)
+class ServerStatus:
+    """What ``evalpipe server status`` shows."""
+
+    home: Path
+    state_dir: Path
+    info: ServerInfo | None
+    """None when no server runs for this home."""
+    healthy: bool
+    in_use: bool
+    """A run holds a lease now."""
+
+    @property
+    def log(self) -> Path:
+        return self.state_dir / "server.log"
+
+
+@dataclass(frozen=True, slots=True)
+class _Config:
+    home: Path
+    database_url: str
+    database_file: Path | None
+    startup_timeout: float
+    environment: dict[str, str]
+
+    @property
+    def digest(self) -> str:
+        return hashlib.sha256(self.database_url.encode()).hexdigest()[:16]
+
+
+def _config() -> _Config:
+    """What the current Prefect settings say about the server to use."""
+    from prefect.settings import get_current_settings  # lazy: prefect, ~1 s to import
+
+    settings = get_current_settings()
+    url = settings.server.database.connection_url
+    database_url = url.get_secret_value() if url is not None else ""
+    database_file = None
+    for prefix in ("sqlite+aiosqlite:///", "sqlite:///"):
+        if database_url.startswith(prefix) and ":memory:" not in database_url:
+            database_file = Path(database_url[len(prefix) :].split("?", 1)[0])
+    return _Config(
+        home=Path(settings.home),
+        database_url=database_url,
+        database_file=database_file,
+        startup_timeout=float(settings.server.ephemeral.startup_timeout_seconds),
+        environment=settings.to_environment_variables(exclude_unset=True),
+    )
+
+
+def _home(home: str | Path | None) -> Path:
+    return Path(home) if home is not None else _config().home
+
+
+def state_dir(home: str | Path | None = None) -> Path:
+    """Where the shared server of a PREFECT_HOME (default: the current one) keeps its state."""
+    return _home(home) / STATE_DIRNAME
+
+
+def idle_timeout() -> float:
+    """``EVALPIPE_SERVER_IDLE_TIMEOUT`` (seconds), else :data:`DEFAULT_IDLE_TIMEOUT`."""
+    raw = os.environ.get("EVALPIPE_SERVER_IDLE_TIMEOUT", "").strip()
+    if not raw:
+        return DEFAULT_IDLE_TIMEOUT
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:
+        raise ServerError(
+            f"EVALPIPE_SERVER_IDLE_TIMEOUT={raw!r}: give the seconds a shared Prefect server waits "
+            "for its next run (0: stop with the last run)"
+        )
+    return value
+
+
+def _template(config: _Config) -> Path | None:
+    """The migrated database a new SQLite database starts from, or None."""
+    if config.database_file is None:
+        return None
+    where = os.environ.get("EVALPIPE_SERVER_DB_TEMPLATES", "").strip()
+    if where.lower() == "off":
+        return None
+    if not where:
+        cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+        where = str(Path(cache) / "evalpipe" / "prefect-db")
+    return Path(where) / f"prefect-{version('prefect')}.db"
+
+
+def _locked_by_someone(path: Path) -> bool:
+    """Whether another process holds a lock on ``path`` (shared or exclusive)."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def _keeper_alive(directory: Path) -> bool:
+    """A keeper holds the directory's server lock (the kernel drops a dead one's)."""
+    fd = os.open(directory / "server.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def _healthy(api_url: str, timeout: float = 5.0) -> bool:
+    try:
+        return httpx.get(f"{api_url}/health", timeout=timeout).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def _log_tail(directory: Path, lines: int = 20) -> str:
+    try:
+        text = (directory / "server.log").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+    tail = "\n".join(text.splitlines()[-lines:])
+    return f"; the end of its log ({directory / 'server.log'}):\n{tail}" if tail else ""
+
+
+class Lease:
+    """A run's hold on the shared server of a state directory: while any lease is held, the server
+    does not count as idle. Released by :meth:`release` or when the process ends (even killed)."""
+
+    def __init__(self, directory: Path, timeout: float = 30.0) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self._fd: int | None = os.open(directory / "clients.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(self._fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:  # a server stopping holds it exclusively, for seconds
+                if time.monotonic() > deadline:
+                    self.release()
+                    raise ServerError(
+                        f"{directory}: the shared Prefect server is stopping and did not finish "
+                        f"within {timeout:g} s; run `evalpipe server stop` and try again"
+                    ) from None
+                time.sleep(_POLL)
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> Lease:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def _environment(config: _Config) -> dict[str, str]:
+    env = {
+        k: v for k, v in os.environ.items() if k in _ENV_KEEP or k.startswith(_ENV_KEEP_PREFIXES)
+    }
+    env.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")  # as `evalpipe run` has it
+    env.update(config.environment)
+    env.pop("PREFECT_API_URL", None)
+    env.pop("PREFECT_API_KEY", None)  # a client's credential (Prefect Cloud); a server needs none
+    env.update(
+        {
+            "PREFECT_HOME": str(config.home),
             "PREFECT_UI_ENABLED": "0",
             "PREFECT__SERVER_EPHEMERAL": "1",
             "PREFECT__SERVER_FINAL": "1",
         }
+    )
+    return env
+
+
+def _spawn(directory: Path, config: _Config, idle: float) -> subprocess.Popen[bytes]:
+    log = directory / "server.log"
+    with contextlib.suppress(OSError):
+        if log.stat().st_size > _LOG_LIMIT:
+            log.unlink()
+    template = _template(config)
+    meta = {
+        "prefect": version("prefect"),
+        "database": config.digest,
+        "home": str(config.home),
+    }
+    args = [
+        sys.executable,
+        "-P",  # not this package's directory first on sys.path (its limits.py, run.py, ...)
+        str(_KEEPER),
+        str(directory),
+        "--idle",
+        repr(idle),
+        "--startup-timeout",
+        repr(max(config.startup_timeout, 30.0) * 2),
+        "--meta",
+        json.dumps(meta),
+    ]
+    if config.database_file is not None:
+        args += ["--database", str(config.database_file)]
+        if template is not None:
+            args += ["--template", str(template)]
+    with log.open("ab") as out:
         return subprocess.Popen(
-            args=[
-                sys.executable,
-                str(_GUARD),
-                str(os.getpid()),
-                "uvicorn",
-                "--app-dir",
-                str(prefect.__module_path__.parent),
-                "--factory",
-                "prefect.server.api.server:create_app",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(self.port),
-                "--log-level",
-                "error",
-                "--lifespan",
-                "on",
-            ],
-            env={
-                **os.environ,
-                **server_env,
-                **get_current_settings().to_environment_variables(exclude_unset=True),
-            },
+            args,
+            cwd=directory,
+            env=_environment(config),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
 
 
-class ServerOnThisHomeError(RuntimeError):
+def _compatible(info: ServerInfo, config: _Config) -> bool:
+    return info.prefect == version("prefect") and info.database == config.digest
+
+
+def _retire_incompatible(directory: Path, config: _Config) -> None:
+    """Stop a shared server started by another Prefect version or for another database, unless a
+    run uses it (then say so)."""
+    info = ServerInfo.read(directory / "server.json")
+    if info is None or _compatible(info, config) or not _keeper_alive(directory):
+        return
+    try:
+        stop_server(config.home)
+    except ServerBusyError:
+        raise ServerBusyError(
+            f"the shared Prefect server of {config.home} (pid {info.pid}) was started by Prefect "
+            f"{info.prefect} or for another database, and a run uses it; wait for that run, or "
+            "stop it with `evalpipe server stop --force`"
+        ) from None
+
+
+@dataclass(slots=True)
+class _Early:
+    """The keeper :func:`start_early` spawned in this process, and the lease held for it."""
+
+    proc: subprocess.Popen[bytes] | None = None
+    directory: Path | None = None
+    lease: Lease | None = None
+    replaced: str | None = None
+
+    def drop(self) -> None:
+        """It is not needed after all (the run uses another API): stop it."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+        self.proc = None
+        self.release()
+
+    def release(self) -> None:
+        if self.lease is not None:
+            self.lease.release()
+            self.lease = None
+
+
+_early = _Early()
+
+_SETTINGS_FILES = {"prefect.toml": "", ".env": "PREFECT_", "pyproject.toml": "tool.prefect"}
+"""Files of the working directory that can hold Prefect settings (with the text that tells)."""
+_PROFILE_KEYS = ("PREFECT_API_URL", "PREFECT_HOME", "DATABASE", "PREFECT_PROFILE")
+
+
+def _early_config() -> _Config | None:
+    """The configuration Prefect will compute, read without importing Prefect, when nothing but
+    the environment's PREFECT_HOME can change it (else None: no early start)."""
+    if "PREFECT_API_URL" in os.environ or any(
+        "DATABASE" in key or key == "PREFECT_PROFILE"
+        for key in os.environ
+        if key.startswith("PREFECT_")
+    ):
+        return None
+    for name, tell in _SETTINGS_FILES.items():
+        path = Path(name)
+        if path.exists():
+            try:
+                if tell in path.read_text(encoding="utf-8", errors="replace"):
+                    return None
+            except OSError:
+                return None
+    raw = os.environ.get("PREFECT_HOME", "")
+    home = Path(raw).expanduser() if raw else Path.home() / ".prefect"
+    if not home.is_absolute():
+        return None
+    profiles = Path(os.environ.get("PREFECT_PROFILES_PATH") or home / "profiles.toml")
+    try:
+        text = profiles.read_text(encoding="utf-8") if profiles.exists() else ""
+    except OSError:
+        return None
+    if any(key in text for key in _PROFILE_KEYS):
+        return None
+    try:
+        startup = float(os.environ.get("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "20"))
+    except ValueError:
+        return None
+    database = home / "prefect.db"
+    return _Config(home, f"sqlite+aiosqlite:///{database}", database, startup, {})
+
+
+def start_early() -> bool:
+    """Start the embedded server of this PREFECT_HOME now, so that it starts while the run imports
+    Prefect and prepares its plan, when that server is sure to be the one the run will use: no
+    PREFECT_API_URL or other Prefect setting beyond PREFECT_HOME (environment, profile, settings
+    files), no server of this home running (kept or `prefect server start`). Whether it started
+    one; never raises (the run then starts it as usual). :func:`prefect_api` takes it over."""
+    if _early.proc is not None:
+        return False
+    try:
+        config = _early_config()
+        if config is None:
+            return False
+        directory = config.home / STATE_DIRNAME
+        if directory.is_dir() and _keeper_alive(directory):
+            return False
+        if Path("/proc/self").exists() and _servers_on(config.home):
+            return False
+        directory.mkdir(parents=True, exist_ok=True)
+        left = ServerInfo.read(directory / "server.json")
+        lease = Lease(directory, timeout=0.0)
+        try:
+            proc = _spawn(directory, config, idle_timeout())
+        except BaseException:
+            lease.release()
+            raise
+    except (OSError, ServerError, subprocess.SubprocessError):
+        return False
+    _early.proc, _early.directory, _early.lease = proc, directory, lease
+    if left is not None:
+        _early.replaced = f"the embedded Prefect server pid {left.pid} of {config.home} had died"
+    return True
+
+
+@dataclass(frozen=True, slots=True)
+class Acquired:
+    """The server :func:`ensure_server` found or started."""
+
+    info: ServerInfo
+    started: bool
+    """This call started it (else an earlier run or `evalpipe server start` had)."""
+    replaced: str | None = None
+    """Why an earlier server of this home was replaced (it had died, or did not answer)."""
+
+    def note(self) -> str:
+        """One line for the operator: which server the run used."""
+        info = self.info
+        if not self.started:
+            return (
+                f"reused the embedded Prefect server {info.api_url} (pid {info.pid}, since "
+                f"{info.started_at}) of {info.home}; `evalpipe server stop` stops it"
+            )
+        idle = (
+            "stops when its last run ends"
+            if info.idle_timeout == 0
+            else f"stops after {info.idle_timeout:g} s without a run"
+        )
+        why = f"{self.replaced}; " if self.replaced else ""
+        return (
+            f"{why}started the embedded Prefect server {info.api_url} (pid {info.pid}) for "
+            f"{info.home}; later runs reuse it; it {idle} (`evalpipe server stop` stops it now)"
+        )
+
+
+_UNANSWERED = 30.0
+"""Seconds a live server may fail its health check before it is replaced."""
+
+
+def _terminate(pid: int, directory: Path, grace: float = 3.0) -> None:
+    """End the keeper ``pid`` of ``directory`` (SIGTERM, then SIGKILL); a pid that is not one
+    (reused since) is left alone."""
+    if not _is_keeper(pid, directory):
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while _keeper_alive(directory) and time.monotonic() < deadline:
+        time.sleep(_POLL)
+    if _keeper_alive(directory) and _is_keeper(pid, directory):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        while _keeper_alive(directory) and time.monotonic() < deadline + grace:
+            time.sleep(_POLL)
+
+
+def ensure_server() -> Acquired:
+    """The shared server of the current PREFECT_HOME: the one running if it answers, else a new
+    one (a dead server's state is cleared, a live one that does not answer for
+    :data:`_UNANSWERED` seconds is ended first; :attr:`Acquired.replaced` says which).
+
+    Call it holding a :class:`Lease` of that home, or the server may go idle before it is used
+    (:func:`prefect_api` does; ``evalpipe server start`` does not need to).
+
+    Raises:
+        ServerError: when no server answers within Prefect's ephemeral start-up timeout (the message
+            ends with the server's log).
+    """
+    config = _config()
+    directory = config.home / STATE_DIRNAME
+    directory.mkdir(parents=True, exist_ok=True)
+    idle = idle_timeout()
+    timeout = max(config.startup_timeout, 30.0)
+    deadline = time.monotonic() + timeout
+    spawned: subprocess.Popen[bytes] | None = None
+    starts = 0
+    replaced: str | None = None
+    if _early.proc is not None and _early.directory == directory:
+        spawned, replaced, starts = _early.proc, _early.replaced, 1
+        _early.proc = None
+    _early.drop()  # one for another home (a guess that proved wrong), if any
+    left = ServerInfo.read(directory / "server.json")
+    if left is not None and not _keeper_alive(directory):
+        replaced = f"the embedded Prefect server pid {left.pid} of {config.home} had died"
+    unanswered_since: float | None = None
+    while True:
+        alive = _keeper_alive(directory)
+        info = ServerInfo.read(directory / "server.json") if alive else None
+        if (
+            info is not None
+            and not _compatible(info, config)
+            and spawned is not None
+            and info.pid == spawned.pid
+        ):  # started early on a guess that proved wrong: start again
+            _terminate(info.pid, directory)
+            spawned, starts = None, 0
+            continue
+        if info is not None and not _compatible(info, config):
+            raise ServerError(
+                f"the shared Prefect server of {config.home} (pid {info.pid}) runs Prefect "
+                f"{info.prefect} or another database; stop it with `evalpipe server stop`"
+            )
+        if info is not None:
+            if _healthy(info.api_url, timeout=10.0):  # a busy server (a run's events) is slow
+                mine = spawned is not None and info.pid == spawned.pid
+                return Acquired(info, started=mine, replaced=replaced if mine else None)
+            now = time.monotonic()
+            unanswered_since = now if unanswered_since is None else unanswered_since
+            if now - unanswered_since >= _UNANSWERED:
+                replaced = (
+                    f"the embedded Prefect server pid {info.pid} ({info.api_url}) did not answer "
+                    f"for {_UNANSWERED:g} s and was stopped"
+                )
+                _terminate(info.pid, directory)
+                unanswered_since = None
+                continue
+        if not alive and (spawned is None or spawned.poll() is not None):
+            if starts >= 2:
+                raise ServerError(
+                    f"the embedded Prefect server for {config.home} did not start (exit code "
+                    f"{spawned.returncode if spawned else None})" + _log_tail(directory)
+                )
+            spawned = _spawn(directory, config, idle)
+            starts += 1
+        if time.monotonic() > deadline:
+            raise ServerError(
+                f"the embedded Prefect server for {config.home} did not answer within "
+                f"{timeout:g} s (PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS)"
+                + _log_tail(directory)
+            )
+        time.sleep(_POLL)
+
+
+def _is_keeper(pid: int, directory: Path) -> bool:
+    """``pid`` is a keeper of ``directory`` (its command line says so)."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return str(_KEEPER).encode() in argv and str(directory).encode() in argv
+
+
+def stop_server(
+    home: str | Path | None = None, *, force: bool = False, timeout: float = 30.0
+) -> ServerInfo | None:
+    """Stop the shared server of ``home`` (default: the current PREFECT_HOME); the one stopped, or
+    None when none ran.
+
+    A server a run uses is not stopped unless ``force`` (that run then fails, resumable).
+
+    Raises:
+        ServerBusyError: a run uses it and ``force`` is not set.
+        ServerError: it did not stop within ``timeout`` seconds, even signalled.
+    """
+    directory = _home(home) / STATE_DIRNAME
+    if not directory.is_dir():
+        return None
+    info_path = directory / "server.json"
+    deadline = time.monotonic() + timeout
+    info = None
+    while _keeper_alive(directory):
+        info = ServerInfo.read(info_path)
+        if info is not None:
+            break
+        if time.monotonic() > deadline:  # still starting: it writes server.json once it answers
+            raise ServerError(f"{directory}: the server is still starting; try again")
+        time.sleep(_POLL)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            info_path.unlink()  # a dead keeper's
+        return None
+    assert info is not None
+    clients = os.open(directory / "clients.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(clients, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if not force:
+                raise ServerBusyError(
+                    f"the shared Prefect server of {directory.parent} (pid {info.pid}) is in use "
+                    "by a run; wait for it, or stop it anyway with --force"
+                ) from None
+        with contextlib.suppress(FileNotFoundError):
+            info_path.unlink()  # the keeper's stop request
+    finally:
+        os.close(clients)
+    while _keeper_alive(directory):
+        if time.monotonic() > deadline:
+            if _is_keeper(info.pid, directory):
+                os.kill(info.pid, 9)
+                time.sleep(0.5)
+            if _keeper_alive(directory):
+                raise ServerError(
+                    f"the shared Prefect server of {directory.parent} (pid {info.pid}) did not stop"
+                )
+            break
+        time.sleep(_POLL)
+    return info
+
+
+def server_status(home: str | Path | None = None) -> ServerStatus:
+    """Whether the shared server of ``home`` (default: the current PREFECT_HOME) runs, answers and
+    is in use."""
+    path = _home(home)
+    directory = path / STATE_DIRNAME
+    info = None
+    if directory.is_dir() and _keeper_alive(directory):
+        info = ServerInfo.read(directory / "server.json")
+    healthy = info is not None and _healthy(info.api_url)
+    in_use = directory.is_dir() and _locked_by_someone(directory / "clients.lock")
+    return ServerStatus(path, directory, info, healthy, in_use and info is not None)
+
+
+class ServerOnThisHomeError(ServerError):
     """A Prefect server runs on this PREFECT_HOME's database but does not answer: an embedded
     server beside it would share its SQLite file (``database is locked``)."""
 
@@ -130,10 +736,14 @@ def _servers_on(home: Path) -> list[_Candidate]:
     return found
 
 
-def _home_of(url: str) -> str | None:
+_PATIENCE = 10.0
+"""Seconds a `prefect server start` of this home that does not answer gets before a run refuses."""
+
+
+def _home_of(url: str, timeout: float = 2.0) -> str | None:
     """The PREFECT_HOME of the server at ``url`` (its settings), or None when it does not answer."""
     try:
-        response = httpx.get(f"{url}/api/admin/settings", timeout=2.0)
+        response = httpx.get(f"{url}/api/admin/settings", timeout=timeout)
         response.raise_for_status()
         home = response.json().get("home")
     except (httpx.HTTPError, ValueError, AttributeError):
@@ -153,6 +763,8 @@ def running_server() -> str | None:
         ServerOnThisHomeError: when such a process runs but does not answer; the message says
             how to run on it or beside it.
     """
+    from prefect.settings import get_current_settings  # lazy: prefect
+
     settings = get_current_settings()
     home = Path(settings.home)
     configured = _Candidate(f"http://{settings.server.api.host}:{settings.server.api.port}")
@@ -161,6 +773,15 @@ def running_server() -> str | None:
         served = _home_of(candidate.url)
         if served is not None and _same(served, home):
             return f"{candidate.url}/api"
+    # A server process of this home that did not answer may be busy (or still starting): give it
+    # _PATIENCE seconds before refusing.
+    deadline = time.monotonic() + _PATIENCE
+    while processes and time.monotonic() < deadline:
+        time.sleep(0.5)
+        for candidate in processes:
+            served = _home_of(candidate.url, timeout=5.0)
+            if served is not None and _same(served, home):
+                return f"{candidate.url}/api"
     if processes:
         pid = processes[0].pid
         raise ServerOnThisHomeError(
@@ -176,45 +797,68 @@ def running_server() -> str | None:
 @contextlib.asynccontextmanager
 async def prefect_api(notes: list[str] | None = None) -> AsyncIterator[str | None]:
     """The Prefect API for a run: the configured one (yields None); else a server already running
-    on this PREFECT_HOME (:func:`running_server`; yields its URL); else an embedded server started
-    now and stopped when the block ends (yields its URL). Using a running server adds a line to
-    ``notes``.
+    on this PREFECT_HOME (:func:`running_server`, a `prefect server start`); else the shared
+    embedded server of the PREFECT_HOME, started if none answers and leased while the block runs
+    (yields its URL). ``notes`` gets a line saying which server the run used.
 
     Raises:
         ServerOnThisHomeError: see :func:`running_server`.
+        ServerError: the embedded server could not be started.
     """
+    from prefect.settings import PREFECT_API_URL, temporary_settings  # lazy: prefect
+
     if PREFECT_API_URL.value():
+        _early.drop()
         yield None
         return
+    config = await asyncio.to_thread(_config)
+    directory = config.home / STATE_DIRNAME
     found = await asyncio.to_thread(running_server)
     if found is not None:
+        _early.drop()
         if notes is not None:
             notes.append(
                 f"using the Prefect server at {found}: it runs on this PREFECT_HOME "
-                f"({get_current_settings().home}), whose database an embedded server would "
-                "share; set PREFECT_API_URL to choose the server yourself"
+                f"({config.home}), whose database an embedded server would share; set "
+                "PREFECT_API_URL to choose the server yourself"
             )
+        if (directory / "server.json").exists():  # ours, from before that server: retire it
+            with contextlib.suppress(ServerError):
+                kept = await asyncio.to_thread(stop_server, config.home)
+                if kept is not None and notes is not None:
+                    notes.append(
+                        f"stopped the embedded Prefect server pid {kept.pid} of this PREFECT_HOME "
+                        "(the server above uses its database)"
+                    )
         with temporary_settings(updates={PREFECT_API_URL: found}):
             try:
                 yield found
             finally:
                 await _flush()
         return
-    server = EmbeddedServer()
-    server.start()
+    if (directory / "server.json").exists():
+        await asyncio.to_thread(_retire_incompatible, directory, config)
+    lease = await asyncio.to_thread(Lease, directory)
+    _early.release()
     try:
-        with temporary_settings(updates={PREFECT_API_URL: server.api_url}):
+        acquired = await asyncio.to_thread(ensure_server)
+        if notes is not None:
+            notes.append(acquired.note())
+        with temporary_settings(updates={PREFECT_API_URL: acquired.info.api_url}):
             try:
-                yield server.api_url
+                yield acquired.info.api_url
             finally:
                 await _flush()
     finally:
-        server.stop()
+        lease.release()
 
 
 async def _flush() -> None:
     """Send the logs and events still queued (the flow run's last state line, the gate event)
     while the server is up: queued at exit, they failed with "Error logging to API"."""
+    from prefect.events.worker import EventsWorker
+    from prefect.logging.handlers import APILogWorker
+
     for service in (APILogWorker, EventsWorker):
         pending = service.drain_all(timeout=5)
         if inspect.isawaitable(pending):

@@ -17,7 +17,6 @@ from typing import Any, Literal
 import numpy as np
 import pyarrow as pa  # type: ignore[import-untyped, unused-ignore]
 import pyarrow.compute as pc  # type: ignore[import-untyped, unused-ignore]
-from scipy import special as _special  # type: ignore[import-untyped, unused-ignore]
 
 from evalpipe._internal.arrow import numpy_of
 from evalpipe.artifacts import iter_batches, read_manifest, read_table
@@ -25,6 +24,8 @@ from evalpipe.report.stats import (
     Interval,
     RepetitionStats,
     bootstrap_mean_interval,
+    pass_at_k,
+    pass_hat_k,
     wilson_interval,
 )
 from evalpipe.tally import OVERALL, CallTally
@@ -510,7 +511,7 @@ def _variability(
         at_k = n >= k
         std = numpy_of(part["score_stddev"], float)
         flaky = has & (c > 0) & (c < n)
-        n_at_k, c_at_k = n[at_k].astype(float), c[at_k].astype(float)
+        at_k_counts = list(zip(n[at_k].tolist(), c[at_k].tolist(), strict=True))
         out.append(
             VariabilityRow(
                 provider=key["provider"],
@@ -519,13 +520,11 @@ def _variability(
                 rows=int(has.sum()),
                 k=k,
                 pass_at_1=float((c[has] / n[has]).mean()) if has.any() else None,
-                pass_at_k=float(
-                    (1.0 - _special.comb(n_at_k - c_at_k, k) / _special.comb(n_at_k, k)).mean()
-                )
-                if at_k.any()
+                pass_at_k=float(np.mean([pass_at_k(n_, c_, k) for n_, c_ in at_k_counts]))
+                if at_k_counts
                 else None,
-                pass_hat_k=float((_special.comb(c_at_k, k) / _special.comb(n_at_k, k)).mean())
-                if at_k.any()
+                pass_hat_k=float(np.mean([pass_hat_k(n_, c_, k) for n_, c_ in at_k_counts]))
+                if at_k_counts
                 else None,
                 at_least_1=int((has & (c >= 1)).sum()),
                 all_k=int((at_k & (c == n)).sum()),

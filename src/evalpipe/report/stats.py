@@ -4,6 +4,10 @@ Per item (its repetitions): pass@k, pass^k, at_least_k, mean and sample standard
 scores, flakiness. Per metric: Wilson intervals for pass rates and a seeded percentile bootstrap
 for mean scores. Paired tests for comparing two runs: exact McNemar on pass/fail and the Wilcoxon
 signed-rank test on scores, both from ``scipy.stats``. docs/report.md shows every formula.
+
+``scipy.stats`` (1.2 s to import) loads only where it is needed: the paired tests, and the
+bootstrap of scores with many distinct values. A run's report usually needs neither: the Wilson
+interval is computed here, with scipy's formula.
 """
 
 from __future__ import annotations
@@ -11,10 +15,10 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from statistics import NormalDist
 from typing import Literal
 
 import numpy as np
-from scipy import stats as _sp  # type: ignore[import-untyped, unused-ignore]
 
 __all__ = [
     "BOOTSTRAP_RESAMPLES",
@@ -158,8 +162,8 @@ class Interval:
 
 
 def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> Interval | None:
-    """The Wilson score interval of a pass rate (``scipy.stats.binomtest(...).proportion_ci``);
-    None when n is 0.
+    """The Wilson score interval of a pass rate, as ``scipy.stats.binomtest(...).proportion_ci``
+    (``method="wilson"``, Newcombe 1998) computes it; None when n is 0.
 
     Raises:
         ValueError: for negative counts or successes above n.
@@ -168,8 +172,14 @@ def wilson_interval(successes: int, n: int, confidence: float = 0.95) -> Interva
         raise ValueError(f"need 0 <= successes <= n, got successes={successes}, n={n}")
     if n == 0:
         return None
-    ci = _sp.binomtest(successes, n).proportion_ci(confidence_level=confidence, method="wilson")
-    return Interval(successes / n, float(ci.low), float(ci.high), n, "wilson", confidence)
+    p = successes / n
+    z = NormalDist().inv_cdf(0.5 + 0.5 * confidence)
+    denom = 2 * (n + z * z)
+    centre = (2 * n * p + z * z) / denom
+    delta = z / denom * math.sqrt(4 * n * p * (1 - p) + z * z)
+    low = 0.0 if successes == 0 else centre - delta
+    high = 1.0 if successes == n else centre + delta
+    return Interval(p, float(low), float(high), n, "wilson", confidence)
 
 
 def bootstrap_mean_interval(
@@ -200,6 +210,8 @@ def bootstrap_mean_interval(
     rng = np.random.default_rng(seed)
     alpha = (1.0 - confidence) / 2.0
     if distinct.size > _FEW_DISTINCT:
+        from scipy import stats as _sp  # type: ignore[import-untyped, unused-ignore]  # lazy: scipy.stats, 1.2 s, only for many distinct scores
+
         ci = _sp.bootstrap(
             (arr,),
             np.mean,
@@ -261,7 +273,11 @@ def mcnemar_test(a_passed: Sequence[bool], b_passed: Sequence[bool]) -> PairedTe
     if pairs < MIN_PAIRS:
         return PairedTest("mcnemar", pairs, None, None, a_only, b_only)
     discordant = a_only + b_only
-    p = 1.0 if discordant == 0 else float(_sp.binomtest(a_only, discordant, 0.5).pvalue)
+    if discordant == 0:
+        return PairedTest("mcnemar", pairs, 1.0, float(a_only), a_only, b_only)
+    from scipy import stats as _sp  # type: ignore[import-untyped, unused-ignore]  # lazy: scipy.stats, 1.2 s, only to compare runs
+
+    p = float(_sp.binomtest(a_only, discordant, 0.5).pvalue)
     return PairedTest("mcnemar", pairs, min(p, 1.0), float(a_only), a_only, b_only)
 
 
@@ -281,6 +297,8 @@ def wilcoxon_test(a_scores: Sequence[float], b_scores: Sequence[float]) -> Paire
         return PairedTest("wilcoxon", pairs, None, None, mean_difference=mean_diff)
     if not np.any(diff):
         return PairedTest("wilcoxon", pairs, 1.0, 0.0, mean_difference=mean_diff)
+    from scipy import stats as _sp  # type: ignore[import-untyped, unused-ignore]  # lazy: scipy.stats, 1.2 s, only to compare runs
+
     result = _sp.wilcoxon(diff, zero_method="wilcox", alternative="two-sided")
     return PairedTest(
         "wilcoxon",

@@ -1,0 +1,125 @@
+"""``evalpipe server status|start|stop``: the embedded Prefect server runs share on this
+PREFECT_HOME (docs/operations.md, "The embedded server")."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+from evalpipe.cli._common import EXIT_INCOMPLETE, EXIT_OK, consoles, fail
+
+__all__ = ["register"]
+
+EXIT_NOT_RUNNING = 1
+"""``status``: no server runs for this PREFECT_HOME."""
+
+
+def _say(console: Any, text: str) -> None:
+    console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+
+def _configured(out: Any) -> None:
+    url = os.environ.get("PREFECT_API_URL")
+    if url:
+        _say(out, f"note: PREFECT_API_URL is set ({url}): runs use that API, not this server")
+
+
+def _status(args: argparse.Namespace) -> int:
+    from evalpipe.pipeline.server import server_status  # lazy: Prefect's settings
+
+    out, _ = consoles()
+    status = server_status()
+    _configured(out)
+    if status.info is None:
+        _say(out, f"no embedded Prefect server runs for {status.home}")
+        return EXIT_NOT_RUNNING
+    info = status.info
+    idle = "the last run" if info.idle_timeout == 0 else f"{info.idle_timeout:g} s without a run"
+    _say(
+        out,
+        f"embedded Prefect server for {status.home}: {info.api_url} (pid {info.pid}, Prefect "
+        f"{info.prefect}, since {info.started_at}); "
+        f"{'answers' if status.healthy else 'DOES NOT ANSWER'}; "
+        f"{'in use by a run' if status.in_use else 'idle'}; stops after {idle}",
+    )
+    _say(out, f"log: {status.log}")
+    return EXIT_OK if status.healthy else EXIT_INCOMPLETE
+
+
+def _start(args: argparse.Namespace) -> int:
+    from evalpipe.pipeline.server import ServerError, ensure_server  # lazy: Prefect's settings
+
+    out, err = consoles()
+    try:
+        acquired = ensure_server()
+    except ServerError as exc:
+        return fail(err, str(exc), EXIT_INCOMPLETE)
+    info = acquired.info
+    idle = "the next run ends" if info.idle_timeout == 0 else f"{info.idle_timeout:g} s idle"
+    if acquired.replaced:
+        _say(out, f"{acquired.replaced}")
+    verb = "started" if acquired.started else "already running:"
+    _say(out, f"{verb} {info.api_url} (pid {info.pid}); it stops after {idle}")
+    return EXIT_OK
+
+
+def _stop(args: argparse.Namespace) -> int:
+    from evalpipe.pipeline.server import ServerError, stop_server  # lazy: Prefect's settings
+
+    out, err = consoles()
+    try:
+        info = stop_server(force=args.force)
+    except ServerError as exc:
+        return fail(err, str(exc), EXIT_INCOMPLETE)
+    if info is None:
+        _say(out, "no embedded Prefect server was running")
+    else:
+        _say(out, f"stopped the embedded Prefect server {info.api_url} (pid {info.pid})")
+    return EXIT_OK
+
+
+def register(sub: Any) -> None:
+    """Add ``server`` to the command line."""
+    parser = sub.add_parser(
+        "server",
+        help="the embedded Prefect server runs share on this PREFECT_HOME: status, start, stop",
+        description=(
+            "Without PREFECT_API_URL, `evalpipe run` uses one embedded Prefect server per "
+            "PREFECT_HOME, started by the first run and reused by the next; it stops by itself "
+            "after EVALPIPE_SERVER_IDLE_TIMEOUT seconds (default 600) without a run."
+        ),
+    )
+    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+    status = actions.add_parser(
+        "status",
+        help="whether it runs, where, and whether a run uses it",
+        description=(
+            "Show the embedded server of this PREFECT_HOME: its URL, pid, Prefect version, start "
+            "time, whether it answers and whether a run uses it, and where its log is. Exit 0: it "
+            "answers; 1: none runs; 3: it runs but does not answer."
+        ),
+    )
+    status.set_defaults(handler=_status)
+    start = actions.add_parser(
+        "start",
+        help="start it now (the first run would start it anyway)",
+        description=(
+            "Start the embedded server of this PREFECT_HOME ahead of the first run (or say that "
+            "one runs already); it stops after the idle timeout like one a run started. Exit 3 "
+            "when it cannot start (the message ends with its log)."
+        ),
+    )
+    start.set_defaults(handler=_start)
+    stop = actions.add_parser(
+        "stop",
+        help="stop it now (refused while a run uses it)",
+        description=(
+            "Stop the embedded server of this PREFECT_HOME. Refused (exit 3) while a run uses it, "
+            "unless --force: that run then fails and can be resumed."
+        ),
+    )
+    stop.add_argument(
+        "--force", action="store_true", help="stop it even while a run uses it (that run fails)"
+    )
+    stop.set_defaults(handler=_stop)

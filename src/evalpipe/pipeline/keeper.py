@@ -1,0 +1,263 @@
+"""The keeper of an embedded Prefect server: Prefect's API app under uvicorn, in this process, with a
+lifetime of its own (not its parent's).
+
+Started as a script by ``evalpipe.pipeline.server`` (``python -P .../keeper.py STATE_DIR ...``: ``-P``
+keeps this file's directory, whose modules' names are not unique, off ``sys.path``), in a
+session of its own, so it imports nothing of evalpipe and a Ctrl-C in the terminal of the run that
+started it does not reach it. The protocol, all in ``STATE_DIR`` (``$PREFECT_HOME/evalpipe-server``):
+
+- ``server.lock``: the keeper holds an exclusive ``flock`` on it for its whole life. A second keeper
+  of the same directory exits at once (one server per PREFECT_HOME), and a client that can lock it
+  knows no keeper lives (the kernel drops the lock of a killed process).
+- ``server.json``: written (atomically) once the API answers: pid, URL, versions. Clients find the
+  server there; removing it asks the keeper to stop (``evalpipe server stop``, or a deleted
+  PREFECT_HOME).
+- ``clients.lock``: every run using the server holds a shared ``flock`` on it (its lease) from before
+  it looks the server up until its flow has ended. The keeper counts as idle while it can take the
+  lock exclusively, and stops after ``--idle`` seconds of idleness, holding the exclusive lock (so
+  no run can take a lease on a server that is stopping) and removing ``server.json`` first.
+- ``server.log``: this process's output.
+
+It stops, cleanly (uvicorn's shutdown; a hard exit 10 s later), when it has been idle for ``--idle``
+seconds, when ``server.json`` or the directory disappears, when the server has not started within
+``--startup-timeout`` seconds, or on SIGTERM/SIGINT. It is one process (the server runs in it), so
+ending it ends the server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import signal
+import socket
+import sqlite3
+import sys
+import threading
+import time
+import urllib.request
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+APP = "prefect.server.api.server:create_app"
+POLL = 0.25
+HARD_EXIT_AFTER = 10.0
+
+
+def _log(message: str) -> None:
+    stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    print(f"{stamp} keeper {os.getpid()}: {message}", file=sys.stderr, flush=True)
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=2), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _names_me(path: Path) -> bool:
+    try:
+        return int(json.loads(path.read_text(encoding="utf-8"))["pid"]) == os.getpid()
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
+def _seed_database(database: Path, template: Path) -> bool:
+    """Copy the migrated template into a database that does not exist yet; True if copied."""
+    if database.exists() or not template.is_file():
+        return False
+    database.parent.mkdir(parents=True, exist_ok=True)
+    tmp = database.with_name(f".{database.name}.{os.getpid()}.tmp")
+    shutil.copyfile(template, tmp)
+    for suffix in ("-wal", "-shm", "-journal"):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(f"{database}{suffix}")
+    os.replace(tmp, database)
+    return True
+
+
+def _save_template(database: Path, template: Path) -> None:
+    """A consistent copy of a freshly migrated database (SQLite's backup API), for the next home."""
+    template.parent.mkdir(parents=True, exist_ok=True)
+    tmp = template.with_name(f".{template.name}.{os.getpid()}.tmp")
+    source = sqlite3.connect(database)
+    try:
+        target = sqlite3.connect(tmp)
+        try:
+            source.backup(target)
+        finally:
+            target.close()
+    finally:
+        source.close()
+    os.replace(tmp, template)
+
+
+def _healthy(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/health", timeout=5) as response:
+            return bool(response.status == 200)
+    except OSError:
+        return False
+
+
+class Keeper:
+    """The watch over one server: start-up, idleness, the state file."""
+
+    def __init__(self, args: argparse.Namespace, server: Any, port: int, fresh: bool) -> None:
+        self.args = args
+        self.server = server
+        self.port = port
+        self.fresh = fresh
+        self.state = Path(args.state_dir)
+        self.info = self.state / "server.json"
+        self.clients = os.open(self.state / "clients.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        self.stopping = False
+        self.announced = False
+
+    def stop(self, why: str) -> None:
+        if self.stopping:
+            return
+        self.stopping = True
+        _log(f"stopping: {why}")
+        self.server.should_exit = True
+        timer = threading.Timer(HARD_EXIT_AFTER, os._exit, args=(1,))
+        timer.daemon = True
+        timer.start()
+
+    def _idle(self) -> bool:
+        """No lease is held; if so, the exclusive lock is held until :meth:`_release`."""
+        try:
+            fcntl.flock(self.clients, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        return True
+
+    def _release(self) -> None:
+        fcntl.flock(self.clients, fcntl.LOCK_UN)
+
+    def _announce(self) -> None:
+        if self.fresh and self.args.database and self.args.template:
+            try:
+                _save_template(Path(self.args.database), Path(self.args.template))
+                _log(f"saved the migrated database as a template: {self.args.template}")
+            except (OSError, sqlite3.Error) as exc:
+                _log(f"could not save the database template ({type(exc).__name__}: {exc})")
+        meta = json.loads(self.args.meta) if self.args.meta else {}
+        _write_json(
+            self.info,
+            {
+                **meta,
+                "pid": os.getpid(),
+                "api_url": f"http://127.0.0.1:{self.port}/api",
+                "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
+                "idle_timeout": self.args.idle,
+            },
+        )
+        self.announced = True
+        _log(f"serving http://127.0.0.1:{self.port}/api (idle timeout {self.args.idle:g} s)")
+
+    def watch(self) -> None:
+        began = time.monotonic()
+        while not self.server.started:
+            if self.server.should_exit:
+                return
+            if time.monotonic() - began > self.args.startup_timeout:
+                self.stop(f"not started within {self.args.startup_timeout:g} s")
+                return
+            time.sleep(POLL / 2)
+        while not _healthy(self.port):
+            if self.server.should_exit or time.monotonic() - began > self.args.startup_timeout:
+                self.stop("the API does not answer")
+                return
+            time.sleep(POLL / 5)
+        try:
+            self._announce()
+        except OSError as exc:  # the directory went (PREFECT_HOME deleted) while starting
+            self.stop(f"could not write {self.info} ({type(exc).__name__}: {exc})")
+            return
+        idle_since: float | None = None
+        while not self.server.should_exit:
+            if not self.info.exists() or not _names_me(self.info):
+                self.stop(f"{self.info} was removed (a stop request, or PREFECT_HOME is gone)")
+                return
+            now = time.monotonic()
+            if self._idle():
+                idle_since = now if idle_since is None else idle_since
+                if now - idle_since >= self.args.idle:
+                    # The exclusive lock stays held until this process ends: no run can take a
+                    # lease and find a server that is going away.
+                    with contextlib.suppress(FileNotFoundError):
+                        self.info.unlink()
+                    self.stop(f"idle for {self.args.idle:g} s")
+                    return
+                self._release()
+            else:
+                idle_since = None
+            time.sleep(POLL)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="keeper.py")
+    parser.add_argument("state_dir")
+    parser.add_argument("--idle", type=float, required=True, help="seconds idle before stopping")
+    parser.add_argument("--startup-timeout", type=float, default=300.0)
+    parser.add_argument("--database", default="", help="the SQLite database file, if SQLite")
+    parser.add_argument("--template", default="", help="a migrated database to start from")
+    parser.add_argument("--meta", default="", help="JSON fields for server.json")
+    args = parser.parse_args()
+    state = Path(args.state_dir)
+    state.mkdir(parents=True, exist_ok=True)
+    lock = os.open(state / "server.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        _log("another keeper serves this directory; exiting")
+        return 0
+    with contextlib.suppress(FileNotFoundError):
+        (state / "server.json").unlink()  # a killed keeper's: it names a dead server
+    fresh = False
+    if args.database:
+        database = Path(args.database)
+        fresh = not database.exists()
+        if args.template and _seed_database(database, Path(args.template)):
+            _log(f"database {database} created from the template {args.template}")
+            fresh = False
+    import uvicorn  # after the lock: a second keeper exits without loading the server
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    port = int(sock.getsockname()[1])
+    config = uvicorn.Config(
+        APP,
+        factory=True,
+        host="127.0.0.1",
+        port=port,
+        log_level="error",
+        lifespan="on",
+        timeout_graceful_shutdown=5,
+    )
+    server = uvicorn.Server(config)
+    # uvicorn re-raises SIGTERM/SIGINT after its clean shutdown; with these (restored after it)
+    # that returns here instead of ending the process before server.json is removed.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda signum, frame: None)
+    keeper = Keeper(args, server, port, fresh)
+    watcher = threading.Thread(target=keeper.watch, name="keeper", daemon=True)
+    watcher.start()
+    try:
+        server.run(sockets=[sock])
+    finally:
+        if _names_me(state / "server.json"):
+            with contextlib.suppress(FileNotFoundError):
+                (state / "server.json").unlink()
+        _log("stopped" if keeper.announced else "stopped without having served")
+    return 0 if keeper.announced else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
