@@ -22,6 +22,7 @@ from evalpipe.journal import Journal
 from evalpipe.pipeline import arun_suite
 from evalpipe.runner.prepare import prepare_suite
 from evalpipe.suite import load_suite
+from live_prefect import alive as _alive
 
 pytestmark = pytest.mark.usefixtures("prefect_api")
 
@@ -414,14 +415,6 @@ def _children(pid: int) -> list[int]:
         if int(fields[1]) == pid:
             out.append(int(stat.parent.name))
     return out
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 def test_kill_9_does_not_orphan_the_embedded_server(project: Path) -> None:

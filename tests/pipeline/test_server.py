@@ -27,6 +27,7 @@ from evalpipe.pipeline.server import (
     state_dir,
     stop_server,
 )
+from live_prefect import alive as _alive
 
 ROOT = Path(__file__).resolve().parents[2]
 BOUND = 240.0  # seconds: a server start on a loaded 2-core machine, with margin
@@ -133,14 +134,6 @@ def _server(
 def _info(home: Path) -> dict[str, Any]:
     data: dict[str, Any] = json.loads((state_dir(home) / "server.json").read_text())
     return data
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 def _wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> None:
