@@ -349,15 +349,13 @@ def _visit(browser: Any, url: str, wait_text: str) -> dict[str, Any]:
         page.close()
 
 
-def test_hostile_text_stays_text_in_every_sink(
-    server: Server, tmp_path: Path, browser: Any
-) -> None:
-    """Hostile agent names, row ids, queries and reasons: exact in Parquet, text in the terminal,
-    report.html and every Prefect artifact page (no link, image, element or dialog from data)."""
-    (tmp_path / "hostile_target.py").write_text(
+def hostile_project(work: Path, output: Path, name: str, **fields: Any) -> Path:
+    """Write the hostile workflow module, its dataset (every HOSTILE text as id and query) and a
+    suite ``name`` in ``work`` whose gate the echo check fails; returns the suite file."""
+    (work / "hostile_target.py").write_text(
         HOSTILE_MODULE.format(agents=json.dumps(AGENTS)), encoding="utf-8"
     )
-    (tmp_path / "queries.jsonl").write_text(
+    (work / "queries.jsonl").write_text(
         "".join(json.dumps({"id": text[:200], "query": text}) + "\n" for text in HOSTILE),
         encoding="utf-8",
     )
@@ -367,9 +365,19 @@ def test_hostile_text_stays_text_in_every_sink(
         "target": "hostile_target:workflow",
         "evaluators": ["hostile_target:echo_check"],
         "gates": ["pass_rate(echo_check) >= 0.9"],
-        "output_dir": str(tmp_path / "runs"),
+        "output_dir": str(output),
+        **fields,
     }
-    (tmp_path / "suite.yaml").write_text(json.dumps(suite), encoding="utf-8")
+    (work / name).write_text(json.dumps(suite), encoding="utf-8")
+    return work / name
+
+
+def test_hostile_text_stays_text_in_every_sink(
+    server: Server, tmp_path: Path, browser: Any
+) -> None:
+    """Hostile agent names, row ids, queries and reasons: exact in Parquet, text in the terminal,
+    report.html and every Prefect artifact page (no link, image, element or dialog from data)."""
+    hostile_project(tmp_path, tmp_path / "runs", "suite.yaml")
     first = _evalpipe(server, tmp_path, "run", "suite.yaml", "--no-progress")
     assert first.returncode == 1, first.stdout + first.stderr  # the gate fails, nothing crashed
     (base_dir,) = [p.parent for p in (tmp_path / "runs").rglob("manifest.json")]

@@ -9,7 +9,6 @@ two rows). Every run is made with ``EVALPIPE_VIEW_URL`` pointing at the view.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -21,7 +20,7 @@ import httpx
 import pytest
 
 from live_prefect import ROOT, Server, free_port, prefect_server, start, stop, wait_for
-from pipeline.test_untrusted import AGENTS, HOSTILE, HOSTILE_MODULE
+from pipeline.test_untrusted import hostile_project
 
 BIN = Path(sys.executable).parent
 
@@ -138,23 +137,7 @@ def runs(view_prefect: Server, view_url: str, tmp_path_factory: pytest.TempPathF
     work = tmp_path_factory.mktemp("view-work")
     output = view_prefect.output / "runs"
     (work / "view_travel_v2.py").write_text(TRAVEL_V2, encoding="utf-8")
-    (work / "hostile_target.py").write_text(
-        HOSTILE_MODULE.format(agents=json.dumps(AGENTS)), encoding="utf-8"
-    )
-    (work / "queries.jsonl").write_text(
-        "".join(json.dumps({"id": text[:200], "query": text}) + "\n" for text in HOSTILE),
-        encoding="utf-8",
-    )
-    hostile = {
-        "name": "hostile",
-        "dataset": "queries.jsonl",
-        "target": "hostile_target:workflow",
-        "evaluators": ["hostile_target:echo_check"],
-        "gates": ["pass_rate(echo_check) >= 0.9"],
-        "output_dir": str(output),
-        "tags": ["hostile"],
-    }
-    (work / "hostile.yaml").write_text(json.dumps(hostile), encoding="utf-8")
+    hostile_project(work, output, "hostile.yaml", tags=["hostile"])
     path = os.pathsep.join([str(work), str(ROOT), os.environ.get("PYTHONPATH", "")])
     env = {
         **view_prefect.env,
