@@ -221,11 +221,12 @@ def _template(config: _Config) -> Path | None:
     return Path(where) / f"prefect-{version('prefect')}.db"
 
 
-def _locked_by_someone(path: Path) -> bool:
-    """Whether another process holds a lock on ``path`` (shared or exclusive)."""
+def _locked_by_someone(path: Path, *, exclusive_only: bool = False) -> bool:
+    """Whether another process holds a lock on ``path`` (shared or exclusive; with
+    ``exclusive_only``, an exclusive one)."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, (fcntl.LOCK_SH if exclusive_only else fcntl.LOCK_EX) | fcntl.LOCK_NB)
     except BlockingIOError:
         return True
     finally:
@@ -235,14 +236,7 @@ def _locked_by_someone(path: Path) -> bool:
 
 def _keeper_alive(directory: Path) -> bool:
     """A keeper holds the directory's server lock (the kernel drops a dead one's)."""
-    fd = os.open(directory / "server.lock", os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
-    return False
+    return _locked_by_someone(directory / "server.lock", exclusive_only=True)
 
 
 def _healthy(api_url: str, timeout: float = 5.0) -> bool:
