@@ -23,7 +23,8 @@ from evalpipe import (
     tool_call_args_match,
     tool_calls_present,
 )
-from evalpipe.artifacts import RunRecord, RunWriter, load_run, read_runs
+from evalpipe.artifacts import RunRecord, RunWriter, load_run, read_item_rows, read_runs
+from evalpipe.artifacts.reader import LOADED
 from evalpipe.targets.demo import travel_agent
 from runner_helpers import transcripts
 
@@ -251,3 +252,31 @@ def test_load_run_can_skip_rebuilding_input_items(tmp_path: Path) -> None:
     loaded = load_run(tmp_path, input_items=False)
     assert [r.model_dump() for r in loaded] == [r.model_dump() for r in batch]
     assert all(not level.input_items for r in loaded for level in r.iter_results())
+
+
+@pytest.mark.parametrize("table", ["items", "scores"])
+def test_read_item_rows_reads_only_the_wanted_items_rows(tmp_path: Path, table: str) -> None:
+    """read_item_rows gives exactly the rows of the wanted (agent, item_id) pairs, in file order,
+    from a file of many row groups, and turns only those rows into Python objects."""
+    batch = workflow_batch(0, 9)
+    for result in batch:  # every agent's items share their call's id, as in a real workflow run
+        for level in result.iter_results():
+            for scored in level.items:
+                scored.item_id = "call-" + scored.item_id.rsplit("-", 1)[1]
+            for item in level.input_items:
+                item.item_id = "call-" + str(item.item_id).rsplit("-", 1)[1]
+    with RunWriter(tmp_path, row_group_size=4) as writer:
+        writer.add_results(batch)
+    everything = pq.read_table(tmp_path / f"{table}.parquet").to_pylist()
+    pairs = list(dict.fromkeys((r["agent"], r["item_id"]) for r in everything))
+    assert pq.ParquetFile(tmp_path / f"{table}.parquet").num_row_groups > 3
+    wanted = {pairs[0], pairs[len(pairs) // 2], pairs[-1]}
+    # an id that exists under another agent, and one that does not exist: neither is read
+    assert sum(item_id == pairs[0][1] for _, item_id in pairs) > 1  # shared with other agents
+    asked = wanted | {("no-such-agent", pairs[0][1]), (pairs[0][0], "no-such-id")}
+    before = LOADED["item_rows"]
+    got = read_item_rows(tmp_path, table, asked)
+    expected = [r for r in everything if (r["agent"], r["item_id"]) in wanted]
+    assert got == expected
+    assert LOADED["item_rows"] - before == len(expected)
+    assert read_item_rows(tmp_path, table, set()) == []

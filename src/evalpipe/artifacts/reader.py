@@ -10,11 +10,12 @@ from __future__ import annotations
 import json
 import os
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import fields
 from typing import Any
 
 import pyarrow as pa  # type: ignore[import-untyped, unused-ignore]
+import pyarrow.compute as pc  # type: ignore[import-untyped, unused-ignore]
 import pyarrow.fs as pafs  # type: ignore[import-untyped, unused-ignore]
 import pyarrow.parquet as pq  # type: ignore[import-untyped, unused-ignore]
 from pydantic import TypeAdapter
@@ -44,6 +45,7 @@ __all__ = [
     "iter_batches",
     "iter_runs",
     "load_run",
+    "read_item_rows",
     "read_manifest",
     "read_not_passed",
     "read_runs",
@@ -60,7 +62,8 @@ LOADED: Counter[str] = Counter()
 """What the readers turned into Python objects in this process, by kind, for instrumentation
 (``evalpipe run``'s summary must stay off the items): ``items`` (EvalItems rebuilt from
 items.parquet), ``item_results`` (EvalItemResults rebuilt from scores.parquet) and
-``not_passed_rows`` (scores.parquet rows ``read_not_passed`` read in full)."""
+``not_passed_rows`` (scores.parquet rows ``read_not_passed`` read in full) and ``item_rows``
+(rows ``read_item_rows`` read in full)."""
 """The columns of summary.parquet a SummaryRow holds (not the run's name and times)."""
 
 
@@ -251,6 +254,55 @@ def read_summary(run_dir: str | os.PathLike[str], *, filesystem: Any = None) -> 
     every sink shows, computed by ``evalpipe.tally``)."""
     table = read_table(run_dir, "summary", columns=SUMMARY_ROW_COLUMNS, filesystem=filesystem)
     return [SummaryRow(**row) for row in table.to_pylist()]
+
+
+def read_item_rows(
+    run_dir: str | os.PathLike[str],
+    name: str,
+    wanted: Collection[tuple[str, str]],
+    *,
+    columns: Sequence[str] | None = None,
+    filesystem: Any = None,
+) -> list[dict[str, Any]]:
+    """The rows of ``items`` or ``scores`` whose ``(agent, item_id)`` is in ``wanted``, as dicts in
+    file order.
+
+    The key columns are read row group by row group; the other columns only of the row groups
+    that hold a wanted row, and only those rows become Python objects: a report's 200 listed items
+    of a 100,000-item run do not read every conversation (``LOADED["item_rows"]`` counts them).
+
+    Raises:
+        ArtifactError, SchemaVersionError: as ``read_table``.
+    """
+    if name not in ("items", "scores"):
+        raise ValueError(f"read_item_rows reads items or scores, not {name!r}")
+    fs, path = resolve_filesystem(run_dir, filesystem)
+    read_manifest(path, filesystem=fs)
+    if not wanted:
+        return []
+    table = _open(fs, path, name)
+    by_agent: dict[str, set[str]] = {}
+    for agent, item_id in wanted:
+        by_agent.setdefault(agent, set()).add(item_id)
+    ids = pa.array(sorted({item_id for _, item_id in wanted}), pa.string())
+    out: list[dict[str, Any]] = []
+    for group in range(table.parquet.num_row_groups):
+        head = table.read_row_group(group, ["agent", "item_id"])
+        hits = pc.indices_nonzero(pc.is_in(head.column("item_id"), value_set=ids))
+        if not len(hits):
+            continue
+        agents = head.column("agent").take(hits).to_pylist()
+        item_ids = head.column("item_id").take(hits).to_pylist()
+        positions = [
+            position
+            for position, agent, item_id in zip(hits.to_pylist(), agents, item_ids, strict=True)
+            if item_id in by_agent.get(agent, ())
+        ]
+        if positions:
+            rows = table.read_row_group(group, columns).take(positions).to_pylist()
+            LOADED["item_rows"] += len(rows)
+            out.extend(rows)
+    return out
 
 
 def read_not_passed(

@@ -14,6 +14,7 @@ import contextlib
 import contextvars
 import gc
 import logging
+import os
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -281,6 +282,13 @@ async def report_task(run_dir: str, calls: int) -> str | None:
 
 
 async def _report_in_child(run_dir: str) -> str:
+    # Arrow's default pool (mimalloc) keeps what the report's group-bys freed: the system
+    # allocator gives it back (measured at 100,000 items: peak 500 -> 420 MiB, and faster).
+    # A pool the user chose is kept.
+    env = {
+        **os.environ,
+        "ARROW_DEFAULT_MEMORY_POOL": os.environ.get("ARROW_DEFAULT_MEMORY_POOL") or "system",
+    }
     child = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -289,6 +297,7 @@ async def _report_in_child(run_dir: str) -> str:
         run_dir,
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.PIPE,
+        env=env,
     )
     _, stderr = await child.communicate()
     if child.returncode != 0:
