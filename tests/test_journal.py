@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+from evalpipe import FunctionCallContent, FunctionResultContent, Message
 from evalpipe.journal import Journal, call_key
+from evalpipe.transcripts import TargetRun, load_transcript
 
 
 def test_keys_change_with_target_row_and_repetition() -> None:
@@ -54,3 +57,119 @@ def test_a_torn_last_line_is_skipped_and_the_next_record_starts_fresh(tmp_path: 
     assert final.get("k3") == "three"
     assert final.get("k1") == "one"
     assert final.skipped_lines == 1
+
+
+def _transcript_json() -> str:
+    run = TargetRun(
+        query_index=3,
+        repetition=1,
+        query='Wetter in "Köln"?\nbitte',
+        messages=[
+            Message(
+                "assistant",
+                [FunctionCallContent(name="get_weather", arguments={"city": "Köln"}, call_id="c1")],
+            ),
+            Message("tool", [FunctionResultContent(call_id="c1", result={"temp_c": 22})]),
+            Message("assistant", ["Sonnig, 22 °C \u2014 \\o/"]),
+        ],
+    )
+    return run.model_dump_json(fallback=str)
+
+
+def test_a_transcript_is_written_into_its_line_as_it_is_and_read_back_as_the_same_text(
+    tmp_path: Path,
+) -> None:
+    """The line holds the transcript's JSON object (not a string re-encoding it); get() gives
+    back exactly the text that was recorded."""
+    text = _transcript_json()
+    with Journal(tmp_path, "t") as journal:
+        journal.record("k1", text)
+        assert journal.get("k1") == text
+    line = Journal(tmp_path, "t").path.read_bytes()
+    assert line.endswith(b"}\n")
+    assert line.count(b"\n") == 1
+    entry = json.loads(line)
+    assert entry["key"] == "k1"
+    assert isinstance(entry["finished_at"], float)
+    assert entry["run"] == json.loads(text)
+    again = Journal(tmp_path, "t")
+    assert again.get("k1") == text
+    assert load_transcript("agent", again.get("k1") or "") == TargetRun.model_validate_json(text)
+
+
+def test_a_journal_written_in_the_old_format_is_read_and_resumed(tmp_path: Path) -> None:
+    """Runs journaled before (the transcript as a JSON string) resume: their lines are read back,
+    and new lines append after them."""
+    text = _transcript_json()
+    journal = Journal(tmp_path, "t")
+    old = [
+        json.dumps(
+            {"key": key, "finished_at": 1.5, "run": run}, ensure_ascii=False, separators=(",", ":")
+        )
+        for key, run in (("old1", text), ("old2", "not json at all"))
+    ]
+    journal.path.parent.mkdir(parents=True, exist_ok=True)
+    journal.path.write_text("\n".join(old) + "\n", encoding="utf-8")
+    resumed = Journal(tmp_path, "t")
+    assert len(resumed) == 2
+    assert resumed.skipped_lines == 0
+    assert resumed.get("old1") == text
+    assert resumed.get("old2") == "not json at all"
+    resumed.record("new", text)
+    resumed.close()
+    final = Journal(tmp_path, "t")
+    assert sorted(final.keys()) == ["new", "old1", "old2"]
+    assert final.get("new") == final.get("old1") == text
+
+
+def test_a_text_that_is_not_one_object_on_one_line_is_stored_as_a_string(tmp_path: Path) -> None:
+    texts = {"a": "one", "b": '{"a":\n1}', "c": "[1, 2]", "d": "", "e": '"}{"'}
+    with Journal(tmp_path, "t") as journal:
+        for key, text in texts.items():
+            journal.record(key, text)
+    again = Journal(tmp_path, "t")
+    assert again.skipped_lines == 0
+    assert {key: again.get(key) for key in texts} == texts
+
+
+def test_a_torn_line_with_an_embedded_transcript_is_skipped_wherever_it_was_cut(
+    tmp_path: Path,
+) -> None:
+    """Cut anywhere (after a nested object's brace too), the line is not read back; the calls
+    before it are, and the next record starts on a fresh line."""
+    text = _transcript_json()
+    with Journal(tmp_path, "t") as journal:
+        journal.record("k1", text)
+        journal.record("k2", text)
+    path = Journal(tmp_path, "t").path
+    whole = path.read_bytes()
+    second = whole.index(b'{"key":"k2"')
+    cuts = [second + 5, second + 40, whole.index(b"}", second + 60) + 1, len(whole) - 2]
+    for cut in cuts:
+        path.write_bytes(whole[:cut])
+        torn = Journal(tmp_path, "t")
+        assert (len(torn), torn.skipped_lines) == (1, 1), cut
+        assert torn.get("k1") == text
+        torn.record("k3", text)
+        torn.close()
+        after = Journal(tmp_path, "t")
+        assert after.get("k3") == text
+        assert after.get("k1") == text
+        assert "k2" not in after
+
+
+def test_two_processes_appending_to_one_journal_each_read_their_own_lines(
+    tmp_path: Path,
+) -> None:
+    """Dask workers of one run append to the same journal file: a line's place is where it was
+    actually written, whatever the other wrote in between."""
+    first, second = Journal(tmp_path, "t"), Journal(tmp_path, "t")
+    for i in range(5):
+        first.record(f"a{i}", f'{{"from":"first","i":{i}}}')
+        second.record(f"b{i}", f'{{"from":"second","i":{i}}}')
+    for i in range(5):
+        assert first.get(f"a{i}") == f'{{"from":"first","i":{i}}}'
+        assert second.get(f"b{i}") == f'{{"from":"second","i":{i}}}'
+    first.close()
+    second.close()
+    assert len(Journal(tmp_path, "t")) == 10

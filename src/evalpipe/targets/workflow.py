@@ -97,8 +97,7 @@ async def run_executor(
 
     try:
         response = await with_retries(attempt, attempts=attempts, retry_wait=retry_wait)
-        usage = response_usage(response)
-        usage.latency_seconds = time.perf_counter() - started
+        usage = response_usage(response, time.perf_counter() - started)
         return ExecutorRun(
             executor_id=executor_id,
             agent=name,
