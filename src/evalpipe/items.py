@@ -116,6 +116,10 @@ class ExpectedToolCall(BaseModel):
             data["arguments"] = arguments
         super().__init__(**data)
 
+    # Only the positional form needs this __init__: validation from a dict (a dataset row's
+    # expected_tool_calls) goes straight to pydantic-core, not through a Python call per call.
+    __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]
+
 
 class AgentExpectation(BaseModel):
     """What one agent of a workflow is expected to produce for one query (dataset row)."""
@@ -281,6 +285,10 @@ class EvalItem(BaseModel):
         object.__setattr__(self, "__pydantic_fields_set__", set(data))
         object.__setattr__(self, "__pydantic_extra__", None)
         object.__setattr__(self, "__pydantic_private__", {"_split_cache": None})
+
+    # Validation from a dict (model_validate, a nested item) goes straight to pydantic-core: this
+    # __init__ only maps the positional form and takes the already-validated fast path.
+    __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]
 
     @field_validator("conversation", mode="before")
     @classmethod

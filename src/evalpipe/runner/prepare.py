@@ -19,7 +19,7 @@ from evalpipe.artifacts import read_runs
 from evalpipe.datasets import DatasetError, QueryRow, load_dataset, row_hash
 from evalpipe.evaluators.base import AgentScoped, Evaluator, metric_names
 from evalpipe.gates import parse_gates
-from evalpipe.itemize import Expectations
+from evalpipe.itemize import NO_EXPECTATIONS, Expectations
 from evalpipe.messages import Message
 from evalpipe.recorded import recorded_run, split_recording
 from evalpipe.runner.plan import Row, RunPlan, Target, make_calls, resolve_target
@@ -61,7 +61,8 @@ def rows_from_dataset(rows: Sequence[QueryRow], kind: TargetKind) -> tuple[Row, 
                     expected_output=row.expected_output,
                     expected_tool_calls=row.expected_tool_calls,
                     context=row.context,
-                    agents=dict(row.agents or {}),
+                    # rows without per-agent expectations share one empty mapping (never written)
+                    agents=dict(row.agents) if row.agents else NO_EXPECTATIONS.agents,
                 ),
                 recorded=recorded,
                 recorded_head=head,
