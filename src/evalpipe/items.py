@@ -79,6 +79,7 @@ class ConversationSplit(str, Enum):  # noqa: UP042 - str() and repr() as MAF's
         return split_last_turn(conversation)
 
 
+_LAST_TURN = ConversationSplit.LAST_TURN
 _BOUNDARIES: dict[ConversationSplit, Callable[[Sequence[Message]], int]] = {
     ConversationSplit.LAST_TURN: _last_user,
     ConversationSplit.FULL: _first_user,
@@ -87,13 +88,9 @@ _BOUNDARIES: dict[ConversationSplit, Callable[[Sequence[Message]], int]] = {
 
 
 def _join(messages: Sequence[Message], start: int, stop: int, role: str) -> str:
-    texts = []
-    for i in range(start, stop):
-        message = messages[i]
-        if message.role == role:
-            text = message.text
-            if text:
-                texts.append(text)
+    texts = [text for m in messages[start:stop] if m.role == role and (text := m.text)]
+    if len(texts) == 1:
+        return texts[0].strip()
     return " ".join(texts).strip()
 
 
@@ -351,7 +348,7 @@ class EvalItem(BaseModel):
         """
         # Hot path of every local check: read the private cache through the slot, not pydantic's
         # __getattr__, and compare message identities with map() rather than a generator.
-        splitter = split or self.split_strategy or ConversationSplit.LAST_TURN
+        splitter = split or self.split_strategy or _LAST_TURN
         conv = self.conversation
         private: dict[str, Any] = self.__pydantic_private__  # type: ignore[assignment]
         cache = private.get("_split_cache")
