@@ -613,10 +613,7 @@ class RunWriter:
                 conversations,
                 [item.expected_output for item in items],
                 [item.context for item in items],
-                [
-                    None if e is None else _EXPECTED.dump_json(e, fallback=str).decode()
-                    for e in expected
-                ],
+                _expected_json(expected),
                 [None if t is None else _TOOLS.dump_json(t).decode() for t in tools],
                 [item.error_code for item in items],
                 [item.error_message for item in items],
@@ -873,6 +870,24 @@ def _metric_columns(
         other_t,
         _floats([s.latency_s for s in scores]),
     ]
+
+
+def _expected_json(values: list[list[ExpectedToolCall] | None]) -> list[str | None]:
+    """The JSON of each item's expected tool calls, once per distinct list of call objects: the
+    items of a row's repetitions, and rows expecting equal calls (``rows_from_dataset``), share
+    them. Keyed by the objects' ids, which stay theirs while the items hold them (this call)."""
+    out: list[str | None] = []
+    done: dict[tuple[int, ...], str] = {}
+    for calls in values:
+        if calls is None:
+            out.append(None)
+            continue
+        key = tuple(map(id, calls))
+        text = done.get(key)
+        if text is None:
+            text = done[key] = _EXPECTED.dump_json(calls, fallback=str).decode()
+        out.append(text)
+    return out
 
 
 def _utcs(values: list[dt.datetime | None]) -> list[dt.datetime | None]:
