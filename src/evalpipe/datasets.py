@@ -195,8 +195,11 @@ def row_hash(row: QueryRow) -> str:
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:32]
 
 
-_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-"""The encoder ``journal.content_key`` makes per call (``json.dumps`` with these options)."""
+_CANONICAL = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, check_circular=False
+)
+"""The encoder ``journal.content_key`` makes per call (``json.dumps`` with these options; a dump
+of a model is never cyclic, so the cycle check, which changes no output, is left out)."""
 
 
 def _describe(error: ValidationError) -> str:
