@@ -646,3 +646,18 @@ def test_constructor_still_rejects_bad_values(data: dict[str, Any]) -> None:
     """A value the fast path does not take is validated, and rejected as before."""
     with pytest.raises((ValueError, TypeError)):
         EvalItem(**data)
+
+
+def test_validation_from_a_dict_does_not_run_the_python_init() -> None:
+    """EvalItem and ExpectedToolCall validate dicts in pydantic-core (a dataset row's expected
+    calls, model_validate): their __init__ is only the positional form and the fast path, and
+    the tests above compare that fast path with model_validate, which must really validate."""
+    from evalpipe.items import ExpectedToolCall
+
+    assert EvalItem.__pydantic_custom_init__ is False
+    assert ExpectedToolCall.__pydantic_custom_init__ is False
+    item = EvalItem.model_validate({"conversation": [{"role": "user", "contents": ["Q"]}]})
+    assert item.conversation == [user("Q")]
+    assert ExpectedToolCall("f", {"a": 1}) == ExpectedToolCall.model_validate(
+        {"name": "f", "arguments": {"a": 1}}
+    )
