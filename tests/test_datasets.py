@@ -323,3 +323,61 @@ def test_a_dataset_that_is_not_utf8_names_the_line(tmp_path: Path) -> None:
     csv_file.write_bytes(b"query\nfine\ncaf\xe9\n")
     with pytest.raises(DatasetError, match=r"q.csv:3:4: not UTF-8 \(byte 0xe9\)"):
         load_csv(csv_file)
+
+
+def test_jsonl_rows_load_as_json_loads_reads_them(tmp_path: Path) -> None:
+    """The fast parser gives json.loads's values (big ints, NaN, duplicate keys, a lone surrogate
+    escape it refuses), and line numbers count only "\\n" (a "\\r" inside a line does not cut it)."""
+    from evalpipe.datasets import QueryRow
+
+    lines = [
+        '{"query": "a", "context": "x", "context": "y", "tags": ["t"]}',
+        '{"query": "caf\\u00e9", "expected_tool_calls": [{"name": "f", "arguments": '
+        '{"n": 123456789012345678901234567890, "s": "\\ud800", "g": 1.0000000000000002}}]}',
+        "# a comment",
+        "",
+        '{"query": "line\\r with a CR"}\r',
+    ]
+    path = write(tmp_path, "\n".join(lines) + "\n")
+    rows = load_jsonl(path)
+    expected = [
+        QueryRow.model_validate({"id": f"line-{n}", **json.loads(lines[n - 1])}) for n in (1, 2, 5)
+    ]
+    assert [r.model_dump() for r in rows] == [e.model_dump() for e in expected]
+    assert rows[0].context == "y"
+    args = rows[1].expected_tool_calls[0].arguments  # type: ignore[index]
+    assert args == {"n": 123456789012345678901234567890, "s": "\ud800", "g": 1.0000000000000002}
+    nan = write(
+        tmp_path,
+        '{"query": "a", "expected_tool_calls": [{"name": "f", "arguments": {"x": NaN}}]}\n',
+    )
+    (row,) = load_jsonl(nan)
+    value = row.expected_tool_calls[0].arguments["x"]  # type: ignore[index]
+    assert value != value
+    assert [r.id for r in rows] == ["line-1", "line-2", "line-5"]
+    bad = write(tmp_path, '{"query": "a"}\r{"query": "b"}\n{"query": "c",}\n')
+    with pytest.raises(DatasetError, match=r"queries\.jsonl:1: invalid JSON"):
+        load_jsonl(bad)
+
+
+def test_row_hash_is_the_content_key_of_the_row() -> None:
+    """row_hash keeps journal.content_key's canonical JSON: a journal written before resumes."""
+    from evalpipe.datasets import QueryRow, row_hash
+    from evalpipe.journal import content_key
+
+    rows = [
+        QueryRow(query="q", id="1"),
+        QueryRow.model_validate(
+            {
+                "query": "naïve ☃",
+                "id": "z",
+                "expected_output": "a\nb",
+                "expected_tool_calls": [{"name": "f", "arguments": {"b": [1, 2.5], "a": None}}],
+                "tags": ["x", "y"],
+                "agents": {"writer": {"expected_output": "w"}},
+                "context": "c",
+            }
+        ),
+    ]
+    for row in rows:
+        assert row_hash(row) == content_key(row.model_dump(mode="json", exclude_none=True))

@@ -17,6 +17,7 @@ from evalpipe import (
     ToolDefinition,
 )
 from evalpipe.items import split_full, split_last_turn
+from evalpipe.transcripts import RunUsage
 
 
 def sys(text: str = "You are helpful.") -> Message:
@@ -558,3 +559,105 @@ def test_fast_split_path_matches_the_reference_splitters(strategy: ConversationS
         slow = EvalItem(conv, split_strategy=lambda c, ref=reference: ref(c))
         assert (fast.query, fast.response) == (slow.query, slow.response)
         assert fast.split_messages() == slow.split_messages()
+
+
+def _validated(data: dict[str, Any]) -> EvalItem:
+    """The item pydantic's validation makes of ``data`` (model_validate skips the fast path)."""
+    return EvalItem.model_validate(data)
+
+
+def _same(fast: EvalItem, slow: EvalItem) -> None:
+    assert fast == slow
+    assert fast.__dict__ == slow.__dict__
+    assert list(fast.__dict__) == list(slow.__dict__)
+    assert fast.model_fields_set == slow.model_fields_set
+    assert fast.__pydantic_private__ == slow.__pydantic_private__
+    assert fast.__pydantic_extra__ == slow.__pydantic_extra__
+    for name in ("conversation", "tools", "expected_tool_calls", "metadata"):
+        value = getattr(fast, name)
+        if value is not None:  # fresh containers, shared elements, as validation makes them
+            assert value is not getattr(slow, name)
+    assert fast.model_dump() == slow.model_dump()
+    assert fast.model_dump_json() == slow.model_dump_json()
+    assert (fast.query, fast.response) == (slow.query, slow.response)
+
+
+def test_constructor_fast_path_equals_validation() -> None:
+    """Built from values validation would keep as they are, an item skips validation and is
+    field for field the validated one (fields set, private state, dumps)."""
+    usage = RunUsage(input_tokens=3, latency_seconds=0.5)
+    data: dict[str, Any] = {
+        "conversation": [user("Weather?"), asst("Sunny.")],
+        "tools": [ToolDefinition("get_weather", "Weather.")],
+        "context": "ctx",
+        "expected_output": "sunny",
+        "expected_tool_calls": [ExpectedToolCall("get_weather", {"city": "Paris"})],
+        "split_strategy": ConversationSplit.FULL,
+        "item_id": "q1#0",
+        "query_index": 1,
+        "repetition": 0,
+        "agent": "writer",
+        "usage": usage,
+        "error_code": None,
+        "error_message": None,
+        "metadata": {"row_id": "q1", "tags": ["a"]},
+    }
+    _same(EvalItem(**data), _validated(data))
+    for dropped in data:  # any subset of the fields, so the fields set match too
+        rest = {k: v for k, v in data.items() if k != dropped}
+        _same(EvalItem(**rest), _validated(rest))
+    _same(EvalItem(), _validated({}))
+    _same(
+        EvalItem([user("Q")], item_id="0"),
+        _validated({"conversation": [user("Q")], "item_id": "0"}),
+    )
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"conversation": [{"role": "user", "contents": ["Q"]}]},
+        {"conversation": ({"role": "user", "contents": ["Q"]},)},
+        {"tools": [{"name": "t"}]},
+        {"expected_tool_calls": ["get_weather"]},
+        {"expected_tool_calls": [{"name": "get_weather"}]},
+        {"usage": {"input_tokens": 3}},
+        {"metadata": {"a": 1, "b": {"c": [1]}}},
+    ],
+)
+def test_constructor_coerces_what_is_not_validated_yet(data: dict[str, Any]) -> None:
+    """Values validation would change (dicts, str expectations, tuples) still go through it."""
+    _same(EvalItem(**data), _validated(data))
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"metadata": None},
+        {"metadata": {1: "x"}},
+        {"query_index": "x"},
+        {"item_id": 3},
+        {"split_strategy": "last_turn"},
+        {"unknown": 1},
+        {"conversation": [object()]},
+    ],
+)
+def test_constructor_still_rejects_bad_values(data: dict[str, Any]) -> None:
+    """A value the fast path does not take is validated, and rejected as before."""
+    with pytest.raises((ValueError, TypeError)):
+        EvalItem(**data)
+
+
+def test_validation_from_a_dict_does_not_run_the_python_init() -> None:
+    """EvalItem and ExpectedToolCall validate dicts in pydantic-core (a dataset row's expected
+    calls, model_validate): their __init__ is only the positional form and the fast path, and
+    the tests above compare that fast path with model_validate, which must really validate."""
+    from evalpipe.items import ExpectedToolCall
+
+    assert EvalItem.__pydantic_custom_init__ is False
+    assert ExpectedToolCall.__pydantic_custom_init__ is False
+    item = EvalItem.model_validate({"conversation": [{"role": "user", "contents": ["Q"]}]})
+    assert item.conversation == [user("Q")]
+    assert ExpectedToolCall("f", {"a": 1}) == ExpectedToolCall.model_validate(
+        {"name": "f", "arguments": {"a": 1}}
+    )

@@ -1,13 +1,16 @@
 """Built-in local checks, with MAF's names, rules and reason strings (shared spec §4).
 
 A check is any callable ``EvalItem -> CheckResult`` (or an awaitable of one). The built-ins are
-synchronous so a batch of items is checked without an event-loop round trip per item.
+synchronous so a batch of items is checked without an event-loop round trip per item. Their
+reasons repeat across items (``All expected tools called: [...]``) and a run keeps every item's
+scores until its summary: they are interned, one string per distinct reason.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from sys import intern
 from typing import Any, Literal
 
 from evalpipe.items import EvalItem
@@ -118,11 +121,15 @@ def tool_calls_present(item: EvalItem) -> CheckResult:
     missing = [e.name for e in expected if e.name not in called]
     if missing:
         return CheckResult(
-            False, f"Missing tool calls: {missing} (called: {called_list})", "tool_calls_present"
+            False,
+            intern(f"Missing tool calls: {missing} (called: {called_list})"),
+            "tool_calls_present",
         )
     names = [e.name for e in expected]
     return CheckResult(
-        True, f"All expected tools called: {names} (called: {called_list})", "tool_calls_present"
+        True,
+        intern(f"All expected tools called: {names} (called: {called_list})"),
+        "tool_calls_present",
     )
 
 
@@ -159,5 +166,5 @@ def tool_call_args_match(item: EvalItem) -> CheckResult:
             details.append(f"  {exp.name}: args match")
         else:
             details.append(f"  {exp.name}: args mismatch (actual: {calls})")
-    reason = f"Tool call args match: {matched}/{len(expected)}\n" + "\n".join(details)
+    reason = intern(f"Tool call args match: {matched}/{len(expected)}\n" + "\n".join(details))
     return CheckResult(matched == len(expected), reason, "tool_call_args_match")

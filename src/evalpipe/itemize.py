@@ -129,10 +129,14 @@ def agent_item(
     if tools is not None:
         item_tools = list(tools)
     else:
-        snapshots = run.tools if run.tools is not None else list(declared_tools)
-        calls = [c for m in run.messages for c in m.function_calls]
+        snapshots = run.tools if run.tools is not None else declared_tools
         try:
-            item_tools = merge_tool_snapshots(snapshots, calls) or None
+            item_tools = (
+                merge_tool_snapshots(snapshots, [c for m in run.messages for c in m.function_calls])
+                or None
+                if snapshots
+                else None
+            )
         except ValueError as exc:
             if strict_tools:
                 raise

@@ -144,3 +144,33 @@ def test_a_suite_run_names_its_results_with_the_provider_however_many_there_are(
         providers=[LocalEvaluator(tool_calls_present)],
     )
     assert maf.eval_name(maf.providers[0]) == "Eval: travel"
+
+
+def test_rows_with_equal_expected_tool_calls_share_one_list() -> None:
+    """The plan holds its rows for the whole run: rows expecting equal tool calls share one list
+    (equal values only: 1 and 1.0, or another order of calls, are not shared); the values are
+    the rows' own."""
+    from evalpipe.datasets import QueryRow
+    from evalpipe.runner.prepare import rows_from_dataset
+
+    def row(i: int, calls: list[dict[str, Any]] | None) -> QueryRow:
+        return QueryRow.model_validate({"id": str(i), "query": "q", "expected_tool_calls": calls})
+
+    weather = [{"name": "get_weather", "arguments": {"city": "Paris"}}]
+    dataset = [
+        row(0, weather),
+        row(1, weather),
+        row(2, [{"name": "get_weather", "arguments": {"city": "Rome"}}]),
+        row(3, [{"name": "f", "arguments": {"n": 1}}]),
+        row(4, [{"name": "f", "arguments": {"n": 1.0}}]),
+        row(5, None),
+        row(6, []),
+    ]
+    rows = rows_from_dataset(dataset, "agent")
+    calls = [r.expect.expected_tool_calls for r in rows]
+    assert calls[0] is calls[1]
+    assert calls[2] is not calls[0]
+    assert calls[3] is not calls[4]
+    assert [c == d.expected_tool_calls for c, d in zip(calls, dataset, strict=True)] == [True] * 7
+    assert calls[4][0].arguments == {"n": 1.0}  # type: ignore[index]
+    assert isinstance(calls[4][0].arguments["n"], float)  # type: ignore[index]

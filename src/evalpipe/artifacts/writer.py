@@ -43,8 +43,8 @@ from evalpipe.artifacts.schema import (
 from evalpipe.itemize import SplitAt
 from evalpipe.items import ConversationSplit, EvalItem, ExpectedToolCall
 from evalpipe.messages import Message, ToolDefinition
-from evalpipe.results import EvalItemResult, EvalResults
-from evalpipe.tally import SummaryRow, SummaryTally, score_status
+from evalpipe.results import EvalItemResult, EvalResults, EvalScoreResult
+from evalpipe.tally import FAIL, PASS, SummaryRow, SummaryTally, score_status
 
 __all__ = ["SPLIT_AT_PREFIX", "RunWriter", "resolve_filesystem"]
 
@@ -189,11 +189,77 @@ def _split_name(strategy: Any) -> str | None:
     return f"{module}:{name}" if module else str(name)
 
 
-class _Sink:
-    """One Parquet file: rows buffered as tuples, flushed as one record batch (row group).
+_STR_TYPES = frozenset({str, type(None)})
+_INT_TYPES = frozenset({int, type(None)})
+_FLOAT_TYPES = frozenset({float, type(None)})
+_BOOL_TYPES = frozenset({bool, type(None)})
+_ONLY_STR = frozenset({str})
 
-    ``constants`` are columns with one value on every row (the run's name): they are not in the
-    tuples; every other column is, in schema order.
+
+def _strs(values: list[Any]) -> list[Any]:
+    """``_opt_str`` of every value: the list itself when it holds only str and None."""
+    if _STR_TYPES.issuperset(map(type, values)):
+        return values
+    return [None if v is None else str(v) for v in values]
+
+
+def _texts(values: list[Any]) -> list[Any]:
+    """``str`` of every value (a non-null column): the list itself when it holds only str."""
+    if _ONLY_STR.issuperset(map(type, values)):
+        return values
+    return [str(v) for v in values]
+
+
+def _ints(values: list[Any]) -> list[Any]:
+    """``_opt_int`` of every value: the list itself when it holds only int and None."""
+    if _INT_TYPES.issuperset(map(type, values)):
+        return values
+    return [_opt_int(v) for v in values]
+
+
+def _floats(values: list[Any]) -> list[Any]:
+    """``_opt_float`` of every value: the list itself when it holds only float and None."""
+    if _FLOAT_TYPES.issuperset(map(type, values)):
+        return values
+    return [_opt_float(v) for v in values]
+
+
+def _bools(values: list[Any]) -> list[Any]:
+    """``_opt_bool`` of every value: the list itself when it holds only bool and None."""
+    if _BOOL_TYPES.issuperset(map(type, values)):
+        return values
+    return [None if v is None else bool(v) for v in values]
+
+
+def _jsons(values: list[Any]) -> list[str | None]:
+    """``_opt_json`` of every value."""
+    return [None if v is None else _json(v) for v in values]
+
+
+def _token_columns(usages: list[Any]) -> tuple[list[Any], list[Any], list[Any], list[Any]]:
+    """``_split_tokens`` of every token_usage, as four columns."""
+    n = len(usages)
+    if usages.count(None) == n:
+        nulls: list[Any] = [None] * n
+        return nulls, nulls, nulls, nulls
+    split = [_split_tokens(u) for u in usages]
+    ins, outs, totals, others = (list(c) for c in zip(*split, strict=True))
+    return ins, outs, totals, others
+
+
+def _repeat(value: Any, n: int, type_: Any) -> Any:
+    """``pa.array([value] * n, type=type_)``, without the list."""
+    if value is None:
+        return pa.nulls(n, type_)
+    return pa.repeat(pa.scalar(value, type=type_), n)
+
+
+class _Sink:
+    """One Parquet file: rows buffered as Arrow columns, flushed as one record batch (row group)
+    whenever ``max_rows`` rows or ``max_bytes`` of text are pending.
+
+    ``constants`` are columns with one value on every row (the run's name): they are not passed;
+    every other column is, in schema order (``extend``: one list or Arrow array per column).
     """
 
     def __init__(
@@ -218,42 +284,79 @@ class _Sink:
         self.atomic = atomic
         self.max_rows = max_rows
         self.max_bytes = 32 * 1024 * 1024
-        self.rows: list[tuple[Any, ...]] = []
+        self._chunks: list[list[Any]] = []
+        """Pending rows: Arrow arrays, one per varying column, per extend (or part of one)."""
+        self.pending_rows = 0
         self.pending_bytes = 0
         self.written = 0
         self._stream: Any = None
         self._writer: Any = None
 
     def append(self, row: tuple[Any, ...], size: int = 0) -> None:
-        self.rows.append(row)
-        self.pending_bytes += size
-        if len(self.rows) >= self.max_rows or self.pending_bytes >= self.max_bytes:
-            self.flush()
+        """One row (every varying column's value, in schema order)."""
+        self.extend([[v] for v in row], [size])
+
+    def extend(self, columns: Sequence[Any], sizes: Sequence[int]) -> None:
+        """Rows as columns (lists or Arrow arrays, one per varying column, in schema order) and
+        each row's text size; flushed at the same rows as appending them one by one would."""
+        n = len(sizes)
+        if n == 0:
+            return
+        arrays = [
+            c
+            if isinstance(c, pa.Array)
+            else pa.nulls(n, f.type)
+            if c.count(None) == n
+            else pa.array(c, type=f.type)
+            for c, f in zip(columns, self._varying, strict=True)
+        ]
+        start = 0
+        while start < n:
+            # The row at which a one-by-one append would flush: max_rows or max_bytes reached.
+            cut = min(n, start + self.max_rows - self.pending_rows)
+            budget = self.max_bytes - self.pending_bytes
+            taken = 0
+            for i in range(start, cut):
+                taken += sizes[i]
+                if taken >= budget:
+                    cut = i + 1
+                    break
+            rows = cut - start
+            self._chunks.append(
+                arrays if start == 0 and cut == n else [a.slice(start, rows) for a in arrays]
+            )
+            self.pending_rows += rows
+            self.pending_bytes += taken
+            start = cut
+            if self.pending_rows >= self.max_rows or self.pending_bytes >= self.max_bytes:
+                self.flush()
 
     def flush(self) -> None:
-        if not self.rows:
+        if not self.pending_rows:
             return
+        n = self.pending_rows
+        chunks = self._chunks
         columns = dict(
             zip(
                 (f.name for f in self._varying),
                 (
-                    pa.array(col, type=f.type)
-                    for col, f in zip(zip(*self.rows, strict=True), self._varying, strict=True)
+                    parts[0] if len(parts) == 1 else pa.concat_arrays(list(parts))
+                    for parts in zip(*chunks, strict=True)
                 ),
                 strict=True,
             )
         )
-        n = len(self.rows)
         arrays = [
-            pa.array([self.constants[f.name]] * n, type=f.type)
+            _repeat(self.constants[f.name], n, f.type)
             if f.name in self.constants
             else columns[f.name]
             for f in self.schema
         ]
         batch = pa.RecordBatch.from_arrays(arrays, schema=self.schema)
         self._open().write_batch(batch)
-        self.written += len(self.rows)
-        self.rows = []
+        self.written += n
+        self._chunks = []
+        self.pending_rows = 0
         self.pending_bytes = 0
 
     def _open(self) -> Any:
@@ -284,7 +387,8 @@ class _Sink:
         if self._writer is not None or self._stream is not None:
             with contextlib.suppress(OSError):
                 self.fs.delete_file(self.path)
-        self.rows = []
+        self._chunks = []
+        self.pending_rows = 0
 
 
 class RunWriter:
@@ -355,7 +459,7 @@ class RunWriter:
         self._sinks = (self._runs, self._items, self._scores)
         self._tally = SummaryTally()
         self._scored: dict[tuple[int, str], int] = {}
-        self._item_keys: set[tuple[str, str]] = set()
+        self._item_keys: dict[str, set[str]] = {}
         self._item_counts: dict[str, int] = {}
         self._lock = threading.Lock()
         self._started = time.time()
@@ -393,33 +497,35 @@ class RunWriter:
         """
         with self._lock:
             self._check_open()
-            added = 0
-            for raw in records:
-                r = raw if isinstance(raw, RunRecord) else RunRecord.from_mapping(raw)
-                transcript = r.transcript
-                self._runs.append(
-                    (
-                        r.run_id,
-                        _opt_str(r.row_id),
-                        _opt_int(r.query_index),
-                        _opt_int(r.repetition),
-                        _opt_str(r.target),
-                        r.status,
-                        r.error_code,
-                        r.error_message,
-                        _opt_float(r.latency_s),
-                        _utc(r.started_at),
-                        _utc(r.ended_at),
-                        _opt_int(r.input_tokens),
-                        _opt_int(r.output_tokens),
-                        _opt_int(r.total_tokens),
-                        transcript,
-                        bool(r.cached),
-                    ),
-                    len(transcript) if transcript else 0,
-                )
-                added += 1
-            return added
+            rs = [
+                raw if isinstance(raw, RunRecord) else RunRecord.from_mapping(raw)
+                for raw in records
+            ]
+            if not rs:
+                return 0
+            transcripts = [r.transcript for r in rs]
+            self._runs.extend(
+                [
+                    [r.run_id for r in rs],
+                    _strs([r.row_id for r in rs]),
+                    _ints([r.query_index for r in rs]),
+                    _ints([r.repetition for r in rs]),
+                    _strs([r.target for r in rs]),
+                    [r.status for r in rs],
+                    [r.error_code for r in rs],
+                    [r.error_message for r in rs],
+                    _floats([r.latency_s for r in rs]),
+                    _utcs([r.started_at for r in rs]),
+                    _utcs([r.ended_at for r in rs]),
+                    _ints([r.input_tokens for r in rs]),
+                    _ints([r.output_tokens for r in rs]),
+                    _ints([r.total_tokens for r in rs]),
+                    transcripts,
+                    [bool(r.cached) for r in rs],
+                ],
+                [len(t) if t else 0 for t in transcripts],
+            )
+            return len(rs)
 
     def add_results(self, results: Sequence[EvalResults]) -> None:
         """Append one batch of items: the EvalResults of each provider, in provider order.
@@ -450,8 +556,11 @@ class RunWriter:
 
     def _write_items(self, levels: list[list[tuple[str, EvalResults]]]) -> None:
         batch_keys: set[tuple[str, int]] = set()
+        agents: list[str] = []
+        items: list[EvalItem] = []
         for provider_levels in levels:
             for agent, level in provider_levels:
+                written = self._item_keys.setdefault(agent, set())
                 for position, item in enumerate(level.input_items):
                     if item.item_id is None:
                         # No id to deduplicate on: the providers' lists are parallel.
@@ -459,101 +568,126 @@ class RunWriter:
                             continue
                         batch_keys.add((agent, position))
                     else:
-                        key = (agent, item.item_id)
-                        if key in self._item_keys:
+                        if item.item_id in written:
                             continue
-                        self._item_keys.add(key)
-                    self._write_item(agent, item)
+                        written.add(item.item_id)
+                    agents.append(agent)
+                    items.append(item)
+        if items:
+            self._write_item_rows(agents, items)
 
-    def _write_item(self, agent: str, item: EvalItem) -> None:
-        index = self._item_counts.get(agent, 0)
-        self._item_counts[agent] = index + 1
-        query, response = item.query_and_response()
-        conversation = _MESSAGES.dump_json(item.conversation, fallback=str).decode()
-        usage = item.usage
-        metadata = item.metadata
-        self._items.append(
-            (
-                agent,
-                index,
-                item.item_id,
-                item.agent,
-                _opt_str(metadata.get("run_id")),
-                _opt_str(metadata.get("row_id")),
-                item.query_index,
-                item.repetition,
-                query,
-                response,
-                _split_name(item.split_strategy),
-                conversation,
-                item.expected_output,
-                item.context,
-                None
-                if item.expected_tool_calls is None
-                else _EXPECTED.dump_json(item.expected_tool_calls, fallback=str).decode(),
-                None if item.tools is None else _TOOLS.dump_json(item.tools).decode(),
-                item.error_code,
-                item.error_message,
-                usage is not None,
-                usage.input_tokens if usage else None,
-                usage.output_tokens if usage else None,
-                usage.total_tokens if usage else None,
-                usage.latency_seconds if usage else None,
-                _json(metadata),
-            ),
-            len(conversation) + len(query) + len(response),
+    def _write_item_rows(self, agents: list[str], items: list[EvalItem]) -> None:
+        """items.parquet's rows of ``items`` (``agents[i]`` is item i's result level)."""
+        indexes: list[int] = []
+        counts = self._item_counts
+        for agent in agents:
+            index = counts.get(agent, 0)
+            counts[agent] = index + 1
+            indexes.append(index)
+        texts = [item.query_and_response() for item in items]
+        queries = [t[0] for t in texts]
+        responses = [t[1] for t in texts]
+        dump_messages = _MESSAGES.dump_json
+        conversations = [dump_messages(item.conversation, fallback=str).decode() for item in items]
+        metadata = [item.metadata for item in items]
+        usages = [item.usage for item in items]
+        splits = [item.split_strategy for item in items]
+        expected = [item.expected_tool_calls for item in items]
+        tools = [item.tools for item in items]
+        has_usage = [u is not None for u in usages]
+        self._items.extend(
+            [
+                agents,
+                indexes,
+                [item.item_id for item in items],
+                [item.agent for item in items],
+                _strs([m.get("run_id") for m in metadata]),
+                _strs([m.get("row_id") for m in metadata]),
+                [item.query_index for item in items],
+                [item.repetition for item in items],
+                queries,
+                responses,
+                [None] * len(items)
+                if splits.count(None) == len(splits)
+                else [_split_name(x) for x in splits],
+                conversations,
+                [item.expected_output for item in items],
+                [item.context for item in items],
+                _expected_json(expected),
+                [None if t is None else _TOOLS.dump_json(t).decode() for t in tools],
+                [item.error_code for item in items],
+                [item.error_message for item in items],
+                has_usage,
+                [u.input_tokens if u else None for u in usages],
+                [u.output_tokens if u else None for u in usages],
+                [u.total_tokens if u else None for u in usages],
+                [u.latency_seconds if u else None for u in usages],
+                [_json(m) for m in metadata],
+            ],
+            [
+                len(c) + len(q) + len(r)
+                for c, q, r in zip(conversations, queries, responses, strict=True)
+            ],
         )
 
     def _write_scores(
         self, provider_index: int, provider: str, agent: str, level: EvalResults
     ) -> None:
-        append = self._scores.append
-        eval_run_id = level.run_id
+        items = level.items
+        if not items:
+            return
         key = (provider_index, agent)
         first = self._scored.get(key, 0)
-        self._scored[key] = first + len(level.items)
-        for item_index, item in enumerate(level.items, start=first):
-            head = _item_head(provider, provider_index, eval_run_id, agent, item_index, item)
-            size = len(item.input_text or "") + len(item.output_text or "")
-            if not item.scores:
-                append((*head, *_NO_SCORE), size)
-                continue
-            for score_index, score in enumerate(item.scores):
-                status = score_status(score)
-                value = _opt_float(score.score)
-                name = str(score.name)
-                in_t, out_t, total_t, other = _split_tokens(score.token_usage)
-                append(
-                    (
-                        *head,
-                        score_index,
-                        name,
-                        _opt_str(score.evaluator),
-                        value,
-                        _opt_bool(score.passed),
-                        _opt_str(score.label),
-                        _opt_str(score.rating),
-                        _opt_str(score.reason),
-                        _opt_float(score.threshold),
-                        status,
-                        _opt_str(score.error_code),
-                        _opt_str(score.error_message),
-                        None
-                        if score.diagnostics is None
-                        else _json([asdict(d) for d in score.diagnostics]),
-                        None
-                        if score.dimensions is None
-                        else _json([asdict(d) for d in score.dimensions]),
-                        _opt_json(score.sample),
-                        in_t,
-                        out_t,
-                        total_t,
-                        other,
-                        _opt_float(score.latency_s),
-                    ),
-                    size,
-                )
-                size = 0
+        self._scored[key] = first + len(items)
+        # One row per score, one (scoreless) row for an item without scores: the item's columns
+        # are built once per item, then repeated on its rows.
+        counts = [len(item.scores) or 1 for item in items]
+        n = sum(counts)
+        repeat = n != len(items)
+        scores: list[EvalScoreResult | None] = [
+            score for item in items for score in (item.scores or _NO_SCORES)
+        ]
+        sizes_by_item = [len(item.input_text or "") + len(item.output_text or "") for item in items]
+        if repeat:
+            where = [i for i, count in enumerate(counts) for _ in range(count)]
+            sizes = [
+                size if k == 0 else 0
+                for size, count in zip(sizes_by_item, counts, strict=True)
+                for k in range(count)
+            ]
+        else:
+            where = []
+            sizes = sizes_by_item
+        token_usages = [item.token_usage for item in items]
+        in_t, out_t, total_t, other_t = _token_columns(token_usages)
+        item_columns = [
+            list(range(first, first + len(items))),
+            _texts([item.item_id for item in items]),
+            _texts([item.status for item in items]),
+            _strs([item.error_code for item in items]),
+            _strs([item.error_message for item in items]),
+            _strs([item.response_id for item in items]),
+            _strs([item.input_text for item in items]),
+            _strs([item.output_text for item in items]),
+            in_t,
+            out_t,
+            total_t,
+            other_t,
+            _jsons([item.metadata for item in items]),
+        ]
+        fields = self._scores._varying
+        per_item = []
+        taken = pa.array(where, type=pa.int64()) if repeat else None
+        for values, f in zip(item_columns, fields[4:17], strict=True):
+            array = pa.array(values, type=f.type)
+            per_item.append(array.take(taken) if taken is not None else array)
+        constants = [
+            _repeat(value, n, f.type)
+            for value, f in zip(
+                (provider, provider_index, level.run_id, agent), fields[:4], strict=True
+            )
+        ]
+        self._scores.extend([*constants, *per_item, *_score_columns(items, scores)], sizes)
 
     def abort(self) -> None:
         """Stop without committing: temporary files are deleted, no final-name file is created."""
@@ -658,37 +792,107 @@ class RunWriter:
         return result
 
 
-_NO_SCORE: tuple[None, ...] = (None,) * 20
+_NO_SCORES: tuple[None] = (None,)
+"""An item without scores has one row, its score columns null."""
+
+_SAMPLE_JSON: dict[str, str] = {}
+"""``_json({"reason": r})`` by reason: local checks repeat a few reasons on every item."""
 
 
-def _item_head(
-    provider: str,
-    provider_index: int,
-    eval_run_id: str,
-    agent: str,
-    item_index: int,
-    item: EvalItemResult,
-) -> tuple[Any, ...]:
-    in_t, out_t, total_t, other = _split_tokens(item.token_usage)
-    return (
-        provider,
-        provider_index,
-        eval_run_id,
-        agent,
-        item_index,
-        str(item.item_id),
-        str(item.status),
-        _opt_str(item.error_code),
-        _opt_str(item.error_message),
-        _opt_str(item.response_id),
-        _opt_str(item.input_text),
-        _opt_str(item.output_text),
+def _sample_json(sample: Any) -> str | None:
+    if sample is None:
+        return None
+    if type(sample) is dict and len(sample) == 1:
+        reason = sample.get("reason")
+        if type(reason) is str:
+            text = _SAMPLE_JSON.get(reason)
+            if text is None:
+                if len(_SAMPLE_JSON) >= 4096:
+                    _SAMPLE_JSON.clear()
+                text = _SAMPLE_JSON[reason] = _json(sample)
+            return text
+    return _json(sample)
+
+
+def _score_columns(
+    items: Sequence[EvalItemResult], scores: list[EvalScoreResult | None]
+) -> list[list[Any]]:
+    """scores.parquet's metric columns (score_index onwards) of ``scores``, one per row (None: the
+    row of an item without scores, its metric columns null)."""
+    real = [s for s in scores if s is not None]
+    columns = _metric_columns(items, real)
+    if len(real) == len(scores):
+        return columns
+    out: list[list[Any]] = [[None] * len(scores) for _ in columns]
+    rows = [row for row, score in enumerate(scores) if score is not None]
+    for column, values in zip(out, columns, strict=True):
+        for row, value in zip(rows, values, strict=True):
+            column[row] = value
+    return out
+
+
+def _metric_columns(
+    items: Sequence[EvalItemResult], scores: list[EvalScoreResult]
+) -> list[list[Any]]:
+    """The metric columns of the rows of ``scores`` (every score of ``items``, in order)."""
+    in_t, out_t, total_t, other_t = _token_columns([s.token_usage for s in scores])
+    diagnostics = [s.diagnostics for s in scores]
+    dimensions = [s.dimensions for s in scores]
+    return [
+        [k for item in items for k in range(len(item.scores))],
+        _texts([s.name for s in scores]),
+        _strs([s.evaluator for s in scores]),
+        _floats([s.score for s in scores]),
+        _bools([s.passed for s in scores]),
+        _strs([s.label for s in scores]),
+        _strs([s.rating for s in scores]),
+        _strs([s.reason for s in scores]),
+        _floats([s.threshold for s in scores]),
+        [
+            # score_status's common case (a verdict, nothing else) without the call
+            (PASS if s.passed else FAIL)
+            if s.passed is not None
+            and s.error_code is None
+            and s.error_message is None
+            and not s.diagnostics
+            and s.label is None
+            else score_status(s)
+            for s in scores
+        ],
+        _strs([s.error_code for s in scores]),
+        _strs([s.error_message for s in scores]),
+        [None if d is None else _json([asdict(x) for x in d]) for d in diagnostics],
+        [None if d is None else _json([asdict(x) for x in d]) for d in dimensions],
+        [_sample_json(s.sample) for s in scores],
         in_t,
         out_t,
         total_t,
-        other,
-        _opt_json(item.metadata),
-    )
+        other_t,
+        _floats([s.latency_s for s in scores]),
+    ]
+
+
+def _expected_json(values: list[list[ExpectedToolCall] | None]) -> list[str | None]:
+    """The JSON of each item's expected tool calls, once per distinct list of call objects: the
+    items of a row's repetitions, and rows expecting equal calls (``rows_from_dataset``), share
+    them. Keyed by the objects' ids, which stay theirs while the items hold them (this call)."""
+    out: list[str | None] = []
+    done: dict[tuple[int, ...], str] = {}
+    for calls in values:
+        if calls is None:
+            out.append(None)
+            continue
+        key = tuple(map(id, calls))
+        text = done.get(key)
+        if text is None:
+            text = done[key] = _EXPECTED.dump_json(calls, fallback=str).decode()
+        out.append(text)
+    return out
+
+
+def _utcs(values: list[dt.datetime | None]) -> list[dt.datetime | None]:
+    """``_utc`` of every value (one already in UTC is kept)."""
+    return [v if v is None or v.tzinfo is dt.UTC else _utc(v) for v in values]
 
 
 def _utc(value: dt.datetime | None) -> dt.datetime | None:

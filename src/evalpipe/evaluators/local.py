@@ -273,12 +273,16 @@ class LocalEvaluator:
         """Check every item; the result lists items in input order."""
         # A FunctionEvaluator over a sync function answers without a coroutine (see its `run`).
         runners = [c.run if isinstance(c, FunctionEvaluator) else c for c in self.checks]
+        start = self._start
         with _gc_paused():
-            started = [None if item.error_code else self._start(item, runners) for item in items]
+            started = [None if item.error_code else start(item, runners) for item in items]
         pending = [
             i
             for i, outs in enumerate(started)
-            if outs and not all(isinstance(o, CheckResult | BaseException) for o in outs)
+            # every check answered a CheckResult (one set test), else: does one wait?
+            if outs is not None
+            and not _SETTLED.issuperset(map(type, outs))
+            and not all(isinstance(o, CheckResult | BaseException) for o in outs)
         ]
         if pending:
             semaphore = asyncio.Semaphore(self.max_concurrency)
@@ -306,36 +310,45 @@ class LocalEvaluator:
         names = [check_name_of(c) for c in self.checks]
         failures: list[str] = []
         results: list[EvalItemResult] = []
+        add_result = results.append
+        add_failure = failures.append
+        score_result = EvalScoreResult
+        item_result = EvalItemResult
         for index, (item, outs) in enumerate(zip(items, started, strict=True)):
-            item_id = item.item_id if item.item_id is not None else str(index)
+            item_id = item.item_id
+            if item_id is None:
+                item_id = str(index)
             metadata = item.result_metadata()
             query, response = item.query_and_response()
             if outs is None:
-                results.append(
-                    EvalItemResult(
-                        item_id=item_id,
-                        status=ERROR,
-                        scores=[],
-                        error_code=item.error_code,
-                        error_message=item.error_message,
-                        input_text=query,
-                        output_text=response,
-                        metadata=metadata,
+                add_result(
+                    item_result(
+                        item_id,
+                        ERROR,
+                        [],
+                        item.error_code,
+                        item.error_message,
+                        None,
+                        query,
+                        response,
+                        None,
+                        metadata,
                     )
                 )
                 continue
             scores: list[EvalScoreResult] = []
-            errors: list[str] = []
+            add_score = scores.append
+            errors: list[str] | None = None
             all_passed = bool(outs)
             for name, out in zip(names, outs, strict=True):
-                if isinstance(out, CheckResult):
+                if type(out) is CheckResult or isinstance(out, CheckResult):
                     # The common path, kept lean: it runs once per item and check.
                     passed = bool(out.passed)
                     reason = out.reason
                     cname = out.check_name
                     if not passed:
                         all_passed = False
-                        failures.append(f"{cname}: {reason}")
+                        add_failure(f"{cname}: {reason}")
                     score = out.score
                     if score is None:
                         score = 1.0 if passed else 0.0
@@ -346,8 +359,8 @@ class LocalEvaluator:
                         if reason:
                             sample["reason"] = reason
                         threshold = details.get("threshold")
-                        scores.append(
-                            EvalScoreResult(
+                        add_score(
+                            score_result(
                                 cname,
                                 score,
                                 passed,
@@ -360,39 +373,53 @@ class LocalEvaluator:
                                 else None,
                             )
                         )
-                        continue
-                    scores.append(
-                        EvalScoreResult(
-                            cname,
-                            score,
-                            passed,
-                            {"reason": reason} if reason else None,
-                            None,
-                            reason or None,
+                    elif reason:
+                        add_score(
+                            score_result(cname, score, passed, {"reason": reason}, None, reason)
                         )
-                    )
+                    else:
+                        add_score(score_result(cname, score, passed))
                     continue
                 if not isinstance(out, BaseException):
                     out = TypeError(
                         f"check '{name}' returned {type(out).__name__}, expected CheckResult"
                     )
+                if errors is None:
+                    errors = []
                 errors.append(f"{name}: {_error_text(out)}")
-                scores.append(EvalScoreResult(name, None, None, error_message=_error_text(out)))
+                add_score(score_result(name, None, None, error_message=_error_text(out)))
             # The tally's item rule, inlined for the hot path: any error, else all passed, else fail
             # (zero checks fail, as MAF).
-            status = ERROR if errors else PASS if all_passed else FAIL
-            results.append(
-                EvalItemResult(
-                    item_id=item_id,
-                    status=status,
-                    scores=scores,
-                    error_code="CheckError" if errors else None,
-                    error_message="; ".join(errors) if errors else None,
-                    input_text=query,
-                    output_text=response,
-                    metadata=metadata,
+            if errors:
+                add_result(
+                    item_result(
+                        item_id,
+                        ERROR,
+                        scores,
+                        "CheckError",
+                        "; ".join(errors),
+                        None,
+                        query,
+                        response,
+                        None,
+                        metadata,
+                    )
                 )
-            )
+            else:
+                add_result(
+                    item_result(
+                        item_id,
+                        PASS if all_passed else FAIL,
+                        scores,
+                        None,
+                        None,
+                        None,
+                        query,
+                        response,
+                        None,
+                        metadata,
+                    )
+                )
         return make_results(
             self.name,
             results,
@@ -403,6 +430,10 @@ class LocalEvaluator:
             run_id=eval_name,
             error="; ".join(failures) or None,
         )
+
+
+_SETTLED = frozenset({CheckResult})
+"""What a started check holds once it answered (the common case: a sync check's CheckResult)."""
 
 
 def resolve_evaluators(evaluators: Any) -> list[Evaluator]:

@@ -19,7 +19,8 @@ from evalpipe.artifacts import read_runs
 from evalpipe.datasets import DatasetError, QueryRow, load_dataset, row_hash
 from evalpipe.evaluators.base import AgentScoped, Evaluator, metric_names
 from evalpipe.gates import parse_gates
-from evalpipe.itemize import Expectations
+from evalpipe.itemize import NO_EXPECTATIONS, Expectations
+from evalpipe.items import ExpectedToolCall
 from evalpipe.messages import Message
 from evalpipe.recorded import recorded_run, split_recording
 from evalpipe.runner.plan import Row, RunPlan, Target, make_calls, resolve_target
@@ -43,6 +44,7 @@ def rows_from_dataset(rows: Sequence[QueryRow], kind: TargetKind) -> tuple[Row, 
     """Runner rows from dataset rows; a recorded row carries its transcript (and, for an agent,
     its recorded query side)."""
     out = []
+    shared: dict[str, list[ExpectedToolCall]] = {}
     for index, row in enumerate(rows):
         recorded: Transcript | None = None
         head: tuple[Message, ...] | None = None
@@ -59,15 +61,32 @@ def rows_from_dataset(rows: Sequence[QueryRow], kind: TargetKind) -> tuple[Row, 
                 tags=tuple(row.tags),
                 expect=Expectations(
                     expected_output=row.expected_output,
-                    expected_tool_calls=row.expected_tool_calls,
+                    expected_tool_calls=_shared(shared, row.expected_tool_calls),
                     context=row.context,
-                    agents=dict(row.agents or {}),
+                    # rows without per-agent expectations share one empty mapping (never written)
+                    agents=dict(row.agents) if row.agents else NO_EXPECTATIONS.agents,
                 ),
                 recorded=recorded,
                 recorded_head=head,
             )
         )
     return tuple(out)
+
+
+def _shared(
+    seen: dict[str, list[ExpectedToolCall]], calls: list[ExpectedToolCall] | None
+) -> list[ExpectedToolCall] | None:
+    """One list for every row that expects equal tool calls (the plan holds the rows for the
+    whole run: ~0.7 kB a row of pydantic objects otherwise). Nothing writes to them; each item
+    gets its own list of the calls."""
+    if not calls:
+        return calls
+    key = repr([(c.name, c.arguments) for c in calls])
+    first = seen.get(key)
+    if first is not None and first == calls:
+        return first
+    seen.setdefault(key, calls)
+    return calls
 
 
 def prepare_suite(
