@@ -36,6 +36,8 @@ from prefect.runtime import flow_run
 from prefect.states import Failed
 from prefect.tasks import exponential_backoff
 from prefect.utilities.annotations import quote
+from pydantic import BaseModel
+from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from evalpipe.artifacts import RunRecord, RunWriter, baseline_of
 from evalpipe.artifacts.history import join
@@ -502,6 +504,26 @@ async def eval_flow(
             plan.providers, keep=shared_evaluators(plan.suite) if plan.suite is not None else []
         )
         state.close()
+
+
+_PLAIN = (BaseModel, str, int, float, bool, list, tuple, dict, type(None))
+
+
+def _serialize_parameters(parameters: dict[str, Any]) -> dict[str, Any]:
+    """``eval_flow``'s parameters as the API stores them (the flow run's parameters in the UI):
+    what Prefect's ``Flow.serialize_parameters`` makes of them (FastAPI's ``jsonable_encoder``:
+    models dumped as JSON by alias), without importing FastAPI, 0.2-0.4 s of every run's start.
+    Anything but a model or plain data goes to Prefect's own method."""
+    if not all(isinstance(value, _PLAIN) for value in parameters.values()):
+        return _prefect_serialize(parameters)
+    try:
+        return {key: to_jsonable_python(value, by_alias=True) for key, value in parameters.items()}
+    except (PydanticSerializationError, ValueError, TypeError, RecursionError):
+        return _prefect_serialize(parameters)
+
+
+_prefect_serialize = eval_flow.serialize_parameters
+eval_flow.serialize_parameters = _serialize_parameters  # type: ignore[method-assign]
 
 
 class _ScrubFilter(logging.Filter):
