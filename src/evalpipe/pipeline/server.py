@@ -46,8 +46,6 @@ from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
 
-import httpx
-
 __all__ = [
     "DEFAULT_IDLE_TIMEOUT",
     "Acquired",
@@ -57,6 +55,7 @@ __all__ = [
     "ServerInfo",
     "ServerOnThisHomeError",
     "ServerStatus",
+    "drop_early",
     "ensure_server",
     "prefect_api",
     "running_server",
@@ -240,6 +239,8 @@ def _keeper_alive(directory: Path) -> bool:
 
 
 def _healthy(api_url: str, timeout: float = 5.0) -> bool:
+    import httpx  # lazy: 0.2-0.3 s, not needed to start the server early
+
     try:
         return httpx.get(f"{api_url}/health", timeout=timeout).status_code == 200
     except httpx.HTTPError:
@@ -462,6 +463,25 @@ def start_early() -> bool:
     if left is not None:
         _early.replaced = f"the embedded Prefect server pid {left.pid} of {config.home} had died"
     return True
+
+
+def drop_early() -> None:
+    """The run :func:`start_early` started a server for will not run (its suite is invalid): stop
+    that server, unless another run took a lease on it meanwhile (it then idles out as usual)."""
+    proc, directory = _early.proc, _early.directory
+    _early.release()
+    _early.proc = None
+    if proc is None or directory is None or proc.poll() is not None:
+        return
+    clients = os.open(directory / "clients.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(clients, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return  # in use by another run
+        proc.terminate()  # not waited for: it stops cleanly in the background
+    finally:
+        os.close(clients)
 
 
 @dataclass(frozen=True, slots=True)
@@ -736,6 +756,8 @@ _PATIENCE = 10.0
 
 def _home_of(url: str, timeout: float = 2.0) -> str | None:
     """The PREFECT_HOME of the server at ``url`` (its settings), or None when it does not answer."""
+    import httpx  # lazy: 0.2-0.3 s, not needed to start the server early
+
     try:
         response = httpx.get(f"{url}/api/admin/settings", timeout=timeout)
         response.raise_for_status()
