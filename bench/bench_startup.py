@@ -8,9 +8,10 @@
 
 Each figure is the median of ``--repeat`` runs (3) of the real ``evalpipe`` command, timed from
 before its process starts to after it ends, beside the targets (5 s / 10 s) and main's numbers
-before this work (15.0 s / 27.5 s / 2.0-2.2 s, from issue 20). ``--baseline TREE`` also measures a
-checkout of main's code (``TREE/src`` on PYTHONPATH; ``/tmp/base20`` say) the same way. Servers
-this script starts are stopped at its end. Python writes bytecode as a user's would
+(5.38 s / 12.95 s / 2.1 s on a quiet machine, with the kept server; 15.0 s / 27.5 s before it,
+issue 20). ``--baseline TREE`` also measures a checkout of main's code (``TREE/src`` on
+PYTHONPATH; ``/work/main`` say) the same way, in the same sitting, and prints each figure of this
+tree against it. Servers this script starts are stopped at its end. Python writes bytecode as a user's would
 (PYTHONDONTWRITEBYTECODE is dropped), and the load average is printed: on a shared machine, read
 the numbers with it.
 
@@ -36,7 +37,9 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 SUITE = ROOT / "examples" / "travel" / "suite.yaml"
 TARGETS = {"warm": 5.0, "fresh": 10.0}
-MAIN = {"warm": 15.0, "fresh": 27.5, "in_process": 2.1}
+MAIN = {"warm": 5.38, "fresh": 12.95, "in_process": 2.1}
+"""main's medians on a quiet machine (bench_startup.py, 3 runs each) before the start-up work of
+issue 20's second pass; ``--baseline`` measures them again beside this tree's."""
 
 IN_PROCESS = """
 import asyncio, json, sys, time
@@ -218,9 +221,21 @@ def main() -> int:
         if args.baseline is not None:
             base = measure(args.baseline / "src", args.repeat, work, "base", extra)
             report["baseline"] = base
-            print(f"baseline {args.baseline} (per-run ephemeral server), {_load()}")
+            kind = "kept server" if base["kept_server"] else "per-run ephemeral server"
+            print(f"baseline {args.baseline} ({kind}), {_load()}")
             print(_line("warm", base["warm"], None, MAIN["warm"]))
+            if "warm_phases" in base:
+                phases = ", ".join(
+                    f"{k.replace('_', ' ')} {v:.2f} s" for k, v in base["warm_phases"].items()
+                )
+                print(f"               one more warm run: {phases}")
             print(_line("fresh", base["fresh"], None, MAIN["fresh"]))
+            for what in ("warm", "fresh"):
+                was, now = statistics.median(base[what]), statistics.median(ours[what])
+                print(
+                    f"  {what:<12} this tree {now:.2f} s against the baseline's {was:.2f} s "
+                    f"({now - was:+.2f} s, {100 * (now - was) / was:+.0f}%)"
+                )
         report["load_after"] = _load()
         print(_load())
     finally:
