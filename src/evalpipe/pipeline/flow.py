@@ -16,7 +16,7 @@ import gc
 import logging
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar, cast
@@ -763,54 +763,71 @@ async def _execute(
     await finish_task(_q(writer), manifest)
     state.close()
     run_path = plan.run_dir.resolve()
-    report_path = await report_task(str(run_path), len(plan.calls))
-    comparison = await compare_task(suite, str(plan.run_dir)) if suite.compare_with else None
-    if destination is not None:
-        published = await asyncio.to_thread(publish, plan.run_dir, suite.output_dir, suite.name)
-        assert published == destination
-        logger.info("run published to %s", destination)
-    await acreate_table_artifact(
-        key=f"{key}-summary",
-        table=summary_table(rows),
-        description=f"{suite.name}: pass rates per provider, agent and metric; "
-        + CallTally.text(call_counts),
-    )
-    await acreate_markdown_artifact(
-        key=f"{key}-failures",
-        markdown=failures_markdown(
-            merged,
-            FAILURES_LISTED,
-            rest=f"every item is in {destination or run_path}/scores.parquet and in the report",
-        ),
-        description="items that did not pass: why, query and response",
-    )
     page = view_page(suite.name, plan.run_dir.name, logger)  # evalpipe view, when configured
-    await acreate_link_artifact(
-        key=f"{key}-run-dir",
-        link=page or destination or run_path.as_uri(),
-        link_text=destination or str(run_path),
-        description=(
-            f"run published to {destination} (staging copy: {run_path})"
-            if destination
-            else f"run directory (open locally: {run_path})"
-        )
-        + ("; the link opens its page in evalpipe view" if page else ""),
-    )
-    if report_path is not None:
-        where = f"{destination}/report.html" if destination else Path(report_path).as_uri()
-        await acreate_link_artifact(
-            key=f"{key}-report",
-            link=page or where,
-            link_text="the run in evalpipe view" if page else "report.html",
-            description=f"{suite.name}: the run's HTML report"
-            + (f" in evalpipe view (the file: {where})" if page else " (self-contained)"),
-        )
-    if comparison is not None:
-        await acreate_markdown_artifact(
-            key=f"{key}-comparison",
-            markdown=comparison,
-            description=f"{suite.name}: this run against {suite.compare_with}",
-        )
+    # The artifacts are independent API calls: they go together (a round trip each, in turn, was
+    # 30-100 ms apiece), and those that need neither the report nor the publication go while the
+    # report is written.
+    artifacts = _Artifacts()
+
+    def summary() -> list[Coroutine[Any, Any, Any]]:
+        return [
+            acreate_table_artifact(
+                key=f"{key}-summary",
+                table=summary_table(rows),
+                description=f"{suite.name}: pass rates per provider, agent and metric; "
+                + CallTally.text(call_counts),
+            ),
+            acreate_markdown_artifact(
+                key=f"{key}-failures",
+                markdown=failures_markdown(
+                    merged,
+                    FAILURES_LISTED,
+                    rest=f"every item is in {destination or run_path}/scores.parquet and in the report",
+                ),
+                description="items that did not pass: why, query and response",
+            ),
+            acreate_link_artifact(
+                key=f"{key}-run-dir",
+                link=page or destination or run_path.as_uri(),
+                link_text=destination or str(run_path),
+                description=(
+                    f"run published to {destination} (staging copy: {run_path})"
+                    if destination
+                    else f"run directory (open locally: {run_path})"
+                )
+                + ("; the link opens its page in evalpipe view" if page else ""),
+            ),
+        ]
+
+    async with artifacts:
+        if destination is None:  # a published run's artifacts wait for its publication
+            artifacts.start(*summary())
+        report_path = await report_task(str(run_path), len(plan.calls))
+        comparison = await compare_task(suite, str(plan.run_dir)) if suite.compare_with else None
+        if destination is not None:
+            published = await asyncio.to_thread(publish, plan.run_dir, suite.output_dir, suite.name)
+            assert published == destination
+            logger.info("run published to %s", destination)
+            artifacts.start(*summary())
+        if report_path is not None:
+            where = f"{destination}/report.html" if destination else Path(report_path).as_uri()
+            artifacts.start(
+                acreate_link_artifact(
+                    key=f"{key}-report",
+                    link=page or where,
+                    link_text="the run in evalpipe view" if page else "report.html",
+                    description=f"{suite.name}: the run's HTML report"
+                    + (f" in evalpipe view (the file: {where})" if page else " (self-contained)"),
+                )
+            )
+        if comparison is not None:
+            artifacts.start(
+                acreate_markdown_artifact(
+                    key=f"{key}-comparison",
+                    markdown=comparison,
+                    description=f"{suite.name}: this run against {suite.compare_with}",
+                )
+            )
     outcome = {
         "run_dir": str(run_path),
         "report": report_path,
@@ -845,6 +862,28 @@ async def _execute(
         logger.warning("gate failed (warn only): %s", text)
     logger.info("run %s finished in %.2f s", run_path, time.perf_counter() - started)
     return outcome
+
+
+class _Artifacts:
+    """Artifact API calls started together and all awaited when the block ends (the first
+    failure is raised; on any failure in the block, those still running are cancelled)."""
+
+    def __init__(self) -> None:
+        self.tasks: list[asyncio.Task[Any]] = []
+
+    def start(self, *calls: Coroutine[Any, Any, Any]) -> None:
+        self.tasks += [asyncio.ensure_future(call) for call in calls]
+
+    async def __aenter__(self) -> "_Artifacts":
+        return self
+
+    async def __aexit__(self, kind: object, exc: object, tb: object) -> None:
+        if exc is not None:
+            for started in self.tasks:
+                started.cancel()
+            await asyncio.gather(*self.tasks, return_exceptions=True)
+            return
+        await asyncio.gather(*self.tasks)
 
 
 async def _tag_flow_run(tags: Sequence[str]) -> None:
