@@ -317,8 +317,9 @@ def test_a_template_without_the_collections_key_is_brought_up_to_date(
     try:
         _server(_env(first, own), "start")
         (template,) = own.glob("prefect-*.db")
-        with sqlite3.connect(template) as conn:
-            conn.execute("PRAGMA user_version = 0")
+        conn = sqlite3.connect(template)
+        conn.execute("PRAGMA user_version = 0")
+        conn.close()
         _server(_env(second, own), "start")
         log = (state_dir(second) / "server.log").read_text()
         assert "skipped at start-up: migrations\n" in log

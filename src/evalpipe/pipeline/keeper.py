@@ -96,7 +96,10 @@ def _collections_key() -> int:
 
 
 def _template_key(template: Path) -> int:
-    """The collections key a template was saved with (its SQLite ``user_version``; 0: none)."""
+    """The collections key a template was saved with (its SQLite ``user_version``; 0: none, or
+    an earlier evalpipe's template, saved in WAL mode)."""
+    if any(Path(f"{template}{suffix}").exists() for suffix in ("-wal", "-shm")):
+        return 0  # written to, or still in WAL mode: not known to be the copy it was saved as
     try:
         conn = sqlite3.connect(f"file:{template}?mode=ro", uri=True)
         try:
@@ -118,6 +121,10 @@ def _save_template(database: Path, template: Path, key: int) -> None:
         target = sqlite3.connect(tmp)
         try:
             source.backup(target)
+            # Out of WAL mode (Prefect sets WAL again on every connection of the home it seeds):
+            # reading the key then leaves no -wal/-shm beside the template, and a WAL file of an
+            # earlier template there would not be read as this one's.
+            target.execute("PRAGMA journal_mode = DELETE")
             target.execute(f"PRAGMA user_version = {int(key)}")
             target.commit()
         finally:
@@ -125,6 +132,9 @@ def _save_template(database: Path, template: Path, key: int) -> None:
     finally:
         source.close()
     os.replace(tmp, template)
+    for suffix in ("-wal", "-shm"):  # an earlier template's, read in WAL mode
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(f"{template}{suffix}")
 
 
 _SKIP_ON_START = {
