@@ -17,8 +17,10 @@ own, and bounded (docs/operations.md, "The embedded server"):
 
 A server already running on the PREFECT_HOME (``prefect server start``: :func:`running_server`)
 comes first: the run uses it (an embedded server beside it would share its SQLite file) and a kept
-server of that home is stopped. The command line calls :func:`start_early` before it imports
-Prefect, so that a server it is sure to need starts while Prefect loads.
+server of that home is stopped. ``evalpipe run`` calls :func:`start_early` first of all, before its
+own imports (``evalpipe.cli._early``; this module imports neither Prefect nor httpx until it is
+used), so that a server it is sure to need starts while the run imports Prefect and prepares its
+plan; :func:`drop_early` stops it when the suite proves invalid.
 
 A fresh PREFECT_HOME's database is a copy of a migrated template (kept per Prefect version under
 ``~/.cache/evalpipe/prefect-db``, made by the first server on the machine), which saves Prefect's
