@@ -8,9 +8,10 @@
 
 Each figure is the median of ``--repeat`` runs (3) of the real ``evalpipe`` command, timed from
 before its process starts to after it ends, beside the targets (5 s / 10 s) and main's numbers
-before this work (15.0 s / 27.5 s / 2.0-2.2 s, from issue 20). ``--baseline TREE`` also measures a
-checkout of main's code (``TREE/src`` on PYTHONPATH; ``/tmp/base20`` say) the same way. Servers
-this script starts are stopped at its end. Python writes bytecode as a user's would
+(5.38 s / 12.95 s / 2.1 s on a quiet machine, with the kept server; 15.0 s / 27.5 s before it,
+issue 20). ``--baseline TREE`` also measures a checkout of main's code (``TREE/src`` on
+PYTHONPATH; ``/work/main`` say) the same way, its runs alternating with this tree's, and prints
+each figure of this tree against it. Servers this script starts are stopped at its end. Python writes bytecode as a user's would
 (PYTHONDONTWRITEBYTECODE is dropped), and the load average is printed: on a shared machine, read
 the numbers with it.
 
@@ -36,7 +37,9 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 SUITE = ROOT / "examples" / "travel" / "suite.yaml"
 TARGETS = {"warm": 5.0, "fresh": 10.0}
-MAIN = {"warm": 15.0, "fresh": 27.5, "in_process": 2.1}
+MAIN = {"warm": 5.38, "fresh": 12.95, "in_process": 2.1}
+"""main's medians on a quiet machine (bench_startup.py, 3 runs each) before the start-up work of
+issue 20's second pass; ``--baseline`` measures them again beside this tree's."""
 
 IN_PROCESS = """
 import asyncio, json, sys, time
@@ -123,33 +126,44 @@ def _load() -> str:
 
 
 def measure(
-    src: Path, repeat: int, work: Path, label: str, extra: dict[str, str]
-) -> dict[str, Any]:
-    """Warm and fresh medians of the tree at ``src``."""
-    kept = (src / "evalpipe" / "pipeline" / "keeper.py").exists()
-    result: dict[str, Any] = {"tree": str(src), "kept_server": kept}
-    warm_home = work / f"{label}-warm"
+    trees: dict[str, Path], repeat: int, work: Path, extra: dict[str, str]
+) -> dict[str, dict[str, Any]]:
+    """Warm and fresh runs of each tree (label -> its ``src``), the trees' runs alternating (one
+    of each in turn), so that a change of the machine's load falls on all of them alike."""
+    results: dict[str, dict[str, Any]] = {}
+    kept = {}
+    for label, src in trees.items():
+        kept[label] = (src / "evalpipe" / "pipeline" / "keeper.py").exists()
+        results[label] = {"tree": str(src), "kept_server": kept[label]}
+    warm: dict[str, list[tuple[float, str]]] = {label: [] for label in trees}
     try:
-        _run(src, warm_home, work / "out", **extra)  # starts the server, writes bytecode
-        warm = [_run(src, warm_home, work / "out", **extra) for _ in range(repeat)]
-        if kept:
-            result["warm_phases"] = _phases(src, warm_home, work, extra)
+        for label, src in trees.items():  # starts the server, writes bytecode
+            _run(src, work / f"{label}-warm", work / "out", **extra)
+        for _ in range(repeat):
+            for label, src in trees.items():
+                warm[label].append(_run(src, work / f"{label}-warm", work / "out", **extra))
+        for label, src in trees.items():
+            if kept[label]:
+                results[label]["warm_phases"] = _phases(src, work / f"{label}-warm", work, extra)
     finally:
-        if kept:
-            _stop(src, warm_home)
-    result["warm"] = [round(t, 2) for t, _ in warm]
-    result["warm_note"] = warm[-1][1]
-    fresh = []
+        for label, src in trees.items():
+            if kept[label]:
+                _stop(src, work / f"{label}-warm")
+    fresh: dict[str, list[tuple[float, str]]] = {label: [] for label in trees}
     for i in range(repeat):
-        home = work / f"{label}-fresh-{i}"
-        try:
-            fresh.append(_run(src, home, work / "out", **extra))
-        finally:
-            if kept:
-                _stop(src, home)
-    result["fresh"] = [round(t, 2) for t, _ in fresh]
-    result["fresh_note"] = fresh[-1][1]
-    return result
+        for label, src in trees.items():
+            home = work / f"{label}-fresh-{i}"
+            try:
+                fresh[label].append(_run(src, home, work / "out", **extra))
+            finally:
+                if kept[label]:
+                    _stop(src, home)
+    for label in trees:
+        results[label]["warm"] = [round(t, 2) for t, _ in warm[label]]
+        results[label]["warm_note"] = warm[label][-1][1]
+        results[label]["fresh"] = [round(t, 2) for t, _ in fresh[label]]
+        results[label]["fresh_note"] = fresh[label][-1][1]
+    return results
 
 
 def in_process(src: Path, repeat: int) -> dict[str, Any]:
@@ -198,7 +212,11 @@ def main() -> int:
     report: dict[str, Any] = {"load_before": _load()}
     try:
         print(f"evalpipe run {SUITE.relative_to(ROOT)} (15 calls), {_load()}")
-        ours = measure(ROOT / "src", args.repeat, work, "ours", extra)
+        trees = {"ours": ROOT / "src"}
+        if args.baseline is not None:
+            trees["base"] = args.baseline / "src"
+        measured = measure(trees, args.repeat, work, extra)
+        ours = measured["ours"]
         report["this_tree"] = ours
         print(_line("warm", ours["warm"], TARGETS["warm"], MAIN["warm"]))
         print(f"               {ours['warm_note']}")
@@ -216,11 +234,23 @@ def main() -> int:
             f"{inproc['calls_and_evaluation']:.2f} s"
         )
         if args.baseline is not None:
-            base = measure(args.baseline / "src", args.repeat, work, "base", extra)
+            base = measured["base"]
             report["baseline"] = base
-            print(f"baseline {args.baseline} (per-run ephemeral server), {_load()}")
+            kind = "kept server" if base["kept_server"] else "per-run ephemeral server"
+            print(f"baseline {args.baseline} ({kind}), {_load()}")
             print(_line("warm", base["warm"], None, MAIN["warm"]))
+            if "warm_phases" in base:
+                phases = ", ".join(
+                    f"{k.replace('_', ' ')} {v:.2f} s" for k, v in base["warm_phases"].items()
+                )
+                print(f"               one more warm run: {phases}")
             print(_line("fresh", base["fresh"], None, MAIN["fresh"]))
+            for what in ("warm", "fresh"):
+                was, now = statistics.median(base[what]), statistics.median(ours[what])
+                print(
+                    f"  {what:<12} this tree {now:.2f} s against the baseline's {was:.2f} s "
+                    f"({now - was:+.2f} s, {100 * (now - was) / was:+.0f}%)"
+                )
         report["load_after"] = _load()
         print(_load())
     finally:

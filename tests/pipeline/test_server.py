@@ -290,8 +290,45 @@ def test_a_fresh_home_starts_from_the_migrated_template(tmp_path: Path, template
         assert (
             revision(second / "prefect.db") == revision(template) == revision(first / "prefect.db")
         )
+        # The copy is complete (at the head of the migrations, the block types of the installed
+        # collections registered): the second home's server skipped both at start-up.
+        log = (state_dir(second) / "server.log").read_text()
+        assert "skipped at start-up: migrations, block registration" in log
+
+        def block_types(db: Path) -> Any:
+            with sqlite3.connect(db) as conn:
+                return conn.execute("select slug from block_type order by slug").fetchall()
+
+        assert block_types(second / "prefect.db") == block_types(first / "prefect.db")
+        assert block_types(first / "prefect.db")
     finally:
         for path in (first, second):
+            stop_server(path, force=True)
+
+
+def test_a_template_without_the_collections_key_is_brought_up_to_date(
+    tmp_path: Path, templates: Path
+) -> None:
+    """A template saved without the record of the Prefect collections it holds (an earlier
+    evalpipe's) is used with its migrations, but the blocks are registered, and the template is
+    saved again with the record: the next home skips both."""
+    own = tmp_path / "templates"
+    first, second, third = tmp_path / "a", tmp_path / "b", tmp_path / "c"
+    try:
+        _server(_env(first, own), "start")
+        (template,) = own.glob("prefect-*.db")
+        conn = sqlite3.connect(template)
+        conn.execute("PRAGMA user_version = 0")
+        conn.close()
+        _server(_env(second, own), "start")
+        log = (state_dir(second) / "server.log").read_text()
+        assert "skipped at start-up: migrations\n" in log
+        assert "saved the migrated database as a template" in log
+        _server(_env(third, own), "start")
+        log = (state_dir(third) / "server.log").read_text()
+        assert "skipped at start-up: migrations, block registration" in log
+    finally:
+        for path in (first, second, third):
             stop_server(path, force=True)
 
 

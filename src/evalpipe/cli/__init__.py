@@ -19,40 +19,9 @@ from collections.abc import Sequence
 from types import FrameType
 
 from evalpipe import __version__
-from evalpipe.cli import (
-    bless,
-    cache,
-    compare,
-    deploy,
-    eval_,
-    history,
-    import_,
-    report,
-    results,
-    run,
-    serve,
-    view,
-)
-from evalpipe.cli import server as server_command
-from evalpipe.cli._common import EXIT_INCOMPLETE
+from evalpipe.cli._early import start_server_early
 
-__all__ = ["main"]
-
-_COMMANDS = (
-    run,
-    eval_,
-    results,
-    history,
-    bless,
-    compare,
-    report,
-    view,
-    import_,
-    deploy,
-    serve,
-    cache,
-    server_command,
-)
+__all__ = ["build_parser", "main"]
 
 
 _DESCRIPTION = """\
@@ -96,7 +65,39 @@ def build_parser() -> argparse.ArgumentParser:
         help="print evalpipe's version and exit",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", title="commands")
-    for command in _COMMANDS:
+    # The commands (rich, pyarrow, the runner: ~1 s) load here, after main() started what can start
+    # before them (the embedded server of `evalpipe run`).
+    from evalpipe.cli import (  # lazy: after the early start of the embedded server
+        bless,
+        cache,
+        compare,
+        deploy,
+        eval_,
+        history,
+        import_,
+        report,
+        results,
+        run,
+        serve,
+        view,
+    )
+    from evalpipe.cli import server as server_command  # lazy: as above
+
+    for command in (
+        run,
+        eval_,
+        results,
+        history,
+        bless,
+        compare,
+        report,
+        view,
+        import_,
+        deploy,
+        serve,
+        cache,
+        server_command,
+    ):
         command.register(sub)
     return parser
 
@@ -134,6 +135,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     if argv is None:
         _exit_when_done()
+    start_server_early(sys.argv[1:] if argv is None else list(argv))
     args = build_parser().parse_args(argv)
     previous = None
     if threading.current_thread() is threading.main_thread():
@@ -141,6 +143,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code = int(args.handler(args))
     except KeyboardInterrupt:
+        from evalpipe.cli._common import EXIT_INCOMPLETE  # lazy: loaded with the commands
+
         print(
             "interrupted: the run stopped; the calls it finished are journaled, run the same "
             "command again to resume",

@@ -27,23 +27,13 @@ from evalpipe.cli._common import (
     consoles,
     fail,
 )
+from evalpipe.cli._early import drop_early_server, quiet_prefect
 from evalpipe.cli.results import print_run
 from evalpipe.escape import plain
 from evalpipe.runner.state import RunLockedError
 from evalpipe.suite import SuiteError, load_suite
 
 __all__ = ["register"]
-
-
-def _quiet_prefect() -> None:
-    """Prefect's own console logs would tear the progress bar; keep warnings and errors only."""
-    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
-    # The ephemeral server drops events still in flight when the process exits and logs each
-    # drop as a traceback; the run's Parquet files are the record, so keep its console quiet.
-    os.environ.setdefault("PREFECT_SERVER_LOGGING_LEVEL", "CRITICAL")
-    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    os.environ.setdefault("PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW", "ignore")
-    os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "90")
 
 
 def _clock(seconds: float) -> str:
@@ -168,10 +158,12 @@ def _run(args: argparse.Namespace) -> int:
             suite = load_suite(args.suite, args.param)
             if args.output is not None:
                 suite.output_dir = str(args.output)
-            _quiet_prefect()
+            quiet_prefect()
             from evalpipe.pipeline.server import start_early  # lazy: only to run (no Prefect)
 
-            start_early()  # the embedded server starts while Prefect is imported, if it will be used
+            # The embedded server starts while Prefect is imported, if it will be used (the command
+            # line's main() started it already, before its own imports, when it could).
+            start_early()
             display.stage(
                 "connecting to Prefect" if os.environ.get("PREFECT_API_URL") else "starting Prefect"
             )
@@ -186,6 +178,7 @@ def _run(args: argparse.Namespace) -> int:
             )
         except SuiteError as exc:
             display.bar.stop()
+            drop_early_server()
             return fail(err, str(exc))
         display.stage("starting the flow run")
         try:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import shutil
@@ -80,8 +81,39 @@ def _seed_database(database: Path, template: Path) -> bool:
     return True
 
 
-def _save_template(database: Path, template: Path) -> None:
-    """A consistent copy of a freshly migrated database (SQLite's backup API), for the next home."""
+def _collections_key() -> int:
+    """A digest (a positive 31-bit integer) of the installed Prefect collections: the entry points
+    of ``prefect.collections`` and their distributions' versions. With Prefect's version (in the
+    template's name) they decide which block types a server registers at start-up."""
+    from importlib.metadata import entry_points
+
+    found = sorted(
+        (ep.name, ep.value, ep.dist.name if ep.dist else "", ep.dist.version if ep.dist else "")
+        for ep in entry_points(group="prefect.collections")
+    )
+    digest = hashlib.sha256(json.dumps(found).encode()).digest()
+    return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF or 1
+
+
+def _template_key(template: Path) -> int:
+    """The collections key a template was saved with (its SQLite ``user_version``; 0: none, or
+    an earlier evalpipe's template, saved in WAL mode)."""
+    if any(Path(f"{template}{suffix}").exists() for suffix in ("-wal", "-shm")):
+        return 0  # written to, or still in WAL mode: not known to be the copy it was saved as
+    try:
+        conn = sqlite3.connect(f"file:{template}?mode=ro", uri=True)
+        try:
+            return int(conn.execute("PRAGMA user_version").fetchone()[0])
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return 0
+
+
+def _save_template(database: Path, template: Path, key: int) -> None:
+    """A consistent copy of a database just migrated, with its block types registered (SQLite's
+    backup API), for the next home; ``key`` (:func:`_collections_key`) goes in its
+    ``user_version``, which Prefect does not use."""
     template.parent.mkdir(parents=True, exist_ok=True)
     tmp = template.with_name(f".{template.name}.{os.getpid()}.tmp")
     source = sqlite3.connect(database)
@@ -89,11 +121,50 @@ def _save_template(database: Path, template: Path) -> None:
         target = sqlite3.connect(tmp)
         try:
             source.backup(target)
+            # Out of WAL mode (Prefect sets WAL again on every connection of the home it seeds):
+            # reading the key then leaves no -wal/-shm beside the template, and a WAL file of an
+            # earlier template there would not be read as this one's.
+            target.execute("PRAGMA journal_mode = DELETE")
+            target.execute(f"PRAGMA user_version = {int(key)}")
+            target.commit()
         finally:
             target.close()
     finally:
         source.close()
     os.replace(tmp, template)
+    for suffix in ("-wal", "-shm"):  # an earlier template's, read in WAL mode
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(f"{template}{suffix}")
+
+
+_SKIP_ON_START = {
+    "migrations": (
+        "PREFECT_SERVER_DATABASE_MIGRATE_ON_START",
+        "PREFECT_API_DATABASE_MIGRATE_ON_START",
+    ),
+    "block registration": (
+        "PREFECT_SERVER_REGISTER_BLOCKS_ON_START",
+        "PREFECT_API_BLOCKS_REGISTER_ON_START",
+    ),
+    "block registration memo": (
+        "PREFECT_SERVER_MEMOIZE_BLOCK_AUTO_REGISTRATION",
+        "PREFECT_MEMOIZE_BLOCK_AUTO_REGISTRATION",
+    ),
+}
+"""Prefect's start-up steps a database just copied from a complete template does not need, and
+the settings that turn them off (any of which, set by the user, is left as it is)."""
+
+
+def _skip_on_start(steps: tuple[str, ...]) -> list[str]:
+    """Turn off Prefect's start-up ``steps`` (keys of :data:`_SKIP_ON_START`) in this process's
+    environment, before the app reads its settings; the steps turned off."""
+    skipped = []
+    for step in steps:
+        names = _SKIP_ON_START[step]
+        if not any(name in os.environ for name in names):
+            os.environ[names[0]] = "false"
+            skipped.append(step)
+    return skipped
 
 
 def _healthy(port: int) -> bool:
@@ -107,11 +178,13 @@ def _healthy(port: int) -> bool:
 class Keeper:
     """The watch over one server: start-up, idleness, the state file."""
 
-    def __init__(self, args: argparse.Namespace, server: Any, port: int, fresh: bool) -> None:
+    def __init__(
+        self, args: argparse.Namespace, server: Any, port: int, save_template: int | None
+    ) -> None:
         self.args = args
         self.server = server
         self.port = port
-        self.fresh = fresh
+        self.save_template = save_template
         self.state = Path(args.state_dir)
         self.info = self.state / "server.json"
         self.clients = os.open(self.state / "clients.lock", os.O_RDWR | os.O_CREAT, 0o600)
@@ -140,9 +213,11 @@ class Keeper:
         fcntl.flock(self.clients, fcntl.LOCK_UN)
 
     def _announce(self) -> None:
-        if self.fresh and self.args.database and self.args.template:
+        if self.save_template is not None and self.args.database and self.args.template:
             try:
-                _save_template(Path(self.args.database), Path(self.args.template))
+                _save_template(
+                    Path(self.args.database), Path(self.args.template), self.save_template
+                )
                 _log(f"saved the migrated database as a template: {self.args.template}")
             except (OSError, sqlite3.Error) as exc:
                 _log(f"could not save the database template ({type(exc).__name__}: {exc})")
@@ -219,13 +294,32 @@ def main() -> int:
         return 0
     with contextlib.suppress(FileNotFoundError):
         (state / "server.json").unlink()  # a killed keeper's: it names a dead server
-    fresh = False
+    # A new database is a copy of the template when there is one: at the head of this Prefect's
+    # migrations (the template is per version), so none run; and when the template was saved with
+    # the Prefect collections installed now, its block types are those this server would register,
+    # so that is skipped too (1-3 s with a collection such as prefect-dask, whose import it needs).
+    # Else the database is migrated (or the template's block types are registered) and the result
+    # saved as the template for the next new home.
+    save_template: int | None = None
     if args.database:
         database = Path(args.database)
         fresh = not database.exists()
-        if args.template and _seed_database(database, Path(args.template)):
-            _log(f"database {database} created from the template {args.template}")
-            fresh = False
+        if fresh and args.template:
+            key = _collections_key()
+            template = Path(args.template)
+            if _seed_database(database, template):
+                steps: tuple[str, ...] = ("migrations",)
+                if _template_key(template) == key:
+                    steps += ("block registration", "block registration memo")
+                else:
+                    save_template = key  # the template's block types, brought up to date
+                skipped = _skip_on_start(steps)
+                _log(
+                    f"database {database} created from the template {args.template}"
+                    + (f"; skipped at start-up: {', '.join(skipped)}" if skipped else "")
+                )
+            else:
+                save_template = key
     import uvicorn  # after the lock: a second keeper exits without loading the server
 
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -246,7 +340,7 @@ def main() -> int:
     # that returns here instead of ending the process before server.json is removed.
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda signum, frame: None)
-    keeper = Keeper(args, server, port, fresh)
+    keeper = Keeper(args, server, port, save_template)
     watcher = threading.Thread(target=keeper.watch, name="keeper", daemon=True)
     watcher.start()
     try:

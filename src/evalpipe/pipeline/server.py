@@ -17,8 +17,10 @@ own, and bounded (docs/operations.md, "The embedded server"):
 
 A server already running on the PREFECT_HOME (``prefect server start``: :func:`running_server`)
 comes first: the run uses it (an embedded server beside it would share its SQLite file) and a kept
-server of that home is stopped. The command line calls :func:`start_early` before it imports
-Prefect, so that a server it is sure to need starts while Prefect loads.
+server of that home is stopped. ``evalpipe run`` calls :func:`start_early` first of all, before its
+own imports (``evalpipe.cli._early``; this module imports neither Prefect nor httpx until it is
+used), so that a server it is sure to need starts while the run imports Prefect and prepares its
+plan; :func:`drop_early` stops it when the suite proves invalid.
 
 A fresh PREFECT_HOME's database is a copy of a migrated template (kept per Prefect version under
 ``~/.cache/evalpipe/prefect-db``, made by the first server on the machine), which saves Prefect's
@@ -34,6 +36,7 @@ import asyncio
 import contextlib
 import fcntl
 import hashlib
+import http.client
 import inspect
 import json
 import os
@@ -41,12 +44,12 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
-
-import httpx
+from typing import Any
 
 __all__ = [
     "DEFAULT_IDLE_TIMEOUT",
@@ -57,6 +60,7 @@ __all__ = [
     "ServerInfo",
     "ServerOnThisHomeError",
     "ServerStatus",
+    "drop_early",
     "ensure_server",
     "prefect_api",
     "running_server",
@@ -155,7 +159,9 @@ class _Config:
     database_url: str
     database_file: Path | None
     startup_timeout: float
-    environment: dict[str, str]
+    environment: dict[str, str] | None
+    """The Prefect settings set for this run, as variables for the server's environment (None:
+    the current settings', computed when a server is spawned: 30-50 ms)."""
 
     @property
     def digest(self) -> str:
@@ -178,7 +184,7 @@ def _config() -> _Config:
         database_url=database_url,
         database_file=database_file,
         startup_timeout=float(settings.server.ephemeral.startup_timeout_seconds),
-        environment=settings.to_environment_variables(exclude_unset=True),
+        environment=None,
     )
 
 
@@ -239,10 +245,24 @@ def _keeper_alive(directory: Path) -> bool:
     return _locked_by_someone(directory / "server.lock", exclusive_only=True)
 
 
+_LOCAL = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+"""Requests to a server of this machine: no proxy; urllib, not httpx, whose every ``httpx.get``
+builds a TLS context (certifi's bundle: 50-200 ms) even for ``http://``."""
+
+
+def _get_json(url: str, timeout: float) -> Any:
+    """``GET url``'s JSON body (None when empty), or ``OSError`` (HTTP errors included) /
+    ``ValueError`` (not JSON)."""
+    with _LOCAL.open(url, timeout=timeout) as response:
+        body = response.read()
+    return json.loads(body) if body.strip() else None
+
+
 def _healthy(api_url: str, timeout: float = 5.0) -> bool:
     try:
-        return httpx.get(f"{api_url}/health", timeout=timeout).status_code == 200
-    except httpx.HTTPError:
+        with _LOCAL.open(f"{api_url}/health", timeout=timeout) as response:
+            return bool(response.status == 200)
+    except (OSError, ValueError, http.client.HTTPException):
         return False
 
 
@@ -293,7 +313,12 @@ def _environment(config: _Config) -> dict[str, str]:
         k: v for k, v in os.environ.items() if k in _ENV_KEEP or k.startswith(_ENV_KEEP_PREFIXES)
     }
     env.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")  # as `evalpipe run` has it
-    env.update(config.environment)
+    if config.environment is None:
+        from prefect.settings import get_current_settings  # lazy: prefect, ~1 s to import
+
+        env.update(get_current_settings().to_environment_variables(exclude_unset=True))
+    else:
+        env.update(config.environment)
     env.pop("PREFECT_API_URL", None)
     env.pop("PREFECT_API_KEY", None)  # a client's credential (Prefect Cloud); a server needs none
     env.update(
@@ -462,6 +487,25 @@ def start_early() -> bool:
     if left is not None:
         _early.replaced = f"the embedded Prefect server pid {left.pid} of {config.home} had died"
     return True
+
+
+def drop_early() -> None:
+    """The run :func:`start_early` started a server for will not run (its suite is invalid): stop
+    that server, unless another run took a lease on it meanwhile (it then idles out as usual)."""
+    proc, directory = _early.proc, _early.directory
+    _early.release()
+    _early.proc = None
+    if proc is None or directory is None or proc.poll() is not None:
+        return
+    clients = os.open(directory / "clients.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(clients, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return  # in use by another run
+        proc.terminate()  # not waited for: it stops cleanly in the background
+    finally:
+        os.close(clients)
 
 
 @dataclass(frozen=True, slots=True)
@@ -737,10 +781,8 @@ _PATIENCE = 10.0
 def _home_of(url: str, timeout: float = 2.0) -> str | None:
     """The PREFECT_HOME of the server at ``url`` (its settings), or None when it does not answer."""
     try:
-        response = httpx.get(f"{url}/api/admin/settings", timeout=timeout)
-        response.raise_for_status()
-        home = response.json().get("home")
-    except (httpx.HTTPError, ValueError, AttributeError):
+        home = _get_json(f"{url}/api/admin/settings", timeout).get("home")
+    except (OSError, ValueError, AttributeError, http.client.HTTPException):
         return None
     return str(home) if home else None
 
