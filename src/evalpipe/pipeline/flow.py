@@ -73,6 +73,7 @@ from evalpipe.tally import CallTally, Counts, call_verdicts, merge_results
 __all__ = [
     "MAX_SHARD_TASKS",
     "MIN_SHARD_CALLS",
+    "SHARD_ROUNDS",
     "ProgressHook",
     "eval_flow",
     "prepared_plan",
@@ -131,17 +132,24 @@ is an errored transcript, not a failed task, and the journal keeps a retry from 
 
 
 MIN_SHARD_CALLS = 32
-"""Default shards hold at least this many calls: a shard costs four Prefect task runs whatever its
-size (the 15-call demo ran 15 shards: 1.43 s of flow for 0.14 s of work), while the calls of a
-shard run concurrently anyway and each is journaled as it finishes."""
+"""Default shards hold at least this many calls: a shard is a Prefect task run whatever its size
+(the 15-call demo ran 15 shards: 1.43 s of flow for 0.14 s of work), while the calls of a shard run
+concurrently anyway and each is journaled as it finishes."""
+
+SHARD_ROUNDS = 4
+"""... and at least this many rounds of the suite's concurrency, so a shard's task-run overhead
+(its API round trips, tens of ms) is spread over several call latencies, not one: at c=64,
+shards of 256 calls (1,000 instant calls: 4 shards instead of 32)."""
 
 
 def shard_size(plan: RunPlan) -> int:
     """Calls per shard task: the suite's, or sized for at most MAX_SHARD_TASKS shards of at least
-    MIN_SHARD_CALLS calls."""
+    MIN_SHARD_CALLS calls and SHARD_ROUNDS rounds of the concurrency."""
     if plan.suite is not None and plan.suite.shard_size is not None:
         return int(plan.suite.shard_size)
-    return max(MIN_SHARD_CALLS, -(-len(plan.calls) // MAX_SHARD_TASKS))
+    concurrency = plan.suite.concurrency if plan.suite is not None else 1
+    smallest = max(MIN_SHARD_CALLS, SHARD_ROUNDS * concurrency)
+    return max(smallest, -(-len(plan.calls) // MAX_SHARD_TASKS))
 
 
 @task(name="prepare", cache_policy=NO_CACHE, persist_result=False)
