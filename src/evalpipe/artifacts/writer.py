@@ -17,7 +17,7 @@ import subprocess
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, astuple
 from pathlib import Path
 from types import TracebackType
@@ -189,46 +189,31 @@ def _split_name(strategy: Any) -> str | None:
     return f"{module}:{name}" if module else str(name)
 
 
-_STR_TYPES = frozenset({str, type(None)})
-_INT_TYPES = frozenset({int, type(None)})
-_FLOAT_TYPES = frozenset({float, type(None)})
-_BOOL_TYPES = frozenset({bool, type(None)})
-_ONLY_STR = frozenset({str})
+def _column(
+    kept: frozenset[type], convert: Callable[[Any], Any]
+) -> Callable[[list[Any]], list[Any]]:
+    """A column's converter: the list itself when every value's type is in ``kept`` (the common
+    case, no copy), else ``convert`` of every value."""
+
+    def converted(values: list[Any]) -> list[Any]:
+        if kept.issuperset(map(type, values)):
+            return values
+        return [convert(v) for v in values]
+
+    return converted
 
 
-def _strs(values: list[Any]) -> list[Any]:
-    """``_opt_str`` of every value: the list itself when it holds only str and None."""
-    if _STR_TYPES.issuperset(map(type, values)):
-        return values
-    return [None if v is None else str(v) for v in values]
-
-
-def _texts(values: list[Any]) -> list[Any]:
-    """``str`` of every value (a non-null column): the list itself when it holds only str."""
-    if _ONLY_STR.issuperset(map(type, values)):
-        return values
-    return [str(v) for v in values]
-
-
-def _ints(values: list[Any]) -> list[Any]:
-    """``_opt_int`` of every value: the list itself when it holds only int and None."""
-    if _INT_TYPES.issuperset(map(type, values)):
-        return values
-    return [_opt_int(v) for v in values]
-
-
-def _floats(values: list[Any]) -> list[Any]:
-    """``_opt_float`` of every value: the list itself when it holds only float and None."""
-    if _FLOAT_TYPES.issuperset(map(type, values)):
-        return values
-    return [_opt_float(v) for v in values]
-
-
-def _bools(values: list[Any]) -> list[Any]:
-    """``_opt_bool`` of every value: the list itself when it holds only bool and None."""
-    if _BOOL_TYPES.issuperset(map(type, values)):
-        return values
-    return [None if v is None else bool(v) for v in values]
+_NONE = type(None)
+_strs = _column(frozenset({str, _NONE}), lambda v: None if v is None else str(v))
+"""``_opt_str`` of every value."""
+_texts = _column(frozenset({str}), str)
+"""``str`` of every value (a non-null column)."""
+_ints = _column(frozenset({int, _NONE}), _opt_int)
+"""``_opt_int`` of every value."""
+_floats = _column(frozenset({float, _NONE}), _opt_float)
+"""``_opt_float`` of every value."""
+_bools = _column(frozenset({bool, _NONE}), _opt_bool)
+"""``_opt_bool`` of every value."""
 
 
 def _jsons(values: list[Any]) -> list[str | None]:
