@@ -23,9 +23,11 @@ import yaml
 from evalpipe.pipeline.server import (
     Lease,
     ServerBusyError,
+    ServerError,
     server_status,
     state_dir,
     stop_server,
+    unanswered_timeout,
 )
 from live_prefect import alive as _alive
 
@@ -347,11 +349,24 @@ def test_a_server_of_another_prefect_version_is_replaced(
     assert _info(home)["pid"] != info["pid"]
 
 
+@pytest.mark.parametrize("raw", ["0", "-1", "soon"])
+def test_an_unanswered_timeout_that_is_not_seconds_is_refused_naming_the_variable(
+    monkeypatch: pytest.MonkeyPatch, raw: str
+) -> None:
+    """EVALPIPE_SERVER_UNANSWERED_TIMEOUT must be seconds above 0; the default is 30."""
+    monkeypatch.delenv("EVALPIPE_SERVER_UNANSWERED_TIMEOUT", raising=False)
+    assert unanswered_timeout() == 30.0
+    monkeypatch.setenv("EVALPIPE_SERVER_UNANSWERED_TIMEOUT", raw)
+    with pytest.raises(ServerError, match=f"EVALPIPE_SERVER_UNANSWERED_TIMEOUT='{raw}'"):
+        unanswered_timeout()
+
+
 def test_a_server_that_does_not_answer_is_replaced_with_a_message(
     project: Path, home: Path, templates: Path
 ) -> None:
-    """A live server that does not answer (SIGSTOP) is replaced by the next run, which says so."""
-    env = _env(home, templates, project)
+    """A live server that does not answer (SIGSTOP) is replaced by the next run, which says so
+    (after EVALPIPE_SERVER_UNANSWERED_TIMEOUT seconds; 30 by default)."""
+    env = _env(home, templates, project, EVALPIPE_SERVER_UNANSWERED_TIMEOUT="10")
     _server(env, "start")
     old = _info(home)["pid"]
     os.kill(old, signal.SIGSTOP)
@@ -361,7 +376,7 @@ def test_a_server_that_does_not_answer_is_replaced_with_a_message(
         if _alive(old):
             os.kill(old, signal.SIGKILL)
     assert f"pid {old}" in done.stderr
-    assert "did not answer for 30 s and was stopped" in done.stderr
+    assert "did not answer for 10 s and was stopped" in done.stderr
     assert "started the embedded Prefect server" in done.stderr
     new = _info(home)["pid"]
     assert new != old

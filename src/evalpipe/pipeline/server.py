@@ -197,21 +197,39 @@ def state_dir(home: str | Path | None = None) -> Path:
     return _home(home) / STATE_DIRNAME
 
 
-def idle_timeout() -> float:
-    """``EVALPIPE_SERVER_IDLE_TIMEOUT`` (seconds), else :data:`DEFAULT_IDLE_TIMEOUT`."""
-    raw = os.environ.get("EVALPIPE_SERVER_IDLE_TIMEOUT", "").strip()
+def _env_seconds(name: str, default: float, *, what: str, positive: bool = False) -> float:
+    """Seconds from the environment variable ``name``, else ``default``; a value that is not a
+    number of seconds (or not above 0 when ``positive``) is refused, naming the variable."""
+    raw = os.environ.get(name, "").strip()
     if not raw:
-        return DEFAULT_IDLE_TIMEOUT
+        return default
     try:
         value = float(raw)
     except ValueError:
         value = -1.0
-    if not value >= 0:
-        raise ServerError(
-            f"EVALPIPE_SERVER_IDLE_TIMEOUT={raw!r}: give the seconds a shared Prefect server waits "
-            "for its next run (0: stop with the last run)"
-        )
+    if not (value > 0 if positive else value >= 0):
+        raise ServerError(f"{name}={raw!r}: give the seconds {what}")
     return value
+
+
+def idle_timeout() -> float:
+    """``EVALPIPE_SERVER_IDLE_TIMEOUT`` (seconds), else :data:`DEFAULT_IDLE_TIMEOUT`."""
+    return _env_seconds(
+        "EVALPIPE_SERVER_IDLE_TIMEOUT",
+        DEFAULT_IDLE_TIMEOUT,
+        what="a shared Prefect server waits for its next run (0: stop with the last run)",
+    )
+
+
+def unanswered_timeout() -> float:
+    """``EVALPIPE_SERVER_UNANSWERED_TIMEOUT`` (seconds), else :data:`DEFAULT_UNANSWERED`: how long
+    a live server may fail its health check before a run replaces it."""
+    return _env_seconds(
+        "EVALPIPE_SERVER_UNANSWERED_TIMEOUT",
+        DEFAULT_UNANSWERED,
+        what="a live Prefect server may not answer before a run replaces it (above 0)",
+        positive=True,
+    )
 
 
 def _template(config: _Config) -> Path | None:
@@ -538,8 +556,9 @@ class Acquired:
         )
 
 
-_UNANSWERED = 30.0
-"""Seconds a live server may fail its health check before it is replaced."""
+DEFAULT_UNANSWERED = 30.0
+"""Seconds a live server may fail its health check before it is replaced (the default of
+``EVALPIPE_SERVER_UNANSWERED_TIMEOUT``)."""
 
 
 def _terminate(pid: int, directory: Path, grace: float = 3.0) -> None:
@@ -562,7 +581,7 @@ def _terminate(pid: int, directory: Path, grace: float = 3.0) -> None:
 def ensure_server() -> Acquired:
     """The shared server of the current PREFECT_HOME: the one running if it answers, else a new
     one (a dead server's state is cleared, a live one that does not answer for
-    :data:`_UNANSWERED` seconds is ended first; :attr:`Acquired.replaced` says which).
+    :func:`unanswered_timeout` seconds is ended first; :attr:`Acquired.replaced` says which).
 
     Call it holding a :class:`Lease` of that home, or the server may go idle before it is used
     (:func:`prefect_api` does; ``evalpipe server start`` does not need to).
@@ -575,6 +594,7 @@ def ensure_server() -> Acquired:
     directory = config.home / STATE_DIRNAME
     directory.mkdir(parents=True, exist_ok=True)
     idle = idle_timeout()
+    unanswered = unanswered_timeout()
     timeout = max(config.startup_timeout, 30.0)
     deadline = time.monotonic() + timeout
     spawned: subprocess.Popen[bytes] | None = None
@@ -606,15 +626,16 @@ def ensure_server() -> Acquired:
                 f"{info.prefect} or another database; stop it with `evalpipe server stop`"
             )
         if info is not None:
-            if _healthy(info.api_url, timeout=10.0):  # a busy server (a run's events) is slow
+            # a busy server (a run's events) is slow to answer: up to 10 s a probe
+            if _healthy(info.api_url, timeout=min(10.0, unanswered)):
                 mine = spawned is not None and info.pid == spawned.pid
                 return Acquired(info, started=mine, replaced=replaced if mine else None)
             now = time.monotonic()
             unanswered_since = now if unanswered_since is None else unanswered_since
-            if now - unanswered_since >= _UNANSWERED:
+            if now - unanswered_since >= unanswered:
                 replaced = (
                     f"the embedded Prefect server pid {info.pid} ({info.api_url}) did not answer "
-                    f"for {_UNANSWERED:g} s and was stopped"
+                    f"for {unanswered:g} s and was stopped"
                 )
                 _terminate(info.pid, directory)
                 unanswered_since = None
