@@ -221,6 +221,7 @@ async def bench_local_alternating(af: Any, items: int, trials: int) -> dict[str,
         started = time.perf_counter()
         result = await maf_eval.evaluate(batch, eval_name="bench")
         elapsed = (time.perf_counter() - started) / items * 1e6
+        assert result.passed == items, result.result_counts  # the same work on both sides
         kept.append((batch, result))
         return elapsed
 
