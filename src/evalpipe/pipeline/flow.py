@@ -295,7 +295,7 @@ async def _report_in_child(run_dir: str) -> str:
     # Arrow's default pool (mimalloc) keeps what the report's group-bys freed: the system
     # allocator gives it back (measured at 100,000 items: peak 500 -> 420 MiB, and faster).
     # One glibc malloc arena instead of one per thread (Parquet's reader threads): the report
-    # child's peak at 100,000 items x 3 checks 262 -> 220 MiB, no slower. What the user set is kept.
+    # child's peak at 100,000 items x 3 checks 270 -> 236 MiB, no slower. What the user set is kept.
     env = {
         **os.environ,
         "ARROW_DEFAULT_MEMORY_POOL": os.environ.get("ARROW_DEFAULT_MEMORY_POOL") or "system",
