@@ -12,13 +12,6 @@ from report_builders import write_run
 
 from evalpipe.artifacts import ArtifactError
 from evalpipe.report import load_report_data, render_report, write_report
-from evalpipe.report.data import (
-    _coded_disagreements,
-    _coded_kinds,
-    _coded_scores,
-    disagreements,
-    scored_rows,
-)
 
 XSS = "<script>alert(1)</script>"
 
@@ -262,6 +255,14 @@ def test_scores_of_items_missing_from_items_parquet_read_as_the_string_join_read
 ) -> None:
     """Both providers fail "ghost", an item they were not given: its rows are named by its id,
     and the coded tables give the string join's rows, kinds and disagreements; it is counted."""
+    from evalpipe.report.data import (
+        _coded_disagreements,
+        _coded_kinds,
+        _coded_scores,
+        disagreements,
+        scored_rows,
+    )
+
     run = write_run(tmp_path / "run", CHECKS, JUDGES, ghosts=["ghost"])
     legacy = scored_rows(run)
     coded = _coded_scores(run, None)

@@ -34,9 +34,9 @@ def _failed_call(run: Path) -> Path:
 
 
 def _wide(run: Path) -> Path:
-    """100 rows x 2 repetitions, two checks and a judge: >64 distinct scores (the resampling
+    """60 rows x 2 repetitions, two checks and a judge: >64 distinct scores (the resampling
     bootstrap), >20 disagreements per pair (the examples' order), flaky rows, errors, n/a."""
-    keys = [(f"row{i:03d}", rep) for i in range(100) for rep in range(2)]
+    keys = [(f"row{i:03d}", rep) for i in range(60) for rep in range(2)]
 
     def kw(i: int, rep: int) -> Outcome:
         if i % 17 == 5 and rep:
