@@ -7,7 +7,7 @@ metrics of the "Judge" provider carry a rating, as JudgeEvaluator's do.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -71,8 +71,13 @@ def _item(row: str, rep: int, index: int, response: str, failed: bool = False) -
     )
 
 
-def _provider(name: str, table: Table, items: list[EvalItem], judge: bool) -> EvalResults:
-    results = []
+def _provider(
+    name: str, table: Table, items: list[EvalItem], judge: bool, ghosts: Sequence[str] = ()
+) -> EvalResults:
+    results = [
+        EvalItemResult(ghost, "fail", [_score(metric, (False, 0.0), judge) for metric in table])
+        for ghost in ghosts
+    ]
     for item in items:
         if item.error_code:  # the target call failed: no metrics, as every provider reports it
             results.append(
@@ -128,9 +133,11 @@ def write_run(
     repetitions: int | None = None,
     manifest: Mapping[str, Any] | None = None,
     failed_calls: frozenset[tuple[str, int]] = frozenset(),
+    ghosts: Sequence[str] = (),
 ) -> Path:
     """Write a finished run: one item per (row, repetition) key of the first check's table;
-    the keys in ``failed_calls`` are target calls that failed (items without metrics)."""
+    the keys in ``failed_calls`` are target calls that failed (items without metrics); every
+    provider also fails the items ``ghosts`` names, which it was not given (not in items.parquet)."""
     first = next(iter(checks.values()))
     keys = list(first)
     rows = list(dict.fromkeys(row for row, _ in keys))
@@ -144,9 +151,9 @@ def write_run(
         )
         for row, rep in keys
     ]
-    providers = [_provider("Local", checks, items, judge=False)]
+    providers = [_provider("Local", checks, items, judge=False, ghosts=ghosts)]
     if judges:
-        providers.append(_provider("Judge", judges, items, judge=True))
+        providers.append(_provider("Judge", judges, items, judge=True, ghosts=ghosts))
     with RunWriter(run_dir) as writer:
         writer.add_runs(
             RunRecord(

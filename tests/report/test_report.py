@@ -248,3 +248,52 @@ def test_a_failed_target_call_is_errored_outside_every_denominator(tmp_path: Pat
     assert "1 errored of 3" in html
     assert "RuntimeError: call b#0 &lt;failed&gt;" in html
     assert "2 / 2 (1 errored of 3 left out)" in html
+
+
+def test_scores_of_items_missing_from_items_parquet_read_as_the_string_join_reads_them(
+    tmp_path: Path,
+) -> None:
+    """Both providers fail "ghost", an item they were not given: its rows are named by its id,
+    and the coded tables give the string join's rows, kinds and disagreements; it is counted."""
+    from evalpipe.report.data import (
+        _coded_disagreements,
+        _coded_kinds,
+        _coded_scores,
+        disagreements,
+        scored_rows,
+    )
+
+    run = write_run(tmp_path / "run", CHECKS, JUDGES, ghosts=["ghost"])
+    legacy = scored_rows(run)
+    coded = _coded_scores(run, None)
+    rows = sorted(
+        (
+            coded.providers.values[p],
+            coded.metrics.values[m],
+            coded.rows[int(r)].as_py(),
+            int(rep),
+            coded.statuses.values[s],
+        )
+        for p, m, r, rep, s in zip(
+            coded.m_provider,
+            coded.m_metric,
+            coded.m_row,
+            coded.m_repetition,
+            coded.m_status,
+            strict=True,
+        )
+    )
+    expected = sorted(
+        zip(
+            *(legacy[c].to_pylist() for c in ("provider", "metric", "row", "repetition", "status")),
+            strict=True,
+        )
+    )
+    assert ("Judge", "relevance", "ghost", 0, "fail") in expected
+    assert rows == expected
+    kinds = _coded_kinds(coded)
+    assert kinds == {("Local", "kw"): "check", ("Judge", "relevance"): "judge"}
+    assert _coded_disagreements(coded, kinds, 20) == disagreements(legacy)
+    report = load_report_data(run)
+    assert (report.items_total, report.items_not_passed) == (10, 6)
+    assert report.items[0].item_id == "ghost"

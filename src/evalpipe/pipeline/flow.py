@@ -294,10 +294,12 @@ async def report_task(run_dir: str, calls: int) -> str | None:
 async def _report_in_child(run_dir: str) -> str:
     # Arrow's default pool (mimalloc) keeps what the report's group-bys freed: the system
     # allocator gives it back (measured at 100,000 items: peak 500 -> 420 MiB, and faster).
-    # A pool the user chose is kept.
+    # One glibc malloc arena instead of one per thread (Parquet's reader threads): the report
+    # child's peak at 100,000 items x 3 checks 270 -> 236 MiB, no slower. What the user set is kept.
     env = {
         **os.environ,
         "ARROW_DEFAULT_MEMORY_POOL": os.environ.get("ARROW_DEFAULT_MEMORY_POOL") or "system",
+        "MALLOC_ARENA_MAX": os.environ.get("MALLOC_ARENA_MAX") or "1",
     }
     child = await asyncio.create_subprocess_exec(
         sys.executable,

@@ -374,6 +374,241 @@ def paired_scores(scored: Any) -> Any:
     return scored.select(["provider", "agent", "row", "repetition", "metric", "status", "score"])
 
 
+# -- the scores as integer codes ------------------------------------------------------------------
+
+
+class _Vocab:
+    """Strings (or None) to dense int32 codes, in the order first seen."""
+
+    def __init__(self) -> None:
+        self.values: list[Any] = []
+        self._codes: dict[Any, int] = {}
+
+    def code(self, value: Any) -> int:
+        found = self._codes.get(value)
+        if found is None:
+            found = self._codes[value] = len(self.values)
+            self.values.append(value)
+        return found
+
+    def encode(self, column: Any) -> np.ndarray:
+        """The codes of an Arrow string column (a null is a value of its own)."""
+        if isinstance(column, pa.ChunkedArray):
+            column = column.combine_chunks()
+        encoded = pc.dictionary_encode(column, null_encoding="encode")
+        mapping = np.array(
+            [self.code(v) for v in encoded.dictionary.to_pylist()] or [0], dtype=np.int32
+        )
+        codes: np.ndarray = mapping[numpy_of(encoded.indices, np.int64)]
+        return codes
+
+
+_CODED_COLUMNS = [
+    "provider",
+    "agent",
+    "item_id",
+    "item_index",
+    "item_status",
+    "metric",
+    "score",
+    "status",
+    "rating",
+]
+
+
+@dataclass(slots=True)
+class _Coded:
+    """scores.parquet for the report as integer codes, never one Python object per row.
+
+    ``keys`` codes each item (agent, item_id); the ``item_*`` arrays hold every score row (the
+    drill-down's heads, no-metric rows included), the ``m_*`` arrays the metric rows joined with
+    their item's dataset row and repetition as ``scored_rows`` joins them (a row missing from
+    items.parquet keeps its item id as its row; one that matches several items is repeated)."""
+
+    providers: _Vocab
+    agents: _Vocab
+    metrics: _Vocab
+    statuses: _Vocab
+    """``status`` and ``item_status`` values."""
+    keys: Any
+    """An item's key string (agent, the separator, item_id) by its code."""
+    rows: Any
+    """A dataset row's string by its code."""
+    item_key: np.ndarray
+    item_agent: np.ndarray
+    item_index: np.ndarray
+    item_status: np.ndarray
+    m_provider: np.ndarray
+    m_agent: np.ndarray
+    m_key: np.ndarray
+    m_metric: np.ndarray
+    m_status: np.ndarray
+    m_score: np.ndarray
+    m_scored: np.ndarray
+    """The score is not null (NaN is a score)."""
+    m_rated: np.ndarray
+    m_row: np.ndarray
+    m_repetition: np.ndarray
+
+    def status_code(self, status: str) -> int:
+        """The code of a status, -2 (no row) when no row has it."""
+        return self.statuses._codes.get(status, -2)
+
+    def key_pair(self, code: int) -> tuple[str, str]:
+        """The (agent, item_id) of an item code."""
+        agent, _, item_id = str(self.keys[code].as_py()).partition(_SEP)
+        return agent, item_id
+
+
+def _coded_scores(run_dir: Any, filesystem: Any) -> _Coded:
+    """Read scores.parquet batch by batch into codes; items.parquet's keys once."""
+    items = read_table(
+        run_dir,
+        "items",
+        columns=["agent", "item_id", "row_id", "query_index", "repetition"],
+        filesystem=filesystem,
+    )
+    item_keys = pc.binary_join_element_wise(items["agent"], items["item_id"], _SEP)
+    keys_encoded = pc.dictionary_encode(item_keys.combine_chunks(), null_encoding="mask")
+    dictionary = keys_encoded.dictionary
+    # items holding each key code (an item without an id holds none), in file order
+    item_code = numpy_of(pc.fill_null(keys_encoded.indices, -1), np.int64)
+    holders = np.flatnonzero(item_code >= 0)
+    holders = holders[np.argsort(item_code[holders], kind="stable")]
+    held = np.bincount(item_code[item_code >= 0], minlength=len(dictionary))
+    first_holder = np.concatenate([[0], np.cumsum(held)[:-1]]) if len(held) else held
+    rows_encoded = pc.dictionary_encode(row_key(items).combine_chunks())
+    item_row = numpy_of(rows_encoded.indices, np.int32)
+    row_values: list[Any] = [rows_encoded.dictionary]
+    n_rows = len(rows_encoded.dictionary)
+    item_repetition = numpy_of(pc.fill_null(items["repetition"], 0), np.int32)
+    del items, item_keys, keys_encoded, rows_encoded
+
+    providers, agents, metrics, statuses = _Vocab(), _Vocab(), _Vocab(), _Vocab()
+    extra_keys: dict[str, int] = {}
+    parts: dict[str, list[np.ndarray]] = {}
+
+    def keep(name: str, values: np.ndarray) -> None:
+        parts.setdefault(name, []).append(values)
+
+    for batch in iter_batches(run_dir, "scores", columns=_CODED_COLUMNS, filesystem=filesystem):
+        key_text = pc.binary_join_element_wise(batch["agent"], batch["item_id"], _SEP)
+        found = pc.index_in(key_text, value_set=dictionary)
+        key = numpy_of(pc.fill_null(found, -1), np.int64)
+        missing = np.flatnonzero(key < 0)
+        if missing.size:  # a provider scored items it was not given
+            texts = key_text.take(pa.array(missing)).to_pylist()
+            key[missing] = [
+                extra_keys.setdefault(t, len(dictionary) + len(extra_keys)) for t in texts
+            ]
+        agent = agents.encode(batch["agent"])
+        keep("item_key", key.astype(np.int32))
+        keep("item_agent", agent)
+        keep("item_index", numpy_of(batch["item_index"], np.int64))
+        keep("item_status", statuses.encode(batch["item_status"]))
+        has_metric = numpy_of(pc.is_valid(batch["metric"]), bool)
+        at = np.flatnonzero(has_metric)
+        rows = batch.filter(pa.array(has_metric))
+        score = rows["score"]
+        keep("m_provider", providers.encode(rows["provider"]))
+        keep("m_agent", agent[at])
+        keep("m_key", key[at].astype(np.int32))
+        keep("m_metric", metrics.encode(rows["metric"]))
+        keep("m_status", statuses.encode(rows["status"]))
+        keep("m_score", numpy_of(score, float))
+        keep("m_scored", numpy_of(pc.is_valid(score), bool))
+        keep("m_rated", numpy_of(pc.is_valid(rows["rating"]), bool))
+
+    def joined(name: str, dtype: Any, order: np.ndarray | None = None) -> np.ndarray:
+        chunks = parts.pop(name, None)
+        whole = np.concatenate(chunks).astype(dtype, copy=False) if chunks else np.empty(0, dtype)
+        return whole if order is None else whole[order]
+
+    m_key = joined("m_key", np.int32)
+    # the join: each metric row once per item holding its key (once, without a row, for none)
+    matched = m_key < len(dictionary)
+    times = np.ones(len(m_key), dtype=np.int64)
+    times[matched] = held[m_key[matched]]
+    order = np.repeat(np.arange(len(m_key)), times) if bool((times != 1).any()) else None
+    if order is None:
+        hit = matched
+        holder = holders[first_holder[m_key[hit]]]
+    else:  # an item id that items.parquet holds more than once (for this agent)
+        within = np.arange(len(order)) - np.repeat(np.cumsum(times) - times, times)
+        hit = matched[order]
+        holder = holders[first_holder[m_key[order][hit]] + within[hit]]
+        m_key = m_key[order]
+    del times, matched
+    m_row = np.full(len(m_key), -1, dtype=np.int32)
+    m_row[hit] = item_row[holder]
+    m_repetition = np.zeros(len(m_key), dtype=np.int32)
+    m_repetition[hit] = item_repetition[holder]
+    del holder, item_row, item_repetition
+    if extra_keys:
+        # a row missing from items.parquet is named by its item id (a row string of its own)
+        ids = [text.partition(_SEP)[2] for text in extra_keys]
+        known = pc.index_in(pa.array(ids, pa.string()), value_set=row_values[0]).to_pylist()
+        new: dict[str, int] = {}
+        extra_row = np.array(
+            [
+                code if code is not None else new.setdefault(item_id, n_rows + len(new))
+                for item_id, code in zip(ids, known, strict=True)
+            ],
+            dtype=np.int32,
+        )
+        lost = ~hit
+        m_row[lost] = extra_row[m_key[lost] - len(dictionary)]
+        row_values.append(pa.array(list(new), pa.string()))
+    return _Coded(
+        providers=providers,
+        agents=agents,
+        metrics=metrics,
+        statuses=statuses,
+        keys=pa.concat_arrays([dictionary, pa.array(list(extra_keys), pa.string())]),
+        rows=pa.concat_arrays(row_values),
+        item_key=joined("item_key", np.int32),
+        item_agent=joined("item_agent", np.int32),
+        item_index=joined("item_index", np.int64),
+        item_status=joined("item_status", np.int32),
+        m_provider=joined("m_provider", np.int32, order),
+        m_agent=joined("m_agent", np.int32, order),
+        m_key=m_key,
+        m_metric=joined("m_metric", np.int32, order),
+        m_status=joined("m_status", np.int32, order),
+        m_score=joined("m_score", float, order),
+        m_scored=joined("m_scored", bool, order),
+        m_rated=joined("m_rated", bool, order),
+        m_row=m_row,
+        m_repetition=m_repetition,
+    )
+
+
+def _groups(*codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rows grouped by a tuple of code columns: each group's first row and each row's group,
+    the groups numbered in the order their first row comes."""
+    if not len(codes[0]):
+        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+    combined = np.zeros(len(codes[0]), dtype=np.int64)
+    for column in codes:
+        width = int(column.max()) + 2  # -1 (none) is a code too
+        combined = combined * width + (column.astype(np.int64) + 1)
+    _, first, inverse = np.unique(combined, return_index=True, return_inverse=True)
+    order = np.argsort(first, kind="stable")
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(len(order))
+    return first[order], rank[inverse.reshape(-1)]
+
+
+def _coded_kinds(c: _Coded) -> dict[tuple[str, str], MetricKind]:
+    first, group = _groups(c.m_provider, c.m_metric)
+    rated = np.bincount(group, weights=c.m_rated, minlength=len(first)) > 0
+    out: dict[tuple[str, str], MetricKind] = {}
+    for row, has_rating in zip(first.tolist(), rated.tolist(), strict=True):
+        provider = c.providers.values[c.m_provider[row]]
+        out[(provider, c.metrics.values[c.m_metric[row]])] = classify_metric(provider, has_rating)
+    return out
+
+
 # -- aggregates -----------------------------------------------------------------------------------
 
 
@@ -395,7 +630,7 @@ def _histogram(values: np.ndarray) -> list[Bin]:
 
 
 def _metric_rows(
-    run_dir: Any, filesystem: Any, scored: Any, kinds: dict[tuple[str, str], MetricKind]
+    run_dir: Any, filesystem: Any, coded: _Coded, kinds: dict[tuple[str, str], MetricKind]
 ) -> tuple[list[ResultRow], list[MetricRow], dict[str, int]]:
     summary = read_table(run_dir, "summary", filesystem=filesystem)
     rows = sorted(
@@ -405,17 +640,19 @@ def _metric_rows(
     agent_order: dict[str, int] = {}
     for r in rows:
         agent_order.setdefault(r["agent"], r["agent_index"])
-    valid = scored.filter(pc.is_valid(scored["score"]))
-    lists = valid.group_by(["provider", "agent", "metric"]).aggregate([("score", "list")])
+    # each provider x agent x metric's non-null scores, in file order
+    scored = np.flatnonzero(coded.m_scored)
+    first, group = _groups(coded.m_provider[scored], coded.m_agent[scored], coded.m_metric[scored])
+    by_group = np.argsort(group, kind="stable")
+    bounds = np.cumsum(np.bincount(group, minlength=len(first)))
+    values_of = np.split(coded.m_score[scored][by_group], bounds[:-1]) if len(first) else []
     by_key = {
-        (p, a, m): np.asarray(v, dtype=float)
-        for p, a, m, v in zip(
-            lists["provider"].to_pylist(),
-            lists["agent"].to_pylist(),
-            lists["metric"].to_pylist(),
-            lists["score_list"].to_pylist(),
-            strict=True,
-        )
+        (
+            coded.providers.values[coded.m_provider[scored[row]]],
+            coded.agents.values[coded.m_agent[scored[row]]],
+            coded.metrics.values[coded.m_metric[scored[row]]],
+        ): values
+        for row, values in zip(first.tolist(), values_of, strict=True)
     }
     results: list[ResultRow] = []
     metrics: list[MetricRow] = []
@@ -459,91 +696,110 @@ def _metric_rows(
     return results, metrics, agent_order
 
 
-_PER_ROW_KEYS = ("provider", "agent", "metric", "row")
+def _per_row(coded: _Coded) -> Any:
+    """Per provider, agent, metric and dataset row (their codes): verdict counts and score spread.
 
+    Counted with numpy on the codes, never one group per row in a hash table: at 100,000 items x
+    3 checks the group-by's table was the report's peak. The mean and the standard deviation
+    (ddof 1) of a row with several scores are Arrow's group-by's, of those rows only; a row with
+    one score has it as its mean (as Arrow's mean: 0.0 + score) and no deviation."""
+    first, group = _groups(coded.m_provider, coded.m_agent, coded.m_metric, coded.m_row)
+    size = len(first)
 
-def _per_row(scored: Any) -> Any:
-    """Per provider, agent, metric and dataset row: verdict counts and score spread.
+    def total(weights: np.ndarray | None = None) -> np.ndarray:
+        return np.bincount(group, weights=weights, minlength=size).astype(np.int64)
 
-    The group-by runs on the keys' dictionary codes, not their strings: the same groups, in a
-    fraction of the hash table's memory (measured at 100,000 items x 3 checks: +118 MiB -> +15 MiB
-    of resident memory, and faster); the strings are put back on the groups."""
-    status = scored["status"]
-    codes: dict[str, Any] = {}
-    values: dict[str, Any] = {}
-    for key in _PER_ROW_KEYS:
-        column = scored[key]
-        encoded = pc.dictionary_encode(
-            column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    status = coded.m_status
+    count = total(coded.m_scored)
+    mean = np.zeros(size, dtype=float)
+    std = np.zeros(size, dtype=float)
+    scored = coded.m_scored
+    single = np.flatnonzero(scored & (count[group] == 1))
+    mean[group[single]] = 0.0 + coded.m_score[single]
+    several = np.flatnonzero(scored & (count[group] > 1))
+    if several.size:
+        spread = (
+            pa.table({"g": pa.array(group[several]), "score": pa.array(coded.m_score[several])})
+            .group_by(["g"])
+            .aggregate([("score", "mean"), ("score", "stddev", pc.VarianceOptions(ddof=1))])
         )
-        codes[key] = encoded.indices
-        values[key] = encoded.dictionary
-    table = pa.table(
+        at = numpy_of(spread["g"], np.int64)
+        mean[at] = numpy_of(spread["score_mean"], float)
+        std[at] = numpy_of(spread["score_stddev"], float)
+    return pa.table(
         {
-            **codes,
-            "p": pc.cast(pc.equal(status, "pass"), pa.int64()),
-            "f": pc.cast(pc.equal(status, "fail"), pa.int64()),
-            "na": pc.cast(pc.equal(status, "not_applicable"), pa.int64()),
-            "one": pa.array(np.ones(len(scored), dtype=np.int64)),
-            "score": scored["score"],
+            "provider": pa.array(coded.m_provider[first]),
+            "agent": pa.array(coded.m_agent[first]),
+            "metric": pa.array(coded.m_metric[first]),
+            "row": pa.array(coded.m_row[first]),
+            "p_sum": pa.array(total(status == coded.status_code("pass"))),
+            "f_sum": pa.array(total(status == coded.status_code("fail"))),
+            "na_sum": pa.array(total(status == coded.status_code("not_applicable"))),
+            "one_sum": pa.array(total()),
+            "score_mean": pa.array(mean, mask=count == 0),
+            "score_stddev": pa.array(std, mask=count <= 1),
+            "score_count": pa.array(count),
         }
     )
-    grouped = table.group_by(list(_PER_ROW_KEYS)).aggregate(
-        [
-            ("p", "sum"),
-            ("f", "sum"),
-            ("na", "sum"),
-            ("one", "sum"),
-            ("score", "mean"),
-            ("score", "stddev", pc.VarianceOptions(ddof=1)),
-            ("score", "count"),
-        ]
-    )
-    for key in _PER_ROW_KEYS:
-        grouped = grouped.set_column(
-            grouped.schema.get_field_index(key), key, values[key].take(grouped[key])
-        )
-    return grouped
+
+
+def _at_k(n: np.ndarray, c: np.ndarray, k: int) -> tuple[float | None, float | None]:
+    """The mean over rows of pass@k and of pass^k (None for no row): each computed once per
+    distinct (n, c), then averaged over the rows in their order."""
+    if not n.size:
+        return None, None
+    pairs, inverse = np.unique(np.stack([n, c]), axis=1, return_inverse=True)
+    at = np.array([pass_at_k(int(n_), int(c_), k) for n_, c_ in pairs.T.tolist()])
+    hat = np.array([pass_hat_k(int(n_), int(c_), k) for n_, c_ in pairs.T.tolist()])
+    inverse = inverse.reshape(-1)
+    return float(np.mean(at[inverse])), float(np.mean(hat[inverse]))
 
 
 def _variability(
-    per_row: Any, repetitions: int, max_listed: int
+    per_row: Any, coded: _Coded, repetitions: int, max_listed: int
 ) -> tuple[list[VariabilityRow], list[FlakyItem], int]:
     out: list[VariabilityRow] = []
     flaky_items: list[FlakyItem] = []
     flaky_total = 0
-    groups = per_row.group_by(["provider", "agent", "metric"]).aggregate([])
-    for key in sorted(groups.to_pylist(), key=lambda g: (g["provider"], g["agent"], g["metric"])):
-        mask = pc.and_(
-            pc.and_(
-                pc.equal(per_row["provider"], key["provider"]),
-                pc.equal(per_row["agent"], key["agent"]),
-            ),
-            pc.equal(per_row["metric"], key["metric"]),
+    provider_codes = numpy_of(per_row["provider"], np.int64)
+    agent_codes = numpy_of(per_row["agent"], np.int64)
+    metric_codes = numpy_of(per_row["metric"], np.int64)
+    first, group = _groups(provider_codes, agent_codes, metric_codes)
+    named = [
+        (
+            coded.providers.values[provider_codes[row]],
+            coded.agents.values[agent_codes[row]],
+            coded.metrics.values[metric_codes[row]],
+            number,
         )
-        part = per_row.filter(mask)
-        c = numpy_of(part["p_sum"], np.int64)
-        n = c + numpy_of(part["f_sum"], np.int64)
+        for number, row in enumerate(first.tolist())
+    ]
+    p_all = numpy_of(per_row["p_sum"], np.int64)
+    f_all = numpy_of(per_row["f_sum"], np.int64)
+    std_all = numpy_of(per_row["score_stddev"], float)
+    by_group = np.argsort(group, kind="stable")
+    bounds = np.cumsum(np.bincount(group, minlength=len(first)))
+    members = np.split(by_group, bounds[:-1]) if len(first) else []
+    for provider, agent, metric, number in sorted(named):
+        rows_of = members[number]
+        c = p_all[rows_of]
+        n = c + f_all[rows_of]
         has = n > 0
         k = max(1, min(repetitions, int(n.max()) if n.size else 1))
         at_k = n >= k
-        std = numpy_of(part["score_stddev"], float)
+        std = std_all[rows_of]
         flaky = has & (c > 0) & (c < n)
-        at_k_counts = list(zip(n[at_k].tolist(), c[at_k].tolist(), strict=True))
+        pass_at, pass_hat = _at_k(n[at_k], c[at_k], k)
         out.append(
             VariabilityRow(
-                provider=key["provider"],
-                agent=key["agent"],
-                metric=key["metric"],
+                provider=provider,
+                agent=agent,
+                metric=metric,
                 rows=int(has.sum()),
                 k=k,
                 pass_at_1=float((c[has] / n[has]).mean()) if has.any() else None,
-                pass_at_k=float(np.mean([pass_at_k(n_, c_, k) for n_, c_ in at_k_counts]))
-                if at_k_counts
-                else None,
-                pass_hat_k=float(np.mean([pass_hat_k(n_, c_, k) for n_, c_ in at_k_counts]))
-                if at_k_counts
-                else None,
+                pass_at_k=pass_at,
+                pass_hat_k=pass_hat,
                 at_least_1=int((has & (c >= 1)).sum()),
                 all_k=int((at_k & (c == n)).sum()),
                 rows_at_k=int(at_k.sum()),
@@ -554,13 +810,17 @@ def _variability(
         flaky_total += int(flaky.sum())
         room = max_listed - len(flaky_items)
         if room > 0 and flaky.any():
-            chosen = part.filter(pa.array(flaky)).sort_by("row").slice(0, room).to_pylist()
+            listed = per_row.take(pa.array(rows_of[flaky]))
+            listed = listed.set_column(
+                listed.schema.get_field_index("row"), "row", coded.rows.take(listed["row"])
+            )
+            chosen = listed.sort_by("row").slice(0, room).to_pylist()
             for r in chosen:
                 flaky_items.append(
                     FlakyItem(
-                        provider=key["provider"],
-                        agent=key["agent"],
-                        metric=key["metric"],
+                        provider=provider,
+                        agent=agent,
+                        metric=metric,
                         row=r["row"],
                         stats=RepetitionStats(
                             n=r["p_sum"] + r["f_sum"],
@@ -658,6 +918,82 @@ def disagreements(
                 pairs=g["one_sum"],
                 check_pass_judge_fail=g["cpjf_sum"],
                 check_fail_judge_pass=g["cfjp_sum"],
+                examples=examples,
+            )
+        )
+    return out
+
+
+def _coded_disagreements(
+    coded: _Coded, kinds: dict[tuple[str, str], MetricKind], max_examples: int
+) -> list[Disagreement]:
+    """``disagreements`` on the codes: the same pairs, counts and examples (the first in file
+    order), without a string join."""
+    status = coded.m_status
+    passed = status == coded.status_code("pass")
+    verdict = passed | (status == coded.status_code("fail"))
+    width = len(coded.metrics.values)
+    kind_of = np.zeros(len(coded.providers.values) * width, dtype=np.int8)
+    for (provider, metric), kind in kinds.items():
+        code = coded.providers.code(provider) * width + coded.metrics.code(metric)
+        kind_of[code] = {"check": 1, "judge": 2}.get(kind, 0)
+    kind = kind_of[coded.m_provider.astype(np.int64) * width + coded.m_metric]
+    checks = np.flatnonzero(verdict & (kind == 1))
+    judges = np.flatnonzero(verdict & (kind == 2))
+    if not checks.size or not judges.size:
+        return []
+    # the inner join on the item (its key holds the agent): each check row with every judge row
+    # of its item, in file order
+    judges = judges[np.argsort(coded.m_key[judges], kind="stable")]
+    low = np.searchsorted(coded.m_key[judges], coded.m_key[checks], "left")
+    high = np.searchsorted(coded.m_key[judges], coded.m_key[checks], "right")
+    count = high - low
+    check = np.repeat(checks, count)
+    if not check.size:
+        return []
+    judge = judges[
+        np.repeat(low, count) + np.arange(check.size) - np.repeat(count.cumsum() - count, count)
+    ]
+    cp, jp = passed[check], passed[judge]
+    first, group = _groups(coded.m_agent[check], coded.m_metric[check], coded.m_metric[judge])
+    pairs = np.bincount(group, minlength=len(first))
+    cpjf = np.bincount(group, weights=cp & ~jp, minlength=len(first))
+    cfjp = np.bincount(group, weights=~cp & jp, minlength=len(first))
+    disagree = np.flatnonzero(cp != jp)
+    named = [
+        (
+            coded.agents.values[coded.m_agent[check[row]]],
+            coded.metrics.values[coded.m_metric[check[row]]],
+            coded.metrics.values[coded.m_metric[judge[row]]],
+            number,
+        )
+        for number, row in enumerate(first.tolist())
+    ]
+    out: list[Disagreement] = []
+    for agent, check_metric, judge_metric, number in sorted(named):
+        shown = disagree[group[disagree] == number][:max_examples]
+        examples = [
+            DisagreementItem(
+                agent=agent,
+                item_id=coded.key_pair(int(coded.m_key[check[i]]))[1],
+                row=str(coded.rows[int(coded.m_row[check[i]])].as_py()),
+                repetition=int(coded.m_repetition[check[i]]),
+                check=check_metric,
+                check_passed=bool(cp[i]),
+                judge=judge_metric,
+                judge_passed=bool(jp[i]),
+                judge_reason=None,
+            )
+            for i in shown.tolist()
+        ]
+        out.append(
+            Disagreement(
+                agent=agent,
+                check=check_metric,
+                judge=judge_metric,
+                pairs=int(pairs[number]),
+                check_pass_judge_fail=int(cpjf[number]),
+                check_fail_judge_pass=int(cfjp[number]),
                 examples=examples,
             )
         )
@@ -809,6 +1145,11 @@ def _text_size(detail: ItemDetail) -> int:
     return size + sum(len(s.reason or "") + len(s.error_message or "") for s in detail.scores)
 
 
+def _key_text(coded: _Coded, code: int) -> str:
+    """An item's key string (agent, separator, item id) by its code."""
+    return str(coded.keys[code].as_py())
+
+
 def _key_column(table: Any) -> Any:
     return pc.binary_join_element_wise(table["agent"], pc.fill_null(table["item_id"], ""), _SEP)
 
@@ -819,57 +1160,53 @@ _STATUS_RANK = {"pass": 0, "fail": 1, "error": 2, "errored": 2}
 def _drill_down(
     run_dir: Any,
     filesystem: Any,
+    coded: _Coded,
     agent_order: dict[str, int],
     max_items: int,
 ) -> tuple[list[ItemDetail], int, int]:
     """The items to show: those not passed by every provider first, then the others, up to
     max_items; returns them with the number of items and of items not passed."""
-    heads = read_table(
-        run_dir,
-        "scores",
-        columns=["agent", "item_id", "item_index", "item_status"],
-        filesystem=filesystem,
-    )
-    per_item = heads.group_by(["agent", "item_id"]).aggregate(
-        [("item_index", "min"), ("item_status", "distinct")]
-    )
-    total = len(per_item)
+    heads, of_item = _groups(coded.item_key)  # items in the order scores.parquet first has them
+    total = len(heads)
+    not_pass = coded.item_status != coded.status_code("pass")
+    not_pass &= coded.item_status != coded.statuses._codes.get(None, -2)  # as pc.not_equal
+    bad = np.zeros(total, dtype=bool)
+    bad[of_item[not_pass]] = True
+    not_passed = int(bad.sum())
     if max_items == 0:  # only the counts (the view pages items itself)
-        flat = heads.filter(pc.not_equal(heads["item_status"], "pass"))
-        return [], total, len(_key_column(flat).unique())
-    records = per_item.to_pylist() if total <= 4 * max_items else None
-    if records is None:
-        # many items: rank on key strings, not one dict per item
-        flat = heads.filter(pc.not_equal(heads["item_status"], "pass"))
-        bad_keys = set(_key_column(flat).unique().to_pylist())
-        not_passed = len(bad_keys)
-        ordered = per_item.select(["agent", "item_id", "item_index_min"])
-        keys = _key_column(ordered).to_pylist()
-        index = ordered["item_index_min"].to_pylist()
-        agents = ordered["agent"].to_pylist()
-        ranked = sorted(
-            range(total),
-            key=lambda i: (keys[i] not in bad_keys, agent_order.get(agents[i], 99), index[i]),
-        )[:max_items]
-        chosen = [keys[i] for i in ranked]
-        verdicts = {k: ("fail" if k in bad_keys else "pass") for k in chosen}
-    else:
+        return [], total, not_passed
+    index_min = np.full(total, np.iinfo(np.int64).max, dtype=np.int64)
+    np.minimum.at(index_min, of_item, coded.item_index)
+    agent_rank = np.array(
+        [agent_order.get(a, 99) for a in coded.agents.values] or [0], dtype=np.int64
+    )[coded.item_agent[heads]]
+    key_of = coded.item_key[heads]
+    if total <= 4 * max_items:
 
         def verdict(statuses: Sequence[str]) -> str:
             return max(statuses, key=lambda s: _STATUS_RANK.get(s, 3))
 
-        for r in records:
-            r["verdict"] = verdict(r["item_status_distinct"])
-        records.sort(
-            key=lambda r: (
-                r["verdict"] == "pass",
-                agent_order.get(r["agent"], 99),
-                r["item_index_min"],
-            )
+        distinct: list[list[str]] = [[] for _ in range(total)]
+        for number, code in zip(of_item.tolist(), coded.item_status.tolist(), strict=True):
+            status = coded.statuses.values[code]
+            if status not in distinct[number]:
+                distinct[number].append(status)
+        verdicts_of = [verdict(statuses) for statuses in distinct]
+        ranked = sorted(
+            range(total),
+            key=lambda i: (verdicts_of[i] == "pass", int(agent_rank[i]), int(index_min[i])),
         )
-        not_passed = sum(r["verdict"] != "pass" for r in records)
-        chosen = [f"{r['agent']}{_SEP}{r['item_id']}" for r in records[:max_items]]
-        verdicts = {f"{r['agent']}{_SEP}{r['item_id']}": r["verdict"] for r in records}
+        not_passed = sum(v != "pass" for v in verdicts_of)
+        chosen = [_key_text(coded, int(key_of[i])) for i in ranked[:max_items]]
+        verdicts = {_key_text(coded, int(key_of[i])): verdicts_of[i] for i in range(total)}
+    else:
+        # many items: rank on the codes, not one Python object per item
+        ranked_codes = np.lexsort((np.arange(total), index_min, agent_rank, ~bad))[:max_items]
+        chosen = [_key_text(coded, int(key_of[i])) for i in ranked_codes.tolist()]
+        verdicts = {
+            key: ("fail" if bad[i] else "pass")
+            for key, i in zip(chosen, ranked_codes.tolist(), strict=True)
+        }
     pairs = [key.partition(_SEP)[::2] for key in chosen]
     item_rows: dict[str, dict[str, Any]] = {}
     for r in read_item_rows(run_dir, "items", pairs, filesystem=filesystem):
@@ -979,9 +1316,9 @@ def load_report_data(
     tokens = pc.sum(runs["total_tokens"]).as_py()
     items = read_table(run_dir, "items", columns=["agent"], filesystem=filesystem)
     counts = items.group_by(["agent"]).aggregate([("agent", "count")]).to_pylist()
-    scored = scored_rows(run_dir, filesystem=filesystem)
-    kinds = _kinds(scored)
-    results, metrics, agent_order = _metric_rows(run_dir, filesystem, scored, kinds)
+    coded = _coded_scores(run_dir, filesystem)
+    kinds = _coded_kinds(coded)
+    results, metrics, agent_order = _metric_rows(run_dir, filesystem, coded, kinds)
     for r in counts:
         agent_order.setdefault(r["agent"], len(agent_order))
     items_per_agent = sorted(
@@ -990,17 +1327,18 @@ def load_report_data(
     )
     repetitions = suite.get("repetitions") if isinstance(suite.get("repetitions"), int) else None
     if repetitions is None:
-        rep = pc.max(scored["repetition"]).as_py() if len(scored) else None
+        rep = int(coded.m_repetition.max()) if len(coded.m_repetition) else None
         repetitions = (rep or 0) + 1
-    variability, flaky, flaky_total = _variability(_per_row(scored), repetitions, max_listed)
+    variability, flaky, flaky_total = _variability(_per_row(coded), coded, repetitions, max_listed)
     order = {(m.provider, m.agent, m.metric): i for i, m in enumerate(metrics)}
     variability.sort(key=lambda v: order.get((v.provider, v.agent, v.metric), math.inf))
-    found = disagreements(scored, kinds, max_examples=max(1, min(20, max_listed)))
+    found = _coded_disagreements(coded, kinds, max_examples=max(1, min(20, max_listed)))
     reasons = _judge_reasons(run_dir, filesystem, (e for d in found for e in d.examples))
     for d in found:
         for e in d.examples:
             e.judge_reason = reasons.get((e.agent, e.item_id, e.judge))
-    details, total, not_passed = _drill_down(run_dir, filesystem, agent_order, max_items)
+    details, total, not_passed = _drill_down(run_dir, filesystem, coded, agent_order, max_items)
+    del coded
     timings = manifest.get("timings") if isinstance(manifest.get("timings"), dict) else {}
     assert isinstance(timings, dict)
     gate = manifest.get("gate")
