@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -381,3 +382,111 @@ def test_row_hash_is_the_content_key_of_the_row() -> None:
     ]
     for row in rows:
         assert row_hash(row) == content_key(row.model_dump(mode="json", exclude_none=True))
+
+
+_KNOWN_HASHES = [
+    (
+        {
+            "id": "q0",
+            "query": "What's the weather in Paris? (0)",
+            "expected_output": "sunny",
+            "expected_tool_calls": [{"name": "get_weather", "arguments": {"city": "Paris"}}],
+        },
+        "4490cf96d80fb2e1c4cad1e61abbf03f",
+    ),
+    ({"query": "q", "id": "line-1"}, "466f0a1898ca8f8d64b2eb3cc5c9fb79"),
+    (
+        {
+            "query": 'naïve ☃ \u2028 "quoted" \\ back\ttab\x01',
+            "id": "z",
+            "expected_output": "a\nb",
+            "context": "c",
+            "tags": ["x", "y"],
+            "expected_tool_calls": [
+                {
+                    "name": "f",
+                    "arguments": {
+                        "b": [1, 2.5, -0.0, 1e300, True, None],
+                        "a": None,
+                        "é": {"z": 2**70, "a": []},
+                    },
+                },
+                {"name": "g"},
+                {"name": "h", "arguments": {}},
+            ],
+        },
+        "4fedbc5b452b4f4668df30ada8ed0992",
+    ),
+    (
+        {"query": "q", "id": "w", "agents": {"writer": {"expected_output": "w"}}},
+        "0515d45cd8e92677b99916b01be15a78",
+    ),
+    (
+        {
+            "query": "q",
+            "id": "nan",
+            "expected_tool_calls": [
+                {"name": "f", "arguments": {"x": float("nan"), "y": float("inf")}}
+            ],
+        },
+        "c148b94acfe26c578f74ab94a870548b",
+    ),
+    (
+        {
+            "id": "rec",
+            "conversation": [
+                {"role": "user", "content": "hi"},
+                {"role": "assistant", "content": "hello"},
+            ],
+        },
+        "bbc2aec624b727ab0f73aaecf4f58e8f",
+    ),
+]
+"""Rows and the hashes evalpipe gave them before row_hash's encoder changed (cb9e017): a journal
+keys its calls by them, so a changed hash would silently re-make every call of a run."""
+
+
+@pytest.mark.parametrize(("data", "expected"), _KNOWN_HASHES)
+def test_row_hash_is_the_known_hash_of_the_row(data: dict[str, Any], expected: str) -> None:
+    """row_hash gives the hashes earlier evalpipe versions gave the same rows, byte for byte."""
+    from evalpipe.datasets import QueryRow, row_hash
+
+    assert row_hash(QueryRow.model_validate(data)) == expected
+
+
+def test_rows_validated_at_once_are_the_rows_validated_one_by_one(tmp_path: Path) -> None:
+    """A file's rows (without ids, with a null id, with their own) are the rows model_validate
+    gives one at a time, ids defaulted to the line."""
+    from evalpipe.datasets import QueryRow
+
+    lines = [
+        {"query": "a"},
+        {"query": "b", "id": None, "tags": ["t"]},
+        {"query": "c", "id": "x", "expected_tool_calls": [{"name": "f"}]},
+        {"query": "d", "agents": {"w": {"expected_output": "o"}}, "context": "k"},
+    ]
+    path = tmp_path / "rows.jsonl"
+    path.write_text("\n".join(json.dumps(line) for line in lines) + "\n", encoding="utf-8")
+    rows = load_jsonl(path)
+    expected = [QueryRow.model_validate(line) for line in lines]
+    for index, row in enumerate(expected):
+        if row.id is None:
+            row.id = f"line-{index + 1}"
+    assert rows == expected
+    assert [r.id for r in rows] == ["line-1", "line-2", "x", "line-4"]
+
+
+def test_the_first_bad_row_is_named_when_several_are_bad(tmp_path: Path) -> None:
+    """With rows validated at once, the error still names the first bad line, and only it."""
+    path = tmp_path / "rows.jsonl"
+    path.write_text(
+        '{"query": "ok"}\n{"query": "a", "id": "a"}\n{"query": ""}\n{"querry": "x"}\n'
+        '{"query": "b", "id": "a"}\n',
+        encoding="utf-8",
+    )
+    with pytest.raises(DatasetError) as info:
+        load_jsonl(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}:3: query: ")
+    assert ":4:" not in message
+    assert ":5:" not in message

@@ -3,11 +3,13 @@ the files are readable by pyarrow, pandas and duckdb."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import duckdb
 import pandas as pd
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from artifact_builders import AGENTS, workflow_batch
@@ -23,7 +25,7 @@ from evalpipe import (
     tool_call_args_match,
     tool_calls_present,
 )
-from evalpipe.artifacts import RunRecord, RunWriter, load_run, read_item_rows, read_runs
+from evalpipe.artifacts import RunRecord, RunWriter, load_run, read_item_rows, read_runs, reader
 from evalpipe.artifacts.reader import LOADED
 from evalpipe.targets.demo import travel_agent
 from runner_helpers import transcripts
@@ -280,3 +282,31 @@ def test_read_item_rows_reads_only_the_wanted_items_rows(tmp_path: Path, table: 
     assert got == expected
     assert LOADED["item_rows"] - before == len(expected)
     assert read_item_rows(tmp_path, table, set()) == []
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"query_index": 3, "row_id": "q3", "tags": ["a", "b"], "run_id": "abc"}',
+        '{"big": 1180591620717411303424, "f": 0.1, "e": 1e300, "neg": -0.0, "one": 1.0}',
+        '{"u": "\\u00e9\\u2603 \\u2028", "raw": "é☃", "n": null, "nested": [1, {"x": [true]}]}',
+        '{"lone": "\\ud800x"}',  # a lone surrogate escape: pydantic-core refuses it
+        '{"dup": 1, "dup": 2}',
+    ],
+)
+def test_item_metadata_is_read_as_json_loads_reads_it(text: str) -> None:
+    """An item result's metadata text comes back as json.loads gives it: values and their types."""
+    got = reader._metadata(text)
+    assert got == json.loads(text)
+    assert repr(got) == repr(json.loads(text))  # 1 and 1.0, -0.0 and 0.0 stay apart
+    assert reader._metadata(None) is None
+
+
+def test_row_positions_become_an_int64_array_of_the_same_values() -> None:
+    """_indices gives the positions as they are, as int64, for take()."""
+    positions = [0, 3, 5, 8_191, 2**40]
+    array = reader._indices(positions)
+    assert array.type == pa.int64()
+    assert array.to_pylist() == positions
+    assert array.null_count == 0
+    assert reader._indices([]).to_pylist() == []

@@ -174,3 +174,72 @@ def test_rows_with_equal_expected_tool_calls_share_one_list() -> None:
     assert [c == d.expected_tool_calls for c, d in zip(calls, dataset, strict=True)] == [True] * 7
     assert calls[4][0].arguments == {"n": 1.0}  # type: ignore[index]
     assert isinstance(calls[4][0].arguments["n"], float)  # type: ignore[index]
+
+
+def test_rows_that_expect_the_same_share_one_expectations() -> None:
+    """Rows with the same expected output, context and (shared) tool calls share one immutable
+    Expectations; a different value, NaN arguments (equal repr, unequal values) or per-agent
+    expectations get their own, each equal to its row's."""
+    from evalpipe.datasets import QueryRow
+    from evalpipe.runner.prepare import rows_from_dataset
+
+    weather = [{"name": "get_weather", "arguments": {"city": "Paris"}}]
+
+    def nan() -> list[dict[str, Any]]:  # a NaN object of its own per row, as a file's rows have
+        return [{"name": "f", "arguments": {"x": float("nan")}}]
+
+    data: list[dict[str, Any]] = [
+        {"expected_output": "sunny", "expected_tool_calls": weather},
+        {"expected_output": "sunny", "expected_tool_calls": weather},
+        {"expected_output": "rainy", "expected_tool_calls": weather},
+        {"expected_output": "sunny", "expected_tool_calls": weather, "context": "c"},
+        {"expected_output": "sunny", "expected_tool_calls": nan()},
+        {"expected_output": "sunny", "expected_tool_calls": nan()},
+        {"expected_output": "sunny", "agents": {"writer": {"expected_output": "w"}}},
+        {"expected_output": "sunny", "agents": {"writer": {"expected_output": "w"}}},
+        {},
+        {},
+    ]
+    dataset = [
+        QueryRow.model_validate({"id": str(i), "query": "q", **d}) for i, d in enumerate(data)
+    ]
+    rows = rows_from_dataset(dataset, "workflow")
+    expect = [r.expect for r in rows]
+    assert expect[0] is expect[1]
+    assert len({id(e) for e in expect[2:4]} | {id(expect[0])}) == 3
+    assert expect[4] is not expect[5]  # nan != nan: the calls are not shared, nor what holds them
+    assert expect[6] is not expect[7]
+    assert expect[6] == expect[7]
+    assert expect[8] is expect[9]
+    for got, row in zip(expect, dataset, strict=True):
+        assert (got.expected_output, got.context) == (row.expected_output, row.context)
+        assert got.agents == (row.agents or {})
+        if row.expected_tool_calls is None or row is dataset[4] or row is dataset[5]:
+            assert got.expected_tool_calls is row.expected_tool_calls
+        else:
+            assert got.expected_tool_calls == row.expected_tool_calls
+
+
+def test_a_subclass_of_expected_tool_call_is_shared_by_model_equality() -> None:
+    """Calls of an ExpectedToolCall subclass are shared only when equal as models (the class too)
+    to the first list kept for the same names and arguments."""
+    from evalpipe.datasets import QueryRow
+    from evalpipe.items import ExpectedToolCall
+    from evalpipe.runner.prepare import rows_from_dataset
+
+    class Other(ExpectedToolCall):
+        pass
+
+    plain = ExpectedToolCall.model_validate({"name": "f", "arguments": {"a": 1}})
+    other = Other.model_validate({"name": "f", "arguments": {"a": 1}})
+    dataset = [
+        QueryRow(id="0", query="q", expected_tool_calls=[plain]),
+        QueryRow(id="1", query="q", expected_tool_calls=[other]),
+        QueryRow(id="2", query="q", expected_tool_calls=[other.model_copy()]),
+    ]
+    calls = [r.expect.expected_tool_calls for r in rows_from_dataset(dataset, "agent")]
+    assert calls[1] is not calls[0]  # another class: unequal models
+    assert calls[2] is not calls[1]  # the list kept for these (name, arguments) is row 0's
+    assert calls[1] == dataset[1].expected_tool_calls
+    assert calls[2] == dataset[2].expected_tool_calls
+    assert [type(c[0]) for c in calls if c] == [ExpectedToolCall, Other, Other]

@@ -7,6 +7,7 @@ newer or unknown one with a message that says which evalpipe to use.
 
 from __future__ import annotations
 
+import array
 import json
 import os
 from collections import Counter
@@ -19,6 +20,7 @@ import pyarrow.compute as pc  # type: ignore[import-untyped, unused-ignore]
 import pyarrow.fs as pafs  # type: ignore[import-untyped, unused-ignore]
 import pyarrow.parquet as pq  # type: ignore[import-untyped, unused-ignore]
 from pydantic import TypeAdapter
+from pydantic_core import from_json
 
 from evalpipe._internal.collector import no_cyclic_gc
 from evalpipe.artifacts.schema import (
@@ -415,6 +417,19 @@ def _loads(text: str | None) -> Any:
     return None if text is None else json.loads(text)
 
 
+def _metadata(text: str | None) -> Any:
+    """An item result's metadata object back (one per item: the hot parse of load_run).
+
+    pydantic-core's parser (the writer's ``to_json`` wrote the text) gives the values
+    ``json.loads`` gives, in about half the time; what it refuses, ``json.loads`` reads or names."""
+    if text is None:
+        return None
+    try:
+        return from_json(text)
+    except ValueError:
+        return json.loads(text)
+
+
 _SCALARS = (str, int, float, bool, type(None))
 
 
@@ -545,8 +560,10 @@ def _item_result(
         response_id=response_id,
         input_text=input_text,
         output_text=output_text,
-        token_usage=_tokens(input_tokens, output_tokens, total_tokens, other),
-        metadata=_loads(metadata),
+        token_usage=None
+        if other is None and input_tokens is None and output_tokens is None and total_tokens is None
+        else _tokens(input_tokens, output_tokens, total_tokens, other),
+        metadata=_metadata(metadata),
     )
 
 
@@ -594,13 +611,27 @@ def _score(values: Sequence[Any], samples: _Samples) -> EvalScoreResult:
     )
 
 
+def _indices(positions: list[int]) -> Any:
+    """``positions`` as an Arrow int64 array, built from its bytes: ``pa.array`` of a Python list
+    imports pandas (half a second of ``load_run`` in a fresh process)."""
+    return pa.Array.from_buffers(
+        pa.int64(), len(positions), [None, pa.py_buffer(array.array("q", positions))]
+    )
+
+
 def _pylists(batch: Any, names: Sequence[str], shared: dict[str, str]) -> list[list[Any]]:
     """Columns of ``batch`` as Python lists; the repeating text columns share their strings."""
     out = []
     for name in names:
-        values = batch.column(name).to_pylist()
-        if name in _SHARED:
-            values = [v if v is None else shared.setdefault(v, v) for v in values]
+        column = batch.column(name)
+        if column.null_count == len(column):  # most score columns of a local check
+            values: list[Any] = [None] * len(column)
+        elif name in _SHARED:
+            encoded = pc.dictionary_encode(column)
+            distinct = [shared.setdefault(v, v) for v in encoded.dictionary.to_pylist()]
+            values = [None if i is None else distinct[i] for i in encoded.indices.to_pylist()]
+        else:
+            values = column.to_pylist()
         out.append(values)
     return out
 
@@ -658,7 +689,14 @@ def _read_results(
         heads = dict(
             zip(
                 starts,
-                zip(*_pylists(batch.take(starts), _ITEM_RESULT_COLUMNS, shared), strict=True),
+                zip(
+                    *_pylists(
+                        batch.select(_ITEM_RESULT_COLUMNS).take(_indices(starts)),
+                        _ITEM_RESULT_COLUMNS,
+                        shared,
+                    ),
+                    strict=True,
+                ),
                 strict=True,
             )
         )
@@ -681,6 +719,24 @@ def _read_results(
                 LOADED["item_results"] += 1
             if score_index is not None:
                 item.scores.append(_score(values, samples))
+
+
+_LEVEL_COLUMNS = [
+    "kind",
+    "provider",
+    "provider_index",
+    "agent",
+    "agent_index",
+    "eval_id",
+    "eval_run_id",
+    "status",
+    "result_counts",
+    "report_url",
+    "error",
+    "per_evaluator",
+]
+"""The summary columns an EvalResults level is made of (not the timestamps: converting a
+timezone-aware column to Python imports pandas, half a second of a fresh ``load_run``)."""
 
 
 def load_run(
@@ -711,7 +767,7 @@ def load_run(
     with no_cyclic_gc():
         _read_results(run_dir, common, results)
 
-    summary = read_table(run_dir, "summary", columns=SCHEMAS["summary"].names, **common)
+    summary = read_table(run_dir, "summary", columns=_LEVEL_COLUMNS, **common)
     levels = sorted(
         (r for r in summary.to_pylist() if r["kind"] == "result"),
         key=lambda r: (r["provider_index"], r["agent_index"]),

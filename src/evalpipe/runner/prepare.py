@@ -44,7 +44,8 @@ def rows_from_dataset(rows: Sequence[QueryRow], kind: TargetKind) -> tuple[Row, 
     """Runner rows from dataset rows; a recorded row carries its transcript (and, for an agent,
     its recorded query side)."""
     out = []
-    shared: dict[str, list[ExpectedToolCall]] = {}
+    shared: dict[str, _Kept] = {}
+    expectations: dict[tuple[str | None, int, str | None], Expectations] = {}
     for index, row in enumerate(rows):
         recorded: Transcript | None = None
         head: tuple[Message, ...] | None = None
@@ -52,6 +53,20 @@ def rows_from_dataset(rows: Sequence[QueryRow], kind: TargetKind) -> tuple[Row, 
             recorded = recorded_run(row, query_index=index, repetition=0, kind=kind)
             if kind == "agent" and row.conversation is not None:
                 head = tuple(split_recording(row.conversation, row.query)[0])
+        calls = _shared(shared, row.expected_tool_calls)
+        if row.agents:
+            expect = Expectations(row.expected_output, calls, row.context, dict(row.agents))
+        else:
+            # rows that expect the same share one Expectations (immutable, never written), and
+            # rows without per-agent expectations one empty mapping; ``calls`` is kept alive
+            # by the Expectations it keys, so its id is not reused
+            same = (row.expected_output, id(calls), row.context)
+            found = expectations.get(same)
+            if found is None:
+                found = expectations[same] = Expectations(
+                    row.expected_output, calls, row.context, NO_EXPECTATIONS.agents
+                )
+            expect = found
         out.append(
             Row(
                 index=index,
@@ -59,13 +74,7 @@ def rows_from_dataset(rows: Sequence[QueryRow], kind: TargetKind) -> tuple[Row, 
                 key=row_hash(row),
                 id=row.id,
                 tags=tuple(row.tags),
-                expect=Expectations(
-                    expected_output=row.expected_output,
-                    expected_tool_calls=_shared(shared, row.expected_tool_calls),
-                    context=row.context,
-                    # rows without per-agent expectations share one empty mapping (never written)
-                    agents=dict(row.agents) if row.agents else NO_EXPECTATIONS.agents,
-                ),
+                expect=expect,
                 recorded=recorded,
                 recorded_head=head,
             )
@@ -73,19 +82,30 @@ def rows_from_dataset(rows: Sequence[QueryRow], kind: TargetKind) -> tuple[Row, 
     return tuple(out)
 
 
+_Kept = tuple[list[ExpectedToolCall], list[tuple[str, Any]], bool]
+"""A shared list of expected calls, its (name, arguments) pairs, and whether every call is an
+ExpectedToolCall itself (not a subclass)."""
+
+
 def _shared(
-    seen: dict[str, list[ExpectedToolCall]], calls: list[ExpectedToolCall] | None
+    seen: dict[str, _Kept], calls: list[ExpectedToolCall] | None
 ) -> list[ExpectedToolCall] | None:
     """One list for every row that expects equal tool calls (the plan holds the rows for the
     whole run: ~0.7 kB a row of pydantic objects otherwise). Nothing writes to them; each item
     gets its own list of the calls."""
     if not calls:
         return calls
-    key = repr([(c.name, c.arguments) for c in calls])
+    pairs = [(c.name, c.arguments) for c in calls]
+    key = repr(pairs)
+    exact = all(type(c) is ExpectedToolCall for c in calls)
     first = seen.get(key)
-    if first is not None and first == calls:
-        return first
-    seen.setdefault(key, calls)
+    if first is not None:
+        kept, kept_pairs, kept_exact = first
+        # ExpectedToolCall's == is its fields' (no private or extra attributes): the pairs'
+        if (kept_pairs == pairs) if (exact and kept_exact) else (kept == calls):
+            return kept
+        return calls
+    seen[key] = (calls, pairs, exact)
     return calls
 
 
@@ -106,38 +126,39 @@ def prepare_suite(
         SuiteError: for a bad dataset, target, evaluator, split, gate or run directory (named,
             with the fix).
     """
-    try:
-        with no_cyclic_gc():  # 100,000 rows of small objects: see _internal.collector
-            dataset = load_dataset(suite.dataset)
-    except DatasetError as exc:
-        raise SuiteError(
-            f"dataset: {exc} (a relative path in a suite file is relative to the suite file)"
-        ) from None
-    providers = build_evaluators(suite)
-    splitter = build_split(suite)
-    gates = _parse_gates(suite.gates)
-    stored: dict[str, Transcript] | None = None
-    target: Target | None = None
-    if rescore is not None:
-        kind, identity, stored = _read_stored(Path(rescore))
-    elif suite.target is None:
-        kind, identity = _recorded_kind(suite, dataset)
-    else:
-        try:
-            target = resolve_target(build_target(suite))
-        except TypeError as exc:
-            raise SuiteError(f"target: {exc}") from None
-        kind = target.kind
-        identity = f"{target.identity}|{suite.target_identity()}"
-    _check_recorded_rows(dataset, kind)
-    _check_scopes(providers, kind, target)
-    _check_row_agents(dataset, suite, target)
-    _check_gates(gates, providers, kind, target)
-    _check_credentials(providers)
-    _check_compare_with(suite)
+    # 100,000 rows of small objects, from the dataset to the calls: see _internal.collector
     with no_cyclic_gc():
+        try:
+            dataset = load_dataset(suite.dataset)
+        except DatasetError as exc:
+            raise SuiteError(
+                f"dataset: {exc} (a relative path in a suite file is relative to the suite file)"
+            ) from None
+        providers = build_evaluators(suite)
+        splitter = build_split(suite)
+        gates = _parse_gates(suite.gates)
+        stored: dict[str, Transcript] | None = None
+        target: Target | None = None
+        if rescore is not None:
+            kind, identity, stored = _read_stored(Path(rescore))
+        elif suite.target is None:
+            kind, identity = _recorded_kind(suite, dataset)
+        else:
+            try:
+                target = resolve_target(build_target(suite))
+            except TypeError as exc:
+                raise SuiteError(f"target: {exc}") from None
+            kind = target.kind
+            identity = f"{target.identity}|{suite.target_identity()}"
+        _check_recorded_rows(dataset, kind)
+        _check_scopes(providers, kind, target)
+        _check_row_agents(dataset, suite, target)
+        _check_gates(gates, providers, kind, target)
+        _check_credentials(providers)
+        _check_compare_with(suite)
         rows = rows_from_dataset(dataset, kind)
         calls = make_calls(identity, rows, suite.repetitions)
+        del dataset  # freed as it is, before the collector runs again and would scan it all
     if stored is not None:
         missing = [c for c in calls if c.key not in stored]
         if missing:
