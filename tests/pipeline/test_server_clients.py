@@ -1,12 +1,14 @@
 """The Prefect settings a run's clients get for the API URL evalpipe chose itself
 (evalpipe.pipeline.server._client_settings): no CA bundle loaded for a plain-HTTP API, no version
-check of the embedded server. No server is started."""
+check of the embedded server; and how the requests to local servers take no answer. No server is
+started."""
 
 from __future__ import annotations
 
 import ssl
 from pathlib import Path
 
+import pytest
 from prefect.client.orchestration import get_client
 from prefect.settings import (
     PREFECT_API_SSL_CERT_FILE,
@@ -47,11 +49,23 @@ def test_prefect_clients_of_the_run_use_that_ca_file(tmp_path: Path) -> None:
     assert names == ["evalpipe: no TLS to the loopback Prefect API"]
 
 
-def test_an_https_api_keeps_the_configured_ca_file(tmp_path: Path) -> None:
-    """An https:// URL gets no CA file of evalpipe's: TLS verification stays as configured."""
-    updates = _client_settings("https://prefect.example/api", tmp_path, embedded=False)
+@pytest.mark.parametrize(
+    "url", ["https://127.0.0.1:4200/api", "https://prefect.example/api", "http://10.1.2.3:4200/api"]
+)
+def test_https_or_another_host_keeps_the_configured_ca_file(tmp_path: Path, url: str) -> None:
+    """https:// (TLS verification as configured), or http:// to another host (clients elsewhere
+    would not have the file), gets no CA file of evalpipe's."""
+    updates = _client_settings(url, tmp_path, embedded=False)
+    assert updates[PREFECT_API_URL] == url
     assert PREFECT_API_SSL_CERT_FILE not in updates
     assert not (tmp_path / "no-tls-ca.pem").exists()
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost", "[::1]"])
+def test_every_loopback_name_gets_the_ca_file(tmp_path: Path, host: str) -> None:
+    """http:// to this machine under any of its loopback names gets the one-certificate file."""
+    updates = _client_settings(f"http://{host}:4200/api", tmp_path, embedded=False)
+    assert updates[PREFECT_API_SSL_CERT_FILE] == str(tmp_path / "no-tls-ca.pem")
 
 
 def test_only_the_embedded_server_skips_the_version_check(tmp_path: Path) -> None:
@@ -79,3 +93,15 @@ def test_no_ca_file_when_it_cannot_be_written(tmp_path: Path) -> None:
     updates = _client_settings(URL, blocked / "evalpipe-server", embedded=True)
     assert PREFECT_API_SSL_CERT_FILE not in updates
     assert updates[PREFECT_CLIENT_SERVER_VERSION_CHECK_ENABLED] is False
+
+
+def test_a_local_address_that_does_not_answer_is_neither_healthy_nor_a_home() -> None:
+    """The requests to local servers (urllib, loaded on first use) report a refused connection
+    as no answer, not as an error."""
+    import socket
+
+    with socket.socket() as sock:  # a port of this machine that nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+        assert server._healthy(f"{url}/api", timeout=2.0) is False
+        assert server._home_of(url, timeout=2.0) is None

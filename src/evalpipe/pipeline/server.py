@@ -32,24 +32,22 @@ POSIX only (``fcntl``).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import fcntl
 import hashlib
-import http.client
-import inspect
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from functools import cache
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 __all__ = [
     "DEFAULT_IDLE_TIMEOUT",
@@ -263,24 +261,37 @@ def _keeper_alive(directory: Path) -> bool:
     return _locked_by_someone(directory / "server.lock", exclusive_only=True)
 
 
-_LOCAL = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-"""Requests to a server of this machine: no proxy; urllib, not httpx, whose every ``httpx.get``
-builds a TLS context (certifi's bundle: 50-200 ms) even for ``http://``."""
+@cache
+def _local() -> Any:
+    """The opener of requests to a server of this machine: no proxy; urllib, not httpx, whose
+    every ``httpx.get`` builds a TLS context (certifi's bundle: 50-200 ms) even for ``http://``.
+    Made on first use: :func:`start_early` spawns the server before the command line's imports,
+    and urllib (with http.client, email and ssl) is not among what that needs."""
+    import urllib.request
+
+    return urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def _http_errors(*more: type[Exception]) -> tuple[type[Exception], ...]:
+    """What a request to a local server raises when it gets no usable answer (and ``more``)."""
+    import http.client
+
+    return (OSError, ValueError, http.client.HTTPException, *more)
 
 
 def _get_json(url: str, timeout: float) -> Any:
     """``GET url``'s JSON body (None when empty), or ``OSError`` (HTTP errors included) /
     ``ValueError`` (not JSON)."""
-    with _LOCAL.open(url, timeout=timeout) as response:
+    with _local().open(url, timeout=timeout) as response:
         body = response.read()
     return json.loads(body) if body.strip() else None
 
 
 def _healthy(api_url: str, timeout: float = 5.0) -> bool:
     try:
-        with _LOCAL.open(f"{api_url}/health", timeout=timeout) as response:
+        with _local().open(f"{api_url}/health", timeout=timeout) as response:
             return bool(response.status == 200)
-    except (OSError, ValueError, http.client.HTTPException):
+    except _http_errors():
         return False
 
 
@@ -803,7 +814,7 @@ def _home_of(url: str, timeout: float = 2.0) -> str | None:
     """The PREFECT_HOME of the server at ``url`` (its settings), or None when it does not answer."""
     try:
         home = _get_json(f"{url}/api/admin/settings", timeout).get("home")
-    except (OSError, ValueError, AttributeError, http.client.HTTPException):
+    except _http_errors(AttributeError):
         return None
     return str(home) if home else None
 
@@ -872,6 +883,7 @@ times a run) even when the API is plain ``http://``, where it is never used; for
 :func:`prefect_api` sets itself (``http://`` on this machine) they get this one (a few ms)."""
 
 _NO_TLS_CA_NAME = "no-tls-ca.pem"
+_LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 def _no_tls_ca(directory: Path) -> Path | None:
@@ -900,8 +912,9 @@ def _no_tls_ca(directory: Path) -> Path | None:
 
 def _client_settings(api_url: str, directory: Path, *, embedded: bool) -> dict[Any, Any]:
     """The Prefect settings a run's clients get beside ``PREFECT_API_URL`` = ``api_url`` (a URL
-    :func:`prefect_api` found or started): for ``http://``, the CA file :data:`_NO_TLS_CA` (no TLS
-    is spoken, so no CA is consulted; an ``https://`` URL keeps the configured one); for the
+    :func:`prefect_api` found or started): for ``http://`` on this machine, the CA file
+    :data:`_NO_TLS_CA` (no TLS is spoken, so no CA is consulted; an ``https://`` URL, or one of
+    another host, whose clients may run elsewhere, keeps the configured one); for the
     embedded server, no API version check (``PREFECT_CLIENT_SERVER_VERSION_CHECK_ENABLED``: a
     round trip per client; :func:`ensure_server` uses only a server of this Prefect version)."""
     from prefect.settings import (  # lazy: prefect
@@ -911,7 +924,8 @@ def _client_settings(api_url: str, directory: Path, *, embedded: bool) -> dict[A
     )
 
     updates: dict[Any, Any] = {PREFECT_API_URL: api_url}
-    if api_url.startswith("http://"):
+    where = urlsplit(api_url)
+    if where.scheme == "http" and where.hostname in _LOOPBACK:
         ca = _no_tls_ca(directory)
         if ca is not None:
             updates[PREFECT_API_SSL_CERT_FILE] = str(ca)
@@ -931,6 +945,8 @@ async def prefect_api(notes: list[str] | None = None) -> AsyncIterator[str | Non
         ServerOnThisHomeError: see :func:`running_server`.
         ServerError: the embedded server could not be started.
     """
+    import asyncio  # lazy, as every import here: see _local
+
     from prefect.settings import PREFECT_API_URL, temporary_settings  # lazy: prefect
 
     if PREFECT_API_URL.value():
@@ -985,6 +1001,8 @@ async def prefect_api(notes: list[str] | None = None) -> AsyncIterator[str | Non
 async def _flush() -> None:
     """Send the logs and events still queued (the flow run's last state line, the gate event)
     while the server is up: queued at exit, they failed with "Error logging to API"."""
+    import inspect
+
     from prefect.events.worker import EventsWorker
     from prefect.logging.handlers import APILogWorker
 
