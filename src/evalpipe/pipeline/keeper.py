@@ -46,8 +46,6 @@ from typing import Any
 
 APP = "prefect.server.api.server:create_app"
 POLL = 0.25
-STARTING_POLL = 0.02
-"""Seconds between looks at a starting server (started? answers?): a run waits for each answer."""
 HARD_EXIT_AFTER = 10.0
 
 
@@ -245,12 +243,12 @@ class Keeper:
             if time.monotonic() - began > self.args.startup_timeout:
                 self.stop(f"not started within {self.args.startup_timeout:g} s")
                 return
-            time.sleep(STARTING_POLL)
+            time.sleep(POLL / 2)
         while not _healthy(self.port):
             if self.server.should_exit or time.monotonic() - began > self.args.startup_timeout:
                 self.stop("the API does not answer")
                 return
-            time.sleep(STARTING_POLL)
+            time.sleep(POLL / 5)
         try:
             self._announce()
         except OSError as exc:  # the directory went (PREFECT_HOME deleted) while starting
