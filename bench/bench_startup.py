@@ -11,9 +11,11 @@ before its process starts to after it ends, beside the targets (5 s / 10 s) and 
 (5.38 s / 12.95 s / 2.1 s on a quiet machine, with the kept server; 15.0 s / 27.5 s before it,
 issue 20). ``--baseline TREE`` also measures a checkout of main's code (``TREE/src`` on
 PYTHONPATH; ``/work/main`` say) the same way, its runs alternating with this tree's, and prints
-each figure of this tree against it. Servers this script starts are stopped at its end. Python writes bytecode as a user's would
-(PYTHONDONTWRITEBYTECODE is dropped), and the load average is printed: on a shared machine, read
-the numbers with it.
+each figure of this tree against it. Each figure also gives the median CPU time of the command
+(user and system, with the children it waited for; the kept server's is not counted): on a loaded
+machine it moves less than the wall time. Servers this script starts are stopped at its end.
+Python writes bytecode as a user's would (PYTHONDONTWRITEBYTECODE is dropped), and the load
+average is printed: on a shared machine, read the numbers with it.
 
 Usage: python bench/bench_startup.py [--repeat 3] [--baseline /tmp/base20] [--no-template]
 Writes bench/results/startup.json.
@@ -24,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -76,20 +79,25 @@ def _env(src: Path, home: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-def _run(src: Path, home: Path, out: Path, **extra: str) -> tuple[float, str]:
+def _run(src: Path, home: Path, out: Path, **extra: str) -> tuple[float, float, str]:
+    """Seconds the command took, CPU seconds it used (user and system, its waited-for children
+    included; not the kept server's), and its notes."""
     root = src.parent  # the tree's own demo suite and examples
     suite = root / SUITE.relative_to(ROOT)
     cmd = [sys.executable, "-m", "evalpipe.cli", "run", str(suite), "--no-progress"]
     cmd += ["--output", str(out)]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     began = time.perf_counter()
     done = subprocess.run(
         cmd, cwd=root, env=_env(src, home, **extra), capture_output=True, text=True, check=False
     )
     took = time.perf_counter() - began
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     if done.returncode not in (0, 1):
         raise SystemExit(f"evalpipe run exited {done.returncode}:\n{done.stderr[-3000:]}")
     notes = [line for line in done.stderr.splitlines() if line.startswith("note:")]
-    return took, " | ".join(notes)
+    return took, cpu, " | ".join(notes)
 
 
 def _phases(src: Path, home: Path, work: Path, extra: dict[str, str]) -> dict[str, float]:
@@ -135,7 +143,7 @@ def measure(
     for label, src in trees.items():
         kept[label] = (src / "evalpipe" / "pipeline" / "keeper.py").exists()
         results[label] = {"tree": str(src), "kept_server": kept[label]}
-    warm: dict[str, list[tuple[float, str]]] = {label: [] for label in trees}
+    warm: dict[str, list[tuple[float, float, str]]] = {label: [] for label in trees}
     try:
         for label, src in trees.items():  # starts the server, writes bytecode
             _run(src, work / f"{label}-warm", work / "out", **extra)
@@ -149,7 +157,7 @@ def measure(
         for label, src in trees.items():
             if kept[label]:
                 _stop(src, work / f"{label}-warm")
-    fresh: dict[str, list[tuple[float, str]]] = {label: [] for label in trees}
+    fresh: dict[str, list[tuple[float, float, str]]] = {label: [] for label in trees}
     for i in range(repeat):
         for label, src in trees.items():
             home = work / f"{label}-fresh-{i}"
@@ -159,10 +167,10 @@ def measure(
                 if kept[label]:
                     _stop(src, home)
     for label in trees:
-        results[label]["warm"] = [round(t, 2) for t, _ in warm[label]]
-        results[label]["warm_note"] = warm[label][-1][1]
-        results[label]["fresh"] = [round(t, 2) for t, _ in fresh[label]]
-        results[label]["fresh_note"] = fresh[label][-1][1]
+        for what, runs in (("warm", warm[label]), ("fresh", fresh[label])):
+            results[label][what] = [round(t, 2) for t, _, _ in runs]
+            results[label][f"{what}_cpu"] = [round(c, 2) for _, c, _ in runs]
+            results[label][f"{what}_note"] = runs[-1][2]
     return results
 
 
@@ -190,11 +198,14 @@ def in_process(src: Path, repeat: int) -> dict[str, Any]:
     }
 
 
-def _line(what: str, times: list[float], target: float | None, main: float) -> str:
+def _line(
+    what: str, times: list[float], target: float | None, main: float, cpu: list[float] | None = None
+) -> str:
     med = statistics.median(times)
     goal = f"target <= {target:g} s {'met' if med <= target else 'MISSED'}; " if target else ""
     runs = ", ".join(f"{t:.2f}" for t in times)
-    return f"  {what:<12} {med:6.2f} s  ({goal}main {main:g} s; runs {runs})"
+    used = f"; CPU {statistics.median(cpu):.2f} s (median)" if cpu else ""
+    return f"  {what:<12} {med:6.2f} s  ({goal}main {main:g} s; runs {runs}{used})"
 
 
 def main() -> int:
@@ -218,13 +229,13 @@ def main() -> int:
         measured = measure(trees, args.repeat, work, extra)
         ours = measured["ours"]
         report["this_tree"] = ours
-        print(_line("warm", ours["warm"], TARGETS["warm"], MAIN["warm"]))
+        print(_line("warm", ours["warm"], TARGETS["warm"], MAIN["warm"], ours["warm_cpu"]))
         print(f"               {ours['warm_note']}")
         phases = ", ".join(
             f"{k.replace('_', ' ')} {v:.2f} s" for k, v in ours["warm_phases"].items()
         )
         print(f"               one more warm run: {phases}")
-        print(_line("fresh", ours["fresh"], TARGETS["fresh"], MAIN["fresh"]))
+        print(_line("fresh", ours["fresh"], TARGETS["fresh"], MAIN["fresh"], ours["fresh_cpu"]))
         print(f"               {ours['fresh_note']}")
         inproc = in_process(ROOT / "src", args.repeat)
         report["in_process"] = inproc
@@ -238,18 +249,21 @@ def main() -> int:
             report["baseline"] = base
             kind = "kept server" if base["kept_server"] else "per-run ephemeral server"
             print(f"baseline {args.baseline} ({kind}), {_load()}")
-            print(_line("warm", base["warm"], None, MAIN["warm"]))
+            print(_line("warm", base["warm"], None, MAIN["warm"], base["warm_cpu"]))
             if "warm_phases" in base:
                 phases = ", ".join(
                     f"{k.replace('_', ' ')} {v:.2f} s" for k, v in base["warm_phases"].items()
                 )
                 print(f"               one more warm run: {phases}")
-            print(_line("fresh", base["fresh"], None, MAIN["fresh"]))
+            print(_line("fresh", base["fresh"], None, MAIN["fresh"], base["fresh_cpu"]))
             for what in ("warm", "fresh"):
                 was, now = statistics.median(base[what]), statistics.median(ours[what])
+                cpu_was = statistics.median(base[f"{what}_cpu"])
+                cpu_now = statistics.median(ours[f"{what}_cpu"])
                 print(
                     f"  {what:<12} this tree {now:.2f} s against the baseline's {was:.2f} s "
-                    f"({now - was:+.2f} s, {100 * (now - was) / was:+.0f}%)"
+                    f"({now - was:+.2f} s, {100 * (now - was) / was:+.0f}%); CPU {cpu_now:.2f} s "
+                    f"against {cpu_was:.2f} s ({cpu_now / cpu_was:.3f}x)"
                 )
         report["load_after"] = _load()
         print(_load())

@@ -32,24 +32,22 @@ POSIX only (``fcntl``).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import fcntl
 import hashlib
-import http.client
-import inspect
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from functools import cache
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 __all__ = [
     "DEFAULT_IDLE_TIMEOUT",
@@ -263,24 +261,37 @@ def _keeper_alive(directory: Path) -> bool:
     return _locked_by_someone(directory / "server.lock", exclusive_only=True)
 
 
-_LOCAL = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-"""Requests to a server of this machine: no proxy; urllib, not httpx, whose every ``httpx.get``
-builds a TLS context (certifi's bundle: 50-200 ms) even for ``http://``."""
+@cache
+def _local() -> Any:
+    """The opener of requests to a server of this machine: no proxy; urllib, not httpx, whose
+    every ``httpx.get`` builds a TLS context (certifi's bundle: 50-200 ms) even for ``http://``.
+    Made on first use: :func:`start_early` spawns the server before the command line's imports,
+    and urllib (with http.client, email and ssl) is not among what that needs."""
+    import urllib.request
+
+    return urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def _http_errors(*more: type[Exception]) -> tuple[type[Exception], ...]:
+    """What a request to a local server raises when it gets no usable answer (and ``more``)."""
+    import http.client
+
+    return (OSError, ValueError, http.client.HTTPException, *more)
 
 
 def _get_json(url: str, timeout: float) -> Any:
     """``GET url``'s JSON body (None when empty), or ``OSError`` (HTTP errors included) /
     ``ValueError`` (not JSON)."""
-    with _LOCAL.open(url, timeout=timeout) as response:
+    with _local().open(url, timeout=timeout) as response:
         body = response.read()
     return json.loads(body) if body.strip() else None
 
 
 def _healthy(api_url: str, timeout: float = 5.0) -> bool:
     try:
-        with _LOCAL.open(f"{api_url}/health", timeout=timeout) as response:
+        with _local().open(f"{api_url}/health", timeout=timeout) as response:
             return bool(response.status == 200)
-    except (OSError, ValueError, http.client.HTTPException):
+    except _http_errors():
         return False
 
 
@@ -803,7 +814,7 @@ def _home_of(url: str, timeout: float = 2.0) -> str | None:
     """The PREFECT_HOME of the server at ``url`` (its settings), or None when it does not answer."""
     try:
         home = _get_json(f"{url}/api/admin/settings", timeout).get("home")
-    except (OSError, ValueError, AttributeError, http.client.HTTPException):
+    except _http_errors(AttributeError):
         return None
     return str(home) if home else None
 
@@ -851,6 +862,78 @@ def running_server() -> str | None:
     return None
 
 
+_NO_TLS_CA = """\
+-----BEGIN CERTIFICATE-----
+MIIBxDCCAWugAwIBAgIULTK0+qcsiTNzEvPjAe9oAqJ09zowCgYIKoZIzj0EAwIw
+NzE1MDMGA1UEAwwsZXZhbHBpcGU6IG5vIFRMUyB0byB0aGUgbG9vcGJhY2sgUHJl
+ZmVjdCBBUEkwIBcNMjYxMjAxMjAzMjExWhgPMjEyNjExMDcyMDMyMTFaMDcxNTAz
+BgNVBAMMLGV2YWxwaXBlOiBubyBUTFMgdG8gdGhlIGxvb3BiYWNrIFByZWZlY3Qg
+QVBJMFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAEweJZd1jRHeZqdXbzjxZ/vAm9
+pO43ng2rraYVTCDlqy08nnGUJjH8of2HUFsYUw2Eb8Q0rxat3nBzSATrixhY1aNT
+MFEwHQYDVR0OBBYEFG18DlP7AXTMb46R+hte0xR9Xj+tMB8GA1UdIwQYMBaAFG18
+DlP7AXTMb46R+hte0xR9Xj+tMA8GA1UdEwEB/wQFMAMBAf8wCgYIKoZIzj0EAwID
+RwAwRAIgG6MDrrGaaTgrgNUi+SQ/0nwSrI6/NeHGNLfBg6l4fgoCIFlGoktfXNg4
+M3/9tqp8Nz1Gp342a8KYi3EGvatZ7cPs
+-----END CERTIFICATE-----
+"""
+"""A self-signed certificate made for this purpose, its private key discarded when it was made:
+a CA file that vouches for no server. A run's Prefect clients build a TLS context from the CA file
+of ``PREFECT_API_SSL_CERT_FILE`` (else certifi's bundle, 40-60 ms to load each time, five or more
+times a run) even when the API is plain ``http://``, where it is never used; for the API URLs
+:func:`prefect_api` sets itself (``http://`` on this machine) they get this one (a few ms)."""
+
+_NO_TLS_CA_NAME = "no-tls-ca.pem"
+_LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def _no_tls_ca(directory: Path) -> Path | None:
+    """:data:`_NO_TLS_CA` as a file of ``directory`` (written when missing or different), or None
+    when it cannot be written or loaded (the clients then load their usual bundle)."""
+    import ssl
+
+    path = directory / _NO_TLS_CA_NAME
+    try:
+        if path.read_text(encoding="ascii") == _NO_TLS_CA:
+            return path
+    except (OSError, ValueError):
+        pass
+    part = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        part.write_text(_NO_TLS_CA, encoding="ascii")
+        ssl.create_default_context(cafile=str(part))  # a CA file OpenSSL loads
+        os.replace(part, path)
+    except (OSError, ssl.SSLError):
+        with contextlib.suppress(OSError):
+            part.unlink()
+        return None
+    return path
+
+
+def _client_settings(api_url: str, directory: Path, *, embedded: bool) -> dict[Any, Any]:
+    """The Prefect settings a run's clients get beside ``PREFECT_API_URL`` = ``api_url`` (a URL
+    :func:`prefect_api` found or started): for ``http://`` on this machine, the CA file
+    :data:`_NO_TLS_CA` (no TLS is spoken, so no CA is consulted; an ``https://`` URL, or one of
+    another host, whose clients may run elsewhere, keeps the configured one); for the
+    embedded server, no API version check (``PREFECT_CLIENT_SERVER_VERSION_CHECK_ENABLED``: a
+    round trip per client; :func:`ensure_server` uses only a server of this Prefect version)."""
+    from prefect.settings import (  # lazy: prefect
+        PREFECT_API_SSL_CERT_FILE,
+        PREFECT_API_URL,
+        PREFECT_CLIENT_SERVER_VERSION_CHECK_ENABLED,
+    )
+
+    updates: dict[Any, Any] = {PREFECT_API_URL: api_url}
+    where = urlsplit(api_url)
+    if where.scheme == "http" and where.hostname in _LOOPBACK:
+        ca = _no_tls_ca(directory)
+        if ca is not None:
+            updates[PREFECT_API_SSL_CERT_FILE] = str(ca)
+    if embedded:
+        updates[PREFECT_CLIENT_SERVER_VERSION_CHECK_ENABLED] = False
+    return updates
+
+
 @contextlib.asynccontextmanager
 async def prefect_api(notes: list[str] | None = None) -> AsyncIterator[str | None]:
     """The Prefect API for a run: the configured one (yields None); else a server already running
@@ -862,6 +945,8 @@ async def prefect_api(notes: list[str] | None = None) -> AsyncIterator[str | Non
         ServerOnThisHomeError: see :func:`running_server`.
         ServerError: the embedded server could not be started.
     """
+    import asyncio  # lazy, as every import here: see _local
+
     from prefect.settings import PREFECT_API_URL, temporary_settings  # lazy: prefect
 
     if PREFECT_API_URL.value():
@@ -887,7 +972,8 @@ async def prefect_api(notes: list[str] | None = None) -> AsyncIterator[str | Non
                         f"stopped the embedded Prefect server pid {kept.pid} of this PREFECT_HOME "
                         "(the server above uses its database)"
                     )
-        with temporary_settings(updates={PREFECT_API_URL: found}):
+        updates = await asyncio.to_thread(_client_settings, found, directory, embedded=False)
+        with temporary_settings(updates=updates):
             try:
                 yield found
             finally:
@@ -901,7 +987,9 @@ async def prefect_api(notes: list[str] | None = None) -> AsyncIterator[str | Non
         acquired = await asyncio.to_thread(ensure_server)
         if notes is not None:
             notes.append(acquired.note())
-        with temporary_settings(updates={PREFECT_API_URL: acquired.info.api_url}):
+        url = acquired.info.api_url
+        updates = await asyncio.to_thread(_client_settings, url, directory, embedded=True)
+        with temporary_settings(updates=updates):
             try:
                 yield acquired.info.api_url
             finally:
@@ -913,6 +1001,8 @@ async def prefect_api(notes: list[str] | None = None) -> AsyncIterator[str | Non
 async def _flush() -> None:
     """Send the logs and events still queued (the flow run's last state line, the gate event)
     while the server is up: queued at exit, they failed with "Error logging to API"."""
+    import inspect
+
     from prefect.events.worker import EventsWorker
     from prefect.logging.handlers import APILogWorker
 
