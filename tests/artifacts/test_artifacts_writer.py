@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import subprocess
 import tracemalloc
@@ -21,6 +22,7 @@ from evalpipe import (
     FunctionCallContent,
     LocalEvaluator,
     Message,
+    RunUsage,
     keyword_check,
     tool_called_check,
     tool_calls_present,
@@ -37,6 +39,7 @@ from evalpipe.artifacts import (
     read_runs,
     read_table,
 )
+from evalpipe.transcripts import TargetRun, WorkflowRun
 
 ALL_FILES = {*FILES.values(), MANIFEST_FILE}
 
@@ -313,6 +316,112 @@ def test_add_runs_accepts_dicts_and_names_unknown_keys(tmp_path: Path) -> None:
     assert read_runs(tmp_path) == [
         RunRecord(run_id="a", status="error", error_code="Timeout", cached=True)
     ]
+
+
+def _target_runs() -> list[TargetRun | WorkflowRun]:
+    """Calls covering every runs.parquet column: tokens, latency, aware and naive timestamps, an
+    errored call, a recording (no timestamps) and a workflow run."""
+    aware = dt.datetime(2024, 6, 1, 12, 0, 0, 123456, tzinfo=dt.timezone(dt.timedelta(hours=2)))
+    naive = dt.datetime(2024, 6, 1, 12, 0, 1)
+    return [
+        TargetRun(
+            query_index=0,
+            repetition=1,
+            query="q0",
+            messages=[Message("assistant", ["a0"])],
+            usage=RunUsage(input_tokens=3, output_tokens=4, total_tokens=7, latency_seconds=0.5),
+            started_at=aware,
+            ended_at=naive,
+        ),
+        TargetRun(
+            query_index=1,
+            repetition=0,
+            query="q1",
+            error_code="AgentError",
+            error_message="boom",
+            attempts=3,
+            started_at=naive,
+            ended_at=naive,
+        ),
+        TargetRun(
+            query_index=2, repetition=0, query="recorded", messages=[Message("assistant", ["r"])]
+        ),
+        WorkflowRun(
+            query_index=3,
+            repetition=2,
+            query="wf",
+            workflow="w",
+            output=[Message("assistant", ["done"])],
+            usage=RunUsage(total_tokens=11),
+            error_code="ExecutorError",
+            error_message="an executor raised",
+            started_at=aware,
+            ended_at=aware,
+        ),
+    ]
+
+
+def test_add_target_runs_writes_the_bytes_of_add_runs_of_records(tmp_path: Path) -> None:
+    """add_target_runs writes the runs.parquet, byte for byte, that add_runs of the calls'
+    RunRecord.from_target_run writes (row groups cut at the same rows)."""
+    runs = _target_runs() * 3
+    run_ids = [f"k{i}" for i in range(len(runs))]
+    row_ids = [None if i % 4 == 0 else f"row{i}" for i in range(len(runs))]
+    transcripts = [r.model_dump_json(fallback=str) for r in runs]
+    cached = [i % 3 == 0 for i in range(len(runs))]
+    started = dt.datetime(2024, 6, 1, tzinfo=dt.UTC)
+    by_records, by_columns = tmp_path / "records" / "run", tmp_path / "columns" / "run"
+    with RunWriter(by_records, row_group_size=5, started_at=started) as writer:
+        for first in (0, 7):
+            writer.add_runs(
+                RunRecord.from_target_run(
+                    runs[i],
+                    run_id=run_ids[i],
+                    target="agent:x",
+                    row_id=row_ids[i],
+                    cached=cached[i],
+                    transcript=transcripts[i],
+                )
+                for i in range(first, first + 7 if first == 0 else len(runs))
+            )
+    with RunWriter(by_columns, row_group_size=5, started_at=started) as writer:
+        for part in (slice(0, 7), slice(7, None)):
+            added = writer.add_target_runs(
+                runs[part],
+                run_ids=run_ids[part],
+                row_ids=row_ids[part],
+                transcripts=transcripts[part],
+                cached=cached[part],
+                target="agent:x",
+            )
+            assert added == len(runs[part])
+    runs_file = FILES["runs"]
+    assert pq.ParquetFile(by_columns / runs_file).metadata.num_row_groups == 3
+    assert (by_columns / runs_file).read_bytes() == (by_records / runs_file).read_bytes()
+    assert [r.status for r in read_runs(by_columns)] == ["ok", "error", "ok", "error"] * 3
+
+
+def test_add_target_runs_refuses_a_bad_run_id_or_uneven_columns(tmp_path: Path) -> None:
+    """An empty run_id, or fewer ids than runs, is refused before anything is written."""
+    runs = _target_runs()[:2]
+    with RunWriter(tmp_path) as writer:
+        with pytest.raises(ValueError, match="non-empty string"):
+            writer.add_target_runs(
+                runs,
+                run_ids=["a", ""],
+                row_ids=[None, None],
+                transcripts=["{}", "{}"],
+                cached=[False, False],
+            )
+        with pytest.raises(ValueError, match="2 runs but 1 run_ids"):
+            writer.add_target_runs(
+                runs,
+                run_ids=["a"],
+                row_ids=[None, None],
+                transcripts=["{}", "{}"],
+                cached=[False, False],
+            )
+    assert read_runs(tmp_path) == []
 
 
 def test_manifest_keeps_the_callers_data_and_adds_versions_and_files(

@@ -45,6 +45,7 @@ from evalpipe.items import ConversationSplit, EvalItem, ExpectedToolCall
 from evalpipe.messages import Message, ToolDefinition
 from evalpipe.results import EvalItemResult, EvalResults, EvalScoreResult
 from evalpipe.tally import FAIL, PASS, SummaryRow, SummaryTally, score_status
+from evalpipe.transcripts import Transcript
 
 __all__ = ["SPLIT_AT_PREFIX", "RunWriter", "resolve_filesystem"]
 
@@ -488,29 +489,121 @@ class RunWriter:
             ]
             if not rs:
                 return 0
-            transcripts = [r.transcript for r in rs]
-            self._runs.extend(
-                [
-                    [r.run_id for r in rs],
-                    _strs([r.row_id for r in rs]),
-                    _ints([r.query_index for r in rs]),
-                    _ints([r.repetition for r in rs]),
-                    _strs([r.target for r in rs]),
-                    [r.status for r in rs],
-                    [r.error_code for r in rs],
-                    [r.error_message for r in rs],
-                    _floats([r.latency_s for r in rs]),
-                    _utcs([r.started_at for r in rs]),
-                    _utcs([r.ended_at for r in rs]),
-                    _ints([r.input_tokens for r in rs]),
-                    _ints([r.output_tokens for r in rs]),
-                    _ints([r.total_tokens for r in rs]),
-                    transcripts,
-                    [bool(r.cached) for r in rs],
-                ],
-                [len(t) if t else 0 for t in transcripts],
+            self._extend_runs(
+                [r.run_id for r in rs],
+                [r.row_id for r in rs],
+                [r.query_index for r in rs],
+                [r.repetition for r in rs],
+                [r.target for r in rs],
+                [r.status for r in rs],
+                [r.error_code for r in rs],
+                [r.error_message for r in rs],
+                [r.latency_s for r in rs],
+                [r.started_at for r in rs],
+                [r.ended_at for r in rs],
+                [r.input_tokens for r in rs],
+                [r.output_tokens for r in rs],
+                [r.total_tokens for r in rs],
+                [r.transcript for r in rs],
+                [bool(r.cached) for r in rs],
             )
             return len(rs)
+
+    def add_target_runs(
+        self,
+        runs: Sequence[Transcript],
+        *,
+        run_ids: Sequence[str],
+        row_ids: Sequence[str | None],
+        transcripts: Sequence[str],
+        cached: Sequence[bool],
+        target: str | None = None,
+    ) -> int:
+        """Append target calls (TargetRuns or WorkflowRuns) to runs.parquet: the rows ``add_runs``
+        of ``RunRecord.from_target_run(runs[i], run_id=run_ids[i], row_id=row_ids[i],
+        transcript=transcripts[i], cached=cached[i], target=target)`` writes, without a record per
+        call. Returns how many rows were added.
+
+        Raises:
+            ValueError: for a run_id that is not a non-empty string, or sequences of different
+                lengths (nothing is written).
+        """
+        n = len(runs)
+        if not len(run_ids) == len(row_ids) == len(transcripts) == len(cached) == n:
+            raise ValueError(
+                f"add_target_runs: {n} runs but {len(run_ids)} run_ids, {len(row_ids)} row_ids, "
+                f"{len(transcripts)} transcripts and {len(cached)} cached flags"
+            )
+        for run_id in run_ids:
+            if not isinstance(run_id, str) or not run_id:
+                raise ValueError(f"RunRecord.run_id must be a non-empty string, got {run_id!r}")
+        with self._lock:
+            self._check_open()
+            if not n:
+                return 0
+            usages = [r.usage for r in runs]
+            error_codes = [r.error_code for r in runs]
+            self._extend_runs(
+                list(run_ids),
+                list(row_ids),
+                [r.query_index for r in runs],
+                [r.repetition for r in runs],
+                [target] * n,
+                ["ok" if code is None else "error" for code in error_codes],
+                error_codes,
+                [r.error_message for r in runs],
+                [u.latency_seconds for u in usages],
+                [r.started_at for r in runs],
+                [r.ended_at for r in runs],
+                [u.input_tokens for u in usages],
+                [u.output_tokens for u in usages],
+                [u.total_tokens for u in usages],
+                list(transcripts),
+                [bool(c) for c in cached],
+            )
+            return n
+
+    def _extend_runs(
+        self,
+        run_ids: list[str],
+        row_ids: list[Any],
+        query_indexes: list[Any],
+        repetitions: list[Any],
+        targets: list[Any],
+        statuses: list[str],
+        error_codes: list[str | None],
+        error_messages: list[str | None],
+        latencies: list[Any],
+        started: list[dt.datetime | None],
+        ended: list[dt.datetime | None],
+        input_tokens: list[Any],
+        output_tokens: list[Any],
+        total_tokens: list[Any],
+        transcripts: list[str | None],
+        cached: list[bool],
+    ) -> None:
+        """runs.parquet's rows, one list per column (the lock is held)."""
+        self._runs.extend(
+            [
+                run_ids,
+                _strs(row_ids),
+                _ints(query_indexes),
+                _ints(repetitions),
+                _strs(targets),
+                statuses,
+                error_codes,
+                error_messages,
+                _floats(latencies),
+                _utcs(started),
+                _utcs(ended),
+                _ints(input_tokens),
+                _ints(output_tokens),
+                _ints(total_tokens),
+                transcripts,
+                cached,
+            ],
+            [len(t) if t else 0 for t in transcripts],
+        )
 
     def add_results(self, results: Sequence[EvalResults]) -> None:
         """Append one batch of items: the EvalResults of each provider, in provider order.
