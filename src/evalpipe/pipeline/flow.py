@@ -436,7 +436,8 @@ def _strip(result: EvalResults, kept: dict[tuple[str, str], int]) -> None:
 
 def _record(writer: RunWriter, plan: RunPlan, outcomes: Sequence[CallOutcome]) -> int:
     """The calls' rows of runs.parquet (those of ``RunRecord.from_target_run``, built as
-    columns: no record per call)."""
+    columns: no record per call); the JSON of their messages is handed on to the items'
+    conversations (``add_results`` comes next, before anything changes them)."""
     rows = plan.rows
     return writer.add_target_runs(
         [o.run for o in outcomes],
@@ -445,6 +446,7 @@ def _record(writer: RunWriter, plan: RunPlan, outcomes: Sequence[CallOutcome]) -
         transcripts=[o.transcript_json() for o in outcomes],
         cached=[o.reused for o in outcomes],
         target=plan.identity,
+        messages_json=[o.messages_json for o in outcomes],
     )
 
 
