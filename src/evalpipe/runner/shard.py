@@ -84,7 +84,12 @@ class CallOutcome:
         "total_tokens",
         "latency_seconds",
     ]
-    """A TargetRun's JSON is laid out as ``_messages_in`` expects (its fields and their order)."""
+    _LAYOUT = _LAYOUT and not any(
+        d.model_serializers or d.field_serializers or d.computed_fields
+        for d in (TargetRun.__pydantic_decorators__, RunUsage.__pydantic_decorators__)
+    )
+    """A TargetRun's JSON is laid out as ``_messages_in`` expects: its fields in this order, each
+    written by pydantic's own serializer."""
     _MESSAGES_KEY: ClassVar[str] = ',"messages":['
     _AFTER_MESSAGES: ClassVar[str] = ',"tools":null,"usage":{'
 
