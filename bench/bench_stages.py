@@ -4,9 +4,10 @@ The workload is bench/bench_flow.py's scale part (an instant agent that returns 
 result and an answer; 3 local checks: keyword_check, tool_calls_present, tool_call_args_match).
 The stages run as the flow runs them, without Prefect: ``prepare_suite``, then per shard (50 shards,
 as the flow cuts 100,000 calls) ``run_calls`` (the calls and the journal), ``build_items``,
-``evaluate_items`` per provider, the runs.parquet rows (``flow._record``; an older checkout: records, then ``RunWriter.add_runs``),
-``add_results``, the flow's ``_strip``; ``finish`` at the end. pyarrow's first ``pa.array`` imports
-pandas (once per process, ~0.3 s): it is timed apart (``arrow_import``), before the stages.
+``evaluate_items`` per provider, the runs.parquet rows (``flow._record``; for an older checkout,
+records then ``RunWriter.add_runs``), ``add_results``, the flow's ``_strip``; ``finish`` at the
+end. pyarrow's first ``pa.array`` imports pandas (once per process, ~0.3 s): it is timed apart
+(``arrow_import``), before the stages.
 
 ``--gc relaxed`` runs the shards as the flow does (``gc.freeze()`` and a young-generation threshold
 of 20,000, ``pipeline.flow._young_gc_relaxed``); ``--gc default`` with the interpreter's collector.
