@@ -4,9 +4,10 @@ The workload is bench/bench_flow.py's scale part (an instant agent that returns 
 result and an answer; 3 local checks: keyword_check, tool_calls_present, tool_call_args_match).
 The stages run as the flow runs them, without Prefect: ``prepare_suite``, then per shard (50 shards,
 as the flow cuts 100,000 calls) ``run_calls`` (the calls and the journal), ``build_items``,
-``evaluate_items`` per provider, the runs.parquet records, ``RunWriter.add_runs`` and
-``add_results``, the flow's ``_strip``; ``finish`` at the end. pyarrow's first ``pa.array`` imports
-pandas (once per process, ~0.3 s): it is timed apart (``arrow_import``), before the stages.
+``evaluate_items`` per provider, the runs.parquet rows (``flow._record``; for an older checkout,
+records then ``RunWriter.add_runs``), ``add_results``, the flow's ``_strip``; ``finish`` at the
+end. pyarrow's first ``pa.array`` imports pandas (once per process, ~0.3 s): it is timed apart
+(``arrow_import``), before the stages.
 
 ``--gc relaxed`` runs the shards as the flow does (``gc.freeze()`` and a young-generation threshold
 of 20,000, ``pipeline.flow._young_gc_relaxed``); ``--gc default`` with the interpreter's collector.
@@ -50,6 +51,8 @@ from evalpipe.runner import RunState
 from evalpipe.runner.shard import run_calls, build_items, evaluate_items
 from evalpipe.artifacts import RunWriter
 from evalpipe.pipeline.flow import _record, _strip
+import inspect
+COLUMNAR = "writer" in inspect.signature(_record).parameters
 
 T: dict[str, float] = {}
 def tick(name, t0):
@@ -84,17 +87,23 @@ async def main():
             for i, p in enumerate(plan.providers)
         ]
         t = tick("evaluate", t)
-        recs = [_record(plan, o) for o in outs]
-        t = tick("records", t)
-        writer.add_runs(recs)
-        t = tick("add_runs", t)
+        if COLUMNAR:  # _record(writer, plan, outcomes) writes the rows itself: no records
+            t = tick("records", t)
+            _record(writer, plan, outs)
+            t = tick("add_runs", t)
+        else:  # an older checkout: _record(plan, outcome) -> RunRecord, then add_runs
+            recs = [_record(plan, o) for o in outs]
+            t = tick("records", t)
+            writer.add_runs(recs)
+            t = tick("add_runs", t)
+            del recs
         writer.add_results(res)
         t = tick("add_results", t)
         kept = {}
         for r in res:
             _strip(r, kept)
         t = tick("strip", t)
-        del outs, items, res, recs
+        del outs, items, res
 
 asyncio.run(main())
 t = time.process_time()
@@ -102,12 +111,17 @@ writer.finish({})
 t = tick("finish", t)
 state.close()
 out = {k: 1e6 * v / n for k, v in T.items()}
+out["runs_rows"] = out["records"] + out["add_runs"]
+out["write_path"] = out["runs_rows"] + out["add_results"]
 out["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 print(json.dumps(out))
 """
 
 MINE = ("prepare", "build_items", "evaluate", "records", "add_runs", "add_results", "finish")
 """The stages this benchmark is about (``calls`` is the targets' and the journal's)."""
+SUMS = ("runs_rows", "write_path")
+"""``records`` + ``add_runs`` (a checkout whose ``_record`` writes the rows itself has no
+separate records stage), and that plus ``add_results``: the writer's share of an item."""
 
 
 def _once(src: Path, items: int, gc_mode: str) -> dict[str, float]:
@@ -152,7 +166,7 @@ def main() -> None:
         report[mode] = medians
         head = f"{'stage (us/item)':16s}" + "".join(f"{n:>10s}" for n in trees)
         print(f"\n{args.items} items, gc {mode}, median of {args.repeat}\n{head}")
-        for stage in ("arrow_import", "calls", *MINE, "strip", "peak_rss_mib"):
+        for stage in ("arrow_import", "calls", *MINE, "strip", *SUMS, "peak_rss_mib"):
             cells = "".join(f"{medians[n].get(stage, float('nan')):10.1f}" for n in trees)
             print(f"{stage:16s}{cells}")
     print(f"\nload average {report['load']}")

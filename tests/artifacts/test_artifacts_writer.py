@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import subprocess
 import tracemalloc
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -13,14 +15,17 @@ import pyarrow.parquet as pq
 import pytest
 from artifact_builders import workflow_batch
 
+import evalpipe.artifacts.writer as writer_module
 from evalpipe import (
     EvalItem,
     EvalItemResult,
     EvalResults,
     EvalScoreResult,
     FunctionCallContent,
+    FunctionResultContent,
     LocalEvaluator,
     Message,
+    RunUsage,
     keyword_check,
     tool_called_check,
     tool_calls_present,
@@ -37,6 +42,10 @@ from evalpipe.artifacts import (
     read_runs,
     read_table,
 )
+from evalpipe.artifacts.writer import _MESSAGES, _TEXT_MESSAGES, _text_message_json
+from evalpipe.itemize import agent_item
+from evalpipe.runner.shard import CallOutcome
+from evalpipe.transcripts import TargetRun, WorkflowRun
 
 ALL_FILES = {*FILES.values(), MANIFEST_FILE}
 
@@ -313,6 +322,222 @@ def test_add_runs_accepts_dicts_and_names_unknown_keys(tmp_path: Path) -> None:
     assert read_runs(tmp_path) == [
         RunRecord(run_id="a", status="error", error_code="Timeout", cached=True)
     ]
+
+
+def _target_runs() -> list[TargetRun | WorkflowRun]:
+    """Calls covering every runs.parquet column: tokens, latency, aware and naive timestamps, an
+    errored call, a recording (no timestamps) and a workflow run."""
+    aware = dt.datetime(2024, 6, 1, 12, 0, 0, 123456, tzinfo=dt.timezone(dt.timedelta(hours=2)))
+    naive = dt.datetime(2024, 6, 1, 12, 0, 1)
+    return [
+        TargetRun(
+            query_index=0,
+            repetition=1,
+            query="q0",
+            messages=[Message("assistant", ["a0"])],
+            usage=RunUsage(input_tokens=3, output_tokens=4, total_tokens=7, latency_seconds=0.5),
+            started_at=aware,
+            ended_at=naive,
+        ),
+        TargetRun(
+            query_index=1,
+            repetition=0,
+            query="q1",
+            error_code="AgentError",
+            error_message="boom",
+            attempts=3,
+            started_at=naive,
+            ended_at=naive,
+        ),
+        TargetRun(
+            query_index=2, repetition=0, query="recorded", messages=[Message("assistant", ["r"])]
+        ),
+        WorkflowRun(
+            query_index=3,
+            repetition=2,
+            query="wf",
+            workflow="w",
+            output=[Message("assistant", ["done"])],
+            usage=RunUsage(total_tokens=11),
+            error_code="ExecutorError",
+            error_message="an executor raised",
+            started_at=aware,
+            ended_at=aware,
+        ),
+    ]
+
+
+def test_add_target_runs_writes_the_bytes_of_add_runs_of_records(tmp_path: Path) -> None:
+    """add_target_runs writes the runs.parquet, byte for byte, that add_runs of the calls'
+    RunRecord.from_target_run writes (row groups cut at the same rows)."""
+    runs = _target_runs() * 3
+    run_ids = [f"k{i}" for i in range(len(runs))]
+    row_ids = [None if i % 4 == 0 else f"row{i}" for i in range(len(runs))]
+    transcripts = [r.model_dump_json(fallback=str) for r in runs]
+    cached = [i % 3 == 0 for i in range(len(runs))]
+    started = dt.datetime(2024, 6, 1, tzinfo=dt.UTC)
+    by_records, by_columns = tmp_path / "records" / "run", tmp_path / "columns" / "run"
+    with RunWriter(by_records, row_group_size=5, started_at=started) as writer:
+        for first in (0, 7):
+            writer.add_runs(
+                RunRecord.from_target_run(
+                    runs[i],
+                    run_id=run_ids[i],
+                    target="agent:x",
+                    row_id=row_ids[i],
+                    cached=cached[i],
+                    transcript=transcripts[i],
+                )
+                for i in range(first, first + 7 if first == 0 else len(runs))
+            )
+    with RunWriter(by_columns, row_group_size=5, started_at=started) as writer:
+        for part in (slice(0, 7), slice(7, None)):
+            added = writer.add_target_runs(
+                runs[part],
+                run_ids=run_ids[part],
+                row_ids=row_ids[part],
+                transcripts=transcripts[part],
+                cached=cached[part],
+                target="agent:x",
+            )
+            assert added == len(runs[part])
+    runs_file = FILES["runs"]
+    assert pq.ParquetFile(by_columns / runs_file).metadata.num_row_groups == 3
+    assert (by_columns / runs_file).read_bytes() == (by_records / runs_file).read_bytes()
+    assert [r.status for r in read_runs(by_columns)] == ["ok", "error", "ok", "error"] * 3
+
+
+def test_add_target_runs_refuses_a_bad_run_id_or_uneven_columns(tmp_path: Path) -> None:
+    """An empty run_id, or fewer ids than runs, is refused before anything is written."""
+    runs = _target_runs()[:2]
+    with RunWriter(tmp_path) as writer:
+        with pytest.raises(ValueError, match="non-empty string"):
+            writer.add_target_runs(
+                runs,
+                run_ids=["a", ""],
+                row_ids=[None, None],
+                transcripts=["{}", "{}"],
+                cached=[False, False],
+            )
+        with pytest.raises(ValueError, match="2 runs but 1 run_ids"):
+            writer.add_target_runs(
+                runs,
+                run_ids=["a"],
+                row_ids=[None, None],
+                transcripts=["{}", "{}"],
+                cached=[False, False],
+            )
+    assert read_runs(tmp_path) == []
+
+
+def _answered(index: int, query: str) -> TargetRun:
+    """An agent call with a tool call, its result and an answer; its texts hold JSON's specials."""
+    return TargetRun(
+        query_index=index,
+        repetition=0,
+        query=query,
+        messages=[
+            Message(
+                "assistant",
+                [FunctionCallContent(name="f", arguments={"q": '"],[', "n": [index]}, call_id="c")],
+            ),
+            Message("tool", [FunctionResultContent(call_id="c", result={"tools": None})]),
+            Message("assistant", [f'It is "sunny" \u00e9\U0001f600 ({index})\n']),
+        ],
+    )
+
+
+def test_items_conversations_from_the_calls_messages_json_are_the_dumped_bytes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """items.parquet is byte-identical whether the calls' messages JSON is handed to the writer
+    (their items' conversations not serialized again) or not: a query head, a recorded head, a
+    head with an author, no head, copied messages, an unknown run and a run with no messages."""
+    runs = [_answered(i, q) for i, q in enumerate(['What\'s "up"?\n\\', "", "\u4e2d\x00"])]
+    runs += [
+        _answered(3, "q3"),
+        _answered(4, "q4"),
+        TargetRun(query_index=5, repetition=0, query="q5"),
+    ]
+    run_ids = [f"k{i}" for i in range(len(runs))]
+    authored = Message("user", ["q"], author_name="u")
+    heads: list[list[Message] | None] = [
+        None,
+        None,
+        [Message("system", ["Be brief."]), Message("user", ["recorded"])],
+        [authored],
+        [],
+        None,
+    ]
+
+    def item(i: int, run_id: str | None, item_id: str) -> EvalItem:
+        return agent_item(
+            runs[i], item_id=item_id, recorded_head=heads[i], metadata={"run_id": run_id}
+        )
+
+    def batch() -> list[EvalResults]:
+        items = [item(i, run_ids[i], f"i{i}") for i in range(len(runs))]
+        items.append(item(0, "unknown", "unknown"))
+        copied = item(1, run_ids[1], "copied")  # the call's messages copied, not the same objects
+        copied.conversation = [m.model_copy(deep=True) for m in copied.conversation]
+        items.append(copied)
+        results = [EvalItemResult(it.item_id or "", "pass") for it in items]
+        return [EvalResults(provider="Local", items=results, input_items=items)]
+
+    started = dt.datetime(2024, 6, 1, tzinfo=dt.UTC)
+    runs_json = [r.model_dump_json(fallback=str) for r in runs]
+    shared = [
+        CallOutcome._messages_in(text) if r.messages else None
+        for r, text in zip(runs, runs_json, strict=True)
+    ]
+    assert shared[0] == _MESSAGES.dump_json(runs[0].messages).decode()
+    dumped: list[int] = []
+
+    class Counting:
+        def dump_json(self, value: Any, **kwargs: Any) -> bytes:
+            dumped.append(len(value))
+            return _MESSAGES.dump_json(value, **kwargs)
+
+    monkeypatch.setattr(writer_module, "_MESSAGES", Counting())
+    written = {}
+    for name, messages_json in (("dumped", None), ("shared", shared)):
+        dumped.clear()
+        with RunWriter(tmp_path / name / "run", started_at=started) as writer:
+            writer.add_target_runs(
+                runs,
+                run_ids=run_ids,
+                row_ids=[None] * len(runs),
+                transcripts=runs_json,
+                cached=[False] * len(runs),
+                messages_json=messages_json,
+            )
+            if messages_json is not None:
+                assert len(writer._messages_json) == 5  # the run without messages is left out
+            writer.add_results(batch())
+            assert writer._messages_json == {}  # one batch's only
+        written[name] = (tmp_path / name / "run" / FILES["items"]).read_bytes()
+    # shared: the two heads (recorded, authored), the messageless, unknown and copied items
+    assert dumped == [2, 1, 1, 4, 4]
+    assert written["shared"] == written["dumped"]
+    conversations = read_table(tmp_path / "shared" / "run", "items", columns=["conversation"])
+    items = batch()[0].input_items
+    assert conversations.column(0).to_pylist() == [
+        _MESSAGES.dump_json(it.conversation, fallback=str).decode() for it in items
+    ]
+
+
+def test_text_message_json_is_pydantics_for_a_query_and_none_otherwise() -> None:
+    """A one-text message without an author is written as pydantic writes it; others are not."""
+    for message in (Message("user", ['a "b" \\ \u00e9 \x7f']), Message("assistant", ["\n"])):
+        assert _text_message_json(message) == message.model_dump_json()
+    assert _TEXT_MESSAGES
+    for other in (
+        Message("user", ["a", "b"]),
+        Message("user", ["a"], author_name="x"),
+        Message("tool", [FunctionResultContent(call_id="c", result=1)]),
+        Message("user", []),
+    ):
+        assert _text_message_json(other) is None
 
 
 def test_manifest_keeps_the_callers_data_and_adds_versions_and_files(

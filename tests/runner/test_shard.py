@@ -8,13 +8,23 @@ from typing import Any
 
 from examples.travel.workflow import travel_workflow
 
-from evalpipe import AgentResponse, LocalEvaluator, Message, keyword_check
+from evalpipe import (
+    AgentResponse,
+    FunctionCallContent,
+    FunctionResultContent,
+    LocalEvaluator,
+    Message,
+    RunUsage,
+    ToolDefinition,
+    keyword_check,
+)
 from evalpipe.evaluators.base import AgentScoped
 from evalpipe.itemize import WorkflowItems
 from evalpipe.journal import Journal
 from evalpipe.runner import RunPlan, RunState, in_process_plan, resolve_target, run_shard
-from evalpipe.runner.shard import evaluate_items, make_call
-from evalpipe.transcripts import TargetRun
+from evalpipe.runner.plan import Call
+from evalpipe.runner.shard import CallOutcome, evaluate_items, make_call
+from evalpipe.transcripts import TargetRun, WorkflowRun
 
 
 class Counting:
@@ -106,3 +116,39 @@ async def test_a_scoped_provider_sees_only_its_agents() -> None:
     assert result.run_id == "aggregate"
     empty = await evaluate_items(plan, RunState(), 0, plan.providers[0], WorkflowItems())
     assert (empty.passed, empty.failed, empty.errored) == (0, 0, 0)
+
+
+def test_call_outcome_finds_the_messages_json_inside_the_transcript_json() -> None:
+    """A TargetRun's messages JSON is found in its transcript JSON (pydantic's own text), even
+    when strings and arguments hold the markers; not with tools, messages or a given JSON."""
+    marker = ',"messages":[ ],"tools":null,"usage":{'
+    messages = [
+        Message(
+            "assistant",
+            [FunctionCallContent(name="f", arguments={"tools": None, "usage": {"a": [1]}})],
+        ),
+        Message("tool", [FunctionResultContent(call_id="c", result=[{"tools": None}])]),
+        Message("assistant", [f'{marker} "\\ \u00e9\U0001f600\n'], author_name=marker),
+    ]
+    run = TargetRun(
+        query_index=3,
+        repetition=2,
+        query=marker,
+        messages=messages,
+        usage=RunUsage(input_tokens=1, latency_seconds=0.25),
+        error_message=marker,
+    )
+    call = Call(0, 0, 0, "k")
+    outcome = CallOutcome(call, run, "made")
+    assert outcome.transcript_json() == run.model_dump_json(fallback=str)
+    expected = "[" + ",".join(m.model_dump_json() for m in messages) + "]"
+    assert outcome.messages_json == expected
+    with_tools = run.model_copy(update={"tools": [ToolDefinition("f", "d", {"type": "object"})]})
+    for other in (
+        CallOutcome(call, with_tools, "made"),
+        CallOutcome(call, run.model_copy(update={"messages": []}), "made"),
+        CallOutcome(call, WorkflowRun(query=marker), "made"),
+        CallOutcome(call, run, "reused", run.model_dump_json()),
+    ):
+        assert other.transcript_json() == other.run.model_dump_json(fallback=str)
+        assert other.messages_json is None

@@ -12,6 +12,7 @@ import contextlib
 import datetime as dt
 import importlib.metadata
 import json
+import operator
 import os
 import subprocess
 import threading
@@ -42,9 +43,10 @@ from evalpipe.artifacts.schema import (
 )
 from evalpipe.itemize import SplitAt
 from evalpipe.items import ConversationSplit, EvalItem, ExpectedToolCall
-from evalpipe.messages import Message, ToolDefinition
+from evalpipe.messages import Message, TextContent, ToolDefinition
 from evalpipe.results import EvalItemResult, EvalResults, EvalScoreResult
 from evalpipe.tally import FAIL, PASS, SummaryRow, SummaryTally, score_status
+from evalpipe.transcripts import TargetRun, Transcript
 
 __all__ = ["SPLIT_AT_PREFIX", "RunWriter", "resolve_filesystem"]
 
@@ -58,6 +60,74 @@ _PACKAGES = ("evalpipe", "prefect", "pyarrow", "pydantic", "azure-ai-projects")
 _MESSAGES: TypeAdapter[list[Message]] = TypeAdapter(list[Message])
 _TOOLS: TypeAdapter[list[ToolDefinition]] = TypeAdapter(list[ToolDefinition])
 _EXPECTED: TypeAdapter[list[ExpectedToolCall]] = TypeAdapter(list[ExpectedToolCall])
+
+
+def _text_message_json(message: Any) -> str | None:
+    """The JSON of a Message of one TextContent and no author (a query), as pydantic writes it,
+    from the JSON of its role and text; None for any other message (or when the models are not
+    laid out as this expects, ``_TEXT_MESSAGES``)."""
+    if type(message) is not Message or message.author_name is not None or not _TEXT_MESSAGES:
+        return None
+    contents = message.contents
+    if len(contents) != 1:
+        return None
+    content = contents[0]
+    role, text = message.role, content.text if type(content) is TextContent else None
+    if type(text) is not str or type(role) is not str or content.type != "text":
+        return None
+    role_json = _ROLES.get(role)
+    if role_json is None:
+        if len(_ROLES) >= 64:
+            _ROLES.clear()
+        role_json = _ROLES[role] = to_json(role).decode()
+    return (
+        f'{{"role":{role_json},"contents":[{{"type":"text","text":{to_json(text).decode()}}}],'
+        '"author_name":null}'
+    )
+
+
+_ROLES: dict[str, str] = {}
+"""The JSON of a role, by role."""
+
+
+def _plain_model(model: type[BaseModel], names: list[str]) -> bool:
+    """The model's JSON is exactly these fields, in order, each written by its type's own
+    serializer (no custom serializers, computed fields or annotated field metadata)."""
+    decorators = model.__pydantic_decorators__
+    return (
+        list(model.model_fields) == names
+        and not any(f.metadata or f.exclude for f in model.model_fields.values())
+        and not decorators.field_serializers
+        and not decorators.model_serializers
+        and not decorators.computed_fields
+    )
+
+
+def _text_messages_laid_out() -> bool:
+    """``_text_message_json`` writes what pydantic writes: the models hold the fields it expects,
+    and it agrees with pydantic on samples (quotes, escapes, non-ASCII, roles)."""
+    if not (
+        _plain_model(Message, ["role", "contents", "author_name"])
+        and _plain_model(TextContent, ["type", "text"])
+    ):
+        return False
+    samples = [
+        Message(role, [text])
+        for role, text in (
+            ("user", 'What\'s "the" weather?\n\t\\ \u00e9\u4e2d\U0001f600 \x00\x1f</script>'),
+            ("system", ""),
+            ("User", "x"),
+        )
+    ]
+    return all(
+        _text_message_json(m) == Message.__pydantic_serializer__.to_json(m, fallback=str).decode()
+        for m in samples
+    )
+
+
+_TEXT_MESSAGES = True
+_TEXT_MESSAGES = _text_messages_laid_out()
+"""``_text_message_json`` may write messages (checked once, at import)."""
 
 
 def resolve_filesystem(run_dir: str | os.PathLike[str], filesystem: Any = None) -> tuple[Any, str]:
@@ -446,6 +516,9 @@ class RunWriter:
         self._scored: dict[tuple[int, str], int] = {}
         self._item_keys: dict[str, set[str]] = {}
         self._item_counts: dict[str, int] = {}
+        self._messages_json: dict[str, tuple[list[Message], str]] = {}
+        """run_id -> (a TargetRun's messages, their JSON), from add_target_runs until the next
+        add_results."""
         self._lock = threading.Lock()
         self._started = time.time()
         self._closed = False
@@ -488,29 +561,134 @@ class RunWriter:
             ]
             if not rs:
                 return 0
-            transcripts = [r.transcript for r in rs]
-            self._runs.extend(
-                [
-                    [r.run_id for r in rs],
-                    _strs([r.row_id for r in rs]),
-                    _ints([r.query_index for r in rs]),
-                    _ints([r.repetition for r in rs]),
-                    _strs([r.target for r in rs]),
-                    [r.status for r in rs],
-                    [r.error_code for r in rs],
-                    [r.error_message for r in rs],
-                    _floats([r.latency_s for r in rs]),
-                    _utcs([r.started_at for r in rs]),
-                    _utcs([r.ended_at for r in rs]),
-                    _ints([r.input_tokens for r in rs]),
-                    _ints([r.output_tokens for r in rs]),
-                    _ints([r.total_tokens for r in rs]),
-                    transcripts,
-                    [bool(r.cached) for r in rs],
-                ],
-                [len(t) if t else 0 for t in transcripts],
+            self._extend_runs(
+                [r.run_id for r in rs],
+                [r.row_id for r in rs],
+                [r.query_index for r in rs],
+                [r.repetition for r in rs],
+                [r.target for r in rs],
+                [r.status for r in rs],
+                [r.error_code for r in rs],
+                [r.error_message for r in rs],
+                [r.latency_s for r in rs],
+                [r.started_at for r in rs],
+                [r.ended_at for r in rs],
+                [r.input_tokens for r in rs],
+                [r.output_tokens for r in rs],
+                [r.total_tokens for r in rs],
+                [r.transcript for r in rs],
+                [bool(r.cached) for r in rs],
             )
             return len(rs)
+
+    def add_target_runs(
+        self,
+        runs: Sequence[Transcript],
+        *,
+        run_ids: Sequence[str],
+        row_ids: Sequence[str | None],
+        transcripts: Sequence[str],
+        cached: Sequence[bool],
+        target: str | None = None,
+        messages_json: Sequence[str | None] | None = None,
+    ) -> int:
+        """Append target calls (TargetRuns or WorkflowRuns) to runs.parquet: the rows ``add_runs``
+        of ``RunRecord.from_target_run(runs[i], run_id=run_ids[i], row_id=row_ids[i],
+        transcript=transcripts[i], cached=cached[i], target=target)`` writes, without a record per
+        call. Returns how many rows were added.
+
+        ``messages_json[i]``, when given and not None, is the JSON of ``runs[i].messages`` (a
+        TargetRun's, serialized when its transcript was): the next ``add_results`` writes the
+        conversation of an item whose ``metadata["run_id"]`` is ``run_ids[i]`` and whose
+        conversation ends with those very message objects from it, serializing only the messages
+        before them. The messages must not change in between.
+
+        Raises:
+            ValueError: for a run_id that is not a non-empty string, or sequences of different
+                lengths (nothing is written).
+        """
+        n = len(runs)
+        shared = len(messages_json) if messages_json is not None else n
+        if not len(run_ids) == len(row_ids) == len(transcripts) == len(cached) == shared == n:
+            raise ValueError(
+                f"add_target_runs: {n} runs but {len(run_ids)} run_ids, {len(row_ids)} row_ids, "
+                f"{len(transcripts)} transcripts and {len(cached)} cached flags"
+            )
+        for run_id in run_ids:
+            if not isinstance(run_id, str) or not run_id:
+                raise ValueError(f"RunRecord.run_id must be a non-empty string, got {run_id!r}")
+        with self._lock:
+            self._check_open()
+            if not n:
+                return 0
+            usages = [r.usage for r in runs]
+            error_codes = [r.error_code for r in runs]
+            self._extend_runs(
+                list(run_ids),
+                list(row_ids),
+                [r.query_index for r in runs],
+                [r.repetition for r in runs],
+                [target] * n,
+                ["ok" if code is None else "error" for code in error_codes],
+                error_codes,
+                [r.error_message for r in runs],
+                [u.latency_seconds for u in usages],
+                [r.started_at for r in runs],
+                [r.ended_at for r in runs],
+                [u.input_tokens for u in usages],
+                [u.output_tokens for u in usages],
+                [u.total_tokens for u in usages],
+                list(transcripts),
+                [bool(c) for c in cached],
+            )
+            if messages_json is not None:
+                known = self._messages_json
+                for run_id, run, text in zip(run_ids, runs, messages_json, strict=True):
+                    if text is not None and isinstance(run, TargetRun) and run.messages:
+                        known[run_id] = (run.messages, text)
+            return n
+
+    def _extend_runs(
+        self,
+        run_ids: list[str],
+        row_ids: list[Any],
+        query_indexes: list[Any],
+        repetitions: list[Any],
+        targets: list[Any],
+        statuses: list[str],
+        error_codes: list[str | None],
+        error_messages: list[str | None],
+        latencies: list[Any],
+        started: list[dt.datetime | None],
+        ended: list[dt.datetime | None],
+        input_tokens: list[Any],
+        output_tokens: list[Any],
+        total_tokens: list[Any],
+        transcripts: list[str | None],
+        cached: list[bool],
+    ) -> None:
+        """runs.parquet's rows, one list per column (the lock is held)."""
+        self._runs.extend(
+            [
+                run_ids,
+                _strs(row_ids),
+                _ints(query_indexes),
+                _ints(repetitions),
+                _strs(targets),
+                statuses,
+                error_codes,
+                error_messages,
+                _floats(latencies),
+                _utcs(started),
+                _utcs(ended),
+                _ints(input_tokens),
+                _ints(output_tokens),
+                _ints(total_tokens),
+                transcripts,
+                cached,
+            ],
+            [len(t) if t else 0 for t in transcripts],
+        )
 
     def add_results(self, results: Sequence[EvalResults]) -> None:
         """Append one batch of items: the EvalResults of each provider, in provider order.
@@ -527,12 +705,17 @@ class RunWriter:
         """
         with self._lock:
             self._check_open()
-            levels = self._tally.check(results)
-            self._write_items(levels)
-            for index, (result, provider_levels) in enumerate(zip(results, levels, strict=True)):
-                for agent, level in provider_levels:
-                    self._write_scores(index, result.provider, agent, level)
-            self._tally.add(results)
+            try:
+                levels = self._tally.check(results)
+                self._write_items(levels)
+                for index, (result, provider_levels) in enumerate(
+                    zip(results, levels, strict=True)
+                ):
+                    for agent, level in provider_levels:
+                        self._write_scores(index, result.provider, agent, level)
+                self._tally.add(results)
+            finally:
+                self._messages_json.clear()  # one batch's: the messages may change after it
 
     def summary_rows(self) -> list[SummaryRow]:
         """The summary rows of everything added so far (what summary.parquet will hold)."""
@@ -572,8 +755,7 @@ class RunWriter:
         texts = [item.query_and_response() for item in items]
         queries = [t[0] for t in texts]
         responses = [t[1] for t in texts]
-        dump_messages = _MESSAGES.dump_json
-        conversations = [dump_messages(item.conversation, fallback=str).decode() for item in items]
+        conversations = self._conversations(items)
         metadata = [item.metadata for item in items]
         usages = [item.usage for item in items]
         splits = [item.split_strategy for item in items]
@@ -614,6 +796,34 @@ class RunWriter:
                 for c, q, r in zip(conversations, queries, responses, strict=True)
             ],
         )
+
+    def _conversations(self, items: list[EvalItem]) -> list[str]:
+        """items.parquet's ``conversation`` of each item: ``_MESSAGES.dump_json`` of it, the
+        messages of its call (``add_target_runs``' ``messages_json``) not serialized again."""
+        dump = _MESSAGES.dump_json
+        known = self._messages_json
+        if not known:
+            return [dump(item.conversation, fallback=str).decode() for item in items]
+        out: list[str] = []
+        for item in items:
+            conversation = item.conversation
+            run_id = item.metadata.get("run_id")
+            entry = known.get(run_id) if type(run_id) is str else None
+            if entry is not None:
+                messages, text = entry
+                start = len(conversation) - len(messages)
+                if start >= 0 and all(map(operator.is_, conversation[start:], messages)):
+                    # a JSON list is "[" + its elements' JSON joined by "," + "]"
+                    if start == 0:
+                        out.append(text)
+                        continue
+                    first = _text_message_json(conversation[0]) if start == 1 else None
+                    if first is None:
+                        first = dump(conversation[:start], fallback=str).decode()[1:-1]
+                    out.append(f"[{first},{text[1:]}")
+                    continue
+            out.append(dump(conversation, fallback=str).decode())
+        return out
 
     def _write_scores(
         self, provider_index: int, provider: str, agent: str, level: EvalResults
@@ -680,6 +890,7 @@ class RunWriter:
             if self._closed:
                 return
             self._closed = True
+            self._messages_json.clear()
             for s in self._sinks:
                 s.abort()
 
@@ -696,6 +907,7 @@ class RunWriter:
         with self._lock:
             self._check_open()
             self._closed = True
+            self._messages_json.clear()
             ended = dt.datetime.now(dt.UTC)
             summary = _Sink(
                 self.fs,

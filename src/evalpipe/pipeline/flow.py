@@ -40,7 +40,7 @@ from prefect.utilities.annotations import quote
 from pydantic import BaseModel
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
-from evalpipe.artifacts import RunRecord, RunWriter, baseline_of
+from evalpipe.artifacts import RunWriter, baseline_of
 from evalpipe.artifacts.history import join
 from evalpipe.artifacts.storage import publish
 from evalpipe.evaluators.base import close_providers
@@ -436,20 +436,25 @@ def _strip(result: EvalResults, kept: dict[tuple[str, str], int]) -> None:
         _strip(sub, kept)
 
 
-def _record(plan: RunPlan, outcome: CallOutcome) -> RunRecord:
-    return RunRecord.from_target_run(
-        outcome.run,
-        run_id=outcome.call.key,
+def _record(writer: RunWriter, plan: RunPlan, outcomes: Sequence[CallOutcome]) -> int:
+    """The calls' rows of runs.parquet (those of ``RunRecord.from_target_run``, built as
+    columns: no record per call); the JSON of their messages is handed on to the items'
+    conversations (``add_results`` comes next, before anything changes them)."""
+    rows = plan.rows
+    return writer.add_target_runs(
+        [o.run for o in outcomes],
+        run_ids=[o.call.key for o in outcomes],
+        row_ids=[rows[o.call.row_index].id for o in outcomes],
+        transcripts=[o.transcript_json() for o in outcomes],
+        cached=[o.reused for o in outcomes],
         target=plan.identity,
-        row_id=plan.rows[outcome.call.row_index].id,
-        cached=outcome.reused,
-        transcript=outcome.transcript_json(),
+        messages_json=[o.messages_json for o in outcomes],
     )
 
 
 def _write(writer: RunWriter, plan: RunPlan, shard: ShardResult) -> None:
     try:
-        writer.add_runs(_record(plan, o) for o in shard.outcomes)
+        _record(writer, plan, shard.outcomes)
         writer.add_results(shard.results)
     except OSError as exc:
         raise StorageError(

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from evalpipe._internal.calls import is_call_failure
 from evalpipe.evaluators.base import AgentScoped, BatchedEvaluator, Evaluator
@@ -27,7 +27,7 @@ from evalpipe.secrets import Scrubber
 from evalpipe.tally import OVERALL, errored_results, merge_results
 from evalpipe.targets.base import call_agent
 from evalpipe.targets.workflow import call_workflow
-from evalpipe.transcripts import Transcript, load_transcript
+from evalpipe.transcripts import RunUsage, TargetRun, Transcript, load_transcript
 
 __all__ = [
     "CallOutcome",
@@ -61,6 +61,37 @@ class CallOutcome:
     source: Source
     json: str | None = None
     """The transcript as JSON, once serialized (for the journal and runs.parquet)."""
+    messages_json: str | None = None
+    """The JSON of a TargetRun's ``messages`` as ``json`` holds it (found in it when the
+    transcript is serialized here): the writer builds the items' conversations from it instead of
+    serializing the same messages again. None when not known."""
+
+    _LAYOUT: ClassVar[bool] = list(TargetRun.model_fields) == [
+        "query_index",
+        "repetition",
+        "query",
+        "messages",
+        "tools",
+        "usage",
+        "error_code",
+        "error_message",
+        "attempts",
+        "started_at",
+        "ended_at",
+    ] and list(RunUsage.model_fields) == [
+        "input_tokens",
+        "output_tokens",
+        "total_tokens",
+        "latency_seconds",
+    ]
+    _LAYOUT = _LAYOUT and not any(
+        d.model_serializers or d.field_serializers or d.computed_fields
+        for d in (TargetRun.__pydantic_decorators__, RunUsage.__pydantic_decorators__)
+    )
+    """A TargetRun's JSON is laid out as ``_messages_in`` expects: its fields in this order, each
+    written by pydantic's own serializer."""
+    _MESSAGES_KEY: ClassVar[str] = ',"messages":['
+    _AFTER_MESSAGES: ClassVar[str] = ',"tools":null,"usage":{'
 
     @property
     def reused(self) -> bool:
@@ -68,10 +99,29 @@ class CallOutcome:
         return self.source == "reused"
 
     def transcript_json(self) -> str:
-        """The transcript as JSON (serialized once)."""
+        """The transcript as JSON (serialized once; a TargetRun's messages found in it)."""
         if self.json is None:
-            self.json = self.run.model_dump_json(fallback=str)
+            run = self.run
+            self.json = text = run.model_dump_json(fallback=str)
+            if type(run) is TargetRun and run.tools is None and run.messages and self._LAYOUT:
+                self.messages_json = self._messages_in(text)
         return self.json
+
+    @classmethod
+    def _messages_in(cls, text: str) -> str | None:
+        """The JSON of the messages inside ``text``, a TargetRun's JSON with ``tools`` null (None
+        if not found so).
+
+        No JSON string holds an unescaped quote, so the first ``,"messages":[`` is the field's
+        (what precedes it is two integers and the query) and the last ``,"tools":null,"usage":{``
+        is the one after the messages (what follows is usage, errors, attempts and times).
+        """
+        start = text.find(cls._MESSAGES_KEY)
+        end = text.rfind(cls._AFTER_MESSAGES)
+        if start < 0 or end <= start:
+            return None
+        start += len(cls._MESSAGES_KEY) - 1
+        return text[start:end] if text[end - 1] == "]" else None
 
 
 @dataclass(slots=True)
