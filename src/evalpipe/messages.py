@@ -232,6 +232,17 @@ _set_extra = BaseModel.__dict__["__pydantic_extra__"].__set__
 _set_private = BaseModel.__dict__["__pydantic_private__"].__set__
 
 
+def set_validated(model: BaseModel, fields: dict[str, Any], fields_set: set[str]) -> None:
+    """Give a new ``model`` (``cls.__new__(cls)``, no private attributes) the state validation
+    gives it: ``fields`` (every field, in field order, each already its validated value) and
+    ``fields_set`` (the fields passed in). For the values evalpipe itself built and knows valid;
+    the callers check the types and fall back to validation for anything else."""
+    _set_dict(model, fields)
+    _set_fields_set(model, fields_set)
+    _set_extra(model, None)
+    _set_private(model, None)
+
+
 def _text(text: str) -> TextContent:
     """``TextContent(text=text)`` for a str, as validation makes it, without running it."""
     content = _new(TextContent)
