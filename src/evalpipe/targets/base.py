@@ -27,7 +27,7 @@ from tenacity import (
 from evalpipe._internal.calls import CallTimeout, bounded, in_thread, is_call_failure
 from evalpipe._internal.maf import is_maf_instance
 from evalpipe._internal.retry import is_transient, retry_after
-from evalpipe.messages import Message, ToolDefinition
+from evalpipe.messages import Message, ToolDefinition, user_message
 from evalpipe.transcripts import RunUsage, TargetRun, made_run, measured_usage
 
 __all__ = [
@@ -360,7 +360,7 @@ def _is_async(run: Any) -> bool:
 async def _invoke(agent: Any, query: str, repetition: int = 0) -> Any:
     run = agent.run
     # MAF agents take their own Message type; a plain string is the input every version accepts.
-    messages: Any = query if is_maf_agent(agent) else [Message("user", [query])]
+    messages: Any = query if is_maf_agent(agent) else [user_message(query)]
     extra = {"repetition": repetition} if _takes_repetition(type(agent)) else {}
     if _is_async(run):
         return await run(messages, **extra)
