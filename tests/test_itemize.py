@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from types import MappingProxyType
+from typing import Any
+
 import pytest
 
 from evalpipe import ExpectedToolCall, Message, ToolDefinition
@@ -13,7 +16,7 @@ from evalpipe.itemize import (
     build_workflow_items,
     workflow_items,
 )
-from evalpipe.items import AgentExpectation
+from evalpipe.items import AgentExpectation, EvalItem
 from evalpipe.messages import FunctionCallContent
 from evalpipe.transcripts import ExecutorRun, TargetRun, WorkflowRun
 
@@ -127,3 +130,86 @@ def test_build_workflow_items_takes_ids_and_metadata_per_run() -> None:
     assert [i.item_id for i in built.overall] == ["thread-1"]
     assert built.per_agent["writer"][0].metadata["thread_id"] == "t1"
     assert built.count == 4
+
+
+def _validated(item: EvalItem) -> EvalItem:
+    """The same item's fields through pydantic validation (EvalItem(**fields) of what was set)."""
+    fields = {name: getattr(item, name) for name in item.model_fields_set}
+    fields["conversation"] = [m.model_dump() for m in item.conversation]
+    return EvalItem.model_validate(fields)
+
+
+def _same_item(fast: EvalItem, slow: EvalItem) -> None:
+    assert type(fast) is type(slow) is EvalItem
+    assert fast == slow
+    assert list(fast.__dict__) == list(slow.__dict__) == list(EvalItem.model_fields)
+    assert fast.model_fields_set == slow.model_fields_set
+    assert fast.__pydantic_private__ == slow.__pydantic_private__
+    assert fast.__pydantic_extra__ == slow.__pydantic_extra__
+    assert fast.model_dump_json() == slow.model_dump_json()
+    assert (fast.query, fast.response) == (slow.query, slow.response)
+
+
+_CALLS = [ExpectedToolCall("get_weather", {"city": "Paris"})]
+_TOOL = ToolDefinition("get_weather", "weather", {"type": "object", "properties": {}})
+
+
+@pytest.mark.parametrize(
+    ("run", "extra"),
+    [
+        (_run(), {}),
+        (
+            _run(tools=[_TOOL], usage={"latency_seconds": 0.5}),
+            {
+                "expect": Expectations(
+                    expected_output="sunny", expected_tool_calls=_CALLS, context="c"
+                ),
+                "metadata": {"row_id": "q0", "tags": ["a"]},
+                "split": SplitAt(1),
+            },
+        ),
+        (_run(), {"tools": [_TOOL], "recorded_head": [Message("system", ["be brief"])]}),
+        (_run(error_code="AgentError", error_message="E: no"), {"declared_tools": [_TOOL]}),
+        (_run(), {"expect": Expectations(expected_tool_calls=tuple(_CALLS))}),
+    ],
+)
+def test_an_agent_item_is_the_item_validation_makes(run: TargetRun, extra: dict[str, Any]) -> None:
+    """agent_item's item (made directly from validated values) equals EvalItem validated from the
+    same fields: values, field order, fields set, a fresh split cache, JSON, query and response."""
+    item = agent_item(run, item_id="q0#1", **extra)
+    _same_item(item, _validated(item))
+    assert item.conversation[-len(run.messages) :] == run.messages
+
+
+def test_an_agent_item_owns_its_lists_and_metadata() -> None:
+    """The item's conversation, tools, expected calls and metadata are its own, not the caller's."""
+    meta = {"row_id": "q0"}
+    tools = [_TOOL]
+    run = _run()
+    item = agent_item(
+        run,
+        item_id="x",
+        tools=tools,
+        metadata=meta,
+        expect=Expectations(expected_tool_calls=_CALLS),
+    )
+    assert item.metadata == meta
+    assert item.metadata is not meta
+    assert item.tools is not tools
+    assert item.expected_tool_calls is not _CALLS
+    assert item.conversation is not run.messages
+
+
+def test_an_agent_item_of_unvalidated_values_is_validated() -> None:
+    """A value that is not what validation makes (a dict tool, a read-only metadata mapping) takes
+    the validated path and comes out coerced, as before."""
+    item = agent_item(
+        _run(),
+        item_id="x",
+        tools=[{"name": "f"}],  # type: ignore[list-item]
+        metadata=MappingProxyType({"row_id": "q0"}),
+    )
+    assert item.tools == [ToolDefinition("f")]
+    assert type(item.metadata) is dict
+    assert item.metadata == {"row_id": "q0"}
+    assert item.model_fields_set >= {"tools", "metadata", "conversation"}

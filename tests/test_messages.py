@@ -21,6 +21,7 @@ from evalpipe import (
     messages_from_openai,
     messages_to_openai,
 )
+from evalpipe.messages import user_message
 
 # --------------------------------------------------------------------------------------------
 # Message construction
@@ -567,3 +568,22 @@ def test_message_fast_path_and_validation_agree_on_every_shape_of_contents() -> 
         assert built.model_dump_json() == validated.model_dump_json()
     with pytest.raises(ValidationError):  # what cannot be content is refused either way
         Message("user", ["a", 3])
+
+
+@pytest.mark.parametrize("text", ["What's the weather?", ""])
+def test_user_message_is_the_validated_message(text: str) -> None:
+    """user_message(t) is Message("user", [t]) validated: fields, fields set, JSON, text."""
+    fast = user_message(text)
+    slow = Message.model_validate({"role": "user", "contents": [text]})
+    assert fast == slow
+    assert fast.__dict__ == slow.__dict__
+    assert fast.model_fields_set == slow.model_fields_set
+    assert fast.contents[0].model_fields_set == slow.contents[0].model_fields_set
+    assert fast.model_dump_json() == slow.model_dump_json()
+    assert fast.text == text
+
+
+def test_user_message_validates_a_non_str() -> None:
+    """A query that is not a str goes through Message validation (a content dict is coerced)."""
+    message = user_message({"type": "text", "text": "hi"})  # type: ignore[arg-type]
+    assert message == Message("user", ["hi"])

@@ -232,6 +232,23 @@ _set_extra = BaseModel.__dict__["__pydantic_extra__"].__set__
 _set_private = BaseModel.__dict__["__pydantic_private__"].__set__
 
 
+def set_validated(
+    model: BaseModel,
+    fields: dict[str, Any],
+    fields_set: set[str],
+    private: dict[str, Any] | None = None,
+) -> None:
+    """Give a new ``model`` (``cls.__new__(cls)``) the state validation gives it: ``fields`` (every
+    field, in field order, each already its validated value), ``fields_set`` (the fields passed
+    in) and ``private`` (its private attributes' defaults, None for a model without any). For the
+    values evalpipe itself built and knows valid; the callers check the types and fall back to
+    validation for anything else."""
+    _set_dict(model, fields)
+    _set_fields_set(model, fields_set)
+    _set_extra(model, None)
+    _set_private(model, private)
+
+
 def _text(text: str) -> TextContent:
     """``TextContent(text=text)`` for a str, as validation makes it, without running it."""
     content = _new(TextContent)
@@ -240,6 +257,18 @@ def _text(text: str) -> TextContent:
     _set_extra(content, None)
     _set_private(content, None)
     return content
+
+
+def user_message(text: str) -> Message:
+    """``Message("user", [text])`` (a query as the target is given it), made directly for a str."""
+    if type(text) is not str:
+        return Message("user", [text])
+    message = _new(Message)
+    _set_dict(message, {"role": "user", "contents": [_text(text)], "author_name": None})
+    _set_fields_set(message, {"role", "contents"})
+    _set_extra(message, None)
+    _set_private(message, None)
+    return message
 
 
 _CONTENT_TYPES = (TextContent, FunctionCallContent, FunctionResultContent, DataContent, UriContent)

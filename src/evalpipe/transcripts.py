@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from evalpipe.messages import Message, ToolDefinition
+from evalpipe.messages import Message, ToolDefinition, set_validated
 
 __all__ = [
     "ExecutorRun",
@@ -24,6 +24,8 @@ __all__ = [
     "Transcript",
     "WorkflowRun",
     "load_transcript",
+    "made_run",
+    "measured_usage",
     "sum_usage",
 ]
 
@@ -171,6 +173,130 @@ class WorkflowRun(BaseModel):
 
 Transcript = TargetRun | WorkflowRun
 """What one target call recorded."""
+
+_USAGE_SET = frozenset({"latency_seconds"})
+
+
+def measured_usage(latency_seconds: float | None) -> RunUsage:
+    """``RunUsage(latency_seconds=latency_seconds)``: no token counts, the call's wall time.
+
+    Made as validation makes it, without running it, for a float (or None) latency: the one
+    usage of a call whose response reported none, built once per call.
+    """
+    if latency_seconds is not None and type(latency_seconds) is not float:
+        return RunUsage(latency_seconds=latency_seconds)
+    usage = RunUsage.__new__(RunUsage)
+    set_validated(
+        usage,
+        {
+            "input_tokens": None,
+            "output_tokens": None,
+            "total_tokens": None,
+            "latency_seconds": latency_seconds,
+        },
+        set(_USAGE_SET),
+    )
+    return usage
+
+
+_OPTIONAL_STR = frozenset({str, type(None)})
+_MADE_SET = frozenset(
+    (
+        "query_index",
+        "repetition",
+        "query",
+        "messages",
+        "tools",
+        "usage",
+        "error_code",
+        "error_message",
+        "attempts",
+    )
+)
+"""The fields a made call's TargetRun is given (a failed one: all but ``messages`` and ``tools``)."""
+_FAILED_SET = _MADE_SET - {"messages", "tools"}
+
+
+def _only(values: list[Any], kind: frozenset[type]) -> bool:
+    """Every value is an instance of exactly the one type in ``kind`` (no subclass)."""
+    return kind.issuperset(map(type, values))
+
+
+_MESSAGE = frozenset({Message})
+_TOOL = frozenset({ToolDefinition})
+
+
+def made_run(
+    *,
+    query_index: int,
+    repetition: int,
+    query: str,
+    messages: list[Message] | None,
+    tools: list[ToolDefinition] | None,
+    usage: RunUsage,
+    error_code: str | None,
+    error_message: str | None,
+    attempts: int,
+) -> TargetRun:
+    """The TargetRun of a call evalpipe just made: ``TargetRun(...)`` given these fields, or for a
+    failed call (``messages`` None) given all but ``messages`` and ``tools`` (it has neither).
+
+    When every value already is what validation makes of it (ints, strs, a list of ``Message``
+    and one of ``ToolDefinition`` instances, a ``RunUsage``), the fields are set as validation
+    sets them, without running it (the lists are taken as they are: the caller's own, new lists);
+    anything else is validated (it coerces, or names the bad field). Equal to the validated run,
+    with the same fields set (tests/test_transcripts.py pins it).
+    """
+    if (
+        type(query_index) is int
+        and type(repetition) is int
+        and type(attempts) is int
+        and type(query) is str
+        and type(usage) is RunUsage
+        and type(error_code) in _OPTIONAL_STR
+        and type(error_message) in _OPTIONAL_STR
+        and (
+            (type(messages) is list and _only(messages, _MESSAGE))
+            if messages is not None
+            else tools is None
+        )
+        and (tools is None or (type(tools) is list and _only(tools, _TOOL)))
+    ):
+        run = TargetRun.__new__(TargetRun)
+        set_validated(
+            run,
+            {
+                "query_index": query_index,
+                "repetition": repetition,
+                "query": query,
+                "messages": [] if messages is None else messages,
+                "tools": tools,
+                "usage": usage,
+                "error_code": error_code,
+                "error_message": error_message,
+                "attempts": attempts,
+                "started_at": None,
+                "ended_at": None,
+            },
+            set(_MADE_SET if messages is not None else _FAILED_SET),
+        )
+        return run
+    data: dict[str, Any] = {
+        "query_index": query_index,
+        "repetition": repetition,
+        "query": query,
+        "messages": messages,
+        "tools": tools,
+        "usage": usage,
+        "error_code": error_code,
+        "error_message": error_message,
+        "attempts": attempts,
+    }
+    if messages is None:
+        del data["messages"]
+        if tools is None:
+            del data["tools"]
+    return TargetRun(**data)
 
 
 def load_transcript(kind: TargetKind, text: str) -> Transcript:

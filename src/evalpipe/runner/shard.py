@@ -134,13 +134,20 @@ class ShardResult:
     """How many items the transcripts became (overall and per agent)."""
 
 
+_STAMPED = ("ended_at", "started_at")
+
+
 def _stamp(run: Transcript) -> None:
     """When the call started and ended (UTC): it ended now, and started its latency ago (the
     latency excludes waiting for a concurrency slot)."""
     ended = datetime.now(UTC)
     latency = run.usage.latency_seconds
-    run.ended_at = ended
-    run.started_at = ended - timedelta(seconds=latency) if latency is not None else ended
+    # what ``run.ended_at = ...; run.started_at = ...`` does on a model without validate_assignment
+    # (the value in __dict__, the name in the fields set), without pydantic's __setattr__
+    fields = run.__dict__
+    fields["ended_at"] = ended
+    fields["started_at"] = ended - timedelta(seconds=latency) if latency is not None else ended
+    run.__pydantic_fields_set__.update(_STAMPED)
 
 
 async def make_call(

@@ -12,6 +12,7 @@ import asyncio
 import inspect
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from types import MethodType
 from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -26,8 +27,8 @@ from tenacity import (
 from evalpipe._internal.calls import CallTimeout, bounded, in_thread, is_call_failure
 from evalpipe._internal.maf import is_maf_instance
 from evalpipe._internal.retry import is_transient, retry_after
-from evalpipe.messages import Message, ToolDefinition
-from evalpipe.transcripts import RunUsage, TargetRun
+from evalpipe.messages import Message, ToolDefinition, user_message
+from evalpipe.transcripts import RunUsage, TargetRun, made_run, measured_usage
 
 __all__ = [
     "Agent",
@@ -106,7 +107,7 @@ def response_messages(response: Any) -> list[Message]:
             f"agent response {type(response).__name__} has no .messages; return an object with "
             "a .messages list (e.g. evalpipe.AgentResponse), a list of messages, or a str"
         )
-    return [Message.coerce(m) for m in messages]
+    return [m if type(m) is Message else Message.coerce(m) for m in messages]
 
 
 def _int_or_none(value: Any) -> int | None:
@@ -118,6 +119,8 @@ def response_usage(response: Any, latency_seconds: float | None = None) -> RunUs
     RunUsage, with ``latency_seconds`` when given)."""
     if type(response) is AgentResponse:  # no usage_details: the common case, without looking
         usage: Any = response.usage
+        if usage is None:
+            return measured_usage(latency_seconds)
         details: Any = None
     else:
         usage = getattr(response, "usage", None)
@@ -129,7 +132,7 @@ def response_usage(response: Any, latency_seconds: float | None = None) -> RunUs
     if details is None and isinstance(usage, Mapping):
         details = usage
     if details is None:
-        return RunUsage(latency_seconds=latency_seconds)
+        return measured_usage(latency_seconds)
 
     def pick(*keys: str) -> int | None:
         for key in keys:
@@ -215,25 +218,42 @@ async def call_agent(
     Retry-After; the semaphore slot is released while waiting. Latency is the last attempt's. Only
     the run being stopped (Ctrl-C, the cancellation of this task) propagates
     (``_internal.calls.is_call_failure``).
+
+    The first attempt is made here, as ``with_retries`` makes it, without its closure and
+    coroutines (most calls succeed at once); only a transient failure sets up the retries.
     """
     started = time.perf_counter()
-    tries = 0
-
-    async def attempt() -> Any:
-        nonlocal started, tries
-        tries += 1
-        if semaphore is None:
-            started = time.perf_counter()
-            return await bounded(_invoke(agent, query, repetition), call_timeout)
-        async with semaphore:
-            started = time.perf_counter()
-            return await bounded(_invoke(agent, query, repetition), call_timeout)
-
+    tries = 1
     try:
-        response = await with_retries(attempt, attempts=attempts, retry_wait=retry_wait)
+        try:
+            if semaphore is None:
+                started = time.perf_counter()
+                response = await bounded(_invoke(agent, query, repetition), call_timeout)
+            else:
+                await semaphore.acquire()
+                try:
+                    started = time.perf_counter()
+                    response = await bounded(_invoke(agent, query, repetition), call_timeout)
+                finally:
+                    semaphore.release()
+        except Exception as first:
+            if attempts <= 1 or not is_transient(first):
+                raise
+
+            async def attempt() -> Any:
+                nonlocal started, tries
+                tries += 1
+                if semaphore is None:
+                    started = time.perf_counter()
+                    return await bounded(_invoke(agent, query, repetition), call_timeout)
+                async with semaphore:
+                    started = time.perf_counter()
+                    return await bounded(_invoke(agent, query, repetition), call_timeout)
+
+            response = await _retry(attempt, first, attempts - 1, retry_wait)
         latency = time.perf_counter() - started
         code = getattr(response, "error_code", None)
-        return TargetRun(
+        return made_run(
             query_index=query_index,
             repetition=repetition,
             query=query,
@@ -249,11 +269,13 @@ async def call_agent(
     except BaseException as exc:
         if not is_call_failure(exc):
             raise
-        return TargetRun(
+        return made_run(
             query_index=query_index,
             repetition=repetition,
             query=query,
-            usage=RunUsage(latency_seconds=time.perf_counter() - started),
+            messages=None,
+            tools=None,
+            usage=measured_usage(time.perf_counter() - started),
             error_code=failure_code(exc, "AgentError"),
             error_message=failure_text(exc, tries),
             attempts=tries,
@@ -317,12 +339,30 @@ def _takes_repetition(cls: type) -> bool:
     return known
 
 
+_IS_ASYNC: dict[Any, bool] = {}
+
+
+def _is_async(run: Any) -> bool:
+    """``inspect.iscoroutinefunction(run)``, remembered per function for a bound method (an
+    agent's ``run``: the same answer for every call, at a dict lookup)."""
+    if type(run) is not MethodType:
+        return inspect.iscoroutinefunction(run)
+    func = run.__func__
+    try:
+        known = _IS_ASYNC.get(func)
+    except TypeError:  # an unhashable callable bound as a method
+        return inspect.iscoroutinefunction(run)
+    if known is None:
+        known = _IS_ASYNC[func] = inspect.iscoroutinefunction(run)
+    return known
+
+
 async def _invoke(agent: Any, query: str, repetition: int = 0) -> Any:
     run = agent.run
     # MAF agents take their own Message type; a plain string is the input every version accepts.
-    messages: Any = query if is_maf_agent(agent) else [Message("user", [query])]
+    messages: Any = query if is_maf_agent(agent) else [user_message(query)]
     extra = {"repetition": repetition} if _takes_repetition(type(agent)) else {}
-    if inspect.iscoroutinefunction(run):
+    if _is_async(run):
         return await run(messages, **extra)
     result = await in_thread(run, messages, **extra)
     if inspect.isawaitable(result):
