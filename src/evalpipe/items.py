@@ -80,18 +80,32 @@ class ConversationSplit(str, Enum):  # noqa: UP042 - str() and repr() as MAF's
 
 
 _LAST_TURN = ConversationSplit.LAST_TURN
-_BOUNDARIES: dict[ConversationSplit, Callable[[Sequence[Message]], int]] = {
-    ConversationSplit.LAST_TURN: _last_user,
-    ConversationSplit.FULL: _first_user,
-}
-"""The index of the split's user message, for the built-in strategies (-1: none)."""
+_FULL = ConversationSplit.FULL
 
 
-def _join(messages: Sequence[Message], start: int, stop: int, role: str) -> str:
-    texts = [text for m in messages[start:stop] if m.role == role and (text := m.text)]
+def _joined(texts: list[str]) -> str:
     if len(texts) == 1:
         return texts[0].strip()
     return " ".join(texts).strip()
+
+
+def _join(messages: Sequence[Message], start: int, stop: int, role: str) -> str:
+    return _joined([text for m in messages[start:stop] if m.role == role and (text := m.text)])
+
+
+def _split_texts(conv: Sequence[Message], cut: int) -> tuple[str, str]:
+    """``(query, response)`` of a conversation cut at ``cut``: the user texts before it and the
+    assistant texts from it on, in one pass (what two :func:`_join` calls give)."""
+    query: list[str] = []
+    response: list[str] = []
+    for i, m in enumerate(conv):
+        role = m.role
+        if i < cut:
+            if role == "user" and (text := m.text):
+                query.append(text)
+        elif role == "assistant" and (text := m.text):
+            response.append(text)
+    return _joined(query), _joined(response)
 
 
 class ExpectedToolCall(BaseModel):
@@ -359,12 +373,16 @@ class EvalItem(BaseModel):
             and all(map(is_, cache[1], conv))
         ):
             return cache[2], cache[3], cache[4]
-        boundary = _BOUNDARIES.get(splitter) if isinstance(splitter, ConversationSplit) else None
         result: Split | int
-        if boundary is not None:
-            cut = boundary(conv) + 1
-            query = _join(conv, 0, cut, "user")
-            response = _join(conv, cut, len(conv), "assistant")
+        if splitter is _LAST_TURN or splitter is _FULL:
+            # The built-in strategies (a ConversationSplit has no other members): only the cut.
+            if splitter is _LAST_TURN:
+                cut = len(conv)
+                while cut and conv[cut - 1].role != "user":
+                    cut -= 1
+            else:
+                cut = _first_user(conv) + 1
+            query, response = _split_texts(conv, cut)
             result = cut
         else:
             query_msgs, response_msgs = splitter(conv)
