@@ -262,6 +262,10 @@ class EvalItem(BaseModel):
     )
     """(splitter, the messages it split, the cut index or the custom split, query, response);
     reused only while the conversation holds the very same message objects in the same order."""
+    _calls_cache: tuple[tuple[Message, ...], tuple[FunctionCallContent, ...]] | None = PrivateAttr(
+        default=None
+    )
+    """(the messages scanned, their tool calls) for :meth:`_calls`; reused on the same rule."""
 
     def __init__(
         self,
@@ -295,7 +299,9 @@ class EvalItem(BaseModel):
         object.__setattr__(self, "__dict__", fields)
         object.__setattr__(self, "__pydantic_fields_set__", set(data))
         object.__setattr__(self, "__pydantic_extra__", None)
-        object.__setattr__(self, "__pydantic_private__", {"_split_cache": None})
+        object.__setattr__(
+            self, "__pydantic_private__", {"_split_cache": None, "_calls_cache": None}
+        )
 
     # Validation from a dict (model_validate, a nested item) goes straight to pydantic-core: this
     # __init__ only maps the positional form and takes the already-validated fast path.
@@ -352,6 +358,7 @@ class EvalItem(BaseModel):
     def __setattr__(self, name: str, value: Any) -> None:
         if name in ("conversation", "split_strategy"):
             self.__pydantic_private__["_split_cache"] = None  # type: ignore[index]
+            self.__pydantic_private__["_calls_cache"] = None  # type: ignore[index]
         super().__setattr__(name, value)
 
     def _resolve(self, split: Callable[..., Split] | None) -> tuple[Split | int, str, str]:
@@ -445,6 +452,23 @@ class EvalItem(BaseModel):
     def function_calls(self) -> list[FunctionCallContent]:
         """Every tool call in the whole conversation, in order."""
         return [c for m in self.conversation for c in m.contents if c.type == "function_call"]
+
+    def _calls(self) -> tuple[FunctionCallContent, ...]:
+        """:attr:`function_calls` as a tuple, computed once: reused, as the split is, only while the
+        conversation holds the very same message objects in the same order (the built-in tool
+        checks read it, several per item)."""
+        conv = self.conversation
+        private: dict[str, Any] = self.__pydantic_private__  # type: ignore[assignment]
+        cache: tuple[tuple[Message, ...], tuple[FunctionCallContent, ...]] | None = private.get(
+            "_calls_cache"
+        )
+        if cache is not None and len(cache[0]) == len(conv) and all(map(is_, cache[0], conv)):
+            return cache[1]
+        calls: tuple[FunctionCallContent, ...] = tuple(
+            [c for m in conv for c in m.contents if c.type == "function_call"]
+        )
+        private["_calls_cache"] = (tuple(conv), calls)
+        return calls
 
     @staticmethod
     def _split_last_turn_static(conversation: list[Message]) -> Split:
