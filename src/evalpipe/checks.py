@@ -3,7 +3,10 @@
 A check is any callable ``EvalItem -> CheckResult`` (or an awaitable of one). The built-ins are
 synchronous so a batch of items is checked without an event-loop round trip per item. Their
 reasons repeat across items (``All expected tools called: [...]``) and a run keeps every item's
-scores until its summary: they are interned, one string per distinct reason.
+scores until its summary: they are interned, one string per distinct reason. Where a verdict
+depends only on tool names (``tool_called_check``, ``tool_calls_present``), it is remembered per
+names seen (up to ``_MEMO_LIMIT`` of them), not formatted again for every item. The tool checks
+read the item's calls once per item (``EvalItem._calls``), not once per check.
 """
 
 from __future__ import annotations
