@@ -540,3 +540,17 @@ def test_tool_call_args_match_reads_dict_arguments_without_changing_them() -> No
         "Tool call args match: 0/1\n  f: args mismatch (actual: [{'city': 'Rome'}, {'city': 'Oslo'}])"
     )
     assert args == {"city": "Rome"}
+
+
+def test_tool_checks_accept_an_item_like_object_without_the_call_cache() -> None:
+    """An object with an EvalItem's attributes but not its cache is checked from function_calls."""
+
+    class Like:
+        def __init__(self, item: EvalItem) -> None:
+            self.function_calls = item.function_calls
+            self.expected_tool_calls = item.expected_tool_calls
+
+    item = args_item([("f", {"a": 1})], [ExpectedToolCall("f", {"a": 1})])
+    like: Any = Like(item)
+    assert tool_calls_present(like) == tool_calls_present(item)
+    assert tool_call_args_match(like) == tool_call_args_match(item)

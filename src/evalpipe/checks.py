@@ -11,12 +11,13 @@ read the item's calls once per item (``EvalItem._calls``), not once per check.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from sys import intern
 from typing import Any, Literal
 
 from evalpipe.items import EvalItem
+from evalpipe.messages import FunctionCallContent
 
 __all__ = [
     "CheckResult",
@@ -129,6 +130,15 @@ def tool_called_check(*tool_names: str, mode: Literal["all", "any"] = "all") -> 
     return _named(check, "tool_called")
 
 
+def _calls_of(item: EvalItem) -> Sequence[FunctionCallContent]:
+    """The item's tool calls, computed once per item; an item-like object that is not an EvalItem
+    gives its ``function_calls``."""
+    try:
+        return item._calls()
+    except AttributeError:
+        return item.function_calls
+
+
 def _calls_present(names: list[str], called: set[str]) -> tuple[bool, str]:
     missing = [n for n in names if n not in called]
     called_list = sorted(called)
@@ -150,7 +160,7 @@ def tool_calls_present(item: EvalItem) -> CheckResult:
     if not expected:
         return CheckResult(True, "No expected tool calls specified.", "tool_calls_present")
     names = [e.name for e in expected]
-    called = [c.name for c in item._calls()]
+    called = [c.name for c in _calls_of(item)]
     key = (*names, None, *called)
     if not _KEY_TYPES.issuperset(map(type, key)):  # a str subclass may print otherwise
         return _present_result(*_calls_present(names, set(called)))
@@ -177,7 +187,7 @@ def tool_call_args_match(item: EvalItem) -> CheckResult:
     if not expected:
         return CheckResult(True, "No expected tool calls specified.", "tool_call_args_match")
     actual: dict[str, list[dict[str, Any] | None]] = {}
-    for call in item._calls():
+    for call in _calls_of(item):
         args = call.arguments
         # parsed_arguments() copies a dict: only read here, a plain dict is taken as it is
         parsed = args if type(args) is dict else call.parsed_arguments()
