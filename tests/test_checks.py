@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import pytest
@@ -449,3 +450,107 @@ def test_tool_call_args_match_without_expectations_passes(
     r = tool_call_args_match(EvalItem([user("q"), asst("a")], expected_tool_calls=expected))
     assert r.passed is True
     assert r.check_name == "tool_call_args_match"
+
+
+# --------------------------------------------------------------------------------------------
+# remembered verdicts
+
+
+def _reference_reasons(
+    names: list[str], called_in_order: list[str]
+) -> tuple[str | None, str, str | None]:
+    """tool_called (all), tool_called (any) pass reasons and tool_calls_present's, from spec §4."""
+    seen: list[str] = []
+    all_reason = any_reason = None
+    for name in called_in_order:
+        seen.append(name)
+        if all_reason is None and set(names) <= set(seen):
+            all_reason = f"All expected tools called: {sorted(set(seen))}"
+        if any_reason is None and name in names:
+            any_reason = f"Expected tool found: {sorted(set(names) & set(seen))}"
+    called = sorted(set(called_in_order))
+    missing = [n for n in names if n not in called]
+    present = (
+        f"Missing tool calls: {missing} (called: {called})"
+        if missing
+        else f"All expected tools called: {names} (called: {called})"
+    )
+    return all_reason, present, any_reason
+
+
+def test_remembered_reasons_equal_freshly_formatted_ones() -> None:
+    """tool_called_check and tool_calls_present give the spec's reason on every item, whether the
+    verdict was formatted for it or remembered from an earlier item (seeded fuzz, each item twice)."""
+    rng = random.Random(20261201)
+    pool = ["a", "b", "c", "get_weather"]
+    for _ in range(300):
+        names = rng.sample(pool, rng.randint(1, 3))
+        called = [rng.choice(pool) for _ in range(rng.randint(0, 4))]
+        all_reason, present, any_reason = _reference_reasons(names, called)
+        check_all, check_any = tool_called_check(*names), tool_called_check(*names, mode="any")
+        for _ in range(2):
+            item = EvalItem(
+                [user("q"), calls(*[(n, {}) for n in called]), asst("done")],
+                expected_tool_calls=[ExpectedToolCall(n) for n in names],
+            )
+            r_all = run(check_all, item)
+            if all_reason is not None:
+                assert (r_all.passed, r_all.reason) == (True, all_reason)
+            else:
+                assert r_all.passed is False
+            r_any = run(check_any, item)
+            if any_reason is not None:
+                assert (r_any.passed, r_any.reason) == (True, any_reason)
+            else:
+                assert r_any.passed is False
+            r_present = tool_calls_present(item)
+            assert r_present.reason == present
+            assert r_present.passed is present.startswith("All")
+
+
+class _Loud(str):
+    """A tool name that prints itself otherwise than a plain str equal to it."""
+
+    def __repr__(self) -> str:
+        return f"LOUD({self!s})"
+
+
+def test_a_str_subclass_name_is_not_served_a_plain_names_reason() -> None:
+    """A verdict remembered for plain names is not reused for an equal name that prints otherwise."""
+    check = tool_called_check("f")
+    plain = EvalItem([user("q"), calls(("f", {}))], expected_tool_calls=[ExpectedToolCall("f")])
+    assert run(check, plain).reason == "All expected tools called: ['f']"
+    assert tool_calls_present(plain).reason == "All expected tools called: ['f'] (called: ['f'])"
+    loud = EvalItem([user("q"), calls(("f", {}))], expected_tool_calls=[ExpectedToolCall("f")])
+    [call] = loud.function_calls
+    call.__dict__["name"] = _Loud("f")  # as a model built without validation could hold it
+    assert run(check, loud).reason == "All expected tools called: [LOUD(f)]"
+    assert tool_calls_present(loud).reason == "All expected tools called: ['f'] (called: [LOUD(f)])"
+
+
+def test_tool_call_args_match_reads_dict_arguments_without_changing_them() -> None:
+    """Dict arguments are compared as they are and shown in a mismatch; JSON strings still parse."""
+    args = {"city": "Rome"}
+    item = args_item(
+        [("f", args), ("f", '{"city": "Oslo"}')], [ExpectedToolCall("f", {"city": "Paris"})]
+    )
+    r = tool_call_args_match(item)
+    assert r.passed is False
+    assert r.reason == (
+        "Tool call args match: 0/1\n  f: args mismatch (actual: [{'city': 'Rome'}, {'city': 'Oslo'}])"
+    )
+    assert args == {"city": "Rome"}
+
+
+def test_tool_checks_accept_an_item_like_object_without_the_call_cache() -> None:
+    """An object with an EvalItem's attributes but not its cache is checked from function_calls."""
+
+    class Like:
+        def __init__(self, item: EvalItem) -> None:
+            self.function_calls = item.function_calls
+            self.expected_tool_calls = item.expected_tool_calls
+
+    item = args_item([("f", {"a": 1})], [ExpectedToolCall("f", {"a": 1})])
+    like: Any = Like(item)
+    assert tool_calls_present(like) == tool_calls_present(item)
+    assert tool_call_args_match(like) == tool_call_args_match(item)

@@ -661,3 +661,20 @@ def test_validation_from_a_dict_does_not_run_the_python_init() -> None:
     assert ExpectedToolCall("f", {"a": 1}) == ExpectedToolCall.model_validate(
         {"name": "f", "arguments": {"a": 1}}
     )
+
+
+def test_cached_calls_follow_the_conversation() -> None:
+    """The tool calls the built-in checks read are function_calls, recomputed when a message is
+    appended or replaced or the conversation reassigned, and kept while the messages are the same."""
+    item = EvalItem([user("Q"), call("a"), tool(), asst("A")])
+    first = item._calls()
+    assert list(first) == item.function_calls
+    assert [c.name for c in first] == ["a"]
+    assert item._calls() is first  # the same messages: computed once
+    item.conversation.append(call("b", call_id="c2"))
+    assert [c.name for c in item._calls()] == ["a", "b"]
+    item.conversation[1] = call("c")
+    assert [c.name for c in item._calls()] == ["c", "b"]
+    item.conversation = [user("Q"), asst("A")]
+    assert item._calls() == ()
+    assert item.function_calls == []

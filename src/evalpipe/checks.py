@@ -3,17 +3,21 @@
 A check is any callable ``EvalItem -> CheckResult`` (or an awaitable of one). The built-ins are
 synchronous so a batch of items is checked without an event-loop round trip per item. Their
 reasons repeat across items (``All expected tools called: [...]``) and a run keeps every item's
-scores until its summary: they are interned, one string per distinct reason.
+scores until its summary: they are interned, one string per distinct reason. Where a verdict
+depends only on tool names (``tool_called_check``, ``tool_calls_present``), it is remembered per
+names seen (up to ``_MEMO_LIMIT`` of them), not formatted again for every item. The tool checks
+read the item's calls once per item (``EvalItem._calls``), not once per check.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from sys import intern
 from typing import Any, Literal
 
 from evalpipe.items import EvalItem
+from evalpipe.messages import FunctionCallContent
 
 __all__ = [
     "CheckResult",
@@ -40,6 +44,9 @@ class CheckResult:
     score: float | None = None
     details: dict[str, Any] | None = None
 
+
+_MEMO_LIMIT = 4096
+"""How many distinct verdicts a built-in check remembers (beyond, it formats each one again)."""
 
 EvalCheck = Callable[[EvalItem], "CheckResult | Awaitable[CheckResult]"]
 """A local check: takes an item, returns (or awaits to) a CheckResult."""
@@ -84,10 +91,22 @@ def tool_called_check(*tool_names: str, mode: Literal["all", "any"] = "all") -> 
 
     want_all = mode == "all"
 
+    passed_reasons: dict[frozenset[str], str] = {}
+    """The pass reason per set of tools seen (it depends on nothing else): one string each."""
+
     def passing(called: set[str]) -> CheckResult:
-        if want_all:
-            return CheckResult(True, f"All expected tools called: {sorted(called)}", "tool_called")
-        return CheckResult(True, f"Expected tool found: {sorted(name_set & called)}", "tool_called")
+        # only plain names are remembered: a str subclass equal to one may print otherwise
+        plain = _STR_ONLY.issuperset(map(type, called))
+        seen = frozenset(called) if plain else None
+        reason = passed_reasons.get(seen) if seen is not None else None
+        if reason is None:
+            if want_all:
+                reason = f"All expected tools called: {sorted(called)}"
+            else:
+                reason = f"Expected tool found: {sorted(name_set & called)}"
+            if seen is not None and len(passed_reasons) < _MEMO_LIMIT:
+                passed_reasons[seen] = reason = intern(reason)
+        return CheckResult(True, reason, "tool_called")
 
     def check(item: EvalItem) -> CheckResult:
         called: set[str] = set()
@@ -111,26 +130,50 @@ def tool_called_check(*tool_names: str, mode: Literal["all", "any"] = "all") -> 
     return _named(check, "tool_called")
 
 
+def _calls_of(item: EvalItem) -> Sequence[FunctionCallContent]:
+    """The item's tool calls, computed once per item; an item-like object that is not an EvalItem
+    gives its ``function_calls``."""
+    try:
+        return item._calls()
+    except AttributeError:
+        return item.function_calls
+
+
+def _calls_present(names: list[str], called: set[str]) -> tuple[bool, str]:
+    missing = [n for n in names if n not in called]
+    called_list = sorted(called)
+    if missing:
+        return False, intern(f"Missing tool calls: {missing} (called: {called_list})")
+    return True, intern(f"All expected tools called: {names} (called: {called_list})")
+
+
+_PRESENT: dict[tuple[str | None, ...], tuple[bool, str]] = {}
+"""tool_calls_present's verdict per (expected names, None, called names): it depends on nothing
+else."""
+_KEY_TYPES = frozenset({str, type(None)})
+_STR_ONLY = frozenset({str})
+
+
 def tool_calls_present(item: EvalItem) -> CheckResult:
     """Every expected tool name appears among the calls (names only; order and extras ignored)."""
     expected = item.expected_tool_calls
     if not expected:
         return CheckResult(True, "No expected tool calls specified.", "tool_calls_present")
-    called = {c.name for c in item.function_calls}
-    called_list = sorted(called)
-    missing = [e.name for e in expected if e.name not in called]
-    if missing:
-        return CheckResult(
-            False,
-            intern(f"Missing tool calls: {missing} (called: {called_list})"),
-            "tool_calls_present",
-        )
     names = [e.name for e in expected]
-    return CheckResult(
-        True,
-        intern(f"All expected tools called: {names} (called: {called_list})"),
-        "tool_calls_present",
-    )
+    called = [c.name for c in _calls_of(item)]
+    key = (*names, None, *called)
+    if not _KEY_TYPES.issuperset(map(type, key)):  # a str subclass may print otherwise
+        return _present_result(*_calls_present(names, set(called)))
+    verdict = _PRESENT.get(key)
+    if verdict is None:
+        verdict = _calls_present(names, set(called))
+        if len(_PRESENT) < _MEMO_LIMIT:
+            _PRESENT[key] = verdict
+    return _present_result(*verdict)
+
+
+def _present_result(passed: bool, reason: str) -> CheckResult:
+    return CheckResult(passed, reason, "tool_calls_present")
 
 
 def tool_call_args_match(item: EvalItem) -> CheckResult:
@@ -144,8 +187,15 @@ def tool_call_args_match(item: EvalItem) -> CheckResult:
     if not expected:
         return CheckResult(True, "No expected tool calls specified.", "tool_call_args_match")
     actual: dict[str, list[dict[str, Any] | None]] = {}
-    for call in item.function_calls:
-        actual.setdefault(call.name, []).append(call.parsed_arguments())
+    for call in _calls_of(item):
+        args = call.arguments
+        # parsed_arguments() copies a dict: only read here, a plain dict is taken as it is
+        parsed = args if type(args) is dict else call.parsed_arguments()
+        found = actual.get(call.name)
+        if found is None:
+            actual[call.name] = [parsed]
+        else:
+            found.append(parsed)
     matched = 0
     details: list[str] = []
     for exp in expected:

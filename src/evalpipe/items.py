@@ -80,18 +80,32 @@ class ConversationSplit(str, Enum):  # noqa: UP042 - str() and repr() as MAF's
 
 
 _LAST_TURN = ConversationSplit.LAST_TURN
-_BOUNDARIES: dict[ConversationSplit, Callable[[Sequence[Message]], int]] = {
-    ConversationSplit.LAST_TURN: _last_user,
-    ConversationSplit.FULL: _first_user,
-}
-"""The index of the split's user message, for the built-in strategies (-1: none)."""
+_FULL = ConversationSplit.FULL
 
 
-def _join(messages: Sequence[Message], start: int, stop: int, role: str) -> str:
-    texts = [text for m in messages[start:stop] if m.role == role and (text := m.text)]
+def _joined(texts: list[str]) -> str:
     if len(texts) == 1:
         return texts[0].strip()
     return " ".join(texts).strip()
+
+
+def _join(messages: Sequence[Message], start: int, stop: int, role: str) -> str:
+    return _joined([text for m in messages[start:stop] if m.role == role and (text := m.text)])
+
+
+def _split_texts(conv: Sequence[Message], cut: int) -> tuple[str, str]:
+    """``(query, response)`` of a conversation cut at ``cut``: the user texts before it and the
+    assistant texts from it on, in one pass (what two :func:`_join` calls give)."""
+    query: list[str] = []
+    response: list[str] = []
+    for i, m in enumerate(conv):
+        role = m.role
+        if i < cut:
+            if role == "user" and (text := m.text):
+                query.append(text)
+        elif role == "assistant" and (text := m.text):
+            response.append(text)
+    return _joined(query), _joined(response)
 
 
 class ExpectedToolCall(BaseModel):
@@ -248,6 +262,10 @@ class EvalItem(BaseModel):
     )
     """(splitter, the messages it split, the cut index or the custom split, query, response);
     reused only while the conversation holds the very same message objects in the same order."""
+    _calls_cache: tuple[tuple[Message, ...], tuple[FunctionCallContent, ...]] | None = PrivateAttr(
+        default=None
+    )
+    """(the messages scanned, their tool calls) for :meth:`_calls`; reused on the same rule."""
 
     def __init__(
         self,
@@ -281,7 +299,9 @@ class EvalItem(BaseModel):
         object.__setattr__(self, "__dict__", fields)
         object.__setattr__(self, "__pydantic_fields_set__", set(data))
         object.__setattr__(self, "__pydantic_extra__", None)
-        object.__setattr__(self, "__pydantic_private__", {"_split_cache": None})
+        object.__setattr__(
+            self, "__pydantic_private__", {"_split_cache": None, "_calls_cache": None}
+        )
 
     # Validation from a dict (model_validate, a nested item) goes straight to pydantic-core: this
     # __init__ only maps the positional form and takes the already-validated fast path.
@@ -338,6 +358,7 @@ class EvalItem(BaseModel):
     def __setattr__(self, name: str, value: Any) -> None:
         if name in ("conversation", "split_strategy"):
             self.__pydantic_private__["_split_cache"] = None  # type: ignore[index]
+            self.__pydantic_private__["_calls_cache"] = None  # type: ignore[index]
         super().__setattr__(name, value)
 
     def _resolve(self, split: Callable[..., Split] | None) -> tuple[Split | int, str, str]:
@@ -359,12 +380,16 @@ class EvalItem(BaseModel):
             and all(map(is_, cache[1], conv))
         ):
             return cache[2], cache[3], cache[4]
-        boundary = _BOUNDARIES.get(splitter) if isinstance(splitter, ConversationSplit) else None
         result: Split | int
-        if boundary is not None:
-            cut = boundary(conv) + 1
-            query = _join(conv, 0, cut, "user")
-            response = _join(conv, cut, len(conv), "assistant")
+        if splitter is _LAST_TURN or splitter is _FULL:
+            # The built-in strategies (a ConversationSplit has no other members): only the cut.
+            if splitter is _LAST_TURN:
+                cut = len(conv)
+                while cut and conv[cut - 1].role != "user":
+                    cut -= 1
+            else:
+                cut = _first_user(conv) + 1
+            query, response = _split_texts(conv, cut)
             result = cut
         else:
             query_msgs, response_msgs = splitter(conv)
@@ -427,6 +452,23 @@ class EvalItem(BaseModel):
     def function_calls(self) -> list[FunctionCallContent]:
         """Every tool call in the whole conversation, in order."""
         return [c for m in self.conversation for c in m.contents if c.type == "function_call"]
+
+    def _calls(self) -> tuple[FunctionCallContent, ...]:
+        """:attr:`function_calls` as a tuple, computed once: reused, as the split is, only while the
+        conversation holds the very same message objects in the same order (the built-in tool
+        checks read it, several per item)."""
+        conv = self.conversation
+        private: dict[str, Any] = self.__pydantic_private__  # type: ignore[assignment]
+        cache: tuple[tuple[Message, ...], tuple[FunctionCallContent, ...]] | None = private.get(
+            "_calls_cache"
+        )
+        if cache is not None and len(cache[0]) == len(conv) and all(map(is_, cache[0], conv)):
+            return cache[1]
+        calls: tuple[FunctionCallContent, ...] = tuple(
+            [c for m in conv for c in m.contents if c.type == "function_call"]
+        )
+        private["_calls_cache"] = (tuple(conv), calls)
+        return calls
 
     @staticmethod
     def _split_last_turn_static(conversation: list[Message]) -> Split:

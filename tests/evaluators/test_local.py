@@ -506,6 +506,38 @@ async def test_error_string_joins_every_failed_check_of_every_item() -> None:
     )
 
 
+async def test_error_string_keeps_item_order_when_async_items_finish_last() -> None:
+    """Items whose checks wait are finished after the synchronous ones, yet error, the items and
+    their statuses keep input order, each item's failed checks in check order."""
+
+    @evaluator
+    async def slow_no(response: str) -> bool:
+        """Slow"""
+        await asyncio.sleep(0)
+        return "wait" not in response
+
+    def quick(it: EvalItem) -> CheckResult | Any:
+        if "wait" in it.response:
+            return slow_no(it)
+        return CheckResult("sunny" in it.response, f"quick on {it.response}", "quick")
+
+    local = LocalEvaluator(quick, keyword_check("sunny"))
+    res = await local.evaluate([item("wait"), item("rain"), item("sunny"), item("wait sunny")])
+    assert res.error == (
+        "slow_no: failed: Slow; keyword_check: Missing keywords: ['sunny']; "
+        "quick: quick on rain; keyword_check: Missing keywords: ['sunny']; "
+        "slow_no: failed: Slow"
+    )
+    assert [r.output_text for r in res.items] == ["wait", "rain", "sunny", "wait sunny"]
+    assert [r.status for r in res.items] == ["fail", "fail", "pass", "fail"]
+    assert [[s.name for s in r.scores] for r in res.items] == [
+        ["slow_no", "keyword_check"],
+        ["quick", "keyword_check"],
+        ["quick", "keyword_check"],
+        ["slow_no", "keyword_check"],
+    ]
+
+
 async def test_error_is_none_when_nothing_failed() -> None:
     """error is None when no check failed."""
     res = await LocalEvaluator(keyword_check("sunny")).evaluate([item()])

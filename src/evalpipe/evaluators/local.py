@@ -12,6 +12,7 @@ import gc
 import inspect
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from operator import itemgetter
 from typing import Any, overload
 
 from evalpipe._internal.calls import is_call_failure
@@ -273,163 +274,160 @@ class LocalEvaluator:
         """Check every item; the result lists items in input order."""
         # A FunctionEvaluator over a sync function answers without a coroutine (see its `run`).
         runners = [c.run if isinstance(c, FunctionEvaluator) else c for c in self.checks]
+        names = [check_name_of(c) for c in self.checks]
         start = self._start
+        failures: list[tuple[int, str]] = []
+        results: list[EvalItemResult | None] = []
+        add_result = results.append
+        pending: list[tuple[int, list[Any]]] = []
         with _gc_paused():
-            started = [None if item.error_code else start(item, runners) for item in items]
-        pending = [
-            i
-            for i, outs in enumerate(started)
-            # every check answered a CheckResult (one set test), else: does one wait?
-            if outs is not None
-            and not _SETTLED.issuperset(map(type, outs))
-            and not all(isinstance(o, CheckResult | BaseException) for o in outs)
-        ]
+            for index, item in enumerate(items):
+                if item.error_code:
+                    add_result(_item_result(index, item, None, names, failures))
+                    continue
+                outs = start(item, runners)
+                # every check answered a CheckResult (one set test), else: does one wait?
+                if _SETTLED.issuperset(map(type, outs)) or all(
+                    isinstance(o, CheckResult | BaseException) for o in outs
+                ):
+                    # The item's result at once: its CheckResults are freed before the collector
+                    # runs again, not kept for a second pass.
+                    add_result(_item_result(index, item, outs, names, failures))
+                else:
+                    add_result(None)
+                    pending.append((index, outs))
         if pending:
             semaphore = asyncio.Semaphore(self.max_concurrency)
 
-            async def settle(index: int) -> None:
+            async def settle(outs: list[Any]) -> None:
                 # The item's async checks run concurrently (as MAF's gather per item).
-                outs = started[index]
-                assert outs is not None
                 slots = [k for k, out in enumerate(outs) if inspect.isawaitable(out)]
                 async with semaphore:
                     settled = await asyncio.gather(*(_await_check(outs[k]) for k in slots))
                 for k, value in zip(slots, settled, strict=True):
                     outs[k] = value
 
-            await asyncio.gather(*(settle(i) for i in pending))
+            await asyncio.gather(*(settle(outs) for _, outs in pending))
+            with _gc_paused():
+                for index, outs in pending:
+                    results[index] = _item_result(index, items[index], outs, names, failures)
+            failures.sort(key=itemgetter(0))  # item order, each item's checks in order (stable)
+        done: list[EvalItemResult] = results  # type: ignore[assignment]  # every slot filled
         with _gc_paused():
-            return self._collect(items, started, eval_name)
+            return make_results(
+                self.name,
+                done,
+                metrics=list(dict.fromkeys(names)),
+                prefill=False,
+                input_items=items,
+                eval_id="local",
+                run_id=eval_name,
+                error="; ".join(text for _, text in failures) or None,
+            )
 
-    def _collect(
-        self,
-        items: Sequence[EvalItem],
-        started: Sequence[Sequence[Any] | None],
-        eval_name: str,
-    ) -> EvalResults:
-        names = [check_name_of(c) for c in self.checks]
-        failures: list[str] = []
-        results: list[EvalItemResult] = []
-        add_result = results.append
-        add_failure = failures.append
-        score_result = EvalScoreResult
-        item_result = EvalItemResult
-        for index, (item, outs) in enumerate(zip(items, started, strict=True)):
-            item_id = item.item_id
-            if item_id is None:
-                item_id = str(index)
-            metadata = item.result_metadata()
-            query, response = item.query_and_response()
-            if outs is None:
-                add_result(
-                    item_result(
-                        item_id,
-                        ERROR,
-                        [],
-                        item.error_code,
-                        item.error_message,
-                        None,
-                        query,
-                        response,
-                        None,
-                        metadata,
-                    )
-                )
-                continue
-            scores: list[EvalScoreResult] = []
-            add_score = scores.append
-            errors: list[str] | None = None
-            all_passed = bool(outs)
-            for name, out in zip(names, outs, strict=True):
-                if type(out) is CheckResult or isinstance(out, CheckResult):
-                    # The common path, kept lean: it runs once per item and check.
-                    passed = bool(out.passed)
-                    reason = out.reason
-                    cname = out.check_name
-                    if not passed:
-                        all_passed = False
-                        add_failure(f"{cname}: {reason}")
-                    score = out.score
-                    if score is None:
-                        score = 1.0 if passed else 0.0
-                    details = out.details
-                    if details:
-                        # A check's extra numbers ride in `sample`, beside MAF's reason.
-                        sample: dict[str, Any] = {**details}
-                        if reason:
-                            sample["reason"] = reason
-                        threshold = details.get("threshold")
-                        add_score(
-                            score_result(
-                                cname,
-                                score,
-                                passed,
-                                sample,
-                                None,
-                                reason or None,
-                                threshold
-                                if isinstance(threshold, int | float)
-                                and not isinstance(threshold, bool)
-                                else None,
-                            )
-                        )
-                    elif reason:
-                        add_score(
-                            score_result(cname, score, passed, {"reason": reason}, None, reason)
-                        )
-                    else:
-                        add_score(score_result(cname, score, passed))
-                    continue
-                if not isinstance(out, BaseException):
-                    out = TypeError(
-                        f"check '{name}' returned {type(out).__name__}, expected CheckResult"
-                    )
-                if errors is None:
-                    errors = []
-                errors.append(f"{name}: {_error_text(out)}")
-                add_score(score_result(name, None, None, error_message=_error_text(out)))
-            # The tally's item rule, inlined for the hot path: any error, else all passed, else fail
-            # (zero checks fail, as MAF).
-            if errors:
-                add_result(
-                    item_result(
-                        item_id,
-                        ERROR,
-                        scores,
-                        "CheckError",
-                        "; ".join(errors),
-                        None,
-                        query,
-                        response,
-                        None,
-                        metadata,
-                    )
-                )
-            else:
-                add_result(
-                    item_result(
-                        item_id,
-                        PASS if all_passed else FAIL,
-                        scores,
-                        None,
-                        None,
-                        None,
-                        query,
-                        response,
-                        None,
-                        metadata,
-                    )
-                )
-        return make_results(
-            self.name,
-            results,
-            metrics=list(dict.fromkeys(names)),
-            prefill=False,
-            input_items=items,
-            eval_id="local",
-            run_id=eval_name,
-            error="; ".join(failures) or None,
+
+def _item_result(
+    index: int,
+    item: EvalItem,
+    outs: Sequence[Any] | None,
+    names: Sequence[str],
+    failures: list[tuple[int, str]],
+) -> EvalItemResult:
+    """One item's result from its checks' outcomes (None: the item's target call failed); each
+    failed check's ``name: reason`` is added to ``failures`` under the item's index."""
+    item_id = item.item_id
+    if item_id is None:
+        item_id = str(index)
+    metadata = item.result_metadata()
+    query, response = item.query_and_response()
+    if outs is None:
+        return EvalItemResult(
+            item_id,
+            ERROR,
+            [],
+            item.error_code,
+            item.error_message,
+            None,
+            query,
+            response,
+            None,
+            metadata,
         )
+    scores: list[EvalScoreResult] = []
+    add_score = scores.append
+    score_result = EvalScoreResult
+    errors: list[str] | None = None
+    all_passed = bool(outs)
+    for name, out in zip(names, outs, strict=True):
+        if type(out) is CheckResult or isinstance(out, CheckResult):
+            # The common path, kept lean: it runs once per item and check.
+            passed = bool(out.passed)
+            reason = out.reason
+            cname = out.check_name
+            if not passed:
+                all_passed = False
+                failures.append((index, f"{cname}: {reason}"))
+            score = out.score
+            if score is None:
+                score = 1.0 if passed else 0.0
+            details = out.details
+            if details:
+                # A check's extra numbers ride in `sample`, beside MAF's reason.
+                sample: dict[str, Any] = {**details}
+                if reason:
+                    sample["reason"] = reason
+                threshold = details.get("threshold")
+                add_score(
+                    score_result(
+                        cname,
+                        score,
+                        passed,
+                        sample,
+                        None,
+                        reason or None,
+                        threshold
+                        if isinstance(threshold, int | float) and not isinstance(threshold, bool)
+                        else None,
+                    )
+                )
+            elif reason:
+                add_score(score_result(cname, score, passed, {"reason": reason}, None, reason))
+            else:
+                add_score(score_result(cname, score, passed))
+            continue
+        if not isinstance(out, BaseException):
+            out = TypeError(f"check '{name}' returned {type(out).__name__}, expected CheckResult")
+        if errors is None:
+            errors = []
+        errors.append(f"{name}: {_error_text(out)}")
+        add_score(score_result(name, None, None, error_message=_error_text(out)))
+    # The tally's item rule, inlined for the hot path: any error, else all passed, else fail
+    # (zero checks fail, as MAF).
+    if errors:
+        return EvalItemResult(
+            item_id,
+            ERROR,
+            scores,
+            "CheckError",
+            "; ".join(errors),
+            None,
+            query,
+            response,
+            None,
+            metadata,
+        )
+    return EvalItemResult(
+        item_id,
+        PASS if all_passed else FAIL,
+        scores,
+        None,
+        None,
+        None,
+        query,
+        response,
+        None,
+        metadata,
+    )
 
 
 _SETTLED = frozenset({CheckResult})
