@@ -226,7 +226,7 @@ def test_a_second_run_of_a_live_run_is_refused_or_waits(project: Path, prefect_a
     finished call, or starts afresh with --new-run."""
     _suite(project, [f"q{i}" for i in range(8)], concurrency=2)
     # slow enough that the live run is still running when the second and third runs start
-    cmd, env = _cli(project, prefect_api, EVALPIPE_TEST_DELAY="10")
+    cmd, env = _cli(project, prefect_api, EVALPIPE_TEST_DELAY="6")
     first = subprocess.Popen(
         cmd, cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )

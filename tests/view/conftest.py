@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -148,35 +149,46 @@ def runs(view_prefect: Server, view_url: str, tmp_path_factory: pytest.TempPathF
     made = Runs(output, view_url, view_prefect)
     demo = str(ROOT / "examples/travel/suite.yaml")
     common = ["--no-progress", "--new-run", "--param", f"output_dir={output}"]
-    _evalpipe(view_prefect, ROOT, env, "run", demo, *common, "--param", "repetitions=1")
-    made.dirs["travel-v1"] = _newest(output / "travel-demo", set())
-    _evalpipe(view_prefect, ROOT, env, "bless", str(made.dirs["travel-v1"]))
-    _evalpipe(
-        view_prefect,
-        ROOT,
-        env,
-        "run",
-        demo,
-        *common,
-        "--param",
-        "repetitions=1",
-        "--param",
-        "target=view_travel_v2:workflow",
-        "--param",
-        "target_version=v2",
-    )
-    made.dirs["travel-v2"] = _newest(output / "travel-demo", {made.dirs["travel-v1"]})
-    agent = str(ROOT / "examples/travel/agent_suite.yaml")
-    _evalpipe(
-        view_prefect, ROOT, env, "run", agent, *common, "--param", "repetitions=2",
-        "--param", "tags=[nightly]",
-    )  # fmt: skip
-    made.dirs["agent"] = _newest(output / "travel-agent", set())
-    _evalpipe(view_prefect, work, env, "run", "hostile.yaml", "--no-progress", "--new-run")
-    made.dirs["hostile-1"] = _newest(output / "hostile", set())
-    _evalpipe(
-        view_prefect, work, {**env, "HOSTILE_FLIP": "1"}, "run", "hostile.yaml", "--no-progress",
-        "--new-run",
-    )  # fmt: skip
-    made.dirs["hostile-2"] = _newest(output / "hostile", {made.dirs["hostile-1"]})
+
+    def travel() -> None:  # v1, blessed, then v2 (compared with v1)
+        _evalpipe(view_prefect, ROOT, env, "run", demo, *common, "--param", "repetitions=1")
+        made.dirs["travel-v1"] = _newest(output / "travel-demo", set())
+        _evalpipe(view_prefect, ROOT, env, "bless", str(made.dirs["travel-v1"]))
+        _evalpipe(
+            view_prefect,
+            ROOT,
+            env,
+            "run",
+            demo,
+            *common,
+            "--param",
+            "repetitions=1",
+            "--param",
+            "target=view_travel_v2:workflow",
+            "--param",
+            "target_version=v2",
+        )
+        made.dirs["travel-v2"] = _newest(output / "travel-demo", {made.dirs["travel-v1"]})
+
+    def agent() -> None:
+        suite = str(ROOT / "examples/travel/agent_suite.yaml")
+        _evalpipe(
+            view_prefect, ROOT, env, "run", suite, *common, "--param", "repetitions=2",
+            "--param", "tags=[nightly]",
+        )  # fmt: skip
+        made.dirs["agent"] = _newest(output / "travel-agent", set())
+
+    def hostile() -> None:  # a run, then one whose verdicts flip
+        _evalpipe(view_prefect, work, env, "run", "hostile.yaml", "--no-progress", "--new-run")
+        made.dirs["hostile-1"] = _newest(output / "hostile", set())
+        _evalpipe(
+            view_prefect, work, {**env, "HOSTILE_FLIP": "1"}, "run", "hostile.yaml",
+            "--no-progress", "--new-run",
+        )  # fmt: skip
+        made.dirs["hostile-2"] = _newest(output / "hostile", {made.dirs["hostile-1"]})
+
+    # The three suites' runs are independent: made side by side (each suite's in its order).
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        for done in [pool.submit(group) for group in (travel, agent, hostile)]:
+            done.result()
     return made
