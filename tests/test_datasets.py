@@ -645,3 +645,60 @@ def test_duplicate_ids_across_plain_and_other_rows_are_named(tmp_path: Path) -> 
     path = _jsonl_of(tmp_path, [{"query": "a", "id": "line-2"}, {"query": "b"}])
     with pytest.raises(DatasetError, match=r"rows\.jsonl:2: id 'line-2' already used on line 1"):
         load_rows(path)
+
+
+def test_plain_row_hashes_are_row_hash_for_random_rows(tmp_path: Path) -> None:
+    """The plain rows' hashes, written out field by field, are row_hash of their QueryRows for
+    random rows: every optional field present or not, strings with quotes, escapes, control and
+    non-ASCII characters, tags, calls with nested, null and missing arguments."""
+    import random
+
+    from evalpipe.datasets import PlainRow, load_dataset, load_rows, row_hash
+
+    rng = random.Random(20)
+    alphabet = ["a", "Z", " ", '"', "\\", "\n", "\t", "\x01", "\x7f", "é", "☃", "\u2028", "𝄞", "/"]
+
+    def text(empty: bool = True) -> str:
+        return "".join(rng.choice(alphabet) for _ in range(rng.randint(0 if empty else 1, 6)))
+
+    def value(depth: int = 0) -> Any:
+        kind = rng.randrange(7 if depth < 2 else 5)
+        return [
+            None,
+            rng.randint(-(2**70), 2**70),
+            rng.random() * 10 ** rng.randint(-5, 300),
+            text(),
+            rng.choice([True, False]),
+            [value(depth + 1) for _ in range(rng.randint(0, 3))] if kind == 5 else None,
+            {text(): value(depth + 1) for _ in range(rng.randint(0, 3))} if kind == 6 else None,
+        ][kind]
+
+    data: list[dict[str, Any]] = []
+    for i in range(300):
+        row: dict[str, Any] = {"query": text(empty=False)}
+        if rng.random() < 0.5:
+            row["id"] = f"{text()}{i}"
+        for name in ("expected_output", "context"):
+            if rng.random() < 0.5:
+                row[name] = rng.choice([None, text()])
+        if rng.random() < 0.5:
+            row["tags"] = [text() for _ in range(rng.randint(0, 3))]
+        if rng.random() < 0.7:
+            row["expected_tool_calls"] = [
+                {
+                    "name": text(),
+                    **(
+                        {"arguments": rng.choice([None, {text(): value()}])}
+                        if rng.random() < 0.8
+                        else {}
+                    ),
+                }
+                for _ in range(rng.randint(0, 2))
+            ]
+        data.append(row)
+    path = _jsonl_of(tmp_path, data)
+    plain, models = load_rows(path), load_dataset(path)
+    assert all(isinstance(r, PlainRow) for r in plain)
+    assert [row_hash(r) for r in plain] == [row_hash(m) for m in models]
+    for ours, theirs in zip(plain, models, strict=True):
+        _same_row(ours, theirs)

@@ -237,7 +237,12 @@ def row_hash(row: QueryRow | PlainRow) -> str:
 def _digest(dump: dict[str, Any]) -> str:
     """The hash of a row's JSON dump: content_key's canonical JSON, with one encoder for every
     row (tests pin the equality)."""
-    return hashlib.sha256(_encode(dump).encode("utf-8")).hexdigest()[:32]
+    return _hash_text(_encode(dump))
+
+
+def _hash_text(canonical: str) -> str:
+    """The row hash of a row's canonical JSON text."""
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:32]
 
 
 _CANONICAL = json.JSONEncoder(
@@ -349,8 +354,8 @@ _PLAIN_FIELDS = frozenset(
 _STR_OR_NONE = frozenset({str, type(None)})
 _STR = frozenset({str})
 _CALLS: TypeAdapter[list[ExpectedToolCall]] = TypeAdapter(list[ExpectedToolCall])
-_CallsSeen = dict[str, tuple[list[ExpectedToolCall], list[dict[str, Any]]] | None]
-"""repr of a raw expected_tool_calls value -> (its calls, their JSON dumps), None if invalid."""
+_CallsSeen = dict[str, tuple[list[ExpectedToolCall], str] | None]
+"""repr of a raw expected_tool_calls value -> (its calls, their canonical JSON), None if invalid."""
 
 
 def _plain_row(data: dict[str, Any], default_id: str, seen: _CallsSeen) -> PlainRow | None:
@@ -376,12 +381,8 @@ def _plain_row(data: dict[str, Any], default_id: str, seen: _CallsSeen) -> Plain
     if type(raw_tags) not in (list, tuple) or not _STR.issuperset(map(type, raw_tags)):
         return None
     tags = tuple(raw_tags)
-    dump: dict[str, Any] = {"query": query, "id": row_id, "tags": list(tags)}
-    if output is not None:
-        dump["expected_output"] = output
-    if context is not None:
-        dump["context"] = context
     calls: list[ExpectedToolCall] | None = None
+    calls_json: str | None = None
     raw_calls = get("expected_tool_calls")
     if raw_calls is not None:
         if type(raw_calls) is not list:
@@ -395,16 +396,39 @@ def _plain_row(data: dict[str, Any], default_id: str, seen: _CallsSeen) -> Plain
             except ValidationError:
                 known = None
             else:
-                known = (
-                    validated,
-                    [c.model_dump(mode="json", exclude_none=True) for c in validated],
-                )
+                dumps = [c.model_dump(mode="json", exclude_none=True) for c in validated]
+                known = (validated, _encode(dumps))
             seen[shape] = known
         if known is None:
             return None
-        calls = known[0]
-        dump["expected_tool_calls"] = known[1]
-    return PlainRow(query, row_id, output, calls, context, tags, _digest(dump))
+        calls, calls_json = known
+    key = _hash_text(_plain_canonical(query, row_id, output, calls_json, context, tags))
+    return PlainRow(query, row_id, output, calls, context, tags, key)
+
+
+def _plain_canonical(
+    query: str,
+    row_id: str,
+    output: str | None,
+    calls_json: str | None,
+    context: str | None,
+    tags: tuple[str, ...],
+) -> str:
+    """What ``_encode`` makes of a plain row's dump (``model_dump(mode="json",
+    exclude_none=True)``: the fields that are not None, and ``tags``), written out: the keys in
+    sorted order, every str through the encoder's own ``encode_basestring``, the expected calls'
+    JSON as ``_encode`` wrote it (tests pin the equality with :func:`row_hash`)."""
+    parts = []
+    if context is not None:
+        parts.append('"context":' + encode_basestring(context))
+    if output is not None:
+        parts.append('"expected_output":' + encode_basestring(output))
+    if calls_json is not None:
+        parts.append('"expected_tool_calls":' + calls_json)
+    parts.append('"id":' + encode_basestring(row_id))
+    parts.append('"query":' + encode_basestring(query))
+    parts.append('"tags":[' + ",".join(map(encode_basestring, tags)) + "]")
+    return "{" + ",".join(parts) + "}"
 
 
 def _collect_rows(
