@@ -490,3 +490,215 @@ def test_the_first_bad_row_is_named_when_several_are_bad(tmp_path: Path) -> None
     assert message.startswith(f"{path}:3: query: ")
     assert ":4:" not in message
     assert ":5:" not in message
+
+
+def _jsonl_of(tmp_path: Path, rows: list[dict[str, Any]], name: str = "rows.jsonl") -> Path:
+    path = tmp_path / name
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def test_plain_rows_load_with_the_known_hashes(tmp_path: Path) -> None:
+    """load_rows reads the plain rows without QueryRow models and gives them the hashes evalpipe
+    always gave them (a journal keys its calls by them); the other rows stay QueryRows."""
+    from evalpipe.datasets import PlainRow, QueryRow, load_rows
+
+    rows = load_rows(_jsonl_of(tmp_path, [data for data, _ in _KNOWN_HASHES]))
+    assert [r.key if isinstance(r, PlainRow) else None for r in rows][:4] == [
+        expected for _, expected in _KNOWN_HASHES[:3]
+    ] + [None]
+    assert [type(r) for r in rows] == [PlainRow] * 3 + [QueryRow, PlainRow, QueryRow]
+    from evalpipe.datasets import row_hash
+
+    assert [row_hash(r) for r in rows] == [expected for _, expected in _KNOWN_HASHES]
+
+
+_MIXED: list[dict[str, Any]] = [
+    {"query": "a"},
+    {"query": "b", "id": None, "expected_output": None, "context": None, "tags": []},
+    {"query": "c", "id": "c", "expected_output": "x", "context": "ctx", "tags": ["t", "u"]},
+    {"query": "d", "expected_tool_calls": [{"name": "f", "arguments": {"n": 1}}]},
+    {"query": "e", "expected_tool_calls": [{"arguments": {"n": 1}, "name": "f"}]},
+    {"query": "f", "expected_tool_calls": [{"name": "f", "arguments": {"n": 1.0}}]},
+    {"query": "g", "expected_tool_calls": [{"name": "f", "arguments": {"n": True}}]},
+    {"query": "h", "expected_tool_calls": [{"name": "f", "arguments": {"n": 1}}]},
+    {"query": "i", "expected_tool_calls": [{"name": "f", "arguments": None}, {"name": "g"}]},
+    {"query": "j", "expected_tool_calls": [{"name": "f", "arguments": {"x": float("nan")}}]},
+    {"query": "k", "expected_tool_calls": []},
+    {"query": "l", "expected_tool_calls": [{"name": "f", "arguments": {"a": None, "b": [None]}}]},
+    {"query": "m", "agents": {"writer": {"expected_output": "w"}}},
+    {
+        "query": "n",
+        "conversation": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}],
+    },
+    {"query": "o", "id": "o2", "tools": [{"name": "t"}]},
+    {"query": "☃ naïve \u2028", "id": "p", "tags": ["é"]},
+]
+"""Plain rows of every shape (absent and null fields, calls in either key order, 1 / 1.0 / true,
+null and missing arguments, NaN, nested nulls, no calls) among rows that are not plain."""
+
+
+def _same_row(plain: Any, model: Any) -> None:
+    from evalpipe.datasets import PlainRow, row_hash
+
+    if not isinstance(plain, PlainRow):
+        assert plain == model
+        return
+    assert (plain.query, plain.id, plain.expected_output, plain.context) == (
+        model.query,
+        model.id,
+        model.expected_output,
+        model.context,
+    )
+    assert plain.tags == tuple(model.tags)
+    assert plain.key == row_hash(model)
+    ours, theirs = plain.expected_tool_calls, model.expected_tool_calls
+    assert (ours is None) == (theirs is None)
+    if ours is not None and theirs is not None:  # the same values, of the same JSON types
+        assert [c.model_dump_json() for c in ours] == [c.model_dump_json() for c in theirs]
+        assert [type(c) for c in ours] == [type(c) for c in theirs]
+    assert (plain.agents, plain.conversation, plain.tools, plain.recorded_agents) == (
+        model.agents,
+        model.conversation,
+        model.tools,
+        model.recorded_agents,
+    )
+    assert plain.recorded is model.recorded
+
+
+def test_plain_rows_are_their_query_rows(tmp_path: Path) -> None:
+    """A PlainRow holds what the row's QueryRow holds (same values, same JSON types of the
+    expected arguments) and its row_hash; rows that are not plain come as their QueryRows."""
+    from evalpipe.datasets import PlainRow, load_csv, load_dataset, load_rows
+
+    path = _jsonl_of(tmp_path, _MIXED)
+    plain, models = load_rows(path), load_dataset(path)
+    assert [isinstance(r, PlainRow) for r in plain] == [i < 12 or i == 15 for i in range(16)]
+    assert len(plain) == len(models)
+    for ours, theirs in zip(plain, models, strict=True):
+        _same_row(ours, theirs)
+    csv_file = tmp_path / "rows.csv"
+    csv_file.write_text(
+        'id,query,expected_tool_calls,tags\n1,q,"[{""name"": ""f""}]","a, b"\n,r,,\n',
+        encoding="utf-8",
+    )
+    csv_rows = load_rows(csv_file)
+    assert all(isinstance(r, PlainRow) for r in csv_rows)
+    for ours, theirs in zip(csv_rows, load_csv(csv_file), strict=True):
+        _same_row(ours, theirs)
+
+
+def test_plain_rows_share_equal_expected_calls_only(tmp_path: Path) -> None:
+    """Rows whose expected calls are written the same share one list; 1, 1.0 and true (equal in
+    Python, not in JSON) and a different key order do not."""
+    from evalpipe.datasets import PlainRow, load_rows
+
+    rows = [r for r in load_rows(_jsonl_of(tmp_path, _MIXED)) if isinstance(r, PlainRow)]
+    d, e, f, g, h = rows[3:8]
+    assert d.expected_tool_calls is h.expected_tool_calls
+    assert len({id(r.expected_tool_calls) for r in (d, e, f, g)}) == 4
+
+
+@pytest.mark.parametrize(
+    ("row", "message"),
+    [
+        ({"query": ""}, "query: String should have at least 1 character"),
+        ({"query": 3}, "query: Input should be a valid string"),
+        ({"query": "q", "id": 3}, "id: Input should be a valid string"),
+        ({"query": "q", "tags": "a"}, "tags: Input should be a valid list"),
+        ({"query": "q", "tags": None}, "tags: Input should be a valid list"),
+        ({"query": "q", "expected_output": 1}, "expected_output: Input should be a valid string"),
+        ({"query": "q", "expected_tool_calls": [{"name": 3}]}, "expected_tool_calls.0.name"),
+        (
+            {"query": "q", "expected_tool_calls": [{"nom": "f"}]},
+            "expected_tool_calls.0.name: Field",
+        ),
+        ({"query": "q", "expected_tool_calls": {"name": "f"}}, "expected_tool_calls: Input"),
+        ({"query": "q", "colour": "red"}, "unknown column 'colour'"),
+    ],
+)
+def test_a_bad_plain_looking_row_is_named_as_before(
+    tmp_path: Path, row: dict[str, Any], message: str
+) -> None:
+    """A row that looks plain but is not valid goes to QueryRow, whose error names the file, the
+    line and the field, as load_dataset's does."""
+    from evalpipe.datasets import load_dataset, load_rows
+
+    path = _jsonl_of(tmp_path, [{"query": "fine"}, row])
+    with pytest.raises(DatasetError) as expected:
+        load_dataset(path)
+    with pytest.raises(DatasetError) as raised:
+        load_rows(path)
+    assert str(raised.value) == str(expected.value)
+    assert f"rows.jsonl:2: {message}" in str(raised.value)
+
+
+def test_duplicate_ids_across_plain_and_other_rows_are_named(tmp_path: Path) -> None:
+    """Two rows sharing an id are refused on the second, whichever kind each is."""
+    from evalpipe.datasets import load_rows
+
+    path = _jsonl_of(
+        tmp_path, [{"query": "a", "agents": {"w": {}}, "id": "x"}, {"query": "b", "id": "x"}]
+    )
+    with pytest.raises(DatasetError, match=r"rows\.jsonl:2: id 'x' already used on line 1"):
+        load_rows(path)
+    path = _jsonl_of(tmp_path, [{"query": "a", "id": "line-2"}, {"query": "b"}])
+    with pytest.raises(DatasetError, match=r"rows\.jsonl:2: id 'line-2' already used on line 1"):
+        load_rows(path)
+
+
+def test_plain_row_hashes_are_row_hash_for_random_rows(tmp_path: Path) -> None:
+    """The plain rows' hashes, written out field by field, are row_hash of their QueryRows for
+    random rows: every optional field present or not, strings with quotes, escapes, control and
+    non-ASCII characters, tags, calls with nested, null and missing arguments."""
+    import random
+
+    from evalpipe.datasets import PlainRow, load_dataset, load_rows, row_hash
+
+    rng = random.Random(20)
+    alphabet = ["a", "Z", " ", '"', "\\", "\n", "\t", "\x01", "\x7f", "é", "☃", "\u2028", "𝄞", "/"]
+
+    def text(empty: bool = True) -> str:
+        return "".join(rng.choice(alphabet) for _ in range(rng.randint(0 if empty else 1, 6)))
+
+    def value(depth: int = 0) -> Any:
+        kind = rng.randrange(7 if depth < 2 else 5)
+        return [
+            None,
+            rng.randint(-(2**70), 2**70),
+            rng.random() * 10 ** rng.randint(-5, 300),
+            text(),
+            rng.choice([True, False]),
+            [value(depth + 1) for _ in range(rng.randint(0, 3))] if kind == 5 else None,
+            {text(): value(depth + 1) for _ in range(rng.randint(0, 3))} if kind == 6 else None,
+        ][kind]
+
+    data: list[dict[str, Any]] = []
+    for i in range(300):
+        row: dict[str, Any] = {"query": text(empty=False)}
+        if rng.random() < 0.5:
+            row["id"] = f"{text()}{i}"
+        for name in ("expected_output", "context"):
+            if rng.random() < 0.5:
+                row[name] = rng.choice([None, text()])
+        if rng.random() < 0.5:
+            row["tags"] = [text() for _ in range(rng.randint(0, 3))]
+        if rng.random() < 0.7:
+            row["expected_tool_calls"] = [
+                {
+                    "name": text(),
+                    **(
+                        {"arguments": rng.choice([None, {text(): value()}])}
+                        if rng.random() < 0.8
+                        else {}
+                    ),
+                }
+                for _ in range(rng.randint(0, 2))
+            ]
+        data.append(row)
+    path = _jsonl_of(tmp_path, data)
+    plain, models = load_rows(path), load_dataset(path)
+    assert all(isinstance(r, PlainRow) for r in plain)
+    assert [row_hash(r) for r in plain] == [row_hash(m) for m in models]
+    for ours, theirs in zip(plain, models, strict=True):
+        _same_row(ours, theirs)

@@ -16,7 +16,7 @@ from evalpipe.itemize import (
     build_workflow_items,
     workflow_items,
 )
-from evalpipe.items import AgentExpectation, EvalItem
+from evalpipe.items import AgentExpectation, ConversationSplit, EvalItem
 from evalpipe.messages import FunctionCallContent
 from evalpipe.transcripts import ExecutorRun, TargetRun, WorkflowRun
 
@@ -171,6 +171,8 @@ _TOOL = ToolDefinition("get_weather", "weather", {"type": "object", "properties"
         (_run(), {"tools": [_TOOL], "recorded_head": [Message("system", ["be brief"])]}),
         (_run(error_code="AgentError", error_message="E: no"), {"declared_tools": [_TOOL]}),
         (_run(), {"expect": Expectations(expected_tool_calls=tuple(_CALLS))}),
+        (_run(), {"tools": (_TOOL,), "split": ConversationSplit.FULL}),
+        (_run(), {"tools": []}),
     ],
 )
 def test_an_agent_item_is_the_item_validation_makes(run: TargetRun, extra: dict[str, Any]) -> None:
@@ -179,6 +181,26 @@ def test_an_agent_item_is_the_item_validation_makes(run: TargetRun, extra: dict[
     item = agent_item(run, item_id="q0#1", **extra)
     _same_item(item, _validated(item))
     assert item.conversation[-len(run.messages) :] == run.messages
+
+
+def test_an_agent_item_of_validated_values_is_built_directly(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The items of validated transcripts take EvalItem._direct, not EvalItem(...) and its keyword
+    dict (the items stage's cost per call)."""
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("EvalItem(...) called")
+
+    monkeypatch.setattr(EvalItem, "__init__", refuse)
+    item = agent_item(
+        _run(tools=[_TOOL]),
+        item_id="q0#1",
+        expect=Expectations(expected_output="sunny", expected_tool_calls=_CALLS),
+        metadata={"row_id": "q0"},
+    )
+    assert item.item_id == "q0#1"
+    assert item.tools == [_TOOL]
 
 
 def test_an_agent_item_owns_its_lists_and_metadata() -> None:

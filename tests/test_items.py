@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pickle
 import random
+from collections import deque
 from typing import Any
 
 import pytest
@@ -646,6 +647,123 @@ def test_constructor_still_rejects_bad_values(data: dict[str, Any]) -> None:
     """A value the fast path does not take is validated, and rejected as before."""
     with pytest.raises((ValueError, TypeError)):
         EvalItem(**data)
+
+
+def _full_fields() -> dict[str, Any]:
+    return {
+        "conversation": [user("Weather?"), asst("Sunny.")],
+        "tools": [ToolDefinition("get_weather", "Weather.")],
+        "context": "ctx",
+        "expected_output": "sunny",
+        "expected_tool_calls": [ExpectedToolCall("get_weather", {"city": "Paris"})],
+        "split_strategy": ConversationSplit.FULL,
+        "item_id": "q1#0",
+        "query_index": 1,
+        "repetition": 0,
+        "agent": "writer",
+        "usage": RunUsage(input_tokens=3),
+        "error_code": "AgentError",
+        "error_message": "E: no",
+        "metadata": {"row_id": "q1"},
+    }
+
+
+def _direct(data: dict[str, Any], fields_set: set[str]) -> EvalItem | None:
+    full = dict.fromkeys(EvalItem.model_fields) | {"metadata": {}} | data
+    return EvalItem._direct(*(full[name] for name in EvalItem.model_fields), fields_set)
+
+
+def test_direct_constructor_equals_validation() -> None:
+    """EvalItem._direct (the items stage's constructor) makes, from already-valid values, the item
+    validation makes: values, field order, the fields set given, fresh private state and dumps;
+    tuples of valid elements are taken as the lists validation makes of them."""
+    data = _full_fields()
+    fast = _direct(data, set(data))
+    assert fast is not None
+    _same(fast, _validated(data))
+    for dropped in data:
+        rest = {k: v for k, v in data.items() if k != dropped}
+        fast = _direct(rest, set(rest))
+        assert fast is not None
+        _same(fast, _validated(rest))
+    as_tuples = {
+        **data,
+        **{k: tuple(data[k]) for k in ("conversation", "tools", "expected_tool_calls")},
+    }
+    fast = _direct(as_tuples, set(as_tuples))
+    assert fast is not None
+    _same(fast, _validated(as_tuples))
+    _same(EvalItem(**as_tuples), _validated(as_tuples))
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("conversation", [{"role": "user", "contents": ["Q"]}]),
+        ("conversation", deque([user("Q")])),
+        ("tools", [{"name": "t"}]),
+        ("context", 3),
+        ("expected_tool_calls", ["get_weather"]),
+        ("expected_tool_calls", [{"name": "get_weather"}]),
+        ("item_id", 3),
+        ("query_index", "1"),
+        ("query_index", True),
+        ("agent", b"writer"),
+        ("usage", {"input_tokens": 3}),
+        ("metadata", {"a": 1, "b": {"c": [1]}, 2: "two"}),
+        ("metadata", None),
+        ("split_strategy", "last_turn"),
+    ],
+)
+def test_direct_constructor_leaves_what_is_not_valid_to_validation(name: str, value: Any) -> None:
+    """A value validation would change or reject is not taken directly (_direct gives None), and
+    EvalItem(...) then validates it: the same item as model_validate, or the same error."""
+    data = {**_full_fields(), name: value}
+    assert _direct(data, set(data)) is None
+    expected: EvalItem | str
+    try:
+        expected = _validated(data)
+    except ValueError as exc:
+        expected = str(exc)
+    if isinstance(expected, str):
+        with pytest.raises(ValueError) as raised:
+            EvalItem(**data)
+        assert str(raised.value) == expected
+    else:
+        _same(EvalItem(**data), expected)
+
+
+def test_direct_items_get_their_own_private_state() -> None:
+    """Private state starts as validation sets it, from EvalItem's own PrivateAttr defaults, and
+    each directly built item has its own: caching one item's split leaves the other's empty."""
+    from evalpipe.items import _PRIVATE_DEFAULTS
+
+    validated = EvalItem.model_validate({})
+    assert validated.__pydantic_private__ == _PRIVATE_DEFAULTS
+    assert set(_PRIVATE_DEFAULTS) == set(EvalItem.__private_attributes__)
+    data = _full_fields()
+    first, second = _direct(data, set(data)), EvalItem(**data)
+    assert first is not None
+    assert first.__pydantic_private__ is not second.__pydantic_private__
+    assert first.query == "Weather?"
+    assert first.__pydantic_private__["_split_cache"] is not None  # type: ignore[index]
+    assert second.__pydantic_private__ == validated.__pydantic_private__
+
+
+def test_private_defaults_must_be_immutable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The directly built items share the private defaults through a shallow copy, so a private
+    attribute with a factory (a fresh list per item) is refused when the defaults are read."""
+    from pydantic import PrivateAttr
+
+    from evalpipe import items
+
+    monkeypatch.setattr(
+        EvalItem,
+        "__private_attributes__",
+        {**EvalItem.__private_attributes__, "_seen": PrivateAttr(default_factory=list)},
+    )
+    with pytest.raises(TypeError, match="_seen"):
+        items._private_defaults()
 
 
 def test_validation_from_a_dict_does_not_run_the_python_init() -> None:

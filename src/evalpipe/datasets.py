@@ -22,9 +22,10 @@ import hashlib
 import io
 import json
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, cast
 
 from pydantic import (
     BaseModel,
@@ -51,12 +52,14 @@ from evalpipe.recorded import (
 
 __all__ = [
     "DatasetError",
+    "PlainRow",
     "QueryRow",
     "RecordedAgent",
     "load_csv",
     "load_dataset",
     "load_jsonl",
     "load_parquet",
+    "load_rows",
     "row_hash",
     "write_jsonl",
 ]
@@ -200,11 +203,45 @@ _ROWS: TypeAdapter[list[QueryRow]] = TypeAdapter(list[QueryRow])
 """A file's rows, validated as a list: QueryRow.model_validate's rows, in one call."""
 
 
-def row_hash(row: QueryRow) -> str:
+@dataclass(slots=True)
+class PlainRow:
+    """A dataset row holding only a query and plain expectations (``query``, ``id``,
+    ``expected_output``, ``expected_tool_calls``, ``context``, ``tags``), read for a run without a
+    QueryRow model: what QueryRow would hold, and its :func:`row_hash`. :func:`load_rows` reads
+    them; nothing writes to them (rows expecting the same calls share one list)."""
+
+    query: str
+    id: str
+    expected_output: str | None
+    expected_tool_calls: list[ExpectedToolCall] | None
+    context: str | None
+    tags: tuple[str, ...]
+    key: str
+    """The row's hash, as :func:`row_hash` gives it for the QueryRow of the same data."""
+
+    agents: ClassVar[None] = None
+    conversation: ClassVar[None] = None
+    tools: ClassVar[None] = None
+    recorded_agents: ClassVar[None] = None
+    recorded: ClassVar[bool] = False
+
+
+def row_hash(row: QueryRow | PlainRow) -> str:
     """A content hash of the row, its id included: a changed query or expectation is a new row,
     and two rows that differ only in id are two samples (each gets its own target calls)."""
-    # content_key's canonical JSON, with one encoder for every row (tests pin the equality).
-    canonical = _encode(row.model_dump(mode="json", exclude_none=True))
+    if type(row) is PlainRow:
+        return row.key
+    return _digest(cast(QueryRow, row).model_dump(mode="json", exclude_none=True))
+
+
+def _digest(dump: dict[str, Any]) -> str:
+    """The hash of a row's JSON dump: content_key's canonical JSON, with one encoder for every
+    row (tests pin the equality)."""
+    return _hash_text(_encode(dump))
+
+
+def _hash_text(canonical: str) -> str:
+    """The row hash of a row's canonical JSON text."""
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:32]
 
 
@@ -308,9 +345,106 @@ def _unanswered(row: QueryRow) -> str | None:
     return None
 
 
-def _collect(file: Path, records: Iterable[tuple[str, str, dict[str, Any]]]) -> list[QueryRow]:
-    """Validate (where, default id, data) records into rows; ``where`` is a line or "row N"."""
-    read = _read_recordings(file, list(records))
+_Record = tuple[str, str, dict[str, Any]]
+"""(where, default id, data) of one row of a file; ``where`` is a line or "row N"."""
+
+_PLAIN_FIELDS = frozenset(
+    ("query", "id", "expected_output", "expected_tool_calls", "context", "tags")
+)
+_STR_OR_NONE = frozenset({str, type(None)})
+_STR = frozenset({str})
+_CALLS: TypeAdapter[list[ExpectedToolCall]] = TypeAdapter(list[ExpectedToolCall])
+_CallsSeen = dict[str, tuple[list[ExpectedToolCall], str] | None]
+"""repr of a raw expected_tool_calls value -> (its calls, their canonical JSON), None if invalid."""
+
+
+def _plain_row(data: dict[str, Any], default_id: str, seen: _CallsSeen) -> PlainRow | None:
+    """The row ``data`` as a PlainRow when QueryRow would take every value as it is (a non-empty
+    str query, str or absent id, expected_output and context, a list of str tags, expected tool
+    calls that validate), with QueryRow's hash; None otherwise, and QueryRow validates it (and
+    names what is wrong). Rows whose expected calls have the same repr share one list."""
+    if not _PLAIN_FIELDS.issuperset(data):
+        return None
+    get = data.get
+    query, row_id, output, context = get("query"), get("id"), get("expected_output"), get("context")
+    if not (
+        type(query) is str
+        and query
+        and type(row_id) in _STR_OR_NONE
+        and type(output) in _STR_OR_NONE
+        and type(context) in _STR_OR_NONE
+    ):
+        return None
+    if row_id is None:
+        row_id = default_id
+    raw_tags = get("tags", ())
+    if type(raw_tags) not in (list, tuple) or not _STR.issuperset(map(type, raw_tags)):
+        return None
+    tags = tuple(raw_tags)
+    calls: list[ExpectedToolCall] | None = None
+    calls_json: str | None = None
+    raw_calls = get("expected_tool_calls")
+    if raw_calls is not None:
+        if type(raw_calls) is not list:
+            return None
+        shape = repr(raw_calls)
+        if shape in seen:
+            known = seen[shape]
+        else:
+            try:
+                validated = _CALLS.validate_python(raw_calls)
+            except ValidationError:
+                known = None
+            else:
+                dumps = [c.model_dump(mode="json", exclude_none=True) for c in validated]
+                known = (validated, _encode(dumps))
+            seen[shape] = known
+        if known is None:
+            return None
+        calls, calls_json = known
+    key = _hash_text(_plain_canonical(query, row_id, output, calls_json, context, tags))
+    return PlainRow(query, row_id, output, calls, context, tags, key)
+
+
+def _plain_canonical(
+    query: str,
+    row_id: str,
+    output: str | None,
+    calls_json: str | None,
+    context: str | None,
+    tags: tuple[str, ...],
+) -> str:
+    """What ``_encode`` makes of a plain row's dump (``model_dump(mode="json",
+    exclude_none=True)``: the fields that are not None, and ``tags``), written out: the keys in
+    sorted order, every str through the encoder's own ``encode_basestring``, the expected calls'
+    JSON as ``_encode`` wrote it (tests pin the equality with :func:`row_hash`)."""
+    parts = []
+    if context is not None:
+        parts.append('"context":' + encode_basestring(context))
+    if output is not None:
+        parts.append('"expected_output":' + encode_basestring(output))
+    if calls_json is not None:
+        parts.append('"expected_tool_calls":' + calls_json)
+    parts.append('"id":' + encode_basestring(row_id))
+    parts.append('"query":' + encode_basestring(query))
+    parts.append('"tags":[' + ",".join(map(encode_basestring, tags)) + "]")
+    return "{" + ",".join(parts) + "}"
+
+
+def _collect_rows(
+    file: Path, records: Iterable[_Record], *, plain: bool
+) -> list[QueryRow | PlainRow]:
+    """Validate (where, default id, data) records into rows, in file order: with ``plain``, the
+    rows :func:`_plain_row` takes as PlainRows, the others (all of them without) as QueryRows."""
+    records = list(records)
+    plains: list[PlainRow | None] = [None] * len(records)
+    if plain:
+        seen: _CallsSeen = {}
+        plains = [_plain_row(data, default_id, seen) for _, default_id, data in records]
+    read = _read_recordings(
+        file,
+        records if not plain else [r for r, p in zip(records, plains, strict=True) if p is None],
+    )
     # every row in one call (with its default id), the pydantic-core loop; for a file with a bad
     # row, row by row as below, so the first bad row is named as before
     bulk: list[QueryRow] | None
@@ -323,27 +457,35 @@ def _collect(file: Path, records: Iterable[tuple[str, str, dict[str, Any]]]) -> 
         )
     except ValidationError:
         bulk = None
-    rows: list[QueryRow] = []
-    seen: dict[str, str] = {}
-    for position, (where, default_id, data) in enumerate(read):
-        if bulk is not None:
-            row = bulk[position]
+    rows: list[QueryRow | PlainRow] = []
+    seen_ids: dict[str, str] = {}
+    position = 0  # in read
+    for index, found in enumerate(plains):
+        row: QueryRow | PlainRow
+        if found is not None:
+            row, where = found, records[index][0]
         else:
-            try:
-                row = QueryRow.model_validate(data)
-            except ValidationError as exc:
-                raise DatasetError(f"{file}:{where}: {_describe(exc)}") from None
-        if row.id is None:  # row by row (the bulk rows have theirs)
-            row.id = default_id
-        problem = _unanswered(row)
-        if problem is not None:
-            raise DatasetError(f"{file}:{where}: {problem}")
-        if row.id in seen:
-            label = _label(seen[row.id])
+            where, default_id, data = read[position]
+            if bulk is not None:
+                row = bulk[position]
+            else:
+                try:
+                    row = QueryRow.model_validate(data)
+                except ValidationError as exc:
+                    raise DatasetError(f"{file}:{where}: {_describe(exc)}") from None
+            position += 1
+            if row.id is None:  # row by row (the bulk rows have theirs)
+                row.id = default_id
+            problem = _unanswered(row)
+            if problem is not None:
+                raise DatasetError(f"{file}:{where}: {problem}")
+        row_id = cast(str, row.id)
+        if row_id in seen_ids:
+            label = _label(seen_ids[row_id])
             raise DatasetError(
-                f"{file}:{where}: id {row.id!r} already used on {label}; ids must be unique"
+                f"{file}:{where}: id {row_id!r} already used on {label}; ids must be unique"
             )
-        seen[row.id] = where
+        seen_ids[row_id] = where
         rows.append(row)
     if not rows:
         raise DatasetError(
@@ -359,14 +501,30 @@ def load_dataset(path: str | Path) -> list[QueryRow]:
     Raises:
         DatasetError: as the format's loader, or for an unknown suffix.
     """
+    return cast(list[QueryRow], _read(path, plain=False))
+
+
+def load_rows(path: str | Path) -> list[QueryRow | PlainRow]:
+    """:func:`load_dataset` for a run: the rows holding only a query and plain expectations come
+    as PlainRows (no QueryRow model each: the common shape, read in bulk, with the same values and
+    row hashes), every other row as its QueryRow; the same errors, naming the same file, line and
+    field.
+
+    Raises:
+        DatasetError: as :func:`load_dataset`.
+    """
+    return _read(path, plain=True)
+
+
+def _read(path: str | Path, *, plain: bool) -> list[QueryRow | PlainRow]:
     file = Path(path)
     suffix = file.suffix.lower()
     if suffix == ".jsonl":
-        return load_jsonl(file)
+        return _read_jsonl(file, plain=plain)
     if suffix == ".csv":
-        return load_csv(file)
+        return _read_csv(file, plain=plain)
     if suffix == ".parquet":
-        return load_parquet(file)
+        return _read_parquet(file, plain=plain)
     raise DatasetError(
         f"{file}: unknown dataset format {suffix or '(no suffix)'!r}; use one of "
         f"{', '.join(DATASET_SUFFIXES)}"
@@ -431,6 +589,11 @@ def load_csv(path: str | Path) -> list[QueryRow]:
     Raises:
         DatasetError: naming ``file:line`` for an unknown column (header line), a bad cell or value.
     """
+    return cast(list[QueryRow], _read_csv(path, plain=False))
+
+
+def _read_csv(path: str | Path, *, plain: bool) -> list[QueryRow | PlainRow]:
+    """:func:`load_csv`'s rows, plain ones as PlainRows with ``plain`` (see :func:`load_rows`)."""
     file = _existing(path)
     try:
         text = decode_utf8(file.read_bytes(), str(file)).removeprefix("\ufeff")
@@ -456,7 +619,7 @@ def load_csv(path: str | Path) -> list[QueryRow]:
                 if data:
                     yield where, f"line-{where}", data
 
-        return _collect(file, records())
+        return _collect_rows(file, records(), plain=plain)
 
 
 def _check_columns(columns: Iterable[str], where: str) -> None:
@@ -475,6 +638,11 @@ def load_parquet(path: str | Path) -> list[QueryRow]:
     Raises:
         DatasetError: naming ``file:row N`` (1-based) for a bad value, or the unknown column.
     """
+    return cast(list[QueryRow], _read_parquet(path, plain=False))
+
+
+def _read_parquet(path: str | Path, *, plain: bool) -> list[QueryRow | PlainRow]:
+    """:func:`load_parquet`'s rows, plain ones as PlainRows with ``plain`` (see :func:`load_rows`)."""
     import pyarrow.parquet as pq
 
     file = _existing(path)
@@ -490,7 +658,7 @@ def load_parquet(path: str | Path) -> list[QueryRow]:
             data = {k: c for k, v in record.items() if (c := _cell(k, v, where, file)) is not None}
             yield where, f"row-{index}", data
 
-    return _collect(file, records())
+    return _collect_rows(file, records(), plain=plain)
 
 
 def load_jsonl(path: str | Path) -> list[QueryRow]:
@@ -500,14 +668,21 @@ def load_jsonl(path: str | Path) -> list[QueryRow]:
         DatasetError: for a missing file, invalid JSON, an unknown column or a bad value, naming
             ``file:line``; or for an empty file, or two rows sharing an id.
     """
+    return cast(list[QueryRow], _read_jsonl(path, plain=False))
+
+
+def _read_jsonl(path: str | Path, *, plain: bool) -> list[QueryRow | PlainRow]:
+    """:func:`load_jsonl`'s rows, plain ones as PlainRows with ``plain`` (see :func:`load_rows`)."""
     file = _existing(path)
     content = file.read_bytes()
     try:
         text = content.decode("utf-8")
     except UnicodeDecodeError:
         # Line by line, so the first bad line is named, whether its JSON or its UTF-8 is bad.
-        return _collect(file, _jsonl_lines(file, content.split(b"\n")))
-    return _collect(file, _jsonl_records(file, enumerate(text.split("\n"), start=1)))
+        return _collect_rows(file, _jsonl_lines(file, content.split(b"\n")), plain=plain)
+    return _collect_rows(
+        file, _jsonl_records(file, enumerate(text.split("\n"), start=1)), plain=plain
+    )
 
 
 def _jsonl_lines(file: Path, lines: Iterable[bytes]) -> Iterable[tuple[str, str, dict[str, Any]]]:

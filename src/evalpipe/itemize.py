@@ -23,10 +23,9 @@ from evalpipe.messages import (
     FunctionCallContent,
     Message,
     ToolDefinition,
-    set_validated,
     user_message,
 )
-from evalpipe.transcripts import ExecutorRun, RunUsage, TargetRun, WorkflowRun
+from evalpipe.transcripts import ExecutorRun, TargetRun, WorkflowRun
 
 __all__ = [
     "NO_EXPECTATIONS",
@@ -131,9 +130,9 @@ def agent_item(
         else [user_message(run.query), *run.messages]
     )
     error_code, error_message = run.error_code, run.error_message
-    item_tools: list[ToolDefinition] | None
+    item_tools: Sequence[ToolDefinition] | None
     if tools is not None:
-        item_tools = list(tools)
+        item_tools = tools  # copied by the item
     else:
         snapshots = run.tools if run.tools is not None else declared_tools
         try:
@@ -150,7 +149,18 @@ def agent_item(
             error_code = error_code or "ToolSchemaConflict"
             error_message = error_message or str(exc)
     expected_calls = expect.expected_tool_calls
-    item = _valid_item(
+    fields_set = set(_ALWAYS_SET)
+    if item_tools is not None:
+        fields_set.add("tools")
+    if expect.context is not None:
+        fields_set.add("context")
+    if expect.expected_output is not None:
+        fields_set.add("expected_output")
+    if expected_calls is not None:
+        fields_set.add("expected_tool_calls")
+    if split is not None:
+        fields_set.add("split_strategy")
+    item = EvalItem._direct(
         conversation,
         item_tools,
         expect.context,
@@ -160,10 +170,12 @@ def agent_item(
         item_id,
         run.query_index,
         run.repetition,
+        None,
         run.usage,
         error_code,
         error_message,
-        metadata,
+        {} if metadata is None else metadata,
+        fields_set,
     )
     if item is not None:
         return item
@@ -184,12 +196,6 @@ def agent_item(
     )
 
 
-_OPTIONAL_STR = frozenset({str, type(None)})
-_MESSAGE = frozenset({Message})
-_TOOL = frozenset({ToolDefinition})
-_EXPECTED = frozenset({ExpectedToolCall})
-_STR = frozenset({str})
-_ITEM_PRIVATE = {name: attr.get_default() for name, attr in EvalItem.__private_attributes__.items()}
 _ALWAYS_SET = frozenset(
     (
         "conversation",
@@ -203,85 +209,6 @@ _ALWAYS_SET = frozenset(
     )
 )
 """The fields agent_item always gives EvalItem (the others only when they are not None)."""
-
-
-def _valid_item(
-    conversation: list[Message],
-    tools: list[ToolDefinition] | None,  # agent_item's own new list
-    context: str | None,
-    expected_output: str | None,
-    expected_tool_calls: Sequence[ExpectedToolCall] | None,
-    split: Any,
-    item_id: str,
-    query_index: int,
-    repetition: int,
-    usage: RunUsage,
-    error_code: str | None,
-    error_message: str | None,
-    metadata: Mapping[str, Any] | None,
-) -> EvalItem | None:
-    """The EvalItem agent_item's ``EvalItem(...)`` makes of these, made directly when every value
-    already is what validation makes of it (the items of validated transcripts); None otherwise,
-    and the caller validates. Equal to the validated item, with the same fields set and a fresh
-    split cache (tests/test_itemize.py pins it)."""
-    if not (
-        _MESSAGE.issuperset(map(type, conversation))
-        and (tools is None or (type(tools) is list and _TOOL.issuperset(map(type, tools))))
-        and type(context) in _OPTIONAL_STR
-        and type(expected_output) in _OPTIONAL_STR
-        and (
-            expected_tool_calls is None
-            or (
-                type(expected_tool_calls) in (list, tuple)
-                and _EXPECTED.issuperset(map(type, expected_tool_calls))
-            )
-        )
-        and (split is None or callable(split))
-        and type(item_id) is str
-        and type(query_index) is int
-        and type(repetition) is int
-        and type(usage) is RunUsage
-        and type(error_code) in _OPTIONAL_STR
-        and type(error_message) in _OPTIONAL_STR
-        and (metadata is None or (type(metadata) is dict and _STR.issuperset(map(type, metadata))))
-    ):
-        return None
-    fields_set = set(_ALWAYS_SET)
-    if tools is not None:
-        fields_set.add("tools")
-    if context is not None:
-        fields_set.add("context")
-    if expected_output is not None:
-        fields_set.add("expected_output")
-    if expected_tool_calls is not None:
-        fields_set.add("expected_tool_calls")
-    if split is not None:
-        fields_set.add("split_strategy")
-    item = EvalItem.__new__(EvalItem)
-    set_validated(
-        item,
-        {
-            "conversation": conversation,
-            "tools": tools,
-            "context": context,
-            "expected_output": expected_output,
-            "expected_tool_calls": None
-            if expected_tool_calls is None
-            else list(expected_tool_calls),
-            "split_strategy": split,
-            "item_id": item_id,
-            "query_index": query_index,
-            "repetition": repetition,
-            "agent": None,
-            "usage": usage,
-            "error_code": error_code,
-            "error_message": error_message,
-            "metadata": dict(metadata) if metadata else {},
-        },
-        fields_set,
-        dict(_ITEM_PRIVATE),
-    )
-    return item
 
 
 def _tool_activity(messages: Sequence[Message]) -> list[Message]:

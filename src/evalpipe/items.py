@@ -13,8 +13,9 @@ from operator import is_
 from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
+from pydantic_core import PydanticUndefined
 
-from evalpipe.messages import FunctionCallContent, Message, ToolDefinition
+from evalpipe.messages import FunctionCallContent, Message, ToolDefinition, set_validated
 from evalpipe.transcripts import RunUsage
 
 __all__ = [
@@ -143,78 +144,83 @@ class AgentExpectation(BaseModel):
     """Tool calls the agent should make."""
 
 
-_STR, _INT = 1, 2
-_SCALARS: dict[str, int] = {
-    "context": _STR,
-    "expected_output": _STR,
-    "item_id": _STR,
-    "agent": _STR,
-    "error_code": _STR,
-    "error_message": _STR,
-    "query_index": _INT,
-    "repetition": _INT,
-}
-_FIELD_ORDER = (
-    "conversation",
-    "tools",
-    "context",
-    "expected_output",
-    "expected_tool_calls",
-    "split_strategy",
-    "item_id",
-    "query_index",
-    "repetition",
-    "agent",
-    "usage",
-    "error_code",
-    "error_message",
-    "metadata",
-)
+_STR_OR_NONE = frozenset({str, type(None)})
+_INT_OR_NONE = frozenset({int, type(None)})
+_SEQUENCE = frozenset({list, tuple})
+_MESSAGE = frozenset({Message})
+_TOOL = frozenset({ToolDefinition})
+_EXPECTED = frozenset({ExpectedToolCall})
 _STR_ONLY = frozenset({str})
-_ONLY: dict[str, frozenset[type]] = {
-    "conversation": frozenset({Message}),
-    "tools": frozenset({ToolDefinition}),
-    "expected_tool_calls": frozenset({ExpectedToolCall}),
-}
-"""The list fields, and the one type their elements must have to be taken as they are."""
+_new = object.__new__
+_NO_METADATA: dict[str, Any] = {}
+"""The metadata of an item not given any (never mutated: :func:`_valid_fields` copies it)."""
 
 
-def _as_validated(data: dict[str, Any]) -> dict[str, Any] | None:
-    """EvalItem's fields from ``data`` when every value is already what validation makes of it
-    (lists of Message, ToolDefinition and ExpectedToolCall instances, plain str/int values, a
-    callable splitter, a RunUsage, a str-keyed dict of metadata), in field order; None when any is
-    not, and validation must run (it coerces, or names the bad field)."""
-    fields = dict.fromkeys(_FIELD_ORDER)
-    for name, value in data.items():
-        kind = _SCALARS.get(name)
-        if kind is not None:
-            if value is not None and type(value) is not (str if kind == _STR else int):
-                return None
-            fields[name] = value
-        elif name in _ONLY:
-            if value is not None:
-                if type(value) is not list or not _ONLY[name].issuperset(map(type, value)):
-                    return None
-                fields[name] = list(value)
-        elif name == "metadata":
-            if type(value) is not dict or not _STR_ONLY.issuperset(map(type, value)):
-                return None
-            fields[name] = dict(value)
-        elif name == "usage":
-            if value is not None and type(value) is not RunUsage:
-                return None
-            fields[name] = value
-        elif name == "split_strategy":
-            if value is not None and not callable(value):
-                return None
-            fields[name] = value
-        else:
-            return None
-    if fields["conversation"] is None:
-        fields["conversation"] = []
-    if fields["metadata"] is None:
-        fields["metadata"] = {}
-    return fields
+def _valid_fields(
+    conversation: Sequence[Message] | None,
+    tools: Sequence[ToolDefinition] | None,
+    context: str | None,
+    expected_output: str | None,
+    expected_tool_calls: Sequence[ExpectedToolCall] | None,
+    split_strategy: Any,
+    item_id: str | None,
+    query_index: int | None,
+    repetition: int | None,
+    agent: str | None,
+    usage: RunUsage | None,
+    error_code: str | None,
+    error_message: str | None,
+    metadata: Mapping[str, Any],
+) -> dict[str, Any] | None:
+    """EvalItem's fields, in field order, when every value already is what validation makes of it:
+    the one home of these type rules (lists or tuples of Message, ToolDefinition and
+    ExpectedToolCall instances, plain str/int values or None, a callable splitter or None, a
+    RunUsage or None, a str-keyed dict of metadata); the lists and the dict are fresh copies, their
+    elements shared, as validation makes them. None when any value is not, and validation must run
+    (it coerces, or names the bad field)."""
+    if conversation is None:
+        conversation = ()
+    if not (
+        type(conversation) in _SEQUENCE
+        and _MESSAGE.issuperset(map(type, conversation))
+        and (tools is None or (type(tools) in _SEQUENCE and _TOOL.issuperset(map(type, tools))))
+        and type(context) in _STR_OR_NONE
+        and type(expected_output) in _STR_OR_NONE
+        and (
+            expected_tool_calls is None
+            or (
+                type(expected_tool_calls) in _SEQUENCE
+                and _EXPECTED.issuperset(map(type, expected_tool_calls))
+            )
+        )
+        and (split_strategy is None or callable(split_strategy))
+        and type(item_id) in _STR_OR_NONE
+        and type(query_index) in _INT_OR_NONE
+        and type(repetition) in _INT_OR_NONE
+        and type(agent) in _STR_OR_NONE
+        and (usage is None or type(usage) is RunUsage)
+        and type(error_code) in _STR_OR_NONE
+        and type(error_message) in _STR_OR_NONE
+        and type(metadata) is dict
+        and _STR_ONLY.issuperset(map(type, metadata))
+    ):
+        return None
+    return {
+        "conversation": list(conversation),
+        "tools": None if tools is None else list(tools),
+        "context": context,
+        "expected_output": expected_output,
+        "expected_tool_calls": None if expected_tool_calls is None else list(expected_tool_calls),
+        "split_strategy": split_strategy,
+        "item_id": item_id,
+        "query_index": query_index,
+        "repetition": repetition,
+        "agent": agent,
+        "usage": usage,
+        "error_code": error_code,
+        "error_message": error_message,
+        "metadata": dict(metadata),
+    }
 
 
 class EvalItem(BaseModel):
@@ -289,23 +295,82 @@ class EvalItem(BaseModel):
         for key, value in positional.items():
             if value is not None:
                 data[key] = value
-        fields = _as_validated(data) if type(self) is EvalItem else None
+        fields = None
+        if type(self) is EvalItem and _FIELD_NAMES.issuperset(data):
+            get = data.get
+            fields = _valid_fields(
+                get("conversation"),
+                get("tools"),
+                get("context"),
+                get("expected_output"),
+                get("expected_tool_calls"),
+                get("split_strategy"),
+                get("item_id"),
+                get("query_index"),
+                get("repetition"),
+                get("agent"),
+                get("usage"),
+                get("error_code"),
+                get("error_message"),
+                get("metadata", _NO_METADATA),
+            )
         if fields is None:
             super().__init__(**data)
             return
         # Every value already is what validation would make of it (the items stage builds items
         # from validated transcripts): set the fields as validation sets them, without running it
         # (measured: 27 -> 4 µs an item; tests/test_items.py pins the equality).
-        object.__setattr__(self, "__dict__", fields)
-        object.__setattr__(self, "__pydantic_fields_set__", set(data))
-        object.__setattr__(self, "__pydantic_extra__", None)
-        object.__setattr__(
-            self, "__pydantic_private__", {"_split_cache": None, "_calls_cache": None}
-        )
+        set_validated(self, fields, set(data), dict(_PRIVATE_DEFAULTS))
 
     # Validation from a dict (model_validate, a nested item) goes straight to pydantic-core: this
     # __init__ only maps the positional form and takes the already-validated fast path.
     __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]
+
+    @classmethod
+    def _direct(
+        cls,
+        conversation: Sequence[Message] | None,
+        tools: Sequence[ToolDefinition] | None,
+        context: str | None,
+        expected_output: str | None,
+        expected_tool_calls: Sequence[ExpectedToolCall] | None,
+        split_strategy: Any,
+        item_id: str | None,
+        query_index: int | None,
+        repetition: int | None,
+        agent: str | None,
+        usage: RunUsage | None,
+        error_code: str | None,
+        error_message: str | None,
+        metadata: Mapping[str, Any],
+        fields_set: set[str],
+    ) -> EvalItem | None:
+        """The item ``EvalItem(...)`` makes of these values, with ``fields_set`` the fields that
+        call passes, built without a keyword dict (the items stage, once per call); None when a
+        value is not already valid (:func:`_valid_fields`), and the caller validates."""
+        if cls is not EvalItem:
+            return None
+        fields = _valid_fields(
+            conversation,
+            tools,
+            context,
+            expected_output,
+            expected_tool_calls,
+            split_strategy,
+            item_id,
+            query_index,
+            repetition,
+            agent,
+            usage,
+            error_code,
+            error_message,
+            metadata,
+        )
+        if fields is None:
+            return None
+        item = _new(EvalItem)
+        set_validated(item, fields, fields_set, dict(_PRIVATE_DEFAULTS))
+        return item
 
     @field_validator("conversation", mode="before")
     @classmethod
@@ -497,3 +562,26 @@ class EvalItem(BaseModel):
                 )
             )
         return items
+
+
+_FIELD_NAMES = frozenset(EvalItem.model_fields)
+
+
+def _private_defaults() -> dict[str, Any]:
+    """EvalItem's private attributes as validation first sets them (each default that is not
+    undefined), shared by every directly built item through a shallow copy: so each default must
+    be immutable, which this checks once, at import."""
+    defaults: dict[str, Any] = {}
+    for name, attr in EvalItem.__private_attributes__.items():
+        if attr.default_factory is not None or type(attr.default) not in _IMMUTABLE:
+            raise TypeError(
+                f"EvalItem.{name}: a directly built item copies the private defaults shallowly, "
+                "so they must be immutable values (None, str, int, tuple...), not a factory"
+            )
+        if attr.default is not PydanticUndefined:
+            defaults[name] = attr.default
+    return defaults
+
+
+_IMMUTABLE = frozenset({type(None), type(PydanticUndefined), bool, int, float, str, bytes, tuple})
+_PRIVATE_DEFAULTS = _private_defaults()

@@ -148,13 +148,13 @@ async def test_dataset_and_target_factory_are_loaded_once_per_run(
     import evalpipe.runner.prepare as prepare
 
     loads: list[str] = []
-    real = prepare.load_dataset
+    real = prepare.load_rows
 
     def counted(path: Any) -> Any:
         loads.append(str(path))
         return real(path)
 
-    monkeypatch.setattr(prepare, "load_dataset", counted)
+    monkeypatch.setattr(prepare, "load_rows", counted)
     rows = [{"id": f"r{i}", "query": f"Roll {i}"} for i in range(4)]
     outcome = await arun_suite(load_suite(_suite(project, rows, repetitions=2)))
     assert outcome.state == "Completed", outcome.message

@@ -243,3 +243,56 @@ def test_a_subclass_of_expected_tool_call_is_shared_by_model_equality() -> None:
     assert calls[1] == dataset[1].expected_tool_calls
     assert calls[2] == dataset[2].expected_tool_calls
     assert [type(c[0]) for c in calls if c] == [ExpectedToolCall, Other, Other]
+
+
+def test_plain_rows_make_the_rows_and_call_keys_their_query_rows_make(tmp_path: Path) -> None:
+    """prepare_suite reads plain rows without QueryRow models (datasets.load_rows): the runner
+    rows (hash, expectations, tags, recordings) and the call keys a journal is keyed by are the
+    ones the QueryRows give."""
+    from evalpipe.datasets import PlainRow, load_dataset, load_rows
+    from evalpipe.runner.plan import make_calls
+    from evalpipe.runner.prepare import rows_from_dataset
+
+    data: list[dict[str, Any]] = [
+        {"id": "a", "query": "Plan a trip to Paris"},
+        {"query": "b", "expected_output": "x", "context": "c", "tags": ["t"]},
+        {"query": "c", "expected_tool_calls": [{"name": "f", "arguments": {"n": 1}}]},
+        {"query": "d", "expected_tool_calls": [{"name": "f", "arguments": {"n": 1.0}}]},
+        {"query": "e", "expected_tool_calls": [{"name": "f", "arguments": {"n": 1}}]},
+        {"query": "f", "expected_tool_calls": [{"name": "f", "arguments": {"x": float("nan")}}]},
+        {"query": "g", "agents": {"writer": {"expected_output": "w"}}},
+        {
+            "query": "h",
+            "conversation": [
+                {"role": "user", "content": "hi"},
+                {"role": "assistant", "content": "yo"},
+            ],
+        },
+        {"query": "i", "expected_output": "x", "context": "c", "tags": ["t"]},
+    ]
+    suite = load_suite(_suite(tmp_path, data, repetitions=2))
+    plan = prepare_suite(suite)
+    assert sum(isinstance(r, PlainRow) for r in load_rows(tmp_path / "rows.jsonl")) == 7
+    models = rows_from_dataset(load_dataset(tmp_path / "rows.jsonl"), plan.kind)
+    assert len(plan.rows) == len(models) == len(data)
+    for ours, theirs in zip(plan.rows, models, strict=True):
+        assert (ours.index, ours.query, ours.key, ours.id, ours.tags) == (
+            theirs.index,
+            theirs.query,
+            theirs.key,
+            theirs.id,
+            theirs.tags,
+        )
+        assert (ours.recorded, ours.recorded_head) == (theirs.recorded, theirs.recorded_head)
+        got, want = ours.expect, theirs.expect
+        assert (got.expected_output, got.context, got.agents) == (
+            want.expected_output,
+            want.context,
+            want.agents,
+        )
+        assert [c.model_dump_json() for c in got.expected_tool_calls or ()] == [
+            c.model_dump_json() for c in want.expected_tool_calls or ()
+        ]
+    assert plan.calls == make_calls(plan.identity, models, 2)
+    assert plan.rows[2].expect.expected_tool_calls is plan.rows[4].expect.expected_tool_calls
+    assert plan.rows[1].expect is plan.rows[8].expect

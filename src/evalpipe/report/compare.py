@@ -152,6 +152,11 @@ def _keyed(scored: Any) -> tuple[Any, int]:
     ), dropped
 
 
+def _is(status: Any, value: str) -> np.ndarray:
+    """Which entries of an Arrow status column are ``value`` (a null is not)."""
+    return numpy_of(pc.equal(status, value), bool)
+
+
 def compare_runs(
     run_a: str | os.PathLike[str],
     run_b: str | os.PathLike[str],
@@ -189,12 +194,13 @@ def compare_runs(
         part = joined.filter(mask)
         pa_in_a, pa_in_b = numpy_of(in_a.filter(mask), bool), numpy_of(in_b.filter(mask), bool)
         both = pa_in_a & pa_in_b
-        sa = np.asarray(part["a_status"].to_pylist(), dtype=object)
-        sb = np.asarray(part["b_status"].to_pylist(), dtype=object)
-        a_verdict = both & ((sa == "pass") | (sa == "fail"))
-        b_verdict = both & ((sb == "pass") | (sb == "fail"))
+        # the statuses as booleans in Arrow (a missing one is none of them), not a Python
+        # string per score
+        a_pass, a_fail = _is(part["a_status"], "pass"), _is(part["a_status"], "fail")
+        b_pass, b_fail = _is(part["b_status"], "pass"), _is(part["b_status"], "fail")
+        a_verdict = both & (a_pass | a_fail)
+        b_verdict = both & (b_pass | b_fail)
         paired = a_verdict & b_verdict
-        a_pass, b_pass = sa == "pass", sb == "pass"
         xa, xb = numpy_of(part["a_score"], float), numpy_of(part["b_score"], float)
         scored_both = both & ~np.isnan(xa) & ~np.isnan(xb)
         metrics.append(
@@ -211,7 +217,7 @@ def compare_runs(
                 b_denominator=int(b_verdict.sum()),
                 regressions=int((paired & a_pass & ~b_pass).sum()),
                 improvements=int((paired & ~a_pass & b_pass).sum()),
-                newly_errored=int((a_verdict & both & (sb == "error")).sum()),
+                newly_errored=int((a_verdict & both & _is(part["b_status"], "error")).sum()),
                 mcnemar=mcnemar_test(list(a_pass[paired]), list(b_pass[paired])),
                 wilcoxon=wilcoxon_test(list(xa[scored_both]), list(xb[scored_both])),
                 a_mean=float(xa[scored_both].mean()) if scored_both.any() else None,

@@ -12,11 +12,11 @@ import os
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from evalpipe._internal.collector import no_cyclic_gc
 from evalpipe.artifacts import read_runs
-from evalpipe.datasets import DatasetError, QueryRow, load_dataset, row_hash
+from evalpipe.datasets import DatasetError, PlainRow, QueryRow, load_rows, row_hash
 from evalpipe.evaluators.base import AgentScoped, Evaluator, metric_names
 from evalpipe.gates import parse_gates
 from evalpipe.itemize import NO_EXPECTATIONS, Expectations
@@ -40,7 +40,7 @@ from evalpipe.transcripts import TargetKind, Transcript, load_transcript
 __all__ = ["place", "prepare_suite", "rows_from_dataset"]
 
 
-def rows_from_dataset(rows: Sequence[QueryRow], kind: TargetKind) -> tuple[Row, ...]:
+def rows_from_dataset(rows: Sequence[QueryRow | PlainRow], kind: TargetKind) -> tuple[Row, ...]:
     """Runner rows from dataset rows; a recorded row carries its transcript (and, for an agent,
     its recorded query side)."""
     out = []
@@ -49,11 +49,15 @@ def rows_from_dataset(rows: Sequence[QueryRow], kind: TargetKind) -> tuple[Row, 
     for index, row in enumerate(rows):
         recorded: Transcript | None = None
         head: tuple[Message, ...] | None = None
-        if row.recorded:
-            recorded = recorded_run(row, query_index=index, repetition=0, kind=kind)
-            if kind == "agent" and row.conversation is not None:
-                head = tuple(split_recording(row.conversation, row.query)[0])
-        calls = _shared(shared, row.expected_tool_calls)
+        if type(row) is PlainRow:
+            calls = row.expected_tool_calls  # shared by the loader already
+        else:
+            if row.recorded:
+                query_row = cast(QueryRow, row)
+                recorded = recorded_run(query_row, query_index=index, repetition=0, kind=kind)
+                if kind == "agent" and query_row.conversation is not None:
+                    head = tuple(split_recording(query_row.conversation, row.query)[0])
+            calls = _shared(shared, row.expected_tool_calls)
         if row.agents:
             expect = Expectations(row.expected_output, calls, row.context, dict(row.agents))
         else:
@@ -129,7 +133,7 @@ def prepare_suite(
     # 100,000 rows of small objects, from the dataset to the calls: see _internal.collector
     with no_cyclic_gc():
         try:
-            dataset = load_dataset(suite.dataset)
+            dataset = load_rows(suite.dataset)
         except DatasetError as exc:
             raise SuiteError(
                 f"dataset: {exc} (a relative path in a suite file is relative to the suite file)"
@@ -221,7 +225,7 @@ def place(plan: RunPlan, run_dir: str | Path | None = None, *, resume: bool = Tr
     return replace(plan, run_dir=path, eval_key=f"evalpipe:{path.name}")
 
 
-def _recorded_kind(suite: EvalSuite, rows: Sequence[QueryRow]) -> tuple[TargetKind, str]:
+def _recorded_kind(suite: EvalSuite, rows: Sequence[QueryRow | PlainRow]) -> tuple[TargetKind, str]:
     """Kind and identity of a suite without a target: every row must be recorded."""
     for index, row in enumerate(rows):
         if not row.recorded:
@@ -234,7 +238,7 @@ def _recorded_kind(suite: EvalSuite, rows: Sequence[QueryRow]) -> tuple[TargetKi
     return "agent", f"agent|{suite.target_identity()}"
 
 
-def _check_recorded_rows(rows: Sequence[QueryRow], kind: str) -> None:
+def _check_recorded_rows(rows: Sequence[QueryRow | PlainRow], kind: str) -> None:
     """A single agent target cannot take multi-agent recordings (a workflow takes both kinds)."""
     for index, row in enumerate(rows):
         if kind == "agent" and row.recorded_agents is not None:
@@ -267,7 +271,9 @@ def _check_scopes(providers: Sequence[Evaluator], kind: str, target: Target | No
             )
 
 
-def _check_row_agents(rows: Sequence[QueryRow], suite: EvalSuite, target: Target | None) -> None:
+def _check_row_agents(
+    rows: Sequence[QueryRow | PlainRow], suite: EvalSuite, target: Target | None
+) -> None:
     """Per-agent expectations must name agents the workflow has (else they are silently never
     checked, and a check on a missing expectation passes vacuously)."""
     known = target.agent_names if target is not None else None
