@@ -512,7 +512,8 @@ def test_items_conversations_from_the_calls_messages_json_are_the_dumped_bytes(
                 messages_json=messages_json,
             )
             if messages_json is not None:
-                assert len(writer._encoder._messages_json) == 5  # the run without messages is left out
+                # the run without messages is left out
+                assert len(writer._encoder._messages_json) == 5
             writer.add_results(batch())
             assert writer._encoder._messages_json == {}  # one batch's only
         written[name] = (tmp_path / name / "run" / FILES["items"]).read_bytes()
