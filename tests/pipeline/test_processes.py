@@ -412,3 +412,65 @@ def test_a_worker_whose_parent_is_killed_exits_on_its_own(tmp_path: Path) -> Non
         os.close(write)
         if parent.poll() is None:
             parent.kill()
+
+
+PID_AGENT = '''
+"""Records which process answered each query."""
+import os
+from evalpipe import AgentResponse, Message
+
+
+class PidAgent:
+    name = "pid"
+
+    async def run(self, messages, **kwargs):
+        with open(os.environ["EVALPIPE_TEST_PID_FILE"], "a") as fh:
+            fh.write(f"{os.getpid()}\\n")
+        return AgentResponse(messages=[Message("assistant", ["answer"])])
+
+
+agent = PidAgent()
+'''
+
+
+@pytest.mark.usefixtures("prefect_api")
+async def test_the_flow_runs_its_shards_in_worker_processes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """task_runner {processes: 2} through the flow: the calls are made in two worker processes,
+    not the flow's, the run completes with its gate and summary, and no worker is left."""
+    from evalpipe.artifacts import load_run
+    from evalpipe.pipeline import arun_suite
+
+    (tmp_path / "pid_agent.py").write_text(textwrap.dedent(PID_AGENT), encoding="utf-8")
+    with (tmp_path / "q.jsonl").open("w", encoding="utf-8") as fh:
+        for i in range(12):
+            fh.write(json.dumps({"id": f"q{i}", "query": f"question {i}"}) + "\n")
+    suite = {
+        "name": "pids",
+        "target": "pid_agent:agent",
+        "dataset": "q.jsonl",
+        "repetitions": 2,
+        "shard_size": 4,
+        "concurrency": 4,
+        "evaluators": [{"keyword_check": ["answer"]}],
+        "output_dir": str(tmp_path / "runs"),
+        "gates": ["pass_rate(keyword_check) >= 1"],
+        "task_runner": {"processes": 2},
+    }
+    (tmp_path / "suite.yaml").write_text(yaml.safe_dump(suite), encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("EVALPIPE_TEST_PID_FILE", str(tmp_path / "pids.log"))
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    outcome = await arun_suite(load_suite(tmp_path / "suite.yaml"))
+    assert outcome.state == "Completed", outcome.message
+    assert outcome.gate_passed is True
+    pids = {int(line) for line in (tmp_path / "pids.log").read_text().split()}
+    assert len(pids) == 2
+    assert os.getpid() not in pids
+    (result,) = load_run(outcome.run_dir)
+    assert (result.passed, result.failed, result.errored) == (24, 0, 0)
+    assert pq.read_table(outcome.run_dir / "runs.parquet").num_rows == 24
+    left = {p.pid for p in psutil.Process().children(recursive=True)} - before
+    assert not (left & pids)

@@ -842,6 +842,8 @@ async def _execute(
             )
         if stopped is None:
             raise
+        if state.scrubber.found(stopped):  # a worker's traceback may quote what it was given
+            stopped = state.scrubber(stopped)
         logger.error("%s", stopped)
         return _incomplete(stopped)
     timings["calls_and_evaluation_s"] = time.perf_counter() - started - timings["prepare_s"]
