@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, astuple, dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Self, cast
 
 import pyarrow as pa  # type: ignore[import-untyped, unused-ignore]
 import pyarrow.fs as pafs  # type: ignore[import-untyped, unused-ignore]
@@ -1061,6 +1061,21 @@ class RunWriter:
     def _append_items(self, encoded: EncodedItems) -> None:
         """items.parquet's rows of a batch: those an earlier batch wrote (same agent and item id)
         left out, each agent's rows numbered on from the last."""
+        agents, ids, n = encoded.agents, encoded.item_ids, len(encoded.agents)
+        first = agents[0]
+        if agents.count(first) == n and ids.count(None) == 0:
+            # one agent, every row named (an agent target): the same, without a loop per row
+            written = self._item_keys.setdefault(first, set())
+            if written.isdisjoint(ids):
+                written.update(cast(list[str], ids))  # none is None (counted above)
+                start = self._item_counts.get(first, 0)
+                self._item_counts[first] = start + n
+                arrays = list(encoded.arrays)
+                arrays[_ITEM_INDEX] = pa.array(
+                    range(start, start + n), type=_ITEMS_FIELDS[_ITEM_INDEX].type
+                )
+                self._items.extend(arrays, encoded.sizes)
+                return
         kept: list[int] | None = None
         for row, (agent, item_id) in enumerate(zip(encoded.agents, encoded.item_ids, strict=True)):
             if item_id is not None:
