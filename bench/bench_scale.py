@@ -21,6 +21,7 @@ evalpipe (``--src /tmp/base20b/src`` for main) through the same script.
 
 Usage: python bench/bench_scale.py [--items 100000] [--repeat 3] [--part cli|load|scaling|all]
                                    [--sizes 1000,10000,100000,1000000] [--src DIR] [--out FILE]
+                                   [--task-runner threads|processes]
 Writes bench/results/scale.json (or --out) and prints the numbers.
 """
 
@@ -30,6 +31,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import shutil
 import statistics
 import subprocess
@@ -176,6 +178,7 @@ def _cli_run(root: Path, suite: Path, env: dict[str, str]) -> dict[str, Any]:
     evalpipe = Path(sys.executable).parent / "evalpipe"
     started = time.perf_counter()
     wall_start = time.time()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     proc = subprocess.Popen(
         [str(evalpipe), "run", str(suite), "--no-progress"],
         cwd=root,
@@ -198,6 +201,10 @@ def _cli_run(root: Path, suite: Path, env: dict[str, str]) -> dict[str, Any]:
     out = proc.stdout.read()
     proc.wait()
     total = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    # the CLI and every descendant it waited for (worker processes, the report's child): not the
+    # kept server, which is not its child
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     reader.join()
     sampler.stop()
     if proc.returncode not in (0, 1):
@@ -224,6 +231,7 @@ def _cli_run(root: Path, suite: Path, env: dict[str, str]) -> dict[str, Any]:
     ended = [t for t, text in lines if " calls in " in text and "/" in text]
     return {
         "total_s": total,
+        "cpu_s": cpu,
         "summary_s": (total - ended[-1]) if ended else None,
         "before_flow_s": flow_start,
         "flow_s": (flow_end - flow_start) if flow_end and flow_start else None,
@@ -276,19 +284,21 @@ def _line(label: str, key: str, value: float | None, unit: str, spec: str = ".1f
     return "; ".join(parts)
 
 
-def _cli_part(items: int, repeat: int, src: str | None, home: Path, keep: Path) -> dict[str, Any]:
+def _cli_part(
+    items: int, repeat: int, src: str | None, home: Path, keep: Path, task_runner: Any = "threads"
+) -> dict[str, Any]:
     runs = []
     for _ in range(repeat):
         with tempfile.TemporaryDirectory(prefix="evalpipe-bench-scale-") as tmp:
             root = Path(tmp)
-            suite = _project(root, items, 1, 0.0, 64)
+            suite = _project(root, items, 1, 0.0, 64, task_runner)
             r = _cli_run(root, suite, _env(src, home))
             if r["run_dir"] and not (keep / "manifest.json").exists():
                 shutil.rmtree(keep, ignore_errors=True)
                 shutil.copytree(r["run_dir"], keep)
             runs.append(r)
             print(
-                f"  run: total {r['total_s']:.1f} s (before {_fmt(r['before_flow_s'], 's')}, flow "
+                f"  run: total {r['total_s']:.1f} s, CPU {r['cpu_s']:.1f} s (before {_fmt(r['before_flow_s'], 's')}, flow "
                 f"{_fmt(r['flow_s'], 's')}, after {_fmt(r['after_flow_s'], 's', '.2f')}; summary "
                 f"{_fmt(r['summary_s'], 's', '.2f')}), peak RSS "
                 f"{r['peak_rss_mib']:.0f} MiB {r['peak_parts_mib']}, with the kept server "
@@ -301,6 +311,7 @@ def _cli_part(items: int, repeat: int, src: str | None, home: Path, keep: Path) 
         k: _median(runs, k)
         for k in (
             "total_s",
+            "cpu_s",
             "before_flow_s",
             "flow_s",
             "after_flow_s",
@@ -352,11 +363,18 @@ def main() -> None:
     parser.add_argument("--sizes", default="1000,10000,100000,1000000")
     parser.add_argument("--src", default=None, help="run this checkout's evalpipe (PYTHONPATH)")
     parser.add_argument("--out", type=Path, default=HERE / "results" / "scale.json")
+    parser.add_argument(
+        "--task-runner",
+        choices=["threads", "processes"],
+        default="threads",
+        help="the suite's task_runner (processes: one worker process per CPU)",
+    )
     args = parser.parse_args()
 
     report: dict[str, Any] = {
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count()},
         "src": args.src or "installed",
+        "task_runner": args.task_runner,
     }
     work = Path(tempfile.mkdtemp(prefix="evalpipe-bench-scale-home-"))
     home = work / "prefect-home"
@@ -364,11 +382,15 @@ def main() -> None:
     try:
         _warm(home, args.src)
         if args.part in ("cli", "load", "all"):
-            print(f"cli: evalpipe run, {args.items} items x 3 checks (median of {args.repeat})")
-            cli = _cli_part(args.items, args.repeat, args.src, home, keep)
+            print(
+                f"cli: evalpipe run, {args.items} items x 3 checks, task_runner "
+                f"{args.task_runner} (median of {args.repeat})"
+            )
+            cli = _cli_part(args.items, args.repeat, args.src, home, keep, args.task_runner)
             report["cli"] = cli
             m = cli["median"]
             print(_line("  total", "cli_total_s", m["total_s"], "s"))
+            print(_line("  CPU of the CLI and its children", "cli_cpu_s", m["cpu_s"], "s"))
             print(_line("  flow", "cli_flow_s", m["flow_s"], "s"))
             print(_line("  after the flow", "cli_after_flow_s", m["after_flow_s"], "s", ".2f"))
             print(_line("  of which the summary", "cli_summary_s", m["summary_s"], "s", ".2f"))
@@ -402,7 +424,7 @@ def main() -> None:
                 if n == args.items and "cli" in report:  # measured above
                     m = report["cli"]["median"]
                 else:
-                    r = _cli_part(n, reps, args.src, home, work / f"run-{n}")
+                    r = _cli_part(n, reps, args.src, home, work / f"run-{n}", args.task_runner)
                     shutil.rmtree(work / f"run-{n}", ignore_errors=True)
                     m = r["median"]
                 table.append({"items": n, **m, "repeat": reps})

@@ -372,3 +372,51 @@ def test_a_suite_that_is_not_utf8_names_the_line(tmp_path: Path) -> None:
     path.write_bytes(BASE.encode() + b"description: caf\xe9\n")
     with pytest.raises(SuiteError, match=r"suite.yaml:6:17: not UTF-8 \(byte 0xe9\)"):
         load_suite(path)
+
+
+def test_task_runner_processes_forms_load() -> None:
+    """``processes`` (one worker per CPU) and ``{processes: N}`` load as given; N stays out of the
+    fingerprint, like every task runner."""
+    base = {
+        "name": "s",
+        "target": "a:b",
+        "dataset": "d.jsonl",
+        "evaluators": ["tool_calls_present"],
+    }
+    assert EvalSuite.model_validate({**base, "task_runner": "processes"}).task_runner == "processes"
+    two = EvalSuite.model_validate({**base, "task_runner": {"processes": 2}})
+    assert two.task_runner == {"processes": 2}
+    assert two.fingerprint() == EvalSuite.model_validate(base).fingerprint()
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (
+            "0",
+            r"suite\.yaml:6: task_runner: Value error, task_runner\.processes: the number of "
+            r"worker processes, an integer >= 1; got 0",
+        ),
+        ("-1", r"task_runner\.processes: .* got -1"),
+        ("true", r"task_runner\.processes: .* got True"),
+        ("2.5", r"task_runner\.processes: .* got 2\.5"),
+        ("'2'", r"task_runner\.processes: .* got '2'"),
+    ],
+)
+def test_bad_task_runner_processes_is_named_with_its_line(
+    tmp_path: Path, value: str, message: str
+) -> None:
+    """``{processes: N}`` with N not an integer >= 1 is refused, naming the field and the line."""
+    path = _suite_file(tmp_path, BASE + f"task_runner: {{processes: {value}}}\n")
+    with pytest.raises(SuiteError, match=message):
+        load_suite(path)
+
+
+def test_unknown_task_runner_names_the_choices(tmp_path: Path) -> None:
+    """An unknown task runner name or mapping key is refused with the forms that exist."""
+    path = _suite_file(tmp_path, BASE + "task_runner: forks\n")
+    with pytest.raises(SuiteError, match=r"task_runner.*'threads' or 'processes'"):
+        load_suite(path)
+    path = _suite_file(tmp_path, BASE + "task_runner: {pool: 2}\n")
+    with pytest.raises(SuiteError, match=r"'threads', 'processes', \{processes: N\} or \{dask"):
+        load_suite(path)

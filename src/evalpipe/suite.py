@@ -118,24 +118,36 @@ class EvalSuite(BaseModel):
     newest earlier finished run of this suite in ``output_dir``), ``baseline`` (the run
     ``evalpipe bless`` made this suite's baseline; none blessed: no comparison) or a run
     directory."""
-    task_runner: Literal["threads"] | dict[str, dict[str, Any] | None] = "threads"
-    """Where shards run: ``threads`` (default: in the flow's process, on asyncio) or
-    ``{dask: {...}}`` (prefect-dask, the ``dask`` extra): ``{dask: {n_workers: 2}}`` starts a local
-    cluster, ``{dask: {address: "tcp://scheduler:8786"}}`` uses an existing one."""
+    task_runner: Literal["threads", "processes"] | dict[str, Any] = "threads"
+    """Where shards run: ``threads`` (default: in the flow's process, on asyncio), ``processes``
+    (in one local worker process per CPU; ``{processes: N}``: N of them; the concurrency is split
+    across them) or ``{dask: {...}}`` (prefect-dask, the ``dask`` extra): ``{dask: {n_workers:
+    2}}`` starts a local cluster, ``{dask: {address: "tcp://scheduler:8786"}}`` uses an existing
+    one."""
 
     @field_validator("task_runner")
     @classmethod
-    def _check_task_runner(
-        cls, value: str | dict[str, dict[str, Any] | None]
-    ) -> str | dict[str, dict[str, Any] | None]:
+    def _check_task_runner(cls, value: str | dict[str, Any]) -> str | dict[str, Any]:
         if isinstance(value, str):
             return value
+        if list(value) == ["processes"]:
+            workers = value["processes"]
+            if type(workers) is not int or workers < 1:
+                raise ValueError(
+                    f"task_runner.processes: the number of worker processes, an integer >= 1; "
+                    f"got {workers!r} (or write task_runner: processes for one per CPU)"
+                )
+            return {"processes": workers}
         if list(value) != ["dask"]:
             raise ValueError(
-                f"task_runner: 'threads' or {{dask: {{...}}}}; got {sorted(value)} "
-                "(Ray is not built in: see docs/operations.md)"
+                f"task_runner: 'threads', 'processes', {{processes: N}} or {{dask: {{...}}}}; "
+                f"got {sorted(value)} (Ray is not built in: see docs/operations.md)"
             )
         options = value["dask"] or {}
+        if not isinstance(options, dict):
+            raise ValueError(
+                f"task_runner.dask: options as a mapping (address, n_workers, ...), got {options!r}"
+            )
         unknown = sorted(set(options) - {"address", "n_workers", "threads_per_worker", "processes"})
         if unknown:
             raise ValueError(

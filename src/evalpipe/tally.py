@@ -671,6 +671,17 @@ class CallTally:
         if usage.total_tokens is not None:
             self.tokens = (self.tokens or 0) + int(usage.total_tokens)
 
+    def merge(self, other: CallTally) -> None:
+        """Count another tally's calls as if each had been added here, after those already
+        counted (a worker process's shard)."""
+        self.made += other.made
+        self.reused += other.reused
+        self.recorded += other.recorded
+        self.errored += other.errored
+        self.latencies.extend(other.latencies)
+        if other.tokens is not None:
+            self.tokens = (self.tokens or 0) + other.tokens
+
     def as_dict(self) -> dict[str, Any]:
         """What the manifest records under ``calls``."""
         ordered = sorted(self.latencies)

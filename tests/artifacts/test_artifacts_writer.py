@@ -266,6 +266,43 @@ def test_items_are_written_once_per_agent_and_item(tmp_path: Path) -> None:
     assert researcher[5]["run_id"] == "run-5"
 
 
+def test_an_item_an_earlier_batch_wrote_is_not_written_again(tmp_path: Path) -> None:
+    """An item id an earlier batch wrote (same agent) gets no second items.parquet row, whether
+    the whole batch repeats it or one item of it does; the index counts on without gaps."""
+
+    def batch(ids: list[str]) -> list[EvalResults]:
+        items = [EvalItem([Message("user", [f"q {i}"])], item_id=i) for i in ids]
+        return [
+            EvalResults(
+                provider="A",
+                items=[EvalItemResult(i, "pass") for i in ids],
+                input_items=items,
+            )
+        ]
+
+    with RunWriter(tmp_path, row_group_size=2) as writer:
+        writer.add_results(batch(["a", "b"]))
+        writer.add_results(batch(["a", "b"]))  # every id seen: nothing new
+        writer.add_results(batch(["b", "c", "d"]))  # one seen
+    items = read_table(tmp_path, "items", columns=["item_id", "item_index", "query"]).to_pylist()
+    assert [(r["item_id"], r["item_index"], r["query"]) for r in items] == [
+        ("a", 0, "q a"),
+        ("b", 1, "q b"),
+        ("c", 2, "q c"),
+        ("d", 3, "q d"),
+    ]
+    scores = read_table(tmp_path, "scores", columns=["item_id", "item_index"]).to_pylist()
+    assert [(r["item_id"], r["item_index"]) for r in scores] == [
+        ("a", 0),
+        ("b", 1),
+        ("a", 2),
+        ("b", 3),
+        ("b", 4),
+        ("c", 5),
+        ("d", 6),
+    ]
+
+
 def test_items_without_ids_are_kept_per_batch_position(tmp_path: Path) -> None:
     """Items with no item_id are deduplicated across providers by position, never across batches."""
 
@@ -512,9 +549,10 @@ def test_items_conversations_from_the_calls_messages_json_are_the_dumped_bytes(
                 messages_json=messages_json,
             )
             if messages_json is not None:
-                assert len(writer._messages_json) == 5  # the run without messages is left out
+                # the run without messages is left out
+                assert len(writer._encoder._messages_json) == 5
             writer.add_results(batch())
-            assert writer._messages_json == {}  # one batch's only
+            assert writer._encoder._messages_json == {}  # one batch's only
         written[name] = (tmp_path / name / "run" / FILES["items"]).read_bytes()
     # shared: the two heads (recorded, authored), the messageless, unknown and copied items
     assert dumped == [2, 1, 1, 4, 4]

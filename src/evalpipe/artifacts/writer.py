@@ -19,10 +19,10 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, astuple
+from dataclasses import asdict, astuple, dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Self, cast
 
 import pyarrow as pa  # type: ignore[import-untyped, unused-ignore]
 import pyarrow.fs as pafs  # type: ignore[import-untyped, unused-ignore]
@@ -48,7 +48,16 @@ from evalpipe.results import EvalItemResult, EvalResults, EvalScoreResult
 from evalpipe.tally import FAIL, PASS, SummaryRow, SummaryTally, score_status
 from evalpipe.transcripts import TargetRun, Transcript
 
-__all__ = ["SPLIT_AT_PREFIX", "RunWriter", "resolve_filesystem"]
+__all__ = [
+    "SPLIT_AT_PREFIX",
+    "EncodedBatch",
+    "EncodedItems",
+    "EncodedRows",
+    "EncodedScores",
+    "RowEncoder",
+    "RunWriter",
+    "resolve_filesystem",
+]
 
 SPLIT_AT_PREFIX = "at:"
 """items.parquet's ``split`` of a workflow agent's item: ``at:N``, the conversation cut after its
@@ -446,6 +455,394 @@ class _Sink:
         self.pending_rows = 0
 
 
+def _varying(schema: Any) -> list[Any]:
+    """A table's columns other than the run's name (a constant of every sink), in schema order."""
+    return [f for f in schema if f.name != RUN_NAME]
+
+
+_RUNS_FIELDS = _varying(RUNS_SCHEMA)
+_ITEMS_FIELDS = _varying(ITEMS_SCHEMA)
+_SCORES_FIELDS = _varying(SCORES_SCHEMA)
+_ITEM_INDEX = 1
+"""items.parquet's ``index`` column, among its varying columns (counted per agent over the run)."""
+_SCORE_ITEM_INDEX = 4
+"""scores.parquet's ``item_index`` column, among its varying columns (counted per provider and
+agent over the run)."""
+
+
+def _arrays(columns: Sequence[Any], fields: Sequence[Any], n: int) -> list[Any]:
+    """Columns (lists or Arrow arrays) as Arrow arrays, converted as ``_Sink.extend`` converts
+    them; a None column stays None (filled in when the rows are appended)."""
+    return [
+        c
+        if c is None or isinstance(c, pa.Array)
+        else pa.nulls(n, f.type)
+        if c.count(None) == n
+        else pa.array(c, type=f.type)
+        for c, f in zip(columns, fields, strict=True)
+    ]
+
+
+@dataclass(slots=True)
+class EncodedRows:
+    """Rows of one table as Arrow arrays (one per varying column, in schema order) and each row's
+    text size: what one ``_Sink.extend`` takes."""
+
+    arrays: list[Any]
+    sizes: list[int]
+
+
+@dataclass(slots=True)
+class EncodedItems(EncodedRows):
+    """items.parquet's rows of a batch, deduplicated within the batch; the ``index`` column is
+    None (counted when appended) and the rows' agents and item ids say which rows an earlier
+    batch wrote already."""
+
+    agents: list[str]
+    item_ids: list[str | None]
+
+
+@dataclass(slots=True)
+class EncodedScores(EncodedRows):
+    """scores.parquet's rows of one result level; ``item_index`` is None (counted per provider and
+    agent when appended): ``items`` items, row ``r`` of item ``where[r]`` (None: one row each)."""
+
+    provider_index: int
+    agent: str
+    items: int
+    where: Any
+
+
+@dataclass(slots=True)
+class EncodedBatch:
+    """A batch's rows of runs, items and scores, built without files (``RowEncoder``), to be
+    appended by ``RunWriter.add_encoded``: rows whose values depend on earlier batches (the
+    running indexes, item ids already written) are completed there."""
+
+    runs: EncodedRows | None = None
+    items: EncodedItems | None = None
+    scores: list[EncodedScores] = field(default_factory=list)
+
+
+class RowEncoder:
+    """Builds a batch's rows of runs.parquet, items.parquet and scores.parquet as Arrow arrays,
+    exactly as ``RunWriter`` writes them, without a file or a lock: a worker process encodes its
+    shard, the writer of the run appends it (``RunWriter.add_encoded``). ``RunWriter`` encodes
+    every batch with one too."""
+
+    def __init__(self) -> None:
+        self._messages_json: dict[str, tuple[list[Message], str]] = {}
+        """run_id -> (a TargetRun's messages, their JSON), from target_runs until the next
+        results."""
+
+    def clear(self) -> None:
+        """Forget the messages ``target_runs`` was given (they may change after the batch)."""
+        self._messages_json.clear()
+
+    def records(self, records: Iterable[RunRecord | Mapping[str, Any]]) -> EncodedRows | None:
+        """runs.parquet's rows of RunRecords (or their dicts); None for none.
+
+        Raises:
+            ValueError: for a dict with unknown keys or a record with a bad status.
+        """
+        rs = [raw if isinstance(raw, RunRecord) else RunRecord.from_mapping(raw) for raw in records]
+        if not rs:
+            return None
+        return self._runs(
+            [r.run_id for r in rs],
+            [r.row_id for r in rs],
+            [r.query_index for r in rs],
+            [r.repetition for r in rs],
+            [r.target for r in rs],
+            [r.status for r in rs],
+            [r.error_code for r in rs],
+            [r.error_message for r in rs],
+            [r.latency_s for r in rs],
+            [r.started_at for r in rs],
+            [r.ended_at for r in rs],
+            [r.input_tokens for r in rs],
+            [r.output_tokens for r in rs],
+            [r.total_tokens for r in rs],
+            [r.transcript for r in rs],
+            [bool(r.cached) for r in rs],
+        )
+
+    def target_runs(
+        self,
+        runs: Sequence[Transcript],
+        *,
+        run_ids: Sequence[str],
+        row_ids: Sequence[str | None],
+        transcripts: Sequence[str],
+        cached: Sequence[bool],
+        target: str | None = None,
+        messages_json: Sequence[str | None] | None = None,
+    ) -> EncodedRows | None:
+        """runs.parquet's rows of target calls (see ``RunWriter.add_target_runs``); None for none.
+
+        Raises:
+            ValueError: for a run_id that is not a non-empty string, or sequences of different
+                lengths.
+        """
+        n = len(runs)
+        shared = len(messages_json) if messages_json is not None else n
+        if not len(run_ids) == len(row_ids) == len(transcripts) == len(cached) == shared == n:
+            raise ValueError(
+                f"add_target_runs: {n} runs but {len(run_ids)} run_ids, {len(row_ids)} row_ids, "
+                f"{len(transcripts)} transcripts and {len(cached)} cached flags"
+            )
+        for run_id in run_ids:
+            if not isinstance(run_id, str) or not run_id:
+                raise ValueError(f"RunRecord.run_id must be a non-empty string, got {run_id!r}")
+        if not n:
+            return None
+        usages = [r.usage for r in runs]
+        error_codes = [r.error_code for r in runs]
+        encoded = self._runs(
+            list(run_ids),
+            list(row_ids),
+            [r.query_index for r in runs],
+            [r.repetition for r in runs],
+            [target] * n,
+            ["ok" if code is None else "error" for code in error_codes],
+            error_codes,
+            [r.error_message for r in runs],
+            [u.latency_seconds for u in usages],
+            [r.started_at for r in runs],
+            [r.ended_at for r in runs],
+            [u.input_tokens for u in usages],
+            [u.output_tokens for u in usages],
+            [u.total_tokens for u in usages],
+            list(transcripts),
+            [bool(c) for c in cached],
+        )
+        if messages_json is not None:
+            known = self._messages_json
+            for run_id, run, text in zip(run_ids, runs, messages_json, strict=True):
+                if text is not None and isinstance(run, TargetRun) and run.messages:
+                    known[run_id] = (run.messages, text)
+        return encoded
+
+    def _runs(
+        self,
+        run_ids: list[str],
+        row_ids: list[Any],
+        query_indexes: list[Any],
+        repetitions: list[Any],
+        targets: list[Any],
+        statuses: list[str],
+        error_codes: list[str | None],
+        error_messages: list[str | None],
+        latencies: list[Any],
+        started: list[dt.datetime | None],
+        ended: list[dt.datetime | None],
+        input_tokens: list[Any],
+        output_tokens: list[Any],
+        total_tokens: list[Any],
+        transcripts: list[str | None],
+        cached: list[bool],
+    ) -> EncodedRows:
+        """runs.parquet's rows, one list per column."""
+        columns = [
+            run_ids,
+            _strs(row_ids),
+            _ints(query_indexes),
+            _ints(repetitions),
+            _strs(targets),
+            statuses,
+            error_codes,
+            error_messages,
+            _floats(latencies),
+            _utcs(started),
+            _utcs(ended),
+            _ints(input_tokens),
+            _ints(output_tokens),
+            _ints(total_tokens),
+            transcripts,
+            cached,
+        ]
+        return EncodedRows(
+            _arrays(columns, _RUNS_FIELDS, len(run_ids)),
+            [len(t) if t else 0 for t in transcripts],
+        )
+
+    def results(
+        self, results: Sequence[EvalResults], levels: list[list[tuple[str, EvalResults]]]
+    ) -> EncodedBatch:
+        """The items' and scores' rows of one batch: the EvalResults of each provider, in
+        provider order, and their levels (``SummaryTally.check``); see ``RunWriter.add_results``.
+        The messages ``target_runs`` was given are forgotten after it."""
+        try:
+            batch = EncodedBatch(items=self._items(levels))
+            for index, (result, provider_levels) in enumerate(zip(results, levels, strict=True)):
+                for agent, level in provider_levels:
+                    scores = self._scores(index, result.provider, agent, level)
+                    if scores is not None:
+                        batch.scores.append(scores)
+            return batch
+        finally:
+            self._messages_json.clear()  # one batch's: the messages may change after it
+
+    def _items(self, levels: list[list[tuple[str, EvalResults]]]) -> EncodedItems | None:
+        batch_keys: set[tuple[str, int]] = set()
+        seen: dict[str, set[str]] = {}
+        agents: list[str] = []
+        items: list[EvalItem] = []
+        for provider_levels in levels:
+            for agent, level in provider_levels:
+                written = seen.setdefault(agent, set())
+                for position, item in enumerate(level.input_items):
+                    if item.item_id is None:
+                        # No id to deduplicate on: the providers' lists are parallel.
+                        if (agent, position) in batch_keys:
+                            continue
+                        batch_keys.add((agent, position))
+                    else:
+                        if item.item_id in written:
+                            continue
+                        written.add(item.item_id)
+                    agents.append(agent)
+                    items.append(item)
+        return self._item_rows(agents, items) if items else None
+
+    def _item_rows(self, agents: list[str], items: list[EvalItem]) -> EncodedItems:
+        """items.parquet's rows of ``items`` (``agents[i]`` is item i's result level)."""
+        texts = [item.query_and_response() for item in items]
+        queries = [t[0] for t in texts]
+        responses = [t[1] for t in texts]
+        conversations = self._conversations(items)
+        metadata = [item.metadata for item in items]
+        usages = [item.usage for item in items]
+        splits = [item.split_strategy for item in items]
+        expected = [item.expected_tool_calls for item in items]
+        tools = [item.tools for item in items]
+        has_usage = [u is not None for u in usages]
+        ids = [item.item_id for item in items]
+        columns = [
+            agents,
+            None,  # the index: counted per agent over the run, when appended
+            ids,
+            [item.agent for item in items],
+            _strs([m.get("run_id") for m in metadata]),
+            _strs([m.get("row_id") for m in metadata]),
+            [item.query_index for item in items],
+            [item.repetition for item in items],
+            queries,
+            responses,
+            [None] * len(items)
+            if splits.count(None) == len(splits)
+            else [_split_name(x) for x in splits],
+            conversations,
+            [item.expected_output for item in items],
+            [item.context for item in items],
+            _expected_json(expected),
+            [None if t is None else _TOOLS.dump_json(t).decode() for t in tools],
+            [item.error_code for item in items],
+            [item.error_message for item in items],
+            has_usage,
+            [u.input_tokens if u else None for u in usages],
+            [u.output_tokens if u else None for u in usages],
+            [u.total_tokens if u else None for u in usages],
+            [u.latency_seconds if u else None for u in usages],
+            [_json(m) for m in metadata],
+        ]
+        return EncodedItems(
+            _arrays(columns, _ITEMS_FIELDS, len(items)),
+            [
+                len(c) + len(q) + len(r)
+                for c, q, r in zip(conversations, queries, responses, strict=True)
+            ],
+            agents,
+            ids,
+        )
+
+    def _conversations(self, items: list[EvalItem]) -> list[str]:
+        """items.parquet's ``conversation`` of each item: ``_MESSAGES.dump_json`` of it, the
+        messages of its call (``target_runs``' ``messages_json``) not serialized again."""
+        dump = _MESSAGES.dump_json
+        known = self._messages_json
+        if not known:
+            return [dump(item.conversation, fallback=str).decode() for item in items]
+        out: list[str] = []
+        for item in items:
+            conversation = item.conversation
+            run_id = item.metadata.get("run_id")
+            entry = known.get(run_id) if type(run_id) is str else None
+            if entry is not None:
+                messages, text = entry
+                start = len(conversation) - len(messages)
+                if start >= 0 and all(map(operator.is_, conversation[start:], messages)):
+                    # a JSON list is "[" + its elements' JSON joined by "," + "]"
+                    if start == 0:
+                        out.append(text)
+                        continue
+                    first = _text_message_json(conversation[0]) if start == 1 else None
+                    if first is None:
+                        first = dump(conversation[:start], fallback=str).decode()[1:-1]
+                    out.append(f"[{first},{text[1:]}")
+                    continue
+            out.append(dump(conversation, fallback=str).decode())
+        return out
+
+    def _scores(
+        self, provider_index: int, provider: str, agent: str, level: EvalResults
+    ) -> EncodedScores | None:
+        items = level.items
+        if not items:
+            return None
+        # One row per score, one (scoreless) row for an item without scores: the item's columns
+        # are built once per item, then repeated on its rows.
+        counts = [len(item.scores) or 1 for item in items]
+        n = sum(counts)
+        repeat = n != len(items)
+        scores: list[EvalScoreResult | None] = [
+            score for item in items for score in (item.scores or _NO_SCORES)
+        ]
+        sizes_by_item = [len(item.input_text or "") + len(item.output_text or "") for item in items]
+        if repeat:
+            where = [i for i, count in enumerate(counts) for _ in range(count)]
+            sizes = [
+                size if k == 0 else 0
+                for size, count in zip(sizes_by_item, counts, strict=True)
+                for k in range(count)
+            ]
+        else:
+            where = []
+            sizes = sizes_by_item
+        token_usages = [item.token_usage for item in items]
+        in_t, out_t, total_t, other_t = _token_columns(token_usages)
+        item_columns = [
+            _texts([item.item_id for item in items]),
+            _texts([item.status for item in items]),
+            _strs([item.error_code for item in items]),
+            _strs([item.error_message for item in items]),
+            _strs([item.response_id for item in items]),
+            _strs([item.input_text for item in items]),
+            _strs([item.output_text for item in items]),
+            in_t,
+            out_t,
+            total_t,
+            other_t,
+            _jsons([item.metadata for item in items]),
+        ]
+        fields = _SCORES_FIELDS
+        taken = pa.array(where, type=pa.int64()) if repeat else None
+        per_item: list[Any] = [None]  # item_index: counted per provider and agent, when appended
+        for values, f in zip(item_columns, fields[5:17], strict=True):
+            array = pa.array(values, type=f.type)
+            per_item.append(array.take(taken) if taken is not None else array)
+        constants = [
+            _repeat(value, n, f.type)
+            for value, f in zip(
+                (provider, provider_index, level.run_id, agent), fields[:4], strict=True
+            )
+        ]
+        metrics = _arrays(_score_columns(items, scores), fields[17:], n)
+        return EncodedScores(
+            [*constants, *per_item, *metrics], sizes, provider_index, agent, len(items), taken
+        )
+
+
 class RunWriter:
     """Writes one run directory: runs, items, scores and summary Parquet files plus manifest.json.
 
@@ -516,9 +913,9 @@ class RunWriter:
         self._scored: dict[tuple[int, str], int] = {}
         self._item_keys: dict[str, set[str]] = {}
         self._item_counts: dict[str, int] = {}
-        self._messages_json: dict[str, tuple[list[Message], str]] = {}
-        """run_id -> (a TargetRun's messages, their JSON), from add_target_runs until the next
-        add_results."""
+        self._encoder = RowEncoder()
+        """Builds each batch's rows (and keeps a TargetRun's messages' JSON from add_target_runs
+        until the next add_results)."""
         self._lock = threading.Lock()
         self._started = time.time()
         self._closed = False
@@ -555,31 +952,11 @@ class RunWriter:
         """
         with self._lock:
             self._check_open()
-            rs = [
-                raw if isinstance(raw, RunRecord) else RunRecord.from_mapping(raw)
-                for raw in records
-            ]
-            if not rs:
+            encoded = self._encoder.records(records)
+            if encoded is None:
                 return 0
-            self._extend_runs(
-                [r.run_id for r in rs],
-                [r.row_id for r in rs],
-                [r.query_index for r in rs],
-                [r.repetition for r in rs],
-                [r.target for r in rs],
-                [r.status for r in rs],
-                [r.error_code for r in rs],
-                [r.error_message for r in rs],
-                [r.latency_s for r in rs],
-                [r.started_at for r in rs],
-                [r.ended_at for r in rs],
-                [r.input_tokens for r in rs],
-                [r.output_tokens for r in rs],
-                [r.total_tokens for r in rs],
-                [r.transcript for r in rs],
-                [bool(r.cached) for r in rs],
-            )
-            return len(rs)
+            self._runs.extend(encoded.arrays, encoded.sizes)
+            return len(encoded.sizes)
 
     def add_target_runs(
         self,
@@ -607,88 +984,21 @@ class RunWriter:
             ValueError: for a run_id that is not a non-empty string, or sequences of different
                 lengths (nothing is written).
         """
-        n = len(runs)
-        shared = len(messages_json) if messages_json is not None else n
-        if not len(run_ids) == len(row_ids) == len(transcripts) == len(cached) == shared == n:
-            raise ValueError(
-                f"add_target_runs: {n} runs but {len(run_ids)} run_ids, {len(row_ids)} row_ids, "
-                f"{len(transcripts)} transcripts and {len(cached)} cached flags"
-            )
-        for run_id in run_ids:
-            if not isinstance(run_id, str) or not run_id:
-                raise ValueError(f"RunRecord.run_id must be a non-empty string, got {run_id!r}")
         with self._lock:
             self._check_open()
-            if not n:
-                return 0
-            usages = [r.usage for r in runs]
-            error_codes = [r.error_code for r in runs]
-            self._extend_runs(
-                list(run_ids),
-                list(row_ids),
-                [r.query_index for r in runs],
-                [r.repetition for r in runs],
-                [target] * n,
-                ["ok" if code is None else "error" for code in error_codes],
-                error_codes,
-                [r.error_message for r in runs],
-                [u.latency_seconds for u in usages],
-                [r.started_at for r in runs],
-                [r.ended_at for r in runs],
-                [u.input_tokens for u in usages],
-                [u.output_tokens for u in usages],
-                [u.total_tokens for u in usages],
-                list(transcripts),
-                [bool(c) for c in cached],
+            encoded = self._encoder.target_runs(
+                runs,
+                run_ids=run_ids,
+                row_ids=row_ids,
+                transcripts=transcripts,
+                cached=cached,
+                target=target,
+                messages_json=messages_json,
             )
-            if messages_json is not None:
-                known = self._messages_json
-                for run_id, run, text in zip(run_ids, runs, messages_json, strict=True):
-                    if text is not None and isinstance(run, TargetRun) and run.messages:
-                        known[run_id] = (run.messages, text)
-            return n
-
-    def _extend_runs(
-        self,
-        run_ids: list[str],
-        row_ids: list[Any],
-        query_indexes: list[Any],
-        repetitions: list[Any],
-        targets: list[Any],
-        statuses: list[str],
-        error_codes: list[str | None],
-        error_messages: list[str | None],
-        latencies: list[Any],
-        started: list[dt.datetime | None],
-        ended: list[dt.datetime | None],
-        input_tokens: list[Any],
-        output_tokens: list[Any],
-        total_tokens: list[Any],
-        transcripts: list[str | None],
-        cached: list[bool],
-    ) -> None:
-        """runs.parquet's rows, one list per column (the lock is held)."""
-        self._runs.extend(
-            [
-                run_ids,
-                _strs(row_ids),
-                _ints(query_indexes),
-                _ints(repetitions),
-                _strs(targets),
-                statuses,
-                error_codes,
-                error_messages,
-                _floats(latencies),
-                _utcs(started),
-                _utcs(ended),
-                _ints(input_tokens),
-                _ints(output_tokens),
-                _ints(total_tokens),
-                transcripts,
-                cached,
-            ],
-            [len(t) if t else 0 for t in transcripts],
-        )
+            if encoded is None:
+                return 0
+            self._runs.extend(encoded.arrays, encoded.sizes)
+            return len(encoded.sizes)
 
     def add_results(self, results: Sequence[EvalResults]) -> None:
         """Append one batch of items: the EvalResults of each provider, in provider order.
@@ -707,182 +1017,99 @@ class RunWriter:
             self._check_open()
             try:
                 levels = self._tally.check(results)
-                self._write_items(levels)
-                for index, (result, provider_levels) in enumerate(
-                    zip(results, levels, strict=True)
-                ):
-                    for agent, level in provider_levels:
-                        self._write_scores(index, result.provider, agent, level)
-                self._tally.add(results)
-            finally:
-                self._messages_json.clear()  # one batch's: the messages may change after it
+            except BaseException:
+                self._encoder.clear()
+                raise
+            self._append(self._encoder.results(results, levels))
+            self._tally.add(results)
 
-    def summary_rows(self) -> list[SummaryRow]:
-        """The summary rows of everything added so far (what summary.parquet will hold)."""
+    def add_encoded(self, batch: EncodedBatch, results: Sequence[EvalResults]) -> None:
+        """Append a batch a ``RowEncoder`` built (elsewhere: a worker process), and count
+        ``results``, the EvalResults it was built from (their items' input_items, texts and
+        samples may be gone: the summary reads only statuses and scores). What the writer writes
+        is then what ``add_target_runs`` and ``add_results`` of the same batch write.
+
+        Raises:
+            TypeError, ValueError: as ``add_results`` (nothing of the batch is written).
+        """
         with self._lock:
-            return self._tally.rows()
+            self._check_open()
+            self._tally.check(results)
+            if batch.runs is not None:
+                self._runs.extend(batch.runs.arrays, batch.runs.sizes)
+            self._append(batch)
+            self._tally.add(results)
 
-    def _write_items(self, levels: list[list[tuple[str, EvalResults]]]) -> None:
-        batch_keys: set[tuple[str, int]] = set()
-        agents: list[str] = []
-        items: list[EvalItem] = []
-        for provider_levels in levels:
-            for agent, level in provider_levels:
+    def _append(self, batch: EncodedBatch) -> None:
+        """The batch's items and scores, their running indexes counted here (the lock is held)."""
+        if batch.items is not None:
+            self._append_items(batch.items)
+        for scores in batch.scores:
+            key = (scores.provider_index, scores.agent)
+            first = self._scored.get(key, 0)
+            self._scored[key] = first + scores.items
+            index = pa.array(
+                list(range(first, first + scores.items)),
+                type=_SCORES_FIELDS[_SCORE_ITEM_INDEX].type,
+            )
+            arrays = list(scores.arrays)
+            arrays[_SCORE_ITEM_INDEX] = (
+                index.take(scores.where) if scores.where is not None else index
+            )
+            self._scores.extend(arrays, scores.sizes)
+
+    def _append_items(self, encoded: EncodedItems) -> None:
+        """items.parquet's rows of a batch: those an earlier batch wrote (same agent and item id)
+        left out, each agent's rows numbered on from the last."""
+        agents, ids, n = encoded.agents, encoded.item_ids, len(encoded.agents)
+        first = agents[0]
+        if agents.count(first) == n and ids.count(None) == 0:
+            # one agent, every row named (an agent target): the same, without a loop per row
+            written = self._item_keys.setdefault(first, set())
+            if written.isdisjoint(ids):
+                written.update(cast(list[str], ids))  # none is None (counted above)
+                start = self._item_counts.get(first, 0)
+                self._item_counts[first] = start + n
+                arrays = list(encoded.arrays)
+                arrays[_ITEM_INDEX] = pa.array(
+                    range(start, start + n), type=_ITEMS_FIELDS[_ITEM_INDEX].type
+                )
+                self._items.extend(arrays, encoded.sizes)
+                return
+        kept: list[int] | None = None
+        for row, (agent, item_id) in enumerate(zip(encoded.agents, encoded.item_ids, strict=True)):
+            if item_id is not None:
                 written = self._item_keys.setdefault(agent, set())
-                for position, item in enumerate(level.input_items):
-                    if item.item_id is None:
-                        # No id to deduplicate on: the providers' lists are parallel.
-                        if (agent, position) in batch_keys:
-                            continue
-                        batch_keys.add((agent, position))
-                    else:
-                        if item.item_id in written:
-                            continue
-                        written.add(item.item_id)
-                    agents.append(agent)
-                    items.append(item)
-        if items:
-            self._write_item_rows(agents, items)
-
-    def _write_item_rows(self, agents: list[str], items: list[EvalItem]) -> None:
-        """items.parquet's rows of ``items`` (``agents[i]`` is item i's result level)."""
+                if item_id in written:
+                    if kept is None:
+                        kept = list(range(row))
+                    continue
+                written.add(item_id)
+            if kept is not None:
+                kept.append(row)
+        agents = encoded.agents
+        arrays = list(encoded.arrays)
+        sizes = encoded.sizes
+        if kept is not None:
+            if not kept:
+                return
+            taken = pa.array(kept, type=pa.int64())
+            arrays = [None if a is None else a.take(taken) for a in arrays]
+            agents = [agents[i] for i in kept]
+            sizes = [sizes[i] for i in kept]
         indexes: list[int] = []
         counts = self._item_counts
         for agent in agents:
             index = counts.get(agent, 0)
             counts[agent] = index + 1
             indexes.append(index)
-        texts = [item.query_and_response() for item in items]
-        queries = [t[0] for t in texts]
-        responses = [t[1] for t in texts]
-        conversations = self._conversations(items)
-        metadata = [item.metadata for item in items]
-        usages = [item.usage for item in items]
-        splits = [item.split_strategy for item in items]
-        expected = [item.expected_tool_calls for item in items]
-        tools = [item.tools for item in items]
-        has_usage = [u is not None for u in usages]
-        self._items.extend(
-            [
-                agents,
-                indexes,
-                [item.item_id for item in items],
-                [item.agent for item in items],
-                _strs([m.get("run_id") for m in metadata]),
-                _strs([m.get("row_id") for m in metadata]),
-                [item.query_index for item in items],
-                [item.repetition for item in items],
-                queries,
-                responses,
-                [None] * len(items)
-                if splits.count(None) == len(splits)
-                else [_split_name(x) for x in splits],
-                conversations,
-                [item.expected_output for item in items],
-                [item.context for item in items],
-                _expected_json(expected),
-                [None if t is None else _TOOLS.dump_json(t).decode() for t in tools],
-                [item.error_code for item in items],
-                [item.error_message for item in items],
-                has_usage,
-                [u.input_tokens if u else None for u in usages],
-                [u.output_tokens if u else None for u in usages],
-                [u.total_tokens if u else None for u in usages],
-                [u.latency_seconds if u else None for u in usages],
-                [_json(m) for m in metadata],
-            ],
-            [
-                len(c) + len(q) + len(r)
-                for c, q, r in zip(conversations, queries, responses, strict=True)
-            ],
-        )
+        arrays[_ITEM_INDEX] = pa.array(indexes, type=_ITEMS_FIELDS[_ITEM_INDEX].type)
+        self._items.extend(arrays, sizes)
 
-    def _conversations(self, items: list[EvalItem]) -> list[str]:
-        """items.parquet's ``conversation`` of each item: ``_MESSAGES.dump_json`` of it, the
-        messages of its call (``add_target_runs``' ``messages_json``) not serialized again."""
-        dump = _MESSAGES.dump_json
-        known = self._messages_json
-        if not known:
-            return [dump(item.conversation, fallback=str).decode() for item in items]
-        out: list[str] = []
-        for item in items:
-            conversation = item.conversation
-            run_id = item.metadata.get("run_id")
-            entry = known.get(run_id) if type(run_id) is str else None
-            if entry is not None:
-                messages, text = entry
-                start = len(conversation) - len(messages)
-                if start >= 0 and all(map(operator.is_, conversation[start:], messages)):
-                    # a JSON list is "[" + its elements' JSON joined by "," + "]"
-                    if start == 0:
-                        out.append(text)
-                        continue
-                    first = _text_message_json(conversation[0]) if start == 1 else None
-                    if first is None:
-                        first = dump(conversation[:start], fallback=str).decode()[1:-1]
-                    out.append(f"[{first},{text[1:]}")
-                    continue
-            out.append(dump(conversation, fallback=str).decode())
-        return out
-
-    def _write_scores(
-        self, provider_index: int, provider: str, agent: str, level: EvalResults
-    ) -> None:
-        items = level.items
-        if not items:
-            return
-        key = (provider_index, agent)
-        first = self._scored.get(key, 0)
-        self._scored[key] = first + len(items)
-        # One row per score, one (scoreless) row for an item without scores: the item's columns
-        # are built once per item, then repeated on its rows.
-        counts = [len(item.scores) or 1 for item in items]
-        n = sum(counts)
-        repeat = n != len(items)
-        scores: list[EvalScoreResult | None] = [
-            score for item in items for score in (item.scores or _NO_SCORES)
-        ]
-        sizes_by_item = [len(item.input_text or "") + len(item.output_text or "") for item in items]
-        if repeat:
-            where = [i for i, count in enumerate(counts) for _ in range(count)]
-            sizes = [
-                size if k == 0 else 0
-                for size, count in zip(sizes_by_item, counts, strict=True)
-                for k in range(count)
-            ]
-        else:
-            where = []
-            sizes = sizes_by_item
-        token_usages = [item.token_usage for item in items]
-        in_t, out_t, total_t, other_t = _token_columns(token_usages)
-        item_columns = [
-            list(range(first, first + len(items))),
-            _texts([item.item_id for item in items]),
-            _texts([item.status for item in items]),
-            _strs([item.error_code for item in items]),
-            _strs([item.error_message for item in items]),
-            _strs([item.response_id for item in items]),
-            _strs([item.input_text for item in items]),
-            _strs([item.output_text for item in items]),
-            in_t,
-            out_t,
-            total_t,
-            other_t,
-            _jsons([item.metadata for item in items]),
-        ]
-        fields = self._scores._varying
-        per_item = []
-        taken = pa.array(where, type=pa.int64()) if repeat else None
-        for values, f in zip(item_columns, fields[4:17], strict=True):
-            array = pa.array(values, type=f.type)
-            per_item.append(array.take(taken) if taken is not None else array)
-        constants = [
-            _repeat(value, n, f.type)
-            for value, f in zip(
-                (provider, provider_index, level.run_id, agent), fields[:4], strict=True
-            )
-        ]
-        self._scores.extend([*constants, *per_item, *_score_columns(items, scores)], sizes)
+    def summary_rows(self) -> list[SummaryRow]:
+        """The summary rows of everything added so far (what summary.parquet will hold)."""
+        with self._lock:
+            return self._tally.rows()
 
     def abort(self) -> None:
         """Stop without committing: temporary files are deleted, no final-name file is created."""
@@ -890,7 +1117,7 @@ class RunWriter:
             if self._closed:
                 return
             self._closed = True
-            self._messages_json.clear()
+            self._encoder.clear()
             for s in self._sinks:
                 s.abort()
 
@@ -907,7 +1134,7 @@ class RunWriter:
         with self._lock:
             self._check_open()
             self._closed = True
-            self._messages_json.clear()
+            self._encoder.clear()
             ended = dt.datetime.now(dt.UTC)
             summary = _Sink(
                 self.fs,

@@ -55,6 +55,15 @@ from evalpipe.pipeline.prefect_artifacts import (
     summary_table,
     view_page,
 )
+from evalpipe.pipeline.processes import (
+    ProcessPool,
+    ShardDone,
+    ShardJob,
+    WorkerDiedError,
+    WorkerError,
+    keep_listed,
+    strip_results,
+)
 from evalpipe.results import EvalResults
 from evalpipe.runner import (
     Call,
@@ -167,7 +176,7 @@ async def shard_task(
     calls: Sequence[Call],
     semaphore: asyncio.Semaphore,
     limits: Limits,
-    done: dict[int, ShardResult],
+    done: dict[int, ShardResult | ShardDone],
     on_call: Callable[[CallOutcome], None],
 ) -> dict[str, int]:
     """One shard through the runner: its calls (taken from the journal when it holds them), their
@@ -236,11 +245,47 @@ async def remote_shard_task(
     )
 
 
-def _task_runner(suite: EvalSuite) -> Any:
-    """The suite's task runner for shards, or None to run them in the flow's process."""
-    if suite.task_runner == "threads":
+@task(name="shard", task_run_name="shard-{shard_index}", **_RETRY_ON_INFRASTRUCTURE)
+async def process_shard_task(
+    shard_index: int, pool: ProcessPool, job: ShardJob, done: dict[int, ShardResult | ShardDone]
+) -> dict[str, int]:
+    """A whole shard in one of the run's worker processes (``task_runner: processes``): its calls,
+    items and scores, and the rows of its tables, built there; the result goes to ``done``."""
+    result = await pool.run(job)
+    done[shard_index] = result
+    return {"made": result.made, "reused": result.reused, "items": result.items}
+
+
+def process_workers(suite: EvalSuite) -> int | None:
+    """How many worker processes run the shards (``task_runner: processes``: one per CPU, or
+    ``{processes: N}``), at most the suite's concurrency; None for any other task runner."""
+    spec = suite.task_runner
+    if spec == "processes":
+        wanted = os.cpu_count() or 1
+    elif isinstance(spec, dict) and "processes" in spec:
+        wanted = int(cast(Any, spec["processes"]))
+    else:
         return None
-    options = dict(cast(dict[str, Any], suite.task_runner)["dask"] or {})
+    return max(1, min(wanted, int(suite.concurrency)))
+
+
+def _worker_env(limits: Limits) -> dict[str, str]:
+    """What worker processes must know to hold global concurrency limits: the API's URL (the
+    embedded server's is a setting of this process, not of the environment)."""
+    if not limits:
+        return {}
+    from prefect.settings import PREFECT_API_URL
+
+    url = PREFECT_API_URL.value()
+    return {"PREFECT_API_URL": str(url)} if url else {}
+
+
+def _task_runner(suite: EvalSuite) -> Any:
+    """The suite's task runner for shards, or None to run them in the flow's process (threads)
+    or in its worker processes (``process_workers``)."""
+    if isinstance(suite.task_runner, str) or "processes" in suite.task_runner:
+        return None
+    options = dict(suite.task_runner["dask"] or {})
     try:
         from prefect_dask.task_runners import DaskTaskRunner  # optional: the dask extra
     except ImportError:
@@ -418,22 +463,9 @@ class _ShardCollector:
 
 
 def _strip(result: EvalResults, kept: dict[tuple[str, str], int]) -> None:
-    """Drop what is written already and not needed for the gate and the summary (the items, their
-    texts and metadata), so a long run does not hold every transcript in memory. The query and
-    response of the first FAILURES_LISTED items of each result that did not pass stay, for the
-    failures artifact (``kept`` counts them per provider and result)."""
-    result.input_items = []
-    level = (result.provider, result.run_id)
-    for item in result.items:
-        if not item.is_passed and kept.get(level, 0) < FAILURES_LISTED:
-            kept[level] = kept.get(level, 0) + 1
-        else:
-            item.input_text = item.output_text = None
-        item.metadata = None
-        for score in item.scores:
-            score.sample = None
-    for sub in result.sub_results.values():
-        _strip(sub, kept)
+    """Drop what is written already and not needed for the gate and the summary; the texts of the
+    first FAILURES_LISTED items of each result that did not pass stay (``strip_results``)."""
+    strip_results(result, kept, FAILURES_LISTED)
 
 
 def _record(writer: RunWriter, plan: RunPlan, outcomes: Sequence[CallOutcome]) -> int:
@@ -452,10 +484,13 @@ def _record(writer: RunWriter, plan: RunPlan, outcomes: Sequence[CallOutcome]) -
     )
 
 
-def _write(writer: RunWriter, plan: RunPlan, shard: ShardResult) -> None:
+def _write(writer: RunWriter, plan: RunPlan, shard: ShardResult | ShardDone) -> None:
     try:
-        _record(writer, plan, shard.outcomes)
-        writer.add_results(shard.results)
+        if isinstance(shard, ShardDone):  # encoded by a worker process
+            writer.add_encoded(shard.encoded, shard.results)
+        else:
+            _record(writer, plan, shard.outcomes)
+            writer.add_results(shard.results)
     except OSError as exc:
         raise StorageError(
             f"cannot write the run's tables in {writer.path}: {exc.strerror or exc}; the run "
@@ -609,6 +644,8 @@ def _stop_reason(exc: BaseException) -> str | None:
     journal), in words; None otherwise."""
     if isinstance(exc, StorageError):
         return str(exc)
+    if isinstance(exc, WorkerDiedError | WorkerError):
+        return f"{exc}; the run stopped (its finished calls are journaled: run again to resume)"
     if isinstance(exc, BaseExceptionGroup):
         for inner in exc.exceptions:
             if (reason := _stop_reason(inner)) is not None:
@@ -653,11 +690,19 @@ async def _execute(
     shards = plan.shards(size)
     semaphore = asyncio.Semaphore(suite.concurrency)
     runner = _task_runner(suite)
+    workers = process_workers(suite)
+    pool = (
+        ProcessPool(plan, workers, listed=FAILURES_LISTED, env=_worker_env(limits))
+        if workers is not None
+        else None
+    )
     # Enough shards in flight to keep the semaphore busy, few enough to bound memory; a task
     # runner queues shards itself, so it gets all of them.
     running = (
         max(1, len(shards)) if runner is not None else max(2, 2 * -(-suite.concurrency // size))
     )
+    if pool is not None:  # one shard per worker process at a time
+        running = pool.workers
     shard_gate = asyncio.Semaphore(running)
     # Shards are written in order, off the event loop; those that finished while an earlier one
     # is still running or being written wait in memory. At most twice as many shards as run at
@@ -673,7 +718,7 @@ async def _execute(
     reported = [0]
     last_update = [time.monotonic()]
     writer = RunWriter(plan.run_dir, started_at=started_at)
-    finished: dict[int, ShardResult] = {}
+    finished: dict[int, ShardResult | ShardDone] = {}
     next_to_write = 0
     kept: list[list[EvalResults]] = [[] for _ in plan.providers]
     finished_shards = 0
@@ -702,6 +747,11 @@ async def _execute(
                 finished[index] = await asyncio.to_thread(future.result)
                 calls_done[0] += len(shard_calls)
                 _notify("calls", calls_done[0], len(plan.calls))
+            elif pool is not None:
+                job = pool.job(index, shard_calls, limits)
+                await process_shard_task(index, _q(pool), _q(job), _q(finished))
+                calls_done[0] += len(shard_calls)
+                _notify("calls", calls_done[0], len(plan.calls))
             else:
                 await shard_task(
                     _q(plan),
@@ -716,18 +766,26 @@ async def _execute(
         async with write_lock:  # in shard order, whatever order shards finish in
             while next_to_write in finished:
                 shard = finished.pop(next_to_write)
-                for outcome in shard.outcomes:
-                    calls.add(outcome.source, outcome.run)
+                if isinstance(shard, ShardDone):  # counted and stripped by its worker
+                    calls.merge(shard.calls)
+                else:
+                    for outcome in shard.outcomes:
+                        calls.add(outcome.source, outcome.run)
                 # Off the event loop: Parquet encoding would stall the calls still in flight.
                 await asyncio.to_thread(_write, writer, plan, shard)
-                judged = call_verdicts(shard.results)
+                judged = (
+                    shard.verdicts if isinstance(shard, ShardDone) else call_verdicts(shard.results)
+                )
                 verdicts.passed += judged.passed
                 verdicts.failed += judged.failed
                 verdicts.errored += judged.errored
                 for stage in ("passed", "failed", "errored"):
                     _notify(stage, getattr(verdicts, stage), len(plan.calls))
                 for p, r in enumerate(shard.results):
-                    _strip(r, texts_kept)
+                    if isinstance(shard, ShardDone):
+                        keep_listed(r, texts_kept, FAILURES_LISTED)
+                    else:
+                        _strip(r, texts_kept)
                     kept[p].append(r)
                 next_to_write += 1
                 del shard
@@ -750,18 +808,29 @@ async def _execute(
 
     deadline = asyncio.timeout(suite.timeout)
     try:
-        with contextlib.ExitStack() as stack:
+        async with contextlib.AsyncExitStack() as stack:
             if runner is not None:
                 stack.enter_context(runner)
                 # Connect (or start the local cluster) once, now: a cluster that is not there
                 # fails the run here instead of once per shard.
                 await asyncio.to_thread(lambda: runner.client)
                 logger.info("shards run on %s", type(runner).__name__)
-            collector = stack.enter_context(_ShardCollector())
-            # a shard that fails stops the others (their calls in flight are cancelled)
-            async with deadline, asyncio.TaskGroup() as group:
-                for i, c in enumerate(shards):
-                    group.create_task(process(i, c))
+            async with deadline:
+                if pool is not None:
+                    # the workers start and prepare now, within the run's timeout; they are
+                    # stopped (terminated if need be) however the shards end
+                    await stack.enter_async_context(pool)
+                    logger.info(
+                        "shards run in %d worker processes (pids %s), %s calls at once each",
+                        pool.workers,
+                        ", ".join(map(str, pool.pids)),
+                        "/".join(map(str, pool.shares)),
+                    )
+                collector = stack.enter_context(_ShardCollector())
+                # a shard that fails stops the others (their calls in flight are cancelled)
+                async with asyncio.TaskGroup() as group:
+                    for i, c in enumerate(shards):
+                        group.create_task(process(i, c))
     except BaseException as exc:
         writer.abort()
         stopped = _stop_reason(exc)
@@ -773,6 +842,8 @@ async def _execute(
             )
         if stopped is None:
             raise
+        if state.scrubber.found(stopped):  # a worker's traceback may quote what it was given
+            stopped = state.scrubber(stopped)
         logger.error("%s", stopped)
         return _incomplete(stopped)
     timings["calls_and_evaluation_s"] = time.perf_counter() - started - timings["prepare_s"]

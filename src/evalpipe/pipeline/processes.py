@@ -1,0 +1,605 @@
+"""Shards in local worker processes: ``task_runner: processes`` (or ``{processes: N}``).
+
+The flow's process is one event loop and a writer thread under one GIL: a run of CPU-bound local
+checks or targets uses one core however many the machine has. Here each shard runs whole in one
+of N worker processes (spawned, not forked: the flow's process runs Prefect's threads), which
+also turns the shard into the Arrow rows of runs, items and scores (``RowEncoder``) and strips its
+results; the flow's process appends those rows to its Parquet files in shard order and counts the
+stripped results, so it does little per item.
+
+Each worker builds the run's target, providers and split once from the suite (as ``prepare_suite``
+does; the flow's process validated them already), opens the run's journal (appending, like a Dask
+worker: ``RunState.open(marker=False, lock=False)``) and keeps one event loop for all its shards.
+The dataset's rows are not loaded again: each shard job carries the rows of its calls (preparing
+100,000 rows took ~4.4 s of CPU and ~100 MB in every worker). The suite's ``concurrency`` is split
+across the workers (``split_concurrency``): each worker runs one shard at a time with its share, so
+the run never has more target calls in flight than the suite allows.
+
+Nothing here imports Prefect unless a shard's providers hold global concurrency limits
+(``limits_scope``): a worker does not pay ``import prefect`` for local checks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import gc
+import json
+import multiprocessing
+import operator
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from multiprocessing.connection import Connection
+from typing import Any
+
+from evalpipe.artifacts.writer import EncodedBatch, RowEncoder
+from evalpipe.evaluators.base import close_providers
+from evalpipe.results import EvalItemResult, EvalResults, EvalScoreResult
+from evalpipe.runner import Call, CallOutcome, RunPlan, RunState, ShardResult, run_shard
+from evalpipe.runner.plan import Row, resolve_target
+from evalpipe.suite import build_evaluators, build_split, build_target, shared_evaluators
+from evalpipe.tally import CallTally, Counts, SummaryTally, call_verdicts
+from evalpipe.transcripts import Transcript
+
+__all__ = [
+    "ProcessPool",
+    "ShardDone",
+    "ShardJob",
+    "WorkerDiedError",
+    "WorkerError",
+    "encode_shard",
+    "split_concurrency",
+    "strip_results",
+    "watch_parent",
+]
+
+PARENT_POLL_S = 0.5
+"""How often a worker checks that the flow's process is still its parent."""
+
+STOP_WAIT_S = 5.0
+"""How long ``ProcessPool.close`` waits for a worker to finish and exit before terminating it."""
+
+YOUNG_LIMIT = 200_000
+"""As the flow's shard collector: one young collection between shards once this many more
+objects are alive than at the last one, survivors frozen."""
+
+
+class WorkerError(RuntimeError):
+    """A shard raised in a worker process and its exception could not be sent back as it is: its
+    type, message and traceback, as text."""
+
+
+class WorkerDiedError(RuntimeError):
+    """A worker process ended while it held a shard (killed, out of memory, a crash)."""
+
+
+def split_concurrency(concurrency: int, workers: int) -> list[int]:
+    """Each worker's share of the run's concurrency: as equal as can be, every share at least one,
+    and their sum the run's ``concurrency`` (fewer workers than ``workers`` when the concurrency is
+    smaller).
+
+    Raises:
+        ValueError: for a concurrency or a number of workers below one.
+    """
+    if concurrency < 1 or workers < 1:
+        raise ValueError(f"concurrency and workers must be >= 1, got {concurrency}, {workers}")
+    n = min(concurrency, workers)
+    base, extra = divmod(concurrency, n)
+    return [base + (1 if i < extra else 0) for i in range(n)]
+
+
+_ROW_FIELDS = [f.name for f in dataclasses.fields(Row)]
+_ITEM_FIELDS = [f.name for f in dataclasses.fields(EvalItemResult)]
+_SCORE_FIELDS = [f.name for f in dataclasses.fields(EvalScoreResult)]
+_SCORES_AT = _ITEM_FIELDS.index("scores")
+_row_values = operator.attrgetter(*_ROW_FIELDS)
+_item_values = operator.attrgetter(*_ITEM_FIELDS)
+_score_values = operator.attrgetter(*_SCORE_FIELDS)
+"""Rows, item results and score results travel as tuples of their fields, rebuilt with their
+constructors: pickling the dataclasses themselves (their generated ``__getstate__`` and
+``__setstate__``) cost ~4x as much, on both sides."""
+
+
+@dataclass(slots=True)
+class ShardJob:
+    """One shard for a worker: its calls (position, index into ``rows``, repetition, key), the
+    rows they call (their fields), the transcripts they re-score (``stored``), how many calls it
+    may have in flight, and the providers' global concurrency limits."""
+
+    index: int
+    calls: list[tuple[int, int, int, str]]
+    rows: list[tuple[Any, ...]]
+    stored: dict[str, Transcript] | None
+    share: int
+    limits: dict[int, tuple[str, int]]
+
+    def unpack(self) -> tuple[tuple[Call, ...], tuple[Row, ...]]:
+        """The shard's calls and the rows they call."""
+        return tuple(Call(*c) for c in self.calls), tuple(Row(*r) for r in self.rows)
+
+
+def _pack_results(result: EvalResults) -> tuple[EvalResults, list[Any], dict[str, Any]]:
+    """A result for the pipe: the model without its items and sub-results, its items as tuples
+    (this process does not use the result again)."""
+    items = [
+        (
+            *values[:_SCORES_AT],
+            [_score_values(s) for s in values[_SCORES_AT]],
+            *values[_SCORES_AT + 1 :],
+        )
+        for values in map(_item_values, result.items)
+    ]
+    subs = {name: _pack_results(sub) for name, sub in result.sub_results.items()}
+    result.__dict__["items"] = []
+    result.__dict__["sub_results"] = {}
+    return result, items, subs
+
+
+def _unpack_results(packed: tuple[EvalResults, list[Any], dict[str, Any]]) -> EvalResults:
+    """``_pack_results`` undone: the same result, field for field."""
+    result, items, subs = packed
+    score: Any = EvalScoreResult
+    item: Any = EvalItemResult
+    result.__dict__["items"] = [
+        item(
+            *values[:_SCORES_AT], [score(*s) for s in values[_SCORES_AT]], *values[_SCORES_AT + 1 :]
+        )
+        for values in items
+    ]
+    result.__dict__["sub_results"] = {name: _unpack_results(sub) for name, sub in subs.items()}
+    return result
+
+
+@dataclass(slots=True)
+class ShardDone:
+    """What a worker sends back for a shard: its rows (``encoded``), its results stripped
+    (``strip_results``), the facts of its calls and the verdicts of its calls."""
+
+    index: int
+    encoded: EncodedBatch
+    results: list[EvalResults]
+    calls: CallTally
+    verdicts: Counts
+    made: int
+    reused: int
+    items: int
+    n_calls: int
+    pid: int = 0
+
+    def __getstate__(self) -> tuple[Any, ...]:
+        packed = [_pack_results(r) for r in self.results]
+        return (self.index, self.encoded, packed, self.calls, self.verdicts, self.made,
+                self.reused, self.items, self.n_calls, self.pid)  # fmt: skip
+
+    def __setstate__(self, state: tuple[Any, ...]) -> None:
+        (self.index, self.encoded, packed, self.calls, self.verdicts, self.made, self.reused,
+         self.items, self.n_calls, self.pid) = state  # fmt: skip
+        self.results = [_unpack_results(p) for p in packed]
+
+
+@dataclass(slots=True)
+class _Setup:
+    """What a worker needs to run the plan's shards: the plan without its rows, calls, target
+    and providers (built in the worker), and how many failures keep their texts."""
+
+    plan: RunPlan
+    listed: int
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def strip_results(result: EvalResults, kept: dict[tuple[str, str], int], listed: int) -> None:
+    """Drop what is written already and not needed for the gate and the summary (the items, their
+    texts and metadata), so a long run does not hold every transcript in memory. The query and
+    response of the first ``listed`` items of each result that did not pass stay, for the
+    failures artifact (``kept`` counts them per provider and result)."""
+    result.input_items = []
+    level = (result.provider, result.run_id)
+    for item in result.items:
+        if not item.is_passed and kept.get(level, 0) < listed:
+            kept[level] = kept.get(level, 0) + 1
+        else:
+            item.input_text = item.output_text = None
+        item.metadata = None
+        for score in item.scores:
+            score.sample = None
+    for sub in result.sub_results.values():
+        strip_results(sub, kept, listed)
+
+
+def keep_listed(result: EvalResults, kept: dict[tuple[str, str], int], listed: int) -> None:
+    """The second half of ``strip_results`` for a result a worker stripped with counts of its own
+    shard only: the texts of items that did not pass stay only while the run's count (``kept``)
+    is below ``listed``, exactly as ``strip_results`` over the whole run in order keeps them."""
+    level = (result.provider, result.run_id)
+    for item in result.items:
+        if item.is_passed:
+            continue
+        if kept.get(level, 0) < listed:
+            kept[level] = kept.get(level, 0) + 1
+        else:
+            item.input_text = item.output_text = None
+    for sub in result.sub_results.values():
+        keep_listed(sub, kept, listed)
+
+
+def encode_shard(encoder: RowEncoder, plan: RunPlan, shard: ShardResult) -> EncodedBatch:
+    """A shard's rows of runs, items and scores, as the flow writes them (``_record`` then
+    ``RunWriter.add_results``)."""
+    outcomes: Sequence[CallOutcome] = shard.outcomes
+    rows = plan.rows
+    runs = encoder.target_runs(
+        [o.run for o in outcomes],
+        run_ids=[o.call.key for o in outcomes],
+        row_ids=[rows[o.call.row_index].id for o in outcomes],
+        transcripts=[o.transcript_json() for o in outcomes],
+        cached=[o.reused for o in outcomes],
+        target=plan.identity,
+        messages_json=[o.messages_json for o in outcomes],
+    )
+    try:
+        levels = SummaryTally().check(shard.results)
+    except BaseException:
+        encoder.clear()
+        raise
+    batch = encoder.results(shard.results, levels)
+    batch.runs = runs
+    return batch
+
+
+def watch_parent(parent_pid: int, interval: float = PARENT_POLL_S) -> threading.Thread:
+    """A daemon thread that ends this process (exit status 70) as soon as its parent is no longer
+    ``parent_pid``: a worker whose flow process was killed does not live on."""
+
+    def watch() -> None:
+        while True:
+            if os.getppid() != parent_pid:
+                os._exit(70)
+            time.sleep(interval)
+
+    thread = threading.Thread(target=watch, name="evalpipe-parent-watch", daemon=True)
+    thread.start()
+    return thread
+
+
+class _Worker:
+    """A worker process's state: the run's plan (rows excepted), its journal, one event loop."""
+
+    def __init__(self, setup: _Setup) -> None:
+        os.environ.update(setup.env)
+        skeleton = setup.plan
+        suite = skeleton.suite
+        target = None if skeleton.target is None else resolve_target(build_target(suite))
+        self.plan = replace(
+            skeleton,
+            target=target,
+            providers=tuple(build_evaluators(suite)),
+            split=build_split(suite),
+        )
+        self.listed = setup.listed
+        self.state = RunState.open(self.plan, marker=False, lock=False)
+        self.loop = asyncio.new_event_loop()
+        self.encoder = RowEncoder()
+        self._scopes: dict[tuple[tuple[int, str, int], ...], Any] = {}
+        gc.freeze()  # the plan, the target, the modules: never scanned again
+        gc.disable()
+
+    def run(self, job: ShardJob) -> ShardDone:
+        try:
+            return self.loop.run_until_complete(self._run(job))
+        finally:
+            if gc.get_count()[0] >= YOUNG_LIMIT:
+                gc.collect(1)
+                gc.freeze()
+
+    def _scope(self, limits: dict[int, tuple[str, int]]) -> Any:
+        if not limits:
+            return None
+        from evalpipe.pipeline.limits import limits_scope  # lazy: prefect, only with global limits
+
+        return limits_scope(limits)
+
+    async def _run(self, job: ShardJob) -> ShardDone:
+        calls, rows = job.unpack()
+        plan = replace(self.plan, rows=rows, calls=calls, stored=job.stored)
+        shard = await run_shard(
+            plan,
+            self.state,
+            calls,
+            semaphore=asyncio.Semaphore(job.share),
+            workers=job.share,
+            scope=self._scope(job.limits),
+        )
+        tally = CallTally()
+        made = reused = 0
+        for outcome in shard.outcomes:
+            tally.add(outcome.source, outcome.run)
+            made += outcome.source == "made"
+            reused += outcome.source == "reused"
+        encoded = encode_shard(self.encoder, plan, shard)
+        verdicts = call_verdicts(shard.results)
+        kept: dict[tuple[str, str], int] = {}
+        for result in shard.results:
+            strip_results(result, kept, self.listed)
+        return ShardDone(
+            index=job.index,
+            encoded=encoded,
+            results=shard.results,
+            calls=tally,
+            verdicts=verdicts,
+            made=made,
+            reused=reused,
+            items=shard.items,
+            n_calls=len(calls),
+            pid=os.getpid(),
+        )
+
+    def close(self) -> None:
+        suite = self.plan.suite
+        with contextlib.suppress(Exception):
+            self.loop.run_until_complete(
+                close_providers(self.plan.providers, keep=shared_evaluators(suite))
+            )
+        self.loop.close()
+        self.state.close()
+
+
+def _sendable(exc: BaseException) -> BaseException:
+    """The exception itself when it survives pickling, else a WorkerError with its text."""
+    try:
+        pickle.loads(pickle.dumps(exc))
+    except Exception:
+        text = "".join(traceback.format_exception(exc)).rstrip()
+        return WorkerError(f"{type(exc).__name__}: {exc}\n{text}")
+    return exc
+
+
+_BOOT = (
+    "import json, sys; sys.path[:0] = json.loads(sys.argv[1]); "
+    "from evalpipe.pipeline.processes import worker_main; worker_main(int(sys.argv[2]), "
+    "int(sys.argv[3]))"
+)
+"""A worker process's program: the flow process's import path first (the target's module, an
+evalpipe that is not installed), then ``worker_main``. Not ``multiprocessing``'s spawn, which
+runs the parent's main script again in every child (a script without a ``__main__`` guard would
+start its evaluation in each worker)."""
+
+
+def worker_main(fd: int, parent_pid: int) -> None:
+    """A worker process: its setup from the pipe ``fd``, then the shards it is sent until told to
+    stop (or until its parent ``parent_pid`` is gone)."""
+    # Ctrl-C reaches the whole process group: the flow's process decides, and stops the workers
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    watch_parent(parent_pid)
+    conn = Connection(fd)
+    try:
+        setup = conn.recv()
+        worker = _Worker(setup)
+    except BaseException as exc:
+        conn.send(("error", _sendable(exc)))
+        return
+    conn.send(("ready", os.getpid()))
+    try:
+        while True:
+            try:
+                job = conn.recv()
+            except EOFError:
+                return
+            if job is None:
+                return
+            try:
+                done = worker.run(job)
+            except BaseException as exc:
+                conn.send(("error", _sendable(exc)))
+            else:
+                conn.send(("done", done))
+    finally:
+        worker.close()
+
+
+class _Process:
+    """One worker process, its end of the pipe and its share of the concurrency."""
+
+    def __init__(self, process: subprocess.Popen[bytes], conn: Connection, share: int) -> None:
+        self.process = process
+        self.conn = conn
+        self.share = share
+
+    @classmethod
+    def start(cls, setup: _Setup, share: int) -> _Process:
+        mine, theirs = multiprocessing.Pipe()
+        fd = theirs.fileno()
+        process = subprocess.Popen(
+            [sys.executable, "-c", _BOOT, json.dumps(sys.path), str(fd), str(os.getpid())],
+            pass_fds=(fd,),
+            stdin=subprocess.DEVNULL,
+        )
+        theirs.close()
+        proc = cls(process, mine, share)
+        with contextlib.suppress(OSError):  # it died already: receive() says so
+            mine.send(setup)
+        return proc
+
+    def wait(self, timeout: float) -> None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(max(0.0, timeout))
+
+    def receive(self) -> tuple[str, Any]:
+        """The worker's next message (blocking).
+
+        Raises:
+            WorkerDiedError: when the worker ended without one.
+        """
+        try:
+            message: tuple[str, Any] = self.conn.recv()
+        except (EOFError, OSError):
+            self.wait(1.0)
+            raise WorkerDiedError(
+                f"worker process {self.process.pid} ended (exit code {self.process.returncode}) "
+                "while it ran a shard"
+            ) from None
+        return message
+
+    def call(self, job: ShardJob) -> ShardDone:
+        """Run one shard on this worker (blocking): its result, or what it raised."""
+        try:
+            self.conn.send(job)
+        except (BrokenPipeError, EOFError, OSError):
+            self.wait(1.0)
+            raise WorkerDiedError(
+                f"worker process {self.process.pid} ended (exit code {self.process.returncode}) "
+                "before it got a shard"
+            ) from None
+        kind, value = self.receive()
+        if kind == "error":
+            raise value
+        assert isinstance(value, ShardDone)
+        return value
+
+
+class ProcessPool:
+    """N worker processes for a run's shards; ``run`` sends a shard to the next free worker.
+
+    Use it as an async context manager: the workers start (and prepare) on entry; on exit, however
+    the block ends, they are told to stop, waited for ``STOP_WAIT_S`` and terminated if still
+    there, so no worker outlives the run.
+
+    Args:
+        plan: The run's plan (a suite run: its suite and run directory).
+        workers: How many worker processes (at most the suite's concurrency).
+        listed: How many items that did not pass keep their texts, per result (the failures
+            artifact's).
+        env: Environment variables the workers set before preparing (the Prefect API's URL when
+            global concurrency limits are used).
+    """
+
+    def __init__(
+        self, plan: RunPlan, workers: int, *, listed: int, env: dict[str, str] | None = None
+    ) -> None:
+        assert plan.suite is not None
+        assert plan.run_dir is not None
+        self.plan = plan
+        self.shares = split_concurrency(int(plan.suite.concurrency), workers)
+        self.listed = listed
+        self.env = dict(env or {})
+        self.pids: list[int] = []
+        self._procs: list[_Process] = []
+        self._free: asyncio.Queue[_Process] = asyncio.Queue()
+
+    @property
+    def workers(self) -> int:
+        """How many worker processes run shards."""
+        return len(self.shares)
+
+    def _setup(self) -> _Setup:
+        skeleton = replace(
+            self.plan,
+            target=None,
+            providers=(),
+            split=None,
+            rows=(),
+            calls=(),
+            stored=None,
+            gates=(),
+        )
+        if self.plan.target is not None:
+            # the worker builds its own target; it only needs to know there is one
+            skeleton = replace(skeleton, target=replace(self.plan.target, obj=None))
+        return _Setup(plan=skeleton, listed=self.listed, env=self.env)
+
+    def _start(self) -> None:
+        setup = self._setup()
+        for share in self.shares:
+            self._procs.append(_Process.start(setup, share))
+        for proc in self._procs:
+            kind, value = proc.receive()
+            if kind == "error":
+                raise value
+            self.pids.append(int(value))
+
+    async def __aenter__(self) -> ProcessPool:
+        try:
+            await asyncio.to_thread(self._start)
+        except BaseException:
+            await asyncio.to_thread(self.close, 0.2)
+            raise
+        for proc in self._procs:
+            self._free.put_nowait(proc)
+        return self
+
+    async def __aexit__(self, kind: object, *exc: object) -> None:
+        # after a failure (a timeout, a shard that raised) a worker still busy is not waited for
+        await asyncio.to_thread(self.close, STOP_WAIT_S if kind is None else 0.2)
+
+    def job(
+        self, index: int, calls: Sequence[Call], limits: dict[int, tuple[str, int]]
+    ) -> ShardJob:
+        """A shard's job: its calls pointing into the rows it carries (share set by ``run``)."""
+        positions: dict[int, int] = {}
+        rows: list[tuple[Any, ...]] = []
+        local: list[tuple[int, int, int, str]] = []
+        plan_rows = self.plan.rows
+        for call in calls:
+            at = positions.get(call.row_index)
+            if at is None:
+                at = positions[call.row_index] = len(rows)
+                rows.append(_row_values(plan_rows[call.row_index]))
+            local.append((call.position, at, call.repetition, call.key))
+        stored = self.plan.stored
+        return ShardJob(
+            index=index,
+            calls=local,
+            rows=rows,
+            stored={c.key: stored[c.key] for c in calls} if stored is not None else None,
+            share=0,
+            limits=dict(limits),
+        )
+
+    async def run(self, job: ShardJob) -> ShardDone:
+        """Run a shard on the next free worker, with that worker's share of the concurrency.
+
+        Raises:
+            WorkerDiedError: when the worker ended while it held the shard (the pool is then of no
+                further use: the run stops).
+            BaseException: what the shard raised in the worker (a ``WorkerError`` when it could
+                not be sent back as it is).
+        """
+        proc = await self._free.get()
+        job.share = proc.share
+        died = False
+        try:
+            return await asyncio.to_thread(proc.call, job)
+        except WorkerDiedError:
+            died = True
+            raise
+        finally:
+            if not died:
+                self._free.put_nowait(proc)
+
+    def close(self, wait: float = STOP_WAIT_S) -> None:
+        """Stop every worker: asked to finish, then terminated (and killed) if still alive after
+        ``wait`` seconds. Safe to call more than once."""
+        procs, self._procs = self._procs, []
+        for proc in procs:
+            with contextlib.suppress(OSError, ValueError):
+                proc.conn.send(None)
+        deadline = time.monotonic() + wait
+        for proc in procs:
+            proc.wait(deadline - time.monotonic())
+        for proc in procs:
+            if proc.process.poll() is None:
+                proc.process.terminate()
+                proc.wait(1.0)
+            if proc.process.poll() is None:
+                proc.process.kill()
+                proc.process.wait()
+            with contextlib.suppress(OSError):
+                proc.conn.close()

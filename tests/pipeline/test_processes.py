@@ -1,0 +1,476 @@
+"""Shards in local worker processes (``task_runner: processes``): the same files as threads, the
+concurrency split, failures that stop the run, and no worker left behind.
+
+These use the runner-level pieces (the pool, the writer) without a flow or a Prefect server; each
+pool is started once per module (a worker process imports evalpipe: ~1 s).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from evalpipe.artifacts import RunWriter
+from evalpipe.pipeline.flow import _strip, _write
+from evalpipe.pipeline.processes import (
+    _BOOT,
+    ProcessPool,
+    ShardDone,
+    WorkerDiedError,
+    keep_listed,
+    split_concurrency,
+)
+from evalpipe.results import EvalResults
+from evalpipe.runner import RunPlan, RunState, run_shard
+from evalpipe.runner.prepare import prepare_suite
+from evalpipe.suite import load_suite
+from evalpipe.tally import CallTally, call_verdicts
+
+REPO = Path(__file__).resolve().parents[2]
+TRAVEL = REPO / "examples" / "travel"
+VARYING = {
+    "run_name",
+    "started_at",
+    "ended_at",
+    "latency_s",
+    "latency_seconds",
+    "run_started_at",
+    "run_ended_at",
+}
+"""Columns that legitimately differ between two runs of the same calls (times, run names)."""
+STAMPS = {"started_at", "ended_at", "latency_seconds"}
+
+
+def _travel_plan(root: Path, name: str) -> RunPlan:
+    """The demo workflow suite (3 agents, 4 providers, one agent-scoped; failures) in ``root``."""
+    for f in ("workflow_queries.jsonl",):
+        shutil.copy(TRAVEL / f, root / f)
+    data = yaml.safe_load((TRAVEL / "suite.yaml").read_text(encoding="utf-8"))
+    data.update(output_dir=str(root / "runs"), concurrency=3, task_runner={"processes": 2})
+    (root / "suite.yaml").write_text(yaml.safe_dump(data), encoding="utf-8")
+    return prepare_suite(load_suite(root / "suite.yaml"), root / "runs" / name)
+
+
+def _write_threads(plan: RunPlan, size: int, rows: int) -> tuple[list[list[EvalResults]], Any]:
+    """The threads path's writing of the plan's shards, in order, as the flow does it."""
+
+    async def run() -> tuple[list[list[EvalResults]], Any]:
+        state = RunState.open(plan, lock=False)
+        writer = RunWriter(plan.run_dir, row_group_size=rows)
+        kept: list[list[EvalResults]] = [[] for _ in plan.providers]
+        texts: dict[tuple[str, str], int] = {}
+        calls = CallTally()
+        verdicts = []
+        for shard_calls in plan.shards(size):
+            shard = await run_shard(
+                plan, state, shard_calls, semaphore=asyncio.Semaphore(3), workers=3
+            )
+            for o in shard.outcomes:
+                calls.add(o.source, o.run)
+            _write(writer, plan, shard)
+            verdicts.append(call_verdicts(shard.results).as_dict())
+            for p, r in enumerate(shard.results):
+                _strip(r, texts)
+                kept[p].append(r)
+        writer.finish({})
+        state.close()
+        return kept, (calls.as_dict(), verdicts)
+
+    return asyncio.run(run())
+
+
+def _write_processes(
+    pool: ProcessPool, plan: RunPlan, size: int, rows: int
+) -> tuple[list[list[EvalResults]], Any]:
+    """The processes path's: shards on the pool, appended in order, as the flow does it."""
+
+    async def run() -> tuple[list[list[EvalResults]], Any]:
+        writer = RunWriter(plan.run_dir, row_group_size=rows)
+        kept: list[list[EvalResults]] = [[] for _ in plan.providers]
+        texts: dict[tuple[str, str], int] = {}
+        calls = CallTally()
+        shards = plan.shards(size)
+        done = await asyncio.gather(*(pool.run(pool.job(i, c, {})) for i, c in enumerate(shards)))
+        verdicts = []
+        for d in done:
+            calls.merge(d.calls)
+            _write(writer, plan, d)
+            verdicts.append(d.verdicts.as_dict())
+            for p, r in enumerate(d.results):
+                keep_listed(r, texts, 50)
+                kept[p].append(r)
+        writer.finish({})
+        return kept, (calls.as_dict(), verdicts)
+
+    return asyncio.run(run())
+
+
+def _pool(plan: RunPlan, workers: int) -> ProcessPool:
+    pool = ProcessPool(plan, workers, listed=50)
+    asyncio.run(pool.__aenter__())
+    return pool
+
+
+@pytest.fixture(scope="module")
+def travel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, ProcessPool]]:
+    """The travel suite's plan in a temporary directory and a pool of 2 workers for it."""
+    root = tmp_path_factory.mktemp("travel")
+    cwd = os.getcwd()
+    os.chdir(REPO)  # the target is examples.travel.workflow:workflow
+    try:
+        plan = _travel_plan(root, "processes")
+        pool = _pool(plan, 2)
+        try:
+            yield root, pool
+        finally:
+            pool.close()
+    finally:
+        os.chdir(cwd)
+
+
+def _transcript(text: str) -> Any:
+    def scrub(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: scrub(v) for k, v in value.items() if k not in STAMPS}
+        if isinstance(value, list):
+            return [scrub(v) for v in value]
+        return value
+
+    return scrub(json.loads(text))
+
+
+def _table(path: Path) -> tuple[dict[str, list[Any]], list[int]]:
+    """A Parquet file's columns (the varying ones dropped, transcripts without their times) and
+    its row groups' sizes."""
+    meta = pq.ParquetFile(path).metadata
+    groups = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+    table = pq.read_table(path)
+    columns = {
+        name: table.column(name).to_pylist() for name in table.column_names if name not in VARYING
+    }
+    if "transcript" in columns:
+        columns["transcript"] = [_transcript(t) for t in columns["transcript"]]
+    return columns, groups
+
+
+def test_process_shards_write_what_threads_write(travel: tuple[Path, ProcessPool]) -> None:
+    """runs, items, scores and summary.parquet from worker processes equal the threads path's
+    (times and run names apart), row group for row group, across shards that end mid-group; the
+    kept results, their kept failure texts, the call tally and the verdicts are the same."""
+    root, pool = travel
+    os.chdir(REPO)
+    threads_plan = _travel_plan(root, "threads")
+    size, rows = 4, 5  # 15 calls: 4 shards; row groups of 5 cut across shards
+    threads = _write_threads(threads_plan, size, rows)
+    processes = _write_processes(pool, pool.plan, size, rows)
+    for name in ("runs", "items", "scores", "summary"):
+        a = _table(threads_plan.run_dir / f"{name}.parquet")
+        b = _table(pool.plan.run_dir / f"{name}.parquet")
+        assert a == b, name
+    assert sum(_table(pool.plan.run_dir / "items.parquet")[1]) > 15  # per-agent items
+    kept_a, (calls_a, verdicts_a) = threads
+    kept_b, (calls_b, verdicts_b) = processes
+    for a_parts, b_parts in zip(kept_a, kept_b, strict=True):
+        for ra, rb in zip(a_parts, b_parts, strict=True):
+            for la, lb in zip(ra.iter_results(), rb.iter_results(), strict=True):
+                assert la.model_dump(exclude={"items"}) == lb.model_dump(exclude={"items"})
+                for ia, ib in zip(la.items, lb.items, strict=True):
+                    assert (ia.item_id, ia.status, ia.input_text, ia.output_text) == (
+                        ib.item_id,
+                        ib.status,
+                        ib.input_text,
+                        ib.output_text,
+                    )
+                    assert ia.scores == ib.scores
+    assert any(i.input_text for r in kept_b[0] for lv in r.iter_results() for i in lv.items)
+    for key in ("latency_p50_s", "latency_p95_s"):
+        calls_a.pop(key)
+        calls_b.pop(key)
+    assert calls_a == calls_b
+    assert calls_b["made"] == 15
+    assert verdicts_a == verdicts_b
+
+
+def test_a_shard_that_raises_in_a_worker_raises_in_the_flow_and_the_worker_goes_on(
+    travel: tuple[Path, ProcessPool],
+) -> None:
+    """An exception inside a worker's shard comes back as itself; that worker takes the next
+    shard."""
+    _, pool = travel
+    plan = pool.plan
+    bad = pool.job(0, plan.calls[:2], {})
+    bad.calls = [(0, len(bad.rows), 0, plan.calls[0].key)]  # no such row: IndexError there
+
+    async def run() -> ShardDone:
+        with pytest.raises(IndexError):
+            await pool.run(bad)
+        return await pool.run(pool.job(1, plan.calls[2:4], {}))
+
+    done = asyncio.run(run())
+    assert done.n_calls == 2
+    assert done.encoded.runs is not None
+
+
+AGENT = '''
+"""Sleeps, and records when each call ran (CLOCK_MONOTONIC is one clock for every process)."""
+import asyncio, os, time
+from evalpipe import AgentResponse, Message
+
+
+class SpanAgent:
+    name = "span"
+
+    async def run(self, messages, **kwargs):
+        start = time.monotonic()
+        await asyncio.sleep(0.03)
+        with open(os.environ["EVALPIPE_TEST_SPANS"], "a") as fh:
+            fh.write(f"{os.getpid()} {start} {time.monotonic()}\\n")
+        return AgentResponse(messages=[Message("assistant", ["done"])])
+
+
+agent = SpanAgent()
+'''
+
+
+@pytest.fixture(scope="module")
+def spans(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, ProcessPool]]:
+    """A suite of 24 rows x 2 repetitions of sleeping calls at concurrency 3 and a pool of 2
+    workers (shares 2 and 1)."""
+    root = tmp_path_factory.mktemp("spans")
+    (root / "span_agent.py").write_text(textwrap.dedent(AGENT), encoding="utf-8")
+    with (root / "q.jsonl").open("w", encoding="utf-8") as fh:
+        for i in range(24):
+            fh.write(json.dumps({"id": f"q{i}", "query": f"q {i}"}) + "\n")
+    suite = {
+        "name": "spans",
+        "target": "span_agent:agent",
+        "dataset": "q.jsonl",
+        "concurrency": 3,
+        "repetitions": 2,
+        "evaluators": [{"keyword_check": ["done"]}],
+        "output_dir": str(root / "runs"),
+        "task_runner": {"processes": 2},
+    }
+    (root / "suite.yaml").write_text(yaml.safe_dump(suite), encoding="utf-8")
+    os.environ["EVALPIPE_TEST_SPANS"] = str(root / "spans.log")
+    sys.path.insert(0, str(root))
+    try:
+        plan = prepare_suite(load_suite(root / "suite.yaml"), root / "runs" / "r")
+        pool = _pool(plan, 2)
+        try:
+            yield root, pool
+        finally:
+            pool.close()
+    finally:
+        sys.path.remove(str(root))
+        os.environ.pop("EVALPIPE_TEST_SPANS", None)
+
+
+def test_split_concurrency_shares_sum_to_the_suites() -> None:
+    """Shares are as equal as can be, each at least one, and sum to the concurrency."""
+    assert split_concurrency(64, 2) == [32, 32]
+    assert split_concurrency(3, 2) == [2, 1]
+    assert split_concurrency(1, 4) == [1]
+    assert split_concurrency(10, 4) == [3, 3, 2, 2]
+    with pytest.raises(ValueError, match="must be >= 1"):
+        split_concurrency(0, 2)
+
+
+def test_calls_in_flight_across_workers_never_exceed_the_concurrency(
+    spans: tuple[Path, ProcessPool],
+) -> None:
+    """Every shard queued at once on 2 workers at concurrency 3: both workers make calls, and at
+    no moment are more than 3 calls in flight over all of them."""
+    root, pool = spans
+    assert pool.shares == [2, 1]
+
+    async def run() -> list[ShardDone]:
+        calls = pool.plan.calls[:24]  # repetition 0
+        shards = [calls[i : i + 4] for i in range(0, 24, 4)]
+        return await asyncio.gather(*(pool.run(pool.job(i, c, {})) for i, c in enumerate(shards)))
+
+    done = asyncio.run(run())
+    assert sum(d.n_calls for d in done) == 24
+    lines = (root / "spans.log").read_text().split("\n")
+    spans_ = [(float(s), float(e), int(p)) for p, s, e in (ln.split() for ln in lines if ln)]
+    assert len(spans_) == 24
+    assert len({p for _, _, p in spans_}) == 2
+    events = sorted([(s, 1) for s, _, _ in spans_] + [(e, -1) for _, e, _ in spans_])
+    level = peak = 0
+    for _, step in events:
+        level += step
+        peak = max(peak, level)
+    assert 2 <= peak <= 3
+
+
+def test_a_worker_that_dies_stops_the_run_and_no_worker_is_left(
+    spans: tuple[Path, ProcessPool],
+) -> None:
+    """Workers killed while one holds a shard: that shard raises WorkerDiedError (a stop reason:
+    the run is incomplete), the calls it finished are journaled; closing the pool leaves no
+    worker process."""
+    from evalpipe.pipeline.flow import _stop_reason
+
+    root, pool = spans
+    pids = list(pool.pids)
+    log = root / "spans.log"
+    calls = pool.plan.calls[24:]  # repetition 1: 24 calls of 30 ms, at most 2 at once
+    journal = pool.plan.run_dir / "journal"
+
+    def journaled() -> set[str]:
+        return {
+            json.loads(line)["key"]
+            for path in journal.glob("*.jsonl")
+            for line in path.read_text().splitlines()
+        }
+
+    before = journaled()
+
+    async def run() -> BaseException:
+        seen = log.stat().st_size
+        task = asyncio.ensure_future(pool.run(pool.job(0, calls, {})))
+        # a file, not an event: the calls run in other processes
+        while log.stat().st_size == seen and not task.done():  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+        for pid in pids:
+            psutil.Process(pid).kill()
+        with pytest.raises(WorkerDiedError) as caught:
+            await task
+        return caught.value
+
+    failure = asyncio.run(run())
+    assert "run again to resume" in (_stop_reason(failure) or "")
+    after = journaled()
+    assert after - before  # what the shard finished before the kill
+    assert after - before <= {c.key for c in calls}
+    pool.close()
+    for pid in pids:
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+def test_a_worker_whose_parent_is_killed_exits_on_its_own(tmp_path: Path) -> None:
+    """SIGKILL of the flow's process: its worker (its pipe still open elsewhere, so only the
+    parent watch can end it) exits within seconds."""
+    read, write = os.pipe()
+    parent = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(
+                """
+                import json, os, subprocess, sys, time
+                fd = int(sys.argv[1])
+                boot = sys.argv[2]
+                worker = subprocess.Popen(
+                    [sys.executable, "-c", boot, json.dumps(sys.path), str(fd), str(os.getpid())],
+                    pass_fds=(fd,),
+                )
+                print(worker.pid, flush=True)
+                time.sleep(60)
+                """
+            ),
+            str(read),
+            _BOOT,
+        ],
+        pass_fds=(read,),
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert parent.stdout is not None
+        worker = psutil.Process(int(parent.stdout.readline()))
+        parent.send_signal(signal.SIGKILL)
+        parent.wait()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                if worker.status() == psutil.STATUS_ZOMBIE:
+                    break
+            except psutil.NoSuchProcess:
+                break
+            time.sleep(0.05)
+        else:
+            worker.kill()
+            pytest.fail("the worker outlived its killed parent")
+    finally:
+        os.close(read)
+        os.close(write)
+        if parent.poll() is None:
+            parent.kill()
+
+
+PID_AGENT = '''
+"""Records which process answered each query."""
+import os
+from evalpipe import AgentResponse, Message
+
+
+class PidAgent:
+    name = "pid"
+
+    async def run(self, messages, **kwargs):
+        with open(os.environ["EVALPIPE_TEST_PID_FILE"], "a") as fh:
+            fh.write(f"{os.getpid()}\\n")
+        return AgentResponse(messages=[Message("assistant", ["answer"])])
+
+
+agent = PidAgent()
+'''
+
+
+@pytest.mark.usefixtures("prefect_api")
+async def test_the_flow_runs_its_shards_in_worker_processes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """task_runner {processes: 2} through the flow: the calls are made in two worker processes,
+    not the flow's, the run completes with its gate and summary, and no worker is left."""
+    from evalpipe.artifacts import load_run
+    from evalpipe.pipeline import arun_suite
+
+    (tmp_path / "pid_agent.py").write_text(textwrap.dedent(PID_AGENT), encoding="utf-8")
+    with (tmp_path / "q.jsonl").open("w", encoding="utf-8") as fh:
+        for i in range(12):
+            fh.write(json.dumps({"id": f"q{i}", "query": f"question {i}"}) + "\n")
+    suite = {
+        "name": "pids",
+        "target": "pid_agent:agent",
+        "dataset": "q.jsonl",
+        "repetitions": 2,
+        "shard_size": 4,
+        "concurrency": 4,
+        "evaluators": [{"keyword_check": ["answer"]}],
+        "output_dir": str(tmp_path / "runs"),
+        "gates": ["pass_rate(keyword_check) >= 1"],
+        "task_runner": {"processes": 2},
+    }
+    (tmp_path / "suite.yaml").write_text(yaml.safe_dump(suite), encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("EVALPIPE_TEST_PID_FILE", str(tmp_path / "pids.log"))
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+    outcome = await arun_suite(load_suite(tmp_path / "suite.yaml"))
+    assert outcome.state == "Completed", outcome.message
+    assert outcome.gate_passed is True
+    pids = {int(line) for line in (tmp_path / "pids.log").read_text().split()}
+    assert len(pids) == 2
+    assert os.getpid() not in pids
+    (result,) = load_run(outcome.run_dir)
+    assert (result.passed, result.failed, result.errored) == (24, 0, 0)
+    assert pq.read_table(outcome.run_dir / "runs.parquet").num_rows == 24
+    left = {p.pid for p in psutil.Process().children(recursive=True)} - before
+    assert not (left & pids)
