@@ -170,10 +170,9 @@ def _skip_on_start(steps: tuple[str, ...]) -> list[str]:
 
 
 def _settle_gc() -> None:
-    """The end of the start-up: what the import of the server and its start made stays (frozen,
-    so no collection scans it again) and the collector runs again (:func:`main` turned it off
-    before the import; Prefect's app collects once itself when it is built)."""
-    gc.freeze()
+    """The end of the start-up: the collector runs again (:func:`main` turned it off before the
+    import; Prefect's app collects once itself when it is built). Nothing is frozen: the garbage
+    of a start that migrated the database is collected as usual."""
     gc.enable()
 
 
