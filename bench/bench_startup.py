@@ -13,11 +13,17 @@ issue 20). ``--baseline TREE`` also measures a checkout of main's code (``TREE/s
 PYTHONPATH; ``/work/main`` say) the same way, its runs alternating with this tree's, and prints
 each figure of this tree against it. Each figure also gives the median CPU time of the command
 (user and system, with the children it waited for; the kept server's is not counted): on a loaded
-machine it moves less than the wall time. Servers this script starts are stopped at its end.
+machine it moves less than the wall time. For fresh homes, the new server's own CPU time by the
+end of the run is given too (its start, and its part of the run). Servers this script starts are stopped at its end.
 Python writes bytecode as a user's would (PYTHONDONTWRITEBYTECODE is dropped), and the load
 average is printed: on a shared machine, read the numbers with it.
 
+One more run per tree goes through bench/_startup_probe.py on the warm home, and ``--phase-runs``
+(1) on fresh homes, for the phases of a run (medians): before the API, finding the server (on a
+fresh home, the wait for its start), the flow, after the flow.
+
 Usage: python bench/bench_startup.py [--repeat 3] [--baseline /tmp/base20] [--no-template]
+       [--phase-runs 1]
 Writes bench/results/startup.json.
 """
 
@@ -81,7 +87,7 @@ def _env(src: Path, home: Path, **extra: str) -> dict[str, str]:
 
 def _run(src: Path, home: Path, out: Path, **extra: str) -> tuple[float, float, str]:
     """Seconds the command took, CPU seconds it used (user and system, its waited-for children
-    included; not the kept server's), and its notes."""
+    included; not the kept server's, :func:`_server_cpu`), and its notes."""
     root = src.parent  # the tree's own demo suite and examples
     suite = root / SUITE.relative_to(ROOT)
     cmd = [sys.executable, "-m", "evalpipe.cli", "run", str(suite), "--no-progress"]
@@ -101,9 +107,10 @@ def _run(src: Path, home: Path, out: Path, **extra: str) -> tuple[float, float, 
 
 
 def _phases(src: Path, home: Path, work: Path, extra: dict[str, str]) -> dict[str, float]:
-    """One more warm run through bench/_startup_probe.py: seconds from the process's start to the
-    API (imports, suite, plan), to the server found, through the flow, and after it to the exit
-    (the summary; the probe's own exit is the interpreter's usual one)."""
+    """One more run on ``home`` through bench/_startup_probe.py: seconds from the process's start
+    to the API (imports, suite, plan), to the server found (on a fresh home: waiting for the
+    server's start), through the flow (on a fresh home, its first requests to the new server), and
+    after it to the exit (the summary; the probe's own exit is the interpreter's usual one)."""
     marks_path = work / "marks.json"
     cmd = [sys.executable, str(HERE / "_startup_probe.py"), str(marks_path), "run", str(SUITE)]
     cmd += ["--no-progress", "--output", str(work / "out")]
@@ -116,6 +123,17 @@ def _phases(src: Path, home: Path, work: Path, extra: dict[str, str]) -> dict[st
         "flow": round(m["flow_end"] - m["flow_start"], 2),
         "after_the_flow": round(m["exit"] - m["run_end"], 2),
     }
+
+
+def _server_cpu(home: Path) -> float | None:
+    """CPU seconds (user and system) the kept server of ``home`` has used so far (its start, and
+    its part of the runs), from /proc; None when it cannot be read."""
+    try:
+        pid = json.loads((home / "evalpipe-server" / "server.json").read_text())["pid"]
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, ValueError, KeyError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _stop(src: Path, home: Path) -> None:
@@ -134,10 +152,11 @@ def _load() -> str:
 
 
 def measure(
-    trees: dict[str, Path], repeat: int, work: Path, extra: dict[str, str]
+    trees: dict[str, Path], repeat: int, work: Path, extra: dict[str, str], phase_runs: int = 1
 ) -> dict[str, dict[str, Any]]:
     """Warm and fresh runs of each tree (label -> its ``src``), the trees' runs alternating (one
-    of each in turn), so that a change of the machine's load falls on all of them alike."""
+    of each in turn), so that a change of the machine's load falls on all of them alike; then
+    ``phase_runs`` fresh runs of each through the probe (:func:`_phases`, medians)."""
     results: dict[str, dict[str, Any]] = {}
     kept = {}
     for label, src in trees.items():
@@ -158,15 +177,36 @@ def measure(
             if kept[label]:
                 _stop(src, work / f"{label}-warm")
     fresh: dict[str, list[tuple[float, float, str]]] = {label: [] for label in trees}
+    server_cpu: dict[str, list[float | None]] = {label: [] for label in trees}
     for i in range(repeat):
         for label, src in trees.items():
             home = work / f"{label}-fresh-{i}"
             try:
                 fresh[label].append(_run(src, home, work / "out", **extra))
+                if kept[label]:
+                    server_cpu[label].append(_server_cpu(home))
             finally:
                 if kept[label]:
                     _stop(src, home)
+    probed: dict[str, list[dict[str, float]]] = {label: [] for label in trees}
+    for i in range(phase_runs):
+        for label, src in trees.items():
+            if kept[label]:
+                home = work / f"{label}-fresh-probe-{i}"
+                try:
+                    probed[label].append(_phases(src, home, work, extra))
+                finally:
+                    _stop(src, home)
+    for label, runs in probed.items():
+        if runs:
+            results[label]["fresh_phases"] = {
+                k: round(statistics.median(r[k] for r in runs), 2) for k in runs[0]
+            }
+            results[label]["fresh_phases_runs"] = runs
     for label in trees:
+        used = [c for c in server_cpu[label] if c is not None]
+        if used:
+            results[label]["fresh_server_cpu"] = [round(c, 2) for c in used]
         for what, runs in (("warm", warm[label]), ("fresh", fresh[label])):
             results[label][what] = [round(t, 2) for t, _, _ in runs]
             results[label][f"{what}_cpu"] = [round(c, 2) for _, c, _ in runs]
@@ -198,6 +238,15 @@ def in_process(src: Path, repeat: int) -> dict[str, Any]:
     }
 
 
+def _server_text(cpu: list[float]) -> str:
+    runs = ", ".join(f"{c:.2f}" for c in cpu)
+    return f"the new server's CPU by the run's end {statistics.median(cpu):.2f} s (median; {runs})"
+
+
+def _phase_text(phases: dict[str, float]) -> str:
+    return ", ".join(f"{k.replace('_', ' ')} {v:.2f} s" for k, v in phases.items())
+
+
 def _line(
     what: str, times: list[float], target: float | None, main: float, cpu: list[float] | None = None
 ) -> str:
@@ -215,6 +264,9 @@ def main() -> int:
     parser.add_argument(
         "--no-template", action="store_true", help="fresh homes without a migrated template"
     )
+    parser.add_argument(
+        "--phase-runs", type=int, default=1, help="fresh runs through the probe (phase medians)"
+    )
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-startup-"))
     extra: dict[str, str] = {}
@@ -226,7 +278,7 @@ def main() -> int:
         trees = {"ours": ROOT / "src"}
         if args.baseline is not None:
             trees["base"] = args.baseline / "src"
-        measured = measure(trees, args.repeat, work, extra)
+        measured = measure(trees, args.repeat, work, extra, args.phase_runs)
         ours = measured["ours"]
         report["this_tree"] = ours
         print(_line("warm", ours["warm"], TARGETS["warm"], MAIN["warm"], ours["warm_cpu"]))
@@ -237,6 +289,12 @@ def main() -> int:
         print(f"               one more warm run: {phases}")
         print(_line("fresh", ours["fresh"], TARGETS["fresh"], MAIN["fresh"], ours["fresh_cpu"]))
         print(f"               {ours['fresh_note']}")
+        if "fresh_server_cpu" in ours:
+            print(f"               {_server_text(ours['fresh_server_cpu'])}")
+        if "fresh_phases" in ours:
+            print(
+                f"               fresh runs through the probe: {_phase_text(ours['fresh_phases'])}"
+            )
         inproc = in_process(ROOT / "src", args.repeat)
         report["in_process"] = inproc
         print(
@@ -256,6 +314,12 @@ def main() -> int:
                 )
                 print(f"               one more warm run: {phases}")
             print(_line("fresh", base["fresh"], None, MAIN["fresh"], base["fresh_cpu"]))
+            if "fresh_server_cpu" in base:
+                print(f"               {_server_text(base['fresh_server_cpu'])}")
+            if "fresh_phases" in base:
+                print(
+                    f"               fresh runs through the probe: {_phase_text(base['fresh_phases'])}"
+                )
             for what in ("warm", "fresh"):
                 was, now = statistics.median(base[what]), statistics.median(ours[what])
                 cpu_was = statistics.median(base[f"{what}_cpu"])
@@ -264,6 +328,13 @@ def main() -> int:
                     f"  {what:<12} this tree {now:.2f} s against the baseline's {was:.2f} s "
                     f"({now - was:+.2f} s, {100 * (now - was) / was:+.0f}%); CPU {cpu_now:.2f} s "
                     f"against {cpu_was:.2f} s ({cpu_now / cpu_was:.3f}x)"
+                )
+            if "fresh_server_cpu" in base and "fresh_server_cpu" in ours:
+                was = statistics.median(base["fresh_server_cpu"])
+                now = statistics.median(ours["fresh_server_cpu"])
+                print(
+                    f"  {'server':<12} the fresh server's CPU {now:.2f} s against the baseline's "
+                    f"{was:.2f} s ({now / was:.3f}x)"
                 )
         report["load_after"] = _load()
         print(_load())
