@@ -3,9 +3,11 @@ providers; every path (evaluate_agent, the flow, Dask) runs through it."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
+import pytest
 from examples.travel.workflow import travel_workflow
 
 from evalpipe import (
@@ -23,7 +25,8 @@ from evalpipe.itemize import WorkflowItems
 from evalpipe.journal import Journal
 from evalpipe.runner import RunPlan, RunState, in_process_plan, resolve_target, run_shard
 from evalpipe.runner.plan import Call
-from evalpipe.runner.shard import CallOutcome, evaluate_items, make_call
+from evalpipe.runner.shard import CallOutcome, evaluate_items, make_call, run_calls
+from evalpipe.runner.state import StorageError
 from evalpipe.transcripts import TargetRun, WorkflowRun
 
 
@@ -152,3 +155,85 @@ def test_call_outcome_finds_the_messages_json_inside_the_transcript_json() -> No
     ):
         assert other.transcript_json() == other.run.model_dump_json(fallback=str)
         assert other.messages_json is None
+
+
+class Sleepy:
+    """Sleeps ``delay`` seconds per call (0: answers without yielding) and notes, at each call's
+    start, how many calls the journal holds."""
+
+    name = "sleepy"
+
+    def __init__(self, journal: Journal, delay: float) -> None:
+        self.journal = journal
+        self.delay = delay
+        self.journaled_at_start: list[int] = []
+
+    async def run(self, messages: list[Message], **kwargs: Any) -> AgentResponse:
+        self.journaled_at_start.append(len(self.journal))
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        return AgentResponse(messages=[Message("assistant", ["answer"])])
+
+
+class FillingJournal(Journal):
+    """A journal whose disk fills after ``room`` lines."""
+
+    def __init__(self, directory: Path, identity: str, room: int) -> None:
+        super().__init__(directory, identity)
+        self.room = room
+
+    def record(self, key: str, run_json: str) -> None:
+        if len(self) >= self.room:
+            raise OSError(28, "No space left on device")
+        super().record(key, run_json)
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.002])
+async def test_every_call_is_journaled_before_progress_and_before_run_calls_returns(
+    tmp_path: Path, delay: float
+) -> None:
+    """Each finished call is journaled before on_call hears of it and before run_calls returns;
+    outcomes come back in call order; a call starts at most two rounds of `workers` calls ahead of
+    the journal (those in flight and those finished, not yet journaled), whether the agent yields
+    or not."""
+    journal = Journal(tmp_path, "sleepy")
+    agent = Sleepy(journal, delay)
+    plan = _plan(agent, [f"q{i}" for i in range(40)])
+    state = RunState(journal=journal)
+    heard: list[bool] = []
+    outcomes = await run_calls(
+        plan,
+        state,
+        plan.calls,
+        semaphore=asyncio.Semaphore(4),
+        workers=4,
+        on_call=lambda o: heard.append(o.call.key in journal),
+    )
+    assert [o.call for o in outcomes] == list(plan.calls)
+    assert heard == [True] * 40
+    assert all(o.call.key in journal for o in outcomes)
+    assert all(k - n < 2 * 4 for k, n in enumerate(agent.journaled_at_start))
+
+
+async def test_a_call_that_cannot_be_journaled_stops_every_shard_of_the_run(
+    tmp_path: Path,
+) -> None:
+    """When the journal cannot be written, run_calls raises StorageError naming the file, the run
+    is stopped, and no shard of it starts more than one more round of calls."""
+    journal = FillingJournal(tmp_path, "sleepy", room=5)
+    agent = Sleepy(journal, 0.002)
+    plan = _plan(agent, [f"q{i}" for i in range(60)])
+    state = RunState(journal=journal)
+    shared = asyncio.Semaphore(2)
+    first, second = plan.calls[:30], plan.calls[30:]
+    done = await asyncio.gather(
+        run_calls(plan, state, first, semaphore=shared, workers=2),
+        run_calls(plan, state, second, semaphore=shared, workers=2),
+        return_exceptions=True,
+    )
+    assert all(isinstance(d, StorageError) for d in done)
+    assert str(journal.path) in str(done[0])
+    assert state.failure is done[0]
+    assert len(journal) == 5
+    # the calls in flight and those finished but not yet journaled: at most two rounds of 2
+    assert len(agent.journaled_at_start) - len(journal) <= 4

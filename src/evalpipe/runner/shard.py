@@ -41,6 +41,7 @@ __all__ = [
     "run_calls",
     "run_in_process",
     "run_shard",
+    "settle",
 ]
 
 Source = Literal["made", "reused", "recorded"]
@@ -155,6 +156,14 @@ async def make_call(
 ) -> CallOutcome:
     """One call: from the re-scored run or the journal when they hold it, the recording for a
     recorded row, else the target (journaled as soon as it returns without error)."""
+    return settle(plan, state, await _fetch(plan, state, call, semaphore))
+
+
+async def _fetch(
+    plan: RunPlan, state: RunState, call: Call, semaphore: asyncio.Semaphore | None
+) -> CallOutcome:
+    """A call's outcome as :func:`make_call` makes it, before :func:`settle` (a made transcript
+    is stamped, not yet scrubbed or journaled)."""
     if plan.stored is not None:
         return CallOutcome(call, plan.stored[call.key], "reused")
     journal = state.journal
@@ -190,7 +199,20 @@ async def make_call(
             call_timeout=plan.call_timeout,
         )
     _stamp(made)
-    outcome = CallOutcome(call, made, "made")
+    return CallOutcome(call, made, "made")
+
+
+def settle(plan: RunPlan, state: RunState, outcome: CallOutcome) -> CallOutcome:
+    """A fetched outcome made ready for the next stage: a made transcript's secrets masked and,
+    without error, journaled (the outcome as the next stage sees it).
+
+    Raises:
+        StorageError: when the journal cannot be written (the run is stopped first).
+    """
+    if outcome.source != "made":
+        return outcome
+    call = outcome.call
+    made = outcome.run
     scrub = state.scrubber
     serialized = outcome.transcript_json() if scrub else ""
     if scrub and scrub.found(serialized):
@@ -198,6 +220,7 @@ async def make_call(
         clean = scrub(serialized)
         outcome = CallOutcome(call, load_transcript(plan.kind, clean), "made", clean)
         made = outcome.run
+    journal = state.journal
     if journal is not None and made.error_code is None:
         try:
             journal.record(call.key, outcome.transcript_json())
@@ -224,6 +247,13 @@ async def run_calls(
     """Every call, ``workers`` at a time (the semaphore may bound them further, shared with other
     shards); outcomes in call order whatever order they finish in.
 
+    A finished call's slot goes to the next call before the finished one is settled (its
+    transcript serialized and journaled, ``on_call`` told): calls that finish together (their
+    timers fire in one turn of the event loop) would otherwise hold back every next call until
+    all of them were settled. Settling is done by one task per shard after the next calls have
+    started (or by a worker, once ``workers`` finished calls wait: an agent that never yields
+    lets no other task run); every call is settled before this returns.
+
     When the run is stopped (``state.stop``: a call that cannot be journaled) no further call
     starts, here or in any other shard of the state, and the calls in flight are cancelled.
 
@@ -233,21 +263,52 @@ async def run_calls(
     total = len(calls)
     out: list[CallOutcome | None] = [None] * total
     next_index = 0
+    count = max(1, min(workers, total))
+    unsettled: list[tuple[int, CallOutcome]] = []
+    """Finished calls not yet settled, in the order they finished."""
+    waiting = asyncio.Event()
+    alive = count
+
+    def settle_finished() -> None:
+        while unsettled:
+            batch = unsettled.copy()
+            unsettled.clear()
+            for index, fetched in batch:
+                outcome = settle(plan, state, fetched)
+                out[index] = outcome
+                if on_call is not None:
+                    on_call(outcome)
 
     async def worker() -> None:
-        nonlocal next_index
-        while next_index < total and state.failure is None:
-            index = next_index
-            next_index += 1
-            outcome = await make_call(plan, state, calls[index], semaphore)
-            out[index] = outcome
-            if on_call is not None:
-                on_call(outcome)
+        nonlocal next_index, alive
+        try:
+            while next_index < total and state.failure is None:
+                index = next_index
+                next_index += 1
+                unsettled.append((index, await _fetch(plan, state, calls[index], semaphore)))
+                if len(unsettled) >= count:
+                    settle_finished()
+                elif len(unsettled) == 1:
+                    waiting.set()
+        finally:
+            alive -= 1
+            waiting.set()
+
+    async def settler() -> None:
+        while True:
+            await waiting.wait()
+            waiting.clear()
+            # one turn later: the calls given the slots the finished ones released start first
+            await asyncio.sleep(0)
+            settle_finished()
+            if not alive:
+                return
 
     try:
         async with asyncio.TaskGroup() as group:
-            for _ in range(max(1, min(workers, total))):
+            for _ in range(count):
                 group.create_task(worker())
+            group.create_task(settler())
     except BaseExceptionGroup as failed:
         raise failed.exceptions[0] from None
     if state.failure is not None:
