@@ -4,6 +4,7 @@ providers; every path (evaluate_agent, the flow, Dask) runs through it."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,10 +23,18 @@ from evalpipe import (
 )
 from evalpipe.evaluators.base import AgentScoped
 from evalpipe.itemize import WorkflowItems
+from evalpipe.items import EvalItem
 from evalpipe.journal import Journal
+from evalpipe.results import EvalResults
 from evalpipe.runner import RunPlan, RunState, in_process_plan, resolve_target, run_shard
 from evalpipe.runner.plan import Call
-from evalpipe.runner.shard import CallOutcome, evaluate_items, make_call, run_calls
+from evalpipe.runner.shard import (
+    CallOutcome,
+    build_items,
+    evaluate_items,
+    make_call,
+    run_calls,
+)
 from evalpipe.runner.state import StorageError
 from evalpipe.transcripts import TargetRun, WorkflowRun
 
@@ -237,3 +246,82 @@ async def test_a_call_that_cannot_be_journaled_stops_every_shard_of_the_run(
     assert len(journal) == 5
     # the calls in flight and those finished but not yet journaled: at most two rounds of 2
     assert len(agent.journaled_at_start) - len(journal) <= 4
+
+
+class Keeping:
+    """A provider that keeps the items it is given, by eval name."""
+
+    name = "Keeping"
+
+    def __init__(self) -> None:
+        self.seen: dict[str, list[EvalItem]] = {}
+
+    async def evaluate(self, items: Sequence[EvalItem], *, eval_name: str) -> EvalResults:
+        self.seen[eval_name] = list(items)
+        return EvalResults(provider=self.name, run_id=eval_name, result_counts={"passed": 0})
+
+
+class LastFirst:
+    """Answers the later queries sooner, so calls finish in the reverse of their order."""
+
+    name = "last-first"
+
+    async def run(self, messages: list[Message], **kwargs: Any) -> AgentResponse:
+        index = int(messages[-1].text.removeprefix("q"))
+        await asyncio.sleep(0.001 * (8 - index))
+        return AgentResponse(messages=[Message("assistant", [f"answer {index}"])])
+
+
+@pytest.mark.parametrize("kind", ["agent", "workflow"])
+async def test_a_shards_items_are_its_outcomes_items_in_call_order(kind: str) -> None:
+    """Items are built as calls finish, yet providers get exactly build_items over the outcomes,
+    in call order, for agents and for workflows (overall and per agent)."""
+    keeping = Keeping()
+    target = LastFirst() if kind == "agent" else travel_workflow(latency=0.001)
+    plan = in_process_plan(
+        name="t",
+        target=resolve_target(target),
+        kind=kind,  # type: ignore[arg-type]
+        queries=[f"q{i}" for i in range(8)],
+        providers=[keeping],
+    )
+    shard = await run_shard(plan, RunState(), plan.calls, semaphore=asyncio.Semaphore(8), workers=8)
+    expected = build_items(plan, shard.outcomes)
+    groups = {"overall": expected.overall, **expected.per_agent}
+    seen = {
+        name.split(" — ")[-1] if " — " in name else "overall": v for name, v in keeping.seen.items()
+    }
+    assert {k: [i.model_dump() for i in v] for k, v in seen.items()} == {
+        k: [i.model_dump() for i in v] for k, v in groups.items() if v
+    }
+    assert [i.item_id for i in seen["overall"]] == [str(i) for i in range(8)]
+    assert shard.items == expected.count
+
+
+class Conflicting:
+    """Calls one tool; on the queries "bad<n>" the response carries two schemas of tool "t<n>"."""
+
+    name = "conflicting"
+
+    async def run(self, messages: list[Message], **kwargs: Any) -> AgentResponse:
+        query = messages[-1].text
+        await asyncio.sleep(0.001 if query == "bad1" else 0.003)
+        name = f"t{query.removeprefix('bad')}" if query.startswith("bad") else "t"
+        tools = [ToolDefinition(name, "", {"type": "object", "properties": {}})]
+        if query.startswith("bad"):
+            tools.append(ToolDefinition(name, "", {"type": "object", "properties": {"x": {}}}))
+        call = Message("assistant", [FunctionCallContent(name=name, arguments={}, call_id="c")])
+        return AgentResponse(messages=[call], tools=tools)
+
+
+async def test_strict_tools_raises_the_first_conflict_in_call_order_after_every_call(
+    tmp_path: Path,
+) -> None:
+    """Under strict_tools the shard raises the ValueError of its first conflicting call in call
+    order (not the first to finish), once every call is made and journaled."""
+    plan = _plan(Conflicting(), ["ok", "bad0", "ok2", "bad1", "ok3"], strict_tools=True)
+    state = RunState(journal=Journal(tmp_path, plan.identity))
+    with pytest.raises(ValueError, match="two different input schemas") as raised:
+        await run_shard(plan, state, plan.calls, semaphore=asyncio.Semaphore(5), workers=5)
+    assert "Tool 't0'" in str(raised.value)
+    assert len(state.journal) == 5  # type: ignore[arg-type]

@@ -18,7 +18,7 @@ from typing import Any, ClassVar, Literal
 
 from evalpipe._internal.calls import is_call_failure
 from evalpipe.evaluators.base import AgentScoped, BatchedEvaluator, Evaluator
-from evalpipe.itemize import WorkflowItems, agent_item, workflow_items
+from evalpipe.itemize import RunItems, WorkflowItems, agent_item, workflow_items
 from evalpipe.items import EvalItem
 from evalpipe.results import Diagnostic, EvalResults
 from evalpipe.runner.plan import Call, RunPlan
@@ -243,6 +243,7 @@ async def run_calls(
     semaphore: asyncio.Semaphore | None,
     workers: int,
     on_call: Callable[[CallOutcome], None] | None = None,
+    on_settled: Callable[[int, CallOutcome], None] | None = None,
 ) -> list[CallOutcome]:
     """Every call, ``workers`` at a time (the semaphore may bound them further, shared with other
     shards); outcomes in call order whatever order they finish in.
@@ -252,7 +253,8 @@ async def run_calls(
     timers fire in one turn of the event loop) would otherwise hold back every next call until
     all of them were settled. Settling is done by one task per shard after the next calls have
     started (or by a worker, once ``workers`` finished calls wait: an agent that never yields
-    lets no other task run); every call is settled before this returns.
+    lets no other task run); every call is settled before this returns. ``on_settled(index,
+    outcome)`` is told of each settled call (its index in ``calls``) before ``on_call``.
 
     When the run is stopped (``state.stop``: a call that cannot be journaled) no further call
     starts, here or in any other shard of the state, and the calls in flight are cancelled.
@@ -276,6 +278,8 @@ async def run_calls(
             for index, fetched in batch:
                 outcome = settle(plan, state, fetched)
                 out[index] = outcome
+                if on_settled is not None:
+                    on_settled(index, outcome)
                 if on_call is not None:
                     on_call(outcome)
 
@@ -324,39 +328,83 @@ def build_items(plan: RunPlan, outcomes: Sequence[CallOutcome]) -> WorkflowItems
         ValueError: for a tool with two schemas when the plan is ``strict_tools``.
     """
     items = WorkflowItems()
-    declared = plan.target.declared_tools if plan.target is not None else ()
     for outcome in outcomes:
-        call = outcome.call
-        row = plan.rows[call.row_index]
-        run = outcome.run
-        if plan.kind == "agent":
-            items.overall.append(
-                agent_item(
-                    run,  # type: ignore[arg-type]
-                    item_id=plan.item_id(call),
-                    expect=row.expect,
-                    recorded_head=row.recorded_head,
-                    declared_tools=declared,
-                    tools=plan.tools_override,
-                    split=plan.split,
-                    strict_tools=plan.strict_tools,
-                    metadata=plan.metadata(call),
-                )
-            )
-        else:
-            items.add(
-                workflow_items(
-                    run,  # type: ignore[arg-type]
-                    item_id=plan.item_id(call),
-                    expect=row.expect,
-                    split=plan.split,
-                    upstream_context=plan.upstream_context,
-                    include_overall=plan.include_overall,
-                    include_per_agent=plan.include_per_agent,
-                    metadata=plan.metadata(call),
-                )
-            )
+        _add_items(plan, items, _items_of(plan, outcome))
     return items
+
+
+_CallItems = EvalItem | RunItems
+"""One call's items: an agent call's item, a workflow call's items."""
+
+
+def _items_of(plan: RunPlan, outcome: CallOutcome) -> _CallItems:
+    """One call's items (what :func:`build_items` adds for it)."""
+    call = outcome.call
+    row = plan.rows[call.row_index]
+    run = outcome.run
+    if plan.kind == "agent":
+        return agent_item(
+            run,  # type: ignore[arg-type]
+            item_id=plan.item_id(call),
+            expect=row.expect,
+            recorded_head=row.recorded_head,
+            declared_tools=plan.target.declared_tools if plan.target is not None else (),
+            tools=plan.tools_override,
+            split=plan.split,
+            strict_tools=plan.strict_tools,
+            metadata=plan.metadata(call),
+        )
+    return workflow_items(
+        run,  # type: ignore[arg-type]
+        item_id=plan.item_id(call),
+        expect=row.expect,
+        split=plan.split,
+        upstream_context=plan.upstream_context,
+        include_overall=plan.include_overall,
+        include_per_agent=plan.include_per_agent,
+        metadata=plan.metadata(call),
+    )
+
+
+def _add_items(plan: RunPlan, items: WorkflowItems, made: _CallItems) -> None:
+    if plan.kind == "agent":
+        items.overall.append(made)  # type: ignore[arg-type]
+    else:
+        items.add(made)  # type: ignore[arg-type]
+
+
+class _ItemsAsSettled:
+    """A shard's items built as its calls are settled (overlapping the calls still in flight
+    instead of stalling the event loop once they are all done), put in call order at the end:
+    the same items as :func:`build_items` over the outcomes, and the same first error."""
+
+    __slots__ = ("built", "plan")
+
+    def __init__(self, plan: RunPlan, total: int) -> None:
+        self.plan = plan
+        self.built: list[_CallItems | Exception | None] = [None] * total
+
+    def __call__(self, index: int, outcome: CallOutcome) -> None:
+        try:
+            self.built[index] = _items_of(self.plan, outcome)
+        except Exception as exc:  # raised in call order by items(), as build_items raises it
+            self.built[index] = exc
+
+    def items(self) -> WorkflowItems:
+        """The shard's items in call order.
+
+        Raises:
+            ValueError: (or what else building a call's items raised) for the first call, in call
+                order, whose items could not be built.
+        """
+        items = WorkflowItems()
+        for made in self.built:
+            if made is None:  # pragma: no cover - run_calls settles every call or raises
+                raise RuntimeError("a call of the shard was not settled")
+            if isinstance(made, Exception):
+                raise made
+            _add_items(self.plan, items, made)
+        return items
 
 
 def _error_text(exc: BaseException) -> str:
@@ -519,10 +567,17 @@ async def run_shard(
 
     Providers evaluate the shard concurrently, each inside ``scope`` when given.
     """
+    itemizer = _ItemsAsSettled(plan, len(calls))
     outcomes = await run_calls(
-        plan, state, calls, semaphore=semaphore, workers=workers, on_call=on_call
+        plan,
+        state,
+        calls,
+        semaphore=semaphore,
+        workers=workers,
+        on_call=on_call,
+        on_settled=itemizer,
     )
-    items = build_items(plan, outcomes)
+    items = itemizer.items()
     first = calls[0].position if calls else 0
 
     async def one(index: int, provider: Evaluator) -> EvalResults:
