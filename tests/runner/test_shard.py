@@ -325,3 +325,35 @@ async def test_strict_tools_raises_the_first_conflict_in_call_order_after_every_
         await run_shard(plan, state, plan.calls, semaphore=asyncio.Semaphore(5), workers=5)
     assert "Tool 't0'" in str(raised.value)
     assert len(state.journal) == 5  # type: ignore[arg-type]
+
+
+class Finishing:
+    """Sleeps a little per call and notes each query it answered, as it answers."""
+
+    name = "finishing"
+
+    def __init__(self) -> None:
+        self.answered: list[str] = []
+
+    async def run(self, messages: list[Message], **kwargs: Any) -> AgentResponse:
+        query = messages[-1].text
+        await asyncio.sleep(0.001 * (1 + int(query.removeprefix("q")) % 3))
+        self.answered.append(query)
+        return AgentResponse(messages=[Message("assistant", ["answer"])])
+
+
+async def test_calls_that_finished_are_journaled_when_the_shard_is_cancelled(
+    tmp_path: Path,
+) -> None:
+    """Cancelled mid-shard (a run timeout), every call the target answered is in the journal,
+    settled or not: a resumed run does not make it again."""
+    agent = Finishing()
+    plan = _plan(agent, [f"q{i}" for i in range(400)])
+    journal = Journal(tmp_path, plan.identity)
+    state = RunState(journal=journal)
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.05):
+            await run_calls(plan, state, plan.calls, semaphore=asyncio.Semaphore(8), workers=8)
+    assert 0 < len(agent.answered) < 400
+    keys = {c.key for c in plan.calls if plan.rows[c.row_index].query in agent.answered}
+    assert keys == set(journal.keys())

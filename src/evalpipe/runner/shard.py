@@ -10,6 +10,7 @@ stage sees it, so a resumed run makes only the calls it is missing.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass
@@ -258,6 +259,8 @@ async def run_calls(
 
     When the run is stopped (``state.stop``: a call that cannot be journaled) no further call
     starts, here or in any other shard of the state, and the calls in flight are cancelled.
+    Cancelled otherwise (a run timeout, SIGTERM), the calls that finished are journaled all the
+    same.
 
     Raises:
         StorageError: (or the run's other stop reason) when the run was stopped.
@@ -313,8 +316,16 @@ async def run_calls(
             for _ in range(count):
                 group.create_task(worker())
             group.create_task(settler())
-    except BaseExceptionGroup as failed:
-        raise failed.exceptions[0] from None
+    except BaseException as failed:
+        if state.failure is None:
+            # cancelled (a run timeout, SIGTERM) or failed elsewhere: the calls that finished are
+            # journaled all the same, so a resumed run does not make them again
+            with contextlib.suppress(StorageError):
+                for _, fetched in unsettled:
+                    settle(plan, state, fetched)
+        if isinstance(failed, BaseExceptionGroup):
+            raise failed.exceptions[0] from None
+        raise
     if state.failure is not None:
         raise state.failure
     return [o for o in out if o is not None]
