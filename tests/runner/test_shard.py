@@ -4,7 +4,7 @@ providers; every path (evaluate_agent, the flow, Dask) runs through it."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -191,10 +191,11 @@ class FillingJournal(Journal):
         super().__init__(directory, identity)
         self.room = room
 
-    def record(self, key: str, run_json: str) -> None:
-        if len(self) >= self.room:
-            raise OSError(28, "No space left on device")
-        super().record(key, run_json)
+    def record_many(self, entries: Iterable[tuple[str, str]]) -> None:
+        for entry in entries:
+            if len(self) >= self.room:
+                raise OSError(28, "No space left on device")
+            super().record_many([entry])
 
 
 @pytest.mark.parametrize("delay", [0.0, 0.002])

@@ -43,6 +43,7 @@ __all__ = [
     "run_in_process",
     "run_shard",
     "settle",
+    "settle_many",
 ]
 
 Source = Literal["made", "reused", "recorded"]
@@ -210,21 +211,38 @@ def settle(plan: RunPlan, state: RunState, outcome: CallOutcome) -> CallOutcome:
     Raises:
         StorageError: when the journal cannot be written (the run is stopped first).
     """
-    if outcome.source != "made":
-        return outcome
-    call = outcome.call
-    made = outcome.run
-    scrub = state.scrubber
-    serialized = outcome.transcript_json() if scrub else ""
-    if scrub and scrub.found(serialized):
-        # an endpoint or a traceback echoed a secret back: it is masked before it is stored
-        clean = scrub(serialized)
-        outcome = CallOutcome(call, load_transcript(plan.kind, clean), "made", clean)
-        made = outcome.run
+    return settle_many(plan, state, [outcome])[0]
+
+
+def settle_many(
+    plan: RunPlan, state: RunState, outcomes: Sequence[CallOutcome]
+) -> list[CallOutcome]:
+    """:func:`settle` of each outcome, their journal lines written at once (one write, not one a
+    call: a write lets another thread take the GIL, for up to its switch interval).
+
+    Raises:
+        StorageError: when the journal cannot be written (the run is stopped first).
+    """
     journal = state.journal
-    if journal is not None and made.error_code is None:
+    scrub = state.scrubber
+    settled: list[CallOutcome] = []
+    lines: list[tuple[str, str]] = []
+    for outcome in outcomes:
+        if outcome.source == "made":
+            if scrub:
+                serialized = outcome.transcript_json()
+                if scrub.found(serialized):
+                    # an endpoint or a traceback echoed a secret back: masked before it is stored
+                    clean = scrub(serialized)
+                    run = load_transcript(plan.kind, clean)
+                    outcome = CallOutcome(outcome.call, run, "made", clean)
+            if journal is not None and outcome.run.error_code is None:
+                lines.append((outcome.call.key, outcome.transcript_json()))
+        settled.append(outcome)
+    if lines:
+        assert journal is not None
         try:
-            journal.record(call.key, outcome.transcript_json())
+            journal.record_many(lines)
         except OSError as exc:
             failure = StorageError(
                 f"cannot journal a finished call in {journal.path}: {exc.strerror or exc}; the "
@@ -233,7 +251,7 @@ def settle(plan: RunPlan, state: RunState, outcome: CallOutcome) -> CallOutcome:
             )
             state.stop(failure)
             raise failure from exc
-    return outcome
+    return settled
 
 
 async def run_calls(
@@ -278,8 +296,8 @@ async def run_calls(
         while unsettled:
             batch = unsettled.copy()
             unsettled.clear()
-            for index, fetched in batch:
-                outcome = settle(plan, state, fetched)
+            settled = settle_many(plan, state, [fetched for _, fetched in batch])
+            for (index, _), outcome in zip(batch, settled, strict=True):
                 out[index] = outcome
                 if on_settled is not None:
                     on_settled(index, outcome)
@@ -321,8 +339,7 @@ async def run_calls(
             # cancelled (a run timeout, SIGTERM) or failed elsewhere: the calls that finished are
             # journaled all the same, so a resumed run does not make them again
             with contextlib.suppress(StorageError):
-                for _, fetched in unsettled:
-                    settle(plan, state, fetched)
+                settle_many(plan, state, [fetched for _, fetched in unsettled])
         if isinstance(failed, BaseExceptionGroup):
             raise failed.exceptions[0] from None
         raise
