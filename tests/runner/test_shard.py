@@ -358,3 +358,41 @@ async def test_calls_that_finished_are_journaled_when_the_shard_is_cancelled(
     assert 0 < len(agent.answered) < 400
     keys = {c.key for c in plan.calls if plan.rows[c.row_index].query in agent.answered}
     assert keys == set(journal.keys())
+
+
+class Tracing:
+    """Sleeps a millisecond per call and notes each call's start and end, and the most at once."""
+
+    name = "tracing"
+
+    def __init__(self) -> None:
+        self.events: list[str] = []
+        self.active = 0
+        self.most = 0
+
+    async def run(self, messages: list[Message], **kwargs: Any) -> AgentResponse:
+        query = messages[-1].text
+        self.active += 1
+        self.most = max(self.most, self.active)
+        self.events.append(query)
+        await asyncio.sleep(0.001)
+        self.active -= 1
+        return AgentResponse(messages=[Message("assistant", ["answer"])])
+
+
+async def test_a_workers_next_call_keeps_its_slot_and_the_shared_bound_holds() -> None:
+    """Under a shared bound, a worker's next call keeps the slot its last call held (one shard's
+    calls do not queue behind another shard's waiting workers), never more calls at once than
+    the bound, and every slot is given back."""
+    agent = Tracing()
+    shared = asyncio.Semaphore(2)
+    a = _plan(agent, [f"a{i}" for i in range(10)])
+    b = _plan(agent, [f"b{i}" for i in range(10)])
+    await asyncio.gather(
+        run_calls(a, RunState(), a.calls, semaphore=shared, workers=2),
+        run_calls(b, RunState(), b.calls, semaphore=shared, workers=2),
+    )
+    assert agent.most == 2
+    assert agent.events == [f"a{i}" for i in range(10)] + [f"b{i}" for i in range(10)]
+    await asyncio.sleep(0)
+    assert not shared.locked()

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar, Literal
 
-from evalpipe._internal.calls import is_call_failure
+from evalpipe._internal.calls import HeldSlot, Slots, is_call_failure
 from evalpipe.evaluators.base import AgentScoped, BatchedEvaluator, Evaluator
 from evalpipe.itemize import RunItems, WorkflowItems, agent_item, workflow_items
 from evalpipe.items import EvalItem
@@ -162,7 +162,7 @@ async def make_call(
 
 
 async def _fetch(
-    plan: RunPlan, state: RunState, call: Call, semaphore: asyncio.Semaphore | None
+    plan: RunPlan, state: RunState, call: Call, semaphore: Slots | None
 ) -> CallOutcome:
     """A call's outcome as :func:`make_call` makes it, before :func:`settle` (a made transcript
     is stamped, not yet scrubbed or journaled)."""
@@ -267,10 +267,11 @@ async def run_calls(
     """Every call, ``workers`` at a time (the semaphore may bound them further, shared with other
     shards); outcomes in call order whatever order they finish in.
 
-    A finished call's slot goes to the next call before the finished one is settled (its
-    transcript serialized and journaled, ``on_call`` told): calls that finish together (their
-    timers fire in one turn of the event loop) would otherwise hold back every next call until
-    all of them were settled. Settling is done by one task per shard after the next calls have
+    A finished call's slot goes to the worker's next call (a :class:`HeldSlot`: started in the
+    same turn of the event loop, without queueing behind the semaphore's waiters), before the
+    finished one is settled (its transcript serialized and journaled, ``on_call`` told): calls
+    that finish together (their timers fire in one turn) would otherwise hold back every next
+    call until all of them were settled. Settling is done by one task per shard after the next calls have
     started (or by a worker, once ``workers`` finished calls wait: an agent that never yields
     lets no other task run); every call is settled before this returns. ``on_settled(index,
     outcome)`` is told of each settled call (its index in ``calls``) before ``on_call``.
@@ -306,11 +307,12 @@ async def run_calls(
 
     async def worker() -> None:
         nonlocal next_index, alive
+        slot = HeldSlot(semaphore) if semaphore is not None else None
         try:
             while next_index < total and state.failure is None:
                 index = next_index
                 next_index += 1
-                unsettled.append((index, await _fetch(plan, state, calls[index], semaphore)))
+                unsettled.append((index, await _fetch(plan, state, calls[index], slot)))
                 if len(unsettled) >= count:
                     settle_finished()
                 elif len(unsettled) == 1:
