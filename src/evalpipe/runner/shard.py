@@ -271,9 +271,9 @@ async def run_calls(
     same turn of the event loop, without queueing behind the semaphore's waiters), before the
     finished one is settled (its transcript serialized and journaled, ``on_call`` told): calls
     that finish together (their timers fire in one turn) would otherwise hold back every next
-    call until all of them were settled. Settling is done by one task per shard after the next calls have
-    started (or by a worker, once ``workers`` finished calls wait: an agent that never yields
-    lets no other task run); every call is settled before this returns. ``on_settled(index,
+    call until all of them were settled. Settling is done by one task per shard, a turn after the
+    next calls started (or by a worker, once ``workers`` finished calls wait: an agent that never
+    yields lets no other task run); every call is settled before this returns. ``on_settled(index,
     outcome)`` is told of each settled call (its index in ``calls``) before ``on_call``.
 
     When the run is stopped (``state.stop``: a call that cannot be journaled) no further call
