@@ -176,9 +176,11 @@ class Sleepy:
         self.journal = journal
         self.delay = delay
         self.journaled_at_start: list[int] = []
+        self.queries: list[str] = []
 
     async def run(self, messages: list[Message], **kwargs: Any) -> AgentResponse:
         self.journaled_at_start.append(len(self.journal))
+        self.queries.append(messages[-1].text)
         if self.delay:
             await asyncio.sleep(self.delay)
         return AgentResponse(messages=[Message("assistant", ["answer"])])
@@ -229,7 +231,8 @@ async def test_a_call_that_cannot_be_journaled_stops_every_shard_of_the_run(
     tmp_path: Path,
 ) -> None:
     """When the journal cannot be written, run_calls raises StorageError naming the file, the run
-    is stopped, and no shard of it starts more than one more round of calls."""
+    is stopped, no shard of it starts more than one more round of calls, and a call that was
+    waiting for a slot (the second shard's: the first keeps its slots) is not made."""
     journal = FillingJournal(tmp_path, "sleepy", room=5)
     agent = Sleepy(journal, 0.002)
     plan = _plan(agent, [f"q{i}" for i in range(60)])
@@ -247,6 +250,7 @@ async def test_a_call_that_cannot_be_journaled_stops_every_shard_of_the_run(
     assert len(journal) == 5
     # the calls in flight and those finished but not yet journaled: at most two rounds of 2
     assert len(agent.journaled_at_start) - len(journal) <= 4
+    assert not [q for q in agent.queries if q in {f"q{i}" for i in range(30, 60)}]
 
 
 class Keeping:

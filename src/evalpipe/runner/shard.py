@@ -204,6 +204,16 @@ async def _fetch(
     return CallOutcome(call, made, "made")
 
 
+def _calls_target(plan: RunPlan, state: RunState, call: Call) -> bool:
+    """Whether :func:`_fetch` calls the target for ``call`` (nothing holds its transcript)."""
+    journal = state.journal
+    return (
+        plan.stored is None
+        and (journal is None or call.key not in journal)
+        and plan.rows[call.row_index].recorded is None
+    )
+
+
 def settle(plan: RunPlan, state: RunState, outcome: CallOutcome) -> CallOutcome:
     """A fetched outcome made ready for the next stage: a made transcript's secrets masked and,
     without error, journaled (the outcome as the next stage sees it).
@@ -277,7 +287,8 @@ async def run_calls(
     outcome)`` is told of each settled call (its index in ``calls``) before ``on_call``.
 
     When the run is stopped (``state.stop``: a call that cannot be journaled) no further call
-    starts, here or in any other shard of the state, and the calls in flight are cancelled.
+    starts, here or in any other shard of the state (nor one that was waiting for a slot), and
+    the calls in flight are cancelled.
     Cancelled otherwise (a run timeout, SIGTERM), the calls that finished are journaled all the
     same.
 
@@ -312,7 +323,15 @@ async def run_calls(
             while next_index < total and state.failure is None:
                 index = next_index
                 next_index += 1
-                unsettled.append((index, await _fetch(plan, state, calls[index], slot)))
+                call = calls[index]
+                if slot is not None and _calls_target(plan, state, call):
+                    # the slot first (kept for the call, which takes it in this turn): a call
+                    # that waited for one while the run was stopped is not made
+                    await slot.acquire()
+                    slot.release()
+                    if state.failure is not None:
+                        break
+                unsettled.append((index, await _fetch(plan, state, call, slot)))
                 if len(unsettled) >= count:
                     settle_finished()
                 elif len(unsettled) == 1:
