@@ -16,6 +16,7 @@ in a temporary PREFECT_HOME unless PREFECT_API_URL is set.
 
 Usage: python bench/bench_flow.py [--calls 3000] [--latency 0.05] [--concurrency 64]
                                   [--items 100000] [--part throughput|scale|dask|all]
+                                  [--shard-size N]
 Writes bench/results/flow.json and prints the numbers.
 """
 
@@ -68,6 +69,7 @@ def _project(
     latency: float,
     concurrency: int,
     task_runner: Any = "threads",
+    shard_size: int | None = None,
 ) -> Path:
     (root / "bench_agent.py").write_text(AGENT.format(latency=latency), encoding="utf-8")
     with (root / "queries.jsonl").open("w", encoding="utf-8") as fh:
@@ -95,6 +97,8 @@ def _project(
         "output_dir": str(root / "runs"),
         "task_runner": task_runner,
     }
+    if shard_size is not None:
+        suite["shard_size"] = shard_size
     path = root / "suite.json"
     path.write_text(json.dumps(suite), encoding="utf-8")
     return path
@@ -129,11 +133,16 @@ def _child(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _run_part(
-    rows: int, reps: int, latency: float, concurrency: int, task_runner: Any = "threads"
+    rows: int,
+    reps: int,
+    latency: float,
+    concurrency: int,
+    task_runner: Any = "threads",
+    shard_size: int | None = None,
 ) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="evalpipe-bench-") as tmp:
         root = Path(tmp)
-        suite = _project(root, rows, reps, latency, concurrency, task_runner)
+        suite = _project(root, rows, reps, latency, concurrency, task_runner, shard_size)
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join([tmp, env.get("PYTHONPATH", "")])  # Dask workers
         env.setdefault("PREFECT_HOME", str(root / "prefect-home"))
@@ -162,6 +171,9 @@ def main() -> None:
     parser.add_argument("--items", type=int, default=100_000)
     parser.add_argument("--part", choices=["throughput", "scale", "dask", "all"], default="all")
     parser.add_argument(
+        "--shard-size", type=int, default=None, help="the suite's shard_size (default: the flow's)"
+    )
+    parser.add_argument(
         "--dask-workers", type=int, default=2, help="LocalCluster processes for --part dask"
     )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -179,7 +191,7 @@ def main() -> None:
         reps = 3
         rows = math.ceil(args.calls / reps)
         calls = rows * reps
-        r = _run_part(rows, reps, args.latency, args.concurrency)
+        r = _run_part(rows, reps, args.latency, args.concurrency, shard_size=args.shard_size)
         floor = math.ceil(calls / args.concurrency) * args.latency
         r.update(
             {

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from evalpipe import FunctionCallContent, FunctionResultContent, Message
 from evalpipe.journal import Journal, call_key
@@ -173,3 +176,53 @@ def test_two_processes_appending_to_one_journal_each_read_their_own_lines(
     first.close()
     second.close()
     assert len(Journal(tmp_path, "t")) == 10
+
+
+class _ShortWrites:
+    """A file that takes at most ``most`` bytes a write and refuses the write after ``writes``."""
+
+    def __init__(self, handle: Any, most: int, writes: int = 1_000) -> None:
+        self.handle = handle
+        self.most = most
+        self.writes = writes
+
+    def write(self, data: Any) -> int:
+        self.writes -= 1
+        if self.writes < 0:
+            raise OSError(28, "No space left on device")
+        written: int = self.handle.write(bytes(data[: self.most]))
+        return written
+
+    def tell(self) -> int:
+        position: int = self.handle.tell()
+        return position
+
+    def close(self) -> None:
+        self.handle.close()
+
+
+def test_record_many_writes_the_lines_record_writes_and_finishes_short_writes(
+    tmp_path: Path,
+) -> None:
+    """Lines recorded together read back as lines recorded one by one (in this view and a new
+    one), a short write is carried on where it stopped, and when the disk fills mid-batch the
+    lines written in full are kept and the error is raised."""
+    runs = [(f"k{i}", json.dumps({"i": i, "text": "é" * i})) for i in range(6)]
+    journal = Journal(tmp_path, "agent|x")
+    journal.record("k-first", '{"first": true}')
+    journal._handle = _ShortWrites(journal._handle, most=7)
+    journal.record_many(runs[:3])
+    journal._handle = _ShortWrites(journal._handle.handle, most=30, writes=2)
+    with pytest.raises(OSError, match="No space"):
+        journal.record_many(runs[3:])
+    written = [k for k, _ in runs if k in journal]
+    assert written[:3] == ["k0", "k1", "k2"]
+    for view in (journal, Journal(tmp_path, "agent|x")):
+        assert view.get("k-first") == '{"first": true}'
+        for key, text in runs:
+            if key in written:
+                assert view.get(key) == text
+    again = Journal(tmp_path, "agent|x")
+    keys = list(again.keys())
+    assert keys == ["k-first", *written]
+    assert again.skipped_lines == 1  # the line the disk cut short

@@ -22,7 +22,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from json.encoder import encode_basestring
 from pathlib import Path
 from typing import Any
@@ -130,26 +130,51 @@ class Journal:
         call is made again on resume. A text that does not look like one object on one line is
         stored as a JSON string instead.
         """
-        finished = repr(time.time())
-        embedded = run_json.startswith("{") and run_json.endswith("}") and "\n" not in run_json
-        if embedded:
-            line = f'{{"key":{encode_basestring(key)},"finished_at":{finished},"run":{run_json}}}\n'
-        else:
-            line = (
-                f'{{"key":{encode_basestring(key)},"finished_at":{finished},'
-                f'"run":{encode_basestring(run_json)}}}\n'
-            )
-        data = line.encode("utf-8")
+        self.record_many(((key, run_json),))
+
+    def record_many(self, entries: Iterable[tuple[str, str]]) -> None:
+        """Persist several finished calls, as :meth:`record` does each, in one write.
+
+        Raises:
+            OSError: when the lines cannot all be written (those written in full are kept).
+        """
+        lines: list[bytes] = []
+        keys: list[tuple[str, bool]] = []
+        for key, run_json in entries:
+            finished = repr(time.time())
+            embedded = run_json.startswith("{") and run_json.endswith("}") and "\n" not in run_json
+            if embedded:
+                line = f'{{"key":{encode_basestring(key)},"finished_at":{finished},"run":{run_json}}}\n'
+            else:
+                line = (
+                    f'{{"key":{encode_basestring(key)},"finished_at":{finished},'
+                    f'"run":{encode_basestring(run_json)}}}\n'
+                )
+            lines.append(line.encode("utf-8"))
+            keys.append((key, embedded))
+        if not lines:
+            return
+        data = lines[0] if len(lines) == 1 else b"".join(lines)
         with self._lock:
             if self._handle is None:
                 self.directory.mkdir(parents=True, exist_ok=True)
                 self._handle = open(self.path, "ab", buffering=0)  # noqa: SIM115 - kept open
                 if self._handle.tell() > 0:
                     self._terminate_partial_line()
-            self._handle.write(data)
-            # where the line ended up, read after the write: with O_APPEND another process (a
-            # Dask worker of the same run) may have appended since this one's last line
-            self._entries[key] = (self._handle.tell() - len(data), len(data), embedded)
+            written = 0
+            try:
+                while written < len(data):  # a short write (a disk filling up) is retried
+                    written += self._handle.write(memoryview(data)[written:])
+            finally:
+                # where the lines ended up, read after the write: with O_APPEND another process
+                # (a Dask worker of the same run) may have appended since this one's last line
+                offset = self._handle.tell() - written
+                for (key, embedded), encoded in zip(keys, lines, strict=True):
+                    if len(encoded) > written:
+                        break
+                    self._entries[key] = (offset, len(encoded), embedded)
+                    offset += len(encoded)
+                    written -= len(encoded)
 
     def _terminate_partial_line(self) -> None:
         """After a crash mid-write the file may end without a newline; start on a fresh line."""

@@ -3,9 +3,12 @@ providers; every path (evaluate_agent, the flow, Dask) runs through it."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+import pytest
 from examples.travel.workflow import travel_workflow
 
 from evalpipe import (
@@ -20,10 +23,19 @@ from evalpipe import (
 )
 from evalpipe.evaluators.base import AgentScoped
 from evalpipe.itemize import WorkflowItems
+from evalpipe.items import EvalItem
 from evalpipe.journal import Journal
+from evalpipe.results import EvalResults
 from evalpipe.runner import RunPlan, RunState, in_process_plan, resolve_target, run_shard
 from evalpipe.runner.plan import Call
-from evalpipe.runner.shard import CallOutcome, evaluate_items, make_call
+from evalpipe.runner.shard import (
+    CallOutcome,
+    build_items,
+    evaluate_items,
+    make_call,
+    run_calls,
+)
+from evalpipe.runner.state import StorageError
 from evalpipe.transcripts import TargetRun, WorkflowRun
 
 
@@ -152,3 +164,239 @@ def test_call_outcome_finds_the_messages_json_inside_the_transcript_json() -> No
     ):
         assert other.transcript_json() == other.run.model_dump_json(fallback=str)
         assert other.messages_json is None
+
+
+class Sleepy:
+    """Sleeps ``delay`` seconds per call (0: answers without yielding) and notes, at each call's
+    start, how many calls the journal holds."""
+
+    name = "sleepy"
+
+    def __init__(self, journal: Journal, delay: float) -> None:
+        self.journal = journal
+        self.delay = delay
+        self.journaled_at_start: list[int] = []
+        self.queries: list[str] = []
+
+    async def run(self, messages: list[Message], **kwargs: Any) -> AgentResponse:
+        self.journaled_at_start.append(len(self.journal))
+        self.queries.append(messages[-1].text)
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        return AgentResponse(messages=[Message("assistant", ["answer"])])
+
+
+class FillingJournal(Journal):
+    """A journal whose disk fills after ``room`` lines."""
+
+    def __init__(self, directory: Path, identity: str, room: int) -> None:
+        super().__init__(directory, identity)
+        self.room = room
+
+    def record_many(self, entries: Iterable[tuple[str, str]]) -> None:
+        for entry in entries:
+            if len(self) >= self.room:
+                raise OSError(28, "No space left on device")
+            super().record_many([entry])
+
+
+@pytest.mark.parametrize("delay", [0.0, 0.002])
+async def test_every_call_is_journaled_before_progress_and_before_run_calls_returns(
+    tmp_path: Path, delay: float
+) -> None:
+    """Each finished call is journaled before on_call hears of it and before run_calls returns;
+    outcomes come back in call order; a call starts at most two rounds of `workers` calls ahead of
+    the journal (those in flight and those finished, not yet journaled), whether the agent yields
+    or not."""
+    journal = Journal(tmp_path, "sleepy")
+    agent = Sleepy(journal, delay)
+    plan = _plan(agent, [f"q{i}" for i in range(40)])
+    state = RunState(journal=journal)
+    heard: list[bool] = []
+    outcomes = await run_calls(
+        plan,
+        state,
+        plan.calls,
+        semaphore=asyncio.Semaphore(4),
+        workers=4,
+        on_call=lambda o: heard.append(o.call.key in journal),
+    )
+    assert [o.call for o in outcomes] == list(plan.calls)
+    assert heard == [True] * 40
+    assert all(o.call.key in journal for o in outcomes)
+    assert all(k - n < 2 * 4 for k, n in enumerate(agent.journaled_at_start))
+
+
+async def test_a_call_that_cannot_be_journaled_stops_every_shard_of_the_run(
+    tmp_path: Path,
+) -> None:
+    """When the journal cannot be written, run_calls raises StorageError naming the file, the run
+    is stopped, no shard of it starts more than one more round of calls, and a call that was
+    waiting for a slot (the second shard's: the first keeps its slots) is not made."""
+    journal = FillingJournal(tmp_path, "sleepy", room=5)
+    agent = Sleepy(journal, 0.002)
+    plan = _plan(agent, [f"q{i}" for i in range(60)])
+    state = RunState(journal=journal)
+    shared = asyncio.Semaphore(2)
+    first, second = plan.calls[:30], plan.calls[30:]
+    done = await asyncio.gather(
+        run_calls(plan, state, first, semaphore=shared, workers=2),
+        run_calls(plan, state, second, semaphore=shared, workers=2),
+        return_exceptions=True,
+    )
+    assert all(isinstance(d, StorageError) for d in done)
+    assert str(journal.path) in str(done[0])
+    assert state.failure is done[0]
+    assert len(journal) == 5
+    # the calls in flight and those finished but not yet journaled: at most two rounds of 2
+    assert len(agent.journaled_at_start) - len(journal) <= 4
+    assert not [q for q in agent.queries if q in {f"q{i}" for i in range(30, 60)}]
+
+
+class Keeping:
+    """A provider that keeps the items it is given, by eval name."""
+
+    name = "Keeping"
+
+    def __init__(self) -> None:
+        self.seen: dict[str, list[EvalItem]] = {}
+
+    async def evaluate(self, items: Sequence[EvalItem], *, eval_name: str) -> EvalResults:
+        self.seen[eval_name] = list(items)
+        return EvalResults(provider=self.name, run_id=eval_name, result_counts={"passed": 0})
+
+
+class LastFirst:
+    """Answers the later queries sooner, so calls finish in the reverse of their order."""
+
+    name = "last-first"
+
+    async def run(self, messages: list[Message], **kwargs: Any) -> AgentResponse:
+        index = int(messages[-1].text.removeprefix("q"))
+        await asyncio.sleep(0.001 * (8 - index))
+        return AgentResponse(messages=[Message("assistant", [f"answer {index}"])])
+
+
+@pytest.mark.parametrize("kind", ["agent", "workflow"])
+async def test_a_shards_items_are_its_outcomes_items_in_call_order(kind: str) -> None:
+    """Items are built as calls finish, yet providers get exactly build_items over the outcomes,
+    in call order, for agents and for workflows (overall and per agent)."""
+    keeping = Keeping()
+    target = LastFirst() if kind == "agent" else travel_workflow(latency=0.001)
+    plan = in_process_plan(
+        name="t",
+        target=resolve_target(target),
+        kind=kind,  # type: ignore[arg-type]
+        queries=[f"q{i}" for i in range(8)],
+        providers=[keeping],
+    )
+    shard = await run_shard(plan, RunState(), plan.calls, semaphore=asyncio.Semaphore(8), workers=8)
+    expected = build_items(plan, shard.outcomes)
+    groups = {"overall": expected.overall, **expected.per_agent}
+    seen = {
+        name.split(" — ")[-1] if " — " in name else "overall": v for name, v in keeping.seen.items()
+    }
+    assert {k: [i.model_dump() for i in v] for k, v in seen.items()} == {
+        k: [i.model_dump() for i in v] for k, v in groups.items() if v
+    }
+    assert [i.item_id for i in seen["overall"]] == [str(i) for i in range(8)]
+    assert shard.items == expected.count
+
+
+class Conflicting:
+    """Calls one tool; on the queries "bad<n>" the response carries two schemas of tool "t<n>"."""
+
+    name = "conflicting"
+
+    async def run(self, messages: list[Message], **kwargs: Any) -> AgentResponse:
+        query = messages[-1].text
+        await asyncio.sleep(0.001 if query == "bad1" else 0.003)
+        name = f"t{query.removeprefix('bad')}" if query.startswith("bad") else "t"
+        tools = [ToolDefinition(name, "", {"type": "object", "properties": {}})]
+        if query.startswith("bad"):
+            tools.append(ToolDefinition(name, "", {"type": "object", "properties": {"x": {}}}))
+        call = Message("assistant", [FunctionCallContent(name=name, arguments={}, call_id="c")])
+        return AgentResponse(messages=[call], tools=tools)
+
+
+async def test_strict_tools_raises_the_first_conflict_in_call_order_after_every_call(
+    tmp_path: Path,
+) -> None:
+    """Under strict_tools the shard raises the ValueError of its first conflicting call in call
+    order (not the first to finish), once every call is made and journaled."""
+    plan = _plan(Conflicting(), ["ok", "bad0", "ok2", "bad1", "ok3"], strict_tools=True)
+    state = RunState(journal=Journal(tmp_path, plan.identity))
+    with pytest.raises(ValueError, match="two different input schemas") as raised:
+        await run_shard(plan, state, plan.calls, semaphore=asyncio.Semaphore(5), workers=5)
+    assert "Tool 't0'" in str(raised.value)
+    assert len(state.journal) == 5  # type: ignore[arg-type]
+
+
+class Finishing:
+    """Sleeps a little per call and notes each query it answered, as it answers."""
+
+    name = "finishing"
+
+    def __init__(self) -> None:
+        self.answered: list[str] = []
+
+    async def run(self, messages: list[Message], **kwargs: Any) -> AgentResponse:
+        query = messages[-1].text
+        await asyncio.sleep(0.001 * (1 + int(query.removeprefix("q")) % 3))
+        self.answered.append(query)
+        return AgentResponse(messages=[Message("assistant", ["answer"])])
+
+
+async def test_calls_that_finished_are_journaled_when_the_shard_is_cancelled(
+    tmp_path: Path,
+) -> None:
+    """Cancelled mid-shard (a run timeout), every call the target answered is in the journal,
+    settled or not: a resumed run does not make it again."""
+    agent = Finishing()
+    plan = _plan(agent, [f"q{i}" for i in range(400)])
+    journal = Journal(tmp_path, plan.identity)
+    state = RunState(journal=journal)
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.05):
+            await run_calls(plan, state, plan.calls, semaphore=asyncio.Semaphore(8), workers=8)
+    assert 0 < len(agent.answered) < 400
+    keys = {c.key for c in plan.calls if plan.rows[c.row_index].query in agent.answered}
+    assert keys == set(journal.keys())
+
+
+class Tracing:
+    """Sleeps a millisecond per call and notes each call's start and end, and the most at once."""
+
+    name = "tracing"
+
+    def __init__(self) -> None:
+        self.events: list[str] = []
+        self.active = 0
+        self.most = 0
+
+    async def run(self, messages: list[Message], **kwargs: Any) -> AgentResponse:
+        query = messages[-1].text
+        self.active += 1
+        self.most = max(self.most, self.active)
+        self.events.append(query)
+        await asyncio.sleep(0.001)
+        self.active -= 1
+        return AgentResponse(messages=[Message("assistant", ["answer"])])
+
+
+async def test_a_workers_next_call_keeps_its_slot_and_the_shared_bound_holds() -> None:
+    """Under a shared bound, a worker's next call keeps the slot its last call held (one shard's
+    calls do not queue behind another shard's waiting workers), never more calls at once than
+    the bound, and every slot is given back."""
+    agent = Tracing()
+    shared = asyncio.Semaphore(2)
+    a = _plan(agent, [f"a{i}" for i in range(10)])
+    b = _plan(agent, [f"b{i}" for i in range(10)])
+    await asyncio.gather(
+        run_calls(a, RunState(), a.calls, semaphore=shared, workers=2),
+        run_calls(b, RunState(), b.calls, semaphore=shared, workers=2),
+    )
+    assert agent.most == 2
+    assert agent.events == [f"a{i}" for i in range(10)] + [f"b{i}" for i in range(10)]
+    await asyncio.sleep(0)
+    assert not shared.locked()

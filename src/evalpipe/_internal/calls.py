@@ -10,6 +10,7 @@ and the thread a synchronous one runs in.
   (evalpipe's own: a run-level timeout, SIGTERM).
 - ``in_thread(fn, ...)``: a synchronous call in a daemon thread, so one that never returns cannot
   keep the process alive after the run ends (``asyncio.to_thread``'s pool is joined at exit).
+- ``Slots``: what bounds calls (an ``asyncio.Semaphore``, a worker's :class:`HeldSlot` of one).
 """
 
 from __future__ import annotations
@@ -19,9 +20,17 @@ import contextlib
 import contextvars
 import threading
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
-__all__ = ["DEFAULT_CALL_TIMEOUT", "CallTimeout", "bounded", "in_thread", "is_call_failure"]
+__all__ = [
+    "DEFAULT_CALL_TIMEOUT",
+    "CallTimeout",
+    "HeldSlot",
+    "Slots",
+    "bounded",
+    "in_thread",
+    "is_call_failure",
+]
 
 DEFAULT_CALL_TIMEOUT = 600.0
 """Seconds one target call may take before it is an errored item (``TargetTimeout``)."""
@@ -31,6 +40,60 @@ T = TypeVar("T")
 
 class CallTimeout(Exception):
     """A call that did not finish within its timeout."""
+
+
+class Slots(Protocol):
+    """The slots a call takes one of while it runs (``asyncio.Semaphore`` is one)."""
+
+    async def acquire(self) -> bool: ...
+
+    def release(self) -> None: ...
+
+    async def __aenter__(self) -> Any: ...
+
+    async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> Any: ...
+
+
+class HeldSlot:
+    """One worker's slot of a shared semaphore, kept from one of its calls to the next.
+
+    ``release`` gives the slot back one turn of the event loop later, unless the worker takes it
+    again first (``acquire`` in the same turn: its next call, started as the last one ends): the
+    next call then starts at once, instead of the slot going to the semaphore's first waiter,
+    whose turn comes only after every other call that ended in the same turn has been handled.
+    A slot not taken again (a retry's backoff, the worker done or cancelled) is released then, so
+    the semaphore still bounds the calls in flight; it is never held by a worker waiting for
+    anything but the event loop's next turn.
+    """
+
+    __slots__ = ("_pending", "_semaphore")
+
+    def __init__(self, semaphore: Slots) -> None:
+        self._semaphore = semaphore
+        self._pending: asyncio.Handle | None = None
+
+    async def acquire(self) -> bool:
+        pending = self._pending
+        if pending is not None:
+            self._pending = None
+            pending.cancel()
+            return True
+        return await self._semaphore.acquire()
+
+    def release(self) -> None:
+        if self._pending is not None:  # pragma: no cover - a release follows an acquire
+            raise RuntimeError("HeldSlot released twice")
+        self._pending = asyncio.get_running_loop().call_soon(self._give_back)
+
+    def _give_back(self) -> None:
+        self._pending = None
+        self._semaphore.release()
+
+    async def __aenter__(self) -> None:
+        await self.acquire()
+
+    async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        self.release()
 
 
 class _Deadline:

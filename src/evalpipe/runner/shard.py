@@ -10,15 +10,16 @@ stage sees it, so a resumed run makes only the calls it is missing.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar, Literal
 
-from evalpipe._internal.calls import is_call_failure
+from evalpipe._internal.calls import HeldSlot, Slots, is_call_failure
 from evalpipe.evaluators.base import AgentScoped, BatchedEvaluator, Evaluator
-from evalpipe.itemize import WorkflowItems, agent_item, workflow_items
+from evalpipe.itemize import RunItems, WorkflowItems, agent_item, workflow_items
 from evalpipe.items import EvalItem
 from evalpipe.results import Diagnostic, EvalResults
 from evalpipe.runner.plan import Call, RunPlan
@@ -41,6 +42,8 @@ __all__ = [
     "run_calls",
     "run_in_process",
     "run_shard",
+    "settle",
+    "settle_many",
 ]
 
 Source = Literal["made", "reused", "recorded"]
@@ -155,6 +158,14 @@ async def make_call(
 ) -> CallOutcome:
     """One call: from the re-scored run or the journal when they hold it, the recording for a
     recorded row, else the target (journaled as soon as it returns without error)."""
+    return settle(plan, state, await _fetch(plan, state, call, semaphore))
+
+
+async def _fetch(
+    plan: RunPlan, state: RunState, call: Call, semaphore: Slots | None
+) -> CallOutcome:
+    """A call's outcome as :func:`make_call` makes it, before :func:`settle` (a made transcript
+    is stamped, not yet scrubbed or journaled)."""
     if plan.stored is not None:
         return CallOutcome(call, plan.stored[call.key], "reused")
     journal = state.journal
@@ -190,17 +201,58 @@ async def make_call(
             call_timeout=plan.call_timeout,
         )
     _stamp(made)
-    outcome = CallOutcome(call, made, "made")
+    return CallOutcome(call, made, "made")
+
+
+def _calls_target(plan: RunPlan, state: RunState, call: Call) -> bool:
+    """Whether :func:`_fetch` calls the target for ``call`` (nothing holds its transcript)."""
+    journal = state.journal
+    return (
+        plan.stored is None
+        and (journal is None or call.key not in journal)
+        and plan.rows[call.row_index].recorded is None
+    )
+
+
+def settle(plan: RunPlan, state: RunState, outcome: CallOutcome) -> CallOutcome:
+    """A fetched outcome made ready for the next stage: a made transcript's secrets masked and,
+    without error, journaled (the outcome as the next stage sees it).
+
+    Raises:
+        StorageError: when the journal cannot be written (the run is stopped first).
+    """
+    return settle_many(plan, state, [outcome])[0]
+
+
+def settle_many(
+    plan: RunPlan, state: RunState, outcomes: Sequence[CallOutcome]
+) -> list[CallOutcome]:
+    """:func:`settle` of each outcome, their journal lines written at once (one write, not one a
+    call: a write lets another thread take the GIL, for up to its switch interval).
+
+    Raises:
+        StorageError: when the journal cannot be written (the run is stopped first).
+    """
+    journal = state.journal
     scrub = state.scrubber
-    serialized = outcome.transcript_json() if scrub else ""
-    if scrub and scrub.found(serialized):
-        # an endpoint or a traceback echoed a secret back: it is masked before it is stored
-        clean = scrub(serialized)
-        outcome = CallOutcome(call, load_transcript(plan.kind, clean), "made", clean)
-        made = outcome.run
-    if journal is not None and made.error_code is None:
+    settled: list[CallOutcome] = []
+    lines: list[tuple[str, str]] = []
+    for outcome in outcomes:
+        if outcome.source == "made":
+            if scrub:
+                serialized = outcome.transcript_json()
+                if scrub.found(serialized):
+                    # an endpoint or a traceback echoed a secret back: masked before it is stored
+                    clean = scrub(serialized)
+                    run = load_transcript(plan.kind, clean)
+                    outcome = CallOutcome(outcome.call, run, "made", clean)
+            if journal is not None and outcome.run.error_code is None:
+                lines.append((outcome.call.key, outcome.transcript_json()))
+        settled.append(outcome)
+    if lines:
+        assert journal is not None
         try:
-            journal.record(call.key, outcome.transcript_json())
+            journal.record_many(lines)
         except OSError as exc:
             failure = StorageError(
                 f"cannot journal a finished call in {journal.path}: {exc.strerror or exc}; the "
@@ -209,7 +261,7 @@ async def make_call(
             )
             state.stop(failure)
             raise failure from exc
-    return outcome
+    return settled
 
 
 async def run_calls(
@@ -220,12 +272,25 @@ async def run_calls(
     semaphore: asyncio.Semaphore | None,
     workers: int,
     on_call: Callable[[CallOutcome], None] | None = None,
+    on_settled: Callable[[int, CallOutcome], None] | None = None,
 ) -> list[CallOutcome]:
     """Every call, ``workers`` at a time (the semaphore may bound them further, shared with other
     shards); outcomes in call order whatever order they finish in.
 
+    A finished call's slot goes to the worker's next call (a :class:`HeldSlot`: started in the
+    same turn of the event loop, without queueing behind the semaphore's waiters), before the
+    finished one is settled (its transcript serialized and journaled, ``on_call`` told): calls
+    that finish together (their timers fire in one turn) would otherwise hold back every next
+    call until all of them were settled. Settling is done by one task per shard, a turn after the
+    next calls started (or by a worker, once ``workers`` finished calls wait: an agent that never
+    yields lets no other task run); every call is settled before this returns. ``on_settled(index,
+    outcome)`` is told of each settled call (its index in ``calls``) before ``on_call``.
+
     When the run is stopped (``state.stop``: a call that cannot be journaled) no further call
-    starts, here or in any other shard of the state, and the calls in flight are cancelled.
+    starts, here or in any other shard of the state (nor one that was waiting for a slot), and
+    the calls in flight are cancelled.
+    Cancelled otherwise (a run timeout, SIGTERM), the calls that finished are journaled all the
+    same.
 
     Raises:
         StorageError: (or the run's other stop reason) when the run was stopped.
@@ -233,23 +298,72 @@ async def run_calls(
     total = len(calls)
     out: list[CallOutcome | None] = [None] * total
     next_index = 0
+    count = max(1, min(workers, total))
+    unsettled: list[tuple[int, CallOutcome]] = []
+    """Finished calls not yet settled, in the order they finished."""
+    waiting = asyncio.Event()
+    alive = count
+
+    def settle_finished() -> None:
+        while unsettled:
+            batch = unsettled.copy()
+            unsettled.clear()
+            settled = settle_many(plan, state, [fetched for _, fetched in batch])
+            for (index, _), outcome in zip(batch, settled, strict=True):
+                out[index] = outcome
+                if on_settled is not None:
+                    on_settled(index, outcome)
+                if on_call is not None:
+                    on_call(outcome)
 
     async def worker() -> None:
-        nonlocal next_index
-        while next_index < total and state.failure is None:
-            index = next_index
-            next_index += 1
-            outcome = await make_call(plan, state, calls[index], semaphore)
-            out[index] = outcome
-            if on_call is not None:
-                on_call(outcome)
+        nonlocal next_index, alive
+        slot = HeldSlot(semaphore) if semaphore is not None else None
+        try:
+            while next_index < total and state.failure is None:
+                index = next_index
+                next_index += 1
+                call = calls[index]
+                if slot is not None and _calls_target(plan, state, call):
+                    # the slot first (kept for the call, which takes it in this turn): a call
+                    # that waited for one while the run was stopped is not made
+                    await slot.acquire()
+                    slot.release()
+                    if state.failure is not None:
+                        break
+                unsettled.append((index, await _fetch(plan, state, call, slot)))
+                if len(unsettled) >= count:
+                    settle_finished()
+                elif len(unsettled) == 1:
+                    waiting.set()
+        finally:
+            alive -= 1
+            waiting.set()
+
+    async def settler() -> None:
+        while True:
+            await waiting.wait()
+            waiting.clear()
+            # one turn later: the calls given the slots the finished ones released start first
+            await asyncio.sleep(0)
+            settle_finished()
+            if not alive:
+                return
 
     try:
         async with asyncio.TaskGroup() as group:
-            for _ in range(max(1, min(workers, total))):
+            for _ in range(count):
                 group.create_task(worker())
-    except BaseExceptionGroup as failed:
-        raise failed.exceptions[0] from None
+            group.create_task(settler())
+    except BaseException as failed:
+        if state.failure is None:
+            # cancelled (a run timeout, SIGTERM) or failed elsewhere: the calls that finished are
+            # journaled all the same, so a resumed run does not make them again
+            with contextlib.suppress(StorageError):
+                settle_many(plan, state, [fetched for _, fetched in unsettled])
+        if isinstance(failed, BaseExceptionGroup):
+            raise failed.exceptions[0] from None
+        raise
     if state.failure is not None:
         raise state.failure
     return [o for o in out if o is not None]
@@ -263,39 +377,83 @@ def build_items(plan: RunPlan, outcomes: Sequence[CallOutcome]) -> WorkflowItems
         ValueError: for a tool with two schemas when the plan is ``strict_tools``.
     """
     items = WorkflowItems()
-    declared = plan.target.declared_tools if plan.target is not None else ()
     for outcome in outcomes:
-        call = outcome.call
-        row = plan.rows[call.row_index]
-        run = outcome.run
-        if plan.kind == "agent":
-            items.overall.append(
-                agent_item(
-                    run,  # type: ignore[arg-type]
-                    item_id=plan.item_id(call),
-                    expect=row.expect,
-                    recorded_head=row.recorded_head,
-                    declared_tools=declared,
-                    tools=plan.tools_override,
-                    split=plan.split,
-                    strict_tools=plan.strict_tools,
-                    metadata=plan.metadata(call),
-                )
-            )
-        else:
-            items.add(
-                workflow_items(
-                    run,  # type: ignore[arg-type]
-                    item_id=plan.item_id(call),
-                    expect=row.expect,
-                    split=plan.split,
-                    upstream_context=plan.upstream_context,
-                    include_overall=plan.include_overall,
-                    include_per_agent=plan.include_per_agent,
-                    metadata=plan.metadata(call),
-                )
-            )
+        _add_items(plan, items, _items_of(plan, outcome))
     return items
+
+
+_CallItems = EvalItem | RunItems
+"""One call's items: an agent call's item, a workflow call's items."""
+
+
+def _items_of(plan: RunPlan, outcome: CallOutcome) -> _CallItems:
+    """One call's items (what :func:`build_items` adds for it)."""
+    call = outcome.call
+    row = plan.rows[call.row_index]
+    run = outcome.run
+    if plan.kind == "agent":
+        return agent_item(
+            run,  # type: ignore[arg-type]
+            item_id=plan.item_id(call),
+            expect=row.expect,
+            recorded_head=row.recorded_head,
+            declared_tools=plan.target.declared_tools if plan.target is not None else (),
+            tools=plan.tools_override,
+            split=plan.split,
+            strict_tools=plan.strict_tools,
+            metadata=plan.metadata(call),
+        )
+    return workflow_items(
+        run,  # type: ignore[arg-type]
+        item_id=plan.item_id(call),
+        expect=row.expect,
+        split=plan.split,
+        upstream_context=plan.upstream_context,
+        include_overall=plan.include_overall,
+        include_per_agent=plan.include_per_agent,
+        metadata=plan.metadata(call),
+    )
+
+
+def _add_items(plan: RunPlan, items: WorkflowItems, made: _CallItems) -> None:
+    if plan.kind == "agent":
+        items.overall.append(made)  # type: ignore[arg-type]
+    else:
+        items.add(made)  # type: ignore[arg-type]
+
+
+class _ItemsAsSettled:
+    """A shard's items built as its calls are settled (overlapping the calls still in flight
+    instead of stalling the event loop once they are all done), put in call order at the end:
+    the same items as :func:`build_items` over the outcomes, and the same first error."""
+
+    __slots__ = ("built", "plan")
+
+    def __init__(self, plan: RunPlan, total: int) -> None:
+        self.plan = plan
+        self.built: list[_CallItems | Exception | None] = [None] * total
+
+    def __call__(self, index: int, outcome: CallOutcome) -> None:
+        try:
+            self.built[index] = _items_of(self.plan, outcome)
+        except Exception as exc:  # raised in call order by items(), as build_items raises it
+            self.built[index] = exc
+
+    def items(self) -> WorkflowItems:
+        """The shard's items in call order.
+
+        Raises:
+            ValueError: (or what else building a call's items raised) for the first call, in call
+                order, whose items could not be built.
+        """
+        items = WorkflowItems()
+        for made in self.built:
+            if made is None:  # pragma: no cover - run_calls settles every call or raises
+                raise RuntimeError("a call of the shard was not settled")
+            if isinstance(made, Exception):
+                raise made
+            _add_items(self.plan, items, made)
+        return items
 
 
 def _error_text(exc: BaseException) -> str:
@@ -458,10 +616,17 @@ async def run_shard(
 
     Providers evaluate the shard concurrently, each inside ``scope`` when given.
     """
+    itemizer = _ItemsAsSettled(plan, len(calls))
     outcomes = await run_calls(
-        plan, state, calls, semaphore=semaphore, workers=workers, on_call=on_call
+        plan,
+        state,
+        calls,
+        semaphore=semaphore,
+        workers=workers,
+        on_call=on_call,
+        on_settled=itemizer,
     )
-    items = build_items(plan, outcomes)
+    items = itemizer.items()
     first = calls[0].position if calls else 0
 
     async def one(index: int, provider: Evaluator) -> EvalResults:

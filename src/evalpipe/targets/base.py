@@ -24,7 +24,7 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
-from evalpipe._internal.calls import CallTimeout, bounded, in_thread, is_call_failure
+from evalpipe._internal.calls import CallTimeout, Slots, bounded, in_thread, is_call_failure
 from evalpipe._internal.maf import is_maf_instance
 from evalpipe._internal.retry import is_transient, retry_after
 from evalpipe.messages import Message, ToolDefinition, user_message
@@ -204,7 +204,7 @@ async def call_agent(
     *,
     query_index: int,
     repetition: int,
-    semaphore: asyncio.Semaphore | None = None,
+    semaphore: Slots | None = None,
     attempts: int = 1,
     retry_wait: float = 0.5,
     call_timeout: float | None = None,

@@ -9,14 +9,13 @@ from their event stream by ``evalpipe.targets.maf.MAFWorkflow``.
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import re
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, get_type_hints, runtime_checkable
 
-from evalpipe._internal.calls import bounded, in_thread, is_call_failure
+from evalpipe._internal.calls import Slots, bounded, in_thread, is_call_failure
 from evalpipe.messages import Message
 from evalpipe.targets.base import (
     agent_name,
@@ -430,7 +429,7 @@ async def call_workflow(
     *,
     query_index: int,
     repetition: int,
-    semaphore: asyncio.Semaphore | None = None,
+    semaphore: Slots | None = None,
     call_timeout: float | None = None,
 ) -> WorkflowRun:
     """Run the workflow on one query; whatever it raises becomes a WorkflowRun with
