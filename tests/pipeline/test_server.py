@@ -370,7 +370,7 @@ def test_a_server_that_does_not_answer_is_replaced_with_a_message(
 ) -> None:
     """A live server that does not answer (SIGSTOP) is replaced by the next run, which says so
     (after EVALPIPE_SERVER_UNANSWERED_TIMEOUT seconds; 30 by default)."""
-    env = _env(home, templates, project, EVALPIPE_SERVER_UNANSWERED_TIMEOUT="10")
+    env = _env(home, templates, project, EVALPIPE_SERVER_UNANSWERED_TIMEOUT="4")
     _server(env, "start")
     old = _info(home)["pid"]
     os.kill(old, signal.SIGSTOP)
@@ -380,7 +380,7 @@ def test_a_server_that_does_not_answer_is_replaced_with_a_message(
         if _alive(old):
             os.kill(old, signal.SIGKILL)
     assert f"pid {old}" in done.stderr
-    assert "did not answer for 10 s and was stopped" in done.stderr
+    assert "did not answer for 4 s and was stopped" in done.stderr
     assert "started the embedded Prefect server" in done.stderr
     new = _info(home)["pid"]
     assert new != old
