@@ -61,6 +61,7 @@ from evalpipe.pipeline.processes import (
     ShardJob,
     WorkerDiedError,
     WorkerError,
+    call_columns,
     keep_listed,
     strip_results,
 )
@@ -472,16 +473,7 @@ def _record(writer: RunWriter, plan: RunPlan, outcomes: Sequence[CallOutcome]) -
     """The calls' rows of runs.parquet (those of ``RunRecord.from_target_run``, built as
     columns: no record per call); the JSON of their messages is handed on to the items'
     conversations (``add_results`` comes next, before anything changes them)."""
-    rows = plan.rows
-    return writer.add_target_runs(
-        [o.run for o in outcomes],
-        run_ids=[o.call.key for o in outcomes],
-        row_ids=[rows[o.call.row_index].id for o in outcomes],
-        transcripts=[o.transcript_json() for o in outcomes],
-        cached=[o.reused for o in outcomes],
-        target=plan.identity,
-        messages_json=[o.messages_json for o in outcomes],
-    )
+    return writer.add_target_runs(**call_columns(plan, outcomes))
 
 
 def _write(writer: RunWriter, plan: RunPlan, shard: ShardResult | ShardDone) -> None:

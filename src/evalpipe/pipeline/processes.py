@@ -56,6 +56,7 @@ __all__ = [
     "ShardJob",
     "WorkerDiedError",
     "WorkerError",
+    "call_columns",
     "encode_shard",
     "split_concurrency",
     "strip_results",
@@ -231,20 +232,25 @@ def keep_listed(result: EvalResults, kept: dict[tuple[str, str], int], listed: i
         keep_listed(sub, kept, listed)
 
 
+def call_columns(plan: RunPlan, outcomes: Sequence[CallOutcome]) -> dict[str, Any]:
+    """The calls' rows of runs.parquet as the writer takes them (``RowEncoder.target_runs``,
+    ``RunWriter.add_target_runs``): one list per column, the JSON of their messages included."""
+    rows = plan.rows
+    return {
+        "runs": [o.run for o in outcomes],
+        "run_ids": [o.call.key for o in outcomes],
+        "row_ids": [rows[o.call.row_index].id for o in outcomes],
+        "transcripts": [o.transcript_json() for o in outcomes],
+        "cached": [o.reused for o in outcomes],
+        "target": plan.identity,
+        "messages_json": [o.messages_json for o in outcomes],
+    }
+
+
 def encode_shard(encoder: RowEncoder, plan: RunPlan, shard: ShardResult) -> EncodedBatch:
     """A shard's rows of runs, items and scores, as the flow writes them (``_record`` then
     ``RunWriter.add_results``)."""
-    outcomes: Sequence[CallOutcome] = shard.outcomes
-    rows = plan.rows
-    runs = encoder.target_runs(
-        [o.run for o in outcomes],
-        run_ids=[o.call.key for o in outcomes],
-        row_ids=[rows[o.call.row_index].id for o in outcomes],
-        transcripts=[o.transcript_json() for o in outcomes],
-        cached=[o.reused for o in outcomes],
-        target=plan.identity,
-        messages_json=[o.messages_json for o in outcomes],
-    )
+    runs = encoder.target_runs(**call_columns(plan, shard.outcomes))
     try:
         levels = SummaryTally().check(shard.results)
     except BaseException:
