@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from evalpipe._internal.calls import CallTimeout, bounded, is_call_failure
+from evalpipe._internal.calls import CallTimeout, HeldSlot, bounded, is_call_failure
 
 
 async def _answer(value: int, delay: float = 0.0) -> int:
@@ -136,3 +136,41 @@ async def test_bounded_matches_asyncio_timeout_over_the_same_calls() -> None:
 
     for delay, seconds in ((0.0, 1.0), (0.001, 1.0), (0.2, 0.01)):
         assert await ours(_answer(7, delay), seconds) == await reference(_answer(7, delay), seconds)
+
+
+async def test_a_held_slot_is_given_back_a_turn_after_its_last_release_unless_taken_again() -> None:
+    """Released and taken again in one turn, the slot stays the worker's; released and not
+    taken again, it goes back to the semaphore in the next turn, as often as that happens."""
+    semaphore = asyncio.Semaphore(1)
+    slot = HeldSlot(semaphore)
+    assert await slot.acquire()
+    for _ in range(3):  # a worker's instant calls: released and taken again in the same turn
+        slot.release()
+        assert semaphore.locked()
+        assert await slot.acquire()
+    await asyncio.sleep(0)
+    assert semaphore.locked()  # held: the last release was taken back
+    slot.release()
+    assert semaphore.locked()
+    await asyncio.sleep(0)
+    assert not semaphore.locked()
+    async with slot:  # from the semaphore again, then given back a turn later
+        assert semaphore.locked()
+    assert semaphore.locked()
+    await asyncio.sleep(0)
+    assert not semaphore.locked()
+
+
+async def test_a_slot_given_back_goes_to_the_semaphore_s_waiter() -> None:
+    """A worker that does not take its slot again lets the task waiting for the semaphore run."""
+    semaphore = asyncio.Semaphore(1)
+    slot = HeldSlot(semaphore)
+    await slot.acquire()
+    waiter = asyncio.create_task(semaphore.acquire())
+    await asyncio.sleep(0)
+    assert not waiter.done()
+    slot.release()
+    assert await asyncio.wait_for(waiter, 1.0)
+    assert semaphore.locked()  # the waiter's now
+    semaphore.release()
+    assert not semaphore.locked()

@@ -57,37 +57,47 @@ class Slots(Protocol):
 class HeldSlot:
     """One worker's slot of a shared semaphore, kept from one of its calls to the next.
 
-    ``release`` gives the slot back one turn of the event loop later, unless the worker takes it
-    again first (``acquire`` in the same turn: its next call, started as the last one ends): the
-    next call then starts at once, instead of the slot going to the semaphore's first waiter,
-    whose turn comes only after every other call that ended in the same turn has been handled.
-    A slot not taken again (a retry's backoff, the worker done or cancelled) is released then, so
-    the semaphore still bounds the calls in flight; it is never held by a worker waiting for
-    anything but the event loop's next turn.
+    ``release`` gives the slot back when the event loop next runs its callbacks (one turn later
+    at the latest), unless the worker takes it again first (``acquire`` in the same turn: its next
+    call, started as the last one ends): the next call then starts at once, instead of the slot
+    going to the semaphore's first waiter, whose turn comes only after every other call that ended
+    in the same turn has been handled. A slot not taken again (a retry's backoff, the worker done
+    or cancelled) is released then, so the semaphore still bounds the calls in flight; it is never
+    held by a worker waiting for anything but the event loop's next turn.
+
+    One callback is queued for all of a turn's releases (a worker making instant calls releases
+    and takes its slot again twice a call): a released slot is marked so, and the callback gives
+    it back only if it is still marked when it runs.
     """
 
-    __slots__ = ("_pending", "_semaphore")
+    __slots__ = ("_queued", "_released", "_semaphore")
 
     def __init__(self, semaphore: Slots) -> None:
         self._semaphore = semaphore
-        self._pending: asyncio.Handle | None = None
+        self._released = False
+        """Released and not yet given back to the semaphore."""
+        self._queued = False
+        """The callback that gives the slot back is queued."""
 
     async def acquire(self) -> bool:
-        pending = self._pending
-        if pending is not None:
-            self._pending = None
-            pending.cancel()
+        if self._released:
+            self._released = False
             return True
         return await self._semaphore.acquire()
 
     def release(self) -> None:
-        if self._pending is not None:  # pragma: no cover - a release follows an acquire
+        if self._released:  # pragma: no cover - a release follows an acquire
             raise RuntimeError("HeldSlot released twice")
-        self._pending = asyncio.get_running_loop().call_soon(self._give_back)
+        self._released = True
+        if not self._queued:
+            self._queued = True
+            asyncio.get_running_loop().call_soon(self._give_back)
 
     def _give_back(self) -> None:
-        self._pending = None
-        self._semaphore.release()
+        self._queued = False
+        if self._released:
+            self._released = False
+            self._semaphore.release()
 
     async def __aenter__(self) -> None:
         await self.acquire()
