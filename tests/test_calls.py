@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
-from evalpipe._internal.calls import CallTimeout, HeldSlot, bounded, is_call_failure
+from evalpipe._internal.calls import CallTimeout, HeldSlot, _Deadlines, bounded, is_call_failure
 
 
 async def _answer(value: int, delay: float = 0.0) -> int:
@@ -174,3 +175,114 @@ async def test_a_slot_given_back_goes_to_the_semaphore_s_waiter() -> None:
     assert semaphore.locked()  # the waiter's now
     semaphore.release()
     assert not semaphore.locked()
+
+
+async def test_calls_sharing_a_timeout_each_time_out_or_return_as_alone() -> None:
+    """Concurrent calls of one timeout (one timer between them): the ones that hang time out,
+    the others return their values, and neither timer nor cancellation is left behind."""
+
+    async def one(index: int) -> object:
+        try:
+            return await bounded(_answer(index, 60.0 if index % 3 == 0 else index / 1000), 0.05)
+        except CallTimeout:
+            return "timeout"
+
+    done = await asyncio.gather(*(one(i) for i in range(12)))
+    assert done == ["timeout" if i % 3 == 0 else i for i in range(12)]
+    loop = asyncio.get_running_loop()
+    assert all(handle.cancelled() for handle in loop._scheduled)  # type: ignore[attr-defined]
+    assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
+
+
+class _Timer:
+    def __init__(self, when: float, callback: Any) -> None:
+        self.when = when
+        self.callback = callback
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class _Clock:
+    """What _Deadlines uses of an event loop, with a clock set by hand."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.soon: list[Any] = []
+        self.timers: list[_Timer] = []
+
+    def time(self) -> float:
+        return self.now
+
+    def call_soon(self, callback: Any) -> None:
+        self.soon.append(callback)
+
+    def call_at(self, when: float, callback: Any) -> _Timer:
+        self.timers.append(_Timer(when, callback))
+        return self.timers[-1]
+
+    def turn(self) -> None:
+        soon, self.soon = self.soon, []
+        for callback in soon:
+            callback()
+
+    def armed(self) -> list[float]:
+        return [t.when for t in self.timers if not t.cancelled and t.callback is not None]
+
+    def run_timers(self, until: float) -> None:
+        self.now = until
+        for timer in self.timers:
+            if not timer.cancelled and timer.callback is not None and timer.when <= until:
+                callback, timer.callback = timer.callback, None
+                callback()
+
+
+class _Task:
+    def __init__(self) -> None:
+        self.cancels = 0
+
+    def cancel(self) -> None:
+        self.cancels += 1
+
+
+def test_shared_deadlines_cancel_each_call_at_its_own_deadline_with_one_timer() -> None:
+    """The one timer is set at the end of the turn for the first pending deadline, runs on to
+    the next, cancels only the calls whose own deadlines passed, and is gone once none is
+    pending; calls that return within their turn set no timer at all."""
+    clock = _Clock()
+    deadlines = _Deadlines(clock, 10.0)  # type: ignore[arg-type]
+    first, second = _Task(), _Task()
+    d1 = deadlines.add(first)  # type: ignore[arg-type]
+    assert clock.armed() == []
+    clock.turn()
+    assert clock.armed() == [10.0]
+    clock.now = 3.0
+    d2 = deadlines.add(second)  # type: ignore[arg-type]
+    clock.turn()
+    assert clock.armed() == [10.0]  # one timer, for the first pending deadline
+    deadlines.done(d1)  # the first call returned
+    clock.run_timers(10.0)
+    assert (first.cancels, second.cancels, d1.fired, d2.fired) == (0, 0, False, False)
+    assert clock.armed() == [13.0]
+    clock.run_timers(13.0)
+    assert (first.cancels, second.cancels, d2.fired) == (0, 1, True)
+    assert clock.armed() == []
+    deadlines.done(d2)  # the cancelled call ended
+    clock.now = 20.0
+    for _ in range(5):  # instant calls: each returns in the turn it started
+        deadlines.done(deadlines.add(_Task()))  # type: ignore[arg-type]
+    clock.turn()
+    assert clock.armed() == []
+    hung = _Task()
+    kept = deadlines.add(hung)  # type: ignore[arg-type]
+    clock.turn()
+    assert clock.armed() == [30.0]
+    for _ in range(200):  # behind a hung call: the returned ones are dropped as they pile up
+        deadlines.done(deadlines.add(_Task()))  # type: ignore[arg-type]
+    assert len(deadlines.pending) <= 130
+    clock.run_timers(30.0)
+    assert (hung.cancels, kept.fired) == (1, True)
+    deadlines.done(kept)
+    assert clock.armed() == []
+    assert not deadlines.pending
