@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from typing import Any
 
 import pytest
 
-from evalpipe._internal.calls import CallTimeout, HeldSlot, _Deadlines, bounded, is_call_failure
+from evalpipe._internal.calls import (
+    _CURRENT_TASKS,
+    CallTimeout,
+    HeldSlot,
+    _Deadlines,
+    bounded,
+    is_call_failure,
+)
 
 
 async def _answer(value: int, delay: float = 0.0) -> int:
@@ -286,3 +294,21 @@ def test_shared_deadlines_cancel_each_call_at_its_own_deadline_with_one_timer() 
     deadlines.done(kept)
     assert clock.armed() == []
     assert not deadlines.pending
+
+
+def test_the_running_task_bounded_reads_is_asyncio_s_current_task() -> None:
+    """Where Python's current_task is a lookup in a dict (3.11), bounded reads the same dict:
+    the same task, in this thread's loop and in another thread's."""
+
+    async def both() -> tuple[object, object]:
+        tasks = _CURRENT_TASKS
+        mine = tasks.get(asyncio.get_running_loop()) if tasks is not None else None
+        return mine, asyncio.current_task()
+
+    seen = [asyncio.run(both())]
+    thread = threading.Thread(target=lambda: seen.append(asyncio.run(both())))
+    thread.start()
+    thread.join()
+    for mine, current in seen:
+        assert current is not None
+        assert mine is current or _CURRENT_TASKS is None

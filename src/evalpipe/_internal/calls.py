@@ -19,6 +19,7 @@ import asyncio
 import collections
 import contextlib
 import contextvars
+import inspect
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -202,6 +203,16 @@ class _Deadlines:
         self._next()
 
 
+_CURRENT_TASKS: dict[asyncio.AbstractEventLoop, asyncio.Task[Any]] | None = None
+"""Python 3.11's running tasks by loop, which its ``asyncio.current_task`` (a Python function,
+C from 3.12 on) looks the loop up in: read here directly, one function call less a call."""
+if (
+    inspect.isfunction(asyncio.current_task)
+    and type(vars(asyncio.tasks).get("_current_tasks")) is dict
+):
+    _CURRENT_TASKS = vars(asyncio.tasks)["_current_tasks"]
+
+
 _LOCAL = threading.local()
 """This thread's deadlines (one event loop runs in a thread at a time)."""
 
@@ -228,7 +239,8 @@ async def bounded(awaitable: Awaitable[T], seconds: float | None) -> T:
     """
     if seconds is None:
         return await awaitable
-    task = asyncio.current_task()
+    tasks = _CURRENT_TASKS
+    task = tasks.get(asyncio.get_running_loop()) if tasks is not None else asyncio.current_task()
     if task is None:
         raise RuntimeError("a bounded call must run inside a task")
     deadlines = _deadlines(task.get_loop(), seconds)
