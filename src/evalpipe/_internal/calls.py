@@ -141,7 +141,9 @@ class _Deadlines:
     returns. The loop's one timer is set (at the end of the turn, for the first deadline still
     pending) only while a call is pending; when it fires it cancels the calls whose deadlines
     passed, as their own timers would have, and is set again for the next one. It is cancelled
-    when no call is pending any more, so no timer outlives the calls.
+    when no call is pending any more, so no timer outlives the calls. (A deadline that passes
+    before the end of the turn its call started in, shorter than what is left of that turn, is
+    enforced a turn later than a timer of its own would be.)
     """
 
     __slots__ = ("arming", "live", "loop", "pending", "seconds", "timer")
