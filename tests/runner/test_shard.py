@@ -36,6 +36,7 @@ from evalpipe.runner.shard import (
     run_calls,
 )
 from evalpipe.runner.state import StorageError
+from evalpipe.secrets import Scrubber
 from evalpipe.transcripts import TargetRun, WorkflowRun
 
 
@@ -465,3 +466,24 @@ async def test_journal_lines_hold_the_transcripts_as_pydantic_writes_them(tmp_pa
             expected = "[" + ",".join(m.model_dump_json(fallback=str) for m in run.messages) + "]"
             assert outcome.messages_json == expected
     assert {o.run.error_code for o in outcomes} == {None, "MaxStepsExceeded", "AgentError"}
+
+
+class _Echoing:
+    name = "echoing"
+
+    async def run(self, messages: list[Message], **kwargs: Any) -> AgentResponse:
+        return AgentResponse(messages=[Message("assistant", [f"said {messages[-1].text}"])])
+
+
+async def test_a_secret_a_call_echoes_is_masked_before_it_is_journaled(tmp_path: Path) -> None:
+    """A made transcript holding one of the run's secrets is masked in the outcome the next
+    stage sees and in its journal line; the others are journaled as they are."""
+    plan = _plan(_Echoing(), ["key sk-secret-123", "plain"])
+    journal = Journal(tmp_path, plan.identity)
+    state = RunState(journal=journal, scrubber=Scrubber(["sk-secret-123"]))
+    outcomes = await run_calls(plan, state, plan.calls, semaphore=None, workers=2)
+    journal.close()
+    text = journal.path.read_text(encoding="utf-8")
+    assert "sk-secret-123" not in text
+    assert [o.run.messages[0].text for o in outcomes] == ["said key ***", "said plain"]  # type: ignore[union-attr]
+    assert [journal.get(o.call.key) for o in outcomes] == [o.json for o in outcomes]

@@ -239,12 +239,12 @@ def settle_many(
         StorageError: when the journal cannot be written (the run is stopped first).
     """
     journal = state.journal
-    scrub = state.scrubber
+    scrub = state.scrubber if state.scrubber else None  # told once: it has secrets to mask
     settled: list[CallOutcome] = []
     lines: list[tuple[str, str]] = []
     for outcome in outcomes:
         if outcome.source == "made":
-            if scrub:
+            if scrub is not None:
                 serialized = outcome.transcript_json()
                 if scrub.found(serialized):
                     # an endpoint or a traceback echoed a secret back: masked before it is stored
