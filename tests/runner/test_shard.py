@@ -487,3 +487,36 @@ async def test_a_secret_a_call_echoes_is_masked_before_it_is_journaled(tmp_path:
     assert "sk-secret-123" not in text
     assert [o.run.messages[0].text for o in outcomes] == ["said key ***", "said plain"]  # type: ignore[union-attr]
     assert [journal.get(o.call.key) for o in outcomes] == [o.json for o in outcomes]
+
+
+class _Hanging:
+    """Hangs on queries that say so; answers the others after a few turns of the loop."""
+
+    name = "hanging"
+
+    async def run(self, messages: list[Message], **kwargs: Any) -> AgentResponse:
+        query = messages[-1].text
+        if "hang" in query:
+            await asyncio.sleep(60)
+        for _ in range(3):
+            await asyncio.sleep(0)
+        return AgentResponse(messages=[Message("assistant", [f"answer to {query}"])])
+
+
+async def test_hanging_calls_time_out_each_at_its_own_deadline_and_the_others_finish(
+    tmp_path: Path,
+) -> None:
+    """Calls of a shard past the call timeout are errored items (TargetTimeout, not journaled),
+    whenever they started; the other calls answer and are journaled."""
+    queries = ["hang 0", "a", "b", "hang 1", "c", "hang 2", "d", "e"]
+    plan = _plan(_Hanging(), queries, call_timeout=0.05)
+    journal = Journal(tmp_path, plan.identity)
+    state = RunState(journal=journal)
+    outcomes = await run_calls(plan, state, plan.calls, semaphore=asyncio.Semaphore(2), workers=2)
+    codes = [o.run.error_code for o in outcomes]
+    assert codes == ["TargetTimeout" if "hang" in q else None for q in queries]
+    timed_out = [o.run.error_message or "" for o in outcomes if o.run.error_code]
+    assert len(timed_out) == 3
+    assert all("call timeout of 0.05 s" in message for message in timed_out)
+    assert [o.call.key in journal for o in outcomes] == [c is None for c in codes]
+    assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
