@@ -10,12 +10,14 @@ CPU figure is steadier on a shared machine):
 - ``calls``: ``run_calls`` over the plan's calls, so ``calls - agent`` is evalpipe's per-call cost.
 
 Each figure is the median of ``--repeat`` runs, each in a fresh process, with the cyclic collector
-as the flow runs shards (``relaxed``: ``gc.freeze()`` and a young threshold of 20,000) and as
-Python's defaults (``default``). ``--src DIR`` measures another checkout's evalpipe through the same
+as the flow and its worker processes run shards (``off``: ``gc.freeze()`` and ``gc.disable()``,
+collected between shards), as they ran them before (``relaxed``: ``gc.freeze()`` and a young
+threshold of 20,000) and as Python's defaults (``default``). With the collector on, most of the
+figure is its scans of the transcripts the shard keeps (about half of it in ``relaxed``). ``--src DIR`` measures another checkout's evalpipe through the same
 script (e.g. a copy of main's ``src``); ``--base DIR`` measures both, each run of one paired with a
 run of the other, and prints before -> after.
 
-Usage: python bench/bench_calls.py [--calls 20000] [--repeat 5] [--gc relaxed,default] [--src DIR]
+Usage: python bench/bench_calls.py [--calls 20000] [--repeat 5] [--gc off,relaxed,default] [--src DIR]
                                    [--base DIR]
 """
 
@@ -65,6 +67,9 @@ async def calls():
 if {gc_mode!r} == "relaxed":
     gc.freeze()
     gc.set_threshold(20000, 10, 10)
+elif {gc_mode!r} == "off":
+    gc.freeze()
+    gc.disable()
 out = {{}}
 for name, fn in (("agent", agent_only), ("calls", calls)):
     w, c = time.perf_counter(), time.process_time()
@@ -112,7 +117,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=20_000)
     parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--gc", default="relaxed,default")
+    parser.add_argument("--gc", default="off,relaxed,default")
     parser.add_argument("--src", default=None, help="the evalpipe sources to measure")
     parser.add_argument(
         "--base",

@@ -226,3 +226,18 @@ def test_record_many_writes_the_lines_record_writes_and_finishes_short_writes(
     keys = list(again.keys())
     assert keys == ["k-first", *written]
     assert again.skipped_lines == 1  # the line the disk cut short
+
+
+def test_the_lines_of_one_write_share_their_finishing_time(tmp_path: Path) -> None:
+    """record_many stamps its lines with one time (they are written together), each line
+    otherwise as record writes it: the key, the time, the transcript."""
+    runs = [(f"k{i}", json.dumps({"i": i})) for i in range(3)]
+    with Journal(tmp_path, "t") as journal:
+        journal.record_many(runs)
+        path = journal.path
+    entries = [json.loads(line) for line in path.read_bytes().splitlines()]
+    assert len({e["finished_at"] for e in entries}) == 1
+    assert [(e["key"], json.dumps(e["run"])) for e in entries] == runs
+    lines = path.read_bytes().decode().splitlines()
+    stamp = entries[0]["finished_at"]
+    assert lines == [f'{{"key":"{k}","finished_at":{stamp!r},"run":{r}}}' for k, r in runs]

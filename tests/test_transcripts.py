@@ -111,3 +111,10 @@ def test_made_run_names_a_bad_field() -> None:
     """An invalid value is refused by validation, naming the field."""
     with pytest.raises(ValueError, match="repetition"):
         made_run(**_fields(repetition="x"))
+
+
+def test_the_transcript_models_are_made_by_object_new() -> None:
+    """made_run and measured_usage make their models with ``object.__new__``: what
+    ``Model.__new__`` is for them (pydantic defines none), so nothing is skipped."""
+    assert RunUsage.__new__ is object.__new__
+    assert TargetRun.__new__ is object.__new__

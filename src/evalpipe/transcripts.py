@@ -175,6 +175,9 @@ Transcript = TargetRun | WorkflowRun
 """What one target call recorded."""
 
 _USAGE_SET = frozenset({"latency_seconds"})
+_new = object.__new__
+"""``Model.__new__(Model)`` for these models (BaseModel has no ``__new__`` of its own), without
+looking ``__new__`` up through pydantic's metaclass."""
 
 
 def measured_usage(latency_seconds: float | None) -> RunUsage:
@@ -185,7 +188,7 @@ def measured_usage(latency_seconds: float | None) -> RunUsage:
     """
     if latency_seconds is not None and type(latency_seconds) is not float:
         return RunUsage(latency_seconds=latency_seconds)
-    usage = RunUsage.__new__(RunUsage)
+    usage = _new(RunUsage)
     set_validated(
         usage,
         {
@@ -262,7 +265,7 @@ def made_run(
         )
         and (tools is None or (type(tools) is list and _only(tools, _TOOL)))
     ):
-        run = TargetRun.__new__(TargetRun)
+        run = _new(TargetRun)
         set_validated(
             run,
             {

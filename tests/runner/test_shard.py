@@ -36,6 +36,7 @@ from evalpipe.runner.shard import (
     run_calls,
 )
 from evalpipe.runner.state import StorageError
+from evalpipe.secrets import Scrubber
 from evalpipe.transcripts import TargetRun, WorkflowRun
 
 
@@ -400,3 +401,122 @@ async def test_a_workers_next_call_keeps_its_slot_and_the_shared_bound_holds() -
     assert agent.events == [f"a{i}" for i in range(10)] + [f"b{i}" for i in range(10)]
     await asyncio.sleep(0)
     assert not shared.locked()
+
+
+class _Varied:
+    """Answers each query with a differently shaped response: unicode, tool calls and results,
+    reported usage, an answer marked as an error, a value JSON cannot hold, or an exception."""
+
+    name = "varied"
+
+    async def run(self, messages: list[Message], **kwargs: Any) -> Any:
+        query = messages[-1].text
+        shape = int(query.split()[0]) % 6
+        if shape == 0:
+            return AgentResponse(messages=[Message("assistant", [f'é\U0001f600 "{query}"\n\\'])])
+        if shape == 1:
+            return AgentResponse(
+                messages=[
+                    Message(
+                        "assistant",
+                        [FunctionCallContent(name="f", arguments={"x": [1, None]}, call_id="c")],
+                        author_name="ä",
+                    ),
+                    Message("tool", [FunctionResultContent(call_id="c", result={"ok": 1.5})]),
+                    Message("assistant", ["done", "twice"]),
+                ],
+                tools=[ToolDefinition("f", "d", {"type": "object"})],
+            )
+        if shape == 2:
+            return AgentResponse(
+                messages=[Message("assistant", ["counted"])],
+                usage=RunUsage(input_tokens=3, output_tokens=None, total_tokens=7),
+            )
+        if shape == 3:
+            return AgentResponse(error_code="MaxStepsExceeded", error_message=None)
+        if shape == 4:
+            result = FunctionResultContent(call_id="c", result={"when": object()})
+            return AgentResponse(messages=[Message("tool", [result])])
+        raise ValueError(f"broken on {query}")
+
+
+async def test_journal_lines_hold_the_transcripts_as_pydantic_writes_them(tmp_path: Path) -> None:
+    """Each journaled line is the key, a time and the transcript exactly as
+    ``model_dump_json(fallback=str)`` writes the outcome's run (whatever its shape), the
+    messages JSON found in it is theirs, and only calls without error are journaled."""
+    plan = _plan(_Varied(), [f"{i} q\u00e9" for i in range(24)])
+    journal = Journal(tmp_path, plan.identity)
+    state = RunState(journal=journal)
+    outcomes = await run_calls(plan, state, plan.calls, semaphore=asyncio.Semaphore(4), workers=4)
+    journal.close()
+    lines = journal.path.read_bytes().decode("utf-8").splitlines()
+    by_key = {o.call.key: o for o in outcomes}
+    kept = [o for o in outcomes if o.run.error_code is None]
+    assert len(lines) == len(kept) == 16
+    for line in lines:
+        key = line[len('{"key":"') : line.index('"', len('{"key":"'))]
+        outcome = by_key[key]
+        run_json = outcome.run.model_dump_json(fallback=str)
+        finished = line[line.index('"finished_at":') + 14 : line.index(',"run":')]
+        assert line == f'{{"key":"{key}","finished_at":{float(finished)!r},"run":{run_json}}}'
+        assert outcome.json == run_json
+        run = outcome.run
+        assert isinstance(run, TargetRun)
+        if run.tools is None and run.messages:
+            expected = "[" + ",".join(m.model_dump_json(fallback=str) for m in run.messages) + "]"
+            assert outcome.messages_json == expected
+    assert {o.run.error_code for o in outcomes} == {None, "MaxStepsExceeded", "AgentError"}
+
+
+class _Echoing:
+    name = "echoing"
+
+    async def run(self, messages: list[Message], **kwargs: Any) -> AgentResponse:
+        return AgentResponse(messages=[Message("assistant", [f"said {messages[-1].text}"])])
+
+
+async def test_a_secret_a_call_echoes_is_masked_before_it_is_journaled(tmp_path: Path) -> None:
+    """A made transcript holding one of the run's secrets is masked in the outcome the next
+    stage sees and in its journal line; the others are journaled as they are."""
+    plan = _plan(_Echoing(), ["key sk-secret-123", "plain"])
+    journal = Journal(tmp_path, plan.identity)
+    state = RunState(journal=journal, scrubber=Scrubber(["sk-secret-123"]))
+    outcomes = await run_calls(plan, state, plan.calls, semaphore=None, workers=2)
+    journal.close()
+    text = journal.path.read_text(encoding="utf-8")
+    assert "sk-secret-123" not in text
+    assert [o.run.messages[0].text for o in outcomes] == ["said key ***", "said plain"]  # type: ignore[union-attr]
+    assert [journal.get(o.call.key) for o in outcomes] == [o.json for o in outcomes]
+
+
+class _Hanging:
+    """Hangs on queries that say so; answers the others after a few turns of the loop."""
+
+    name = "hanging"
+
+    async def run(self, messages: list[Message], **kwargs: Any) -> AgentResponse:
+        query = messages[-1].text
+        if "hang" in query:
+            await asyncio.sleep(60)
+        for _ in range(3):
+            await asyncio.sleep(0)
+        return AgentResponse(messages=[Message("assistant", [f"answer to {query}"])])
+
+
+async def test_hanging_calls_time_out_each_at_its_own_deadline_and_the_others_finish(
+    tmp_path: Path,
+) -> None:
+    """Calls of a shard past the call timeout are errored items (TargetTimeout, not journaled),
+    whenever they started; the other calls answer and are journaled."""
+    queries = ["hang 0", "a", "b", "hang 1", "c", "hang 2", "d", "e"]
+    plan = _plan(_Hanging(), queries, call_timeout=0.05)
+    journal = Journal(tmp_path, plan.identity)
+    state = RunState(journal=journal)
+    outcomes = await run_calls(plan, state, plan.calls, semaphore=asyncio.Semaphore(2), workers=2)
+    codes = [o.run.error_code for o in outcomes]
+    assert codes == ["TargetTimeout" if "hang" in q else None for q in queries]
+    timed_out = [o.run.error_message or "" for o in outcomes if o.run.error_code]
+    assert len(timed_out) == 3
+    assert all("call timeout of 0.05 s" in message for message in timed_out)
+    assert [o.call.key in journal for o in outcomes] == [c is None for c in codes]
+    assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]

@@ -105,7 +105,8 @@ class CallOutcome:
         """The transcript as JSON (serialized once; a TargetRun's messages found in it)."""
         if self.json is None:
             run = self.run
-            self.json = text = run.model_dump_json(fallback=str)
+            # what ``run.model_dump_json(fallback=str)`` returns, without its wrapper's arguments
+            self.json = text = run.__pydantic_serializer__.to_json(run, fallback=str).decode()
             if type(run) is TargetRun and run.tools is None and run.messages and self._LAYOUT:
                 self.messages_json = self._messages_in(text)
         return self.json
@@ -166,8 +167,16 @@ async def _fetch(
 ) -> CallOutcome:
     """A call's outcome as :func:`make_call` makes it, before :func:`settle` (a made transcript
     is stamped, not yet scrubbed or journaled)."""
-    if plan.stored is not None:
-        return CallOutcome(call, plan.stored[call.key], "reused")
+    held = _held(plan, state, call)
+    return held if held is not None else await _made(plan, call, semaphore)
+
+
+def _held(plan: RunPlan, state: RunState, call: Call) -> CallOutcome | None:
+    """The outcome of a call whose transcript is held already (the re-scored run, the journal, the
+    row's recording), or None when the target must be called (:func:`_made`)."""
+    stored = plan.stored
+    if stored is not None:
+        return CallOutcome(call, stored[call.key], "reused")
     journal = state.journal
     if journal is not None and (text := journal.get(call.key)) is not None:
         return CallOutcome(call, load_transcript(plan.kind, text), "reused", text)
@@ -177,6 +186,12 @@ async def _fetch(
         if call.repetition:
             run = run.model_copy(update={"repetition": call.repetition})
         return CallOutcome(call, run, "recorded")
+    return None
+
+
+async def _made(plan: RunPlan, call: Call, semaphore: Slots | None) -> CallOutcome:
+    """The outcome of calling the target for ``call`` (its transcript stamped)."""
+    row = plan.rows[call.row_index]
     target = plan.target
     if target is None:  # pragma: no cover - prepare_suite refuses such a plan
         raise RuntimeError(f"row {row.id!r} has no recording and the plan has no target")
@@ -204,16 +219,6 @@ async def _fetch(
     return CallOutcome(call, made, "made")
 
 
-def _calls_target(plan: RunPlan, state: RunState, call: Call) -> bool:
-    """Whether :func:`_fetch` calls the target for ``call`` (nothing holds its transcript)."""
-    journal = state.journal
-    return (
-        plan.stored is None
-        and (journal is None or call.key not in journal)
-        and plan.rows[call.row_index].recorded is None
-    )
-
-
 def settle(plan: RunPlan, state: RunState, outcome: CallOutcome) -> CallOutcome:
     """A fetched outcome made ready for the next stage: a made transcript's secrets masked and,
     without error, journaled (the outcome as the next stage sees it).
@@ -234,12 +239,12 @@ def settle_many(
         StorageError: when the journal cannot be written (the run is stopped first).
     """
     journal = state.journal
-    scrub = state.scrubber
+    scrub = state.scrubber if state.scrubber else None  # told once: it has secrets to mask
     settled: list[CallOutcome] = []
     lines: list[tuple[str, str]] = []
     for outcome in outcomes:
         if outcome.source == "made":
-            if scrub:
+            if scrub is not None:
                 serialized = outcome.transcript_json()
                 if scrub.found(serialized):
                     # an endpoint or a traceback echoed a secret back: masked before it is stored
@@ -324,14 +329,17 @@ async def run_calls(
                 index = next_index
                 next_index += 1
                 call = calls[index]
-                if slot is not None and _calls_target(plan, state, call):
-                    # the slot first (kept for the call, which takes it in this turn): a call
-                    # that waited for one while the run was stopped is not made
-                    await slot.acquire()
-                    slot.release()
-                    if state.failure is not None:
-                        break
-                unsettled.append((index, await _fetch(plan, state, call, slot)))
+                fetched = _held(plan, state, call)
+                if fetched is None:
+                    if slot is not None:
+                        # the slot first (kept for the call, which takes it in this turn): a call
+                        # that waited for one while the run was stopped is not made
+                        await slot.acquire()
+                        slot.release()
+                        if state.failure is not None:
+                            break
+                    fetched = await _made(plan, call, slot)
+                unsettled.append((index, fetched))
                 if len(unsettled) >= count:
                     settle_finished()
                 elif len(unsettled) == 1:
