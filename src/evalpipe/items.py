@@ -99,13 +99,23 @@ def _split_texts(conv: Sequence[Message], cut: int) -> tuple[str, str]:
     assistant texts from it on, in one pass (what two :func:`_join` calls give)."""
     query: list[str] = []
     response: list[str] = []
-    for i, m in enumerate(conv):
-        role = m.role
-        if i < cut:
-            if role == "user" and (text := m.text):
-                query.append(text)
-        elif role == "assistant" and (text := m.text):
-            response.append(text)
+    for side, role, texts in ((conv[:cut], "user", query), (conv[cut:], "assistant", response)):
+        for m in side:
+            if m.role != role:
+                continue
+            if type(m) is Message:
+                # Message.text inlined for its common case (one content): the property's call
+                # costs more than the text itself, once per message of every item checked.
+                contents = m.contents
+                if len(contents) == 1:
+                    only = contents[0]
+                    text = only.text if only.type == "text" else ""
+                else:
+                    text = m.text
+            else:
+                text = m.text  # a subclass may say otherwise
+            if text:
+                texts.append(text)
     return _joined(query), _joined(response)
 
 
@@ -467,6 +477,13 @@ class EvalItem(BaseModel):
     def result_metadata(self) -> dict[str, Any] | None:
         """What every provider's result for this item carries from it: query index, repetition,
         agent, and the item's own metadata (dataset row id, tags, ...); None when there is none."""
+        if (
+            self.query_index is None
+            and self.repetition is None
+            and self.agent is None
+            and not self.metadata
+        ):
+            return None  # the common case of a bare item, without building a dict
         meta: dict[str, Any] = {}
         if self.query_index is not None:
             meta["query_index"] = self.query_index
