@@ -219,11 +219,20 @@ def tool_call_args_match(item: EvalItem) -> CheckResult:
             matched += 1
             details.append(f"  {exp.name}: called (args not checked)")
             continue
-        want = exp.arguments
-        if any(
-            args is not None and all(k in args and args[k] == v for k, v in want.items())
-            for args in calls
-        ):
+        want = exp.arguments.items()
+        # any(all(...)) over the calls, as loops: the first matching call ends the search, the
+        # first differing key ends a call's test (the same comparisons, without two generators)
+        for args in calls:
+            if args is None:
+                continue
+            for k, v in want:
+                if k not in args or not (args[k] == v):  # noqa: SIM201 - ==, as all() did
+                    break
+            else:
+                break
+        else:
+            args = None
+        if args is not None:
             matched += 1
             details.append(f"  {exp.name}: args match")
         else:
