@@ -425,6 +425,28 @@ def test_tool_call_args_match_any_same_name_call_may_match() -> None:
     assert tool_call_args_match(item).reason == "Tool call args match: 1/1\n  f: args match"
 
 
+class _EqualsAnything:
+    """A value equal to anything, whose != says otherwise: the match must ask ==."""
+
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    def __ne__(self, other: object) -> bool:
+        return True
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def test_tool_call_args_match_compares_values_with_eq() -> None:
+    """An argument matches when its value == the expected one (not when != says it differs),
+    and a later call is tried after an earlier one differed."""
+    item = args_item(
+        [("f", {"a": 0, "b": 2}), ("f", {"a": 1, "b": 2})],
+        [ExpectedToolCall("f", {"a": 1, "b": _EqualsAnything()})],
+    )
+    assert tool_call_args_match(item).reason == "Tool call args match: 1/1\n  f: args match"
+
+
 def test_tool_call_args_match_calls_are_not_consumed() -> None:
     """One actual call satisfies several identical expectations."""
     item = args_item(

@@ -14,6 +14,7 @@ from evalpipe import (
     ConversationSplitter,
     EvalItem,
     ExpectedToolCall,
+    FunctionCallContent,
     Message,
     ToolDefinition,
 )
@@ -544,6 +545,17 @@ def test_equality_ignores_the_split_cache() -> None:
     assert a != EvalItem([Message("user", ["other"])])
 
 
+_CALL = FunctionCallContent(name="f", arguments={}, call_id="c")
+
+
+class _Shouting(Message):
+    """A message whose text is its own: the split reads it, not Message's."""
+
+    @property
+    def text(self) -> str:
+        return super().text.upper()
+
+
 @pytest.mark.parametrize("strategy", [ConversationSplit.LAST_TURN, ConversationSplit.FULL])
 def test_fast_split_path_matches_the_reference_splitters(strategy: ConversationSplit) -> None:
     """The cached, index-based built-in split gives what the plain splitter functions give (seeded fuzz)."""
@@ -554,8 +566,11 @@ def test_fast_split_path_matches_the_reference_splitters(strategy: ConversationS
         conv = []
         for _ in range(rng.randint(0, 8)):
             role = rng.choice(roles)
-            texts = [rng.choice(["", " a ", "b", "c d"]) for _ in range(rng.randint(0, 2))]
-            conv.append(Message(role, texts))
+            texts: list[Any] = [
+                rng.choice(["", " a ", "b", "c d", _CALL]) for _ in range(rng.randint(0, 2))
+            ]
+            kind = _Shouting if rng.random() < 0.1 else Message
+            conv.append(kind(role, texts))
         fast = EvalItem(conv, split_strategy=strategy)
         slow = EvalItem(conv, split_strategy=lambda c, ref=reference: ref(c))
         assert (fast.query, fast.response) == (slow.query, slow.response)

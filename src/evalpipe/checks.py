@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 from sys import intern
 from typing import Any, Literal
 
@@ -108,6 +109,9 @@ def tool_called_check(*tool_names: str, mode: Literal["all", "any"] = "all") -> 
                 passed_reasons[seen] = reason = intern(reason)
         return CheckResult(True, reason, "tool_called")
 
+    passed_one: dict[str, str] = {}
+    """The pass reason when the one tool seen satisfied the condition (the common case), by name."""
+
     def check(item: EvalItem) -> CheckResult:
         called: set[str] = set()
         for message in item.conversation:
@@ -117,6 +121,14 @@ def tool_called_check(*tool_names: str, mode: Literal["all", "any"] = "all") -> 
                     called.add(name)
                     # Return as soon as the condition holds, reporting the calls seen so far (MAF).
                     if (name_set <= called) if want_all else (name in name_set):
+                        if len(called) == 1 and type(name) is str:
+                            reason = passed_one.get(name)
+                            if reason is not None:
+                                return CheckResult(True, reason, "tool_called")
+                            result = passing(called)
+                            if len(passed_one) < _MEMO_LIMIT:
+                                passed_one[name] = result.reason
+                            return result
                         return passing(called)
         if want_all and name_set <= called:  # no names and no calls at all
             return passing(called)
@@ -151,6 +163,7 @@ _PRESENT: dict[tuple[str | None, ...], tuple[bool, str]] = {}
 """tool_calls_present's verdict per (expected names, None, called names): it depends on nothing
 else."""
 _KEY_TYPES = frozenset({str, type(None)})
+_name = attrgetter("name")
 _STR_ONLY = frozenset({str})
 
 
@@ -159,14 +172,13 @@ def tool_calls_present(item: EvalItem) -> CheckResult:
     expected = item.expected_tool_calls
     if not expected:
         return CheckResult(True, "No expected tool calls specified.", "tool_calls_present")
-    names = [e.name for e in expected]
-    called = [c.name for c in _calls_of(item)]
-    key = (*names, None, *called)
+    key = (*map(_name, expected), None, *map(_name, _calls_of(item)))
+    n = len(expected)
     if not _KEY_TYPES.issuperset(map(type, key)):  # a str subclass may print otherwise
-        return _present_result(*_calls_present(names, set(called)))
+        return _present_result(*_calls_present(list(key[:n]), set(key[n + 1 :])))
     verdict = _PRESENT.get(key)
     if verdict is None:
-        verdict = _calls_present(names, set(called))
+        verdict = _calls_present(list(key[:n]), set(key[n + 1 :]))
         if len(_PRESENT) < _MEMO_LIMIT:
             _PRESENT[key] = verdict
     return _present_result(*verdict)
@@ -207,11 +219,20 @@ def tool_call_args_match(item: EvalItem) -> CheckResult:
             matched += 1
             details.append(f"  {exp.name}: called (args not checked)")
             continue
-        want = exp.arguments
-        if any(
-            args is not None and all(k in args and args[k] == v for k, v in want.items())
-            for args in calls
-        ):
+        want = exp.arguments.items()
+        # any(all(...)) over the calls, as loops: the first matching call ends the search, the
+        # first differing key ends a call's test (the same comparisons, without two generators)
+        for args in calls:
+            if args is None:
+                continue
+            for k, v in want:
+                if k not in args or not (args[k] == v):  # noqa: SIM201 - ==, as all() did
+                    break
+            else:
+                break
+        else:
+            args = None
+        if args is not None:
             matched += 1
             details.append(f"  {exp.name}: args match")
         else:

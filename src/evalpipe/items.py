@@ -99,14 +99,66 @@ def _split_texts(conv: Sequence[Message], cut: int) -> tuple[str, str]:
     assistant texts from it on, in one pass (what two :func:`_join` calls give)."""
     query: list[str] = []
     response: list[str] = []
-    for i, m in enumerate(conv):
-        role = m.role
-        if i < cut:
-            if role == "user" and (text := m.text):
-                query.append(text)
-        elif role == "assistant" and (text := m.text):
-            response.append(text)
+    for side, role, texts in ((conv[:cut], "user", query), (conv[cut:], "assistant", response)):
+        for m in side:
+            if m.role != role:
+                continue
+            if type(m) is Message:
+                # Message.text inlined for its common case (one content): the property's call
+                # costs more than the text itself, once per message of every item checked.
+                contents = m.contents
+                if len(contents) == 1:
+                    only = contents[0]
+                    text = only.text if only.type == "text" else ""
+                else:
+                    text = m.text
+            else:
+                text = m.text  # a subclass may say otherwise
+            if text:
+                texts.append(text)
     return _joined(query), _joined(response)
+
+
+def _last_turn_texts(conv: Sequence[Message]) -> tuple[int, str, str]:
+    """``(cut, query, response)`` of a conversation split at its last user message, in one pass
+    from the end (what :func:`_last_user` and :func:`_split_texts` give): the assistant texts
+    after the cut are read on the way to it."""
+    response: list[str] = []
+    cut = len(conv)
+    while cut:
+        m = conv[cut - 1]
+        role = m.role
+        if role == "user":
+            break
+        cut -= 1
+        if role == "assistant":
+            if type(m) is Message:  # Message.text inlined, as in _split_texts
+                contents = m.contents
+                if len(contents) == 1:
+                    only = contents[0]
+                    text = only.text if only.type == "text" else ""
+                else:
+                    text = m.text
+            else:
+                text = m.text
+            if text:
+                response.append(text)
+    response.reverse()
+    query: list[str] = []
+    for m in conv[:cut]:
+        if m.role == "user":
+            if type(m) is Message:
+                contents = m.contents
+                if len(contents) == 1:
+                    only = contents[0]
+                    text = only.text if only.type == "text" else ""
+                else:
+                    text = m.text
+            else:
+                text = m.text
+            if text:
+                query.append(text)
+    return cut, _joined(query), _joined(response)
 
 
 class ExpectedToolCall(BaseModel):
@@ -263,15 +315,12 @@ class EvalItem(BaseModel):
     metadata: dict[str, Any] = Field(default_factory=dict)
     """Free-form extra data (dataset tags, ids) carried into the results."""
 
-    _split_cache: tuple[Any, tuple[Message, ...], Split | int, str, str] | None = PrivateAttr(
-        default=None
-    )
-    """(splitter, the messages it split, the cut index or the custom split, query, response);
-    reused only while the conversation holds the very same message objects in the same order."""
-    _calls_cache: tuple[tuple[Message, ...], tuple[FunctionCallContent, ...]] | None = PrivateAttr(
-        default=None
-    )
-    """(the messages scanned, their tool calls) for :meth:`_calls`; reused on the same rule."""
+    _split_cache: tuple[Any, ...] | None = PrivateAttr(default=None)
+    """(*the messages split, splitter, the cut index or the custom split, query, response), one
+    flat tuple (one object for the collector to scan, not two); reused only while the
+    conversation holds the very same message objects in the same order."""
+    _calls_cache: tuple[Any, ...] | None = PrivateAttr(default=None)
+    """(*the messages scanned, their tool calls) for :meth:`_calls`; reused on the same rule."""
 
     def __init__(
         self,
@@ -438,35 +487,39 @@ class EvalItem(BaseModel):
         conv = self.conversation
         private: dict[str, Any] = self.__pydantic_private__  # type: ignore[assignment]
         cache = private.get("_split_cache")
+        # The messages lead the tuple: map() stops at the end of the conversation.
         if (
             cache is not None
-            and cache[0] is splitter
-            and len(cache[1]) == len(conv)
-            and all(map(is_, cache[1], conv))
+            and cache[-4] is splitter
+            and len(cache) == len(conv) + 4
+            and all(map(is_, cache, conv))
         ):
-            return cache[2], cache[3], cache[4]
+            return cache[-3], cache[-2], cache[-1]
         result: Split | int
-        if splitter is _LAST_TURN or splitter is _FULL:
+        if splitter is _LAST_TURN:
             # The built-in strategies (a ConversationSplit has no other members): only the cut.
-            if splitter is _LAST_TURN:
-                cut = len(conv)
-                while cut and conv[cut - 1].role != "user":
-                    cut -= 1
-            else:
-                cut = _first_user(conv) + 1
-            query, response = _split_texts(conv, cut)
-            result = cut
+            result, query, response = _last_turn_texts(conv)
+        elif splitter is _FULL:
+            result = _first_user(conv) + 1
+            query, response = _split_texts(conv, result)
         else:
             query_msgs, response_msgs = splitter(conv)
             result = (list(query_msgs), list(response_msgs))
             query = _join(result[0], 0, len(result[0]), "user")
             response = _join(result[1], 0, len(result[1]), "assistant")
-        private["_split_cache"] = (splitter, tuple(conv), result, query, response)
+        private["_split_cache"] = (*conv, splitter, result, query, response)
         return result, query, response
 
     def result_metadata(self) -> dict[str, Any] | None:
         """What every provider's result for this item carries from it: query index, repetition,
         agent, and the item's own metadata (dataset row id, tags, ...); None when there is none."""
+        if (
+            self.query_index is None
+            and self.repetition is None
+            and self.agent is None
+            and not self.metadata
+        ):
+            return None  # the common case of a bare item, without building a dict
         meta: dict[str, Any] = {}
         if self.query_index is not None:
             meta["query_index"] = self.query_index
@@ -524,15 +577,14 @@ class EvalItem(BaseModel):
         checks read it, several per item)."""
         conv = self.conversation
         private: dict[str, Any] = self.__pydantic_private__  # type: ignore[assignment]
-        cache: tuple[tuple[Message, ...], tuple[FunctionCallContent, ...]] | None = private.get(
-            "_calls_cache"
-        )
-        if cache is not None and len(cache[0]) == len(conv) and all(map(is_, cache[0], conv)):
-            return cache[1]
+        cache: tuple[Any, ...] | None = private.get("_calls_cache")
+        if cache is not None and len(cache) == len(conv) + 1 and all(map(is_, cache, conv)):
+            found: tuple[FunctionCallContent, ...] = cache[-1]
+            return found
         calls: tuple[FunctionCallContent, ...] = tuple(
             [c for m in conv for c in m.contents if c.type == "function_call"]
         )
-        private["_calls_cache"] = (tuple(conv), calls)
+        private["_calls_cache"] = (*conv, calls)
         return calls
 
     @staticmethod

@@ -538,6 +538,49 @@ async def test_error_string_keeps_item_order_when_async_items_finish_last() -> N
     ]
 
 
+async def test_checks_answering_before_an_async_one_are_reported_once_in_order() -> None:
+    """An item whose first checks fail or raise synchronously and whose last one waits reports
+    each check once, in check order: its failures in error once, its raise as its error."""
+
+    def no(it: EvalItem) -> CheckResult:
+        return CheckResult(False, f"no on {it.response}", "no")
+
+    def boom(it: EvalItem) -> CheckResult:
+        raise ValueError(it.response)
+
+    async def later(it: EvalItem) -> CheckResult:
+        await asyncio.sleep(0)
+        return CheckResult(False, "later", "later")
+
+    local = LocalEvaluator(no, boom, later, keyword_check("sunny"))
+    res = await local.evaluate([item("a"), item("sunny")])
+    assert res.error == (
+        "no: no on a; later: later; keyword_check: Missing keywords: ['sunny']; "
+        "no: no on sunny; later: later"
+    )
+    assert [r.status for r in res.items] == ["error", "error"]
+    assert [r.error_message for r in res.items] == [
+        "boom: ValueError: a",
+        "boom: ValueError: sunny",
+    ]
+    assert [[(s.name, s.passed, s.score) for s in r.scores] for r in res.items] == [
+        [
+            ("no", False, 0.0),
+            ("boom", None, None),
+            ("later", False, 0.0),
+            ("keyword_check", False, 0.0),
+        ],
+        [
+            ("no", False, 0.0),
+            ("boom", None, None),
+            ("later", False, 0.0),
+            ("keyword_check", True, 1.0),
+        ],
+    ]
+    assert res.per_evaluator["no"] == {"passed": 0, "failed": 2, "errored": 0}
+    assert res.per_evaluator["boom"] == {"passed": 0, "failed": 0, "errored": 2}
+
+
 async def test_error_is_none_when_nothing_failed() -> None:
     """error is None when no check failed."""
     res = await LocalEvaluator(keyword_check("sunny")).evaluate([item()])

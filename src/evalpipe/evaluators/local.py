@@ -255,19 +255,6 @@ class LocalEvaluator:
         """The checks' names (each check reports under its own name)."""
         return list(dict.fromkeys(check_name_of(c) for c in self.checks))
 
-    def _start(
-        self, item: EvalItem, runners: Sequence[Callable[[EvalItem], Any]]
-    ) -> list[CheckResult | BaseException | Awaitable[CheckResult]]:
-        out: list[CheckResult | BaseException | Awaitable[CheckResult]] = []
-        for run in runners:
-            try:
-                out.append(run(item))
-            except BaseException as exc:
-                if not is_call_failure(exc):
-                    raise
-                out.append(exc)
-        return out
-
     async def evaluate(
         self, items: Sequence[EvalItem], *, eval_name: str = "Local Eval"
     ) -> EvalResults:
@@ -275,27 +262,25 @@ class LocalEvaluator:
         # A FunctionEvaluator over a sync function answers without a coroutine (see its `run`).
         runners = [c.run if isinstance(c, FunctionEvaluator) else c for c in self.checks]
         names = [check_name_of(c) for c in self.checks]
-        start = self._start
         failures: list[tuple[int, str]] = []
         results: list[EvalItemResult | None] = []
         add_result = results.append
         pending: list[tuple[int, list[Any]]] = []
+        checked = _checked
+        result_type = EvalItemResult
         with _gc_paused():
             for index, item in enumerate(items):
                 if item.error_code:
-                    add_result(_item_result(index, item, None, names, failures))
+                    add_result(_errored(index, item))
                     continue
-                outs = start(item, runners)
-                # every check answered a CheckResult (one set test), else: does one wait?
-                if _SETTLED.issuperset(map(type, outs)) or all(
-                    isinstance(o, CheckResult | BaseException) for o in outs
-                ):
-                    # The item's result at once: its CheckResults are freed before the collector
-                    # runs again, not kept for a second pass.
-                    add_result(_item_result(index, item, outs, names, failures))
+                # Every check answered: the item's result at once (its CheckResults are freed
+                # before the collector runs again); else the checks' outcomes, to settle.
+                done_or_outs = checked(index, item, runners, names, failures)
+                if type(done_or_outs) is result_type:
+                    add_result(done_or_outs)
                 else:
                     add_result(None)
-                    pending.append((index, outs))
+                    pending.append((index, done_or_outs))  # type: ignore[arg-type]
         if pending:
             semaphore = asyncio.Semaphore(self.max_concurrency)
 
@@ -326,42 +311,60 @@ class LocalEvaluator:
             )
 
 
-def _item_result(
-    index: int,
-    item: EvalItem,
-    outs: Sequence[Any] | None,
-    names: Sequence[str],
-    failures: list[tuple[int, str]],
-) -> EvalItemResult:
-    """One item's result from its checks' outcomes (None: the item's target call failed); each
-    failed check's ``name: reason`` is added to ``failures`` under the item's index."""
+def _errored(index: int, item: EvalItem) -> EvalItemResult:
+    """The result of an item whose target call failed: errored, no check run."""
     item_id = item.item_id
     if item_id is None:
         item_id = str(index)
     metadata = item.result_metadata()
     query, response = item.query_and_response()
-    if outs is None:
-        return EvalItemResult(
-            item_id,
-            ERROR,
-            [],
-            item.error_code,
-            item.error_message,
-            None,
-            query,
-            response,
-            None,
-            metadata,
-        )
+    return EvalItemResult(
+        item_id,
+        ERROR,
+        [],
+        item.error_code,
+        item.error_message,
+        None,
+        query,
+        response,
+        None,
+        metadata,
+    )
+
+
+def _checked(
+    index: int,
+    item: EvalItem,
+    runners: Sequence[Callable[[EvalItem], Any]],
+    names: Sequence[str],
+    failures: list[tuple[int, str]],
+) -> EvalItemResult | list[Any]:
+    """Run every check on ``item``: its result when each check answered a CheckResult or raised
+    (the common case, in one pass), else the checks' outcomes in order, for the caller to settle
+    and give to :func:`_item_result`. A check's exception (other than the run being stopped) is
+    its outcome; each check starts before the next, as :func:`_item_result` expects them."""
     scores: list[EvalScoreResult] = []
     add_score = scores.append
     score_result = EvalScoreResult
+    outs: list[Any] = []
+    add_out = outs.append
+    mark = len(failures)
     errors: list[str] | None = None
-    all_passed = bool(outs)
-    for name, out in zip(names, outs, strict=True):
+    all_passed = True
+    k = 0
+    for run in runners:
+        try:
+            out = run(item)
+        except BaseException as exc:
+            if not is_call_failure(exc):
+                raise
+            out = exc
+        add_out(out)
         if type(out) is CheckResult or isinstance(out, CheckResult):
             # The common path, kept lean: it runs once per item and check.
-            passed = bool(out.passed)
+            passed = out.passed
+            if type(passed) is not bool:
+                passed = bool(passed)
             reason = out.reason
             cname = out.check_name
             if not passed:
@@ -370,39 +373,49 @@ def _item_result(
             score = out.score
             if score is None:
                 score = 1.0 if passed else 0.0
-            details = out.details
-            if details:
-                # A check's extra numbers ride in `sample`, beside MAF's reason.
-                sample: dict[str, Any] = {**details}
-                if reason:
-                    sample["reason"] = reason
-                threshold = details.get("threshold")
-                add_score(
-                    score_result(
-                        cname,
-                        score,
-                        passed,
-                        sample,
-                        None,
-                        reason or None,
-                        threshold
-                        if isinstance(threshold, int | float) and not isinstance(threshold, bool)
-                        else None,
-                    )
-                )
+            if out.details:
+                add_score(_detailed_score(out, cname, score, passed, reason))
             elif reason:
                 add_score(score_result(cname, score, passed, {"reason": reason}, None, reason))
             else:
                 add_score(score_result(cname, score, passed))
-            continue
-        if not isinstance(out, BaseException):
-            out = TypeError(f"check '{name}' returned {type(out).__name__}, expected CheckResult")
-        if errors is None:
-            errors = []
-        errors.append(f"{name}: {_error_text(out)}")
-        add_score(score_result(name, None, None, error_message=_error_text(out)))
-    # The tally's item rule, inlined for the hot path: any error, else all passed, else fail
-    # (zero checks fail, as MAF).
+        elif isinstance(out, BaseException):
+            if errors is None:
+                errors = []
+            name = names[k]
+            text = _error_text(out)
+            errors.append(f"{name}: {text}")
+            add_score(score_result(name, None, None, error_message=text))
+        else:
+            # Something to await (or not a CheckResult at all): start the remaining checks, and
+            # the caller settles them all; nothing of this pass is kept.
+            for rest in runners[k + 1 :]:
+                try:
+                    add_out(rest(item))
+                except BaseException as exc:
+                    if not is_call_failure(exc):
+                        raise
+                    add_out(exc)
+            del failures[mark:]
+            return outs
+        k += 1
+    return _finish(index, item, scores, errors, all_passed and k > 0)
+
+
+def _finish(
+    index: int,
+    item: EvalItem,
+    scores: list[EvalScoreResult],
+    errors: list[str] | None,
+    all_passed: bool,
+) -> EvalItemResult:
+    """An item's result from its scores: the tally's item rule, inlined for the hot path (any
+    error, else all passed, else fail; zero checks fail, as MAF)."""
+    item_id = item.item_id
+    if item_id is None:
+        item_id = str(index)
+    metadata = item.result_metadata()
+    query, response = item.query_and_response()
     if errors:
         return EvalItemResult(
             item_id,
@@ -430,8 +443,70 @@ def _item_result(
     )
 
 
-_SETTLED = frozenset({CheckResult})
-"""What a started check holds once it answered (the common case: a sync check's CheckResult)."""
+def _detailed_score(
+    out: CheckResult, name: str, score: float, passed: bool, reason: str
+) -> EvalScoreResult:
+    """The score of a check that reports further numbers: they ride in ``sample``, beside MAF's
+    reason, and a numeric ``threshold`` among them is the score's threshold."""
+    details = out.details or {}
+    sample: dict[str, Any] = {**details}
+    if reason:
+        sample["reason"] = reason
+    threshold = details.get("threshold")
+    return EvalScoreResult(
+        name,
+        score,
+        passed,
+        sample,
+        None,
+        reason or None,
+        threshold
+        if isinstance(threshold, int | float) and not isinstance(threshold, bool)
+        else None,
+    )
+
+
+def _item_result(
+    index: int,
+    item: EvalItem,
+    outs: Sequence[Any],
+    names: Sequence[str],
+    failures: list[tuple[int, str]],
+) -> EvalItemResult:
+    """One item's result from its checks' settled outcomes; each failed check's ``name: reason``
+    is added to ``failures`` under the item's index. An outcome that is neither a CheckResult nor
+    an exception makes the check errored (a TypeError)."""
+    scores: list[EvalScoreResult] = []
+    errors: list[str] | None = None
+    all_passed = bool(outs)
+    for name, out in zip(names, outs, strict=True):
+        if isinstance(out, CheckResult):
+            passed = bool(out.passed)
+            reason = out.reason
+            cname = out.check_name
+            if not passed:
+                all_passed = False
+                failures.append((index, f"{cname}: {reason}"))
+            score = out.score
+            if score is None:
+                score = 1.0 if passed else 0.0
+            if out.details:
+                scores.append(_detailed_score(out, cname, score, passed, reason))
+            elif reason:
+                scores.append(
+                    EvalScoreResult(cname, score, passed, {"reason": reason}, None, reason)
+                )
+            else:
+                scores.append(EvalScoreResult(cname, score, passed))
+            continue
+        if not isinstance(out, BaseException):
+            out = TypeError(f"check '{name}' returned {type(out).__name__}, expected CheckResult")
+        if errors is None:
+            errors = []
+        text = _error_text(out)
+        errors.append(f"{name}: {text}")
+        scores.append(EvalScoreResult(name, None, None, error_message=text))
+    return _finish(index, item, scores, errors, all_passed)
 
 
 def resolve_evaluators(evaluators: Any) -> list[Evaluator]:
