@@ -177,3 +177,50 @@ async def test_summary_of_a_real_evaluation() -> None:
     )
     metric = next(r for r in summary_rows([res]) if r.kind == "metric")
     assert (metric.passed, metric.failed) == (res.passed, res.failed) == (1, 1)
+
+
+def test_summary_metric_counts_follow_score_status_for_every_kind_of_score() -> None:
+    """SummaryTally counts each metric's scores by score_status (plain verdicts counted on the
+    fast path, errors, labels, diagnostics and no-verdict scores by the rule) and items by status."""
+    scores = [
+        EvalScoreResult("m", 1.0, passed=True),
+        EvalScoreResult("m", 0.0, passed=False),
+        EvalScoreResult("m", 0.0, passed=False, diagnostics=[]),
+        EvalScoreResult("m", None, passed=True, error_code="E"),
+        EvalScoreResult("m", None, passed=False, error_message="boom"),
+        EvalScoreResult("m", 0.5, passed=None),
+        EvalScoreResult("m", None, passed=None),
+        EvalScoreResult("m", 1.0, passed=True, label=NOT_APPLICABLE),
+        EvalScoreResult("m", 1.0, passed=True, diagnostics=[Diagnostic("error", "x")]),
+        EvalScoreResult("m", 1.0, passed=True, diagnostics=[Diagnostic("warning", "y")]),
+    ]
+    statuses = [
+        "pass",
+        "fail",
+        "error",
+        "errored",
+        "weird",
+        "pass",
+        "fail",
+        "pass",
+        "error",
+        "pass",
+    ]
+    items = [
+        EvalItemResult(item_id=str(k), status=status, scores=[score])
+        for k, (score, status) in enumerate(zip(scores, statuses, strict=True))
+    ]
+    items.append(EvalItemResult(item_id="none", status="error", scores=[]))
+    rows = summary_rows([EvalResults(provider="P", items=items)])
+    expected = Counts()
+    for s in scores:
+        expected.add(score_status(s))
+    result, metric = rows
+    assert (result.passed, result.failed, result.errored) == (4, 2, 5)
+    assert (metric.passed, metric.failed, metric.not_applicable) == (
+        expected.passed,
+        expected.failed,
+        expected.not_applicable,
+    )
+    assert metric.errored == expected.errored + 1  # the item without scores that errored
+    assert metric.score_count == 7

@@ -21,6 +21,7 @@ tables, the HTML report, the Prefect artifacts and the gates. So the rules are w
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
@@ -392,6 +393,9 @@ class SummaryRow:
         return rate_text(self.passed, self.failed, self.errored, self.not_applicable)
 
 
+_status_of = operator.attrgetter("status")
+
+
 @dataclass(slots=True)
 class _MetricAgg:
     counts: Counts = field(default_factory=Counts)
@@ -447,19 +451,36 @@ class _LevelAgg:
             self.result_counts = counts
         for name, bucket in result.per_evaluator.items():
             _add_counts(self.per_evaluator.setdefault(name, {}), bucket)
-        for item in result.items:
-            status = _ITEM_STATUSES.get(item.status, ERROR)
-            self.counts.add(status)
-            if not item.scores:
+        items = result.items
+        statuses = [_ITEM_STATUSES.get(s, ERROR) for s in map(_status_of, items)]
+        counts = self.counts
+        passed, failed = statuses.count(PASS), statuses.count(FAIL)
+        counts.passed += passed
+        counts.failed += failed
+        counts.errored += len(statuses) - passed - failed
+        metrics = self.metrics
+        for item, status in zip(items, statuses, strict=True):
+            scores = item.scores
+            if not scores:
                 if status == ERROR:
                     self.unscored_errors += 1
                 continue
-            for score in item.scores:
-                agg = self.metrics.get(score.name)
+            for score in scores:
+                agg = metrics.get(score.name)
                 if agg is None:
-                    agg = self.metrics[score.name] = _MetricAgg()
+                    agg = metrics[score.name] = _MetricAgg()
                 value = score.score
-                agg.add(score_status(score), None if value is None else float(value))
+                if (
+                    score.passed is not None
+                    and score.error_code is None
+                    and score.error_message is None
+                    and score.label is None
+                    and not score.diagnostics
+                ):
+                    # score_status's common case (a verdict, nothing else) without the call
+                    agg.add(PASS if score.passed else FAIL, None if value is None else float(value))
+                else:
+                    agg.add(score_status(score), None if value is None else float(value))
 
     def rows(self, to_json: Any) -> list[SummaryRow]:
         c = self.counts
