@@ -19,7 +19,7 @@ The trees alternate trial by trial. At the end the Parquet files both trees wrot
 (every table's rows and row groups; summary's ``run_ended_at`` aside).
 
 Usage: python bench/bench_writer.py --against /tmp/base/src [--shards 50] [--size 2000]
-                                    [--repeat 5] [--out FILE]
+                                    [--repeat 5] [--out FILE] [--made DIR]
 """
 
 from __future__ import annotations
@@ -201,6 +201,9 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=2000)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--out", help="write the medians as JSON here")
+    parser.add_argument(
+        "--made", help="a directory of shards an earlier run made (its make/shards): not made again"
+    )
     args = parser.parse_args()
     trees = {"against": Path(args.against), "this": SRC}
     report: dict[str, Any] = {"shards": args.shards, "size": args.size, "load": [os.getloadavg()]}

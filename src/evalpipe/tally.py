@@ -417,6 +417,30 @@ class _MetricAgg:
         self.low = score if self.low is None else min(self.low, score)
         self.high = score if self.high is None else max(self.high, score)
 
+    def add_many(self, statuses: list[str], scores: list[float]) -> None:
+        """``add`` of each status, and of each score (none None or NaN) in order: the same
+        counts, mean, variance and bounds, without a call per score."""
+        counts = self.counts
+        passed, failed = statuses.count(PASS), statuses.count(FAIL)
+        not_applicable = statuses.count(NOT_APPLICABLE)
+        counts.passed += passed
+        counts.failed += failed
+        counts.not_applicable += not_applicable
+        # error, and anything else, counts as errored (Counts.add)
+        counts.errored += len(statuses) - passed - failed - not_applicable
+        if not scores:
+            return
+        count, mean, m2 = self.count, self.mean, self.m2
+        for score in scores:
+            count += 1
+            delta = score - mean
+            mean += delta / count
+            m2 += delta * (score - mean)
+        self.count, self.mean, self.m2 = count, mean, m2
+        low, high = min(scores), max(scores)
+        self.low = low if self.low is None else min(self.low, low)
+        self.high = high if self.high is None else max(self.high, high)
+
 
 @dataclass(slots=True)
 class _LevelAgg:
@@ -453,12 +477,14 @@ class _LevelAgg:
             _add_counts(self.per_evaluator.setdefault(name, {}), bucket)
         items = result.items
         statuses = [_ITEM_STATUSES.get(s, ERROR) for s in map(_status_of, items)]
-        counts = self.counts
+        item_counts = self.counts
         passed, failed = statuses.count(PASS), statuses.count(FAIL)
-        counts.passed += passed
-        counts.failed += failed
-        counts.errored += len(statuses) - passed - failed
-        metrics = self.metrics
+        item_counts.passed += passed
+        item_counts.failed += failed
+        item_counts.errored += len(statuses) - passed - failed
+        # Each metric's statuses and scores, in item order, then counted and folded per metric:
+        # the same numbers as adding them one by one (Welford's update in the same order).
+        grouped: dict[str, tuple[list[str], list[float]]] = {}
         for item, status in zip(items, statuses, strict=True):
             scores = item.scores
             if not scores:
@@ -466,9 +492,9 @@ class _LevelAgg:
                     self.unscored_errors += 1
                 continue
             for score in scores:
-                agg = metrics.get(score.name)
-                if agg is None:
-                    agg = metrics[score.name] = _MetricAgg()
+                entry = grouped.get(score.name)
+                if entry is None:
+                    entry = grouped[score.name] = ([], [])
                 value = score.score
                 if (
                     score.passed is not None
@@ -478,9 +504,19 @@ class _LevelAgg:
                     and not score.diagnostics
                 ):
                     # score_status's common case (a verdict, nothing else) without the call
-                    agg.add(PASS if score.passed else FAIL, None if value is None else float(value))
+                    entry[0].append(PASS if score.passed else FAIL)
                 else:
-                    agg.add(score_status(score), None if value is None else float(value))
+                    entry[0].append(score_status(score))
+                if value is not None:
+                    number = float(value)
+                    if not math.isnan(number):
+                        entry[1].append(number)
+        metrics = self.metrics
+        for name, (metric_statuses, values) in grouped.items():
+            agg = metrics.get(name)
+            if agg is None:
+                agg = metrics[name] = _MetricAgg()
+            agg.add_many(metric_statuses, values)
 
     def rows(self, to_json: Any) -> list[SummaryRow]:
         c = self.counts
