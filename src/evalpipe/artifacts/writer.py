@@ -712,9 +712,10 @@ class RowEncoder:
                 f"add_target_runs: {n} runs but {len(run_ids)} run_ids, {len(row_ids)} row_ids, "
                 f"{len(transcripts)} transcripts and {len(cached)} cached flags"
             )
-        for run_id in run_ids:
-            if not isinstance(run_id, str) or not run_id:
-                raise ValueError(f"RunRecord.run_id must be a non-empty string, got {run_id!r}")
+        if not (_all_of(run_ids, str) and "" not in run_ids):
+            for run_id in run_ids:
+                if not isinstance(run_id, str) or not run_id:
+                    raise ValueError(f"RunRecord.run_id must be a non-empty string, got {run_id!r}")
         if not n:
             return None
         query_indexes, repetitions, error_codes, error_messages, started, ended, usages = _columns(
@@ -727,7 +728,9 @@ class RowEncoder:
             query_indexes,
             repetitions,
             [target] * n,
-            ["ok" if code is None else "error" for code in error_codes],
+            ["ok"] * n
+            if _all_null(error_codes)
+            else ["ok" if code is None else "error" for code in error_codes],
             error_codes,
             error_messages,
             latencies,
@@ -1516,7 +1519,14 @@ def _expected_json(values: list[list[ExpectedToolCall] | None]) -> list[str | No
 
 def _utcs(values: list[dt.datetime | None]) -> list[dt.datetime | None]:
     """``_utc`` of every value (one already in UTC is kept)."""
+    if values and values.count(None) == 0:
+        zones = list(map(_tzinfo, values))
+        if all(map(operator.is_, zones, itertools.repeat(dt.UTC))):
+            return values  # every one in UTC already (a call's stamps): kept, without a loop
     return [v if v is None or v.tzinfo is dt.UTC else _utc(v) for v in values]
+
+
+_tzinfo = operator.attrgetter("tzinfo")
 
 
 def _utc(value: dt.datetime | None) -> dt.datetime | None:
