@@ -209,11 +209,19 @@ def main() -> None:
     report: dict[str, Any] = {"shards": args.shards, "size": args.size, "load": [os.getloadavg()]}
     with tempfile.TemporaryDirectory(prefix="bench-writer-") as tmp:
         root = Path(tmp)
-        (root / "make").mkdir()
-        _child(
-            MAKE, trees["against"], str(args.shards), str(args.size), str(root / "make"), str(HERE)
-        )
-        shards = root / "make" / "shards"
+        if args.made:
+            shards = Path(args.made)
+        else:
+            (root / "make").mkdir()
+            _child(
+                MAKE,
+                trees["against"],
+                str(args.shards),
+                str(args.size),
+                str(root / "make"),
+                str(HERE),
+            )
+            shards = root / "make" / "shards"
         runs: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
         for trial in range(args.repeat):  # interleaved: both trees see the same machine load
             for name, src in trees.items():
