@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from evalpipe import EvalResults, Message, evaluate_agent, keyword_check
 from evalpipe.results import Diagnostic, EvalItemResult, EvalScoreResult
 from evalpipe.tally import (
@@ -177,3 +179,78 @@ async def test_summary_of_a_real_evaluation() -> None:
     )
     metric = next(r for r in summary_rows([res]) if r.kind == "metric")
     assert (metric.passed, metric.failed) == (res.passed, res.failed) == (1, 1)
+
+
+def test_summary_metric_counts_follow_score_status_for_every_kind_of_score() -> None:
+    """SummaryTally counts each metric's scores by score_status (plain verdicts counted on the
+    fast path, errors, labels, diagnostics and no-verdict scores by the rule) and items by status."""
+    scores = [
+        EvalScoreResult("m", 1.0, passed=True),
+        EvalScoreResult("m", 0.0, passed=False),
+        EvalScoreResult("m", 0.0, passed=False, diagnostics=[]),
+        EvalScoreResult("m", None, passed=True, error_code="E"),
+        EvalScoreResult("m", None, passed=False, error_message="boom"),
+        EvalScoreResult("m", 0.5, passed=None),
+        EvalScoreResult("m", None, passed=None),
+        EvalScoreResult("m", 1.0, passed=True, label=NOT_APPLICABLE),
+        EvalScoreResult("m", 1.0, passed=True, diagnostics=[Diagnostic("error", "x")]),
+        EvalScoreResult("m", 1.0, passed=True, diagnostics=[Diagnostic("warning", "y")]),
+    ]
+    statuses = [
+        "pass",
+        "fail",
+        "error",
+        "errored",
+        "weird",
+        "pass",
+        "fail",
+        "pass",
+        "error",
+        "pass",
+    ]
+    items = [
+        EvalItemResult(item_id=str(k), status=status, scores=[score])
+        for k, (score, status) in enumerate(zip(scores, statuses, strict=True))
+    ]
+    items.append(EvalItemResult(item_id="none", status="error", scores=[]))
+    rows = summary_rows([EvalResults(provider="P", items=items)])
+    expected = Counts()
+    for s in scores:
+        expected.add(score_status(s))
+    result, metric = rows
+    assert (result.passed, result.failed, result.errored) == (4, 2, 5)
+    assert (metric.passed, metric.failed, metric.not_applicable) == (
+        expected.passed,
+        expected.failed,
+        expected.not_applicable,
+    )
+    assert metric.errored == expected.errored + 1  # the item without scores that errored
+    assert metric.score_count == 7
+
+
+def test_summary_score_statistics_are_those_of_adding_scores_one_by_one() -> None:
+    """A metric's count, mean, std, min and max over batches are bit for bit what adding its
+    scores one at a time gives (Welford's update in item order; None and NaN scores skipped)."""
+    from evalpipe.tally import SummaryTally, _MetricAgg
+
+    values: list[float | None] = [0.1, 0.7, None, 0.3, float("nan"), 1e-9, 0.9, -0.0, 0.0, 0.25]
+    batches = [values[:4], values[4:], values[:3]]
+    tally = SummaryTally()
+    reference = _MetricAgg()
+    for batch in batches:
+        items = [
+            EvalItemResult(
+                item_id=str(k), status="pass", scores=[EvalScoreResult("m", v, passed=True)]
+            )
+            for k, v in enumerate(batch)
+        ]
+        tally.add([EvalResults(provider="P", items=items)])
+        for v in batch:
+            reference.add("pass", v)
+    metric = tally.rows()[1]
+    assert metric.score_count == reference.count == 10
+    assert metric.score_mean == reference.mean
+    assert metric.score_min == reference.low
+    assert metric.score_max == reference.high
+    assert metric.score_std == math.sqrt(reference.m2 / (reference.count - 1))
+    assert metric.passed == 13

@@ -21,6 +21,7 @@ tables, the HTML report, the Prefect artifacts and the gates. So the rules are w
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
@@ -392,6 +393,9 @@ class SummaryRow:
         return rate_text(self.passed, self.failed, self.errored, self.not_applicable)
 
 
+_status_of = operator.attrgetter("status")
+
+
 @dataclass(slots=True)
 class _MetricAgg:
     counts: Counts = field(default_factory=Counts)
@@ -412,6 +416,30 @@ class _MetricAgg:
         self.m2 += delta * (score - self.mean)
         self.low = score if self.low is None else min(self.low, score)
         self.high = score if self.high is None else max(self.high, score)
+
+    def add_many(self, statuses: list[str], scores: list[float]) -> None:
+        """``add`` of each status, and of each score (none None or NaN) in order: the same
+        counts, mean, variance and bounds, without a call per score."""
+        counts = self.counts
+        passed, failed = statuses.count(PASS), statuses.count(FAIL)
+        not_applicable = statuses.count(NOT_APPLICABLE)
+        counts.passed += passed
+        counts.failed += failed
+        counts.not_applicable += not_applicable
+        # error, and anything else, counts as errored (Counts.add)
+        counts.errored += len(statuses) - passed - failed - not_applicable
+        if not scores:
+            return
+        count, mean, m2 = self.count, self.mean, self.m2
+        for score in scores:
+            count += 1
+            delta = score - mean
+            mean += delta / count
+            m2 += delta * (score - mean)
+        self.count, self.mean, self.m2 = count, mean, m2
+        low, high = min(scores), max(scores)
+        self.low = low if self.low is None else min(self.low, low)
+        self.high = high if self.high is None else max(self.high, high)
 
 
 @dataclass(slots=True)
@@ -447,19 +475,48 @@ class _LevelAgg:
             self.result_counts = counts
         for name, bucket in result.per_evaluator.items():
             _add_counts(self.per_evaluator.setdefault(name, {}), bucket)
-        for item in result.items:
-            status = _ITEM_STATUSES.get(item.status, ERROR)
-            self.counts.add(status)
-            if not item.scores:
+        items = result.items
+        statuses = [_ITEM_STATUSES.get(s, ERROR) for s in map(_status_of, items)]
+        item_counts = self.counts
+        passed, failed = statuses.count(PASS), statuses.count(FAIL)
+        item_counts.passed += passed
+        item_counts.failed += failed
+        item_counts.errored += len(statuses) - passed - failed
+        # Each metric's statuses and scores, in item order, then counted and folded per metric:
+        # the same numbers as adding them one by one (Welford's update in the same order).
+        grouped: dict[str, tuple[list[str], list[float]]] = {}
+        for item, status in zip(items, statuses, strict=True):
+            scores = item.scores
+            if not scores:
                 if status == ERROR:
                     self.unscored_errors += 1
                 continue
-            for score in item.scores:
-                agg = self.metrics.get(score.name)
-                if agg is None:
-                    agg = self.metrics[score.name] = _MetricAgg()
+            for score in scores:
+                entry = grouped.get(score.name)
+                if entry is None:
+                    entry = grouped[score.name] = ([], [])
                 value = score.score
-                agg.add(score_status(score), None if value is None else float(value))
+                if (
+                    score.passed is not None
+                    and score.error_code is None
+                    and score.error_message is None
+                    and score.label is None
+                    and not score.diagnostics
+                ):
+                    # score_status's common case (a verdict, nothing else) without the call
+                    entry[0].append(PASS if score.passed else FAIL)
+                else:
+                    entry[0].append(score_status(score))
+                if value is not None:
+                    number = float(value)
+                    if not math.isnan(number):
+                        entry[1].append(number)
+        metrics = self.metrics
+        for name, (metric_statuses, values) in grouped.items():
+            agg = metrics.get(name)
+            if agg is None:
+                agg = metrics[name] = _MetricAgg()
+            agg.add_many(metric_statuses, values)
 
     def rows(self, to_json: Any) -> list[SummaryRow]:
         c = self.counts

@@ -717,3 +717,78 @@ async def test_writer_memory_is_bounded_by_the_row_group_not_the_run(tmp_path: P
     scores = pq.ParquetFile(tmp_path / "scores.parquet")
     assert scores.metadata.num_rows == 60_000
     assert scores.num_row_groups == 60
+
+
+def test_extend_cuts_row_groups_where_appending_row_by_row_does(tmp_path: Path) -> None:
+    """_Sink.extend of many rows flushes at the same rows (max_rows or the text budget, reached
+    on the row that crosses it) as appending them one by one; the files hold the same groups."""
+    sizes = [(i * 37) % 11 for i in range(500)]
+    values = [f"v{i}" for i in range(500)]
+    groups: list[list[int]] = []
+    for name, one_by_one in (("bulk", False), ("rows", True)):
+        sink = writer_module._Sink(
+            pafs.LocalFileSystem(),
+            str(tmp_path),
+            "runs",
+            SCHEMAS["runs"],
+            atomic=False,
+            max_rows=64,
+            constants={"run_name": name},
+        )
+        sink.max_bytes = 100
+        varying = [f for f in SCHEMAS["runs"] if f.name != "run_name"]
+        for start in range(0, 500, 170):  # uneven pieces, so a piece ends mid-group
+            rows = range(start, min(500, start + 170))
+            columns: list[Any] = [
+                [values[i] for i in rows] if f.name == "run_id" else [None] * len(rows)
+                for f in varying
+            ]
+            names = [f.name for f in varying]
+            columns[names.index("status")] = ["ok"] * len(rows)
+            columns[names.index("cached")] = [False] * len(rows)
+            if one_by_one:
+                for k, i in enumerate(rows):
+                    sink.append(tuple(c[k] for c in columns), sizes[i])
+            else:
+                sink.extend(columns, [sizes[i] for i in rows])
+        sink.close()
+        file = pq.ParquetFile(sink.path)
+        groups.append([file.metadata.row_group(g).num_rows for g in range(file.num_row_groups)])
+        assert file.read().column("run_id").to_pylist() == values
+        (tmp_path / "runs.parquet").rename(tmp_path / f"{name}.parquet")
+    assert groups[0] == groups[1]
+    assert len(groups[0]) > 500 // 64 + 1  # the text budget cut groups too, not only max_rows
+
+
+def test_encoded_scores_statuses_follow_score_status_on_every_row() -> None:
+    """RowEncoder's scores status column is score_status of each score, whether every score is a
+    plain verdict (the fast path) or some are not (errors, labels, diagnostics, no verdict)."""
+    from evalpipe.results import Diagnostic
+    from evalpipe.tally import score_status
+
+    def result(scores: list[EvalScoreResult]) -> EvalResults:
+        return EvalResults(
+            provider="P",
+            items=[
+                EvalItemResult(item_id=f"i{k}", status="pass", scores=[s])
+                for k, s in enumerate(scores)
+            ],
+        )
+
+    plain = [EvalScoreResult("m", 1.0, passed=k % 3 != 0) for k in range(6)]
+    mixed = [
+        *plain,
+        EvalScoreResult("m", None, passed=True, error_code="E"),
+        EvalScoreResult("m", 0.5, passed=None),
+        EvalScoreResult("m", None, passed=None),
+        EvalScoreResult("m", 1.0, passed=True, label="not_applicable"),
+        EvalScoreResult("m", 1.0, passed=True, diagnostics=[Diagnostic("error", "x")]),
+        EvalScoreResult("m", 1.0, passed=False, diagnostics=[]),
+    ]
+    status_at = [f.name for f in writer_module._SCORES_FIELDS].index("status")
+    assert status_at > 17  # a metric column (item columns come first)
+    for scores in (plain, mixed, [EvalScoreResult("m", 1.0, passed=True)] * 4):
+        res = result(scores)
+        encoded = writer_module.RowEncoder()._scores(0, "P", "overall", res)
+        assert encoded is not None
+        assert encoded.arrays[status_at].to_pylist() == [score_status(s) for s in scores]

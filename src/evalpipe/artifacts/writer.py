@@ -8,9 +8,11 @@ finished run.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import datetime as dt
 import importlib.metadata
+import itertools
 import json
 import operator
 import os
@@ -318,6 +320,120 @@ def _repeat(value: Any, n: int, type_: Any) -> Any:
     return pa.repeat(pa.scalar(value, type=type_), n)
 
 
+def _columns(getters: Sequence[Callable[[Any], Any]], objects: Sequence[Any]) -> list[list[Any]]:
+    """``[[getter(o) for o in objects] for getter in getters]``, each column by a C-level getter
+    mapped over the objects (no bytecode per value)."""
+    return [list(map(getter, objects)) for getter in getters]
+
+
+def _all_of(values: Sequence[Any], type_: type) -> bool:
+    """Every value is exactly of ``type_`` (no subclass)."""
+    return list(map(type, values)).count(type_) == len(values)
+
+
+def _all_null(values: Sequence[Any]) -> bool:
+    """Every value is None (``values.count(None) == len(values)``, looking at the first one
+    before the whole list)."""
+    n = len(values)
+    return n == 0 or (values[0] is None and values.count(None) == n)
+
+
+def _pairs(pairs: list[tuple[Any, Any]]) -> tuple[list[Any], list[Any]]:
+    """A list of pairs as two lists."""
+    return list(map(operator.itemgetter(0), pairs)), list(map(operator.itemgetter(1), pairs))
+
+
+def _add3(a: int, b: int, c: int) -> int:
+    return a + b + c
+
+
+_ITEM_FIELDS = tuple(
+    map(
+        operator.attrgetter,
+        (
+            "item_id",
+            "agent",
+            "query_index",
+            "repetition",
+            "metadata",
+            "usage",
+            "split_strategy",
+            "expected_tool_calls",
+            "tools",
+            "expected_output",
+            "context",
+            "error_code",
+            "error_message",
+        ),
+    )
+)
+"""The attributes of an EvalItem that items.parquet's rows take."""
+_item_id = operator.attrgetter("item_id")
+_ITEM_RESULT_FIELDS = tuple(
+    map(
+        operator.attrgetter,
+        (
+            "item_id",
+            "status",
+            "error_code",
+            "error_message",
+            "response_id",
+            "input_text",
+            "output_text",
+            "token_usage",
+            "metadata",
+            "scores",
+        ),
+    )
+)
+"""The attributes of an EvalItemResult that scores.parquet's rows take."""
+_SCORE_FIELDS = tuple(
+    map(
+        operator.attrgetter,
+        (
+            "name",
+            "evaluator",
+            "score",
+            "passed",
+            "label",
+            "rating",
+            "reason",
+            "threshold",
+            "error_code",
+            "error_message",
+            "diagnostics",
+            "dimensions",
+            "sample",
+            "token_usage",
+            "latency_s",
+        ),
+    )
+)
+"""The attributes of an EvalScoreResult that scores.parquet's rows take."""
+_RUN_FIELDS = tuple(
+    map(
+        operator.attrgetter,
+        (
+            "query_index",
+            "repetition",
+            "error_code",
+            "error_message",
+            "started_at",
+            "ended_at",
+            "usage",
+        ),
+    )
+)
+"""The attributes of a TargetRun (or WorkflowRun) that runs.parquet's rows take."""
+_USAGE_FIELDS = tuple(
+    map(
+        operator.attrgetter,
+        ("latency_seconds", "input_tokens", "output_tokens", "total_tokens"),
+    )
+)
+"""The attributes of a RunUsage that runs.parquet's rows take."""
+
+
 class _Sink:
     """One Parquet file: rows buffered as Arrow columns, flushed as one record batch (row group)
     whenever ``max_rows`` rows or ``max_bytes`` of text are pending.
@@ -370,7 +486,7 @@ class _Sink:
             c
             if isinstance(c, pa.Array)
             else pa.nulls(n, f.type)
-            if c.count(None) == n
+            if _all_null(c)
             else pa.array(c, type=f.type)
             for c, f in zip(columns, self._varying, strict=True)
         ]
@@ -379,12 +495,13 @@ class _Sink:
             # The row at which a one-by-one append would flush: max_rows or max_bytes reached.
             cut = min(n, start + self.max_rows - self.pending_rows)
             budget = self.max_bytes - self.pending_bytes
-            taken = 0
-            for i in range(start, cut):
-                taken += sizes[i]
-                if taken >= budget:
-                    cut = i + 1
-                    break
+            taken = sum(sizes[start:cut])
+            if taken >= budget and cut > start:
+                # the first row at which the running total reaches the budget (sizes are >= 0,
+                # so the running totals only grow)
+                totals = list(itertools.accumulate(sizes[start:cut]))
+                at = bisect.bisect_left(totals, budget)
+                cut, taken = start + at + 1, totals[at]
             rows = cut - start
             self._chunks.append(
                 arrays if start == 0 and cut == n else [a.slice(start, rows) for a in arrays]
@@ -396,32 +513,36 @@ class _Sink:
                 self.flush()
 
     def flush(self) -> None:
+        """Write the pending rows as one row group. Each column's pieces are let go as soon as
+        they are joined, so the rows are in memory about once, not twice (what was received from
+        a worker is held by those pieces); once written, the memory the encoding freed is handed
+        back to the system (``release_unused``)."""
         if not self.pending_rows:
             return
         n = self.pending_rows
         chunks = self._chunks
-        columns = dict(
-            zip(
-                (f.name for f in self._varying),
-                (
-                    parts[0] if len(parts) == 1 else pa.concat_arrays(list(parts))
-                    for parts in zip(*chunks, strict=True)
-                ),
-                strict=True,
-            )
-        )
+        columns: dict[str, Any] = {}
+        for k, f in enumerate(self._varying):
+            parts = [chunk[k] for chunk in chunks]
+            for chunk in chunks:
+                chunk[k] = None  # the sink's own lists (extend): this column's pieces go now
+            columns[f.name] = parts[0] if len(parts) == 1 else pa.concat_arrays(parts)
+            del parts
+        self._chunks = []
         arrays = [
             _repeat(self.constants[f.name], n, f.type)
             if f.name in self.constants
-            else columns[f.name]
+            else columns.pop(f.name)
             for f in self.schema
         ]
         batch = pa.RecordBatch.from_arrays(arrays, schema=self.schema)
+        del arrays
         self._open().write_batch(batch)
+        del batch
         self.written += n
-        self._chunks = []
         self.pending_rows = 0
         self.pending_bytes = 0
+        pa.default_memory_pool().release_unused()
 
     def _open(self) -> Any:
         if self._writer is None:
@@ -477,7 +598,7 @@ def _arrays(columns: Sequence[Any], fields: Sequence[Any], n: int) -> list[Any]:
         c
         if c is None or isinstance(c, pa.Array)
         else pa.nulls(n, f.type)
-        if c.count(None) == n
+        if _all_null(c)
         else pa.array(c, type=f.type)
         for c, f in zip(columns, fields, strict=True)
     ]
@@ -591,30 +712,35 @@ class RowEncoder:
                 f"add_target_runs: {n} runs but {len(run_ids)} run_ids, {len(row_ids)} row_ids, "
                 f"{len(transcripts)} transcripts and {len(cached)} cached flags"
             )
-        for run_id in run_ids:
-            if not isinstance(run_id, str) or not run_id:
-                raise ValueError(f"RunRecord.run_id must be a non-empty string, got {run_id!r}")
+        if not (_all_of(run_ids, str) and "" not in run_ids):
+            for run_id in run_ids:
+                if not isinstance(run_id, str) or not run_id:
+                    raise ValueError(f"RunRecord.run_id must be a non-empty string, got {run_id!r}")
         if not n:
             return None
-        usages = [r.usage for r in runs]
-        error_codes = [r.error_code for r in runs]
+        query_indexes, repetitions, error_codes, error_messages, started, ended, usages = _columns(
+            _RUN_FIELDS, runs
+        )
+        latencies, input_tokens, output_tokens, total_tokens = _columns(_USAGE_FIELDS, usages)
         encoded = self._runs(
             list(run_ids),
             list(row_ids),
-            [r.query_index for r in runs],
-            [r.repetition for r in runs],
+            query_indexes,
+            repetitions,
             [target] * n,
-            ["ok" if code is None else "error" for code in error_codes],
+            ["ok"] * n
+            if _all_null(error_codes)
+            else ["ok" if code is None else "error" for code in error_codes],
             error_codes,
-            [r.error_message for r in runs],
-            [u.latency_seconds for u in usages],
-            [r.started_at for r in runs],
-            [r.ended_at for r in runs],
-            [u.input_tokens for u in usages],
-            [u.output_tokens for u in usages],
-            [u.total_tokens for u in usages],
+            error_messages,
+            latencies,
+            started,
+            ended,
+            input_tokens,
+            output_tokens,
+            total_tokens,
             list(transcripts),
-            [bool(c) for c in cached],
+            list(cached) if _all_of(cached, bool) else [bool(c) for c in cached],
         )
         if messages_json is not None:
             known = self._messages_json
@@ -691,7 +817,17 @@ class RowEncoder:
         for provider_levels in levels:
             for agent, level in provider_levels:
                 written = seen.setdefault(agent, set())
-                for position, item in enumerate(level.input_items):
+                inputs = level.input_items
+                ids = list(map(_item_id, inputs))
+                if ids.count(None) == 0 and written.isdisjoint(ids):
+                    distinct = set(ids)
+                    if len(distinct) == len(ids):
+                        # every item named, none seen before: all of them, without a loop per item
+                        written |= distinct
+                        agents.extend([agent] * len(ids))
+                        items.extend(inputs)
+                        continue
+                for position, item in enumerate(inputs):
                     if item.item_id is None:
                         # No id to deduplicate on: the providers' lists are parallel.
                         if (agent, position) in batch_keys:
@@ -707,51 +843,69 @@ class RowEncoder:
 
     def _item_rows(self, agents: list[str], items: list[EvalItem]) -> EncodedItems:
         """items.parquet's rows of ``items`` (``agents[i]`` is item i's result level)."""
-        texts = [item.query_and_response() for item in items]
-        queries = [t[0] for t in texts]
-        responses = [t[1] for t in texts]
+        n = len(items)
+        queries, responses = _pairs([item.query_and_response() for item in items])
         conversations = self._conversations(items)
-        metadata = [item.metadata for item in items]
-        usages = [item.usage for item in items]
-        splits = [item.split_strategy for item in items]
-        expected = [item.expected_tool_calls for item in items]
-        tools = [item.tools for item in items]
-        has_usage = [u is not None for u in usages]
-        ids = [item.item_id for item in items]
+        (
+            ids,
+            item_agents,
+            query_indexes,
+            repetitions,
+            metadata,
+            usages,
+            splits,
+            expected,
+            tools,
+            expected_outputs,
+            contexts,
+            error_codes,
+            error_messages,
+        ) = _columns(_ITEM_FIELDS, items)
+        nulls: list[Any] = [None] * n
+        if _all_null(usages):
+            has_usage = [False] * n
+            in_t = out_t = total_t = latency = nulls
+        else:
+            has_usage = [u is not None for u in usages]
+            in_t = [u.input_tokens if u else None for u in usages]
+            out_t = [u.output_tokens if u else None for u in usages]
+            total_t = [u.total_tokens if u else None for u in usages]
+            latency = [u.latency_seconds if u else None for u in usages]
+        get_run_id, get_row_id = (
+            operator.methodcaller("get", "run_id"),
+            operator.methodcaller("get", "row_id"),
+        )
         columns = [
             agents,
             None,  # the index: counted per agent over the run, when appended
             ids,
-            [item.agent for item in items],
-            _strs([m.get("run_id") for m in metadata]),
-            _strs([m.get("row_id") for m in metadata]),
-            [item.query_index for item in items],
-            [item.repetition for item in items],
+            item_agents,
+            _strs(list(map(get_run_id, metadata))),
+            _strs(list(map(get_row_id, metadata))),
+            query_indexes,
+            repetitions,
             queries,
             responses,
-            [None] * len(items)
-            if splits.count(None) == len(splits)
-            else [_split_name(x) for x in splits],
+            nulls if _all_null(splits) else [_split_name(x) for x in splits],
             conversations,
-            [item.expected_output for item in items],
-            [item.context for item in items],
+            expected_outputs,
+            contexts,
             _expected_json(expected),
-            [None if t is None else _TOOLS.dump_json(t).decode() for t in tools],
-            [item.error_code for item in items],
-            [item.error_message for item in items],
+            nulls
+            if _all_null(tools)
+            else [None if t is None else _TOOLS.dump_json(t).decode() for t in tools],
+            error_codes,
+            error_messages,
             has_usage,
-            [u.input_tokens if u else None for u in usages],
-            [u.output_tokens if u else None for u in usages],
-            [u.total_tokens if u else None for u in usages],
-            [u.latency_seconds if u else None for u in usages],
-            [_json(m) for m in metadata],
+            in_t,
+            out_t,
+            total_t,
+            latency,
+            list(map(_json, metadata)),
         ]
         return EncodedItems(
-            _arrays(columns, _ITEMS_FIELDS, len(items)),
-            [
-                len(c) + len(q) + len(r)
-                for c, q, r in zip(conversations, queries, responses, strict=True)
-            ],
+            _arrays(columns, _ITEMS_FIELDS, n),
+            list(map(_add3, map(len, conversations), map(len, queries), map(len, responses))),
             agents,
             ids,
         )
@@ -792,13 +946,28 @@ class RowEncoder:
             return None
         # One row per score, one (scoreless) row for an item without scores: the item's columns
         # are built once per item, then repeated on its rows.
-        counts = [len(item.scores) or 1 for item in items]
-        n = sum(counts)
+        (
+            ids,
+            statuses,
+            error_codes,
+            error_messages,
+            response_ids,
+            inputs,
+            outputs,
+            token_usages,
+            metadata,
+            score_lists,
+        ) = _columns(_ITEM_RESULT_FIELDS, items)
+        counts = list(map(len, score_lists))
+        scores: list[EvalScoreResult | None]
+        if 0 in counts:
+            counts = [count or 1 for count in counts]
+            scores = [score for listed in score_lists for score in (listed or _NO_SCORES)]
+        else:
+            scores = list(itertools.chain.from_iterable(score_lists))
+        n = len(scores)
         repeat = n != len(items)
-        scores: list[EvalScoreResult | None] = [
-            score for item in items for score in (item.scores or _NO_SCORES)
-        ]
-        sizes_by_item = [len(item.input_text or "") + len(item.output_text or "") for item in items]
+        sizes_by_item = [len(i or "") + len(o or "") for i, o in zip(inputs, outputs, strict=True)]
         if repeat:
             where = [i for i, count in enumerate(counts) for _ in range(count)]
             sizes = [
@@ -809,27 +978,28 @@ class RowEncoder:
         else:
             where = []
             sizes = sizes_by_item
-        token_usages = [item.token_usage for item in items]
         in_t, out_t, total_t, other_t = _token_columns(token_usages)
         item_columns = [
-            _texts([item.item_id for item in items]),
-            _texts([item.status for item in items]),
-            _strs([item.error_code for item in items]),
-            _strs([item.error_message for item in items]),
-            _strs([item.response_id for item in items]),
-            _strs([item.input_text for item in items]),
-            _strs([item.output_text for item in items]),
+            _texts(ids),
+            _texts(statuses),
+            _strs(error_codes),
+            _strs(error_messages),
+            _strs(response_ids),
+            _strs(inputs),
+            _strs(outputs),
             in_t,
             out_t,
             total_t,
             other_t,
-            _jsons([item.metadata for item in items]),
+            _jsons(metadata),
         ]
         fields = _SCORES_FIELDS
         taken = pa.array(where, type=pa.int64()) if repeat else None
         per_item: list[Any] = [None]  # item_index: counted per provider and agent, when appended
         for values, f in zip(item_columns, fields[5:17], strict=True):
-            array = pa.array(values, type=f.type)
+            array = (
+                pa.nulls(len(items), f.type) if _all_null(values) else pa.array(values, type=f.type)
+            )
             per_item.append(array.take(taken) if taken is not None else array)
         constants = [
             _repeat(value, n, f.type)
@@ -1259,20 +1429,38 @@ def _metric_columns(
     items: Sequence[EvalItemResult], scores: list[EvalScoreResult]
 ) -> list[list[Any]]:
     """The metric columns of the rows of ``scores`` (every score of ``items``, in order)."""
-    in_t, out_t, total_t, other_t = _token_columns([s.token_usage for s in scores])
-    diagnostics = [s.diagnostics for s in scores]
-    dimensions = [s.dimensions for s in scores]
-    return [
-        [k for item in items for k in range(len(item.scores))],
-        _texts([s.name for s in scores]),
-        _strs([s.evaluator for s in scores]),
-        _floats([s.score for s in scores]),
-        _bools([s.passed for s in scores]),
-        _strs([s.label for s in scores]),
-        _strs([s.rating for s in scores]),
-        _strs([s.reason for s in scores]),
-        _floats([s.threshold for s in scores]),
-        [
+    (
+        names,
+        evaluators,
+        values,
+        passed,
+        labels,
+        ratings,
+        reasons,
+        thresholds,
+        error_codes,
+        error_messages,
+        diagnostics,
+        dimensions,
+        samples,
+        usages,
+        latencies,
+    ) = _columns(_SCORE_FIELDS, scores)
+    in_t, out_t, total_t, other_t = _token_columns(usages)
+    n = len(scores)
+    nulls: list[Any] = [None] * n
+    statuses: list[Any]
+    if (
+        _all_of(passed, bool)
+        and _all_null(error_codes)
+        and _all_null(error_messages)
+        and _all_null(diagnostics)
+        and _all_null(labels)
+    ):
+        # score_status's common case (a verdict, nothing else) on every row, without the call
+        statuses = [PASS] * n if passed.count(True) == n else [PASS if p else FAIL for p in passed]
+    else:
+        statuses = [
             # score_status's common case (a verdict, nothing else) without the call
             (PASS if s.passed else FAIL)
             if s.passed is not None
@@ -1282,17 +1470,32 @@ def _metric_columns(
             and s.label is None
             else score_status(s)
             for s in scores
-        ],
-        _strs([s.error_code for s in scores]),
-        _strs([s.error_message for s in scores]),
-        [None if d is None else _json([asdict(x) for x in d]) for d in diagnostics],
-        [None if d is None else _json([asdict(x) for x in d]) for d in dimensions],
-        [_sample_json(s.sample) for s in scores],
+        ]
+    return [
+        [k for item in items for k in range(len(item.scores))],
+        _texts(names),
+        _strs(evaluators),
+        _floats(values),
+        _bools(passed),
+        _strs(labels),
+        _strs(ratings),
+        _strs(reasons),
+        _floats(thresholds),
+        statuses,
+        _strs(error_codes),
+        _strs(error_messages),
+        nulls
+        if _all_null(diagnostics)
+        else [None if d is None else _json([asdict(x) for x in d]) for d in diagnostics],
+        nulls
+        if _all_null(dimensions)
+        else [None if d is None else _json([asdict(x) for x in d]) for d in dimensions],
+        list(map(_sample_json, samples)),
         in_t,
         out_t,
         total_t,
         other_t,
-        _floats([s.latency_s for s in scores]),
+        _floats(latencies),
     ]
 
 
@@ -1316,7 +1519,14 @@ def _expected_json(values: list[list[ExpectedToolCall] | None]) -> list[str | No
 
 def _utcs(values: list[dt.datetime | None]) -> list[dt.datetime | None]:
     """``_utc`` of every value (one already in UTC is kept)."""
+    if values and values.count(None) == 0:
+        zones = list(map(_tzinfo, values))
+        if all(map(operator.is_, zones, itertools.repeat(dt.UTC))):
+            return values  # every one in UTC already (a call's stamps): kept, without a loop
     return [v if v is None or v.tzinfo is dt.UTC else _utc(v) for v in values]
+
+
+_tzinfo = operator.attrgetter("tzinfo")
 
 
 def _utc(value: dt.datetime | None) -> dt.datetime | None:
