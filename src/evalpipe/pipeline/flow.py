@@ -56,6 +56,7 @@ from evalpipe.pipeline.prefect_artifacts import (
     view_page,
 )
 from evalpipe.pipeline.processes import (
+    DEPTH,
     ProcessPool,
     ShardDone,
     ShardJob,
@@ -64,6 +65,7 @@ from evalpipe.pipeline.processes import (
     call_columns,
     keep_listed,
     strip_results,
+    workers_for,
 )
 from evalpipe.results import EvalResults
 from evalpipe.runner import (
@@ -260,14 +262,7 @@ async def process_shard_task(
 def process_workers(suite: EvalSuite) -> int | None:
     """How many worker processes run the shards (``task_runner: processes``: one per CPU, or
     ``{processes: N}``), at most the suite's concurrency; None for any other task runner."""
-    spec = suite.task_runner
-    if spec == "processes":
-        wanted = os.cpu_count() or 1
-    elif isinstance(spec, dict) and "processes" in spec:
-        wanted = int(cast(Any, spec["processes"]))
-    else:
-        return None
-    return max(1, min(wanted, int(suite.concurrency)))
+    return workers_for(suite)
 
 
 def _worker_env(limits: Limits) -> dict[str, str]:
@@ -693,14 +688,16 @@ async def _execute(
     running = (
         max(1, len(shards)) if runner is not None else max(2, 2 * -(-suite.concurrency // size))
     )
-    if pool is not None:  # one shard per worker process at a time
-        running = pool.workers
+    if pool is not None:  # each worker process runs one shard and holds the next (DEPTH)
+        running = DEPTH * pool.workers
     shard_gate = asyncio.Semaphore(running)
     # Shards are written in order, off the event loop; those that finished while an earlier one
     # is still running or being written wait in memory. At most twice as many shards as run at
     # once are held (taken in shard order, so the next one to write always has its place):
-    # without this bound a run whose writing lags its calls held every shard it had made.
-    unwritten = asyncio.Semaphore(max(1, len(shards)) if runner is not None else 2 * running)
+    # without this bound a run whose writing lags its calls held every shard it had made. A
+    # worker's queued shard is not running yet: the processes hold one more per worker.
+    held = running + pool.workers if pool is not None else 2 * running
+    unwritten = asyncio.Semaphore(max(1, len(shards)) if runner is not None else held)
     calls_done = [0]
     verdicts = Counts()
     texts_kept: dict[tuple[str, str], int] = {}
