@@ -578,3 +578,60 @@ def test_bad_input_found_while_preparing_stops_the_early_workers(
     assert len(started) == 2
     assert not (_workers() - before)
     assert not any(psutil.pid_exists(p) and psutil.Process(p).status() != "zombie" for p in started)
+
+
+HANG_AGENT = '''
+"""Never answers."""
+import asyncio
+
+
+class HangAgent:
+    name = "hang"
+
+    async def run(self, messages, **kwargs):
+        await asyncio.sleep(3600)
+
+
+agent = HangAgent()
+'''
+
+
+@pytest.mark.usefixtures("prefect_api")
+async def test_the_runs_timeout_stops_a_processes_run_and_its_workers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A processes run whose calls never end, with a timeout of 1 s: the run is incomplete (the
+    message says the timeout), and none of its worker processes is left."""
+    from evalpipe.pipeline import arun_suite
+
+    (tmp_path / "hang_agent.py").write_text(textwrap.dedent(HANG_AGENT), encoding="utf-8")
+    (tmp_path / "q.jsonl").write_text(json.dumps({"id": "q0", "query": "q"}) + "\n")
+    suite = {
+        "name": "hang",
+        "target": "hang_agent:agent",
+        "dataset": "q.jsonl",
+        "concurrency": 2,
+        "timeout": 1,
+        "evaluators": [{"keyword_check": ["done"]}],
+        "output_dir": str(tmp_path / "runs"),
+        "task_runner": {"processes": 2},
+    }
+    (tmp_path / "suite.yaml").write_text(yaml.safe_dump(suite), encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    seen: set[int] = set()
+    start = processes.start_early
+
+    def spy(s: Any) -> int:
+        n = start(s)
+        seen.update(p.process.pid for p in processes._early)
+        return n
+
+    monkeypatch.setattr(processes, "start_early", spy)
+    monkeypatch.setattr("evalpipe.pipeline.run.start_early", spy)
+    before = _workers()
+    outcome = await arun_suite(load_suite(tmp_path / "suite.yaml"))
+    assert outcome.verdict == "incomplete"
+    assert "timeout of 1 s" in (outcome.message or "")
+    assert len(seen) == 2
+    assert not (_workers() - before)

@@ -706,6 +706,8 @@ class ProcessPool:
         self.pids: list[int] = []
         self._procs: list[_Process] = []
         self._waiting: list[asyncio.Future[None]] = []
+        self._starting = threading.Lock()
+        self._closed = False
 
     @property
     def workers(self) -> int:
@@ -730,13 +732,16 @@ class ProcessPool:
 
     def _start(self) -> None:
         setup = self._setup()
-        early = take_early(self.workers)
-        self._procs.extend(early)
-        self._procs.extend(_Process.spawn() for _ in range(self.workers - len(early)))
-        for proc, share in zip(self._procs, self.shares, strict=True):
+        with self._starting:  # a close() meanwhile (the run's timeout) stops all of them
+            if self._closed:
+                return
+            self._procs = take_early(self.workers)
+            self._procs.extend(_Process.spawn() for _ in range(self.workers - len(self._procs)))
+            procs = list(self._procs)
+        for proc, share in zip(procs, self.shares, strict=True):
             proc.share = share
             proc.send_setup(setup)
-        for proc in self._procs:
+        for proc in procs:
             self.pids.append(proc.ready())
 
     async def __aenter__(self) -> ProcessPool:
@@ -827,5 +832,7 @@ class ProcessPool:
     def close(self, wait: float = STOP_WAIT_S) -> None:
         """Stop every worker: asked to finish, then terminated (and killed) if still alive after
         ``wait`` seconds. Safe to call more than once."""
-        procs, self._procs = self._procs, []
+        with self._starting:
+            self._closed = True
+            procs, self._procs = self._procs, []
         stop_processes(procs, wait)
