@@ -320,6 +320,28 @@ def test_calls_in_flight_across_workers_never_exceed_the_concurrency(
     assert 2 <= peak <= 3
 
 
+def test_each_worker_holds_its_next_shard_and_answers_in_order(
+    spans: tuple[Path, ProcessPool],
+) -> None:
+    """Four shards at once on 2 workers: each worker is given two (the one it runs and the one
+    queued behind it), and every answer goes to the shard it belongs to."""
+    _, pool = spans
+    calls = pool.plan.calls[:16]
+
+    async def run() -> list[ShardDone]:
+        jobs = [pool.job(i, calls[4 * i : 4 * i + 4], {}) for i in range(4)]
+        return await asyncio.gather(*(pool.run(job) for job in jobs))
+
+    done = asyncio.run(run())
+    assert [d.index for d in done] == [0, 1, 2, 3]
+    assert [d.n_calls for d in done] == [4, 4, 4, 4]
+    by_worker: dict[int, list[int]] = {}
+    for d in done:
+        by_worker.setdefault(d.pid, []).append(d.index)
+    assert sorted(by_worker) == sorted(pool.pids)
+    assert sorted(by_worker.values()) == [[0, 2], [1, 3]]
+
+
 def test_a_worker_that_dies_stops_the_run_and_no_worker_is_left(
     spans: tuple[Path, ProcessPool],
 ) -> None:
@@ -476,28 +498,6 @@ async def test_the_flow_runs_its_shards_in_worker_processes(
     assert pq.read_table(outcome.run_dir / "runs.parquet").num_rows == 24
     left = {p.pid for p in psutil.Process().children(recursive=True)} - before
     assert not (left & pids)
-
-
-def test_each_worker_holds_its_next_shard_and_answers_in_order(
-    spans: tuple[Path, ProcessPool],
-) -> None:
-    """Four shards at once on 2 workers: each worker is given two (the one it runs and the one
-    queued behind it), and every answer goes to the shard it belongs to."""
-    _, pool = spans
-    calls = pool.plan.calls[:16]
-
-    async def run() -> list[ShardDone]:
-        jobs = [pool.job(i, calls[4 * i : 4 * i + 4], {}) for i in range(4)]
-        return await asyncio.gather(*(pool.run(job) for job in jobs))
-
-    done = asyncio.run(run())
-    assert [d.index for d in done] == [0, 1, 2, 3]
-    assert [d.n_calls for d in done] == [4, 4, 4, 4]
-    by_worker: dict[int, list[int]] = {}
-    for d in done:
-        by_worker.setdefault(d.pid, []).append(d.index)
-    assert sorted(by_worker) == sorted(pool.pids)
-    assert sorted(by_worker.values()) == [[0, 2], [1, 3]]
 
 
 def _workers() -> set[int]:
