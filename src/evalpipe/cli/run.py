@@ -176,7 +176,9 @@ def _run_suite(args: argparse.Namespace) -> int:
             # line's main() started it already, before its own imports, when it could).
             start_early()
             # A processes run's workers start too: they import while this process prepares
-            from evalpipe.pipeline.processes import start_early as start_workers
+            from evalpipe.pipeline.processes import (  # lazy: only to run (pyarrow, the runner)
+                start_early as start_workers,
+            )
 
             start_workers(suite)
             display.stage(
