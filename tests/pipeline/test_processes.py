@@ -8,6 +8,7 @@ pool is started once per module (a worker process imports evalpipe: ~1 s).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -26,6 +27,7 @@ import pytest
 import yaml
 
 from evalpipe.artifacts import RunWriter
+from evalpipe.pipeline import processes
 from evalpipe.pipeline.flow import _strip, _write
 from evalpipe.pipeline.processes import (
     _BOOT,
@@ -318,6 +320,28 @@ def test_calls_in_flight_across_workers_never_exceed_the_concurrency(
     assert 2 <= peak <= 3
 
 
+def test_each_worker_holds_its_next_shard_and_answers_in_order(
+    spans: tuple[Path, ProcessPool],
+) -> None:
+    """Four shards at once on 2 workers: each worker is given two (the one it runs and the one
+    queued behind it), and every answer goes to the shard it belongs to."""
+    _, pool = spans
+    calls = pool.plan.calls[:16]
+
+    async def run() -> list[ShardDone]:
+        jobs = [pool.job(i, calls[4 * i : 4 * i + 4], {}) for i in range(4)]
+        return await asyncio.gather(*(pool.run(job) for job in jobs))
+
+    done = asyncio.run(run())
+    assert [d.index for d in done] == [0, 1, 2, 3]
+    assert [d.n_calls for d in done] == [4, 4, 4, 4]
+    by_worker: dict[int, list[int]] = {}
+    for d in done:
+        by_worker.setdefault(d.pid, []).append(d.index)
+    assert sorted(by_worker) == sorted(pool.pids)
+    assert sorted(by_worker.values()) == [[0, 2], [1, 3]]
+
+
 def test_a_worker_that_dies_stops_the_run_and_no_worker_is_left(
     spans: tuple[Path, ProcessPool],
 ) -> None:
@@ -474,3 +498,165 @@ async def test_the_flow_runs_its_shards_in_worker_processes(
     assert pq.read_table(outcome.run_dir / "runs.parquet").num_rows == 24
     left = {p.pid for p in psutil.Process().children(recursive=True)} - before
     assert not (left & pids)
+
+
+def _workers() -> set[int]:
+    """This process's worker processes still running (zombies are gone already)."""
+    found = set()
+    for child in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            if child.status() != psutil.STATUS_ZOMBIE and "worker_main" in " ".join(
+                child.cmdline()
+            ):
+                found.add(child.pid)
+    return found
+
+
+def test_workers_started_early_are_taken_by_the_run_and_the_unused_are_stopped(
+    spans: tuple[Path, ProcessPool],
+) -> None:
+    """start_early's processes are the ones the run's pool takes (take_early: as many as it
+    needs, the rest stopped); those no pool takes are stopped by stop_early."""
+    _, pool = spans
+    suite = pool.plan.suite
+    assert suite is not None
+    before = _workers()
+    assert processes.start_early(suite) == 2
+    early = _workers() - before
+    assert len(early) == 2
+    taken = processes.take_early(1)
+    try:
+        assert len(taken) == 1
+        assert {p.process.pid for p in taken} < early
+        assert _workers() - before == {p.process.pid for p in taken}
+        assert processes.take_early(1) == []
+    finally:
+        processes.stop_processes(taken, 0.0)
+    assert processes.start_early(suite) == 2
+    unused = _workers() - before
+    assert len(unused) == 2
+    processes.stop_early()
+    assert not (_workers() & (early | unused))
+
+
+def test_bad_input_found_while_preparing_stops_the_early_workers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`evalpipe run` of a processes suite whose target raises at import: exit 2, and the worker
+    processes it started before preparing are gone."""
+    from evalpipe.cli import main
+
+    (tmp_path / "raises_at_import.py").write_text("raise RuntimeError('no config')\n")
+    (tmp_path / "q.jsonl").write_text(json.dumps({"id": "q0", "query": "q"}) + "\n")
+    suite = {
+        "name": "bad",
+        "target": "raises_at_import:agent",
+        "dataset": "q.jsonl",
+        "evaluators": [{"keyword_check": ["done"]}],
+        "output_dir": str(tmp_path / "runs"),
+        "task_runner": {"processes": 2},
+        "concurrency": 2,
+    }
+    (tmp_path / "suite.yaml").write_text(yaml.safe_dump(suite), encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    # a configured API: no embedded server is started (none is reached: preparing fails first)
+    monkeypatch.setenv("PREFECT_API_URL", "http://127.0.0.1:9/api")
+    for name in ("PREFECT_LOGGING_LEVEL", "PREFECT_SERVER_LOGGING_LEVEL"):
+        monkeypatch.setenv(name, os.environ.get(name, "WARNING"))
+    started: list[int] = []
+    start = processes.start_early
+
+    def spy(s: Any) -> int:
+        n = start(s)
+        started.extend(p.process.pid for p in processes._early)
+        return n
+
+    monkeypatch.setattr(processes, "start_early", spy)
+    before = _workers()
+    assert main(["run", str(tmp_path / "suite.yaml"), "--no-progress"]) == 2
+    assert len(started) == 2
+    assert not (_workers() - before)
+    assert not any(psutil.pid_exists(p) and psutil.Process(p).status() != "zombie" for p in started)
+
+
+HANG_AGENT = '''
+"""Never answers."""
+import asyncio
+
+
+class HangAgent:
+    name = "hang"
+
+    async def run(self, messages, **kwargs):
+        await asyncio.sleep(3600)
+
+
+agent = HangAgent()
+'''
+
+
+@pytest.mark.usefixtures("prefect_api")
+async def test_the_runs_timeout_stops_a_processes_run_and_its_workers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A processes run whose calls never end, with a timeout of 1 s: the run is incomplete (the
+    message says the timeout), and none of its worker processes is left."""
+    from evalpipe.pipeline import arun_suite
+
+    (tmp_path / "hang_agent.py").write_text(textwrap.dedent(HANG_AGENT), encoding="utf-8")
+    (tmp_path / "q.jsonl").write_text(json.dumps({"id": "q0", "query": "q"}) + "\n")
+    suite = {
+        "name": "hang",
+        "target": "hang_agent:agent",
+        "dataset": "q.jsonl",
+        "concurrency": 2,
+        "timeout": 1,
+        "evaluators": [{"keyword_check": ["done"]}],
+        "output_dir": str(tmp_path / "runs"),
+        "task_runner": {"processes": 2},
+    }
+    (tmp_path / "suite.yaml").write_text(yaml.safe_dump(suite), encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    seen: set[int] = set()
+    start = processes.start_early
+
+    def spy(s: Any) -> int:
+        n = start(s)
+        seen.update(p.process.pid for p in processes._early)
+        return n
+
+    monkeypatch.setattr(processes, "start_early", spy)
+    monkeypatch.setattr("evalpipe.pipeline.run.start_early", spy)
+    before = _workers()
+    outcome = await arun_suite(load_suite(tmp_path / "suite.yaml"))
+    assert outcome.verdict == "incomplete"
+    assert "timeout of 1 s" in (outcome.message or "")
+    assert len(seen) == 2
+    assert not (_workers() - before)
+
+
+@pytest.mark.parametrize(
+    ("calls", "fields", "size"),
+    [
+        (100_000, {"task_runner": {"processes": 2}}, 500),  # at most PROCESS_SHARD_CALLS
+        (100_000, {"task_runner": "threads"}, 2_000),  # threads: MAX_SHARD_TASKS shards
+        (1_000, {"task_runner": {"processes": 2}}, 128),  # 4 rounds of a worker's share (32)
+        (100_000, {"task_runner": {"processes": 2}, "shard_size": 3_000}, 3_000),  # the suite's
+    ],
+)
+def test_default_process_shards_are_small(
+    spans: tuple[Path, ProcessPool], calls: int, fields: dict[str, Any], size: int
+) -> None:
+    """A processes run's default shards hold at most PROCESS_SHARD_CALLS calls (still 4 rounds
+    of a worker's share); threads keep their size, and the suite's shard_size wins."""
+    from types import SimpleNamespace
+
+    from evalpipe.pipeline.flow import shard_size
+
+    _, pool = spans
+    assert pool.plan.suite is not None
+    suite = pool.plan.suite.model_copy(update={"concurrency": 64, **fields})
+    plan = SimpleNamespace(suite=suite, calls=range(calls))
+    assert shard_size(plan) == size  # type: ignore[arg-type]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -151,6 +152,16 @@ class _Display:
 
 
 def _run(args: argparse.Namespace) -> int:
+    try:
+        return _run_suite(args)
+    finally:
+        # worker processes started early that no run took (bad input, a run that did not start)
+        processes = sys.modules.get("evalpipe.pipeline.processes")
+        if processes is not None:
+            processes.stop_early()
+
+
+def _run_suite(args: argparse.Namespace) -> int:
     started = time.monotonic()
     out, err = consoles()
     with _Display(err, started, disabled=args.no_progress) as display:
@@ -164,6 +175,12 @@ def _run(args: argparse.Namespace) -> int:
             # The embedded server starts while Prefect is imported, if it will be used (the command
             # line's main() started it already, before its own imports, when it could).
             start_early()
+            # A processes run's workers start too: they import while this process prepares
+            from evalpipe.pipeline.processes import (  # lazy: only to run (pyarrow, the runner)
+                start_early as start_workers,
+            )
+
+            start_workers(suite)
             display.stage(
                 "connecting to Prefect" if os.environ.get("PREFECT_API_URL") else "starting Prefect"
             )

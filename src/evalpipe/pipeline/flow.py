@@ -56,6 +56,7 @@ from evalpipe.pipeline.prefect_artifacts import (
     view_page,
 )
 from evalpipe.pipeline.processes import (
+    DEPTH,
     ProcessPool,
     ShardDone,
     ShardJob,
@@ -64,6 +65,7 @@ from evalpipe.pipeline.processes import (
     call_columns,
     keep_listed,
     strip_results,
+    workers_for,
 )
 from evalpipe.results import EvalResults
 from evalpipe.runner import (
@@ -152,12 +154,27 @@ SHARD_ROUNDS = 4
 shards of 256 calls (1,000 instant calls: 4 shards instead of 32)."""
 
 
+PROCESS_SHARD_CALLS = 500
+"""Default shards of a processes run hold at most this many calls (if that is still SHARD_ROUNDS
+rounds of a worker's share): a worker holds a whole shard at once (its transcripts, items, rows
+and their pickled answer; measured per worker at 100,000 calls: ~220 MiB with shards of 2,000,
+~160 MiB with 500), and the next shard waits queued in the worker, so more shards cost the
+workers no waiting."""
+
+
 def shard_size(plan: RunPlan) -> int:
     """Calls per shard task: the suite's, or sized for at most MAX_SHARD_TASKS shards of at least
-    MIN_SHARD_CALLS calls and SHARD_ROUNDS rounds of the concurrency."""
-    if plan.suite is not None and plan.suite.shard_size is not None:
-        return int(plan.suite.shard_size)
-    concurrency = plan.suite.concurrency if plan.suite is not None else 1
+    MIN_SHARD_CALLS calls and SHARD_ROUNDS rounds of the concurrency (of a worker's share, and
+    at most PROCESS_SHARD_CALLS, for worker processes)."""
+    suite = plan.suite
+    if suite is not None and suite.shard_size is not None:
+        return int(suite.shard_size)
+    concurrency = suite.concurrency if suite is not None else 1
+    workers = process_workers(suite) if suite is not None else None
+    if workers is not None:
+        share = -(-concurrency // workers)
+        smallest = max(MIN_SHARD_CALLS, SHARD_ROUNDS * share)
+        return max(smallest, min(PROCESS_SHARD_CALLS, -(-len(plan.calls) // MAX_SHARD_TASKS)))
     smallest = max(MIN_SHARD_CALLS, SHARD_ROUNDS * concurrency)
     return max(smallest, -(-len(plan.calls) // MAX_SHARD_TASKS))
 
@@ -260,14 +277,7 @@ async def process_shard_task(
 def process_workers(suite: EvalSuite) -> int | None:
     """How many worker processes run the shards (``task_runner: processes``: one per CPU, or
     ``{processes: N}``), at most the suite's concurrency; None for any other task runner."""
-    spec = suite.task_runner
-    if spec == "processes":
-        wanted = os.cpu_count() or 1
-    elif isinstance(spec, dict) and "processes" in spec:
-        wanted = int(cast(Any, spec["processes"]))
-    else:
-        return None
-    return max(1, min(wanted, int(suite.concurrency)))
+    return workers_for(suite)
 
 
 def _worker_env(limits: Limits) -> dict[str, str]:
@@ -693,14 +703,16 @@ async def _execute(
     running = (
         max(1, len(shards)) if runner is not None else max(2, 2 * -(-suite.concurrency // size))
     )
-    if pool is not None:  # one shard per worker process at a time
-        running = pool.workers
+    if pool is not None:  # each worker process runs one shard and holds the next (DEPTH)
+        running = DEPTH * pool.workers
     shard_gate = asyncio.Semaphore(running)
     # Shards are written in order, off the event loop; those that finished while an earlier one
     # is still running or being written wait in memory. At most twice as many shards as run at
     # once are held (taken in shard order, so the next one to write always has its place):
-    # without this bound a run whose writing lags its calls held every shard it had made.
-    unwritten = asyncio.Semaphore(max(1, len(shards)) if runner is not None else 2 * running)
+    # without this bound a run whose writing lags its calls held every shard it had made. A
+    # worker's queued shard is not running yet: the processes hold one more per worker.
+    held = running + pool.workers if pool is not None else 2 * running
+    unwritten = asyncio.Semaphore(max(1, len(shards)) if runner is not None else held)
     calls_done = [0]
     verdicts = Counts()
     texts_kept: dict[tuple[str, str], int] = {}

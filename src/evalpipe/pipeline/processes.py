@@ -22,6 +22,7 @@ Nothing here imports Prefect unless a shard's providers hold global concurrency 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import dataclasses
 import gc
@@ -30,6 +31,7 @@ import multiprocessing
 import operator
 import os
 import pickle
+import queue
 import signal
 import subprocess
 import sys
@@ -39,18 +41,26 @@ import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection
-from typing import Any
+from multiprocessing.reduction import ForkingPickler
+from typing import Any, cast
 
 from evalpipe.artifacts.writer import EncodedBatch, RowEncoder
 from evalpipe.evaluators.base import close_providers
 from evalpipe.results import EvalItemResult, EvalResults, EvalScoreResult
 from evalpipe.runner import Call, CallOutcome, RunPlan, RunState, ShardResult, run_shard
 from evalpipe.runner.plan import Row, resolve_target
-from evalpipe.suite import build_evaluators, build_split, build_target, shared_evaluators
+from evalpipe.suite import (
+    EvalSuite,
+    build_evaluators,
+    build_split,
+    build_target,
+    shared_evaluators,
+)
 from evalpipe.tally import CallTally, Counts, SummaryTally, call_verdicts
 from evalpipe.transcripts import Transcript
 
 __all__ = [
+    "DEPTH",
     "ProcessPool",
     "ShardDone",
     "ShardJob",
@@ -59,8 +69,12 @@ __all__ = [
     "call_columns",
     "encode_shard",
     "split_concurrency",
+    "start_early",
+    "stop_early",
     "strip_results",
+    "take_early",
     "watch_parent",
+    "workers_for",
 ]
 
 PARENT_POLL_S = 0.5
@@ -195,6 +209,7 @@ class _Setup:
     plan: RunPlan
     listed: int
     env: dict[str, str] = field(default_factory=dict)
+    path: list[str] = field(default_factory=list)
 
 
 def strip_results(result: EvalResults, kept: dict[tuple[str, str], int], listed: int) -> None:
@@ -378,49 +393,140 @@ evalpipe that is not installed), then ``worker_main``. Not ``multiprocessing``'s
 runs the parent's main script again in every child (a script without a ``__main__`` guard would
 start its evaluation in each worker)."""
 
+DEPTH = 2
+"""Shards a worker holds at once: the one it runs and the next, queued in its process, so it
+starts the next as soon as the current one is sent back (the shard's task run, its job and its
+pickling overlap the shard before it)."""
+
+
+def _warm() -> None:
+    """What a worker's first shard would otherwise import (~1 s): pyarrow's first array imports
+    pandas."""
+    import pyarrow as pa
+
+    pa.array(["x"])
+
+
+def _sync_path(path: list[str]) -> None:
+    """This process's import path as the flow's process has it now (it may have added the
+    suite's directory since this worker started), this process's own entries after it."""
+    sys.path[:] = [*path, *(p for p in sys.path if p not in path)]
+
+
+class _Inbox:
+    """A worker's jobs as they arrive: a thread receives them while the worker runs the one
+    before, so a queued job is in the process when the current one ends. A stop (None, or the
+    pipe closed) ends the worker before any job still queued."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self.jobs: queue.SimpleQueue[ShardJob | None] = queue.SimpleQueue()
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._receive, name="evalpipe-inbox", daemon=True)
+        self.thread.start()
+
+    def _receive(self) -> None:
+        while True:
+            try:
+                job = self.conn.recv()
+            except (EOFError, OSError):
+                job = None
+            if job is None:
+                self.stopped.set()
+                self.jobs.put(None)
+                return
+            self.jobs.put(job)
+
+    def next(self) -> ShardJob | None:
+        job = self.jobs.get()
+        return None if self.stopped.is_set() else job
+
+
+class _Outbox:
+    """A worker's answers on their way: pickled by the worker, written to the pipe by a thread,
+    in order, so the worker starts its next shard while the flow's process reads the answer
+    (writing waits for that reading: ~1-2 s per worker over a 100,000-call run)."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self.answers: queue.SimpleQueue[memoryview | None] = queue.SimpleQueue()
+        self.thread = threading.Thread(target=self._send, name="evalpipe-outbox", daemon=True)
+        self.thread.start()
+
+    def _send(self) -> None:
+        while (data := self.answers.get()) is not None:
+            try:
+                self.conn.send_bytes(data)
+            except OSError:  # the flow's process is gone: the parent watch ends this one
+                return
+
+    def put(self, message: tuple[str, Any]) -> None:
+        self.answers.put(ForkingPickler.dumps(message))
+
+    def close(self) -> None:
+        """Once every answer is written."""
+        self.answers.put(None)
+        self.thread.join()
+
 
 def worker_main(fd: int, parent_pid: int) -> None:
-    """A worker process: its setup from the pipe ``fd``, then the shards it is sent until told to
-    stop (or until its parent ``parent_pid`` is gone)."""
+    """A worker process: it imports what shards use, then takes its setup from the pipe ``fd``
+    and runs the shards it is sent, in order, until told to stop (or until its parent
+    ``parent_pid`` is gone)."""
     # Ctrl-C reaches the whole process group: the flow's process decides, and stops the workers
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     watch_parent(parent_pid)
     conn = Connection(fd)
     try:
+        _warm()
         setup = conn.recv()
+        if setup is None:  # stopped before its run was prepared (bad input, an early exit)
+            return
+        _sync_path(setup.path)
         worker = _Worker(setup)
+    except EOFError:
+        return
     except BaseException as exc:
         conn.send(("error", _sendable(exc)))
         return
     conn.send(("ready", os.getpid()))
+    inbox = _Inbox(conn)
+    outbox = _Outbox(conn)
     try:
-        while True:
-            try:
-                job = conn.recv()
-            except EOFError:
-                return
-            if job is None:
-                return
+        while (job := inbox.next()) is not None:
             try:
                 done = worker.run(job)
             except BaseException as exc:
-                conn.send(("error", _sendable(exc)))
+                outbox.put(("error", _sendable(exc)))
             else:
-                conn.send(("done", done))
+                outbox.put(("done", done))
+                del done
     finally:
+        outbox.close()
         worker.close()
 
 
-class _Process:
-    """One worker process, its end of the pipe and its share of the concurrency."""
+_Pending = tuple[asyncio.AbstractEventLoop, "asyncio.Future[ShardDone]"]
 
-    def __init__(self, process: subprocess.Popen[bytes], conn: Connection, share: int) -> None:
+
+class _Process:
+    """One worker process, its end of the pipe, its share of the concurrency, and the shards sent
+    to it that it has not answered yet (answered in the order they were sent)."""
+
+    def __init__(self, process: subprocess.Popen[bytes], conn: Connection) -> None:
         self.process = process
         self.conn = conn
-        self.share = share
+        self.share = 0
+        self.held = 0
+        """Shards given to this worker and not yet answered (counted on the event loop)."""
+        self.pending: collections.deque[_Pending] = collections.deque()
+        self.dead: WorkerDiedError | None = None
+        self._sending = threading.Lock()
+        self._receiver: threading.Thread | None = None
 
     @classmethod
-    def start(cls, setup: _Setup, share: int) -> _Process:
+    def spawn(cls) -> _Process:
+        """A new worker process; it imports while it waits for its setup."""
         mine, theirs = multiprocessing.Pipe()
         fd = theirs.fileno()
         process = subprocess.Popen(
@@ -429,54 +535,186 @@ class _Process:
             stdin=subprocess.DEVNULL,
         )
         theirs.close()
-        proc = cls(process, mine, share)
-        with contextlib.suppress(OSError):  # it died already: receive() says so
-            mine.send(setup)
-        return proc
+        return cls(process, mine)
+
+    def send_setup(self, setup: _Setup) -> None:
+        with contextlib.suppress(OSError):  # it died already: ready() says so
+            self.conn.send(setup)
 
     def wait(self, timeout: float) -> None:
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.process.wait(max(0.0, timeout))
 
-    def receive(self) -> tuple[str, Any]:
-        """The worker's next message (blocking).
+    def _died(self, when: str) -> WorkerDiedError:
+        self.wait(1.0)
+        return WorkerDiedError(
+            f"worker process {self.process.pid} ended (exit code {self.process.returncode}) {when}"
+        )
+
+    def ready(self) -> int:
+        """The worker's pid once it is prepared (blocking); then its answers are received.
 
         Raises:
-            WorkerDiedError: when the worker ended without one.
+            WorkerDiedError: when the worker ended first.
+            BaseException: what preparing raised in the worker.
         """
         try:
-            message: tuple[str, Any] = self.conn.recv()
+            kind, value = self.conn.recv()
         except (EOFError, OSError):
-            self.wait(1.0)
-            raise WorkerDiedError(
-                f"worker process {self.process.pid} ended (exit code {self.process.returncode}) "
-                "while it ran a shard"
-            ) from None
-        return message
-
-    def call(self, job: ShardJob) -> ShardDone:
-        """Run one shard on this worker (blocking): its result, or what it raised."""
-        try:
-            self.conn.send(job)
-        except (BrokenPipeError, EOFError, OSError):
-            self.wait(1.0)
-            raise WorkerDiedError(
-                f"worker process {self.process.pid} ended (exit code {self.process.returncode}) "
-                "before it got a shard"
-            ) from None
-        kind, value = self.receive()
+            raise self._died("while it prepared") from None
         if kind == "error":
             raise value
-        assert isinstance(value, ShardDone)
-        return value
+        self._receiver = threading.Thread(
+            target=self._receive, name=f"evalpipe-worker-{self.process.pid}", daemon=True
+        )
+        self._receiver.start()
+        return int(value)
+
+    def _receive(self) -> None:
+        """The receiving thread: each answer settles the oldest shard sent; when the worker
+        ends, every shard it still holds fails with WorkerDiedError."""
+        while True:
+            try:
+                kind, value = self.conn.recv()
+            except (EOFError, OSError):
+                break
+            if self.pending:
+                loop, future = self.pending.popleft()
+                _settle(loop, future, kind, value)
+        self.dead = self._died("while it ran a shard")
+        while self.pending:
+            loop, future = self.pending.popleft()
+            _settle(loop, future, "error", self.dead)
+
+    def send(self, loop: asyncio.AbstractEventLoop, future: asyncio.Future[ShardDone],
+             job: ShardJob) -> None:  # fmt: skip
+        """Queue a shard on this worker (blocking while its pipe is full); ``future`` gets its
+        answer.
+
+        Raises:
+            WorkerDiedError: when the worker ended before it got the shard.
+        """
+        with self._sending:
+            if self.dead is not None:
+                raise self.dead
+            self.pending.append((loop, future))
+            try:
+                self.conn.send(job)
+            except (BrokenPipeError, EOFError, OSError):
+                # the receiving thread fails the future with what it finds
+                raise self._died("before it got a shard") from None
+
+    def stop(self) -> None:
+        """Ask the worker to finish (unless a shard is being sent to it: it is terminated)."""
+        if self._sending.acquire(timeout=0.5):
+            try:
+                with contextlib.suppress(OSError, ValueError):
+                    self.conn.send(None)
+            finally:
+                self._sending.release()
+
+    def join(self) -> None:
+        """After the process ended: its receiving thread, then its end of the pipe."""
+        if self._receiver is not None:
+            self._receiver.join(5.0)
+        with contextlib.suppress(OSError):
+            self.conn.close()
+
+
+def _settle(
+    loop: asyncio.AbstractEventLoop, future: asyncio.Future[ShardDone], kind: str, value: Any
+) -> None:
+    """A worker's answer to the shard ``future`` stands for, on the future's event loop."""
+
+    def settle() -> None:
+        if future.done():  # cancelled: the run stopped
+            return
+        if kind == "done":
+            future.set_result(value)
+        else:
+            future.set_exception(value)
+
+    with contextlib.suppress(RuntimeError):  # that loop is closed: nobody waits any more
+        loop.call_soon_threadsafe(settle)
+
+
+def stop_processes(procs: Sequence[_Process], wait: float) -> None:
+    """Stop worker processes: asked to finish, then terminated (and killed) if still alive after
+    ``wait`` seconds; their receiving threads and pipes closed."""
+    for proc in procs:
+        proc.stop()
+    deadline = time.monotonic() + wait
+    for proc in procs:
+        proc.wait(deadline - time.monotonic())
+    for proc in procs:
+        if proc.process.poll() is None:
+            proc.process.terminate()
+            proc.wait(1.0)
+        if proc.process.poll() is None:
+            proc.process.kill()
+            proc.process.wait()
+        proc.join()
+
+
+def workers_for(suite: EvalSuite) -> int | None:
+    """How many worker processes run a suite's shards (``task_runner: processes``: one per CPU,
+    or ``{processes: N}``), at most the suite's concurrency; None for any other task runner."""
+    spec = suite.task_runner
+    if spec == "processes":
+        wanted = os.cpu_count() or 1
+    elif isinstance(spec, dict) and "processes" in spec:
+        wanted = int(cast(Any, spec["processes"]))
+    else:
+        return None
+    return max(1, min(wanted, int(suite.concurrency)))
+
+
+_early: list[_Process] = []
+_early_lock = threading.Lock()
+
+
+def start_early(suite: EvalSuite) -> int:
+    """Start the worker processes of a suite's run now, before its plan is prepared, so their
+    imports (~2 s of CPU each) overlap the preparing (the dataset's rows) instead of the flow.
+    The run's ``ProcessPool`` takes them (``take_early``); :func:`stop_early` stops those never
+    taken (the run did not start: bad input). How many were started (0 for another task
+    runner)."""
+    workers = workers_for(suite)
+    if workers is None:
+        return 0
+    stop_early()
+    with _early_lock:
+        _early.extend(_Process.spawn() for _ in range(workers))
+    return workers
+
+
+def take_early(workers: int) -> list[_Process]:
+    """Up to ``workers`` of the processes :func:`start_early` started (alive, not set up), now
+    the caller's to stop; any others are stopped."""
+    with _early_lock:
+        procs = [p for p in _early if p.process.poll() is None]
+        taken, rest = procs[:workers], [p for p in _early if p not in procs[:workers]]
+        _early.clear()
+    stop_processes(rest, 0.0)
+    return taken
+
+
+def stop_early() -> None:
+    """Stop the processes :func:`start_early` started that no run took (terminated: they hold
+    nothing yet). Safe to call more than once."""
+    with _early_lock:
+        procs = list(_early)
+        _early.clear()
+    stop_processes(procs, 0.0)
 
 
 class ProcessPool:
-    """N worker processes for a run's shards; ``run`` sends a shard to the next free worker.
+    """N worker processes for a run's shards; ``run`` queues a shard on the worker holding the
+    fewest (at most ``DEPTH`` each), and each worker runs its shards one at a time, in order.
 
-    Use it as an async context manager: the workers start (and prepare) on entry; on exit, however
-    the block ends, they are told to stop, waited for ``STOP_WAIT_S`` and terminated if still
-    there, so no worker outlives the run.
+    Use it as an async context manager: the workers start (or are taken from
+    :func:`start_early`) and prepare on entry; on exit, however the block ends, they are told to
+    stop, waited for ``STOP_WAIT_S`` and terminated if still there, so no worker outlives the run.
 
     Args:
         plan: The run's plan (a suite run: its suite and run directory).
@@ -498,7 +736,9 @@ class ProcessPool:
         self.env = dict(env or {})
         self.pids: list[int] = []
         self._procs: list[_Process] = []
-        self._free: asyncio.Queue[_Process] = asyncio.Queue()
+        self._waiting: list[asyncio.Future[None]] = []
+        self._starting = threading.Lock()
+        self._closed = False
 
     @property
     def workers(self) -> int:
@@ -519,17 +759,21 @@ class ProcessPool:
         if self.plan.target is not None:
             # the worker builds its own target; it only needs to know there is one
             skeleton = replace(skeleton, target=replace(self.plan.target, obj=None))
-        return _Setup(plan=skeleton, listed=self.listed, env=self.env)
+        return _Setup(plan=skeleton, listed=self.listed, env=self.env, path=list(sys.path))
 
     def _start(self) -> None:
         setup = self._setup()
-        for share in self.shares:
-            self._procs.append(_Process.start(setup, share))
-        for proc in self._procs:
-            kind, value = proc.receive()
-            if kind == "error":
-                raise value
-            self.pids.append(int(value))
+        with self._starting:  # a close() meanwhile (the run's timeout) stops all of them
+            if self._closed:
+                return
+            self._procs = take_early(self.workers)
+            self._procs.extend(_Process.spawn() for _ in range(self.workers - len(self._procs)))
+            procs = list(self._procs)
+        for proc, share in zip(procs, self.shares, strict=True):
+            proc.share = share
+            proc.send_setup(setup)
+        for proc in procs:
+            self.pids.append(proc.ready())
 
     async def __aenter__(self) -> ProcessPool:
         try:
@@ -537,8 +781,6 @@ class ProcessPool:
         except BaseException:
             await asyncio.to_thread(self.close, 0.2)
             raise
-        for proc in self._procs:
-            self._free.put_nowait(proc)
         return self
 
     async def __aexit__(self, kind: object, *exc: object) -> None:
@@ -569,8 +811,33 @@ class ProcessPool:
             limits=dict(limits),
         )
 
+    async def _take(self) -> _Process:
+        """The live worker holding the fewest shards, once it holds fewer than ``DEPTH``."""
+        while True:
+            live = [p for p in self._procs if p.dead is None]
+            if not live:
+                raise WorkerDiedError("no worker process is left to run the shard")
+            proc = min(live, key=operator.attrgetter("held"))
+            if proc.held < DEPTH:
+                proc.held += 1
+                return proc
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiting.append(waiter)
+            try:
+                await waiter
+            finally:
+                with contextlib.suppress(ValueError):
+                    self._waiting.remove(waiter)
+
+    def _give_back(self, proc: _Process) -> None:
+        proc.held -= 1
+        for waiter in self._waiting:
+            if not waiter.done():
+                waiter.set_result(None)
+                break
+
     async def run(self, job: ShardJob) -> ShardDone:
-        """Run a shard on the next free worker, with that worker's share of the concurrency.
+        """Run a shard on a worker (``_take``), with that worker's share of the concurrency.
 
         Raises:
             WorkerDiedError: when the worker ended while it held the shard (the pool is then of no
@@ -578,34 +845,25 @@ class ProcessPool:
             BaseException: what the shard raised in the worker (a ``WorkerError`` when it could
                 not be sent back as it is).
         """
-        proc = await self._free.get()
-        job.share = proc.share
-        died = False
+        proc = await self._take()
         try:
-            return await asyncio.to_thread(proc.call, job)
-        except WorkerDiedError:
-            died = True
-            raise
+            job.share = proc.share
+            loop = asyncio.get_running_loop()
+            future: asyncio.Future[ShardDone] = loop.create_future()
+            try:
+                await asyncio.to_thread(proc.send, loop, future, job)
+            except WorkerDiedError:
+                if not future.done():
+                    future.cancel()  # the receiving thread may settle it first: either way
+                raise
+            return await future
         finally:
-            if not died:
-                self._free.put_nowait(proc)
+            self._give_back(proc)
 
     def close(self, wait: float = STOP_WAIT_S) -> None:
         """Stop every worker: asked to finish, then terminated (and killed) if still alive after
         ``wait`` seconds. Safe to call more than once."""
-        procs, self._procs = self._procs, []
-        for proc in procs:
-            with contextlib.suppress(OSError, ValueError):
-                proc.conn.send(None)
-        deadline = time.monotonic() + wait
-        for proc in procs:
-            proc.wait(deadline - time.monotonic())
-        for proc in procs:
-            if proc.process.poll() is None:
-                proc.process.terminate()
-                proc.wait(1.0)
-            if proc.process.poll() is None:
-                proc.process.kill()
-                proc.process.wait()
-            with contextlib.suppress(OSError):
-                proc.conn.close()
+        with self._starting:
+            self._closed = True
+            procs, self._procs = self._procs, []
+        stop_processes(procs, wait)
