@@ -154,27 +154,12 @@ SHARD_ROUNDS = 4
 shards of 256 calls (1,000 instant calls: 4 shards instead of 32)."""
 
 
-PROCESS_SHARD_CALLS = 500
-"""Default shards of a processes run hold at most this many calls (if that is still SHARD_ROUNDS
-rounds of a worker's share): a worker holds a whole shard at once (its transcripts, items, rows
-and their pickled answer; measured per worker at 100,000 calls: ~220 MiB with shards of 2,000,
-~160 MiB with 500), and the next shard waits queued in the worker, so more shards cost the
-workers no waiting."""
-
-
 def shard_size(plan: RunPlan) -> int:
     """Calls per shard task: the suite's, or sized for at most MAX_SHARD_TASKS shards of at least
-    MIN_SHARD_CALLS calls and SHARD_ROUNDS rounds of the concurrency (of a worker's share, and
-    at most PROCESS_SHARD_CALLS, for worker processes)."""
-    suite = plan.suite
-    if suite is not None and suite.shard_size is not None:
-        return int(suite.shard_size)
-    concurrency = suite.concurrency if suite is not None else 1
-    workers = process_workers(suite) if suite is not None else None
-    if workers is not None:
-        share = -(-concurrency // workers)
-        smallest = max(MIN_SHARD_CALLS, SHARD_ROUNDS * share)
-        return max(smallest, min(PROCESS_SHARD_CALLS, -(-len(plan.calls) // MAX_SHARD_TASKS)))
+    MIN_SHARD_CALLS calls and SHARD_ROUNDS rounds of the concurrency."""
+    if plan.suite is not None and plan.suite.shard_size is not None:
+        return int(plan.suite.shard_size)
+    concurrency = plan.suite.concurrency if plan.suite is not None else 1
     smallest = max(MIN_SHARD_CALLS, SHARD_ROUNDS * concurrency)
     return max(smallest, -(-len(plan.calls) // MAX_SHARD_TASKS))
 
