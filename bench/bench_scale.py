@@ -21,7 +21,7 @@ evalpipe (``--src /tmp/base20b/src`` for main) through the same script.
 
 Usage: python bench/bench_scale.py [--items 100000] [--repeat 3] [--part cli|load|scaling|all]
                                    [--sizes 1000,10000,100000,1000000] [--src DIR] [--out FILE]
-                                   [--task-runner threads|processes]
+                                   [--task-runner threads|processes] [--shard-size N]
 Writes bench/results/scale.json (or --out) and prints the numbers.
 """
 
@@ -285,13 +285,19 @@ def _line(label: str, key: str, value: float | None, unit: str, spec: str = ".1f
 
 
 def _cli_part(
-    items: int, repeat: int, src: str | None, home: Path, keep: Path, task_runner: Any = "threads"
+    items: int,
+    repeat: int,
+    src: str | None,
+    home: Path,
+    keep: Path,
+    task_runner: Any = "threads",
+    shard_size: int | None = None,
 ) -> dict[str, Any]:
     runs = []
     for _ in range(repeat):
         with tempfile.TemporaryDirectory(prefix="evalpipe-bench-scale-") as tmp:
             root = Path(tmp)
-            suite = _project(root, items, 1, 0.0, 64, task_runner)
+            suite = _project(root, items, 1, 0.0, 64, task_runner, shard_size)
             r = _cli_run(root, suite, _env(src, home))
             if r["run_dir"] and not (keep / "manifest.json").exists():
                 shutil.rmtree(keep, ignore_errors=True)
@@ -369,12 +375,16 @@ def main() -> None:
         default="threads",
         help="the suite's task_runner (processes: one worker process per CPU)",
     )
+    parser.add_argument(
+        "--shard-size", type=int, default=None, help="the suite's shard_size (default: the flow's)"
+    )
     args = parser.parse_args()
 
     report: dict[str, Any] = {
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count()},
         "src": args.src or "installed",
         "task_runner": args.task_runner,
+        "shard_size": args.shard_size,
     }
     work = Path(tempfile.mkdtemp(prefix="evalpipe-bench-scale-home-"))
     home = work / "prefect-home"
@@ -386,7 +396,9 @@ def main() -> None:
                 f"cli: evalpipe run, {args.items} items x 3 checks, task_runner "
                 f"{args.task_runner} (median of {args.repeat})"
             )
-            cli = _cli_part(args.items, args.repeat, args.src, home, keep, args.task_runner)
+            cli = _cli_part(
+                args.items, args.repeat, args.src, home, keep, args.task_runner, args.shard_size
+            )
             report["cli"] = cli
             m = cli["median"]
             print(_line("  total", "cli_total_s", m["total_s"], "s"))
@@ -424,7 +436,15 @@ def main() -> None:
                 if n == args.items and "cli" in report:  # measured above
                     m = report["cli"]["median"]
                 else:
-                    r = _cli_part(n, reps, args.src, home, work / f"run-{n}", args.task_runner)
+                    r = _cli_part(
+                        n,
+                        reps,
+                        args.src,
+                        home,
+                        work / f"run-{n}",
+                        args.task_runner,
+                        args.shard_size,
+                    )
                     shutil.rmtree(work / f"run-{n}", ignore_errors=True)
                     m = r["median"]
                 table.append({"items": n, **m, "repeat": reps})
