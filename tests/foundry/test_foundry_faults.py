@@ -145,8 +145,9 @@ async def test_never_finishing_run_is_canceled_and_keeps_what_exists(
     """On timeout the run is canceled on the server; finished items are kept, the rest are Timeout."""
     emulator.run_outcome = "never"
     emulator.items_per_poll = 1
-    # 0.4 s: room for a few polls (one item each) even on a loaded machine, far from 100 items.
-    results = await foundry(aio_project, timeout=0.4).evaluate(items(100), eval_name="never")
+    # 1 s: room for polls (one item each) even on a loaded machine (0.4 s saw none once, in the
+    # full suite), and still far from 100 items (the polls are at least 5 ms apart, 20 ms later).
+    results = await foundry(aio_project, timeout=1.0).evaluate(items(100), eval_name="never")
     assert results.status == "timeout"
     [cancel] = emulator.calls("POST", r"/cancel$")
     assert cancel.body is None
