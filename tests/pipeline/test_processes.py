@@ -635,3 +635,29 @@ async def test_the_runs_timeout_stops_a_processes_run_and_its_workers(
     assert "timeout of 1 s" in (outcome.message or "")
     assert len(seen) == 2
     assert not (_workers() - before)
+
+
+@pytest.mark.parametrize(
+    ("calls", "fields", "size"),
+    [
+        (1_000_000, {"task_runner": {"processes": 2}}, 2_000),  # at most PROCESS_SHARD_CALLS
+        (1_000_000, {"task_runner": "threads"}, 20_000),  # threads: MAX_SHARD_TASKS shards
+        (100_000, {"task_runner": {"processes": 2}}, 2_000),  # MAX_SHARD_TASKS shards too
+        (1_000, {"task_runner": {"processes": 2}}, 128),  # 4 rounds of a worker's share (32)
+        (100_000, {"task_runner": {"processes": 2}, "shard_size": 3_000}, 3_000),  # the suite's
+    ],
+)
+def test_default_process_shards_are_bounded(
+    spans: tuple[Path, ProcessPool], calls: int, fields: dict[str, Any], size: int
+) -> None:
+    """A processes run's default shards hold at most PROCESS_SHARD_CALLS calls (still 4 rounds
+    of a worker's share); threads keep their size, and the suite's shard_size wins."""
+    from types import SimpleNamespace
+
+    from evalpipe.pipeline.flow import shard_size
+
+    _, pool = spans
+    assert pool.plan.suite is not None
+    suite = pool.plan.suite.model_copy(update={"concurrency": 64, **fields})
+    plan = SimpleNamespace(suite=suite, calls=range(calls))
+    assert shard_size(plan) == size  # type: ignore[arg-type]

@@ -154,12 +154,28 @@ SHARD_ROUNDS = 4
 shards of 256 calls (1,000 instant calls: 4 shards instead of 32)."""
 
 
+PROCESS_SHARD_CALLS = 2_000
+"""Default shards of a processes run hold at most this many calls (if that is still SHARD_ROUNDS
+rounds of a worker's share): a worker holds a whole shard at once (its transcripts, items, rows
+and their pickled answer: ~225 MiB a worker at 2,000 calls, measured at 100,000), so a run of a
+million calls must not give it shards of 20,000. Not smaller: every shard is a Prefect task run,
+and the server's ~55 ms of CPU for each competes with the workers for the cores (100,000 calls
+on 2 cores: 29-30 s in shards of 2,000, 37-38 s in shards of 500)."""
+
+
 def shard_size(plan: RunPlan) -> int:
     """Calls per shard task: the suite's, or sized for at most MAX_SHARD_TASKS shards of at least
-    MIN_SHARD_CALLS calls and SHARD_ROUNDS rounds of the concurrency."""
-    if plan.suite is not None and plan.suite.shard_size is not None:
-        return int(plan.suite.shard_size)
-    concurrency = plan.suite.concurrency if plan.suite is not None else 1
+    MIN_SHARD_CALLS calls and SHARD_ROUNDS rounds of the concurrency (of a worker's share, and
+    at most PROCESS_SHARD_CALLS, for worker processes)."""
+    suite = plan.suite
+    if suite is not None and suite.shard_size is not None:
+        return int(suite.shard_size)
+    concurrency = suite.concurrency if suite is not None else 1
+    workers = process_workers(suite) if suite is not None else None
+    if workers is not None:
+        share = -(-concurrency // workers)
+        smallest = max(MIN_SHARD_CALLS, SHARD_ROUNDS * share)
+        return max(smallest, min(PROCESS_SHARD_CALLS, -(-len(plan.calls) // MAX_SHARD_TASKS)))
     smallest = max(MIN_SHARD_CALLS, SHARD_ROUNDS * concurrency)
     return max(smallest, -(-len(plan.calls) // MAX_SHARD_TASKS))
 
