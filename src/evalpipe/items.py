@@ -94,6 +94,18 @@ def _join(messages: Sequence[Message], start: int, stop: int, role: str) -> str:
     return _joined([text for m in messages[start:stop] if m.role == role and (text := m.text)])
 
 
+def _text_of(m: Message) -> str:
+    """``m.text``, with a plain Message's common case (one content) read directly: the
+    property's call costs more than the text itself, once per message of every item checked.
+    A subclass keeps its own ``text``."""
+    if type(m) is Message:
+        contents = m.contents
+        if len(contents) == 1:
+            only = contents[0]
+            return only.text if only.type == "text" else ""
+    return m.text
+
+
 def _split_texts(conv: Sequence[Message], cut: int) -> tuple[str, str]:
     """``(query, response)`` of a conversation cut at ``cut``: the user texts before it and the
     assistant texts from it on, in one pass (what two :func:`_join` calls give)."""
@@ -103,17 +115,7 @@ def _split_texts(conv: Sequence[Message], cut: int) -> tuple[str, str]:
         for m in side:
             if m.role != role:
                 continue
-            if type(m) is Message:
-                # Message.text inlined for its common case (one content): the property's call
-                # costs more than the text itself, once per message of every item checked.
-                contents = m.contents
-                if len(contents) == 1:
-                    only = contents[0]
-                    text = only.text if only.type == "text" else ""
-                else:
-                    text = m.text
-            else:
-                text = m.text  # a subclass may say otherwise
+            text = _text_of(m)
             if text:
                 texts.append(text)
     return _joined(query), _joined(response)
@@ -132,30 +134,14 @@ def _last_turn_texts(conv: Sequence[Message]) -> tuple[int, str, str]:
             break
         cut -= 1
         if role == "assistant":
-            if type(m) is Message:  # Message.text inlined, as in _split_texts
-                contents = m.contents
-                if len(contents) == 1:
-                    only = contents[0]
-                    text = only.text if only.type == "text" else ""
-                else:
-                    text = m.text
-            else:
-                text = m.text
+            text = _text_of(m)
             if text:
                 response.append(text)
     response.reverse()
     query: list[str] = []
     for m in conv[:cut]:
         if m.role == "user":
-            if type(m) is Message:
-                contents = m.contents
-                if len(contents) == 1:
-                    only = contents[0]
-                    text = only.text if only.type == "text" else ""
-                else:
-                    text = m.text
-            else:
-                text = m.text
+            text = _text_of(m)
             if text:
                 query.append(text)
     return cut, _joined(query), _joined(response)

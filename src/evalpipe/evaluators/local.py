@@ -332,6 +332,29 @@ def _errored(index: int, item: EvalItem) -> EvalItemResult:
     )
 
 
+def _check_score(
+    out: CheckResult, index: int, failures: list[tuple[int, str]]
+) -> tuple[EvalScoreResult, bool]:
+    """A check's answer as its score and verdict (no score: 1.0 if it passed, else 0.0; its
+    reason kept on the score), a failed check's ``name: reason`` added to ``failures`` under the
+    item's index. The one home of these rules for both the one-pass and the awaiting path."""
+    passed = out.passed
+    if type(passed) is not bool:
+        passed = bool(passed)
+    reason = out.reason
+    cname = out.check_name
+    if not passed:
+        failures.append((index, f"{cname}: {reason}"))
+    score = out.score
+    if score is None:
+        score = 1.0 if passed else 0.0
+    if out.details:
+        return _detailed_score(out, cname, score, passed, reason), passed
+    if reason:
+        return EvalScoreResult(cname, score, passed, {"reason": reason}, None, reason), passed
+    return EvalScoreResult(cname, score, passed), passed
+
+
 def _checked(
     index: int,
     item: EvalItem,
@@ -361,24 +384,10 @@ def _checked(
             out = exc
         add_out(out)
         if type(out) is CheckResult or isinstance(out, CheckResult):
-            # The common path, kept lean: it runs once per item and check.
-            passed = out.passed
-            if type(passed) is not bool:
-                passed = bool(passed)
-            reason = out.reason
-            cname = out.check_name
+            score, passed = _check_score(out, index, failures)
+            add_score(score)
             if not passed:
                 all_passed = False
-                failures.append((index, f"{cname}: {reason}"))
-            score = out.score
-            if score is None:
-                score = 1.0 if passed else 0.0
-            if out.details:
-                add_score(_detailed_score(out, cname, score, passed, reason))
-            elif reason:
-                add_score(score_result(cname, score, passed, {"reason": reason}, None, reason))
-            else:
-                add_score(score_result(cname, score, passed))
         elif isinstance(out, BaseException):
             if errors is None:
                 errors = []
@@ -481,23 +490,10 @@ def _item_result(
     all_passed = bool(outs)
     for name, out in zip(names, outs, strict=True):
         if isinstance(out, CheckResult):
-            passed = bool(out.passed)
-            reason = out.reason
-            cname = out.check_name
+            score, passed = _check_score(out, index, failures)
+            scores.append(score)
             if not passed:
                 all_passed = False
-                failures.append((index, f"{cname}: {reason}"))
-            score = out.score
-            if score is None:
-                score = 1.0 if passed else 0.0
-            if out.details:
-                scores.append(_detailed_score(out, cname, score, passed, reason))
-            elif reason:
-                scores.append(
-                    EvalScoreResult(cname, score, passed, {"reason": reason}, None, reason)
-                )
-            else:
-                scores.append(EvalScoreResult(cname, score, passed))
             continue
         if not isinstance(out, BaseException):
             out = TypeError(f"check '{name}' returned {type(out).__name__}, expected CheckResult")
