@@ -8,10 +8,12 @@ shards. Then, per tree and trial, two fresh processes:
 
 1. ``encode`` (a worker's share): each shard through ``processes.encode_shard``; CPU time
    (``time.process_time``) per item, ``target_runs`` and ``results`` apart. The shard is then
-   stripped and pickled as a worker sends it (``ShardDone``).
+   stripped and pickled as a worker sends it (``ShardDone``): ``pickle``, its CPU per item, and
+   ``sent_bytes``, its size per item; ``worker`` is encode plus pickle.
 2. ``append`` (the flow's share): each ``ShardDone`` unpickled in one thread (as the flow
-   receives it) and appended in another (``RunWriter.add_encoded``, as the flow's ``_write``);
-   the append's CPU (``time.thread_time`` of that thread) per item, ``finish`` apart, and the
+   receives it: ``unpickle``, that thread's CPU per item) and appended in another
+   (``RunWriter.add_encoded``, as the flow's ``_write``); the append's CPU (``time.thread_time``
+   of that thread) per item, ``flow`` the two together, ``finish`` apart, and the
    process's RSS sampled every 5 ms: its growth from after the first shard to the peak, the
    Arrow pool's bytes (``pyarrow.total_allocated_bytes``) at the end.
 
@@ -72,13 +74,17 @@ from pathlib import Path
 from evalpipe.artifacts.writer import RowEncoder
 from evalpipe.pipeline.processes import ShardDone, strip_results
 from evalpipe.tally import CallTally, Counts, SummaryTally
-import pyarrow as pa
-pa.array([0])  # the first pa.array imports pandas: not the encoder's cost
+try:
+    import pyarrow as pa
+    pa.array([0])  # the first pa.array imports pandas: not the encoder's cost (a tree's that uses it)
+except ImportError:
+    pass
 src, dst = Path(sys.argv[1]), Path(sys.argv[2])
 dst.mkdir(exist_ok=True)
 encoder = RowEncoder()
-T = {"target_runs": 0.0, "results": 0.0}
+T = {"target_runs": 0.0, "results": 0.0, "pickle": 0.0}
 n = 0
+sent = 0
 for path in sorted(src.glob("*.pkl")):
     with path.open("rb") as fh:
         columns, results, items = pickle.load(fh)
@@ -96,9 +102,15 @@ for path in sorted(src.glob("*.pkl")):
         strip_results(result, kept, 20)
     done = ShardDone(index=int(path.stem), encoded=batch, results=results, calls=CallTally(),
                      verdicts=Counts(), made=0, reused=0, items=items, n_calls=items)
-    (dst / path.name).write_bytes(pickle.dumps(done, protocol=pickle.HIGHEST_PROTOCOL))
+    t3 = time.process_time()
+    data = pickle.dumps(done, protocol=pickle.HIGHEST_PROTOCOL)
+    T["pickle"] += time.process_time() - t3
+    sent += len(data)
+    (dst / path.name).write_bytes(data)
 out = {k: 1e6 * v / n for k, v in T.items()}
 out["encode"] = out["target_runs"] + out["results"]
+out["worker"] = out["encode"] + out["pickle"]
+out["sent_bytes"] = sent / n
 print(json.dumps(out))
 """
 
@@ -123,6 +135,11 @@ writer = RunWriter(run_dir, started_at=dt.datetime(2026, 1, 1, tzinfo=dt.UTC))
 receiver = concurrent.futures.ThreadPoolExecutor(1)
 appender = concurrent.futures.ThreadPoolExecutor(1)
 
+def load(data):
+    t0 = time.thread_time()
+    done = pickle.loads(data)
+    return done, time.thread_time() - t0
+
 def append(done):
     t0 = time.thread_time()
     writer.add_encoded(done.encoded, done.results)
@@ -132,6 +149,7 @@ gc.freeze()
 gc.disable()  # as the flow's shards run (_ShardCollector): a young collection now and then
 paths = sorted(src.glob("*.pkl"))
 cpu = 0.0
+unpickle = 0.0
 n = 0
 base = None
 sampler = threading.Thread(target=sample, daemon=True)
@@ -139,7 +157,8 @@ sampler.start()
 kept = []
 for path in paths:
     data = path.read_bytes()
-    done = receiver.submit(pickle.loads, data).result()
+    done, took = receiver.submit(load, data).result()
+    unpickle += took
     del data
     cpu += appender.submit(append, done).result()
     n += done.items
@@ -156,7 +175,9 @@ finish = time.process_time() - t0
 stop.set()
 sampler.join()
 print(json.dumps({
+    "unpickle": 1e6 * unpickle / n,
     "append": 1e6 * cpu / n,
+    "flow": 1e6 * (cpu + unpickle) / n,
     "finish_ms": 1e3 * finish,
     "rss_after_first_mib": base / 2**20,
     "rss_peak_mib": max(samples) / 2**20,

@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 from artifact_builders import workflow_batch
 
+import evalpipe.artifacts.encoder as encoder_module
 import evalpipe.artifacts.writer as writer_module
 from evalpipe import (
     EvalItem,
@@ -42,7 +43,7 @@ from evalpipe.artifacts import (
     read_runs,
     read_table,
 )
-from evalpipe.artifacts.writer import _MESSAGES, _TEXT_MESSAGES, _text_message_json
+from evalpipe.artifacts.encoder import _MESSAGES, _TEXT_MESSAGES, _text_message_json
 from evalpipe.itemize import agent_item
 from evalpipe.runner.shard import CallOutcome
 from evalpipe.transcripts import TargetRun, WorkflowRun
@@ -535,7 +536,7 @@ def test_items_conversations_from_the_calls_messages_json_are_the_dumped_bytes(
             dumped.append(len(value))
             return _MESSAGES.dump_json(value, **kwargs)
 
-    monkeypatch.setattr(writer_module, "_MESSAGES", Counting())
+    monkeypatch.setattr(encoder_module, "_MESSAGES", Counting())
     written = {}
     for name, messages_json in (("dumped", None), ("shared", shared)):
         dumped.clear()
@@ -789,6 +790,6 @@ def test_encoded_scores_statuses_follow_score_status_on_every_row() -> None:
     assert status_at > 17  # a metric column (item columns come first)
     for scores in (plain, mixed, [EvalScoreResult("m", 1.0, passed=True)] * 4):
         res = result(scores)
-        encoded = writer_module.RowEncoder()._scores(0, "P", "overall", res)
+        encoded = encoder_module.RowEncoder()._scores(0, "P", "overall", res)
         assert encoded is not None
-        assert encoded.arrays[status_at].to_pylist() == [score_status(s) for s in scores]
+        assert encoded.columns[status_at - 17] == [score_status(s) for s in scores]

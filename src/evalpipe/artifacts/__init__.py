@@ -5,41 +5,94 @@ evaluated item and agent), ``scores.parquet`` (one row per item, provider and me
 ``summary.parquet`` (aggregates per provider, agent and metric) and ``manifest.json``. See
 docs/artifacts.md for every column. ``find_runs`` lists the finished runs under an output directory,
 newest first, and ``bless`` / ``baseline_of`` keep a suite's baseline.
+
+The names are imported on first use (``__getattr__``): the package itself loads nothing, so a
+worker process that imports only ``evalpipe.artifacts.encoder`` never loads pyarrow.
 """
 
-from evalpipe.artifacts.history import (
-    BASELINE_FILE,
-    RunInfo,
-    baseline_of,
-    bless,
-    find_runs,
-)
-from evalpipe.artifacts.reader import (
-    iter_batches,
-    iter_runs,
-    load_run,
-    read_item_rows,
-    read_manifest,
-    read_not_passed,
-    read_runs,
-    read_summary,
-    read_table,
-)
-from evalpipe.artifacts.schema import (
-    FILES,
-    ITEMS_SCHEMA,
-    MANIFEST_FILE,
-    RUNS_SCHEMA,
-    SCHEMA_VERSION,
-    SCHEMAS,
-    SCORES_SCHEMA,
-    SUMMARY_SCHEMA,
-    ArtifactError,
-    RunRecord,
-    RunStatus,
-    SchemaVersionError,
-)
-from evalpipe.artifacts.writer import RunWriter
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from evalpipe.artifacts.history import (
+        BASELINE_FILE,
+        RunInfo,
+        baseline_of,
+        bless,
+        find_runs,
+    )
+    from evalpipe.artifacts.reader import (
+        iter_batches,
+        iter_runs,
+        load_run,
+        read_item_rows,
+        read_manifest,
+        read_not_passed,
+        read_runs,
+        read_summary,
+        read_table,
+    )
+    from evalpipe.artifacts.schema import (
+        FILES,
+        ITEMS_SCHEMA,
+        MANIFEST_FILE,
+        RUNS_SCHEMA,
+        SCHEMA_VERSION,
+        SCHEMAS,
+        SCORES_SCHEMA,
+        SUMMARY_SCHEMA,
+        ArtifactError,
+        RunRecord,
+        RunStatus,
+        SchemaVersionError,
+    )
+    from evalpipe.artifacts.writer import RunWriter
+
+_HOMES = {
+    "BASELINE_FILE": "history",
+    "RunInfo": "history",
+    "baseline_of": "history",
+    "bless": "history",
+    "find_runs": "history",
+    "iter_batches": "reader",
+    "iter_runs": "reader",
+    "load_run": "reader",
+    "read_item_rows": "reader",
+    "read_manifest": "reader",
+    "read_not_passed": "reader",
+    "read_runs": "reader",
+    "read_summary": "reader",
+    "read_table": "reader",
+    "FILES": "schema",
+    "ITEMS_SCHEMA": "schema",
+    "MANIFEST_FILE": "schema",
+    "RUNS_SCHEMA": "schema",
+    "SCHEMA_VERSION": "schema",
+    "SCHEMAS": "schema",
+    "SCORES_SCHEMA": "schema",
+    "SUMMARY_SCHEMA": "schema",
+    "ArtifactError": "schema",
+    "RunRecord": "schema",
+    "RunStatus": "schema",
+    "SchemaVersionError": "schema",
+    "RunWriter": "writer",
+}
+"""The module of each name: imported on first use, so that importing a submodule that needs
+no pyarrow (``evalpipe.artifacts.encoder``, in a worker process) does not load it."""
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
 
 __all__ = [
     "BASELINE_FILE",
