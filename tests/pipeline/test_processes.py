@@ -467,8 +467,9 @@ agent = PidAgent()
 async def test_the_flow_runs_its_shards_in_worker_processes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """task_runner {processes: 2} through the flow: the calls are made in two worker processes,
-    not the flow's, the run completes with its gate and summary, and no worker is left."""
+    """task_runner {processes: 2} through the flow, shards of 4 calls in chunks of 3: the calls
+    are made in two worker processes, not the flow's, every chunk is written in call order, the
+    run completes with its gate and summary, and no worker is left."""
     from evalpipe.artifacts import load_run
     from evalpipe.pipeline import arun_suite
 
@@ -492,6 +493,7 @@ async def test_the_flow_runs_its_shards_in_worker_processes(
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv("EVALPIPE_TEST_PID_FILE", str(tmp_path / "pids.log"))
+    monkeypatch.setattr(processes, "CHUNK_CALLS", 3)
     before = {p.pid for p in psutil.Process().children(recursive=True)}
     outcome = await arun_suite(load_suite(tmp_path / "suite.yaml"))
     assert outcome.state == "Completed", outcome.message
@@ -501,7 +503,9 @@ async def test_the_flow_runs_its_shards_in_worker_processes(
     assert os.getpid() not in pids
     (result,) = load_run(outcome.run_dir)
     assert (result.passed, result.failed, result.errored) == (24, 0, 0)
-    assert pq.read_table(outcome.run_dir / "runs.parquet").num_rows == 24
+    runs = pq.read_table(outcome.run_dir / "runs.parquet")
+    plan = prepare_suite(load_suite(tmp_path / "suite.yaml"), tmp_path / "runs" / "order")
+    assert runs.column("run_id").to_pylist() == [c.key for c in plan.calls]
     left = {p.pid for p in psutil.Process().children(recursive=True)} - before
     assert not (left & pids)
 

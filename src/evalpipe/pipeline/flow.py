@@ -274,16 +274,30 @@ async def process_shard_task(
 ) -> dict[str, int]:
     """A whole shard in one of the run's worker processes (``task_runner: processes``): its calls,
     items and scores, and the rows of its tables, built there a chunk at a time; each chunk goes
-    to ``deliver`` as it arrives, in order (a retry starts after the chunks delivered already).
-    Returns how many calls were made and reused, and items built, in the chunks it delivered."""
+    to ``deliver`` (written) as it arrives, in order. Returns how many calls were made and reused,
+    and items built.
+
+    Raises:
+        WorkerError: for an OSError once a chunk was delivered: the shard is not retried (its
+            written chunks would be written again); the run stops, its finished calls journaled.
+    """
     counts = {"made": 0, "reused": 0, "items": 0}
-    async with contextlib.aclosing(pool.chunks(job)) as chunks:
-        async for chunk in chunks:
-            job.skip += 1
-            counts["made"] += chunk.made
-            counts["reused"] += chunk.reused
-            counts["items"] += chunk.items
-            await deliver(chunk)
+    delivered = 0
+    try:
+        async with contextlib.aclosing(pool.chunks(job)) as chunks:
+            async for chunk in chunks:
+                delivered += 1
+                counts["made"] += chunk.made
+                counts["reused"] += chunk.reused
+                counts["items"] += chunk.items
+                await deliver(chunk)
+    except OSError as exc:
+        if not delivered:
+            raise  # nothing of the shard written: retried whole (_RETRY_ON_INFRASTRUCTURE)
+        raise WorkerError(
+            f"shard {shard_index} failed after {delivered} of its chunks were written: "
+            f"{type(exc).__name__}: {exc}"
+        ) from exc
     return counts
 
 

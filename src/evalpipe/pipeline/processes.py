@@ -143,8 +143,6 @@ class ShardJob:
     chunk: int = 0
     """Calls per chunk: the worker runs, encodes and sends back the shard a chunk at a time
     (0: the whole shard as one chunk)."""
-    skip: int = 0
-    """Chunks of the shard already received (a retried shard): the worker starts after them."""
 
     def unpack(self) -> tuple[tuple[Call, ...], tuple[Row, ...]]:
         """The shard's calls and the rows they call."""
@@ -302,6 +300,53 @@ def watch_parent(parent_pid: int, interval: float = PARENT_POLL_S) -> threading.
     return thread
 
 
+class _InShardOrder:
+    """A shard's chunks as the whole shard would have been sent, in an agent run (one result
+    level per provider):
+
+    - scores.parquet's rows in the order the whole shard's batch holds them: each provider's rows
+      of the shard together, providers in order. The first provider's rows go with their chunk;
+      the others' are held (as encoded rows) and go, in order, with the shard's last chunk. Runs
+      and items rows go with their chunk: their order is the calls' whatever the chunks.
+    - each result's run-level ``error`` (a local or judge provider's: its failures' texts joined
+      with "; ", in item order) once per shard, as the whole shard's evaluation gives it: the
+      chunks' texts joined, on the last chunk's result (None on the others), so summary.parquet's
+      and the merged results' distinct errors are those of the whole shard.
+    """
+
+    __slots__ = ("errors", "first", "held")
+
+    def __init__(self) -> None:
+        self.first: tuple[int, str] | None = None
+        self.held: dict[tuple[int, str], list[Any]] = {}
+        self.errors: dict[int, list[str]] = {}
+
+    def __call__(self, done: ShardDone, *, last: bool) -> None:
+        """The chunk's ``encoded.scores`` and results' errors as they are sent."""
+        for index, result in enumerate(done.results):
+            errors = self.errors.setdefault(index, [])
+            if result.error:
+                errors.append(result.error)
+            result.error = "; ".join(errors) or None if last else None
+        if last:
+            self.errors.clear()
+        batch = done.encoded
+        sent = []
+        for scores in batch.scores:
+            key = (scores.provider_index, scores.agent)
+            if self.first is None:
+                self.first = key
+            if key == self.first:
+                sent.append(scores)
+            else:
+                self.held.setdefault(key, []).append(scores)
+        if last:
+            for parts in self.held.values():
+                sent.extend(parts)
+            self.held.clear()
+        batch.scores = sent
+
+
 class _Worker:
     """A worker process's state: the run's plan (rows excepted), its journal, one event loop."""
 
@@ -351,8 +396,9 @@ class _Worker:
         semaphore = asyncio.Semaphore(job.share)
         scope = self._scope(job.limits)
         size = job.chunk if job.chunk > 0 else max(1, len(calls))
-        starts = range(job.skip * size, len(calls), size)
+        starts = range(0, len(calls), size)
         kept: dict[tuple[str, str], int] = {}
+        in_order = _InShardOrder()
         running: collections.deque[asyncio.Task[ShardResult]] = collections.deque()
 
         def start(k: int) -> None:
@@ -376,8 +422,11 @@ class _Worker:
             for k in range(len(starts)):
                 shard = await running[0]
                 running.popleft()
-                send(self._done(job, plan, shard, kept, job.skip + k))
+                done = self._done(job, plan, shard, kept, k)
                 del shard
+                in_order(done, last=k == len(starts) - 1)
+                send(done)
+                del done
                 if k + WINDOW < len(starts):
                     start(k + WINDOW)
                 self._collect()
@@ -455,7 +504,7 @@ DEPTH = 2
 job: calls and rows), so it starts the next as soon as the current one is sent back (the shard's
 task run, its job and its pickling overlap the shard before it)."""
 
-CHUNK_CALLS = 500
+CHUNK_CALLS = 250
 """Calls per chunk of a shard: a worker runs, encodes and sends back its shard a chunk at a time,
 so it holds a chunk's transcripts, items and rows, not a whole shard's (a shard is one Prefect
 task run: big shards spare the server's CPU, small chunks the worker's memory)."""
@@ -787,8 +836,10 @@ class ProcessPool:
             artifact's).
         env: Environment variables the workers set before preparing (the Prefect API's URL when
             global concurrency limits are used).
-        chunk: Calls per chunk of a shard (``CHUNK_CALLS``). A plan with a batched provider
-            (server-side evaluations: one server run per batch of a shard) runs whole shards.
+        chunk: Calls per chunk of a shard (default ``CHUNK_CALLS``), in an agent run. A workflow
+            run (its items.parquet rows are grouped by agent over a shard) and a run with a
+            batched provider (server-side evaluations: one server run per batch of a shard) run
+            whole shards.
     """
 
     def __init__(
@@ -798,15 +849,16 @@ class ProcessPool:
         *,
         listed: int,
         env: dict[str, str] | None = None,
-        chunk: int = CHUNK_CALLS,
+        chunk: int | None = None,
     ) -> None:
         assert plan.suite is not None
         assert plan.run_dir is not None
+        chunk = CHUNK_CALLS if chunk is None else chunk
         if chunk < 1:
             raise ValueError(f"chunk must be >= 1, got {chunk}")
         self.plan = plan
         batched = any(plan.batched(p) is not None for p in plan.providers)
-        self.chunk = 0 if batched else chunk
+        self.chunk = chunk if plan.kind == "agent" and not batched else 0
         self.shares = split_concurrency(int(plan.suite.concurrency), workers)
         self.listed = listed
         self.env = dict(env or {})
