@@ -157,11 +157,12 @@ shards of 256 calls (1,000 instant calls: 4 shards instead of 32)."""
 
 PROCESS_SHARD_CALLS = 2_000
 """Default shards of a processes run hold at most this many calls (if that is still SHARD_ROUNDS
-rounds of a worker's share): a worker holds a whole shard at once (its transcripts, items, rows
-and their pickled answer: ~225 MiB a worker at 2,000 calls, measured at 100,000), so a run of a
-million calls must not give it shards of 20,000. Not smaller: every shard is a Prefect task run,
-and the server's ~55 ms of CPU for each competes with the workers for the cores (100,000 calls
-on 2 cores: 29-30 s in shards of 2,000, 37-38 s in shards of 500)."""
+rounds of a worker's share): a worker of an agent run holds a chunk of its shard at a time
+(``processes.CHUNK_CALLS``), but a workflow run's worker holds a whole shard at once (its
+transcripts, items, rows and their pickled answer: ~225 MiB a worker at 2,000 calls, measured at
+100,000), so a run of a million calls must not give it shards of 20,000. Not smaller: every shard
+is a Prefect task run, and the server's ~55 ms of CPU for each competes with the workers for the
+cores (100,000 calls on 2 cores: 29-30 s in shards of 2,000, 37-38 s in shards of 500)."""
 
 
 def shard_size(plan: RunPlan) -> int:

@@ -507,7 +507,10 @@ task run, its job and its pickling overlap the shard before it)."""
 CHUNK_CALLS = 250
 """Calls per chunk of a shard: a worker runs, encodes and sends back its shard a chunk at a time,
 so it holds a chunk's transcripts, items and rows, not a whole shard's (a shard is one Prefect
-task run: big shards spare the server's CPU, small chunks the worker's memory)."""
+task run: big shards spare the server's CPU, small chunks the worker's memory). Measured at
+100,000 calls x 3 local checks in shards of 2,000 on 2 workers: a worker's peak ~225 MiB in whole
+shards, ~180 in chunks of 500, ~166 in chunks of 250 (~137 idle after setup), at no measurable
+CPU cost."""
 
 WINDOW = 2
 """Chunks of a shard a worker runs at once: the one it finishes and the next, whose calls take
