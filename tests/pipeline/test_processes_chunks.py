@@ -52,7 +52,7 @@ def _agent_plan(root: Path, name: str) -> RunPlan:
     ``root``."""
     shutil.copy(TRAVEL / "queries.jsonl", root / "queries.jsonl")
     data = yaml.safe_load((TRAVEL / "agent_suite.yaml").read_text(encoding="utf-8"))
-    data.update(output_dir=str(root / "runs"), concurrency=3, task_runner={"processes": 1})
+    data.update(output_dir=str(root / "runs"), concurrency=12, task_runner={"processes": 1})
     (root / "suite.yaml").write_text(yaml.safe_dump(data), encoding="utf-8")
     return prepare_suite(load_suite(root / "suite.yaml"), root / "runs" / name)
 
@@ -138,7 +138,7 @@ def _whole_shards(plan: RunPlan) -> tuple[list[list[EvalResults]], dict[str, Any
         verdicts = []
         for shard_calls in plan.shards(SHARD):
             shard = await run_shard(
-                plan, state, shard_calls, semaphore=asyncio.Semaphore(3), workers=3
+                plan, state, shard_calls, semaphore=asyncio.Semaphore(12), workers=12
             )
             for o in shard.outcomes:
                 calls.add(o.source, o.run)
