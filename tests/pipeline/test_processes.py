@@ -107,9 +107,11 @@ def _write_processes(
         texts: dict[tuple[str, str], int] = {}
         calls = CallTally()
         shards = plan.shards(size)
-        done = await asyncio.gather(*(pool.run(pool.job(i, c, {})) for i, c in enumerate(shards)))
+        answers = await asyncio.gather(
+            *(pool.run(pool.job(i, c, {})) for i, c in enumerate(shards))
+        )
         verdicts = []
-        for d in done:
+        for d in (chunk for shard in answers for chunk in shard):
             calls.merge(d.calls)
             _write(writer, plan, d)
             verdicts.append(d.verdicts.as_dict())
@@ -218,12 +220,12 @@ def test_a_shard_that_raises_in_a_worker_raises_in_the_flow_and_the_worker_goes_
     bad = pool.job(0, plan.calls[:2], {})
     bad.calls = [(0, len(bad.rows), 0, plan.calls[0].key)]  # no such row: IndexError there
 
-    async def run() -> ShardDone:
+    async def run() -> list[ShardDone]:
         with pytest.raises(IndexError):
             await pool.run(bad)
         return await pool.run(pool.job(1, plan.calls[2:4], {}))
 
-    done = asyncio.run(run())
+    [done] = asyncio.run(run())
     assert done.n_calls == 2
     assert done.encoded.runs is not None
 
@@ -304,7 +306,10 @@ def test_calls_in_flight_across_workers_never_exceed_the_concurrency(
     async def run() -> list[ShardDone]:
         calls = pool.plan.calls[:24]  # repetition 0
         shards = [calls[i : i + 4] for i in range(0, 24, 4)]
-        return await asyncio.gather(*(pool.run(pool.job(i, c, {})) for i, c in enumerate(shards)))
+        answers = await asyncio.gather(
+            *(pool.run(pool.job(i, c, {})) for i, c in enumerate(shards))
+        )
+        return [chunk for shard in answers for chunk in shard]
 
     done = asyncio.run(run())
     assert sum(d.n_calls for d in done) == 24
@@ -330,7 +335,8 @@ def test_each_worker_holds_its_next_shard_and_answers_in_order(
 
     async def run() -> list[ShardDone]:
         jobs = [pool.job(i, calls[4 * i : 4 * i + 4], {}) for i in range(4)]
-        return await asyncio.gather(*(pool.run(job) for job in jobs))
+        answers = await asyncio.gather(*(pool.run(job) for job in jobs))
+        return [chunk for shard in answers for chunk in shard]
 
     done = asyncio.run(run())
     assert [d.index for d in done] == [0, 1, 2, 3]
@@ -461,8 +467,9 @@ agent = PidAgent()
 async def test_the_flow_runs_its_shards_in_worker_processes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """task_runner {processes: 2} through the flow: the calls are made in two worker processes,
-    not the flow's, the run completes with its gate and summary, and no worker is left."""
+    """task_runner {processes: 2} through the flow, shards of 4 calls in chunks of 3: the calls
+    are made in two worker processes, not the flow's, every chunk is written in call order, the
+    run completes with its gate and summary, and no worker is left."""
     from evalpipe.artifacts import load_run
     from evalpipe.pipeline import arun_suite
 
@@ -486,6 +493,7 @@ async def test_the_flow_runs_its_shards_in_worker_processes(
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv("EVALPIPE_TEST_PID_FILE", str(tmp_path / "pids.log"))
+    monkeypatch.setattr(processes, "CHUNK_CALLS", 3)
     before = {p.pid for p in psutil.Process().children(recursive=True)}
     outcome = await arun_suite(load_suite(tmp_path / "suite.yaml"))
     assert outcome.state == "Completed", outcome.message
@@ -495,7 +503,9 @@ async def test_the_flow_runs_its_shards_in_worker_processes(
     assert os.getpid() not in pids
     (result,) = load_run(outcome.run_dir)
     assert (result.passed, result.failed, result.errored) == (24, 0, 0)
-    assert pq.read_table(outcome.run_dir / "runs.parquet").num_rows == 24
+    runs = pq.read_table(outcome.run_dir / "runs.parquet")
+    plan = prepare_suite(load_suite(tmp_path / "suite.yaml"), tmp_path / "runs" / "order")
+    assert runs.column("run_id").to_pylist() == [c.key for c in plan.calls]
     left = {p.pid for p in psutil.Process().children(recursive=True)} - before
     assert not (left & pids)
 

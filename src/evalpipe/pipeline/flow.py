@@ -10,6 +10,7 @@ semaphore bounds target calls across every shard of the run; large values travel
 """
 
 import asyncio
+import collections
 import contextlib
 import contextvars
 import gc
@@ -17,7 +18,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Callable, Coroutine, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar, cast
@@ -156,11 +157,12 @@ shards of 256 calls (1,000 instant calls: 4 shards instead of 32)."""
 
 PROCESS_SHARD_CALLS = 2_000
 """Default shards of a processes run hold at most this many calls (if that is still SHARD_ROUNDS
-rounds of a worker's share): a worker holds a whole shard at once (its transcripts, items, rows
-and their pickled answer: ~225 MiB a worker at 2,000 calls, measured at 100,000), so a run of a
-million calls must not give it shards of 20,000. Not smaller: every shard is a Prefect task run,
-and the server's ~55 ms of CPU for each competes with the workers for the cores (100,000 calls
-on 2 cores: 29-30 s in shards of 2,000, 37-38 s in shards of 500)."""
+rounds of a worker's share): a worker of an agent run holds a chunk of its shard at a time
+(``processes.CHUNK_CALLS``), but a workflow run's worker holds a whole shard at once (its
+transcripts, items, rows and their pickled answer: ~225 MiB a worker at 2,000 calls, measured at
+100,000), so a run of a million calls must not give it shards of 20,000. Not smaller: every shard
+is a Prefect task run, and the server's ~55 ms of CPU for each competes with the workers for the
+cores (100,000 calls on 2 cores: 29-30 s in shards of 2,000, 37-38 s in shards of 500)."""
 
 
 def shard_size(plan: RunPlan) -> int:
@@ -266,13 +268,38 @@ async def remote_shard_task(
 
 @task(name="shard", task_run_name="shard-{shard_index}", **_RETRY_ON_INFRASTRUCTURE)
 async def process_shard_task(
-    shard_index: int, pool: ProcessPool, job: ShardJob, done: dict[int, ShardResult | ShardDone]
+    shard_index: int,
+    pool: ProcessPool,
+    job: ShardJob,
+    deliver: Callable[[ShardDone], Awaitable[None]],
 ) -> dict[str, int]:
     """A whole shard in one of the run's worker processes (``task_runner: processes``): its calls,
-    items and scores, and the rows of its tables, built there; the result goes to ``done``."""
-    result = await pool.run(job)
-    done[shard_index] = result
-    return {"made": result.made, "reused": result.reused, "items": result.items}
+    items and scores, and the rows of its tables, built there a chunk at a time; each chunk goes
+    to ``deliver`` (written) as it arrives, in order. Returns how many calls were made and reused,
+    and items built.
+
+    Raises:
+        WorkerError: for an OSError once a chunk was delivered: the shard is not retried (its
+            written chunks would be written again); the run stops, its finished calls journaled.
+    """
+    counts = {"made": 0, "reused": 0, "items": 0}
+    delivered = 0
+    try:
+        async with contextlib.aclosing(pool.chunks(job)) as chunks:
+            async for chunk in chunks:
+                delivered += 1
+                counts["made"] += chunk.made
+                counts["reused"] += chunk.reused
+                counts["items"] += chunk.items
+                await deliver(chunk)
+    except OSError as exc:
+        if not delivered:
+            raise  # nothing of the shard written: retried whole (_RETRY_ON_INFRASTRUCTURE)
+        raise WorkerError(
+            f"shard {shard_index} failed after {delivered} of its chunks were written: "
+            f"{type(exc).__name__}: {exc}"
+        ) from exc
+    return counts
 
 
 def process_workers(suite: EvalSuite) -> int | None:
@@ -724,6 +751,10 @@ async def _execute(
     last_update = [time.monotonic()]
     writer = RunWriter(plan.run_dir, started_at=started_at)
     finished: dict[int, ShardResult | ShardDone] = {}
+    chunks: dict[int, collections.deque[ShardDone]] = {}
+    """A processes run's chunks received and not yet written, per shard."""
+    ended: set[int] = set()
+    """A processes run's shards whose every chunk was received."""
     next_to_write = 0
     kept: list[list[EvalResults]] = [[] for _ in plan.providers]
     finished_shards = 0
@@ -733,8 +764,64 @@ async def _execute(
         calls_done[0] += 1
         _notify("calls", calls_done[0], len(plan.calls))
 
+    async def write(shard: ShardResult | ShardDone) -> None:
+        """One shard's (or a processes run's chunk's) rows written, its calls and verdicts
+        counted, its results stripped and kept (the write lock is held)."""
+        if isinstance(shard, ShardDone):  # counted and stripped by its worker
+            calls.merge(shard.calls)
+        else:
+            for outcome in shard.outcomes:
+                calls.add(outcome.source, outcome.run)
+        # Off the event loop: Parquet encoding would stall the calls still in flight.
+        await asyncio.to_thread(_write, writer, plan, shard)
+        judged = shard.verdicts if isinstance(shard, ShardDone) else call_verdicts(shard.results)
+        verdicts.passed += judged.passed
+        verdicts.failed += judged.failed
+        verdicts.errored += judged.errored
+        for stage in ("passed", "failed", "errored"):
+            _notify(stage, getattr(verdicts, stage), len(plan.calls))
+        for p, r in enumerate(shard.results):
+            if isinstance(shard, ShardDone):
+                keep_listed(r, texts_kept, FAILURES_LISTED)
+            else:
+                _strip(r, texts_kept)
+            kept[p].append(r)
+
+    async def write_ready() -> None:
+        """Everything that can be written now, in shard order (and chunk order), whatever order
+        shards finish in."""
+        nonlocal next_to_write
+        async with write_lock:
+            while True:
+                if pool is not None:
+                    waiting = chunks.get(next_to_write)
+                    if waiting:  # the shard being written: its chunks as they come
+                        await write(waiting.popleft())
+                        collector.shard_written()
+                        continue
+                    if next_to_write not in ended:
+                        return
+                    chunks.pop(next_to_write, None)
+                    ended.discard(next_to_write)
+                else:
+                    if next_to_write not in finished:
+                        return
+                    await write(finished.pop(next_to_write))
+                next_to_write += 1
+                unwritten.release()
+                if pool is None:
+                    collector.shard_written()
+
+    async def deliver(chunk: ShardDone) -> None:
+        """A chunk from a worker: held until its turn, written as soon as it comes."""
+        chunks.setdefault(chunk.index, collections.deque()).append(chunk)
+        calls_done[0] += chunk.n_calls
+        _notify("calls", calls_done[0], len(plan.calls))
+        del chunk
+        await write_ready()
+
     async def process(index: int, shard_calls: tuple[Call, ...]) -> None:
-        nonlocal next_to_write, finished_shards
+        nonlocal finished_shards
         await unwritten.acquire()  # released when this shard is written
         async with shard_gate:
             if runner is not None:
@@ -754,9 +841,8 @@ async def _execute(
                 _notify("calls", calls_done[0], len(plan.calls))
             elif pool is not None:
                 job = pool.job(index, shard_calls, limits)
-                await process_shard_task(index, _q(pool), _q(job), _q(finished))
-                calls_done[0] += len(shard_calls)
-                _notify("calls", calls_done[0], len(plan.calls))
+                await process_shard_task(index, _q(pool), _q(job), _q(deliver))
+                ended.add(index)
             else:
                 await shard_task(
                     _q(plan),
@@ -768,34 +854,7 @@ async def _execute(
                     _q(finished),
                     _q(on_call),
                 )
-        async with write_lock:  # in shard order, whatever order shards finish in
-            while next_to_write in finished:
-                shard = finished.pop(next_to_write)
-                if isinstance(shard, ShardDone):  # counted and stripped by its worker
-                    calls.merge(shard.calls)
-                else:
-                    for outcome in shard.outcomes:
-                        calls.add(outcome.source, outcome.run)
-                # Off the event loop: Parquet encoding would stall the calls still in flight.
-                await asyncio.to_thread(_write, writer, plan, shard)
-                judged = (
-                    shard.verdicts if isinstance(shard, ShardDone) else call_verdicts(shard.results)
-                )
-                verdicts.passed += judged.passed
-                verdicts.failed += judged.failed
-                verdicts.errored += judged.errored
-                for stage in ("passed", "failed", "errored"):
-                    _notify(stage, getattr(verdicts, stage), len(plan.calls))
-                for p, r in enumerate(shard.results):
-                    if isinstance(shard, ShardDone):
-                        keep_listed(r, texts_kept, FAILURES_LISTED)
-                    else:
-                        _strip(r, texts_kept)
-                    kept[p].append(r)
-                next_to_write += 1
-                del shard
-                unwritten.release()
-                collector.shard_written()
+        await write_ready()
         finished_shards += 1
         _notify("items", finished_shards, len(shards))
         # At most one update a second (each is an API call), and always the last one; sent in

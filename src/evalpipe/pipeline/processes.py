@@ -5,7 +5,9 @@ checks or targets uses one core however many the machine has. Here each shard ru
 of N worker processes (spawned, not forked: the flow's process runs Prefect's threads), which
 also turns the shard into the Arrow rows of runs, items and scores (``RowEncoder``) and strips its
 results; the flow's process appends those rows to its Parquet files in shard order and counts the
-stripped results, so it does little per item.
+stripped results, so it does little per item. A worker does that a chunk of its shard at a time
+(``CHUNK_CALLS``), sending each chunk back as soon as it is done: one task run still carries a big
+shard, while a worker holds about a chunk's transcripts, items and rows.
 
 Each worker builds the run's target, providers and split once from the suite (as ``prepare_suite``
 does; the flow's process validated them already), opens the run's journal (appending, like a Dask
@@ -38,7 +40,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from multiprocessing.connection import Connection
 from multiprocessing.reduction import ForkingPickler
@@ -60,7 +62,9 @@ from evalpipe.tally import CallTally, Counts, SummaryTally, call_verdicts
 from evalpipe.transcripts import Transcript
 
 __all__ = [
+    "CHUNK_CALLS",
     "DEPTH",
+    "WINDOW",
     "ProcessPool",
     "ShardDone",
     "ShardJob",
@@ -136,6 +140,9 @@ class ShardJob:
     stored: dict[str, Transcript] | None
     share: int
     limits: dict[int, tuple[str, int]]
+    chunk: int = 0
+    """Calls per chunk: the worker runs, encodes and sends back the shard a chunk at a time
+    (0: the whole shard as one chunk)."""
 
     def unpack(self) -> tuple[tuple[Call, ...], tuple[Row, ...]]:
         """The shard's calls and the rows they call."""
@@ -176,8 +183,9 @@ def _unpack_results(packed: tuple[EvalResults, list[Any], dict[str, Any]]) -> Ev
 
 @dataclass(slots=True)
 class ShardDone:
-    """What a worker sends back for a shard: its rows (``encoded``), its results stripped
-    (``strip_results``), the facts of its calls and the verdicts of its calls."""
+    """What a worker sends back for a chunk of a shard (``chunk``: its number in the shard): its
+    rows (``encoded``), its results stripped (``strip_results``), the facts of its calls and the
+    verdicts of its calls."""
 
     index: int
     encoded: EncodedBatch
@@ -189,15 +197,16 @@ class ShardDone:
     items: int
     n_calls: int
     pid: int = 0
+    chunk: int = 0
 
     def __getstate__(self) -> tuple[Any, ...]:
         packed = [_pack_results(r) for r in self.results]
         return (self.index, self.encoded, packed, self.calls, self.verdicts, self.made,
-                self.reused, self.items, self.n_calls, self.pid)  # fmt: skip
+                self.reused, self.items, self.n_calls, self.pid, self.chunk)  # fmt: skip
 
     def __setstate__(self, state: tuple[Any, ...]) -> None:
         (self.index, self.encoded, packed, self.calls, self.verdicts, self.made, self.reused,
-         self.items, self.n_calls, self.pid) = state  # fmt: skip
+         self.items, self.n_calls, self.pid, self.chunk) = state  # fmt: skip
         self.results = [_unpack_results(p) for p in packed]
 
 
@@ -291,6 +300,53 @@ def watch_parent(parent_pid: int, interval: float = PARENT_POLL_S) -> threading.
     return thread
 
 
+class _InShardOrder:
+    """A shard's chunks as the whole shard would have been sent, in an agent run (one result
+    level per provider):
+
+    - scores.parquet's rows in the order the whole shard's batch holds them: each provider's rows
+      of the shard together, providers in order. The first provider's rows go with their chunk;
+      the others' are held (as encoded rows) and go, in order, with the shard's last chunk. Runs
+      and items rows go with their chunk: their order is the calls' whatever the chunks.
+    - each result's run-level ``error`` (a local or judge provider's: its failures' texts joined
+      with "; ", in item order) once per shard, as the whole shard's evaluation gives it: the
+      chunks' texts joined, on the last chunk's result (None on the others), so summary.parquet's
+      and the merged results' distinct errors are those of the whole shard.
+    """
+
+    __slots__ = ("errors", "first", "held")
+
+    def __init__(self) -> None:
+        self.first: tuple[int, str] | None = None
+        self.held: dict[tuple[int, str], list[Any]] = {}
+        self.errors: dict[int, list[str]] = {}
+
+    def __call__(self, done: ShardDone, *, last: bool) -> None:
+        """The chunk's ``encoded.scores`` and results' errors as they are sent."""
+        for index, result in enumerate(done.results):
+            errors = self.errors.setdefault(index, [])
+            if result.error:
+                errors.append(result.error)
+            result.error = "; ".join(errors) or None if last else None
+        if last:
+            self.errors.clear()
+        batch = done.encoded
+        sent = []
+        for scores in batch.scores:
+            key = (scores.provider_index, scores.agent)
+            if self.first is None:
+                self.first = key
+            if key == self.first:
+                sent.append(scores)
+            else:
+                self.held.setdefault(key, []).append(scores)
+        if last:
+            for parts in self.held.values():
+                sent.extend(parts)
+            self.held.clear()
+        batch.scores = sent
+
+
 class _Worker:
     """A worker process's state: the run's plan (rows excepted), its journal, one event loop."""
 
@@ -313,13 +369,14 @@ class _Worker:
         gc.freeze()  # the plan, the target, the modules: never scanned again
         gc.disable()
 
-    def run(self, job: ShardJob) -> ShardDone:
-        try:
-            return self.loop.run_until_complete(self._run(job))
-        finally:
-            if gc.get_count()[0] >= YOUNG_LIMIT:
-                gc.collect(1)
-                gc.freeze()
+    def run(self, job: ShardJob, send: Callable[[ShardDone], None]) -> None:
+        """Run a shard, chunk by chunk; ``send`` is given each chunk's answer, in order."""
+        self.loop.run_until_complete(self._run(job, send))
+
+    def _collect(self) -> None:
+        if gc.get_count()[0] >= YOUNG_LIMIT:
+            gc.collect(1)
+            gc.freeze()
 
     def _scope(self, limits: dict[int, tuple[str, int]]) -> Any:
         if not limits:
@@ -328,17 +385,66 @@ class _Worker:
 
         return limits_scope(limits)
 
-    async def _run(self, job: ShardJob) -> ShardDone:
+    async def _run(self, job: ShardJob, send: Callable[[ShardDone], None]) -> None:
+        """The shard's chunks, ``WINDOW`` at a time on one semaphore of the worker's share: the
+        next chunk's calls wait for the slots the current one's tail gives back (no drained
+        semaphore at a chunk's end). Each chunk is encoded, stripped and sent as soon as it and
+        those before it are done, then let go. A chunk that raises cancels those after it (their
+        finished calls are journaled) and its exception ends the shard."""
         calls, rows = job.unpack()
         plan = replace(self.plan, rows=rows, calls=calls, stored=job.stored)
-        shard = await run_shard(
-            plan,
-            self.state,
-            calls,
-            semaphore=asyncio.Semaphore(job.share),
-            workers=job.share,
-            scope=self._scope(job.limits),
-        )
+        semaphore = asyncio.Semaphore(job.share)
+        scope = self._scope(job.limits)
+        size = job.chunk if job.chunk > 0 else max(1, len(calls))
+        starts = range(0, len(calls), size)
+        kept: dict[tuple[str, str], int] = {}
+        in_order = _InShardOrder()
+        running: collections.deque[asyncio.Task[ShardResult]] = collections.deque()
+
+        def start(k: int) -> None:
+            part = calls[starts[k] : starts[k] + size]
+            running.append(
+                asyncio.ensure_future(
+                    run_shard(
+                        plan,
+                        self.state,
+                        part,
+                        semaphore=semaphore,
+                        workers=job.share,
+                        scope=scope,
+                    )
+                )
+            )
+
+        try:
+            for k in range(min(WINDOW, len(starts))):
+                start(k)
+            for k in range(len(starts)):
+                shard = await running[0]
+                running.popleft()
+                done = self._done(job, plan, shard, kept, k)
+                del shard
+                in_order(done, last=k == len(starts) - 1)
+                send(done)
+                del done
+                if k + WINDOW < len(starts):
+                    start(k + WINDOW)
+                self._collect()
+        finally:
+            for task in running:
+                task.cancel()
+            await asyncio.gather(*running, return_exceptions=True)
+
+    def _done(
+        self,
+        job: ShardJob,
+        plan: RunPlan,
+        shard: ShardResult,
+        kept: dict[tuple[str, str], int],
+        chunk: int,
+    ) -> ShardDone:
+        """A chunk's answer: its rows encoded, its results stripped (``kept`` counts the texts
+        kept over the shard's chunks so far), its calls counted."""
         tally = CallTally()
         made = reused = 0
         for outcome in shard.outcomes:
@@ -347,7 +453,6 @@ class _Worker:
             reused += outcome.source == "reused"
         encoded = encode_shard(self.encoder, plan, shard)
         verdicts = call_verdicts(shard.results)
-        kept: dict[tuple[str, str], int] = {}
         for result in shard.results:
             strip_results(result, kept, self.listed)
         return ShardDone(
@@ -359,8 +464,9 @@ class _Worker:
             made=made,
             reused=reused,
             items=shard.items,
-            n_calls=len(calls),
+            n_calls=len(shard.outcomes),
             pid=os.getpid(),
+            chunk=chunk,
         )
 
     def close(self) -> None:
@@ -394,9 +500,21 @@ runs the parent's main script again in every child (a script without a ``__main_
 start its evaluation in each worker)."""
 
 DEPTH = 2
-"""Shards a worker holds at once: the one it runs and the next, queued in its process, so it
-starts the next as soon as the current one is sent back (the shard's task run, its job and its
-pickling overlap the shard before it)."""
+"""Shards a worker holds at once: the one it runs and the next, queued in its process (only its
+job: calls and rows), so it starts the next as soon as the current one is sent back (the shard's
+task run, its job and its pickling overlap the shard before it)."""
+
+CHUNK_CALLS = 250
+"""Calls per chunk of a shard: a worker runs, encodes and sends back its shard a chunk at a time,
+so it holds a chunk's transcripts, items and rows, not a whole shard's (a shard is one Prefect
+task run: big shards spare the server's CPU, small chunks the worker's memory). Measured at
+100,000 calls x 3 local checks in shards of 2,000 on 2 workers: a worker's peak ~225 MiB in whole
+shards, ~180 in chunks of 500, ~166 in chunks of 250 (~137 idle after setup), at no measurable
+CPU cost."""
+
+WINDOW = 2
+"""Chunks of a shard a worker runs at once: the one it finishes and the next, whose calls take
+the slots the first one's last calls give back."""
 
 
 def _warm() -> None:
@@ -493,18 +611,22 @@ def worker_main(fd: int, parent_pid: int) -> None:
     try:
         while (job := inbox.next()) is not None:
             try:
-                done = worker.run(job)
+                worker.run(job, lambda done: outbox.put(("chunk", done)))
             except BaseException as exc:
                 outbox.put(("error", _sendable(exc)))
             else:
-                outbox.put(("done", done))
-                del done
+                outbox.put(("end", None))
+            del job
     finally:
         outbox.close()
         worker.close()
 
 
-_Pending = tuple[asyncio.AbstractEventLoop, "asyncio.Future[ShardDone]"]
+_Answer = tuple[str, Any]
+"""A worker's answer about a shard: ``("chunk", ShardDone)`` for each chunk, in order, then
+``("end", None)``, or ``("error", exception)`` instead of the rest."""
+
+_Pending = tuple[asyncio.AbstractEventLoop, Callable[[_Answer], None]]
 
 
 class _Process:
@@ -569,25 +691,28 @@ class _Process:
         return int(value)
 
     def _receive(self) -> None:
-        """The receiving thread: each answer settles the oldest shard sent; when the worker
-        ends, every shard it still holds fails with WorkerDiedError."""
+        """The receiving thread: each answer goes to the oldest shard sent and not ended (its
+        chunks, then its end or its error); when the worker ends, every shard it still holds
+        fails with WorkerDiedError."""
         while True:
             try:
                 kind, value = self.conn.recv()
             except (EOFError, OSError):
                 break
             if self.pending:
-                loop, future = self.pending.popleft()
-                _settle(loop, future, kind, value)
+                loop, deliver = self.pending[0]
+                if kind != "chunk":
+                    self.pending.popleft()
+                _post(loop, deliver, (kind, value))
         self.dead = self._died("while it ran a shard")
         while self.pending:
-            loop, future = self.pending.popleft()
-            _settle(loop, future, "error", self.dead)
+            loop, deliver = self.pending.popleft()
+            _post(loop, deliver, ("error", self.dead))
 
-    def send(self, loop: asyncio.AbstractEventLoop, future: asyncio.Future[ShardDone],
+    def send(self, loop: asyncio.AbstractEventLoop, deliver: Callable[[_Answer], None],
              job: ShardJob) -> None:  # fmt: skip
-        """Queue a shard on this worker (blocking while its pipe is full); ``future`` gets its
-        answer.
+        """Queue a shard on this worker (blocking while its pipe is full); ``deliver`` gets its
+        answers, on ``loop``.
 
         Raises:
             WorkerDiedError: when the worker ended before it got the shard.
@@ -595,11 +720,11 @@ class _Process:
         with self._sending:
             if self.dead is not None:
                 raise self.dead
-            self.pending.append((loop, future))
+            self.pending.append((loop, deliver))
             try:
                 self.conn.send(job)
             except (BrokenPipeError, EOFError, OSError):
-                # the receiving thread fails the future with what it finds
+                # the receiving thread fails the shard with what it finds
                 raise self._died("before it got a shard") from None
 
     def stop(self) -> None:
@@ -619,21 +744,12 @@ class _Process:
             self.conn.close()
 
 
-def _settle(
-    loop: asyncio.AbstractEventLoop, future: asyncio.Future[ShardDone], kind: str, value: Any
+def _post(
+    loop: asyncio.AbstractEventLoop, deliver: Callable[[_Answer], None], answer: _Answer
 ) -> None:
-    """A worker's answer to the shard ``future`` stands for, on the future's event loop."""
-
-    def settle() -> None:
-        if future.done():  # cancelled: the run stopped
-            return
-        if kind == "done":
-            future.set_result(value)
-        else:
-            future.set_exception(value)
-
+    """A worker's answer about a shard, handed to ``deliver`` on the shard's event loop."""
     with contextlib.suppress(RuntimeError):  # that loop is closed: nobody waits any more
-        loop.call_soon_threadsafe(settle)
+        loop.call_soon_threadsafe(deliver, answer)
 
 
 def stop_processes(procs: Sequence[_Process], wait: float) -> None:
@@ -721,14 +837,29 @@ class ProcessPool:
             artifact's).
         env: Environment variables the workers set before preparing (the Prefect API's URL when
             global concurrency limits are used).
+        chunk: Calls per chunk of a shard (default ``CHUNK_CALLS``), in an agent run. A workflow
+            run (its items.parquet rows are grouped by agent over a shard) and a run with a
+            batched provider (server-side evaluations: one server run per batch of a shard) run
+            whole shards.
     """
 
     def __init__(
-        self, plan: RunPlan, workers: int, *, listed: int, env: dict[str, str] | None = None
+        self,
+        plan: RunPlan,
+        workers: int,
+        *,
+        listed: int,
+        env: dict[str, str] | None = None,
+        chunk: int | None = None,
     ) -> None:
         assert plan.suite is not None
         assert plan.run_dir is not None
+        chunk = CHUNK_CALLS if chunk is None else chunk
+        if chunk < 1:
+            raise ValueError(f"chunk must be >= 1, got {chunk}")
         self.plan = plan
+        batched = any(plan.batched(p) is not None for p in plan.providers)
+        self.chunk = chunk if plan.kind == "agent" and not batched else 0
         self.shares = split_concurrency(int(plan.suite.concurrency), workers)
         self.listed = listed
         self.env = dict(env or {})
@@ -788,7 +919,8 @@ class ProcessPool:
     def job(
         self, index: int, calls: Sequence[Call], limits: dict[int, tuple[str, int]]
     ) -> ShardJob:
-        """A shard's job: its calls pointing into the rows it carries (share set by ``run``)."""
+        """A shard's job: its calls pointing into the rows it carries, in chunks of the pool's
+        ``chunk`` calls (share set by ``chunks``)."""
         positions: dict[int, int] = {}
         rows: list[tuple[Any, ...]] = []
         local: list[tuple[int, int, int, str]] = []
@@ -807,6 +939,7 @@ class ProcessPool:
             stored={c.key: stored[c.key] for c in calls} if stored is not None else None,
             share=0,
             limits=dict(limits),
+            chunk=self.chunk,
         )
 
     async def _take(self) -> _Process:
@@ -834,29 +967,38 @@ class ProcessPool:
                 waiter.set_result(None)
                 break
 
-    async def run(self, job: ShardJob) -> ShardDone:
-        """Run a shard on a worker (``_take``), with that worker's share of the concurrency.
+    async def chunks(self, job: ShardJob) -> AsyncGenerator[ShardDone, None]:
+        """Run a shard on a worker (``_take``), with that worker's share of the concurrency: its
+        chunks' answers, in order, as the worker sends them. Close the iterator (``aclosing``)
+        when not reading it to its end.
 
         Raises:
             WorkerDiedError: when the worker ended while it held the shard (the pool is then of no
                 further use: the run stops).
-            BaseException: what the shard raised in the worker (a ``WorkerError`` when it could
-                not be sent back as it is).
+            BaseException: what a chunk raised in the worker (a ``WorkerError`` when it could not
+                be sent back as it is); the chunks before it came first.
         """
         proc = await self._take()
         try:
             job.share = proc.share
-            loop = asyncio.get_running_loop()
-            future: asyncio.Future[ShardDone] = loop.create_future()
-            try:
-                await asyncio.to_thread(proc.send, loop, future, job)
-            except WorkerDiedError:
-                if not future.done():
-                    future.cancel()  # the receiving thread may settle it first: either way
-                raise
-            return await future
+            answers: asyncio.Queue[_Answer] = asyncio.Queue()
+            await asyncio.to_thread(proc.send, asyncio.get_running_loop(), answers.put_nowait, job)
+            while True:
+                kind, value = await answers.get()
+                if kind == "chunk":
+                    yield value
+                    del value
+                elif kind == "end":
+                    return
+                else:
+                    raise value
         finally:
             self._give_back(proc)
+
+    async def run(self, job: ShardJob) -> list[ShardDone]:
+        """Every chunk's answer of a shard (``chunks``), once the shard is done."""
+        async with contextlib.aclosing(self.chunks(job)) as answers:
+            return [done async for done in answers]
 
     def close(self, wait: float = STOP_WAIT_S) -> None:
         """Stop every worker: asked to finish, then terminated (and killed) if still alive after

@@ -1,0 +1,303 @@
+"""A worker process's shard in chunks (``ProcessPool(chunk=...)``): each chunk sent back as soon as
+it is done, in order; the same files, kept results and tallies as a shard in one piece; a chunk
+that raises ends its shard after the chunks before it; a shard with a written chunk is not
+retried.
+
+One pool of one worker, started once for the module (a worker process imports evalpipe: ~1 s).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+from collections.abc import AsyncGenerator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from evalpipe.artifacts import RunWriter
+from evalpipe.pipeline.flow import _strip, _write
+from evalpipe.pipeline.processes import ProcessPool, ShardDone, WorkerError, keep_listed
+from evalpipe.results import EvalResults
+from evalpipe.runner import RunPlan, RunState, run_shard
+from evalpipe.runner.prepare import prepare_suite
+from evalpipe.suite import load_suite
+from evalpipe.tally import CallTally, call_verdicts, merge_results
+
+REPO = Path(__file__).resolve().parents[2]
+TRAVEL = REPO / "examples" / "travel"
+VARYING = {
+    "run_name",
+    "started_at",
+    "ended_at",
+    "latency_s",
+    "latency_seconds",
+    "run_started_at",
+    "run_ended_at",
+}
+"""Columns that legitimately differ between two runs of the same calls (times, run names)."""
+STAMPS = {"started_at", "ended_at", "latency_seconds"}
+SHARD, CHUNK, ROWS = 12, 5, 7
+"""24 calls: shards of 12 calls, chunks of 5 (5+5+2), row groups of 7 rows: chunks end inside
+shards and row groups."""
+
+
+def _agent_plan(root: Path, name: str) -> RunPlan:
+    """The demo agent suite (8 rows x 3 repetitions, 5 providers; a deliberate miss) in
+    ``root``."""
+    shutil.copy(TRAVEL / "queries.jsonl", root / "queries.jsonl")
+    data = yaml.safe_load((TRAVEL / "agent_suite.yaml").read_text(encoding="utf-8"))
+    data.update(output_dir=str(root / "runs"), concurrency=12, task_runner={"processes": 1})
+    (root / "suite.yaml").write_text(yaml.safe_dump(data), encoding="utf-8")
+    return prepare_suite(load_suite(root / "suite.yaml"), root / "runs" / name)
+
+
+def _travel_plan(root: Path, name: str) -> RunPlan:
+    """The demo workflow suite (3 agents, 4 providers) in ``root``."""
+    shutil.copy(TRAVEL / "workflow_queries.jsonl", root / "workflow_queries.jsonl")
+    data = yaml.safe_load((TRAVEL / "suite.yaml").read_text(encoding="utf-8"))
+    data.update(output_dir=str(root / "runs"), task_runner={"processes": 1})
+    (root / "workflow.yaml").write_text(yaml.safe_dump(data), encoding="utf-8")
+    return prepare_suite(load_suite(root / "workflow.yaml"), root / "runs" / name)
+
+
+@pytest.fixture(scope="module")
+def chunked(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, ProcessPool]]:
+    """The agent suite's plan in a temporary directory and a pool of one worker for it, whose
+    shards run in chunks of CHUNK calls."""
+    root = tmp_path_factory.mktemp("chunks")
+    cwd = os.getcwd()
+    os.chdir(REPO)  # the target is examples.travel.workflow:workflow
+    try:
+        plan = _agent_plan(root, "chunked")
+        pool = ProcessPool(plan, 1, listed=50, chunk=CHUNK)
+        asyncio.run(pool.__aenter__())
+        try:
+            yield root, pool
+        finally:
+            pool.close()
+    finally:
+        os.chdir(cwd)
+
+
+def _transcript(text: str) -> Any:
+    def scrub(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: scrub(v) for k, v in value.items() if k not in STAMPS}
+        if isinstance(value, list):
+            return [scrub(v) for v in value]
+        return value
+
+    return scrub(json.loads(text))
+
+
+def _table(path: Path) -> tuple[dict[str, list[Any]], list[int]]:
+    """A Parquet file's columns (the varying ones dropped, transcripts without their times) and
+    its row groups' sizes."""
+    meta = pq.ParquetFile(path).metadata
+    groups = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+    table = pq.read_table(path)
+    columns = {
+        name: table.column(name).to_pylist() for name in table.column_names if name not in VARYING
+    }
+    if "transcript" in columns:
+        columns["transcript"] = [_transcript(t) for t in columns["transcript"]]
+    return columns, groups
+
+
+def _kept_texts(kept: list[list[EvalResults]]) -> list[Any]:
+    """Every kept result level's fields (items apart) and its items' ids, statuses, texts and
+    scores, in order."""
+    out: list[Any] = []
+    for parts in kept:
+        for result in parts:
+            for level in result.iter_results():
+                out.append(level.model_dump(exclude={"items"}))
+                out.extend(
+                    (i.item_id, i.status, i.input_text, i.output_text, i.scores)
+                    for i in level.items
+                )
+    return out
+
+
+def _whole_shards(plan: RunPlan) -> tuple[list[list[EvalResults]], dict[str, Any], list[Any]]:
+    """The plan's shards of SHARD calls in one piece each (the flow's threads path), written in
+    order: the kept results, the call tally and each shard's verdicts."""
+
+    async def run() -> tuple[list[list[EvalResults]], dict[str, Any], list[Any]]:
+        state = RunState.open(plan, lock=False)
+        writer = RunWriter(plan.run_dir, row_group_size=ROWS)
+        kept: list[list[EvalResults]] = [[] for _ in plan.providers]
+        texts: dict[tuple[str, str], int] = {}
+        calls = CallTally()
+        verdicts = []
+        for shard_calls in plan.shards(SHARD):
+            shard = await run_shard(
+                plan, state, shard_calls, semaphore=asyncio.Semaphore(12), workers=12
+            )
+            for o in shard.outcomes:
+                calls.add(o.source, o.run)
+            _write(writer, plan, shard)
+            verdicts.append(call_verdicts(shard.results).as_dict())
+            for p, r in enumerate(shard.results):
+                _strip(r, texts)
+                kept[p].append(r)
+        writer.finish({})
+        state.close()
+        return kept, calls.as_dict(), verdicts
+
+    return asyncio.run(run())
+
+
+def test_a_shard_in_chunks_writes_what_a_shard_in_one_piece_writes(
+    chunked: tuple[Path, ProcessPool],
+) -> None:
+    """Shards of 12 calls in chunks of 5 from a worker: runs, items, scores and summary.parquet,
+    row group for row group, the kept results and their kept failure texts, the call tally and
+    the verdicts equal those of the same shards in one piece (the flow's threads path); the
+    chunks come in order, each with its calls."""
+    root, pool = chunked
+    os.chdir(REPO)
+    whole_plan = _agent_plan(root, "whole")
+    kept_a, calls_a, verdicts_a = _whole_shards(whole_plan)
+
+    async def run() -> tuple[list[list[EvalResults]], dict[str, Any], list[Any], list[Any]]:
+        plan = pool.plan
+        writer = RunWriter(plan.run_dir, row_group_size=ROWS)
+        kept: list[list[EvalResults]] = [[] for _ in plan.providers]
+        texts: dict[tuple[str, str], int] = {}
+        calls = CallTally()
+        verdicts: list[Any] = []
+        order: list[Any] = []
+        for index, shard_calls in enumerate(plan.shards(SHARD)):
+            passed = failed = errored = 0  # the shard's verdicts: its chunks', summed
+            for chunk in await pool.run(pool.job(index, shard_calls, {})):
+                order.append((chunk.index, chunk.chunk, chunk.n_calls))
+                calls.merge(chunk.calls)
+                _write(writer, plan, chunk)
+                passed += chunk.verdicts.passed
+                failed += chunk.verdicts.failed
+                errored += chunk.verdicts.errored
+                for p, r in enumerate(chunk.results):
+                    keep_listed(r, texts, 50)
+                    kept[p].append(r)
+            verdicts.append({"passed": passed, "failed": failed, "errored": errored})
+        writer.finish({})
+        return kept, calls.as_dict(), verdicts, order
+
+    kept_b, calls_b, verdicts_b, order = asyncio.run(run())
+    assert order == [(0, 0, 5), (0, 1, 5), (0, 2, 2), (1, 0, 5), (1, 1, 5), (1, 2, 2)]
+    for name in ("runs", "items", "scores", "summary"):
+        a = _table(whole_plan.run_dir / f"{name}.parquet")
+        b = _table(pool.plan.run_dir / f"{name}.parquet")
+        assert a == b, (name, str(whole_plan.run_dir), str(pool.plan.run_dir))
+    assert _table(pool.plan.run_dir / "runs.parquet")[1] == [7, 7, 7, 3]
+    assert len(_table(pool.plan.run_dir / "scores.parquet")[1]) > 4  # 5 providers' rows
+    merged_a = [merge_results(parts) for parts in kept_a]
+    merged_b = [merge_results(parts) for parts in kept_b]
+    assert _kept_texts([[m] for m in merged_a]) == _kept_texts([[m] for m in merged_b])
+    assert any(i.input_text for r in merged_b for lv in r.iter_results() for i in lv.items)
+    for key in ("latency_p50_s", "latency_p95_s"):
+        calls_a.pop(key)
+        calls_b.pop(key)
+    assert calls_a == calls_b
+    assert calls_b["made"] == 24
+    assert verdicts_a == verdicts_b
+
+
+def _journaled(plan: RunPlan) -> set[str]:
+    """The keys of the calls the run's journal holds."""
+    return {
+        json.loads(line)["key"]
+        for path in (plan.run_dir / "journal").glob("*.jsonl")
+        for line in path.read_text().splitlines()
+    }
+
+
+def test_a_chunk_that_raises_ends_its_shard_after_the_chunks_before_it(
+    chunked: tuple[Path, ProcessPool],
+) -> None:
+    """A shard whose second chunk raises: its first chunk comes back first, then the exception,
+    as itself; the first chunk's calls are journaled; the worker takes the next shard."""
+    _, pool = chunked
+    plan = pool.plan
+    calls = plan.calls[:12]  # journaled by the test above, or made here
+    bad = pool.job(0, calls, {})
+    position, _, repetition, key = bad.calls[7]
+    bad.calls[7] = (position, len(bad.rows), repetition, key)  # no such row: IndexError there
+    got: list[ShardDone] = []
+
+    async def take(chunks: AsyncGenerator[ShardDone, None]) -> None:
+        async for chunk in chunks:
+            got.append(chunk)
+
+    async def run() -> list[ShardDone]:
+        with pytest.raises(IndexError):
+            await take(pool.chunks(bad))
+        return await pool.run(pool.job(1, plan.calls[12:13], {}))
+
+    after = asyncio.run(run())
+    assert [(c.index, c.chunk, c.n_calls) for c in got] == [(0, 0, 5)]
+    assert {c.key for c in calls[:5]} <= _journaled(plan)
+    assert [(c.index, c.chunk, c.n_calls) for c in after] == [(1, 0, 1)]
+    assert after[0].encoded.runs is not None
+
+
+def test_workflow_runs_and_batched_providers_run_whole_shards(
+    chunked: tuple[Path, ProcessPool], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A workflow run (items grouped by agent over a shard) and a run with a server-side
+    (batched) provider are not cut into chunks: one chunk per shard (``chunk`` 0)."""
+    root, pool = chunked
+    plan = pool.plan
+    assert pool.job(0, plan.calls[:7], {}).chunk == CHUNK
+    os.chdir(REPO)
+    workflow = ProcessPool(_travel_plan(root, "workflow"), 1, listed=50, chunk=CHUNK)
+    assert workflow.job(0, workflow.plan.calls[:7], {}).chunk == 0
+    monkeypatch.setattr(type(plan), "batched", lambda self, provider: provider)
+    batched = ProcessPool(plan, 1, listed=50, chunk=CHUNK)
+    assert batched.job(0, plan.calls[:7], {}).chunk == 0
+
+
+class _FailingPool:
+    """A pool whose shard sends ``sent`` chunks, then raises OSError."""
+
+    def __init__(self, chunk: ShardDone, sent: int) -> None:
+        self.chunk, self.sent = chunk, sent
+
+    async def chunks(self, job: Any) -> AsyncGenerator[ShardDone, None]:
+        for _ in range(self.sent):
+            yield self.chunk
+        raise OSError(28, "No space left on device")
+
+
+def test_an_oserror_after_a_written_chunk_stops_the_run_instead_of_a_retry(
+    chunked: tuple[Path, ProcessPool],
+) -> None:
+    """The shard task: an OSError before any chunk stays an OSError (the task is retried whole);
+    after a chunk was delivered it becomes a WorkerError (a stop reason, not retried: the
+    chunk would be written twice)."""
+    from evalpipe.pipeline.flow import _stop_reason, process_shard_task
+
+    _, pool = chunked
+    [chunk] = asyncio.run(pool.run(pool.job(3, pool.plan.calls[13:14], {})))
+    delivered: list[ShardDone] = []
+
+    async def deliver(done: ShardDone) -> None:
+        delivered.append(done)
+
+    async def run(sent: int) -> None:
+        fake: Any = _FailingPool(chunk, sent)
+        await process_shard_task.fn(3, fake, None, deliver)
+
+    with pytest.raises(OSError, match="No space"):
+        asyncio.run(run(0))
+    with pytest.raises(WorkerError, match="after 1 of its chunks") as caught:
+        asyncio.run(run(1))
+    assert delivered == [chunk]
+    assert "run again to resume" in (_stop_reason(caught.value) or "")
