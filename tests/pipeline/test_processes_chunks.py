@@ -21,13 +21,20 @@ import pytest
 import yaml
 
 from evalpipe.artifacts import RunWriter
+from evalpipe.artifacts.encoder import EncodedBatch
 from evalpipe.pipeline.flow import _strip, _write
-from evalpipe.pipeline.processes import ProcessPool, ShardDone, WorkerError, keep_listed
+from evalpipe.pipeline.processes import (
+    ProcessPool,
+    ShardDone,
+    WorkerError,
+    _InShardOrder,
+    keep_listed,
+)
 from evalpipe.results import EvalResults
 from evalpipe.runner import RunPlan, RunState, run_shard
 from evalpipe.runner.prepare import prepare_suite
 from evalpipe.suite import load_suite
-from evalpipe.tally import CallTally, call_verdicts, merge_results
+from evalpipe.tally import CallTally, Counts, call_verdicts, merge_results
 
 REPO = Path(__file__).resolve().parents[2]
 TRAVEL = REPO / "examples" / "travel"
@@ -301,3 +308,36 @@ def test_an_oserror_after_a_written_chunk_stops_the_run_instead_of_a_retry(
         asyncio.run(run(1))
     assert delivered == [chunk]
     assert "run again to resume" in (_stop_reason(caught.value) or "")
+
+
+def _chunk_of(*results: EvalResults) -> ShardDone:
+    """A chunk's answer holding only ``results`` (no rows)."""
+    return ShardDone(
+        index=0,
+        encoded=EncodedBatch(),
+        results=list(results),
+        calls=CallTally(),
+        verdicts=Counts(),
+        made=0,
+        reused=0,
+        items=0,
+        n_calls=0,
+    )
+
+
+def test_a_provider_that_raised_in_every_chunk_has_its_error_once_per_shard() -> None:
+    """A provider that raised over each chunk gives the shard its text once, as over the whole
+    shard; failure texts of items repeat as the whole shard's join repeats them."""
+    order = _InShardOrder()
+    chunks = [
+        _chunk_of(
+            EvalResults(provider="judge", status="failed", error="could not reach the judge"),
+            EvalResults(provider="Local", error="missing 'Paris'"),
+        )
+        for _ in range(3)
+    ]
+    for n, chunk in enumerate(chunks):
+        order(chunk, last=n == len(chunks) - 1)
+    assert [r.error for r in chunks[0].results] == [None, None]
+    assert chunks[-1].results[0].error == "could not reach the judge"
+    assert chunks[-1].results[1].error == "; ".join(["missing 'Paris'"] * 3)

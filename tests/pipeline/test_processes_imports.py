@@ -3,7 +3,7 @@
 
 One child process does what a worker does (``worker_main`` without its pipe): it imports the
 worker's module, warms up, builds its state from the pool's setup, runs one shard of a small
-local-checks suite and pickles its answer; then it reports its modules.
+local-checks suite and pickles its answers (one chunk); then it reports its modules.
 """
 
 from __future__ import annotations
@@ -50,8 +50,9 @@ WORKER = textwrap.dedent(
     processes._sync_path(setup.path)
     worker = processes._Worker(setup)
     job.share = 2
-    done = worker.run(job)
-    data = processes.ForkingPickler.dumps(done)
+    answers = []
+    worker.run(job, answers.append)
+    data = processes.ForkingPickler.dumps(answers)
     worker.close()
     open(sys.argv[2], "wb").write(data)
     heavy = ("pyarrow", "numpy", "pandas", "prefect", "evalpipe.artifacts.writer")
@@ -106,7 +107,9 @@ def test_a_worker_never_imports_pyarrow_numpy_or_pandas(tmp_path: Path) -> None:
         os.chdir(cwd)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.strip().splitlines()[-1]) == []
-    answer = pickle.loads((tmp_path / "done.pkl").read_bytes())
+    answers = pickle.loads((tmp_path / "done.pkl").read_bytes())
+    assert len(answers) == 1  # 6 calls: one chunk
+    answer = answers[0]
     assert isinstance(answer, ShardDone)
     encoded = answer.encoded
     assert encoded.runs is not None

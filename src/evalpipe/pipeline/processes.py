@@ -311,7 +311,8 @@ class _InShardOrder:
     - each result's run-level ``error`` (a local or judge provider's: its failures' texts joined
       with "; ", in item order) once per shard, as the whole shard's evaluation gives it: the
       chunks' texts joined, on the last chunk's result (None on the others), so summary.parquet's
-      and the merged results' distinct errors are those of the whole shard.
+      and the merged results' distinct errors are those of the whole shard; a provider that
+      raised over every chunk (``errored_results``) has its text once, as over the whole shard.
     """
 
     __slots__ = ("errors", "first", "held")
@@ -325,7 +326,9 @@ class _InShardOrder:
         """The chunk's ``encoded.scores`` and results' errors as they are sent."""
         for index, result in enumerate(done.results):
             errors = self.errors.setdefault(index, [])
-            if result.error:
+            # A provider that raised over a whole chunk (a "failed" result, every item errored
+            # with one text) raised once over the whole shard: its text once, not once a chunk.
+            if result.error and not (result.status == "failed" and result.error in errors):
                 errors.append(result.error)
             result.error = "; ".join(errors) or None if last else None
         if last:
