@@ -834,3 +834,50 @@ async def test_a_bare_verdict_says_what_the_check_looked_for() -> None:
     assert (r.passed, r.reason) == (False, "failed: The answer names Paris")
     assert (await run_check(flagged, item())).reason == "failed: flagged(response)"
     assert (await run_check(explained, item())).reason == "no city at all"
+
+
+# --------------------------------------------------------------------------------------------
+# The collector during the one pass
+
+
+def _young_collections_during(coro: Any) -> tuple[Any, list[int]]:
+    """Run ``coro``, returning its value and the generation of every collection it started."""
+    import gc
+
+    seen: list[int] = []
+
+    def note(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            seen.append(info["generation"])
+
+    gc.callbacks.append(note)
+    try:
+        value = asyncio.run(coro)
+    finally:
+        gc.callbacks.remove(note)
+    return value, seen
+
+
+def test_the_pass_collects_only_the_young_generation_and_keeps_results() -> None:
+    """With the collector on, a 600-item pass collects generation 0 (never a full collection) on
+    its own and gives the same results as with the collector off; the collector is on after."""
+    import gc
+
+    checks = (keyword_check("sunny"), tool_called_check("get_weather"))
+    items = [item("It is sunny." if i % 3 else "Rainy.", item_id=f"i{i}") for i in range(600)]
+    assert gc.isenabled()
+    res, seen = _young_collections_during(LocalEvaluator(*checks).evaluate(items))
+    assert gc.isenabled()
+    assert seen.count(0) >= 2  # after items 255 and 511
+    assert 2 not in seen
+    gc.disable()
+    try:
+        fresh = [item("It is sunny." if i % 3 else "Rainy.", item_id=f"i{i}") for i in range(600)]
+        off, seen_off = _young_collections_during(LocalEvaluator(*checks).evaluate(fresh))
+        assert not gc.isenabled()  # a caller that turned it off keeps it off ...
+        assert seen_off == []  # ... and nothing is collected behind its back
+    finally:
+        gc.enable()
+    assert res.model_dump() == off.model_dump()
+    assert res.result_counts == {"passed": 0, "failed": 600, "errored": 0}  # no tool called
+    assert res.per_evaluator["keyword_check"] == {"passed": 400, "failed": 200, "errored": 0}
