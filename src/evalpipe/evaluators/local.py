@@ -546,8 +546,8 @@ def _gc_paused() -> Iterator[Callable[[int], int] | None]:
     batches. Reference counting still frees everything acyclic; the collector resumes afterwards.
     See docs/design/local-check-cost.md.
 
-    Gives ``gc.collect`` when the collector was enabled with automatic collection (else None: a
-    caller that turned it off, or set its threshold to 0, keeps it so): the pass collects the youngest generation itself every few hundred items, while
+    Gives ``gc.collect`` when the collector was enabled (else None: a caller that turned it off
+    keeps it off): the pass collects the youngest generation itself every few hundred items, while
     the objects it made are still in the CPU's caches. Left to the end, one young collection over
     the whole batch's survivors (~5 an item) read them back from memory: 15% of a 2,000-item
     ``evaluate`` in a py-spy profile. A young collection never starts a full one.
@@ -555,7 +555,7 @@ def _gc_paused() -> Iterator[Callable[[int], int] | None]:
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        yield gc.collect if was_enabled and gc.get_threshold()[0] else None
+        yield gc.collect if was_enabled else None
     finally:
         if was_enabled:
             gc.enable()
