@@ -268,10 +268,8 @@ class LocalEvaluator:
         pending: list[tuple[int, list[Any]]] = []
         checked = _checked
         result_type = EvalItemResult
-        with _gc_paused() as collect_young:
+        with _gc_paused():
             for index, item in enumerate(items):
-                if index & _YOUNG_EVERY == _YOUNG_EVERY and collect_young is not None:
-                    collect_young(0)
                 if item.error_code:
                     add_result(_errored(index, item))
                     continue
@@ -532,12 +530,8 @@ def resolve_evaluators(evaluators: Any) -> list[Evaluator]:
     return resolved
 
 
-_YOUNG_EVERY = 255
-"""The one-pass loop collects the youngest generation after every 256 items (a mask of the index)."""
-
-
 @contextmanager
-def _gc_paused() -> Iterator[Callable[[int], int] | None]:
+def _gc_paused() -> Iterator[None]:
     """Pause the cyclic garbage collector around a synchronous pass over a batch.
 
     Checking a batch allocates a few result objects per item and frees nothing cyclic, yet in a
@@ -545,17 +539,11 @@ def _gc_paused() -> Iterator[Callable[[int], int] | None]:
     in bench/bench_evaluate.py, 2,000-item batches went from ~18 µs to ~80 µs per item after a few
     batches. Reference counting still frees everything acyclic; the collector resumes afterwards.
     See docs/design/local-check-cost.md.
-
-    Gives ``gc.collect`` when the collector was enabled (else None: a caller that turned it off
-    keeps it off): the pass collects the youngest generation itself every few hundred items, while
-    the objects it made are still in the CPU's caches. Left to the end, one young collection over
-    the whole batch's survivors (~5 an item) read them back from memory: 15% of a 2,000-item
-    ``evaluate`` in a py-spy profile. A young collection never starts a full one.
     """
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        yield gc.collect if was_enabled else None
+        yield
     finally:
         if was_enabled:
             gc.enable()
