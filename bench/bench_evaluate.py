@@ -197,22 +197,26 @@ async def bench_local_alternating(af: Any, items: int, trials: int) -> dict[str,
     ours_us: list[float] = []
     maf_us: list[float] = []
     ratios: list[float] = []
+    ours_cpu: list[float] = []
+    maf_cpu: list[float] = []
+    cpu_ratios: list[float] = []
     kept: list[Any] = []  # no frees inside a timed window, on either side
 
-    async def ours() -> float:
+    async def ours() -> tuple[float, float]:
         batch = [
             EvalItem([Message("user", ["What's the weather in Paris?"]), *transcript()])
             for _ in range(items)
         ]
         gc.collect()
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         result = await ours_eval.evaluate(batch, eval_name="bench")
+        cpu = (time.process_time() - cpu) / items * 1e6
         elapsed = (time.perf_counter() - started) / items * 1e6
         assert result.passed == items, result.result_counts
         kept.append((batch, result))
-        return elapsed
+        return elapsed, cpu
 
-    async def theirs() -> float:
+    async def theirs() -> tuple[float, float]:
         batch = [
             af.EvalItem(
                 [af.Message("user", ["What's the weather in Paris?"]), *_maf_transcript(af)]
@@ -220,23 +224,27 @@ async def bench_local_alternating(af: Any, items: int, trials: int) -> dict[str,
             for _ in range(items)
         ]
         gc.collect()
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         result = await maf_eval.evaluate(batch, eval_name="bench")
+        cpu = (time.process_time() - cpu) / items * 1e6
         elapsed = (time.perf_counter() - started) / items * 1e6
         assert result.passed == items, result.result_counts  # the same work on both sides
         kept.append((batch, result))
-        return elapsed
+        return elapsed, cpu
 
     for trial in range(trials):
         if trial % 2 == 0:
-            a = await ours()
-            b = await theirs()
+            a, a_cpu = await ours()
+            b, b_cpu = await theirs()
         else:
-            b = await theirs()
-            a = await ours()
+            b, b_cpu = await theirs()
+            a, a_cpu = await ours()
         ours_us.append(a)
         maf_us.append(b)
         ratios.append(b / a)
+        ours_cpu.append(a_cpu)
+        maf_cpu.append(b_cpu)
+        cpu_ratios.append(b_cpu / a_cpu)
     return {
         "items": items,
         "trials": trials,
@@ -247,6 +255,12 @@ async def bench_local_alternating(af: Any, items: int, trials: int) -> dict[str,
         "maf_us_per_item_median": statistics.median(maf_us),
         "ratio_median": statistics.median(ratios),
         "ratio_min": min(ratios),
+        "evalpipe_cpu_us_per_item": ours_cpu,
+        "maf_cpu_us_per_item": maf_cpu,
+        "cpu_ratios": cpu_ratios,
+        "evalpipe_cpu_us_per_item_median": statistics.median(ours_cpu),
+        "maf_cpu_us_per_item_median": statistics.median(maf_cpu),
+        "cpu_ratio_median": statistics.median(cpu_ratios),
     }
 
 
@@ -264,23 +278,37 @@ def main() -> None:
         help="alternating local-check trials against MAF (0 skips MAF)",
     )
     parser.add_argument(
+        "--only-maf-local",
+        action="store_true",
+        help="run only part 3, the alternating local-check trials against MAF (implies --no-maf-runs)",
+    )
+    parser.add_argument(
         "--no-maf-runs",
         action="store_true",
         help="skip MAF's serial evaluate_agent (it takes RUNS x LATENCY)",
     )
     args = parser.parse_args()
 
-    runs = asyncio.run(bench_runs(args.runs, args.latency, args.concurrency, args.trials))
-    local = asyncio.run(bench_local(args.items, args.trials))
     report: dict[str, Any] = {
         "machine": {
             "python": sys.version.split()[0],
             "platform": platform.platform(),
             "load": os.getloadavg()[0],
-        },
-        "evaluate_agent": runs,
-        "local_checks": local,
+        }
     }
+    if not args.only_maf_local:
+        _parts_1_2(args, report)
+    _part_3(args, report)
+    out_dir = HERE / "results"
+    out_dir.mkdir(exist_ok=True)
+    (out_dir / "evaluate.json").write_text(json.dumps(report, indent=2), encoding="utf-8")
+
+
+def _parts_1_2(args: argparse.Namespace, report: dict[str, Any]) -> None:
+    runs = asyncio.run(bench_runs(args.runs, args.latency, args.concurrency, args.trials))
+    local = asyncio.run(bench_local(args.items, args.trials))
+    report["evaluate_agent"] = runs
+    report["local_checks"] = local
     ratio = runs["ratio_to_floor"]
     print(
         f"evaluate_agent: {runs['runs']} runs x {runs['latency_s'] * 1000:.0f} ms at c={runs['concurrency']}: "
@@ -292,6 +320,9 @@ def main() -> None:
         f"local checks (keyword_check + tool_called_check), {local['items']} prebuilt items: "
         f"{local['us_per_item_median']:.1f} µs/item median, {local['us_per_item_best']:.1f} best"
     )
+
+
+def _part_3(args: argparse.Namespace, report: dict[str, Any]) -> None:
     af = _maf() if args.maf_trials else None
     if args.maf_trials and af is None:
         print("MAF: agent-framework-core is not installed (the maf extra): skipped")
@@ -306,17 +337,20 @@ def main() -> None:
             f"{alt['ratio_median']:.2f}x (lowest trial {alt['ratio_min']:.2f}x); target >= "
             f"{TARGET_MAF_RATIO:g}x ({'ok' if ok else 'MISSED'}); main {MAIN_MAF_RATIO}"
         )
-        if not args.no_maf_runs:
+        print(
+            f"  the same trials in CPU time (time.process_time, less moved by other processes): "
+            f"evalpipe {alt['evalpipe_cpu_us_per_item_median']:.1f} µs/item, MAF "
+            f"{alt['maf_cpu_us_per_item_median']:.1f} µs/item; MAF/evalpipe median "
+            f"{alt['cpu_ratio_median']:.2f}x; load {os.getloadavg()[0]:.1f}"
+        )
+        if not (args.no_maf_runs or args.only_maf_local):
             maf = asyncio.run(bench_maf_runs(af, args.runs, args.latency))
             report["maf"] = maf
             print(
                 f"MAF evaluate_agent: {maf['runs']} runs: wall {maf['wall_s']:.2f} s "
                 f"(serial floor {maf['floor_serial_s']:.2f} s); evalpipe is "
-                f"{maf['wall_s'] / runs['wall_s_median']:.1f}x faster"
+                f"{maf['wall_s'] / report['evaluate_agent']['wall_s_median']:.1f}x faster"
             )
-    out_dir = HERE / "results"
-    out_dir.mkdir(exist_ok=True)
-    (out_dir / "evaluate.json").write_text(json.dumps(report, indent=2), encoding="utf-8")
 
 
 if __name__ == "__main__":
