@@ -54,11 +54,3 @@ def test_elsewhere_it_does_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(malloc, "_done", False)
     monkeypatch.setattr(malloc.sys, "platform", "darwin")
     assert malloc.give_back_large_blocks() is False
-
-
-def test_free_memory_is_given_back_where_there_is_glibc(monkeypatch: pytest.MonkeyPatch) -> None:
-    """malloc_trim runs on glibc (True); elsewhere the call does nothing (False)."""
-    expected = malloc._glibc() is not None
-    assert malloc.give_back_free_memory() is expected
-    monkeypatch.setattr(malloc.sys, "platform", "darwin")
-    assert malloc.give_back_free_memory() is False

@@ -17,7 +17,7 @@ from __future__ import annotations
 import ctypes
 import sys
 
-__all__ = ["MMAP_THRESHOLD", "give_back_free_memory", "give_back_large_blocks"]
+__all__ = ["MMAP_THRESHOLD", "give_back_large_blocks"]
 
 MMAP_THRESHOLD = 128 * 1024
 """Blocks at least this large get their own mapping (glibc's initial default, kept fixed)."""
@@ -28,41 +28,22 @@ _M_MMAP_THRESHOLD = -3
 _done = False
 
 
-def _glibc() -> ctypes.CDLL | None:
-    """The process's C library when it is glibc."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        libc = ctypes.CDLL(None)
-        libc.gnu_get_libc_version  # noqa: B018  (glibc only)
-        libc.malloc_trim  # noqa: B018
-    except (OSError, AttributeError):
-        return None
-    return libc
-
-
 def give_back_large_blocks() -> bool:
     """Fix glibc's mmap threshold at ``MMAP_THRESHOLD`` for this process (once); True if set, False
     where the C library is not glibc or refuses it."""
     global _done
     if _done:
         return True
-    libc = _glibc()
-    if libc is None:
+    if not sys.platform.startswith("linux"):
         return False
-    mallopt = libc.mallopt
+    try:
+        libc = ctypes.CDLL(None)
+        mallopt = libc.mallopt
+        # glibc only: musl has no mallopt symbol; gnu_get_libc_version names glibc
+        libc.gnu_get_libc_version  # noqa: B018
+    except (OSError, AttributeError):
+        return False
     mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
     mallopt.restype = ctypes.c_int
     _done = bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1)
     return _done
-
-
-def give_back_free_memory() -> bool:
-    """Return the free space inside glibc's heaps to the system (``malloc_trim``), once a large
-    part of what the process held is freed; True if glibc did, False where there is no glibc."""
-    libc = _glibc()
-    if libc is None:
-        return False
-    libc.malloc_trim.argtypes = (ctypes.c_size_t,)
-    libc.malloc_trim(0)
-    return True

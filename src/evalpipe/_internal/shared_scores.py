@@ -39,11 +39,6 @@ class ScoreTable:
         self.scores: dict[tuple[Any, ...], EvalScoreResult] = {}
         self.lists: dict[tuple[int, ...], list[EvalScoreResult]] = {}
 
-    def clear(self) -> None:
-        """Forget every score and list (the kept results are gone)."""
-        self.scores.clear()
-        self.lists.clear()
-
     def score(self, s: EvalScoreResult) -> EvalScoreResult | None:
         """The table's object equal to ``s`` (``s`` itself if it is new and there is room), or
         None when ``s`` cannot be shared."""

@@ -40,7 +40,6 @@ from prefect.utilities.annotations import quote
 from pydantic import BaseModel
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
-from evalpipe._internal.malloc import give_back_free_memory
 from evalpipe._internal.shared_scores import ScoreTable, share_scores
 from evalpipe.artifacts import RunWriter, baseline_of
 from evalpipe.artifacts.history import join
@@ -884,29 +883,6 @@ async def _execute(
     state.close()
     run_path = plan.run_dir.resolve()
     page = view_page(suite.name, plan.run_dir.name, logger)  # evalpipe view, when configured
-    failures_md = failures_markdown(
-        merged,
-        FAILURES_LISTED,
-        rest=f"every item is in {destination or run_path}/scores.parquet and in the report",
-    )
-    totals = [
-        {
-            "provider": r.provider,
-            "run_id": r.run_id,
-            "passed": r.passed,
-            "failed": r.failed,
-            "errored": r.errored,
-            "all_passed": r.all_passed,
-        }
-        for r in merged
-    ]
-    # Everything the kept results are read for is done: they go before the report's child starts
-    # (the threads runner's process was at its peak beside it), and so does what the C allocator
-    # keeps of them.
-    del merged
-    kept.clear()
-    scores_kept.clear()
-    give_back_free_memory()
     # The artifacts are independent API calls: they go together (a round trip each, in turn, was
     # 30-100 ms apiece), and those that need neither the report nor the publication go while the
     # report is written.
@@ -922,7 +898,11 @@ async def _execute(
             ),
             acreate_markdown_artifact(
                 key=f"{key}-failures",
-                markdown=failures_md,
+                markdown=failures_markdown(
+                    merged,
+                    FAILURES_LISTED,
+                    rest=f"every item is in {destination or run_path}/scores.parquet and in the report",
+                ),
                 description="items that did not pass: why, query and response",
             ),
             acreate_link_artifact(
@@ -972,7 +952,17 @@ async def _execute(
         "report": report_path,
         "published_to": destination,
         "calls": call_counts,
-        "results": totals,
+        "results": [
+            {
+                "provider": r.provider,
+                "run_id": r.run_id,
+                "passed": r.passed,
+                "failed": r.failed,
+                "errored": r.errored,
+                "all_passed": r.all_passed,
+            }
+            for r in merged
+        ],
         "gate_passed": None if report is None else report.passed,
     }
     failures = [] if report is None else [f"{c.clause}: {c.message}" for c in report.failures]
