@@ -21,6 +21,7 @@ from rich.progress import (
 )
 from rich.text import Text
 
+from evalpipe._internal.malloc import give_back_large_blocks
 from evalpipe.cli._common import (
     EXIT_GATE_FAILED,
     EXIT_INCOMPLETE,
@@ -163,6 +164,7 @@ def _run(args: argparse.Namespace) -> int:
 
 def _run_suite(args: argparse.Namespace) -> int:
     started = time.monotonic()
+    give_back_large_blocks()  # this process is the flow's: it receives and writes every shard
     out, err = consoles()
     with _Display(err, started, disabled=args.no_progress) as display:
         try:

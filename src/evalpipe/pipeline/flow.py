@@ -41,6 +41,7 @@ from prefect.utilities.annotations import quote
 from pydantic import BaseModel
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
+from evalpipe._internal.shared_scores import ScoreTable, share_scores
 from evalpipe.artifacts import RunWriter, baseline_of
 from evalpipe.artifacts.history import join
 from evalpipe.artifacts.storage import publish
@@ -744,6 +745,7 @@ async def _execute(
     calls_done = [0]
     verdicts = Counts()
     texts_kept: dict[tuple[str, str], int] = {}
+    scores_kept = ScoreTable()  # equal kept scores are one object (the gate and failures read them)
     calls = CallTally()
     progress_lock = asyncio.Lock()
     write_lock = asyncio.Lock()
@@ -785,6 +787,7 @@ async def _execute(
                 keep_listed(r, texts_kept, FAILURES_LISTED)
             else:
                 _strip(r, texts_kept)
+            share_scores(r, scores_kept)
             kept[p].append(r)
 
     async def write_ready() -> None:
