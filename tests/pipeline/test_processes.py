@@ -28,7 +28,7 @@ import yaml
 
 from evalpipe.artifacts import RunWriter
 from evalpipe.pipeline import processes
-from evalpipe.pipeline.flow import _strip, _write
+from evalpipe.pipeline.flow import _write
 from evalpipe.pipeline.processes import (
     _BOOT,
     ProcessPool,
@@ -38,24 +38,15 @@ from evalpipe.pipeline.processes import (
     split_concurrency,
 )
 from evalpipe.results import EvalResults
-from evalpipe.runner import RunPlan, RunState, run_shard
+from evalpipe.runner import RunPlan
 from evalpipe.runner.prepare import prepare_suite
 from evalpipe.suite import load_suite
-from evalpipe.tally import CallTally, call_verdicts
+from evalpipe.tally import CallTally
+from parquet_helpers import parquet_table as _table
+from parquet_helpers import write_whole_shards
 
 REPO = Path(__file__).resolve().parents[2]
 TRAVEL = REPO / "examples" / "travel"
-VARYING = {
-    "run_name",
-    "started_at",
-    "ended_at",
-    "latency_s",
-    "latency_seconds",
-    "run_started_at",
-    "run_ended_at",
-}
-"""Columns that legitimately differ between two runs of the same calls (times, run names)."""
-STAMPS = {"started_at", "ended_at", "latency_seconds"}
 
 
 def _travel_plan(root: Path, name: str) -> RunPlan:
@@ -66,34 +57,6 @@ def _travel_plan(root: Path, name: str) -> RunPlan:
     data.update(output_dir=str(root / "runs"), concurrency=3, task_runner={"processes": 2})
     (root / "suite.yaml").write_text(yaml.safe_dump(data), encoding="utf-8")
     return prepare_suite(load_suite(root / "suite.yaml"), root / "runs" / name)
-
-
-def _write_threads(plan: RunPlan, size: int, rows: int) -> tuple[list[list[EvalResults]], Any]:
-    """The threads path's writing of the plan's shards, in order, as the flow does it."""
-
-    async def run() -> tuple[list[list[EvalResults]], Any]:
-        state = RunState.open(plan, lock=False)
-        writer = RunWriter(plan.run_dir, row_group_size=rows)
-        kept: list[list[EvalResults]] = [[] for _ in plan.providers]
-        texts: dict[tuple[str, str], int] = {}
-        calls = CallTally()
-        verdicts = []
-        for shard_calls in plan.shards(size):
-            shard = await run_shard(
-                plan, state, shard_calls, semaphore=asyncio.Semaphore(3), workers=3
-            )
-            for o in shard.outcomes:
-                calls.add(o.source, o.run)
-            _write(writer, plan, shard)
-            verdicts.append(call_verdicts(shard.results).as_dict())
-            for p, r in enumerate(shard.results):
-                _strip(r, texts)
-                kept[p].append(r)
-        writer.finish({})
-        state.close()
-        return kept, (calls.as_dict(), verdicts)
-
-    return asyncio.run(run())
 
 
 def _write_processes(
@@ -147,31 +110,6 @@ def travel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Pro
         os.chdir(cwd)
 
 
-def _transcript(text: str) -> Any:
-    def scrub(value: Any) -> Any:
-        if isinstance(value, dict):
-            return {k: scrub(v) for k, v in value.items() if k not in STAMPS}
-        if isinstance(value, list):
-            return [scrub(v) for v in value]
-        return value
-
-    return scrub(json.loads(text))
-
-
-def _table(path: Path) -> tuple[dict[str, list[Any]], list[int]]:
-    """A Parquet file's columns (the varying ones dropped, transcripts without their times) and
-    its row groups' sizes."""
-    meta = pq.ParquetFile(path).metadata
-    groups = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
-    table = pq.read_table(path)
-    columns = {
-        name: table.column(name).to_pylist() for name in table.column_names if name not in VARYING
-    }
-    if "transcript" in columns:
-        columns["transcript"] = [_transcript(t) for t in columns["transcript"]]
-    return columns, groups
-
-
 def test_process_shards_write_what_threads_write(travel: tuple[Path, ProcessPool]) -> None:
     """runs, items, scores and summary.parquet from worker processes equal the threads path's
     (times and run names apart), row group for row group, across shards that end mid-group; the
@@ -180,14 +118,14 @@ def test_process_shards_write_what_threads_write(travel: tuple[Path, ProcessPool
     os.chdir(REPO)
     threads_plan = _travel_plan(root, "threads")
     size, rows = 4, 5  # 15 calls: 4 shards; row groups of 5 cut across shards
-    threads = _write_threads(threads_plan, size, rows)
+    threads = write_whole_shards(threads_plan, size, rows, 3)
     processes = _write_processes(pool, pool.plan, size, rows)
     for name in ("runs", "items", "scores", "summary"):
         a = _table(threads_plan.run_dir / f"{name}.parquet")
         b = _table(pool.plan.run_dir / f"{name}.parquet")
         assert a == b, name
     assert sum(_table(pool.plan.run_dir / "items.parquet")[1]) > 15  # per-agent items
-    kept_a, (calls_a, verdicts_a) = threads
+    kept_a, calls_a, verdicts_a = threads
     kept_b, (calls_b, verdicts_b) = processes
     for a_parts, b_parts in zip(kept_a, kept_b, strict=True):
         for ra, rb in zip(a_parts, b_parts, strict=True):

@@ -16,13 +16,12 @@ from collections.abc import AsyncGenerator, Iterator
 from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
 import pytest
 import yaml
 
 from evalpipe.artifacts import RunWriter
 from evalpipe.artifacts.encoder import EncodedBatch
-from evalpipe.pipeline.flow import _strip, _write
+from evalpipe.pipeline.flow import _write
 from evalpipe.pipeline.processes import (
     ProcessPool,
     ShardDone,
@@ -31,24 +30,15 @@ from evalpipe.pipeline.processes import (
     keep_listed,
 )
 from evalpipe.results import EvalResults
-from evalpipe.runner import RunPlan, RunState, run_shard
+from evalpipe.runner import RunPlan
 from evalpipe.runner.prepare import prepare_suite
 from evalpipe.suite import load_suite
-from evalpipe.tally import CallTally, Counts, call_verdicts, merge_results
+from evalpipe.tally import CallTally, Counts, merge_results
+from parquet_helpers import parquet_table as _table
+from parquet_helpers import write_whole_shards
 
 REPO = Path(__file__).resolve().parents[2]
 TRAVEL = REPO / "examples" / "travel"
-VARYING = {
-    "run_name",
-    "started_at",
-    "ended_at",
-    "latency_s",
-    "latency_seconds",
-    "run_started_at",
-    "run_ended_at",
-}
-"""Columns that legitimately differ between two runs of the same calls (times, run names)."""
-STAMPS = {"started_at", "ended_at", "latency_seconds"}
 SHARD, CHUNK, ROWS = 12, 5, 7
 """24 calls: shards of 12 calls, chunks of 5 (5+5+2), row groups of 7 rows: chunks end inside
 shards and row groups."""
@@ -92,31 +82,6 @@ def chunked(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, Pr
         os.chdir(cwd)
 
 
-def _transcript(text: str) -> Any:
-    def scrub(value: Any) -> Any:
-        if isinstance(value, dict):
-            return {k: scrub(v) for k, v in value.items() if k not in STAMPS}
-        if isinstance(value, list):
-            return [scrub(v) for v in value]
-        return value
-
-    return scrub(json.loads(text))
-
-
-def _table(path: Path) -> tuple[dict[str, list[Any]], list[int]]:
-    """A Parquet file's columns (the varying ones dropped, transcripts without their times) and
-    its row groups' sizes."""
-    meta = pq.ParquetFile(path).metadata
-    groups = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
-    table = pq.read_table(path)
-    columns = {
-        name: table.column(name).to_pylist() for name in table.column_names if name not in VARYING
-    }
-    if "transcript" in columns:
-        columns["transcript"] = [_transcript(t) for t in columns["transcript"]]
-    return columns, groups
-
-
 def _kept_texts(kept: list[list[EvalResults]]) -> list[Any]:
     """Every kept result level's fields (items apart) and its items' ids, statuses, texts and
     scores, in order."""
@@ -132,35 +97,6 @@ def _kept_texts(kept: list[list[EvalResults]]) -> list[Any]:
     return out
 
 
-def _whole_shards(plan: RunPlan) -> tuple[list[list[EvalResults]], dict[str, Any], list[Any]]:
-    """The plan's shards of SHARD calls in one piece each (the flow's threads path), written in
-    order: the kept results, the call tally and each shard's verdicts."""
-
-    async def run() -> tuple[list[list[EvalResults]], dict[str, Any], list[Any]]:
-        state = RunState.open(plan, lock=False)
-        writer = RunWriter(plan.run_dir, row_group_size=ROWS)
-        kept: list[list[EvalResults]] = [[] for _ in plan.providers]
-        texts: dict[tuple[str, str], int] = {}
-        calls = CallTally()
-        verdicts = []
-        for shard_calls in plan.shards(SHARD):
-            shard = await run_shard(
-                plan, state, shard_calls, semaphore=asyncio.Semaphore(12), workers=12
-            )
-            for o in shard.outcomes:
-                calls.add(o.source, o.run)
-            _write(writer, plan, shard)
-            verdicts.append(call_verdicts(shard.results).as_dict())
-            for p, r in enumerate(shard.results):
-                _strip(r, texts)
-                kept[p].append(r)
-        writer.finish({})
-        state.close()
-        return kept, calls.as_dict(), verdicts
-
-    return asyncio.run(run())
-
-
 def test_a_shard_in_chunks_writes_what_a_shard_in_one_piece_writes(
     chunked: tuple[Path, ProcessPool],
 ) -> None:
@@ -171,7 +107,7 @@ def test_a_shard_in_chunks_writes_what_a_shard_in_one_piece_writes(
     root, pool = chunked
     os.chdir(REPO)
     whole_plan = _agent_plan(root, "whole")
-    kept_a, calls_a, verdicts_a = _whole_shards(whole_plan)
+    kept_a, calls_a, verdicts_a = write_whole_shards(whole_plan, SHARD, ROWS, 12)
 
     async def run() -> tuple[list[list[EvalResults]], dict[str, Any], list[Any], list[Any]]:
         plan = pool.plan
