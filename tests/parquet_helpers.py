@@ -1,19 +1,24 @@
 """Test helpers: a run's Parquet files as comparable values (what may differ between two runs of
-the same calls dropped), and a plan's shards written as the flow's threads path writes them."""
+the same calls dropped), the demo suites' plans, and a plan's shards written as the flow's
+threads path writes them."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
+import yaml
 
 from evalpipe.artifacts import RunWriter
 from evalpipe.pipeline.flow import _strip, _write
 from evalpipe.results import EvalResults
 from evalpipe.runner import RunPlan, RunState, run_shard
+from evalpipe.runner.prepare import prepare_suite
+from evalpipe.suite import load_suite
 from evalpipe.tally import CallTally, call_verdicts
 
 VARYING = {
@@ -91,3 +96,15 @@ def write_whole_shards(
         return kept, calls.as_dict(), verdicts
 
     return asyncio.run(run())
+
+
+def travel_plan(root: Path, name: str, suite_file: str, data_file: str, **changes: Any) -> RunPlan:
+    """The plan of one of examples/travel's suites (``suite_file``, reading ``data_file``),
+    copied to ``root`` with ``changes`` to its fields and its runs under ``root / "runs"``."""
+    travel = Path(__file__).resolve().parents[1] / "examples" / "travel"
+    shutil.copy(travel / data_file, root / data_file)
+    data = yaml.safe_load((travel / suite_file).read_text(encoding="utf-8"))
+    data.update(output_dir=str(root / "runs"), **changes)
+    path = root / f"{Path(suite_file).stem}.copy.yaml"
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    return prepare_suite(load_suite(path), root / "runs" / name)

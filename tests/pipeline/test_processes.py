@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -43,7 +42,7 @@ from evalpipe.runner.prepare import prepare_suite
 from evalpipe.suite import load_suite
 from evalpipe.tally import CallTally
 from parquet_helpers import parquet_table as _table
-from parquet_helpers import write_whole_shards
+from parquet_helpers import travel_plan, write_whole_shards
 
 REPO = Path(__file__).resolve().parents[2]
 TRAVEL = REPO / "examples" / "travel"
@@ -51,12 +50,14 @@ TRAVEL = REPO / "examples" / "travel"
 
 def _travel_plan(root: Path, name: str) -> RunPlan:
     """The demo workflow suite (3 agents, 4 providers, one agent-scoped; failures) in ``root``."""
-    for f in ("workflow_queries.jsonl",):
-        shutil.copy(TRAVEL / f, root / f)
-    data = yaml.safe_load((TRAVEL / "suite.yaml").read_text(encoding="utf-8"))
-    data.update(output_dir=str(root / "runs"), concurrency=3, task_runner={"processes": 2})
-    (root / "suite.yaml").write_text(yaml.safe_dump(data), encoding="utf-8")
-    return prepare_suite(load_suite(root / "suite.yaml"), root / "runs" / name)
+    return travel_plan(
+        root,
+        name,
+        "suite.yaml",
+        "workflow_queries.jsonl",
+        concurrency=3,
+        task_runner={"processes": 2},
+    )
 
 
 def _write_processes(

@@ -11,13 +11,11 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 from collections.abc import AsyncGenerator, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from evalpipe.artifacts import RunWriter
 from evalpipe.artifacts.encoder import EncodedBatch
@@ -31,11 +29,9 @@ from evalpipe.pipeline.processes import (
 )
 from evalpipe.results import EvalResults
 from evalpipe.runner import RunPlan
-from evalpipe.runner.prepare import prepare_suite
-from evalpipe.suite import load_suite
 from evalpipe.tally import CallTally, Counts, merge_results
 from parquet_helpers import parquet_table as _table
-from parquet_helpers import write_whole_shards
+from parquet_helpers import travel_plan, write_whole_shards
 
 REPO = Path(__file__).resolve().parents[2]
 TRAVEL = REPO / "examples" / "travel"
@@ -47,20 +43,21 @@ shards and row groups."""
 def _agent_plan(root: Path, name: str) -> RunPlan:
     """The demo agent suite (8 rows x 3 repetitions, 5 providers; a deliberate miss) in
     ``root``."""
-    shutil.copy(TRAVEL / "queries.jsonl", root / "queries.jsonl")
-    data = yaml.safe_load((TRAVEL / "agent_suite.yaml").read_text(encoding="utf-8"))
-    data.update(output_dir=str(root / "runs"), concurrency=12, task_runner={"processes": 1})
-    (root / "suite.yaml").write_text(yaml.safe_dump(data), encoding="utf-8")
-    return prepare_suite(load_suite(root / "suite.yaml"), root / "runs" / name)
+    return travel_plan(
+        root,
+        name,
+        "agent_suite.yaml",
+        "queries.jsonl",
+        concurrency=12,
+        task_runner={"processes": 1},
+    )
 
 
 def _travel_plan(root: Path, name: str) -> RunPlan:
     """The demo workflow suite (3 agents, 4 providers) in ``root``."""
-    shutil.copy(TRAVEL / "workflow_queries.jsonl", root / "workflow_queries.jsonl")
-    data = yaml.safe_load((TRAVEL / "suite.yaml").read_text(encoding="utf-8"))
-    data.update(output_dir=str(root / "runs"), task_runner={"processes": 1})
-    (root / "workflow.yaml").write_text(yaml.safe_dump(data), encoding="utf-8")
-    return prepare_suite(load_suite(root / "workflow.yaml"), root / "runs" / name)
+    return travel_plan(
+        root, name, "suite.yaml", "workflow_queries.jsonl", task_runner={"processes": 1}
+    )
 
 
 @pytest.fixture(scope="module")
