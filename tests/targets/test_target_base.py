@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 
 from evalpipe import AgentResponse, Message
-from evalpipe._internal.calls import HeldSlot
 from evalpipe.targets.base import _is_async, call_agent, response_usage
 from evalpipe.transcripts import RunUsage, TargetRun
 
@@ -132,44 +131,6 @@ async def test_the_slot_is_held_during_each_attempt_and_freed_between_and_after(
     )
     assert failed.error_code == "AgentError"
     assert failed.attempts == 1
-    assert not semaphore.locked()
-
-
-async def test_a_held_slot_is_freed_while_waiting_to_retry_and_a_turn_after_the_call() -> None:
-    """Through a worker's HeldSlot of the semaphore: held while the agent runs, free while waiting
-    to retry, and given back one turn of the event loop after the call returned."""
-    semaphore = asyncio.Semaphore(1)
-    agent = _Scripted(semaphore, ConnectionError("down"))
-
-    async def watch() -> list[bool]:
-        seen = []
-        for _ in range(20):
-            seen.append(semaphore.locked())
-            await asyncio.sleep(0.001)
-        return seen
-
-    run, seen = await asyncio.gather(
-        call_agent(
-            agent,
-            "q",
-            query_index=0,
-            repetition=0,
-            semaphore=HeldSlot(semaphore),
-            attempts=2,
-            retry_wait=0.01,
-        ),
-        watch(),
-    )
-    assert run.ok
-    assert agent.held == [True, True]
-    assert False in seen  # freed while waiting for the retry
-    await asyncio.sleep(0)
-    assert not semaphore.locked()
-    slot = HeldSlot(semaphore)
-    await call_agent(EchoingAgent(), "q", query_index=0, repetition=0, semaphore=slot)
-    assert semaphore.locked()  # kept for the worker's next call, started in this turn
-    await call_agent(EchoingAgent(), "q", query_index=0, repetition=0, semaphore=slot)
-    await asyncio.sleep(0)
     assert not semaphore.locked()
 
 
