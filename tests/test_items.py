@@ -598,37 +598,6 @@ def _same(fast: EvalItem, slow: EvalItem) -> None:
     assert (fast.query, fast.response) == (slow.query, slow.response)
 
 
-def test_constructor_fast_path_equals_validation() -> None:
-    """Built from values validation would keep as they are, an item skips validation and is
-    field for field the validated one (fields set, private state, dumps)."""
-    usage = RunUsage(input_tokens=3, latency_seconds=0.5)
-    data: dict[str, Any] = {
-        "conversation": [user("Weather?"), asst("Sunny.")],
-        "tools": [ToolDefinition("get_weather", "Weather.")],
-        "context": "ctx",
-        "expected_output": "sunny",
-        "expected_tool_calls": [ExpectedToolCall("get_weather", {"city": "Paris"})],
-        "split_strategy": ConversationSplit.FULL,
-        "item_id": "q1#0",
-        "query_index": 1,
-        "repetition": 0,
-        "agent": "writer",
-        "usage": usage,
-        "error_code": None,
-        "error_message": None,
-        "metadata": {"row_id": "q1", "tags": ["a"]},
-    }
-    _same(EvalItem(**data), _validated(data))
-    for dropped in data:  # any subset of the fields, so the fields set match too
-        rest = {k: v for k, v in data.items() if k != dropped}
-        _same(EvalItem(**rest), _validated(rest))
-    _same(EvalItem(), _validated({}))
-    _same(
-        EvalItem([user("Q")], item_id="0"),
-        _validated({"conversation": [user("Q")], "item_id": "0"}),
-    )
-
-
 @pytest.mark.parametrize(
     "data",
     [
@@ -746,39 +715,6 @@ def test_direct_constructor_leaves_what_is_not_valid_to_validation(name: str, va
         assert str(raised.value) == expected
     else:
         _same(EvalItem(**data), expected)
-
-
-def test_direct_items_get_their_own_private_state() -> None:
-    """Private state starts as validation sets it, from EvalItem's own PrivateAttr defaults, and
-    each directly built item has its own: caching one item's split leaves the other's empty."""
-    from evalpipe.items import _PRIVATE_DEFAULTS
-
-    validated = EvalItem.model_validate({})
-    assert validated.__pydantic_private__ == _PRIVATE_DEFAULTS
-    assert set(_PRIVATE_DEFAULTS) == set(EvalItem.__private_attributes__)
-    data = _full_fields()
-    first, second = _direct(data, set(data)), EvalItem(**data)
-    assert first is not None
-    assert first.__pydantic_private__ is not second.__pydantic_private__
-    assert first.query == "Weather?"
-    assert first.__pydantic_private__["_split_cache"] is not None  # type: ignore[index]
-    assert second.__pydantic_private__ == validated.__pydantic_private__
-
-
-def test_private_defaults_must_be_immutable(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The directly built items share the private defaults through a shallow copy, so a private
-    attribute with a factory (a fresh list per item) is refused when the defaults are read."""
-    from pydantic import PrivateAttr
-
-    from evalpipe import items
-
-    monkeypatch.setattr(
-        EvalItem,
-        "__private_attributes__",
-        {**EvalItem.__private_attributes__, "_seen": PrivateAttr(default_factory=list)},
-    )
-    with pytest.raises(TypeError, match="_seen"):
-        items._private_defaults()
 
 
 def test_validation_from_a_dict_does_not_run_the_python_init() -> None:

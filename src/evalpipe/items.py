@@ -13,9 +13,8 @@ from operator import is_
 from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
-from pydantic_core import PydanticUndefined
 
-from evalpipe.messages import FunctionCallContent, Message, ToolDefinition, set_validated
+from evalpipe.messages import FunctionCallContent, Message, ToolDefinition
 from evalpipe.transcripts import RunUsage
 
 __all__ = [
@@ -189,7 +188,6 @@ _MESSAGE = frozenset({Message})
 _TOOL = frozenset({ToolDefinition})
 _EXPECTED = frozenset({ExpectedToolCall})
 _STR_ONLY = frozenset({str})
-_new = object.__new__
 _NO_METADATA: dict[str, Any] = {}
 """The metadata of an item not given any (never mutated: :func:`_valid_fields` copies it)."""
 
@@ -330,35 +328,10 @@ class EvalItem(BaseModel):
         for key, value in positional.items():
             if value is not None:
                 data[key] = value
-        fields = None
-        if type(self) is EvalItem and _FIELD_NAMES.issuperset(data):
-            get = data.get
-            fields = _valid_fields(
-                get("conversation"),
-                get("tools"),
-                get("context"),
-                get("expected_output"),
-                get("expected_tool_calls"),
-                get("split_strategy"),
-                get("item_id"),
-                get("query_index"),
-                get("repetition"),
-                get("agent"),
-                get("usage"),
-                get("error_code"),
-                get("error_message"),
-                get("metadata", _NO_METADATA),
-            )
-        if fields is None:
-            super().__init__(**data)
-            return
-        # Every value already is what validation would make of it (the items stage builds items
-        # from validated transcripts): set the fields as validation sets them, without running it
-        # (measured: 27 -> 4 µs an item; tests/test_items.py pins the equality).
-        set_validated(self, fields, set(data), dict(_PRIVATE_DEFAULTS))
+        super().__init__(**data)
 
     # Validation from a dict (model_validate, a nested item) goes straight to pydantic-core: this
-    # __init__ only maps the positional form and takes the already-validated fast path.
+    # __init__ only maps the positional form.
     __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]
 
     @classmethod
@@ -403,9 +376,7 @@ class EvalItem(BaseModel):
         )
         if fields is None:
             return None
-        item = _new(EvalItem)
-        set_validated(item, fields, fields_set, dict(_PRIVATE_DEFAULTS))
-        return item
+        return EvalItem.model_construct(fields_set, **fields)
 
     @field_validator("conversation", mode="before")
     @classmethod
@@ -600,26 +571,3 @@ class EvalItem(BaseModel):
                 )
             )
         return items
-
-
-_FIELD_NAMES = frozenset(EvalItem.model_fields)
-
-
-def _private_defaults() -> dict[str, Any]:
-    """EvalItem's private attributes as validation first sets them (each default that is not
-    undefined), shared by every directly built item through a shallow copy: so each default must
-    be immutable, which this checks once, at import."""
-    defaults: dict[str, Any] = {}
-    for name, attr in EvalItem.__private_attributes__.items():
-        if attr.default_factory is not None or type(attr.default) not in _IMMUTABLE:
-            raise TypeError(
-                f"EvalItem.{name}: a directly built item copies the private defaults shallowly, "
-                "so they must be immutable values (None, str, int, tuple...), not a factory"
-            )
-        if attr.default is not PydanticUndefined:
-            defaults[name] = attr.default
-    return defaults
-
-
-_IMMUTABLE = frozenset({type(None), type(PydanticUndefined), bool, int, float, str, bytes, tuple})
-_PRIVATE_DEFAULTS = _private_defaults()

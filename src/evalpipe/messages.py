@@ -223,52 +223,13 @@ _FAST_CONTENTS = frozenset(
 )
 """Content values a Message takes as they are (a str as a TextContent), without validation."""
 
-# What validation sets on a model instance, set directly (BaseModel's slots and its __dict__):
-# bound once, these cost half of ``object.__setattr__(obj, name, value)`` looked up each time.
-_new = object.__new__
-_set_dict = BaseModel.__dict__["__dict__"].__set__
-_set_fields_set = BaseModel.__dict__["__pydantic_fields_set__"].__set__
-_set_extra = BaseModel.__dict__["__pydantic_extra__"].__set__
-_set_private = BaseModel.__dict__["__pydantic_private__"].__set__
-
-
-def set_validated(
-    model: BaseModel,
-    fields: dict[str, Any],
-    fields_set: set[str],
-    private: dict[str, Any] | None = None,
-) -> None:
-    """Give a new ``model`` (``cls.__new__(cls)``) the state validation gives it: ``fields`` (every
-    field, in field order, each already its validated value), ``fields_set`` (the fields passed
-    in) and ``private`` (its private attributes' defaults, None for a model without any). For the
-    values evalpipe itself built and knows valid; the callers check the types and fall back to
-    validation for anything else."""
-    _set_dict(model, fields)
-    _set_fields_set(model, fields_set)
-    _set_extra(model, None)
-    _set_private(model, private)
-
-
-def _text(text: str) -> TextContent:
-    """``TextContent(text=text)`` for a str, as validation makes it, without running it."""
-    content = _new(TextContent)
-    _set_dict(content, {"type": "text", "text": text})
-    _set_fields_set(content, {"text"})
-    _set_extra(content, None)
-    _set_private(content, None)
-    return content
-
 
 def user_message(text: str) -> Message:
-    """``Message("user", [text])`` (a query as the target is given it), made directly for a str."""
+    """``Message("user", [text])``: a query as the target is given it (for a str, built with
+    pydantic's ``model_construct``: the query is a validated str already)."""
     if type(text) is not str:
         return Message("user", [text])
-    message = _new(Message)
-    _set_dict(message, {"role": "user", "contents": [_text(text)], "author_name": None})
-    _set_fields_set(message, {"role", "contents"})
-    _set_extra(message, None)
-    _set_private(message, None)
-    return message
+    return Message.model_construct(role="user", contents=[TextContent.model_construct(text=text)])
 
 
 _CONTENT_TYPES = (TextContent, FunctionCallContent, FunctionResultContent, DataContent, UriContent)
@@ -398,25 +359,6 @@ class Message(BaseModel):
         /,
         **data: Any,
     ) -> None:
-        if not data and type(role) is str and type(contents) in (list, tuple):
-            # The common case (an agent's own messages, a query): the fields exactly as
-            # validation makes them (a str becomes a TextContent, a content instance is kept),
-            # without running the validators (measured: 7.8 -> 1.6 µs a message).
-            parts: list[Any] = []
-            for content in contents:  # type: ignore[union-attr]
-                kind = type(content)
-                if kind is str:
-                    parts.append(_text(content))
-                elif kind in _FAST_CONTENTS:
-                    parts.append(content)
-                else:
-                    break  # something to validate
-            else:
-                _set_dict(self, {"role": role, "contents": parts, "author_name": None})
-                _set_fields_set(self, {"role", "contents"})
-                _set_extra(self, None)
-                _set_private(self, None)
-                return
         if role is not None:
             data["role"] = role
         if contents is not None:

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from evalpipe.messages import Message, ToolDefinition, set_validated
+from evalpipe.messages import Message, ToolDefinition
 
 __all__ = [
     "ExecutorRun",
@@ -175,31 +175,17 @@ Transcript = TargetRun | WorkflowRun
 """What one target call recorded."""
 
 _USAGE_SET = frozenset({"latency_seconds"})
-_new = object.__new__
-"""``Model.__new__(Model)`` for these models (BaseModel has no ``__new__`` of its own), without
-looking ``__new__`` up through pydantic's metaclass."""
 
 
 def measured_usage(latency_seconds: float | None) -> RunUsage:
     """``RunUsage(latency_seconds=latency_seconds)``: no token counts, the call's wall time.
 
-    Made as validation makes it, without running it, for a float (or None) latency: the one
-    usage of a call whose response reported none, built once per call.
+    Built with pydantic's ``model_construct`` for a float (or None) latency: the one usage of a
+    call whose response reported none, built once per call.
     """
     if latency_seconds is not None and type(latency_seconds) is not float:
         return RunUsage(latency_seconds=latency_seconds)
-    usage = _new(RunUsage)
-    set_validated(
-        usage,
-        {
-            "input_tokens": None,
-            "output_tokens": None,
-            "total_tokens": None,
-            "latency_seconds": latency_seconds,
-        },
-        set(_USAGE_SET),
-    )
-    return usage
+    return RunUsage.model_construct(set(_USAGE_SET), latency_seconds=latency_seconds)
 
 
 _OPTIONAL_STR = frozenset({str, type(None)})
@@ -265,25 +251,18 @@ def made_run(
         )
         and (tools is None or (type(tools) is list and _only(tools, _TOOL)))
     ):
-        run = _new(TargetRun)
-        set_validated(
-            run,
-            {
-                "query_index": query_index,
-                "repetition": repetition,
-                "query": query,
-                "messages": [] if messages is None else messages,
-                "tools": tools,
-                "usage": usage,
-                "error_code": error_code,
-                "error_message": error_message,
-                "attempts": attempts,
-                "started_at": None,
-                "ended_at": None,
-            },
+        return TargetRun.model_construct(
             set(_MADE_SET if messages is not None else _FAILED_SET),
+            query_index=query_index,
+            repetition=repetition,
+            query=query,
+            messages=[] if messages is None else messages,
+            tools=tools,
+            usage=usage,
+            error_code=error_code,
+            error_message=error_message,
+            attempts=attempts,
         )
-        return run
     data: dict[str, Any] = {
         "query_index": query_index,
         "repetition": repetition,

@@ -43,9 +43,6 @@ from evalpipe.artifacts import (
     read_runs,
     read_table,
 )
-from evalpipe.artifacts.encoder import _MESSAGES, _TEXT_MESSAGES, _text_message_json
-from evalpipe.itemize import agent_item
-from evalpipe.runner.shard import CallOutcome
 from evalpipe.transcripts import TargetRun, WorkflowRun
 
 ALL_FILES = {*FILES.values(), MANIFEST_FILE}
@@ -483,100 +480,6 @@ def _answered(index: int, query: str) -> TargetRun:
             Message("assistant", [f'It is "sunny" \u00e9\U0001f600 ({index})\n']),
         ],
     )
-
-
-def test_items_conversations_from_the_calls_messages_json_are_the_dumped_bytes(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """items.parquet is byte-identical whether the calls' messages JSON is handed to the writer
-    (their items' conversations not serialized again) or not: a query head, a recorded head, a
-    head with an author, no head, copied messages, an unknown run and a run with no messages."""
-    runs = [_answered(i, q) for i, q in enumerate(['What\'s "up"?\n\\', "", "\u4e2d\x00"])]
-    runs += [
-        _answered(3, "q3"),
-        _answered(4, "q4"),
-        TargetRun(query_index=5, repetition=0, query="q5"),
-    ]
-    run_ids = [f"k{i}" for i in range(len(runs))]
-    authored = Message("user", ["q"], author_name="u")
-    heads: list[list[Message] | None] = [
-        None,
-        None,
-        [Message("system", ["Be brief."]), Message("user", ["recorded"])],
-        [authored],
-        [],
-        None,
-    ]
-
-    def item(i: int, run_id: str | None, item_id: str) -> EvalItem:
-        return agent_item(
-            runs[i], item_id=item_id, recorded_head=heads[i], metadata={"run_id": run_id}
-        )
-
-    def batch() -> list[EvalResults]:
-        items = [item(i, run_ids[i], f"i{i}") for i in range(len(runs))]
-        items.append(item(0, "unknown", "unknown"))
-        copied = item(1, run_ids[1], "copied")  # the call's messages copied, not the same objects
-        copied.conversation = [m.model_copy(deep=True) for m in copied.conversation]
-        items.append(copied)
-        results = [EvalItemResult(it.item_id or "", "pass") for it in items]
-        return [EvalResults(provider="Local", items=results, input_items=items)]
-
-    started = dt.datetime(2024, 6, 1, tzinfo=dt.UTC)
-    runs_json = [r.model_dump_json(fallback=str) for r in runs]
-    shared = [
-        CallOutcome._messages_in(text) if r.messages else None
-        for r, text in zip(runs, runs_json, strict=True)
-    ]
-    assert shared[0] == _MESSAGES.dump_json(runs[0].messages).decode()
-    dumped: list[int] = []
-
-    class Counting:
-        def dump_json(self, value: Any, **kwargs: Any) -> bytes:
-            dumped.append(len(value))
-            return _MESSAGES.dump_json(value, **kwargs)
-
-    monkeypatch.setattr(encoder_module, "_MESSAGES", Counting())
-    written = {}
-    for name, messages_json in (("dumped", None), ("shared", shared)):
-        dumped.clear()
-        with RunWriter(tmp_path / name / "run", started_at=started) as writer:
-            writer.add_target_runs(
-                runs,
-                run_ids=run_ids,
-                row_ids=[None] * len(runs),
-                transcripts=runs_json,
-                cached=[False] * len(runs),
-                messages_json=messages_json,
-            )
-            if messages_json is not None:
-                # the run without messages is left out
-                assert len(writer._encoder._messages_json) == 5
-            writer.add_results(batch())
-            assert writer._encoder._messages_json == {}  # one batch's only
-        written[name] = (tmp_path / name / "run" / FILES["items"]).read_bytes()
-    # shared: the two heads (recorded, authored), the messageless, unknown and copied items
-    assert dumped == [2, 1, 1, 4, 4]
-    assert written["shared"] == written["dumped"]
-    conversations = read_table(tmp_path / "shared" / "run", "items", columns=["conversation"])
-    items = batch()[0].input_items
-    assert conversations.column(0).to_pylist() == [
-        _MESSAGES.dump_json(it.conversation, fallback=str).decode() for it in items
-    ]
-
-
-def test_text_message_json_is_pydantics_for_a_query_and_none_otherwise() -> None:
-    """A one-text message without an author is written as pydantic writes it; others are not."""
-    for message in (Message("user", ['a "b" \\ \u00e9 \x7f']), Message("assistant", ["\n"])):
-        assert _text_message_json(message) == message.model_dump_json()
-    assert _TEXT_MESSAGES
-    for other in (
-        Message("user", ["a", "b"]),
-        Message("user", ["a"], author_name="x"),
-        Message("tool", [FunctionResultContent(call_id="c", result=1)]),
-        Message("user", []),
-    ):
-        assert _text_message_json(other) is None
 
 
 def test_manifest_keeps_the_callers_data_and_adds_versions_and_files(

@@ -21,10 +21,10 @@ from pydantic_core import to_json
 
 from evalpipe.itemize import SplitAt
 from evalpipe.items import ConversationSplit, EvalItem, ExpectedToolCall
-from evalpipe.messages import Message, TextContent, ToolDefinition
+from evalpipe.messages import Message, ToolDefinition
 from evalpipe.results import EvalItemResult, EvalResults, EvalScoreResult
 from evalpipe.tally import FAIL, PASS, score_status
-from evalpipe.transcripts import TargetRun, Transcript
+from evalpipe.transcripts import Transcript
 
 if TYPE_CHECKING:
     from evalpipe.artifacts.schema import RunRecord
@@ -47,74 +47,6 @@ _TOKEN_KEYS = ("input_tokens", "output_tokens", "total_tokens")
 _MESSAGES: TypeAdapter[list[Message]] = TypeAdapter(list[Message])
 _TOOLS: TypeAdapter[list[ToolDefinition]] = TypeAdapter(list[ToolDefinition])
 _EXPECTED: TypeAdapter[list[ExpectedToolCall]] = TypeAdapter(list[ExpectedToolCall])
-
-
-def _text_message_json(message: Any) -> str | None:
-    """The JSON of a Message of one TextContent and no author (a query), as pydantic writes it,
-    from the JSON of its role and text; None for any other message (or when the models are not
-    laid out as this expects, ``_TEXT_MESSAGES``)."""
-    if type(message) is not Message or message.author_name is not None or not _TEXT_MESSAGES:
-        return None
-    contents = message.contents
-    if len(contents) != 1:
-        return None
-    content = contents[0]
-    role, text = message.role, content.text if type(content) is TextContent else None
-    if type(text) is not str or type(role) is not str or content.type != "text":
-        return None
-    role_json = _ROLES.get(role)
-    if role_json is None:
-        if len(_ROLES) >= 64:
-            _ROLES.clear()
-        role_json = _ROLES[role] = to_json(role).decode()
-    return (
-        f'{{"role":{role_json},"contents":[{{"type":"text","text":{to_json(text).decode()}}}],'
-        '"author_name":null}'
-    )
-
-
-_ROLES: dict[str, str] = {}
-"""The JSON of a role, by role."""
-
-
-def _plain_model(model: type[BaseModel], names: list[str]) -> bool:
-    """The model's JSON is exactly these fields, in order, each written by its type's own
-    serializer (no custom serializers, computed fields or annotated field metadata)."""
-    decorators = model.__pydantic_decorators__
-    return (
-        list(model.model_fields) == names
-        and not any(f.metadata or f.exclude for f in model.model_fields.values())
-        and not decorators.field_serializers
-        and not decorators.model_serializers
-        and not decorators.computed_fields
-    )
-
-
-def _text_messages_laid_out() -> bool:
-    """``_text_message_json`` writes what pydantic writes: the models hold the fields it expects,
-    and it agrees with pydantic on samples (quotes, escapes, non-ASCII, roles)."""
-    if not (
-        _plain_model(Message, ["role", "contents", "author_name"])
-        and _plain_model(TextContent, ["type", "text"])
-    ):
-        return False
-    samples = [
-        Message(role, [text])
-        for role, text in (
-            ("user", 'What\'s "the" weather?\n\t\\ \u00e9\u4e2d\U0001f600 \x00\x1f</script>'),
-            ("system", ""),
-            ("User", "x"),
-        )
-    ]
-    return all(
-        _text_message_json(m) == Message.__pydantic_serializer__.to_json(m, fallback=str).decode()
-        for m in samples
-    )
-
-
-_TEXT_MESSAGES = True
-_TEXT_MESSAGES = _text_messages_laid_out()
-"""``_text_message_json`` may write messages (checked once, at import)."""
 
 
 def _json(value: Any) -> str:
@@ -408,15 +340,6 @@ class RowEncoder:
     encodes its shard, the writer of the run converts and appends it (``RunWriter.add_encoded``).
     ``RunWriter`` encodes every batch with one too."""
 
-    def __init__(self) -> None:
-        self._messages_json: dict[str, tuple[list[Message], str]] = {}
-        """run_id -> (a TargetRun's messages, their JSON), from target_runs until the next
-        results."""
-
-    def clear(self) -> None:
-        """Forget the messages ``target_runs`` was given (they may change after the batch)."""
-        self._messages_json.clear()
-
     def records(self, records: Iterable[RunRecord | Mapping[str, Any]]) -> EncodedRows | None:
         """runs.parquet's rows of RunRecords (or their dicts); None for none.
 
@@ -456,7 +379,6 @@ class RowEncoder:
         transcripts: Sequence[str],
         cached: Sequence[bool],
         target: str | None = None,
-        messages_json: Sequence[str | None] | None = None,
     ) -> EncodedRows | None:
         """runs.parquet's rows of target calls (see ``RunWriter.add_target_runs``); None for none.
 
@@ -465,8 +387,7 @@ class RowEncoder:
                 lengths.
         """
         n = len(runs)
-        shared = len(messages_json) if messages_json is not None else n
-        if not len(run_ids) == len(row_ids) == len(transcripts) == len(cached) == shared == n:
+        if not len(run_ids) == len(row_ids) == len(transcripts) == len(cached) == n:
             raise ValueError(
                 f"add_target_runs: {n} runs but {len(run_ids)} run_ids, {len(row_ids)} row_ids, "
                 f"{len(transcripts)} transcripts and {len(cached)} cached flags"
@@ -501,11 +422,6 @@ class RowEncoder:
             list(transcripts),
             list(cached) if _all_of(cached, bool) else [bool(c) for c in cached],
         )
-        if messages_json is not None:
-            known = self._messages_json
-            for run_id, run, text in zip(run_ids, runs, messages_json, strict=True):
-                if text is not None and isinstance(run, TargetRun) and run.messages:
-                    known[run_id] = (run.messages, text)
         return encoded
 
     def _runs(
@@ -552,18 +468,14 @@ class RowEncoder:
         self, results: Sequence[EvalResults], levels: list[list[tuple[str, EvalResults]]]
     ) -> EncodedBatch:
         """The items' and scores' rows of one batch: the EvalResults of each provider, in
-        provider order, and their levels (``SummaryTally.check``); see ``RunWriter.add_results``.
-        The messages ``target_runs`` was given are forgotten after it."""
-        try:
-            batch = EncodedBatch(items=self._items(levels))
-            for index, (result, provider_levels) in enumerate(zip(results, levels, strict=True)):
-                for agent, level in provider_levels:
-                    scores = self._scores(index, result.provider, agent, level)
-                    if scores is not None:
-                        batch.scores.append(scores)
-            return batch
-        finally:
-            self._messages_json.clear()  # one batch's: the messages may change after it
+        provider order, and their levels (``SummaryTally.check``); see ``RunWriter.add_results``."""
+        batch = EncodedBatch(items=self._items(levels))
+        for index, (result, provider_levels) in enumerate(zip(results, levels, strict=True)):
+            for agent, level in provider_levels:
+                scores = self._scores(index, result.provider, agent, level)
+                if scores is not None:
+                    batch.scores.append(scores)
+        return batch
 
     def _items(self, levels: list[list[tuple[str, EvalResults]]]) -> EncodedItems | None:
         batch_keys: set[tuple[str, int]] = set()
@@ -667,32 +579,9 @@ class RowEncoder:
         )
 
     def _conversations(self, items: list[EvalItem]) -> list[str]:
-        """items.parquet's ``conversation`` of each item: ``_MESSAGES.dump_json`` of it, the
-        messages of its call (``target_runs``' ``messages_json``) not serialized again."""
+        """items.parquet's ``conversation`` of each item: ``_MESSAGES.dump_json`` of it."""
         dump = _MESSAGES.dump_json
-        known = self._messages_json
-        if not known:
-            return [dump(item.conversation, fallback=str).decode() for item in items]
-        out: list[str] = []
-        for item in items:
-            conversation = item.conversation
-            run_id = item.metadata.get("run_id")
-            entry = known.get(run_id) if type(run_id) is str else None
-            if entry is not None:
-                messages, text = entry
-                start = len(conversation) - len(messages)
-                if start >= 0 and all(map(operator.is_, conversation[start:], messages)):
-                    # a JSON list is "[" + its elements' JSON joined by "," + "]"
-                    if start == 0:
-                        out.append(text)
-                        continue
-                    first = _text_message_json(conversation[0]) if start == 1 else None
-                    if first is None:
-                        first = dump(conversation[:start], fallback=str).decode()[1:-1]
-                    out.append(f"[{first},{text[1:]}")
-                    continue
-            out.append(dump(conversation, fallback=str).decode())
-        return out
+        return [dump(item.conversation, fallback=str).decode() for item in items]
 
     def _scores(
         self, provider_index: int, provider: str, agent: str, level: EvalResults

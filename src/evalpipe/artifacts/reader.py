@@ -22,7 +22,6 @@ import pyarrow.parquet as pq  # type: ignore[import-untyped, unused-ignore]
 from pydantic import TypeAdapter
 from pydantic_core import from_json
 
-from evalpipe._internal.collector import no_cyclic_gc
 from evalpipe.artifacts.schema import (
     ADDED,
     FILES,
@@ -653,16 +652,15 @@ class _InputItems:
     def _load(self) -> dict[str, list[EvalItem]]:
         if self.by_agent is None:
             pairs: dict[str, list[tuple[int, EvalItem]]] = {}
-            with no_cyclic_gc():
-                for batch in iter_batches(
-                    self.run_dir,
-                    "items",
-                    columns=SCHEMAS["items"].names,
-                    filesystem=self.filesystem,
-                ):
-                    for row in batch.to_pylist():
-                        pairs.setdefault(row["agent"], []).append((row["item_index"], _item(row)))
-                    LOADED["items"] += batch.num_rows
+            for batch in iter_batches(
+                self.run_dir,
+                "items",
+                columns=SCHEMAS["items"].names,
+                filesystem=self.filesystem,
+            ):
+                for row in batch.to_pylist():
+                    pairs.setdefault(row["agent"], []).append((row["item_index"], _item(row)))
+                LOADED["items"] += batch.num_rows
             self.by_agent = {
                 agent: [item for _, item in sorted(found, key=lambda p: p[0])]
                 for agent, found in pairs.items()
@@ -764,8 +762,7 @@ def load_run(
     loader = _InputItems(run_dir, filesystem) if input_items else None
 
     results: dict[tuple[int, str], dict[int, EvalItemResult]] = {}
-    with no_cyclic_gc():
-        _read_results(run_dir, common, results)
+    _read_results(run_dir, common, results)
 
     summary = read_table(run_dir, "summary", columns=_LEVEL_COLUMNS, **common)
     levels = sorted(
@@ -785,9 +782,9 @@ def load_run(
             error=row["error"],
             per_evaluator=_loads(row["per_evaluator"]) or {},
         )
-        # the item results as they are (already built; validating them again costs seconds)
-        result.__dict__["items"] = [by_index[i] for i in sorted(by_index)]
-        result.__pydantic_fields_set__.add("items")
+        # assigned, not passed in: the item results are built already (validating them again
+        # costs seconds), and the model does not validate assignments
+        result.items = [by_index[i] for i in sorted(by_index)]
         if loader is not None:
             result.defer_input_items(loader.of(row["agent"]))
         if row["agent"] == OVERALL:

@@ -448,18 +448,11 @@ class RunWriter:
         transcripts: Sequence[str],
         cached: Sequence[bool],
         target: str | None = None,
-        messages_json: Sequence[str | None] | None = None,
     ) -> int:
         """Append target calls (TargetRuns or WorkflowRuns) to runs.parquet: the rows ``add_runs``
         of ``RunRecord.from_target_run(runs[i], run_id=run_ids[i], row_id=row_ids[i],
         transcript=transcripts[i], cached=cached[i], target=target)`` writes, without a record per
         call. Returns how many rows were added.
-
-        ``messages_json[i]``, when given and not None, is the JSON of ``runs[i].messages`` (a
-        TargetRun's, serialized when its transcript was): the next ``add_results`` writes the
-        conversation of an item whose ``metadata["run_id"]`` is ``run_ids[i]`` and whose
-        conversation ends with those very message objects from it, serializing only the messages
-        before them. The messages must not change in between.
 
         Raises:
             ValueError: for a run_id that is not a non-empty string, or sequences of different
@@ -474,7 +467,6 @@ class RunWriter:
                 transcripts=transcripts,
                 cached=cached,
                 target=target,
-                messages_json=messages_json,
             )
             if encoded is None:
                 return 0
@@ -496,11 +488,7 @@ class RunWriter:
         """
         with self._lock:
             self._check_open()
-            try:
-                levels = self._tally.check(results)
-            except BaseException:
-                self._encoder.clear()
-                raise
+            levels = self._tally.check(results)
             self._append(self._encoder.results(results, levels))
             self._tally.add(results)
 
@@ -591,7 +579,6 @@ class RunWriter:
             if self._closed:
                 return
             self._closed = True
-            self._encoder.clear()
             for s in self._sinks:
                 s.abort()
 
@@ -608,7 +595,6 @@ class RunWriter:
         with self._lock:
             self._check_open()
             self._closed = True
-            self._encoder.clear()
             ended = dt.datetime.now(dt.UTC)
             summary = _Sink(
                 self.fs,

@@ -8,10 +8,8 @@ a check that raises makes its item errored instead of aborting the run, and the 
 from __future__ import annotations
 
 import asyncio
-import gc
 import inspect
-from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from operator import itemgetter
 from typing import Any, overload
 
@@ -268,19 +266,18 @@ class LocalEvaluator:
         pending: list[tuple[int, list[Any]]] = []
         checked = _checked
         result_type = EvalItemResult
-        with _gc_paused():
-            for index, item in enumerate(items):
-                if item.error_code:
-                    add_result(_errored(index, item))
-                    continue
-                # Every check answered: the item's result at once (its CheckResults are freed
-                # before the collector runs again); else the checks' outcomes, to settle.
-                done_or_outs = checked(index, item, runners, names, failures)
-                if type(done_or_outs) is result_type:
-                    add_result(done_or_outs)
-                else:
-                    add_result(None)
-                    pending.append((index, done_or_outs))  # type: ignore[arg-type]
+        for index, item in enumerate(items):
+            if item.error_code:
+                add_result(_errored(index, item))
+                continue
+            # Every check answered: the item's result at once (its CheckResults are freed
+            # before the collector runs again); else the checks' outcomes, to settle.
+            done_or_outs = checked(index, item, runners, names, failures)
+            if type(done_or_outs) is result_type:
+                add_result(done_or_outs)
+            else:
+                add_result(None)
+                pending.append((index, done_or_outs))  # type: ignore[arg-type]
         if pending:
             semaphore = asyncio.Semaphore(self.max_concurrency)
 
@@ -293,22 +290,20 @@ class LocalEvaluator:
                     outs[k] = value
 
             await asyncio.gather(*(settle(outs) for _, outs in pending))
-            with _gc_paused():
-                for index, outs in pending:
-                    results[index] = _item_result(index, items[index], outs, names, failures)
+            for index, outs in pending:
+                results[index] = _item_result(index, items[index], outs, names, failures)
             failures.sort(key=itemgetter(0))  # item order, each item's checks in order (stable)
         done: list[EvalItemResult] = results  # type: ignore[assignment]  # every slot filled
-        with _gc_paused():
-            return make_results(
-                self.name,
-                done,
-                metrics=list(dict.fromkeys(names)),
-                prefill=False,
-                input_items=items,
-                eval_id="local",
-                run_id=eval_name,
-                error="; ".join(text for _, text in failures) or None,
-            )
+        return make_results(
+            self.name,
+            done,
+            metrics=list(dict.fromkeys(names)),
+            prefill=False,
+            input_items=items,
+            eval_id="local",
+            run_id=eval_name,
+            error="; ".join(text for _, text in failures) or None,
+        )
 
 
 def _errored(index: int, item: EvalItem) -> EvalItemResult:
@@ -528,22 +523,3 @@ def resolve_evaluators(evaluators: Any) -> list[Evaluator]:
     if checks:
         resolved.append(LocalEvaluator(*checks))
     return resolved
-
-
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector around a synchronous pass over a batch.
-
-    Checking a batch allocates a few result objects per item and frees nothing cyclic, yet in a
-    process that already holds many items the collector's full passes kept re-scanning them: measured
-    in bench/bench_evaluate.py, 2,000-item batches went from ~18 µs to ~80 µs per item after a few
-    batches. Reference counting still frees everything acyclic; the collector resumes afterwards.
-    See docs/design/local-check-cost.md.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
