@@ -1,25 +1,13 @@
 """Test helpers: a run's Parquet files as comparable values (what may differ between two runs of
-the same calls dropped), the demo suites' plans, and a plan's shards written as the flow's
-threads path writes them."""
+the same calls dropped)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
-import yaml
-
-from evalpipe.artifacts import RunWriter
-from evalpipe.pipeline.flow import _strip, _write
-from evalpipe.results import EvalResults
-from evalpipe.runner import RunPlan, RunState, run_shard
-from evalpipe.runner.prepare import prepare_suite
-from evalpipe.suite import load_suite
-from evalpipe.tally import CallTally, call_verdicts
 
 VARYING = {
     "run_name",
@@ -62,49 +50,6 @@ def parquet_table(path: Path) -> tuple[dict[str, list[Any]], list[int]]:
     return columns, groups
 
 
-def write_whole_shards(
-    plan: RunPlan, size: int, rows: int, concurrency: int
-) -> tuple[list[list[EvalResults]], dict[str, Any], list[Any]]:
-    """The plan's shards of ``size`` calls in one piece each, written in order as the flow's
-    threads path writes them (row groups of ``rows``): the kept results, the call tally and each
-    shard's verdicts."""
-
-    async def run() -> tuple[list[list[EvalResults]], dict[str, Any], list[Any]]:
-        state = RunState.open(plan, lock=False)
-        writer = RunWriter(plan.run_dir, row_group_size=rows)
-        kept: list[list[EvalResults]] = [[] for _ in plan.providers]
-        texts: dict[tuple[str, str], int] = {}
-        calls = CallTally()
-        verdicts = []
-        for shard_calls in plan.shards(size):
-            shard = await run_shard(
-                plan,
-                state,
-                shard_calls,
-                semaphore=asyncio.Semaphore(concurrency),
-                workers=concurrency,
-            )
-            for o in shard.outcomes:
-                calls.add(o.source, o.run)
-            _write(writer, plan, shard)
-            verdicts.append(call_verdicts(shard.results).as_dict())
-            for p, r in enumerate(shard.results):
-                _strip(r, texts)
-                kept[p].append(r)
-        writer.finish({})
-        state.close()
-        return kept, calls.as_dict(), verdicts
-
-    return asyncio.run(run())
-
-
-def travel_plan(root: Path, name: str, suite_file: str, data_file: str, **changes: Any) -> RunPlan:
-    """The plan of one of examples/travel's suites (``suite_file``, reading ``data_file``),
-    copied to ``root`` with ``changes`` to its fields and its runs under ``root / "runs"``."""
-    travel = Path(__file__).resolve().parents[1] / "examples" / "travel"
-    shutil.copy(travel / data_file, root / data_file)
-    data = yaml.safe_load((travel / suite_file).read_text(encoding="utf-8"))
-    data.update(output_dir=str(root / "runs"), **changes)
-    path = root / f"{Path(suite_file).stem}.copy.yaml"
-    path.write_text(yaml.safe_dump(data), encoding="utf-8")
-    return prepare_suite(load_suite(path), root / "runs" / name)
+def run_tables(run_dir: Path) -> dict[str, dict[str, list[Any]]]:
+    """Every Parquet file of a run directory as comparable columns (``parquet_table``), by name."""
+    return {p.name: parquet_table(p)[0] for p in sorted(run_dir.glob("*.parquet"))}

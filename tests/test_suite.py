@@ -418,5 +418,7 @@ def test_unknown_task_runner_names_the_choices(tmp_path: Path) -> None:
     with pytest.raises(SuiteError, match=r"task_runner.*'threads' or 'processes'"):
         load_suite(path)
     path = _suite_file(tmp_path, BASE + "task_runner: {pool: 2}\n")
-    with pytest.raises(SuiteError, match=r"'threads', 'processes', \{processes: N\} or \{dask"):
+    with pytest.raises(
+        SuiteError, match=r"'threads', 'processes', \{processes: N\}, \{dask: \{\.\.\.\}\} or \{ray"
+    ):
         load_suite(path)

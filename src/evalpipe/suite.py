@@ -119,11 +119,12 @@ class EvalSuite(BaseModel):
     ``evalpipe bless`` made this suite's baseline; none blessed: no comparison) or a run
     directory."""
     task_runner: Literal["threads", "processes"] | dict[str, Any] = "threads"
-    """Where shards run: ``threads`` (default: in the flow's process, on asyncio), ``processes``
-    (in one local worker process per CPU; ``{processes: N}``: N of them; the concurrency is split
-    across them) or ``{dask: {...}}`` (prefect-dask, the ``dask`` extra): ``{dask: {n_workers:
-    2}}`` starts a local cluster, ``{dask: {address: "tcp://scheduler:8786"}}`` uses an existing
-    one."""
+    """The Prefect task runner shards run on: ``threads`` (default: the flow's own event loop),
+    ``processes`` (Prefect's ``ProcessPoolTaskRunner``, one worker process per CPU; ``{processes:
+    N}``: N of them), ``{dask: {...}}`` (prefect-dask, the ``dask`` extra: ``{dask: {n_workers: 2}}``
+    starts a local cluster, ``{dask: {address: "tcp://scheduler:8786"}}`` uses an existing one) or
+    ``{ray: {address: ...}}`` (prefect-ray, installed apart). Whatever the runner, ``concurrency``
+    bounds the calls in flight for the whole run."""
 
     @field_validator("task_runner")
     @classmethod
@@ -138,10 +139,17 @@ class EvalSuite(BaseModel):
                     f"got {workers!r} (or write task_runner: processes for one per CPU)"
                 )
             return {"processes": workers}
+        if list(value) == ["ray"]:
+            ray = value["ray"] or {}
+            if not isinstance(ray, dict) or set(ray) - {"address", "init_kwargs"}:
+                raise ValueError(
+                    f"task_runner.ray: options as a mapping of address and init_kwargs, got {ray!r}"
+                )
+            return {"ray": ray}
         if list(value) != ["dask"]:
             raise ValueError(
-                f"task_runner: 'threads', 'processes', {{processes: N}} or {{dask: {{...}}}}; "
-                f"got {sorted(value)} (Ray is not built in: see docs/operations.md)"
+                "task_runner: 'threads', 'processes', {processes: N}, {dask: {...}} or "
+                f"{{ray: {{...}}}}; got {sorted(value)}"
             )
         options = value["dask"] or {}
         if not isinstance(options, dict):

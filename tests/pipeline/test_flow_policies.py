@@ -1,57 +1,20 @@
-"""The flow's policies: the garbage collector while shards run (off, one young collection between
-shards once enough is allocated, cycles still freed, the collector restored afterwards), and the
-default shard size."""
+"""The flow's policies: the default shard size, in the flow's process and on a task runner's
+workers."""
 
 from __future__ import annotations
 
-import gc
 import json
-import weakref
 from pathlib import Path
 
 import pytest
 
-from evalpipe.pipeline.flow import MAX_SHARD_TASKS, _ShardCollector, shard_size
+from evalpipe.pipeline.flow import MAX_SHARD_TASKS, WORKER_SHARD_CALLS, shard_size, share_of
+from evalpipe.runner import RunPlan
 from evalpipe.runner.prepare import prepare_suite
-from evalpipe.suite import load_suite
+from evalpipe.suite import EvalSuite, load_suite
 
 
-class _Node:
-    def __init__(self) -> None:
-        self.me = self  # a cycle: only the cyclic collector frees it
-
-
-def test_shards_run_without_the_automatic_collector_and_restore_it() -> None:
-    """Inside, the collector is off and the objects alive at the start are frozen; after, it is
-    on again and nothing stays frozen."""
-    assert gc.isenabled()
-    frozen_before = gc.get_freeze_count()
-    with _ShardCollector():
-        assert not gc.isenabled()
-        assert gc.get_freeze_count() > frozen_before
-    assert gc.isenabled()
-    assert gc.get_freeze_count() == frozen_before
-
-
-def test_a_written_shard_collects_the_cycles_it_left_once_enough_is_allocated() -> None:
-    """Below the limit nothing is collected; above it, cyclic garbage is freed and the survivors
-    are frozen."""
-    with _ShardCollector() as collector:
-        collector.YOUNG_LIMIT = 1_000_000_000
-        node = _Node()
-        ref = weakref.ref(node)
-        del node
-        collector.shard_written()
-        assert ref() is not None  # the cycle is still there: no collection yet
-        collector.YOUNG_LIMIT = 0
-        kept = [_Node() for _ in range(3)]
-        collector.shard_written()
-        assert ref() is None
-        assert all(gc.is_tracked(k) for k in kept)
-        assert not gc.isenabled()
-
-
-def _plan(tmp_path: Path, rows: int, **fields: object) -> object:
+def _plan(tmp_path: Path, rows: int, **fields: object) -> tuple[RunPlan, EvalSuite]:
     (tmp_path / "rows.jsonl").write_text(
         "".join(
             json.dumps({"id": f"r{i}", "query": f"Weather in Paris? {i}"}) + "\n"
@@ -68,7 +31,8 @@ def _plan(tmp_path: Path, rows: int, **fields: object) -> object:
         **fields,
     }
     (tmp_path / "suite.json").write_text(json.dumps(suite), encoding="utf-8")
-    return prepare_suite(load_suite(tmp_path / "suite.json"))
+    suite = load_suite(tmp_path / "suite.json")
+    return prepare_suite(suite), suite
 
 
 @pytest.mark.parametrize(
@@ -86,5 +50,24 @@ def test_default_shards_hold_several_rounds_of_the_concurrency(
 ) -> None:
     """Shards hold at least 4 rounds of the suite's concurrency and MIN_SHARD_CALLS calls, and
     there are at most MAX_SHARD_TASKS of them, unless the suite sets shard_size."""
-    plan = _plan(tmp_path, rows, **fields)
-    assert shard_size(plan) == size  # type: ignore[arg-type]
+    plan, suite = _plan(tmp_path, rows, **fields)
+    assert shard_size(plan, suite, None) == size
+
+
+@pytest.mark.parametrize(
+    ("rows", "slots", "size"),
+    [
+        (1000, 2, 128),  # four rounds of each worker's share (32 of the 64)
+        (100_000, 2, WORKER_SHARD_CALLS),  # a worker never holds more than WORKER_SHARD_CALLS
+        (1000, 64, 32),  # a share of 1: MIN_SHARD_CALLS
+    ],
+)
+def test_worker_shards_hold_rounds_of_their_share_and_stay_bounded(
+    tmp_path: Path, rows: int, slots: int, size: int
+) -> None:
+    """On a task runner a shard holds SHARD_ROUNDS rounds of its share of the concurrency (the
+    shares of the shards running at once sum to at most the concurrency), at most
+    WORKER_SHARD_CALLS calls."""
+    plan, suite = _plan(tmp_path, rows, concurrency=64)
+    assert shard_size(plan, suite, slots) == size
+    assert share_of(64, slots) * slots <= 64

@@ -1,25 +1,34 @@
-"""The suite's task runner: shards on a Dask LocalCluster (prefect-dask) give the same run as threads."""
+"""The suite's task runner: shards on Prefect's process pool, a Dask LocalCluster and a Dask cluster
+of separate worker processes (each in its own directory) give the same run as threads, row for
+row, within the run's one concurrency."""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import sys
 import textwrap
+import time
+from collections.abc import Iterator
 from pathlib import Path
+from uuid import UUID
 
 import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from evalpipe.artifacts import load_run
-from evalpipe.pipeline import arun_suite
+from evalpipe.pipeline import RunOutcome, arun_suite
 from evalpipe.suite import EvalSuite, load_suite
+from parquet_helpers import run_tables
 
 pytestmark = pytest.mark.usefixtures("prefect_api")
 
 AGENT = '''
-"""Records which process answered each query."""
+"""Records which process answered each query, and when the call started and ended."""
+import asyncio
 import os
+import time
 from evalpipe import AgentResponse, Message
 
 
@@ -28,8 +37,10 @@ class PidAgent:
 
     async def run(self, messages, **kwargs):
         query = messages[-1].text
+        started = time.time()
+        await asyncio.sleep(0.03)
         with open(os.environ["EVALPIPE_TEST_PID_FILE"], "a") as fh:
-            fh.write(f"{os.getpid()} {query}\\n")
+            fh.write(f"{os.getpid()} {started} {time.time()} {query}\\n")
         return AgentResponse(messages=[Message("assistant", [f"answer: {query}"])])
 
 
@@ -69,51 +80,222 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
+def _calls(log: Path) -> list[tuple[int, float, float]]:
+    """The agent's log: (pid, started, ended) per call."""
+    calls = []
+    for line in log.read_text(encoding="utf-8").splitlines():
+        pid, started, ended, _ = line.split(" ", 3)
+        calls.append((int(pid), float(started), float(ended)))
+    return calls
+
+
+def _most_in_flight(calls: list[tuple[int, float, float]]) -> int:
+    """The most calls that were in flight at once, across every process."""
+    edges = sorted([(s, 1) for _, s, _ in calls] + [(e, -1) for _, _, e in calls])
+    most = now = 0
+    for _, step in edges:
+        now += step
+        most = max(most, now)
+    return most
+
+
+async def _threads_run(project: Path, **extra: object) -> RunOutcome:
+    """The same suite on threads (the default), in its own output directory."""
+    baseline = await arun_suite(
+        load_suite(_suite(project, output_dir=str(project / "threads"), **extra))
+    )
+    assert baseline.state == "Completed", baseline.message
+    return baseline
+
+
+async def test_processes_run_equals_threads_and_reports_to_the_runs_api(project: Path) -> None:
+    """task_runner {processes: 2}: Prefect's process pool runs the calls in its workers, the Parquet
+    files equal a threads run's row for row, and every shard's task run is on the flow's API (the
+    workers start no server of their own)."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+
+    outcome = await arun_suite(load_suite(_suite(project, task_runner={"processes": 2})))
+    assert outcome.state == "Completed", outcome.message
+    assert outcome.gate_passed is True
+    calls = _calls(project / "pids.log")
+    assert len(calls) == 24
+    assert os.getpid() not in {pid for pid, _, _ in calls}
+    baseline = await _threads_run(project)
+    assert run_tables(outcome.run_dir) == run_tables(baseline.run_dir)
+    manifest = json.loads((outcome.run_dir / "manifest.json").read_text(encoding="utf-8"))
+    flow_run_id = manifest["flow_run_id"]
+    async with get_client() as client:
+        runs = await client.read_task_runs(
+            flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=[UUID(flow_run_id)]))
+        )
+    shards = [r for r in runs if r.name.startswith("shard-")]
+    assert len(shards) == 6  # 24 calls in shards of 4
+    assert all(r.state is not None and r.state.is_completed() for r in shards)
+
+
 async def test_dask_local_cluster_runs_the_shards_in_worker_processes(project: Path) -> None:
     """task_runner {dask: ...}: calls run in the cluster's worker processes, not the flow's, and
-    the run (Parquet, nested results, gate) equals the threads run of the same suite."""
+    the run's Parquet files (rows, nested results, gate) equal the threads run of the suite."""
     dask = {"dask": {"n_workers": 2, "threads_per_worker": 1, "processes": True}}
     outcome = await arun_suite(load_suite(_suite(project, task_runner=dask)))
     assert outcome.state == "Completed", outcome.message
     assert outcome.gate_passed is True
-    lines = (project / "pids.log").read_text().splitlines()
-    assert len(lines) == 24
-    pids = {int(line.split()[0]) for line in lines}
+    pids = {pid for pid, _, _ in _calls(project / "pids.log")}
     assert os.getpid() not in pids
     assert 1 <= len(pids) <= 2
+    baseline = await _threads_run(project)
+    assert run_tables(outcome.run_dir) == run_tables(baseline.run_dir)
+    assert pq.read_table(outcome.run_dir / "runs.parquet").num_rows == 24
 
-    threads_dir = project / "threads"
-    threads = load_suite(_suite(project, output_dir=str(threads_dir)))
-    baseline = await arun_suite(threads)
-    assert baseline.state == "Completed", baseline.message
-    dask_results, threads_results = load_run(outcome.run_dir), load_run(baseline.run_dir)
-    for a, b in zip(dask_results, threads_results, strict=True):
-        assert (a.provider, a.passed, a.failed, a.errored) == (
-            b.provider,
-            b.passed,
-            b.failed,
-            b.errored,
+
+@pytest.fixture(scope="module")
+def dask_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    """A Dask scheduler and two ``dask worker`` processes on 127.0.0.1, each worker in its own
+    working directory as on separate machines, sharing only the filesystem the tests write
+    absolute paths to: the scheduler's address and the log the workers' agent writes."""
+    from distributed import Client
+
+    root = tmp_path_factory.mktemp("dask")
+    (root / "pid_agents.py").write_text(textwrap.dedent(AGENT), encoding="utf-8")
+    log = root / "calls.log"
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(root), *sys.path]),
+        "EVALPIPE_TEST_PID_FILE": str(log),
+    }
+    dask_cli = str(Path(sys.executable).with_name("dask"))
+    scheduler_file = root / "scheduler.json"
+    started: list[subprocess.Popen[bytes]] = []
+    try:
+        started.append(
+            subprocess.Popen(
+                [
+                    dask_cli,
+                    "scheduler",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    "0",
+                    "--no-dashboard",
+                    "--scheduler-file",
+                    str(scheduler_file),
+                ],
+                cwd=root,
+                env=env,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
         )
-        assert [i.item_id for i in a.items] == [i.item_id for i in b.items]
-    runs = pq.read_table(outcome.run_dir / "runs.parquet")
-    assert runs.num_rows == 24
+        deadline = time.monotonic() + 60
+        while not scheduler_file.exists():
+            assert time.monotonic() < deadline, "the Dask scheduler did not start within 60 s"
+            assert started[0].poll() is None, "the Dask scheduler exited"
+            time.sleep(0.1)
+        for name in ("worker-a", "worker-b"):
+            own = root / name
+            own.mkdir()
+            started.append(
+                subprocess.Popen(
+                    [
+                        dask_cli,
+                        "worker",
+                        "--scheduler-file",
+                        str(scheduler_file),
+                        "--nthreads",
+                        "2",
+                        "--host",
+                        "127.0.0.1",
+                        "--no-dashboard",
+                        "--local-directory",
+                        str(own),
+                        "--name",
+                        name,
+                    ],
+                    cwd=own,
+                    env=env,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+            )
+        with Client(scheduler_file=str(scheduler_file), timeout=60) as client:
+            client.wait_for_workers(2, timeout=90)
+            address = client.scheduler.address
+        yield address, log
+    finally:
+        for process in reversed(started):
+            process.terminate()
+        for process in started:
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=20)
 
 
-async def test_dask_resume_takes_finished_calls_from_the_workers_journal(project: Path) -> None:
-    """Calls the Dask workers journaled are not made again when the same run directory resumes."""
-    dask = {"dask": {"n_workers": 1, "threads_per_worker": 2, "processes": True}}
-    suite = load_suite(_suite(project, task_runner=dask))
+async def test_a_dask_cluster_of_two_workers_equals_threads_within_the_concurrency(
+    project: Path, dask_cluster: tuple[str, Path]
+) -> None:
+    """{dask: {address: ...}} on two separate worker processes: both answer calls, never more
+    than the suite's concurrency at once across them, and the Parquet files equal a threads run's
+    row for row."""
+    address, log = dask_cluster
+    log.write_text("", encoding="utf-8")
+    suite = _suite(project, task_runner={"dask": {"address": address}}, concurrency=3)
+    outcome = await arun_suite(load_suite(suite))
+    assert outcome.state == "Completed", outcome.message
+    calls = _calls(log)
+    assert len(calls) == 24
+    assert os.getpid() not in {pid for pid, _, _ in calls}
+    assert _most_in_flight(calls) <= 3
+    baseline = await _threads_run(project, concurrency=3)
+    assert run_tables(outcome.run_dir) == run_tables(baseline.run_dir)
+
+
+async def test_dask_workers_journal_where_a_resume_finds_their_calls(
+    project: Path, dask_cluster: tuple[str, Path]
+) -> None:
+    """Calls the cluster's workers journaled are not made again when the run directory resumes."""
+    address, log = dask_cluster
+    log.write_text("", encoding="utf-8")
+    suite = load_suite(_suite(project, task_runner={"dask": {"address": address}}))
     first = await arun_suite(suite)
     assert first.state == "Completed", first.message
     (first.run_dir / "manifest.json").unlink()  # as if the run had died before the end
     again = await arun_suite(suite, run_dir=first.run_dir)
     assert again.state == "Completed", again.message
     assert again.reusable_calls == 24
-    assert len((project / "pids.log").read_text().splitlines()) == 24
+    assert len(_calls(log)) == 24
 
 
-def test_unknown_task_runners_and_options_are_refused() -> None:
-    """Only 'threads' and {dask: {...}} with known options validate; the error names the fix."""
+async def test_workers_that_cannot_see_the_run_directory_stop_the_run_clearly(
+    project: Path, dask_cluster: tuple[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A remote output_dir stages the run in this machine's .evalpipe-staging, which the workers
+    (in their own directories, as on other machines) do not see: the run stops before any call
+    with an error naming the run directory and what to do, not with calls journaled where nobody
+    reads them."""
+    address, log = dask_cluster
+    log.write_text("", encoding="utf-8")
+    monkeypatch.delenv("EVALPIPE_STAGING_DIR", raising=False)
+    suite = load_suite(
+        _suite(
+            project,
+            task_runner={"dask": {"address": address}},
+            output_dir="memory://evals-bucket/cluster",
+        )
+    )
+    outcome = await arun_suite(suite)
+    assert outcome.state != "Completed"
+    message = outcome.message or ""
+    assert "cannot see the run directory" in message, message
+    assert "output_dir" in message
+    assert _calls(log) == []
+
+
+def test_task_runner_forms_validate_and_unknown_ones_name_the_fix() -> None:
+    """threads, processes, {processes: N}, {dask: {...}} with known options and {ray: {...}}
+    validate; anything else is refused with the forms it could be."""
     base = {
         "name": "s",
         "target": "a:b",
@@ -123,17 +305,17 @@ def test_unknown_task_runners_and_options_are_refused() -> None:
     assert EvalSuite.model_validate({**base, "task_runner": {"dask": None}}).task_runner == {
         "dask": {}
     }
-    with pytest.raises(ValueError, match="Ray is not built in"):
-        EvalSuite.model_validate({**base, "task_runner": {"ray": {}}})
+    ray = {"ray": {"address": "ray://127.0.0.1:10001"}}
+    assert EvalSuite.model_validate({**base, "task_runner": ray}).task_runner == ray
     with pytest.raises(ValueError, match=r"unknown option\(s\) \['workers'\]"):
         EvalSuite.model_validate({**base, "task_runner": {"dask": {"workers": 2}}})
+    with pytest.raises(ValueError, match=r"\{ray: \{\.\.\.\}\}; got \['spark'\]"):
+        EvalSuite.model_validate({**base, "task_runner": {"spark": {}}})
 
 
 async def test_an_unreachable_dask_scheduler_fails_the_run_once_and_fast(project: Path) -> None:
     """{dask: {address: ...}} with nothing listening fails the flow run with the connect error,
     once (not once per shard), and no call is made."""
-    import time
-
     import dask
 
     runner = {"dask": {"address": "tcp://127.0.0.1:9"}}

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -153,13 +152,7 @@ class _Display:
 
 
 def _run(args: argparse.Namespace) -> int:
-    try:
-        return _run_suite(args)
-    finally:
-        # worker processes started early that no run took (bad input, a run that did not start)
-        processes = sys.modules.get("evalpipe.pipeline.processes")
-        if processes is not None:
-            processes.stop_early()
+    return _run_suite(args)
 
 
 def _run_suite(args: argparse.Namespace) -> int:
@@ -177,12 +170,6 @@ def _run_suite(args: argparse.Namespace) -> int:
             # The embedded server starts while Prefect is imported, if it will be used (the command
             # line's main() started it already, before its own imports, when it could).
             start_early()
-            # A processes run's workers start too: they import while this process prepares
-            from evalpipe.pipeline.processes import (  # lazy: only to run (pyarrow, the runner)
-                start_early as start_workers,
-            )
-
-            start_workers(suite)
             display.stage(
                 "connecting to Prefect" if os.environ.get("PREFECT_API_URL") else "starting Prefect"
             )

@@ -10,15 +10,13 @@ semaphore bounds target calls across every shard of the run; large values travel
 """
 
 import asyncio
-import collections
 import contextlib
 import contextvars
-import gc
 import logging
 import os
 import sys
 import time
-from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar, cast
@@ -38,8 +36,6 @@ from prefect.runtime import flow_run
 from prefect.states import Failed
 from prefect.tasks import exponential_backoff
 from prefect.utilities.annotations import quote
-from pydantic import BaseModel
-from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from evalpipe._internal.shared_scores import ScoreTable, share_scores
 from evalpipe.artifacts import RunWriter, baseline_of
@@ -47,7 +43,7 @@ from evalpipe.artifacts.history import join
 from evalpipe.artifacts.storage import publish
 from evalpipe.evaluators.base import close_providers
 from evalpipe.gates import evaluate_gates
-from evalpipe.pipeline.limits import Limits, limits_scope, provider_limits
+from evalpipe.pipeline.limits import provider_limits
 from evalpipe.pipeline.params import resolve_suite, suite_label
 from evalpipe.pipeline.prefect_artifacts import (
     FAILURES_LISTED,
@@ -57,17 +53,17 @@ from evalpipe.pipeline.prefect_artifacts import (
     summary_table,
     view_page,
 )
-from evalpipe.pipeline.processes import (
-    DEPTH,
-    ProcessPool,
-    ShardDone,
+from evalpipe.pipeline.shards import (
+    RunDirUnseenError,
+    RunSpec,
+    Sealed,
     ShardJob,
-    WorkerDiedError,
-    WorkerError,
-    call_columns,
+    ShardRows,
+    forget_run,
     keep_listed,
-    strip_results,
-    workers_for,
+    register_run,
+    run_job,
+    run_job_blocking,
 )
 from evalpipe.results import EvalResults
 from evalpipe.runner import (
@@ -75,14 +71,12 @@ from evalpipe.runner import (
     CallOutcome,
     RunPlan,
     RunState,
-    ShardResult,
-    run_shard,
 )
 from evalpipe.runner.prepare import prepare_suite
 from evalpipe.runner.state import RunLock, RunLockedError, StorageError, is_remote, local_base
 from evalpipe.secrets import Scrubber, mask
 from evalpipe.suite import EvalSuite, SuiteError, shared_evaluators
-from evalpipe.tally import CallTally, Counts, call_verdicts, merge_results
+from evalpipe.tally import CallTally, Counts, merge_results
 
 __all__ = [
     "MAX_SHARD_TASKS",
@@ -151,36 +145,34 @@ MIN_SHARD_CALLS = 32
 concurrently anyway and each is journaled as it finishes."""
 
 SHARD_ROUNDS = 4
-"""... and at least this many rounds of the suite's concurrency, so a shard's task-run overhead
-(its API round trips, tens of ms) is spread over several call latencies, not one: at c=64,
-shards of 256 calls (1,000 instant calls: 4 shards instead of 32)."""
+"""... and at least this many rounds of a shard's share of the concurrency, so its task-run
+overhead (API round trips: tens of ms in the flow's process, ~110 ms on a process pool) is spread
+over several call latencies, not one."""
+
+WORKER_SHARD_CALLS = 2_000
+"""Default shards run by a task runner's workers hold at most this many calls (if that is still
+SHARD_ROUNDS rounds of a shard's share): a worker holds a whole shard (its transcripts, items and
+rows) until it is sent back, so a run of a million calls must not give it shards of 20,000."""
 
 
-PROCESS_SHARD_CALLS = 2_000
-"""Default shards of a processes run hold at most this many calls (if that is still SHARD_ROUNDS
-rounds of a worker's share): a worker of an agent run holds a chunk of its shard at a time
-(``processes.CHUNK_CALLS``), but a workflow run's worker holds a whole shard at once (its
-transcripts, items, rows and their pickled answer: ~225 MiB a worker at 2,000 calls, measured at
-100,000), so a run of a million calls must not give it shards of 20,000. Not smaller: every shard
-is a Prefect task run, and the server's ~55 ms of CPU for each competes with the workers for the
-cores (100,000 calls on 2 cores: 29-30 s in shards of 2,000, 37-38 s in shards of 500)."""
-
-
-def shard_size(plan: RunPlan) -> int:
-    """Calls per shard task: the suite's, or sized for at most MAX_SHARD_TASKS shards of at least
-    MIN_SHARD_CALLS calls and SHARD_ROUNDS rounds of the concurrency (of a worker's share, and
-    at most PROCESS_SHARD_CALLS, for worker processes)."""
-    suite = plan.suite
-    if suite is not None and suite.shard_size is not None:
+def shard_size(plan: RunPlan, suite: EvalSuite, slots: int | None) -> int:
+    """Calls per shard task: the suite's ``shard_size``, or sized for at most MAX_SHARD_TASKS
+    shards of at least MIN_SHARD_CALLS calls and SHARD_ROUNDS rounds of a shard's share of the
+    concurrency (``slots``: how many shards a task runner runs at once; None in the flow's
+    process, whose shards share the whole concurrency), at most WORKER_SHARD_CALLS on workers."""
+    if suite.shard_size is not None:
         return int(suite.shard_size)
-    concurrency = suite.concurrency if suite is not None else 1
-    workers = process_workers(suite) if suite is not None else None
-    if workers is not None:
-        share = -(-concurrency // workers)
-        smallest = max(MIN_SHARD_CALLS, SHARD_ROUNDS * share)
-        return max(smallest, min(PROCESS_SHARD_CALLS, -(-len(plan.calls) // MAX_SHARD_TASKS)))
-    smallest = max(MIN_SHARD_CALLS, SHARD_ROUNDS * concurrency)
-    return max(smallest, -(-len(plan.calls) // MAX_SHARD_TASKS))
+    even = -(-len(plan.calls) // MAX_SHARD_TASKS)
+    if slots is None:
+        return max(MIN_SHARD_CALLS, SHARD_ROUNDS * plan.concurrency, even)
+    smallest = max(MIN_SHARD_CALLS, SHARD_ROUNDS * share_of(plan.concurrency, slots))
+    return max(smallest, min(WORKER_SHARD_CALLS, even))
+
+
+def share_of(concurrency: int, slots: int) -> int:
+    """Each running shard's share of the run's concurrency when ``slots`` shards run at once:
+    their sum is at most the concurrency (the flow runs at most ``concurrency`` shards at once)."""
+    return max(1, concurrency // max(1, slots))
 
 
 @task(name="prepare", cache_policy=NO_CACHE, persist_result=False)
@@ -190,142 +182,39 @@ async def prepare_task(suite: EvalSuite, run_dir: str | None, rescore: str | Non
     return prepare_suite(suite, run_dir, rescore=rescore)
 
 
-@task(name="shard", task_run_name="shard-{shard_index}", **_RETRY_ON_INFRASTRUCTURE)
-async def shard_task(
-    plan: RunPlan,
-    state: RunState,
-    shard_index: int,
-    calls: Sequence[Call],
-    semaphore: asyncio.Semaphore,
-    limits: Limits,
-    done: dict[int, ShardResult | ShardDone],
-    on_call: Callable[[CallOutcome], None],
-) -> dict[str, int]:
-    """One shard through the runner: its calls (taken from the journal when it holds them), their
-    items and every provider's scores.
-
-    The result goes to ``done`` (Prefect keeps every task's return value for the whole flow run, so
-    tasks return counts, not data); returns how many calls were made and reused.
-    """
-    result = await run_shard(
-        plan,
-        state,
-        calls,
-        semaphore=semaphore,
-        workers=plan.suite.concurrency,
-        on_call=on_call,
-        scope=limits_scope(limits),
-    )
-    done[shard_index] = result
-    return {
-        "made": sum(1 for o in result.outcomes if o.source == "made"),
-        "reused": sum(1 for o in result.outcomes if o.source == "reused"),
-        "items": result.items,
-    }
+@task(name="shard", task_run_name="shard-{index}", **_RETRY_ON_INFRASTRUCTURE)
+async def shard_task(index: int, spec: RunSpec, job: ShardJob) -> ShardRows:
+    """One shard in the flow's process (``task_runner: threads``): its calls (taken from the
+    journal when it holds them), their items, every provider's scores, and their rows."""
+    return await run_job(spec, job)
 
 
-_WORKER_PLANS: dict[tuple[str, str, str | None], tuple[RunPlan, RunState]] = {}
+@task(name="shard", task_run_name="shard-{index}", **_RETRY_ON_INFRASTRUCTURE)
+def worker_shard_task(index: int, spec: Sealed[RunSpec], job: Sealed[ShardJob]) -> ShardRows:
+    """One shard on a task runner's worker (a process pool's, a Dask or Ray worker's), the same
+    work as ``shard_task``; a worker builds the run from ``spec`` once and keeps it."""
+    return run_job_blocking(spec.value, job.value)
 
 
-def _worker_plan(suite: EvalSuite, run_dir: str, rescore: str | None) -> tuple[RunPlan, RunState]:
-    """The run's plan in this worker process, prepared once and reused by its later shards."""
-    key = (suite.model_dump_json(), run_dir, rescore)
-    found = _WORKER_PLANS.get(key)
-    if found is None:
-        plan = prepare_suite(suite, run_dir, rescore=rescore)
-        # the flow's process holds the directory's lock; workers only append to its journal
-        found = (plan, RunState.open(plan, marker=False, lock=False))
-        _WORKER_PLANS.clear()  # one run at a time per worker process
-        _WORKER_PLANS[key] = found
-    return found
-
-
-@task(name="shard", task_run_name="shard-{shard_index}", **_RETRY_ON_INFRASTRUCTURE)
-async def remote_shard_task(
-    suite: EvalSuite,
-    run_dir: str,
-    rescore: str | None,
-    shard_index: int,
-    calls: Sequence[Call],
-    limits: Limits,
-) -> ShardResult:
-    """A whole shard on a task-runner worker (Dask), through the same runner.
-
-    The worker prepares the run's plan once (dataset, target, evaluators) and appends finished
-    calls to the run's journal, so the run directory must be on a filesystem the workers share
-    (any directory for a local cluster). Concurrency applies per shard here:
-    ``suite.concurrency`` calls at once in each running shard.
-    """
-    plan, state = _worker_plan(suite, run_dir, rescore)
-    return await run_shard(
-        plan,
-        state,
-        calls,
-        semaphore=asyncio.Semaphore(suite.concurrency),
-        workers=suite.concurrency,
-        scope=limits_scope(limits),
-    )
-
-
-@task(name="shard", task_run_name="shard-{shard_index}", **_RETRY_ON_INFRASTRUCTURE)
-async def process_shard_task(
-    shard_index: int,
-    pool: ProcessPool,
-    job: ShardJob,
-    deliver: Callable[[ShardDone], Awaitable[None]],
-) -> dict[str, int]:
-    """A whole shard in one of the run's worker processes (``task_runner: processes``): its calls,
-    items and scores, and the rows of its tables, built there a chunk at a time; each chunk goes
-    to ``deliver`` (written) as it arrives, in order. Returns how many calls were made and reused,
-    and items built.
-
-    Raises:
-        WorkerError: for an OSError once a chunk was delivered: the shard is not retried (its
-            written chunks would be written again); the run stops, its finished calls journaled.
-    """
-    counts = {"made": 0, "reused": 0, "items": 0}
-    delivered = 0
-    try:
-        async with contextlib.aclosing(pool.chunks(job)) as chunks:
-            async for chunk in chunks:
-                delivered += 1
-                counts["made"] += chunk.made
-                counts["reused"] += chunk.reused
-                counts["items"] += chunk.items
-                await deliver(chunk)
-    except OSError as exc:
-        if not delivered:
-            raise  # nothing of the shard written: retried whole (_RETRY_ON_INFRASTRUCTURE)
-        raise WorkerError(
-            f"shard {shard_index} failed after {delivered} of its chunks were written: "
-            f"{type(exc).__name__}: {exc}"
-        ) from exc
-    return counts
-
-
-def process_workers(suite: EvalSuite) -> int | None:
-    """How many worker processes run the shards (``task_runner: processes``: one per CPU, or
-    ``{processes: N}``), at most the suite's concurrency; None for any other task runner."""
-    return workers_for(suite)
-
-
-def _worker_env(limits: Limits) -> dict[str, str]:
-    """What worker processes must know to hold global concurrency limits: the API's URL (the
-    embedded server's is a setting of this process, not of the environment)."""
-    if not limits:
-        return {}
-    from prefect.settings import PREFECT_API_URL
-
-    url = PREFECT_API_URL.value()
-    return {"PREFECT_API_URL": str(url)} if url else {}
-
-
-def _task_runner(suite: EvalSuite) -> Any:
-    """The suite's task runner for shards, or None to run them in the flow's process (threads)
-    or in its worker processes (``process_workers``)."""
-    if isinstance(suite.task_runner, str) or "processes" in suite.task_runner:
+def _task_runner(suite: EvalSuite, concurrency: int) -> Any:
+    """The suite's Prefect task runner for shards, or None to run them in the flow's own event
+    loop (``threads``: calls are I/O, one loop holds thousands in flight)."""
+    spec = suite.task_runner
+    if spec == "threads":
         return None
-    options = dict(suite.task_runner["dask"] or {})
+    if spec == "processes" or "processes" in spec:
+        from prefect.task_runners import ProcessPoolTaskRunner
+
+        return ProcessPoolTaskRunner(max_workers=_process_workers(suite, concurrency))
+    if "ray" in spec:
+        try:
+            from prefect_ray.task_runners import RayTaskRunner  # optional: the ray extra
+        except ImportError:
+            raise SuiteError(
+                "task_runner: ray needs prefect-ray: pip install prefect-ray"
+            ) from None
+        return RayTaskRunner(**dict(spec["ray"] or {}))
+    options = dict(spec["dask"] or {})
     try:
         from prefect_dask.task_runners import DaskTaskRunner  # optional: the dask extra
     except ImportError:
@@ -336,6 +225,26 @@ def _task_runner(suite: EvalSuite) -> Any:
         return DaskTaskRunner(address=options["address"])
     options.setdefault("dashboard_address", None)
     return DaskTaskRunner(cluster_kwargs=options)
+
+
+def _slots(runner: Any, suite: EvalSuite, concurrency: int) -> int:
+    """How many shards the started task runner runs at once: its worker processes, or the
+    threads of the cluster's workers (counted once, when the run starts)."""
+    if suite.task_runner == "processes" or "processes" in suite.task_runner:
+        return _process_workers(suite, concurrency)
+    if "dask" in suite.task_runner:
+        return max(1, int(sum(runner.client.nthreads().values())))
+    import ray  # the ray extra: RayTaskRunner started it
+
+    return max(1, int(ray.cluster_resources().get("CPU", 1)))
+
+
+def _process_workers(suite: EvalSuite, concurrency: int) -> int:
+    """``task_runner: processes``: one worker process per CPU, or ``{processes: N}``; at most
+    the run's concurrency (a worker runs one shard at a time)."""
+    spec = suite.task_runner
+    wanted = (os.cpu_count() or 1) if spec == "processes" else int(spec["processes"])  # type: ignore[index]
+    return max(1, min(wanted, concurrency))
 
 
 @task(name="write-artifacts", cache_policy=NO_CACHE, persist_result=False)
@@ -465,63 +374,9 @@ def _flow_run_name() -> str:
     return "-".join(p for p in parts if p)
 
 
-class _ShardCollector:
-    """The cyclic garbage collector while shards run: off, and run between shards instead, when
-    enough has been allocated.
-
-    Transcripts, items and scores are many small acyclic objects (reference counting frees them);
-    the automatic collector re-scanned the live ones again and again as the kept results grew
-    (measured at 30,000 calls: 94 collections inside the shards, 2.9 s, that found 467 objects in
-    all; with the collector off, the run took 19.3 s of CPU instead of 23.2 s, at the same peak
-    memory). Here it is disabled while the shards run. After a shard is written, once
-    ``YOUNG_LIMIT`` more objects are alive than at the last collection, one collection of the young
-    generations finds what the shards left in cycles (a traceback, an agent's own cycles), and
-    whatever survives is frozen (``gc.freeze``), so no later collection scans it again. What was
-    alive before the shards (the plan, the modules) is frozen at the start. The collector comes
-    back as it was, and the frozen objects are unfrozen, when the shards are done.
-    """
-
-    YOUNG_LIMIT = 200_000
-
-    def __init__(self) -> None:
-        self.enabled = gc.isenabled()
-
-    def __enter__(self) -> "_ShardCollector":
-        gc.freeze()
-        gc.disable()
-        return self
-
-    def shard_written(self) -> None:
-        if gc.get_count()[0] >= self.YOUNG_LIMIT:
-            gc.collect(1)
-            gc.freeze()
-
-    def __exit__(self, *exc: object) -> None:
-        gc.unfreeze()
-        if self.enabled:
-            gc.enable()
-
-
-def _strip(result: EvalResults, kept: dict[tuple[str, str], int]) -> None:
-    """Drop what is written already and not needed for the gate and the summary; the texts of the
-    first FAILURES_LISTED items of each result that did not pass stay (``strip_results``)."""
-    strip_results(result, kept, FAILURES_LISTED)
-
-
-def _record(writer: RunWriter, plan: RunPlan, outcomes: Sequence[CallOutcome]) -> int:
-    """The calls' rows of runs.parquet (those of ``RunRecord.from_target_run``, built as
-    columns: no record per call); the JSON of their messages is handed on to the items'
-    conversations (``add_results`` comes next, before anything changes them)."""
-    return writer.add_target_runs(**call_columns(plan, outcomes))
-
-
-def _write(writer: RunWriter, plan: RunPlan, shard: ShardResult | ShardDone) -> None:
+def _write(writer: RunWriter, rows: ShardRows) -> None:
     try:
-        if isinstance(shard, ShardDone):  # encoded by a worker process
-            writer.add_encoded(shard.encoded, shard.results)
-        else:
-            _record(writer, plan, shard.outcomes)
-            writer.add_results(shard.results)
+        writer.add_encoded(rows.encoded, rows.results)
     except OSError as exc:
         raise StorageError(
             f"cannot write the run's tables in {writer.path}: {exc.strerror or exc}; the run "
@@ -611,26 +466,6 @@ async def eval_flow(
         state.close()
 
 
-_PLAIN = (BaseModel, str, int, float, bool, list, tuple, dict, type(None))
-
-
-def _serialize_parameters(parameters: dict[str, Any]) -> dict[str, Any]:
-    """``eval_flow``'s parameters as the API stores them (the flow run's parameters in the UI):
-    what Prefect's ``Flow.serialize_parameters`` makes of them (FastAPI's ``jsonable_encoder``:
-    models dumped as JSON by alias), without importing FastAPI, 0.2-0.4 s of every run's start.
-    Anything but a model or plain data goes to Prefect's own method."""
-    if not all(isinstance(value, _PLAIN) for value in parameters.values()):
-        return _prefect_serialize(parameters)
-    try:
-        return {key: to_jsonable_python(value, by_alias=True) for key, value in parameters.items()}
-    except (PydanticSerializationError, ValueError, TypeError, RecursionError):
-        return _prefect_serialize(parameters)
-
-
-_prefect_serialize = eval_flow.serialize_parameters
-eval_flow.serialize_parameters = _serialize_parameters  # type: ignore[method-assign]
-
-
 class _ScrubFilter(logging.Filter):
     """Masks the run's secrets in every log record (Prefect's API log handler included)."""
 
@@ -675,7 +510,7 @@ def _stop_reason(exc: BaseException) -> str | None:
     journal), in words; None otherwise."""
     if isinstance(exc, StorageError):
         return str(exc)
-    if isinstance(exc, WorkerDiedError | WorkerError):
+    if isinstance(exc, RunDirUnseenError):
         return f"{exc}; the run stopped (its finished calls are journaled: run again to resume)"
     if isinstance(exc, BaseExceptionGroup):
         for inner in exc.exceptions:
@@ -717,31 +552,8 @@ async def _execute(
         progress=0.0, key=f"{key}-progress", description="target calls evaluated"
     )
     limits = await provider_limits(plan)
-    size = shard_size(plan)
-    shards = plan.shards(size)
-    semaphore = asyncio.Semaphore(suite.concurrency)
     runner = _task_runner(suite)
-    workers = process_workers(suite)
-    pool = (
-        ProcessPool(plan, workers, listed=FAILURES_LISTED, env=_worker_env(limits))
-        if workers is not None
-        else None
-    )
-    # Enough shards in flight to keep the semaphore busy, few enough to bound memory; a task
-    # runner queues shards itself, so it gets all of them.
-    running = (
-        max(1, len(shards)) if runner is not None else max(2, 2 * -(-suite.concurrency // size))
-    )
-    if pool is not None:  # each worker process runs one shard and holds the next (DEPTH)
-        running = DEPTH * pool.workers
-    shard_gate = asyncio.Semaphore(running)
-    # Shards are written in order, off the event loop; those that finished while an earlier one
-    # is still running or being written wait in memory. At most twice as many shards as run at
-    # once are held (taken in shard order, so the next one to write always has its place):
-    # without this bound a run whose writing lags its calls held every shard it had made. A
-    # worker's queued shard is not running yet: the processes hold one more per worker.
-    held = running + pool.workers if pool is not None else 2 * running
-    unwritten = asyncio.Semaphore(max(1, len(shards)) if runner is not None else held)
+    spec = RunSpec.of(plan, suite, listed=FAILURES_LISTED)
     calls_done = [0]
     verdicts = Counts()
     texts_kept: dict[tuple[str, str], int] = {}
@@ -752,111 +564,58 @@ async def _execute(
     reported = [0]
     last_update = [time.monotonic()]
     writer = RunWriter(plan.run_dir, started_at=started_at)
-    finished: dict[int, ShardResult | ShardDone] = {}
-    chunks: dict[int, collections.deque[ShardDone]] = {}
-    """A processes run's chunks received and not yet written, per shard."""
-    ended: set[int] = set()
-    """A processes run's shards whose every chunk was received."""
+    finished: dict[int, ShardRows] = {}
     next_to_write = 0
     kept: list[list[EvalResults]] = [[] for _ in plan.providers]
     finished_shards = 0
+    shards: list[tuple[Call, ...]] = []
     timings: dict[str, float] = {"prepare_s": time.perf_counter() - started}
 
     def on_call(outcome: CallOutcome) -> None:
         calls_done[0] += 1
         _notify("calls", calls_done[0], len(plan.calls))
 
-    async def write(shard: ShardResult | ShardDone) -> None:
-        """One shard's (or a processes run's chunk's) rows written, its calls and verdicts
-        counted, its results stripped and kept (the write lock is held)."""
-        if isinstance(shard, ShardDone):  # counted and stripped by its worker
-            calls.merge(shard.calls)
-        else:
-            for outcome in shard.outcomes:
-                calls.add(outcome.source, outcome.run)
+    async def write(rows: ShardRows) -> None:
+        """One shard's rows written, its calls and verdicts counted, its results kept for the
+        gate and the failures (the write lock is held)."""
+        calls.merge(rows.calls)
         # Off the event loop: Parquet encoding would stall the calls still in flight.
-        await asyncio.to_thread(_write, writer, plan, shard)
-        judged = shard.verdicts if isinstance(shard, ShardDone) else call_verdicts(shard.results)
-        verdicts.passed += judged.passed
-        verdicts.failed += judged.failed
-        verdicts.errored += judged.errored
+        await asyncio.to_thread(_write, writer, rows)
+        verdicts.passed += rows.verdicts.passed
+        verdicts.failed += rows.verdicts.failed
+        verdicts.errored += rows.verdicts.errored
         for stage in ("passed", "failed", "errored"):
             _notify(stage, getattr(verdicts, stage), len(plan.calls))
-        for p, r in enumerate(shard.results):
-            if isinstance(shard, ShardDone):
-                keep_listed(r, texts_kept, FAILURES_LISTED)
-            else:
-                _strip(r, texts_kept)
+        for p, r in enumerate(rows.results):
+            keep_listed(r, texts_kept, FAILURES_LISTED)
             share_scores(r, scores_kept)
             kept[p].append(r)
 
     async def write_ready() -> None:
-        """Everything that can be written now, in shard order (and chunk order), whatever order
-        shards finish in."""
+        """Every shard that can be written now, in shard order, whatever order they finish in."""
         nonlocal next_to_write
         async with write_lock:
-            while True:
-                if pool is not None:
-                    waiting = chunks.get(next_to_write)
-                    if waiting:  # the shard being written: its chunks as they come
-                        await write(waiting.popleft())
-                        collector.shard_written()
-                        continue
-                    if next_to_write not in ended:
-                        return
-                    chunks.pop(next_to_write, None)
-                    ended.discard(next_to_write)
-                else:
-                    if next_to_write not in finished:
-                        return
-                    await write(finished.pop(next_to_write))
+            while next_to_write in finished:
+                await write(finished.pop(next_to_write))
                 next_to_write += 1
                 unwritten.release()
-                if pool is None:
-                    collector.shard_written()
 
-    async def deliver(chunk: ShardDone) -> None:
-        """A chunk from a worker: held until its turn, written as soon as it comes."""
-        chunks.setdefault(chunk.index, collections.deque()).append(chunk)
-        calls_done[0] += chunk.n_calls
-        _notify("calls", calls_done[0], len(plan.calls))
-        del chunk
-        await write_ready()
-
-    async def process(index: int, shard_calls: tuple[Call, ...]) -> None:
+    async def process(index: int, job: ShardJob) -> None:
         nonlocal finished_shards
         await unwritten.acquire()  # released when this shard is written
-        async with shard_gate:
-            if runner is not None:
-                future = runner.submit(
-                    remote_shard_task,
-                    parameters={
-                        "suite": suite,
-                        "run_dir": str(plan.run_dir),
-                        "rescore": rescore,
-                        "shard_index": index,
-                        "calls": shard_calls,
-                        "limits": limits,
-                    },
-                )
-                finished[index] = await asyncio.to_thread(future.result)
-                calls_done[0] += len(shard_calls)
-                _notify("calls", calls_done[0], len(plan.calls))
-            elif pool is not None:
-                job = pool.job(index, shard_calls, limits)
-                await process_shard_task(index, _q(pool), _q(job), _q(deliver))
-                ended.add(index)
+        async with running:
+            if runner is None:
+                rows = await shard_task(index, _q(spec), _q(job))
             else:
-                await shard_task(
-                    _q(plan),
-                    _q(state),
-                    index,
-                    _q(shard_calls),
-                    _q(semaphore),
-                    _q(limits),
-                    _q(finished),
-                    _q(on_call),
+                future = runner.submit(
+                    worker_shard_task,
+                    parameters={"index": index, "spec": Sealed(spec), "job": Sealed(job)},
                 )
+                rows = await asyncio.to_thread(future.result)
+                calls_done[0] += rows.n_calls
+                _notify("calls", calls_done[0], len(plan.calls))
+        finished[index] = rows
+        del rows
         await write_ready()
         finished_shards += 1
         _notify("items", finished_shards, len(shards))
@@ -875,29 +634,42 @@ async def _execute(
 
     deadline = asyncio.timeout(suite.timeout)
     try:
-        async with contextlib.AsyncExitStack() as stack:
-            if runner is not None:
-                stack.enter_context(runner)
-                # Connect (or start the local cluster) once, now: a cluster that is not there
-                # fails the run here instead of once per shard.
-                await asyncio.to_thread(lambda: runner.client)
-                logger.info("shards run on %s", type(runner).__name__)
-            async with deadline:
-                if pool is not None:
-                    # the workers start and prepare now, within the run's timeout; they are
-                    # stopped (terminated if need be) however the shards end
-                    await stack.enter_async_context(pool)
-                    logger.info(
-                        "shards run in %d worker processes (pids %s), %s calls at once each",
-                        pool.workers,
-                        ", ".join(map(str, pool.pids)),
-                        "/".join(map(str, pool.shares)),
+        async with contextlib.AsyncExitStack() as stack, deadline:
+            if runner is None:
+                register_run(spec, plan, state, on_call)
+                stack.callback(forget_run, spec)
+                slots = None
+                size = shard_size(plan, suite, None)
+                # enough shards at once to keep the run's one semaphore busy
+                at_once = max(2, 2 * -(-plan.concurrency // size))
+            else:
+                # Started (a local cluster or pool created, a scheduler connected) now: a
+                # cluster that is not there fails the run here, not once per shard.
+                await asyncio.to_thread(stack.enter_context, runner)
+                slots = min(_slots(runner, suite, plan.concurrency), plan.concurrency)
+                size = shard_size(plan, suite, slots)
+                at_once = slots
+                logger.info(
+                    "shards run on %s: %d at once, %d calls in flight each",
+                    type(runner).__name__,
+                    slots,
+                    share_of(plan.concurrency, slots),
+                )
+            shards = plan.shards(size)
+            share = plan.concurrency if slots is None else share_of(plan.concurrency, slots)
+            # ``running`` bounds the shards in flight (on a runner, one more queued per slot
+            # would run above the concurrency when a worker joins later: none is queued);
+            # ``unwritten`` bounds those finished but not yet written (taken in shard order,
+            # so the next one to write always has its place).
+            running = asyncio.Semaphore(at_once)
+            unwritten = asyncio.Semaphore(2 * at_once)
+            # a shard that fails stops the others (their calls in flight are cancelled)
+            async with asyncio.TaskGroup() as group:
+                for i, c in enumerate(shards):
+                    job = ShardJob.of(
+                        plan, i, c, share=share, limits=limits, carry_rows=runner is not None
                     )
-                collector = stack.enter_context(_ShardCollector())
-                # a shard that fails stops the others (their calls in flight are cancelled)
-                async with asyncio.TaskGroup() as group:
-                    for i, c in enumerate(shards):
-                        group.create_task(process(i, c))
+                    group.create_task(process(i, job))
     except BaseException as exc:
         writer.abort()
         stopped = _stop_reason(exc)

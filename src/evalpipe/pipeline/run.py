@@ -12,7 +12,6 @@ from prefect.exceptions import TerminationSignal
 from prefect.settings import PREFECT_API_URL
 
 from evalpipe.pipeline.flow import ProgressHook, eval_flow, prepared_plan, progress_hook
-from evalpipe.pipeline.processes import start_early, stop_early
 from evalpipe.pipeline.server import ServerError, prefect_api
 from evalpipe.runner import RunPlan, RunState
 from evalpipe.runner.prepare import prepare_suite
@@ -130,25 +129,21 @@ async def arun_suite(
         RunLockedError: when a live run holds the directory (after ``wait``).
         PrefectUnavailableError: when the configured Prefect API does not answer.
     """
+    if plan is None:
+        plan = prepare_run(suite, run_dir=run_dir, rescore=rescore, resume=resume)
+    assert plan.run_dir is not None
+    await check_api()
+    lock = RunLock(plan.run_dir)
+    lock.acquire(wait=wait)
+    notes = [lock.took_over] if lock.took_over else []
+    reusable = RunState.peek(plan)
     try:
-        if plan is None:
-            start_early(suite)  # a processes run's workers import while the plan is prepared
-            plan = prepare_run(suite, run_dir=run_dir, rescore=rescore, resume=resume)
-        assert plan.run_dir is not None
-        await check_api()
-        lock = RunLock(plan.run_dir)
-        lock.acquire(wait=wait)
-        notes = [lock.took_over] if lock.took_over else []
-        reusable = RunState.peek(plan)
-        try:
-            async with prefect_api(notes):
-                state = await _flow(plan, lock, rescore, progress)
-        except ServerError as exc:
-            raise PrefectUnavailableError(str(exc)) from None
-        finally:
-            lock.release()
+        async with prefect_api(notes):
+            state = await _flow(plan, lock, rescore, progress)
+    except ServerError as exc:
+        raise PrefectUnavailableError(str(exc)) from None
     finally:
-        stop_early()  # workers started early that the flow did not take (it did not start)
+        lock.release()
     data = await state.aresult(raise_on_failure=False)
     info: dict[str, Any] = data if isinstance(data, dict) else {}
     verdict: Verdict = info.get("verdict") or ("passed" if state.is_completed() else "incomplete")

@@ -175,6 +175,9 @@ class RunPlan:
     """Tries per call for transient errors."""
     call_timeout: float | None = None
     """Seconds one call may take (None: unbounded); past it the call is a ``TargetTimeout``."""
+    concurrency: int = 1
+    """The most target calls in flight for the whole run, whatever runs its shards (a suite's
+    ``concurrency``, split by the flow across the shards that run at once)."""
     item_ids: ItemIds = "position"
     stored: Mapping[str, Transcript] | None = None
     """Re-scoring: the transcripts of an earlier run by call key (the target is not called)."""

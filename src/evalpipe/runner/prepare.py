@@ -14,7 +14,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, cast
 
-from evalpipe._internal.collector import no_cyclic_gc
 from evalpipe.artifacts import read_runs
 from evalpipe.datasets import DatasetError, PlainRow, QueryRow, load_rows, row_hash
 from evalpipe.evaluators.base import AgentScoped, Evaluator, metric_names
@@ -130,39 +129,36 @@ def prepare_suite(
         SuiteError: for a bad dataset, target, evaluator, split, gate or run directory (named,
             with the fix).
     """
-    # 100,000 rows of small objects, from the dataset to the calls: see _internal.collector
-    with no_cyclic_gc():
+    try:
+        dataset = load_rows(suite.dataset)
+    except DatasetError as exc:
+        raise SuiteError(
+            f"dataset: {exc} (a relative path in a suite file is relative to the suite file)"
+        ) from None
+    providers = build_evaluators(suite)
+    splitter = build_split(suite)
+    gates = _parse_gates(suite.gates)
+    stored: dict[str, Transcript] | None = None
+    target: Target | None = None
+    if rescore is not None:
+        kind, identity, stored = _read_stored(Path(rescore))
+    elif suite.target is None:
+        kind, identity = _recorded_kind(suite, dataset)
+    else:
         try:
-            dataset = load_rows(suite.dataset)
-        except DatasetError as exc:
-            raise SuiteError(
-                f"dataset: {exc} (a relative path in a suite file is relative to the suite file)"
-            ) from None
-        providers = build_evaluators(suite)
-        splitter = build_split(suite)
-        gates = _parse_gates(suite.gates)
-        stored: dict[str, Transcript] | None = None
-        target: Target | None = None
-        if rescore is not None:
-            kind, identity, stored = _read_stored(Path(rescore))
-        elif suite.target is None:
-            kind, identity = _recorded_kind(suite, dataset)
-        else:
-            try:
-                target = resolve_target(build_target(suite))
-            except TypeError as exc:
-                raise SuiteError(f"target: {exc}") from None
-            kind = target.kind
-            identity = f"{target.identity}|{suite.target_identity()}"
-        _check_recorded_rows(dataset, kind)
-        _check_scopes(providers, kind, target)
-        _check_row_agents(dataset, suite, target)
-        _check_gates(gates, providers, kind, target)
-        _check_credentials(providers)
-        _check_compare_with(suite)
-        rows = rows_from_dataset(dataset, kind)
-        calls = make_calls(identity, rows, suite.repetitions)
-        del dataset  # freed as it is, before the collector runs again and would scan it all
+            target = resolve_target(build_target(suite))
+        except TypeError as exc:
+            raise SuiteError(f"target: {exc}") from None
+        kind = target.kind
+        identity = f"{target.identity}|{suite.target_identity()}"
+    _check_recorded_rows(dataset, kind)
+    _check_scopes(providers, kind, target)
+    _check_row_agents(dataset, suite, target)
+    _check_gates(gates, providers, kind, target)
+    _check_credentials(providers)
+    _check_compare_with(suite)
+    rows = rows_from_dataset(dataset, kind)
+    calls = make_calls(identity, rows, suite.repetitions)
     if stored is not None:
         missing = [c for c in calls if c.key not in stored]
         if missing:
@@ -187,6 +183,7 @@ def prepare_suite(
         include_per_agent=suite.include_per_agent,
         call_attempts=suite.call_attempts,
         call_timeout=suite.call_timeout,
+        concurrency=suite.concurrency,
         item_ids="row",
         name_providers=True,
         stored=stored,

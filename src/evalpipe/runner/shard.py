@@ -15,9 +15,9 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
-from evalpipe._internal.calls import HeldSlot, Slots, is_call_failure
+from evalpipe._internal.calls import Slots, is_call_failure
 from evalpipe.evaluators.base import AgentScoped, BatchedEvaluator, Evaluator
 from evalpipe.itemize import RunItems, WorkflowItems, agent_item, workflow_items
 from evalpipe.items import EvalItem
@@ -28,7 +28,7 @@ from evalpipe.secrets import Scrubber
 from evalpipe.tally import OVERALL, errored_results, merge_results
 from evalpipe.targets.base import call_agent
 from evalpipe.targets.workflow import call_workflow
-from evalpipe.transcripts import RunUsage, TargetRun, Transcript, load_transcript
+from evalpipe.transcripts import Transcript, load_transcript
 
 __all__ = [
     "CallOutcome",
@@ -64,37 +64,6 @@ class CallOutcome:
     source: Source
     json: str | None = None
     """The transcript as JSON, once serialized (for the journal and runs.parquet)."""
-    messages_json: str | None = None
-    """The JSON of a TargetRun's ``messages`` as ``json`` holds it (found in it when the
-    transcript is serialized here): the writer builds the items' conversations from it instead of
-    serializing the same messages again. None when not known."""
-
-    _LAYOUT: ClassVar[bool] = list(TargetRun.model_fields) == [
-        "query_index",
-        "repetition",
-        "query",
-        "messages",
-        "tools",
-        "usage",
-        "error_code",
-        "error_message",
-        "attempts",
-        "started_at",
-        "ended_at",
-    ] and list(RunUsage.model_fields) == [
-        "input_tokens",
-        "output_tokens",
-        "total_tokens",
-        "latency_seconds",
-    ]
-    _LAYOUT = _LAYOUT and not any(
-        d.model_serializers or d.field_serializers or d.computed_fields
-        for d in (TargetRun.__pydantic_decorators__, RunUsage.__pydantic_decorators__)
-    )
-    """A TargetRun's JSON is laid out as ``_messages_in`` expects: its fields in this order, each
-    written by pydantic's own serializer."""
-    _MESSAGES_KEY: ClassVar[str] = ',"messages":['
-    _AFTER_MESSAGES: ClassVar[str] = ',"tools":null,"usage":{'
 
     @property
     def reused(self) -> bool:
@@ -102,30 +71,10 @@ class CallOutcome:
         return self.source == "reused"
 
     def transcript_json(self) -> str:
-        """The transcript as JSON (serialized once; a TargetRun's messages found in it)."""
+        """The transcript as JSON (serialized once, for the journal and runs.parquet)."""
         if self.json is None:
-            run = self.run
-            # what ``run.model_dump_json(fallback=str)`` returns, without its wrapper's arguments
-            self.json = text = run.__pydantic_serializer__.to_json(run, fallback=str).decode()
-            if type(run) is TargetRun and run.tools is None and run.messages and self._LAYOUT:
-                self.messages_json = self._messages_in(text)
+            self.json = self.run.model_dump_json(fallback=str)
         return self.json
-
-    @classmethod
-    def _messages_in(cls, text: str) -> str | None:
-        """The JSON of the messages inside ``text``, a TargetRun's JSON with ``tools`` null (None
-        if not found so).
-
-        No JSON string holds an unescaped quote, so the first ``,"messages":[`` is the field's
-        (what precedes it is two integers and the query) and the last ``,"tools":null,"usage":{``
-        is the one after the messages (what follows is usage, errors, attempts and times).
-        """
-        start = text.find(cls._MESSAGES_KEY)
-        end = text.rfind(cls._AFTER_MESSAGES)
-        if start < 0 or end <= start:
-            return None
-        start += len(cls._MESSAGES_KEY) - 1
-        return text[start:end] if text[end - 1] == "]" else None
 
 
 @dataclass(slots=True)
@@ -138,20 +87,13 @@ class ShardResult:
     """How many items the transcripts became (overall and per agent)."""
 
 
-_STAMPED = ("ended_at", "started_at")
-
-
 def _stamp(run: Transcript) -> None:
     """When the call started and ended (UTC): it ended now, and started its latency ago (the
     latency excludes waiting for a concurrency slot)."""
     ended = datetime.now(UTC)
     latency = run.usage.latency_seconds
-    # what ``run.ended_at = ...; run.started_at = ...`` does on a model without validate_assignment
-    # (the value in __dict__, the name in the fields set), without pydantic's __setattr__
-    fields = run.__dict__
-    fields["ended_at"] = ended
-    fields["started_at"] = ended - timedelta(seconds=latency) if latency is not None else ended
-    run.__pydantic_fields_set__.update(_STAMPED)
+    run.ended_at = ended
+    run.started_at = ended - timedelta(seconds=latency) if latency is not None else ended
 
 
 async def make_call(
@@ -282,13 +224,10 @@ async def run_calls(
     """Every call, ``workers`` at a time (the semaphore may bound them further, shared with other
     shards); outcomes in call order whatever order they finish in.
 
-    A finished call's slot goes to the worker's next call (a :class:`HeldSlot`: started in the
-    same turn of the event loop, without queueing behind the semaphore's waiters), before the
-    finished one is settled (its transcript serialized and journaled, ``on_call`` told): calls
-    that finish together (their timers fire in one turn) would otherwise hold back every next
-    call until all of them were settled. Settling is done by one task per shard, a turn after the
-    next calls started (or by a worker, once ``workers`` finished calls wait: an agent that never
-    yields lets no other task run); every call is settled before this returns. ``on_settled(index,
+    A finished call is settled (its transcript serialized and journaled, ``on_call`` told) by one
+    task per shard, a turn after it finished (or by a worker, once ``workers`` finished calls
+    wait: an agent that never yields lets no other task run), so the calls that finish together
+    do not hold back the next ones; every call is settled before this returns. ``on_settled(index,
     outcome)`` is told of each settled call (its index in ``calls``) before ``on_call``.
 
     When the run is stopped (``state.stop``: a call that cannot be journaled) no further call
@@ -308,6 +247,7 @@ async def run_calls(
     """Finished calls not yet settled, in the order they finished."""
     waiting = asyncio.Event()
     alive = count
+    slots = _UnlessStopped(semaphore, state) if semaphore is not None else None
 
     def settle_finished() -> None:
         while unsettled:
@@ -323,7 +263,6 @@ async def run_calls(
 
     async def worker() -> None:
         nonlocal next_index, alive
-        slot = HeldSlot(semaphore) if semaphore is not None else None
         try:
             while next_index < total and state.failure is None:
                 index = next_index
@@ -331,14 +270,9 @@ async def run_calls(
                 call = calls[index]
                 fetched = _held(plan, state, call)
                 if fetched is None:
-                    if slot is not None:
-                        # the slot first (kept for the call, which takes it in this turn): a call
-                        # that waited for one while the run was stopped is not made
-                        await slot.acquire()
-                        slot.release()
-                        if state.failure is not None:
-                            break
-                    fetched = await _made(plan, call, slot)
+                    fetched = await _made(plan, call, slots)
+                    if state.failure is not None:
+                        break  # refused its slot (or made as the run stopped): not the call's
                 unsettled.append((index, fetched))
                 if len(unsettled) >= count:
                     settle_finished()
@@ -375,6 +309,34 @@ async def run_calls(
     if state.failure is not None:
         raise state.failure
     return [o for o in out if o is not None]
+
+
+class _UnlessStopped:
+    """The run's semaphore, refusing a slot once the run is stopped (``state.stop``): a call that
+    was waiting for one meanwhile is not made (its target never sees it)."""
+
+    __slots__ = ("_semaphore", "_state")
+
+    def __init__(self, semaphore: asyncio.Semaphore, state: RunState) -> None:
+        self._semaphore = semaphore
+        self._state = state
+
+    async def acquire(self) -> bool:
+        await self._semaphore.acquire()
+        failure = self._state.failure
+        if failure is not None:
+            self._semaphore.release()
+            raise RuntimeError(f"the run stopped: {failure}")
+        return True
+
+    def release(self) -> None:
+        self._semaphore.release()
+
+    async def __aenter__(self) -> None:
+        await self.acquire()
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.release()
 
 
 def build_items(plan: RunPlan, outcomes: Sequence[CallOutcome]) -> WorkflowItems:

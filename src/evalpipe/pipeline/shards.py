@@ -1,0 +1,376 @@
+"""A shard of a suite's run, wherever a Prefect task runner runs it.
+
+This is the one seam between the flow and where target calls run. The flow cuts the run's calls
+into shards and hands each to ``run_job`` as a Prefect task run: in its own event loop
+(``task_runner: threads``), or through a Prefect task runner (``ProcessPoolTaskRunner`` for
+``processes``, prefect-dask's ``DaskTaskRunner`` for ``dask``, prefect-ray's for ``ray``). Either
+way the shard does the same thing: its calls through the runner (``runner.run_shard``), then the
+rows of runs.parquet, items.parquet and scores.parquet built as the columns they are written as
+(``RowEncoder``), and its results stripped to what the summary and the gate read. What travels back
+is those rows and counts (:class:`ShardRows`), never the transcripts and items themselves.
+
+A worker (another process, another machine) builds the run's target, providers and split from the
+suite once per thread (:class:`RunSpec`), and only from what its shards carry: each job holds the
+dataset rows its calls use (:class:`ShardJob`), so no worker loads the dataset. It appends finished
+calls to the run's journal, which is why the run directory must be on a filesystem every worker
+sees (checked: :class:`RunDirUnseenError`).
+
+Prefect is imported only by the flow module; nothing here needs it, except global concurrency
+limits (``limits_scope``), imported when a job carries any.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any, Generic, TypeVar
+
+from evalpipe.artifacts.encoder import EncodedBatch, RowEncoder
+from evalpipe.evaluators.base import close_providers
+from evalpipe.results import EvalResults
+from evalpipe.runner import Call, CallOutcome, RunPlan, RunState, ShardResult, run_shard
+from evalpipe.runner.plan import Row, resolve_target
+from evalpipe.runner.state import RUN_MARKER
+from evalpipe.suite import (
+    EvalSuite,
+    build_evaluators,
+    build_split,
+    build_target,
+    shared_evaluators,
+)
+from evalpipe.tally import CallTally, Counts, SummaryTally, call_verdicts
+from evalpipe.transcripts import Transcript
+
+__all__ = [
+    "RunDirUnseenError",
+    "RunSpec",
+    "ShardJob",
+    "ShardRows",
+    "call_columns",
+    "forget_run",
+    "keep_listed",
+    "register_run",
+    "run_job",
+    "run_job_blocking",
+    "strip_results",
+]
+
+
+T = TypeVar("T")
+
+
+class Sealed(Generic[T]):
+    """A task parameter that Prefect and Dask pass along without looking inside.
+
+    Prefect's ``quote`` does this for Prefect, but it is a namedtuple, and Dask rebuilds the tuples
+    in a task's arguments as plain tuples: a quoted value reached a Dask worker as ``(value,)``.
+    A plain object is left alone by both, so a shard's spec and job travel in one.
+    """
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: T) -> None:
+        self.value = value
+
+    def __getstate__(self) -> T:
+        return self.value
+
+    def __setstate__(self, value: T) -> None:
+        self.value = value
+
+
+class RunDirUnseenError(RuntimeError):
+    """A worker cannot see the run directory the flow's process created (another machine with
+    another filesystem): its finished calls would be journaled where nobody reads them."""
+
+
+@dataclass(frozen=True, slots=True)
+class RunSpec:
+    """What a worker needs to run a suite's shards: the suite (to build its target, providers and
+    split) and the plan without what is built from it, without rows and calls (each job carries
+    its own), stored transcripts and gates. Small: it is sent with every shard."""
+
+    key: str
+    """The run's identity in a worker's cache: its directory, the suite's fingerprint and a nonce
+    of this flow run (a resume of the same directory is another run: a worker that kept the first
+    one's journal would not know the calls its other workers finished)."""
+    suite: EvalSuite
+    skeleton: RunPlan
+    listed: int
+    """How many items that did not pass keep their texts, per result (the failures artifact's)."""
+
+    @classmethod
+    def of(cls, plan: RunPlan, suite: EvalSuite, *, listed: int) -> RunSpec:
+        """The spec of a prepared suite plan."""
+        skeleton = replace(
+            plan,
+            target=None if plan.target is None else replace(plan.target, obj=None),
+            providers=(),
+            split=None,
+            rows=(),
+            calls=(),
+            stored=None,
+            gates=(),
+            suite=None,
+        )
+        return cls(
+            key=f"{plan.run_dir}|{suite.fingerprint()}|{uuid.uuid4().hex}",
+            suite=suite,
+            skeleton=skeleton,
+            listed=listed,
+        )
+
+
+@dataclass(slots=True)
+class ShardJob:
+    """One shard: its calls, the rows they call (``None``: the registered plan's own rows, in the
+    flow's process), the transcripts they re-score, how many calls it may have in flight, and the
+    providers' global concurrency limits (provider index -> limit name, slots)."""
+
+    index: int
+    calls: tuple[Call, ...]
+    rows: tuple[Row, ...] | None
+    stored: dict[str, Transcript] | None
+    share: int
+    limits: dict[int, tuple[str, int]] = field(default_factory=dict)
+
+    @classmethod
+    def of(
+        cls,
+        plan: RunPlan,
+        index: int,
+        calls: tuple[Call, ...],
+        *,
+        share: int,
+        limits: dict[int, tuple[str, int]],
+        carry_rows: bool,
+    ) -> ShardJob:
+        """A shard's job; ``carry_rows``: with the rows its calls use (their ``row_index`` then
+        points into them), for a worker that does not hold the plan's rows."""
+        stored = plan.stored
+        kept = {c.key: stored[c.key] for c in calls} if stored is not None else None
+        if not carry_rows:
+            return cls(index, calls, None, kept, share, dict(limits))
+        positions: dict[int, int] = {}
+        rows: list[Row] = []
+        local: list[Call] = []
+        for call in calls:
+            at = positions.get(call.row_index)
+            if at is None:
+                at = positions[call.row_index] = len(rows)
+                rows.append(plan.rows[call.row_index])
+            local.append(Call(call.position, at, call.repetition, call.key))
+        return cls(index, tuple(local), tuple(rows), kept, share, dict(limits))
+
+
+@dataclass(slots=True)
+class ShardRows:
+    """What a shard sends back: its rows (``encoded``), its results stripped (``strip_results``:
+    statuses, scores and the texts of the first failures), the facts and verdicts of its calls."""
+
+    index: int
+    encoded: EncodedBatch
+    results: list[EvalResults]
+    calls: CallTally
+    verdicts: Counts
+    made: int
+    reused: int
+    items: int
+    n_calls: int
+    worker: str = ""
+    """Where it ran (host:pid), for the logs."""
+
+
+def strip_results(result: EvalResults, kept: dict[tuple[str, str], int], listed: int) -> None:
+    """Drop what is written already and not needed for the gate and the summary (the items' input
+    items, texts, metadata and samples), so a long run does not hold every transcript in memory.
+    The query and response of the first ``listed`` items of each result that did not pass stay,
+    for the failures artifact (``kept`` counts them per provider and result)."""
+    result.input_items = []
+    level = (result.provider, result.run_id)
+    for item in result.items:
+        if not item.is_passed and kept.get(level, 0) < listed:
+            kept[level] = kept.get(level, 0) + 1
+        else:
+            item.input_text = item.output_text = None
+        item.metadata = None
+        for score in item.scores:
+            score.sample = None
+    for sub in result.sub_results.values():
+        strip_results(sub, kept, listed)
+
+
+def keep_listed(result: EvalResults, kept: dict[tuple[str, str], int], listed: int) -> None:
+    """The run-wide half of ``strip_results`` for a shard's result (stripped with counts of its
+    own shard): the texts of items that did not pass stay only while the run's count (``kept``)
+    is below ``listed``, as stripping the whole run in order keeps them."""
+    level = (result.provider, result.run_id)
+    for item in result.items:
+        if item.is_passed:
+            continue
+        if kept.get(level, 0) < listed:
+            kept[level] = kept.get(level, 0) + 1
+        else:
+            item.input_text = item.output_text = None
+    for sub in result.sub_results.values():
+        keep_listed(sub, kept, listed)
+
+
+def call_columns(plan: RunPlan, outcomes: list[CallOutcome]) -> dict[str, Any]:
+    """The calls' rows of runs.parquet as the encoder takes them (``RowEncoder.target_runs``)."""
+    rows = plan.rows
+    return {
+        "runs": [o.run for o in outcomes],
+        "run_ids": [o.call.key for o in outcomes],
+        "row_ids": [rows[o.call.row_index].id for o in outcomes],
+        "transcripts": [o.transcript_json() for o in outcomes],
+        "cached": [o.reused for o in outcomes],
+        "target": plan.identity,
+    }
+
+
+@dataclass(slots=True)
+class _Run:
+    """A run as one process (or one worker thread) holds it."""
+
+    plan: RunPlan
+    state: RunState
+    semaphore: asyncio.Semaphore | None
+    """The run-wide bound on calls in flight, in the flow's process; None in a worker (each job
+    brings its share)."""
+    on_call: Callable[[CallOutcome], None] | None = None
+    """Told of every finished call (the flow's progress), in the flow's process."""
+
+
+_FLOW_RUNS: dict[str, _Run] = {}
+"""Runs of the flow's process: a threads run's shards use the flow's own plan and journal."""
+
+_LOCAL = threading.local()
+"""A worker thread's event loop and run (``run_job_blocking``)."""
+
+
+def register_run(
+    spec: RunSpec,
+    plan: RunPlan,
+    state: RunState,
+    on_call: Callable[[CallOutcome], None] | None = None,
+) -> None:
+    """Make the flow's prepared plan and open journal the run's in this process, with one
+    semaphore of the plan's concurrency shared by all of its shards here; ``on_call`` is told of
+    every call as it finishes."""
+    _FLOW_RUNS[spec.key] = _Run(plan, state, asyncio.Semaphore(plan.concurrency), on_call)
+
+
+def forget_run(spec: RunSpec) -> None:
+    """The run is over in this process."""
+    _FLOW_RUNS.pop(spec.key, None)
+
+
+def _built(spec: RunSpec) -> _Run:
+    """The run built from its spec in a worker: target, providers and split from the suite, the
+    journal opened for appending (the flow's process holds the directory's lock)."""
+    skeleton = spec.skeleton
+    run_dir = skeleton.run_dir
+    if run_dir is not None and not (run_dir / RUN_MARKER).exists():
+        raise RunDirUnseenError(
+            f"the worker on {socket.gethostname()} cannot see the run directory {run_dir} (no "
+            f"{RUN_MARKER} there): put the suite's output_dir on a filesystem every worker "
+            "mounts at the same path, or run the workers on this machine"
+        )
+    suite = spec.suite
+    plan = replace(
+        skeleton,
+        target=None if skeleton.target is None else resolve_target(build_target(suite)),
+        providers=tuple(build_evaluators(suite)),
+        split=build_split(suite),
+        suite=suite,
+    )
+    return _Run(plan, RunState.open(plan, marker=False, lock=False), None)
+
+
+async def run_job(spec: RunSpec, job: ShardJob, run: _Run | None = None) -> ShardRows:
+    """Run one shard and return its rows: in the flow's process with the registered run, else
+    with ``run`` (a worker's)."""
+    if run is None:
+        run = _FLOW_RUNS.get(spec.key)
+        if run is None:
+            raise RuntimeError(f"no run {spec.key} in this process (register_run first)")
+    base = run.plan
+    plan = base if job.rows is None else replace(base, rows=job.rows)
+    plan = replace(plan, calls=job.calls, stored=job.stored if base.stored is None else base.stored)
+    semaphore = run.semaphore or asyncio.Semaphore(job.share)
+    scope = None
+    if job.limits:
+        from evalpipe.pipeline.limits import limits_scope  # Prefect: only with global limits
+
+        scope = limits_scope(job.limits)
+    shard = await run_shard(
+        plan,
+        run.state,
+        job.calls,
+        semaphore=semaphore,
+        workers=job.share,
+        on_call=run.on_call,
+        scope=scope,
+    )
+    # Off the event loop: encoding is the shard's CPU, and other shards' calls are in flight.
+    return await asyncio.to_thread(_rows, plan, job, shard, spec.listed)
+
+
+def _rows(plan: RunPlan, job: ShardJob, shard: ShardResult, listed: int) -> ShardRows:
+    """A finished shard's answer: its rows encoded, its results stripped, its calls counted."""
+    tally = CallTally()
+    made = reused = 0
+    for outcome in shard.outcomes:
+        tally.add(outcome.source, outcome.run)
+        made += outcome.source == "made"
+        reused += outcome.source == "reused"
+    encoder = RowEncoder()
+    runs = encoder.target_runs(**call_columns(plan, shard.outcomes))
+    encoded = encoder.results(shard.results, SummaryTally().check(shard.results))
+    encoded.runs = runs
+    verdicts = call_verdicts(shard.results)
+    kept: dict[tuple[str, str], int] = {}
+    for result in shard.results:
+        strip_results(result, kept, listed)
+    return ShardRows(
+        index=job.index,
+        encoded=encoded,
+        results=shard.results,
+        calls=tally,
+        verdicts=verdicts,
+        made=made,
+        reused=reused,
+        items=shard.items,
+        n_calls=len(shard.outcomes),
+        worker=f"{socket.gethostname()}:{os.getpid()}",
+    )
+
+
+def run_job_blocking(spec: RunSpec, job: ShardJob) -> ShardRows:
+    """``run_job`` in a worker thread of a task runner (a process pool's, a Dask or Ray worker's).
+
+    Each worker thread keeps one event loop and the run built in it for all its shards: the
+    target's and the judges' connections belong to the loop they were opened on, so a loop per
+    task (``asyncio.run``, what Prefect does for an async task in a worker process) would close
+    them after every shard, and the run would be built again each time. A thread that gets
+    another run's shard closes the previous run's providers first.
+    """
+    loop: asyncio.AbstractEventLoop | None = getattr(_LOCAL, "loop", None)
+    if loop is None or loop.is_closed():
+        loop = _LOCAL.loop = asyncio.new_event_loop()
+    run: _Run | None = getattr(_LOCAL, "run", None)
+    if run is None or getattr(_LOCAL, "key", None) != spec.key:
+        if run is not None:
+            loop.run_until_complete(
+                close_providers(run.plan.providers, keep=shared_evaluators(run.plan.suite))
+            )
+            run.state.close()
+        run = _LOCAL.run = _built(spec)
+        _LOCAL.key = spec.key
+    return loop.run_until_complete(run_job(spec, job, run))
