@@ -7,6 +7,11 @@ SOURCES := src tests bench examples flows tools
 
 .PHONY: install demo demo-local test lint bench clean
 
+# llama-cpp-python (the local extra) compiles llama.cpp: for a fixed x86-64 level (AVX2), not
+# -march=native, so every machine runs the same build; native builds on CPUs with AMX crashed
+# (SIGSEGV in ggml_backend_amx_mul_mat) where the kernel does not grant AMX to the process.
+export CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
+
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev,maf,dask,local]'

@@ -125,8 +125,16 @@ class TreeSampler:
     """The peak of the summed RSS of a process and all its descendants, sampled; and the same with
     the PREFECT_HOME's kept server (and its children) added."""
 
-    def __init__(self, pid: int, interval: float = 0.02, home: Path | None = None) -> None:
+    def __init__(
+        self,
+        pid: int,
+        interval: float = 0.02,
+        home: Path | None = None,
+        extra: list[int] | None = None,
+    ) -> None:
         self.root = psutil.Process(pid)
+        self.extra = [psutil.Process(p) for p in extra or []]
+        """Other processes the run uses (a Dask cluster's scheduler and workers), counted in."""
         self.home = home
         self.interval = interval
         self.peak = 0
@@ -141,6 +149,8 @@ class TreeSampler:
         while not self._stop.is_set():
             try:
                 procs = [self.root, *self.root.children(recursive=True)]
+                for other in self.extra:
+                    procs += [other, *other.children(recursive=True)]
             except psutil.Error:
                 break
             total = 0
@@ -173,8 +183,11 @@ class TreeSampler:
         self._thread.join()
 
 
-def _cli_run(root: Path, suite: Path, env: dict[str, str]) -> dict[str, Any]:
-    """One ``evalpipe run``: its wall time, phases and the process tree's peak RSS."""
+def _cli_run(
+    root: Path, suite: Path, env: dict[str, str], extra: list[int] | None = None
+) -> dict[str, Any]:
+    """One ``evalpipe run``: its wall time, phases and the process tree's peak RSS (with the
+    ``extra`` processes' trees)."""
     evalpipe = Path(sys.executable).parent / "evalpipe"
     started = time.perf_counter()
     wall_start = time.time()
@@ -187,7 +200,7 @@ def _cli_run(root: Path, suite: Path, env: dict[str, str]) -> dict[str, Any]:
         stderr=subprocess.PIPE,
         text=True,
     )
-    sampler = TreeSampler(proc.pid, home=Path(env["PREFECT_HOME"]))
+    sampler = TreeSampler(proc.pid, home=Path(env["PREFECT_HOME"]), extra=extra)
     lines: list[tuple[float, str]] = []
 
     def read_err() -> None:

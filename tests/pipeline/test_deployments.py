@@ -309,7 +309,7 @@ def test_the_trigger_commands_run_as_written(
     [block] = [
         b
         for b in re.findall(r"```python\n(.*?)```", text, flags=re.DOTALL)
-        if "run_deployment" in b
+        if "run_deployment" in b and "travel-nightly" in b
     ]
     from prefect.settings import PREFECT_API_URL, temporary_settings
 

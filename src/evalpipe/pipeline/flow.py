@@ -98,8 +98,8 @@ progress_hook: contextvars.ContextVar[ProgressHook | None] = contextvars.Context
 )
 """Set by the CLI to drive its progress bar; the flow calls it from its own event loop."""
 
-prepared_plan: contextvars.ContextVar[tuple[RunPlan, RunLock] | None] = contextvars.ContextVar(
-    "evalpipe_prepared_plan", default=None
+prepared_plan: contextvars.ContextVar[tuple[RunPlan, EvalSuite, RunLock] | None] = (
+    contextvars.ContextVar("evalpipe_prepared_plan", default=None)
 )
 """A plan the caller prepared (and validated) before starting the flow, and the lock it holds on
 the run directory: the flow uses them instead of preparing the suite again, so the dataset is
@@ -392,8 +392,8 @@ def _take_prepared(
     prepared = prepared_plan.get()
     if prepared is None:
         return None
-    plan, lock = prepared
-    if plan.suite is None or plan.run_dir is None or run_dir is None:
+    plan, prepared_suite, lock = prepared
+    if plan.run_dir is None or run_dir is None:
         return None
     same_rescore = (plan.rescored_from is None and rescore is None) or (
         plan.rescored_from is not None
@@ -403,7 +403,7 @@ def _take_prepared(
     if (
         plan.run_dir.resolve() == Path(run_dir).resolve()
         and same_rescore
-        and plan.suite.model_dump(mode="json") == suite.model_dump(mode="json")
+        and prepared_suite.model_dump(mode="json") == suite.model_dump(mode="json")
     ):
         return plan, lock
     return None
@@ -458,11 +458,9 @@ async def eval_flow(
         return _incomplete(str(exc))
     try:
         with _scrubbed_logs(state.scrubber):
-            return await _execute(plan, state, rescore, logger, started, started_at)
+            return await _execute(plan, suite, state, rescore, logger, started, started_at)
     finally:
-        await close_providers(
-            plan.providers, keep=shared_evaluators(plan.suite) if plan.suite is not None else []
-        )
+        await close_providers(plan.providers, keep=shared_evaluators(suite))
         state.close()
 
 
@@ -526,6 +524,7 @@ def _incomplete(message: str) -> State:
 
 async def _execute(
     plan: RunPlan,
+    suite: EvalSuite,
     state: RunState,
     rescore: str | None,
     logger: Any,
@@ -533,7 +532,6 @@ async def _execute(
     started_at: datetime,
 ) -> Any:
     """The run itself, once its directory is held: shards, artifacts, gate, report."""
-    suite = plan.suite
     assert plan.run_dir is not None
     reusable = state.reusable(plan)
     logger.info(
@@ -552,7 +550,7 @@ async def _execute(
         progress=0.0, key=f"{key}-progress", description="target calls evaluated"
     )
     limits = await provider_limits(plan)
-    runner = _task_runner(suite)
+    runner = _task_runner(suite, plan.concurrency)
     spec = RunSpec.of(plan, suite, listed=FAILURES_LISTED)
     calls_done = [0]
     verdicts = Counts()
@@ -799,7 +797,7 @@ async def _execute(
     failures = [] if report is None else [f"{c.clause}: {c.message}" for c in report.failures]
     if report is not None and not report.passed and not failures:
         failures = [report.summary()]
-    emit_gate_event(plan, rows, report, failures, outcome)
+    emit_gate_event(suite, rows, report, failures, outcome)
     outcome["verdict"] = "passed"
     if failures:
         text = "; ".join(failures)

@@ -12,7 +12,7 @@ from prefect.runtime import deployment, flow_run
 
 from evalpipe.escape import markdown, table_cell
 from evalpipe.results import EvalResults
-from evalpipe.runner import RunPlan
+from evalpipe.suite import EvalSuite
 from evalpipe.tally import SummaryRow, rate_text
 from evalpipe.view.urls import configured_view_url, run_url
 
@@ -125,7 +125,7 @@ def failures_markdown(
 
 
 def emit_gate_event(
-    plan: RunPlan,
+    suite: EvalSuite,
     rows: Sequence[SummaryRow],
     report: Any,
     failures: Sequence[str],
@@ -136,7 +136,6 @@ def emit_gate_event(
     The resource is the suite (``evalpipe.suite.<name>``); related resources are the flow run
     and, for a deployment run, the deployment. A suite without gates passes (``gates: 0``).
     """
-    suite = plan.suite
     related = []
     if flow_run.id:
         related.append(
@@ -159,7 +158,7 @@ def emit_gate_event(
         "target_version": suite.target_version,
         "run_dir": outcome["run_dir"],
         "calls": outcome["calls"],
-        "gates": len(plan.gates),
+        "gates": len(suite.gates),
         "warn_only": suite.warn_only,
         "violated": list(failures),
         "results": [

@@ -139,7 +139,7 @@ async def arun_suite(
     reusable = RunState.peek(plan)
     try:
         async with prefect_api(notes):
-            state = await _flow(plan, lock, rescore, progress)
+            state = await _flow(plan, suite, lock, rescore, progress)
     except ServerError as exc:
         raise PrefectUnavailableError(str(exc)) from None
     finally:
@@ -164,15 +164,19 @@ async def arun_suite(
 
 
 async def _flow(
-    plan: RunPlan, lock: RunLock, rescore: str | Path | None, progress: ProgressHook | None
+    plan: RunPlan,
+    suite: EvalSuite,
+    lock: RunLock,
+    rescore: str | Path | None,
+    progress: ProgressHook | None,
 ) -> Any:
-    """The flow run of a prepared, locked plan; its final state."""
+    """The flow run of a suite's prepared, locked plan; its final state."""
     assert plan.run_dir is not None
     token = progress_hook.set(progress)
-    prepared = prepared_plan.set((plan, lock))
+    prepared = prepared_plan.set((plan, suite, lock))
     try:
         return await eval_flow(
-            plan.suite,
+            suite,
             run_dir=str(plan.run_dir),
             rescore=str(rescore) if rescore is not None else None,
             return_state=True,

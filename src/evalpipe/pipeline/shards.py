@@ -116,7 +116,6 @@ class RunSpec:
             calls=(),
             stored=None,
             gates=(),
-            suite=None,
         )
         return cls(
             key=f"{plan.run_dir}|{suite.fingerprint()}|{uuid.uuid4().hex}",
@@ -239,6 +238,7 @@ class _Run:
     """A run as one process (or one worker thread) holds it."""
 
     plan: RunPlan
+    suite: EvalSuite
     state: RunState
     semaphore: asyncio.Semaphore | None
     """The run-wide bound on calls in flight, in the flow's process; None in a worker (each job
@@ -263,7 +263,9 @@ def register_run(
     """Make the flow's prepared plan and open journal the run's in this process, with one
     semaphore of the plan's concurrency shared by all of its shards here; ``on_call`` is told of
     every call as it finishes."""
-    _FLOW_RUNS[spec.key] = _Run(plan, state, asyncio.Semaphore(plan.concurrency), on_call)
+    _FLOW_RUNS[spec.key] = _Run(
+        plan, spec.suite, state, asyncio.Semaphore(plan.concurrency), on_call
+    )
 
 
 def forget_run(spec: RunSpec) -> None:
@@ -288,9 +290,8 @@ def _built(spec: RunSpec) -> _Run:
         target=None if skeleton.target is None else resolve_target(build_target(suite)),
         providers=tuple(build_evaluators(suite)),
         split=build_split(suite),
-        suite=suite,
     )
-    return _Run(plan, RunState.open(plan, marker=False, lock=False), None)
+    return _Run(plan, suite, RunState.open(plan, marker=False, lock=False), None)
 
 
 async def run_job(spec: RunSpec, job: ShardJob, run: _Run | None = None) -> ShardRows:
@@ -368,7 +369,7 @@ def run_job_blocking(spec: RunSpec, job: ShardJob) -> ShardRows:
     if run is None or getattr(_LOCAL, "key", None) != spec.key:
         if run is not None:
             loop.run_until_complete(
-                close_providers(run.plan.providers, keep=shared_evaluators(run.plan.suite))
+                close_providers(run.plan.providers, keep=shared_evaluators(run.suite))
             )
             run.state.close()
         run = _LOCAL.run = _built(spec)

@@ -183,8 +183,9 @@ class RunPlan:
     """Re-scoring: the transcripts of an earlier run by call key (the target is not called)."""
     eval_key: str | None = None
     """A stable key for server-side evaluations (Foundry): a resumed or retried run reuses them."""
-    suite: Any = None
-    """The EvalSuite, for runs made from a suite."""
+    suite_record: Mapping[str, Any] | None = None
+    """For a suite run, what its directory's marker records of the suite (the suite with its
+    secrets masked, and its fingerprint); the suite itself stops at preparation."""
     gates: tuple[Any, ...] = ()
     """The suite's parsed gate clauses."""
     run_dir: Path | None = None

@@ -31,7 +31,7 @@ from evalpipe.runner.state import (
     local_base,
     new_run_dir,
 )
-from evalpipe.secrets import secret_values
+from evalpipe.secrets import mask, secret_values
 from evalpipe.suite import EvalSuite, SuiteError, build_evaluators, build_split, build_target
 from evalpipe.tally import OVERALL
 from evalpipe.transcripts import TargetKind, Transcript, load_transcript
@@ -187,15 +187,20 @@ def prepare_suite(
         item_ids="row",
         name_providers=True,
         stored=stored,
-        suite=suite,
+        suite_record={
+            "suite": mask(suite.model_dump(mode="json")),
+            "fingerprint": suite.fingerprint(),
+        },
         gates=tuple(gates),
         rescored_from=Path(rescore) if rescore is not None else None,
         secrets=frozenset(secret_values(suite.target) | secret_values(suite.evaluators)),
     )
-    return place(plan, run_dir, resume=resume)
+    return place(plan, suite, run_dir, resume=resume)
 
 
-def place(plan: RunPlan, run_dir: str | Path | None = None, *, resume: bool = True) -> RunPlan:
+def place(
+    plan: RunPlan, suite: EvalSuite, run_dir: str | Path | None = None, *, resume: bool = True
+) -> RunPlan:
     """The plan with its run directory chosen (see :func:`prepare_suite`).
 
     Raises:
@@ -207,18 +212,18 @@ def place(plan: RunPlan, run_dir: str | Path | None = None, *, resume: bool = Tr
     elif (
         plan.stored is None
         and resume
-        and (found := find_resumable(plan.suite, plan.identity)) is not None
+        and (found := find_resumable(suite, plan.identity)) is not None
     ):
         path = found
     else:
-        base = local_base(str(plan.suite.output_dir))
+        base = local_base(str(suite.output_dir))
         for parent in (base, *base.parents):
             if parent.exists() and not parent.is_dir():
                 raise RunDirError(
-                    f"output_dir {plan.suite.output_dir}: {parent} is a file, not a directory; "
+                    f"output_dir {suite.output_dir}: {parent} is a file, not a directory; "
                     "choose another output directory (output_dir in the suite, or --output)"
                 )
-        path = new_run_dir(plan.suite)
+        path = new_run_dir(suite)
     return replace(plan, run_dir=path, eval_key=f"evalpipe:{path.name}")
 
 

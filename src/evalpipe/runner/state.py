@@ -27,7 +27,7 @@ from urllib.parse import unquote, urlsplit
 
 from evalpipe.journal import Journal
 from evalpipe.runner.plan import RunPlan
-from evalpipe.secrets import Scrubber, mask
+from evalpipe.secrets import Scrubber
 from evalpipe.suite import SuiteError
 
 __all__ = [
@@ -311,10 +311,8 @@ class RunState:
             path.write_text(
                 json.dumps(
                     {
-                        "suite": mask(plan.suite.model_dump(mode="json"))
-                        if plan.suite is not None
-                        else None,
-                        "fingerprint": plan.suite.fingerprint() if plan.suite is not None else None,
+                        "suite": (plan.suite_record or {}).get("suite"),
+                        "fingerprint": (plan.suite_record or {}).get("fingerprint"),
                         "identity": plan.identity,
                         "started_at": state.started_at,
                     },

@@ -1,0 +1,242 @@
+"""Benchmark (not a test): the same ``evalpipe run`` on every task runner.
+
+Runners: ``threads`` (the default: shards in the flow's event loop), ``processes`` (Prefect's
+``ProcessPoolTaskRunner``, one worker per CPU), ``dask1`` / ``dask2`` (a Dask LocalCluster of one or
+two single-threaded worker processes, started by the run) and ``cluster`` (a Dask scheduler and two
+``dask worker`` processes started here, each in its own directory as on separate machines; the
+suite names its address). Workloads, through ``evalpipe run`` against the embedded Prefect server
+(bench_scale's harness: wall time, the process tree's peak RSS with the kept server and, for
+``cluster``, the scheduler and workers):
+
+- ``instant``: ITEMS calls of an instant agent x 3 local checks (bench_scale's workload);
+- ``cpu``: ITEMS calls of an agent that burns 2 ms of CPU each, 3 checks; its floor on a machine of
+  C cores is ITEMS x 2 ms / C (the CPU floor), reported as a ratio beside the flow's time.
+
+Each figure is the median of ``--repeat`` runs; runners alternate inside each repetition so load
+drifts hit them alike.
+
+Usage: python bench/bench_runners.py [--workload instant|cpu] [--items N] [--repeat 3]
+                                     [--runners threads,processes,dask1,dask2,cluster]
+Writes bench/results/runners-<workload>.json and prints a table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from bench_flow import AGENT, _project  # noqa: E402
+from bench_scale import _cli_run, _env, _warm  # noqa: E402
+
+CPU_MS = 2.0
+CPU_AGENT = f"""
+import time
+from evalpipe import AgentResponse, FunctionCallContent, FunctionResultContent, Message
+
+
+class BurnAgent:
+    name = "bench"
+
+    async def run(self, messages, **kwargs):
+        end = time.process_time() + {CPU_MS / 1000}
+        while time.process_time() < end:
+            pass
+        return AgentResponse(messages=[
+            Message("assistant", [FunctionCallContent(name="get_weather", arguments={{"city": "Paris"}}, call_id="c1")]),
+            Message("tool", [FunctionResultContent(call_id="c1", result={{"temp_c": 22}})]),
+            Message("assistant", ["It is sunny in Paris."]),
+        ])
+
+
+agent = BurnAgent()
+"""
+
+RUNNERS: dict[str, Any] = {
+    "threads": "threads",
+    "processes": "processes",
+    "dask1": {"dask": {"n_workers": 1, "threads_per_worker": 1}},
+    "dask2": {"dask": {"n_workers": 2, "threads_per_worker": 1}},
+}
+
+
+def _agent_source(workload: str) -> str:
+    return CPU_AGENT if workload == "cpu" else AGENT.format(latency=0.0)
+
+
+@contextmanager
+def dask_cluster(work: Path, workload: str, env: dict[str, str]) -> Iterator[tuple[str, list[int]]]:
+    """A scheduler and two single-threaded ``dask worker`` processes on 127.0.0.1, each in its own
+    directory, importing the bench agent from a directory of their own: the address and pids."""
+    root = work / "cluster"
+    root.mkdir()
+    (root / "bench_agent.py").write_text(_agent_source(workload), encoding="utf-8")
+    env = {**env, "PYTHONPATH": os.pathsep.join(p for p in (str(root), env.get("PYTHONPATH")) if p)}
+    dask_cli = str(Path(sys.executable).with_name("dask"))
+    scheduler_file = root / "scheduler.json"
+    started = [
+        subprocess.Popen(
+            [
+                dask_cli,
+                "scheduler",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "0",
+                "--no-dashboard",
+                "--scheduler-file",
+                str(scheduler_file),
+            ],
+            cwd=root,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+    ]
+    try:
+        deadline = time.monotonic() + 60
+        while not scheduler_file.exists():
+            if time.monotonic() > deadline or started[0].poll() is not None:
+                raise SystemExit("the Dask scheduler did not start")
+            time.sleep(0.1)
+        for name in ("a", "b"):
+            own = root / f"worker-{name}"
+            own.mkdir()
+            started.append(
+                subprocess.Popen(
+                    [
+                        dask_cli,
+                        "worker",
+                        "--scheduler-file",
+                        str(scheduler_file),
+                        "--nthreads",
+                        "1",
+                        "--host",
+                        "127.0.0.1",
+                        "--no-dashboard",
+                        "--local-directory",
+                        str(own),
+                    ],
+                    cwd=own,
+                    env=env,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+            )
+        from distributed import Client
+
+        with Client(scheduler_file=str(scheduler_file), timeout=60) as client:
+            client.wait_for_workers(2, timeout=120)
+            address = client.scheduler.address
+        yield address, [p.pid for p in started]
+    finally:
+        for p in reversed(started):
+            p.terminate()
+        for p in started:
+            try:
+                p.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+def _one(
+    work: Path, workload: str, items: int, runner: Any, env: dict[str, str], extra: list[int] | None
+) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="evalpipe-bench-runners-", dir=work) as tmp:
+        root = Path(tmp)
+        suite = _project(root, items, 1, 0.0, 64, runner)
+        (root / "bench_agent.py").write_text(_agent_source(workload), encoding="utf-8")
+        run = _cli_run(root, suite, env, extra=extra)
+        manifest = json.loads((Path(run["run_dir"]) / "manifest.json").read_text())
+        run["calls_and_evaluation_s"] = manifest["timings"]["calls_and_evaluation_s"]
+        run["summary"] = (Path(run["run_dir"]) / "summary.parquet").stat().st_size
+        del run["stderr"]
+        return run
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workload", choices=["instant", "cpu"], default="instant")
+    parser.add_argument("--items", type=int, default=None)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--runners", default="threads,processes,dask2,cluster")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    items = args.items or (100_000 if args.workload == "instant" else 20_000)
+    runners = [r for r in args.runners.split(",") if r]
+    work = Path(tempfile.mkdtemp(prefix="evalpipe-bench-runners-"))
+    home = work / "prefect-home"
+    env = _env(None, home)
+    _warm(home, None)
+    results: dict[str, list[dict[str, Any]]] = {r: [] for r in runners}
+    with dask_cluster(work, args.workload, env) if "cluster" in runners else _nothing() as cluster:
+        for i in range(args.repeat):
+            for name in runners:
+                if name == "cluster":
+                    assert cluster is not None
+                    runner, extra = {"dask": {"address": cluster[0]}}, cluster[1]
+                else:
+                    runner, extra = RUNNERS[name], None
+                r = _one(work, args.workload, items, runner, env, extra)
+                results[name].append(r)
+                print(
+                    f"[{i + 1}/{args.repeat}] {name:9} total {r['total_s']:6.1f} s, calls and "
+                    f"evaluation {r['calls_and_evaluation_s']:6.1f} s, peak "
+                    f"{r['peak_rss_with_server_mib']:5.0f} MiB, load {r['load']:.2f}",
+                    flush=True,
+                )
+    cores = os.cpu_count() or 1
+    floor = items * CPU_MS / 1000 / cores if args.workload == "cpu" else None
+    table = {}
+    print(
+        f"\n{args.workload}: {items:,} calls x 3 checks, medians of {args.repeat}"
+        + (f"; CPU floor {floor:.1f} s on {cores} cores" if floor else "")
+    )
+    for name, runs in results.items():
+        med = {
+            k: statistics.median(r[k] for r in runs)
+            for k in ("total_s", "calls_and_evaluation_s", "peak_rss_with_server_mib")
+        }
+        table[name] = {"median": med, "runs": runs}
+        ratio = f", {med['calls_and_evaluation_s'] / floor:.2f}x the CPU floor" if floor else ""
+        print(
+            f"  {name:9} total {med['total_s']:6.1f} s, calls and evaluation "
+            f"{med['calls_and_evaluation_s']:6.1f} s{ratio}, peak "
+            f"{med['peak_rss_with_server_mib']:5.0f} MiB"
+        )
+    out = args.out or HERE / "results" / f"runners-{args.workload}.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(
+        json.dumps(
+            {
+                "workload": args.workload,
+                "items": items,
+                "cores": cores,
+                "cpu_floor_s": floor,
+                "runners": table,
+            },
+            indent=2,
+        )
+    )
+    print(f"written {out}")
+
+
+@contextmanager
+def _nothing() -> Iterator[None]:
+    yield None
+
+
+if __name__ == "__main__":
+    main()
