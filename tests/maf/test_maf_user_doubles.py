@@ -8,12 +8,25 @@ The doubles stand for the user's own objects; evalpipe and MAF objects are real.
 
 from __future__ import annotations
 
+import asyncio
+from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 from unittest.mock import AsyncMock, MagicMock
 
+import openai
 import pytest
 
-from evalpipe import ExpectedToolCall, LocalEvaluator, evaluate_agent, evaluator, keyword_check
+from evalpipe import (
+    EvalItem,
+    ExpectedToolCall,
+    LocalEvaluator,
+    Message,
+    evaluate_agent,
+    evaluator,
+    keyword_check,
+)
+from evalpipe.foundry import FoundryEvals, evaluate_traces
 from evalpipe.runner import resolve_target
 from evalpipe.targets.workflow import SequentialWorkflow
 
@@ -125,3 +138,174 @@ def test_without_a_kind_agents_and_workflows_keep_their_detection() -> None:
     assert resolve_target(weather_agent()).kind == "agent"
     assert resolve_target(_maf_workflow()).kind == "workflow"
     assert resolve_target(SequentialWorkflow([weather_agent()])).kind == "workflow"
+
+
+# -- cause 2: Foundry clients read by attribute, their methods awaited when they are async -----
+
+
+class _AsyncItems:
+    """An async-iterable page of output items, as MAF's tests return from ``output_items.list``."""
+
+    def __init__(self, items: list[Any]) -> None:
+        self._items = list(items)
+
+    def __aiter__(self) -> _AsyncItems:
+        return self
+
+    async def __anext__(self) -> Any:
+        if not self._items:
+            raise StopAsyncIteration
+        return self._items.pop(0)
+
+
+@dataclass
+class _Counts:
+    """A ``ResultCounts``-shaped object (attributes, no ``to_dict``)."""
+
+    passed: int = 0
+    failed: int = 0
+    errored: int = 0
+
+
+def _mock_client(*, status: str = "completed", output_items: list[Any] | None = None) -> MagicMock:
+    """A user's OpenAI client double: ``MagicMock`` answers read by attribute, ``AsyncMock``
+    methods, the create answers without a status."""
+    client = MagicMock()
+    created_eval = MagicMock()
+    created_eval.id = "eval_1"
+    client.evals.create = AsyncMock(return_value=created_eval)
+    created_run = MagicMock()
+    created_run.id = "run_1"
+    client.evals.runs.create = AsyncMock(return_value=created_run)
+    done = MagicMock()
+    done.status = status
+    done.result_counts = _Counts(passed=1)
+    done.report_url = "https://ai.azure.com/eval/run_1"
+    done.per_testing_criteria_results = None
+    client.evals.runs.retrieve = AsyncMock(return_value=done)
+    if output_items is not None:
+        client.evals.runs.output_items.list = AsyncMock(return_value=_AsyncItems(output_items))
+    return client
+
+
+def _output_item(index: int, score: float, passed: bool) -> MagicMock:
+    """An output item double for the data source item ``index``, one relevance result."""
+    result = MagicMock(score=score, passed=passed, reason="because")
+    result.name = "relevance"  # MagicMock(name=...) names the mock, not the attribute
+    item = MagicMock(datasource_item_id=index, status="pass" if passed else "fail")
+    item.id = f"oi_{index}"
+    item.results = [result]
+    item.sample = MagicMock(error=None, usage=None, input=[], output=[])
+    return item
+
+
+def _items(*pairs: tuple[str, str]) -> list[EvalItem]:
+    return [EvalItem([Message("user", [q]), Message("assistant", [a])]) for q, a in pairs]
+
+
+async def test_foundry_evals_reads_a_magicmock_clients_answers_by_attribute() -> None:
+    """A MagicMock client with AsyncMock methods is awaited and its answers read by attribute: the
+    eval and run are created once, the run retrieved, the output items scored by their index."""
+    client = _mock_client(output_items=[_output_item(1, 2.0, False), _output_item(0, 5.0, True)])
+    foundry = FoundryEvals(client=client, model="gpt-4o", evaluators=[FoundryEvals.RELEVANCE])
+    result = await foundry.evaluate(_items(("Hello", "Hi there!"), ("Weather?", "Sunny.")))
+
+    assert (result.status, result.eval_id, result.run_id) == ("completed", "eval_1", "run_1")
+    assert result.report_url == "https://ai.azure.com/eval/run_1"
+    assert [(i.status, i.scores[0].name, i.scores[0].score) for i in result.items] == [
+        ("pass", "relevance", 5.0),
+        ("fail", "relevance", 2.0),
+    ]
+    assert result.result_counts == {"passed": 1, "failed": 1, "errored": 0}
+    client.evals.create.assert_awaited_once()
+    client.evals.runs.create.assert_awaited_once()
+    run_call = client.evals.runs.create.call_args
+    content = run_call.kwargs["data_source"]["source"]["content"]
+    assert [c["item"]["query"] for c in content] == ["Hello", "Weather?"]
+
+
+async def test_a_doubles_create_answer_without_a_status_is_retrieved_at_once() -> None:
+    """A create answer with no status is retrieved without waiting a poll interval first."""
+    client = _mock_client(output_items=[_output_item(0, 4.0, True)])
+    foundry = FoundryEvals(client=client, model="gpt-4o", poll_interval=60.0)
+    result = await asyncio.wait_for(foundry.evaluate(_items(("Hi", "Hello"))), timeout=10)
+    assert result.status == "completed"
+    client.evals.runs.retrieve.assert_awaited_once()
+
+
+async def test_with_options_is_called_on_real_openai_clients_only() -> None:
+    """A double's ``with_options`` (another double, without the caller's methods) is never called;
+    a real openai client's is, turning the SDK's own retries off."""
+    client = _mock_client()
+    foundry = FoundryEvals(client=client, model="gpt-4o")
+    client.with_options.assert_not_called()
+    assert foundry._client is client
+    real = openai.AsyncOpenAI(api_key="unused", base_url="http://127.0.0.1:9/v1")
+    assert FoundryEvals(client=real, model="gpt-4o")._client.max_retries == 0
+
+
+async def test_sync_double_methods_and_attribute_objects_work_too() -> None:
+    """Methods that return their answer at once (the sync SDK's way) and answers that are plain
+    objects (dataclasses, namespaces) are read the same way."""
+    client = MagicMock()
+    client.evals.create = MagicMock(return_value=SimpleNamespace(id="eval_s"))
+    client.evals.runs.create = MagicMock(return_value=SimpleNamespace(id="run_s", status="queued"))
+    client.evals.runs.retrieve = MagicMock(
+        return_value=SimpleNamespace(id="run_s", status="failed", error=_Error("E", "no model"))
+    )
+    foundry = FoundryEvals(client=client, model="gpt-4o", poll_interval=0.01)
+    result = await foundry.evaluate(_items(("Hi", "Hello")))
+    assert (result.eval_id, result.run_id, result.status) == ("eval_s", "run_s", "failed")
+    assert result.error == "no model"
+    assert [i.error_code for i in result.items] == ["RunFailed"]
+
+
+@dataclass
+class _Error:
+    """An ``EvalAPIError``-shaped object."""
+
+    code: str
+    message: str
+
+
+async def test_evaluate_agent_with_a_magicmock_agent_sends_its_tools_to_foundry() -> None:
+    """Pre-existing responses of a double agent are sent with the tool definitions its
+    ``default_options`` declare, through a double client."""
+    client = _mock_client()
+    agent = _mock_agent()
+    agent.default_options = {"tools": [get_weather]}
+    [result] = await evaluate_agent(
+        agent=agent,
+        responses=af.AgentResponse(messages=[af.Message("assistant", ["It's sunny."])]),
+        queries=["What's the weather?"],
+        evaluators=FoundryEvals(client=client, model="gpt-4o"),
+    )
+    assert result.status == "completed"
+    [row] = client.evals.runs.create.call_args.kwargs["data_source"]["source"]["content"]
+    assert [t["name"] for t in row["item"]["tool_definitions"]] == ["get_weather"]
+    assert row["item"]["query"] == "What's the weather?"
+
+
+@pytest.mark.parametrize(
+    ("source", "kind"),
+    [
+        ({"response_ids": ["resp_a", "resp_b"]}, "azure_ai_responses"),
+        ({"trace_ids": ["trace_1"]}, "azure_ai_traces"),
+        ({"agent_id": "my-agent", "lookback_hours": 24}, "azure_ai_traces"),
+    ],
+)
+async def test_evaluate_traces_runs_on_a_magicmock_client(
+    source: dict[str, Any], kind: str
+) -> None:
+    """evaluate_traces by response ids, trace ids or agent id completes on a double client and
+    sends MAF's data source."""
+    client = _mock_client(output_items=[])
+    result = await evaluate_traces(client=client, model="gpt-4o", **source)
+    assert (result.status, result.eval_id, result.run_id) == ("completed", "eval_1", "run_1")
+    data_source = client.evals.runs.create.call_args.kwargs["data_source"]
+    assert data_source["type"] == kind
+    if "agent_id" in source:
+        assert (data_source["agent_id"], data_source["lookback_hours"]) == ("my-agent", 24)
+    if "response_ids" in source:
+        content = data_source["item_generation_params"]["source"]["content"]
+        assert [c["item"]["resp_id"] for c in content] == ["resp_a", "resp_b"]
