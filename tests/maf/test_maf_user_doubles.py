@@ -12,7 +12,7 @@ import asyncio
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
-from unittest.mock import AsyncMock, MagicMock
+from unittest.mock import AsyncMock, MagicMock, call
 
 import openai
 import pytest
@@ -26,6 +26,7 @@ from evalpipe import (
     evaluator,
     keyword_check,
 )
+from evalpipe.evaluate import evaluate_workflow
 from evalpipe.foundry import FoundryEvals, evaluate_traces
 from evalpipe.runner import resolve_target
 from evalpipe.targets.workflow import SequentialWorkflow
@@ -309,3 +310,125 @@ async def test_evaluate_traces_runs_on_a_magicmock_client(
     if "response_ids" in source:
         content = data_source["item_generation_params"]["source"]["content"]
         assert [c["item"]["resp_id"] for c in content] == ["resp_a", "resp_b"]
+
+
+# -- cause 3: workflows of MAF's shape, and MAF workflows that do not stream ------------------
+
+
+def _executor_response(executor_id: str, text: str, query: str) -> Any:
+    """What a MAF agent executor sends when it completes: its response and its conversation."""
+    response = af.AgentResponse(messages=[af.Message("assistant", [text])])
+    return af.AgentExecutorResponse(
+        executor_id=executor_id,
+        agent_response=response,
+        full_conversation=[af.Message("user", [query]), *response.messages],
+    )
+
+
+def _run_result(query: str, *turns: tuple[str, str], output: str | None = None) -> Any:
+    """A real MAF WorkflowRunResult: ``turns`` as (executor id, answer), then the output."""
+    events: list[Any] = []
+    for executor_id, text in turns:
+        events.append(af.WorkflowEvent.executor_invoked(executor_id, query))
+        events.append(
+            af.WorkflowEvent.executor_completed(
+                executor_id, [_executor_response(executor_id, text, query)]
+            )
+        )
+    if output is not None:
+        data = [af.Message("assistant", [output])]
+        events.append(af.WorkflowEvent("output", executor_id="end", data=data))
+    return af.WorkflowRunResult(events, [])
+
+
+def _mock_executor(*tools: Any) -> MagicMock:
+    """A MAF agent executor double holding an agent double with ``tools``."""
+    agent = MagicMock()
+    agent.default_options = {"tools": list(tools)}
+    executor = MagicMock(spec=af.AgentExecutor)
+    executor.agent = agent
+    return executor
+
+
+async def test_a_magicmock_workflow_with_executors_is_run_as_maf_runs_it() -> None:
+    """A ``MagicMock`` workflow with ``executors`` and an ``AsyncMock`` ``run`` returning a
+    WorkflowRunResult is a MAF workflow: called as MAF calls it (``run(query)``, once per query
+    and repetition), read per agent, named after its class."""
+    workflow = MagicMock()
+    workflow.executors = {}
+    workflow.run = AsyncMock(return_value=_run_result("Q", ("agent", "Response"), output="Final"))
+    client = _mock_client()
+    [result] = await evaluate_workflow(
+        workflow=workflow,
+        queries=["Test query"],
+        expected_output=["Final"],
+        evaluators=FoundryEvals(client=client, model="gpt-4o"),
+        num_repetitions=2,
+    )
+    assert result.status == "completed"
+    assert list(result.sub_results) == ["agent"]
+    assert workflow.run.await_args_list == [call("Test query"), call("Test query")]
+    names = [c.kwargs["name"] for c in client.evals.create.call_args_list]
+    assert sorted(names) == [
+        "Workflow Eval: MagicMock — agent",
+        "Workflow Eval: MagicMock — overall",
+    ]
+    overall = next(
+        c for c in client.evals.runs.create.call_args_list if "overall" in c.kwargs["name"]
+    )
+    rows = overall.kwargs["data_source"]["source"]["content"]
+    assert [r["item"]["ground_truth"] for r in rows] == ["Final", "Final"]
+
+
+async def test_a_magicmock_workflows_executors_give_each_agent_its_own_tools() -> None:
+    """With a finished run, the agents of a double's ``executors`` give their items their tools:
+    only the agent that has tools gets tool_call_accuracy (MAF's filtering)."""
+    workflow = MagicMock()
+    workflow.executors = {"researcher": _mock_executor(get_weather), "planner": _mock_executor()}
+    client = _mock_client()
+    [result] = await evaluate_workflow(
+        workflow=workflow,
+        workflow_result=_run_result("Plan", ("researcher", "Sunny"), ("planner", "Go")),
+        evaluators=FoundryEvals(
+            client=client,
+            model="gpt-4o",
+            evaluators=[FoundryEvals.RELEVANCE, FoundryEvals.TOOL_CALL_ACCURACY],
+        ),
+        include_overall=False,
+    )
+    assert sorted(result.sub_results) == ["planner", "researcher"]
+    criteria = {
+        c.kwargs["name"]: sorted(t["evaluator_name"] for t in c.kwargs["testing_criteria"])
+        for c in client.evals.create.call_args_list
+    }
+    assert criteria == {
+        "Workflow Eval: MagicMock — planner": ["builtin.relevance"],
+        "Workflow Eval: MagicMock — researcher": [
+            "builtin.relevance",
+            "builtin.tool_call_accuracy",
+        ],
+    }
+
+
+class _NonStreamingWorkflow(af.Workflow):  # type: ignore[misc]
+    """A user's MAF workflow whose ``run`` gives the finished WorkflowRunResult even when asked
+    to stream."""
+
+    async def run(self, message: Any = None, **kwargs: Any) -> Any:  # type: ignore[override]
+        kwargs.pop("stream", None)
+        return await super().run(message, **kwargs)
+
+
+async def test_a_maf_workflow_whose_streamed_run_returns_a_run_result_is_read() -> None:
+    """A MAF Workflow whose ``run(stream=True)`` answers with a WorkflowRunResult instead of a
+    stream is evaluated from that result (it used to fail iterating a coroutine)."""
+    workflow = _maf_workflow()
+    workflow.__class__ = _NonStreamingWorkflow  # the instance the subclass would build
+    [result] = await evaluate_workflow(
+        workflow=workflow,
+        queries=["Plan a trip to Paris"],
+        evaluators=keyword_check("sunny"),
+        include_overall=False,
+    )
+    assert sorted(result.sub_results) == ["researcher", "writer"]
+    assert result.sub_results["researcher"].items[0].status == "pass"
