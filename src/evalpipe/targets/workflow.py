@@ -396,8 +396,8 @@ def is_workflow(target: Any) -> bool:
     return bool(workflow_signs(target)) and not is_maf_agent(target)
 
 
-_AGENT_ATTRIBUTES = ("default_options", "mcp_tools", "tools")
-"""What agents declare and workflows do not: evalpipe reads an agent's tools from them."""
+_AGENT_ATTRIBUTES = ("default_options", "mcp_tools")
+"""What MAF agents declare and workflows do not (evalpipe reads an agent's tools from them)."""
 
 
 def workflow_signs(target: Any) -> list[str]:
