@@ -150,7 +150,9 @@ async def evaluate_agent(
         raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}.")
 
     providers = resolve_evaluators(evaluators)
-    target = resolve_target(agent) if agent is not None else None
+    # What is passed as agent= is an agent (MAF's rule), even one that also has workflow-like
+    # attributes, such as a MagicMock() test double.
+    target = resolve_target(agent, kind="agent") if agent is not None else None
     given: list[TargetRun | None] | None = None
     heads: list[list[Message] | None] | None = None
     if response_list is not None:

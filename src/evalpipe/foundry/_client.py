@@ -12,11 +12,12 @@ import asyncio
 import inspect
 import logging
 import random
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import openai
+from pydantic import BaseModel
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
 from evalpipe._internal.retry import parse_retry_after
@@ -99,21 +100,109 @@ class RetryPolicy:
         )
 
 
-def _as_dict(obj: Any) -> dict[str, Any]:
+_FIELDS = (
+    # evals, runs, pages
+    "id", "name", "status", "error", "code", "message", "metadata", "report_url",
+    "result_counts", "per_testing_criteria_results", "testing_criteria", "evaluator_name",
+    "data_source_config", "data", "has_more", "total", "passed", "failed", "errored",
+    # output items and their results
+    "datasource_item_id", "datasource_item", "results", "sample", "type", "metric", "score",
+    "label", "reason", "threshold", "properties", "dimension_scores", "rubric_scores",
+    "applicable", "weight", "usage", "prompt_tokens", "completion_tokens", "total_tokens",
+    "cached_tokens", "input_tokens", "output_tokens", "input", "output", "role", "content",
+    "query", "response", "trace_id", "agent_id", "resp_id", "response_id",
+)  # fmt: skip
+"""Every field evalpipe reads from an evals answer (read by attribute from objects that are neither
+a mapping nor a pydantic model)."""
+
+_MISSING = object()
+_MAX_DEPTH = 32
+
+
+def _attribute(obj: Any, name: str) -> Any:
+    """``obj.name`` when it is the object's own: an instance attribute, a dataclass field or slot,
+    or a property of its class; else ``_MISSING``. Attributes made up on access by ``__getattr__``
+    (a ``MagicMock``'s children that nobody set) are not data."""
+    own = getattr(obj, "__dict__", None)
+    if isinstance(own, dict) and name in own:
+        return own[name]
+    if hasattr(type(obj), name):
+        value = getattr(obj, name, _MISSING)
+        return _MISSING if callable(value) else value
+    return _MISSING
+
+
+def plain(obj: Any, _depth: int = 0) -> Any:
+    """An evals answer as plain dicts and lists, read the way MAF reads it: by attribute, with a
+    dict fallback.
+
+    A mapping is copied; an openai model is its ``to_dict()``, another pydantic model its
+    ``model_dump()``; any other object (the SDK's, a dataclass, a user's ``MagicMock`` double)
+    is read by attribute, each of the fields evalpipe uses that the object has of its own (see
+    :func:`_attribute`): a bare ``MagicMock()`` reads as ``{}``.
+    """
+    if obj is None or isinstance(obj, str | int | float | bool):
+        return obj
+    if _depth > _MAX_DEPTH:
+        return None
     if isinstance(obj, Mapping):
-        return dict(obj)
-    to_dict = getattr(obj, "to_dict", None)
-    if callable(to_dict):
+        return {str(k): plain(v, _depth + 1) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [plain(v, _depth + 1) for v in obj]
+    if isinstance(obj, openai.BaseModel):
         # Foundry's criteria are not in openai's grader union: skip pydantic's warnings about it.
-        return dict(to_dict(warnings=False))
-    return dict(obj.model_dump())
+        return obj.to_dict(warnings=False)
+    if isinstance(obj, BaseModel):
+        return obj.model_dump(warnings=False)
+    out: dict[str, Any] = {}
+    for name in _FIELDS:
+        value = _attribute(obj, name)
+        if value is not _MISSING:
+            out[name] = plain(value, _depth + 1)
+    return out
+
+
+def _as_dict(obj: Any, what: str = "answer") -> dict[str, Any]:
+    """An evals answer that is one object (an eval, a run, an output item) as a dict."""
+    value = plain(obj)
+    if not isinstance(value, dict):
+        raise TypeError(f"the {what} is not an object: {type(obj).__name__}")
+    return value
+
+
+def _with_id(answer: dict[str, Any], what: str) -> dict[str, Any]:
+    if answer.get("id") in (None, ""):
+        raise RuntimeError(f"the {what} answer has no id: {answer!r}")
+    return answer
+
+
+async def _page_of(page: Any) -> tuple[list[Any], bool | None]:
+    """The elements of a list answer and its ``has_more`` (None: not said).
+
+    A page (``.data`` / ``["data"]``) is read as it is; a plain list, or an iterator that pages by
+    itself (the SDK's auto-paginating ``AsyncPaginator`` when not awaited, a user's async
+    iterable double), is read to its end and has no more.
+    """
+    if isinstance(page, list | tuple):
+        return list(page), False
+    data = page.get("data") if isinstance(page, Mapping) else _attribute(page, "data")
+    if isinstance(data, list | tuple):
+        more = page.get("has_more") if isinstance(page, Mapping) else _attribute(page, "has_more")
+        return list(data), more if isinstance(more, bool) else None
+    if hasattr(page, "__aiter__"):
+        return [x async for x in page], False
+    if isinstance(page, Iterable) and not isinstance(page, str | bytes | Mapping):
+        return list(page), False
+    return [], False
 
 
 class EvalsApi:
     """The OpenAI evals operations evalpipe uses, awaitable for a sync or an async client.
 
-    A sync ``openai.OpenAI`` runs each call in a worker thread; list calls read one page at a time
-    so a failing page is retried alone. Answers are plain dicts.
+    Whatever a client method returns is awaited when it is awaitable, so the sync SDK, the aio SDK,
+    MAF's ``FoundryChatClient``'s client and a user's ``MagicMock`` client with ``AsyncMock``
+    methods all work. A sync method (the sync SDK's) runs in a worker thread; list calls read one
+    page at a time so a failing page is retried alone. Answers are plain dicts (:func:`plain`).
     """
 
     def __init__(self, client: Any, policy: RetryPolicy) -> None:
@@ -122,12 +211,13 @@ class EvalsApi:
         self.is_async = isinstance(client, openai.AsyncOpenAI)
 
     async def _call(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
-        if self.is_async:
+        if self.is_async or inspect.iscoroutinefunction(fn):
             result = fn(*args, **kwargs)
-            if inspect.isawaitable(result):
-                result = await result
-            return result
-        return await asyncio.to_thread(fn, *args, **kwargs)
+        else:
+            result = await asyncio.to_thread(fn, *args, **kwargs)
+        if inspect.isawaitable(result):
+            result = await result
+        return result
 
     async def _retry(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
         async for attempt in self.policy.retrying(what):
@@ -158,15 +248,23 @@ class EvalsApi:
         raise AssertionError("unreachable: tenacity reraises")  # pragma: no cover
 
     async def create_eval(self, **body: Any) -> dict[str, Any]:
-        """POST /evals once (no retry here; see ``create_once``)."""
-        return _as_dict(await self._call(self.client.evals.create, **body))
+        """POST /evals once (no retry here; see ``create_once``).
+
+        Raises:
+            RuntimeError: when the answer has no id.
+        """
+        answer = await self._call(self.client.evals.create, **body)
+        return _with_id(_as_dict(answer, "eval create"), "eval create")
 
     async def create_run(self, eval_id: str, **body: Any) -> dict[str, Any]:
-        """POST /evals/{eval_id}/runs once."""
+        """POST /evals/{eval_id}/runs once.
+
+        Raises:
+            RuntimeError: when the answer has no id.
+        """
         extra = body.pop("extra_body", None)
-        return _as_dict(
-            await self._call(self.client.evals.runs.create, eval_id, extra_body=extra, **body)
-        )
+        answer = await self._call(self.client.evals.runs.create, eval_id, extra_body=extra, **body)
+        return _with_id(_as_dict(answer, "run create"), "run create")
 
     async def retrieve_run(self, eval_id: str, run_id: str) -> dict[str, Any]:
         """GET a run, with retries."""
@@ -197,9 +295,9 @@ class EvalsApi:
         self, what: str, fn: Callable[..., Any], /, *args: Any, **kwargs: Any
     ) -> tuple[list[dict[str, Any]], bool]:
         async def one() -> tuple[list[dict[str, Any]], bool]:
-            page = await self._call(fn, *args, **kwargs)
-            data = [_as_dict(x) for x in (page.data or [])]
-            return data, bool(page.has_more) if page.has_more is not None else bool(data)
+            elements, has_more = await _page_of(await self._call(fn, *args, **kwargs))
+            data = [_as_dict(x, what) for x in elements]
+            return data, has_more if has_more is not None else bool(data)
 
         return await self._retry(what, one)
 
@@ -221,9 +319,10 @@ class EvalsApi:
             data, has_more = await self._page(what, fn, *args, **kwargs, **extra)
             out.extend(data)
             pages += 1
-            if not data or not has_more or (max_pages is not None and pages >= max_pages):
+            last = data[-1].get("id") if data else None
+            if last is None or not has_more or (max_pages is not None and pages >= max_pages):
                 return out
-            after = str(data[-1]["id"])
+            after = str(last)
 
     async def list_output_items(self, eval_id: str, run_id: str) -> list[dict[str, Any]]:
         """Every output item of a run (all pages)."""

@@ -210,11 +210,12 @@ class FoundryEvals(BatchedEvaluator):
         if client is not None:
             openai_client, client_model = _from_client(client)
             self.project_client = getattr(client, "project_client", None)
-            # The caller's client: used on every event loop, never closed here.
-            with_options = getattr(openai_client, "with_options", None)
+            # The caller's client: used on every event loop, never closed here. Only a real
+            # openai client gets our options: with_options of a test double is another double,
+            # without the methods the caller set up on this one.
             self._client: Any = (
-                with_options(max_retries=0, timeout=request_timeout)
-                if callable(with_options)
+                openai_client.with_options(max_retries=0, timeout=request_timeout)
+                if issubclass(type(openai_client), openai.OpenAI | openai.AsyncOpenAI)
                 else openai_client
             )
             self._client_owned = False
@@ -483,10 +484,12 @@ class FoundryEvals(BatchedEvaluator):
             )
         run_id = str(run["id"])
         base.run_id = run_id
-        base.report_url = run.get("report_url")
         logger.info("Foundry run %s (eval %s): %d items", run_id, eval_id, len(content))
 
-        status, error, missing_code, outputs = await self._await_outputs(api, eval_id, run, started)
+        status, error, missing_code, outputs, run = await self._await_outputs(
+            api, eval_id, run, started
+        )
+        base.report_url = run.get("report_url")
         for oi in outputs:
             index = _index(oi.get("datasource_item_id"))
             if index is None or not 0 <= index < len(sent):
@@ -501,17 +504,18 @@ class FoundryEvals(BatchedEvaluator):
 
     async def _await_outputs(
         self, api: Any, eval_id: str, run: dict[str, Any], started: float
-    ) -> tuple[str, str | None, str, list[dict[str, Any]]]:
+    ) -> tuple[str, str | None, str, list[dict[str, Any]], dict[str, Any]]:
         """Poll a run to its end and read its output items.
 
-        Returns (status, error, the error code for items with no output, output items). A run
+        Returns (status, error, the error code for items with no output, output items, the run as
+        last read, with ``report_url`` kept from an earlier answer when the last has none). A run
         that times out is canceled on the server; a caller that gives up (a task timeout, Ctrl-C)
         cancels it too, so it stops costing money. Output items that cannot be read make a
         completed run ``partial``.
         """
         run_id = str(run["id"])
         try:
-            status, error = await self._poll(api, eval_id, run, started)
+            status, error, last = await self._poll(api, eval_id, run, started)
         except asyncio.CancelledError:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(api.cancel_run(eval_id, run_id), timeout=10)
@@ -538,16 +542,20 @@ class FoundryEvals(BatchedEvaluator):
                 status, missing_code = "partial", "FoundryError"
             text = f"could not read output items: {_error_text(exc)}"
             error = f"{error}; {text}" if error else text
-        return status, error, missing_code, outputs
+        if not last.get("report_url") and run.get("report_url"):
+            last = {**last, "report_url": run["report_url"]}
+        return status, error, missing_code, outputs, last
 
     async def _poll(
         self, api: EvalsApi, eval_id: str, run: dict[str, Any], started: float
-    ) -> tuple[str, str | None]:
-        """Poll until a terminal status or the timeout: ``(status, error text)``."""
+    ) -> tuple[str, str | None, dict[str, Any]]:
+        """Poll until a terminal status or the timeout: ``(status, error text, the run as last
+        read)``. A create answer without a status (a test double's) is retrieved at once."""
         loop = asyncio.get_running_loop()
         deadline = started + self.timeout
         interval = self.poll_interval
         last_error: str | None = None
+        wait = bool(run.get("status"))
         while True:
             status = str(run.get("status") or "")
             if status in _TERMINAL:
@@ -560,17 +568,19 @@ class FoundryEvals(BatchedEvaluator):
                         if isinstance(raw, dict)
                         else str(raw or "the run failed")
                     )
-                return status, error
+                return status, error, run
             remaining = deadline - loop.time()
             if remaining <= 0:
-                return "timeout", last_error
-            await asyncio.sleep(min(interval, remaining))
-            interval = min(interval * 2, self.max_poll_interval)
+                return "timeout", last_error, run
+            if wait:
+                await asyncio.sleep(min(interval, remaining))
+                interval = min(interval * 2, self.max_poll_interval)
+            wait = True
             try:
-                run = await api.retrieve_run(eval_id, str(run["id"]))
+                run = {"id": run["id"], **await api.retrieve_run(eval_id, str(run["id"]))}
             except Exception as exc:
                 if not is_retryable(exc) and isinstance(exc, openai.APIStatusError):
-                    return "failed", f"polling the run failed: {_error_text(exc)}"
+                    return "failed", f"polling the run failed: {_error_text(exc)}", run
                 last_error = f"last poll failed: {_error_text(exc)}"
 
     def _finish(
@@ -849,8 +859,10 @@ class FoundryEvals(BatchedEvaluator):
                 base, items, ids, out, specs, "failed", _error_text(exc), "FoundryError"
             )
         base.run_id = str(run["id"])
+        status, error, missing_code, outputs, run = await self._await_outputs(
+            api, eval_id, run, started
+        )
         base.report_url = run.get("report_url")
-        status, error, missing_code, outputs = await self._await_outputs(api, eval_id, run, started)
         if inputs is not None:
             assert source_item is not None
             for oi in outputs:

@@ -15,18 +15,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from evalpipe._internal.maf import is_maf_instance
 from evalpipe.evaluators.base import AgentScoped, BatchedEvaluator, Evaluator
 from evalpipe.itemize import NO_EXPECTATIONS, Expectations, UpstreamContext
 from evalpipe.journal import call_key, content_key
 from evalpipe.messages import Message, ToolDefinition
 from evalpipe.secrets import secrets_of
-from evalpipe.targets.base import agent_name, agent_tools
+from evalpipe.targets.base import agent_name, agent_tools, is_maf_agent
+from evalpipe.targets.maf import MAFWorkflow
 from evalpipe.targets.workflow import (
+    RouterWorkflow,
+    SequentialWorkflow,
+    agent_signs,
     as_workflow,
     is_workflow,
     workflow_agent_names,
     workflow_identity,
     workflow_name,
+    workflow_signs,
 )
 from evalpipe.transcripts import TargetKind, Transcript
 
@@ -89,6 +95,10 @@ def make_calls(identity: str, rows: Sequence[Row], repetitions: int) -> tuple[Ca
     )
 
 
+_EVALPIPE_WORKFLOWS = (SequentialWorkflow, RouterWorkflow, MAFWorkflow)
+"""evalpipe's own workflow classes: never run as an agent."""
+
+
 @dataclass(frozen=True, slots=True)
 class Target:
     """The target as the run calls it: one object for every call (see :func:`resolve_target`)."""
@@ -117,11 +127,26 @@ def resolve_target(obj: Any, *, kind: TargetKind | None = None) -> Target:
     per call (that is what a suite target that is a factory of MAF workflows becomes).
 
     ``kind="workflow"`` takes any object with ``name`` and ``run`` as a workflow (as
-    ``evaluate_workflow`` does); by default an object is a workflow when ``is_workflow`` says so.
+    ``evaluate_workflow`` does) and ``kind="agent"`` any object with ``run`` as an agent (as
+    ``evaluate_agent`` does, MAF's rule: what is passed as ``agent=`` is an agent, a ``MagicMock()``
+    double included). Without a kind (suites), an object is a workflow when ``is_workflow`` says
+    so; one that looks like both is refused rather than guessed.
 
     Raises:
-        TypeError: for something that is neither an agent nor a workflow.
+        TypeError: for something that is neither an agent nor a workflow, a MAF workflow or an
+            evalpipe workflow given as an agent, or (without a kind) an object that looks like both.
     """
+    if kind is None:
+        as_workflow_signs = workflow_signs(obj)
+        as_agent_signs = agent_signs(obj)
+        if as_workflow_signs and as_agent_signs and not is_maf_agent(obj):
+            raise TypeError(
+                f"cannot tell whether {type(obj).__name__} is an agent or a workflow: it has "
+                f"{', '.join(as_workflow_signs)} like a workflow and {', '.join(as_agent_signs)} "
+                "like an agent. Make the target one of them (a test double: MagicMock(spec=...) "
+                "of one class), or evaluate it with evaluate_agent(agent=...) or "
+                "evaluate_workflow(workflow=...), which take it as that."
+            )
     if kind == "workflow" or (kind is None and is_workflow(obj)):
         workflow = as_workflow(obj)
         names = workflow_agent_names(workflow)
@@ -131,6 +156,13 @@ def resolve_target(obj: Any, *, kind: TargetKind | None = None) -> Target:
             name=workflow_name(obj),
             agent_names=tuple(names) if names is not None else None,
             identity=workflow_identity(workflow),
+        )
+    if kind == "agent" and (
+        is_maf_instance(obj, "Workflow") or isinstance(obj, _EVALPIPE_WORKFLOWS)
+    ):
+        raise TypeError(
+            f"{type(obj).__name__} is a workflow, not an agent: evaluate it with "
+            "evaluate_workflow(workflow=...)"
         )
     if not callable(getattr(obj, "run", None)):
         raise TypeError(

@@ -80,8 +80,15 @@ class AgentResponse(BaseModel):
 
 
 def is_maf_workflow(obj: Any) -> bool:
-    """Whether ``obj`` is a MAF ``Workflow`` or an instance of a subclass of it (never imports MAF)."""
-    return is_maf_instance(obj, "Workflow")
+    """Whether ``obj`` is a MAF workflow: an instance of MAF's ``Workflow`` or of a subclass, or an
+    object of its shape, an ``executors`` mapping and a ``run`` (how MAF's own tests and the
+    tests written like them build a workflow: ``MagicMock()`` with ``executors = {...}``).
+    Never imports MAF."""
+    if is_maf_instance(obj, "Workflow"):
+        return True
+    return isinstance(getattr(obj, "executors", None), Mapping) and callable(
+        getattr(obj, "run", None)
+    )
 
 
 def is_maf_agent(obj: Any) -> bool:

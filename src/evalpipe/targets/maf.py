@@ -12,6 +12,7 @@ is actually converted, so evalpipe imports without the ``maf`` extra.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -227,14 +228,18 @@ class MAFWorkflow:
     concurrent runs on one instance), and its agents keep their sessions between queries, as in
     MAF's own ``evaluate_workflow``.
 
-    By default the workflow runs in streaming mode, so the turns that finished before a failing
-    executor are kept; the agents' chat clients must support streaming (MAF's all do). With
-    ``stream=False`` a run that raises is recorded as "WorkflowError" without executor turns.
+    By default a MAF ``Workflow`` runs in streaming mode, so the turns that finished before a
+    failing executor are kept; the agents' chat clients must support streaming (MAF's all do).
+    With ``stream=False`` (the default for an object of MAF's shape that is not a MAF
+    ``Workflow``, such as a test double, which is called as MAF calls it: ``await run(query)``) a
+    run that raises is recorded as "WorkflowError" without executor turns. Whatever ``run``
+    returns is read: a stream of events, an awaitable, or a ``WorkflowRunResult``.
 
     Args:
         workflow: A MAF ``Workflow``, or a zero-argument callable returning a fresh one.
         name: The workflow's display name (default: the class name, ``"Workflow"``, as MAF's).
-        stream: Run with ``stream=True`` and convert the events as they arrive.
+        stream: Run with ``stream=True`` and convert the events as they arrive (default: for a
+            MAF ``Workflow``).
         first: A workflow the factory already built (used for ``agent_names``, never run).
 
     Raises:
@@ -242,7 +247,12 @@ class MAFWorkflow:
     """
 
     def __init__(
-        self, workflow: Any, *, name: str | None = None, stream: bool = True, first: Any = None
+        self,
+        workflow: Any,
+        *,
+        name: str | None = None,
+        stream: bool | None = None,
+        first: Any = None,
     ) -> None:
         if is_maf_workflow(workflow):
             self._instance: Any = workflow
@@ -294,13 +304,19 @@ class MAFWorkflow:
         events: list[Any] = []
         timings: dict[int, float] = {}
         error: BaseException | None = None
+        stream = self._stream if self._stream is not None else is_maf_instance(workflow, "Workflow")
         try:
-            if self._stream:
-                async for event in workflow.run(query, stream=True):
+            answer = workflow.run(query, stream=True) if stream else workflow.run(query)
+            if not hasattr(answer, "__aiter__") and inspect.isawaitable(answer):
+                answer = await answer
+            if hasattr(answer, "__aiter__"):
+                async for event in answer:
                     timings[id(event)] = time.perf_counter()
                     events.append(event)
             else:
-                events = list(await workflow.run(query))
+                # a WorkflowRunResult (a list of events), also from a run(stream=True) that
+                # does not stream
+                events = list(answer)
         except BaseException as exc:
             if not is_call_failure(exc):
                 raise

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol, get_type_hints, runtime_checkable
 
 from evalpipe._internal.calls import Slots, bounded, in_thread, is_call_failure
+from evalpipe._internal.maf import is_maf_instance
 from evalpipe.messages import Message
 from evalpipe.targets.base import (
     agent_name,
@@ -36,6 +37,7 @@ __all__ = [
     "RouterWorkflow",
     "SequentialWorkflow",
     "Workflow",
+    "agent_signs",
     "as_workflow",
     "call_workflow",
     "handoff_target",
@@ -45,6 +47,7 @@ __all__ = [
     "workflow_agent_names",
     "workflow_identity",
     "workflow_name",
+    "workflow_signs",
 ]
 
 
@@ -386,21 +389,38 @@ def target_from_factory(factory: Callable[[], Any], built: Any) -> Any:
 
 
 def is_workflow(target: Any) -> bool:
-    """Whether ``target`` is a workflow (and not an agent): a MAF workflow, or an object whose
-    ``run`` takes a query and returns a WorkflowRun (built-in workflows and MAFWorkflow declare
-    ``agent_names``; your own may instead annotate ``run`` with ``-> WorkflowRun``)."""
+    """Whether ``target`` is a workflow (and not an agent): a MAF workflow (by type, or of MAF's
+    shape: ``executors`` a mapping and a ``run``), or an object whose ``run`` takes a query and
+    returns a WorkflowRun (built-in workflows and MAFWorkflow declare ``agent_names``; your own may
+    instead annotate ``run`` with ``-> WorkflowRun``). A MAF agent never is."""
+    return bool(workflow_signs(target)) and not is_maf_agent(target)
+
+
+_AGENT_ATTRIBUTES = ("default_options", "mcp_tools")
+"""What MAF agents declare and workflows do not (evalpipe reads an agent's tools from them)."""
+
+
+def workflow_signs(target: Any) -> list[str]:
+    """What makes ``target`` look like a workflow, for people (empty: nothing does)."""
     if is_maf_workflow(target):
-        return True
+        return ["a MAF Workflow" if is_maf_instance(target, "Workflow") else "`executors`"]
     run = getattr(target, "run", None)
     if run is None:
-        return False
+        return []
     if hasattr(target, "agent_names"):
-        return True
+        return ["`agent_names`"]
     try:
         hints = get_type_hints(run)
     except Exception:
-        return False
-    return hints.get("return") is WorkflowRun
+        return []
+    return ["`run() -> WorkflowRun`"] if hints.get("return") is WorkflowRun else []
+
+
+def agent_signs(target: Any) -> list[str]:
+    """What makes ``target`` look like an agent, for people (empty: only ``name`` and ``run``)."""
+    if is_maf_agent(target):
+        return ["a MAF agent"]
+    return [f"`{name}`" for name in _AGENT_ATTRIBUTES if hasattr(target, name)]
 
 
 def workflow_name(workflow: Any) -> str:
