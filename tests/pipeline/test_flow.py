@@ -572,25 +572,3 @@ def test_the_demo_piped_to_a_file_shows_every_agent(tmp_path: Path, prefect_api:
         ):
             assert re.search(rf"^  {metric}\s+15\s", text, flags=re.MULTILINE), metric
         assert re.search(r"^Local \(researcher, overall\)", text, flags=re.MULTILINE)
-
-
-def test_the_flow_parameters_are_stored_as_prefect_would_store_them() -> None:
-    """The flow's own parameter serializer (no FastAPI import) gives what Prefect's gives."""
-    from fastapi.encoders import jsonable_encoder
-
-    from evalpipe.pipeline.flow import _serialize_parameters
-
-    suite = load_suite(ROOT / "examples/travel/suite.yaml")
-    parameters: dict[str, object] = {
-        "suite": suite,
-        "repetitions": 2,
-        "evaluators": ["exact_match", {"keyword_check": {"keywords": ["a"]}}],
-        "params": {"target_version": "v2", "nested": [1, (2.5, None)]},
-        "run_dir": "runs/x",
-        "rescore": None,
-    }
-    assert _serialize_parameters(parameters) == {
-        key: jsonable_encoder(value) for key, value in parameters.items()
-    }
-    # anything else goes to Prefect's own serializer
-    assert _serialize_parameters({"suite": Path("suite.yaml")}) == {"suite": "suite.yaml"}

@@ -307,7 +307,7 @@ async def run_job(spec: RunSpec, job: ShardJob, run: _Run | None = None) -> Shar
     semaphore = run.semaphore or asyncio.Semaphore(job.share)
     scope = None
     if job.limits:
-        from evalpipe.pipeline.limits import limits_scope  # Prefect: only with global limits
+        from evalpipe.pipeline.limits import limits_scope  # lazy: only with global limits
 
         scope = limits_scope(job.limits)
     shard = await run_shard(
