@@ -123,7 +123,7 @@ class EvalSuite(BaseModel):
     ``processes`` (Prefect's ``ProcessPoolTaskRunner``, one worker process per CPU; ``{processes:
     N}``: N of them), ``{dask: {...}}`` (prefect-dask, the ``dask`` extra: ``{dask: {n_workers: 2}}``
     starts a local cluster, ``{dask: {address: "tcp://scheduler:8786"}}`` uses an existing one) or
-    ``{ray: {address: ...}}`` (prefect-ray, installed apart). Whatever the runner, ``concurrency``
+    ``{ray: {address: ...}}`` (prefect-ray, the ray extra). Whatever the runner, ``concurrency``
     bounds the calls in flight for the whole run."""
 
     @field_validator("task_runner")

@@ -293,7 +293,6 @@ async def test_workers_that_cannot_see_the_run_directory_stop_the_run_clearly(
 async def test_a_local_ray_runs_the_shards_and_equals_threads(project: Path) -> None:
     """{ray: {...}} (prefect-ray, the ray extra): a local Ray started by the run answers every call
     outside the flow's process, and the Parquet files equal a threads run's row for row."""
-    pytest.importorskip("prefect_ray", reason="the ray extra is not installed")
     ray = {"ray": {"init_kwargs": {"num_cpus": 2, "include_dashboard": False}}}
     outcome = await arun_suite(load_suite(_suite(project, task_runner=ray)))
     assert outcome.state == "Completed", outcome.message

@@ -211,7 +211,7 @@ def _task_runner(suite: EvalSuite, concurrency: int) -> Any:
             from prefect_ray.task_runners import RayTaskRunner  # optional: the ray extra
         except ImportError:
             raise SuiteError(
-                "task_runner: ray needs prefect-ray: pip install prefect-ray"
+                "task_runner: ray needs prefect-ray: pip install 'evalpipe[ray]'"
             ) from None
         return RayTaskRunner(**dict(spec["ray"] or {}))
     options = dict(spec["dask"] or {})
