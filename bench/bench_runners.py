@@ -26,10 +26,8 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -37,9 +35,12 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent / "tests"))
 
 from bench_flow import AGENT, _project  # noqa: E402
 from bench_scale import _cli_run, _env, _warm  # noqa: E402
+
+from cluster_helpers import dask_cluster as start_dask_cluster  # noqa: E402
 
 CPU_MS = 2.0
 CPU_AGENT = f"""
@@ -78,77 +79,14 @@ def _agent_source(workload: str) -> str:
 
 @contextmanager
 def dask_cluster(work: Path, workload: str, env: dict[str, str]) -> Iterator[tuple[str, list[int]]]:
-    """A scheduler and two single-threaded ``dask worker`` processes on 127.0.0.1, each in its own
-    directory, importing the bench agent from a directory of their own: the address and pids."""
+    """tests/cluster_helpers' cluster (a scheduler, two single-threaded workers in their own
+    directories), its workers importing the bench agent from a directory of their own."""
     root = work / "cluster"
     root.mkdir()
     (root / "bench_agent.py").write_text(_agent_source(workload), encoding="utf-8")
     env = {**env, "PYTHONPATH": os.pathsep.join(p for p in (str(root), env.get("PYTHONPATH")) if p)}
-    dask_cli = str(Path(sys.executable).with_name("dask"))
-    scheduler_file = root / "scheduler.json"
-    started = [
-        subprocess.Popen(
-            [
-                dask_cli,
-                "scheduler",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                "0",
-                "--no-dashboard",
-                "--scheduler-file",
-                str(scheduler_file),
-            ],
-            cwd=root,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-    ]
-    try:
-        deadline = time.monotonic() + 60
-        while not scheduler_file.exists():
-            if time.monotonic() > deadline or started[0].poll() is not None:
-                raise SystemExit("the Dask scheduler did not start")
-            time.sleep(0.1)
-        for name in ("a", "b"):
-            own = root / f"worker-{name}"
-            own.mkdir()
-            started.append(
-                subprocess.Popen(
-                    [
-                        dask_cli,
-                        "worker",
-                        "--scheduler-file",
-                        str(scheduler_file),
-                        "--nthreads",
-                        "1",
-                        "--host",
-                        "127.0.0.1",
-                        "--no-dashboard",
-                        "--local-directory",
-                        str(own),
-                    ],
-                    cwd=own,
-                    env=env,
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL,
-                )
-            )
-        from distributed import Client
-
-        with Client(scheduler_file=str(scheduler_file), timeout=60) as client:
-            client.wait_for_workers(2, timeout=120)
-            address = client.scheduler.address
-        yield address, [p.pid for p in started]
-    finally:
-        for p in reversed(started):
-            p.terminate()
-        for p in started:
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                p.kill()
+    with start_dask_cluster(root, env, nthreads=1) as cluster:
+        yield cluster
 
 
 def _one(

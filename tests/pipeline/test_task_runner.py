@@ -5,7 +5,6 @@ row, within the run's one concurrency."""
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import textwrap
 import time
@@ -16,6 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
+from cluster_helpers import dask_cluster as start_dask_cluster
 from evalpipe.pipeline import RunOutcome, arun_suite
 from evalpipe.suite import EvalSuite, load_suite
 from parquet_helpers import run_tables
@@ -148,11 +148,9 @@ async def test_dask_local_cluster_runs_the_shards_in_worker_processes(project: P
 
 @pytest.fixture(scope="module")
 def dask_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
-    """A Dask scheduler and two ``dask worker`` processes on 127.0.0.1, each worker in its own
-    working directory as on separate machines, sharing only the filesystem the tests write
-    absolute paths to: the scheduler's address and the log the workers' agent writes."""
-    from distributed import Client
-
+    """A Dask scheduler and two ``dask worker`` processes (2 threads each) on 127.0.0.1, each
+    worker in its own working directory, sharing only the filesystem the tests write absolute
+    paths to: the scheduler's address and the log the workers' agent writes."""
     root = tmp_path_factory.mktemp("dask")
     (root / "pid_agents.py").write_text(textwrap.dedent(AGENT), encoding="utf-8")
     log = root / "calls.log"
@@ -161,73 +159,8 @@ def dask_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str
         "PYTHONPATH": os.pathsep.join([str(root), *sys.path]),
         "EVALPIPE_TEST_PID_FILE": str(log),
     }
-    dask_cli = str(Path(sys.executable).with_name("dask"))
-    scheduler_file = root / "scheduler.json"
-    started: list[subprocess.Popen[bytes]] = []
-    try:
-        started.append(
-            subprocess.Popen(
-                [
-                    dask_cli,
-                    "scheduler",
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
-                    "0",
-                    "--no-dashboard",
-                    "--scheduler-file",
-                    str(scheduler_file),
-                ],
-                cwd=root,
-                env=env,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-        )
-        deadline = time.monotonic() + 60
-        while not scheduler_file.exists():
-            assert time.monotonic() < deadline, "the Dask scheduler did not start within 60 s"
-            assert started[0].poll() is None, "the Dask scheduler exited"
-            time.sleep(0.1)
-        for name in ("worker-a", "worker-b"):
-            own = root / name
-            own.mkdir()
-            started.append(
-                subprocess.Popen(
-                    [
-                        dask_cli,
-                        "worker",
-                        "--scheduler-file",
-                        str(scheduler_file),
-                        "--nthreads",
-                        "2",
-                        "--host",
-                        "127.0.0.1",
-                        "--no-dashboard",
-                        "--local-directory",
-                        str(own),
-                        "--name",
-                        name,
-                    ],
-                    cwd=own,
-                    env=env,
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL,
-                )
-            )
-        with Client(scheduler_file=str(scheduler_file), timeout=60) as client:
-            client.wait_for_workers(2, timeout=90)
-            address = client.scheduler.address
+    with start_dask_cluster(root, env, nthreads=2) as (address, _):
         yield address, log
-    finally:
-        for process in reversed(started):
-            process.terminate()
-        for process in started:
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=20)
 
 
 async def test_a_dask_cluster_of_two_workers_equals_threads_within_the_concurrency(

@@ -236,7 +236,7 @@ def _slots(runner: Any, suite: EvalSuite, concurrency: int) -> int:
         return max(1, int(sum(runner.client.nthreads().values())))
     import ray  # the ray extra: RayTaskRunner started it
 
-    return max(1, int(ray.cluster_resources().get("CPU", 1)))
+    return max(1, int(ray.cluster_resources().get("CPU", 1)))  # type: ignore[no-untyped-call]
 
 
 def _process_workers(suite: EvalSuite, concurrency: int) -> int:
@@ -639,7 +639,7 @@ async def _execute(
                 slots = None
                 size = shard_size(plan, suite, None)
                 # enough shards at once to keep the run's one semaphore busy
-                at_once = max(2, 2 * -(-plan.concurrency // size))
+                at_once = 2 + -(-plan.concurrency // size)
             else:
                 # Started (a local cluster or pool created, a scheduler connected) now: a
                 # cluster that is not there fails the run here, not once per shard.
