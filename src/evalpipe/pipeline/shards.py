@@ -22,7 +22,6 @@ limits (``limits_scope``), imported when a job carries any.
 from __future__ import annotations
 
 import asyncio
-import os
 import socket
 import threading
 import uuid
@@ -177,12 +176,7 @@ class ShardRows:
     results: list[EvalResults]
     calls: CallTally
     verdicts: Counts
-    made: int
-    reused: int
-    items: int
     n_calls: int
-    worker: str = ""
-    """Where it ran (host:pid), for the logs."""
 
 
 def strip_results(result: EvalResults, kept: dict[tuple[str, str], int], listed: int) -> None:
@@ -326,11 +320,8 @@ async def run_job(spec: RunSpec, job: ShardJob, run: _Run | None = None) -> Shar
 def _rows(plan: RunPlan, job: ShardJob, shard: ShardResult, listed: int) -> ShardRows:
     """A finished shard's answer: its rows encoded, its results stripped, its calls counted."""
     tally = CallTally()
-    made = reused = 0
     for outcome in shard.outcomes:
         tally.add(outcome.source, outcome.run)
-        made += outcome.source == "made"
-        reused += outcome.source == "reused"
     encoder = RowEncoder()
     runs = encoder.target_runs(**call_columns(plan, shard.outcomes))
     encoded = encoder.results(shard.results, SummaryTally().check(shard.results))
@@ -345,11 +336,7 @@ def _rows(plan: RunPlan, job: ShardJob, shard: ShardResult, listed: int) -> Shar
         results=shard.results,
         calls=tally,
         verdicts=verdicts,
-        made=made,
-        reused=reused,
-        items=shard.items,
         n_calls=len(shard.outcomes),
-        worker=f"{socket.gethostname()}:{os.getpid()}",
     )
 
 
