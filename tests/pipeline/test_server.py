@@ -1,19 +1,22 @@
-"""The shared embedded Prefect server (evalpipe.pipeline.server and its keeper), tried with real
-servers on 127.0.0.1, real `evalpipe` processes and signals: found again by the next run, stopped by
-`evalpipe server stop`, replaced when killed, one per PREFECT_HOME under concurrent runs, and never
-orphaned (it ends after its idle timeout, when its home goes, or on stop)."""
+"""The kept Prefect server (evalpipe.pipeline.server: Prefect's own `prefect server start`, UI
+included, with evalpipe's reuse, version check and idle stop), tried with real servers on
+127.0.0.1, real `evalpipe` processes and signals: found again by the next run, stopped by `evalpipe
+server stop` and by `prefect server stop`, replaced when killed, one per PREFECT_HOME under
+concurrent runs, and never orphaned (it ends after its idle timeout, when its home goes, or on
+stop)."""
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
 import textwrap
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -149,27 +152,55 @@ def _wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> None:
 
 
 def _serving_lines(home: Path) -> list[str]:
+    """Prefect's welcome line, printed once by every server that started."""
     log = (state_dir(home) / "server.log").read_text(encoding="utf-8", errors="replace")
-    return [line for line in log.splitlines() if ": serving http" in line]
+    return [line for line in log.splitlines() if "Check out the dashboard at" in line]
 
 
 def test_the_next_run_reuses_the_server_and_stop_ends_it(
     project: Path, home: Path, templates: Path
 ) -> None:
-    """The second run reuses the first run's server (both say so); `server stop` ends it."""
-    env = _env(home, templates, project)
+    """The second run reuses the first run's server (both say so, naming its UI, which answers with
+    Prefect's UI); the server has none of the first run's secrets and is not taken for a `prefect
+    server start`; `server stop` refuses while a run holds a lease, then ends it."""
+    env = _env(home, templates, project, OPENAI_API_KEY="sk-test-not-for-the-server")
     first = _run(project, env)
-    assert "started the embedded Prefect server" in first.stderr
+    assert "started a Prefect server for" in first.stderr
     pid, first_url = _info(home)["pid"], _info(home)["api_url"]
+    ui = first_url.removesuffix("/api")
+    assert f"(UI: {ui}, pid {pid})" in first.stderr
     assert _alive(pid)
+    page = urllib.request.urlopen(ui, timeout=30).read().decode()
+    assert "<title>Prefect" in page or "prefect" in page.lower()
     second = _run(project, env)
-    assert "started the embedded Prefect server" not in second.stderr
-    assert f"reused the embedded Prefect server {first_url}" in second.stderr
+    assert "started a Prefect server" not in second.stderr
+    assert f"reused the Prefect server of {home} (UI: {ui}, pid {pid})" in second.stderr
     assert _info(home)["pid"] == pid
     assert len(_serving_lines(home)) == 1
     status = _server(env, "status")
+    assert f"UI {ui}" in status.stdout
     assert f"pid {pid}" in status.stdout
     assert "answers; idle" in status.stdout
+    # The server outlives the run that started it: it has none of that run's secrets.
+    environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    assert not any(b"sk-test-not-for-the-server" in entry for entry in environ)
+    assert f"PREFECT_HOME={home}".encode() in environ
+    # It is not taken for someone's `prefect server start` on this home.
+    from prefect.settings import PREFECT_HOME, temporary_settings
+
+    from evalpipe.pipeline.server import running_server
+
+    with temporary_settings(updates={PREFECT_HOME: str(home)}):
+        assert running_server() is None
+    # `server stop` refuses (exit 3, naming --force) while a run holds a lease.
+    with Lease(state_dir(home)):
+        with pytest.raises(ServerBusyError, match="in use by a run"):
+            stop_server(home)
+        refused = _server(env, "stop", check=False)
+        assert refused.returncode == 3
+        assert "--force" in refused.stderr
+        assert _alive(pid)
+        assert server_status(home).in_use
     stopped = _server(env, "stop")
     assert f"(pid {pid})" in stopped.stdout
     assert not _alive(pid)
@@ -178,18 +209,41 @@ def test_the_next_run_reuses_the_server_and_stop_ends_it(
 
 
 def test_a_run_replaces_a_killed_server(project: Path, home: Path, templates: Path) -> None:
-    """A server killed with SIGKILL between runs is replaced by the next run, which completes."""
+    """A server killed with SIGKILL between runs is replaced by the next run, which completes; so
+    is one of another Prefect version."""
     env = _env(home, templates, project)
     _server(env, "start")
     old = _info(home)["pid"]
     os.kill(old, signal.SIGKILL)
     _wait_for(lambda: not _alive(old), 30, "the server to die")
-    assert (state_dir(home) / "server.json").exists()
     done = _run(project, env)
-    assert "started the embedded Prefect server" in done.stderr
+    assert "started a Prefect server" in done.stderr
+    assert f"evalpipe: the server pid {old} exited" in (state_dir(home) / "server.log").read_text()
     new = _info(home)["pid"]
     assert new != old
     assert _alive(new)
+    # A server of another Prefect version is stopped by the next run, which starts its own.
+    info = _info(home)
+    path = state_dir(home) / "server.json"
+    path.write_text(json.dumps({**info, "prefect": "0.0.1"}), encoding="utf-8")
+    done = _run(project, env)
+    assert "ran Prefect 0.0.1 or another database and was stopped" in done.stderr
+    assert "started a Prefect server" in done.stderr
+    assert not _alive(info["pid"])
+    assert _info(home)["pid"] != info["pid"]
+
+
+def test_prefects_own_stop_command_stops_it(home: Path, templates: Path) -> None:
+    """The pid is in Prefect's own pid file: `prefect server stop` stops the kept server too, and
+    the next status says none runs."""
+    env = _env(home, templates)
+    _server(env, "start")
+    pid = _info(home)["pid"]
+    assert (home / "server.pid").read_text().strip() == str(pid)
+    prefect = Path(sys.executable).with_name("prefect")
+    subprocess.run([str(prefect), "server", "stop"], env=env, check=True, timeout=120)
+    _wait_for(lambda: not _alive(pid), 30, "the server to stop")
+    assert _server(env, "status", check=False).returncode == 1
 
 
 def test_two_concurrent_runs_on_one_home_share_one_server(
@@ -234,7 +288,9 @@ def test_a_run_killed_with_sigkill_leaves_the_server_for_its_idle_timeout_only(
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert "stopping: idle for 4 s" in (state_dir(home) / "server.log").read_text()
+    assert f"stopping the server pid {pid}: idle for 4 s" in (
+        state_dir(home) / "server.log"
+    ).read_text()
     assert not (state_dir(home) / "server.json").exists()
 
 
@@ -247,41 +303,16 @@ def test_removing_the_home_stops_the_server(home: Path, templates: Path) -> None
     _wait_for(lambda: not _alive(pid), 30, "the server of a deleted home to stop")
 
 
-def test_stop_refuses_a_server_in_use_unless_forced(home: Path, templates: Path) -> None:
-    """`server stop` refuses (exit 3, naming --force) while a run holds a lease; --force stops."""
-    env = _env(home, templates)
-    _server(env, "start")
-    pid = _info(home)["pid"]
-    with Lease(state_dir(home)):
-        with pytest.raises(ServerBusyError, match="in use by a run"):
-            stop_server(home)
-        refused = _server(env, "stop", check=False)
-        assert refused.returncode == 3
-        assert "--force" in refused.stderr
-        assert _alive(pid)
-        assert server_status(home).in_use
-        _server(env, "stop", "--force")
-    assert not _alive(pid)
-
-
-def test_the_server_gets_none_of_the_secrets_of_the_run_that_started_it(
-    home: Path, templates: Path
-) -> None:
-    """The kept server's environment holds none of the starting command's API keys."""
-    env = _env(home, templates, OPENAI_API_KEY="sk-test-not-for-the-server")
-    _server(env, "start")
-    environ = Path(f"/proc/{_info(home)['pid']}/environ").read_bytes().split(b"\0")
-    assert not any(b"sk-test-not-for-the-server" in entry for entry in environ)
-    assert f"PREFECT_HOME={home}".encode() in environ
-
-
 def test_a_fresh_home_starts_from_the_migrated_template(tmp_path: Path, templates: Path) -> None:
-    """A new home's database is a copy of the migrated template, at the same migration."""
+    """The first server saves its migrated database as a template; a new home's database is a copy
+    of it, at the same migration, with the same block types registered."""
     own = tmp_path / "templates"
     first, second = tmp_path / "a", tmp_path / "b"
     try:
         _server(_env(first, own), "start")
-        assert "created from the template" not in (state_dir(first) / "server.log").read_text()
+        log = (state_dir(first) / "server.log").read_text()
+        assert "created from the template" not in log
+        assert "saved the migrated database as the template" in log
         (template,) = own.glob("prefect-*.db")
         _server(_env(second, own), "start")
         assert "created from the template" in (state_dir(second) / "server.log").read_text()
@@ -293,10 +324,6 @@ def test_a_fresh_home_starts_from_the_migrated_template(tmp_path: Path, template
         assert (
             revision(second / "prefect.db") == revision(template) == revision(first / "prefect.db")
         )
-        # The copy is complete (at the head of the migrations, the block types of the installed
-        # collections registered): the second home's server skipped both at start-up.
-        log = (state_dir(second) / "server.log").read_text()
-        assert "skipped at start-up: migrations, block registration" in log
 
         def block_types(db: Path) -> Any:
             with sqlite3.connect(db) as conn:
@@ -307,50 +334,6 @@ def test_a_fresh_home_starts_from_the_migrated_template(tmp_path: Path, template
     finally:
         for path in (first, second):
             stop_server(path, force=True)
-
-
-def test_a_template_without_the_collections_key_is_brought_up_to_date(
-    tmp_path: Path, templates: Path
-) -> None:
-    """A template saved without the record of the Prefect collections it holds (an earlier
-    evalpipe's) is used with its migrations, but the blocks are registered, and the template is
-    saved again with the record: the next home skips both."""
-    own = tmp_path / "templates"
-    own.mkdir()
-    for made in templates.glob("prefect-*.db"):  # an earlier test's: spares a full migration
-        shutil.copyfile(made, own / made.name)
-    first, second, third = tmp_path / "a", tmp_path / "b", tmp_path / "c"
-    try:
-        _server(_env(first, own), "start")
-        (template,) = own.glob("prefect-*.db")
-        conn = sqlite3.connect(template)
-        conn.execute("PRAGMA user_version = 0")
-        conn.close()
-        _server(_env(second, own), "start")
-        log = (state_dir(second) / "server.log").read_text()
-        assert "skipped at start-up: migrations\n" in log
-        assert "saved the migrated database as a template" in log
-        _server(_env(third, own), "start")
-        log = (state_dir(third) / "server.log").read_text()
-        assert "skipped at start-up: migrations, block registration" in log
-    finally:
-        for path in (first, second, third):
-            stop_server(path, force=True)
-
-
-def test_a_server_of_another_prefect_version_is_replaced(
-    project: Path, home: Path, templates: Path
-) -> None:
-    """A server of another Prefect version is stopped by the next run, which starts its own."""
-    env = _env(home, templates, project)
-    _server(env, "start")
-    info = _info(home)
-    path = state_dir(home) / "server.json"
-    path.write_text(json.dumps({**info, "prefect": "0.0.1"}), encoding="utf-8")
-    done = _run(project, env)
-    assert "started the embedded Prefect server" in done.stderr
-    assert not _alive(info["pid"])
-    assert _info(home)["pid"] != info["pid"]
 
 
 @pytest.mark.parametrize("raw", ["0", "-1", "soon"])
@@ -381,7 +364,7 @@ def test_a_server_that_does_not_answer_is_replaced_with_a_message(
             os.kill(old, signal.SIGKILL)
     assert f"pid {old}" in done.stderr
     assert "did not answer for 4 s and was stopped" in done.stderr
-    assert "started the embedded Prefect server" in done.stderr
+    assert "started a Prefect server" in done.stderr
     new = _info(home)["pid"]
     assert new != old
     assert _alive(new)
@@ -405,40 +388,60 @@ def test_a_server_that_cannot_start_fails_the_run_with_exit_3_and_its_log(
         cmd, cwd=project, env=env, capture_output=True, text=True, timeout=BOUND + 120
     )
     assert done.returncode == 3, done.stdout[-2000:] + done.stderr[-3000:]
-    assert "the embedded Prefect server for" in done.stderr
-    assert "did not start" in done.stderr
+    assert "the Prefect server for" in done.stderr
+    assert "exited before answering" in done.stderr
     assert "server.log" in done.stderr
     assert not (project / "calls.log").exists()
     assert not server_status(home).info
 
 
-def test_a_kept_server_is_not_taken_for_a_prefect_server_start(
+def test_a_prefect_server_start_on_this_home_is_used(
     project: Path, home: Path, templates: Path
 ) -> None:
-    """The kept server is not taken for a `prefect server start`: runs say they reused it."""
-    from prefect.settings import PREFECT_HOME, temporary_settings
+    """Someone's `prefect server start` on this PREFECT_HOME at the configured port is the one the
+    run uses (it has that home's database): no server of evalpipe starts beside it."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = _env(home, templates, project, PREFECT_SERVER_API_PORT=str(port))
+    home.mkdir(parents=True)
+    prefect = Path(sys.executable).with_name("prefect")
+    server = subprocess.Popen(
+        [str(prefect), "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        url = f"http://127.0.0.1:{port}/api"
 
-    from evalpipe.pipeline.server import running_server
+        def answers() -> bool:
+            try:
+                urllib.request.urlopen(f"{url}/health", timeout=5).read()
+            except OSError:
+                return False
+            return True
 
-    env = _env(home, templates, project)
-    _server(env, "start")
-    with temporary_settings(updates={PREFECT_HOME: str(home)}):
-        assert running_server() is None
-    done = _run(project, env)
-    assert "reused the embedded Prefect server" in done.stderr
-    assert "using the Prefect server at" not in done.stderr
+        _wait_for(answers, BOUND, "`prefect server start` to answer")
+        done = _run(project, env)
+        assert f"using the Prefect server at {url}" in done.stderr
+        assert not (state_dir(home) / "server.json").exists()
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=60)
 
 
 def test_a_profile_api_url_starts_no_embedded_server(
     project: Path, home: Path, templates: Path, prefect_api: str
 ) -> None:
-    """A profile's PREFECT_API_URL is used, and no embedded server starts, not even early."""
+    """A profile's PREFECT_API_URL is used, and no server of evalpipe starts."""
     home.mkdir(parents=True)
     (home / "profiles.toml").write_text(
         f'active = "shared"\n\n[profiles.shared]\nPREFECT_API_URL = "{prefect_api}"\n',
         encoding="utf-8",
     )
     done = _run(project, _env(home, templates, project))
-    assert "embedded Prefect server" not in done.stderr
+    assert "Prefect server for" not in done.stderr
     assert not (state_dir(home) / "server.log").exists()
     assert not server_status(home).info

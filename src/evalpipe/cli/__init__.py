@@ -19,7 +19,6 @@ from collections.abc import Sequence
 from types import FrameType
 
 from evalpipe import __version__
-from evalpipe.cli._early import start_server_early
 
 __all__ = ["build_parser", "main"]
 
@@ -32,7 +31,7 @@ Framework's."""
 
 _EPILOG = """\
 example:
-  evalpipe run examples/travel/suite.yaml      run the demo suite (an embedded Prefect server)
+  evalpipe run examples/travel/suite.yaml      run the demo suite (on a kept Prefect server, UI included)
   evalpipe history runs                        every run so far, newest first
   evalpipe bless runs/travel-demo/<run>        make a run the baseline
   evalpipe compare --baseline runs/travel-demo/<run>
@@ -135,7 +134,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     if argv is None:
         _exit_when_done()
-    start_server_early(sys.argv[1:] if argv is None else list(argv))
     args = build_parser().parse_args(argv)
     previous = None
     if threading.current_thread() is threading.main_thread():

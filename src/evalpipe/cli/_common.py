@@ -37,6 +37,7 @@ __all__ = [
     "failures_of",
     "print_failures",
     "print_summary",
+    "quiet_prefect",
     "summary_tables",
 ]
 
@@ -61,6 +62,13 @@ def _width(stream: Any) -> int | None:
     if columns.isdigit() and int(columns) > 0:
         return int(columns)
     return None if stream.isatty() else DEFAULT_WIDTH
+
+
+def quiet_prefect() -> None:
+    """Prefect's own console logs would tear the progress bar; keep warnings and errors only."""
+    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW", "ignore")
 
 
 def consoles() -> tuple[Console, Console]:

@@ -27,8 +27,8 @@ from evalpipe.cli._common import (
     EXIT_OK,
     consoles,
     fail,
+    quiet_prefect,
 )
-from evalpipe.cli._early import drop_early_server, quiet_prefect
 from evalpipe.cli.results import print_run
 from evalpipe.escape import plain
 from evalpipe.runner.state import RunLockedError
@@ -165,11 +165,6 @@ def _run_suite(args: argparse.Namespace) -> int:
             if args.output is not None:
                 suite.output_dir = str(args.output)
             quiet_prefect()
-            from evalpipe.pipeline.server import start_early  # lazy: only to run (no Prefect)
-
-            # The embedded server starts while Prefect is imported, if it will be used (the command
-            # line's main() started it already, before its own imports, when it could).
-            start_early()
             display.stage(
                 "connecting to Prefect" if os.environ.get("PREFECT_API_URL") else "starting Prefect"
             )
@@ -184,7 +179,6 @@ def _run_suite(args: argparse.Namespace) -> int:
             )
         except SuiteError as exc:
             display.bar.stop()
-            drop_early_server()
             return fail(err, str(exc))
         display.stage("starting the flow run")
         try:

@@ -1,4 +1,4 @@
-"""``evalpipe server status|start|stop``: the embedded Prefect server runs share on this
+"""``evalpipe server status|start|stop``: the Prefect server (and UI) runs share on this
 PREFECT_HOME (docs/operations.md, "The embedded server")."""
 
 from __future__ import annotations
@@ -32,14 +32,14 @@ def _status(args: argparse.Namespace) -> int:
     status = server_status()
     _configured(out)
     if status.info is None:
-        _say(out, f"no embedded Prefect server runs for {status.home}")
+        _say(out, f"no Prefect server of evalpipe runs for {status.home}")
         return EXIT_NOT_RUNNING
     info = status.info
     idle = "the last run" if info.idle_timeout == 0 else f"{info.idle_timeout:g} s without a run"
     _say(
         out,
-        f"embedded Prefect server for {status.home}: {info.api_url} (pid {info.pid}, Prefect "
-        f"{info.prefect}, since {info.started_at}); "
+        f"Prefect server for {status.home}: UI {info.ui_url}, API {info.api_url} (pid "
+        f"{info.pid}, Prefect {info.prefect}, since {info.started_at}); "
         f"{'answers' if status.healthy else 'DOES NOT ANSWER'}; "
         f"{'in use by a run' if status.in_use else 'idle'}; stops after {idle}",
     )
@@ -60,7 +60,7 @@ def _start(args: argparse.Namespace) -> int:
     if acquired.replaced:
         _say(out, f"{acquired.replaced}")
     verb = "started" if acquired.started else "already running:"
-    _say(out, f"{verb} {info.api_url} (pid {info.pid}); it stops after {idle}")
+    _say(out, f"{verb} the Prefect UI at {info.ui_url} (pid {info.pid}); it stops after {idle}")
     return EXIT_OK
 
 
@@ -73,9 +73,9 @@ def _stop(args: argparse.Namespace) -> int:
     except ServerError as exc:
         return fail(err, str(exc), EXIT_INCOMPLETE)
     if info is None:
-        _say(out, "no embedded Prefect server was running")
+        _say(out, "no Prefect server of evalpipe was running on this PREFECT_HOME")
     else:
-        _say(out, f"stopped the embedded Prefect server {info.api_url} (pid {info.pid})")
+        _say(out, f"stopped the Prefect server {info.ui_url} (pid {info.pid})")
     return EXIT_OK
 
 
@@ -83,11 +83,12 @@ def register(sub: Any) -> None:
     """Add ``server`` to the command line."""
     parser = sub.add_parser(
         "server",
-        help="the embedded Prefect server runs share on this PREFECT_HOME: status, start, stop",
+        help="the Prefect server (with its UI) runs share on this PREFECT_HOME: status, start, stop",
         description=(
-            "Without PREFECT_API_URL, `evalpipe run` uses one embedded Prefect server per "
-            "PREFECT_HOME, started by the first run and reused by the next; it stops by itself "
-            "after EVALPIPE_SERVER_IDLE_TIMEOUT seconds (default 600) without a run."
+            "Without PREFECT_API_URL, `evalpipe run` uses one Prefect server per PREFECT_HOME "
+            "(`prefect server start`, UI included), started by the first run and reused by the "
+            "next; it stops by itself after EVALPIPE_SERVER_IDLE_TIMEOUT seconds (default 600) "
+            "without a run. `evalpipe server status` prints where its UI is."
         ),
     )
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")

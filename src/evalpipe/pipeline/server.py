@@ -1,32 +1,27 @@
-"""The embedded Prefect server a run uses when no PREFECT_API_URL is set: one per PREFECT_HOME,
-shared by every run on that home and kept for the next one.
+"""The Prefect server a run uses when no PREFECT_API_URL is set: Prefect's own ``prefect server
+start`` (API and UI), one per PREFECT_HOME, started by the first run that needs it and kept for the
+next, so that the runs can be watched in the Prefect UI (docs/operations.md, "The embedded server").
 
-The first run that needs it starts it (Prefect's API app under uvicorn, the UI off, on a free port
-of 127.0.0.1, in a process of its own: ``keeper.py``); later runs find it through
-``$PREFECT_HOME/evalpipe-server/server.json``, check its health, and use it. Its lifetime is its
-own, and bounded (docs/operations.md, "The embedded server"):
+What is Prefect's: the server itself, its UI, and its pid file (``$PREFECT_HOME/server.pid``, which
+``prefect server stop`` reads, so Prefect's own command stops it too). What is ours, because Prefect
+does not do it, kept in ``$PREFECT_HOME/evalpipe-server/``:
 
-- every run holds a lease (a shared ``flock`` on ``clients.lock``) while it uses the server; the
-  kernel drops the lease of a killed run, so ``kill -9`` of a run counts as its end;
-- the server stops once no run has held a lease for ``EVALPIPE_SERVER_IDLE_TIMEOUT`` seconds
-  (default 600; ``0``: as soon as the last run using it ends, the behaviour of a per-run server);
-- it stops within a second when ``server.json`` or PREFECT_HOME is removed, and on
-  ``evalpipe server stop`` (:func:`stop_server`);
-- a server that died or does not answer is replaced by the next run (the keeper's lock tells a
-  live keeper from a dead one: no pid is trusted).
+- **reuse**: ``server.json`` says where the kept server listens (Prefect's pid file holds no port) and
+  which Prefect version serves; a run finds it there and checks that it answers;
+- **version check**: a server of another Prefect version, or of another database, is replaced;
+- **idle stop**: every run holds a shared ``flock`` on ``clients.lock`` while it uses the server (the
+  kernel drops a killed run's); a small watcher started with the server (:func:`watch`, this file run
+  as a script: standard library only) stops it once no run has held a lease for
+  ``EVALPIPE_SERVER_IDLE_TIMEOUT`` seconds (default 600; ``0``: when the last run ends), when
+  PREFECT_HOME or ``server.json`` is removed, or when the server exits;
+- **a fresh home starts migrated**: its database is copied from a template made by the first server
+  of this Prefect version (``~/.cache/evalpipe/prefect-db``), which saves Prefect's migrations
+  (6-10 s on two cores); ``EVALPIPE_SERVER_DB_TEMPLATES=off`` migrates every new database,
+  ``EVALPIPE_SERVER_DB_TEMPLATES=DIR`` keeps the templates in DIR.
 
-A server already running on the PREFECT_HOME (``prefect server start``: :func:`running_server`)
-comes first: the run uses it (an embedded server beside it would share its SQLite file) and a kept
-server of that home is stopped. ``evalpipe run`` calls :func:`start_early` first of all, before its
-own imports (``evalpipe.cli._early``; this module imports neither Prefect nor httpx until it is
-used), so that a server it is sure to need starts while the run imports Prefect and prepares its
-plan; :func:`drop_early` stops it when the suite proves invalid.
-
-A fresh PREFECT_HOME's database is a copy of a migrated template (kept per Prefect version under
-``~/.cache/evalpipe/prefect-db``, made by the first server on the machine), which saves Prefect's
-migrations (10 s on two cores); ``EVALPIPE_SERVER_DB_TEMPLATES=off`` migrates every new database,
-``EVALPIPE_SERVER_DB_TEMPLATES=DIR`` keeps the templates in DIR.
-
+A server someone started on this PREFECT_HOME at the configured host and port (``prefect server
+start``) comes first: the run uses it. The server gets none of the secrets of the run that starts it.
+This module imports neither Prefect nor httpx at import time (it runs as the watcher's script).
 POSIX only (``fcntl``).
 """
 
@@ -38,16 +33,18 @@ import hashlib
 import json
 import os
 import signal
+import socket
+import sqlite3
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from functools import cache
+from datetime import UTC, datetime
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 __all__ = [
     "DEFAULT_IDLE_TIMEOUT",
@@ -56,24 +53,27 @@ __all__ = [
     "ServerBusyError",
     "ServerError",
     "ServerInfo",
-    "ServerOnThisHomeError",
     "ServerStatus",
-    "drop_early",
     "ensure_server",
     "prefect_api",
     "running_server",
     "server_status",
-    "start_early",
     "state_dir",
     "stop_server",
+    "ui_url",
 ]
 
 DEFAULT_IDLE_TIMEOUT = 600.0
-"""Seconds a shared server waits for its next run before it stops."""
+"""Seconds a kept server waits for its next run before it stops."""
+
+DEFAULT_UNANSWERED = 30.0
+"""Seconds a live server may fail its health check before a run replaces it
+(``EVALPIPE_SERVER_UNANSWERED_TIMEOUT``)."""
 
 STATE_DIRNAME = "evalpipe-server"
-_KEEPER = Path(__file__).resolve().with_name("keeper.py")
-_POLL = 0.05
+PID_FILE = "server.pid"
+"""Prefect's own pid file of a background server, in PREFECT_HOME (``prefect server stop``)."""
+_POLL = 0.1
 _LOG_LIMIT = 4 * 1024 * 1024
 # What the server process gets of the environment of the run that starts it: it outlives that run,
 # so it gets no API keys or other secrets of it (Prefect's settings are passed explicitly).
@@ -105,7 +105,7 @@ class ServerBusyError(ServerError):
 
 @dataclass(frozen=True, slots=True)
 class ServerInfo:
-    """A running shared server, as its ``server.json`` describes it."""
+    """A kept server, as its ``server.json`` describes it."""
 
     pid: int
     api_url: str
@@ -117,6 +117,11 @@ class ServerInfo:
     """A digest of the database connection URL (the URL itself may hold a password)."""
     home: str
 
+    @property
+    def ui_url(self) -> str:
+        """The Prefect UI's address: the API URL without ``/api``."""
+        return ui_url(self.api_url)
+
     @classmethod
     def read(cls, path: Path) -> ServerInfo | None:
         try:
@@ -126,12 +131,23 @@ class ServerInfo:
                 api_url=str(data["api_url"]),
                 started_at=str(data["started_at"]),
                 idle_timeout=float(data["idle_timeout"]),
-                prefect=str(data.get("prefect", "")),
-                database=str(data.get("database", "")),
-                home=str(data.get("home", "")),
+                prefect=str(data["prefect"]),
+                database=str(data["database"]),
+                home=str(data["home"]),
             )
         except (OSError, ValueError, KeyError, TypeError):
             return None
+
+    def write(self, path: Path) -> None:
+        part = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+        part.write_text(json.dumps({k: getattr(self, k) for k in self.__slots__}), "utf-8")
+        os.replace(part, path)
+
+
+def ui_url(api_url: str) -> str:
+    """The Prefect UI of an API URL (``http://host:port/api`` -> ``http://host:port``)."""
+    url = api_url.rstrip("/")
+    return url[: -len("/api")] if url.endswith("/api") else url
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,7 +157,7 @@ class ServerStatus:
     home: Path
     state_dir: Path
     info: ServerInfo | None
-    """None when no server runs for this home."""
+    """None when no kept server runs for this home."""
     healthy: bool
     in_use: bool
     """A run holds a lease now."""
@@ -157,9 +173,8 @@ class _Config:
     database_url: str
     database_file: Path | None
     startup_timeout: float
-    environment: dict[str, str] | None
-    """The Prefect settings set for this run, as variables for the server's environment (None:
-    the current settings', computed when a server is spawned: 30-50 ms)."""
+    host: str
+    port: int
 
     @property
     def digest(self) -> str:
@@ -177,12 +192,14 @@ def _config() -> _Config:
     for prefix in ("sqlite+aiosqlite:///", "sqlite:///"):
         if database_url.startswith(prefix) and ":memory:" not in database_url:
             database_file = Path(database_url[len(prefix) :].split("?", 1)[0])
+    host = settings.server.api.host
     return _Config(
         home=Path(settings.home),
         database_url=database_url,
         database_file=database_file,
-        startup_timeout=float(settings.server.ephemeral.startup_timeout_seconds),
-        environment=None,
+        startup_timeout=max(float(settings.server.ephemeral.startup_timeout_seconds), 60.0),
+        host="127.0.0.1" if host in ("0.0.0.0", "::", "") else host,
+        port=int(settings.server.api.port),
     )
 
 
@@ -191,7 +208,7 @@ def _home(home: str | Path | None) -> Path:
 
 
 def state_dir(home: str | Path | None = None) -> Path:
-    """Where the shared server of a PREFECT_HOME (default: the current one) keeps its state."""
+    """Where the kept server of a PREFECT_HOME (default: the current one) keeps its state."""
     return _home(home) / STATE_DIRNAME
 
 
@@ -215,13 +232,12 @@ def idle_timeout() -> float:
     return _env_seconds(
         "EVALPIPE_SERVER_IDLE_TIMEOUT",
         DEFAULT_IDLE_TIMEOUT,
-        what="a shared Prefect server waits for its next run (0: stop with the last run)",
+        what="a kept Prefect server waits for its next run (0: stop with the last run)",
     )
 
 
 def unanswered_timeout() -> float:
-    """``EVALPIPE_SERVER_UNANSWERED_TIMEOUT`` (seconds), else :data:`DEFAULT_UNANSWERED`: how long
-    a live server may fail its health check before a run replaces it."""
+    """``EVALPIPE_SERVER_UNANSWERED_TIMEOUT`` (seconds), else :data:`DEFAULT_UNANSWERED`."""
     return _env_seconds(
         "EVALPIPE_SERVER_UNANSWERED_TIMEOUT",
         DEFAULT_UNANSWERED,
@@ -243,12 +259,37 @@ def _template(config: _Config) -> Path | None:
     return Path(where) / f"prefect-{version('prefect')}.db"
 
 
-def _locked_by_someone(path: Path, *, exclusive_only: bool = False) -> bool:
-    """Whether another process holds a lock on ``path`` (shared or exclusive; with
-    ``exclusive_only``, an exclusive one)."""
+def _copy_database(source: Path, target: Path) -> bool:
+    """A consistent copy of SQLite database ``source`` at ``target`` (sqlite3's online backup,
+    written beside it and renamed into place); False when it cannot be made."""
+    part = target.with_name(f"{target.name}.{os.getpid()}.tmp")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with (
+            contextlib.closing(sqlite3.connect(source)) as src,
+            contextlib.closing(sqlite3.connect(part)) as dst,
+        ):
+            src.backup(dst)
+        os.replace(part, target)
+    except (OSError, sqlite3.Error):
+        with contextlib.suppress(OSError):
+            part.unlink()
+        return False
+    return True
+
+
+def _say(directory: Path, text: str) -> None:
+    """A line of evalpipe's in the server's log (what it did to the server, and why)."""
+    stamp = datetime.now(UTC).isoformat(timespec="seconds")
+    with contextlib.suppress(OSError), (directory / "server.log").open("a") as log:
+        log.write(f"{stamp} evalpipe: {text}\n")
+
+
+def _locked(path: Path, operation: int) -> bool:
+    """Whether another process holds a lock on ``path`` that conflicts with ``operation``."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     try:
-        fcntl.flock(fd, (fcntl.LOCK_SH if exclusive_only else fcntl.LOCK_EX) | fcntl.LOCK_NB)
+        fcntl.flock(fd, operation | fcntl.LOCK_NB)
     except BlockingIOError:
         return True
     finally:
@@ -256,43 +297,43 @@ def _locked_by_someone(path: Path, *, exclusive_only: bool = False) -> bool:
     return False
 
 
-def _keeper_alive(directory: Path) -> bool:
-    """A keeper holds the directory's server lock (the kernel drops a dead one's)."""
-    return _locked_by_someone(directory / "server.lock", exclusive_only=True)
+def _in_use(directory: Path) -> bool:
+    """A run holds a lease on the server of ``directory``."""
+    return _locked(directory / "clients.lock", fcntl.LOCK_EX)
 
 
-@cache
-def _local() -> Any:
-    """The opener of requests to a server of this machine: no proxy; urllib, not httpx, whose
-    every ``httpx.get`` builds a TLS context (certifi's bundle: 50-200 ms) even for ``http://``.
-    Made on first use: :func:`start_early` spawns the server before the command line's imports,
-    and urllib (with http.client, email and ssl) is not among what that needs."""
-    import urllib.request
+def _alive(pid: int) -> bool:
+    """Process ``pid`` runs and is a Prefect server (its command line says so): a pid reused
+    since is not taken for the server."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        if not Path("/proc/self").exists():  # not Linux: whether the pid exists at all
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                return False
+            except PermissionError:
+                return True
+            return True
+        return False
+    return b"server" in argv and any(b"prefect" in arg for arg in argv)
 
-    return urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
-
-def _http_errors(*more: type[Exception]) -> tuple[type[Exception], ...]:
-    """What a request to a local server raises when it gets no usable answer (and ``more``)."""
-    import http.client
-
-    return (OSError, ValueError, http.client.HTTPException, *more)
-
-
-def _get_json(url: str, timeout: float) -> Any:
-    """``GET url``'s JSON body (None when empty), or ``OSError`` (HTTP errors included) /
-    ``ValueError`` (not JSON)."""
-    with _local().open(url, timeout=timeout) as response:
-        body = response.read()
-    return json.loads(body) if body.strip() else None
+def _get(url: str, timeout: float) -> bytes:
+    """``GET url`` on this machine (no proxy); raises OSError (HTTP errors included)."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with opener.open(url, timeout=timeout) as response:
+        body: bytes = response.read()
+        return body
 
 
 def _healthy(api_url: str, timeout: float = 5.0) -> bool:
     try:
-        with _local().open(f"{api_url}/health", timeout=timeout) as response:
-            return bool(response.status == 200)
-    except _http_errors():
+        _get(f"{api_url}/health", timeout)
+    except (OSError, ValueError):
         return False
+    return True
 
 
 def _log_tail(directory: Path, lines: int = 20) -> str:
@@ -305,28 +346,32 @@ def _log_tail(directory: Path, lines: int = 20) -> str:
 
 
 class Lease:
-    """A run's hold on the shared server of a state directory: while any lease is held, the server
+    """A run's hold on the kept server of a state directory: while any lease is held, the server
     does not count as idle. Released by :meth:`release` or when the process ends (even killed)."""
 
     def __init__(self, directory: Path, timeout: float = 30.0) -> None:
         directory.mkdir(parents=True, exist_ok=True)
-        self._fd: int | None = os.open(directory / "clients.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        self._path = directory / "clients.lock"
+        self._fd: int | None = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o600)
         deadline = time.monotonic() + timeout
         while True:
             try:
                 fcntl.flock(self._fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-                return
+                break
             except BlockingIOError:  # a server stopping holds it exclusively, for seconds
                 if time.monotonic() > deadline:
                     self.release()
                     raise ServerError(
-                        f"{directory}: the shared Prefect server is stopping and did not finish "
+                        f"{directory}: the kept Prefect server is stopping and did not finish "
                         f"within {timeout:g} s; run `evalpipe server stop` and try again"
                     ) from None
                 time.sleep(_POLL)
+        os.utime(self._fd)  # the watcher's clock starts again
 
     def release(self) -> None:
         if self._fd is not None:
+            with contextlib.suppress(OSError):
+                os.utime(self._fd)
             os.close(self._fd)
             self._fd = None
 
@@ -338,203 +383,112 @@ class Lease:
 
 
 def _environment(config: _Config) -> dict[str, str]:
+    from prefect.settings import get_current_settings  # lazy: prefect
+
     env = {
         k: v for k, v in os.environ.items() if k in _ENV_KEEP or k.startswith(_ENV_KEEP_PREFIXES)
     }
-    env.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")  # as `evalpipe run` has it
-    if config.environment is None:
-        from prefect.settings import get_current_settings  # lazy: prefect, ~1 s to import
-
-        env.update(get_current_settings().to_environment_variables(exclude_unset=True))
-    else:
-        env.update(config.environment)
+    env.update(get_current_settings().to_environment_variables(exclude_unset=True))
     env.pop("PREFECT_API_URL", None)
     env.pop("PREFECT_API_KEY", None)  # a client's credential (Prefect Cloud); a server needs none
-    env.update(
-        {
-            "PREFECT_HOME": str(config.home),
-            "PREFECT_UI_ENABLED": "0",
-            "PREFECT__SERVER_EPHEMERAL": "1",
-            "PREFECT__SERVER_FINAL": "1",
-        }
-    )
+    env.pop("PREFECT_SERVER_EPHEMERAL_ENABLED", None)  # it is a server, not a run's ephemeral one
+    env.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    env.setdefault("PREFECT_SERVER_LOGGING_LEVEL", "WARNING")
+    env["PREFECT_HOME"] = str(config.home)
     return env
 
 
-def _spawn(directory: Path, config: _Config, idle: float) -> subprocess.Popen[bytes]:
+def _free(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def _port(config: _Config) -> int:
+    """The configured port (Prefect's 4200 unless PREFECT_SERVER_API_PORT says otherwise) when it is
+    free, else one the system gives: a server of another PREFECT_HOME may have the first."""
+    if _free(config.host, config.port):
+        return config.port
+    with socket.socket() as probe:
+        probe.bind((config.host, 0))
+        return int(probe.getsockname()[1])
+
+
+def _spawn(directory: Path, config: _Config, idle: float) -> ServerInfo:
+    """Start ``prefect server start`` for this home (its output to ``server.log``), its pid in
+    Prefect's pid file, then the watcher; the server's :class:`ServerInfo` (not yet answering)."""
     log = directory / "server.log"
     with contextlib.suppress(OSError):
         if log.stat().st_size > _LOG_LIMIT:
             log.unlink()
     template = _template(config)
-    meta = {
-        "prefect": version("prefect"),
-        "database": config.digest,
-        "home": str(config.home),
-    }
-    args = [
-        sys.executable,
-        "-P",  # not this package's directory first on sys.path (its limits.py, run.py, ...)
-        str(_KEEPER),
-        str(directory),
-        "--idle",
-        repr(idle),
-        "--startup-timeout",
-        repr(max(config.startup_timeout, 30.0) * 2),
-        "--meta",
-        json.dumps(meta),
-    ]
-    if config.database_file is not None:
-        args += ["--database", str(config.database_file)]
-        if template is not None:
-            args += ["--template", str(template)]
+    database = config.database_file
+    seed = template if database is not None and not database.exists() else None
+    if seed is not None and seed.exists() and database and _copy_database(seed, database):
+        _say(directory, f"the database was created from the template {seed}")
+    port = _port(config)
+    command = [sys.executable, "-m", "prefect", "server", "start"]
+    command += ["--host", config.host, "--port", str(port)]
     with log.open("ab") as out:
-        return subprocess.Popen(
-            args,
+        process = subprocess.Popen(
+            command,
             cwd=directory,
             env=_environment(config),
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,
-            start_new_session=True,
+            start_new_session=True,  # not in the run's process group: a Ctrl-C of it is the run's
         )
+    (config.home / PID_FILE).write_text(str(process.pid), encoding="ascii")
+    host = f"[{config.host}]" if ":" in config.host else config.host
+    info = ServerInfo(
+        pid=process.pid,
+        api_url=f"http://{host}:{port}/api",
+        started_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        idle_timeout=idle,
+        prefect=version("prefect"),
+        database=config.digest,
+        home=str(config.home),
+    )
+    info.write(directory / "server.json")
+    subprocess.Popen(
+        [sys.executable, "-P", str(Path(__file__).resolve()), "watch", str(directory)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    return info
 
 
-def _compatible(info: ServerInfo, config: _Config) -> bool:
-    return info.prefect == version("prefect") and info.database == config.digest
-
-
-def _retire_incompatible(directory: Path, config: _Config) -> None:
-    """Stop a shared server started by another Prefect version or for another database, unless a
-    run uses it (then say so)."""
-    info = ServerInfo.read(directory / "server.json")
-    if info is None or _compatible(info, config) or not _keeper_alive(directory):
+def _terminate(pid: int, timeout: float) -> None:
+    """SIGTERM the server ``pid`` (a pid reused since is left alone), SIGKILL after ``timeout``."""
+    if not _alive(pid):
         return
-    try:
-        stop_server(config.home)
-    except ServerBusyError:
-        raise ServerBusyError(
-            f"the shared Prefect server of {config.home} (pid {info.pid}) was started by Prefect "
-            f"{info.prefect} or for another database, and a run uses it; wait for that run, or "
-            "stop it with `evalpipe server stop --force`"
-        ) from None
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while _alive(pid):
+        if time.monotonic() > deadline:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            time.sleep(0.2)
+            return
+        time.sleep(_POLL)
 
 
-@dataclass(slots=True)
-class _Early:
-    """The keeper :func:`start_early` spawned in this process, and the lease held for it."""
-
-    proc: subprocess.Popen[bytes] | None = None
-    directory: Path | None = None
-    lease: Lease | None = None
-    replaced: str | None = None
-
-    def drop(self) -> None:
-        """It is not needed after all (the run uses another API): stop it."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-        self.proc = None
-        self.release()
-
-    def release(self) -> None:
-        if self.lease is not None:
-            self.lease.release()
-            self.lease = None
-
-
-_early = _Early()
-
-_SETTINGS_FILES = {"prefect.toml": "", ".env": "PREFECT_", "pyproject.toml": "tool.prefect"}
-"""Files of the working directory that can hold Prefect settings (with the text that tells)."""
-_PROFILE_KEYS = ("PREFECT_API_URL", "PREFECT_HOME", "DATABASE", "PREFECT_PROFILE")
-
-
-def _early_config() -> _Config | None:
-    """The configuration Prefect will compute, read without importing Prefect, when nothing but
-    the environment's PREFECT_HOME can change it (else None: no early start)."""
-    if "PREFECT_API_URL" in os.environ or any(
-        "DATABASE" in key or key == "PREFECT_PROFILE"
-        for key in os.environ
-        if key.startswith("PREFECT_")
-    ):
-        return None
-    for name, tell in _SETTINGS_FILES.items():
-        path = Path(name)
-        if path.exists():
-            try:
-                if tell in path.read_text(encoding="utf-8", errors="replace"):
-                    return None
-            except OSError:
-                return None
-    raw = os.environ.get("PREFECT_HOME", "")
-    home = Path(raw).expanduser() if raw else Path.home() / ".prefect"
-    if not home.is_absolute():
-        return None
-    profiles = Path(os.environ.get("PREFECT_PROFILES_PATH") or home / "profiles.toml")
-    try:
-        text = profiles.read_text(encoding="utf-8") if profiles.exists() else ""
-    except OSError:
-        return None
-    if any(key in text for key in _PROFILE_KEYS):
-        return None
-    try:
-        startup = float(os.environ.get("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "20"))
-    except ValueError:
-        return None
-    database = home / "prefect.db"
-    return _Config(home, f"sqlite+aiosqlite:///{database}", database, startup, {})
-
-
-def start_early() -> bool:
-    """Start the embedded server of this PREFECT_HOME now, so that it starts while the run imports
-    Prefect and prepares its plan, when that server is sure to be the one the run will use: no
-    PREFECT_API_URL or other Prefect setting beyond PREFECT_HOME (environment, profile, settings
-    files), no server of this home running (kept or `prefect server start`). Whether it started
-    one; never raises (the run then starts it as usual). :func:`prefect_api` takes it over."""
-    if _early.proc is not None:
-        return False
-    try:
-        config = _early_config()
-        if config is None:
-            return False
-        directory = config.home / STATE_DIRNAME
-        if directory.is_dir() and _keeper_alive(directory):
-            return False
-        if Path("/proc/self").exists() and _servers_on(config.home):
-            return False
-        directory.mkdir(parents=True, exist_ok=True)
-        left = ServerInfo.read(directory / "server.json")
-        lease = Lease(directory, timeout=0.0)
-        try:
-            proc = _spawn(directory, config, idle_timeout())
-        except BaseException:
-            lease.release()
-            raise
-    except (OSError, ServerError, subprocess.SubprocessError):
-        return False
-    _early.proc, _early.directory, _early.lease = proc, directory, lease
-    if left is not None:
-        _early.replaced = f"the embedded Prefect server pid {left.pid} of {config.home} had died"
-    return True
-
-
-def drop_early() -> None:
-    """The run :func:`start_early` started a server for will not run (its suite is invalid): stop
-    that server, unless another run took a lease on it meanwhile (it then idles out as usual)."""
-    proc, directory = _early.proc, _early.directory
-    _early.release()
-    _early.proc = None
-    if proc is None or directory is None or proc.poll() is not None:
-        return
-    clients = os.open(directory / "clients.lock", os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        try:
-            fcntl.flock(clients, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return  # in use by another run
-        proc.terminate()  # not waited for: it stops cleanly in the background
-    finally:
-        os.close(clients)
+def _forget(directory: Path, info: ServerInfo | None) -> None:
+    """Remove the state of a server that is gone (ours and Prefect's pid file, if it names it)."""
+    with contextlib.suppress(FileNotFoundError):
+        (directory / "server.json").unlink()
+    if info is not None:
+        pid_file = Path(info.home) / PID_FILE
+        with contextlib.suppress(OSError, ValueError):
+            if int(pid_file.read_text(encoding="ascii").strip()) == info.pid:
+                pid_file.unlink()
 
 
 @dataclass(frozen=True, slots=True)
@@ -545,16 +499,14 @@ class Acquired:
     started: bool
     """This call started it (else an earlier run or `evalpipe server start` had)."""
     replaced: str | None = None
-    """Why an earlier server of this home was replaced (it had died, or did not answer)."""
+    """Why an earlier server of this home was replaced (it had died, did not answer, or ran
+    another Prefect version)."""
 
     def note(self) -> str:
-        """One line for the operator: which server the run used."""
+        """One line for the operator: which server the run used, and where its UI is."""
         info = self.info
         if not self.started:
-            return (
-                f"reused the embedded Prefect server {info.api_url} (pid {info.pid}, since "
-                f"{info.started_at}) of {info.home}; `evalpipe server stop` stops it"
-            )
+            return f"reused the Prefect server of {info.home} (UI: {info.ui_url}, pid {info.pid})"
         idle = (
             "stops when its last run ends"
             if info.idle_timeout == 0
@@ -562,151 +514,106 @@ class Acquired:
         )
         why = f"{self.replaced}; " if self.replaced else ""
         return (
-            f"{why}started the embedded Prefect server {info.api_url} (pid {info.pid}) for "
-            f"{info.home}; later runs reuse it; it {idle} (`evalpipe server stop` stops it now)"
+            f"{why}started a Prefect server for {info.home} (UI: {info.ui_url}, pid {info.pid}); "
+            f"later runs reuse it; it {idle} (`evalpipe server stop` stops it now)"
         )
 
 
-DEFAULT_UNANSWERED = 30.0
-"""Seconds a live server may fail its health check before it is replaced (the default of
-``EVALPIPE_SERVER_UNANSWERED_TIMEOUT``)."""
-
-
-def _terminate(pid: int, directory: Path, grace: float = 3.0) -> None:
-    """End the keeper ``pid`` of ``directory`` (SIGTERM, then SIGKILL); a pid that is not one
-    (reused since) is left alone."""
-    if not _is_keeper(pid, directory):
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while _keeper_alive(directory) and time.monotonic() < deadline:
-        time.sleep(_POLL)
-    if _keeper_alive(directory) and _is_keeper(pid, directory):
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-        while _keeper_alive(directory) and time.monotonic() < deadline + grace:
-            time.sleep(_POLL)
-
-
 def ensure_server() -> Acquired:
-    """The shared server of the current PREFECT_HOME: the one running if it answers, else a new
-    one (a dead server's state is cleared, a live one that does not answer for
-    :func:`unanswered_timeout` seconds is ended first; :attr:`Acquired.replaced` says which).
+    """The kept server of the current PREFECT_HOME: the one running if it answers, else a new one
+    (a dead server's state is cleared; one of another Prefect version or database, or a live one
+    that does not answer for :func:`unanswered_timeout` seconds, is stopped first).
 
     Call it holding a :class:`Lease` of that home, or the server may go idle before it is used
-    (:func:`prefect_api` does; ``evalpipe server start`` does not need to).
+    (:func:`prefect_api` does).
 
     Raises:
-        ServerError: when no server answers within Prefect's ephemeral start-up timeout (the message
-            ends with the server's log).
+        ServerError: when no server answers within Prefect's start-up timeout (the message ends
+            with the server's log).
     """
     config = _config()
     directory = config.home / STATE_DIRNAME
     directory.mkdir(parents=True, exist_ok=True)
-    idle = idle_timeout()
     unanswered = unanswered_timeout()
-    timeout = max(config.startup_timeout, 30.0)
-    deadline = time.monotonic() + timeout
-    spawned: subprocess.Popen[bytes] | None = None
-    starts = 0
-    replaced: str | None = None
-    if _early.proc is not None and _early.directory == directory:
-        spawned, replaced, starts = _early.proc, _early.replaced, 1
-        _early.proc = None
-    _early.drop()  # one for another home (a guess that proved wrong), if any
-    left = ServerInfo.read(directory / "server.json")
-    if left is not None and not _keeper_alive(directory):
-        replaced = f"the embedded Prefect server pid {left.pid} of {config.home} had died"
-    unanswered_since: float | None = None
-    while True:
-        alive = _keeper_alive(directory)
-        info = ServerInfo.read(directory / "server.json") if alive else None
-        if (
-            info is not None
-            and not _compatible(info, config)
-            and spawned is not None
-            and info.pid == spawned.pid
-        ):  # started early on a guess that proved wrong: start again
-            _terminate(info.pid, directory)
-            spawned, starts = None, 0
-            continue
-        if info is not None and not _compatible(info, config):
-            raise ServerError(
-                f"the shared Prefect server of {config.home} (pid {info.pid}) runs Prefect "
-                f"{info.prefect} or another database; stop it with `evalpipe server stop`"
-            )
-        if info is not None:
-            # a busy server (a run's events) is slow to answer: up to 10 s a probe
-            if _healthy(info.api_url, timeout=min(10.0, unanswered)):
-                mine = spawned is not None and info.pid == spawned.pid
-                return Acquired(info, started=mine, replaced=replaced if mine else None)
-            now = time.monotonic()
-            unanswered_since = now if unanswered_since is None else unanswered_since
-            if now - unanswered_since >= unanswered:
-                replaced = (
-                    f"the embedded Prefect server pid {info.pid} ({info.api_url}) did not answer "
-                    f"for {unanswered:g} s and was stopped"
-                )
-                _terminate(info.pid, directory)
-                unanswered_since = None
-                continue
-        if not alive and (spawned is None or spawned.poll() is not None):
-            if starts >= 2:
-                raise ServerError(
-                    f"the embedded Prefect server for {config.home} did not start (exit code "
-                    f"{spawned.returncode if spawned else None})" + _log_tail(directory)
-                )
-            spawned = _spawn(directory, config, idle)
-            starts += 1
-        if time.monotonic() > deadline:
-            raise ServerError(
-                f"the embedded Prefect server for {config.home} did not answer within "
-                f"{timeout:g} s (PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS)"
-                + _log_tail(directory)
-            )
-        time.sleep(_POLL)
-
-
-def _is_keeper(pid: int, directory: Path) -> bool:
-    """``pid`` is a keeper of ``directory`` (its command line says so)."""
+    idle = idle_timeout()
+    # One run at a time decides whether to start a server (two runs on one home share one).
+    starting = os.open(directory / "start.lock", os.O_RDWR | os.O_CREAT, 0o600)
     try:
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return False
-    return str(_KEEPER).encode() in argv and str(directory).encode() in argv
+        fcntl.flock(starting, fcntl.LOCK_EX)
+        replaced: str | None = None
+        info = ServerInfo.read(directory / "server.json")
+        if info is not None and not _alive(info.pid):
+            replaced = f"the Prefect server pid {info.pid} of {config.home} had died"
+            _forget(directory, info)
+            info = None
+        if info is not None and (info.prefect, info.database) != (
+            version("prefect"),
+            config.digest,
+        ):
+            replaced = (
+                f"the Prefect server pid {info.pid} of {config.home} ran Prefect {info.prefect} "
+                "or another database and was stopped"
+            )
+            _terminate(info.pid, timeout=10.0)
+            _forget(directory, info)
+            info = None
+        if info is not None:
+            deadline = time.monotonic() + unanswered
+            while time.monotonic() < deadline:
+                if _healthy(info.api_url, timeout=min(10.0, unanswered)):
+                    return Acquired(info, started=False)
+                if not _alive(info.pid):
+                    break
+                time.sleep(0.5)
+            replaced = (
+                f"the Prefect server pid {info.pid} ({info.api_url}) did not answer for "
+                f"{unanswered:g} s and was stopped"
+            )
+            _terminate(info.pid, timeout=10.0)
+            _forget(directory, info)
+        info = _spawn(directory, config, idle)
+        deadline = time.monotonic() + config.startup_timeout
+        while not _healthy(info.api_url, timeout=5.0):
+            if not _alive(info.pid) or time.monotonic() > deadline:
+                gone = not _alive(info.pid)
+                _terminate(info.pid, timeout=5.0)
+                _forget(directory, info)
+                raise ServerError(
+                    f"the Prefect server for {config.home} "
+                    + ("exited before answering" if gone else "did not answer within ")
+                    + ("" if gone else f"{config.startup_timeout:g} s")
+                    + _log_tail(directory)
+                )
+            time.sleep(_POLL)
+        template = _template(config)
+        database = config.database_file
+        # Migrated now: the next new home's start. Saved once per Prefect version.
+        saved = template is not None and database is not None and not template.exists()
+        if saved and template is not None and database is not None:
+            _copy_database(database, template)
+            _say(directory, f"saved the migrated database as the template {template}")
+        return Acquired(info, started=True, replaced=replaced)
+    finally:
+        os.close(starting)
 
 
 def stop_server(
     home: str | Path | None = None, *, force: bool = False, timeout: float = 30.0
 ) -> ServerInfo | None:
-    """Stop the shared server of ``home`` (default: the current PREFECT_HOME); the one stopped, or
-    None when none ran.
-
-    A server a run uses is not stopped unless ``force`` (that run then fails, resumable).
+    """Stop the kept server of ``home`` (default: the current PREFECT_HOME); the one stopped, or
+    None when none ran. A server a run uses is not stopped unless ``force`` (that run then fails,
+    resumable).
 
     Raises:
         ServerBusyError: a run uses it and ``force`` is not set.
-        ServerError: it did not stop within ``timeout`` seconds, even signalled.
     """
     directory = _home(home) / STATE_DIRNAME
-    if not directory.is_dir():
+    info = ServerInfo.read(directory / "server.json")
+    if info is None:
         return None
-    info_path = directory / "server.json"
-    deadline = time.monotonic() + timeout
-    info = None
-    while _keeper_alive(directory):
-        info = ServerInfo.read(info_path)
-        if info is not None:
-            break
-        if time.monotonic() > deadline:  # still starting: it writes server.json once it answers
-            raise ServerError(f"{directory}: the server is still starting; try again")
-        time.sleep(_POLL)
-    else:
-        with contextlib.suppress(FileNotFoundError):
-            info_path.unlink()  # a dead keeper's
+    if not _alive(info.pid):
+        _forget(directory, info)
         return None
-    assert info is not None
     clients = os.open(directory / "clients.lock", os.O_RDWR | os.O_CREAT, 0o600)
     try:
         try:
@@ -714,52 +621,27 @@ def stop_server(
         except BlockingIOError:
             if not force:
                 raise ServerBusyError(
-                    f"the shared Prefect server of {directory.parent} (pid {info.pid}) is in use "
-                    "by a run; wait for it, or stop it anyway with --force"
+                    f"the Prefect server of {directory.parent} (pid {info.pid}) is in use by a "
+                    "run; wait for it, or stop it anyway with --force"
                 ) from None
-        with contextlib.suppress(FileNotFoundError):
-            info_path.unlink()  # the keeper's stop request
+        _terminate(info.pid, timeout)
+        _forget(directory, info)
     finally:
         os.close(clients)
-    while _keeper_alive(directory):
-        if time.monotonic() > deadline:
-            if _is_keeper(info.pid, directory):
-                os.kill(info.pid, 9)
-                time.sleep(0.5)
-            if _keeper_alive(directory):
-                raise ServerError(
-                    f"the shared Prefect server of {directory.parent} (pid {info.pid}) did not stop"
-                )
-            break
-        time.sleep(_POLL)
     return info
 
 
 def server_status(home: str | Path | None = None) -> ServerStatus:
-    """Whether the shared server of ``home`` (default: the current PREFECT_HOME) runs, answers and
+    """Whether the kept server of ``home`` (default: the current PREFECT_HOME) runs, answers and
     is in use."""
     path = _home(home)
     directory = path / STATE_DIRNAME
-    info = None
-    if directory.is_dir() and _keeper_alive(directory):
-        info = ServerInfo.read(directory / "server.json")
+    info = ServerInfo.read(directory / "server.json")
+    if info is not None and not _alive(info.pid):
+        info = None
     healthy = info is not None and _healthy(info.api_url)
-    in_use = directory.is_dir() and _locked_by_someone(directory / "clients.lock")
-    return ServerStatus(path, directory, info, healthy, in_use and info is not None)
-
-
-class ServerOnThisHomeError(ServerError):
-    """A Prefect server runs on this PREFECT_HOME's database but does not answer: an embedded
-    server beside it would share its SQLite file (``database is locked``)."""
-
-
-@dataclass(frozen=True, slots=True)
-class _Candidate:
-    url: str
-    """The server's root URL (``http://host:port``)."""
-    pid: int | None = None
-    """The process found running ``prefect server start`` on this PREFECT_HOME (None: the
-    configured host and port, probed)."""
+    in_use = info is not None and _in_use(directory)
+    return ServerStatus(path, directory, info, healthy, in_use)
 
 
 def _same(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
@@ -769,229 +651,74 @@ def _same(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
         return False
 
 
-def _option(args: list[str], name: str) -> str | None:
-    for i, arg in enumerate(args):
-        if arg == name and i + 1 < len(args):
-            return args[i + 1]
-        if arg.startswith(name + "="):
-            return arg.split("=", 1)[1]
-    return None
-
-
-def _servers_on(home: Path) -> list[_Candidate]:
-    """``prefect server start`` processes (of this user: /proc, Linux) whose PREFECT_HOME is
-    ``home``, with the URL their command line and environment give."""
-    found = []
-    for entry in Path("/proc").glob("[0-9]*"):
-        try:
-            args = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
-            if not ("server" in args and "start" in args and any("prefect" in a for a in args)):
-                continue
-            env = dict(
-                line.split("=", 1)
-                for line in (entry / "environ").read_bytes().decode(errors="replace").split("\0")
-                if "=" in line
-            )
-        except OSError:  # gone, or another user's
-            continue
-        if int(entry.name) == os.getpid():
-            continue
-        if not _same(env.get("PREFECT_HOME", "~/.prefect"), home):
-            continue
-        host = _option(args, "--host") or env.get("PREFECT_SERVER_API_HOST") or "127.0.0.1"
-        port = _option(args, "--port") or env.get("PREFECT_SERVER_API_PORT") or "4200"
-        if host in ("0.0.0.0", "::"):
-            host = "127.0.0.1"
-        found.append(_Candidate(f"http://{host}:{port}", int(entry.name)))
-    return found
-
-
-_PATIENCE = 10.0
-"""Seconds a `prefect server start` of this home that does not answer gets before a run refuses."""
-
-
-def _home_of(url: str, timeout: float = 2.0) -> str | None:
-    """The PREFECT_HOME of the server at ``url`` (its settings), or None when it does not answer."""
-    try:
-        home = _get_json(f"{url}/api/admin/settings", timeout).get("home")
-    except _http_errors(AttributeError):
-        return None
-    return str(home) if home else None
-
-
 def running_server() -> str | None:
-    """The API URL of a Prefect server already running on this PREFECT_HOME (so on its SQLite
-    database), or None when there is none.
-
-    Looked for at the configured server host and port (``PREFECT_SERVER_API_HOST``/``PORT``,
-    127.0.0.1:4200 by default) and, on Linux, among this user's ``prefect server start``
-    processes.
-
-    Raises:
-        ServerOnThisHomeError: when such a process runs but does not answer; the message says
-            how to run on it or beside it.
-    """
-    from prefect.settings import get_current_settings  # lazy: prefect
-
-    settings = get_current_settings()
-    home = Path(settings.home)
-    configured = _Candidate(f"http://{settings.server.api.host}:{settings.server.api.port}")
-    processes = _servers_on(home) if Path("/proc/self").exists() else []
-    for candidate in dict.fromkeys([configured, *processes]):
-        served = _home_of(candidate.url)
-        if served is not None and _same(served, home):
-            return f"{candidate.url}/api"
-    # A server process of this home that did not answer may be busy (or still starting): give it
-    # _PATIENCE seconds before refusing.
-    deadline = time.monotonic() + _PATIENCE
-    while processes and time.monotonic() < deadline:
-        time.sleep(0.5)
-        for candidate in processes:
-            served = _home_of(candidate.url, timeout=5.0)
-            if served is not None and _same(served, home):
-                return f"{candidate.url}/api"
-    if processes:
-        pid = processes[0].pid
-        raise ServerOnThisHomeError(
-            f"a Prefect server (process {pid}) runs on PREFECT_HOME={home} and does not answer at "
-            f"{processes[0].url}; an embedded server would share its database ({home}/prefect.db: "
-            "'database is locked'). Set PREFECT_API_URL to that server's API (e.g. "
-            f"PREFECT_API_URL={processes[0].url}/api) to run on it, or set PREFECT_HOME to another "
-            "directory to run on an embedded server"
-        )
-    return None
-
-
-_NO_TLS_CA = """\
------BEGIN CERTIFICATE-----
-MIIBxDCCAWugAwIBAgIULTK0+qcsiTNzEvPjAe9oAqJ09zowCgYIKoZIzj0EAwIw
-NzE1MDMGA1UEAwwsZXZhbHBpcGU6IG5vIFRMUyB0byB0aGUgbG9vcGJhY2sgUHJl
-ZmVjdCBBUEkwIBcNMjYxMjAxMjAzMjExWhgPMjEyNjExMDcyMDMyMTFaMDcxNTAz
-BgNVBAMMLGV2YWxwaXBlOiBubyBUTFMgdG8gdGhlIGxvb3BiYWNrIFByZWZlY3Qg
-QVBJMFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAEweJZd1jRHeZqdXbzjxZ/vAm9
-pO43ng2rraYVTCDlqy08nnGUJjH8of2HUFsYUw2Eb8Q0rxat3nBzSATrixhY1aNT
-MFEwHQYDVR0OBBYEFG18DlP7AXTMb46R+hte0xR9Xj+tMB8GA1UdIwQYMBaAFG18
-DlP7AXTMb46R+hte0xR9Xj+tMA8GA1UdEwEB/wQFMAMBAf8wCgYIKoZIzj0EAwID
-RwAwRAIgG6MDrrGaaTgrgNUi+SQ/0nwSrI6/NeHGNLfBg6l4fgoCIFlGoktfXNg4
-M3/9tqp8Nz1Gp342a8KYi3EGvatZ7cPs
------END CERTIFICATE-----
-"""
-"""A self-signed certificate made for this purpose, its private key discarded when it was made:
-a CA file that vouches for no server. A run's Prefect clients build a TLS context from the CA file
-of ``PREFECT_API_SSL_CERT_FILE`` (else certifi's bundle, 40-60 ms to load each time, five or more
-times a run) even when the API is plain ``http://``, where it is never used; for the API URLs
-:func:`prefect_api` sets itself (``http://`` on this machine) they get this one (a few ms)."""
-
-_NO_TLS_CA_NAME = "no-tls-ca.pem"
-_LOOPBACK = ("127.0.0.1", "localhost", "::1")
-
-
-def _no_tls_ca(directory: Path) -> Path | None:
-    """:data:`_NO_TLS_CA` as a file of ``directory`` (written when missing or different), or None
-    when it cannot be written or loaded (the clients then load their usual bundle)."""
-    import ssl
-
-    path = directory / _NO_TLS_CA_NAME
+    """The API URL of a Prefect server someone runs on this PREFECT_HOME (so on its database) at
+    the configured host and port (``prefect server start``; 127.0.0.1:4200 unless
+    PREFECT_SERVER_API_HOST/PORT say otherwise), or None when none answers there."""
+    config = _config()
+    kept = ServerInfo.read(config.home / STATE_DIRNAME / "server.json")
+    url = f"http://{config.host}:{config.port}"
+    if kept is not None and ui_url(kept.api_url) == url:
+        return None  # ours
     try:
-        if path.read_text(encoding="ascii") == _NO_TLS_CA:
-            return path
+        settings = json.loads(_get(f"{url}/api/admin/settings", timeout=2.0))
     except (OSError, ValueError):
-        pass
-    part = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    try:
-        directory.mkdir(parents=True, exist_ok=True)
-        part.write_text(_NO_TLS_CA, encoding="ascii")
-        ssl.create_default_context(cafile=str(part))  # a CA file OpenSSL loads
-        os.replace(part, path)
-    except (OSError, ssl.SSLError):
-        with contextlib.suppress(OSError):
-            part.unlink()
         return None
-    return path
+    home = settings.get("home") if isinstance(settings, dict) else None
+    return f"{url}/api" if home and _same(home, config.home) else None
 
 
-def _client_settings(api_url: str, directory: Path, *, embedded: bool) -> dict[Any, Any]:
-    """The Prefect settings a run's clients get beside ``PREFECT_API_URL`` = ``api_url`` (a URL
-    :func:`prefect_api` found or started): for ``http://`` on this machine, the CA file
-    :data:`_NO_TLS_CA` (no TLS is spoken, so no CA is consulted; an ``https://`` URL, or one of
-    another host, whose clients may run elsewhere, keeps the configured one); for the
-    embedded server, no API version check (``PREFECT_CLIENT_SERVER_VERSION_CHECK_ENABLED``: a
-    round trip per client; :func:`ensure_server` uses only a server of this Prefect version)."""
+def _client_settings(api_url: str) -> dict[Any, Any]:
+    """The Prefect settings a run's clients get for the kept server ``api_url``: no API version
+    check (a round trip per client; :func:`ensure_server` uses only a server of this version)."""
     from prefect.settings import (  # lazy: prefect
-        PREFECT_API_SSL_CERT_FILE,
         PREFECT_API_URL,
         PREFECT_CLIENT_SERVER_VERSION_CHECK_ENABLED,
     )
 
-    updates: dict[Any, Any] = {PREFECT_API_URL: api_url}
-    where = urlsplit(api_url)
-    if where.scheme == "http" and where.hostname in _LOOPBACK:
-        ca = _no_tls_ca(directory)
-        if ca is not None:
-            updates[PREFECT_API_SSL_CERT_FILE] = str(ca)
-    if embedded:
-        updates[PREFECT_CLIENT_SERVER_VERSION_CHECK_ENABLED] = False
-    return updates
+    return {PREFECT_API_URL: api_url, PREFECT_CLIENT_SERVER_VERSION_CHECK_ENABLED: False}
 
 
 @contextlib.asynccontextmanager
 async def prefect_api(notes: list[str] | None = None) -> AsyncIterator[str | None]:
-    """The Prefect API for a run: the configured one (yields None); else a server already running
-    on this PREFECT_HOME (:func:`running_server`, a `prefect server start`); else the shared
-    embedded server of the PREFECT_HOME, started if none answers and leased while the block runs
-    (yields its URL). ``notes`` gets a line saying which server the run used.
+    """The Prefect API for a run: the configured one (yields None); else a server someone runs on
+    this PREFECT_HOME (:func:`running_server`); else the kept server of the PREFECT_HOME, started
+    if none answers and leased while the block runs (yields its URL). ``notes`` gets a line
+    saying which server the run used.
 
     Raises:
-        ServerOnThisHomeError: see :func:`running_server`.
-        ServerError: the embedded server could not be started.
+        ServerError: the server could not be started.
     """
-    import asyncio  # lazy, as every import here: see _local
+    import asyncio
 
     from prefect.settings import PREFECT_API_URL, temporary_settings  # lazy: prefect
 
     if PREFECT_API_URL.value():
-        _early.drop()
         yield None
         return
-    config = await asyncio.to_thread(_config)
-    directory = config.home / STATE_DIRNAME
     found = await asyncio.to_thread(running_server)
     if found is not None:
-        _early.drop()
         if notes is not None:
             notes.append(
-                f"using the Prefect server at {found}: it runs on this PREFECT_HOME "
-                f"({config.home}), whose database an embedded server would share; set "
+                f"using the Prefect server at {found}: it runs on this PREFECT_HOME; set "
                 "PREFECT_API_URL to choose the server yourself"
             )
-        if (directory / "server.json").exists():  # ours, from before that server: retire it
-            with contextlib.suppress(ServerError):
-                kept = await asyncio.to_thread(stop_server, config.home)
-                if kept is not None and notes is not None:
-                    notes.append(
-                        f"stopped the embedded Prefect server pid {kept.pid} of this PREFECT_HOME "
-                        "(the server above uses its database)"
-                    )
-        updates = await asyncio.to_thread(_client_settings, found, directory, embedded=False)
-        with temporary_settings(updates=updates):
+        with temporary_settings(updates={PREFECT_API_URL: found}):
             try:
                 yield found
             finally:
                 await _flush()
         return
-    if (directory / "server.json").exists():
-        await asyncio.to_thread(_retire_incompatible, directory, config)
+    directory = await asyncio.to_thread(state_dir)
     lease = await asyncio.to_thread(Lease, directory)
-    _early.release()
     try:
         acquired = await asyncio.to_thread(ensure_server)
         if notes is not None:
             notes.append(acquired.note())
         url = acquired.info.api_url
-        updates = await asyncio.to_thread(_client_settings, url, directory, embedded=True)
-        with temporary_settings(updates=updates):
+        with temporary_settings(updates=_client_settings(url)):
             try:
-                yield acquired.info.api_url
+                yield url
             finally:
                 await _flush()
     finally:
@@ -1010,3 +737,51 @@ async def _flush() -> None:
         pending = service.drain_all(timeout=5)
         if inspect.isawaitable(pending):
             await pending
+
+
+def watch(directory: Path, poll: float = 0.5) -> int:
+    """The watcher of the server of ``directory`` (started with it; standard library only): stops
+    the server once no run has held a lease for its idle timeout (the lease file's modification
+    time is when the last run took or left one), or when ``server.json`` or the home goes; ends
+    when the server does. Only Prefect does not do this."""
+    info = ServerInfo.read(directory / "server.json")
+    if info is None:
+        return 0
+    clients = directory / "clients.lock"
+    started = time.time()
+    while _alive(info.pid):
+        time.sleep(poll)
+        now = ServerInfo.read(directory / "server.json")
+        if now is None or now.pid != info.pid:  # removed (`stop`, the home deleted) or replaced
+            if now is None:
+                _say(directory, f"stopping the server pid {info.pid}: server.json was removed")
+                _terminate(info.pid, timeout=10.0)
+            return 0
+        try:
+            last = max(clients.stat().st_mtime, started)
+        except FileNotFoundError:
+            last = started
+        if time.time() - last < info.idle_timeout:
+            continue
+        fd = os.open(clients, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue  # a run uses it
+            _say(directory, f"stopping the server pid {info.pid}: idle for {info.idle_timeout:g} s")
+            _terminate(info.pid, timeout=10.0)
+            _forget(directory, info)
+            return 0
+        finally:
+            os.close(fd)
+    if ServerInfo.read(directory / "server.json") == info:  # it exited by itself
+        _say(directory, f"the server pid {info.pid} exited")
+        _forget(directory, info)
+    return 0
+
+
+if __name__ == "__main__":  # the watcher: python -P server.py watch DIRECTORY
+    if len(sys.argv) == 3 and sys.argv[1] == "watch":
+        sys.exit(watch(Path(sys.argv[2])))
+    sys.exit(f"usage: {sys.argv[0]} watch DIRECTORY")
