@@ -66,7 +66,9 @@ def _width(stream: Any) -> int | None:
 
 def quiet_prefect() -> None:
     """Prefect's own console logs would tear the progress bar; keep warnings and errors only."""
-    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    # The console only: the flow run's own log lines (its milestones) still go to the Prefect API,
+    # where its Logs tab shows them.
+    os.environ.setdefault("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", "WARNING")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW", "ignore")
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import time
 from pathlib import Path
 from typing import Any
@@ -124,6 +125,10 @@ class _Display:
         """Show what is happening before the calls start."""
         self.bar.update(self.task, description=description)
 
+    def flow_run(self, url: str) -> None:
+        """The flow run exists: where to watch it (printed above the bar, and kept)."""
+        self.console.print(f"flow run: {url}", markup=False, highlight=False, soft_wrap=True)
+
     def hook(self, stage: str, done: int, total: int) -> None:
         """The flow's progress hook (``evalpipe.pipeline.flow.ProgressHook``)."""
         if stage == "calls":
@@ -183,7 +188,12 @@ def _run_suite(args: argparse.Namespace) -> int:
         display.stage("starting the flow run")
         try:
             outcome = run_suite(
-                suite, rescore=args.rescore, progress=display.hook, plan=plan, wait=args.wait
+                suite,
+                rescore=args.rescore,
+                progress=display.hook,
+                plan=plan,
+                wait=args.wait,
+                on_flow_run=display.flow_run,
             )
         except (RunLockedError, SuiteError) as exc:
             display.bar.stop()
@@ -203,6 +213,13 @@ def _run_suite(args: argparse.Namespace) -> int:
         )
     if (outcome.run_dir / "manifest.json").exists():
         print_run(outcome.run_dir, out)
+        if outcome.ui_url:
+            out.print(f"flow run: {outcome.ui_url}", markup=False, highlight=False)
+        out.print(
+            f"view: evalpipe view {shlex.quote(str(outcome.run_dir.parent.parent))}",
+            markup=False,
+            highlight=False,
+        )
     if outcome.verdict == "gate_failed":
         err.print(
             plain(outcome.message), style="red", markup=False, highlight=False, soft_wrap=True

@@ -36,6 +36,7 @@ from prefect.runtime import flow_run
 from prefect.states import Failed
 from prefect.tasks import exponential_backoff
 from prefect.utilities.annotations import quote
+from prefect.utilities.urls import url_for
 
 from evalpipe._internal.shared_scores import ScoreTable, share_scores
 from evalpipe.artifacts import RunWriter, baseline_of
@@ -50,6 +51,7 @@ from evalpipe.pipeline.prefect_artifacts import (
     artifact_key,
     emit_gate_event,
     failures_markdown,
+    gate_markdown,
     summary_table,
     view_page,
 )
@@ -84,6 +86,7 @@ __all__ = [
     "SHARD_ROUNDS",
     "ProgressHook",
     "eval_flow",
+    "flow_run_hook",
     "prepared_plan",
     "progress_hook",
 ]
@@ -97,6 +100,12 @@ progress_hook: contextvars.ContextVar[ProgressHook | None] = contextvars.Context
     "evalpipe_progress_hook", default=None
 )
 """Set by the CLI to drive its progress bar; the flow calls it from its own event loop."""
+
+flow_run_hook: contextvars.ContextVar[Callable[[str], None] | None] = contextvars.ContextVar(
+    "evalpipe_flow_run_hook", default=None
+)
+"""Set by the CLI: called with the flow run's Prefect UI URL as soon as the flow run exists (when
+Prefect knows a UI: PREFECT_UI_URL, or an API URL that is not Prefect Cloud's)."""
 
 prepared_plan: contextvars.ContextVar[tuple[RunPlan, EvalSuite, RunLock] | None] = (
     contextvars.ContextVar("evalpipe_prepared_plan", default=None)
@@ -254,9 +263,23 @@ async def finish_task(writer: RunWriter, manifest: dict[str, Any]) -> dict[str, 
 
 
 @task(name="gate", cache_policy=NO_CACHE, persist_result=False)
-async def gate_task(plan: RunPlan, results: list[EvalResults]) -> Any:
-    """Check the suite's gates on the merged results."""
-    return evaluate_gates(list(plan.gates), results)
+async def gate_task(plan: RunPlan, results: list[EvalResults], suite: EvalSuite) -> Any:
+    """Check the suite's gates on the merged results; the ``<suite>-gate`` artifact lists every
+    clause with its value, bound, n and verdict. The task run is Failed when the gate fails (its
+    state's data is the report either way)."""
+    report = evaluate_gates(list(plan.gates), results)
+    logger = get_run_logger()
+    await acreate_markdown_artifact(
+        key=f"{artifact_key(suite.name)}-gate",
+        markdown=gate_markdown(report, suite),
+        description=f"{suite.name}: the gate, clause by clause "
+        + ("(passed)" if report.passed else "(FAILED)"),
+    )
+    for line in report.summary().splitlines():
+        (logger.info if report.passed else logger.error)("%s", line)
+    if not report.passed:
+        return Failed(message=report.summary().splitlines()[0], data=report)
+    return report
 
 
 REPORT_SUBPROCESS_CALLS = 10_000
@@ -442,6 +465,10 @@ async def eval_flow(
     suite = resolve_suite(suite, repetitions=repetitions, evaluators=evaluators, params=params)
     await _tag_flow_run(suite.tags)
     logger = get_run_logger()
+    announce = flow_run_hook.get()
+    page = url_for("flow-run", obj_id=flow_run.id) if flow_run.id else None
+    if announce is not None and page:
+        announce(page)
     started = time.perf_counter()
     started_at = datetime.now(UTC)
     prepared = _take_prepared(suite, run_dir, rescore)
@@ -685,7 +712,22 @@ async def _execute(
         return _incomplete(stopped)
     timings["calls_and_evaluation_s"] = time.perf_counter() - started - timings["prepare_s"]
     merged = [merge_results(parts) for parts in kept if parts]
-    report = await gate_task(_q(plan), _q(merged)) if plan.gates else None
+    logger.info("%s", CallTally.text(calls.as_dict()))
+    for result in merged:
+        logger.info(
+            "%s: %d passed, %d failed, %d errored of %d items",
+            result.provider,
+            result.passed,
+            result.failed,
+            result.errored,
+            result.total,
+        )
+    report = None
+    if plan.gates:
+        gate_state = await cast(Any, gate_task(_q(plan), _q(merged), _q(suite), return_state=True))
+        report = await gate_state.aresult(raise_on_failure=False)
+        if isinstance(report, BaseException):  # the gate itself raised: the run is not finished
+            raise report
     rows = writer.summary_rows()
     call_counts = calls.as_dict()
     manifest = {
@@ -808,7 +850,12 @@ async def _execute(
             return Failed(message=f"gate failed for suite {suite.name}: {text}", data=outcome)
         outcome["verdict"] = "warned"
         logger.warning("gate failed (warn only): %s", text)
-    logger.info("run %s finished in %.2f s", run_path, time.perf_counter() - started)
+    logger.info(
+        "run finished in %.2f s: run directory %s; report %s",
+        time.perf_counter() - started,
+        destination or run_path,
+        report_path or "not written",
+    )
     return outcome
 
 

@@ -22,6 +22,7 @@ __all__ = [
     "artifact_key",
     "emit_gate_event",
     "failures_markdown",
+    "gate_markdown",
     "summary_table",
     "view_page",
 ]
@@ -121,6 +122,41 @@ def failures_markdown(
             "",
             f"Listed: the first {limit} of {count}; {count - limit} more not listed{where}.",
         ]
+    return "\n".join(lines)
+
+
+def _number(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4g}"
+
+
+def gate_markdown(report: Any, suite: EvalSuite) -> str:
+    """The gate's ``<suite>-gate`` artifact: the verdict, then one table row per clause with the
+    value it measured, its bound, n (and errored items) and its verdict, then each clause's
+    verdict in words. Clause texts and messages are untrusted (a suite or metric names them):
+    escaped."""
+    verdict = "passed" if report.passed else "FAILED"
+    if not report.passed and suite.warn_only:
+        verdict = "FAILED (warn only: the flow run is not failed)"
+    held = sum(1 for c in report.clauses if c.passed)
+    lines = [
+        f"# Gate {verdict}: {markdown(suite.name)}",
+        "",
+        f"{held} of {len(report.clauses)} clauses hold.",
+        "",
+        "| clause | agent | value | bound | n | errored | verdict |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for c in report.clauses:
+        lines.append(
+            f"| {table_cell(c.clause)} | {table_cell(c.agent or 'overall')} | "
+            f"{_number(c.observed)} | {_number(c.threshold)} | {c.n} | {c.errored} | "
+            f"{'ok' if c.passed else '**FAIL**'} |"
+        )
+    lines += ["", "## Why", ""]
+    lines += [
+        f"- {'ok' if c.passed else '**FAIL**'} {markdown(c.clause)}: {markdown(c.message)}"
+        for c in report.clauses
+    ]
     return "\n".join(lines)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -11,7 +12,13 @@ import httpx
 from prefect.exceptions import TerminationSignal
 from prefect.settings import PREFECT_API_URL
 
-from evalpipe.pipeline.flow import ProgressHook, eval_flow, prepared_plan, progress_hook
+from evalpipe.pipeline.flow import (
+    ProgressHook,
+    eval_flow,
+    flow_run_hook,
+    prepared_plan,
+    progress_hook,
+)
 from evalpipe.pipeline.server import ServerError, prefect_api
 from evalpipe.runner import RunPlan, RunState
 from evalpipe.runner.prepare import prepare_suite
@@ -62,6 +69,8 @@ class RunOutcome:
     errored)."""
     notes: list[str] = field(default_factory=list)
     """Things the operator should know (a stale lock taken over)."""
+    ui_url: str | None = None
+    """The flow run's page in the Prefect UI, when Prefect knows a UI."""
 
     @property
     def ok(self) -> bool:
@@ -101,8 +110,8 @@ async def check_api() -> None:
     except httpx.HTTPError as exc:
         raise PrefectUnavailableError(
             f"the Prefect API at {url} does not answer ({type(exc).__name__}: {exc}); start the "
-            "server (`prefect server start`), fix PREFECT_API_URL, or unset it to run on an "
-            "embedded server"
+            "server (`prefect server start`), fix PREFECT_API_URL, or unset it to run on a "
+            "Prefect server evalpipe starts and keeps"
         ) from None
 
 
@@ -115,6 +124,7 @@ async def arun_suite(
     progress: ProgressHook | None = None,
     plan: RunPlan | None = None,
     wait: float | None = 0.0,
+    on_flow_run: Callable[[str], None] | None = None,
 ) -> RunOutcome:
     """Validate the suite (before any Prefect start-up or target call), hold the run directory's
     lock, then run the flow.
@@ -137,9 +147,16 @@ async def arun_suite(
     lock.acquire(wait=wait)
     notes = [lock.took_over] if lock.took_over else []
     reusable = RunState.peek(plan)
+    seen: list[str] = []  # the flow run's UI URL, once it exists
+
+    def announce(url: str) -> None:
+        seen.append(url)
+        if on_flow_run is not None:
+            on_flow_run(url)
+
     try:
         async with prefect_api(notes):
-            state = await _flow(plan, suite, lock, rescore, progress)
+            state = await _flow(plan, suite, lock, rescore, progress, announce)
     except ServerError as exc:
         raise PrefectUnavailableError(str(exc)) from None
     finally:
@@ -160,6 +177,7 @@ async def arun_suite(
         published_to=info.get("published_to"),
         calls=dict(info.get("calls") or {}),
         notes=notes,
+        ui_url=seen[0] if seen else None,
     )
 
 
@@ -169,10 +187,12 @@ async def _flow(
     lock: RunLock,
     rescore: str | Path | None,
     progress: ProgressHook | None,
+    on_flow_run: Callable[[str], None] | None = None,
 ) -> Any:
     """The flow run of a suite's prepared, locked plan; its final state."""
     assert plan.run_dir is not None
     token = progress_hook.set(progress)
+    announced = flow_run_hook.set(on_flow_run)
     prepared = prepared_plan.set((plan, suite, lock))
     try:
         return await eval_flow(
@@ -183,6 +203,7 @@ async def _flow(
         )
     finally:
         prepared_plan.reset(prepared)
+        flow_run_hook.reset(announced)
         progress_hook.reset(token)
 
 
@@ -195,6 +216,7 @@ def run_suite(
     progress: ProgressHook | None = None,
     plan: RunPlan | None = None,
     wait: float | None = 0.0,
+    on_flow_run: Callable[[str], None] | None = None,
 ) -> RunOutcome:
     """:func:`arun_suite` from synchronous code.
 
@@ -212,6 +234,7 @@ def run_suite(
                 progress=progress,
                 plan=plan,
                 wait=wait,
+                on_flow_run=on_flow_run,
             )
         )
     except TerminationSignal:
