@@ -2,32 +2,48 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+CORE := $(VENV)/.installed-core
 STAMP := $(VENV)/.installed
 SOURCES := src tests bench examples flows tools
 
 .PHONY: install demo demo-local test lint bench clean
 
-# llama-cpp-python (the local extra) compiles llama.cpp: for a fixed x86-64 level (AVX2), not
-# -march=native, so every machine runs the same build; native builds on CPUs with AMX crashed
-# (SIGSEGV in ggml_backend_amx_mul_mat) where the kernel does not grant AMX to the process.
-export CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
+# llama-cpp-python (the local extra; make test and make demo-local) compiles llama.cpp for the
+# machine it builds on (-march=native), but without AMX on x86-64: where the kernel does not grant
+# AMX to the process, its kernels crash (SIGSEGV in ggml_backend_amx_mul_mat); GCC's explicit
+# -mno-* flags win over -march=native.
+ifeq ($(shell uname -m),x86_64)
+NO_AMX := -mno-amx-tile -mno-amx-int8 -mno-amx-bf16
+export CFLAGS ?= $(NO_AMX)
+export CXXFLAGS ?= $(NO_AMX)
+endif
 
-$(STAMP): pyproject.toml constraints.txt
+# make demo needs only evalpipe itself (no C++ build); everything else installs every extra.
+$(CORE): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e .
+	touch $(CORE)
+
+$(STAMP): $(CORE)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev,maf,dask,ray,local]'
 	touch $(STAMP)
 
 install: $(STAMP)
 
-## make demo: run the demo suite's Prefect flow (ephemeral Prefect, scripted three-agent workflow,
-## local checks, per-agent sub-results, Parquet in runs/), then the canary suite, whose gate must fail
-demo: $(STAMP)
+## make demo: run the demo suite's Prefect flow (a Prefect server with its UI, kept for the next
+## run; scripted three-agent workflow, local checks, per-agent sub-results, Parquet in runs/), then
+## the canary suite, whose gate must fail; it ends saying where the UI and the view are
+demo: $(CORE)
 	$(BIN)/evalpipe run examples/travel/suite.yaml
 	@echo "--- canary: known-bad agents; the same gate must fail (exit code 1) ---"
-	@$(BIN)/evalpipe run examples/travel/canary.yaml --no-progress > /dev/null 2> runs/canary.log; \
+	@$(BIN)/evalpipe run examples/travel/canary.yaml --no-progress > runs/canary.log 2>&1; \
 		status=$$?; \
-		if [ $$status -eq 1 ]; then echo "canary gate failed, as it must: $$(tail -n 1 runs/canary.log | cut -c1-300)"; \
+		if [ $$status -eq 1 ]; then echo "canary: its gate failed, as it must ($$(grep -c '  FAIL  ' runs/canary.log) clauses violated; runs/canary.log)"; \
 		else echo "canary gate did NOT fail (exit $$status): the evaluation is broken"; cat runs/canary.log; exit 1; fi
+	@echo ""
+	@echo "Prefect UI: $$($(BIN)/evalpipe server url)  (both runs; it stops 10 min after the last run)"
+	@echo "the view:   $(BIN)/evalpipe view runs  (then open http://127.0.0.1:8765/)"
+	@echo "next:       $(BIN)/evalpipe run examples/travel/suite.yaml --param repetitions=5, then $(BIN)/evalpipe history runs"
 
 ## make demo-local: the real-model demo (examples/local): SmolLM2-135M on llama-cpp-python's server
 ## (the local extra) on 127.0.0.1:8737, an OpenAIChatAgent with a tool, local checks and a judge on

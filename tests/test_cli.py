@@ -237,18 +237,3 @@ def test_version_and_top_level_help(capsys: pytest.CaptureFixture[str]) -> None:
     assert "evalpipe run examples/travel/suite.yaml" in text
     for code in ("0  passed", "1  a gate failed", "2  bad input", "3  the run could not complete"):
         assert code in text
-
-
-def test_what_run_imports_before_it_starts_the_server_is_light() -> None:
-    """`evalpipe run` spawns the embedded server after importing only the CLI package and
-    evalpipe.pipeline.server: none of Prefect, httpx, asyncio, urllib, rich or pyarrow by then."""
-    import subprocess
-    import sys
-
-    heavy = ("prefect", "httpx", "asyncio", "urllib.request", "http.client", "rich", "pyarrow")
-    code = (
-        "import sys; import evalpipe.cli, evalpipe.pipeline.server; "
-        f"print(sorted(m for m in {heavy!r} if m in sys.modules))"
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert done.stdout.strip() == "[]"

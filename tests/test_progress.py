@@ -37,7 +37,7 @@ def test_the_display_shows_the_stage_then_calls_rate_eta_verdicts_and_time_since
     display.hook("passed", 12, 15)
     display.hook("failed", 3, 15)
     assert re.fullmatch(
-        r"demo: 15/15 calls in 7\.\d s \(2\.\d/s\); calls 12 passed, 3 failed, 0 errored",
+        r"demo: 15/15 calls in 7\.\d s \(2\.\d/s\); 12 passed every check, 3 failed one or more, 0 errored",
         display.final("demo"),
     )
 

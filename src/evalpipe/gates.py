@@ -112,6 +112,10 @@ class GateReport(BaseModel):
     clauses: list[ClauseResult] = Field(default_factory=list)
     """One result per clause, in the gate's order."""
 
+    def __repr__(self) -> str:  # short: Prefect logs the failed gate task's state with it
+        held = sum(1 for c in self.clauses if c.passed)
+        return f"GateReport(passed={self.passed}, {held} of {len(self.clauses)} clauses hold)"
+
     @property
     def failures(self) -> list[ClauseResult]:
         """The violated clauses."""

@@ -214,11 +214,12 @@ class LocalModelServer:
         return "\n".join(text.splitlines()[-lines:])
 
     def start(self) -> LocalModelServer:
-        """Start the server and wait until ``/v1/models`` answers.
+        """Start the server and wait until ``/v1/models`` answers and it generates a token.
 
         Raises:
-            LocalModelUnavailable: the extra is missing, the server exited, or it did not answer
-                within ``startup_timeout`` (the message holds the end of its output).
+            LocalModelUnavailable: the extra is missing, the server exited, did not answer within
+                ``startup_timeout``, or could not generate (the message holds its exit code or
+                signal and the end of its output).
         """
         reason = missing_reason()
         if reason is not None:
@@ -254,7 +255,7 @@ class LocalModelServer:
                     )
                 try:
                     if http.get(f"{self.base_url}/models").status_code == 200:
-                        return self
+                        break
                 except httpx.HTTPError:
                     pass
                 if time.monotonic() >= deadline:
@@ -265,6 +266,31 @@ class LocalModelServer:
                         f"{self.startup_timeout:.0f}s:\n{tail}"
                     )
                 time.sleep(0.25)
+            # Ready means it can generate: one token through the model, so that a build that
+            # cannot run on this CPU (an instruction it lacks) fails here, with its exit signal.
+            try:
+                http.post(
+                    f"{self.base_url}/chat/completions",
+                    json={
+                        "model": MODEL_ID,
+                        "messages": [{"role": "user", "content": "hi"}],
+                        "max_tokens": 1,
+                    },
+                    timeout=max(30.0, self.startup_timeout),
+                ).raise_for_status()
+            except httpx.HTTPError as exc:
+                time.sleep(0.5)
+                code = self._process.poll()
+                tail = self.log_tail()
+                self.stop()
+                how = "is running" if code is None else f"exited with code {code}"
+                if code is not None and code < 0:
+                    how += f" ({signal.Signals(-code).name})"
+                raise LocalModelUnavailable(
+                    f"the llama-cpp server answered {self.base_url}/models but could not "
+                    f"generate a token ({type(exc).__name__}: {exc}); it {how}:\n{tail}"
+                ) from None
+        return self
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop the server: SIGTERM, then SIGKILL after ``timeout`` seconds (bounded)."""

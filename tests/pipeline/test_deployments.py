@@ -367,9 +367,11 @@ def test_the_serve_command_registers_its_deployment_as_written(server: Server) -
 
 def test_run_without_api_url_uses_the_server_on_its_prefect_home(server: Server) -> None:
     """Regression: with the server's PREFECT_HOME but no PREFECT_API_URL, `evalpipe run` started an
-    embedded server on the same SQLite file ("database is locked"). It runs on that server now,
-    and says so."""
+    embedded server on the same SQLite file ("database is locked"). A server at the configured
+    port (PREFECT_SERVER_API_PORT; 4200 by default, as operations §1 starts it) is the one it runs
+    on now, and it says so."""
     env = {k: v for k, v in server.env.items() if k != "PREFECT_API_URL"}
+    env["PREFECT_SERVER_API_PORT"] = server.api.rsplit(":", 1)[1].split("/", 1)[0]
     output = _outputs(server, "same-home")
     done = subprocess.run(
         [

@@ -20,7 +20,7 @@ import pytest
 from evalpipe.pipeline.server import state_dir, stop_server
 
 ROOT = Path(__file__).resolve().parents[2]
-URL = re.compile(r"^flow run: (http://\S+/runs/flow-run/([0-9a-f-]{36}))$", re.M)
+URL = re.compile(r"^UI: (http://\S+/runs/flow-run/([0-9a-f-]{36}))$", re.M)
 
 
 @pytest.fixture(scope="module")
@@ -99,8 +99,8 @@ def test_the_run_prints_its_flow_runs_ui_url_and_the_ui_answers(runs: dict[str, 
     assert demo.returncode == 0, demo.stderr[-3000:]
     first = URL.search(demo.stderr)
     assert first is not None, demo.stderr[:2000]
-    assert demo.stderr.lstrip().startswith(f"flow run: {first.group(1)}")
-    assert f"flow run: {first.group(1)}" in demo.stdout
+    assert demo.stderr.lstrip().startswith(f"UI: {first.group(1)}")
+    assert f"UI: {first.group(1)}" in demo.stdout
     assert "view: evalpipe view " in demo.stdout
     request = urllib.request.Request(first.group(1), headers={"Accept": "text/html"})
     page = urllib.request.urlopen(request, timeout=30).read().decode()

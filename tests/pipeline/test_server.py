@@ -288,9 +288,10 @@ def test_a_run_killed_with_sigkill_leaves_the_server_for_its_idle_timeout_only(
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert f"stopping the server pid {pid}: idle for 4 s" in (
-        state_dir(home) / "server.log"
-    ).read_text()
+    assert (
+        f"stopping the server pid {pid}: idle for 4 s"
+        in (state_dir(home) / "server.log").read_text()
+    )
     assert not (state_dir(home) / "server.json").exists()
 
 

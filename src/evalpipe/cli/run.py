@@ -127,7 +127,7 @@ class _Display:
 
     def flow_run(self, url: str) -> None:
         """The flow run exists: where to watch it (printed above the bar, and kept)."""
-        self.console.print(f"flow run: {url}", markup=False, highlight=False, soft_wrap=True)
+        self.console.print(f"UI: {url}", markup=False, highlight=False, soft_wrap=True)
 
     def hook(self, stage: str, done: int, total: int) -> None:
         """The flow's progress hook (``evalpipe.pipeline.flow.ProgressHook``)."""
@@ -151,8 +151,8 @@ class _Display:
         counts = self.counts
         return (
             f"{name}: {self.done}/{self.total} calls in {took:.1f} s "
-            f"({self.done / took if took > 0 else 0:.1f}/s); calls {counts['passed']} passed, "
-            f"{counts['failed']} failed, {counts['errored']} errored"
+            f"({self.done / took if took > 0 else 0:.1f}/s); {counts['passed']} passed every "
+            f"check, {counts['failed']} failed one or more, {counts['errored']} errored"
         )
 
 
@@ -214,7 +214,7 @@ def _run_suite(args: argparse.Namespace) -> int:
     if (outcome.run_dir / "manifest.json").exists():
         print_run(outcome.run_dir, out)
         if outcome.ui_url:
-            out.print(f"flow run: {outcome.ui_url}", markup=False, highlight=False)
+            out.print(f"UI: {outcome.ui_url}", markup=False, highlight=False)
         out.print(
             f"view: evalpipe view {shlex.quote(str(outcome.run_dir.parent.parent))}",
             markup=False,

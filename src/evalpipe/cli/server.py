@@ -47,6 +47,17 @@ def _status(args: argparse.Namespace) -> int:
     return EXIT_OK if status.healthy else EXIT_INCOMPLETE
 
 
+def _url(args: argparse.Namespace) -> int:
+    from evalpipe.pipeline.server import server_status  # lazy: Prefect's settings
+
+    out, _ = consoles()
+    status = server_status()
+    if status.info is None:
+        return EXIT_NOT_RUNNING
+    _say(out, status.info.ui_url)
+    return EXIT_OK
+
+
 def _start(args: argparse.Namespace) -> int:
     from evalpipe.pipeline.server import ServerError, ensure_server  # lazy: Prefect's settings
 
@@ -102,6 +113,12 @@ def register(sub: Any) -> None:
         ),
     )
     status.set_defaults(handler=_status)
+    url = actions.add_parser(
+        "url",
+        help="print its Prefect UI's address (for scripts)",
+        description="Print the Prefect UI address of this PREFECT_HOME's server. Exit 1: none runs.",
+    )
+    url.set_defaults(handler=_url)
     start = actions.add_parser(
         "start",
         help="start it now (the first run would start it anyway)",

@@ -275,8 +275,8 @@ async def gate_task(plan: RunPlan, results: list[EvalResults], suite: EvalSuite)
         description=f"{suite.name}: the gate, clause by clause "
         + ("(passed)" if report.passed else "(FAILED)"),
     )
-    for line in report.summary().splitlines():
-        (logger.info if report.passed else logger.error)("%s", line)
+    for line in report.summary().splitlines():  # the task run's state says failed, in red
+        logger.info("%s", line)
     if not report.passed:
         return Failed(message=report.summary().splitlines()[0], data=report)
     return report
@@ -407,6 +407,14 @@ def _write(writer: RunWriter, rows: ShardRows) -> None:
         ) from exc
 
 
+def _announce_flow_run() -> None:
+    """Give the flow run's UI page to the caller's :data:`flow_run_hook`, if any."""
+    announce = flow_run_hook.get()
+    page = url_for("flow-run", obj_id=flow_run.id) if flow_run.id else None
+    if announce is not None and page:
+        announce(page)
+
+
 def _take_prepared(
     suite: EvalSuite, run_dir: str | None, rescore: str | None
 ) -> tuple[RunPlan, RunLock] | None:
@@ -465,10 +473,7 @@ async def eval_flow(
     suite = resolve_suite(suite, repetitions=repetitions, evaluators=evaluators, params=params)
     await _tag_flow_run(suite.tags)
     logger = get_run_logger()
-    announce = flow_run_hook.get()
-    page = url_for("flow-run", obj_id=flow_run.id) if flow_run.id else None
-    if announce is not None and page:
-        announce(page)
+    _announce_flow_run()
     started = time.perf_counter()
     started_at = datetime.now(UTC)
     prepared = _take_prepared(suite, run_dir, rescore)
