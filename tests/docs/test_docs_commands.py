@@ -294,6 +294,40 @@ def test_the_event_triggered_deployment_runs_on_its_event(workspace: Workspace) 
     assert run["parameters"]["suite"] == "examples/travel/suite.yaml"
 
 
+def test_operations_6_names_the_task_runs_a_run_has(workspace: Workspace) -> None:
+    """operations.md §6's task-run names are those of the demo's flow run (its `shard-N` one per
+    shard, the others with Prefect's 3-character suffix; `prepare` only in a deployment's run,
+    `compare` only with compare_with: the demo, run by `evalpipe run`, has neither)."""
+    import httpx
+
+    text = (ROOT / "docs" / "operations.md").read_text(encoding="utf-8")
+    section = text[text.index("## 6. ") : text.index("## 7. ")]
+    bullet = section[section.index("- **Task runs**") :].split("\n- ", 1)[0]
+    bullet = bullet[
+        : bullet.index("A\n  shard retries") if "A\n  shard retries" in bullet else None
+    ]
+    documented = set(re.findall(r"`([a-z-]+(?:-N)?)`", bullet)) - {"compare_with"}
+    assert documented == {"prepare", "shard-N", "gate", "write-artifacts", "report", "compare"}
+    api = workspace.server.api
+    [flow_run] = httpx.post(
+        f"{api}/flow_runs/filter",
+        json={
+            "flow_runs": {"name": {"like_": "travel-demo-"}},
+            "sort": "START_TIME_ASC",
+            "limit": 1,
+        },
+        timeout=30,
+    ).json()
+    tasks = httpx.post(
+        f"{api}/task_runs/filter",
+        json={"task_runs": {"flow_run_id": {"any_": [flow_run["id"]]}}},
+        timeout=30,
+    ).json()
+    shards = {re.sub(r"^shard-\d+$", "shard-N", t["name"]) for t in tasks}
+    names = {n if n == "shard-N" else re.sub(r"-[0-9a-f]{3}$", "", n) for n in shards}
+    assert names == documented - {"compare", "prepare"}  # the demo: `evalpipe run`, no compare_with
+
+
 def test_the_blocks_take_well_under_a_minute(workspace: Workspace) -> None:
     """The executed blocks (after the shared demo run) stay cheap enough for every `make test`."""
     assert sum(workspace.spent) < _BUDGET_S, workspace.spent
