@@ -220,7 +220,10 @@ def workspace(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Workspace]:
             if block.setup:
                 execute(block, work)
         work.spent.clear()
-        yield work
+        try:
+            yield work
+        finally:
+            shutil.rmtree("/tmp/evalpipe-beside", ignore_errors=True)  # pipeline.md's example
 
 
 def test_every_shell_block_is_marked() -> None:

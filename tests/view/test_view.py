@@ -655,6 +655,12 @@ _OVERFLOWS = """() => {
             out.push(`${cell.tagName} ${cell.className}: ${cell.scrollWidth} > ${cell.clientWidth}`);
         }
     }
+    for (const box of document.querySelectorAll("body *")) {
+        const style = getComputedStyle(box);
+        if (style.overflowX !== "visible" && box.scrollWidth > box.clientWidth + 1) {
+            out.push(`${box.tagName} ${box.className} scrolls: ${box.scrollWidth} > ${box.clientWidth}`);
+        }
+    }
     for (const pre of document.querySelectorAll("pre.reason")) {
         if (pre.scrollHeight > pre.clientHeight + 1) {
             out.push(`pre.reason scrolls: ${pre.scrollHeight} > ${pre.clientHeight}`);
@@ -662,8 +668,9 @@ _OVERFLOWS = """() => {
     }
     return out;
 }"""
-"""What a page hides at its width: the page or a table wider than the window, a cell, or a
-reason scrolled inside its box (horizontally or, for a reason, vertically)."""
+"""What a page hides at its width: the page or a table wider than the window, a cell wider than
+its box, anything scrolled sideways inside its box (a table made a scroll box, a pre), a reason
+scrolled inside its box vertically."""
 
 
 def _no_overflow(page: Any, url: str) -> Any:
@@ -676,8 +683,9 @@ def test_reasons_wrap_and_tables_fit_1400_px_on_the_flip_sample_and_compare_page
     runs: Runs, browser: Any
 ) -> None:
     """At 1400 px no page is wider than the window and no reason is clipped (issue 31): the
-    comparisons and their side-by-side flip pages, run pages, the sample tables filtered to
-    failures and the item page of the hostile run's 6,000-character unbroken reason."""
+    comparisons and their side-by-side flip pages (at 1920 px too), the runs list, trends, run
+    pages, the sample tables (every column; filtered to failures) and the item page of the hostile
+    run's 6,000-character unbroken reason."""
     page = _page(browser)
     flips = []
     for a, b in (("travel-v1", "travel-v2"), ("hostile-1", "hostile-2")):
@@ -687,6 +695,9 @@ def test_reasons_wrap_and_tables_fit_1400_px_on_the_flip_sample_and_compare_page
     for url in flips:
         side = _no_overflow(page, url)
         assert side.locator("div.side pre.reason").count() >= 2, url
+    _no_overflow(page, runs.view_url + "/")
+    _no_overflow(page, runs.view_url + "/trends/travel-demo")
+    _no_overflow(page, runs.page("travel-v2", "/samples?per=200"))  # every column, every item
     for name in ("travel-v2", "hostile-1", "hostile-2"):
         _no_overflow(page, runs.page(name))
         samples = _no_overflow(page, runs.page(name, "/samples?status=fail&per=200"))
@@ -702,6 +713,11 @@ def test_reasons_wrap_and_tables_fit_1400_px_on_the_flip_sample_and_compare_page
     item = _no_overflow(page, runs.view_url + links[0])
     texts = item.locator("pre.reason").all_inner_texts()  # wrapped (cut at the report's limit)
     assert any(t.startswith(long_reason[:2000]) for t in texts), [t[:80] for t in texts]
+    page.set_viewport_size(
+        {"width": 1920, "height": 1000}
+    )  # the issue saw the flip clipped here too
+    for url in flips:
+        _no_overflow(page, url)
     page.close()
 
 
