@@ -422,3 +422,59 @@ def test_unknown_task_runner_names_the_choices(tmp_path: Path) -> None:
         SuiteError, match=r"'threads', 'processes', \{processes: N\}, \{dask: \{\.\.\.\}\} or \{ray"
     ):
         load_suite(path)
+
+
+def test_module_attr_resolves_from_the_suite_folder_first_then_the_current_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A suite's target, evaluator and split import from the suite file's folder, whatever the
+    current directory (issue 31); a module of the same name in the current directory loses to
+    the suite's, and one only in the current directory still resolves."""
+    project, elsewhere = tmp_path / "project", tmp_path / "elsewhere"
+    project.mkdir()
+    elsewhere.mkdir()
+    (project / "q.jsonl").write_text('{"query": "hi"}\n', encoding="utf-8")
+    (project / "beside_suite_agent.py").write_text(
+        "from evalpipe.targets.demo import travel_agent\n"
+        "agent = travel_agent()\n"
+        "WHERE = 'project'\n",
+        encoding="utf-8",
+    )
+    (elsewhere / "beside_suite_agent.py").write_text(
+        "raise ImportError('the current directory was searched first')\n", encoding="utf-8"
+    )
+    (project / "beside_suite_checks.py").write_text(
+        "from evalpipe import evaluator\n"
+        "@evaluator\n"
+        "def says_hi(response: str) -> bool:\n"
+        "    return 'hi' in response\n"
+        "def whole(conversation):\n"
+        "    return [conversation]\n",
+        encoding="utf-8",
+    )
+    (elsewhere / "only_in_cwd_split.py").write_text(
+        "def split(conversation):\n    return [conversation]\n", encoding="utf-8"
+    )
+    (project / "suite.yaml").write_text(
+        textwrap.dedent("""\
+            name: beside
+            target: beside_suite_agent:agent
+            dataset: q.jsonl
+            split: only_in_cwd_split:split
+            evaluators:
+              - beside_suite_checks:says_hi
+            """),
+        encoding="utf-8",
+    )
+    monkeypatch.chdir(elsewhere)
+    monkeypatch.setattr("sys.path", list(__import__("sys").path))
+    suite = load_suite(project / "suite.yaml")
+    assert suite.suite_dir == str(project.resolve())
+    target = build_target(suite)
+    assert type(target).__module__ == "evalpipe.targets.demo"
+    assert __import__("sys").modules["beside_suite_agent"].WHERE == "project"
+    [provider] = build_evaluators(suite)
+    assert isinstance(provider, LocalEvaluator)
+    assert callable(build_split(suite))
+    moved = suite.model_copy(update={"suite_dir": str(elsewhere)})
+    assert moved.fingerprint() == suite.fingerprint()  # where the checkout is changes no result

@@ -34,7 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from evalpipe._internal.calls import DEFAULT_CALL_TIMEOUT
 from evalpipe._internal.files import read_utf8
-from evalpipe._internal.imports import load_object
+from evalpipe._internal.imports import import_root, load_object
 from evalpipe.evaluators import registry
 from evalpipe.evaluators.base import AgentScoped, Evaluator
 from evalpipe.evaluators.local import LocalEvaluator, check_name_of
@@ -125,6 +125,10 @@ class EvalSuite(BaseModel):
     starts a local cluster, ``{dask: {address: "tcp://scheduler:8786"}}`` uses an existing one) or
     ``{ray: {address: ...}}`` (prefect-ray, the ray extra). Whatever the runner, ``concurrency``
     bounds the calls in flight for the whole run."""
+    suite_dir: str | None = None
+    """The suite file's folder (set by :func:`load_suite`, not written in the file): ``module:attr``
+    paths (``target``, evaluators, ``split``, tools) resolve from it first, then from the current
+    directory. Not part of the fingerprint (moving a checkout changes no result)."""
 
     @field_validator("task_runner")
     @classmethod
@@ -178,7 +182,14 @@ class EvalSuite(BaseModel):
         """A hash of everything that decides the run's results (not where it is written)."""
         data = self.model_dump(
             mode="json",
-            exclude={"output_dir", "description", "tags", "task_runner", "compare_with"},
+            exclude={
+                "output_dir",
+                "description",
+                "tags",
+                "task_runner",
+                "compare_with",
+                "suite_dir",
+            },
         )
         canonical = json.dumps(data, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:12]
@@ -324,6 +335,7 @@ def load_suite(path: str | Path, params: Sequence[str] = ()) -> EvalSuite:
             "target unless the dataset is recorded)"
         )
     data = _beside(data, file.parent)
+    data["suite_dir"] = str(file.parent.resolve())
     data = apply_params(data, params)
     try:
         suite = EvalSuite.model_validate(data)
@@ -416,7 +428,8 @@ def build_evaluators(suite: EvalSuite) -> list[Evaluator]:
     for i, entry in enumerate(suite.evaluators):
         where = f"evaluators[{i}]"
         spec, scope = _split_scope(entry, where)
-        obj = _one(spec, where)
+        with import_root(suite.suite_dir):
+            obj = _one(spec, where)
         if isinstance(obj, Evaluator):
             order.append(obj if scope is None else AgentScoped(obj, scope))
         else:
@@ -479,7 +492,8 @@ def build_split(suite: EvalSuite) -> Any:
     if suite.split == "full":
         return ConversationSplit.FULL
     try:
-        splitter = load_object(suite.split, what="split")
+        with import_root(suite.suite_dir):
+            splitter = load_object(suite.split, what="split")
     except ValueError as exc:
         raise SuiteError(f"split: {exc}") from None
     if not callable(splitter):
@@ -526,7 +540,8 @@ def build_target(suite: EvalSuite) -> Any:
         )
     if isinstance(spec, str):
         try:
-            obj = load_object(spec, what="target")
+            with import_root(suite.suite_dir):
+                obj = load_object(spec, what="target")
         except ValueError as exc:
             raise SuiteError(f"target: {exc}") from None
         return _instantiate(obj, f"target {spec!r}")
@@ -542,7 +557,8 @@ def build_target(suite: EvalSuite) -> Any:
         tools = []
         for j, path in enumerate(config.pop("tools", []) or []):
             try:
-                tools.append(load_object(path, what="tool"))
+                with import_root(suite.suite_dir):
+                    tools.append(load_object(path, what="tool"))
             except ValueError as exc:
                 raise SuiteError(f"target.openai.tools[{j}]: {exc}") from None
         try:

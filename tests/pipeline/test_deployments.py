@@ -245,11 +245,16 @@ def test_every_command_in_operations_md_is_run_by_a_test() -> None:
     secrets = _secret_commands(commands)
     # §12's commands are run as written by tests/view/test_view.py
     viewed = [c for c in commands if c.startswith(("evalpipe view ", "export EVALPIPE_VIEW_URL="))]
+    # §7's event-triggered deployment is run as written by tests/docs/test_docs_commands.py
+    on_event = [c for c in commands if "on-release.yaml" in c or c.startswith("prefect event emit")]
     assert len(served) == 1
     assert len(limits) == 2
     assert len(secrets) == 5
     assert len(viewed) == 2
-    rest = [c for c in commands if c not in triggers + served + limits + secrets + viewed]
+    assert len(on_event) == 2
+    rest = [
+        c for c in commands if c not in triggers + served + limits + secrets + viewed + on_event
+    ]
     # §10 starts the worker as §3 does: the same command, run by the worker fixture
     assert sorted(dict.fromkeys(rest)) == sorted(RUN_BY_FIXTURES)
 

@@ -106,13 +106,14 @@ def view_prefect(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 @pytest.fixture(scope="session")
 def view_url(view_prefect: Server) -> Iterator[str]:
-    """``evalpipe view OUTPUT`` on a free 127.0.0.1 port (the default host), stopped at the end."""
+    """``evalpipe view OUTPUT`` on a free 127.0.0.1 port (the default host), knowing the session's
+    Prefect API URL, stopped at the end."""
     output = view_prefect.output / "runs"
     output.mkdir()
     port = free_port()
     proc = start(
         [str(BIN / "evalpipe"), "view", str(output), "--port", str(port)],
-        dict(os.environ),
+        {**os.environ, "PREFECT_API_URL": view_prefect.api},  # the run pages link to the UI
         view_prefect.home / "view.log",
     )
     url = f"http://127.0.0.1:{port}"

@@ -301,6 +301,9 @@ LIVE = """() => {
     const found = [];
     for (const a of document.querySelectorAll('a[href], area[href]')) {
         const h = a.getAttribute('href');
+        // the run page's link to its Prefect flow run: the configured UI, a flow run's UUID
+        if (a.id === 'prefect-link' && /^https?:\\/\\/[^\\/]+\\/runs\\/flow-run\\/[0-9a-f-]{36}$/.test(h))
+            continue;
         // the view's own links only: a path on this origin (data may sit in their query string)
         if (!/^\\/(runs\\/|compare|trends\\/|\\?|$)/.test(h) || a.origin !== location.origin)
             found.push('link ' + h);
@@ -341,6 +344,7 @@ def test_the_live_check_finds_what_data_could_make_live(runs: Runs, browser: Any
     page.set_content(
         '<a href="/runs/s/r/item?id=evil.example">own</a><a href="https://evil.example/x">off</a>'
         '<a href="javascript:alert(1)">js</a><img src="data:,"><b onclick="1">b</b>'
+        '<a id="prefect-link" href="https://evil.example/runs/flow-run/x/../../login">ui</a>'
         "<script>1</script>"
     )
     found = page.evaluate(LIVE)
@@ -348,6 +352,7 @@ def test_the_live_check_finds_what_data_could_make_live(runs: Runs, browser: Any
     assert found == [
         "link https://evil.example/x",
         "link javascript:alert(1)",
+        "link https://evil.example/runs/flow-run/x/../../login",
         'IMG <img src="data:,">',
         "SCRIPT <script>1</script>",
         "attribute onclick on B",
@@ -633,3 +638,210 @@ def test_bad_parameters_answer_400_and_what_is_not_there_404(runs: Runs) -> None
     assert "no item 'nope' of agent 'writer'" in html.unescape(missing.text)
     assert httpx.get(f"{runs.view_url}/runs/travel-demo/nope", timeout=30).status_code == 404
     assert httpx.get(f"{runs.view_url}/compare/item?b=x/y", timeout=30).status_code == 404
+
+
+_OVERFLOWS = """() => {
+    const width = document.documentElement.clientWidth;
+    const out = [];
+    if (document.documentElement.scrollWidth > width) {
+        out.push(`the page: ${document.documentElement.scrollWidth} > ${width}`);
+    }
+    for (const table of document.querySelectorAll("table")) {
+        const right = table.getBoundingClientRect().right;
+        if (right > width + 0.5) out.push(`table ${table.id || table.className} ends at ${right}`);
+    }
+    for (const cell of document.querySelectorAll("td, th, pre.reason, td.why .reason")) {
+        if (cell.scrollWidth > cell.clientWidth + 1) {
+            out.push(`${cell.tagName} ${cell.className}: ${cell.scrollWidth} > ${cell.clientWidth}`);
+        }
+    }
+    for (const box of document.querySelectorAll("body *")) {
+        const style = getComputedStyle(box);
+        if (style.overflowX !== "visible" && box.scrollWidth > box.clientWidth + 1) {
+            out.push(`${box.tagName} ${box.className} scrolls: ${box.scrollWidth} > ${box.clientWidth}`);
+        }
+    }
+    for (const pre of document.querySelectorAll("pre.reason")) {
+        if (pre.scrollHeight > pre.clientHeight + 1) {
+            out.push(`pre.reason scrolls: ${pre.scrollHeight} > ${pre.clientHeight}`);
+        }
+    }
+    return out;
+}"""
+"""What a page hides at its width: the page or a table wider than the window, a cell wider than
+its box, anything scrolled sideways inside its box (a table made a scroll box, a pre), a reason
+scrolled inside its box vertically."""
+
+
+def _no_overflow(page: Any, url: str) -> Any:
+    page.goto(url)
+    assert page.evaluate(_OVERFLOWS) == [], url
+    return page
+
+
+def test_reasons_wrap_and_tables_fit_1400_px_on_the_flip_sample_and_compare_pages(
+    runs: Runs, browser: Any
+) -> None:
+    """At 1400 px no page is wider than the window and no reason is clipped (issue 31): the
+    comparisons and their side-by-side flip pages (at 1920 px too), the runs list, trends, run
+    pages, the sample tables (every column; filtered to failures) and the item page of the hostile
+    run's 6,000-character unbroken reason."""
+    page = _page(browser)
+    flips = []
+    for a, b in (("travel-v1", "travel-v2"), ("hostile-1", "hostile-2")):
+        compare = _no_overflow(page, f"{runs.view_url}/compare?a={runs.key(a)}&b={runs.key(b)}")
+        assert compare.locator("#flip-table tbody tr").count() >= 1
+        flips += compare.locator("a.flip-link").evaluate_all("links => links.map(a => a.href)")
+    for url in flips:
+        side = _no_overflow(page, url)
+        assert side.locator("div.side pre.reason").count() >= 2, url
+    _no_overflow(page, runs.view_url + "/")
+    _no_overflow(page, runs.view_url + "/trends/travel-demo")
+    _no_overflow(page, runs.page("travel-v2", "/samples?per=200"))  # every column, every item
+    for name in ("travel-v2", "hostile-1", "hostile-2"):
+        _no_overflow(page, runs.page(name))
+        samples = _no_overflow(page, runs.page(name, "/samples?status=fail&per=200"))
+        assert samples.locator("td.why .reason").count() >= 1, name
+    long_reason = "reason: long " + "y" * 6000
+    links = page.locator("tr.sample").evaluate_all(
+        """(rows, text) => rows
+            .filter(r => [...r.querySelectorAll("td.why .reason")].some(x => x.title === text))
+            .map(r => r.querySelector("a.open").getAttribute("href"))""",
+        long_reason,
+    )
+    assert links  # the long row (of each agent, and overall): its whole reason on hover
+    item = _no_overflow(page, runs.view_url + links[0])
+    texts = item.locator("pre.reason").all_inner_texts()  # wrapped (cut at the report's limit)
+    assert any(t.startswith(long_reason[:2000]) for t in texts), [t[:80] for t in texts]
+    page.set_viewport_size(
+        {"width": 1920, "height": 1000}
+    )  # the issue saw the flip clipped here too
+    for url in flips:
+        _no_overflow(page, url)
+    page.close()
+
+
+def _reasons(run_dir: Path) -> dict[tuple[str, str], list[tuple[str, str, str]]]:
+    """(agent, item_id) -> (metric, status, reason) of each metric that failed or errored."""
+    scores = read_table(
+        run_dir, "scores", columns=["agent", "item_id", "metric", "status", "reason"]
+    ).to_pylist()
+    out: dict[tuple[str, str], list[tuple[str, str, str]]] = {}
+    for s in scores:
+        if s["status"] in ("fail", "error"):
+            out.setdefault((s["agent"], s["item_id"]), []).append(
+                (s["metric"], s["status"], s["reason"] or "")
+            )
+    return out
+
+
+def test_the_sample_table_says_why_an_item_failed(runs: Runs, browser: Any) -> None:
+    """Filtered to failures, each row's "why" names every failed metric with its reason (as
+    scores.parquet has it); filtered on one metric, only that metric's reason."""
+    run = runs.dirs["travel-v2"]
+    expected = _reasons(run)
+    page = _page(browser)
+    page.goto(runs.page("travel-v2", "/samples?status=fail&per=200"))
+    rows = page.locator("tr.sample")
+    assert rows.count() == len(expected) >= 1
+    for i in range(rows.count()):
+        row = rows.nth(i)
+        key = (str(row.get_attribute("data-agent")), str(row.get_attribute("data-item")))
+        why = row.locator("td.why .reason").all_inner_texts()
+        assert len(why) == len(expected[key]), (key, why)
+        for text, (metric, status, reason) in zip(why, expected[key], strict=True):
+            assert text.startswith(f"{metric} {status}: "), text
+            assert reason[:200] in text
+    metric = next(m for (_, _), found in expected.items() for m, _, _ in found)
+    key = page.locator("select[name=metric] option", has_text=metric).first.get_attribute("value")
+    page.goto(runs.page("travel-v2", f"/samples?metric={key}&status=fail&per=200"))
+    shown = page.locator("td.why .reason").all_inner_texts()
+    assert shown
+    assert all(t.startswith(f"{metric} fail: ") for t in shown)
+    assert len(shown) == sum(m == metric for found in expected.values() for m, _, _ in found)
+    page.close()
+
+
+def test_a_run_page_links_to_its_prefect_flow_run(runs: Runs, browser: Any) -> None:
+    """With the Prefect API URL known, a run's page links to <ui>/runs/flow-run/<id> of the flow
+    run its manifest records; the Prefect UI answers there and the API knows that flow run."""
+    from evalpipe.artifacts import read_manifest
+
+    flow_run_id = read_manifest(runs.dirs["travel-v2"])["flow_run_id"]
+    assert flow_run_id
+    page = _page(browser)
+    page.goto(runs.page("travel-v2"))
+    href = page.locator("#prefect-link").get_attribute("href")
+    assert href == f"{runs.server.url}/runs/flow-run/{flow_run_id}"
+    api = httpx.get(f"{runs.server.api}/flow_runs/{flow_run_id}", timeout=30)
+    assert api.status_code == 200
+    assert api.json()["id"] == flow_run_id
+    page.locator("#prefect-link").click()
+    page.wait_for_url(href)
+    for attempt in range(3):  # the UI's first request can meet a busy SQLite server
+        try:
+            page.get_by_text(api.json()["name"]).first.wait_for(timeout=40_000)
+            break
+        except Exception:
+            if attempt == 2:
+                raise
+            page.reload()
+    page.close()
+
+
+def test_trends_are_per_evaluator_set_with_dated_x_axis_labels(
+    runs: Runs, browser: Any, tmp_path: Path
+) -> None:
+    """Runs of one suite scored by another evaluator set get their own charts (not one line
+    through both), and each chart's x axis is labelled with its runs' start dates."""
+    import json
+    import shutil
+    from datetime import datetime
+
+    from live_prefect import free_port, start, stop, wait_for
+
+    suite_dir = tmp_path / "runs" / "travel-demo"
+    for name in ("travel-v1", "travel-v2"):
+        shutil.copytree(runs.dirs[name], suite_dir / runs.dirs[name].name)
+    other = suite_dir / "other-evaluators"
+    shutil.copytree(runs.dirs["travel-v2"], other)
+    manifest = json.loads((other / "manifest.json").read_text(encoding="utf-8"))
+    manifest["evaluator_specs"] = [*manifest["evaluator_specs"], "tool_calls_present"]
+    manifest["started_at"] = "2031-05-06T07:08:09+00:00"
+    (other / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    port = free_port()
+    proc = start(
+        [str(BIN / "evalpipe"), "view", str(tmp_path / "runs"), "--port", str(port)],
+        dict(os.environ),
+        tmp_path / "view.log",
+    )
+    url = f"http://127.0.0.1:{port}"
+
+    def up() -> bool:
+        try:
+            return httpx.get(url + "/", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    try:
+        wait_for(up, 60, "evalpipe view")
+        page = _page(browser)
+        page.goto(f"{url}/trends/travel-demo")
+        sets = page.locator("section.evaluator-set")
+        assert sets.evaluate_all("s => s.map(x => x.dataset.runs)") == ["1", "2"]  # newest first
+        newest, older = sets.nth(0), sets.nth(1)
+        chart = 'figure.trend[data-agent="writer"][data-metric="mentions_expected"]'
+        assert newest.locator(f"{chart} circle").count() == 2  # pass rate and mean score: 1 run
+        assert newest.locator("text.x-tick").first.text_content() == "05-06 07:08"
+        dates = [
+            datetime.fromisoformat(
+                json.loads((runs.dirs[n] / "manifest.json").read_text())["started_at"]
+            ).strftime("%m-%d %H:%M")
+            for n in ("travel-v1", "travel-v2")
+        ]
+        figure = older.locator(f'{chart}[data-measure="pass rate"]')
+        assert figure.locator("circle").count() == 2
+        assert figure.locator("text.x-tick").all_text_contents() == dates
+        page.close()
+    finally:
+        stop(proc)

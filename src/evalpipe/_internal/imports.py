@@ -5,10 +5,35 @@ from __future__ import annotations
 import importlib
 import sys
 import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
-__all__ = ["load_object"]
+__all__ = ["import_root", "load_object"]
+
+_ROOT: ContextVar[Path | None] = ContextVar("evalpipe_import_root", default=None)
+"""The folder ``module:attr`` paths resolve from first while :func:`import_root` is active."""
+
+
+@contextmanager
+def import_root(folder: str | Path | None) -> Iterator[None]:
+    """Within the block, :func:`load_object` puts ``folder`` first on ``sys.path`` (before the
+    current directory): a suite's ``module:attr`` paths resolve from the suite's folder."""
+    token = _ROOT.set(None if folder is None else Path(folder))
+    try:
+        yield
+    finally:
+        _ROOT.reset(token)
+
+
+def _first_on_path(folder: Path) -> None:
+    root = str(folder.resolve())
+    if sys.path[:1] != [root]:
+        if root in sys.path:
+            sys.path.remove(root)
+        sys.path.insert(0, root)
 
 
 def _where(exc: BaseException) -> str:
@@ -21,8 +46,9 @@ def _where(exc: BaseException) -> str:
 def load_object(path: str, *, what: str = "object", search_path: Path | None = None) -> Any:
     """Import ``package.module:attr`` (or ``package.module.attr``) and return the attribute.
 
-    ``search_path`` (default: the current directory) is put on ``sys.path`` first, so a project's own
-    modules import the way they do in its tests.
+    ``search_path`` (default: the current directory) is put on ``sys.path``, so a project's own
+    modules import the way they do in its tests; within :func:`import_root`, its folder goes
+    before it (first on ``sys.path``).
 
     Raises:
         ValueError: naming the path and what is wrong with it.
@@ -38,12 +64,16 @@ def load_object(path: str, *, what: str = "object", search_path: Path | None = N
     root = str((search_path or Path.cwd()).resolve())
     if root not in sys.path:
         sys.path.insert(0, root)
+    folder = _ROOT.get()
+    if folder is not None:
+        _first_on_path(folder)
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
+        beside = "" if folder is None else f"in the suite's folder ({folder}), "
         raise ValueError(
             f"{what} {path!r}: cannot import module {module_name!r} ({exc}); check the spelling "
-            "and that the module is installed or under the current directory"
+            f"and that the module is installed, {beside}or under the current directory"
         ) from exc
     except SyntaxError as exc:
         raise ValueError(

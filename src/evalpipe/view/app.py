@@ -45,6 +45,7 @@ from evalpipe.view.queries import (
 from evalpipe.view.urls import (
     compare_item_path,
     compare_path,
+    flow_run_url,
     item_path,
     run_path,
     samples_path,
@@ -236,6 +237,7 @@ class _Pages:
         return self.render(
             "run.html.j2",
             entry=entry,
+            prefect_url=flow_run_url(entry.flow_run_id),
             costs=self.catalog.costs(entry),
             **report_context(self.catalog.report(entry)),
         )
@@ -375,16 +377,27 @@ class _Pages:
         runs = self.catalog.runs(suite=suite)
         if not runs:
             raise NotFound(f"no finished run of suite {suite!r}")
-        groups: dict[tuple[str, str], list[Any]] = {}
-        for chart in trend_charts(runs):
-            groups.setdefault((chart.provider, chart.agent), []).append(chart)
-        return self.render(
-            "trends.html.j2",
-            suite=suite,
-            runs=runs,
-            groups=list(groups.items()),
-            baseline=next((e for e in runs if e.info.baseline), None),
-        )
+        # A trend compares like with like: one set of charts per evaluator set (the newest
+        # set first), each over the runs scored with that set only.
+        sets: dict[str, list[RunEntry]] = {}
+        for entry in runs:
+            sets.setdefault(entry.evaluators, []).append(entry)
+        shown = []
+        for number, members in enumerate(sets.values(), start=1):
+            groups: dict[tuple[str, str], list[Any]] = {}
+            for chart in trend_charts(members):
+                groups.setdefault((chart.provider, chart.agent), []).append(chart)
+            providers = sorted({r.provider for e in members for r in e.info.rows})
+            shown.append(
+                {
+                    "number": number,
+                    "runs": members,
+                    "providers": providers,
+                    "groups": list(groups.items()),
+                    "baseline": next((e for e in members if e.info.baseline), None),
+                }
+            )
+        return self.render("trends.html.j2", suite=suite, runs=runs, sets=shown)
 
     def not_found(self, request: Request, exc: Exception) -> HTMLResponse:
         return self.error(404, "Not found", f"nothing at {request.url.path}")

@@ -11,11 +11,13 @@ report's numbers come from ``evalpipe.report`` (one home for the statistics and 
 from __future__ import annotations
 
 import bisect
+import json
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Generic, TypeVar
 
 import numpy as np
@@ -158,6 +160,11 @@ class RunEntry:
     tags: tuple[str, ...]
     stamp: str
     """What changes when the run directory is written again (its manifest's end time)."""
+    flow_run_id: str | None = None
+    """The Prefect flow run that made the run (the manifest's ``flow_run_id``), if recorded."""
+    evaluators: str = ""
+    """The run's evaluator set: its manifest's evaluator specs as canonical JSON (runs with the
+    same set are comparable on a trend)."""
 
     @property
     def suite(self) -> str:
@@ -254,6 +261,9 @@ class SampleRow:
     tokens: int | None
     judge_tokens: int | None
     judge_latency_s: float | None
+    reasons: list[tuple[str, str, str]] = field(default_factory=list)
+    """Why the item did not pass: per metric that failed or errored (only the filtered metric,
+    when the table is filtered on one), its label, status and reason (or error)."""
 
 
 @dataclass(slots=True)
@@ -418,7 +428,9 @@ class SampleIndex:
         for name, array in columns.items():
             table = table.append_column(name, array)
         self.table = table.combine_chunks()
-        self.score_rows = scores.select(["agent", "item_id", "_spos"])
+        self.score_rows = scores.select(
+            ["agent", "item_id", "_spos", "_pos", "provider", "metric", "status"]
+        )
         self.agents = list(dict.fromkeys(self.table["agent"].to_pylist()))
 
     def __len__(self) -> int:
@@ -491,6 +503,7 @@ class SampleIndex:
             rows = _take(parquet, offsets, positions, _TEXT_COLUMNS)
             shown = {c: [r[c] for r in rows] for c in _TEXT_COLUMNS}
         data = part.to_pylist()
+        reasons = self._reasons(positions, metric)
         out = []
         for i, r in enumerate(data):
             out.append(
@@ -507,9 +520,45 @@ class SampleIndex:
                     tokens=r["tokens"],
                     judge_tokens=r["judge_tokens"],
                     judge_latency_s=r["judge_latency_s"],
+                    reasons=reasons.get(r["_pos"], []),
                 )
             )
         return SamplePage(out, total, len(self.table), q, pages)
+
+    def _reasons(
+        self, positions: Sequence[int], metric: MetricColumn | None
+    ) -> dict[int, list[tuple[str, str, str]]]:
+        """Per item position of a page: the label, status and reason of each metric that failed
+        or errored on it (only ``metric``'s, when given), read from the row groups holding them."""
+        s = self.score_rows
+        keep = pc.and_(
+            pc.is_in(s["_pos"], pa.array(list(positions), pa.int64())),
+            pc.is_in(s["status"], pa.array(["fail", "error"])),
+        )
+        if metric is not None:
+            keep = pc.and_(
+                keep,
+                pc.and_(
+                    pc.equal(s["provider"], metric.provider), pc.equal(s["metric"], metric.metric)
+                ),
+            )
+        hits = s.filter(pc.fill_null(keep, False)).to_pylist()
+        if not hits:
+            return {}
+        labels = {(m.provider, m.metric): m.label for m in self.metrics}
+        parquet, offsets = self._parquet("scores")
+        texts = _take(
+            parquet,
+            offsets,
+            [h["_spos"] for h in hits],
+            ("reason", "error_message", "item_error_message"),
+        )
+        out: dict[int, list[tuple[str, str, str]]] = {}
+        for hit, text in zip(hits, texts, strict=True):
+            why = text["reason"] or text["error_message"] or text["item_error_message"] or ""
+            label = labels.get((hit["provider"], hit["metric"]), hit["metric"] or "item")
+            out.setdefault(hit["_pos"], []).append((label, hit["status"], why))
+        return out
 
     def find(self, agent: str, item_id: str) -> int:
         """The item's position in items.parquet.
@@ -624,6 +673,8 @@ class TrendPoint:
     value: float
     run_name: str
     label: str
+    started_at: datetime | None = None
+    """When the point's run started (UTC): the x axis's date labels."""
 
 
 @dataclass(slots=True)
@@ -647,6 +698,18 @@ class TrendChart:
     @property
     def polyline(self) -> str:
         return " ".join(f"{p.x:.1f},{p.y:.1f}" for p in self.points)
+
+    @property
+    def ticks(self) -> list[tuple[float, str]]:
+        """The x axis's labels: up to four points, evenly spread (first and last always), each
+        with its run's start (UTC, ``MM-DD HH:MM``)."""
+        dated = [p for p in self.points if p.started_at is not None]
+        shown = min(len(dated), 4)
+        if shown <= 1:
+            picks = dated
+        else:
+            picks = [dated[round(k * (len(dated) - 1) / (shown - 1))] for k in range(shown)]
+        return [(p.x, p.started_at.strftime("%m-%d %H:%M")) for p in picks if p.started_at]
 
 
 def _fmt(value: float, measure: str) -> str:
@@ -688,7 +751,11 @@ def trend_charts(entries: Sequence[RunEntry]) -> list[TrendChart]:
         for i, v in values:
             y = chart.pad - 10 + span_y * (1 - (v - low) / ((high - low) or 1.0))
             label = f"{runs[i].run_name}: {_fmt(v, measure)}"
-            chart.points.append(TrendPoint(_x(chart, i, len(runs)), y, v, runs[i].run_name, label))
+            chart.points.append(
+                TrendPoint(
+                    _x(chart, i, len(runs)), y, v, runs[i].run_name, label, runs[i].info.started_at
+                )
+            )
         if baseline is not None:
             chart.baseline_x = _x(chart, baseline, len(runs))
         charts.append(chart)
@@ -701,7 +768,7 @@ class Catalog:
 
     def __init__(self, root: str, *, cache_size: int = 4) -> None:
         self.root = root
-        self._tags: dict[tuple[str, str], tuple[tuple[str, ...], str]] = {}
+        self._tags: dict[tuple[str, str], tuple[tuple[str, ...], str, str | None, str]] = {}
         self._reports: _Lru[tuple[str, str], RunReport] = _Lru(cache_size)
         self._samples: _Lru[tuple[str, str], SampleIndex] = _Lru(cache_size)
         self._costs: _Lru[tuple[str, str], list[ProviderCost]] = _Lru(cache_size * 4)
@@ -719,9 +786,16 @@ class Catalog:
             timings = manifest.get("timings")
             finished = timings.get("finished_at") if isinstance(timings, dict) else None
             stamp = str(manifest.get("ended_at") or finished)
-            self._tags[key] = (tuple(str(t) for t in tags or ()), stamp)
-        tags, stamp = self._tags[key]
-        return RunEntry(info, tags, stamp)
+            flow_run_id = manifest.get("flow_run_id")
+            evaluators = json.dumps(manifest.get("evaluator_specs"), sort_keys=True)
+            self._tags[key] = (
+                tuple(str(t) for t in tags or ()),
+                stamp,
+                str(flow_run_id) if flow_run_id else None,
+                evaluators,
+            )
+        tags, stamp, flow_run_id, evaluators = self._tags[key]
+        return RunEntry(info, tags, stamp, flow_run_id, evaluators)
 
     def runs(self, *, suite: str | None = None, tag: str | None = None) -> list[RunEntry]:
         """Every finished run, newest first; ``suite`` / ``tag`` keep those of a suite / tag.

@@ -15,6 +15,7 @@ __all__ = [
     "compare_item_path",
     "compare_path",
     "configured_view_url",
+    "flow_run_url",
     "item_path",
     "run_path",
     "run_url",
@@ -41,6 +42,25 @@ def configured_view_url(environ: Mapping[str, str] | None = None) -> str | None:
             f"{VIEW_URL_ENV}={value!r}: expected the view's http(s) URL, e.g. http://127.0.0.1:8765"
         )
     return value.rstrip("/")
+
+
+def flow_run_url(flow_run_id: str | None, environ: Mapping[str, str] | None = None) -> str | None:
+    """The Prefect UI's page of a flow run, ``<ui>/runs/flow-run/<id>``, or None when the run
+    has no flow run id or no UI is known.
+
+    ``<ui>`` is ``PREFECT_UI_URL``, else ``PREFECT_API_URL`` without its ``/api`` suffix (the
+    server that serves the API serves the UI at its root); either must be an http(s) URL.
+    """
+    env = os.environ if environ is None else environ
+    if not flow_run_id:
+        return None
+    ui = env.get("PREFECT_UI_URL", "").strip().rstrip("/")
+    if not ui:
+        api = env.get("PREFECT_API_URL", "").strip().rstrip("/")
+        ui = api.removesuffix("/api") if api.endswith("/api") else ""
+    if not ui.startswith(("http://", "https://")):
+        return None
+    return f"{ui}/runs/flow-run/{_segment(flow_run_id)}"
 
 
 def _segment(text: str) -> str:
