@@ -70,6 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     from evalpipe.cli import (  # lazy: after the early start of the embedded server
         bless,
         cache,
+        calibrate,
         compare,
         deploy,
         eval_,
@@ -91,6 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
         bless,
         compare,
         report,
+        calibrate,
         view,
         import_,
         deploy,
