@@ -37,6 +37,7 @@ import warnings
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import zip_longest
 from pathlib import Path
 from typing import Any, Literal
 
@@ -57,6 +58,7 @@ __all__ = [
     "InterAnnotator",
     "Label",
     "LabelsError",
+    "ReviewItem",
     "Verdict",
     "agreement_verdict",
     "calibrate",
@@ -64,6 +66,8 @@ __all__ = [
     "cohen_kappa",
     "read_calibration",
     "read_labels",
+    "review_candidates",
+    "sample_for_review",
     "verdicts_of_results",
     "verdicts_of_run",
     "write_calibration",
@@ -928,3 +932,108 @@ def read_calibration(path: str | os.PathLike[str]) -> CalibrationFile:
         ) from None
     except ValidationError as exc:
         raise LabelsError(f"{where}: not a calibration result ({exc.errors()[0]['msg']})") from None
+
+
+# --------------------------------------------------------------------------------------------
+# Choosing items for a reviewer (the review flow, evalpipe.pipeline.review, shows them)
+
+
+@dataclass(frozen=True, slots=True)
+class ReviewItem:
+    """One item a reviewer is asked to label, with what the judge said of it."""
+
+    row_id: str
+    repetition: int
+    agent: str
+    provider: str
+    item_id: str
+    query: str | None
+    response: str | None
+    judge_status: str
+    """The judge's verdict on the metric: ``pass`` or ``fail``."""
+    judge_score: float | None
+    judge_reason: str | None
+    disagrees: bool
+    """A local check on the same item gave the other verdict."""
+
+
+def review_candidates(
+    run_dir: str | os.PathLike[str], metric: str, *, filesystem: Any = None
+) -> list[ReviewItem]:
+    """The items of a finished run whose ``metric`` has a verdict (errored and not-applicable
+    scores cannot be compared with a label, so they are not offered), in item order."""
+    import pyarrow.compute as pc  # type: ignore[import-untyped, unused-ignore]  # lazy: pyarrow, only to read a run directory
+
+    from evalpipe.artifacts import read_table  # lazy: pyarrow, only to read a run directory
+    from evalpipe.report.data import (  # lazy: pyarrow, only to read a run directory
+        disagreements,
+        scored_rows,
+    )
+
+    scored = scored_rows(str(run_dir), filesystem=filesystem)
+    flagged = {
+        (x.agent, x.item_id)
+        for d in disagreements(scored, max_examples=len(scored))
+        if d.judge == metric
+        for x in d.examples
+    }
+    texts = read_table(
+        str(run_dir),
+        "scores",
+        columns=["provider", "agent", "item_id", "metric", "input_text", "output_text", "reason"],
+        filesystem=filesystem,
+    )
+    texts = texts.filter(pc.equal(texts["metric"], metric)).to_pylist()
+    text_of = {(r["provider"], r["agent"], r["item_id"]): r for r in texts}
+    mine = scored.filter(pc.equal(scored["metric"], metric)).to_pylist()
+    out = []
+    for r in mine:
+        if r["status"] not in (PASS, FAIL):
+            continue
+        text = text_of.get((r["provider"], r["agent"], r["item_id"]), {})
+        out.append(
+            ReviewItem(
+                row_id=r["row"],
+                repetition=int(r["repetition"] or 0),
+                agent=r["agent"],
+                provider=r["provider"],
+                item_id=r["item_id"],
+                query=text.get("input_text"),
+                response=text.get("output_text"),
+                judge_status=r["status"],
+                judge_score=r["score"],
+                judge_reason=text.get("reason"),
+                disagrees=(r["agent"], r["item_id"]) in flagged,
+            )
+        )
+    return out
+
+
+def sample_for_review(
+    items: Sequence[ReviewItem], n: int, *, seed: int = DEFAULT_SEED
+) -> list[ReviewItem]:
+    """At most ``n`` items, balanced between the judge's passes and fails (as the anchors advise:
+    a judge is calibrated on both classes), judge-vs-check disagreements first within each;
+    the rest drawn at random (seeded). One item per (agent, row, repetition)."""
+    rng = np.random.default_rng(seed)
+    seen: set[tuple[str, str, int]] = set()
+    strata: dict[str, list[ReviewItem]] = {PASS: [], FAIL: []}
+    for item in items:
+        key = (item.agent, item.row_id, item.repetition)
+        if key in seen:
+            continue
+        seen.add(key)
+        strata[item.judge_status].append(item)
+    ordered: dict[str, list[ReviewItem]] = {}
+    for status, group in strata.items():
+        order = rng.permutation(len(group)) if group else np.array([], dtype=np.int64)
+        shuffled = [group[i] for i in order]
+        ordered[status] = [x for x in shuffled if x.disagrees] + [
+            x for x in shuffled if not x.disagrees
+        ]
+    half = n // 2
+    take_fail = min(len(ordered[FAIL]), max(half, n - len(ordered[PASS])))
+    take_pass = min(len(ordered[PASS]), n - take_fail)
+    fails, passes = ordered[FAIL][:take_fail], ordered[PASS][:take_pass]
+    interleaved = [x for pair in zip_longest(fails, passes) for x in pair if x is not None]
+    return sorted(interleaved, key=lambda x: not x.disagrees)  # stable: disagreements first
