@@ -129,3 +129,34 @@ def test_review_pauses_resumes_through_the_api_and_writes_the_answers(
     assert main(["calibrate", str(run_dir), "--labels", str(output), "--json"]) == 0
     [row] = json.loads(capsys.readouterr().out)
     assert (row["n_labelled"], row["n"]) == (5, 5)
+
+
+def test_review_command_bad_metric_is_exit_2_before_prefect(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`evalpipe review --metric` naming a metric without verdicts is exit 2 naming it; no flow
+    run starts and no labels file is written."""
+    run_dir = _run(tmp_path)
+    assert main(["review", str(run_dir), "--metric", "nope", "-o", str(tmp_path / "l.jsonl")]) == 2
+    assert "no item has a pass/fail verdict on metric 'nope'" in capsys.readouterr().err
+    assert not (tmp_path / "l.jsonl").exists()
+
+
+def test_review_command_runs_the_flow_and_writes_the_labels(
+    prefect_api: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`evalpipe review` pauses the flow against the configured API; resumed with two answers,
+    it exits 0 and the labels file holds those two."""
+    from prefect.flow_runs import resume_flow_run
+
+    run_dir = _run(tmp_path)
+    output = tmp_path / "cli-labels.jsonl"
+    codes: list[int] = []
+    args = ["review", str(run_dir), "--metric", "relevance", "--sample", "2", "-o", str(output)]
+    thread = threading.Thread(target=lambda: codes.append(main(args)), daemon=True)
+    thread.start()
+    run = _paused(run_dir)
+    resume_flow_run(run.id, run_input={"verdict_1": "pass", "verdict_2": "fail"})
+    thread.join(timeout=120)
+    assert codes == [0]
+    assert [x.label for x in read_labels(output)] == ["pass", "fail"]
