@@ -5,7 +5,7 @@ passes and fails, judge-vs-check disagreements first: ``evalpipe.calibration.sam
 pauses for input (``pause_flow_run(wait_for_input=...)``) with the items in the form's markdown
 description (every text escaped: ``evalpipe.escape.markdown``), and when the reviewer resumes it
 writes their answers as a labels file that ``evalpipe calibrate`` reads. The form has, per item,
-a verdict (pass/fail; left empty: not labelled), an optional score and an optional note.
+a verdict (pass/fail; skip, the default: not labelled), an optional score and an optional note.
 
 It is a plain flow: ``evalpipe review`` runs it against the configured Prefect API, and it can be
 deployed (``review_flow.serve()`` / ``.deploy()``) so a reviewer can be sent the flow run's link.
@@ -44,24 +44,24 @@ TEXT_LIMIT = 1500
 
 
 def review_form(items: Sequence[ReviewItem]) -> type[RunInput]:
-    """The form the Prefect UI shows: ``verdict_N`` (pass/fail), ``score_N`` and ``note_N`` per
+    """The form the Prefect UI shows: ``verdict_N`` (skip/pass/fail), ``score_N`` and ``note_N`` per
     item (1-based, in the description's order), and ``labeller``. Titles hold only numbers: the
     items' text is in the description, escaped."""
     fields: dict[str, Any] = {
-        "labeller": (str | None, Field(default=None, title="Your name (labeller)")),
+        "labeller": (str, Field(default="", title="Your name (labeller)")),
     }
     for number in range(1, len(items) + 1):
         fields[f"verdict_{number}"] = (
-            Literal["pass", "fail"] | None,
-            Field(default=None, title=f"Item {number}: pass or fail"),
+            Literal["skip", "pass", "fail"],
+            Field(default="skip", title=f"Item {number}: pass or fail"),
         )
         fields[f"score_{number}"] = (
             float | None,
             Field(default=None, title=f"Item {number}: score (optional)"),
         )
         fields[f"note_{number}"] = (
-            str | None,
-            Field(default=None, title=f"Item {number}: note (optional)"),
+            str,
+            Field(default="", title=f"Item {number}: note (optional)"),
         )
     model: type[RunInput] = create_model("ReviewInput", __base__=RunInput, **fields)
     return model
@@ -74,7 +74,7 @@ def review_markdown(items: Sequence[ReviewItem], metric: str, *, show_verdict: b
         f"# Label {len(items)} items on {markdown(metric)}",
         "",
         "For each item, read the query and the response and answer **pass** or **fail** in "
-        "the fields below (leave an item empty to skip it). A score and a note are optional.",
+        "the fields below (leave an item on skip to leave it unlabelled). A score and a note are optional.",
         "",
     ]
     if not show_verdict:
