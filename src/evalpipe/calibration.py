@@ -62,6 +62,7 @@ __all__ = [
     "Verdict",
     "agreement_verdict",
     "calibrate",
+    "calibrations_for",
     "check_labels",
     "cohen_kappa",
     "read_calibration",
@@ -1037,3 +1038,33 @@ def sample_for_review(
     fails, passes = ordered[FAIL][:take_fail], ordered[PASS][:take_pass]
     interleaved = [x for pair in zip_longest(fails, passes) for x in pair if x is not None]
     return sorted(interleaved, key=lambda x: not x.disagrees)  # stable: disagreements first
+
+
+CALIBRATION_DEPTH = 3
+"""How deep under a runs root :func:`calibrations_for` looks for calibration files."""
+
+
+def calibrations_for(root: str | os.PathLike[str], run_name: str) -> list[Calibration]:
+    """The calibration results for the run ``run_name`` found under a local runs ``root``: files
+    named ``*calibration*.json`` at most :data:`CALIBRATION_DEPTH` levels below it (beside a run
+    directory, say ``runs/<suite>/<run>.calibration.json``) whose ``run_name`` is the run's.
+    The newest file wins per (provider, agent, metric); files that are not calibration results
+    are ignored; a root that is a URI has none."""
+    if "://" in str(root):
+        return []
+    base = Path(root)
+    found: list[tuple[float, CalibrationFile]] = []
+    for level in range(CALIBRATION_DEPTH + 1):
+        for path in base.glob("/".join(["*"] * level + ["*calibration*.json"])):
+            try:
+                data = CalibrationFile.model_validate_json(path.read_text(encoding="utf-8"))
+                stamp = path.stat().st_mtime
+            except (OSError, ValueError):
+                continue
+            if data.run_name == run_name:
+                found.append((stamp, data))
+    newest: dict[tuple[str, str, str], Calibration] = {}
+    for _, data in sorted(found, key=lambda x: x[0]):
+        for c in data.calibrations:
+            newest[(c.provider, c.agent, c.metric)] = c
+    return [newest[k] for k in sorted(newest)]

@@ -30,6 +30,7 @@ from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
 from evalpipe.artifacts import ArtifactError
+from evalpipe.calibration import calibrations_for
 from evalpipe.report.html import environment, package_version, report_context
 from evalpipe.view.queries import (
     PAGE_SIZES,
@@ -237,7 +238,9 @@ class _Pages:
             "run.html.j2",
             entry=entry,
             costs=self.catalog.costs(entry),
-            **report_context(self.catalog.report(entry)),
+            **report_context(
+                self.catalog.report(entry), calibrations_for(self.catalog.root, entry.run_name)
+            ),
         )
 
     def samples(self, request: Request) -> HTMLResponse:
