@@ -347,3 +347,27 @@ def test_cli_bad_labels_exit_2_naming_the_line(
     err = capsys.readouterr().err
     assert f"{path}:2: field 'row_id'" in " ".join(err.split())
     assert not (tmp_path / "calibration.json").exists()
+
+
+def test_results_without_metadata_are_keyed_by_the_suite_item_ids() -> None:
+    """Results the flow stripped of metadata (as the gate sees them) are keyed by the suite's item
+    ids: ``row#rep`` overall, ``row#rep/agent[/k]`` per agent; other ids stay as they are."""
+    from evalpipe.calibration import verdicts_of_results
+    from evalpipe.results import EvalItemResult, EvalResults, EvalScoreResult
+
+    def scored(item_id: str) -> EvalItemResult:
+        return EvalItemResult(item_id, "pass", [EvalScoreResult("m", 5.0, True)])
+
+    writer = EvalResults(provider="J", items=[scored("a#b#3/writer"), scored("r1#0/writer/2")])
+    top = EvalResults(
+        provider="J",
+        items=[scored("r1#2"), scored("plain")],
+        sub_results={"writer": writer},
+    )
+    keys = [(v.agent, v.row_id, v.repetition) for v in verdicts_of_results([top])]
+    assert keys == [
+        ("overall", "r1", 2),
+        ("overall", "plain", 0),
+        ("writer", "a#b", 3),
+        ("writer", "r1", 0),
+    ]

@@ -33,6 +33,7 @@ import io
 import json
 import math
 import os
+import re
 import warnings
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -276,16 +277,47 @@ def verdicts_of_run(run_dir: str | os.PathLike[str], *, filesystem: Any = None) 
     ]
 
 
+_SUITE_ITEM = re.compile(r"(?P<row>.+)#(?P<rep>\d+)")
+
+
+def _suite_item_key(item_id: str, agent: str) -> tuple[str, int] | None:
+    """The (row id, repetition) of a suite run's item id, for results whose metadata the flow
+    dropped before the gate (``pipeline.shards.strip_results``): ``{row}#{rep}`` overall and
+    ``{row}#{rep}/{agent}`` or ``{row}#{rep}/{agent}/{k}`` per agent (``RunPlan.item_id``,
+    ``itemize.workflow_items``); None for any other id."""
+    base = item_id
+    if agent != OVERALL:
+        head, found, tail = base.rpartition(f"/{agent}")
+        if not found or not (not tail or (tail.startswith("/") and tail[1:].isdigit())):
+            return None
+        base = head
+    match = _SUITE_ITEM.fullmatch(base)
+    return (match["row"], int(match["rep"])) if match else None
+
+
 def verdicts_of_results(results: Sequence[EvalResults]) -> list[Verdict]:
     """Every metric score of in-memory results (one EvalResults per provider), keyed by the
     item's ``row_id`` and ``repetition`` metadata (its item id when it has no row id)."""
     out: list[Verdict] = []
 
     def walk(agent: str, provider: str, result: EvalResults) -> None:
+        # the dataset row and repetition come from the evaluated EvalItems (what items.parquet
+        # records), else from the item result's own metadata
+        given = {x.item_id: x for x in result.input_items if x.item_id is not None}
         for item in result.items:
-            meta = item.metadata or {}
+            meta = dict(item.metadata or {})
+            source = given.get(item.item_id)
+            if source is not None:
+                meta |= {k: v for k, v in (source.metadata or {}).items() if v is not None}
+                if source.repetition is not None:
+                    meta["repetition"] = source.repetition
+                if source.query_index is not None:
+                    meta.setdefault("query_index", source.query_index)
             row = meta.get("row_id")
-            if row is None:
+            parsed = None if row is not None else _suite_item_key(item.item_id, agent)
+            if parsed is not None:
+                row, meta["repetition"] = parsed
+            elif row is None:
                 index = meta.get("query_index")
                 row = f"query {index}" if index is not None else item.item_id
             repetition = int(meta.get("repetition") or 0)
