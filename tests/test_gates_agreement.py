@@ -81,7 +81,8 @@ def test_fails_on_a_disagreeing_judge(tmp_path: Path) -> None:
 
 def test_fails_without_labels_and_with_too_few(tmp_path: Path) -> None:
     """No labels file: fails as not calibrated; 10 labels (below min_n=20): fails however well
-    the judge agrees; a labels file naming an unknown row: fails naming the line."""
+    the judge agrees; a labels file naming an unknown row: fails naming the line; a missing
+    labels file: fails saying so."""
     results = load_run(_run(tmp_path, [h == "pass" for h in HUMAN]), input_items=False)
     [none] = evaluate_gates([judge_agreement("relevance") >= 0.6], results).clauses
     assert not none.passed
@@ -100,6 +101,10 @@ def test_fails_without_labels_and_with_too_few(tmp_path: Path) -> None:
     ).clauses
     assert not broken.passed
     assert f"{bad}:1: field 'row_id'" in broken.message
+    gone = str(tmp_path / "missing.jsonl")
+    [missing] = evaluate_gates([judge_agreement("relevance", labels=gone) >= 0.6], results).clauses
+    assert not missing.passed
+    assert "no such labels file" in missing.message
 
 
 def test_text_form_reads_back_and_rejects_bad_bounds() -> None:
