@@ -176,8 +176,8 @@ def test_suggested_threshold_maximises_kappa(tmp_path: Path) -> None:
 
 
 def test_numeric_labels_spearman_pearson_mae_and_matrix(tmp_path: Path) -> None:
-    """Numeric labels: Spearman (ties: Pearson of average ranks), Pearson, MAE and exact agreement
-    equal numpy's computation; the N×M matrix counts every pair."""
+    """Numeric labels: Spearman (ties: Pearson of average ranks), Pearson, MAE, exact agreement,
+    κ and the N×M matrix equal a computation by hand from scores.parquet (numpy), to 1e-9."""
     judge_scores = [1.0, 2.0, 2.0, 3.0, 4.0, 5.0, 5.0, 3.0]
     human_scores = [1.0, 1.0, 2.0, 3.0, 5.0, 5.0, 4.0, 4.0]
     judge = {(f"r{i}", 0): (s >= 3, s) for i, s in enumerate(judge_scores)}
@@ -198,6 +198,28 @@ def test_numeric_labels_spearman_pearson_mae_and_matrix(tmp_path: Path) -> None:
     assert c.matrix is not None
     assert sum(map(sum, c.matrix.counts)) == 8
     assert c.matrix.counts[c.matrix.judge.index(5.0)][c.matrix.human.index(4.0)] == 1
+    # by hand from scores.parquet + items.parquet: κ over the N×M table (numpy), agreement, matrix
+    scores = pq.read_table(run / "scores.parquet")
+    scores = scores.filter(pc.equal(scores["metric"], "relevance"))
+    items = pq.read_table(run / "items.parquet").select(["agent", "item_id", "row_id"])
+    judged = {
+        r["row_id"]: r["score"] for r in scores.join(items, keys=["agent", "item_id"]).to_pylist()
+    }
+    j = np.array([judged[f"r{i}"] for i in range(8)])
+    table = contingency.crosstab(j, y)
+    counts = table.count.astype(float)
+    values = sorted(set(j) | set(y))
+    full = np.zeros((len(values), len(values)))
+    for a, va in enumerate(table.elements[0]):
+        for b, vb in enumerate(table.elements[1]):
+            full[values.index(va), values.index(vb)] = counts[a, b]
+    p_o = np.trace(full) / full.sum()
+    p_e = float((full.sum(axis=1) * full.sum(axis=0)).sum()) / full.sum() ** 2
+    assert abs(c.kappa - (p_o - p_e) / (1 - p_e)) < 1e-9  # type: ignore[operator]
+    assert abs(c.agreement - p_o) < 1e-9  # type: ignore[operator]
+    assert c.matrix.counts == table.count.tolist()
+    assert c.matrix.judge == list(table.elements[0])
+    assert c.matrix.human == list(table.elements[1])
 
 
 def test_one_class_labels_warn_and_kappa_is_undefined_when_both_sides_are_one_class(
