@@ -393,3 +393,26 @@ def test_results_without_metadata_are_keyed_by_the_suite_item_ids() -> None:
         ("writer", "a#b", 3),
         ("writer", "r1", 0),
     ]
+
+
+def test_review_sample_is_balanced_with_disagreements_first() -> None:
+    """With 10 judge passes and 3 fails, a sample of 8 takes every fail and 5 passes, puts the
+    disagreeing items first, is the same for the same seed, and never repeats an item."""
+    from evalpipe.calibration import ReviewItem, sample_for_review
+
+    def item(i: int, status: str, disagrees: bool = False) -> ReviewItem:
+        return ReviewItem(
+            f"r{i}", 0, "overall", "J", f"r{i}#0", "q", "a", status, None, None, disagrees
+        )
+
+    items = [item(i, "pass", disagrees=i == 7) for i in range(10)]
+    items += [item(10 + i, "fail", disagrees=i == 2) for i in range(3)]
+    items.append(item(0, "pass"))  # the same item again (another provider)
+    chosen = sample_for_review(items, 8, seed=3)
+    assert len(chosen) == 8
+    assert sum(x.judge_status == "fail" for x in chosen) == 3
+    assert {x.row_id for x in chosen[:2]} == {"r7", "r12"}
+    assert len({x.row_id for x in chosen}) == 8
+    assert sample_for_review(items, 8, seed=3) == chosen
+    even = sample_for_review(items, 6, seed=3)
+    assert sum(x.judge_status == "fail" for x in even) == 3

@@ -24,6 +24,7 @@ from prefect.artifacts import acreate_markdown_artifact
 from prefect.context import FlowRunContext
 from prefect.flow_runs import apause_flow_run
 from prefect.input import RunInput
+from prefect.utilities.urls import url_for
 from pydantic import Field, create_model
 
 from evalpipe.calibration import (
@@ -165,12 +166,13 @@ async def review_flow(
         raise ValueError(f"{run_dir}: no item has a pass/fail verdict on metric {metric!r}")
     context = FlowRunContext.get()
     run_id = context.flow_run.id if context and context.flow_run else None
+    link = url_for("flow-run", obj_id=run_id) if run_id is not None else None
     logger.info(
-        "Waiting for labels on %d items (%d judge-vs-check disagreements first): open flow run "
-        "%s in the Prefect UI and resume it with the form",
+        "Waiting for labels on %d items (%d judge-vs-check disagreements first): open %s in the "
+        "Prefect UI, answer the form and resume the run",
         len(chosen),
         sum(1 for x in chosen if x.disagrees),
-        run_id,
+        link or f"flow run {run_id}",
     )
     form = review_form(chosen)
     answers = await apause_flow_run(
