@@ -55,10 +55,12 @@ __all__ = [
     "DEFAULT_SEED",
     "AgreementVerdict",
     "Calibration",
+    "CalibrationFile",
     "Confusion",
     "InterAnnotator",
     "Label",
     "LabelsError",
+    "Matrix",
     "ReviewItem",
     "Verdict",
     "agreement_verdict",
@@ -558,12 +560,6 @@ class Calibration(BaseModel):
     kappa_undefined_resamples: int = 0
     """Resamples on which κ was undefined (one class), left out of its interval."""
     warnings: list[str] = Field(default_factory=list)
-
-    def text(self) -> str:
-        """One line for people: κ with its interval and n, agreement, and the warnings."""
-        return f"{self.provider} {self.agent} {self.metric}: {_kappa_text(self)}" + "".join(
-            f"; {w}" for w in self.warnings
-        )
 
 
 def _fmt(value: float | None) -> str:
