@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,16 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         tmp_path_factory.mktemp("review-home"), tmp_path_factory.mktemp("review-out")
     ) as running:
         yield running
+
+
+def _post(url: str, body: dict[str, Any]) -> httpx.Response:
+    """POST, again (at most 5 times) while a busy SQLite server answers 503."""
+    for _ in range(5):
+        response = httpx.post(url, json=body, timeout=30)
+        if response.status_code != 503:
+            break
+        time.sleep(1)
+    return response
 
 
 def _paused(server: Server, run_dir: Path) -> dict[str, Any]:
@@ -106,12 +117,69 @@ def test_the_paused_review_shows_its_form_and_items_as_text_in_the_prefect_ui(
         assert dialogs == []
         page.close()
         answers = {"labeller": "ui", "verdict_1": "fail", "verdict_2": "pass"}
-        response = httpx.post(
-            f"{server.api}/flow_runs/{run['id']}/resume", json={"run_input": answers}, timeout=30
-        )
+        response = _post(f"{server.api}/flow_runs/{run['id']}/resume", {"run_input": answers})
         assert response.status_code in (200, 201), response.text
         assert proc.wait(timeout=120) == 0, (tmp_path / "review.log").read_text()
     finally:
         stop(proc)
     assert [x.label for x in read_labels(output)] == ["fail", "pass"]
     assert json.loads(output.read_text().splitlines()[0])["labeller"] == "ui"
+
+
+SERVE = (
+    "from evalpipe.pipeline.review import review_flow\n"
+    "review_flow.serve(name='review', limit=1, print_starting_message=False)\n"
+)
+
+
+def test_the_review_flow_runs_from_a_deployment(server: Server, tmp_path: Path) -> None:
+    """Served as a deployment (`review_flow.serve()`), a run created through the API (what a
+    reviewer's link starts) pauses for the form; resumed through the API it completes and writes
+    the labels."""
+    rows = [f"row{i}" for i in range(4)]
+    judge = {(r, 0): (i % 2 == 0, 4.0 if i % 2 == 0 else 2.0) for i, r in enumerate(rows)}
+    run_dir = write_run(
+        tmp_path / "run", {"fact": {k: (True, 1.0) for k in judge}}, {"relevance": judge}
+    )
+    output = tmp_path / "deployed-labels.jsonl"
+    proc = start([sys.executable, "-c", SERVE], server.env, tmp_path / "serve.log")
+    try:
+
+        def deployment() -> str | None:
+            response = httpx.get(
+                f"{server.api}/deployments/name/evalpipe-review/review", timeout=10
+            )
+            return str(response.json()["id"]) if response.status_code == 200 else None
+
+        deployment_id = wait_for(deployment, 120, "the served review deployment")
+        created = _post(
+            f"{server.api}/deployments/{deployment_id}/create_flow_run",
+            {
+                "parameters": {
+                    "run_dir": str(run_dir),
+                    "metric": "relevance",
+                    "output": str(output),
+                    "sample": 4,
+                    "poll_interval_s": 1,
+                }
+            },
+        )
+        assert created.status_code in (200, 201), created.text
+        run = _paused(server, run_dir)
+        assert run["id"] == created.json()["id"]
+        response = _post(
+            f"{server.api}/flow_runs/{run['id']}/resume",
+            {"run_input": {"verdict_1": "pass", "verdict_3": "fail"}},
+        )
+        assert response.status_code in (200, 201), response.text
+
+        def finished() -> str | None:
+            state = httpx.get(f"{server.api}/flow_runs/{run['id']}", timeout=10).json()["state"]
+            return state["type"] if state["type"] in ("COMPLETED", "FAILED", "CRASHED") else None
+
+        assert wait_for(finished, 120, "the review run to finish") == "COMPLETED", (
+            tmp_path / "serve.log"
+        ).read_text()[-3000:]
+    finally:
+        stop(proc)
+    assert [x.label for x in read_labels(output)] == ["pass", "fail"]
