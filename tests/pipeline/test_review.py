@@ -160,3 +160,17 @@ def test_review_command_runs_the_flow_and_writes_the_labels(
     thread.join(timeout=120)
     assert codes == [0]
     assert [x.label for x in read_labels(output)] == ["pass", "fail"]
+
+
+def test_review_flow_refuses_an_existing_labels_file_before_pausing(
+    prefect_api: str, tmp_path: Path
+) -> None:
+    """An existing output file fails the flow before it pauses, and the file is left as it was."""
+    from evalpipe.pipeline.review import review_flow
+
+    run_dir = _run(tmp_path)
+    output = tmp_path / "labels.jsonl"
+    output.write_text("kept\n")
+    with pytest.raises(FileExistsError, match="labels are never overwritten"):
+        asyncio.run(review_flow(str(run_dir), "relevance", str(output), timeout_s=5))
+    assert output.read_text() == "kept\n"

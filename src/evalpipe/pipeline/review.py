@@ -13,6 +13,7 @@ deployed (``review_flow.serve()`` / ``.deploy()``) so a reviewer can be sent the
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -157,10 +158,15 @@ async def review_flow(
     to ``output`` (JSONL) and return its path.
 
     Raises:
+        FileExistsError: ``output`` exists (before the pause: labels are never overwritten).
         ValueError: the run has no item with a verdict on ``metric``.
     """
     logger = get_run_logger()
-    candidates = review_candidates(run_dir, metric)
+    if await asyncio.to_thread(os.path.exists, output):
+        raise FileExistsError(
+            f"{output}: exists; labels are never overwritten, name another output"
+        )
+    candidates = await asyncio.to_thread(review_candidates, run_dir, metric)
     chosen = sample_for_review(candidates, sample, seed=seed)
     if not chosen:
         raise ValueError(f"{run_dir}: no item has a pass/fail verdict on metric {metric!r}")
@@ -183,7 +189,7 @@ async def review_flow(
         poll_interval=poll_interval_s,
     )
     labels = labels_from_answers(chosen, answers, metric)
-    path = write_labels(Path(output), labels)
+    path = await asyncio.to_thread(write_labels, Path(output), labels)
     await acreate_markdown_artifact(
         key="evalpipe-review", markdown=_summary(chosen, labels), description="review labels"
     )
