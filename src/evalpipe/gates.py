@@ -46,12 +46,14 @@ __all__ = [
     "Gate",
     "GateReport",
     "GateSyntaxError",
+    "JudgeAgreement",
     "NoErrors",
     "Threshold",
     "all_pass",
     "at_most",
     "error_rate",
     "evaluate_gates",
+    "judge_agreement",
     "mean",
     "no_errors",
     "parse_gates",
@@ -935,6 +937,7 @@ ACCEPTED_FORMS = (
     "all_pass(METRIC)",
     "no_errors()  or  no_errors(METRIC)",
     "error_rate() <= RATE  or  error_rate(METRIC) <= RATE",
+    "judge_agreement(METRIC, labels=FILE) >= KAPPA  (min_n=N, default 20)",
     "any of the first four with max_errors=N (default 0), max_error_rate=RATE or min_n=N "
     "(default 1) among its arguments",
 )
@@ -997,6 +1000,7 @@ _SIGNATURES: dict[str, tuple[tuple[str, ...], tuple[str, ...], bool]] = {
     "all_pass": (("metric",), ("agent", *_LIMITS), False),
     "no_errors": (("metric",), ("agent",), False),
     "error_rate": (("metric",), ("agent",), True),
+    "judge_agreement": (("metric",), ("agent", "labels", "min_n"), True),
 }
 
 
@@ -1096,6 +1100,8 @@ def _build(
         return AllPass(metric, agent, **limits)
     if fname == "error_rate":
         return ErrorRate(metric, op, threshold, agent)
+    if fname == "judge_agreement":
+        return _judge_agreement(metric, params, op, threshold, agent)
     return NoErrors(metric, agent)
 
 
@@ -1139,3 +1145,130 @@ def _parse_spec(spec: Any, where: str) -> Clause:
     else:
         raise _help(where, repr(spec), f"expected a string or a mapping, got {type(spec).__name__}")
     return _parse_one(text, agent, where)
+
+
+# --------------------------------------------------------------------------------------------
+# judge_agreement: a gate on trust (the statistics live in evalpipe.calibration)
+
+
+@dataclass(frozen=True)
+class JudgeAgreement(Clause):
+    """Cohen's κ of a judge's metric against human labels: ``judge_agreement("relevance",
+    labels="labels.jsonl") >= 0.6``. Fails with no labels, with fewer than ``min_n`` matched
+    items, when κ is undefined, and when κ misses the bound; the verdict names n and the
+    interval. See docs/gates.md and docs/judges.md."""
+
+    metric: str
+    """The judge's metric (EvalScoreResult.name) the labels grade."""
+    op: Comparison
+    """The comparison."""
+    threshold: float
+    """The bound on κ."""
+    agent: str | None = None
+    """The agent whose labels and sub-results are read; None: every agent labelled."""
+    labels: str | None = None
+    """The labels file (a path, relative to the working directory); None: not calibrated."""
+    min_n: int = 20
+    """Matched items below which the interval is too wide to say: the clause fails."""
+
+    def __post_init__(self) -> None:
+        _check_metric(self.metric, "judge_agreement")
+        _check_agent(self.agent, "judge_agreement")
+        _check_number(self.threshold, f"judge_agreement({self.metric}) threshold")
+        if self.op not in _COMPARE:
+            raise GateSyntaxError(f"comparison must be one of {list(_COMPARE)}, got {self.op!r}")
+        if not -1.0 <= self.threshold <= 1.0:
+            raise GateSyntaxError(
+                f"judge_agreement({self.metric}) bound is a kappa in [-1, 1], got {self.threshold}"
+            )
+        if isinstance(self.min_n, bool) or not isinstance(self.min_n, int) or self.min_n < 2:
+            raise GateSyntaxError(
+                f"judge_agreement: min_n must be an integer >= 2, got {self.min_n!r}"
+            )
+        if self.labels is not None and (not isinstance(self.labels, str) or not self.labels):
+            raise GateSyntaxError(
+                f"judge_agreement: labels must be a file path, got {self.labels!r}"
+            )
+
+    def with_labels(self, labels: str) -> JudgeAgreement:
+        """This clause reading ``labels`` when it names none itself."""
+        return self if self.labels is not None else dataclasses.replace(self, labels=labels)
+
+    def text(self) -> str:
+        options = f", labels={json.dumps(self.labels)}" if self.labels is not None else ""
+        options += f", min_n={self.min_n}" if self.min_n != 20 else ""
+        return f"judge_agreement({_name(self.metric)}{options}) {self.op} {_num(self.threshold)}"
+
+    def evaluate(self, results: Sequence[EvalResults]) -> ClauseResult:
+        from evalpipe.calibration import agreement_verdict  # lazy: scipy, only for this clause
+
+        verdict = agreement_verdict(
+            results,
+            metric=self.metric,
+            labels=self.labels,
+            op=self.op,
+            bound=self.threshold,
+            agent=self.agent,
+            min_n=self.min_n,
+        )
+        return ClauseResult(
+            clause=str(self),
+            passed=verdict.passed,
+            metric=self.metric,
+            agent=self.agent,
+            observed=verdict.observed,
+            threshold=self.threshold,
+            n=verdict.n,
+            errored=verdict.errored,
+            message=verdict.message,
+        )
+
+
+class _Agreement:
+    """``judge_agreement(metric)`` before it is compared."""
+
+    __slots__ = ("agent", "labels", "metric", "min_n")
+
+    def __init__(self, metric: str, agent: str | None, labels: str | None, min_n: int) -> None:
+        self.metric, self.agent, self.labels, self.min_n = metric, agent, labels, min_n
+
+    def _compare(self, op: Comparison, other: object) -> JudgeAgreement:
+        bound = _check_number(other, f"judge_agreement({self.metric}) bound")
+        return JudgeAgreement(self.metric, op, bound, self.agent, self.labels, self.min_n)
+
+    def __ge__(self, other: object) -> JudgeAgreement:
+        return self._compare(">=", other)
+
+    def __gt__(self, other: object) -> JudgeAgreement:
+        return self._compare(">", other)
+
+    def __bool__(self) -> bool:
+        raise TypeError(f"judge_agreement({self.metric!r}) is not a gate until compared: >= 0.6")
+
+
+def judge_agreement(
+    metric: str,
+    *,
+    labels: str | None = None,
+    agent: str | None = None,
+    min_n: int = 20,
+) -> _Agreement:
+    """Cohen's κ of ``metric`` against the human labels in ``labels``; compare it to make a
+    clause: ``judge_agreement("relevance", labels="labels.jsonl") >= 0.6``."""
+    return _Agreement(metric, agent, labels, min_n)
+
+
+def _judge_agreement(
+    metric: str | None, params: dict[str, Any], op: Any, threshold: Any, agent: str | None
+) -> JudgeAgreement:
+    if metric is None:
+        raise GateSyntaxError("judge_agreement() needs a metric")
+    labels = params.get("labels")
+    return JudgeAgreement(
+        metric,
+        op,
+        threshold,
+        agent,
+        None if labels is None else str(labels),
+        params.get("min_n", 20),
+    )

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from evalpipe.artifacts import ArtifactError, SchemaVersionError
+from evalpipe.calibration import LabelsError, read_calibration
 from evalpipe.cli._common import EXIT_OK, check_run_dir, consoles, fail
 
 __all__ = ["register"]
@@ -21,8 +22,16 @@ def _report(args: argparse.Namespace) -> int:
         return fail(err, f"--max-items must be >= 0, got {args.max_items}")
     from evalpipe.report.html import write_report  # lazy: scipy, only for this command
 
+    calibration = []
+    if args.calibration is not None:
+        try:
+            calibration = read_calibration(args.calibration).calibrations
+        except LabelsError as exc:
+            return fail(err, str(exc))
     try:
-        path = write_report(args.run_dir, args.output, max_items=args.max_items)
+        path = write_report(
+            args.run_dir, args.output, max_items=args.max_items, calibration=calibration
+        )
     except (ArtifactError, SchemaVersionError) as exc:
         return fail(err, str(exc))
     except OSError as exc:
@@ -51,5 +60,12 @@ def register(sub: Any) -> None:
         type=int,
         default=200,
         help="items in the drill-down, those not passed first (default 200)",
+    )
+    parser.add_argument(
+        "--calibration",
+        type=Path,
+        default=None,
+        help="a calibration file (`evalpipe calibrate`): show each judge's kappa beside its "
+        "pass rate",
     )
     parser.set_defaults(handler=_report)

@@ -9,6 +9,7 @@ computed here; the file has no script and loads nothing at view time.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from functools import cache
 from importlib import metadata
 from pathlib import Path
@@ -18,6 +19,7 @@ import jinja2
 from markupsafe import Markup
 
 from evalpipe._internal.files import atomic_path
+from evalpipe.calibration import Calibration
 from evalpipe.escape import plain
 from evalpipe.report.data import RunReport, load_report_data
 from evalpipe.report.stats import BOOTSTRAP_RESAMPLES
@@ -53,8 +55,9 @@ def package_version() -> str:
         return "unknown"
 
 
-def report_context(report: RunReport) -> dict[str, Any]:
-    """What report.html.j2 renders from (``evalpipe view`` renders its run page from it too)."""
+def report_context(report: RunReport, calibration: Sequence[Calibration] = ()) -> dict[str, Any]:
+    """What report.html.j2 renders from (``evalpipe view`` renders its run page from it too);
+    ``calibration``: the judges' agreement with human labels (``evalpipe calibrate``'s file)."""
     bars: dict[str, list[tuple[str, Any]]] = {}
     for row in report.results:
         bars.setdefault(row.provider, []).append((row.agent, row.pass_rate))
@@ -65,12 +68,15 @@ def report_context(report: RunReport) -> dict[str, Any]:
         "git": git if isinstance(git, dict) else None,
         "resamples": BOOTSTRAP_RESAMPLES,
         "version": package_version(),
+        "calibration": list(calibration),
     }
 
 
-def render_report(report: RunReport) -> str:
-    """The HTML of a run's report."""
-    return environment().get_template("report.html.j2").render(**report_context(report))
+def render_report(report: RunReport, calibration: Sequence[Calibration] = ()) -> str:
+    """The HTML of a run's report (with a judge-agreement panel when ``calibration`` is given)."""
+    return (
+        environment().get_template("report.html.j2").render(**report_context(report, calibration))
+    )
 
 
 def write_report(
@@ -79,6 +85,7 @@ def write_report(
     *,
     max_items: int = 200,
     filesystem: Any = None,
+    calibration: Sequence[Calibration] = (),
 ) -> Path:
     """Write the HTML report of a finished run directory; returns the file written.
 
@@ -88,6 +95,8 @@ def write_report(
         max_items: items in the drill-down, those not passed first; the report says how many
             were omitted.
         filesystem: a pyarrow or fsspec filesystem holding the run (the report is written locally).
+        calibration: the judges' agreement with human labels, shown beside their pass rates
+            (``read_calibration(path).calibrations``).
 
     Raises:
         ArtifactError: the directory is not a finished run.
@@ -95,7 +104,7 @@ def write_report(
     """
     report = load_report_data(run_dir, max_items=max_items, filesystem=filesystem)
     path = Path(output) if output is not None else Path(run_dir) / "report.html"
-    html = render_report(report)
+    html = render_report(report, calibration)
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(path) as tmp:
         tmp.write_text(html, encoding="utf-8")

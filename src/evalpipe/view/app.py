@@ -30,6 +30,7 @@ from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
 from evalpipe.artifacts import ArtifactError
+from evalpipe.calibration import calibrations_for
 from evalpipe.report.html import environment, package_version, report_context
 from evalpipe.view.queries import (
     PAGE_SIZES,
@@ -239,7 +240,9 @@ class _Pages:
             entry=entry,
             prefect_url=flow_run_url(entry.flow_run_id),
             costs=self.catalog.costs(entry),
-            **report_context(self.catalog.report(entry)),
+            **report_context(
+                self.catalog.report(entry), calibrations_for(self.catalog.root, entry.run_name)
+            ),
         )
 
     def samples(self, request: Request) -> HTMLResponse:

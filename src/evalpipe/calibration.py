@@ -1,0 +1,1098 @@
+"""Calibration: how far to trust a judge, measured against human labels.
+
+A **labels file** (JSONL, one object a line, or CSV with a header) holds what people said about a
+run's items: ``row_id``, ``repetition`` (default 0), ``agent`` (default ``overall``), ``metric``,
+``label`` (``pass``/``fail`` or a number on the metric's scale) and optionally ``labeller``,
+``note`` and ``labelled_at``. :func:`read_labels` reads it (a bad line is a :class:`LabelsError`
+naming the file, the line and the field); :func:`check_labels` refuses labels for rows, agents or
+metrics the run does not have, never dropping them silently.
+
+:func:`calibrate` compares every (provider, agent, metric) that has labels with the judge's
+verdicts on the same items (a row is a sample: one labelled item of one repetition):
+
+- pass/fail labels: percent agreement, Cohen's κ, the judge's F1 at catching human fails (the
+  *positive* class is ``fail``), the 2×2 confusion matrix, and for a judge with numeric scores the
+  threshold that maximises κ on the labels;
+- numeric labels: Spearman, Pearson and MAE, exact agreement and unweighted κ over the scale's
+  values, the N×M confusion matrix;
+- every rate and κ with a 95% percentile bootstrap interval over the matched items
+  (``scipy.stats.bootstrap``, seeded, the seed and resamples stated in the result).
+
+Items the judge could not evaluate (an errored score) are counted apart (``n_errored``), never as
+agreement and never as disagreement; so are items whose labellers tie. When several labellers
+label one item, the item's human label is their majority (pass/fail) or median (numbers), and
+inter-annotator agreement is reported. The statistics are in docs/judges.md.
+
+Nothing here imports Prefect; the review flow that collects labels is ``evalpipe.pipeline.review``.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import os
+import re
+import warnings
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from itertools import zip_longest
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from evalpipe.results import EvalResults
+from evalpipe.tally import ERROR, FAIL, OVERALL, PASS, score_status
+
+__all__ = [
+    "CALIBRATION_FILE",
+    "DEFAULT_MIN_N",
+    "DEFAULT_RESAMPLES",
+    "DEFAULT_SEED",
+    "AgreementVerdict",
+    "Calibration",
+    "CalibrationFile",
+    "Confusion",
+    "InterAnnotator",
+    "Label",
+    "LabelsError",
+    "Matrix",
+    "ReviewItem",
+    "Verdict",
+    "agreement_verdict",
+    "calibrate",
+    "calibrations_for",
+    "check_labels",
+    "cohen_kappa",
+    "read_calibration",
+    "read_labels",
+    "review_candidates",
+    "sample_for_review",
+    "verdicts_of_results",
+    "verdicts_of_run",
+    "write_calibration",
+    "write_labels",
+]
+
+DEFAULT_SEED = 20261204
+"""The bootstrap's seed unless one is given (stated in every result)."""
+DEFAULT_RESAMPLES = 2000
+"""Bootstrap resamples unless told otherwise."""
+DEFAULT_MIN_N = 20
+"""Matched items below which a result warns and ``judge_agreement`` fails (LangSmith's anchor:
+at least 20 balanced labels)."""
+CALIBRATION_FILE = "calibration.json"
+"""The name ``evalpipe calibrate`` writes beside the labels file when no ``--output`` is given."""
+
+LabelValue = Literal["pass", "fail"] | float
+"""A human label: a verdict, or a number on the metric's scale."""
+
+_FIELDS = ("row_id", "repetition", "agent", "metric", "label", "labeller", "note", "labelled_at")
+
+
+class LabelsError(ValueError):
+    """A labels file that cannot be used; the message names the file, line and field, and the fix."""
+
+
+class Label(BaseModel):
+    """One person's label on one item's metric."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    row_id: str = Field(min_length=1)
+    """The dataset row (items.parquet's row_id, or ``query N`` for a row without one)."""
+    repetition: int = Field(default=0, ge=0)
+    """Which repetition of the row (0-based)."""
+    agent: str = Field(default=OVERALL, min_length=1)
+    """``overall`` for the whole target, else the workflow agent's name."""
+    metric: str = Field(min_length=1)
+    """The metric the label grades (scores.parquet's ``metric``)."""
+    label: LabelValue
+    """``pass``/``fail``, or a number on the metric's scale."""
+    labeller: str | None = None
+    """Who labelled it; labels of several labellers on one item are all kept."""
+    note: str | None = None
+    """Why, in the labeller's words."""
+    labelled_at: str | None = None
+    """When (ISO 8601), as the labeller's tool wrote it."""
+    line: int = Field(default=0, exclude=True)
+    """The line of the labels file it was read from (0: built in code); not written back."""
+
+    @field_validator("label", mode="before")
+    @classmethod
+    def _label(cls, value: Any) -> Any:
+        if isinstance(value, bool):
+            return PASS if value else FAIL
+        if isinstance(value, str):
+            text = value.strip().lower()
+            if text in (PASS, FAIL):
+                return text
+            try:
+                number = float(text)
+            except ValueError:
+                raise ValueError("expected 'pass', 'fail' or a number") from None
+            return number
+        return value
+
+    @field_validator("label")
+    @classmethod
+    def _finite(cls, value: Any) -> Any:
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError("a numeric label must be finite")
+        return value
+
+    @property
+    def key(self) -> tuple[str, str, int]:
+        """The item it labels: (agent, row_id, repetition)."""
+        return (self.agent, self.row_id, self.repetition)
+
+    @property
+    def numeric(self) -> bool:
+        """The label is a number, not a verdict."""
+        return not isinstance(self.label, str)
+
+
+def _parse_rows(path: Path, text: str) -> Iterable[tuple[int, dict[str, Any]]]:
+    if path.suffix.lower() == ".csv":
+        reader = csv.DictReader(io.StringIO(text))
+        for row in reader:
+            values = {k: v for k, v in row.items() if k is not None and v not in (None, "")}
+            if None in row:
+                raise LabelsError(
+                    f"{path}:{reader.line_num}: more values than the header has columns; quote "
+                    "values that contain commas"
+                )
+            if values:
+                yield reader.line_num, values
+        return
+    for number, raw in enumerate(text.splitlines(), start=1):
+        if not raw.strip():
+            continue
+        try:
+            value = json.loads(raw)
+        except ValueError as exc:
+            raise LabelsError(
+                f"{path}:{number}: not valid JSON ({exc}); write one JSON object a line"
+            ) from None
+        if not isinstance(value, dict):
+            raise LabelsError(
+                f"{path}:{number}: expected a JSON object, got {type(value).__name__}; write one "
+                'object a line: {"row_id": ..., "metric": ..., "label": "pass"}'
+            )
+        yield number, value
+
+
+def read_labels(path: str | os.PathLike[str]) -> list[Label]:
+    """The labels of a JSONL or CSV (``.csv``) labels file, in file order.
+
+    Raises:
+        LabelsError: the file is missing or empty, or a line has a bad or unknown field; the
+            message names ``file:line``, the field and what to write instead.
+    """
+    where = Path(path)
+    try:
+        text = where.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise LabelsError(
+            f"{where}: no such labels file; pass the path to a JSONL or CSV file"
+        ) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise LabelsError(f"{where}: cannot read the labels file ({exc})") from None
+    labels: list[Label] = []
+    for line, row in _parse_rows(where, text):
+        unknown = sorted(set(row) - set(_FIELDS))
+        if unknown:
+            raise LabelsError(
+                f"{where}:{line}: unknown field {unknown[0]!r}; a label has the fields "
+                f"{', '.join(_FIELDS)}"
+            )
+        try:
+            labels.append(Label.model_validate({**row, "line": line}))
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            field = ".".join(str(p) for p in first["loc"][:1]) or "?"
+            raise LabelsError(
+                f"{where}:{line}: field {field!r}: {first['msg']} (got {row.get(field)!r}); "
+                "row_id and metric are required, label is 'pass', 'fail' or a number"
+            ) from None
+    if not labels:
+        raise LabelsError(f"{where}: no labels in the file; write one label a line")
+    return labels
+
+
+def write_labels(path: str | os.PathLike[str], labels: Iterable[Label]) -> Path:
+    """Write labels as JSONL (what :func:`read_labels` reads back); returns the path."""
+    where = Path(path)
+    where.parent.mkdir(parents=True, exist_ok=True)
+    lines = [label.model_dump_json(exclude_none=True) for label in labels]
+    where.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
+    return where
+
+
+# --------------------------------------------------------------------------------------------
+# The judge's side
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """One provider's score of one metric on one item, as calibration reads it."""
+
+    provider: str
+    agent: str
+    metric: str
+    row_id: str
+    repetition: int
+    status: str
+    """``pass``, ``fail``, ``error`` or ``not_applicable`` (the tally's score status)."""
+    score: float | None
+    item_id: str = ""
+
+    @property
+    def key(self) -> tuple[str, str, int]:
+        return (self.agent, self.row_id, self.repetition)
+
+
+def verdicts_of_run(run_dir: str | os.PathLike[str], *, filesystem: Any = None) -> list[Verdict]:
+    """Every metric score of a finished run directory (scores.parquet joined with items.parquet
+    for the dataset row and repetition)."""
+    from evalpipe.report.data import scored_rows  # lazy: pyarrow, only to read a run directory
+
+    table = scored_rows(str(run_dir), filesystem=filesystem)
+    columns = ["provider", "agent", "metric", "row", "repetition", "status", "score", "item_id"]
+    rows = table.select(columns).to_pylist()
+    return [
+        Verdict(
+            provider=r["provider"],
+            agent=r["agent"],
+            metric=r["metric"],
+            row_id=r["row"],
+            repetition=int(r["repetition"] or 0),
+            status=r["status"] or ERROR,
+            score=r["score"],
+            item_id=r["item_id"],
+        )
+        for r in rows
+    ]
+
+
+_SUITE_ITEM = re.compile(r"(?P<row>.+)#(?P<rep>\d+)")
+
+
+def _suite_item_key(item_id: str, agent: str) -> tuple[str, int] | None:
+    """The (row id, repetition) of a suite run's item id, for results whose metadata the flow
+    dropped before the gate (``pipeline.shards.strip_results``): ``{row}#{rep}`` overall and
+    ``{row}#{rep}/{agent}`` or ``{row}#{rep}/{agent}/{k}`` per agent (``RunPlan.item_id``,
+    ``itemize.workflow_items``); None for any other id."""
+    base = item_id
+    if agent != OVERALL:
+        head, found, tail = base.rpartition(f"/{agent}")
+        if not found or not (not tail or (tail.startswith("/") and tail[1:].isdigit())):
+            return None
+        base = head
+    match = _SUITE_ITEM.fullmatch(base)
+    return (match["row"], int(match["rep"])) if match else None
+
+
+def verdicts_of_results(results: Sequence[EvalResults]) -> list[Verdict]:
+    """Every metric score of in-memory results (one EvalResults per provider), keyed by the
+    item's ``row_id`` and ``repetition`` metadata (its item id when it has no row id)."""
+    out: list[Verdict] = []
+
+    def walk(agent: str, provider: str, result: EvalResults) -> None:
+        # the dataset row and repetition come from the evaluated EvalItems (what items.parquet
+        # records), else from the item result's own metadata
+        given = {x.item_id: x for x in result.input_items if x.item_id is not None}
+        for item in result.items:
+            meta = dict(item.metadata or {})
+            source = given.get(item.item_id)
+            if source is not None:
+                meta |= {k: v for k, v in (source.metadata or {}).items() if v is not None}
+                if source.repetition is not None:
+                    meta["repetition"] = source.repetition
+                if source.query_index is not None:
+                    meta.setdefault("query_index", source.query_index)
+            row = meta.get("row_id")
+            parsed = None if row is not None else _suite_item_key(item.item_id, agent)
+            if parsed is not None:
+                row, meta["repetition"] = parsed
+            elif row is None:
+                index = meta.get("query_index")
+                row = f"query {index}" if index is not None else item.item_id
+            repetition = int(meta.get("repetition") or 0)
+            for score in item.scores:
+                out.append(
+                    Verdict(
+                        provider=provider,
+                        agent=agent,
+                        metric=score.name,
+                        row_id=str(row),
+                        repetition=repetition,
+                        status=score_status(score),
+                        score=score.score,
+                        item_id=item.item_id,
+                    )
+                )
+        for key, sub in result.sub_results.items():
+            walk(key, provider, sub)
+
+    for result in results:
+        walk(OVERALL, result.provider, result)
+    return out
+
+
+def check_labels(labels: Sequence[Label], verdicts: Sequence[Verdict], source: str) -> None:
+    """Refuse labels for agents, metrics or items the run does not have.
+
+    Raises:
+        LabelsError: naming ``source:line``, what is unknown, and what the run has.
+    """
+    agents = {v.agent for v in verdicts}
+    metrics: dict[str, set[str]] = defaultdict(set)
+    for v in verdicts:
+        metrics[v.agent].add(v.metric)
+    items = {v.key for v in verdicts}
+    for label in labels:
+        where = f"{source}:{label.line}" if label.line else source
+        if label.agent not in agents:
+            raise LabelsError(
+                f"{where}: field 'agent': the run has no agent {label.agent!r} (agents: "
+                f"{', '.join(sorted(agents)) or 'none'})"
+            )
+        if label.metric not in metrics[label.agent]:
+            raise LabelsError(
+                f"{where}: field 'metric': the run has no metric {label.metric!r} for agent "
+                f"{label.agent!r} (metrics: {', '.join(sorted(metrics[label.agent]))})"
+            )
+        if label.key not in items:
+            raise LabelsError(
+                f"{where}: field 'row_id': the run has no item for row {label.row_id!r}, "
+                f"repetition {label.repetition}, agent {label.agent!r}; label the run's rows "
+                "(items.parquet's row_id and repetition)"
+            )
+
+
+# --------------------------------------------------------------------------------------------
+# Statistics
+
+
+def cohen_kappa(a: Sequence[Any], b: Sequence[Any]) -> float | None:
+    """Cohen's κ of two raters over the same items: (p_o - p_e) / (1 - p_e), categories the union
+    of both; None when it is undefined (no items, or both raters used one and the same class)."""
+    n = len(a)
+    if n == 0 or n != len(b):
+        return None
+    observed = sum(1 for x, y in zip(a, b, strict=True) if x == y) / n
+    ca, cb = Counter(a), Counter(b)
+    expected = sum(ca[k] * cb[k] for k in ca) / (n * n)
+    if expected >= 1.0:
+        return None
+    return (observed - expected) / (1.0 - expected)
+
+
+def _agreement(a: Sequence[Any], b: Sequence[Any]) -> float | None:
+    return sum(1 for x, y in zip(a, b, strict=True) if x == y) / len(a) if len(a) else None
+
+
+def _f1(judge: Sequence[Any], human: Sequence[Any]) -> float | None:
+    tp = sum(1 for j, h in zip(judge, human, strict=True) if j == FAIL and h == FAIL)
+    fp = sum(1 for j, h in zip(judge, human, strict=True) if j == FAIL and h == PASS)
+    fn = sum(1 for j, h in zip(judge, human, strict=True) if j == PASS and h == FAIL)
+    return 2 * tp / (2 * tp + fp + fn) if (2 * tp + fp + fn) else None
+
+
+def _bootstrap(
+    statistic: Callable[[Sequence[Any], Sequence[Any]], float | None],
+    judge: Sequence[Any],
+    human: Sequence[Any],
+    *,
+    seed: int,
+    resamples: int,
+    confidence: float,
+) -> tuple[float | None, float | None, int]:
+    """The percentile bootstrap interval of ``statistic`` over the paired items, and how many
+    resamples it was undefined on (κ of a resample of one class; F1 of one without a fail): those
+    are left out of the percentiles. (None, None, 0) when it is undefined on the data itself."""
+    if len(judge) < 2 or statistic(judge, human) is None:
+        return None, None, 0
+    from scipy import stats as _sp  # type: ignore[import-untyped, unused-ignore]  # lazy: scipy.stats, 1.2 s, only to calibrate
+
+    values = sorted({*judge, *human}, key=repr)
+    code = {v: i for i, v in enumerate(values)}
+    j = np.array([code[x] for x in judge], dtype=np.int64)
+    h = np.array([code[x] for x in human], dtype=np.int64)
+
+    def stat(x: np.ndarray, y: np.ndarray) -> float:
+        value = statistic([values[i] for i in x], [values[i] for i in y])
+        return math.nan if value is None else float(value)
+
+    with warnings.catch_warnings():
+        # a resample where the statistic is undefined (nan) makes scipy's own interval nan and
+        # warn; the percentiles are taken below over the defined resamples instead
+        warnings.simplefilter("ignore", RuntimeWarning)
+        warnings.simplefilter("ignore", _sp.DegenerateDataWarning)
+        result = _sp.bootstrap(
+            (j, h),
+            stat,
+            paired=True,
+            vectorized=False,
+            n_resamples=resamples,
+            confidence_level=confidence,
+            method="percentile",
+            rng=np.random.default_rng(seed),
+        )
+    dist = np.asarray(result.bootstrap_distribution, dtype=float)
+    defined = dist[~np.isnan(dist)]
+    undefined = int(dist.size - defined.size)
+    if defined.size == 0:
+        return None, None, undefined
+    alpha = (1.0 - confidence) / 2.0
+    low, high = np.percentile(defined, [100 * alpha, 100 * (1 - alpha)])
+    return float(low), float(high), undefined
+
+
+class Confusion(BaseModel):
+    """The 2×2 confusion matrix of a pass/fail judge; *positive* is ``fail`` (what a gate exists
+    to catch): tp the judge failed what people failed, fp it failed what they passed, fn it passed
+    what they failed, tn both passed."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tp: int
+    fp: int
+    fn: int
+    tn: int
+
+
+class Matrix(BaseModel):
+    """An N×M confusion matrix: ``counts[i][j]`` items the judge gave ``judge[i]`` and people
+    ``human[j]``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    judge: list[float | str]
+    human: list[float | str]
+    counts: list[list[int]]
+
+
+class InterAnnotator(BaseModel):
+    """How the labellers agree with each other, on the items at least two of them labelled."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    labellers: list[str]
+    """Every labeller seen (``(unnamed)`` for labels without one)."""
+    n: int
+    """Items labelled by at least two labellers."""
+    agreement: float | None
+    """Share of those items on which every label agrees."""
+    pair: list[str] | None = None
+    """The two labellers with the most items in common, whose κ is ``kappa``."""
+    pair_n: int = 0
+    """Items those two both labelled."""
+    kappa: float | None = None
+    """Cohen's κ between the two."""
+
+
+class Calibration(BaseModel):
+    """How far one provider's metric agrees with people, on one agent's labelled items."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    provider: str
+    agent: str
+    metric: str
+    kind: Literal["pass_fail", "numeric"]
+    """``pass_fail`` labels (verdicts) or ``numeric`` labels (numbers on the metric's scale)."""
+    n_labels: int
+    """Label lines read for this metric and agent (several labellers: several lines an item)."""
+    n_labelled: int
+    """Distinct items labelled."""
+    n: int
+    """Matched items: labelled, with a judge verdict (the denominator of every rate here)."""
+    n_errored: int
+    """Labelled items the judge could not evaluate: neither agreement nor disagreement."""
+    n_not_applicable: int = 0
+    """Labelled items the judge marked not applicable (no verdict), left out."""
+    n_tied: int = 0
+    """Labelled items whose labellers tie, left out (no human verdict)."""
+    agreement: float | None
+    """Share of matched items where the judge's verdict (or value) equals the human label."""
+    agreement_low: float | None = None
+    agreement_high: float | None = None
+    kappa: float | None
+    """Cohen's κ (unweighted); None when undefined (one class on both sides)."""
+    kappa_low: float | None = None
+    kappa_high: float | None = None
+    f1: float | None = None
+    """F1 of the judge at catching human fails (pass/fail); None when there is no fail."""
+    f1_low: float | None = None
+    f1_high: float | None = None
+    precision: float | None = None
+    """Of the judge's fails, the share people failed too."""
+    recall: float | None = None
+    """Of the human fails, the share the judge failed."""
+    confusion: Confusion | None = None
+    """The 2×2 matrix (pass/fail labels)."""
+    matrix: Matrix | None = None
+    """The N×M matrix (numeric labels)."""
+    spearman: float | None = None
+    pearson: float | None = None
+    mae: float | None = None
+    """Numeric labels: Spearman's ρ, Pearson's r, mean absolute error of judge vs human."""
+    suggested_threshold: float | None = None
+    """For a judge with numeric scores and pass/fail labels: pass when score >= this maximises κ."""
+    suggested_kappa: float | None = None
+    """κ at the suggested threshold."""
+    judge_pass_rate: float | None = None
+    """The judge's pass rate on the matched items (for reading κ beside it)."""
+    human_pass_rate: float | None = None
+    """People's pass rate on the matched items."""
+    inter_annotator: InterAnnotator | None = None
+    """When at least two labellers labelled this metric."""
+    seed: int
+    resamples: int
+    confidence: float
+    interval_method: str = "percentile bootstrap over matched items (scipy.stats.bootstrap)"
+    kappa_undefined_resamples: int = 0
+    """Resamples on which κ was undefined (one class), left out of its interval."""
+    warnings: list[str] = Field(default_factory=list)
+
+
+def _fmt(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
+
+
+def _kappa_text(c: Calibration) -> str:
+    interval = f" [{_fmt(c.kappa_low)}, {_fmt(c.kappa_high)}]" if c.kappa_low is not None else ""
+    return (
+        f"κ {_fmt(c.kappa)}{interval} on n={c.n} matched items "
+        f"({c.n_labelled} labelled, {c.n_errored} errored)"
+        f", agreement {_fmt(c.agreement)}"
+    )
+
+
+def _human_value(labels: Sequence[Label]) -> LabelValue | None:
+    """The item's human label: the majority verdict (None on a tie), or the median number."""
+    if labels[0].numeric:
+        return float(np.median([float(x.label) for x in labels]))
+    counts = Counter(str(x.label) for x in labels).most_common()
+    if len(counts) > 1 and counts[0][1] == counts[1][1]:
+        return None
+    return counts[0][0]  # type: ignore[return-value]
+
+
+def _inter_annotator(by_item: Mapping[Any, Sequence[Label]]) -> InterAnnotator | None:
+    names = sorted({x.labeller or "(unnamed)" for labels in by_item.values() for x in labels})
+    if len(names) < 2:
+        return None
+    multi = [labels for labels in by_item.values() if len(labels) >= 2]
+    agree = sum(1 for labels in multi if len({x.label for x in labels}) == 1)
+    shared: Counter[tuple[str, str]] = Counter()
+    for labels in multi:
+        present = sorted({x.labeller or "(unnamed)" for x in labels})
+        for i, a in enumerate(present):
+            for b in present[i + 1 :]:
+                shared[(a, b)] += 1
+    out = InterAnnotator(
+        labellers=names, n=len(multi), agreement=agree / len(multi) if multi else None
+    )
+    if shared:
+        (a, b), count = sorted(shared.items(), key=lambda kv: (-kv[1], kv[0]))[0]
+        xs, ys = [], []
+        for labels in by_item.values():
+            by_name = {x.labeller or "(unnamed)": x.label for x in labels}
+            if a in by_name and b in by_name:
+                xs.append(by_name[a])
+                ys.append(by_name[b])
+        out.pair, out.pair_n, out.kappa = [a, b], count, cohen_kappa(xs, ys)
+    return out
+
+
+def _suggest(scores: Sequence[float], human: Sequence[str]) -> tuple[float | None, float | None]:
+    """The threshold t (among the judge's scores) for which "pass when score >= t" maximises κ
+    against the human verdicts; the lowest such t on a tie."""
+    best: tuple[float | None, float | None] = (None, None)
+    for t in sorted(set(scores)):
+        judged = [PASS if s >= t else FAIL for s in scores]
+        k = cohen_kappa(judged, human)
+        if k is not None and (best[1] is None or k > best[1] + 1e-12):
+            best = (t, k)
+    return best
+
+
+def _matrix(judge: Sequence[Any], human: Sequence[Any]) -> Matrix:
+    jv = (
+        sorted(set(judge), key=str)
+        if any(isinstance(x, str) for x in judge)
+        else sorted(set(judge))
+    )
+    hv = (
+        sorted(set(human), key=str)
+        if any(isinstance(x, str) for x in human)
+        else sorted(set(human))
+    )
+    counts = [[0] * len(hv) for _ in jv]
+    for j, h in zip(judge, human, strict=True):
+        counts[jv.index(j)][hv.index(h)] += 1
+    return Matrix(judge=list(jv), human=list(hv), counts=counts)
+
+
+def _one(
+    provider: str,
+    agent: str,
+    metric: str,
+    labels: Sequence[Label],
+    verdicts: Mapping[tuple[str, str, int], Verdict],
+    *,
+    seed: int,
+    resamples: int,
+    confidence: float,
+) -> Calibration:
+    by_item: dict[tuple[str, str, int], list[Label]] = defaultdict(list)
+    for label in labels:
+        by_item[label.key].append(label)
+    numeric = labels[0].numeric
+    judge: list[Any] = []
+    human: list[Any] = []
+    scores: list[float | None] = []
+    errored = not_applicable = tied = 0
+    for key, item_labels in by_item.items():
+        verdict = verdicts[key]
+        if verdict.status == ERROR:
+            errored += 1
+            continue
+        value = _human_value(item_labels)
+        if value is None:
+            tied += 1
+            continue
+        if numeric:
+            if verdict.score is None:
+                not_applicable += 1
+                continue
+            judge.append(float(verdict.score))
+        else:
+            if verdict.status not in (PASS, FAIL):
+                not_applicable += 1
+                continue
+            judge.append(verdict.status)
+        scores.append(verdict.score)
+        human.append(value)
+
+    def boot(
+        statistic: Callable[[Sequence[Any], Sequence[Any]], float | None],
+    ) -> tuple[float | None, float | None, int]:
+        return _bootstrap(
+            statistic, judge, human, seed=seed, resamples=resamples, confidence=confidence
+        )
+
+    agreement = _agreement(judge, human)
+    kappa = cohen_kappa(judge, human)
+    a_low, a_high, _ = boot(_agreement)
+    k_low, k_high, k_undefined = boot(cohen_kappa)
+    out = Calibration(
+        provider=provider,
+        agent=agent,
+        metric=metric,
+        kind="numeric" if numeric else "pass_fail",
+        n_labels=len(labels),
+        n_labelled=len(by_item),
+        n=len(judge),
+        n_errored=errored,
+        n_not_applicable=not_applicable,
+        n_tied=tied,
+        agreement=agreement,
+        agreement_low=a_low,
+        agreement_high=a_high,
+        kappa=kappa,
+        kappa_low=k_low,
+        kappa_high=k_high,
+        seed=seed,
+        resamples=resamples,
+        confidence=confidence,
+        inter_annotator=_inter_annotator(by_item),
+    )
+    if numeric:
+        if len(judge) >= 2:
+            from scipy import stats as _sp  # type: ignore[import-untyped, unused-ignore]  # lazy: scipy.stats, 1.2 s, only to calibrate
+
+            x, y = np.asarray(judge, dtype=float), np.asarray(human, dtype=float)
+            if np.ptp(x) > 0 and np.ptp(y) > 0:
+                out.spearman = float(_sp.spearmanr(x, y).statistic)
+                out.pearson = float(_sp.pearsonr(x, y).statistic)
+        if judge:
+            out.mae = float(np.mean(np.abs(np.asarray(judge) - np.asarray(human))))
+            out.matrix = _matrix(judge, human)
+    else:
+        tp = sum(1 for j, h in zip(judge, human, strict=True) if j == FAIL and h == FAIL)
+        fp = sum(1 for j, h in zip(judge, human, strict=True) if j == FAIL and h == PASS)
+        fn = sum(1 for j, h in zip(judge, human, strict=True) if j == PASS and h == FAIL)
+        tn = sum(1 for j, h in zip(judge, human, strict=True) if j == PASS and h == PASS)
+        out.confusion = Confusion(tp=tp, fp=fp, fn=fn, tn=tn)
+        out.f1 = _f1(judge, human)
+        out.f1_low, out.f1_high, _ = boot(_f1)
+        out.precision = tp / (tp + fp) if tp + fp else None
+        out.recall = tp / (tp + fn) if tp + fn else None
+        if judge:
+            out.judge_pass_rate = (tn + fn) / len(judge)
+            out.human_pass_rate = (fp + tn) / len(judge)
+        numbers = [s for s in scores if s is not None]
+        if len(numbers) == len(scores) and len(set(numbers)) > 2:
+            out.suggested_threshold, out.suggested_kappa = _suggest(numbers, human)
+    if out.n < DEFAULT_MIN_N:
+        out.warnings.append(
+            f"only {out.n} matched items (fewer than {DEFAULT_MIN_N}): the interval is too wide "
+            "to trust; label more (50-100 is the usual advice)"
+        )
+    if human and len(set(human)) == 1:
+        out.warnings.append(
+            f"the human labels are all one class ({human[0]}): κ cannot tell agreement from "
+            "chance; label items of both classes"
+        )
+    out.kappa_undefined_resamples = k_undefined
+    if k_undefined:
+        out.warnings.append(
+            f"κ was undefined on {k_undefined} of {resamples} bootstrap resamples (one class), "
+            "left out of its interval: too few labels of one class"
+        )
+    if errored:
+        out.warnings.append(f"{errored} labelled items errored in the judge and were left out")
+    return out
+
+
+def calibrate(
+    verdicts: Sequence[Verdict],
+    labels: Sequence[Label],
+    *,
+    seed: int = DEFAULT_SEED,
+    resamples: int = DEFAULT_RESAMPLES,
+    confidence: float = 0.95,
+    source: str = "labels",
+) -> list[Calibration]:
+    """Agreement of every (provider, agent, metric) that has labels with those labels.
+
+    Args:
+        verdicts: the run's scores (:func:`verdicts_of_run` or :func:`verdicts_of_results`).
+        labels: the human labels (:func:`read_labels`).
+        seed: the bootstrap's seed (each statistic resamples with a generator of this seed).
+        resamples: bootstrap resamples.
+        confidence: the intervals' confidence level.
+        source: the labels' file, for error messages.
+
+    Raises:
+        LabelsError: a label names an agent, metric or item the run does not have, or one metric
+            of one agent has both pass/fail and numeric labels.
+    """
+    check_labels(labels, verdicts, source)
+    grouped: dict[tuple[str, str], list[Label]] = defaultdict(list)
+    for label in labels:
+        grouped[(label.agent, label.metric)].append(label)
+    for (agent, metric), group in grouped.items():
+        kinds = {x.numeric for x in group}
+        if len(kinds) > 1:
+            odd = next(x for x in group if x.numeric != group[0].numeric)
+            raise LabelsError(
+                f"{source}:{odd.line}: field 'label': metric {metric!r} of agent {agent!r} has "
+                "both pass/fail and numeric labels; label one metric one way"
+            )
+    by_provider: dict[tuple[str, str, str], dict[tuple[str, str, int], Verdict]] = defaultdict(dict)
+    for v in verdicts:
+        by_provider[(v.provider, v.agent, v.metric)].setdefault(v.key, v)
+    out: list[Calibration] = []
+    for (provider, agent, metric), found in sorted(by_provider.items()):
+        mine = [x for x in grouped.get((agent, metric), []) if x.key in found]
+        if not mine:
+            continue
+        out.append(
+            _one(
+                provider,
+                agent,
+                metric,
+                mine,
+                found,
+                seed=seed,
+                resamples=resamples,
+                confidence=confidence,
+            )
+        )
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# The gate's verdict
+
+
+@dataclass(frozen=True, slots=True)
+class AgreementVerdict:
+    """What ``judge_agreement(metric) >= bound`` decided, for ``evalpipe.gates`` to report."""
+
+    passed: bool
+    observed: float | None
+    n: int
+    errored: int
+    message: str
+
+
+_OPS: dict[str, Callable[[float, float], bool]] = {
+    ">=": lambda a, b: a >= b,
+    ">": lambda a, b: a > b,
+    "<=": lambda a, b: a <= b,
+    "<": lambda a, b: a < b,
+}
+
+
+def agreement_verdict(
+    results: Sequence[EvalResults],
+    *,
+    metric: str,
+    labels: str | os.PathLike[str] | None,
+    op: str,
+    bound: float,
+    agent: str | None = None,
+    min_n: int = DEFAULT_MIN_N,
+    seed: int = DEFAULT_SEED,
+    resamples: int = DEFAULT_RESAMPLES,
+) -> AgreementVerdict:
+    """The verdict of ``judge_agreement(metric) op bound`` on ``results`` and the labels file.
+
+    Fails when there are no labels, when the labels do not fit the run, when fewer than ``min_n``
+    items are matched (the interval too wide to say), when κ is undefined, and when κ (of every
+    provider that produces the metric) does not satisfy the bound.
+    """
+    if labels is None:
+        return AgreementVerdict(
+            False,
+            None,
+            0,
+            0,
+            "no labels: the judge is not calibrated; give the clause labels=FILE "
+            "(or run `evalpipe calibrate RUN_DIR --labels FILE --gate ...`)",
+        )
+    try:
+        read = read_labels(labels)
+        wanted = [x for x in read if x.metric == metric and (agent is None or x.agent == agent)]
+        found = calibrate(
+            verdicts_of_results(results), read, seed=seed, resamples=resamples, source=str(labels)
+        )
+    except LabelsError as exc:
+        return AgreementVerdict(False, None, 0, 0, f"labels unusable: {exc}")
+    mine = [c for c in found if c.metric == metric and (agent is None or c.agent == agent)]
+    if not wanted or not mine:
+        return AgreementVerdict(
+            False, None, 0, 0, f"no labels for metric {metric!r} in {labels}: not calibrated"
+        )
+    worst = min(mine, key=lambda c: (c.n >= min_n, math.inf if c.kappa is None else c.kappa))
+    numbers = _kappa_text(worst)
+    where = f" ({worst.provider}, {worst.agent})" if len(mine) > 1 else ""
+    if worst.n < min_n:
+        return AgreementVerdict(
+            False,
+            worst.kappa,
+            worst.n,
+            worst.n_errored,
+            f"{numbers}{where}; needs at least {min_n} matched items to say (too few labels)",
+        )
+    if worst.kappa is None:
+        return AgreementVerdict(
+            False,
+            None,
+            worst.n,
+            worst.n_errored,
+            f"{numbers}{where}; κ is undefined (one class on both sides): label both classes",
+        )
+    holds = _OPS[op](worst.kappa, bound)
+    verdict = "holds" if holds else "needs"
+    return AgreementVerdict(
+        holds,
+        worst.kappa,
+        worst.n,
+        worst.n_errored,
+        f"{numbers}{where}; {verdict} κ {op} {bound:g}",
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# The result file
+
+
+class CalibrationFile(BaseModel):
+    """What ``evalpipe calibrate`` writes: the run, the labels, and one result per metric."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    run_dir: str
+    run_name: str | None = None
+    labels: str
+    calibrations: list[Calibration]
+
+
+def write_calibration(
+    path: str | os.PathLike[str],
+    run_dir: str,
+    labels: str,
+    calibrations: Sequence[Calibration],
+    run_name: str | None = None,
+) -> Path:
+    """Write a calibration result file (JSON) that :func:`read_calibration` reads back."""
+    where = Path(path)
+    where.parent.mkdir(parents=True, exist_ok=True)
+    data = CalibrationFile(
+        run_dir=run_dir, run_name=run_name, labels=labels, calibrations=list(calibrations)
+    )
+    where.write_text(data.model_dump_json(indent=2) + "\n", encoding="utf-8")
+    return where
+
+
+def read_calibration(path: str | os.PathLike[str]) -> CalibrationFile:
+    """A calibration result file, as the report and the view read it.
+
+    Raises:
+        LabelsError: the file is missing or not a calibration result.
+    """
+    where = Path(path)
+    try:
+        return CalibrationFile.model_validate_json(where.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise LabelsError(
+            f"{where}: no such calibration file; write it with `evalpipe calibrate`"
+        ) from None
+    except ValidationError as exc:
+        raise LabelsError(f"{where}: not a calibration result ({exc.errors()[0]['msg']})") from None
+
+
+# --------------------------------------------------------------------------------------------
+# Choosing items for a reviewer (the review flow, evalpipe.pipeline.review, shows them)
+
+
+@dataclass(frozen=True, slots=True)
+class ReviewItem:
+    """One item a reviewer is asked to label, with what the judge said of it."""
+
+    row_id: str
+    repetition: int
+    agent: str
+    provider: str
+    item_id: str
+    query: str | None
+    response: str | None
+    judge_status: str
+    """The judge's verdict on the metric: ``pass`` or ``fail``."""
+    judge_score: float | None
+    judge_reason: str | None
+    disagrees: bool
+    """A local check on the same item gave the other verdict."""
+
+
+def review_candidates(
+    run_dir: str | os.PathLike[str], metric: str, *, filesystem: Any = None
+) -> list[ReviewItem]:
+    """The items of a finished run whose ``metric`` has a verdict (errored and not-applicable
+    scores cannot be compared with a label, so they are not offered), in item order."""
+    import pyarrow.compute as pc  # type: ignore[import-untyped, unused-ignore]  # lazy: pyarrow, only to read a run directory
+
+    from evalpipe.artifacts import read_table  # lazy: pyarrow, only to read a run directory
+    from evalpipe.report.data import (  # lazy: pyarrow, only to read a run directory
+        disagreements,
+        scored_rows,
+    )
+
+    scored = scored_rows(str(run_dir), filesystem=filesystem)
+    flagged = {
+        (x.agent, x.item_id)
+        for d in disagreements(scored, max_examples=len(scored))
+        if d.judge == metric
+        for x in d.examples
+    }
+    texts = read_table(
+        str(run_dir),
+        "scores",
+        columns=["provider", "agent", "item_id", "metric", "input_text", "output_text", "reason"],
+        filesystem=filesystem,
+    )
+    texts = texts.filter(pc.equal(texts["metric"], metric)).to_pylist()
+    text_of = {(r["provider"], r["agent"], r["item_id"]): r for r in texts}
+    mine = scored.filter(pc.equal(scored["metric"], metric)).to_pylist()
+    out = []
+    for r in mine:
+        if r["status"] not in (PASS, FAIL):
+            continue
+        text = text_of.get((r["provider"], r["agent"], r["item_id"]), {})
+        out.append(
+            ReviewItem(
+                row_id=r["row"],
+                repetition=int(r["repetition"] or 0),
+                agent=r["agent"],
+                provider=r["provider"],
+                item_id=r["item_id"],
+                query=text.get("input_text"),
+                response=text.get("output_text"),
+                judge_status=r["status"],
+                judge_score=r["score"],
+                judge_reason=text.get("reason"),
+                disagrees=(r["agent"], r["item_id"]) in flagged,
+            )
+        )
+    return out
+
+
+def sample_for_review(
+    items: Sequence[ReviewItem], n: int, *, seed: int = DEFAULT_SEED
+) -> list[ReviewItem]:
+    """At most ``n`` items, balanced between the judge's passes and fails (as the anchors advise:
+    a judge is calibrated on both classes), judge-vs-check disagreements first within each;
+    the rest drawn at random (seeded). One item per (agent, row, repetition)."""
+    rng = np.random.default_rng(seed)
+    seen: set[tuple[str, str, int]] = set()
+    strata: dict[str, list[ReviewItem]] = {PASS: [], FAIL: []}
+    for item in items:
+        key = (item.agent, item.row_id, item.repetition)
+        if key in seen:
+            continue
+        seen.add(key)
+        strata[item.judge_status].append(item)
+    ordered: dict[str, list[ReviewItem]] = {}
+    for status, group in strata.items():
+        order = rng.permutation(len(group)) if group else np.array([], dtype=np.int64)
+        shuffled = [group[i] for i in order]
+        ordered[status] = [x for x in shuffled if x.disagrees] + [
+            x for x in shuffled if not x.disagrees
+        ]
+    half = n // 2
+    take_fail = min(len(ordered[FAIL]), max(half, n - len(ordered[PASS])))
+    take_pass = min(len(ordered[PASS]), n - take_fail)
+    fails, passes = ordered[FAIL][:take_fail], ordered[PASS][:take_pass]
+    interleaved = [x for pair in zip_longest(fails, passes) for x in pair if x is not None]
+    return sorted(interleaved, key=lambda x: not x.disagrees)  # stable: disagreements first
+
+
+CALIBRATION_DEPTH = 3
+"""How deep under a runs root :func:`calibrations_for` looks for calibration files."""
+
+
+def calibrations_for(root: str | os.PathLike[str], run_name: str) -> list[Calibration]:
+    """The calibration results for the run ``run_name`` found under a local runs ``root``: files
+    named ``*calibration*.json`` at most :data:`CALIBRATION_DEPTH` levels below it (beside a run
+    directory, say ``runs/<suite>/<run>.calibration.json``) whose ``run_name`` is the run's.
+    The newest file wins per (provider, agent, metric); files that are not calibration results
+    are ignored; a root that is a URI has none."""
+    if "://" in str(root):
+        return []
+    base = Path(root)
+    found: list[tuple[float, CalibrationFile]] = []
+    for level in range(CALIBRATION_DEPTH + 1):
+        for path in base.glob("/".join(["*"] * level + ["*calibration*.json"])):
+            try:
+                data = CalibrationFile.model_validate_json(path.read_text(encoding="utf-8"))
+                stamp = path.stat().st_mtime
+            except (OSError, ValueError):
+                continue
+            if data.run_name == run_name:
+                found.append((stamp, data))
+    newest: dict[tuple[str, str, str], Calibration] = {}
+    for _, data in sorted(found, key=lambda x: x[0]):
+        for c in data.calibrations:
+            newest[(c.provider, c.agent, c.metric)] = c
+    return [newest[k] for k in sorted(newest)]
