@@ -285,6 +285,7 @@ def test_a_run_killed_with_sigkill_leaves_the_server_for_its_idle_timeout_only(
         proc.wait(timeout=30)
         assert _alive(pid)  # still there for the next run...
         _wait_for(lambda: not _alive(pid), 60, "the idle server to stop")  # ...but not for long
+        _wait_for(lambda: not (state_dir(home) / "server.json").exists(), 10, "its state to go")
     finally:
         if proc.poll() is None:
             proc.kill()

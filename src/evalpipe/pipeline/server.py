@@ -624,8 +624,8 @@ def stop_server(
                     f"the Prefect server of {directory.parent} (pid {info.pid}) is in use by a "
                     "run; wait for it, or stop it anyway with --force"
                 ) from None
+        _forget(directory, info)  # first: no run finds a server that is stopping
         _terminate(info.pid, timeout)
-        _forget(directory, info)
     finally:
         os.close(clients)
     return info
@@ -770,8 +770,8 @@ def watch(directory: Path, poll: float = 0.5) -> int:
             except BlockingIOError:
                 continue  # a run uses it
             _say(directory, f"stopping the server pid {info.pid}: idle for {info.idle_timeout:g} s")
+            _forget(directory, info)  # first: no run finds a server that is stopping
             _terminate(info.pid, timeout=10.0)
-            _forget(directory, info)
             return 0
         finally:
             os.close(fd)
