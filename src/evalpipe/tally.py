@@ -52,6 +52,7 @@ __all__ = [
     "normalize_status",
     "rate_text",
     "score_status",
+    "score_statuses",
     "summary_rows",
 ]
 
@@ -98,6 +99,22 @@ def score_status(score: EvalScoreResult) -> ScoreStatus:
     if score.score is None:
         return ERROR  # nothing came back
     return NOT_APPLICABLE  # a value without a verdict: no pass/fail; its value still counts
+
+
+def _plain(score: EvalScoreResult) -> bool:
+    """The score is a verdict and nothing else (``score_status``'s common case)."""
+    return (
+        score.passed is not None
+        and score.error_code is None
+        and score.error_message is None
+        and not score.diagnostics
+        and score.label is None
+    )
+
+
+def score_statuses(scores: Sequence[EvalScoreResult]) -> list[ScoreStatus]:
+    """``score_status`` of every score (a plain verdict decided without the call)."""
+    return [(PASS if s.passed else FAIL) if _plain(s) else score_status(s) for s in scores]
 
 
 def item_status(
