@@ -244,7 +244,8 @@ def test_every_row_names_its_suite_and_target_version_and_scores_name_their_row(
     }
     scores = read_table(run, "scores", columns=["agent", "item_id", "row_id", "repetition"])
     rows = scores.to_pylist()
-    assert rows and all(r["row_id"] is not None for r in rows)
+    assert rows
+    assert all(r["row_id"] is not None for r in rows)
     for r in rows:
         assert (r["row_id"], r["repetition"]) == items[(r["agent"], r["item_id"])]
 
