@@ -504,10 +504,6 @@ def _level(get: Callable[[Any], Any]) -> Getter:
     return lambda batch: get(batch.objects[0])
 
 
-def _run(name: str) -> Getter:
-    return lambda batch: batch.extra[name]
-
-
 # -- the tables ----------------------------------------------------------------------------------
 
 RUN_NAME = "run_name"
