@@ -16,6 +16,7 @@ from typing import Any
 
 import pyarrow as pa  # type: ignore[import-untyped, unused-ignore]
 import pyarrow.compute as pc  # type: ignore[import-untyped, unused-ignore]
+import pyarrow.dataset as pads  # type: ignore[import-untyped, unused-ignore]
 import pyarrow.fs as pafs  # type: ignore[import-untyped, unused-ignore]
 import pyarrow.parquet as pq  # type: ignore[import-untyped, unused-ignore]
 from pydantic import TypeAdapter
@@ -42,6 +43,7 @@ from evalpipe.tally import OVERALL, SummaryRow
 from evalpipe.transcripts import RunUsage
 
 __all__ = [
+    "dataset",
     "iter_batches",
     "iter_runs",
     "load_run",
@@ -207,6 +209,19 @@ def read_table(
     fs, path = resolve_filesystem(run_dir, filesystem)
     read_manifest(path, filesystem=fs)
     return _open(fs, path, name).read(columns)
+
+
+def dataset(run_dir: str | os.PathLike[str], name: str, *, filesystem: Any = None) -> Any:
+    """One table of the run as a ``pyarrow.dataset.Dataset`` (read lazily, with projection and
+    filter pushdown: what DuckDB scans), after the checks ``read_table`` makes.
+
+    Raises:
+        ArtifactError, SchemaVersionError: as ``read_table``.
+    """
+    fs, path = resolve_filesystem(run_dir, filesystem)
+    read_manifest(path, filesystem=fs)
+    _open(fs, path, name)
+    return pads.dataset(f"{path}/{FILES[name]}", format="parquet", filesystem=fs)
 
 
 def iter_batches(

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 import duckdb
-import numpy as np
 from rich.console import Console
 from rich.text import Text
 
@@ -24,7 +23,7 @@ from evalpipe.artifacts import read_manifest
 from evalpipe.escape import markdown, plain, terminal
 from evalpipe.report.data import Disagreement, disagreements, scored_rows
 from evalpipe.report.html import environment, package_version
-from evalpipe.report.stats import MIN_PAIRS, PairedTest, mcnemar_test, wilcoxon_test
+from evalpipe.report.stats import MIN_PAIRS, PairedTest, mcnemar_counts, wilcoxon_differences
 
 __all__ = [
     "PAIRING_KEY",
@@ -143,14 +142,12 @@ _KEY = ", ".join(PAIRING_KEY)
 _PAIRED_SQL = f"""
 WITH a AS (
     SELECT {_KEY},
-           first(status ORDER BY pos) FILTER (status IS NOT NULL) AS status,
-           first(score ORDER BY pos) FILTER (score IS NOT NULL) AS score,
+           arg_min(status, pos) AS status, arg_min(score, pos) AS score,
            count(*) AS n, true AS present
     FROM (SELECT *, row_number() OVER () AS pos FROM scored_a) GROUP BY ALL
 ), b AS (
     SELECT {_KEY},
-           first(status ORDER BY pos) FILTER (status IS NOT NULL) AS status,
-           first(score ORDER BY pos) FILTER (score IS NOT NULL) AS score,
+           arg_min(status, pos) AS status, arg_min(score, pos) AS score,
            count(*) AS n, true AS present
     FROM (SELECT *, row_number() OVER () AS pos FROM scored_b) GROUP BY ALL
 )
@@ -185,10 +182,10 @@ SELECT provider, agent, metric,
        count(*) FILTER (a_verdict AND b_verdict AND a_status <> 'pass' AND b_status = 'pass')
            AS improvements,
        count(*) FILTER (a_verdict AND b_status = 'error') AS newly_errored,
-       list(a_status = 'pass' ORDER BY row, repetition) FILTER (a_verdict AND b_verdict) AS a_pass,
-       list(b_status = 'pass' ORDER BY row, repetition) FILTER (a_verdict AND b_verdict) AS b_pass,
-       list(a_score ORDER BY row, repetition) FILTER (scored_both) AS xa,
-       list(b_score ORDER BY row, repetition) FILTER (scored_both) AS xb
+       count(*) FILTER (a_verdict AND b_verdict) AS verdict_pairs,
+       list(b_score - a_score) FILTER (scored_both) AS differences,
+       avg(a_score) FILTER (scored_both) AS a_mean,
+       avg(b_score) FILTER (scored_both) AS b_mean
 FROM j GROUP BY ALL ORDER BY provider, agent, metric
 """
 """Per provider, agent and metric: the paired counts, and the paired verdicts and scores the
@@ -203,10 +200,6 @@ ORDER BY a_status DESC, {_KEY}
 LIMIT $room
 """
 """The flips, regressions first, each kind in key order."""
-
-
-def _mean(values: list[float]) -> float | None:
-    return float(np.mean(values)) if values else None
 
 
 def compare_runs(
@@ -244,11 +237,9 @@ def compare_runs(
         con.close()
     metrics = [
         MetricComparison(
-            **{k: r[k] for k in r if k not in ("a_pass", "b_pass", "xa", "xb")},
-            mcnemar=mcnemar_test(r["a_pass"] or [], r["b_pass"] or []),
-            wilcoxon=wilcoxon_test(r["xa"] or [], r["xb"] or []),
-            a_mean=_mean(r["xa"] or []),
-            b_mean=_mean(r["xb"] or []),
+            **{k: r[k] for k in r if k not in ("verdict_pairs", "differences")},
+            mcnemar=mcnemar_counts(r["verdict_pairs"], r["regressions"], r["improvements"]),
+            wilcoxon=wilcoxon_differences(r["differences"] or []),
         )
         for r in rows
     ]
