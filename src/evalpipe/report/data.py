@@ -50,7 +50,6 @@ __all__ = [
     "disagreements",
     "load_report_data",
     "message_views",
-    "paired_scores",
     "row_key",
     "score_view",
 ]
@@ -312,25 +311,6 @@ def row_key(items: Any) -> Any:
     return pc.if_else(pc.is_null(items["row_id"]), fallback, items["row_id"])
 
 
-def _item_keys(run_dir: Any, filesystem: Any) -> Any:
-    """items.parquet's (agent, item_id) with their dataset row, repetition and position."""
-    items = read_table(
-        run_dir,
-        "items",
-        columns=["agent", "item_index", "item_id", "row_id", "query_index", "repetition"],
-        filesystem=filesystem,
-    )
-    return pa.table(
-        {
-            "agent": items["agent"],
-            "item_id": items["item_id"],
-            "item_index": items["item_index"],
-            "row": row_key(items),
-            "repetition": pc.fill_null(items["repetition"], 0),
-        }
-    )
-
-
 _SCORED_SQL = """
 SELECT s.provider, s.provider_index, s.agent, s.item_id, s.item_status, s.metric, s.score,
        s.status, s.rating,
@@ -365,11 +345,6 @@ def _kinds(scored: Any) -> dict[tuple[str, str], MetricKind]:
         (r["provider"], r["metric"]): classify_metric(r["provider"], r["rating_count"] > 0)
         for r in grouped.to_pylist()
     }
-
-
-def paired_scores(scored: Any) -> Any:
-    """The table compare pairs on: provider, agent, row, repetition, metric, status, score."""
-    return scored.select(["provider", "agent", "row", "repetition", "metric", "status", "score"])
 
 
 # -- the scores as integer codes ------------------------------------------------------------------
