@@ -8,6 +8,7 @@ newer or unknown one with a message that says which evalpipe to use.
 from __future__ import annotations
 
 import array
+import dataclasses
 import json
 import os
 from collections import Counter
@@ -551,71 +552,90 @@ class _InputItems:
         return self.by_agent
 
 
+def _record_columns(
+    cls: type, read: list[tuple[Any, Callable[[Any], Any]]], prefix: str
+) -> Callable[[dict[str, list[Any]]], list[list[Any]]]:
+    """How a batch's columns become ``cls``'s constructor arguments, in its field order: each
+    field from the column declared to hold it (decoded), ``token_usage`` from its four columns,
+    ``scores`` a new list per record."""
+    by_field = {c.field: (c.name, decode) for c, decode in read}
+    tokens = _token_names(prefix)
+    order = [f.name for f in dataclasses.fields(cls)]
+
+    def arguments(columns: dict[str, list[Any]]) -> list[list[Any]]:
+        count = len(columns[read[0][0].name])
+        out: list[list[Any]] = []
+        for name in order:
+            if name == "token_usage":
+                parts = [columns[t] for t in tokens]
+                if all(values.count(None) == count for values in parts):
+                    out.append([None] * count)
+                else:
+                    out.append(list(map(_tokens, *parts)))
+            elif name == "scores":
+                out.append([[] for _ in range(count)])
+            else:
+                column, decode = by_field[name]
+                values = columns[column]
+                if decode is not _same and values.count(None) != count:
+                    values = list(map(decode, values))
+                out.append(values)
+        return out
+
+    return arguments
+
+
 def _read_results(
     run_dir: str | os.PathLike[str],
     common: dict[str, Any],
     results: dict[tuple[int, str], dict[int, EvalItemResult]],
 ) -> None:
     """scores.parquet's rows into EvalItemResults with their scores, per (provider, agent): each
-    record's fields from the columns declared to hold them (``Column.field``)."""
+    record's fields from the columns declared to hold them (``Column.field``), built a batch at a
+    time (a constructor mapped over the columns)."""
     table = TABLES["scores"]
     item_read = _fields(table.of("result"))
     score_read = _fields(table.of("score"))
-    item_tokens, score_tokens = _token_names("item_"), _token_names("")
-    item_names = [c.name for c, _ in item_read] + item_tokens
-    score_names = [c.name for c, _ in score_read] + score_tokens
+    item_names = [c.name for c, _ in item_read] + _token_names("item_")
+    score_names = [c.name for c, _ in score_read] + _token_names("")
+    item_args = _record_columns(EvalItemResult, item_read, "item_")
+    score_args = _record_columns(EvalScoreResult, score_read, "")
     keys = ["provider_index", "agent", "item_index", "score_index"]
     shared: dict[str, str] = {}
     for batch in iter_batches(
         run_dir, "scores", columns=keys + item_names + score_names, batch_size=8_192, **common
     ):
         providers, agents, indices, score_indices = _pylists(batch, keys, shared)
-        # An item's rows are consecutive: its own columns are read from its first row only.
         rows = list(zip(providers, agents, indices, strict=True))
+        # An item's rows are consecutive (RunWriter writes them so): its own columns are read
+        # from its first row; a row whose item has no earlier row starts one.
         starts = [i for i, row in enumerate(rows) if i == 0 or row != rows[i - 1]]
-        head_columns = dict(
-            zip(
-                item_names,
-                _pylists(batch.select(item_names).take(_indices(starts)), item_names, shared),
-                strict=True,
-            )
+        heads = batch.select(item_names).take(_indices(starts))
+        head_columns = dict(zip(item_names, _pylists(heads, item_names, shared), strict=True))
+        items = list(map(EvalItemResult, *item_args(head_columns)))
+        scored = [i for i, k in enumerate(score_indices) if k is not None]
+        score_batch = batch.select(score_names).take(_indices(scored))
+        score_columns = dict(
+            zip(score_names, _pylists(score_batch, score_names, shared), strict=True)
         )
-        heads = {position: k for k, position in enumerate(starts)}
-        score_columns = dict(zip(score_names, _pylists(batch, score_names, shared), strict=True))
-        score_tokens_of = [score_columns[name] for name in score_tokens]
-        item_tokens_of = [head_columns[name] for name in item_tokens]
+        scores = iter(map(EvalScoreResult, *score_args(score_columns))) if scored else iter(())
         level: dict[int, EvalItemResult] = {}
         where: tuple[int, str] | None = None
+        k = -1
+        starts_set = set(starts)
         for position, ((provider_index, agent, item_index), score_index) in enumerate(
             zip(rows, score_indices, strict=True)
         ):
             if where != (provider_index, agent):
                 where = (provider_index, agent)
                 level = results.setdefault(where, {})
-            item = level.get(item_index)
-            if item is None:
-                k = heads.get(position)
-                columns, tokens = head_columns, item_tokens_of
-                if k is None:  # not a run of rows (not written by RunWriter): this row's
-                    one = batch.slice(position, 1).select(item_names)
-                    columns = dict(zip(item_names, _pylists(one, item_names, shared), strict=True))
-                    tokens, k = [columns[name] for name in item_tokens], 0
-                item = level[item_index] = EvalItemResult(
-                    scores=[],
-                    token_usage=_tokens(*(column[k] for column in tokens)),
-                    **{c.field: decode(columns[c.name][k]) for c, decode in item_read},
-                )
-                LOADED["item_results"] += 1
+            if position in starts_set:
+                k += 1
+                if item_index not in level:
+                    level[item_index] = items[k]
+                    LOADED["item_results"] += 1
             if score_index is not None:
-                item.scores.append(
-                    EvalScoreResult(
-                        token_usage=_tokens(*(column[position] for column in score_tokens_of)),
-                        **{
-                            c.field: decode(score_columns[c.name][position])
-                            for c, decode in score_read
-                        },
-                    )
-                )
+                level[item_index].scores.append(next(scores))
 
 
 _LEVEL_COLUMNS = [
