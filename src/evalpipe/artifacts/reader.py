@@ -17,7 +17,6 @@ from typing import Any
 
 import pyarrow as pa  # type: ignore[import-untyped, unused-ignore]
 import pyarrow.compute as pc  # type: ignore[import-untyped, unused-ignore]
-import pyarrow.dataset as pads  # type: ignore[import-untyped, unused-ignore]
 import pyarrow.fs as pafs  # type: ignore[import-untyped, unused-ignore]
 import pyarrow.parquet as pq  # type: ignore[import-untyped, unused-ignore]
 from pydantic import TypeAdapter
@@ -222,6 +221,8 @@ def dataset(run_dir: str | os.PathLike[str], name: str, *, filesystem: Any = Non
     fs, path = resolve_filesystem(run_dir, filesystem)
     read_manifest(path, filesystem=fs)
     _open(fs, path, name)
+    import pyarrow.dataset as pads  # type: ignore[import-untyped, unused-ignore]  # lazy: pyarrow.dataset imports pandas (0.15 s), only for queries
+
     return pads.dataset(f"{path}/{FILES[name]}", format="parquet", filesystem=fs)
 
 
