@@ -11,6 +11,7 @@ from evalpipe.tally import (
     CallTally,
     Counts,
     count_results,
+    fold_levels,
     item_status,
     merge_results,
     rate_text,
@@ -254,3 +255,34 @@ def test_summary_score_statistics_are_those_of_adding_scores_one_by_one() -> Non
     assert metric.score_max == reference.high
     assert metric.score_std == math.sqrt(reference.m2 / (reference.count - 1))
     assert metric.passed == 13
+
+
+def test_the_gates_fold_classifies_each_item_once_by_the_tally_rules() -> None:
+    """fold_levels keeps, per provider, agent and metric, the computed scores with their items'
+    labels, the items errored on the metric (its scores errored, or the item could not be
+    evaluated and lacks it), the skipped ones, and the items with errors in order."""
+    items = [
+        EvalItemResult("a", "pass", [EvalScoreResult("m", 4.0, passed=True)]),
+        EvalItemResult("b", "error", [EvalScoreResult("m", None, error_code="Timeout")]),
+        EvalItemResult("c", "error", [], error_code="AgentError"),
+        EvalItemResult("d", "fail", [EvalScoreResult("m", None, label="not_applicable")]),
+        EvalItemResult("e", "fail", [EvalScoreResult("m", 1.0, passed=False)]),
+    ]
+    sub = EvalResults(provider="P", items=[EvalItemResult("x", "pass", [])])
+    top = EvalResults(provider="P", items=items, sub_results={"writer": sub})
+    [level, writer] = fold_levels([top])
+    assert (level.label, writer.label) == ("", "writer")
+    fold = level.metrics["m"]
+    assert fold.labels == ["a", "e"]
+    assert fold.values == [4.0, 1.0]
+    assert fold.statuses == ["pass", "fail"]
+    assert fold.passed == [True, False]
+    assert fold.not_applicable == 1
+    assert level.errored_on("m") == 2  # b's score errored; c could not be evaluated, lacks m
+    assert level.items == 5
+    assert [(e.label, e.is_error, e.errored) for e in level.errors] == [
+        ("b", True, (("m", "Timeout"),)),
+        ("c", True, ()),
+    ]
+    assert writer.items == 1
+    assert writer.metrics == {}

@@ -31,8 +31,8 @@ from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from evalpipe.results import EvalItemResult, EvalResults, EvalScoreResult
-from evalpipe.tally import ERROR, FAIL, PASS, score_status
+from evalpipe.results import EvalResults
+from evalpipe.tally import FAIL, PASS, LevelFold, fold_levels
 
 __all__ = [
     "ACCEPTED_FORMS",
@@ -140,90 +140,45 @@ class GateReport(BaseModel):
 
 
 # --------------------------------------------------------------------------------------------
-# Reading results
+# Reading the tally's fold (evalpipe.tally.fold_levels: every item and score classified once)
 
 
-@dataclass(frozen=True, slots=True)
-class _Level:
-    label: str
-    """Where the items sit: "" for a top-level result, the agent name for a sub-result."""
-    result: EvalResults
+def _in_scope(levels: Sequence[LevelFold], agent: str | None) -> list[LevelFold]:
+    """The levels a clause reads: every level, or the sub-results keyed ``agent`` at any depth."""
+    return [level for level in levels if agent is None or level.label == agent]
 
 
-def _levels(results: Sequence[EvalResults], agent: str | None) -> list[_Level]:
-    """The results a clause reads: every level, or the sub-results keyed ``agent`` at any depth."""
-    out: list[_Level] = []
-
-    def walk(label: str, result: EvalResults) -> None:
-        if agent is None or label == agent:
-            out.append(_Level(label, result))
-        for key, sub in result.sub_results.items():
-            walk(key, sub)
-
-    for result in results:
-        walk("", result)
-    return out
-
-
-def _agents(results: Sequence[EvalResults]) -> list[str]:
-    names: set[str] = set()
-
-    def walk(result: EvalResults) -> None:
-        for key, sub in result.sub_results.items():
-            names.add(key)
-            walk(sub)
-
-    for result in results:
-        walk(result)
-    return sorted(names)
-
-
-def _label(level: _Level, item: EvalItemResult) -> str:
-    """The item's id, prefixed with its agent unless the id already names it (``0/writer``)."""
-    if not level.label or level.label in item.item_id.split("/"):
-        return item.item_id
-    return f"{level.label}:{item.item_id}"
-
-
-def _score_errored(score: EvalScoreResult) -> bool:
-    """Could not be computed (the tally's rule: an error, an error diagnostic, or nothing at all)."""
-    return score_status(score) == ERROR
+def _agents(levels: Sequence[LevelFold]) -> list[str]:
+    return sorted({level.label for level in levels if level.label})
 
 
 @dataclass(slots=True)
 class _Values:
-    scores: list[tuple[str, EvalScoreResult]] = field(default_factory=list)
-    errored: list[str] = field(default_factory=list)
+    """A metric's fold over the levels in scope (only those whose provider produces it: an item
+    that could not be evaluated counts as errored on its own provider's metrics only)."""
+
+    labels: list[str] = field(default_factory=list)
+    values: list[float] = field(default_factory=list)
+    statuses: list[str] = field(default_factory=list)
+    passed: list[bool | None] = field(default_factory=list)
+    errored: int = 0
     not_applicable: int = 0
 
 
-def _owns(level: _Level, metric: str) -> bool:
-    """The level's provider produces ``metric`` (its counts or one of its scores name it)."""
-    result = level.result
-    if metric in result.per_evaluator:
-        return True
-    return any(s.name == metric for item in result.items for s in item.scores)
-
-
-def _collect(levels: Sequence[_Level], metric: str) -> _Values:
-    """The metric's scores in scope, the items where it errored, how many skipped it.
-
-    Only the levels whose provider produces the metric count (the tally's rule: an item that could
-    not be evaluated counts as errored on its own provider's metrics, not on every provider's).
-    """
+def _collect(levels: Sequence[LevelFold], metric: str) -> _Values:
     found = _Values()
     for level in levels:
-        if not _owns(level, metric):
+        if metric not in level.owned:
             continue
-        for item in level.result.items:
-            named = [s for s in item.scores if s.name == metric]
-            good = [s for s in named if s.score is not None and score_status(s) != ERROR]
-            if good:
-                found.scores.extend((_label(level, item), s) for s in good)
-            elif any(_score_errored(s) for s in named) or (item.is_error and not named):
-                found.errored.append(_label(level, item))
-            elif named:
-                found.not_applicable += 1
+        found.errored += level.errored_on(metric)
+        fold = level.metrics.get(metric)
+        if fold is None:
+            continue
+        found.labels += fold.labels
+        found.values += fold.values
+        found.statuses += fold.statuses
+        found.passed += fold.passed
+        found.not_applicable += fold.not_applicable
     return found
 
 
@@ -283,20 +238,8 @@ class Clause(ABC):
         # `a and b` would silently keep only b: clauses combine with `&`.
         raise TypeError(f"combine gate clauses with & (not `and`/`or`): {self}")
 
-    def _values(
-        self, results: Sequence[EvalResults], metric: str
-    ) -> ClauseResult | tuple[_Values, str, int]:
-        """The metric's values on the clause's levels, the errored/not-applicable note and n; or the
-        failed verdict when the clause names an agent the results do not have."""
-        agent: str | None = getattr(self, "agent", None)
-        levels = _levels(results, agent)
-        if agent is not None and not levels:
-            return self._missing_agent(results, metric)
-        values = _collect(levels, metric)
-        return values, _errored_note(len(values.errored), values.not_applicable), len(values.scores)
-
-    def _missing_agent(self, results: Sequence[EvalResults], metric: str | None) -> ClauseResult:
-        known = _agents(results)
+    def _missing_agent(self, levels: Sequence[LevelFold], metric: str | None) -> ClauseResult:
+        known = _agents(levels)
         return ClauseResult(
             clause=str(self),
             passed=False,
@@ -304,6 +247,30 @@ class Clause(ABC):
             agent=self.agent,
             message=f"no results for agent {self.agent!r} (agents: {', '.join(known) or 'none'})",
         )
+
+
+class _Folded(Clause):
+    """A clause that is a fold of the tally: it reads ``fold_levels`` of the results, never the
+    items themselves (``Gate.evaluate`` folds once for all its clauses)."""
+
+    def evaluate(self, results: Sequence[EvalResults]) -> ClauseResult:
+        return self.read(fold_levels(results))
+
+    @abstractmethod
+    def read(self, levels: Sequence[LevelFold]) -> ClauseResult:
+        """This clause's verdict on the folded results."""
+
+    def _values(
+        self, levels: Sequence[LevelFold], metric: str
+    ) -> ClauseResult | tuple[_Values, str, int]:
+        """The metric's values on the clause's levels, the errored/not-applicable note and n; or the
+        failed verdict when the clause names an agent the results do not have."""
+        agent: str | None = getattr(self, "agent", None)
+        scope = _in_scope(levels, agent)
+        if agent is not None and not scope:
+            return self._missing_agent(levels, metric)
+        values = _collect(scope, metric)
+        return values, _errored_note(values.errored, values.not_applicable), len(values.values)
 
 
 def _check_metric(metric: Any, where: str) -> str:
@@ -340,7 +307,7 @@ DEFAULT_MIN_N = 1
 """Scores a metric clause needs by default."""
 
 
-class _Limited(Clause):
+class _Limited(_Folded):
     """What every metric clause (mean, pass_rate, at_most, all_pass) also requires: at most
     ``max_errors`` errored items (or at most the share ``max_error_rate`` of the items it covers)
     and at least ``min_n`` scores."""
@@ -456,11 +423,11 @@ class Threshold(_Limited):
             f"{self.kind}({_name(self.metric)}{self._options()}) {self.op} {_num(self.threshold)}"
         )
 
-    def evaluate(self, results: Sequence[EvalResults]) -> ClauseResult:
-        return self._limited(self._verdict(results))
+    def read(self, levels: Sequence[LevelFold]) -> ClauseResult:
+        return self._limited(self._verdict(levels))
 
-    def _verdict(self, results: Sequence[EvalResults]) -> ClauseResult:
-        found = self._values(results, self.metric)
+    def _verdict(self, levels: Sequence[LevelFold]) -> ClauseResult:
+        found = self._values(levels, self.metric)
         if isinstance(found, ClauseResult):
             return found
         values, note, n = found
@@ -470,7 +437,7 @@ class Threshold(_Limited):
             "agent": self.agent,
             "threshold": self.threshold,
             "n": n,
-            "errored": len(values.errored),
+            "errored": values.errored,
             "not_applicable": values.not_applicable,
         }
         if n == 0:
@@ -480,12 +447,11 @@ class Threshold(_Limited):
                 **base,
             )
         if self.kind == "mean":
-            observed = math.fsum(s.score or 0.0 for _, s in values.scores) / n
+            observed = math.fsum(values.values) / n
             what = f"mean {_shown(observed)} over n={n}"
         else:
             # The tally's pass rate: verdicts only (a score without a verdict is not a pass).
-            statuses: list[str] = [score_status(s) for _, s in values.scores]
-            passing, failing = statuses.count(PASS), statuses.count(FAIL)
+            passing, failing = values.statuses.count(PASS), values.statuses.count(FAIL)
             n = base["n"] = passing + failing
             if n == 0:
                 return ClauseResult(
@@ -532,22 +498,26 @@ class AtMost(_Limited):
             f"{self._options()})"
         )
 
-    def evaluate(self, results: Sequence[EvalResults]) -> ClauseResult:
-        return self._limited(self._verdict(results))
+    def read(self, levels: Sequence[LevelFold]) -> ClauseResult:
+        return self._limited(self._verdict(levels))
 
-    def _verdict(self, results: Sequence[EvalResults]) -> ClauseResult:
-        found = self._values(results, self.metric)
+    def _verdict(self, levels: Sequence[LevelFold]) -> ClauseResult:
+        found = self._values(levels, self.metric)
         if isinstance(found, ClauseResult):
             return found
         values, note, n = found
-        low = [label for label, s in values.scores if (s.score or 0.0) < self.below]
+        low = [
+            label
+            for label, value in zip(values.labels, values.values, strict=True)
+            if value < self.below
+        ]
         base: dict[str, Any] = {
             "clause": str(self),
             "metric": self.metric,
             "agent": self.agent,
             "threshold": float(self.count),
             "n": n,
-            "errored": len(values.errored),
+            "errored": values.errored,
             "not_applicable": values.not_applicable,
             "items": low[:_SHOWN_ITEMS],
         }
@@ -589,22 +559,24 @@ class AllPass(_Limited):
     def text(self) -> str:
         return f"all_pass({_name(self.metric)}{self._options()})"
 
-    def evaluate(self, results: Sequence[EvalResults]) -> ClauseResult:
-        return self._limited(self._verdict(results))
+    def read(self, levels: Sequence[LevelFold]) -> ClauseResult:
+        return self._limited(self._verdict(levels))
 
-    def _verdict(self, results: Sequence[EvalResults]) -> ClauseResult:
-        found = self._values(results, self.metric)
+    def _verdict(self, levels: Sequence[LevelFold]) -> ClauseResult:
+        found = self._values(levels, self.metric)
         if isinstance(found, ClauseResult):
             return found
         values, note, n = found
         # A score with no verdict (passed None) is not a pass.
-        bad = [label for label, s in values.scores if s.passed is not True]
+        bad = [
+            label for label, ok in zip(values.labels, values.passed, strict=True) if ok is not True
+        ]
         base: dict[str, Any] = {
             "clause": str(self),
             "metric": self.metric,
             "agent": self.agent,
             "n": n,
-            "errored": len(values.errored),
+            "errored": values.errored,
             "not_applicable": values.not_applicable,
             "items": bad[:_SHOWN_ITEMS],
         }
@@ -622,7 +594,7 @@ class AllPass(_Limited):
 
 
 @dataclass(frozen=True)
-class NoErrors(Clause):
+class NoErrors(_Folded):
     """Nothing in scope errored: no errored item, no metric that could not be computed.
 
     Counted as errors: a provider run whose status is not ``completed``; an errored item; a score
@@ -643,11 +615,11 @@ class NoErrors(Clause):
     def text(self) -> str:
         return f"no_errors({_name(self.metric) if self.metric is not None else ''})"
 
-    def evaluate(self, results: Sequence[EvalResults]) -> ClauseResult:
-        levels = _levels(results, self.agent)
-        if self.agent is not None and not levels:
-            return self._missing_agent(results, self.metric)
-        scan = _scan_errors(levels, self.metric)
+    def read(self, levels: Sequence[LevelFold]) -> ClauseResult:
+        scope = _in_scope(levels, self.agent)
+        if self.agent is not None and not scope:
+            return self._missing_agent(levels, self.metric)
+        scan = _scan_errors(scope, self.metric)
         errors, runs, n = scan.errors, scan.runs, scan.n
         base: dict[str, Any] = {
             "clause": str(self),
@@ -688,33 +660,32 @@ class _ErrorScan:
     errored_items: list[str] = field(default_factory=list)
 
 
-def _scan_errors(levels: Sequence[_Level], metric: str | None) -> _ErrorScan:
+def _scan_errors(levels: Sequence[LevelFold], metric: str | None) -> _ErrorScan:
+    """The errors of the folded levels (with ``metric``: that metric's, and the items that could
+    not be evaluated and have no sound score of it)."""
     scan = _ErrorScan()
     for level in levels:
-        result = level.result
-        if metric is not None and not _owns(level, metric):
+        if metric is not None and metric not in level.owned:
             continue  # another provider's items: its errors are not this metric's
-        if result.status != "completed":
+        if level.status != "completed":
             where = f"{level.label} " if level.label else ""
-            scan.runs.append(f"{result.provider} {where}run {result.status}")
-        for item in result.items:
-            named = [s for s in item.scores if metric is None or s.name == metric]
-            scan.n += 1
-            label = _label(level, item)
-            if item.is_error and (metric is None or not any(not _score_errored(s) for s in named)):
-                scan.errors.append(f"{label} {item.error_code or 'error'}")
-                scan.errored_items.append(label)
+            scan.runs.append(f"{level.provider} {where}run {level.status}")
+        scan.n += level.items
+        for item in level.errors:
+            if item.is_error and (metric is None or metric not in item.sound):
+                scan.errors.append(f"{item.label} {item.error_code or 'error'}")
+                scan.errored_items.append(item.label)
                 continue
-            bad = [s for s in named if _score_errored(s)]
-            for s in bad:
-                scan.errors.append(f"{label} {s.name} {s.error_code or 'error'}")
+            bad = [(name, code) for name, code in item.errored if metric is None or name == metric]
+            for name, code in bad:
+                scan.errors.append(f"{item.label} {name} {code or 'error'}")
             if bad:
-                scan.errored_items.append(label)
+                scan.errored_items.append(item.label)
     return scan
 
 
 @dataclass(frozen=True)
-class ErrorRate(Clause):
+class ErrorRate(_Folded):
     """The share of items with an error bounded: ``error_rate() <= 0.1``, ``error_rate(relevance)
     < 0.05``. It counts as ``no_errors`` does (errored items, metrics that could not be computed;
     with ``metric``, only that metric's), over the items in scope; a provider run that did not
@@ -745,11 +716,11 @@ class ErrorRate(Clause):
         inner = _name(self.metric) if self.metric is not None else ""
         return f"error_rate({inner}) {self.op} {_num(self.threshold)}"
 
-    def evaluate(self, results: Sequence[EvalResults]) -> ClauseResult:
-        levels = _levels(results, self.agent)
-        if self.agent is not None and not levels:
-            return self._missing_agent(results, self.metric)
-        scan = _scan_errors(levels, self.metric)
+    def read(self, levels: Sequence[LevelFold]) -> ClauseResult:
+        scope = _in_scope(levels, self.agent)
+        if self.agent is not None and not scope:
+            return self._missing_agent(levels, self.metric)
+        scan = _scan_errors(scope, self.metric)
         base: dict[str, Any] = {
             "clause": str(self),
             "metric": self.metric,
@@ -882,7 +853,11 @@ class Gate:
     def evaluate(self, results: EvalResults | Sequence[EvalResults]) -> GateReport:
         """Every clause's verdict on ``results``; passed when all hold (and there is one)."""
         listed = [results] if isinstance(results, EvalResults) else list(results)
-        outcomes = [clause.evaluate(listed) for clause in self.clauses]
+        levels = fold_levels(listed)  # once, for every clause that is a fold of it
+        outcomes = [
+            clause.read(levels) if isinstance(clause, _Folded) else clause.evaluate(listed)
+            for clause in self.clauses
+        ]
         return GateReport(
             passed=bool(outcomes) and all(o.passed for o in outcomes), clauses=outcomes
         )

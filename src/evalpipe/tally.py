@@ -39,19 +39,24 @@ __all__ = [
     "PASS",
     "CallTally",
     "Counts",
+    "ItemErrors",
     "ItemStatus",
+    "LevelFold",
+    "MetricFold",
     "ScoreStatus",
     "SummaryRow",
     "SummaryTally",
     "call_verdicts",
     "count_results",
     "errored_results",
+    "fold_levels",
     "item_status",
     "make_results",
     "merge_results",
     "normalize_status",
     "rate_text",
     "score_status",
+    "score_statuses",
     "summary_rows",
 ]
 
@@ -98,6 +103,22 @@ def score_status(score: EvalScoreResult) -> ScoreStatus:
     if score.score is None:
         return ERROR  # nothing came back
     return NOT_APPLICABLE  # a value without a verdict: no pass/fail; its value still counts
+
+
+def _plain(score: EvalScoreResult) -> bool:
+    """The score is a verdict and nothing else (``score_status``'s common case)."""
+    return (
+        score.passed is not None
+        and score.error_code is None
+        and score.error_message is None
+        and not score.diagnostics
+        and score.label is None
+    )
+
+
+def score_statuses(scores: Sequence[EvalScoreResult]) -> list[ScoreStatus]:
+    """``score_status`` of every score (a plain verdict decided without the call)."""
+    return [(PASS if s.passed else FAIL) if _plain(s) else score_status(s) for s in scores]
 
 
 def item_status(
@@ -767,3 +788,130 @@ class CallTally:
             parts.append(f"{recorded} recorded (no target called)")
         head = "target calls" if made or reused else "transcripts"
         return f"{head}: {', '.join(parts)}; {errored} errored"
+
+
+# --------------------------------------------------------------------------------------------
+# The gates' fold: per provider, agent and metric, what the gate clauses read
+
+
+@dataclass(slots=True)
+class MetricFold:
+    """One metric of one provider and agent, as the gates read it: its computed scores (a value
+    and no error) with their items' labels, statuses and passed flags, and how many items
+    errored on it or skipped it."""
+
+    labels: list[str] = field(default_factory=list)
+    values: list[float] = field(default_factory=list)
+    statuses: list[ScoreStatus] = field(default_factory=list)
+    passed: list[bool | None] = field(default_factory=list)
+    errored_scored: int = 0
+    """Items whose scores of the metric errored, none computed."""
+    error_items_named: int = 0
+    """Items that could not be evaluated and have a score of the metric."""
+    not_applicable: int = 0
+    """Items with scores of the metric, none computed and none errored."""
+
+
+@dataclass(frozen=True, slots=True)
+class ItemErrors:
+    """An item with an error: it could not be evaluated, or a score of it errored."""
+
+    label: str
+    is_error: bool
+    error_code: str | None
+    errored: tuple[tuple[str, str | None], ...]
+    """Its errored scores: (metric, error_code), in order."""
+    sound: frozenset[str]
+    """The metrics it has a score of that did not error."""
+
+
+@dataclass(slots=True)
+class LevelFold:
+    """One provider's results at one level ("" for the top, else the agent) folded once, each
+    item and score classified by the tally's rules: the run's status, the metrics it produces,
+    its item count, its items with errors, and one ``MetricFold`` per metric."""
+
+    label: str
+    provider: str
+    status: str
+    owned: set[str] = field(default_factory=set)
+    """The metrics it produces (its per_evaluator counts or a score name them)."""
+    items: int = 0
+    errored_items: int = 0
+    """Items that could not be evaluated."""
+    errors: list[ItemErrors] = field(default_factory=list)
+    metrics: dict[str, MetricFold] = field(default_factory=dict)
+
+    def add(self, result: EvalResults) -> None:
+        """Fold in one result's items."""
+        self.owned.update(result.per_evaluator)
+        label = self.label
+        metrics = self.metrics
+        for item in result.items:
+            self.items += 1
+            item_id = item.item_id
+            shown = item_id if not label or label in item_id.split("/") else f"{label}:{item_id}"
+            is_error = item.is_error
+            if is_error:
+                self.errored_items += 1
+            by_name: dict[str, list[tuple[EvalScoreResult, ScoreStatus]]] = {}
+            errored: list[tuple[str, str | None]] = []
+            for score, status in zip(item.scores, score_statuses(item.scores), strict=True):
+                by_name.setdefault(score.name, []).append((score, status))
+                if status == ERROR:
+                    errored.append((score.name, score.error_code))
+            sound: set[str] = set()
+            for name, named in by_name.items():
+                fold = metrics.get(name)
+                if fold is None:
+                    fold = metrics[name] = MetricFold()
+                    self.owned.add(name)
+                if is_error:
+                    fold.error_items_named += 1
+                computed = False
+                any_error = False
+                for score, status in named:
+                    if status == ERROR:
+                        any_error = True
+                        continue
+                    sound.add(name)
+                    if score.score is not None:
+                        computed = True
+                        fold.labels.append(shown)
+                        fold.values.append(score.score)
+                        fold.statuses.append(status)
+                        fold.passed.append(score.passed)
+                if computed:
+                    continue
+                if any_error:
+                    fold.errored_scored += 1
+                else:
+                    fold.not_applicable += 1
+            if is_error or errored:
+                self.errors.append(
+                    ItemErrors(shown, is_error, item.error_code, tuple(errored), frozenset(sound))
+                )
+
+    def errored_on(self, metric: str) -> int:
+        """Items errored on ``metric``: its scores errored and none was computed, or the item
+        could not be evaluated and has no score of it."""
+        fold = self.metrics.get(metric)
+        if fold is None:
+            return self.errored_items
+        return fold.errored_scored + self.errored_items - fold.error_items_named
+
+
+def fold_levels(results: Sequence[EvalResults]) -> list[LevelFold]:
+    """Every provider's results folded per level (sub-results at any depth), in walk order."""
+    out: list[LevelFold] = []
+
+    def walk(label: str, result: EvalResults) -> None:
+        level = LevelFold(label, result.provider, result.status)
+        level.add(result)
+        out.append(level)
+        for key, sub in result.sub_results.items():
+            walk(key, sub)
+
+    for result in results:
+        walk("", result)
+    return out

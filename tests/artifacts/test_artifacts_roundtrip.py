@@ -25,7 +25,15 @@ from evalpipe import (
     tool_call_args_match,
     tool_calls_present,
 )
-from evalpipe.artifacts import RunRecord, RunWriter, load_run, read_item_rows, read_runs, reader
+from evalpipe.artifacts import (
+    RunRecord,
+    RunWriter,
+    columns,
+    load_run,
+    read_item_rows,
+    read_runs,
+    reader,
+)
 from evalpipe.artifacts.reader import LOADED
 from evalpipe.targets.demo import travel_agent
 from runner_helpers import transcripts
@@ -296,10 +304,10 @@ def test_read_item_rows_reads_only_the_wanted_items_rows(tmp_path: Path, table: 
 )
 def test_item_metadata_is_read_as_json_loads_reads_it(text: str) -> None:
     """An item result's metadata text comes back as json.loads gives it: values and their types."""
-    got = reader._metadata(text)
+    got = columns._json_object(text)
     assert got == json.loads(text)
     assert repr(got) == repr(json.loads(text))  # 1 and 1.0, -0.0 and 0.0 stay apart
-    assert reader._metadata(None) is None
+    assert columns._json_object(None) is None
 
 
 def test_row_positions_become_an_int64_array_of_the_same_values() -> None:

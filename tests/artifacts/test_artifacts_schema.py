@@ -169,9 +169,13 @@ def test_docs_examples_run(
     assert "paris 0 ok 3 messages" in out
     # pandas with the pyarrow backend keeps the nullable integers and the UTC timestamps typed
     assert "int64[pyarrow] timestamp[us, tz=UTC][pyarrow]" in out
-    # the stacking examples see the run by its name
+    # the cross-run examples read the pipeline's layout (runs/<suite>/<run>/) and group by suite,
+    # run and row without a join: both runs, each row's two repetitions
+    assert "[('travel-demo', 'demo', 'v1', 'atlantis', 2, 4, 2), " in out, out
     assert "('demo', datetime.datetime(" in out
-    assert re.search(r"^demo\s+6\s+\d{4}-\d\d-\d\d", out, flags=re.MULTILINE), out
+    assert re.search(r"^\s+demo-2\s+atlantis\s+2\s+4\s+2$", out, flags=re.MULTILINE), out
+    for run in ("demo", "demo-2"):
+        assert re.search(rf"^{run}\s+6\s+\d{{4}}-\d\d-\d\d", out, flags=re.MULTILINE), out
 
 
 def test_every_table_names_its_run_and_the_times_are_typed_utc(tmp_path: Path) -> None:
@@ -218,3 +222,47 @@ def test_a_version_1_run_reads_with_the_new_columns_filled_in(run_dir: Path) -> 
     batches = list(iter_batches(run_dir, "scores", columns=["run_name", "metric"]))
     assert batches[0].schema.names == ["run_name", "metric"]
     assert load_run(run_dir)[0].provider  # the nested results come back too
+
+
+def test_every_row_names_its_suite_and_target_version_and_scores_name_their_row(
+    tmp_path: Path,
+) -> None:
+    """suite and target_version are on every row of every table; each scores row carries the
+    row_id and repetition of its item (the same as items.parquet's for that item)."""
+    run = tmp_path / "nightly" / "r1"
+    with RunWriter(run, suite="nightly", target_version="gpt-x@3") as writer:
+        writer.add_runs([RunRecord(run_id="c1")])
+        writer.add_results(workflow_batch(0, 4))
+    for name in SCHEMAS:
+        table = read_table(run, name)
+        assert table.schema.names[:3] == ["run_name", "suite", "target_version"], name
+        assert set(table.column("suite").to_pylist()) == {"nightly"}, name
+        assert set(table.column("target_version").to_pylist()) == {"gpt-x@3"}, name
+    items = {
+        (r["agent"], r["item_id"]): (r["row_id"], r["repetition"])
+        for r in read_table(run, "items").to_pylist()
+    }
+    scores = read_table(run, "scores", columns=["agent", "item_id", "row_id", "repetition"])
+    rows = scores.to_pylist()
+    assert rows
+    assert all(r["row_id"] is not None for r in rows)
+    for r in rows:
+        assert (r["row_id"], r["repetition"]) == items[(r["agent"], r["item_id"])]
+
+
+def test_a_version_2_run_reads_with_suite_and_row_columns_null(run_dir: Path) -> None:
+    """A run written with schema version 2 (no suite, target_version, scores row_id/repetition)
+    reads: those columns come back null, everything else as written."""
+    new = {"suite", "target_version", "row_id", "repetition"}
+    dropped = {"scores.parquet": new, "summary.parquet": {"suite", "target_version"}}
+    for file, gone in dropped.items():
+        table = pq.read_table(run_dir / file)
+        old = [c for c in table.schema.names if c not in gone]
+        pq.write_table(
+            table.select(old).replace_schema_metadata({SCHEMA_VERSION_KEY: b"2"}), run_dir / file
+        )
+    scores = read_table(run_dir, "scores")
+    assert scores.schema.names == SCHEMAS["scores"].names
+    for column in new:
+        assert scores.column(column).null_count == len(scores), column
+    assert load_run(run_dir)[0].items

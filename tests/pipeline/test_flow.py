@@ -100,6 +100,13 @@ async def test_flow_writes_parquet_artifacts_and_prefect_artifacts(project: Path
     assert pq.read_table(outcome.run_dir / "runs.parquet").num_rows == 12
     scores = pq.read_table(outcome.run_dir / "scores.parquet")
     assert scores.num_rows == 12 * 2
+    # the rows say which suite, run, dataset row and repetition they are (schema version 3)
+    assert set(scores.column("suite").to_pylist()) == {"echo-suite"}
+    assert set(scores.column("run_name").to_pylist()) == {outcome.run_dir.name}
+    pairs = zip(
+        scores.column("row_id").to_pylist(), scores.column("repetition").to_pylist(), strict=True
+    )
+    assert sorted(set(pairs)) == [(f"q{i}", r) for i in range(6) for r in range(2)]
     (results,) = load_run(outcome.run_dir)
     assert (results.passed, results.failed, results.errored) == (12, 0, 0)
     # repetition-major order and row ids survive the shards

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
         find_runs,
     )
     from evalpipe.artifacts.reader import (
+        dataset,
         iter_batches,
         iter_runs,
         load_run,
@@ -54,6 +55,7 @@ _HOMES = {
     "baseline_of": "history",
     "bless": "history",
     "find_runs": "history",
+    "dataset": "reader",
     "iter_batches": "reader",
     "iter_runs": "reader",
     "load_run": "reader",
@@ -112,6 +114,7 @@ __all__ = [
     "SchemaVersionError",
     "baseline_of",
     "bless",
+    "dataset",
     "find_runs",
     "iter_batches",
     "iter_runs",

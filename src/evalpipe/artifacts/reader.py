@@ -8,11 +8,11 @@ newer or unknown one with a message that says which evalpipe to use.
 from __future__ import annotations
 
 import array
+import dataclasses
 import json
 import os
 from collections import Counter
 from collections.abc import Callable, Collection, Iterator, Sequence
-from dataclasses import fields
 from typing import Any
 
 import pyarrow as pa  # type: ignore[import-untyped, unused-ignore]
@@ -20,29 +20,30 @@ import pyarrow.compute as pc  # type: ignore[import-untyped, unused-ignore]
 import pyarrow.fs as pafs  # type: ignore[import-untyped, unused-ignore]
 import pyarrow.parquet as pq  # type: ignore[import-untyped, unused-ignore]
 from pydantic import TypeAdapter
-from pydantic_core import from_json
 
+from evalpipe.artifacts.columns import TABLES, Column
 from evalpipe.artifacts.schema import (
-    ADDED,
     FILES,
     MANIFEST_FILE,
     RUN_NAME,
     SCHEMA_VERSION,
     SCHEMA_VERSION_KEY,
-    SCHEMAS,
     ArtifactError,
     RunRecord,
     SchemaVersionError,
+    added,
+    schema_of,
 )
 from evalpipe.artifacts.writer import SPLIT_AT_PREFIX, resolve_filesystem
 from evalpipe.itemize import SplitAt
 from evalpipe.items import ConversationSplit, EvalItem, ExpectedToolCall
 from evalpipe.messages import Message, ToolDefinition
-from evalpipe.results import Diagnostic, EvalItemResult, EvalResults, EvalScoreResult, RubricScore
+from evalpipe.results import EvalItemResult, EvalResults, EvalScoreResult
 from evalpipe.tally import OVERALL, SummaryRow
 from evalpipe.transcripts import RunUsage
 
 __all__ = [
+    "dataset",
     "iter_batches",
     "iter_runs",
     "load_run",
@@ -58,14 +59,12 @@ _MESSAGES: TypeAdapter[list[Message]] = TypeAdapter(list[Message])
 _TOOLS: TypeAdapter[list[ToolDefinition]] = TypeAdapter(list[ToolDefinition])
 _EXPECTED: TypeAdapter[list[ExpectedToolCall]] = TypeAdapter(list[ExpectedToolCall])
 _SPLITS = {member.value: member for member in ConversationSplit}
-SUMMARY_ROW_COLUMNS = [f.name for f in fields(SummaryRow)]
 LOADED: Counter[str] = Counter()
 """What the readers turned into Python objects in this process, by kind, for instrumentation
 (``evalpipe run``'s summary must stay off the items): ``items`` (EvalItems rebuilt from
 items.parquet), ``item_results`` (EvalItemResults rebuilt from scores.parquet) and
 ``not_passed_rows`` (scores.parquet rows ``read_not_passed`` read in full) and ``item_rows``
 (rows ``read_item_rows`` read in full)."""
-"""The columns of summary.parquet a SummaryRow holds (not the run's name and times)."""
 
 
 def _check_version(raw: Any, where: str) -> int:
@@ -122,10 +121,10 @@ class _Table:
         self.name = name
         self.run_name = directory.rstrip("/").rsplit("/", 1)[-1]
         present = set(parquet.schema_arrow.names)
-        self.absent = [c for c in ADDED[name] if c not in present]
+        self.absent = [c for c in added(name) if c not in present]
 
     def _columns(self, columns: Sequence[str] | None) -> tuple[list[str] | None, list[str]]:
-        wanted = list(columns) if columns is not None else list(SCHEMAS[self.name].names)
+        wanted = list(columns) if columns is not None else list(schema_of(self.name).names)
         missing = [c for c in wanted if c in self.absent]
         if not missing and columns is None:
             return None, []
@@ -136,7 +135,7 @@ class _Table:
         timestamps null), in the asked order."""
         if not missing:
             return data
-        schema = SCHEMAS[self.name]
+        schema = schema_of(self.name)
         order = list(wanted) if wanted is not None else list(schema.names)
         arrays = []
         for column in order:
@@ -167,8 +166,8 @@ class _Table:
 
 
 def _open(fs: Any, directory: str, name: str) -> _Table:
-    if name not in SCHEMAS:
-        raise ValueError(f"unknown run table {name!r}; the tables are {sorted(SCHEMAS)}")
+    if name not in TABLES:
+        raise ValueError(f"unknown run table {name!r}; the tables are {sorted(TABLES)}")
     path = f"{directory}/{FILES[name]}"
     if fs.get_file_info(path).type == pafs.FileType.NotFound:
         raise ArtifactError(f"{path}: not found; is {directory} a finished evalpipe run directory?")
@@ -182,11 +181,11 @@ def _open(fs: Any, directory: str, name: str) -> _Table:
             f"{path}: no {SCHEMA_VERSION_KEY.decode()} metadata; not written by evalpipe"
         )
     version = _check_version(metadata[SCHEMA_VERSION_KEY].decode(), path)
-    added = ADDED[name]
+    since = added(name)
     missing = [
         c
-        for c in SCHEMAS[name].names
-        if c not in parquet.schema_arrow.names and added.get(c, 0) <= version
+        for c in TABLES[name].names
+        if c not in parquet.schema_arrow.names and since.get(c, 0) <= version
     ]
     if missing:
         raise ArtifactError(f"{path}: missing column(s) {missing}")
@@ -210,6 +209,21 @@ def read_table(
     fs, path = resolve_filesystem(run_dir, filesystem)
     read_manifest(path, filesystem=fs)
     return _open(fs, path, name).read(columns)
+
+
+def dataset(run_dir: str | os.PathLike[str], name: str, *, filesystem: Any = None) -> Any:
+    """One table of the run as a ``pyarrow.dataset.Dataset`` (read lazily, with projection and
+    filter pushdown: what DuckDB scans), after the checks ``read_table`` makes.
+
+    Raises:
+        ArtifactError, SchemaVersionError: as ``read_table``.
+    """
+    fs, path = resolve_filesystem(run_dir, filesystem)
+    read_manifest(path, filesystem=fs)
+    _open(fs, path, name)
+    import pyarrow.dataset as pads  # type: ignore[import-untyped, unused-ignore]  # lazy: pyarrow.dataset imports pandas (0.15 s), only for queries
+
+    return pads.dataset(f"{path}/{FILES[name]}", format="parquet", filesystem=fs)
 
 
 def iter_batches(
@@ -236,12 +250,13 @@ def iter_runs(
     run_dir: str | os.PathLike[str], *, batch_size: int = 1_024, filesystem: Any = None
 ) -> Iterator[RunRecord]:
     """The target calls of runs.parquet, in the order they were written, streamed."""
-    names = [n for n in SCHEMAS["runs"].names if n != RUN_NAME]
+    read = _fields(TABLES["runs"].of("call"))
+    names = [c.name for c, _ in read]
     for batch in iter_batches(
         run_dir, "runs", columns=names, batch_size=batch_size, filesystem=filesystem
     ):
         for row in batch.to_pylist():
-            yield RunRecord(**row)
+            yield RunRecord(**{c.field: decode(row[c.name]) for c, decode in read})
 
 
 def read_runs(run_dir: str | os.PathLike[str], *, filesystem: Any = None) -> list[RunRecord]:
@@ -253,8 +268,21 @@ def read_runs(run_dir: str | os.PathLike[str], *, filesystem: Any = None) -> lis
 def read_summary(run_dir: str | os.PathLike[str], *, filesystem: Any = None) -> list[SummaryRow]:
     """summary.parquet's rows, in file order: one per provider × agent and per metric (the numbers
     every sink shows, computed by ``evalpipe.tally``)."""
-    table = read_table(run_dir, "summary", columns=SUMMARY_ROW_COLUMNS, filesystem=filesystem)
-    return [SummaryRow(**row) for row in table.to_pylist()]
+    read = _fields(TABLES["summary"].of("row"))
+    table = read_table(run_dir, "summary", columns=[c.name for c, _ in read], filesystem=filesystem)
+    return [
+        SummaryRow(**{c.field: decode(row[c.name]) for c, decode in read})
+        for row in table.to_pylist()
+    ]
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def _fields(columns: Sequence[Column]) -> list[tuple[Any, Callable[[Any], Any]]]:
+    """The columns read back into a record's fields (``Column.field``), each with its decoding."""
+    return [(c, c.decode or _same) for c in columns if c.field is not None]
 
 
 def read_item_rows(
@@ -416,47 +444,6 @@ def _loads(text: str | None) -> Any:
     return None if text is None else json.loads(text)
 
 
-def _metadata(text: str | None) -> Any:
-    """An item result's metadata object back (one per item: the hot parse of load_run).
-
-    pydantic-core's parser (the writer's ``to_json`` wrote the text) gives the values
-    ``json.loads`` gives, in about half the time; what it refuses, ``json.loads`` reads or names."""
-    if text is None:
-        return None
-    try:
-        return from_json(text)
-    except ValueError:
-        return json.loads(text)
-
-
-_SCALARS = (str, int, float, bool, type(None))
-
-
-class _Samples:
-    """``json.loads`` for a column whose texts repeat (a local check's ``{"reason": ...}``): each
-    distinct flat object is parsed once and every row gets its own copy of it."""
-
-    def __init__(self, size: int = 4096) -> None:
-        self.parsed: dict[str, dict[str, Any]] = {}
-        self.size = size
-
-    def __call__(self, text: str | None) -> Any:
-        if text is None:
-            return None
-        flat = self.parsed.get(text)
-        if flat is not None:
-            return dict(flat)
-        value = json.loads(text)
-        if (
-            isinstance(value, dict)
-            and len(self.parsed) < self.size
-            and all(isinstance(v, _SCALARS) for v in value.values())
-        ):
-            self.parsed[text] = value
-            return dict(value)
-        return value
-
-
 def _split(name: str | None) -> Any:
     """A stored split back: a ConversationSplit, a workflow agent's cut (``at:N``), else None."""
     if name is None:
@@ -498,116 +485,14 @@ def _item(row: dict[str, Any]) -> EvalItem:
     )
 
 
-_ITEM_RESULT_COLUMNS = [
-    "item_id",
-    "item_status",
-    "item_error_code",
-    "item_error_message",
-    "response_id",
-    "input_text",
-    "output_text",
-    "item_input_tokens",
-    "item_output_tokens",
-    "item_total_tokens",
-    "item_token_usage_other",
-    "item_metadata",
-]
-_SCORE_COLUMNS = [
-    "metric",
-    "score",
-    "passed",
-    "sample",
-    "dimensions",
-    "reason",
-    "threshold",
-    "label",
-    "error_message",
-    "rating",
-    "diagnostics",
-    "error_code",
-    "evaluator",
-    "input_tokens",
-    "output_tokens",
-    "total_tokens",
-    "token_usage_other",
-    "latency_s",
-]
 _SHARED = ("metric", "reason", "label", "rating", "error_code", "evaluator", "item_status")
 """Columns whose values repeat across rows: one str object per distinct value, not per row."""
+_TOKENS = ("input_tokens", "output_tokens", "total_tokens", "token_usage_other")
+"""The four columns of a token_usage (an item's prefixed ``item_``), read back into one dict."""
 
 
-def _item_result(
-    item_id: str,
-    status: str,
-    error_code: str | None,
-    error_message: str | None,
-    response_id: str | None,
-    input_text: str | None,
-    output_text: str | None,
-    input_tokens: int | None,
-    output_tokens: int | None,
-    total_tokens: int | None,
-    other: str | None,
-    metadata: str | None,
-) -> EvalItemResult:
-    return EvalItemResult(
-        item_id=item_id,
-        status=status,
-        scores=[],
-        error_code=error_code,
-        error_message=error_message,
-        response_id=response_id,
-        input_text=input_text,
-        output_text=output_text,
-        token_usage=None
-        if other is None and input_tokens is None and output_tokens is None and total_tokens is None
-        else _tokens(input_tokens, output_tokens, total_tokens, other),
-        metadata=_metadata(metadata),
-    )
-
-
-def _score(values: Sequence[Any], samples: _Samples) -> EvalScoreResult:
-    (
-        metric,
-        score,
-        passed,
-        sample,
-        dimensions,
-        reason,
-        threshold,
-        label,
-        error_message,
-        rating,
-        diagnostics,
-        error_code,
-        evaluator,
-        input_tokens,
-        output_tokens,
-        total_tokens,
-        other,
-        latency_s,
-    ) = values
-    # the hot loop of load_run (300,000 calls for 100,000 items x 3 checks): positional, and
-    # the usual empty columns tested inline
-    return EvalScoreResult(
-        metric,
-        score,
-        passed,
-        None if sample is None else samples(sample),
-        None if dimensions is None else [RubricScore(**d) for d in json.loads(dimensions)],
-        reason,
-        threshold,
-        label,
-        error_message,
-        rating,
-        None if diagnostics is None else [Diagnostic(**d) for d in json.loads(diagnostics)],
-        error_code,
-        evaluator,
-        None
-        if other is None and input_tokens is None and output_tokens is None and total_tokens is None
-        else _tokens(input_tokens, output_tokens, total_tokens, other),
-        latency_s,
-    )
+def _token_names(prefix: str) -> list[str]:
+    return [f"{prefix}{name}" for name in _TOKENS]
 
 
 def _indices(positions: list[int]) -> Any:
@@ -655,7 +540,7 @@ class _InputItems:
             for batch in iter_batches(
                 self.run_dir,
                 "items",
-                columns=SCHEMAS["items"].names,
+                columns=TABLES["items"].names,
                 filesystem=self.filesystem,
             ):
                 for row in batch.to_pylist():
@@ -668,55 +553,90 @@ class _InputItems:
         return self.by_agent
 
 
+def _record_columns(
+    cls: type, read: list[tuple[Any, Callable[[Any], Any]]], prefix: str
+) -> Callable[[dict[str, list[Any]]], list[list[Any]]]:
+    """How a batch's columns become ``cls``'s constructor arguments, in its field order: each
+    field from the column declared to hold it (decoded), ``token_usage`` from its four columns,
+    ``scores`` a new list per record."""
+    by_field = {c.field: (c.name, decode) for c, decode in read}
+    tokens = _token_names(prefix)
+    order = [f.name for f in dataclasses.fields(cls)]
+
+    def arguments(columns: dict[str, list[Any]]) -> list[list[Any]]:
+        count = len(columns[read[0][0].name])
+        out: list[list[Any]] = []
+        for name in order:
+            if name == "token_usage":
+                parts = [columns[t] for t in tokens]
+                if all(values.count(None) == count for values in parts):
+                    out.append([None] * count)
+                else:
+                    out.append(list(map(_tokens, *parts)))
+            elif name == "scores":
+                out.append([[] for _ in range(count)])
+            else:
+                column, decode = by_field[name]
+                values = columns[column]
+                if decode is not _same and values.count(None) != count:
+                    values = list(map(decode, values))
+                out.append(values)
+        return out
+
+    return arguments
+
+
 def _read_results(
     run_dir: str | os.PathLike[str],
     common: dict[str, Any],
     results: dict[tuple[int, str], dict[int, EvalItemResult]],
 ) -> None:
-    """scores.parquet's rows into EvalItemResults with their scores, per (provider, agent)."""
-    shared: dict[str, str] = {}
-    samples = _Samples()
+    """scores.parquet's rows into EvalItemResults with their scores, per (provider, agent): each
+    record's fields from the columns declared to hold them (``Column.field``), built a batch at a
+    time (a constructor mapped over the columns)."""
+    table = TABLES["scores"]
+    item_read = _fields(table.of("result"))
+    score_read = _fields(table.of("score"))
+    item_names = [c.name for c, _ in item_read] + _token_names("item_")
+    score_names = [c.name for c, _ in score_read] + _token_names("")
+    item_args = _record_columns(EvalItemResult, item_read, "item_")
+    score_args = _record_columns(EvalScoreResult, score_read, "")
     keys = ["provider_index", "agent", "item_index", "score_index"]
+    shared: dict[str, str] = {}
     for batch in iter_batches(
-        run_dir, "scores", columns=SCHEMAS["scores"].names, batch_size=8_192, **common
+        run_dir, "scores", columns=keys + item_names + score_names, batch_size=8_192, **common
     ):
         providers, agents, indices, score_indices = _pylists(batch, keys, shared)
-        # An item's rows are consecutive: its own columns are read from its first row only.
         rows = list(zip(providers, agents, indices, strict=True))
+        # An item's rows are consecutive (RunWriter writes them so): its own columns are read
+        # from its first row; a row whose item has no earlier row starts one.
         starts = [i for i, row in enumerate(rows) if i == 0 or row != rows[i - 1]]
-        heads = dict(
-            zip(
-                starts,
-                zip(
-                    *_pylists(
-                        batch.select(_ITEM_RESULT_COLUMNS).take(_indices(starts)),
-                        _ITEM_RESULT_COLUMNS,
-                        shared,
-                    ),
-                    strict=True,
-                ),
-                strict=True,
-            )
+        heads = batch.select(item_names).take(_indices(starts))
+        head_columns = dict(zip(item_names, _pylists(heads, item_names, shared), strict=True))
+        items = list(map(EvalItemResult, *item_args(head_columns)))
+        scored = [i for i, k in enumerate(score_indices) if k is not None]
+        score_batch = batch.select(score_names).take(_indices(scored))
+        score_columns = dict(
+            zip(score_names, _pylists(score_batch, score_names, shared), strict=True)
         )
-        scores = zip(*_pylists(batch, _SCORE_COLUMNS, shared), strict=True)
+        scores = iter(map(EvalScoreResult, *score_args(score_columns))) if scored else iter(())
         level: dict[int, EvalItemResult] = {}
         where: tuple[int, str] | None = None
-        for position, ((provider_index, agent, item_index), score_index, values) in enumerate(
-            zip(rows, score_indices, scores, strict=True)
+        k = -1
+        starts_set = set(starts)
+        for position, ((provider_index, agent, item_index), score_index) in enumerate(
+            zip(rows, score_indices, strict=True)
         ):
             if where != (provider_index, agent):
                 where = (provider_index, agent)
                 level = results.setdefault(where, {})
-            item = level.get(item_index)
-            if item is None:
-                head = heads.get(position)
-                if head is None:  # not a run of rows (not written by RunWriter)
-                    one = _pylists(batch.slice(position, 1), _ITEM_RESULT_COLUMNS, shared)
-                    head = tuple(column[0] for column in one)
-                item = level[item_index] = _item_result(*head)
-                LOADED["item_results"] += 1
+            if position in starts_set:
+                k += 1
+                if item_index not in level:
+                    level[item_index] = items[k]
+                    LOADED["item_results"] += 1
             if score_index is not None:
-                item.scores.append(_score(values, samples))
+                level[item_index].scores.append(next(scores))
 
 
 _LEVEL_COLUMNS = [

@@ -21,7 +21,6 @@ import threading
 import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import astuple
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self, cast
@@ -30,6 +29,7 @@ import pyarrow as pa  # type: ignore[import-untyped, unused-ignore]
 import pyarrow.fs as pafs  # type: ignore[import-untyped, unused-ignore]
 import pyarrow.parquet as pq  # type: ignore[import-untyped, unused-ignore]
 
+from evalpipe.artifacts.columns import TABLES, Batch, all_null, json_default
 from evalpipe.artifacts.encoder import (
     SPLIT_AT_PREFIX,
     EncodedBatch,
@@ -37,19 +37,14 @@ from evalpipe.artifacts.encoder import (
     EncodedRows,
     EncodedScores,
     RowEncoder,
-    _all_null,
-    _json_default,
 )
 from evalpipe.artifacts.schema import (
     FILES,
-    ITEMS_SCHEMA,
     MANIFEST_FILE,
     RUN_NAME,
-    RUNS_SCHEMA,
     SCHEMA_VERSION,
-    SCORES_SCHEMA,
-    SUMMARY_SCHEMA,
     RunRecord,
+    schema_of,
 )
 from evalpipe.results import EvalResults
 from evalpipe.tally import SummaryRow, SummaryTally
@@ -132,8 +127,8 @@ class _Sink:
     """One Parquet file: rows buffered as Arrow columns, flushed as one record batch (row group)
     whenever ``max_rows`` rows or ``max_bytes`` of text are pending.
 
-    ``constants`` are columns with one value on every row (the run's name): they are not passed;
-    every other column is, in schema order (``extend``: one list or Arrow array per column).
+    ``constants`` are the table's ``run`` columns (one value on every row: the run's name,
+    suite, ...): they are not passed; every other column is, by name (``extend``).
     """
 
     def __init__(
@@ -141,16 +136,16 @@ class _Sink:
         fs: Any,
         directory: str,
         name: str,
-        schema: Any,
         *,
         atomic: bool,
         max_rows: int,
         constants: Mapping[str, Any],
     ) -> None:
         self.fs = fs
-        self.schema = schema
-        self.constants = dict(constants)
-        self._varying = [f for f in schema if f.name not in self.constants]
+        self.schema = schema_of(name)
+        run = {c.name for c in TABLES[name].of("run")}
+        self.constants = {k: constants.get(k) for k in run}
+        self._varying = [f for f in self.schema if f.name not in run]
         self.final_path = f"{directory}/{FILES[name]}"
         self.path = (
             f"{directory}/.{FILES[name]}.{uuid.uuid4().hex}.tmp" if atomic else self.final_path
@@ -166,24 +161,13 @@ class _Sink:
         self._stream: Any = None
         self._writer: Any = None
 
-    def append(self, row: tuple[Any, ...], size: int = 0) -> None:
-        """One row (every varying column's value, in schema order)."""
-        self.extend([[v] for v in row], [size])
-
-    def extend(self, columns: Sequence[Any], sizes: Sequence[int]) -> None:
-        """Rows as columns (lists or Arrow arrays, one per varying column, in schema order) and
-        each row's text size; flushed at the same rows as appending them one by one would."""
+    def extend(self, columns: Mapping[str, Any], sizes: Sequence[int]) -> None:
+        """Rows as columns by name (lists or Arrow arrays, every varying column) and each row's
+        text size; flushed at the same rows as appending them one by one would."""
         n = len(sizes)
         if n == 0:
             return
-        arrays = [
-            c
-            if isinstance(c, pa.Array)
-            else pa.nulls(n, f.type)
-            if _all_null(c)
-            else pa.array(c, type=f.type)
-            for c, f in zip(columns, self._varying, strict=True)
-        ]
+        arrays = _arrays(columns, self._varying, n)
         start = 0
         while start < n:
             # The row at which a one-by-one append would flush: max_rows or max_bytes reached.
@@ -270,58 +254,49 @@ class _Sink:
         self.pending_rows = 0
 
 
-def _varying(schema: Any) -> list[Any]:
-    """A table's columns other than the run's name (a constant of every sink), in schema order."""
-    return [f for f in schema if f.name != RUN_NAME]
+def _arrays(columns: Mapping[str, Any], fields: Sequence[Any], n: int) -> list[Any]:
+    """The columns of ``fields`` (lists or Arrow arrays, by name) as Arrow arrays.
 
-
-_RUNS_FIELDS = _varying(RUNS_SCHEMA)
-_ITEMS_FIELDS = _varying(ITEMS_SCHEMA)
-_SCORES_FIELDS = _varying(SCORES_SCHEMA)
-_ITEM_INDEX = 1
-"""items.parquet's ``index`` column, among its varying columns (counted per agent over the run)."""
-_SCORE_ITEM_INDEX = 4
-"""scores.parquet's ``item_index`` column, among its varying columns (counted per provider and
-agent over the run)."""
-
-
-def _arrays(columns: Sequence[Any], fields: Sequence[Any], n: int) -> list[Any]:
-    """Columns (lists or Arrow arrays) as Arrow arrays, converted as ``_Sink.extend`` converts
-    them; a None column stays None (filled in when the rows are appended)."""
-    return [
-        c
-        if c is None or isinstance(c, pa.Array)
-        else pa.nulls(n, f.type)
-        if _all_null(c)
-        else pa.array(c, type=f.type)
-        for c, f in zip(columns, fields, strict=True)
-    ]
-
-
-def _score_arrays(scores: EncodedScores, first: int) -> list[Any]:
-    """scores.parquet's varying columns of one level's rows as Arrow arrays: its constants
-    repeated, its item columns (``item_index`` numbered on from ``first``) taken for each row."""
-    n = len(scores.sizes)
-    fields = _SCORES_FIELDS
-    constants = [
-        _repeat(value, n, f.type)
-        for value, f in zip(
-            (scores.provider, scores.provider_index, scores.run_id, scores.agent),
-            fields[:4],
-            strict=True,
+    Raises:
+        ValueError: naming a declared column the rows lack.
+    """
+    missing = [f.name for f in fields if f.name not in columns]
+    if missing:
+        raise ValueError(f"rows without the declared column(s) {missing}")
+    out = []
+    for f in fields:
+        c = columns[f.name]
+        out.append(
+            c
+            if isinstance(c, pa.Array)
+            else pa.nulls(n, f.type)
+            if all_null(c)
+            else pa.array(c, type=f.type)
         )
-    ]
-    per_item = [
-        pa.array(range(first, first + scores.items), type=fields[_SCORE_ITEM_INDEX].type),
-        *(
-            pa.nulls(scores.items, f.type) if _all_null(values) else pa.array(values, type=f.type)
-            for values, f in zip(scores.item_columns, fields[5:17], strict=True)
-        ),
-    ]
+    return out
+
+
+def _score_columns(scores: EncodedScores, first: int) -> dict[str, Any]:
+    """scores.parquet's columns of one level's rows, by name: its ``level`` values repeated, its
+    items' columns (``item_index`` numbered on from ``first``) taken for each row."""
+    n = len(scores.sizes)
+    schema = schema_of("scores")
+    per_item: dict[str, Any] = {
+        "item_index": pa.array(range(first, first + scores.items), type=pa.int64()),
+        **{
+            name: pa.nulls(scores.items, schema.field(name).type)
+            if all_null(values)
+            else pa.array(values, type=schema.field(name).type)
+            for name, values in scores.results.items()
+        },
+    }
     if scores.where is not None:
         taken = pa.array(scores.where, type=pa.int64())
-        per_item = [array.take(taken) for array in per_item]
-    return [*constants, *per_item, *_arrays(scores.columns, fields[17:], n)]
+        per_item = {name: array.take(taken) for name, array in per_item.items()}
+    level = {
+        name: _repeat(value, n, schema.field(name).type) for name, value in scores.level.items()
+    }
+    return {**level, **per_item, **scores.columns}
 
 
 class RunWriter:
@@ -343,6 +318,8 @@ class RunWriter:
         run_name: The ``run_name`` column of every table (default: the run directory's name).
         started_at: When the run started (default: when the writer was opened); the manifest's
             ``started_at`` and summary.parquet's ``run_started_at``.
+        suite: The ``suite`` column of every table (the suite's name; None without a suite).
+        target_version: The ``target_version`` column of every table (the suite's).
 
     Raises:
         ValueError: for a row_group_size below 1.
@@ -362,6 +339,8 @@ class RunWriter:
         row_group_size: int = 16_384,
         run_name: str | None = None,
         started_at: dt.datetime | None = None,
+        suite: str | None = None,
+        target_version: str | None = None,
     ) -> None:
         if row_group_size < 1:
             raise ValueError(f"row_group_size must be >= 1, got {row_group_size}")
@@ -373,22 +352,27 @@ class RunWriter:
         """The ``run_name`` of every row: the run directory's name unless given."""
         self.started_at = (started_at or dt.datetime.now(dt.UTC)).astimezone(dt.UTC)
         """When the run started (UTC)."""
-        constants = {RUN_NAME: self.run_name}
+        self._constants: dict[str, Any] = {
+            RUN_NAME: self.run_name,
+            "suite": suite,
+            "target_version": target_version,
+        }
+        """The value of every ``run`` column but the run's end (known at ``finish``)."""
+        constants = self._constants
 
-        def sink(name: str, schema: Any) -> _Sink:
+        def sink(name: str) -> _Sink:
             return _Sink(
                 self.fs,
                 self.path,
                 name,
-                schema,
                 atomic=atomic,
                 max_rows=row_group_size,
                 constants=constants,
             )
 
-        self._runs = sink("runs", RUNS_SCHEMA)
-        self._items = sink("items", ITEMS_SCHEMA)
-        self._scores = sink("scores", SCORES_SCHEMA)
+        self._runs = sink("runs")
+        self._items = sink("items")
+        self._scores = sink("scores")
         self._sinks = (self._runs, self._items, self._scores)
         self._tally = SummaryTally()
         self._scored: dict[tuple[int, str], int] = {}
@@ -514,16 +498,16 @@ class RunWriter:
         if batch.items is not None:
             self._append_items(batch.items)
         for scores in batch.scores:
-            key = (scores.provider_index, scores.agent)
+            key = (scores.level["provider_index"], scores.level["agent"])
             first = self._scored.get(key, 0)
             self._scored[key] = first + scores.items
-            self._scores.extend(_score_arrays(scores, first), scores.sizes)
+            self._scores.extend(_score_columns(scores, first), scores.sizes)
 
     def _append_items(self, encoded: EncodedItems) -> None:
         """items.parquet's rows of a batch: those an earlier batch wrote (same agent and item id)
         left out, each agent's rows numbered on from the last."""
         agents, ids, n = encoded.agents, encoded.item_ids, len(encoded.agents)
-        converted = _arrays(encoded.columns, _ITEMS_FIELDS, n)
+        converted = dict(encoded.columns)
         first = agents[0]
         if agents.count(first) == n and ids.count(None) == 0:
             # one agent, every row named (an agent target): the same, without a loop per row
@@ -533,9 +517,7 @@ class RunWriter:
                 start = self._item_counts.get(first, 0)
                 self._item_counts[first] = start + n
                 arrays = converted
-                arrays[_ITEM_INDEX] = pa.array(
-                    range(start, start + n), type=_ITEMS_FIELDS[_ITEM_INDEX].type
-                )
+                arrays["item_index"] = pa.array(range(start, start + n), type=pa.int64())
                 self._items.extend(arrays, encoded.sizes)
                 return
         kept: list[int] | None = None
@@ -555,8 +537,7 @@ class RunWriter:
         if kept is not None:
             if not kept:
                 return
-            taken = pa.array(kept, type=pa.int64())
-            arrays = [None if a is None else a.take(taken) for a in arrays]
+            arrays = {name: [values[i] for i in kept] for name, values in arrays.items()}
             agents = [agents[i] for i in kept]
             sizes = [sizes[i] for i in kept]
         indexes: list[int] = []
@@ -565,7 +546,7 @@ class RunWriter:
             index = counts.get(agent, 0)
             counts[agent] = index + 1
             indexes.append(index)
-        arrays[_ITEM_INDEX] = pa.array(indexes, type=_ITEMS_FIELDS[_ITEM_INDEX].type)
+        arrays["item_index"] = pa.array(indexes, type=pa.int64())
         self._items.extend(arrays, sizes)
 
     def summary_rows(self) -> list[SummaryRow]:
@@ -600,19 +581,19 @@ class RunWriter:
                 self.fs,
                 self.path,
                 "summary",
-                SUMMARY_SCHEMA,
                 atomic=self._atomic,
                 max_rows=1 << 30,
                 constants={
-                    RUN_NAME: self.run_name,
+                    **self._constants,
                     "run_started_at": self.started_at,
                     "run_ended_at": ended,
                 },
             )
             sinks = (*self._sinks, summary)
             try:
-                for row in self._tally.rows():
-                    summary.append(astuple(row))
+                rows = self._tally.rows()
+                columns = {c.name: c.values(Batch(rows)) for c in TABLES["summary"].of("row")}
+                summary.extend(columns, [0] * len(rows))
                 for s in sinks:
                     s.close()
                 # An old manifest must not vouch for files that are being replaced.
@@ -659,7 +640,7 @@ class RunWriter:
             timings=timings,
         )
         data.setdefault("providers", list(self._tally.providers))
-        text = json.dumps(data, indent=2, ensure_ascii=False, default=_json_default)
+        text = json.dumps(data, indent=2, ensure_ascii=False, default=json_default)
         final = f"{self.path}/{MANIFEST_FILE}"
         target = f"{self.path}/.{MANIFEST_FILE}.{uuid.uuid4().hex}.tmp" if self._atomic else final
         try:

@@ -36,6 +36,7 @@ example:
   evalpipe bless runs/travel-demo/<run>        make a run the baseline
   evalpipe compare --baseline runs/travel-demo/<run>
   evalpipe view runs                           browse every run at http://127.0.0.1:8765/
+  evalpipe query "SELECT ... FROM scores" runs  SQL over every run's tables (read-only)
 
 exit codes:
   0  passed (or done)
@@ -75,6 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
         eval_,
         history,
         import_,
+        query,
         report,
         results,
         review,
@@ -89,6 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
         eval_,
         results,
         history,
+        query,
         bless,
         compare,
         report,

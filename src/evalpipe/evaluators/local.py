@@ -18,7 +18,7 @@ from evalpipe.checks import CheckResult, EvalCheck
 from evalpipe.evaluators.base import Evaluator
 from evalpipe.items import EvalItem
 from evalpipe.results import EvalItemResult, EvalResults, EvalScoreResult
-from evalpipe.tally import ERROR, FAIL, PASS, make_results
+from evalpipe.tally import ERROR, item_status, make_results
 
 __all__ = [
     "FunctionEvaluator",
@@ -327,9 +327,7 @@ def _errored(index: int, item: EvalItem) -> EvalItemResult:
     )
 
 
-def _check_score(
-    out: CheckResult, index: int, failures: list[tuple[int, str]]
-) -> tuple[EvalScoreResult, bool]:
+def _check_score(out: CheckResult, index: int, failures: list[tuple[int, str]]) -> EvalScoreResult:
     """A check's answer as its score and verdict (no score: 1.0 if it passed, else 0.0; its
     reason kept on the score), a failed check's ``name: reason`` added to ``failures`` under the
     item's index. The one home of these rules for both the one-pass and the awaiting path."""
@@ -344,10 +342,10 @@ def _check_score(
     if score is None:
         score = 1.0 if passed else 0.0
     if out.details:
-        return _detailed_score(out, cname, score, passed, reason), passed
+        return _detailed_score(out, cname, score, passed, reason)
     if reason:
-        return EvalScoreResult(cname, score, passed, {"reason": reason}, None, reason), passed
-    return EvalScoreResult(cname, score, passed), passed
+        return EvalScoreResult(cname, score, passed, {"reason": reason}, None, reason)
+    return EvalScoreResult(cname, score, passed)
 
 
 def _checked(
@@ -368,9 +366,7 @@ def _checked(
     add_out = outs.append
     mark = len(failures)
     errors: list[str] | None = None
-    all_passed = True
-    k = 0
-    for run in runners:
+    for k, run in enumerate(runners):
         try:
             out = run(item)
         except BaseException as exc:
@@ -379,10 +375,7 @@ def _checked(
             out = exc
         add_out(out)
         if type(out) is CheckResult or isinstance(out, CheckResult):
-            score, passed = _check_score(out, index, failures)
-            add_score(score)
-            if not passed:
-                all_passed = False
+            add_score(_check_score(out, index, failures))
         elif isinstance(out, BaseException):
             if errors is None:
                 errors = []
@@ -402,8 +395,7 @@ def _checked(
                     add_out(exc)
             del failures[mark:]
             return outs
-        k += 1
-    return _finish(index, item, scores, errors, all_passed and k > 0)
+    return _finish(index, item, scores, errors)
 
 
 def _finish(
@@ -411,39 +403,25 @@ def _finish(
     item: EvalItem,
     scores: list[EvalScoreResult],
     errors: list[str] | None,
-    all_passed: bool,
 ) -> EvalItemResult:
-    """An item's result from its scores: the tally's item rule, inlined for the hot path (any
-    error, else all passed, else fail; zero checks fail, as MAF)."""
+    """An item's result from its scores, its status by the tally's item rule (``item_status``:
+    any error, else all passed, else fail; zero checks fail, as MAF); the checks that raised
+    are its error."""
     item_id = item.item_id
     if item_id is None:
         item_id = str(index)
-    metadata = item.result_metadata()
     query, response = item.query_and_response()
-    if errors:
-        return EvalItemResult(
-            item_id,
-            ERROR,
-            scores,
-            "CheckError",
-            "; ".join(errors),
-            None,
-            query,
-            response,
-            None,
-            metadata,
-        )
     return EvalItemResult(
         item_id,
-        PASS if all_passed else FAIL,
+        item_status(scores),
         scores,
-        None,
-        None,
+        "CheckError" if errors else None,
+        "; ".join(errors) if errors else None,
         None,
         query,
         response,
         None,
-        metadata,
+        item.result_metadata(),
     )
 
 
@@ -482,13 +460,9 @@ def _item_result(
     an exception makes the check errored (a TypeError)."""
     scores: list[EvalScoreResult] = []
     errors: list[str] | None = None
-    all_passed = bool(outs)
     for name, out in zip(names, outs, strict=True):
         if isinstance(out, CheckResult):
-            score, passed = _check_score(out, index, failures)
-            scores.append(score)
-            if not passed:
-                all_passed = False
+            scores.append(_check_score(out, index, failures))
             continue
         if not isinstance(out, BaseException):
             out = TypeError(f"check '{name}' returned {type(out).__name__}, expected CheckResult")
@@ -497,7 +471,7 @@ def _item_result(
         text = _error_text(out)
         errors.append(f"{name}: {text}")
         scores.append(EvalScoreResult(name, None, None, error_message=text))
-    return _finish(index, item, scores, errors, all_passed)
+    return _finish(index, item, scores, errors)
 
 
 def resolve_evaluators(evaluators: Any) -> list[Evaluator]:

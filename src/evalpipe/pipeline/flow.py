@@ -593,7 +593,12 @@ async def _execute(
     write_lock = asyncio.Lock()
     reported = [0]
     last_update = [time.monotonic()]
-    writer = RunWriter(plan.run_dir, started_at=started_at)
+    writer = RunWriter(
+        plan.run_dir,
+        started_at=started_at,
+        suite=suite.name,
+        target_version=suite.target_version or None,
+    )
     finished: dict[int, ShardRows] = {}
     next_to_write = 0
     kept: list[list[EvalResults]] = [[] for _ in plan.providers]

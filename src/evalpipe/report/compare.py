@@ -14,19 +14,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import numpy as np
-import pyarrow as pa  # type: ignore[import-untyped, unused-ignore]
-import pyarrow.compute as pc  # type: ignore[import-untyped, unused-ignore]
+import duckdb
 from rich.console import Console
 from rich.text import Text
 
-from evalpipe._internal.arrow import numpy_of
 from evalpipe._internal.terminal import count_column, name_column, plain_table
 from evalpipe.artifacts import read_manifest
 from evalpipe.escape import markdown, plain, terminal
 from evalpipe.report.data import Disagreement, disagreements, scored_rows
 from evalpipe.report.html import environment, package_version
-from evalpipe.report.stats import MIN_PAIRS, PairedTest, mcnemar_test, wilcoxon_test
+from evalpipe.report.stats import MIN_PAIRS, PairedTest, mcnemar_counts, wilcoxon_differences
 
 __all__ = [
     "PAIRING_KEY",
@@ -140,21 +137,69 @@ def _suite_name(run_dir: Any, filesystem: Any) -> str:
     return os.path.basename(str(run_dir).rstrip("/"))
 
 
-def _keyed(scored: Any) -> tuple[Any, int]:
-    """One row per pairing key (the first), and how many rows were dropped as duplicates."""
-    table = scored.select([*PAIRING_KEY, "status", "score"])
-    grouped = table.group_by(list(PAIRING_KEY), use_threads=False).aggregate(
-        [("status", "first"), ("score", "first"), ([], "count_all")]
-    )
-    dropped = int(pc.sum(grouped["count_all"]).as_py() or 0) - len(grouped)
-    return grouped.rename_columns([*PAIRING_KEY, "status", "score", "count"]).drop_columns(
-        ["count"]
-    ), dropped
+_KEY = ", ".join(PAIRING_KEY)
 
+_PAIRED_SQL = f"""
+WITH a AS (
+    SELECT {_KEY},
+           arg_min(status, pos) AS status, arg_min(score, pos) AS score,
+           count(*) AS n, true AS present
+    FROM (SELECT *, row_number() OVER () AS pos FROM scored_a) GROUP BY ALL
+), b AS (
+    SELECT {_KEY},
+           arg_min(status, pos) AS status, arg_min(score, pos) AS score,
+           count(*) AS n, true AS present
+    FROM (SELECT *, row_number() OVER () AS pos FROM scored_b) GROUP BY ALL
+)
+SELECT {_KEY},
+       a.status AS a_status, a.score AS a_score, b.status AS b_status, b.score AS b_score,
+       coalesce(a.present, false) AS in_a, coalesce(b.present, false) AS in_b,
+       coalesce(a.n, 0) AS n_a, coalesce(b.n, 0) AS n_b
+FROM a FULL OUTER JOIN b USING ({_KEY})
+"""
+"""Run A's and run B's scores, one per pairing key (its first status and score, as written), side
+by side: a key of one run only has the other side null."""
 
-def _is(status: Any, value: str) -> np.ndarray:
-    """Which entries of an Arrow status column are ``value`` (a null is not)."""
-    return numpy_of(pc.equal(status, value), bool)
+_METRICS_SQL = """
+WITH j AS (
+    SELECT *, in_a AND in_b AS both_runs,
+           in_a AND in_b AND a_status IN ('pass', 'fail') AS a_verdict,
+           in_a AND in_b AND b_status IN ('pass', 'fail') AS b_verdict,
+           in_a AND in_b AND a_score IS NOT NULL AND NOT isnan(a_score)
+               AND b_score IS NOT NULL AND NOT isnan(b_score) AS scored_both
+    FROM paired
+)
+SELECT provider, agent, metric,
+       count(*) FILTER (both_runs) AS pairs,
+       count(*) FILTER (in_a AND NOT in_b) AS only_a,
+       count(*) FILTER (in_b AND NOT in_a) AS only_b,
+       count(*) FILTER (a_verdict AND a_status = 'pass') AS a_passed,
+       count(*) FILTER (a_verdict) AS a_denominator,
+       count(*) FILTER (b_verdict AND b_status = 'pass') AS b_passed,
+       count(*) FILTER (b_verdict) AS b_denominator,
+       count(*) FILTER (a_verdict AND b_verdict AND a_status = 'pass' AND b_status <> 'pass')
+           AS regressions,
+       count(*) FILTER (a_verdict AND b_verdict AND a_status <> 'pass' AND b_status = 'pass')
+           AS improvements,
+       count(*) FILTER (a_verdict AND b_status = 'error') AS newly_errored,
+       count(*) FILTER (a_verdict AND b_verdict) AS verdict_pairs,
+       list(b_score - a_score) FILTER (scored_both) AS differences,
+       avg(a_score) FILTER (scored_both) AS a_mean,
+       avg(b_score) FILTER (scored_both) AS b_mean
+FROM j GROUP BY ALL ORDER BY provider, agent, metric
+"""
+"""Per provider, agent and metric: the paired counts, and the paired verdicts and scores the
+tests read."""
+
+_FLIPS_SQL = f"""
+SELECT CASE WHEN a_status = 'pass' THEN 'regression' ELSE 'improvement' END AS kind,
+       provider, agent, row, repetition, metric, a_score, b_score
+FROM paired
+WHERE (a_status = 'pass' AND b_status = 'fail') OR (a_status = 'fail' AND b_status = 'pass')
+ORDER BY a_status DESC, {_KEY}
+LIMIT $room
+"""
+"""The flips, regressions first, each kind in key order."""
 
 
 def compare_runs(
@@ -173,77 +218,31 @@ def compare_runs(
     suite_a, suite_b = _suite_name(run_a, filesystem), _suite_name(run_b, filesystem)
     scored_a = scored_rows(run_a, filesystem=filesystem)
     scored_b = scored_rows(run_b, filesystem=filesystem)
-    a, dup_a = _keyed(scored_a)
-    b, dup_b = _keyed(scored_b)
-    a = a.rename_columns([*PAIRING_KEY, "a_status", "a_score"])
-    b = b.rename_columns([*PAIRING_KEY, "b_status", "b_score"])
-    a = a.append_column("in_a", pa.array(np.ones(len(a), dtype=bool)))
-    b = b.append_column("in_b", pa.array(np.ones(len(b), dtype=bool)))
-    joined = a.join(b, keys=list(PAIRING_KEY), join_type="full outer")
-    in_a = pc.fill_null(joined["in_a"], False)
-    in_b = pc.fill_null(joined["in_b"], False)
-    metrics: list[MetricComparison] = []
-    groups = joined.group_by(["provider", "agent", "metric"]).aggregate([])
-    for g in sorted(groups.to_pylist(), key=lambda r: (r["provider"], r["agent"], r["metric"])):
-        mask = pc.and_(
-            pc.and_(
-                pc.equal(joined["provider"], g["provider"]), pc.equal(joined["agent"], g["agent"])
-            ),
-            pc.equal(joined["metric"], g["metric"]),
+    con = duckdb.connect(":memory:")
+    try:
+        con.register("scored_a", scored_a.select([*PAIRING_KEY, "status", "score"]))
+        con.register("scored_b", scored_b.select([*PAIRING_KEY, "status", "score"]))
+        con.execute(f"CREATE TEMP TABLE paired AS {_PAIRED_SQL}")
+        dup_a, dup_b = con.execute(
+            "SELECT coalesce(sum(n_a) - count(*) FILTER (in_a), 0), "
+            "coalesce(sum(n_b) - count(*) FILTER (in_b), 0) FROM paired"
+        ).fetchone() or (0, 0)
+        grouped = con.execute(_METRICS_SQL)
+        names = [d[0] for d in grouped.description or ()]
+        rows = [dict(zip(names, r, strict=True)) for r in grouped.fetchall()]
+        flipped = con.execute(_FLIPS_SQL, {"room": max(max_flips, 0)})
+        names = [d[0] for d in flipped.description or ()]
+        flips = [Flip(**dict(zip(names, r, strict=True))) for r in flipped.fetchall()]
+    finally:
+        con.close()
+    metrics = [
+        MetricComparison(
+            **{k: r[k] for k in r if k not in ("verdict_pairs", "differences")},
+            mcnemar=mcnemar_counts(r["verdict_pairs"], r["regressions"], r["improvements"]),
+            wilcoxon=wilcoxon_differences(r["differences"] or []),
         )
-        part = joined.filter(mask)
-        pa_in_a, pa_in_b = numpy_of(in_a.filter(mask), bool), numpy_of(in_b.filter(mask), bool)
-        both = pa_in_a & pa_in_b
-        # the statuses as booleans in Arrow (a missing one is none of them), not a Python
-        # string per score
-        a_pass, a_fail = _is(part["a_status"], "pass"), _is(part["a_status"], "fail")
-        b_pass, b_fail = _is(part["b_status"], "pass"), _is(part["b_status"], "fail")
-        a_verdict = both & (a_pass | a_fail)
-        b_verdict = both & (b_pass | b_fail)
-        paired = a_verdict & b_verdict
-        xa, xb = numpy_of(part["a_score"], float), numpy_of(part["b_score"], float)
-        scored_both = both & ~np.isnan(xa) & ~np.isnan(xb)
-        metrics.append(
-            MetricComparison(
-                provider=g["provider"],
-                agent=g["agent"],
-                metric=g["metric"],
-                pairs=int(both.sum()),
-                only_a=int((pa_in_a & ~pa_in_b).sum()),
-                only_b=int((pa_in_b & ~pa_in_a).sum()),
-                a_passed=int((a_verdict & a_pass).sum()),
-                a_denominator=int(a_verdict.sum()),
-                b_passed=int((b_verdict & b_pass).sum()),
-                b_denominator=int(b_verdict.sum()),
-                regressions=int((paired & a_pass & ~b_pass).sum()),
-                improvements=int((paired & ~a_pass & b_pass).sum()),
-                newly_errored=int((a_verdict & both & _is(part["b_status"], "error")).sum()),
-                mcnemar=mcnemar_test(list(a_pass[paired]), list(b_pass[paired])),
-                wilcoxon=wilcoxon_test(list(xa[scored_both]), list(xb[scored_both])),
-                a_mean=float(xa[scored_both].mean()) if scored_both.any() else None,
-                b_mean=float(xb[scored_both].mean()) if scored_both.any() else None,
-            )
-        )
-    regress = pc.and_(pc.equal(joined["a_status"], "pass"), pc.equal(joined["b_status"], "fail"))
-    improve = pc.and_(pc.equal(joined["a_status"], "fail"), pc.equal(joined["b_status"], "pass"))
-    flips: list[Flip] = []
-    for kind, mask in (("regression", regress), ("improvement", improve)):
-        room = max_flips - len(flips)
-        rows = joined.filter(pc.fill_null(mask, False))
-        rows = rows.sort_by([(c, "ascending") for c in PAIRING_KEY])
-        for r in rows.slice(0, max(room, 0)).to_pylist():
-            flips.append(
-                Flip(
-                    kind="regression" if kind == "regression" else "improvement",
-                    provider=r["provider"],
-                    agent=r["agent"],
-                    row=r["row"],
-                    repetition=r["repetition"],
-                    metric=r["metric"],
-                    a_score=r["a_score"],
-                    b_score=r["b_score"],
-                )
-            )
+        for r in rows
+    ]
     total = sum(m.regressions + m.improvements for m in metrics)
     return Comparison(
         run_a=str(run_a),
@@ -255,7 +254,7 @@ def compare_runs(
         flips_total=total,
         disagreements_a=disagreements(scored_a),
         disagreements_b=disagreements(scored_b),
-        duplicates=dup_a + dup_b,
+        duplicates=int(dup_a) + int(dup_b),
     )
 
 

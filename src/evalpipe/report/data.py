@@ -14,12 +14,13 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import duckdb
 import numpy as np
 import pyarrow as pa  # type: ignore[import-untyped, unused-ignore]
 import pyarrow.compute as pc  # type: ignore[import-untyped, unused-ignore]
 
 from evalpipe._internal.arrow import numpy_of
-from evalpipe.artifacts import iter_batches, read_item_rows, read_manifest, read_table
+from evalpipe.artifacts import dataset, iter_batches, read_item_rows, read_manifest, read_table
 from evalpipe.report.stats import (
     Interval,
     RepetitionStats,
@@ -49,7 +50,6 @@ __all__ = [
     "disagreements",
     "load_report_data",
     "message_views",
-    "paired_scores",
     "row_key",
     "score_view",
 ]
@@ -311,54 +311,32 @@ def row_key(items: Any) -> Any:
     return pc.if_else(pc.is_null(items["row_id"]), fallback, items["row_id"])
 
 
-def _item_keys(run_dir: Any, filesystem: Any) -> Any:
-    """items.parquet's (agent, item_id) with their dataset row, repetition and position."""
-    items = read_table(
-        run_dir,
-        "items",
-        columns=["agent", "item_index", "item_id", "row_id", "query_index", "repetition"],
-        filesystem=filesystem,
-    )
-    return pa.table(
-        {
-            "agent": items["agent"],
-            "item_id": items["item_id"],
-            "item_index": items["item_index"],
-            "row": row_key(items),
-            "repetition": pc.fill_null(items["repetition"], 0),
-        }
-    )
-
-
-_SCORE_COLUMNS = [
-    "provider",
-    "provider_index",
-    "agent",
-    "item_id",
-    "item_status",
-    "metric",
-    "score",
-    "status",
-    "rating",
-]
+_SCORED_SQL = """
+SELECT s.provider, s.provider_index, s.agent, s.item_id, s.item_status, s.metric, s.score,
+       s.status, s.rating,
+       CASE WHEN i.agent IS NULL THEN s.item_id
+            WHEN i.row_id IS NOT NULL THEN i.row_id
+            ELSE 'query ' || CAST(coalesce(i.query_index, -1) AS VARCHAR) END AS row,
+       coalesce(i.repetition, 0) AS repetition, i.item_index
+FROM (SELECT *, row_number() OVER () AS pos FROM scores WHERE metric IS NOT NULL) s
+LEFT JOIN items i ON s.agent = i.agent AND s.item_id = i.item_id
+ORDER BY s.pos
+"""
+"""Each metric row of scores.parquet with its item's dataset row (``row_id``, else "query N";
+an item missing from items.parquet keeps its id) and repetition, in file order."""
 
 
 def scored_rows(run_dir: Any, *, filesystem: Any = None) -> Any:
     """scores.parquet's metric rows (metric not null) joined with each item's dataset row and
     repetition: provider, provider_index, agent, item_id, item_status, metric, score, status,
-    rating, row, repetition, item_index."""
-    scores = read_table(run_dir, "scores", columns=_SCORE_COLUMNS, filesystem=filesystem)
-    scores = scores.filter(pc.is_valid(scores["metric"]))
-    keys = _item_keys(run_dir, filesystem)
-    joined = scores.join(keys, keys=["agent", "item_id"], join_type="left outer")
-    # an item missing from items.parquet (a provider scoring items it was not given) keeps its id
-    row = pc.if_else(pc.is_null(joined["row"]), joined["item_id"], joined["row"])
-    joined = joined.set_column(joined.schema.get_field_index("row"), "row", row)
-    return joined.set_column(
-        joined.schema.get_field_index("repetition"),
-        "repetition",
-        pc.fill_null(joined["repetition"], 0),
-    )
+    rating, row, repetition, item_index (a DuckDB query over the run's files)."""
+    con = duckdb.connect(":memory:")
+    try:
+        for name in ("scores", "items"):
+            con.register(name, dataset(run_dir, name, filesystem=filesystem))
+        return con.sql(_SCORED_SQL).to_arrow_table().combine_chunks()
+    finally:
+        con.close()
 
 
 def _kinds(scored: Any) -> dict[tuple[str, str], MetricKind]:
@@ -367,11 +345,6 @@ def _kinds(scored: Any) -> dict[tuple[str, str], MetricKind]:
         (r["provider"], r["metric"]): classify_metric(r["provider"], r["rating_count"] > 0)
         for r in grouped.to_pylist()
     }
-
-
-def paired_scores(scored: Any) -> Any:
-    """The table compare pairs on: provider, agent, row, repetition, metric, status, score."""
-    return scored.select(["provider", "agent", "row", "repetition", "metric", "status", "score"])
 
 
 # -- the scores as integer codes ------------------------------------------------------------------

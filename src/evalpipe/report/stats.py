@@ -29,11 +29,13 @@ __all__ = [
     "RepetitionStats",
     "at_least_k",
     "bootstrap_mean_interval",
+    "mcnemar_counts",
     "mcnemar_test",
     "pass_at_k",
     "pass_hat_k",
     "repetition_stats",
     "sample_std",
+    "wilcoxon_differences",
     "wilcoxon_test",
     "wilson_interval",
 ]
@@ -267,9 +269,13 @@ def mcnemar_test(a_passed: Sequence[bool], b_passed: Sequence[bool]) -> PairedTe
     """
     if len(a_passed) != len(b_passed):
         raise ValueError(f"paired verdicts differ in length: {len(a_passed)} != {len(b_passed)}")
-    pairs = len(a_passed)
     a_only = sum(1 for a, b in zip(a_passed, b_passed, strict=True) if a and not b)
     b_only = sum(1 for a, b in zip(a_passed, b_passed, strict=True) if b and not a)
+    return mcnemar_counts(len(a_passed), a_only, b_only)
+
+
+def mcnemar_counts(pairs: int, a_only: int, b_only: int) -> PairedTest:
+    """``mcnemar_test`` from its counts: the pairs, those only A passed, those only B passed."""
     if pairs < MIN_PAIRS:
         return PairedTest("mcnemar", pairs, None, None, a_only, b_only)
     discordant = a_only + b_only
@@ -290,16 +296,23 @@ def wilcoxon_test(a_scores: Sequence[float], b_scores: Sequence[float]) -> Paire
     """
     if len(a_scores) != len(b_scores):
         raise ValueError(f"paired scores differ in length: {len(a_scores)} != {len(b_scores)}")
-    pairs = len(a_scores)
-    diff = np.asarray(b_scores, dtype=float) - np.asarray(a_scores, dtype=float)
-    mean_diff = float(diff.mean()) if pairs else None
+    return wilcoxon_differences(
+        np.asarray(b_scores, dtype=float) - np.asarray(a_scores, dtype=float)
+    )
+
+
+def wilcoxon_differences(diff: Sequence[float]) -> PairedTest:
+    """``wilcoxon_test`` from the paired differences (B - A), in any order."""
+    values = np.asarray(diff, dtype=float)
+    pairs = len(values)
+    mean_diff = float(values.mean()) if pairs else None
     if pairs < MIN_PAIRS:
         return PairedTest("wilcoxon", pairs, None, None, mean_difference=mean_diff)
-    if not np.any(diff):
+    if not np.any(values):
         return PairedTest("wilcoxon", pairs, 1.0, 0.0, mean_difference=mean_diff)
     from scipy import stats as _sp  # type: ignore[import-untyped, unused-ignore]  # lazy: scipy.stats, 1.2 s, only to compare runs
 
-    result = _sp.wilcoxon(diff, zero_method="wilcox", alternative="two-sided")
+    result = _sp.wilcoxon(values, zero_method="wilcox", alternative="two-sided")
     return PairedTest(
         "wilcoxon",
         pairs,

@@ -1,0 +1,1109 @@
+"""Every column of a run directory's tables, declared once: its name, type, meaning, where its
+value comes from, how it is computed, which field it is read back into, and since which schema
+version it exists.
+
+The Arrow schemas (``evalpipe.artifacts.schema``), the rows the encoder builds and the writer
+appends, the reader's records and docs/artifacts.md all derive from :data:`TABLES`; adding a
+column is one ``Column(...)`` line here (plus its row in docs/artifacts.md, which a test compares)
+and a bump of :data:`SCHEMA_VERSION`.
+
+Nothing here imports pyarrow: a worker process encodes its shard's rows with this module alone.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import itertools
+import json
+import operator
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, fields, replace
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, TypeAdapter
+from pydantic_core import from_json, to_json
+
+from evalpipe.itemize import SplitAt
+from evalpipe.items import ConversationSplit, ExpectedToolCall
+from evalpipe.messages import Message, ToolDefinition
+from evalpipe.results import Diagnostic, RubricScore
+from evalpipe.tally import score_statuses
+from evalpipe.transcripts import TargetRun, Transcript
+
+__all__ = [
+    "ITEMS",
+    "RUNS",
+    "SCHEMA_VERSION",
+    "SCORES",
+    "SPLIT_AT_PREFIX",
+    "SUMMARY",
+    "TABLES",
+    "Batch",
+    "Column",
+    "Kind",
+    "RunRecord",
+    "RunStatus",
+    "Source",
+    "Table",
+]
+
+SCHEMA_VERSION = 3
+"""The version of the run-directory layout this evalpipe writes, and the newest it reads.
+
+Version 2 added ``run_name`` to every table, the calls' ``started_at``/``ended_at`` and the run's
+``run_started_at``/``run_ended_at``; version 3 added ``suite`` and ``target_version`` to every
+table and ``row_id``/``repetition`` to scores.parquet (each column's ``since``)."""
+
+SPLIT_AT_PREFIX = "at:"
+"""items.parquet's ``split`` of a workflow agent's item: ``at:N``, the conversation cut after its
+first N messages (what the agent received | what it produced)."""
+
+Kind = Literal["string", "int64", "double", "bool", "timestamp[us, tz=UTC]"]
+"""A column's Arrow type, by its name (``str(pyarrow type)``)."""
+
+Source = Literal["run", "call", "item", "counted", "level", "result", "score", "row"]
+"""Where a column's value comes from:
+
+- ``run``: one value for the whole run (its name, suite, times), given to the writer;
+- ``call``: a ``RunRecord`` (runs.parquet);
+- ``item``: an ``EvalItem`` (items.parquet) with its result level;
+- ``counted``: a running index the writer counts over the run (``item_index``);
+- ``level``: one provider and agent's ``EvalResults`` (scores.parquet: the same on its rows);
+- ``result``: an ``EvalItemResult`` (scores.parquet: the same on the item's rows);
+- ``score``: an ``EvalScoreResult`` (scores.parquet: one per row; null on an item without scores);
+- ``row``: a ``SummaryRow`` (summary.parquet).
+"""
+
+
+class Batch:
+    """The source objects of a batch of rows, and the values several columns share (computed
+    once per batch: a token_usage split into four columns)."""
+
+    __slots__ = ("_memo", "extra", "objects")
+
+    def __init__(self, objects: Sequence[Any], extra: Any = None) -> None:
+        self.objects = objects
+        """One per row (for ``level``: the one ``Level``)."""
+        self.extra = extra
+        """What the source's columns need besides the objects (the items' agents, the scores'
+        items)."""
+        self._memo: dict[str, Any] = {}
+
+    def attr(self, name: str) -> list[Any]:
+        """Each object's attribute ``name`` (a C-level getter mapped over them)."""
+        return list(map(operator.attrgetter(name), self.objects))
+
+    def memo(self, key: str, make: Callable[[], Any]) -> Any:
+        """``make()``, once per batch and key."""
+        if key not in self._memo:
+            self._memo[key] = make()
+        return self._memo[key]
+
+
+Getter = Callable[[Batch], Any]
+"""How a column is computed: its values for a batch (a list, one per object; for ``level`` and
+``run`` columns, the one value)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    """One column of a table."""
+
+    name: str
+    """The column's name."""
+    kind: Kind
+    """Its Arrow type."""
+    doc: str
+    """Its meaning (the field's description in the file, and docs/artifacts.md's)."""
+    source: Source
+    """Where its value comes from."""
+    get: Getter | None = None
+    """How it is computed from its source; None: the source's attribute of the column's name."""
+    field: str | None = None
+    """The record field it is read back into (``RunRecord``, ``EvalItemResult``,
+    ``EvalScoreResult``, ``SummaryRow``); None: not read back (derived, or read by hand)."""
+    decode: Callable[[Any], Any] | None = None
+    """How the stored value becomes the field's (JSON parsed, ...); None: as stored."""
+    nullable: bool = True
+    """Whether the column may hold nulls."""
+    since: int = 1
+    """The schema version that added it (older files read it as null, ``run_name`` as the
+    directory's name)."""
+
+    def values(self, batch: Batch) -> Any:
+        """The column's values of ``batch``, exactly those of its Arrow array."""
+        raw = (self.get or _attr(self.name))(batch)
+        if self.source in ("run", "level"):
+            return raw
+        return _CONVERT[self.kind, self.nullable](raw)
+
+
+@dataclass(frozen=True, slots=True)
+class Table:
+    """One table: its name (the file is ``{name}.parquet``) and its columns in file order."""
+
+    name: str
+    columns: tuple[Column, ...]
+
+    @property
+    def file(self) -> str:
+        """The table's file name."""
+        return f"{self.name}.parquet"
+
+    @property
+    def names(self) -> list[str]:
+        """Its column names, in order."""
+        return [c.name for c in self.columns]
+
+    def of(self, *sources: Source) -> list[Column]:
+        """Its columns from these sources, in order."""
+        return [c for c in self.columns if c.source in sources]
+
+    def column(self, name: str) -> Column:
+        """The column ``name``.
+
+        Raises:
+            KeyError: naming the table.
+        """
+        for c in self.columns:
+            if c.name == name:
+                return c
+        raise KeyError(f"{self.name}.parquet has no column {name!r}")
+
+    def with_column(self, column: Column) -> Table:
+        """This table with ``column`` added after the last column of its source."""
+        last = max(
+            (i for i, c in enumerate(self.columns) if c.source == column.source),
+            default=len(self.columns) - 1,
+        )
+        cols = list(self.columns)
+        cols.insert(last + 1, column)
+        return replace(self, columns=tuple(cols))
+
+
+# -- value conversions ---------------------------------------------------------------------------
+
+_TOKEN_KEYS = ("input_tokens", "output_tokens", "total_tokens")
+_NONE = type(None)
+_MESSAGES: TypeAdapter[list[Message]] = TypeAdapter(list[Message])
+_TOOLS: TypeAdapter[list[ToolDefinition]] = TypeAdapter(list[ToolDefinition])
+_EXPECTED: TypeAdapter[list[ExpectedToolCall]] = TypeAdapter(list[ExpectedToolCall])
+
+
+def json_text(value: Any) -> str:
+    """``value`` as JSON text (pydantic-core's serializer: several times faster than json.dumps
+    on the small dicts of every row)."""
+    return to_json(value, fallback=json_default).decode()
+
+
+def json_default(value: Any) -> Any:
+    """What JSON cannot hold, as something it can."""
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if isinstance(value, set | frozenset | tuple):
+        return list(value)
+    return str(value)
+
+
+def _opt_int(value: Any) -> int | None:
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _opt_float(value: Any) -> float | None:
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _converter(
+    kept: frozenset[type], convert: Callable[[Any], Any]
+) -> Callable[[list[Any]], list[Any]]:
+    """A column's converter: the list itself when every value's type is in ``kept`` (the common
+    case, no copy), else ``convert`` of every value."""
+
+    def converted(values: list[Any]) -> list[Any]:
+        if kept.issuperset(map(type, values)):
+            return values
+        return [convert(v) for v in values]
+
+    return converted
+
+
+def all_null(values: Sequence[Any]) -> bool:
+    """Every value is None (looking at the first one before the whole list)."""
+    n = len(values)
+    return n == 0 or (values[0] is None and values.count(None) == n)
+
+
+def _utc(value: dt.datetime | None) -> dt.datetime | None:
+    """A timestamp in UTC (a naive one is taken as UTC)."""
+    if value is None:
+        return None
+    return value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value.astimezone(dt.UTC)
+
+
+_tzinfo = operator.attrgetter("tzinfo")
+
+
+def utcs(values: list[dt.datetime | None]) -> list[dt.datetime | None]:
+    """``_utc`` of every value (one already in UTC is kept)."""
+    if values and values.count(None) == 0:
+        zones = list(map(_tzinfo, values))
+        if all(map(operator.is_, zones, itertools.repeat(dt.UTC))):
+            return values  # every one in UTC already (a call's stamps): kept, without a loop
+    return [v if v is None or v.tzinfo is dt.UTC else _utc(v) for v in values]
+
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+_MICROSECOND = dt.timedelta(microseconds=1)
+
+
+def micros(values: list[Any]) -> list[Any]:
+    """A timestamp column as Arrow's ``timestamp("us", tz="UTC")`` holds it: each UTC value as
+    whole microseconds since the epoch (exact), None kept. Integers cost a fraction of datetimes
+    to pickle (a worker sends them) and to convert; a column holding anything but plain
+    datetimes and None is returned as ``utcs`` returns it (converted by pyarrow)."""
+    utc = utcs(values)
+    types = set(map(type, utc))
+    if not types <= {dt.datetime, _NONE}:
+        return utc
+    return [None if v is None else (v - _EPOCH) // _MICROSECOND for v in utc]
+
+
+_CONVERT: dict[tuple[str, bool], Callable[[list[Any]], list[Any]]] = {
+    ("string", True): _converter(frozenset({str, _NONE}), lambda v: None if v is None else str(v)),
+    ("string", False): _converter(frozenset({str}), str),
+    ("int64", True): _converter(frozenset({int, _NONE}), _opt_int),
+    ("int64", False): _converter(frozenset({int}), int),
+    ("double", True): _converter(frozenset({float, _NONE}), _opt_float),
+    ("double", False): _converter(frozenset({float}), float),
+    ("bool", True): _converter(frozenset({bool, _NONE}), lambda v: None if v is None else bool(v)),
+    ("bool", False): _converter(frozenset({bool}), bool),
+    ("timestamp[us, tz=UTC]", True): micros,
+    ("timestamp[us, tz=UTC]", False): micros,
+}
+"""Each kind's conversion of raw values to those of its Arrow array."""
+
+
+# -- getters ------------------------------------------------------------------------------------
+
+
+def _attr(name: str) -> Getter:
+    """The objects' attribute ``name``."""
+    return lambda batch: batch.attr(name)
+
+
+def _jsons(name: str) -> Getter:
+    """The JSON of the objects' attribute ``name`` (null kept)."""
+
+    def get(batch: Batch) -> list[str | None]:
+        values = batch.attr(name)
+        if all_null(values):
+            return values
+        return [None if v is None else json_text(v) for v in values]
+
+    return get
+
+
+def _meta(key: str) -> Getter:
+    """``metadata[key]`` of each object (null without metadata)."""
+
+    def get(batch: Batch) -> list[Any]:
+        return [None if m is None else m.get(key) for m in batch.attr("metadata")]
+
+    return get
+
+
+def split_tokens(
+    usage: Mapping[str, Any] | None,
+) -> tuple[int | None, int | None, int | None, str | None]:
+    """A token_usage dict as (input, output, total, JSON of its other keys). The JSON is also
+    written when there are no standard integer keys at all, so ``{}`` is told from None."""
+    if usage is None:
+        return None, None, None, None
+    standard = {
+        k: v for k in _TOKEN_KEYS if isinstance(v := usage.get(k), int) and not isinstance(v, bool)
+    }
+    other = {k: v for k, v in usage.items() if k not in standard}
+    return (
+        standard.get("input_tokens"),
+        standard.get("output_tokens"),
+        standard.get("total_tokens"),
+        json_text(other) if other or not standard else None,
+    )
+
+
+def _tokens(part: int) -> Getter:
+    """Part ``part`` of ``split_tokens`` of each object's token_usage (input, output, total,
+    other), split once per batch."""
+
+    def split(batch: Batch) -> list[list[Any]]:
+        usages = batch.attr("token_usage")
+        if all_null(usages):
+            return [usages] * 4
+        return [list(c) for c in zip(*map(split_tokens, usages), strict=True)]
+
+    return lambda batch: batch.memo("tokens", lambda: split(batch))[part]
+
+
+def _usage(name: str) -> Getter:
+    """A RunUsage field of each item's usage (null without usage)."""
+
+    def get(batch: Batch) -> list[Any]:
+        usages: list[Any] = batch.memo("usage", lambda: batch.attr("usage"))
+        if all_null(usages):
+            return usages
+        return [None if u is None else getattr(u, name) for u in usages]
+
+    return get
+
+
+def _query_response(part: int) -> Getter:
+    def get(batch: Batch) -> list[str]:
+        pairs = batch.memo("qr", lambda: [i.query_and_response() for i in batch.objects])
+        return list(map(operator.itemgetter(part), pairs))
+
+    return get
+
+
+def split_name(strategy: Any) -> str | None:
+    """How an item's split strategy is stored: the member's value, ``at:N``, a custom splitter's
+    ``module:name``, or None."""
+    if strategy is None:
+        return None
+    if isinstance(strategy, ConversationSplit):
+        return strategy.value
+    if isinstance(strategy, SplitAt):
+        return f"{SPLIT_AT_PREFIX}{strategy.index}"
+    module = getattr(strategy, "__module__", None)
+    name = getattr(strategy, "__qualname__", None) or type(strategy).__qualname__
+    return f"{module}:{name}" if module else str(name)
+
+
+def _splits(batch: Batch) -> list[str | None]:
+    values = batch.attr("split_strategy")
+    return values if all_null(values) else [split_name(v) for v in values]
+
+
+def _conversations(batch: Batch) -> list[str]:
+    dump = _MESSAGES.dump_json
+    return [dump(item.conversation, fallback=str).decode() for item in batch.objects]
+
+
+def _expected(batch: Batch) -> list[str | None]:
+    """The JSON of each item's expected tool calls, once per distinct list of call objects (a
+    row's repetitions share them); keyed by the objects' ids, which stay theirs while the items
+    hold them (this call)."""
+    out: list[str | None] = []
+    done: dict[tuple[int, ...], str] = {}
+    for calls in batch.attr("expected_tool_calls"):
+        if calls is None:
+            out.append(None)
+            continue
+        key = tuple(map(id, calls))
+        text = done.get(key)
+        if text is None:
+            text = done[key] = _EXPECTED.dump_json(calls, fallback=str).decode()
+        out.append(text)
+    return out
+
+
+def _tools(batch: Batch) -> list[str | None]:
+    values = batch.attr("tools")
+    if all_null(values):
+        return values
+    return [None if t is None else _TOOLS.dump_json(t).decode() for t in values]
+
+
+def _notes(name: str) -> Getter:
+    """The JSON list of each score's dataclass notes (diagnostics, dimensions)."""
+
+    def get(batch: Batch) -> list[str | None]:
+        values = batch.attr(name)
+        if all_null(values):
+            return values
+        return [None if d is None else json_text([asdict(x) for x in d]) for d in values]
+
+    return get
+
+
+_SAMPLE_JSON: dict[str, str] = {}
+"""``json_text({"reason": r})`` by reason: local checks repeat a few reasons on every item."""
+
+
+def _sample_json(sample: Any) -> str | None:
+    if sample is None:
+        return None
+    if type(sample) is dict and len(sample) == 1:
+        reason = sample.get("reason")
+        if type(reason) is str:
+            text = _SAMPLE_JSON.get(reason)
+            if text is None:
+                if len(_SAMPLE_JSON) >= 4096:
+                    _SAMPLE_JSON.clear()
+                text = _SAMPLE_JSON[reason] = json_text(sample)
+            return text
+    return json_text(sample)
+
+
+def _json_object(text: str | None) -> Any:
+    """A JSON object back (one per item: the hot parse of ``load_run``): pydantic-core's parser
+    gives the values ``json.loads`` gives in about half the time; what it refuses, ``json.loads``
+    reads or names."""
+    if text is None:
+        return None
+    try:
+        return from_json(text)
+    except ValueError:
+        return json.loads(text)
+
+
+_SCALARS = (str, int, float, bool, type(None))
+_PARSED: dict[str, dict[str, Any]] = {}
+"""Flat JSON objects parsed before, by text: a local check's ``{"reason": ...}`` repeats."""
+
+
+def _sample(text: str | None) -> Any:
+    """A sample's JSON back, each distinct flat object parsed once (every row gets a copy)."""
+    if text is None:
+        return None
+    flat = _PARSED.get(text)
+    if flat is not None:
+        return dict(flat)
+    value = json.loads(text)
+    if isinstance(value, dict) and all(isinstance(v, _SCALARS) for v in value.values()):
+        if len(_PARSED) >= 4096:
+            _PARSED.clear()
+        _PARSED[text] = value
+        return dict(value)
+    return value
+
+
+def _rubric(text: str | None) -> list[RubricScore] | None:
+    return None if text is None else [RubricScore(**d) for d in json.loads(text)]
+
+
+def _diagnostics(text: str | None) -> list[Diagnostic] | None:
+    return None if text is None else [Diagnostic(**d) for d in json.loads(text)]
+
+
+def _score_index(batch: Batch) -> list[int]:
+    return [k for item in batch.extra for k in range(len(item.scores))]
+
+
+def _level(get: Callable[[Any], Any]) -> Getter:
+    return lambda batch: get(batch.objects[0])
+
+
+# -- the tables ----------------------------------------------------------------------------------
+
+RUN_NAME = "run_name"
+"""The column every table starts with: the run directory's name, the same on each of its rows."""
+
+_RUN_COLUMNS = (
+    Column(
+        RUN_NAME,
+        "string",
+        "The run: its run directory's name (unique per run; the same on every row and table of "
+        "the run, and manifest.json's run_name). Stack runs on it.",
+        "run",
+        nullable=False,
+        since=2,
+    ),
+    Column(
+        "suite",
+        "string",
+        "The suite the run ran (manifest.json's suite name); null for a run without a suite.",
+        "run",
+        since=3,
+    ),
+    Column(
+        "target_version",
+        "string",
+        "The suite's target_version (a model name, a git revision); null without a suite.",
+        "run",
+        since=3,
+    ),
+)
+
+
+def _call(name: str, kind: Kind, doc: str, **kw: Any) -> Column:
+    return Column(name, kind, doc, "call", field=name, **kw)
+
+
+RUNS = Table(
+    "runs",
+    (
+        *_RUN_COLUMNS,
+        _call(
+            "run_id",
+            "string",
+            "Stable id of the target call (the caller's content hash).",
+            nullable=False,
+        ),
+        _call("row_id", "string", "Id of the dataset row the call answered."),
+        _call("query_index", "int64", "Position of the query in the query set."),
+        _call("repetition", "int64", "Which repetition of the query (0-based)."),
+        _call("target", "string", "Identity of the target that was called (agent or workflow)."),
+        _call("status", "string", '"ok" or "error".', nullable=False),
+        _call("error_code", "string", 'Why the call failed (e.g. "AgentError"); null when ok.'),
+        _call("error_message", "string", "The failure, as text; null when ok."),
+        _call("latency_s", "double", "Wall-clock seconds of the call."),
+        _call(
+            "started_at",
+            "timestamp[us, tz=UTC]",
+            "When the call started (UTC); null for a recorded row (nothing called).",
+            since=2,
+        ),
+        _call(
+            "ended_at",
+            "timestamp[us, tz=UTC]",
+            "When the call ended (UTC); null for a recorded row.",
+            since=2,
+        ),
+        _call("input_tokens", "int64", "Prompt tokens, when reported."),
+        _call("output_tokens", "int64", "Completion tokens, when reported."),
+        _call("total_tokens", "int64", "Total tokens, when reported."),
+        _call(
+            "transcript", "string", "JSON of the call's transcript (a TargetRun or a WorkflowRun)."
+        ),
+        _call(
+            "cached",
+            "bool",
+            "The call was reused from the run journal, not made again.",
+            nullable=False,
+        ),
+    ),
+)
+
+
+def _item(name: str, kind: Kind, doc: str, get: Getter | None = None, **kw: Any) -> Column:
+    return Column(name, kind, doc, "item", get, **kw)
+
+
+ITEMS = Table(
+    "items",
+    (
+        *_RUN_COLUMNS,
+        _item(
+            "agent",
+            "string",
+            'Result level: "overall" for the whole target, else the agent (executor) name.',
+            lambda batch: batch.extra,
+            nullable=False,
+        ),
+        Column(
+            "item_index",
+            "int64",
+            "Position of the item among this agent's items in the run.",
+            "counted",
+            nullable=False,
+        ),
+        _item("item_id", "string", "EvalItem.item_id."),
+        _item(
+            "item_agent",
+            "string",
+            "EvalItem.agent as set on the item (null for a single agent's items).",
+            _attr("agent"),
+        ),
+        _item(
+            "run_id",
+            "string",
+            'The target call that produced the item (metadata["run_id"]).',
+            _meta("run_id"),
+        ),
+        _item("row_id", "string", 'The dataset row (metadata["row_id"]).', _meta("row_id")),
+        _item("query_index", "int64", "EvalItem.query_index."),
+        _item("repetition", "int64", "EvalItem.repetition."),
+        _item("query", "string", "The query string under the item's split.", _query_response(0)),
+        _item(
+            "response", "string", "The response string under the item's split.", _query_response(1)
+        ),
+        _item(
+            "split",
+            "string",
+            'The item\'s split strategy: "last_turn", "full", "at:N" (a workflow agent\'s item: its conversation cut after the first N messages, what the agent received | what it produced), a custom splitter\'s "module:name", or null for the default (last_turn).',
+            _splits,
+        ),
+        _item(
+            "conversation", "string", "JSON list of the conversation's messages.", _conversations
+        ),
+        _item("expected_output", "string", "The reference answer."),
+        _item("context", "string", "Grounding context."),
+        _item(
+            "expected_tool_calls",
+            "string",
+            "JSON list of the expected tool calls (null: none given).",
+            _expected,
+        ),
+        _item(
+            "tool_definitions",
+            "string",
+            "JSON list of the tool definitions (null: not known).",
+            _tools,
+        ),
+        _item("error_code", "string", "Why the item cannot be evaluated (the target call failed)."),
+        _item("error_message", "string", "What went wrong in the target call."),
+        _item(
+            "has_usage",
+            "bool",
+            "EvalItem.usage was set (it can be set with every value null).",
+            lambda batch: [u is not None for u in batch.memo("usage", lambda: batch.attr("usage"))],
+            nullable=False,
+        ),
+        _item("input_tokens", "int64", "Prompt tokens of the target call.", _usage("input_tokens")),
+        _item(
+            "output_tokens",
+            "int64",
+            "Completion tokens of the target call.",
+            _usage("output_tokens"),
+        ),
+        _item("total_tokens", "int64", "Total tokens of the target call.", _usage("total_tokens")),
+        _item(
+            "latency_s",
+            "double",
+            "Wall-clock seconds of the target call.",
+            _usage("latency_seconds"),
+        ),
+        _item(
+            "metadata",
+            "string",
+            "JSON object of EvalItem.metadata.",
+            lambda batch: list(map(json_text, batch.attr("metadata"))),
+            nullable=False,
+        ),
+    ),
+)
+
+
+def _result(
+    name: str, kind: Kind, doc: str, field: str | None, get: Getter | None = None, **kw: Any
+) -> Column:
+    return Column(name, kind, doc, "result", get or _attr(field or name), field, **kw)
+
+
+def _score(
+    name: str, kind: Kind, doc: str, field: str | None, get: Getter | None = None, **kw: Any
+) -> Column:
+    return Column(name, kind, doc, "score", get or _attr(field or name), field, **kw)
+
+
+SCORES = Table(
+    "scores",
+    (
+        *_RUN_COLUMNS,
+        Column(
+            "provider",
+            "string",
+            'The evaluator provider ("Local", "Microsoft Foundry", ...).',
+            "level",
+            _level(operator.attrgetter("provider")),
+            nullable=False,
+        ),
+        Column(
+            "provider_index",
+            "int64",
+            "Position of the provider in the run's provider list.",
+            "level",
+            _level(operator.attrgetter("provider_index")),
+            nullable=False,
+        ),
+        Column(
+            "eval_run_id",
+            "string",
+            'EvalResults.run_id of this provider and agent (local providers: the eval name; in suite runs it always ends with " ({provider})", however many providers the suite has).',
+            "level",
+            _level(lambda level: level.result.run_id),
+        ),
+        Column(
+            "agent",
+            "string",
+            '"overall" or the agent (executor) name.',
+            "level",
+            _level(operator.attrgetter("agent")),
+            nullable=False,
+        ),
+        Column(
+            "item_index",
+            "int64",
+            "Position of the item in this provider and agent's results.",
+            "counted",
+            nullable=False,
+        ),
+        _result("item_id", "string", "EvalItemResult.item_id.", "item_id", nullable=False),
+        _result(
+            "row_id",
+            "string",
+            'The dataset row the item answered (its metadata["row_id"]).',
+            None,
+            _meta("row_id"),
+            since=3,
+        ),
+        _result(
+            "repetition",
+            "int64",
+            'Which repetition of the row (0-based; its metadata["repetition"]).',
+            None,
+            _meta("repetition"),
+            since=3,
+        ),
+        _result(
+            "item_status",
+            "string",
+            '"pass", "fail", "error" or "errored": the item\'s verdict.',
+            "status",
+            nullable=False,
+        ),
+        _result("item_error_code", "string", "Why the item could not be evaluated.", "error_code"),
+        _result("item_error_message", "string", "What went wrong with the item.", "error_message"),
+        _result(
+            "response_id",
+            "string",
+            "The evaluated response's id, when the provider reports one.",
+            "response_id",
+        ),
+        _result("input_text", "string", "The query text the provider saw.", "input_text"),
+        _result("output_text", "string", "The response text the provider saw.", "output_text"),
+        _result(
+            "item_input_tokens",
+            "int64",
+            "Tokens the item's evaluation used (input).",
+            None,
+            _tokens(0),
+        ),
+        _result(
+            "item_output_tokens",
+            "int64",
+            "Tokens the item's evaluation used (output).",
+            None,
+            _tokens(1),
+        ),
+        _result(
+            "item_total_tokens",
+            "int64",
+            "Tokens the item's evaluation used (total).",
+            None,
+            _tokens(2),
+        ),
+        _result(
+            "item_token_usage_other",
+            "string",
+            "JSON of the item's other token_usage keys ({} for an empty dict).",
+            None,
+            _tokens(3),
+        ),
+        _result(
+            "item_metadata",
+            "string",
+            "JSON object of EvalItemResult.metadata.",
+            "metadata",
+            _jsons("metadata"),
+            decode=_json_object,
+        ),
+        _score(
+            "score_index",
+            "int64",
+            "Position of the metric in the item's scores; null on the one row of an item with no metrics.",
+            None,
+            _score_index,
+        ),
+        _score(
+            "metric",
+            "string",
+            "The metric (check) name; null on the row of an item with no metrics.",
+            "name",
+        ),
+        _score(
+            "evaluator",
+            "string",
+            "The evaluator that produced the metric, when it differs from the metric.",
+            "evaluator",
+        ),
+        _score("score", "double", "The score (null when the metric errored).", "score"),
+        _score("passed", "bool", "The metric's verdict, when it has one.", "passed"),
+        _score("label", "string", "A categorical label.", "label"),
+        _score("rating", "string", "A judge's rating.", "rating"),
+        _score("reason", "string", "Why the metric passed or failed.", "reason"),
+        _score("threshold", "double", "The pass threshold that decided passed.", "threshold"),
+        _score(
+            "status",
+            "string",
+            '"pass", "fail", "error" or "not_applicable" (no verdict and no error).',
+            None,
+            lambda batch: score_statuses(batch.objects),
+        ),
+        _score("error_code", "string", "Why the metric could not be computed.", "error_code"),
+        _score("error_message", "string", "The metric's error, as text.", "error_message"),
+        _score(
+            "diagnostics",
+            "string",
+            "JSON list of {severity, message} notes.",
+            "diagnostics",
+            _notes("diagnostics"),
+            decode=_diagnostics,
+        ),
+        _score(
+            "dimensions",
+            "string",
+            "JSON list of rubric dimensions.",
+            "dimensions",
+            _notes("dimensions"),
+            decode=_rubric,
+        ),
+        _score(
+            "sample",
+            "string",
+            "JSON object of provider-specific detail.",
+            "sample",
+            lambda batch: list(map(_sample_json, batch.attr("sample"))),
+            decode=_sample,
+        ),
+        _score("input_tokens", "int64", "Tokens spent on the metric (input).", None, _tokens(0)),
+        _score("output_tokens", "int64", "Tokens spent on the metric (output).", None, _tokens(1)),
+        _score("total_tokens", "int64", "Tokens spent on the metric (total).", None, _tokens(2)),
+        _score(
+            "token_usage_other",
+            "string",
+            "JSON of the metric's other token_usage keys ({} for an empty dict).",
+            None,
+            _tokens(3),
+        ),
+        _score("latency_s", "double", "Seconds spent computing the metric.", "latency_s"),
+    ),
+)
+
+
+def _row(name: str, kind: Kind, doc: str, **kw: Any) -> Column:
+    return Column(name, kind, doc, "row", field=name, **kw)
+
+
+SUMMARY = Table(
+    "summary",
+    (
+        *_RUN_COLUMNS,
+        _row(
+            "kind",
+            "string",
+            '"result": one row per provider and agent (item counts and EvalResults fields); "metric": one per provider, agent and metric.',
+            nullable=False,
+        ),
+        _row("provider", "string", "The evaluator provider.", nullable=False),
+        _row(
+            "provider_index",
+            "int64",
+            "Position of the provider in the run's provider list.",
+            nullable=False,
+        ),
+        _row("agent", "string", '"overall" or the agent name.', nullable=False),
+        _row(
+            "agent_index",
+            "int64",
+            "0 for overall, then the agents in sub_results order.",
+            nullable=False,
+        ),
+        _row("metric", "string", "The metric; null on result rows."),
+        _row(
+            "n",
+            "int64",
+            "Result rows: items. Metric rows: items scored on the metric, plus items that could not be evaluated at all.",
+            nullable=False,
+        ),
+        _row("passed", "int64", "How many passed.", nullable=False),
+        _row("failed", "int64", "How many failed.", nullable=False),
+        _row(
+            "errored",
+            "int64",
+            "How many could not be evaluated (metric rows: errored metrics plus items with no metrics because they errored).",
+            nullable=False,
+        ),
+        _row(
+            "not_applicable",
+            "int64",
+            "Metric rows: scores with no verdict and no error (0 on result rows).",
+            nullable=False,
+        ),
+        _row(
+            "pass_rate_denominator",
+            "int64",
+            "passed + failed: errored and not_applicable are left out.",
+            nullable=False,
+        ),
+        _row(
+            "pass_rate", "double", "passed / pass_rate_denominator; null when the denominator is 0."
+        ),
+        _row(
+            "score_count",
+            "int64",
+            "Metric rows: non-null scores (0 on result rows).",
+            nullable=False,
+        ),
+        _row("score_mean", "double", "Mean of the non-null scores."),
+        _row("score_min", "double", "Smallest score."),
+        _row("score_max", "double", "Largest score."),
+        _row(
+            "score_std",
+            "double",
+            "Sample standard deviation (n-1) of the scores; null below two scores.",
+        ),
+        _row(
+            "status",
+            "string",
+            'Result rows: EvalResults.status ("partial" when batches disagreed).',
+        ),
+        _row("eval_id", "string", "Result rows: EvalResults.eval_id (of the first batch)."),
+        _row("eval_run_id", "string", "Result rows: EvalResults.run_id (of the first batch)."),
+        _row("report_url", "string", "Result rows: EvalResults.report_url (of the first batch)."),
+        _row(
+            "error",
+            "string",
+            'Result rows: EvalResults.error, the batches\' errors joined with "; ".',
+        ),
+        _row(
+            "result_counts",
+            "string",
+            "Result rows: JSON of EvalResults.result_counts, summed over batches.",
+        ),
+        _row(
+            "per_evaluator",
+            "string",
+            "Result rows: JSON of EvalResults.per_evaluator, summed over batches.",
+        ),
+        Column(
+            "run_started_at",
+            "timestamp[us, tz=UTC]",
+            "When the run started (UTC; manifest.json's started_at), every row.",
+            "run",
+            since=2,
+        ),
+        Column(
+            "run_ended_at",
+            "timestamp[us, tz=UTC]",
+            "When the run's tables were written (UTC; manifest.json's ended_at).",
+            "run",
+            since=2,
+        ),
+    ),
+)
+
+TABLES: dict[str, Table] = {t.name: t for t in (RUNS, ITEMS, SCORES, SUMMARY)}
+"""Every table by name. The writer, the readers and the schemas look a table up here when they
+use it, so a column added to a table here is in all of them."""
+
+
+# -- runs.parquet's record ----------------------------------------------------------------------
+
+RunStatus = Literal["ok", "error"]
+"""``ok``: the target call returned a response; ``error``: it failed (see error_code)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunRecord:
+    """One target call, as a row of ``runs.parquet``."""
+
+    run_id: str
+    """Stable id of the call (the caller's content hash of target, dataset row and repetition)."""
+    query_index: int | None = None
+    """Position of the query in the query set."""
+    repetition: int | None = None
+    """Which repetition (0-based)."""
+    row_id: str | None = None
+    """Id of the dataset row."""
+    target: str | None = None
+    """Identity of the target (agent or workflow)."""
+    status: RunStatus = "ok"
+    """``ok`` or ``error``."""
+    error_code: str | None = None
+    """Why the call failed."""
+    error_message: str | None = None
+    """The failure, as text."""
+    latency_s: float | None = None
+    """Wall-clock seconds."""
+    started_at: datetime | None = None
+    """When the call started (UTC); None for a recording."""
+    ended_at: datetime | None = None
+    """When the call ended (UTC); None for a recording."""
+    input_tokens: int | None = None
+    """Prompt tokens."""
+    output_tokens: int | None = None
+    """Completion tokens."""
+    total_tokens: int | None = None
+    """Total tokens."""
+    transcript: str | None = None
+    """JSON of the transcript (a TargetRun or a WorkflowRun); opaque to the artifacts."""
+    cached: bool = False
+    """Reused from the run journal."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.run_id, str) or not self.run_id:
+            raise ValueError(f"RunRecord.run_id must be a non-empty string, got {self.run_id!r}")
+        if self.status not in ("ok", "error"):
+            raise ValueError(
+                f"RunRecord {self.run_id}: status must be 'ok' or 'error', got {self.status!r}"
+            )
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> RunRecord:
+        """A record from a dict with the column names as keys.
+
+        Raises:
+            ValueError: naming the unknown keys.
+        """
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(
+                f"RunRecord: unknown field(s) {unknown}; the fields are {sorted(known)}"
+            )
+        return cls(**dict(data))
+
+    @classmethod
+    def from_target_run(
+        cls,
+        run: Transcript,
+        *,
+        run_id: str,
+        target: str | None = None,
+        row_id: str | None = None,
+        cached: bool = False,
+        transcript: str | None = None,
+    ) -> RunRecord:
+        """The record of one call (a TargetRun or a WorkflowRun), its transcript being the run's
+        JSON (``transcript``, when the caller serialized it already)."""
+        usage = run.usage
+        return cls(
+            run_id=run_id,
+            row_id=row_id,
+            query_index=run.query_index,
+            repetition=run.repetition,
+            target=target,
+            status="ok" if run.error_code is None else "error",
+            error_code=run.error_code,
+            error_message=run.error_message,
+            latency_s=usage.latency_seconds,
+            started_at=run.started_at,
+            ended_at=run.ended_at,
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
+            total_tokens=usage.total_tokens,
+            transcript=transcript if transcript is not None else run.model_dump_json(fallback=str),
+            cached=cached,
+        )
+
+    def target_run(self) -> TargetRun:
+        """The transcript as a TargetRun (for records of agent calls).
+
+        Raises:
+            ValueError: when the record has no transcript or it is not a TargetRun's JSON.
+        """
+        if self.transcript is None:
+            raise ValueError(f"run {self.run_id} has no transcript")
+        return TargetRun.model_validate_json(self.transcript)
