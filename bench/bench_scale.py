@@ -110,7 +110,7 @@ def _env(src: str | None, home: Path) -> dict[str, str]:
 
 
 def _kept_server(home: Path | None) -> psutil.Process | None:
-    """The PREFECT_HOME's kept Prefect server (evalpipe.pipeline.keeper), when one runs: the run
+    """The PREFECT_HOME's kept Prefect server (evalpipe.pipeline.server), when one runs: the run
     uses it, so its memory is the run's too, though it is not a child of the CLI."""
     if home is None:
         return None
