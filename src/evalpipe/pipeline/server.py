@@ -328,12 +328,15 @@ def _get(url: str, timeout: float) -> bytes:
         return body
 
 
-def _healthy(api_url: str, timeout: float = 5.0) -> bool:
+def _serves(api_url: str, home: str | Path, timeout: float = 5.0) -> bool:
+    """The server at ``api_url`` answers and is the one of PREFECT_HOME ``home`` (its settings say
+    so): a port can change hands between the check that it is free and the bind."""
     try:
-        _get(f"{api_url}/health", timeout)
+        settings = json.loads(_get(f"{api_url}/admin/settings", timeout))
     except (OSError, ValueError):
         return False
-    return True
+    served = settings.get("home") if isinstance(settings, dict) else None
+    return isinstance(served, str) and _same(served, home)
 
 
 def _log_tail(directory: Path, lines: int = 20) -> str:
@@ -407,17 +410,20 @@ def _free(host: str, port: int) -> bool:
     return True
 
 
-def _port(config: _Config) -> int:
+def _port(config: _Config, *, configured: bool = True) -> int:
     """The configured port (Prefect's 4200 unless PREFECT_SERVER_API_PORT says otherwise) when it is
-    free, else one the system gives: a server of another PREFECT_HOME may have the first."""
-    if _free(config.host, config.port):
+    free (and ``configured``), else one the system gives: a server of another PREFECT_HOME may
+    have the first."""
+    if configured and _free(config.host, config.port):
         return config.port
     with socket.socket() as probe:
         probe.bind((config.host, 0))
         return int(probe.getsockname()[1])
 
 
-def _spawn(directory: Path, config: _Config, idle: float) -> ServerInfo:
+def _spawn(
+    directory: Path, config: _Config, idle: float, *, configured_port: bool = True
+) -> ServerInfo:
     """Start ``prefect server start`` for this home (its output to ``server.log``), its pid in
     Prefect's pid file, then the watcher; the server's :class:`ServerInfo` (not yet answering)."""
     log = directory / "server.log"
@@ -429,7 +435,7 @@ def _spawn(directory: Path, config: _Config, idle: float) -> ServerInfo:
     seed = template if database is not None and not database.exists() else None
     if seed is not None and seed.exists() and database and _copy_database(seed, database):
         _say(directory, f"the database was created from the template {seed}")
-    port = _port(config)
+    port = _port(config, configured=configured_port)
     command = [sys.executable, "-m", "prefect", "server", "start"]
     command += ["--host", config.host, "--port", str(port)]
     with log.open("ab") as out:
@@ -560,7 +566,7 @@ def ensure_server() -> Acquired:
         if info is not None:
             deadline = time.monotonic() + unanswered
             while time.monotonic() < deadline:
-                if _healthy(info.api_url, timeout=min(10.0, unanswered)):
+                if _serves(info.api_url, config.home, timeout=min(10.0, unanswered)):
                     return Acquired(info, started=False)
                 if not _alive(info.pid):
                     break
@@ -571,20 +577,27 @@ def ensure_server() -> Acquired:
             )
             _terminate(info.pid, timeout=10.0)
             _forget(directory, info)
-        info = _spawn(directory, config, idle)
-        deadline = time.monotonic() + config.startup_timeout
-        while not _healthy(info.api_url, timeout=5.0):
-            if not _alive(info.pid) or time.monotonic() > deadline:
-                gone = not _alive(info.pid)
-                _terminate(info.pid, timeout=5.0)
-                _forget(directory, info)
-                raise ServerError(
-                    f"the Prefect server for {config.home} "
-                    + ("exited before answering" if gone else "did not answer within ")
-                    + ("" if gone else f"{config.startup_timeout:g} s")
-                    + _log_tail(directory)
-                )
-            time.sleep(_POLL)
+        for attempt in (1, 2):
+            info = _spawn(directory, config, idle, configured_port=attempt == 1)
+            deadline = time.monotonic() + config.startup_timeout
+            while not _serves(info.api_url, config.home):
+                if not _alive(info.pid) or time.monotonic() > deadline:
+                    break
+                time.sleep(_POLL)
+            else:
+                break
+            gone = not _alive(info.pid)
+            _terminate(info.pid, timeout=5.0)
+            _forget(directory, info)
+            if gone and attempt == 1:  # the port may have been taken before it bound: once more
+                _say(directory, f"the server pid {info.pid} exited before answering; again")
+                continue
+            raise ServerError(
+                f"the Prefect server for {config.home} "
+                + ("exited before answering" if gone else "did not answer within ")
+                + ("" if gone else f"{config.startup_timeout:g} s")
+                + _log_tail(directory)
+            )
         template = _template(config)
         database = config.database_file
         # Migrated now: the next new home's start. Saved once per Prefect version.
@@ -592,6 +605,7 @@ def ensure_server() -> Acquired:
         if saved and template is not None and database is not None:
             _copy_database(database, template)
             _say(directory, f"saved the migrated database as the template {template}")
+        assert info is not None  # the loop above broke out with one that answers
         return Acquired(info, started=True, replaced=replaced)
     finally:
         os.close(starting)
@@ -639,7 +653,7 @@ def server_status(home: str | Path | None = None) -> ServerStatus:
     info = ServerInfo.read(directory / "server.json")
     if info is not None and not _alive(info.pid):
         info = None
-    healthy = info is not None and _healthy(info.api_url)
+    healthy = info is not None and _serves(info.api_url, path)
     in_use = info is not None and _in_use(directory)
     return ServerStatus(path, directory, info, healthy, in_use)
 
