@@ -52,7 +52,6 @@ __all__ = [
     "ShardRows",
     "call_columns",
     "forget_run",
-    "keep_listed",
     "register_run",
     "run_job",
     "run_job_blocking",
@@ -196,22 +195,6 @@ def strip_results(result: EvalResults, kept: dict[tuple[str, str], int], listed:
             score.sample = None
     for sub in result.sub_results.values():
         strip_results(sub, kept, listed)
-
-
-def keep_listed(result: EvalResults, kept: dict[tuple[str, str], int], listed: int) -> None:
-    """The run-wide half of ``strip_results`` for a shard's result (stripped with counts of its
-    own shard): the texts of items that did not pass stay only while the run's count (``kept``)
-    is below ``listed``, as stripping the whole run in order keeps them."""
-    level = (result.provider, result.run_id)
-    for item in result.items:
-        if item.is_passed:
-            continue
-        if kept.get(level, 0) < listed:
-            kept[level] = kept.get(level, 0) + 1
-        else:
-            item.input_text = item.output_text = None
-    for sub in result.sub_results.values():
-        keep_listed(sub, kept, listed)
 
 
 def call_columns(plan: RunPlan, outcomes: list[CallOutcome]) -> dict[str, Any]:
