@@ -335,11 +335,15 @@ def test_the_gates_fold_merged_shard_by_shard_is_the_fold_of_the_merged_results(
     heads = merge_results([without_items(shard) for shard in shards])
     merged = merge_results(shards)
     assert heads.items == []
-    assert (heads.passed, heads.failed, heads.errored, heads.status, heads.all_passed) == (
-        merged.passed,
-        merged.failed,
-        merged.errored,
-        merged.status,
-        merged.all_passed,
-    ) == (2, 2, 1, "partial", False)
+    assert (
+        (heads.passed, heads.failed, heads.errored, heads.status, heads.all_passed)
+        == (
+            merged.passed,
+            merged.failed,
+            merged.errored,
+            merged.status,
+            merged.all_passed,
+        )
+        == (2, 2, 1, "partial", False)
+    )
     assert list(heads.sub_results) == ["writer", "critic"]
