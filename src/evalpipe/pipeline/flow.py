@@ -262,9 +262,9 @@ async def finish_task(writer: RunWriter, manifest: dict[str, Any]) -> dict[str, 
 
 @task(name="gate", cache_policy=NO_CACHE, persist_result=False)
 async def gate_task(gate: Gate, fold: GateFold, suite: EvalSuite) -> Any:
-    """Check the suite's gates on the run's fold (every shard folded in as it was written); the ``<suite>-gate`` artifact lists every
-    clause with its value, bound, n and verdict. The task run is Failed when the gate fails (its
-    state's data is the report either way)."""
+    """Check the suite's gates on the run's fold (every shard folded in as it was written); the
+    ``<suite>-gate`` artifact lists every clause with its value, bound, n and verdict. The task
+    run is Failed when the gate fails (its state's data is the report either way)."""
     report = gate.evaluate(fold)
     logger = get_run_logger()
     await acreate_markdown_artifact(
