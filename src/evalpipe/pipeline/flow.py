@@ -581,7 +581,7 @@ async def _execute(
     )
     limits = await provider_limits(plan)
     runner = _task_runner(suite, plan.concurrency)
-    spec = RunSpec.of(plan, suite, listed=FAILURES_LISTED)
+    spec = RunSpec.of(plan, suite)
     calls_done = [0]
     verdicts = Counts()
     calls = CallTally()
