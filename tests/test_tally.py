@@ -10,6 +10,7 @@ from evalpipe.tally import (
     NOT_APPLICABLE,
     CallTally,
     Counts,
+    LevelsFold,
     count_results,
     fold_levels,
     item_status,
@@ -17,6 +18,7 @@ from evalpipe.tally import (
     rate_text,
     score_status,
     summary_rows,
+    without_items,
 )
 from evalpipe.transcripts import RunUsage, TargetRun
 
@@ -286,3 +288,62 @@ def test_the_gates_fold_classifies_each_item_once_by_the_tally_rules() -> None:
     ]
     assert writer.items == 1
     assert writer.metrics == {}
+
+
+def _shard(first: int, statuses: list[str], *, agent: str | None, status: str) -> EvalResults:
+    items = [
+        EvalItemResult(
+            f"r{first + i}",
+            s,
+            [EvalScoreResult("m", float(first + i), passed=s == "pass")]
+            if s != "error"
+            else [EvalScoreResult("m", None, error_code="Timeout")],
+        )
+        for i, s in enumerate(statuses)
+    ]
+    subs = {} if agent is None else {agent: EvalResults(provider="P", items=items[:1])}
+    counts, per_metric = count_results(items)
+    return EvalResults(
+        provider="P",
+        run_id="run",
+        status=status,
+        result_counts=counts,
+        per_evaluator=per_metric,
+        items=items,
+        sub_results=subs,
+    )
+
+
+def test_the_gates_fold_merged_shard_by_shard_is_the_fold_of_the_merged_results() -> None:
+    """LevelsFold.add per shard gives fold_levels(merge_results(shards)): the same levels in the
+    same walk order (an agent first seen in a later shard included), merged statuses, values,
+    labels and errors; without_items keeps the counts merge_results adds up."""
+    shards = [
+        _shard(0, ["pass", "fail"], agent="writer", status="completed"),
+        _shard(2, ["error", "pass"], agent="critic", status="failed"),
+        _shard(4, ["fail"], agent="writer", status="completed"),
+    ]
+    expected = fold_levels([merge_results(shards)])
+    fold = LevelsFold()
+    for shard in shards:
+        fold.add([shard])
+    assert fold.levels == expected
+    assert [level.label for level in fold.levels] == ["", "writer", "critic"]
+    assert fold.levels[0].status == "partial"
+    assert fold.levels[0].metrics["m"].values == [0.0, 1.0, 3.0, 4.0]
+    assert fold.levels[0].errored_on("m") == 1
+    heads = merge_results([without_items(shard) for shard in shards])
+    merged = merge_results(shards)
+    assert heads.items == []
+    assert (
+        (heads.passed, heads.failed, heads.errored, heads.status, heads.all_passed)
+        == (
+            merged.passed,
+            merged.failed,
+            merged.errored,
+            merged.status,
+            merged.all_passed,
+        )
+        == (2, 2, 1, "partial", False)
+    )
+    assert list(heads.sub_results) == ["writer", "critic"]

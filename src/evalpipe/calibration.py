@@ -845,7 +845,7 @@ _OPS: dict[str, Callable[[float, float], bool]] = {
 
 
 def agreement_verdict(
-    results: Sequence[EvalResults],
+    verdicts: Sequence[Verdict],
     *,
     metric: str,
     labels: str | os.PathLike[str] | None,
@@ -856,7 +856,8 @@ def agreement_verdict(
     seed: int = DEFAULT_SEED,
     resamples: int = DEFAULT_RESAMPLES,
 ) -> AgreementVerdict:
-    """The verdict of ``judge_agreement(metric) op bound`` on ``results`` and the labels file.
+    """The verdict of ``judge_agreement(metric) op bound`` on a run's ``verdicts``
+    (:func:`verdicts_of_results` or :func:`verdicts_of_run`) and the labels file.
 
     Fails when there are no labels, when the labels do not fit the run, when fewer than ``min_n``
     items are matched (the interval too wide to say), when κ is undefined, and when κ (of every
@@ -874,9 +875,7 @@ def agreement_verdict(
     try:
         read = read_labels(labels)
         wanted = [x for x in read if x.metric == metric and (agent is None or x.agent == agent)]
-        found = calibrate(
-            verdicts_of_results(results), read, seed=seed, resamples=resamples, source=str(labels)
-        )
+        found = calibrate(verdicts, read, seed=seed, resamples=resamples, source=str(labels))
     except LabelsError as exc:
         return AgreementVerdict(False, None, 0, 0, f"labels unusable: {exc}")
     mine = [c for c in found if c.metric == metric and (agent is None or c.agent == agent)]

@@ -27,12 +27,15 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Self
+from typing import TYPE_CHECKING, Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from evalpipe.results import EvalResults
-from evalpipe.tally import FAIL, PASS, LevelFold, fold_levels
+from evalpipe.tally import FAIL, PASS, LevelFold, LevelsFold, fold_levels
+
+if TYPE_CHECKING:
+    from evalpipe.calibration import Verdict
 
 __all__ = [
     "ACCEPTED_FORMS",
@@ -44,6 +47,7 @@ __all__ = [
     "Comparison",
     "ErrorRate",
     "Gate",
+    "GateFold",
     "GateReport",
     "GateSyntaxError",
     "JudgeAgreement",
@@ -850,17 +854,54 @@ class Gate:
     def __str__(self) -> str:
         return " & ".join(f"({c})" for c in self.clauses)
 
-    def evaluate(self, results: EvalResults | Sequence[EvalResults]) -> GateReport:
-        """Every clause's verdict on ``results``; passed when all hold (and there is one)."""
-        listed = [results] if isinstance(results, EvalResults) else list(results)
-        levels = fold_levels(listed)  # once, for every clause that is a fold of it
-        outcomes = [
-            clause.read(levels) if isinstance(clause, _Folded) else clause.evaluate(listed)
-            for clause in self.clauses
-        ]
+    def evaluate(self, results: EvalResults | Sequence[EvalResults] | GateFold) -> GateReport:
+        """Every clause's verdict on ``results`` (or on a run folded shard by shard: a
+        ``GateFold``); passed when all hold (and there is one)."""
+        listed: list[EvalResults] | None = None
+        if isinstance(results, GateFold):
+            fold = results
+        else:
+            listed = [results] if isinstance(results, EvalResults) else list(results)
+            fold = GateFold(self)
+            fold.add(listed)
+        levels = fold.levels.levels  # once, for every clause that is a fold of it
+        outcomes = []
+        for clause in self.clauses:
+            if isinstance(clause, _Folded):
+                outcomes.append(clause.read(levels))
+            elif isinstance(clause, JudgeAgreement):
+                outcomes.append(clause.judge(fold.verdicts or []))
+            elif listed is not None:
+                outcomes.append(clause.evaluate(listed))
+            else:
+                raise TypeError(
+                    f"{type(clause).__name__} reads results, not a run's fold: {clause}"
+                )
         return GateReport(
             passed=bool(outcomes) and all(o.passed for o in outcomes), clauses=outcomes
         )
+
+
+class GateFold:
+    """What a gate reads of a run, folded batch by batch (a flow's shards) so the run keeps no
+    item results: the tally's fold (``tally.LevelsFold``) for the clauses that are folds of it, and
+    the run's verdicts for ``judge_agreement`` (kept only when the gate has that clause)."""
+
+    __slots__ = ("levels", "verdicts")
+
+    def __init__(self, gate: Gate) -> None:
+        self.levels = LevelsFold()
+        self.verdicts: list[Verdict] | None = (
+            [] if any(isinstance(c, JudgeAgreement) for c in gate) else None
+        )
+
+    def add(self, results: Sequence[EvalResults]) -> None:
+        """Fold in one batch's results (``results[p]``: provider ``p``'s)."""
+        self.levels.add(results)
+        if self.verdicts is not None:
+            from evalpipe.calibration import verdicts_of_results  # lazy: scipy, judge_agreement
+
+            self.verdicts += verdicts_of_results(results)
 
 
 def _flatten(specs: Iterable[Any]) -> Iterator[Clause]:
@@ -881,13 +922,14 @@ def _flatten(specs: Iterable[Any]) -> Iterator[Clause]:
 
 def evaluate_gates(
     gates: Gate | Clause | Iterable[Clause | Gate | str | Mapping[str, Any]],
-    results: EvalResults | Sequence[EvalResults],
+    results: EvalResults | Sequence[EvalResults] | GateFold,
 ) -> GateReport:
-    """Evaluate a gate on a run's results (one EvalResults per provider).
+    """Evaluate a gate on a run's results (one EvalResults per provider, or a ``GateFold``).
 
     Args:
         gates: a Gate, a clause, or a list of clauses, gates and clause texts (as in YAML).
-        results: what ``evaluate_agent`` returned (or one EvalResults).
+        results: what ``evaluate_agent`` returned (or one EvalResults), or the run folded
+            shard by shard (``GateFold(gate)``, ``add`` each shard's results).
 
     Raises:
         GateSyntaxError: for a clause text that cannot be parsed.
@@ -1175,10 +1217,16 @@ class JudgeAgreement(Clause):
         return f"judge_agreement({_name(self.metric)}{options}) {self.op} {_num(self.threshold)}"
 
     def evaluate(self, results: Sequence[EvalResults]) -> ClauseResult:
+        from evalpipe.calibration import verdicts_of_results  # lazy: scipy, only for this clause
+
+        return self.judge(verdicts_of_results(results))
+
+    def judge(self, verdicts: Sequence[Verdict]) -> ClauseResult:
+        """This clause's verdict on a run's verdicts (``calibration.verdicts_of_results``)."""
         from evalpipe.calibration import agreement_verdict  # lazy: scipy, only for this clause
 
         verdict = agreement_verdict(
-            results,
+            verdicts,
             metric=self.metric,
             labels=self.labels,
             op=self.op,

@@ -42,6 +42,7 @@ __all__ = [
     "ItemErrors",
     "ItemStatus",
     "LevelFold",
+    "LevelsFold",
     "MetricFold",
     "ScoreStatus",
     "SummaryRow",
@@ -58,6 +59,7 @@ __all__ = [
     "score_status",
     "score_statuses",
     "summary_rows",
+    "without_items",
 ]
 
 OVERALL: Final = "overall"
@@ -901,17 +903,73 @@ class LevelFold:
         return fold.errored_scored + self.errored_items - fold.error_items_named
 
 
+@dataclass(slots=True)
+class _Node:
+    level: LevelFold
+    statuses: list[str]
+    children: dict[str, _Node] = field(default_factory=dict)
+
+
+class LevelsFold:
+    """A run's results folded per provider and level as they come, batch by batch (a flow's
+    shards): ``add`` each batch's results (one per provider, in the providers' order); ``levels``
+    is then what ``fold_levels`` of the merged results would be, without keeping any item."""
+
+    __slots__ = ("_tops",)
+
+    def __init__(self) -> None:
+        self._tops: list[_Node] = []
+
+    def add(self, results: Sequence[EvalResults]) -> None:
+        """Fold in one batch's results (``results[p]``: provider ``p``'s)."""
+        for index, result in enumerate(results):
+            if index == len(self._tops):
+                self._tops.append(_Node(LevelFold("", result.provider, result.status), []))
+            self._add(self._tops[index], result)
+
+    def _add(self, node: _Node, result: EvalResults) -> None:
+        node.statuses.append(result.status)
+        node.level.status = _merged_status(node.statuses)
+        node.level.add(result)
+        for key, sub in result.sub_results.items():
+            child = node.children.get(key)
+            if child is None:
+                child = node.children[key] = _Node(LevelFold(key, sub.provider, sub.status), [])
+            self._add(child, sub)
+
+    @property
+    def levels(self) -> list[LevelFold]:
+        """Every level, in the merged results' walk order (sub-results first-seen)."""
+        out: list[LevelFold] = []
+
+        def walk(node: _Node) -> None:
+            out.append(node.level)
+            for child in node.children.values():
+                walk(child)
+
+        for top in self._tops:
+            walk(top)
+        return out
+
+
 def fold_levels(results: Sequence[EvalResults]) -> list[LevelFold]:
     """Every provider's results folded per level (sub-results at any depth), in walk order."""
-    out: list[LevelFold] = []
+    fold = LevelsFold()
+    fold.add(results)
+    return fold.levels
 
-    def walk(label: str, result: EvalResults) -> None:
-        level = LevelFold(label, result.provider, result.status)
-        level.add(result)
-        out.append(level)
-        for key, sub in result.sub_results.items():
-            walk(key, sub)
 
-    for result in results:
-        walk("", result)
-    return out
+def without_items(result: EvalResults) -> EvalResults:
+    """``result`` and its sub-results without their items: the counts, statuses, run ids and
+    errors ``merge_results`` adds up, for a run that does not keep its items."""
+    return EvalResults(
+        provider=result.provider,
+        eval_id=result.eval_id,
+        run_id=result.run_id,
+        status=result.status,
+        result_counts=result.result_counts,
+        report_url=result.report_url,
+        error=result.error,
+        per_evaluator=result.per_evaluator,
+        sub_results={key: without_items(sub) for key, sub in result.sub_results.items()},
+    )

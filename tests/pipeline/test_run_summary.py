@@ -57,7 +57,8 @@ def test_the_summary_of_a_real_run_rebuilds_no_item(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """`evalpipe run` of 30 items (14 failing) prints every count and the first 5 failures while
-    rebuilding no EvalItem and no EvalItemResult, reading in full only the 5 listed rows."""
+    rebuilding no EvalItem and no EvalItemResult, reading in full only the listed rows: the
+    failures artifact's 14 (up to FAILURES_LISTED) and the summary's 5."""
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv("COLUMNS", "160")
@@ -71,7 +72,8 @@ def test_the_summary_of_a_real_run_rebuilds_no_item(
     during.subtract(before)
     assert during["items"] == 0
     assert during["item_results"] == 0
-    assert during["not_passed_rows"] == 5  # one metric: one row per listed failure
+    # one metric: one row per listed failure, the artifact's 14 then the summary's 5
+    assert during["not_passed_rows"] == 14 + 5
     out = capsys.readouterr().out
     assert "16 passed, 14 failed, 0 errored of 30 items" in out
     assert "14 of 30 items did not pass; the first 5:" in out

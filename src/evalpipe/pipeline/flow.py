@@ -38,12 +38,11 @@ from prefect.tasks import exponential_backoff
 from prefect.utilities.annotations import quote
 from prefect.utilities.urls import url_for
 
-from evalpipe._internal.shared_scores import ScoreTable, share_scores
 from evalpipe.artifacts import RunWriter, baseline_of
 from evalpipe.artifacts.history import join
 from evalpipe.artifacts.storage import publish
 from evalpipe.evaluators.base import close_providers
-from evalpipe.gates import evaluate_gates
+from evalpipe.gates import Gate, GateFold
 from evalpipe.pipeline.limits import provider_limits
 from evalpipe.pipeline.params import resolve_suite, suite_label
 from evalpipe.pipeline.prefect_artifacts import (
@@ -62,7 +61,6 @@ from evalpipe.pipeline.shards import (
     ShardJob,
     ShardRows,
     forget_run,
-    keep_listed,
     register_run,
     run_job,
     run_job_blocking,
@@ -78,7 +76,7 @@ from evalpipe.runner.prepare import prepare_suite
 from evalpipe.runner.state import RunLock, RunLockedError, StorageError, is_remote, local_base
 from evalpipe.secrets import Scrubber, mask
 from evalpipe.suite import EvalSuite, SuiteError, shared_evaluators
-from evalpipe.tally import CallTally, Counts, merge_results
+from evalpipe.tally import CallTally, Counts, merge_results, without_items
 
 __all__ = [
     "MAX_SHARD_TASKS",
@@ -263,11 +261,11 @@ async def finish_task(writer: RunWriter, manifest: dict[str, Any]) -> dict[str, 
 
 
 @task(name="gate", cache_policy=NO_CACHE, persist_result=False)
-async def gate_task(plan: RunPlan, results: list[EvalResults], suite: EvalSuite) -> Any:
-    """Check the suite's gates on the merged results; the ``<suite>-gate`` artifact lists every
-    clause with its value, bound, n and verdict. The task run is Failed when the gate fails (its
-    state's data is the report either way)."""
-    report = evaluate_gates(list(plan.gates), results)
+async def gate_task(gate: Gate, fold: GateFold, suite: EvalSuite) -> Any:
+    """Check the suite's gates on the run's fold (every shard folded in as it was written); the
+    ``<suite>-gate`` artifact lists every clause with its value, bound, n and verdict. The task
+    run is Failed when the gate fails (its state's data is the report either way)."""
+    report = gate.evaluate(fold)
     logger = get_run_logger()
     await acreate_markdown_artifact(
         key=f"{artifact_key(suite.name)}-gate",
@@ -583,11 +581,9 @@ async def _execute(
     )
     limits = await provider_limits(plan)
     runner = _task_runner(suite, plan.concurrency)
-    spec = RunSpec.of(plan, suite, listed=FAILURES_LISTED)
+    spec = RunSpec.of(plan, suite)
     calls_done = [0]
     verdicts = Counts()
-    texts_kept: dict[tuple[str, str], int] = {}
-    scores_kept = ScoreTable()  # equal kept scores are one object (the gate and failures read them)
     calls = CallTally()
     progress_lock = asyncio.Lock()
     write_lock = asyncio.Lock()
@@ -601,7 +597,11 @@ async def _execute(
     )
     finished: dict[int, ShardRows] = {}
     next_to_write = 0
-    kept: list[list[EvalResults]] = [[] for _ in plan.providers]
+    # What the run keeps of its results: each provider's counts and statuses (no items), and
+    # the gate's fold of every shard.
+    heads: list[list[EvalResults]] = [[] for _ in plan.providers]
+    gate = Gate(plan.gates)
+    fold = GateFold(gate) if plan.gates else None
     finished_shards = 0
     shards: list[tuple[Call, ...]] = []
     timings: dict[str, float] = {"prepare_s": time.perf_counter() - started}
@@ -611,8 +611,8 @@ async def _execute(
         _notify("calls", calls_done[0], len(plan.calls))
 
     async def write(rows: ShardRows) -> None:
-        """One shard's rows written, its calls and verdicts counted, its results kept for the
-        gate and the failures (the write lock is held)."""
+        """One shard's rows written, its calls and verdicts counted, its results folded for the
+        gate and their counts kept (the write lock is held)."""
         calls.merge(rows.calls)
         # Off the event loop: Parquet encoding would stall the calls still in flight.
         await asyncio.to_thread(_write, writer, rows)
@@ -621,10 +621,10 @@ async def _execute(
         verdicts.errored += rows.verdicts.errored
         for stage in ("passed", "failed", "errored"):
             _notify(stage, getattr(verdicts, stage), len(plan.calls))
+        if fold is not None:
+            fold.add(rows.results)
         for p, r in enumerate(rows.results):
-            keep_listed(r, texts_kept, FAILURES_LISTED)
-            share_scores(r, scores_kept)
-            kept[p].append(r)
+            heads[p].append(without_items(r))
 
     async def write_ready() -> None:
         """Every shard that can be written now, in shard order, whatever order they finish in."""
@@ -721,7 +721,7 @@ async def _execute(
         logger.error("%s", stopped)
         return _incomplete(stopped)
     timings["calls_and_evaluation_s"] = time.perf_counter() - started - timings["prepare_s"]
-    merged = [merge_results(parts) for parts in kept if parts]
+    merged = [merge_results(parts) for parts in heads if parts]
     logger.info("%s", CallTally.text(calls.as_dict()))
     for result in merged:
         logger.info(
@@ -733,8 +733,8 @@ async def _execute(
             result.total,
         )
     report = None
-    if plan.gates:
-        gate_state = await cast(Any, gate_task(_q(plan), _q(merged), _q(suite), return_state=True))
+    if fold is not None:
+        gate_state = await cast(Any, gate_task(_q(gate), _q(fold), _q(suite), return_state=True))
         report = await gate_state.aresult(raise_on_failure=False)
         if isinstance(report, BaseException):  # the gate itself raised: the run is not finished
             raise report
@@ -780,7 +780,8 @@ async def _execute(
             acreate_markdown_artifact(
                 key=f"{key}-failures",
                 markdown=failures_markdown(
-                    merged,
+                    run_path,
+                    rows,
                     FAILURES_LISTED,
                     rest=f"every item is in {destination or run_path}/scores.parquet and in the report",
                 ),

@@ -3,6 +3,7 @@ gate event automations react to. Every number comes from the tally (``evalpipe.t
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -10,8 +11,8 @@ from typing import Any
 from prefect.events import emit_event
 from prefect.runtime import deployment, flow_run
 
+from evalpipe.artifacts import read_not_passed
 from evalpipe.escape import markdown, table_cell
-from evalpipe.results import EvalResults
 from evalpipe.suite import EvalSuite
 from evalpipe.tally import SummaryRow, rate_text
 from evalpipe.view.urls import configured_view_url, run_url
@@ -85,35 +86,35 @@ def _short(text: str | None) -> str:
 
 
 def failures_markdown(
-    results: Sequence[EvalResults], limit: int = FAILURES_LISTED, *, rest: str | None = None
+    run_dir: str | os.PathLike[str],
+    rows: Sequence[SummaryRow],
+    limit: int = FAILURES_LISTED,
+    *,
+    rest: str | None = None,
 ) -> str:
-    """The items that did not pass, with why, their query and their response shortened (at most
-    ``limit``; then how many more, and ``rest``: where they all are).
+    """The items of a finished run directory that did not pass, with why, their query and their
+    response shortened (at most ``limit``, read with ``read_not_passed``; then how many more, of
+    the ``failed + errored`` items the tally counted in ``rows``, the run's summary rows, and
+    ``rest``: where they all are).
 
     Ids, names, queries, responses and reasons are untrusted text: escaped with
     :func:`evalpipe.escape.markdown`, never put in a code span (a backtick in the text would close
     it)."""
     lines = ["# Items that did not pass", ""]
-    count = 0
-    for res in results:
-        for level in res.iter_results():
-            for item in level.items:
-                if item.is_passed:
-                    continue
-                count += 1
-                if count > limit:
-                    continue
-                why = item.error_message or "; ".join(
-                    f"{s.name}: {(s.reason or 'failed').splitlines()[0]}"
-                    for s in item.scores
-                    if s.passed is False
-                )
-                lines.append(
-                    f"- {markdown(item.item_id, 200)} **{item.status}** ({markdown(level.provider)}"
-                    f", {markdown(level.run_id)}): {markdown(why)}"
-                )
-                lines.append(f"  - query: {markdown(_short(item.input_text))}")
-                lines.append(f"  - response: {markdown(_short(item.output_text))}")
+    results = [row for row in rows if row.kind == "result"]
+    count = sum(row.failed + row.errored for row in results)
+    provider = {row.eval_run_id or "": row.provider for row in results}
+    listed = 0
+    for level, items in read_not_passed(run_dir, limit=limit).items():
+        for item in items[: limit - listed]:
+            listed += 1
+            lines.append(
+                f"- {markdown(item['item_id'], 200)} **{item['item_status']}** "
+                f"({markdown(provider.get(level, ''))}, {markdown(level)}): "
+                f"{markdown(item['why'])}"
+            )
+            lines.append(f"  - query: {markdown(_short(item['input_text']))}")
+            lines.append(f"  - response: {markdown(_short(item['output_text']))}")
     if count == 0:
         lines.append("Every item passed.")
     elif count > limit:

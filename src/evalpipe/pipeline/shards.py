@@ -52,7 +52,6 @@ __all__ = [
     "ShardRows",
     "call_columns",
     "forget_run",
-    "keep_listed",
     "register_run",
     "run_job",
     "run_job_blocking",
@@ -100,11 +99,9 @@ class RunSpec:
     one's journal would not know the calls its other workers finished)."""
     suite: EvalSuite
     skeleton: RunPlan
-    listed: int
-    """How many items that did not pass keep their texts, per result (the failures artifact's)."""
 
     @classmethod
-    def of(cls, plan: RunPlan, suite: EvalSuite, *, listed: int) -> RunSpec:
+    def of(cls, plan: RunPlan, suite: EvalSuite) -> RunSpec:
         """The spec of a prepared suite plan."""
         skeleton = replace(
             plan,
@@ -120,7 +117,6 @@ class RunSpec:
             key=f"{plan.run_dir}|{suite.fingerprint()}|{uuid.uuid4().hex}",
             suite=suite,
             skeleton=skeleton,
-            listed=listed,
         )
 
 
@@ -179,39 +175,18 @@ class ShardRows:
     n_calls: int
 
 
-def strip_results(result: EvalResults, kept: dict[tuple[str, str], int], listed: int) -> None:
+def strip_results(result: EvalResults) -> None:
     """Drop what is written already and not needed for the gate and the summary (the items' input
-    items, texts, metadata and samples), so a long run does not hold every transcript in memory.
-    The query and response of the first ``listed`` items of each result that did not pass stay,
-    for the failures artifact (``kept`` counts them per provider and result)."""
+    items, texts, metadata and samples), so a long run does not hold every transcript in memory
+    (the failures artifact reads the queries and responses from the run directory)."""
     result.input_items = []
-    level = (result.provider, result.run_id)
     for item in result.items:
-        if not item.is_passed and kept.get(level, 0) < listed:
-            kept[level] = kept.get(level, 0) + 1
-        else:
-            item.input_text = item.output_text = None
+        item.input_text = item.output_text = None
         item.metadata = None
         for score in item.scores:
             score.sample = None
     for sub in result.sub_results.values():
-        strip_results(sub, kept, listed)
-
-
-def keep_listed(result: EvalResults, kept: dict[tuple[str, str], int], listed: int) -> None:
-    """The run-wide half of ``strip_results`` for a shard's result (stripped with counts of its
-    own shard): the texts of items that did not pass stay only while the run's count (``kept``)
-    is below ``listed``, as stripping the whole run in order keeps them."""
-    level = (result.provider, result.run_id)
-    for item in result.items:
-        if item.is_passed:
-            continue
-        if kept.get(level, 0) < listed:
-            kept[level] = kept.get(level, 0) + 1
-        else:
-            item.input_text = item.output_text = None
-    for sub in result.sub_results.values():
-        keep_listed(sub, kept, listed)
+        strip_results(sub)
 
 
 def call_columns(plan: RunPlan, outcomes: list[CallOutcome]) -> dict[str, Any]:
@@ -314,10 +289,10 @@ async def run_job(spec: RunSpec, job: ShardJob, run: _Run | None = None) -> Shar
         scope=scope,
     )
     # Off the event loop: encoding is the shard's CPU, and other shards' calls are in flight.
-    return await asyncio.to_thread(_rows, plan, job, shard, spec.listed)
+    return await asyncio.to_thread(_rows, plan, job, shard)
 
 
-def _rows(plan: RunPlan, job: ShardJob, shard: ShardResult, listed: int) -> ShardRows:
+def _rows(plan: RunPlan, job: ShardJob, shard: ShardResult) -> ShardRows:
     """A finished shard's answer: its rows encoded, its results stripped, its calls counted."""
     tally = CallTally()
     for outcome in shard.outcomes:
@@ -327,9 +302,8 @@ def _rows(plan: RunPlan, job: ShardJob, shard: ShardResult, listed: int) -> Shar
     encoded = encoder.results(shard.results, SummaryTally().check(shard.results))
     encoded.runs = runs
     verdicts = call_verdicts(shard.results)
-    kept: dict[tuple[str, str], int] = {}
     for result in shard.results:
-        strip_results(result, kept, listed)
+        strip_results(result)
     return ShardRows(
         index=job.index,
         encoded=encoded,
