@@ -1,11 +1,12 @@
-"""What the view's pages show, read from run directories with pyarrow.
+"""What the view's pages show, read from run directories.
 
 Runs are found with ``evalpipe.artifacts.find_runs`` and looked up by their suite and run name
 among what it found: a request never names a path, so nothing outside the served directory can be
-reached. A run's sample table is an index of small columns (no text) built once per run and kept
-(finished runs are never rewritten); filtering, sorting and paging happen on that index, and only
-the rows of a page have their query and response read, from the row groups that hold them. The
-report's numbers come from ``evalpipe.report`` (one home for the statistics and the comparison).
+reached. A run's sample table is an index of small columns (no text), a DuckDB table built once per
+run from items.parquet and scores.parquet and kept (finished runs are never rewritten); filtering,
+sorting and paging are SQL over that index, and only the rows of a page have their query and
+response read, from the row groups that hold them. The report's numbers come from
+``evalpipe.report`` (one home for the statistics and the comparison).
 """
 
 from __future__ import annotations
@@ -20,13 +21,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Generic, TypeVar
 
-import numpy as np
+import duckdb
 import pyarrow as pa  # type: ignore[import-untyped, unused-ignore]
-import pyarrow.compute as pc  # type: ignore[import-untyped, unused-ignore]
 import pyarrow.parquet as pq  # type: ignore[import-untyped, unused-ignore]
 
-from evalpipe._internal.arrow import numpy_of
-from evalpipe.artifacts import FILES, RunInfo, find_runs, read_manifest, read_table
+from evalpipe.artifacts import FILES, RunInfo, dataset, find_runs, read_manifest, read_table
 from evalpipe.artifacts.writer import resolve_filesystem
 from evalpipe.report.compare import Comparison, compare_runs
 from evalpipe.report.data import (
@@ -34,7 +33,6 @@ from evalpipe.report.data import (
     RunReport,
     load_report_data,
     message_views,
-    row_key,
     score_view,
 )
 
@@ -65,50 +63,6 @@ LISTING_TTL_S = 2.0
 _RANK = {"pass": 0, "fail": 1, "error": 2, "errored": 3}
 METRIC_STATUSES = ("pass", "fail", "error", "not_applicable")
 """A metric's statuses (scores.parquet's ``status``)."""
-
-
-def _positions(scores: Any, items: Any, table: Any) -> Any:
-    """scores with each row's item position in items.parquet (``_pos``), rows of no item dropped.
-
-    A provider's item_index is the item's position among its agent's items (the writer keeps
-    items in order), so the join is on integers; the item ids are checked, and when they do not
-    agree (results in another order) the join is on (agent, item_id)."""
-    keys = pa.table(
-        {
-            "agent": table["agent"],
-            "item_index": items["item_index"],
-            "_pos": table["_pos"],
-            "_item_id": table["item_id"],
-        }
-    )
-    joined = scores.join(keys, keys=["agent", "item_index"], join_type="inner")
-    same = len(joined) == len(scores) and bool(
-        pc.all(pc.equal(joined["item_id"], joined["_item_id"])).as_py()
-    )
-    if not same:
-        keys = table.select(["agent", "item_id", "_pos"])
-        joined = scores.join(keys, keys=["agent", "item_id"], join_type="inner")
-    return joined.drop_columns([c for c in ("_item_id",) if c in joined.column_names]).sort_by(
-        "_spos"
-    )
-
-
-def _sort_indices(table: Any, keys: Sequence[tuple[str, str]]) -> Any:
-    """The order of ``table`` by ``keys``, nulls last (pyarrow 25 takes the placement per key;
-    older versions, once for all keys)."""
-    try:
-        return pc.sort_indices(table, sort_keys=[(c, o, "at_end") for c, o in keys])
-    except (TypeError, ValueError, pa.ArrowInvalid):
-        return pc.sort_indices(table, sort_keys=list(keys), null_placement="at_end")
-
-
-def _sums(pos: Any, column: Any, n: int, dtype: Any) -> Any:
-    """Per item position: the sum of ``column``'s non-null values, null where there are none."""
-    valid = numpy_of(pc.is_valid(column), bool)
-    values = numpy_of(pc.fill_null(column, 0), np.float64)
-    total = np.bincount(pos[valid], weights=values[valid], minlength=n)
-    count = np.bincount(pos[valid], minlength=n)
-    return pa.array(total.astype(dtype), mask=count == 0)
 
 
 class NotFound(LookupError):
@@ -319,122 +273,149 @@ def _take(
     return [found[p] for p in positions]
 
 
+_RANK_SQL = "CASE item_status WHEN 'pass' THEN 0 WHEN 'fail' THEN 1 WHEN 'error' THEN 2 ELSE 3 END"
+_METRICS_SQL = """
+CREATE TABLE metric_columns AS
+SELECT provider, metric, row_number() OVER (ORDER BY provider_index, first) - 1 AS k
+FROM (SELECT provider_index, provider, metric, min(_spos) AS first FROM score_rows
+      WHERE metric IS NOT NULL GROUP BY ALL)
+ORDER BY k
+"""
+"""Each (provider, metric) of the run, in provider order, then in order of first appearance."""
+
+_INDEX_SQL = """
+CREATE TABLE idx AS
+SELECT i._pos, i.agent, i.item_id, i.row, i.repetition, i.latency_s, i.tokens,
+       per.* EXCLUDE (_pos)
+FROM item_rows i LEFT JOIN (
+    SELECT _pos,
+           max({rank}) AS _rank,
+           CAST(sum(total_tokens) AS BIGINT) AS judge_tokens,
+           sum(latency_s) AS judge_latency_s{metrics}
+    FROM score_rows LEFT JOIN metric_columns USING (provider, metric) GROUP BY _pos
+) per USING (_pos)
+ORDER BY i._pos
+"""
+"""One row per item: its verdict (``_rank``, its rows' worst item status), judge tokens and
+seconds summed, and per metric column ``k`` the status and score of its first row."""
+
+_METRIC_COLUMN_SQL = """,
+           first(CASE WHEN status IN ('pass', 'fail', 'error', 'not_applicable') THEN status END
+                 ORDER BY _spos) FILTER (WHERE k = {k}) AS m{k}_status,
+           first(CAST(score AS DOUBLE) ORDER BY _spos) FILTER (WHERE k = {k}) AS m{k}"""
+
+_ITEM_ROWS_SQL = """
+CREATE TABLE item_rows AS
+SELECT row_number() OVER () - 1 AS _pos, agent, item_id AS _id, coalesce(item_id, '') AS item_id,
+       CASE WHEN row_id IS NOT NULL THEN row_id
+            ELSE 'query ' || CAST(coalesce(query_index, -1) AS VARCHAR) END AS row,
+       coalesce(repetition, 0) AS repetition, latency_s, total_tokens AS tokens
+FROM items
+"""
+"""items.parquet's small columns, with each item's position in the file (``_pos``)."""
+
+_SCORE_ROWS_SQL = """
+CREATE TABLE score_rows AS
+SELECT s._spos, i._pos, s.provider_index, s.provider, s.metric, s.status, s.item_status,
+       s.score, s.total_tokens, s.latency_s, s.agent, s.item_id
+FROM (SELECT *, row_number() OVER () - 1 AS _spos FROM scores) s
+JOIN item_rows i ON s.agent = i.agent AND s.item_id = i._id
+ORDER BY s._spos
+"""
+"""scores.parquet's rows of an item of items.parquet (on agent and item id), with their position
+in the file (``_spos``) and their item's (``_pos``)."""
+
+
 class SampleIndex:
     """A run's items with their verdict, each metric's status and score, latency and tokens (the
     target's and the judges'), and where each item's rows are in items.parquet and
-    scores.parquet; no text column."""
+    scores.parquet, as DuckDB tables (no text column) built once; the sample table is a query
+    over them."""
 
     def __init__(self, location: str) -> None:
         self.location = location
-        items = read_table(
-            location,
+        self._lock = threading.Lock()
+        con = duckdb.connect(":memory:")
+        self._con = con
+        con.register(
             "items",
-            columns=[
-                "agent",
-                "item_index",
-                "item_id",
-                "row_id",
-                "query_index",
-                "repetition",
-                "latency_s",
-                "total_tokens",
-            ],
+            read_table(
+                location,
+                "items",
+                columns=[
+                    "agent",
+                    "item_id",
+                    "row_id",
+                    "query_index",
+                    "repetition",
+                    "latency_s",
+                    "total_tokens",
+                ],
+            ),
         )
-        scores = read_table(
-            location,
+        con.register(
             "scores",
-            columns=[
-                "provider",
-                "provider_index",
-                "agent",
-                "item_index",
-                "item_id",
-                "item_status",
-                "metric",
-                "status",
-                "score",
-                "total_tokens",
-                "latency_s",
-            ],
+            read_table(
+                location,
+                "scores",
+                columns=[
+                    "provider",
+                    "provider_index",
+                    "agent",
+                    "item_id",
+                    "item_status",
+                    "metric",
+                    "status",
+                    "score",
+                    "total_tokens",
+                    "latency_s",
+                ],
+            ),
         )
-        n = len(items)
-        table = pa.table(
-            {
-                "_pos": pa.array(np.arange(n, dtype=np.int64)),
-                "agent": items["agent"],
-                "item_id": pc.fill_null(items["item_id"], ""),
-                "row": row_key(items),
-                "repetition": pc.fill_null(items["repetition"], 0),
-                "latency_s": items["latency_s"],
-                "tokens": items["total_tokens"],
-            }
-        )
-        # each score row's item position: one join on the string keys, then integer work
-        scores = scores.append_column("_spos", pa.array(np.arange(len(scores), dtype=np.int64)))
-        scores = _positions(scores, items, table)
-        pos = numpy_of(scores["_pos"], np.int64)
-        rank = numpy_of(
-            pc.fill_null(pc.index_in(scores["item_status"], pa.array(list(_RANK))), 3), np.int64
-        )
-        worst = np.full(n, -1, dtype=np.int64)
-        np.maximum.at(worst, pos, rank)
-        columns: dict[str, Any] = {
-            "_rank": pa.array(worst, mask=worst < 0),
-            "judge_tokens": _sums(pos, scores["total_tokens"], n, np.int64),
-            "judge_latency_s": _sums(pos, scores["latency_s"], n, np.float64),
-        }
-        metric = scores["metric"]
-        scored = pc.is_valid(metric)
-        pairs = (
-            scores.filter(scored)
-            .group_by(["provider_index", "provider", "metric"], use_threads=False)
-            .aggregate([("_spos", "min")])
-            .sort_by([("provider_index", "ascending"), ("_spos_min", "ascending")])
-            .to_pylist()
-        )
-        names = [p["metric"] for p in pairs]
-        status_codes = numpy_of(
-            pc.fill_null(pc.index_in(scores["status"], pa.array(list(METRIC_STATUSES))), -1),
-            np.int64,
-        )
-        values = numpy_of(scores["score"], np.float64)
-        self.metrics: list[MetricColumn] = []
-        for i, p in enumerate(pairs):
-            label = (
-                p["metric"] if names.count(p["metric"]) == 1 else f"{p['metric']} ({p['provider']})"
+        con.execute(_ITEM_ROWS_SQL)
+        con.execute(_SCORE_ROWS_SQL)
+        con.unregister("items")
+        con.unregister("scores")
+        con.execute(_METRICS_SQL)
+        pairs = con.execute("SELECT provider, metric, k FROM metric_columns ORDER BY k").fetchall()
+        names = [metric for _, metric, _ in pairs]
+        self.metrics: list[MetricColumn] = [
+            MetricColumn(
+                f"m{k}",
+                provider,
+                metric,
+                metric if names.count(metric) == 1 else f"{metric} ({provider})",
             )
-            column = MetricColumn(f"m{i}", p["provider"], p["metric"], label)
-            self.metrics.append(column)
-            hit = numpy_of(
-                pc.fill_null(
-                    pc.and_(
-                        pc.equal(scores["provider"], p["provider"]), pc.equal(metric, p["metric"])
-                    ),
-                    False,
-                ),
-                bool,
+            for provider, metric, k in pairs
+        ]
+        con.execute(
+            _INDEX_SQL.format(
+                rank=_RANK_SQL,
+                metrics="".join(_METRIC_COLUMN_SQL.format(k=int(k)) for _, _, k in pairs),
             )
-            code = np.full(n, -1, dtype=np.int64)
-            score = np.full(n, np.nan)
-            # the first row of an item wins (as compare keeps the first of a repeated key)
-            where, first = np.unique(pos[hit][::-1], return_index=True)
-            take = np.flatnonzero(hit)[::-1][first]
-            code[where] = status_codes[take]
-            score[where] = values[take]
-            columns[f"{column.key}_status"] = pc.take(
-                pa.array(list(METRIC_STATUSES)), pa.array(code, mask=code < 0)
-            )
-            columns[column.key] = pa.array(score, mask=np.isnan(score))
-        for name, array in columns.items():
-            table = table.append_column(name, array)
-        self.table = table.combine_chunks()
-        self.score_rows = scores.select(
-            ["agent", "item_id", "_spos", "_pos", "provider", "metric", "status"]
         )
-        self.agents = list(dict.fromkeys(self.table["agent"].to_pylist()))
+        self.agents: list[str] = [
+            a
+            for (a,) in con.execute(
+                "SELECT agent FROM idx GROUP BY agent ORDER BY min(_pos)"
+            ).fetchall()
+        ]
+        [(self._items,)] = con.execute("SELECT count(*) FROM idx").fetchall()
 
     def __len__(self) -> int:
-        return len(self.table)
+        return int(self._items)
+
+    @property
+    def table(self) -> Any:
+        """The index as an Arrow table, in items.parquet's order."""
+        with self._lock:
+            return self._con.execute("SELECT * FROM idx ORDER BY _pos").to_arrow_table()
+
+    def _rows(self, sql: str, params: Sequence[object] = ()) -> list[dict[str, Any]]:
+        with self._lock:
+            cursor = self._con.execute(sql, list(params))
+            names = [d[0] for d in cursor.description or ()]
+            return [dict(zip(names, r, strict=True)) for r in cursor.fetchall()]
 
     def metric(self, key: str | None) -> MetricColumn | None:
         return next((m for m in self.metrics if m.key == key), None)
@@ -444,9 +425,22 @@ class SampleIndex:
         parquet = pq.ParquetFile(fs.open_input_file(f"{path}/{FILES[name]}"))
         return parquet, _offsets(parquet)
 
-    def _texts(self) -> Any:
-        """items.parquet's query and response columns, in file order."""
-        return read_table(self.location, "items", columns=list(_TEXT_COLUMNS))
+    def _texts(self) -> None:
+        """items.parquet's query and response columns as the table ``texts`` (read once)."""
+        if self._has_texts:
+            return
+        texts = read_table(self.location, "items", columns=list(_TEXT_COLUMNS))
+        with self._lock:
+            if not self._has_texts:
+                self._con.register("_texts", texts)
+                self._con.execute(
+                    "CREATE TABLE texts AS SELECT row_number() OVER () - 1 AS _pos, query, "
+                    "response FROM _texts"
+                )
+                self._con.unregister("_texts")
+                self._has_texts = True
+
+    _has_texts = False
 
     def query(self, q: SampleQuery) -> SamplePage:
         """The page of items ``q`` asks for.
@@ -454,95 +448,89 @@ class SampleIndex:
         Raises:
             NotFound: for a page past the last one.
         """
-        table = self.table
-        texts = None
-        mask = None
-
-        def both(condition: Any) -> None:
-            nonlocal mask
-            condition = pc.fill_null(condition, False)
-            mask = condition if mask is None else pc.and_(mask, condition)
-
+        where: list[str] = []
+        params: list[object] = []
         if q.agent:
-            both(pc.equal(table["agent"], q.agent))
+            where.append("agent = ?")
+            params.append(q.agent)
         metric = self.metric(q.metric)
         if metric is not None:
-            status = table[f"{metric.key}_status"]
-            both(pc.equal(status, q.status) if q.status else pc.is_valid(status))
+            if q.status:
+                where.append(f"{metric.key}_status = ?")
+                params.append(q.status)
+            else:
+                where.append(f"{metric.key}_status IS NOT NULL")
         elif q.status:
-            both(pc.equal(table["_rank"], _RANK.get(q.status, -1)))
-        if q.text or q.sort in ("query", "response"):
-            texts = self._texts()
-            table = table.append_column("query", texts["query"]).append_column(
-                "response", texts["response"]
-            )
+            where.append("_rank = ?")
+            params.append(_RANK.get(q.status, -1))
+        texts = bool(q.text) or q.sort in _TEXT_COLUMNS
+        if texts:
+            self._texts()
         if q.text:
-            found = None
-            for column in ("query", "response", "item_id", "row", "agent"):
-                hit = pc.match_substring(table[column], q.text, ignore_case=True)
-                found = hit if found is None else pc.or_(found, hit)
-            both(found)
-        if mask is not None:
-            table = table.filter(mask)
-        column = SORTS.get(q.sort) or (q.sort if self.metric(q.sort) else "_pos")
-        order = "descending" if q.desc else "ascending"
-        if column != "_pos":
-            table = table.take(_sort_indices(table, [(column, order), ("_pos", "ascending")]))
-        elif q.desc:
-            table = table.take(pa.array(range(len(table) - 1, -1, -1), pa.int64()))
-        total = len(table)
+            found = " OR ".join(
+                f"coalesce(strpos(lower({c}), lower(?)) > 0, false)"
+                for c in ("query", "response", "item_id", "row", "agent")
+            )
+            where.append(f"({found})")
+            params.extend([q.text] * 5)
+        source = "idx JOIN texts USING (_pos)" if texts else "idx"
+        condition = f"WHERE {' AND '.join(where)}" if where else ""
+        [row] = self._rows(f"SELECT count(*) AS n FROM {source} {condition}", params)
+        total = int(row["n"])
         pages = max(1, -(-total // q.per))
         if q.page > pages:
             raise NotFound(f"page {q.page} of {pages}")
-        part = table.slice((q.page - 1) * q.per, q.per)
-        positions = part["_pos"].to_pylist()
-        if texts is not None:
-            shown = {c: part[c].to_pylist() for c in _TEXT_COLUMNS}
+        column = SORTS.get(q.sort) or (q.sort if self.metric(q.sort) else "_pos")
+        order = "DESC" if q.desc else "ASC"
+        by = f"_pos {order}" if column == "_pos" else f"{column} {order} NULLS LAST, _pos ASC"
+        data = self._rows(
+            f"SELECT * FROM {source} {condition} ORDER BY {by} LIMIT ? OFFSET ?",
+            [*params, q.per, (q.page - 1) * q.per],
+        )
+        positions = [r["_pos"] for r in data]
+        if texts:
+            shown = {c: [r[c] for r in data] for c in _TEXT_COLUMNS}
         else:
             parquet, offsets = self._parquet("items")
             rows = _take(parquet, offsets, positions, _TEXT_COLUMNS)
             shown = {c: [r[c] for r in rows] for c in _TEXT_COLUMNS}
-        data = part.to_pylist()
         reasons = self._reasons(positions, metric)
-        out = []
-        for i, r in enumerate(data):
-            out.append(
-                SampleRow(
-                    agent=r["agent"],
-                    item_id=r["item_id"],
-                    row=r["row"],
-                    repetition=r["repetition"],
-                    query=shown["query"][i],
-                    response=shown["response"][i],
-                    verdict=None if r["_rank"] is None else list(_RANK)[r["_rank"]],
-                    metrics=[(r[f"{m.key}_status"], r[m.key]) for m in self.metrics],
-                    latency_s=r["latency_s"],
-                    tokens=r["tokens"],
-                    judge_tokens=r["judge_tokens"],
-                    judge_latency_s=r["judge_latency_s"],
-                    reasons=reasons.get(r["_pos"], []),
-                )
+        out = [
+            SampleRow(
+                agent=r["agent"],
+                item_id=r["item_id"],
+                row=r["row"],
+                repetition=r["repetition"],
+                query=shown["query"][i],
+                response=shown["response"][i],
+                verdict=None if r["_rank"] is None else list(_RANK)[r["_rank"]],
+                metrics=[(r[f"{m.key}_status"], r[m.key]) for m in self.metrics],
+                latency_s=r["latency_s"],
+                tokens=r["tokens"],
+                judge_tokens=r["judge_tokens"],
+                judge_latency_s=r["judge_latency_s"],
+                reasons=reasons.get(r["_pos"], []),
             )
-        return SamplePage(out, total, len(self.table), q, pages)
+            for i, r in enumerate(data)
+        ]
+        return SamplePage(out, total, len(self), q, pages)
 
     def _reasons(
         self, positions: Sequence[int], metric: MetricColumn | None
     ) -> dict[int, list[tuple[str, str, str]]]:
         """Per item position of a page: the label, status and reason of each metric that failed
         or errored on it (only ``metric``'s, when given), read from the row groups holding them."""
-        s = self.score_rows
-        keep = pc.and_(
-            pc.is_in(s["_pos"], pa.array(list(positions), pa.int64())),
-            pc.is_in(s["status"], pa.array(["fail", "error"])),
+        if not positions:
+            return {}
+        sql = (
+            "SELECT _spos, _pos, provider, metric, status FROM score_rows "
+            "WHERE list_contains(?, _pos) AND status IN ('fail', 'error')"
         )
+        params: list[object] = [list(positions)]
         if metric is not None:
-            keep = pc.and_(
-                keep,
-                pc.and_(
-                    pc.equal(s["provider"], metric.provider), pc.equal(s["metric"], metric.metric)
-                ),
-            )
-        hits = s.filter(pc.fill_null(keep, False)).to_pylist()
+            sql += " AND provider = ? AND metric = ?"
+            params += [metric.provider, metric.metric]
+        hits = self._rows(sql + " ORDER BY _spos", params)
         if not hits:
             return {}
         labels = {(m.provider, m.metric): m.label for m in self.metrics}
@@ -560,29 +548,32 @@ class SampleIndex:
             out.setdefault(hit["_pos"], []).append((label, hit["status"], why))
         return out
 
+    def _item(self, agent: str, item_id: str) -> dict[str, Any]:
+        hit = self._rows(
+            "SELECT _pos, row, repetition, _rank FROM idx WHERE agent = ? AND item_id = ? "
+            "ORDER BY _pos LIMIT 1",
+            [agent, item_id],
+        )
+        if not hit:
+            raise NotFound(f"no item {item_id!r} of agent {agent!r}")
+        return hit[0]
+
     def find(self, agent: str, item_id: str) -> int:
         """The item's position in items.parquet.
 
         Raises:
             NotFound: when the run has no such item.
         """
-        hit = self.table.filter(
-            pc.and_(pc.equal(self.table["agent"], agent), pc.equal(self.table["item_id"], item_id))
-        )
-        if not len(hit):
-            raise NotFound(f"no item {item_id!r} of agent {agent!r}")
-        return int(hit["_pos"][0].as_py())
+        return int(self._item(agent, item_id)["_pos"])
 
     def find_row(self, agent: str, row: str, repetition: int) -> str | None:
         """The item id of an agent's item on a dataset row and repetition, or None."""
-        t = self.table
-        hit = t.filter(
-            pc.and_(
-                pc.and_(pc.equal(t["agent"], agent), pc.equal(t["row"], row)),
-                pc.equal(t["repetition"], repetition),
-            )
+        hit = self._rows(
+            "SELECT item_id FROM idx WHERE agent = ? AND row = ? AND repetition = ? "
+            "ORDER BY _pos LIMIT 1",
+            [agent, row, repetition],
         )
-        return None if not len(hit) else str(hit["item_id"][0].as_py())
+        return None if not hit else str(hit[0]["item_id"])
 
     def detail(self, agent: str, item_id: str) -> tuple[ItemDetail, list[tuple[Any, Any]]]:
         """The item as the report's drill-down shows it, and each score's judge cost (tokens,
@@ -591,13 +582,16 @@ class SampleIndex:
         Raises:
             NotFound: when the run has no such item.
         """
-        position = self.find(agent, item_id)
+        index = self._item(agent, item_id)
         parquet, offsets = self._parquet("items")
-        [item] = _take(parquet, offsets, [position], None)
-        s = self.score_rows
-        spos = s.filter(pc.and_(pc.equal(s["agent"], agent), pc.equal(s["item_id"], item_id)))[
-            "_spos"
-        ].to_pylist()
+        [item] = _take(parquet, offsets, [index["_pos"]], None)
+        spos = [
+            r["_spos"]
+            for r in self._rows(
+                "SELECT _spos FROM score_rows WHERE agent = ? AND item_id = ? ORDER BY _spos",
+                [agent, item_id],
+            )
+        ]
         parquet, offsets = self._parquet("scores")
         scores = sorted(
             _take(parquet, offsets, spos, None),
@@ -607,7 +601,6 @@ class SampleIndex:
             ),
         )
         first = scores[0] if scores else {}
-        index = self.table.filter(pc.equal(self.table["_pos"], position)).to_pylist()[0]
         verdict = "pass" if index["_rank"] is None else list(_RANK)[index["_rank"]]
         detail = ItemDetail(
             agent=agent,
@@ -629,41 +622,28 @@ class SampleIndex:
         return detail, [(r["total_tokens"], r["latency_s"]) for r in scores]
 
 
+_COST_SQL = """
+SELECT provider, count(*) AS scores,
+       CAST(sum(input_tokens) AS BIGINT) AS input_tokens,
+       CAST(sum(output_tokens) AS BIGINT) AS output_tokens,
+       CAST(sum(total_tokens) AS BIGINT) AS total_tokens,
+       sum(latency_s) AS latency_s
+FROM scores WHERE metric IS NOT NULL
+GROUP BY provider_index, provider
+ORDER BY provider_index
+"""
+"""What each provider's metric rows spent: tokens and seconds summed."""
+
+
 def _cost(location: str) -> list[ProviderCost]:
-    scores = read_table(
-        location,
-        "scores",
-        columns=[
-            "provider",
-            "provider_index",
-            "metric",
-            "input_tokens",
-            "output_tokens",
-            "total_tokens",
-            "latency_s",
-        ],
-    )
-    scores = scores.filter(pc.is_valid(scores["metric"]))
-    grouped = scores.group_by(["provider_index", "provider"], use_threads=False).aggregate(
-        [
-            ([], "count_all"),
-            ("input_tokens", "sum"),
-            ("output_tokens", "sum"),
-            ("total_tokens", "sum"),
-            ("latency_s", "sum"),
-        ]
-    )
-    return [
-        ProviderCost(
-            provider=r["provider"],
-            scores=r["count_all"],
-            input_tokens=r["input_tokens_sum"],
-            output_tokens=r["output_tokens_sum"],
-            total_tokens=r["total_tokens_sum"],
-            latency_s=r["latency_s_sum"],
-        )
-        for r in sorted(grouped.to_pylist(), key=lambda r: r["provider_index"])
-    ]
+    con = duckdb.connect(":memory:")
+    try:
+        con.register("scores", dataset(location, "scores"))
+        cursor = con.execute(_COST_SQL)
+        names = [d[0] for d in cursor.description or ()]
+        return [ProviderCost(**dict(zip(names, r, strict=True))) for r in cursor.fetchall()]
+    finally:
+        con.close()
 
 
 @dataclass(frozen=True, slots=True)
