@@ -22,6 +22,7 @@ from datetime import datetime
 from typing import Any, Generic, TypeVar
 
 import duckdb
+import numpy as np
 import pyarrow as pa  # type: ignore[import-untyped, unused-ignore]
 import pyarrow.parquet as pq  # type: ignore[import-untyped, unused-ignore]
 
@@ -294,19 +295,18 @@ FROM item_rows i LEFT JOIN (
            sum(latency_s) AS judge_latency_s{metrics}
     FROM score_rows LEFT JOIN metric_columns USING (provider, metric) GROUP BY _pos
 ) per USING (_pos)
-ORDER BY i._pos
 """
 """One row per item: its verdict (``_rank``, its rows' worst item status), judge tokens and
 seconds summed, and per metric column ``k`` the status and score of its first row."""
 
 _METRIC_COLUMN_SQL = """,
-           first(CASE WHEN status IN ('pass', 'fail', 'error', 'not_applicable') THEN status END
-                 ORDER BY _spos) FILTER (WHERE k = {k}) AS m{k}_status,
-           first(CAST(score AS DOUBLE) ORDER BY _spos) FILTER (WHERE k = {k}) AS m{k}"""
+           arg_min_null(CASE WHEN status IN ('pass', 'fail', 'error', 'not_applicable')
+                             THEN status END, _spos) FILTER (WHERE k = {k}) AS m{k}_status,
+           arg_min_null(CAST(score AS DOUBLE), _spos) FILTER (WHERE k = {k}) AS m{k}"""
 
 _ITEM_ROWS_SQL = """
 CREATE TABLE item_rows AS
-SELECT row_number() OVER () - 1 AS _pos, agent, item_id AS _id, coalesce(item_id, '') AS item_id,
+SELECT _pos, agent, item_id AS _id, coalesce(item_id, '') AS item_id,
        CASE WHEN row_id IS NOT NULL THEN row_id
             ELSE 'query ' || CAST(coalesce(query_index, -1) AS VARCHAR) END AS row,
        coalesce(repetition, 0) AS repetition, latency_s, total_tokens AS tokens
@@ -318,12 +318,16 @@ _SCORE_ROWS_SQL = """
 CREATE TABLE score_rows AS
 SELECT s._spos, i._pos, s.provider_index, s.provider, s.metric, s.status, s.item_status,
        s.score, s.total_tokens, s.latency_s, s.agent, s.item_id
-FROM (SELECT *, row_number() OVER () - 1 AS _spos FROM scores) s
-JOIN item_rows i ON s.agent = i.agent AND s.item_id = i._id
-ORDER BY s._spos
+FROM scores s JOIN item_rows i ON s.agent = i.agent AND s.item_id = i._id
 """
 """scores.parquet's rows of an item of items.parquet (on agent and item id), with their position
 in the file (``_spos``) and their item's (``_pos``)."""
+
+
+def _numbered(position: str, location: str, name: str, columns: list[str]) -> Any:
+    """Columns of one of the run's tables, with each row's position in the file (``position``)."""
+    table = read_table(location, name, columns=columns)
+    return table.append_column(position, pa.array(np.arange(len(table), dtype=np.int64)))
 
 
 class SampleIndex:
@@ -339,7 +343,8 @@ class SampleIndex:
         self._con = con
         con.register(
             "items",
-            read_table(
+            _numbered(
+                "_pos",
                 location,
                 "items",
                 columns=[
@@ -355,7 +360,8 @@ class SampleIndex:
         )
         con.register(
             "scores",
-            read_table(
+            _numbered(
+                "_spos",
                 location,
                 "scores",
                 columns=[
@@ -429,14 +435,11 @@ class SampleIndex:
         """items.parquet's query and response columns as the table ``texts`` (read once)."""
         if self._has_texts:
             return
-        texts = read_table(self.location, "items", columns=list(_TEXT_COLUMNS))
+        texts = _numbered("_pos", self.location, "items", columns=list(_TEXT_COLUMNS))
         with self._lock:
             if not self._has_texts:
                 self._con.register("_texts", texts)
-                self._con.execute(
-                    "CREATE TABLE texts AS SELECT row_number() OVER () - 1 AS _pos, query, "
-                    "response FROM _texts"
-                )
+                self._con.execute("CREATE TABLE texts AS SELECT * FROM _texts")
                 self._con.unregister("_texts")
                 self._has_texts = True
 
