@@ -254,9 +254,9 @@ def test_scores_of_items_missing_from_items_parquet_read_as_the_string_join_read
     tmp_path: Path,
 ) -> None:
     """Both providers fail "ghost", an item they were not given: its rows are named by its id,
-    and the coded tables give the string join's rows, kinds and disagreements; it is counted."""
+    and the coded tables give the string join's rows and kinds, the report its disagreements; it is
+    counted."""
     from evalpipe.report.data import (
-        _coded_disagreements,
         _coded_kinds,
         _coded_scores,
         disagreements,
@@ -293,7 +293,15 @@ def test_scores_of_items_missing_from_items_parquet_read_as_the_string_join_read
     assert rows == expected
     kinds = _coded_kinds(coded)
     assert kinds == {("Local", "kw"): "check", ("Judge", "relevance"): "judge"}
-    assert _coded_disagreements(coded, kinds, 20) == disagreements(legacy)
     report = load_report_data(run)
+    counted = [
+        (d.agent, d.check, d.judge, d.pairs, d.check_pass_judge_fail, d.check_fail_judge_pass)
+        for d in disagreements(legacy)
+    ]
+    assert counted
+    assert [
+        (d.agent, d.check, d.judge, d.pairs, d.check_pass_judge_fail, d.check_fail_judge_pass)
+        for d in report.disagreements
+    ] == counted
     assert (report.items_total, report.items_not_passed) == (10, 6)
     assert report.items[0].item_id == "ghost"

@@ -809,6 +809,37 @@ def _variability(
     return out, flaky_items, flaky_total
 
 
+_PAIRS_SQL = """
+CREATE TEMP TABLE pairs AS
+WITH v AS (
+    SELECT s._pos, s.agent, s.item_id, s.row, s.repetition, s.metric, s.status = 'pass' AS passed,
+           coalesce(k.kind, 'other') AS kind
+    FROM scored s LEFT JOIN kinds k ON s.provider = k.provider AND s.metric = k.metric
+    WHERE s.status IN ('pass', 'fail')
+)
+SELECT c._pos AS check_pos, j._pos AS judge_pos, c.agent, c.item_id, c.row, c.repetition,
+       c.metric AS "check", c.passed AS check_passed, j.metric AS judge, j.passed AS judge_passed
+FROM v c JOIN v j ON c.agent = j.agent AND c.item_id = j.item_id
+WHERE c.kind = 'check' AND j.kind = 'judge'
+"""
+"""Each check verdict with every judge verdict of its item (same agent and item id)."""
+
+_DISAGREEMENT_COUNTS_SQL = """
+SELECT agent, "check", judge, count(*) AS pairs,
+       count(*) FILTER (WHERE check_passed AND NOT judge_passed) AS check_pass_judge_fail,
+       count(*) FILTER (WHERE judge_passed AND NOT check_passed) AS check_fail_judge_pass
+FROM pairs GROUP BY ALL
+"""
+
+_DISAGREEMENT_EXAMPLES_SQL = """
+SELECT agent, item_id, row, repetition, "check", check_passed, judge, judge_passed
+FROM pairs WHERE check_passed <> judge_passed
+QUALIFY row_number() OVER (PARTITION BY agent, "check", judge ORDER BY check_pos, judge_pos) <= ?
+ORDER BY check_pos, judge_pos
+"""
+"""The first ``max_examples`` disagreeing pairs of each (agent, check, judge), in file order."""
+
+
 def disagreements(
     scored: Any,
     kinds: dict[tuple[str, str], MetricKind] | None = None,
@@ -817,184 +848,60 @@ def disagreements(
     reasons: dict[tuple[str, str, str], str | None] | None = None,
 ) -> list[Disagreement]:
     """Per agent, check metric and judge metric: items (same agent and item id) where the check
-    passed and the judge failed, and the reverse. Only verdicts (pass/fail) count."""
+    passed and the judge failed, and the reverse. Only verdicts (pass/fail) count; the examples
+    are the first disagreeing pairs in file order (a DuckDB query over ``scored_rows``)."""
     kinds = kinds if kinds is not None else _kinds(scored)
-    verdicts = scored.filter(pc.is_in(scored["status"], pa.array(["pass", "fail"])))
-    kind_col = _kind_column(verdicts, kinds)
-    base = pa.table(
-        {
-            "agent": verdicts["agent"],
-            "item_id": verdicts["item_id"],
-            "row": verdicts["row"],
-            "repetition": verdicts["repetition"],
-            "metric": verdicts["metric"],
-            "passed": pc.equal(verdicts["status"], "pass"),
-            "kind": kind_col,
-        }
-    )
-    checks = base.filter(pc.equal(base["kind"], "check")).select(
-        ["agent", "item_id", "row", "repetition", "metric", "passed"]
-    )
-    judges = base.filter(pc.equal(base["kind"], "judge")).select(
-        ["agent", "item_id", "metric", "passed"]
-    )
-    if not len(checks) or not len(judges):
+    if not {"check", "judge"} <= set(kinds.values()):
         return []
-    judges = judges.rename_columns(["agent", "item_id", "judge", "judge_passed"])
-    pairs = checks.rename_columns(
-        ["agent", "item_id", "row", "repetition", "check", "check_passed"]
-    ).join(judges, keys=["agent", "item_id"], join_type="inner")
-    if not len(pairs):
-        return []
-    cp, jp = pairs["check_passed"], pairs["judge_passed"]
-    counted = pa.table(
-        {
-            "agent": pairs["agent"],
-            "check": pairs["check"],
-            "judge": pairs["judge"],
-            "cpjf": pc.cast(pc.and_(cp, pc.invert(jp)), pa.int64()),
-            "cfjp": pc.cast(pc.and_(pc.invert(cp), jp), pa.int64()),
-            "one": pa.array(np.ones(len(pairs), dtype=np.int64)),
-        }
-    )
-    grouped = counted.group_by(["agent", "check", "judge"]).aggregate(
-        [("one", "sum"), ("cpjf", "sum"), ("cfjp", "sum")]
-    )
-    disagree = pairs.filter(pc.not_equal(cp, jp))
-    out: list[Disagreement] = []
-    for g in sorted(grouped.to_pylist(), key=lambda r: (r["agent"], r["check"], r["judge"])):
-        mask = pc.and_(
-            pc.and_(
-                pc.equal(disagree["agent"], g["agent"]), pc.equal(disagree["check"], g["check"])
+    con = duckdb.connect(":memory:")
+    try:
+        con.register(
+            "scored",
+            scored.select(
+                ["provider", "agent", "item_id", "row", "repetition", "metric", "status"]
+            ).append_column("_pos", pa.array(np.arange(len(scored), dtype=np.int64))),
+        )
+        # typed: with no metric at all the lists are empty, and would have the null type
+        con.register(
+            "kinds",
+            pa.table(
+                {
+                    "provider": pa.array([p for p, _ in kinds], type=pa.string()),
+                    "metric": pa.array([m for _, m in kinds], type=pa.string()),
+                    "kind": pa.array(list(kinds.values()), type=pa.string()),
+                }
             ),
-            pc.equal(disagree["judge"], g["judge"]),
         )
-        examples = [
+        con.execute(_PAIRS_SQL)
+        counts = _records(con.execute(_DISAGREEMENT_COUNTS_SQL))
+        examples = _records(con.execute(_DISAGREEMENT_EXAMPLES_SQL, [max(max_examples, 0)]))
+    finally:
+        con.close()
+    shown: dict[tuple[str, str, str], list[DisagreementItem]] = {}
+    for r in examples:
+        shown.setdefault((r["agent"], r["check"], r["judge"]), []).append(
             DisagreementItem(
-                agent=r["agent"],
-                item_id=r["item_id"],
-                row=r["row"],
-                repetition=r["repetition"],
-                check=r["check"],
-                check_passed=r["check_passed"],
-                judge=r["judge"],
-                judge_passed=r["judge_passed"],
-                judge_reason=(reasons or {}).get((r["agent"], r["item_id"], r["judge"])),
-            )
-            for r in disagree.filter(mask).slice(0, max_examples).to_pylist()
-        ]
-        out.append(
-            Disagreement(
-                agent=g["agent"],
-                check=g["check"],
-                judge=g["judge"],
-                pairs=g["one_sum"],
-                check_pass_judge_fail=g["cpjf_sum"],
-                check_fail_judge_pass=g["cfjp_sum"],
-                examples=examples,
+                **r, judge_reason=(reasons or {}).get((r["agent"], r["item_id"], r["judge"]))
             )
         )
-    return out
-
-
-def _coded_disagreements(
-    coded: _Coded, kinds: dict[tuple[str, str], MetricKind], max_examples: int
-) -> list[Disagreement]:
-    """``disagreements`` on the codes: the same pairs, counts and examples (the first in file
-    order), without a string join."""
-    status = coded.m_status
-    passed = status == coded.status_code("pass")
-    verdict = passed | (status == coded.status_code("fail"))
-    width = len(coded.metrics.values)
-    kind_of = np.zeros(len(coded.providers.values) * width, dtype=np.int8)
-    for (provider, metric), kind in kinds.items():
-        code = coded.providers.code(provider) * width + coded.metrics.code(metric)
-        kind_of[code] = {"check": 1, "judge": 2}.get(kind, 0)
-    kind = kind_of[coded.m_provider.astype(np.int64) * width + coded.m_metric]
-    checks = np.flatnonzero(verdict & (kind == 1))
-    judges = np.flatnonzero(verdict & (kind == 2))
-    if not checks.size or not judges.size:
-        return []
-    # the inner join on the item (its key holds the agent): each check row with every judge row
-    # of its item, in file order
-    judges = judges[np.argsort(coded.m_key[judges], kind="stable")]
-    low = np.searchsorted(coded.m_key[judges], coded.m_key[checks], "left")
-    high = np.searchsorted(coded.m_key[judges], coded.m_key[checks], "right")
-    count = high - low
-    check = np.repeat(checks, count)
-    if not check.size:
-        return []
-    judge = judges[
-        np.repeat(low, count) + np.arange(check.size) - np.repeat(count.cumsum() - count, count)
+    return [
+        Disagreement(
+            agent=g["agent"],
+            check=g["check"],
+            judge=g["judge"],
+            pairs=int(g["pairs"]),
+            check_pass_judge_fail=int(g["check_pass_judge_fail"]),
+            check_fail_judge_pass=int(g["check_fail_judge_pass"]),
+            examples=shown.get((g["agent"], g["check"], g["judge"]), []),
+        )
+        for g in sorted(counts, key=lambda g: (g["agent"], g["check"], g["judge"]))
     ]
-    cp, jp = passed[check], passed[judge]
-    first, group = _groups(coded.m_agent[check], coded.m_metric[check], coded.m_metric[judge])
-    pairs = np.bincount(group, minlength=len(first))
-    cpjf = np.bincount(group, weights=cp & ~jp, minlength=len(first))
-    cfjp = np.bincount(group, weights=~cp & jp, minlength=len(first))
-    disagree = np.flatnonzero(cp != jp)
-    named = [
-        (
-            coded.agents.values[coded.m_agent[check[row]]],
-            coded.metrics.values[coded.m_metric[check[row]]],
-            coded.metrics.values[coded.m_metric[judge[row]]],
-            number,
-        )
-        for number, row in enumerate(first.tolist())
-    ]
-    out: list[Disagreement] = []
-    for agent, check_metric, judge_metric, number in sorted(named):
-        shown = disagree[group[disagree] == number][:max_examples]
-        examples = [
-            DisagreementItem(
-                agent=agent,
-                item_id=coded.key_pair(int(coded.m_key[check[i]]))[1],
-                row=str(coded.rows[int(coded.m_row[check[i]])].as_py()),
-                repetition=int(coded.m_repetition[check[i]]),
-                check=check_metric,
-                check_passed=bool(cp[i]),
-                judge=judge_metric,
-                judge_passed=bool(jp[i]),
-                judge_reason=None,
-            )
-            for i in shown.tolist()
-        ]
-        out.append(
-            Disagreement(
-                agent=agent,
-                check=check_metric,
-                judge=judge_metric,
-                pairs=int(pairs[number]),
-                check_pass_judge_fail=int(cpjf[number]),
-                check_fail_judge_pass=int(cfjp[number]),
-                examples=examples,
-            )
-        )
-    return out
 
 
-def _kind_column(table: Any, kinds: dict[tuple[str, str], MetricKind]) -> Any:
-    """The kind of each row, by a join on (provider, metric) rather than a Python loop."""
-    # typed: with no metric at all (every call errored) the lists are empty, and pyarrow would
-    # infer the null type, which it cannot join on
-    lookup = pa.table(
-        {
-            "provider": pa.array([p for p, _ in kinds], type=pa.string()),
-            "metric": pa.array([m for _, m in kinds], type=pa.string()),
-            "kind": pa.array(list(kinds.values()), type=pa.string()),
-            "_pos": pa.array(list(range(len(kinds))), type=pa.int64()),
-        }
-    )
-    positions = pa.table(
-        {
-            "provider": table["provider"],
-            "metric": table["metric"],
-            "_row": pa.array(np.arange(len(table), dtype=np.int64)),
-        }
-    )
-    joined = positions.join(lookup, keys=["provider", "metric"], join_type="left outer")
-    joined = joined.sort_by("_row")
-    return pc.fill_null(joined["kind"], "other").combine_chunks()
+def _records(cursor: Any) -> list[dict[str, Any]]:
+    """A DuckDB result's rows as dicts."""
+    names = [d[0] for d in cursor.description or ()]
+    return [dict(zip(names, r, strict=True)) for r in cursor.fetchall()]
 
 
 # -- drill-down -----------------------------------------------------------------------------------
@@ -1305,7 +1212,15 @@ def load_report_data(
     variability, flaky, flaky_total = _variability(_per_row(coded), coded, repetitions, max_listed)
     order = {(m.provider, m.agent, m.metric): i for i, m in enumerate(metrics)}
     variability.sort(key=lambda v: order.get((v.provider, v.agent, v.metric), math.inf))
-    found = _coded_disagreements(coded, kinds, max_examples=max(1, min(20, max_listed)))
+    found = (
+        disagreements(
+            scored_rows(run_dir, filesystem=filesystem),
+            kinds,
+            max_examples=max(1, min(20, max_listed)),
+        )
+        if {"check", "judge"} <= set(kinds.values())
+        else []
+    )
     reasons = _judge_reasons(run_dir, filesystem, (e for d in found for e in d.examples))
     for d in found:
         for e in d.examples:
