@@ -20,7 +20,7 @@ import pyarrow as pa  # type: ignore[import-untyped, unused-ignore]
 import pyarrow.compute as pc  # type: ignore[import-untyped, unused-ignore]
 
 from evalpipe._internal.arrow import numpy_of
-from evalpipe.artifacts import dataset, iter_batches, read_item_rows, read_manifest, read_table
+from evalpipe.artifacts import iter_batches, read_item_rows, read_manifest, read_table
 from evalpipe.report.stats import (
     Interval,
     RepetitionStats,
@@ -326,14 +326,31 @@ ORDER BY s.pos
 an item missing from items.parquet keeps its id) and repetition, in file order."""
 
 
+_SCORED_COLUMNS = {
+    "scores": [
+        "provider",
+        "provider_index",
+        "agent",
+        "item_id",
+        "item_status",
+        "metric",
+        "score",
+        "status",
+        "rating",
+    ],
+    "items": ["agent", "item_id", "row_id", "query_index", "repetition", "item_index"],
+}
+"""The columns ``_SCORED_SQL`` reads (read with ``read_table``: pyarrow.dataset imports pandas)."""
+
+
 def scored_rows(run_dir: Any, *, filesystem: Any = None) -> Any:
     """scores.parquet's metric rows (metric not null) joined with each item's dataset row and
     repetition: provider, provider_index, agent, item_id, item_status, metric, score, status,
     rating, row, repetition, item_index (a DuckDB query over the run's files)."""
     con = duckdb.connect(":memory:")
     try:
-        for name in ("scores", "items"):
-            con.register(name, dataset(run_dir, name, filesystem=filesystem))
+        for name, columns in _SCORED_COLUMNS.items():
+            con.register(name, read_table(run_dir, name, columns=columns, filesystem=filesystem))
         return con.sql(_SCORED_SQL).to_arrow_table().combine_chunks()
     finally:
         con.close()

@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa  # type: ignore[import-untyped, unused-ignore]
 import pyarrow.parquet as pq  # type: ignore[import-untyped, unused-ignore]
 
-from evalpipe.artifacts import FILES, RunInfo, dataset, find_runs, read_manifest, read_table
+from evalpipe.artifacts import FILES, RunInfo, find_runs, read_manifest, read_table
 from evalpipe.artifacts.writer import resolve_filesystem
 from evalpipe.report.compare import Comparison, compare_runs
 from evalpipe.report.data import (
@@ -641,7 +641,22 @@ ORDER BY provider_index
 def _cost(location: str) -> list[ProviderCost]:
     con = duckdb.connect(":memory:")
     try:
-        con.register("scores", dataset(location, "scores"))
+        con.register(
+            "scores",
+            read_table(
+                location,
+                "scores",
+                columns=[
+                    "provider",
+                    "provider_index",
+                    "metric",
+                    "input_tokens",
+                    "output_tokens",
+                    "total_tokens",
+                    "latency_s",
+                ],
+            ),
+        )
         cursor = con.execute(_COST_SQL)
         names = [d[0] for d in cursor.description or ()]
         return [ProviderCost(**dict(zip(names, r, strict=True))) for r in cursor.fetchall()]
