@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 import duckdb
+import numpy as np
+import pyarrow as pa  # type: ignore[import-untyped, unused-ignore]
 from rich.console import Console
 from rich.text import Text
 
@@ -144,12 +146,12 @@ WITH a AS (
     SELECT {_KEY},
            arg_min(status, pos) AS status, arg_min(score, pos) AS score,
            count(*) AS n, true AS present
-    FROM (SELECT *, row_number() OVER () AS pos FROM scored_a) GROUP BY ALL
+    FROM scored_a GROUP BY ALL
 ), b AS (
     SELECT {_KEY},
            arg_min(status, pos) AS status, arg_min(score, pos) AS score,
            count(*) AS n, true AS present
-    FROM (SELECT *, row_number() OVER () AS pos FROM scored_b) GROUP BY ALL
+    FROM scored_b GROUP BY ALL
 )
 SELECT {_KEY},
        a.status AS a_status, a.score AS a_score, b.status AS b_status, b.score AS b_score,
@@ -220,8 +222,11 @@ def compare_runs(
     scored_b = scored_rows(run_b, filesystem=filesystem)
     con = duckdb.connect(":memory:")
     try:
-        con.register("scored_a", scored_a.select([*PAIRING_KEY, "status", "score"]))
-        con.register("scored_b", scored_b.select([*PAIRING_KEY, "status", "score"]))
+        for name, scored in (("scored_a", scored_a), ("scored_b", scored_b)):
+            numbered = scored.select([*PAIRING_KEY, "status", "score"]).append_column(
+                "pos", pa.array(np.arange(len(scored), dtype=np.int64))
+            )
+            con.register(name, numbered)
         con.execute(f"CREATE TEMP TABLE paired AS {_PAIRED_SQL}")
         dup_a, dup_b = con.execute(
             "SELECT coalesce(sum(n_a) - count(*) FILTER (in_a), 0), "

@@ -318,9 +318,9 @@ SELECT s.provider, s.provider_index, s.agent, s.item_id, s.item_status, s.metric
             WHEN i.row_id IS NOT NULL THEN i.row_id
             ELSE 'query ' || CAST(coalesce(i.query_index, -1) AS VARCHAR) END AS row,
        coalesce(i.repetition, 0) AS repetition, i.item_index
-FROM (SELECT *, row_number() OVER () AS pos FROM scores WHERE metric IS NOT NULL) s
-LEFT JOIN items i ON s.agent = i.agent AND s.item_id = i.item_id
-ORDER BY s.pos
+FROM scores s LEFT JOIN items i ON s.agent = i.agent AND s.item_id = i.item_id
+WHERE s.metric IS NOT NULL
+ORDER BY s._spos
 """
 """Each metric row of scores.parquet with its item's dataset row (``row_id``, else "query N";
 an item missing from items.parquet keeps its id) and repetition, in file order."""
@@ -349,8 +349,17 @@ def scored_rows(run_dir: Any, *, filesystem: Any = None) -> Any:
     rating, row, repetition, item_index (a DuckDB query over the run's files)."""
     con = duckdb.connect(":memory:")
     try:
-        for name, columns in _SCORED_COLUMNS.items():
-            con.register(name, read_table(run_dir, name, columns=columns, filesystem=filesystem))
+        scores = read_table(
+            run_dir, "scores", columns=_SCORED_COLUMNS["scores"], filesystem=filesystem
+        )
+        con.register(
+            "scores",
+            scores.append_column("_spos", pa.array(np.arange(len(scores), dtype=np.int64))),
+        )
+        con.register(
+            "items",
+            read_table(run_dir, "items", columns=_SCORED_COLUMNS["items"], filesystem=filesystem),
+        )
         return con.sql(_SCORED_SQL).to_arrow_table().combine_chunks()
     finally:
         con.close()
