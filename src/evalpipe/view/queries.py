@@ -478,18 +478,24 @@ class SampleIndex:
             params.extend([q.text] * 5)
         source = "idx JOIN texts USING (_pos)" if texts else "idx"
         condition = f"WHERE {' AND '.join(where)}" if where else ""
-        [row] = self._rows(f"SELECT count(*) AS n FROM {source} {condition}", params)
-        total = int(row["n"])
-        pages = max(1, -(-total // q.per))
-        if q.page > pages:
-            raise NotFound(f"page {q.page} of {pages}")
         column = SORTS.get(q.sort) or (q.sort if self.metric(q.sort) else "_pos")
         order = "DESC" if q.desc else "ASC"
         by = f"_pos {order}" if column == "_pos" else f"{column} {order} NULLS LAST, _pos ASC"
+        # one scan: the page's rows carry the count of every match (a page past the last has
+        # no row, and the count is asked for on its own)
         data = self._rows(
-            f"SELECT * FROM {source} {condition} ORDER BY {by} LIMIT ? OFFSET ?",
+            f"SELECT *, count(*) OVER () AS _total FROM {source} {condition} "
+            f"ORDER BY {by} LIMIT ? OFFSET ?",
             [*params, q.per, (q.page - 1) * q.per],
         )
+        if data:
+            total = int(data[0]["_total"])
+        else:
+            [row] = self._rows(f"SELECT count(*) AS n FROM {source} {condition}", params)
+            total = int(row["n"])
+        pages = max(1, -(-total // q.per))
+        if q.page > pages:
+            raise NotFound(f"page {q.page} of {pages}")
         positions = [r["_pos"] for r in data]
         if texts:
             shown = {c: [r[c] for r in data] for c in _TEXT_COLUMNS}
