@@ -415,7 +415,7 @@ class SampleIndex:
     def table(self) -> Any:
         """The index as an Arrow table, in items.parquet's order."""
         with self._lock:
-            return self._con.execute("SELECT * FROM idx ORDER BY _pos").to_arrow_table()
+            return self._con.sql("SELECT * FROM idx ORDER BY _pos").to_arrow_table()
 
     def _rows(self, sql: str, params: Sequence[object] = ()) -> list[dict[str, Any]]:
         with self._lock:
