@@ -13,16 +13,18 @@ from collections.abc import Sequence
 from functools import cache
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jinja2
 from markupsafe import Markup
 
 from evalpipe._internal.files import atomic_path
-from evalpipe.calibration import Calibration
 from evalpipe.escape import plain
 from evalpipe.report.data import RunReport, load_report_data
 from evalpipe.report.stats import BOOTSTRAP_RESAMPLES
+
+if TYPE_CHECKING:  # calibration reads run directories through report.data: no import back up
+    from evalpipe.calibration import Calibration
 
 __all__ = ["environment", "render_report", "report_context", "write_report"]
 
