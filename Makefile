@@ -8,15 +8,17 @@ SOURCES := src tests bench examples flows tools
 
 .PHONY: install demo demo-local test lint bench clean
 
-# llama-cpp-python (the local extra; make test and make demo-local) compiles llama.cpp for the
-# machine it builds on (-march=native), but without AMX on x86-64: where the kernel does not grant
-# AMX to the process, its kernels crash (SIGSEGV in ggml_backend_amx_mul_mat); GCC's explicit
-# -mno-* flags win over -march=native.
+# llama-cpp-python (the local extra: make test, make demo-local) compiles llama.cpp. It is built
+# here, always from source and never taken from pip's cache or a prebuilt wheel: pip keys the wheels
+# it has built by the source archive alone, so a wheel built on another machine or with other flags
+# would be reused without a word (CI's SIGSEGV at the first token came from such a reuse, or from a
+# native build on a CPU whose AMX the kernel does not grant: SIGSEGV in ggml_backend_amx_mul_mat).
+# On x86-64 the build is portable (GGML_NATIVE=OFF: SSE4.2, AVX, AVX2, FMA, F16C, BMI2; no AVX-512,
+# no AMX), so it runs the same on every machine it is built on; elsewhere llama.cpp's default.
 ifeq ($(shell uname -m),x86_64)
-NO_AMX := -mno-amx-tile -mno-amx-int8 -mno-amx-bf16
-export CFLAGS ?= $(NO_AMX)
-export CXXFLAGS ?= $(NO_AMX)
+LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF
 endif
+LLAMA := $(VENV)/.installed-llama
 
 # make demo needs only evalpipe itself (no C++ build); everything else installs every extra.
 $(CORE): pyproject.toml constraints.txt
@@ -24,7 +26,12 @@ $(CORE): pyproject.toml constraints.txt
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e .
 	touch $(CORE)
 
-$(STAMP): $(CORE)
+$(LLAMA): $(CORE)
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/python -m pip install --quiet --disable-pip-version-check \
+		--no-cache-dir --no-binary llama-cpp-python --force-reinstall --no-deps -c constraints.txt llama-cpp-python
+	touch $(LLAMA)
+
+$(STAMP): $(LLAMA)
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev,maf,dask,ray,local]'
 	touch $(STAMP)
 

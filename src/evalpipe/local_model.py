@@ -51,6 +51,7 @@ __all__ = [
     "TOOLS_MODEL_ID",
     "LocalModelServer",
     "LocalModelUnavailable",
+    "build_info",
     "free_port",
     "main",
     "missing_reason",
@@ -119,6 +120,30 @@ def missing_reason() -> str | None:
     except LocalModelUnavailable as exc:
         return str(exc)
     return None
+
+
+def build_info(timeout: float = 30.0) -> str:
+    """The CPU features the installed llama.cpp was compiled for (``llama_print_system_info``).
+
+    Asked in a child process, so that a build that cannot load here does not take this one down;
+    the answer is what to compare with the machine's ``/proc/cpuinfo`` when generation crashes.
+    """
+    try:
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "import llama_cpp; print(llama_cpp.llama_print_system_info().decode())",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"(unknown: {type(exc).__name__})"
+    text = done.stdout.strip() or done.stderr.strip()[-300:]
+    return text or f"(unknown: exit code {done.returncode})"
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -242,6 +267,8 @@ class LocalModelServer:
             stdout=self._log,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # its own process group: a Ctrl-C here does not hit it twice
+            # a crash in llama.cpp (SIGSEGV, SIGILL) prints the Python stack it happened under
+            env={**os.environ, "PYTHONFAULTHANDLER": "1"},
         )
         deadline = time.monotonic() + self.startup_timeout
         with httpx.Client(timeout=2.0) as http:
@@ -288,7 +315,8 @@ class LocalModelServer:
                     how += f" ({signal.Signals(-code).name})"
                 raise LocalModelUnavailable(
                     f"the llama-cpp server answered {self.base_url}/models but could not "
-                    f"generate a token ({type(exc).__name__}: {exc}); it {how}:\n{tail}"
+                    f"generate a token ({type(exc).__name__}: {exc}); it {how}; "
+                    f"llama.cpp was built for {build_info()}; its output:\n{tail}"
                 ) from None
         return self
 
