@@ -11,10 +11,11 @@ SOURCES := src tests bench examples flows tools
 # llama-cpp-python (the local extra: make test, make demo-local) compiles llama.cpp. It is built
 # here, always from source and never taken from pip's cache or a prebuilt wheel: pip keys the wheels
 # it has built by the source archive alone, so a wheel built on another machine or with other flags
-# would be reused without a word (CI's SIGSEGV at the first token came from such a reuse, or from a
-# native build on a CPU whose AMX the kernel does not grant: SIGSEGV in ggml_backend_amx_mul_mat).
-# On x86-64 the build is portable (GGML_NATIVE=OFF: SSE4.2, AVX, AVX2, FMA, F16C, BMI2; no AVX-512,
-# no AMX), so it runs the same on every machine it is built on; elsewhere llama.cpp's default.
+# would be reused without a word. (CI's SIGSEGV at the first token most likely came from such a
+# reuse: its install was too short to have built llama.cpp. A native build also crashed on a CPU
+# whose AMX the kernel does not grant: SIGSEGV in ggml_backend_amx_mul_mat.) On x86-64 the build
+# is portable (GGML_NATIVE=OFF: SSE4.2, AVX, AVX2, FMA, F16C, BMI2; no AVX-512, no AMX), so it runs
+# the same wherever it is built, and here as fast as a native one; elsewhere llama.cpp's default.
 ifeq ($(shell uname -m),x86_64)
 LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF
 endif
