@@ -115,6 +115,33 @@ async def test_a_magicmock_agents_declared_tools_are_the_items_tools() -> None:
     assert [t.name for t in result.input_items[0].tools or []] == ["get_weather"]
 
 
+async def test_a_double_specd_as_a_maf_agent_gets_the_query_as_maf_gives_it() -> None:
+    """A ``MagicMock(spec=Agent)`` (a MAF agent to evalpipe) is called as MAF's evaluate_agent
+    calls it, ``run([Message("user", [query])])`` with MAF's Message, so a ``run`` reading
+    ``messages[-1].text`` works; it used to get the bare string and every item errored."""
+
+    async def run(messages: Any, **kwargs: Any) -> Any:
+        return af.AgentResponse(
+            messages=[af.Message("assistant", [f"Sunny in {messages[-1].text}."])]
+        )
+
+    agent = MagicMock(spec=af.Agent)
+    agent.name = "weather"
+    agent.default_options = {}
+    agent.run = AsyncMock(side_effect=run)
+    [result] = await evaluate_agent(
+        agent=agent,
+        queries=["Paris", "Rome"],
+        evaluators=LocalEvaluator(keyword_check("sunny")),
+    )
+    assert (result.passed, result.failed, result.errored) == (2, 0, 0)
+    assert [i.response for i in result.input_items] == ["Sunny in Paris.", "Sunny in Rome."]
+    given = [c.args[0] for c in agent.run.call_args_list]
+    assert all(isinstance(m, list) and len(m) == 1 for m in given)
+    assert sorted((m[0].role, m[0].text) for m in given) == [("user", "Paris"), ("user", "Rome")]
+    assert all(isinstance(m[0], af.Message) for m in given)
+
+
 async def test_a_maf_workflow_given_as_an_agent_is_refused_naming_evaluate_workflow() -> None:
     """A real MAF Workflow passed as ``agent=`` raises a TypeError pointing to evaluate_workflow
     instead of running it as an agent."""

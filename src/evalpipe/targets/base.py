@@ -25,7 +25,7 @@ from tenacity import (
 )
 
 from evalpipe._internal.calls import CallTimeout, Slots, bounded, in_thread, is_call_failure
-from evalpipe._internal.maf import is_maf_instance
+from evalpipe._internal.maf import is_maf_instance, maf_class
 from evalpipe._internal.retry import is_transient, retry_after
 from evalpipe.messages import Message, ToolDefinition, user_message
 from evalpipe.transcripts import RunUsage, TargetRun, made_run, measured_usage
@@ -364,10 +364,18 @@ def _is_async(run: Any) -> bool:
     return known
 
 
+def _maf_input(query: str) -> Any:
+    """What MAF's ``evaluate_agent`` gives a MAF agent: ``[agent_framework.Message("user",
+    [query])]``, so an agent (or a double spec'd as MAF's ``Agent``) whose ``run`` reads
+    ``messages[-1].text`` gets what it gets under MAF; the bare string without that class."""
+    maf_message = maf_class("Message")
+    return [maf_message("user", [query])] if maf_message is not None else query
+
+
 async def _invoke(agent: Any, query: str, repetition: int = 0) -> Any:
     run = agent.run
-    # MAF agents take their own Message type; a plain string is the input every version accepts.
-    messages: Any = query if is_maf_agent(agent) else [user_message(query)]
+    # MAF agents take their own Message type (evalpipe's would fail on MAF's attributes).
+    messages: Any = _maf_input(query) if is_maf_agent(agent) else [user_message(query)]
     extra = {"repetition": repetition} if _takes_repetition(type(agent)) else {}
     if _is_async(run):
         return await run(messages, **extra)
