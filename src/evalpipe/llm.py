@@ -4,7 +4,8 @@ Ollama, vLLM, OpenAI and Azure OpenAI (api-key or an Entra token) all speak it. 
 temperature 0 and a seed unless told otherwise, retries 408/409/429/5xx answers and connection
 errors with tenacity (honouring ``Retry-After`` in seconds or as an HTTP date, and
 ``retry-after-ms``, both capped), bounds the requests in flight per endpoint across every client of
-that endpoint in the process, reports token usage and latency per call, and goes through the
+that endpoint in the process (a bound that adapts to the endpoint's 429 answers:
+evalpipe._internal.adaptive), reports token usage and latency per call, and goes through the
 response cache (evalpipe.cache) when one is given. API keys are held as secrets: they never appear
 in a repr, a log line or an error message.
 
@@ -34,6 +35,7 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
+from evalpipe._internal.adaptive import AdaptiveLimit
 from evalpipe._internal.retry import parse_retry_after
 from evalpipe.cache import CacheMissError, ResponseCache
 
@@ -111,7 +113,12 @@ class ChatEndpoint(BaseModel):
     timeout: float = Field(default=60.0, gt=0)
     """Seconds to wait for one HTTP attempt."""
     max_concurrency: int = Field(default=8, ge=1)
-    """Requests in flight at once to this endpoint, shared by every client of it in the process."""
+    """Requests in flight at once to this endpoint, shared by every client of it in the process (the
+    smallest asked for wins); with ``adaptive_concurrency``, the most the adapting bound reaches."""
+    adaptive_concurrency: bool = True
+    """Adapt the requests in flight to the endpoint's 429 answers, between 1 and
+    ``max_concurrency`` (starting at 20 or below; see evalpipe._internal.adaptive and
+    docs/judges.md); False: ``max_concurrency``, fixed."""
     max_retries: int = Field(default=4, ge=0)
     """Retries after the first attempt on 408/409/429/5xx and connection errors."""
     retry_backoff: float = Field(default=0.5, ge=0)
@@ -269,42 +276,27 @@ class ChatResponseError(ChatError):
     """The endpoint answered 200 with a body that is not a chat completion."""
 
 
-class _Limiter:
-    """A counting bound whose limit can only go down (the smallest asked-for limit wins)."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.in_flight = 0
-        self._cond = asyncio.Condition()
-
-    async def __aenter__(self) -> None:
-        async with self._cond:
-            await self._cond.wait_for(lambda: self.in_flight < self.limit)
-            self.in_flight += 1
-
-    async def __aexit__(self, *exc: object) -> None:
-        async with self._cond:
-            self.in_flight -= 1
-            self._cond.notify()
+# One bound per (event loop, endpoint): anyio's limiter belongs to one loop, and the loop is the
+# process's unit of concurrency for async code.
+_LIMITS: weakref.WeakKeyDictionary[
+    asyncio.AbstractEventLoop, dict[tuple[str, str], AdaptiveLimit]
+] = weakref.WeakKeyDictionary()
 
 
-# One limiter per (event loop, endpoint): asyncio primitives belong to one loop, and the loop is
-# the process's unit of concurrency for async code.
-_LIMITERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[str, str], _Limiter]] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def _endpoint_limiter(endpoint: ChatEndpoint) -> _Limiter:
-    loop = asyncio.get_running_loop()
-    per_loop = _LIMITERS.setdefault(loop, {})
+def _endpoint_limit(endpoint: ChatEndpoint) -> AdaptiveLimit:
+    per_loop = _LIMITS.setdefault(asyncio.get_running_loop(), {})
     key = (endpoint.chat_url, endpoint.model)
-    limiter = per_loop.get(key)
-    if limiter is None:
-        limiter = per_loop[key] = _Limiter(endpoint.max_concurrency)
-    elif endpoint.max_concurrency < limiter.limit:
-        limiter.limit = endpoint.max_concurrency
-    return limiter
+    limit = per_loop.get(key)
+    if limit is None:
+        limit = per_loop[key] = AdaptiveLimit(
+            endpoint.chat_url,
+            endpoint.model,
+            endpoint.max_concurrency,
+            adaptive=endpoint.adaptive_concurrency,
+        )
+    else:
+        limit.ask(endpoint.max_concurrency, adaptive=endpoint.adaptive_concurrency)
+    return limit
 
 
 class TokenSource:
@@ -869,13 +861,19 @@ class ChatClient:
             retry=retry_if_exception(_should_retry),
             reraise=True,
         )
-        limiter = _endpoint_limiter(self.endpoint)
+        limit = _endpoint_limit(self.endpoint)
         attempts = 0
         async for attempt in retrying:
             with attempt:
                 attempts = attempt.retry_state.attempt_number
-                async with limiter:
-                    raw = await self._post_once(http, body, attempts)
+                async with limit.slot() as permit:
+                    try:
+                        raw = await self._post_once(http, body, attempts)
+                    except ChatHTTPError as exc:
+                        if exc.status == 429:
+                            limit.rate_limited(permit, exc.retry_after)
+                        raise
+                    limit.answered(permit, first_attempt=attempts == 1)
         return raw, attempts
 
     async def _headers(self) -> dict[str, str]:
