@@ -18,6 +18,7 @@ the format (a 400/422 naming it), and remembers per endpoint, in the process, wh
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
 import logging
 import os
@@ -26,10 +27,10 @@ import re
 import threading
 import time
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Literal, get_args
+from typing import Any, Literal, Protocol, get_args
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
@@ -38,11 +39,13 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_aft
 from evalpipe._internal.adaptive import AdaptiveLimit
 from evalpipe._internal.retry import parse_retry_after
 from evalpipe.cache import CacheMissError, ResponseCache
+from evalpipe.spend import metering
 
 __all__ = [
     "AZURE_DEFAULT_API_VERSION",
     "ENTRA_SCOPE",
     "RESPONSE_FORMAT_MODES",
+    "AnswerStore",
     "ChatClient",
     "ChatCompletion",
     "ChatEndpoint",
@@ -55,6 +58,7 @@ __all__ = [
     "forget_response_formats",
     "is_format_rejection",
     "response_format_for",
+    "run_answers",
     "token_source_for",
 ]
 
@@ -493,6 +497,34 @@ def forget_response_formats() -> None:
         _FORMATS.clear()
 
 
+class AnswerStore(Protocol):
+    """Where a run keeps the answers its requests got, so a resumed run reads them instead of
+    asking again (``evalpipe.runner.state.JournalAnswers``: the run directory's journal)."""
+
+    def get(
+        self, request: Mapping[str, Any]
+    ) -> tuple[dict[str, Any], dict[str, int] | None] | None:
+        """The stored response body and usage of ``request``, or None."""
+        ...
+
+    def put(
+        self,
+        request: Mapping[str, Any],
+        response: Mapping[str, Any],
+        usage: Mapping[str, int] | None,
+    ) -> None:
+        """Keep the answer of ``request``."""
+        ...
+
+
+run_answers: contextvars.ContextVar[AnswerStore | None] = contextvars.ContextVar(
+    "evalpipe_run_answers", default=None
+)
+"""The answers of the run being evaluated (set by the runner while a shard's items are evaluated):
+a client without a response cache of its own reads a request's answer from it, and keeps the
+answers it gets in it."""
+
+
 class ChatClient:
     """An async chat-completions client over httpx for one endpoint.
 
@@ -596,6 +628,10 @@ class ChatClient:
     ) -> ChatCompletion:
         """Send one chat-completions request (through the cache, the bound and the retries).
 
+        In a run's evaluation (see :data:`run_answers` and ``evalpipe.spend.metering``) a client
+        without a cache of its own reads the answer the run got earlier, and a request that goes
+        out is admitted by the run's budget and counted in its spend.
+
         Args:
             messages: OpenAI-format messages.
             tools: OpenAI-format tool definitions.
@@ -611,6 +647,7 @@ class ChatClient:
             ChatTransportError: the endpoint could not be reached after the retries.
             ChatResponseError: the endpoint's answer is not a chat completion.
             evalpipe.cache.CacheMissError: replay mode and no stored answer.
+            evalpipe.spend.BudgetReached: the run's budget is spent (the request was not sent).
         """
         body = self.build_body(
             messages,
@@ -622,6 +659,22 @@ class ChatClient:
         )
         cache = self.cache if self.cache is not None and self.cache.enabled else None
         key_request = {**body, "repetition": repetition}
+        meter = metering.get()
+        store = run_answers.get() if cache is None else None
+        if store is not None and (held := store.get(key_request)) is not None:
+            response, stored_usage = held
+            message, finish = _first_choice(response)
+            if meter is not None:  # paid by an earlier attempt of this run
+                meter.reuse("judge", self.endpoint.model, stored_usage)
+            return ChatCompletion(
+                message=message,
+                finish_reason=finish,
+                usage=stored_usage,
+                latency_s=0.0,
+                cached=True,
+                attempts=0,
+                raw=response,
+            )
         if cache is not None:
             entry = cache.get(key_request)
             if entry is not None:
@@ -638,15 +691,35 @@ class ChatClient:
                 )
         if self.endpoint.api_type == "azure" and self.endpoint.azure_deployment:
             body.pop("model", None)  # the deployment URL names the model
+        admitted = False
+
+        def admit() -> None:
+            # once the request holds its slot: a request waiting for one when the budget is
+            # spent is never sent (the budget is overshot by the requests in flight only)
+            nonlocal admitted
+            if meter is not None:
+                if not meter.start():
+                    raise meter.stop()
+                admitted = True
+
         started = time.perf_counter()
-        if self._http is not None:
-            raw, attempts = await self._post_with_retries(self._http, body)
-        else:
-            async with self._new_http() as http:  # one pool for this call and its retries
-                raw, attempts = await self._post_with_retries(http, body)
+        try:
+            if self._http is not None:
+                raw, attempts = await self._post_with_retries(self._http, body, admit)
+            else:
+                async with self._new_http() as http:  # one pool for this call and its retries
+                    raw, attempts = await self._post_with_retries(http, body, admit)
+        except BaseException:
+            if meter is not None and admitted:
+                meter.finish("judge", self.endpoint.model, None, answered=False)
+            raise
         latency = time.perf_counter() - started
-        message, finish = _first_choice(raw)
         usage = _usage(raw)
+        if meter is not None and admitted:
+            meter.finish("judge", self.endpoint.model, usage)
+        if store is not None:
+            store.put(key_request, raw, usage)
+        message, finish = _first_choice(raw)
         key: str | None = None
         if cache is not None:
             stored = await asyncio.to_thread(
@@ -853,8 +926,13 @@ class ChatClient:
         return wait
 
     async def _post_with_retries(
-        self, http: httpx.AsyncClient, body: dict[str, Any]
+        self,
+        http: httpx.AsyncClient,
+        body: dict[str, Any],
+        admit: Callable[[], None] | None = None,
     ) -> tuple[dict[str, Any], int]:
+        """POST ``body`` with retries, each attempt holding one of the endpoint's slots; ``admit``
+        is called when the first attempt has its slot (it may refuse by raising)."""
         retrying = AsyncRetrying(
             stop=stop_after_attempt(self.endpoint.max_retries + 1),
             wait=self._wait,
@@ -867,6 +945,8 @@ class ChatClient:
             with attempt:
                 attempts = attempt.retry_state.attempt_number
                 async with limit.slot() as permit:
+                    if admit is not None and attempts == 1:
+                        admit()
                     try:
                         raw = await self._post_once(http, body, attempts)
                     except ChatHTTPError as exc:

@@ -48,6 +48,7 @@ from evalpipe.evaluators.local import LocalEvaluator, check_name_of
 from evalpipe.items import ConversationSplit
 from evalpipe.llm import ChatEndpoint
 from evalpipe.secrets import mask, protect
+from evalpipe.spend import Budget, Price
 from evalpipe.targets.openai_chat import OpenAIChatAgent
 from evalpipe.targets.workflow import target_from_factory
 
@@ -117,6 +118,17 @@ class EvalSuite(BaseModel):
     timeout: float | None = Field(default=None, gt=0)
     """Seconds the whole run may take (calls and evaluation); past it the run stops, keeps what it
     journaled, and exits as "could not complete" (3): run it again to resume. ``null``: unbounded."""
+    budget: Budget | None = None
+    """The most one run of the suite may spend on the calls it makes: ``{tokens: N}`` (the
+    target's and the judges' tokens as their endpoints report them), ``{cost_usd: X}`` (at
+    ``prices``), or both. Once it is spent no new call starts, the calls in flight finish and are
+    kept, and the run exits as "could not complete" (3); run it again (with a larger budget) to
+    resume: only the missing calls are made. ``null``: no budget (the spend is still counted)."""
+    prices: dict[str, Price] = Field(default_factory=dict)
+    """Dollars per million tokens by model, ``{gpt-4o-mini: {input_per_1m: 0.15, output_per_1m:
+    0.6}}``: a judge's ``model``, an ``openai`` target's ``model``, or ``target`` for a target
+    whose model evalpipe cannot see. Never guessed: a ``cost_usd`` budget needs a price for every
+    model the run calls."""
     upstream_context: Literal["received", "user_only"] = "received"
     """Workflow targets: a downstream agent's item holds what it received, or only the user query."""
     include_overall: bool = True
@@ -236,6 +248,8 @@ class EvalSuite(BaseModel):
                 "compare_with",
                 "suite_dir",
                 "adaptive_concurrency",
+                "budget",
+                "prices",
             },
         )
         canonical = json.dumps(data, sort_keys=True, separators=(",", ":"))

@@ -32,7 +32,7 @@ from __future__ import annotations
 import contextvars
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
@@ -49,6 +49,7 @@ __all__ = [
     "LimitChange",
     "Permit",
     "limit_changes",
+    "limit_notes",
 ]
 
 logger = logging.getLogger("evalpipe.llm")
@@ -229,3 +230,24 @@ class AdaptiveLimit:
     def _set(self, limit: int) -> None:
         self.limit = limit
         self._slots.total_tokens = limit
+
+
+def limit_notes(record: Mapping[str, Any] | None) -> list[str]:
+    """One line per endpoint whose limit a run cut (``record``: manifest.json's
+    ``concurrency``): from what, to what lowest, how often."""
+    changes = (record or {}).get("changes") or []
+    by_endpoint: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    for change in changes:
+        by_endpoint.setdefault((change["endpoint"], change["model"]), []).append(change)
+    notes = []
+    for (endpoint, model), seen in by_endpoint.items():
+        cuts = [c for c in seen if c["reason"] == "rate limited"]
+        if not cuts:
+            continue
+        notes.append(
+            f"{endpoint} (model {model}) answered 429: its limit on requests in flight was cut "
+            f"{len(cuts)} time(s), from {seen[0]['before']} to as low as "
+            f"{min(c['limit'] for c in seen)}, and ended at {seen[-1]['limit']} "
+            f"({len(seen)} change(s) in manifest.json's concurrency)"
+        )
+    return notes
