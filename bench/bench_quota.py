@@ -12,8 +12,13 @@ floor (``ceil(requests / quota) * latency``: the endpoint cannot answer faster) 
 the process. ``--src DIR`` measures another checkout's ``src`` (e.g. /work/main/src) in a child
 process with the same fake server; ``--repeat`` runs each that many times.
 
+``--flow`` runs the same judging through ``evalpipe run`` instead: a suite of ``--items`` rows
+against an instant local agent, judged on three metrics, on the Prefect server of ``PREFECT_HOME``
+(set it; ``evalpipe server stop`` afterwards). The wall time is still the endpoint's: from its first
+request to its last answer.
+
 Usage: python bench/bench_quota.py [--items 80] [--quota 6] [--latency 0.2] [--retry-after 1]
-                                   [--concurrency 32] [--repeat 3] [--src DIR]
+                                   [--concurrency 32] [--repeat 3] [--src DIR] [--flow]
 """
 
 from __future__ import annotations
@@ -98,6 +103,72 @@ def run_once(src: Path, args: argparse.Namespace) -> dict[str, float]:
     return result
 
 
+AGENT = """
+from evalpipe import AgentResponse, Message
+
+
+class Echo:
+    name = "echo"
+
+    async def run(self, messages, **kwargs):
+        return AgentResponse(messages=[Message("assistant", ["ok: " + messages[-1].text])])
+
+
+agent = Echo()
+"""
+
+
+def run_flow(src: Path, args: argparse.Namespace) -> dict[str, float]:
+    """The judging of a suite run through ``evalpipe run`` (see the module docstring)."""
+    import tempfile
+
+    import yaml
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from fakes.openai_server import FakeOpenAIServer, verdict
+
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        FakeOpenAIServer(
+            lambda _r: verdict(4),
+            default_delay=args.latency,
+            quota=args.quota,
+            quota_retry_after=args.retry_after,
+            quota_delay=args.latency if args.slow_429 else 0.0,
+        ) as server,
+    ):
+        root = Path(tmp)
+        (root / "agents.py").write_text(AGENT, encoding="utf-8")
+        with (root / "rows.jsonl").open("w", encoding="utf-8") as fh:
+            for i in range(args.items):
+                fh.write(json.dumps({"id": f"r{i}", "query": f"question {i}"}) + "\n")
+        judge = {"base_url": server.base_url, "model": "judge",
+                 "metrics": ["relevance", "coherence", "fluency"]}  # fmt: skip
+        suite = {"name": "quota", "target": "agents:agent", "dataset": "rows.jsonl",
+                 "concurrency": args.concurrency, "evaluators": [{"judge": judge}],
+                 "output_dir": str(root / "runs")}  # fmt: skip
+        (root / "suite.yaml").write_text(yaml.safe_dump(suite), encoding="utf-8")
+        env = {**os.environ, "PYTHONPATH": str(src)}
+        done = subprocess.run(
+            [sys.executable, "-m", "evalpipe.cli", "run", "suite.yaml", "--no-progress"],
+            cwd=root, env=env, capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        first = min(r.received_at for r in server.requests)
+        import pyarrow.parquet as pq
+
+        [run_dir] = (root / "runs" / "quota").iterdir()
+        statuses = pq.read_table(run_dir / "scores.parquet", columns=["status"]).column("status")
+        return {
+            "requests": len(server.requests),
+            "rejected": server.rejected,
+            "errored_scores": statuses.to_pylist().count("error"),
+            "max_in_flight": server.max_in_flight,
+            "wall_s": (server.last_answer_at or first) - first,
+            "cpu_s": float("nan"),
+            "exit": done.returncode,
+        }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--items", type=int, default=80)
@@ -110,6 +181,7 @@ def main() -> None:
     )
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--src", type=Path, default=ROOT / "src")
+    parser.add_argument("--flow", action="store_true", help="through evalpipe run (see above)")
     args = parser.parse_args()
     calls = args.items * 3
     floor = math.ceil(calls / args.quota) * args.latency
@@ -118,7 +190,7 @@ def main() -> None:
         f"Retry-After {args.retry_after} s, suite concurrency {args.concurrency}: floor {floor:.1f} s"
     )
     for _ in range(args.repeat):
-        r = run_once(args.src, args)
+        r = run_flow(args.src, args) if args.flow else run_once(args.src, args)
         print(
             f"  {args.src}: {r['requests']:.0f} requests, {r['rejected']:.0f} answered 429 "
             f"({100 * r['rejected'] / r['requests']:.1f}%), {r['errored_scores']:.0f} errored "

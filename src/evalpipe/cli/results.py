@@ -83,9 +83,9 @@ def print_run(run_dir: Path | str, console: Console) -> None:
             )
     spend = manifest.get("spend")
     if isinstance(spend, dict):
-        console.print(f"spent: {spend_text(spend)}", markup=False, highlight=False)
+        console.print(f"spent: {spend_text(spend)}", markup=False, highlight=False, soft_wrap=True)
     for note in limit_notes(manifest.get("concurrency")):
-        console.print(f"concurrency: {plain(note)}", markup=False, highlight=False)
+        console.print(f"concurrency: {plain(note)}", markup=False, highlight=False, soft_wrap=True)
     console.print(f"run directory: {run_dir}", markup=False, highlight=False)
     if report:
         console.print(f"report: {report}", markup=False, highlight=False)
