@@ -155,3 +155,24 @@ def test_spend_text_names_the_budget_and_what_earlier_attempts_spent() -> None:
         "10 tokens (target 10, judges 0) of a budget of 100 tokens; 1 reused call(s) had cost "
         "10 tokens (target 10, judges 0)"
     )
+
+
+async def test_a_checks_model_request_refused_by_the_budget_stops_the_evaluation() -> None:
+    """An async check that calls a model through ChatClient is metered like a judge: refused by a
+    spent budget, it raises BudgetReached out of the evaluation (not an errored check)."""
+    from evalpipe.evaluators.local import LocalEvaluator, evaluator
+    from evalpipe.llm import ChatClient, ChatEndpoint
+
+    with FakeOpenAIServer() as server:
+
+        @evaluator(name="asks_a_model")
+        async def asks_a_model(response: str) -> bool:
+            client = ChatClient(ChatEndpoint(base_url=server.base_url, model="m"))
+            return (await client.complete([{"role": "user", "content": "ok?"}])).content is not None
+
+        ledger = Ledger(Budget(tokens=10), {})
+        ledger.spent.add("judge", "m", {"total_tokens": 10}, None)
+        metering.set(ledger)
+        with pytest.raises(BudgetReached):
+            await LocalEvaluator(asks_a_model).evaluate(_items(2))
+        assert server.requests == []
