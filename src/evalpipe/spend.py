@@ -94,12 +94,16 @@ class Budget(BaseModel):
 
 
 def tokens_of(usage: Any) -> tuple[int | None, int | None, int]:
-    """(input, output, tokens) of a usage (a RunUsage, a usage mapping or None): tokens is the
+    """(input, output, tokens) of a usage (a RunUsage, a usage dict or None): tokens is the
     reported total, else input and output added up (0 when nothing was reported)."""
     if usage is None:
         return None, None, 0
-    if isinstance(usage, Mapping):
-        inp, out, total = (usage.get(k) for k in ("input_tokens", "output_tokens", "total_tokens"))
+    if isinstance(usage, dict):  # an answer's usage (a RunUsage is read by attribute)
+        inp, out, total = (
+            usage.get("input_tokens"),
+            usage.get("output_tokens"),
+            usage.get("total_tokens"),
+        )
     else:
         inp, out, total = usage.input_tokens, usage.output_tokens, usage.total_tokens
     inp = inp if isinstance(inp, int) else None
@@ -145,15 +149,17 @@ class Spend:
     def add(self, kind: str, model: str, usage: Any, price: Price | None) -> None:
         """Count one call."""
         inp, out, tokens = tokens_of(usage)
-        line = _Line(
-            calls=1,
-            unreported=int(usage is None or (inp is None and out is None and tokens == 0)),
-            input_tokens=inp or 0,
-            output_tokens=out or 0,
-            tokens=tokens,
-            cost_usd=None if price is None else price.cost(inp, out),
-        )
-        self.lines.setdefault((kind, model), _Line()).add(line)
+        line = self.lines.get((kind, model))
+        if line is None:
+            line = self.lines[(kind, model)] = _Line()
+        line.calls += 1
+        if inp is None and out is None and tokens == 0:
+            line.unreported += 1
+        line.input_tokens += inp or 0
+        line.output_tokens += out or 0
+        line.tokens += tokens
+        if line.cost_usd is not None:
+            line.cost_usd = None if price is None else line.cost_usd + price.cost(inp, out)
 
     def merge(self, other: Spend) -> None:
         """Add another spend (a shard's, from a worker) to this one."""

@@ -347,7 +347,10 @@ async def _metered(
     """:func:`_made` of a call the ledger let start, counted in it; None when the budget was
     spent while the call waited for its slot (it was not made: the calls in flight are what a
     budget stop overshoots by, not the calls waiting)."""
-    slots = _UnlessStopped(semaphore, state, ledger) if semaphore is not None else None
+    slots: _UnlessStopped | None = None
+    if semaphore is not None:
+        # a slot of its own refuses the call once the budget is spent (none: it is only counted)
+        slots = _UnlessStopped(semaphore, state, ledger if ledger.budget is not None else None)
     try:
         made = await _made(plan, call, slots)
     except BaseException:
