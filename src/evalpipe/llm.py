@@ -4,7 +4,8 @@ Ollama, vLLM, OpenAI and Azure OpenAI (api-key or an Entra token) all speak it. 
 temperature 0 and a seed unless told otherwise, retries 408/409/429/5xx answers and connection
 errors with tenacity (honouring ``Retry-After`` in seconds or as an HTTP date, and
 ``retry-after-ms``, both capped), bounds the requests in flight per endpoint across every client of
-that endpoint in the process, reports token usage and latency per call, and goes through the
+that endpoint in the process (a bound that adapts to the endpoint's 429 answers:
+evalpipe._internal.adaptive), reports token usage and latency per call, and goes through the
 response cache (evalpipe.cache) when one is given. API keys are held as secrets: they never appear
 in a repr, a log line or an error message.
 
@@ -17,6 +18,7 @@ the format (a 400/422 naming it), and remembers per endpoint, in the process, wh
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
 import logging
 import os
@@ -25,22 +27,25 @@ import re
 import threading
 import time
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Literal, get_args
+from typing import Any, Literal, Protocol, get_args
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
+from evalpipe._internal.adaptive import AdaptiveLimit
 from evalpipe._internal.retry import parse_retry_after
 from evalpipe.cache import CacheMissError, ResponseCache
+from evalpipe.spend import metering
 
 __all__ = [
     "AZURE_DEFAULT_API_VERSION",
     "ENTRA_SCOPE",
     "RESPONSE_FORMAT_MODES",
+    "AnswerStore",
     "ChatClient",
     "ChatCompletion",
     "ChatEndpoint",
@@ -53,6 +58,7 @@ __all__ = [
     "forget_response_formats",
     "is_format_rejection",
     "response_format_for",
+    "run_answers",
     "token_source_for",
 ]
 
@@ -111,7 +117,12 @@ class ChatEndpoint(BaseModel):
     timeout: float = Field(default=60.0, gt=0)
     """Seconds to wait for one HTTP attempt."""
     max_concurrency: int = Field(default=8, ge=1)
-    """Requests in flight at once to this endpoint, shared by every client of it in the process."""
+    """Requests in flight at once to this endpoint, shared by every client of it in the process (the
+    smallest asked for wins); with ``adaptive_concurrency``, the most the adapting bound reaches."""
+    adaptive_concurrency: bool = True
+    """Adapt the requests in flight to the endpoint's 429 answers, between 1 and
+    ``max_concurrency`` (starting at 20 or below; see evalpipe._internal.adaptive and
+    docs/judges.md); False: ``max_concurrency``, fixed."""
     max_retries: int = Field(default=4, ge=0)
     """Retries after the first attempt on 408/409/429/5xx and connection errors."""
     retry_backoff: float = Field(default=0.5, ge=0)
@@ -269,42 +280,27 @@ class ChatResponseError(ChatError):
     """The endpoint answered 200 with a body that is not a chat completion."""
 
 
-class _Limiter:
-    """A counting bound whose limit can only go down (the smallest asked-for limit wins)."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.in_flight = 0
-        self._cond = asyncio.Condition()
-
-    async def __aenter__(self) -> None:
-        async with self._cond:
-            await self._cond.wait_for(lambda: self.in_flight < self.limit)
-            self.in_flight += 1
-
-    async def __aexit__(self, *exc: object) -> None:
-        async with self._cond:
-            self.in_flight -= 1
-            self._cond.notify()
+# One bound per (event loop, endpoint): anyio's limiter belongs to one loop, and the loop is the
+# process's unit of concurrency for async code.
+_LIMITS: weakref.WeakKeyDictionary[
+    asyncio.AbstractEventLoop, dict[tuple[str, str], AdaptiveLimit]
+] = weakref.WeakKeyDictionary()
 
 
-# One limiter per (event loop, endpoint): asyncio primitives belong to one loop, and the loop is
-# the process's unit of concurrency for async code.
-_LIMITERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[str, str], _Limiter]] = (
-    weakref.WeakKeyDictionary()
-)
-
-
-def _endpoint_limiter(endpoint: ChatEndpoint) -> _Limiter:
-    loop = asyncio.get_running_loop()
-    per_loop = _LIMITERS.setdefault(loop, {})
+def _endpoint_limit(endpoint: ChatEndpoint) -> AdaptiveLimit:
+    per_loop = _LIMITS.setdefault(asyncio.get_running_loop(), {})
     key = (endpoint.chat_url, endpoint.model)
-    limiter = per_loop.get(key)
-    if limiter is None:
-        limiter = per_loop[key] = _Limiter(endpoint.max_concurrency)
-    elif endpoint.max_concurrency < limiter.limit:
-        limiter.limit = endpoint.max_concurrency
-    return limiter
+    limit = per_loop.get(key)
+    if limit is None:
+        limit = per_loop[key] = AdaptiveLimit(
+            endpoint.chat_url,
+            endpoint.model,
+            endpoint.max_concurrency,
+            adaptive=endpoint.adaptive_concurrency,
+        )
+    else:
+        limit.ask(endpoint.max_concurrency, adaptive=endpoint.adaptive_concurrency)
+    return limit
 
 
 class TokenSource:
@@ -501,6 +497,34 @@ def forget_response_formats() -> None:
         _FORMATS.clear()
 
 
+class AnswerStore(Protocol):
+    """Where a run keeps the answers its requests got, so a resumed run reads them instead of
+    asking again (``evalpipe.runner.state.JournalAnswers``: the run directory's journal)."""
+
+    def get(
+        self, request: Mapping[str, Any]
+    ) -> tuple[dict[str, Any], dict[str, int] | None] | None:
+        """The stored response body and usage of ``request``, or None."""
+        ...
+
+    def put(
+        self,
+        request: Mapping[str, Any],
+        response: Mapping[str, Any],
+        usage: Mapping[str, int] | None,
+    ) -> None:
+        """Keep the answer of ``request``."""
+        ...
+
+
+run_answers: contextvars.ContextVar[AnswerStore | None] = contextvars.ContextVar(
+    "evalpipe_run_answers", default=None
+)
+"""The answers of the run being evaluated (set by the runner while a shard's items are evaluated):
+a client without a response cache of its own reads a request's answer from it, and keeps the
+answers it gets in it."""
+
+
 class ChatClient:
     """An async chat-completions client over httpx for one endpoint.
 
@@ -604,6 +628,10 @@ class ChatClient:
     ) -> ChatCompletion:
         """Send one chat-completions request (through the cache, the bound and the retries).
 
+        In a run's evaluation (see :data:`run_answers` and ``evalpipe.spend.metering``) a client
+        without a cache of its own reads the answer the run got earlier, and a request that goes
+        out is admitted by the run's budget and counted in its spend.
+
         Args:
             messages: OpenAI-format messages.
             tools: OpenAI-format tool definitions.
@@ -619,6 +647,7 @@ class ChatClient:
             ChatTransportError: the endpoint could not be reached after the retries.
             ChatResponseError: the endpoint's answer is not a chat completion.
             evalpipe.cache.CacheMissError: replay mode and no stored answer.
+            evalpipe.spend.BudgetReached: the run's budget is spent (the request was not sent).
         """
         body = self.build_body(
             messages,
@@ -630,6 +659,22 @@ class ChatClient:
         )
         cache = self.cache if self.cache is not None and self.cache.enabled else None
         key_request = {**body, "repetition": repetition}
+        meter = metering.get()
+        store = run_answers.get() if cache is None else None
+        if store is not None and (held := store.get(key_request)) is not None:
+            response, stored_usage = held
+            message, finish = _first_choice(response)
+            if meter is not None:  # paid by an earlier attempt of this run
+                meter.reuse("judge", self.endpoint.model, stored_usage)
+            return ChatCompletion(
+                message=message,
+                finish_reason=finish,
+                usage=stored_usage,
+                latency_s=0.0,
+                cached=True,
+                attempts=0,
+                raw=response,
+            )
         if cache is not None:
             entry = cache.get(key_request)
             if entry is not None:
@@ -646,15 +691,35 @@ class ChatClient:
                 )
         if self.endpoint.api_type == "azure" and self.endpoint.azure_deployment:
             body.pop("model", None)  # the deployment URL names the model
+        admitted = False
+
+        def admit() -> None:
+            # once the request holds its slot: a request waiting for one when the budget is
+            # spent is never sent (the budget is overshot by the requests in flight only)
+            nonlocal admitted
+            if meter is not None:
+                if not meter.start():
+                    raise meter.stop()
+                admitted = True
+
         started = time.perf_counter()
-        if self._http is not None:
-            raw, attempts = await self._post_with_retries(self._http, body)
-        else:
-            async with self._new_http() as http:  # one pool for this call and its retries
-                raw, attempts = await self._post_with_retries(http, body)
+        try:
+            if self._http is not None:
+                raw, attempts = await self._post_with_retries(self._http, body, admit)
+            else:
+                async with self._new_http() as http:  # one pool for this call and its retries
+                    raw, attempts = await self._post_with_retries(http, body, admit)
+        except BaseException:
+            if meter is not None and admitted:
+                meter.finish("judge", self.endpoint.model, None, answered=False)
+            raise
         latency = time.perf_counter() - started
-        message, finish = _first_choice(raw)
         usage = _usage(raw)
+        if meter is not None and admitted:
+            meter.finish("judge", self.endpoint.model, usage)
+        if store is not None:
+            store.put(key_request, raw, usage)
+        message, finish = _first_choice(raw)
         key: str | None = None
         if cache is not None:
             stored = await asyncio.to_thread(
@@ -861,21 +926,34 @@ class ChatClient:
         return wait
 
     async def _post_with_retries(
-        self, http: httpx.AsyncClient, body: dict[str, Any]
+        self,
+        http: httpx.AsyncClient,
+        body: dict[str, Any],
+        admit: Callable[[], None] | None = None,
     ) -> tuple[dict[str, Any], int]:
+        """POST ``body`` with retries, each attempt holding one of the endpoint's slots; ``admit``
+        is called when the first attempt has its slot (it may refuse by raising)."""
         retrying = AsyncRetrying(
             stop=stop_after_attempt(self.endpoint.max_retries + 1),
             wait=self._wait,
             retry=retry_if_exception(_should_retry),
             reraise=True,
         )
-        limiter = _endpoint_limiter(self.endpoint)
+        limit = _endpoint_limit(self.endpoint)
         attempts = 0
         async for attempt in retrying:
             with attempt:
                 attempts = attempt.retry_state.attempt_number
-                async with limiter:
-                    raw = await self._post_once(http, body, attempts)
+                async with limit.slot() as permit:
+                    if admit is not None and attempts == 1:
+                        admit()
+                    try:
+                        raw = await self._post_once(http, body, attempts)
+                    except ChatHTTPError as exc:
+                        if exc.status == 429:
+                            limit.rate_limited(permit, exc.retry_after)
+                        raise
+                    limit.answered(permit, first_attempt=attempts == 1)
         return raw, attempts
 
     async def _headers(self) -> dict[str, str]:

@@ -30,7 +30,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from evalpipe._internal.calls import DEFAULT_CALL_TIMEOUT
 from evalpipe._internal.files import read_utf8
@@ -39,7 +46,9 @@ from evalpipe.evaluators import registry
 from evalpipe.evaluators.base import AgentScoped, Evaluator
 from evalpipe.evaluators.local import LocalEvaluator, check_name_of
 from evalpipe.items import ConversationSplit
+from evalpipe.llm import ChatEndpoint
 from evalpipe.secrets import mask, protect
+from evalpipe.spend import Budget, Price
 from evalpipe.targets.openai_chat import OpenAIChatAgent
 from evalpipe.targets.workflow import target_from_factory
 
@@ -47,6 +56,7 @@ __all__ = [
     "PATH_FIELDS",
     "EvalSuite",
     "SuiteError",
+    "apply_concurrency",
     "apply_params",
     "build_evaluators",
     "build_split",
@@ -87,7 +97,17 @@ class EvalSuite(BaseModel):
     evaluators: list[str | dict[str, Any]] = Field(min_length=1)
     """Evaluators in short form; local checks share one LocalEvaluator (per ``agents:`` scope)."""
     concurrency: int = Field(default=8, ge=1, le=4096)
-    """At most this many target calls at once, across all shards of the run."""
+    """At most this many target calls at once, across all shards of the run. With
+    ``adaptive_concurrency`` it is also the ceiling of each judge's (and an ``openai`` target's)
+    requests in flight, unless the judge sets its own ``max_concurrency``."""
+    adaptive_concurrency: bool = True
+    """The requests in flight to each OpenAI-compatible endpoint (a judge's, an ``openai``
+    target's) adapt to its 429 answers below ``concurrency``: they start at 20 (or
+    ``concurrency`` when lower), are cut to 80% per episode of 429s and rise 5% per clean round
+    (docs/judges.md). ``false``: each endpoint's ``max_concurrency`` (default 8), fixed, as before.
+    A judge that sets ``max_concurrency`` keeps that number, fixed, unless it sets
+    ``adaptive_concurrency`` itself. ``concurrency: {limit: 32, adaptive: false}`` is a short form
+    of the two fields (``adaptive_concurrency``, given too, wins)."""
     shard_size: int | None = Field(default=None, ge=1)
     """Target calls per Prefect task (default: sized so a run holds at most ~100 shard tasks)."""
     call_attempts: int = Field(default=3, ge=1, le=20)
@@ -98,6 +118,17 @@ class EvalSuite(BaseModel):
     timeout: float | None = Field(default=None, gt=0)
     """Seconds the whole run may take (calls and evaluation); past it the run stops, keeps what it
     journaled, and exits as "could not complete" (3): run it again to resume. ``null``: unbounded."""
+    budget: Budget | None = None
+    """The most one run of the suite may spend on the calls it makes: ``{tokens: N}`` (the
+    target's and the judges' tokens as their endpoints report them), ``{cost_usd: X}`` (at
+    ``prices``), or both. Once it is spent no new call starts, the calls in flight finish and are
+    kept, and the run exits as "could not complete" (3); run it again (with a larger budget) to
+    resume: only the missing calls are made. ``null``: no budget (the spend is still counted)."""
+    prices: dict[str, Price] = Field(default_factory=dict)
+    """Dollars per million tokens by model, ``{gpt-4o-mini: {input_per_1m: 0.15, output_per_1m:
+    0.6}}``: a judge's ``model``, an ``openai`` target's ``model``, or ``target`` for a target
+    whose model evalpipe cannot see. Never guessed: a ``cost_usd`` budget needs a price for every
+    model the run calls."""
     upstream_context: Literal["received", "user_only"] = "received"
     """Workflow targets: a downstream agent's item holds what it received, or only the user query."""
     include_overall: bool = True
@@ -129,6 +160,33 @@ class EvalSuite(BaseModel):
     """The suite file's folder (set by :func:`load_suite`, not written in the file): ``module:attr``
     paths (``target``, evaluators, ``split``, tools) resolve from it first, then from the current
     directory. Not part of the fingerprint (moving a checkout changes no result)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _concurrency_short_form(cls, data: Any) -> Any:
+        """``concurrency: {limit: N, adaptive: B}`` is ``concurrency: N`` and
+        ``adaptive_concurrency: B`` (an ``adaptive_concurrency`` given as well, as ``--param``
+        gives it, wins; a mapping of another form is refused by the field)."""
+        if not isinstance(data, dict) or not isinstance(form := data.get("concurrency"), dict):
+            return data
+        if set(form) - {"limit", "adaptive"}:
+            return data
+        out = {k: v for k, v in data.items() if k != "concurrency"}
+        if "limit" in form:
+            out["concurrency"] = form["limit"]
+        if "adaptive" in form:
+            out.setdefault("adaptive_concurrency", form["adaptive"])
+        return out
+
+    @field_validator("concurrency", mode="before")
+    @classmethod
+    def _check_concurrency(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            raise ValueError(
+                "write a number (the most target calls in flight) or {limit: 32, adaptive: "
+                f"false}}; got the key(s) {sorted(value)}"
+            )
+        return value
 
     @field_validator("task_runner")
     @classmethod
@@ -189,6 +247,9 @@ class EvalSuite(BaseModel):
                 "task_runner",
                 "compare_with",
                 "suite_dir",
+                "adaptive_concurrency",
+                "budget",
+                "prices",
             },
         )
         canonical = json.dumps(data, sort_keys=True, separators=(",", ":"))
@@ -455,6 +516,11 @@ def build_evaluators(suite: EvalSuite) -> list[Evaluator]:
             built.append(AgentScoped(LocalEvaluator(*checks[slot]), slot))
         else:
             built.append(slot)
+    shared = {id(o) for o in shared_evaluators(suite)}
+    for provider in built:
+        inner = provider.inner if isinstance(provider, AgentScoped) else provider
+        if id(inner) not in shared:  # an imported instance is the user's: left as it is
+            apply_concurrency(suite, inner)
     names = [p.name for p in built]
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
@@ -481,6 +547,31 @@ def shared_evaluators(suite: EvalSuite) -> list[Any]:
         if obj is not None:
             shared.append(obj)
     return shared
+
+
+def apply_concurrency(suite: EvalSuite, obj: Any) -> None:
+    """Give an object that calls an OpenAI-compatible endpoint (a judge, an ``openai`` target: an
+    ``endpoint`` attribute) the suite's bound on its requests in flight.
+
+    What the object's own spec set wins: ``adaptive_concurrency`` as set (its ceiling its own
+    ``max_concurrency``, else the suite's ``concurrency``); a ``max_concurrency`` without it is a
+    fixed number for that provider. Otherwise the suite decides: adaptive below ``concurrency``,
+    or (``adaptive_concurrency: false``) the endpoint's ``max_concurrency``, fixed.
+    """
+    endpoint = getattr(obj, "endpoint", None)
+    if not isinstance(endpoint, ChatEndpoint):
+        return
+    chosen = endpoint.model_fields_set
+    if "adaptive_concurrency" in chosen:
+        adaptive = endpoint.adaptive_concurrency
+    elif "max_concurrency" in chosen:
+        adaptive = False
+    else:
+        adaptive = suite.adaptive_concurrency
+    update: dict[str, Any] = {"adaptive_concurrency": adaptive}
+    if adaptive and "max_concurrency" not in chosen:
+        update["max_concurrency"] = suite.concurrency
+    obj.endpoint = endpoint.model_copy(update=update)
 
 
 def build_split(suite: EvalSuite) -> Any:
@@ -562,7 +653,9 @@ def build_target(suite: EvalSuite) -> Any:
             except ValueError as exc:
                 raise SuiteError(f"target.openai.tools[{j}]: {exc}") from None
         try:
-            return OpenAIChatAgent(**config, tools=tools)
+            agent = OpenAIChatAgent(**config, tools=tools)
         except (TypeError, ValueError) as exc:
             raise SuiteError(f"target.openai: {exc}") from None
+        apply_concurrency(suite, agent)
+        return agent
     raise SuiteError(f"target: unknown adapter {kind!r}; use an import path or {{openai: {{...}}}}")

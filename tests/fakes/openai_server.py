@@ -14,6 +14,10 @@ Usage::
 Reply builders cover what the tests need: judge verdicts (valid, garbage, empty, truncated JSON,
 refusals), tool calls (including malformed argument JSON), HTTP errors with Retry-After, and bursts.
 
+``FakeOpenAIServer(quota=6)`` plays an endpoint with a quota of requests in flight: a request that
+arrives while 6 are open is answered 429 at once (with ``Retry-After``, as Azure OpenAI and OpenAI
+answer past their limits), before the script is consulted; ``server.rejected`` counts them.
+
 ``FakeOpenAIServer(reject_formats={"json_schema"})`` plays a server that does not support some
 ``response_format`` forms: such a request is answered with the rejection a real server sends before
 the script is consulted, so scripted replies go to accepted requests. ``reject_status`` picks
@@ -255,6 +259,9 @@ class FakeOpenAIServer:
         default_delay: seconds every reply waits unless it sets its own delay.
         reject_formats: response-format modes (see ``format_mode``) answered with a rejection.
         reject_status: the rejection's form: 500 (llama-cpp-python), 422 (FastAPI) or 400 (OpenAI).
+        quota: requests in flight the server takes; one more is answered 429 at once (None: any).
+        quota_retry_after: the ``Retry-After`` header of those 429 answers (None: none sent).
+        quota_delay: seconds before such a 429 is sent (0: at once).
     """
 
     def __init__(
@@ -264,6 +271,9 @@ class FakeOpenAIServer:
         default_delay: float = 0.0,
         reject_formats: Iterable[str] = (),
         reject_status: int = 500,
+        quota: int | None = None,
+        quota_retry_after: str | None = "1",
+        quota_delay: float = 0.0,
     ) -> None:
         self.responder: Callable[[CapturedRequest], Reply] = responder or (
             lambda _req: chat("scripted default answer")
@@ -271,6 +281,13 @@ class FakeOpenAIServer:
         self.default_delay = default_delay
         self.reject_formats = set(reject_formats)
         self.reject_status = reject_status
+        self.quota = quota
+        self.quota_retry_after = quota_retry_after
+        self.quota_delay = quota_delay
+        self.rejected = 0
+        """Requests answered 429 because the quota of requests in flight was full."""
+        self.last_answer_at: float | None = None
+        """time.monotonic() when the last answer that was not a quota 429 was sent."""
         self.requests: list[CapturedRequest] = []
         self.in_flight = 0
         self.max_in_flight = 0
@@ -386,8 +403,18 @@ class FakeOpenAIServer:
         )
         with self._lock:
             self.requests.append(request)
-            self.in_flight += 1
-            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+            over_quota = self.quota is not None and self.in_flight >= self.quota
+            if over_quota:
+                self.rejected += 1
+            else:
+                self.in_flight += 1
+                self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        if over_quota:
+            if self.quota_delay:
+                time.sleep(self.quota_delay)
+            headers = {"Retry-After": self.quota_retry_after} if self.quota_retry_after else {}
+            self._send(handler, status(429, headers=headers, message="over the quota"))
+            return
         try:
             reply = self._next_reply(request)
             delay = reply.delay or self.default_delay
@@ -398,6 +425,7 @@ class FakeOpenAIServer:
             # after reading this answer, so max_in_flight never overshoots the client's bound.
             with self._lock:
                 self.in_flight -= 1
+                self.last_answer_at = time.monotonic()
         self._send(handler, reply)
 
     @staticmethod

@@ -239,7 +239,8 @@ def test_every_command_in_operations_md_is_run_by_a_test() -> None:
     the deploy and the worker, by its fixtures), so a broken example fails a test."""
     commands = _doc_commands()
     triggers = [c for c in commands if c.startswith("prefect deployment run ")]
-    assert len(triggers) == 2
+    assert len(triggers) == 4  # §4's two, and the budgets' two
+    assert len(_budget_commands(commands)) == 2
     served = [c for c in commands if c.startswith("evalpipe serve ")]
     limits = [c for c in commands if c.startswith("prefect gcl create ")]
     secrets = _secret_commands(commands)
@@ -257,6 +258,40 @@ def test_every_command_in_operations_md_is_run_by_a_test() -> None:
     ]
     # §10 starts the worker as §3 does: the same command, run by the worker fixture
     assert sorted(dict.fromkeys(rest)) == sorted(RUN_BY_FIXTURES)
+
+
+def _budget_commands(commands: list[str]) -> list[str]:
+    """§4's budget examples: a deployment run with a budget as a parameter."""
+    return [c for c in commands if c.startswith("prefect deployment run ") and '"budget.' in c]
+
+
+def test_the_budget_commands_run_as_written(
+    server: Server, worker: subprocess.Popen[bytes]
+) -> None:
+    """§4's budget examples, as written: a deployment run with a token budget and one with a cost
+    budget (the Python target priced under `target`) complete, and each has its spend artifact
+    with the budget it was given."""
+    for command, budget in zip(
+        _budget_commands(_doc_commands()), ["2,000,000 tokens", "$5"], strict=True
+    ):
+        started = _verbatim(command, server.env)
+        match = re.search(r"UUID:\s*([0-9a-f-]{36})", started)
+        assert match, started
+        run = _wait_final(server, match.group(1), timeout=300)
+        assert run["state"]["type"] == "COMPLETED", run["state"]["message"]
+        artifacts = _api(
+            server,
+            "POST",
+            "/artifacts/filter",
+            {
+                "artifacts": {
+                    "flow_run_id": {"any_": [run["id"]]},
+                    "key": {"any_": ["travel-demo-spend"]},
+                }
+            },
+        )
+        [spend] = artifacts
+        assert f"**Budget**: {budget}" in spend["data"]
 
 
 def _secret_commands(commands: list[str]) -> list[str]:
@@ -296,7 +331,11 @@ def test_the_trigger_commands_run_as_written(
     """Both `prefect deployment run` examples of docs/operations.md §4, as written: their flow
     runs complete (the second, with its evaluator override and gates, named with version v2),
     and the run_deployment() example schedules a run."""
-    first, second = [c for c in _doc_commands() if c.startswith("prefect deployment run ")]
+    first, second = [
+        c
+        for c in _doc_commands()
+        if c.startswith("prefect deployment run ") and c not in _budget_commands(_doc_commands())
+    ]
     started = _verbatim(first, server.env)
     match = re.search(r"UUID:\s*([0-9a-f-]{36})", started)
     assert match, started

@@ -305,3 +305,42 @@ def test_scores_of_items_missing_from_items_parquet_read_as_the_string_join_read
     ] == counted
     assert (report.items_total, report.items_not_passed) == (10, 6)
     assert report.items[0].item_id == "ghost"
+
+
+def test_the_runs_spend_and_limit_history_are_shown_escaped(tmp_path: Path) -> None:
+    """manifest.json's spend (totals, by model, budget) and its endpoints' limit changes are in
+    the report (and so on evalpipe view's run page), as text; a malformed part is left out."""
+    spend = {
+        "tokens": 1500,
+        "cost_usd": 0.0021,
+        "calls": 12,
+        "by_model": [
+            {"kind": "judge", "model": XSS, "calls": 4, "unreported": 0, "input_tokens": 160,
+             "output_tokens": 40, "tokens": 200, "cost_usd": 0.0005},
+            {"kind": "target", "model": "agent", "calls": 8, "unreported": 0,
+             "input_tokens": 1040, "output_tokens": 260, "tokens": 1300, "cost_usd": 0.0016},
+        ],
+        "budget": {"tokens": 5000, "cost_usd": None},
+        "earlier": {"tokens": 0, "cost_usd": 0, "calls": 0, "by_model": []},
+    }  # fmt: skip
+    change = {"at": "2026-01-01T00:00:00.000+00:00", "endpoint": "http://j/v1/chat/completions",
+              "model": "judge", "before": 20, "limit": 16, "reason": "rate limited",
+              "in_flight": 20}  # fmt: skip
+    run = write_run(
+        tmp_path / "run",
+        CHECKS,
+        manifest={"spend": spend, "concurrency": {"limit": 32, "adaptive": True,
+                                                  "changes": [change, {"at": 1}]}},
+    )  # fmt: skip
+    report = load_report_data(run)
+    assert report.spend_text == (
+        "1,500 tokens (target 1,300, judges 200), $0.0021 of a budget of 5,000 tokens"
+    )
+    assert report.limit_changes == [change]
+    html = render_report(report)
+    assert XSS not in html
+    assert "&lt;script&gt;" in html
+    assert 'id="spend"' in html
+    assert "http://j/v1/chat/completions (model judge) answered 429" in html
+    broken = write_run(tmp_path / "broken", CHECKS, manifest={"spend": {"by_model": [{}]}})
+    assert load_report_data(broken).spend is None

@@ -20,7 +20,7 @@ import httpx
 import pyarrow.compute as pc
 import pytest
 
-from evalpipe.artifacts import find_runs, read_table
+from evalpipe.artifacts import find_runs, read_manifest, read_table
 from evalpipe.report.compare import compare_runs
 from pipeline.test_untrusted import AGENTS
 from view.conftest import Runs
@@ -71,8 +71,9 @@ def test_runs_list_is_newest_first_and_filters_by_suite_and_tag(runs: Runs, brow
 
 
 def test_run_page_shows_the_report_and_the_judge_cost(runs: Runs, browser: Any) -> None:
-    """A run's page has the report's content (results, metrics per agent, plots) and the judge
-    cost per provider, with links to its sample table, comparison and trends."""
+    """A run's page has the report's content (results, metrics per agent, plots, what the run
+    spent) and the judge cost per provider, with links to its sample table, comparison and
+    trends."""
     page = _page(browser)
     page.goto(runs.page("travel-v2"))
     assert page.title() == f"evalpipe view: travel-demo · {runs.dirs['travel-v2'].name}"
@@ -86,6 +87,8 @@ def test_run_page_shows_the_report_and_the_judge_cost(runs: Runs, browser: Any) 
     assert page.locator("table.metric-table").count() == 4  # one per agent
     assert page.locator("#plots svg").count() >= 2
     assert page.locator("#samples-link").inner_text() == "sample table (20 items)"
+    spend = read_manifest(runs.dirs["travel-v2"])["spend"]
+    assert page.locator("#spend").inner_text().startswith(f"{spend['tokens']:,} tokens (target")
     page.close()
 
 

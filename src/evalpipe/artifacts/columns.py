@@ -48,12 +48,13 @@ __all__ = [
     "Table",
 ]
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """The version of the run-directory layout this evalpipe writes, and the newest it reads.
 
 Version 2 added ``run_name`` to every table, the calls' ``started_at``/``ended_at`` and the run's
 ``run_started_at``/``run_ended_at``; version 3 added ``suite`` and ``target_version`` to every
-table and ``row_id``/``repetition`` to scores.parquet (each column's ``since``)."""
+table and ``row_id``/``repetition`` to scores.parquet; version 4 added the calls' ``cost_usd`` to
+runs.parquet (each column's ``since``)."""
 
 SPLIT_AT_PREFIX = "at:"
 """items.parquet's ``split`` of a workflow agent's item: ``at:N``, the conversation cut after its
@@ -574,6 +575,13 @@ RUNS = Table(
         _call("output_tokens", "int64", "Completion tokens, when reported."),
         _call("total_tokens", "int64", "Total tokens, when reported."),
         _call(
+            "cost_usd",
+            "double",
+            "The call's cost in dollars at the suite's prices (its tokens by the target model's "
+            "price); null without a price, for a recorded row or without reported tokens.",
+            since=4,
+        ),
+        _call(
             "transcript", "string", "JSON of the call's transcript (a TargetRun or a WorkflowRun)."
         ),
         _call(
@@ -1037,6 +1045,8 @@ class RunRecord:
     """Completion tokens."""
     total_tokens: int | None = None
     """Total tokens."""
+    cost_usd: float | None = None
+    """The call's cost at the suite's prices."""
     transcript: str | None = None
     """JSON of the transcript (a TargetRun or a WorkflowRun); opaque to the artifacts."""
     cached: bool = False
@@ -1075,9 +1085,10 @@ class RunRecord:
         row_id: str | None = None,
         cached: bool = False,
         transcript: str | None = None,
+        cost_usd: float | None = None,
     ) -> RunRecord:
         """The record of one call (a TargetRun or a WorkflowRun), its transcript being the run's
-        JSON (``transcript``, when the caller serialized it already)."""
+        JSON (``transcript``, when the caller serialized it already), and its cost."""
         usage = run.usage
         return cls(
             run_id=run_id,
@@ -1094,6 +1105,7 @@ class RunRecord:
             input_tokens=usage.input_tokens,
             output_tokens=usage.output_tokens,
             total_tokens=usage.total_tokens,
+            cost_usd=cost_usd,
             transcript=transcript if transcript is not None else run.model_dump_json(fallback=str),
             cached=cached,
         )

@@ -136,8 +136,10 @@ class RowEncoder:
         transcripts: Sequence[str],
         cached: Sequence[bool],
         target: str | None = None,
+        costs: Sequence[float | None] | None = None,
     ) -> EncodedRows | None:
-        """runs.parquet's rows of target calls (see ``RunWriter.add_target_runs``); None for none.
+        """runs.parquet's rows of target calls (see ``RunWriter.add_target_runs``), each with its
+        cost (``costs``: None, none priced); None for none.
 
         Raises:
             ValueError: for a run_id that is not a non-empty string, or sequences of different
@@ -151,10 +153,16 @@ class RowEncoder:
             )
         return self.records(
             RunRecord.from_target_run(
-                run, run_id=run_id, row_id=row_id, transcript=text, cached=bool(c), target=target
+                run,
+                run_id=run_id,
+                row_id=row_id,
+                transcript=text,
+                cached=bool(c),
+                target=target,
+                cost_usd=cost,
             )
-            for run, run_id, row_id, text, c in zip(
-                runs, run_ids, row_ids, transcripts, cached, strict=True
+            for run, run_id, row_id, text, c, cost in zip(
+                runs, run_ids, row_ids, transcripts, cached, costs or [None] * n, strict=True
             )
         )
 

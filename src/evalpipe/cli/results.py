@@ -9,11 +9,13 @@ from typing import Any
 import pyarrow.fs as pafs  # type: ignore[import-untyped, unused-ignore]
 from rich.console import Console
 
+from evalpipe._internal.adaptive import limit_notes
 from evalpipe.artifacts import ArtifactError, read_manifest, read_not_passed, read_summary
 from evalpipe.artifacts.history import join
 from evalpipe.artifacts.writer import resolve_filesystem
 from evalpipe.cli._common import EXIT_OK, Failure, check_run_dir, consoles, fail, print_summary
 from evalpipe.escape import plain
+from evalpipe.spend import spend_text
 
 __all__ = ["print_run", "register"]
 
@@ -79,6 +81,11 @@ def print_run(run_dir: Path | str, console: Console) -> None:
                 markup=False,
                 highlight=False,
             )
+    spend = manifest.get("spend")
+    if isinstance(spend, dict):
+        console.print(f"spent: {spend_text(spend)}", markup=False, highlight=False, soft_wrap=True)
+    for note in limit_notes(manifest.get("concurrency")):
+        console.print(f"concurrency: {plain(note)}", markup=False, highlight=False, soft_wrap=True)
     console.print(f"run directory: {run_dir}", markup=False, highlight=False)
     if report:
         console.print(f"report: {report}", markup=False, highlight=False)

@@ -166,7 +166,7 @@ def _run_suite(args: argparse.Namespace) -> int:
     out, err = consoles()
     with _Display(err, started, disabled=args.no_progress) as display:
         try:
-            suite = load_suite(args.suite, args.param)
+            suite = load_suite(args.suite, [*args.param, *_budget_params(args)])
             if args.output is not None:
                 suite.output_dir = str(args.output)
             quiet_prefect()
@@ -240,6 +240,29 @@ def _run_suite(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _budget_params(args: argparse.Namespace) -> list[str]:
+    """``--budget-tokens`` and ``--budget-usd`` as the suite overrides they are."""
+    params = []
+    if args.budget_tokens is not None:
+        params.append(f"budget.tokens={args.budget_tokens}")
+    if args.budget_usd is not None:
+        params.append(f"budget.cost_usd={args.budget_usd!r}")
+    return params
+
+
+def _positive(kind: type[int] | type[float]) -> Any:
+    def parse(text: str) -> int | float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"{text!r}: a budget is more than 0")
+        return value
+
+    return parse
+
+
 def register(sub: Any) -> None:
     """Add ``run`` to the command line."""
     parser = sub.add_parser(
@@ -291,6 +314,23 @@ def register(sub: Any) -> None:
         help="when a live run holds the run directory, wait for it (at most SECONDS; no value: "
         "as long as it takes), then reuse its finished calls; without --wait such a run is "
         "refused",
+    )
+    parser.add_argument(
+        "--budget-tokens",
+        type=_positive(int),
+        default=None,
+        metavar="N",
+        help="stop the run once its calls (target and judges) have spent N tokens: no new call "
+        "starts, the calls in flight are kept, exit 3; run again to resume (the suite's "
+        "budget.tokens)",
+    )
+    parser.add_argument(
+        "--budget-usd",
+        type=_positive(float),
+        default=None,
+        metavar="DOLLARS",
+        help="stop the run once its calls have cost this much at the suite's prices (which "
+        "must price every model it calls); as --budget-tokens (the suite's budget.cost_usd)",
     )
     parser.add_argument(
         "--no-progress",

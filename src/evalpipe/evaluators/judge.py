@@ -41,6 +41,7 @@ from evalpipe.llm import (
 )
 from evalpipe.messages import Message, ToolDefinition
 from evalpipe.results import Diagnostic, EvalItemResult, EvalResults, EvalScoreResult
+from evalpipe.spend import BudgetReached
 from evalpipe.tally import ERROR, FAIL, NOT_APPLICABLE, item_status, make_results, score_status
 
 __all__ = [
@@ -765,8 +766,11 @@ class JudgeEvaluator:
                         row[k] = self._not_applicable(metric, missing)
                     else:
                         jobs.append((i, k, self._judge(client, metric, blocks, item)))
-            settled = await asyncio.gather(*(job for _, _, job in jobs))
+            # every request ends (one in flight is kept) before a stop is raised: a spent budget
+            settled = await asyncio.gather(*(job for _, _, job in jobs), return_exceptions=True)
             for (i, k, _), score in zip(jobs, settled, strict=True):
+                if isinstance(score, BaseException):
+                    raise score
                 outcomes[i][k] = score
         return self._collect(items, outcomes, eval_name)
 
@@ -813,6 +817,8 @@ class JudgeEvaluator:
             return self._errored(metric, threshold, "JudgeConnectionError", str(exc), None)
         except ChatResponseError as exc:
             return self._errored(metric, threshold, "JudgeResponseError", str(exc), None)
+        except BudgetReached:
+            raise  # not this item's failure: the run stops (the item is judged when it resumes)
         except Exception as exc:  # a run never loses its other results to one judge call
             return self._errored(
                 metric, threshold, "JudgeError", f"{type(exc).__name__}: {exc}", None

@@ -18,6 +18,7 @@ from evalpipe.checks import CheckResult, EvalCheck
 from evalpipe.evaluators.base import Evaluator
 from evalpipe.items import EvalItem
 from evalpipe.results import EvalItemResult, EvalResults, EvalScoreResult
+from evalpipe.spend import BudgetReached
 from evalpipe.tally import ERROR, item_status, make_results
 
 __all__ = [
@@ -216,6 +217,8 @@ async def _await_check(pending: Any) -> Any:
     """Await one started check; an exception it raises becomes its outcome."""
     try:
         return await pending
+    except BudgetReached:
+        raise  # a check's model request refused by the run's budget: the run stops, not the check
     except BaseException as exc:
         if not is_call_failure(exc):
             raise

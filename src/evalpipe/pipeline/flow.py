@@ -43,6 +43,7 @@ from evalpipe.artifacts.history import join
 from evalpipe.artifacts.storage import publish
 from evalpipe.evaluators.base import close_providers
 from evalpipe.gates import Gate, GateFold
+from evalpipe.pipeline.budget import RunSpend, concurrency_record
 from evalpipe.pipeline.limits import provider_limits
 from evalpipe.pipeline.params import resolve_suite, suite_label
 from evalpipe.pipeline.prefect_artifacts import (
@@ -75,6 +76,7 @@ from evalpipe.runner import (
 from evalpipe.runner.prepare import prepare_suite
 from evalpipe.runner.state import RunLock, RunLockedError, StorageError, is_remote, local_base
 from evalpipe.secrets import Scrubber, mask
+from evalpipe.spend import BudgetReached
 from evalpipe.suite import EvalSuite, SuiteError, shared_evaluators
 from evalpipe.tally import CallTally, Counts, merge_results, without_items
 
@@ -547,6 +549,15 @@ def _stop_reason(exc: BaseException) -> str | None:
     return None
 
 
+def _budget_spent(exc: BaseException) -> bool:
+    """The run stopped because its budget is spent (a shard's BudgetReached, maybe in a group)."""
+    if isinstance(exc, BudgetReached):
+        return True
+    return isinstance(exc, BaseExceptionGroup) and any(
+        _budget_spent(inner) for inner in exc.exceptions
+    )
+
+
 def _incomplete(message: str) -> State:
     """The flow run's end when the run could not complete (nothing of it is a verdict)."""
     return Failed(message=message, data={"verdict": "incomplete", "message": message})
@@ -582,6 +593,7 @@ async def _execute(
     limits = await provider_limits(plan)
     runner = _task_runner(suite, plan.concurrency)
     spec = RunSpec.of(plan, suite)
+    spend = RunSpend(plan, suite)
     calls_done = [0]
     verdicts = Counts()
     calls = CallTally()
@@ -638,17 +650,29 @@ async def _execute(
     async def process(index: int, job: ShardJob) -> None:
         nonlocal finished_shards
         await unwritten.acquire()  # released when this shard is written
-        async with running:
-            if runner is None:
-                rows = await shard_task(index, _q(spec), _q(job))
-            else:
-                future = runner.submit(
-                    worker_shard_task,
-                    parameters={"index": index, "spec": Sealed(spec), "job": Sealed(job)},
-                )
-                rows = await asyncio.to_thread(future.result)
-                calls_done[0] += rows.n_calls
-                _notify("calls", calls_done[0], len(plan.calls))
+        try:
+            async with running:
+                if runner is None:
+                    spend.before()
+                    rows = await shard_task(index, _q(spec), _q(job))
+                else:
+
+                    def submit() -> Any:
+                        future = runner.submit(
+                            worker_shard_task,
+                            parameters={"index": index, "spec": Sealed(spec), "job": Sealed(job)},
+                        )
+                        return asyncio.to_thread(future.result)
+
+                    rows = await spend.on_worker(job, at_once, submit)
+                    calls_done[0] += rows.n_calls
+                    _notify("calls", calls_done[0], len(plan.calls))
+        except BudgetReached as stop:
+            # the run ends once the shards running now are back (their calls in flight kept)
+            spend.stop = stop
+            unwritten.release()
+            return
+        spend.after(rows)
         finished[index] = rows
         del rows
         await write_ready()
@@ -671,7 +695,7 @@ async def _execute(
     try:
         async with contextlib.AsyncExitStack() as stack, deadline:
             if runner is None:
-                register_run(spec, plan, state, on_call)
+                register_run(spec, plan, state, on_call, spend.ledger)
                 stack.callback(forget_run, spec)
                 slots = None
                 size = shard_size(plan, suite, None)
@@ -705,9 +729,11 @@ async def _execute(
                         plan, i, c, share=share, limits=limits, carry_rows=runner is not None
                     )
                     group.create_task(process(i, job))
+            if spend.stop is not None:
+                raise spend.stop
     except BaseException as exc:
         writer.abort()
-        stopped = _stop_reason(exc)
+        stopped = spend.stopped() if _budget_spent(exc) else _stop_reason(exc)
         if stopped is None and isinstance(exc, TimeoutError) and deadline.expired():
             stopped = (
                 f"the run did not finish within its timeout of {suite.timeout:g} s: "
@@ -719,6 +745,11 @@ async def _execute(
         if state.scrubber.found(stopped):  # a worker's traceback may quote what it was given
             stopped = state.scrubber(stopped)
         logger.error("%s", stopped)
+        await acreate_markdown_artifact(  # a nightly deployment shows what a stopped run cost
+            key=f"{key}-spend",
+            markdown=spend.markdown(stopped=stopped),
+            description=f"{suite.name}: what the run spent (it could not complete)",
+        )
         return _incomplete(stopped)
     timings["calls_and_evaluation_s"] = time.perf_counter() - started - timings["prepare_s"]
     merged = [merge_results(parts) for parts in heads if parts]
@@ -752,6 +783,8 @@ async def _execute(
         "flow_run_id": str(flow_run.id) if flow_run.id else None,
         "gate": report.model_dump(mode="json") if report is not None else None,
         "timings": timings,
+        "spend": spend.record(),
+        "concurrency": concurrency_record(suite, spend.changes),
     }
     timings["total_s"] = time.perf_counter() - started
     destination = (
@@ -786,6 +819,11 @@ async def _execute(
                     rest=f"every item is in {destination or run_path}/scores.parquet and in the report",
                 ),
                 description="items that did not pass: why, query and response",
+            ),
+            acreate_markdown_artifact(
+                key=f"{key}-spend",
+                markdown=spend.markdown(),
+                description=f"{suite.name}: what the run spent, by model",
             ),
             acreate_link_artifact(
                 key=f"{key}-run-dir",

@@ -29,12 +29,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Generic, TypeVar
 
+from evalpipe._internal.adaptive import LimitChange, limit_changes
 from evalpipe.artifacts.encoder import EncodedBatch, RowEncoder
 from evalpipe.evaluators.base import close_providers
 from evalpipe.results import EvalResults
 from evalpipe.runner import Call, CallOutcome, RunPlan, RunState, ShardResult, run_shard
 from evalpipe.runner.plan import Row, resolve_target
 from evalpipe.runner.state import RUN_MARKER
+from evalpipe.spend import Budget, Ledger, Price, Spend, tokens_of
 from evalpipe.suite import (
     EvalSuite,
     build_evaluators,
@@ -123,8 +125,9 @@ class RunSpec:
 @dataclass(slots=True)
 class ShardJob:
     """One shard: its calls, the rows they call (``None``: the registered plan's own rows, in the
-    flow's process), the transcripts they re-score, how many calls it may have in flight, and the
-    providers' global concurrency limits (provider index -> limit name, slots)."""
+    flow's process), the transcripts they re-score, how many calls it may have in flight, the
+    providers' global concurrency limits (provider index -> limit name, slots) and, on a worker,
+    its share of what is left of the run's budget (set by the flow when the shard starts)."""
 
     index: int
     calls: tuple[Call, ...]
@@ -132,6 +135,7 @@ class ShardJob:
     stored: dict[str, Transcript] | None
     share: int
     limits: dict[int, tuple[str, int]] = field(default_factory=dict)
+    budget: Budget | None = None
 
     @classmethod
     def of(
@@ -173,6 +177,12 @@ class ShardRows:
     calls: CallTally
     verdicts: Counts
     n_calls: int
+    spent: Spend | None = None
+    """What the shard's calls spent, when a worker ran it (the flow's own ledger counts the
+    shards it runs itself)."""
+    limit_changes: list[LimitChange] = field(default_factory=list)
+    """The changes of the endpoints' limits on requests in flight that the shard's requests
+    made."""
 
 
 def strip_results(result: EvalResults) -> None:
@@ -192,6 +202,7 @@ def strip_results(result: EvalResults) -> None:
 def call_columns(plan: RunPlan, outcomes: list[CallOutcome]) -> dict[str, Any]:
     """The calls' rows of runs.parquet as the encoder takes them (``RowEncoder.target_runs``)."""
     rows = plan.rows
+    price = plan.prices.get(plan.target_model)
     return {
         "runs": [o.run for o in outcomes],
         "run_ids": [o.call.key for o in outcomes],
@@ -199,7 +210,16 @@ def call_columns(plan: RunPlan, outcomes: list[CallOutcome]) -> dict[str, Any]:
         "transcripts": [o.transcript_json() for o in outcomes],
         "cached": [o.reused for o in outcomes],
         "target": plan.identity,
+        "costs": None if price is None else [_cost(price, o) for o in outcomes],
     }
+
+
+def _cost(price: Price, outcome: CallOutcome) -> float | None:
+    """A call's cost at its price; None for a recording or a call that reported no tokens."""
+    inp, out, _ = tokens_of(outcome.run.usage)
+    if outcome.source == "recorded" or (inp is None and out is None):
+        return None
+    return price.cost(inp, out)
 
 
 @dataclass(slots=True)
@@ -214,6 +234,9 @@ class _Run:
     brings its share)."""
     on_call: Callable[[CallOutcome], None] | None = None
     """Told of every finished call (the flow's progress), in the flow's process."""
+    ledger: Ledger | None = None
+    """The run's spend and budget, in the flow's process; None in a worker (each job brings its
+    share of the budget)."""
 
 
 _FLOW_RUNS: dict[str, _Run] = {}
@@ -228,12 +251,13 @@ def register_run(
     plan: RunPlan,
     state: RunState,
     on_call: Callable[[CallOutcome], None] | None = None,
+    ledger: Ledger | None = None,
 ) -> None:
     """Make the flow's prepared plan and open journal the run's in this process, with one
     semaphore of the plan's concurrency shared by all of its shards here; ``on_call`` is told of
-    every call as it finishes."""
+    every call as it finishes; ``ledger`` counts every shard's spend here."""
     _FLOW_RUNS[spec.key] = _Run(
-        plan, spec.suite, state, asyncio.Semaphore(plan.concurrency), on_call
+        plan, spec.suite, state, asyncio.Semaphore(plan.concurrency), on_call, ledger
     )
 
 
@@ -279,17 +303,28 @@ async def run_job(spec: RunSpec, job: ShardJob, run: _Run | None = None) -> Shar
         from evalpipe.pipeline.limits import limits_scope  # lazy: only with global limits
 
         scope = limits_scope(job.limits)
-    shard = await run_shard(
-        plan,
-        run.state,
-        job.calls,
-        semaphore=semaphore,
-        workers=job.share,
-        on_call=run.on_call,
-        scope=scope,
-    )
+    # a worker's shard counts its spend in a ledger of its own, against its share of the budget
+    ledger = run.ledger or Ledger(job.budget, plan.prices)
+    changes: list[LimitChange] = []
+    collecting = limit_changes.set(changes)
+    try:
+        shard = await run_shard(
+            plan,
+            run.state,
+            job.calls,
+            semaphore=semaphore,
+            workers=job.share,
+            on_call=run.on_call,
+            scope=scope,
+            ledger=ledger,
+        )
+    finally:
+        limit_changes.reset(collecting)
     # Off the event loop: encoding is the shard's CPU, and other shards' calls are in flight.
-    return await asyncio.to_thread(_rows, plan, job, shard)
+    rows = await asyncio.to_thread(_rows, plan, job, shard)
+    rows.spent = ledger.spent if run.ledger is None else None
+    rows.limit_changes = changes
+    return rows
 
 
 def _rows(plan: RunPlan, job: ShardJob, shard: ShardResult) -> ShardRows:

@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa  # type: ignore[import-untyped, unused-ignore]
 import pyarrow.compute as pc  # type: ignore[import-untyped, unused-ignore]
 
+from evalpipe._internal.adaptive import limit_notes
 from evalpipe._internal.arrow import numpy_of
 from evalpipe.artifacts import iter_batches, read_item_rows, read_manifest, read_table
 from evalpipe.report.stats import (
@@ -29,6 +30,7 @@ from evalpipe.report.stats import (
     pass_hat_k,
     wilson_interval,
 )
+from evalpipe.spend import Spend, spend_text
 from evalpipe.tally import OVERALL, CallTally
 
 __all__ = [
@@ -289,6 +291,14 @@ class RunReport:
     items_not_passed: int
     max_items: int
     gate: dict[str, Any] | None
+    spend: dict[str, Any] | None = None
+    """manifest.json's ``spend`` (what the run's calls spent, by model, and its budget)."""
+    spend_text: str | None = None
+    """The spend in one line, as the terminal says it."""
+    limit_changes: list[dict[str, Any]] = field(default_factory=list)
+    """manifest.json's ``concurrency.changes``: each endpoint's limit on requests in flight."""
+    limit_notes: list[str] = field(default_factory=list)
+    """One line per endpoint whose limit was cut (the terminal's)."""
 
     @property
     def items_omitted(self) -> int:
@@ -1287,4 +1297,36 @@ def load_report_data(
         items_not_passed=not_passed,
         max_items=max_items,
         gate=gate if isinstance(gate, dict) else None,
+        **_spend_and_concurrency(manifest),
     )
+
+
+def _spend_and_concurrency(manifest: dict[str, Any]) -> dict[str, Any]:
+    """The report's spend and limit history from manifest.json (absent in runs before them; a
+    part that is not what evalpipe writes is left out, not shown half)."""
+    out: dict[str, Any] = {
+        "spend": None,
+        "spend_text": None,
+        "limit_changes": [],
+        "limit_notes": [],
+    }
+    spend = manifest.get("spend")
+    if isinstance(spend, dict):
+        try:
+            text = spend_text(spend)
+            shown = {**Spend.from_dict(spend).as_dict(), "budget": spend.get("budget")}
+        except (ValueError, KeyError, TypeError, AttributeError):
+            pass
+        else:
+            out["spend"], out["spend_text"] = shown, text
+    concurrency = manifest.get("concurrency")
+    changes = concurrency.get("changes") if isinstance(concurrency, dict) else None
+    if isinstance(changes, list):
+        keys = ("at", "endpoint", "model", "before", "limit", "reason", "in_flight")
+        kept = [c for c in changes if isinstance(c, dict) and all(k in c for k in keys)]
+        try:
+            notes = limit_notes({"changes": kept})
+        except (ValueError, KeyError, TypeError):
+            kept, notes = [], []
+        out["limit_changes"], out["limit_notes"] = kept, notes
+    return out

@@ -11,7 +11,7 @@ where the dataset is loaded and the target factory called exactly once).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -21,6 +21,7 @@ from evalpipe.itemize import NO_EXPECTATIONS, Expectations, UpstreamContext
 from evalpipe.journal import call_key, content_key
 from evalpipe.messages import Message, ToolDefinition
 from evalpipe.secrets import secrets_of
+from evalpipe.spend import TARGET, Budget, Price
 from evalpipe.targets.base import agent_name, agent_tools, is_maf_agent
 from evalpipe.targets.maf import MAFWorkflow
 from evalpipe.targets.workflow import (
@@ -227,6 +228,12 @@ class RunPlan:
     secrets: frozenset[str] = frozenset()
     """Every secret value the run knows (inline keys, header values, the variables its ``*_env``
     fields name): scrubbed from whatever it stores, logs or prints (``evalpipe.secrets``)."""
+    budget: Budget | None = None
+    """What the run may spend (a suite's ``budget``); None: its spend is only counted."""
+    prices: Mapping[str, Price] = field(default_factory=dict)
+    """Dollars per million tokens by model (a suite's ``prices``)."""
+    target_model: str = TARGET
+    """The ``prices`` key of the target's calls: an ``openai`` target's model, else ``target``."""
 
     name_providers: bool = False
     """Append ``" ({provider})"`` to every result name even with one provider (suite runs: a

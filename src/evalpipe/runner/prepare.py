@@ -7,6 +7,7 @@ first call: nothing is called and nothing is written.
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 from collections.abc import Sequence
@@ -20,6 +21,7 @@ from evalpipe.evaluators.base import AgentScoped, Evaluator, metric_names
 from evalpipe.gates import parse_gates
 from evalpipe.itemize import NO_EXPECTATIONS, Expectations
 from evalpipe.items import ExpectedToolCall
+from evalpipe.llm import ChatEndpoint
 from evalpipe.messages import Message
 from evalpipe.recorded import recorded_run, split_recording
 from evalpipe.runner.plan import Row, RunPlan, Target, make_calls, resolve_target
@@ -32,6 +34,7 @@ from evalpipe.runner.state import (
     new_run_dir,
 )
 from evalpipe.secrets import mask, secret_values
+from evalpipe.spend import TARGET
 from evalpipe.suite import EvalSuite, SuiteError, build_evaluators, build_split, build_target
 from evalpipe.tally import OVERALL
 from evalpipe.transcripts import TargetKind, Transcript, load_transcript
@@ -157,6 +160,8 @@ def prepare_suite(
     _check_gates(gates, providers, kind, target)
     _check_credentials(providers)
     _check_compare_with(suite)
+    target_model = _target_model(target)
+    _check_prices(suite, providers, target, target_model)
     rows = rows_from_dataset(dataset, kind)
     calls = make_calls(identity, rows, suite.repetitions)
     if stored is not None:
@@ -194,6 +199,9 @@ def prepare_suite(
         gates=tuple(gates),
         rescored_from=Path(rescore) if rescore is not None else None,
         secrets=frozenset(secret_values(suite.target) | secret_values(suite.evaluators)),
+        budget=suite.budget,
+        prices=dict(suite.prices),
+        target_model=target_model,
     )
     return place(plan, suite, run_dir, resume=resume)
 
@@ -344,6 +352,43 @@ def _check_credentials(providers: Sequence[Evaluator]) -> None:
                 f"set; export {variable}=... (or remove api_key_env for an endpoint without "
                 "authentication)"
             )
+
+
+def _target_model(target: Target | None) -> str:
+    """The ``prices`` key of the target's calls: an ``openai`` target's model, else ``target``."""
+    endpoint = getattr(target.obj, "endpoint", None) if target is not None else None
+    return endpoint.model if isinstance(endpoint, ChatEndpoint) else TARGET
+
+
+def _check_prices(
+    suite: EvalSuite, providers: Sequence[Evaluator], target: Target | None, target_model: str
+) -> None:
+    """A ``cost_usd`` budget needs a price for every model the run calls (a cost is never
+    guessed): each LLM judge's model and the target's (see :func:`_target_model`)."""
+    if suite.budget is None or suite.budget.cost_usd is None:
+        return
+    needed: dict[str, str] = {}
+    if target is not None:
+        needed[target_model] = (
+            f"the target ({target.name})"
+            if target_model != TARGET
+            else f"the target {target.name!r}, whose model evalpipe cannot see"
+        )
+    for provider in providers:
+        inner = provider.inner if isinstance(provider, AgentScoped) else provider
+        endpoint = getattr(inner, "endpoint", None)
+        if isinstance(endpoint, ChatEndpoint):
+            needed.setdefault(endpoint.model, f"the judge {provider.name!r}")
+    for model, who in needed.items():
+        if model in suite.prices:
+            continue
+        close = difflib.get_close_matches(model, list(suite.prices), n=1)
+        hint = f" (prices names {close[0]!r}: a typo?)" if close else ""
+        raise SuiteError(
+            f"budget.cost_usd: no price for {model!r}, the model of {who}{hint}; add prices: "
+            f"{{{model}: {{input_per_1m: ..., output_per_1m: ...}}}} (dollars per million tokens), "
+            "or give the budget in tokens"
+        )
 
 
 def _check_compare_with(suite: EvalSuite) -> None:

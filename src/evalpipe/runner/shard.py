@@ -21,10 +21,12 @@ from evalpipe._internal.calls import Slots, is_call_failure
 from evalpipe.evaluators.base import AgentScoped, BatchedEvaluator, Evaluator
 from evalpipe.itemize import RunItems, WorkflowItems, agent_item, workflow_items
 from evalpipe.items import EvalItem
+from evalpipe.llm import run_answers
 from evalpipe.results import Diagnostic, EvalResults
 from evalpipe.runner.plan import Call, RunPlan
 from evalpipe.runner.state import RunState, StorageError
 from evalpipe.secrets import Scrubber
+from evalpipe.spend import BudgetReached, Ledger, metering
 from evalpipe.tally import OVERALL, errored_results, merge_results
 from evalpipe.targets.base import call_agent
 from evalpipe.targets.workflow import call_workflow
@@ -220,6 +222,7 @@ async def run_calls(
     workers: int,
     on_call: Callable[[CallOutcome], None] | None = None,
     on_settled: Callable[[int, CallOutcome], None] | None = None,
+    ledger: Ledger | None = None,
 ) -> list[CallOutcome]:
     """Every call, ``workers`` at a time (the semaphore may bound them further, shared with other
     shards); outcomes in call order whatever order they finish in.
@@ -236,8 +239,13 @@ async def run_calls(
     Cancelled otherwise (a run timeout, SIGTERM), the calls that finished are journaled all the
     same.
 
+    With a ``ledger``, every call made is counted in it (and every call reused from the journal
+    as what an earlier attempt spent); once its budget is spent no further call starts, the calls
+    in flight finish and are settled, then :class:`~evalpipe.spend.BudgetReached` is raised.
+
     Raises:
         StorageError: (or the run's other stop reason) when the run was stopped.
+        evalpipe.spend.BudgetReached: when the ledger's budget stopped the calls.
     """
     total = len(calls)
     out: list[CallOutcome | None] = [None] * total
@@ -248,6 +256,8 @@ async def run_calls(
     waiting = asyncio.Event()
     alive = count
     slots = _UnlessStopped(semaphore, state) if semaphore is not None else None
+    spent_out = False
+    """The ledger refused a call: the shard stops taking calls."""
 
     def settle_finished() -> None:
         while unsettled:
@@ -262,17 +272,30 @@ async def run_calls(
                     on_call(outcome)
 
     async def worker() -> None:
-        nonlocal next_index, alive
+        nonlocal next_index, alive, spent_out
         try:
-            while next_index < total and state.failure is None:
+            while next_index < total and state.failure is None and not spent_out:
                 index = next_index
-                next_index += 1
                 call = calls[index]
                 fetched = _held(plan, state, call)
                 if fetched is None:
-                    fetched = await _made(plan, call, slots)
+                    if ledger is not None and not ledger.start():
+                        spent_out = True  # the budget is spent: this call is left for a rerun
+                        break
+                    next_index += 1
+                    if ledger is None:
+                        fetched = await _made(plan, call, slots)
+                    else:
+                        fetched = await _metered(plan, call, semaphore, state, ledger)
+                        if fetched is None:
+                            spent_out = True  # spent while it waited for a slot: not made
+                            break
                     if state.failure is not None:
                         break  # refused its slot (or made as the run stopped): not the call's
+                else:
+                    next_index += 1
+                    if ledger is not None and fetched.source == "reused" and plan.stored is None:
+                        ledger.reuse("target", plan.target_model, fetched.run.usage)
                 unsettled.append((index, fetched))
                 if len(unsettled) >= count:
                     settle_finished()
@@ -308,18 +331,53 @@ async def run_calls(
         raise
     if state.failure is not None:
         raise state.failure
+    if spent_out:
+        assert ledger is not None
+        raise ledger.stop()
     return [o for o in out if o is not None]
 
 
+async def _metered(
+    plan: RunPlan,
+    call: Call,
+    semaphore: asyncio.Semaphore | None,
+    state: RunState,
+    ledger: Ledger,
+) -> CallOutcome | None:
+    """:func:`_made` of a call the ledger let start, counted in it; None when the budget was
+    spent while the call waited for its slot (it was not made: the calls in flight are what a
+    budget stop overshoots by, not the calls waiting)."""
+    slots: _UnlessStopped | None = None
+    if semaphore is not None:
+        # a slot of its own refuses the call once the budget is spent (none: it is only counted)
+        slots = _UnlessStopped(semaphore, state, ledger if ledger.budget is not None else None)
+    try:
+        made = await _made(plan, call, slots)
+    except BaseException:
+        ledger.finish("target", plan.target_model, None, answered=False)
+        raise
+    if slots is not None and slots.spent_out:
+        ledger.finish("target", plan.target_model, None, answered=False)
+        return None
+    ledger.finish("target", plan.target_model, made.run.usage)
+    return made
+
+
 class _UnlessStopped:
-    """The run's semaphore, refusing a slot once the run is stopped (``state.stop``): a call that
-    was waiting for one meanwhile is not made (its target never sees it)."""
+    """The run's semaphore, refusing a slot once the run is stopped (``state.stop``), or, for
+    one call, once the ledger's budget is spent: a call that was waiting for one meanwhile is not
+    made (its target never sees it)."""
 
-    __slots__ = ("_semaphore", "_state")
+    __slots__ = ("_ledger", "_semaphore", "_state", "spent_out")
 
-    def __init__(self, semaphore: asyncio.Semaphore, state: RunState) -> None:
+    def __init__(
+        self, semaphore: asyncio.Semaphore, state: RunState, ledger: Ledger | None = None
+    ) -> None:
         self._semaphore = semaphore
         self._state = state
+        self._ledger = ledger
+        self.spent_out = False
+        """The budget refused the slot."""
 
     async def acquire(self) -> bool:
         await self._semaphore.acquire()
@@ -327,6 +385,10 @@ class _UnlessStopped:
         if failure is not None:
             self._semaphore.release()
             raise RuntimeError(f"the run stopped: {failure}")
+        if self._ledger is not None and self._ledger.reached():
+            self._semaphore.release()
+            self.spent_out = True
+            raise RuntimeError("the run's budget is spent")
         return True
 
     def release(self) -> None:
@@ -486,6 +548,8 @@ async def _evaluate_group(
             )
         else:
             result = await provider.evaluate(items, eval_name=name)
+    except BudgetReached:
+        raise  # the run's budget, not the provider's failure: the items are judged on resume
     except BaseException as exc:
         if not is_call_failure(exc):
             raise
@@ -581,11 +645,34 @@ async def run_shard(
     workers: int,
     on_call: Callable[[CallOutcome], None] | None = None,
     scope: Scope | None = None,
+    ledger: Ledger | None = None,
 ) -> ShardResult:
     """Calls → items → every provider's scores, for one shard of the plan's calls.
 
-    Providers evaluate the shard concurrently, each inside ``scope`` when given.
+    Providers evaluate the shard concurrently, each inside ``scope`` when given; their model
+    requests read the answers the run journaled (``state.answers``) and are counted in the
+    ``ledger``. When the ledger's budget is spent no new call or request starts; this returns
+    once the calls and requests in flight (of every shard counted in the ledger) have finished
+    and been kept, by raising :class:`~evalpipe.spend.BudgetReached`.
     """
+    try:
+        return await _run_shard(plan, state, calls, semaphore, workers, on_call, scope, ledger)
+    except BudgetReached:
+        if ledger is not None:
+            await ledger.drained()
+        raise
+
+
+async def _run_shard(
+    plan: RunPlan,
+    state: RunState,
+    calls: Sequence[Call],
+    semaphore: asyncio.Semaphore | None,
+    workers: int,
+    on_call: Callable[[CallOutcome], None] | None,
+    scope: Scope | None,
+    ledger: Ledger | None,
+) -> ShardResult:
     itemizer = _ItemsAsSettled(plan, len(calls))
     outcomes = await run_calls(
         plan,
@@ -595,16 +682,28 @@ async def run_shard(
         workers=workers,
         on_call=on_call,
         on_settled=itemizer,
+        ledger=ledger,
     )
     items = itemizer.items()
     first = calls[0].position if calls else 0
 
     async def one(index: int, provider: Evaluator) -> EvalResults:
+        # this task's requests (a judge's) are metered and read the run's journaled answers
+        metering.set(ledger)
+        run_answers.set(state.answers)
         around = scope(index, provider, items) if scope is not None else nullcontext()
         async with around:
             return await evaluate_items(plan, state, index, provider, items, first)
 
-    results = list(await asyncio.gather(*(one(i, p) for i, p in enumerate(plan.providers))))
+    # every provider finishes (its requests in flight kept) before a stop is raised
+    settled = await asyncio.gather(
+        *(one(i, p) for i, p in enumerate(plan.providers)), return_exceptions=True
+    )
+    results: list[EvalResults] = []
+    for outcome in settled:
+        if isinstance(outcome, BaseException):
+            raise outcome
+        results.append(outcome)
     if state.scrubber:
         for result in results:
             _scrub(result, state.scrubber)

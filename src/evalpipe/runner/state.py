@@ -2,7 +2,9 @@
 
 A plan is immutable and can be shipped to a worker; a ``RunState`` belongs to the process running
 shards of it. ``RunState.open`` creates the run directory, its marker (``run.json``) and the
-journal; a state without a run directory (``evaluate_agent``) journals nothing.
+journal: the target's finished calls, and the judges' answers (:class:`JournalAnswers`), so a
+resumed run makes neither again; a state without a run directory (``evaluate_agent``) journals
+nothing.
 
 Run directories live under ``{output_dir}/{suite}/``: ``new_run_dir`` makes a fresh name,
 ``find_resumable`` finds the newest unfinished run of the same suite. A run always works in a local
@@ -16,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import socket
 import time
@@ -25,13 +28,16 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+from evalpipe.cache import request_key
 from evalpipe.journal import Journal
 from evalpipe.runner.plan import RunPlan
 from evalpipe.secrets import Scrubber
 from evalpipe.suite import SuiteError
 
 __all__ = [
+    "ANSWERS",
     "RUN_MARKER",
+    "JournalAnswers",
     "RunDirError",
     "RunLock",
     "RunLockedError",
@@ -43,6 +49,8 @@ __all__ = [
     "local_base",
     "new_run_dir",
 ]
+
+logger = logging.getLogger("evalpipe.runner")
 
 RUN_MARKER = "run.json"
 """Written when a run starts (suite + fingerprint); ``manifest.json`` appears when it completes."""
@@ -270,12 +278,63 @@ class RunLock:
                 self.run_dir.rmdir()
 
 
+ANSWERS = "evaluator answers"
+"""The identity of the journal file that keeps the judges' answers (beside the target's calls)."""
+
+
+class JournalAnswers:
+    """The answers a run's judges got (``evalpipe.llm.AnswerStore``), journaled as they come: a
+    resumed run (after a budget stop, a crash, a timeout) reads them instead of paying for the
+    same request again. Keyed by the request's cache key (``evalpipe.cache.request_key``); the
+    run's secrets are masked before an answer is written.
+
+    Args:
+        journal: the run's journal of answers.
+        scrub: masks the run's secrets.
+    """
+
+    def __init__(self, journal: Journal, scrub: Scrubber) -> None:
+        self.journal = journal
+        self.scrub = scrub
+
+    def get(self, request: Any) -> tuple[dict[str, Any], dict[str, int] | None] | None:
+        """The stored answer of ``request`` (its body and usage), or None."""
+        text = self.journal.get(request_key(request))
+        if text is None:
+            return None
+        try:
+            data = json.loads(text)
+            response, usage = data["response"], data.get("usage")
+        except (ValueError, KeyError, TypeError):
+            return None  # a line this module did not write: asked again
+        if not isinstance(response, dict) or not (usage is None or isinstance(usage, dict)):
+            return None
+        return response, usage
+
+    def put(self, request: Any, response: Any, usage: Any) -> None:
+        """Journal the answer of ``request``; one that cannot be written is only logged (the
+        answer is used all the same; a resumed run would ask for it again)."""
+        text = json.dumps({"response": response, "usage": usage}, separators=(",", ":"))
+        if self.scrub and self.scrub.found(text):
+            text = self.scrub(text)
+        try:
+            self.journal.record(request_key(request), text)
+        except OSError as exc:
+            logger.warning(
+                "cannot journal a judge's answer in %s: %s; a resumed run asks for it again",
+                self.journal.path,
+                exc.strerror or exc,
+            )
+
+
 @dataclass
 class RunState:
     """A run's journal and server-side evaluations in this process."""
 
     journal: Journal | None = None
     """Finished calls on disk (None: nothing is journaled)."""
+    answers: JournalAnswers | None = None
+    """The judges' answers on disk (None: not kept)."""
     lock: RunLock | None = None
     """The run directory's lock, when this process holds it."""
     failure: BaseException | None = None
@@ -322,6 +381,7 @@ class RunState:
             )
         if plan.stored is None:
             state.journal = Journal(plan.run_dir / "journal", plan.identity)
+        state.answers = JournalAnswers(Journal(plan.run_dir / "journal", ANSWERS), state.scrubber)
         return state
 
     def reusable(self, plan: RunPlan) -> int:
@@ -364,6 +424,8 @@ class RunState:
         """Close the journal (what it holds is on disk already) and release the lock."""
         if self.journal is not None:
             self.journal.close()
+        if self.answers is not None:
+            self.answers.journal.close()
         if self.lock is not None:
             self.lock.release()
             self.lock = None

@@ -1,0 +1,354 @@
+"""What a run's model calls spend, and the budget that stops it.
+
+Tokens are what the calls report in ``usage``: the target's calls (each transcript's
+``RunUsage``) and the judges' requests (each answer's ``usage``); a call's tokens are its
+``total_tokens``, or its input and output tokens added up when no total is reported. Cost is
+never guessed: it comes from the prices the suite states per model (``prices: {model:
+{input_per_1m, output_per_1m}}``); the target's calls are priced by the model of an ``openai``
+target, or by the key ``target`` for a target whose model evalpipe cannot see (a Python agent, a
+workflow).
+
+A :class:`Ledger` counts one run's spend in one process and says when its :class:`Budget` is
+reached; then no new call starts (:meth:`Ledger.start` refuses), the calls in flight finish and
+are kept, and the run stops with :class:`BudgetReached`. Calls the run reuses (journaled by an
+earlier attempt of the same run directory) cost nothing again: they are counted apart, as what
+earlier attempts spent. A suite run's shards on other processes each get a share of what is left
+as a budget of their own (``evalpipe.pipeline.budget``), and the flow adds up what they spent.
+
+The judges' requests are metered where every one of them goes, ``evalpipe.llm.ChatClient``,
+through :data:`metering` (set while a shard's items are evaluated): the target's calls are metered
+by the runner, call by call, whatever the target is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+__all__ = [
+    "TARGET",
+    "Budget",
+    "BudgetReached",
+    "Kind",
+    "Ledger",
+    "Price",
+    "Spend",
+    "metering",
+    "spend_text",
+    "tokens_of",
+]
+
+TARGET = "target"
+"""The ``prices`` key of the target's calls when the target's model is not known to evalpipe."""
+
+Kind = Literal["target", "judge"]
+"""Whose call: the target's, or an evaluator's (an LLM judge's) request."""
+
+
+class Price(BaseModel):
+    """What a model's tokens cost, in US dollars per million."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    input_per_1m: float = Field(ge=0)
+    """Dollars per million input (prompt) tokens."""
+    output_per_1m: float = Field(ge=0)
+    """Dollars per million output (completion) tokens."""
+
+    def cost(self, input_tokens: int | None, output_tokens: int | None) -> float:
+        """The cost of one call's tokens (an unreported count costs nothing)."""
+        return (
+            (input_tokens or 0) * self.input_per_1m + (output_tokens or 0) * self.output_per_1m
+        ) / 1e6
+
+
+class Budget(BaseModel):
+    """The most a run may spend: tokens, dollars, or both (the first one reached stops it)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    tokens: int | None = Field(default=None, ge=1)
+    """Tokens of the target's and the judges' calls, added up."""
+    cost_usd: float | None = Field(default=None, gt=0)
+    """Dollars, at the suite's ``prices`` (a price for every model the run calls is required)."""
+
+    @model_validator(mode="after")
+    def _one_at_least(self) -> Budget:
+        if self.tokens is None and self.cost_usd is None:
+            raise ValueError("a budget names tokens, cost_usd or both, e.g. {tokens: 200000}")
+        return self
+
+    def text(self) -> str:
+        """The budget in words."""
+        parts = []
+        if self.tokens is not None:
+            parts.append(f"{self.tokens:,} tokens")
+        if self.cost_usd is not None:
+            parts.append(f"${self.cost_usd:,.4g}")
+        return " or ".join(parts)
+
+
+def tokens_of(usage: Any) -> tuple[int | None, int | None, int]:
+    """(input, output, tokens) of a usage (a RunUsage, a usage dict or None): tokens is the
+    reported total, else input and output added up (0 when nothing was reported)."""
+    if usage is None:
+        return None, None, 0
+    if isinstance(usage, dict):  # an answer's usage (a RunUsage is read by attribute)
+        inp, out, total = (
+            usage.get("input_tokens"),
+            usage.get("output_tokens"),
+            usage.get("total_tokens"),
+        )
+    else:
+        inp, out, total = usage.input_tokens, usage.output_tokens, usage.total_tokens
+    inp = inp if isinstance(inp, int) else None
+    out = out if isinstance(out, int) else None
+    if not isinstance(total, int):
+        total = (inp or 0) + (out or 0)
+    return inp, out, total
+
+
+@dataclass(slots=True)
+class _Line:
+    """What one model's calls of one kind spent."""
+
+    calls: int = 0
+    unreported: int = 0
+    """Calls whose endpoint reported no token usage (they count as no tokens)."""
+    input_tokens: int = 0
+    output_tokens: int = 0
+    tokens: int = 0
+    cost_usd: float | None = 0.0
+    """None when the suite states no price for the model."""
+
+    def add(self, other: _Line) -> None:
+        self.calls += other.calls
+        self.unreported += other.unreported
+        self.input_tokens += other.input_tokens
+        self.output_tokens += other.output_tokens
+        self.tokens += other.tokens
+        if self.cost_usd is None or other.cost_usd is None:
+            self.cost_usd = None
+        else:
+            self.cost_usd += other.cost_usd
+
+
+@dataclass(slots=True)
+class Spend:
+    """Tokens and dollars by kind of call and model (what a run, a shard or earlier attempts
+    spent)."""
+
+    lines: dict[tuple[str, str], _Line] = field(default_factory=dict)
+    """(kind, model) -> what those calls spent."""
+
+    def add(self, kind: str, model: str, usage: Any, price: Price | None) -> None:
+        """Count one call."""
+        inp, out, tokens = tokens_of(usage)
+        line = self.lines.get((kind, model))
+        if line is None:
+            line = self.lines[(kind, model)] = _Line()
+        line.calls += 1
+        if inp is None and out is None and tokens == 0:
+            line.unreported += 1
+        line.input_tokens += inp or 0
+        line.output_tokens += out or 0
+        line.tokens += tokens
+        if line.cost_usd is not None:
+            line.cost_usd = None if price is None else line.cost_usd + price.cost(inp, out)
+
+    def merge(self, other: Spend) -> None:
+        """Add another spend (a shard's, from a worker) to this one."""
+        for key, line in other.lines.items():
+            self.lines.setdefault(key, _Line()).add(line)
+
+    @property
+    def tokens(self) -> int:
+        """Every call's tokens."""
+        return sum(line.tokens for line in self.lines.values())
+
+    @property
+    def cost_usd(self) -> float | None:
+        """Every call's cost; None when a model in use has no price."""
+        costs = [line.cost_usd for line in self.lines.values()]
+        return None if any(c is None for c in costs) else sum(c for c in costs if c is not None)
+
+    @property
+    def calls(self) -> int:
+        """Calls counted."""
+        return sum(line.calls for line in self.lines.values())
+
+    def of(self, kind: str) -> tuple[int, float | None]:
+        """(tokens, cost) of one kind of call."""
+        lines = [line for (k, _), line in self.lines.items() if k == kind]
+        costs = [line.cost_usd for line in lines]
+        cost = None if any(c is None for c in costs) else sum(c for c in costs if c is not None)
+        return sum(line.tokens for line in lines), cost
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready: the totals and one row per kind and model (manifest.json's ``spend``)."""
+        return {
+            "tokens": self.tokens,
+            "cost_usd": _round(self.cost_usd),
+            "calls": self.calls,
+            "by_model": [
+                {
+                    "kind": kind,
+                    "model": model,
+                    "calls": line.calls,
+                    "unreported": line.unreported,
+                    "input_tokens": line.input_tokens,
+                    "output_tokens": line.output_tokens,
+                    "tokens": line.tokens,
+                    "cost_usd": _round(line.cost_usd),
+                }
+                for (kind, model), line in sorted(self.lines.items())
+            ],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Spend:
+        """The spend :meth:`as_dict` wrote."""
+        spend = cls()
+        for row in data.get("by_model") or ():
+            spend.lines[(str(row["kind"]), str(row["model"]))] = _Line(
+                calls=int(row["calls"]),
+                unreported=int(row.get("unreported") or 0),
+                input_tokens=int(row["input_tokens"]),
+                output_tokens=int(row["output_tokens"]),
+                tokens=int(row["tokens"]),
+                cost_usd=row.get("cost_usd"),
+            )
+        return spend
+
+    def text(self) -> str:
+        """The spend in words: tokens (target and judges) and the cost when every model is
+        priced."""
+        target, _ = self.of("target")
+        judge, _ = self.of("judge")
+        cost = self.cost_usd
+        money = f", ${cost:,.4f}" if cost is not None and self.lines else ""
+        return f"{self.tokens:,} tokens (target {target:,}, judges {judge:,}){money}"
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 6)
+
+
+class BudgetReached(Exception):
+    """The run's budget (or a shard's share of it) is spent: no new call may start.
+
+    Attributes:
+        spent: what the shard that stopped spent, when it ran in another process (the flow adds
+            it to the run's spend); None otherwise.
+    """
+
+    def __init__(self, message: str, spent: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.spent = spent
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # it crosses process boundaries (a worker's shard): keep what was spent
+        return (type(self), (str(self), self.spent))
+
+
+class Ledger:
+    """One run's spend in one process, its budget, and the calls in flight.
+
+    Args:
+        budget: what the run (or this shard of it) may spend; None: spend is only counted.
+        prices: dollars per model (see the module docstring).
+    """
+
+    def __init__(self, budget: Budget | None, prices: Mapping[str, Price]) -> None:
+        self.budget = budget
+        self.prices = dict(prices)
+        self.spent = Spend()
+        """What this run's calls spent (made now, in this process or added from workers)."""
+        self.earlier = Spend()
+        """What earlier attempts of the run spent on the calls this run reuses."""
+        self.in_flight = 0
+        self.refused = 0
+        """Calls that did not start because the budget was reached."""
+        self._drained: asyncio.Event | None = None
+
+    def price(self, model: str) -> Price | None:
+        """The price of a model's tokens, None when the suite states none."""
+        return self.prices.get(model)
+
+    def reached(self) -> bool:
+        """Whether the budget is spent (no new call may start)."""
+        budget = self.budget
+        if budget is None:
+            return False
+        if budget.tokens is not None and self.spent.tokens >= budget.tokens:
+            return True
+        cost = self.spent.cost_usd
+        return budget.cost_usd is not None and cost is not None and cost >= budget.cost_usd
+
+    def start(self) -> bool:
+        """A call may start (it is counted in flight until :meth:`finish`), unless the budget is
+        spent."""
+        if self.reached():
+            self.refused += 1
+            return False
+        self.in_flight += 1
+        return True
+
+    def finish(self, kind: Kind, model: str, usage: Any, *, answered: bool = True) -> None:
+        """A call that :meth:`start` let through ended; ``answered``: it got an answer (its usage,
+        possibly None, is counted); a call that failed costs nothing."""
+        self.in_flight -= 1
+        if answered:
+            self.spent.add(kind, model, usage, self.price(model))
+        if self.in_flight == 0 and self._drained is not None:
+            self._drained.set()
+
+    def reuse(self, kind: Kind, model: str, usage: Any) -> None:
+        """A call reused from an earlier attempt of the run: what it cost then."""
+        self.earlier.add(kind, model, usage, self.price(model))
+
+    def add(self, spent: Spend) -> None:
+        """What a shard spent in another process."""
+        self.spent.merge(spent)
+
+    async def drained(self) -> None:
+        """Return once no call is in flight (the run's calls in flight finish and are kept before
+        a budget stop ends the run)."""
+        while self.in_flight > 0:
+            self._drained = asyncio.Event()
+            await self._drained.wait()
+        self._drained = None
+
+    def stop(self) -> BudgetReached:
+        """The stop of a shard whose budget is spent (carrying its spend, for the flow to add
+        when the shard ran in another process)."""
+        assert self.budget is not None
+        return BudgetReached(
+            f"the budget of {self.budget.text()} is reached: {self.spent.text()} spent",
+            self.spent.as_dict(),
+        )
+
+
+metering: contextvars.ContextVar[Ledger | None] = contextvars.ContextVar(
+    "evalpipe_metering", default=None
+)
+"""The ledger an evaluator's model requests are counted in and admitted by (``ChatClient`` reads
+it); set by the runner while a shard's items are evaluated, None otherwise (nothing metered)."""
+
+
+def spend_text(record: Mapping[str, Any]) -> str:
+    """A run's ``spend`` (as manifest.json keeps it) in one line: what it spent, against which
+    budget, and what earlier attempts spent on the calls it reused."""
+    text = Spend.from_dict(record).text()
+    budget = record.get("budget")
+    if budget:
+        text += f" of a budget of {Budget.model_validate(budget).text()}"
+    earlier = record.get("earlier") or {}
+    if earlier.get("calls"):
+        text += f"; {earlier['calls']:,} reused call(s) had cost {Spend.from_dict(earlier).text()}"
+    return text
