@@ -362,7 +362,7 @@ def read_rows(
             end = start + batch.num_rows
             here = wanted[bisect.bisect_left(wanted, start) : bisect.bisect_left(wanted, end)]
             if here:
-                rows = batch.take([p - start for p in here]).to_pylist()
+                rows = batch.take(_indices([p - start for p in here])).to_pylist()
                 found.update(zip(here, rows, strict=True))
             if end > last:
                 break  # the rest of the group holds no asked row

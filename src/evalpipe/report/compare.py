@@ -15,8 +15,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 import duckdb
-import numpy as np
-import pyarrow as pa  # type: ignore[import-untyped, unused-ignore]
 from rich.console import Console
 from rich.text import Text
 
@@ -144,12 +142,12 @@ _KEY = ", ".join(PAIRING_KEY)
 _PAIRED_SQL = f"""
 WITH a AS (
     SELECT {_KEY},
-           arg_min(status, pos) AS status, arg_min(score, pos) AS score,
+           arg_min(status, _pos) AS status, arg_min(score, _pos) AS score,
            count(*) AS n, true AS present
     FROM scored_a GROUP BY ALL
 ), b AS (
     SELECT {_KEY},
-           arg_min(status, pos) AS status, arg_min(score, pos) AS score,
+           arg_min(status, _pos) AS status, arg_min(score, _pos) AS score,
            count(*) AS n, true AS present
     FROM scored_b GROUP BY ALL
 )
@@ -222,11 +220,8 @@ def compare_runs(
     scored_b = scored_rows(run_b, filesystem=filesystem)
     con = duckdb.connect(":memory:")
     try:
-        for name, scored in (("scored_a", scored_a), ("scored_b", scored_b)):
-            numbered = scored.select([*PAIRING_KEY, "status", "score"]).append_column(
-                "pos", pa.array(np.arange(len(scored), dtype=np.int64))
-            )
-            con.register(name, numbered)
+        con.register("scored_a", scored_a)
+        con.register("scored_b", scored_b)
         con.execute(f"CREATE TEMP TABLE paired AS {_PAIRED_SQL}")
         dup_a, dup_b = con.execute(
             "SELECT coalesce(sum(n_a) - count(*) FILTER (in_a), 0), "

@@ -34,6 +34,7 @@ from evalpipe.tally import OVERALL, CallTally
 __all__ = [
     "FOUNDRY_PROVIDER",
     "ITEM_ROWS_SQL",
+    "VERDICT_RANK_SQL",
     "Bin",
     "Disagreement",
     "DisagreementItem",
@@ -47,6 +48,7 @@ __all__ = [
     "RunReport",
     "ScoreView",
     "VariabilityRow",
+    "attach_tables",
     "classify_metric",
     "disagreements",
     "item_detail",
@@ -314,11 +316,15 @@ def _numbered(table: Any) -> Any:
     return table.append_column("_pos", column)
 
 
-def run_tables(
-    run_dir: Any, tables: Mapping[str, Sequence[str]], *, filesystem: Any = None
-) -> duckdb.DuckDBPyConnection:
-    """An in-memory DuckDB connection where each named table of the run is a view of the asked
-    columns and ``_pos``, the row's position in its file (``read_rows`` reads a row back by it).
+def attach_tables(
+    con: duckdb.DuckDBPyConnection,
+    run_dir: Any,
+    tables: Mapping[str, Sequence[str]],
+    *,
+    filesystem: Any = None,
+) -> None:
+    """Make each named table of the run a view in ``con`` of the asked columns and ``_pos``, the
+    row's position in its file (``read_rows`` reads a row back by it).
 
     DuckDB reads a local file itself (only the asked columns, streamed: nothing is held between
     queries); a file elsewhere (a filesystem URI) or of an older schema version lacking an asked
@@ -327,16 +333,27 @@ def run_tables(
     Raises:
         ArtifactError, SchemaVersionError: as ``read_table``.
     """
+    for name, columns in tables.items():
+        path = local_file(run_dir, name, columns=columns, filesystem=filesystem)
+        if path is not None:
+            rel = con.read_parquet(path, file_row_number=True)
+            rel.select(", ".join([*columns, "file_row_number AS _pos"])).create_view(name)
+        else:
+            table = read_table(run_dir, name, columns=list(columns), filesystem=filesystem)
+            con.register(name, _numbered(table))
+
+
+def run_tables(
+    run_dir: Any, tables: Mapping[str, Sequence[str]], *, filesystem: Any = None
+) -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB connection with the run's tables attached (``attach_tables``).
+
+    Raises:
+        ArtifactError, SchemaVersionError: as ``read_table``.
+    """
     con = duckdb.connect(":memory:")
     try:
-        for name, columns in tables.items():
-            path = local_file(run_dir, name, columns=columns, filesystem=filesystem)
-            if path is not None:
-                rel = con.read_parquet(path, file_row_number=True)
-                rel.select(", ".join([*columns, "file_row_number AS _pos"])).create_view(name)
-            else:
-                table = read_table(run_dir, name, columns=list(columns), filesystem=filesystem)
-                con.register(name, _numbered(table))
+        attach_tables(con, run_dir, tables, filesystem=filesystem)
     except BaseException:
         con.close()
         raise
@@ -815,12 +832,15 @@ def item_detail(
     )
 
 
-_VERDICT_SQL = """
+VERDICT_RANK_SQL = (
+    "CASE item_status WHEN 'pass' THEN 0 WHEN 'fail' THEN 1 WHEN 'error' THEN 2 ELSE 3 END"
+)
+"""How bad an item status is: an item's verdict is its worst status over its scores' rows."""
+
+_VERDICT_SQL = f"""
 CREATE TEMP TABLE verdicts AS
 SELECT agent, item_id, min(item_index) AS item_index, min(_pos) AS first,
-       coalesce(arg_max(item_status, CASE item_status WHEN 'pass' THEN 0 WHEN 'fail' THEN 1
-                                     WHEN 'error' THEN 2 WHEN 'errored' THEN 2 ELSE 3 END),
-                'pass') AS verdict
+       coalesce(arg_max(item_status, {VERDICT_RANK_SQL}), 'pass') AS verdict
 FROM scores GROUP BY agent, item_id
 """
 """Each item (agent × item) scores.parquet has: its verdict (its rows' worst item status,
