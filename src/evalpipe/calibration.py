@@ -992,7 +992,7 @@ def review_candidates(
     scores cannot be compared with a label, so they are not offered), in item order."""
     import pyarrow.compute as pc  # type: ignore[import-untyped, unused-ignore]  # lazy: pyarrow, only to read a run directory
 
-    from evalpipe.artifacts import read_table  # lazy: pyarrow, only to read a run directory
+    from evalpipe.artifacts import read_rows  # lazy: pyarrow, only to read a run directory
     from evalpipe.report.data import (  # lazy: pyarrow, only to read a run directory
         disagreements,
         scored_rows,
@@ -1005,36 +1005,34 @@ def review_candidates(
         if d.judge == metric
         for x in d.examples
     }
-    texts = read_table(
+    mine = [
+        r
+        for r in scored.filter(pc.equal(scored["metric"], metric)).to_pylist()
+        if r["status"] in (PASS, FAIL)
+    ]
+    texts = read_rows(
         str(run_dir),
         "scores",
-        columns=["provider", "agent", "item_id", "metric", "input_text", "output_text", "reason"],
+        [r["_pos"] for r in mine],
+        columns=["input_text", "output_text", "reason"],
         filesystem=filesystem,
     )
-    texts = texts.filter(pc.equal(texts["metric"], metric)).to_pylist()
-    text_of = {(r["provider"], r["agent"], r["item_id"]): r for r in texts}
-    mine = scored.filter(pc.equal(scored["metric"], metric)).to_pylist()
-    out = []
-    for r in mine:
-        if r["status"] not in (PASS, FAIL):
-            continue
-        text = text_of.get((r["provider"], r["agent"], r["item_id"]), {})
-        out.append(
-            ReviewItem(
-                row_id=r["row"],
-                repetition=int(r["repetition"] or 0),
-                agent=r["agent"],
-                provider=r["provider"],
-                item_id=r["item_id"],
-                query=text.get("input_text"),
-                response=text.get("output_text"),
-                judge_status=r["status"],
-                judge_score=r["score"],
-                judge_reason=text.get("reason"),
-                disagrees=(r["agent"], r["item_id"]) in flagged,
-            )
+    return [
+        ReviewItem(
+            row_id=r["row"],
+            repetition=int(r["repetition"] or 0),
+            agent=r["agent"],
+            provider=r["provider"],
+            item_id=r["item_id"],
+            query=text["input_text"],
+            response=text["output_text"],
+            judge_status=r["status"],
+            judge_score=r["score"],
+            judge_reason=text["reason"],
+            disagrees=(r["agent"], r["item_id"]) in flagged,
         )
-    return out
+        for r, text in zip(mine, texts, strict=True)
+    ]
 
 
 def sample_for_review(

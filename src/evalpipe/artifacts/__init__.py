@@ -22,7 +22,6 @@ if TYPE_CHECKING:
         find_runs,
     )
     from evalpipe.artifacts.reader import (
-        dataset,
         iter_batches,
         iter_runs,
         load_run,
@@ -56,7 +55,6 @@ _HOMES = {
     "baseline_of": "history",
     "bless": "history",
     "find_runs": "history",
-    "dataset": "reader",
     "iter_batches": "reader",
     "iter_runs": "reader",
     "load_run": "reader",
@@ -116,7 +114,6 @@ __all__ = [
     "SchemaVersionError",
     "baseline_of",
     "bless",
-    "dataset",
     "find_runs",
     "iter_batches",
     "iter_runs",

@@ -45,7 +45,6 @@ from evalpipe.tally import OVERALL, SummaryRow
 from evalpipe.transcripts import RunUsage
 
 __all__ = [
-    "dataset",
     "iter_batches",
     "iter_runs",
     "load_run",
@@ -243,21 +242,6 @@ def local_file(
     file = f"{path}/{FILES[name]}"
     local = isinstance(fs, pafs.LocalFileSystem) and not any(c in file for c in "*?[")
     return file if local and not set(columns) & set(table.absent) else None
-
-
-def dataset(run_dir: str | os.PathLike[str], name: str, *, filesystem: Any = None) -> Any:
-    """One table of the run as a ``pyarrow.dataset.Dataset`` (read lazily, with projection and
-    filter pushdown: what DuckDB scans), after the checks ``read_table`` makes.
-
-    Raises:
-        ArtifactError, SchemaVersionError: as ``read_table``.
-    """
-    fs, path = resolve_filesystem(run_dir, filesystem)
-    read_manifest(path, filesystem=fs)
-    _open(fs, path, name)
-    import pyarrow.dataset as pads  # type: ignore[import-untyped, unused-ignore]  # lazy: pyarrow.dataset imports pandas (0.15 s), only for queries
-
-    return pads.dataset(f"{path}/{FILES[name]}", format="parquet", filesystem=fs)
 
 
 def iter_batches(
