@@ -455,6 +455,17 @@ FROM scored WHERE score IS NOT NULL GROUP BY ALL
 file order (the bootstrap of many distinct scores resamples them in order)."""
 
 
+def _scores(con: duckdb.DuckDBPyConnection) -> dict[tuple[str, str, str], np.ndarray]:
+    """Each provider x agent x metric's non-null scores, as numpy arrays (``fetchnumpy``: no
+    Python object per score)."""
+    found = con.execute(_SCORE_LISTS_SQL).fetchnumpy()
+    keys = zip(found["provider"], found["agent"], found["metric"], strict=True)
+    return {
+        key: np.asarray(scores, dtype=float)
+        for key, scores in zip(keys, found["scores"], strict=True)
+    }
+
+
 def _metric_rows(
     con: duckdb.DuckDBPyConnection, run_dir: Any, filesystem: Any
 ) -> tuple[list[ResultRow], list[MetricRow], dict[str, int]]:
@@ -465,10 +476,7 @@ def _metric_rows(
         key=lambda r: (r.provider_index, r.agent_index, r.metric or ""),
     )
     kinds = _kinds(con)
-    values = {
-        (provider, agent, metric): np.asarray(scores, dtype=float)
-        for provider, agent, metric, scores in con.execute(_SCORE_LISTS_SQL).fetchall()
-    }
+    values = _scores(con)
     agent_order: dict[str, int] = {}
     results: list[ResultRow] = []
     metrics: list[MetricRow] = []
@@ -483,13 +491,14 @@ def _metric_rows(
                 )
             )  # fmt: skip
             continue
-        scores = values.get((r.provider, r.agent, r.metric), np.empty(0))
+        metric = str(r.metric)
+        scores = values.get((r.provider, r.agent, metric), np.empty(0))
         metrics.append(
             MetricRow(
                 provider=r.provider,
                 agent=r.agent,
-                metric=str(r.metric),
-                kind=kinds.get((r.provider, str(r.metric)), "other"),
+                metric=metric,
+                kind=kinds.get((r.provider, metric), "other"),
                 n=r.n,
                 passed=r.passed,
                 failed=r.failed,
