@@ -48,12 +48,15 @@ __all__ = [
     "RunReport",
     "ScoreView",
     "VariabilityRow",
+    "attach_scored",
     "attach_tables",
     "classify_metric",
     "disagreements",
     "item_detail",
     "load_report_data",
     "message_views",
+    "metric_kinds",
+    "query_disagreements",
     "records",
     "run_tables",
     "score_view",
@@ -405,25 +408,38 @@ _READ = {
 """The columns the report's queries read."""
 
 
+def attach_scored(
+    con: duckdb.DuckDBPyConnection, run_dir: Any, name: str, *, filesystem: Any = None
+) -> None:
+    """Make ``name`` a table in ``con`` of the run's scored rows (``scored_rows``'s columns; the
+    rows in no particular order: ``_pos`` orders them)."""
+    attach_tables(con, run_dir, _READ, filesystem=filesystem)
+    con.execute(f"CREATE TEMP TABLE {name} AS {_SCORED_SQL}")
+    con.execute("DROP VIEW scores; DROP VIEW items")
+
+
 def scored_rows(run_dir: Any, *, filesystem: Any = None) -> Any:
     """scores.parquet's metric rows (metric not null) joined with each item's dataset row and
     repetition, in file order, as a ``pyarrow.Table``: provider, agent, item_id, metric, score,
     status, rating, row, repetition and ``_pos`` (the row's position in scores.parquet)."""
-    con = run_tables(run_dir, _READ, filesystem=filesystem)
+    con = duckdb.connect(":memory:")
     try:
-        return con.sql(f"{_SCORED_SQL} ORDER BY s._pos").to_arrow_table()
+        attach_scored(con, run_dir, "scored", filesystem=filesystem)
+        return con.sql("SELECT * FROM scored ORDER BY _pos").to_arrow_table()
     finally:
         con.close()
 
 
-_KINDS_SQL = "SELECT provider, metric, count(rating) > 0 AS rated FROM scored GROUP BY ALL"
+_KINDS_SQL = "SELECT provider, metric, count(rating) > 0 AS rated FROM {scored} GROUP BY ALL"
 
 
-def _kinds(con: duckdb.DuckDBPyConnection) -> dict[tuple[str, str], MetricKind]:
+def metric_kinds(
+    con: duckdb.DuckDBPyConnection, scored: str = "scored"
+) -> dict[tuple[str, str], MetricKind]:
     """Each (provider, metric) of the table ``scored``: judge, check or other."""
     return {
         (provider, metric): classify_metric(provider, rated)
-        for provider, metric, rated in con.execute(_KINDS_SQL).fetchall()
+        for provider, metric, rated in con.execute(_KINDS_SQL.format(scored=scored)).fetchall()
     }
 
 
@@ -475,7 +491,7 @@ def _metric_rows(
         read_summary(run_dir, filesystem=filesystem),
         key=lambda r: (r.provider_index, r.agent_index, r.metric or ""),
     )
-    kinds = _kinds(con)
+    kinds = metric_kinds(con)
     values = _scores(con)
     agent_order: dict[str, int] = {}
     results: list[ResultRow] = []
@@ -598,7 +614,7 @@ CREATE TEMP TABLE pairs AS
 WITH v AS (
     SELECT s._pos, s.agent, s.item_id, s.row, s.repetition, s.metric, s.status = 'pass' AS passed,
            coalesce(k.kind, 'other') AS kind
-    FROM scored s LEFT JOIN kinds k ON s.provider = k.provider AND s.metric = k.metric
+    FROM {scored} s LEFT JOIN kinds k ON s.provider = k.provider AND s.metric = k.metric
     WHERE s.status IN ('pass', 'fail')
 )
 SELECT c._pos AS check_pos, j._pos AS judge_pos, c.agent, c.item_id, c.row, c.repetition,
@@ -624,21 +640,25 @@ ORDER BY check_pos, judge_pos
 """The first ``max_examples`` disagreeing pairs of each (agent, check, judge), in file order."""
 
 
-def _disagreements(
+def query_disagreements(
     con: duckdb.DuckDBPyConnection,
     kinds: Mapping[tuple[str, str], MetricKind],
     max_examples: int,
+    *,
+    scored: str = "scored",
     run_dir: Any = None,
     filesystem: Any = None,
 ) -> list[Disagreement]:
-    """``disagreements`` over the table ``scored`` of ``con``; with ``run_dir``, each listed
-    pair has its judge's reason (read from the judge's row of scores.parquet)."""
+    """``disagreements`` over the table ``scored`` of ``con`` (``attach_scored``'s columns); with
+    ``run_dir``, each listed pair has its judge's reason (read from its row of scores.parquet)."""
     if not {"check", "judge"} <= set(kinds.values()):
         return []
     con.execute("CREATE TEMP TABLE kinds (provider VARCHAR, metric VARCHAR, kind VARCHAR)")
     con.executemany("INSERT INTO kinds VALUES (?, ?, ?)", [(*k, v) for k, v in kinds.items()])
-    con.execute(_PAIRS_SQL)
+    con.execute(_PAIRS_SQL.format(scored=scored))
     examples = records(con, _DISAGREEMENT_EXAMPLES_SQL, [max(max_examples, 0)])
+    counts = records(con, _DISAGREEMENT_COUNTS_SQL)
+    con.execute("DROP TABLE pairs; DROP TABLE kinds")
     judged = [r.pop("judge_pos") for r in examples]
     reasons = (
         [
@@ -653,8 +673,6 @@ def _disagreements(
         shown.setdefault((r["agent"], r["check"], r["judge"]), []).append(
             DisagreementItem(**r, judge_reason=reason)
         )
-    counts = records(con, _DISAGREEMENT_COUNTS_SQL)
-    con.execute("DROP TABLE pairs")
     return [
         Disagreement(**g, examples=shown.get((g["agent"], g["check"], g["judge"]), []))
         for g in counts
@@ -673,7 +691,7 @@ def disagreements(
     con = duckdb.connect(":memory:")
     try:
         con.register("scored", scored)
-        return _disagreements(con, _kinds(con) if kinds is None else kinds, max_examples)
+        return query_disagreements(con, metric_kinds(con) if kinds is None else kinds, max_examples)
     finally:
         con.close()
 
@@ -975,7 +993,13 @@ def load_report_data(
         variability, flaky, flaky_total = _variability(con, repetitions, max_listed)
         order = {(m.provider, m.agent, m.metric): i for i, m in enumerate(metrics)}
         variability.sort(key=lambda v: order.get((v.provider, v.agent, v.metric), len(order)))
-        found = _disagreements(con, _kinds(con), max(1, min(20, max_listed)), run_dir, filesystem)
+        found = query_disagreements(
+            con,
+            metric_kinds(con),
+            max(1, min(20, max_listed)),
+            run_dir=run_dir,
+            filesystem=filesystem,
+        )
         chosen, total, not_passed = _drill_down(con, agent_order, max_items)
     finally:
         con.close()  # before the listed rows are read: DuckDB's memory goes back first
