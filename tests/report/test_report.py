@@ -254,20 +254,30 @@ def test_scores_of_items_missing_from_items_parquet_are_named_by_their_id(tmp_pa
     """Both providers fail "ghost", an item they were not given: its rows are named by its id,
     the metrics keep their kinds, the report's disagreements are those of the scored rows, and
     it is counted (and listed first: it is not passed)."""
-    from evalpipe.report.data import disagreements, scored_rows
+    from evalpipe.report.data import (
+        metric_kinds,
+        query_disagreements,
+        records,
+        scored_connection,
+    )
 
     run = write_run(tmp_path / "run", CHECKS, JUDGES, ghosts=["ghost"])
-    scored = scored_rows(run)
-    columns = ("provider", "metric", "row", "repetition", "status")
-    rows = list(zip(*(scored[c].to_pylist() for c in columns), strict=True))
+    con = scored_connection(run)
+    try:
+        rows = [
+            (r["provider"], r["metric"], r["row"], r["repetition"], r["status"])
+            for r in records(con, "SELECT * FROM scored ORDER BY _pos")
+        ]
+        counted = [
+            (d.agent, d.check, d.judge, d.pairs, d.check_pass_judge_fail, d.check_fail_judge_pass)
+            for d in query_disagreements(con, metric_kinds(con), 20)
+        ]
+    finally:
+        con.close()
     assert ("Judge", "relevance", "ghost", 0, "fail") in rows
     assert ("Local", "kw", "ghost", 0, "fail") in rows
     report = load_report_data(run)
     assert {m.metric: m.kind for m in report.metrics} == {"kw": "check", "relevance": "judge"}
-    counted = [
-        (d.agent, d.check, d.judge, d.pairs, d.check_pass_judge_fail, d.check_fail_judge_pass)
-        for d in disagreements(scored)
-    ]
     assert counted
     assert [
         (d.agent, d.check, d.judge, d.pairs, d.check_pass_judge_fail, d.check_fail_judge_pass)

@@ -1,8 +1,8 @@
 """Read a finished run directory into what the report shows.
 
-Every aggregate is a DuckDB query over the run's tables, read with the artifacts' ``read_table``
-(so the schema-version checks, columns added by later versions and filesystem URIs behave as in
-every other reader): the totals, each metric's scores, the repetitions of each dataset row, the
+Every aggregate is a DuckDB query over the run's Parquet files (``run_tables``: DuckDB reads a
+local file itself, after the artifacts' schema-version checks; a file on a filesystem URI is read
+with ``read_table``): the totals, each metric's scores, the repetitions of each dataset row, the
 check/judge disagreements and the drill-down's order. Only what is listed becomes Python objects:
 the drill-down's items (their rows read back by position with ``read_rows``), the flaky rows and
 the disagreeing pairs.
@@ -51,7 +51,6 @@ __all__ = [
     "attach_scored",
     "attach_tables",
     "classify_metric",
-    "disagreements",
     "item_detail",
     "load_report_data",
     "message_views",
@@ -60,7 +59,7 @@ __all__ = [
     "records",
     "run_tables",
     "score_view",
-    "scored_rows",
+    "scored_connection",
 ]
 
 MetricKind = Literal["judge", "check", "other"]
@@ -418,16 +417,18 @@ def attach_scored(
     con.execute("DROP VIEW scores; DROP VIEW items")
 
 
-def scored_rows(run_dir: Any, *, filesystem: Any = None) -> Any:
-    """scores.parquet's metric rows (metric not null) joined with each item's dataset row and
-    repetition, in file order, as a ``pyarrow.Table``: provider, agent, item_id, metric, score,
-    status, rating, row, repetition and ``_pos`` (the row's position in scores.parquet)."""
+def scored_connection(run_dir: Any, *, filesystem: Any = None) -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB connection holding the run's scored rows as the table ``scored``:
+    scores.parquet's metric rows (metric not null) with each item's dataset row and repetition
+    (provider, agent, item_id, metric, score, status, rating, row, repetition, and ``_pos``: the
+    row's position in scores.parquet)."""
     con = duckdb.connect(":memory:")
     try:
         attach_scored(con, run_dir, "scored", filesystem=filesystem)
-        return con.sql("SELECT * FROM scored ORDER BY _pos").to_arrow_table()
-    finally:
+    except BaseException:
         con.close()
+        raise
+    return con
 
 
 _KINDS_SQL = "SELECT provider, metric, count(rating) > 0 AS rated FROM {scored} GROUP BY ALL"
@@ -649,8 +650,11 @@ def query_disagreements(
     run_dir: Any = None,
     filesystem: Any = None,
 ) -> list[Disagreement]:
-    """``disagreements`` over the table ``scored`` of ``con`` (``attach_scored``'s columns); with
-    ``run_dir``, each listed pair has its judge's reason (read from its row of scores.parquet)."""
+    """Per agent, check metric and judge metric of the table ``scored`` of ``con``
+    (``attach_scored``'s columns): items (same agent and item id) where the check passed and the
+    judge failed, and the reverse. Only verdicts (pass/fail) count; the examples are the first
+    ``max_examples`` disagreeing pairs in file order, each with its judge's reason when
+    ``run_dir`` is given (read from the judge's row of scores.parquet)."""
     if not {"check", "judge"} <= set(kinds.values()):
         return []
     con.execute("CREATE TEMP TABLE kinds (provider VARCHAR, metric VARCHAR, kind VARCHAR)")
@@ -677,23 +681,6 @@ def query_disagreements(
         Disagreement(**g, examples=shown.get((g["agent"], g["check"], g["judge"]), []))
         for g in counts
     ]
-
-
-def disagreements(
-    scored: Any,
-    kinds: Mapping[tuple[str, str], MetricKind] | None = None,
-    *,
-    max_examples: int = 20,
-) -> list[Disagreement]:
-    """Per agent, check metric and judge metric of ``scored`` (``scored_rows``): items (same
-    agent and item id) where the check passed and the judge failed, and the reverse. Only
-    verdicts (pass/fail) count; the examples are the first disagreeing pairs in file order."""
-    con = duckdb.connect(":memory:")
-    try:
-        con.register("scored", scored)
-        return query_disagreements(con, metric_kinds(con) if kinds is None else kinds, max_examples)
-    finally:
-        con.close()
 
 
 # -- drill-down -----------------------------------------------------------------------------------
