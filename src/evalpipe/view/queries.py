@@ -503,14 +503,6 @@ class SampleIndex:
             raise NotFound(f"no item {item_id!r} of agent {agent!r}")
         return hit[0]
 
-    def find(self, agent: str, item_id: str) -> int:
-        """The item's position in items.parquet.
-
-        Raises:
-            NotFound: when the run has no such item.
-        """
-        return int(self._item(agent, item_id)["_pos"])
-
     def find_row(self, agent: str, row: str, repetition: int) -> str | None:
         """The item id of an agent's item on a dataset row and repetition, or None."""
         hit = self._rows(
