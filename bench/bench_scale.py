@@ -22,6 +22,7 @@ evalpipe (``--src /tmp/base20b/src`` for main) through the same script.
 Usage: python bench/bench_scale.py [--items 100000] [--repeat 3] [--part cli|load|scaling|all]
                                    [--sizes 1000,10000,100000,1000000] [--src DIR] [--out FILE]
                                    [--task-runner threads|processes] [--shard-size N]
+                                   [--keep-run DIR]
 Writes bench/results/scale.json (or --out) and prints the numbers.
 """
 
@@ -391,6 +392,13 @@ def main() -> None:
     parser.add_argument(
         "--shard-size", type=int, default=None, help="the suite's shard_size (default: the flow's)"
     )
+    parser.add_argument(
+        "--keep-run",
+        type=Path,
+        default=None,
+        help="copy the first ITEMS-item run directory here and keep it (bench_view.py --run, "
+        "bench_engines.py and bench_report.py read it)",
+    )
     args = parser.parse_args()
 
     report: dict[str, Any] = {
@@ -471,6 +479,10 @@ def main() -> None:
                 )
             report["scaling"] = table
     finally:
+        if args.keep_run is not None and (keep / "manifest.json").exists():
+            shutil.rmtree(args.keep_run, ignore_errors=True)
+            shutil.copytree(keep, args.keep_run)
+            print(f"kept the {args.items}-item run at {args.keep_run}")
         shutil.rmtree(work, ignore_errors=True)
     args.out.parent.mkdir(exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2), encoding="utf-8")

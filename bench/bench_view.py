@@ -8,7 +8,8 @@ to reuse a run directory made before (``bench_artifacts.py --out DIR --keep``).
 The view's app (``evalpipe.view.app.create_app``, no warm-up) is served by uvicorn on a free
 loopback port in this process, and each page is fetched over HTTP with httpx: once cold (the
 first visit reads the run: the sample index, the report's aggregates, the comparison) and then
-``--repeat`` times warm (what every later visit costs). Compare pairs the run with itself (the
+``--repeat`` times warm (what every later visit costs). Each fetch's CPU time is this process's
+(the server's threads and the client), measured beside its wall time: the machine may be shared. Compare pairs the run with itself (the
 statistics over 294,000 paired scores are computed all the same).
 
 Usage: python bench/bench_view.py [--items 100000] [--run RUN_DIR] [--repeat 5]
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import platform
 import shutil
 import socket
@@ -112,22 +114,25 @@ def main() -> None:
     try:
         with httpx.Client(timeout=120) as client:
             for name, path in _pages(run_dir.parent.name, run_dir.name):
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
                 response = client.get(url + path)
-                cold = time.perf_counter() - t0
+                cold, cold_cpu = time.perf_counter() - t0, time.process_time() - c0
                 if response.status_code != 200:
                     raise SystemExit(f"{name}: {path} answered {response.status_code}")
-                warm = []
+                warm, warm_cpu = [], []
                 for _ in range(args.repeat):
-                    t0 = time.perf_counter()
+                    t0, c0 = time.perf_counter(), time.process_time()
                     client.get(url + path).raise_for_status()
                     warm.append(time.perf_counter() - t0)
+                    warm_cpu.append(time.process_time() - c0)
                 results.append(
                     {
                         "page": name,
                         "path": path,
                         "cold_s": round(cold, 3),
+                        "cold_cpu_s": round(cold_cpu, 3),
                         "warm_median_s": round(statistics.median(warm), 3),
+                        "warm_median_cpu_s": round(statistics.median(warm_cpu), 3),
                         "warm_max_s": round(max(warm), 3),
                         "bytes": len(response.content),
                     }
@@ -146,11 +151,13 @@ def main() -> None:
     }
     HERE.joinpath("results").mkdir(exist_ok=True)
     HERE.joinpath("results", "view.json").write_text(json.dumps(report, indent=2) + "\n")
-    print(f"{'page':<44} {'cold s':>7} {'warm s':>7} {'max s':>7} {'KiB':>6}")
+    print(f"load average {os.getloadavg()[0]:.2f}; CPU: this process's (server and client)")
+    print(f"{'page':<44} {'cold s':>7} {'CPU':>6} {'warm s':>7} {'CPU':>6} {'max s':>7} {'KiB':>6}")
     for r in results:
         flag = "" if r["warm_max_s"] < TARGET_S else "  over target"
         print(
-            f"{r['page']:<44} {r['cold_s']:>7.3f} {r['warm_median_s']:>7.3f} "
+            f"{r['page']:<44} {r['cold_s']:>7.3f} {r['cold_cpu_s']:>6.3f} "
+            f"{r['warm_median_s']:>7.3f} {r['warm_median_cpu_s']:>6.3f} "
             f"{r['warm_max_s']:>7.3f} {r['bytes'] / 1024:>6.0f}{flag}"
         )
 

@@ -259,11 +259,16 @@ class Verdict:
 def verdicts_of_run(run_dir: str | os.PathLike[str], *, filesystem: Any = None) -> list[Verdict]:
     """Every metric score of a finished run directory (scores.parquet joined with items.parquet
     for the dataset row and repetition)."""
-    from evalpipe.report.data import scored_rows  # lazy: pyarrow, only to read a run directory
+    from evalpipe.report.data import (  # lazy: duckdb, only to read a run directory
+        records,
+        scored_connection,
+    )
 
-    table = scored_rows(str(run_dir), filesystem=filesystem)
-    columns = ["provider", "agent", "metric", "row", "repetition", "status", "score", "item_id"]
-    rows = table.select(columns).to_pylist()
+    con = scored_connection(str(run_dir), filesystem=filesystem)
+    try:
+        rows = records(con, "SELECT * FROM scored ORDER BY _pos")
+    finally:
+        con.close()
     return [
         Verdict(
             provider=r["provider"],
@@ -985,56 +990,60 @@ class ReviewItem:
     """A local check on the same item gave the other verdict."""
 
 
+_REVIEWED_SQL = """
+SELECT * FROM scored WHERE metric = ? AND status IN ('pass', 'fail') ORDER BY _pos
+"""
+"""A metric's verdicts, in file order."""
+
+
 def review_candidates(
     run_dir: str | os.PathLike[str], metric: str, *, filesystem: Any = None
 ) -> list[ReviewItem]:
     """The items of a finished run whose ``metric`` has a verdict (errored and not-applicable
     scores cannot be compared with a label, so they are not offered), in item order."""
-    import pyarrow.compute as pc  # type: ignore[import-untyped, unused-ignore]  # lazy: pyarrow, only to read a run directory
-
-    from evalpipe.artifacts import read_table  # lazy: pyarrow, only to read a run directory
-    from evalpipe.report.data import (  # lazy: pyarrow, only to read a run directory
-        disagreements,
-        scored_rows,
+    from evalpipe.artifacts import read_rows  # lazy: pyarrow, only to read a run directory
+    from evalpipe.report.data import (  # lazy: duckdb, only to read a run directory
+        metric_kinds,
+        query_disagreements,
+        records,
+        scored_connection,
     )
 
-    scored = scored_rows(str(run_dir), filesystem=filesystem)
-    flagged = {
-        (x.agent, x.item_id)
-        for d in disagreements(scored, max_examples=len(scored))
-        if d.judge == metric
-        for x in d.examples
-    }
-    texts = read_table(
+    con = scored_connection(str(run_dir), filesystem=filesystem)
+    try:
+        [(every,)] = con.execute("SELECT count(*) FROM scored").fetchall()
+        flagged = {
+            (x.agent, x.item_id)
+            for d in query_disagreements(con, metric_kinds(con), every)
+            if d.judge == metric
+            for x in d.examples
+        }
+        mine = records(con, _REVIEWED_SQL, [metric])
+    finally:
+        con.close()
+    texts = read_rows(
         str(run_dir),
         "scores",
-        columns=["provider", "agent", "item_id", "metric", "input_text", "output_text", "reason"],
+        [r["_pos"] for r in mine],
+        columns=["input_text", "output_text", "reason"],
         filesystem=filesystem,
     )
-    texts = texts.filter(pc.equal(texts["metric"], metric)).to_pylist()
-    text_of = {(r["provider"], r["agent"], r["item_id"]): r for r in texts}
-    mine = scored.filter(pc.equal(scored["metric"], metric)).to_pylist()
-    out = []
-    for r in mine:
-        if r["status"] not in (PASS, FAIL):
-            continue
-        text = text_of.get((r["provider"], r["agent"], r["item_id"]), {})
-        out.append(
-            ReviewItem(
-                row_id=r["row"],
-                repetition=int(r["repetition"] or 0),
-                agent=r["agent"],
-                provider=r["provider"],
-                item_id=r["item_id"],
-                query=text.get("input_text"),
-                response=text.get("output_text"),
-                judge_status=r["status"],
-                judge_score=r["score"],
-                judge_reason=text.get("reason"),
-                disagrees=(r["agent"], r["item_id"]) in flagged,
-            )
+    return [
+        ReviewItem(
+            row_id=r["row"],
+            repetition=int(r["repetition"] or 0),
+            agent=r["agent"],
+            provider=r["provider"],
+            item_id=r["item_id"],
+            query=text["input_text"],
+            response=text["output_text"],
+            judge_status=r["status"],
+            judge_score=r["score"],
+            judge_reason=text["reason"],
+            disagrees=(r["agent"], r["item_id"]) in flagged,
         )
-    return out
+        for r, text in zip(mine, texts, strict=True)
+    ]
 
 
 def sample_for_review(

@@ -30,7 +30,7 @@ from evalpipe.artifacts import (
     RunWriter,
     columns,
     load_run,
-    read_item_rows,
+    read_rows,
     read_runs,
     reader,
 )
@@ -265,31 +265,24 @@ def test_load_run_can_skip_rebuilding_input_items(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("table", ["items", "scores"])
-def test_read_item_rows_reads_only_the_wanted_items_rows(tmp_path: Path, table: str) -> None:
-    """read_item_rows gives exactly the rows of the wanted (agent, item_id) pairs, in file order,
-    from a file of many row groups, and turns only those rows into Python objects."""
+def test_read_rows_reads_only_the_rows_asked_for(tmp_path: Path, table: str) -> None:
+    """read_rows gives exactly the rows at the asked positions, in the order asked, from a file of
+    many row groups, and turns only those rows into Python objects; a position past the end is
+    an IndexError."""
     batch = workflow_batch(0, 9)
-    for result in batch:  # every agent's items share their call's id, as in a real workflow run
-        for level in result.iter_results():
-            for scored in level.items:
-                scored.item_id = "call-" + scored.item_id.rsplit("-", 1)[1]
-            for item in level.input_items:
-                item.item_id = "call-" + str(item.item_id).rsplit("-", 1)[1]
     with RunWriter(tmp_path, row_group_size=4) as writer:
         writer.add_results(batch)
     everything = pq.read_table(tmp_path / f"{table}.parquet").to_pylist()
-    pairs = list(dict.fromkeys((r["agent"], r["item_id"]) for r in everything))
     assert pq.ParquetFile(tmp_path / f"{table}.parquet").num_row_groups > 3
-    wanted = {pairs[0], pairs[len(pairs) // 2], pairs[-1]}
-    # an id that exists under another agent, and one that does not exist: neither is read
-    assert sum(item_id == pairs[0][1] for _, item_id in pairs) > 1  # shared with other agents
-    asked = wanted | {("no-such-agent", pairs[0][1]), (pairs[0][0], "no-such-id")}
+    asked = [len(everything) - 1, 0, len(everything) // 2, 5]
     before = LOADED["item_rows"]
-    got = read_item_rows(tmp_path, table, asked)
-    expected = [r for r in everything if (r["agent"], r["item_id"]) in wanted]
-    assert got == expected
-    assert LOADED["item_rows"] - before == len(expected)
-    assert read_item_rows(tmp_path, table, set()) == []
+    got = read_rows(tmp_path, table, asked)
+    assert got == [everything[p] for p in asked]
+    assert LOADED["item_rows"] - before == len(asked)
+    assert read_rows(tmp_path, table, [1], columns=["agent"]) == [{"agent": everything[1]["agent"]}]
+    assert read_rows(tmp_path, table, []) == []
+    with pytest.raises(IndexError, match=f"no row {len(everything)}"):
+        read_rows(tmp_path, table, [len(everything)])
 
 
 @pytest.mark.parametrize(

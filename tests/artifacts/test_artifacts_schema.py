@@ -22,10 +22,12 @@ from evalpipe.artifacts import (
     SchemaVersionError,
     iter_batches,
     load_run,
+    local_file,
     read_manifest,
     read_table,
 )
 from evalpipe.artifacts.schema import SCHEMA_VERSION_KEY
+from evalpipe.artifacts.storage import publish
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "artifacts.md"
 
@@ -266,3 +268,26 @@ def test_a_version_2_run_reads_with_suite_and_row_columns_null(run_dir: Path) ->
     for column in new:
         assert scores.column(column).null_count == len(scores), column
     assert load_run(run_dir)[0].items
+
+
+def test_local_file_is_given_only_when_a_parquet_reader_can_take_the_columns_as_they_are(
+    run_dir: Path,
+) -> None:
+    """local_file names a local table's file for a reader that opens it itself (DuckDB), and
+    None when that reader could not read the asked columns as written: a version-2 scores file
+    lacks row_id (read_table fills it in), a run on a filesystem URI is not on this machine."""
+    assert local_file(run_dir, "scores", columns=["row_id", "metric"]) == str(
+        run_dir.resolve() / "scores.parquet"
+    )
+    table = pq.read_table(run_dir / "scores.parquet")
+    old = [c for c in table.schema.names if c not in ("suite", "target_version", "row_id")]
+    pq.write_table(
+        table.select(old).replace_schema_metadata({SCHEMA_VERSION_KEY: b"2"}),
+        run_dir / "scores.parquet",
+    )
+    assert local_file(run_dir, "scores", columns=["metric"]) is not None
+    assert local_file(run_dir, "scores", columns=["row_id", "metric"]) is None
+    publish(run_dir, "memory://local-file-test/runs", "suite")
+    remote = f"memory://local-file-test/runs/suite/{run_dir.name}"
+    assert read_table(remote, "items", columns=["agent"]).num_rows
+    assert local_file(remote, "items", columns=["agent"]) is None

@@ -250,54 +250,34 @@ def test_a_failed_target_call_is_errored_outside_every_denominator(tmp_path: Pat
     assert "2 / 2 (1 errored of 3 left out)" in html
 
 
-def test_scores_of_items_missing_from_items_parquet_read_as_the_string_join_reads_them(
-    tmp_path: Path,
-) -> None:
+def test_scores_of_items_missing_from_items_parquet_are_named_by_their_id(tmp_path: Path) -> None:
     """Both providers fail "ghost", an item they were not given: its rows are named by its id,
-    and the coded tables give the string join's rows and kinds, the report its disagreements; it is
-    counted."""
+    the metrics keep their kinds, the report's disagreements are those of the scored rows, and
+    it is counted (and listed first: it is not passed)."""
     from evalpipe.report.data import (
-        _coded_kinds,
-        _coded_scores,
-        disagreements,
-        scored_rows,
+        metric_kinds,
+        query_disagreements,
+        records,
+        scored_connection,
     )
 
     run = write_run(tmp_path / "run", CHECKS, JUDGES, ghosts=["ghost"])
-    legacy = scored_rows(run)
-    coded = _coded_scores(run, None)
-    rows = sorted(
-        (
-            coded.providers.values[p],
-            coded.metrics.values[m],
-            coded.rows[int(r)].as_py(),
-            int(rep),
-            coded.statuses.values[s],
-        )
-        for p, m, r, rep, s in zip(
-            coded.m_provider,
-            coded.m_metric,
-            coded.m_row,
-            coded.m_repetition,
-            coded.m_status,
-            strict=True,
-        )
-    )
-    expected = sorted(
-        zip(
-            *(legacy[c].to_pylist() for c in ("provider", "metric", "row", "repetition", "status")),
-            strict=True,
-        )
-    )
-    assert ("Judge", "relevance", "ghost", 0, "fail") in expected
-    assert rows == expected
-    kinds = _coded_kinds(coded)
-    assert kinds == {("Local", "kw"): "check", ("Judge", "relevance"): "judge"}
+    con = scored_connection(run)
+    try:
+        rows = [
+            (r["provider"], r["metric"], r["row"], r["repetition"], r["status"])
+            for r in records(con, "SELECT * FROM scored ORDER BY _pos")
+        ]
+        counted = [
+            (d.agent, d.check, d.judge, d.pairs, d.check_pass_judge_fail, d.check_fail_judge_pass)
+            for d in query_disagreements(con, metric_kinds(con), 20)
+        ]
+    finally:
+        con.close()
+    assert ("Judge", "relevance", "ghost", 0, "fail") in rows
+    assert ("Local", "kw", "ghost", 0, "fail") in rows
     report = load_report_data(run)
-    counted = [
-        (d.agent, d.check, d.judge, d.pairs, d.check_pass_judge_fail, d.check_fail_judge_pass)
-        for d in disagreements(legacy)
-    ]
+    assert {m.metric: m.kind for m in report.metrics} == {"kw": "check", "relevance": "judge"}
     assert counted
     assert [
         (d.agent, d.check, d.judge, d.pairs, d.check_pass_judge_fail, d.check_fail_judge_pass)
@@ -305,6 +285,7 @@ def test_scores_of_items_missing_from_items_parquet_read_as_the_string_join_read
     ] == counted
     assert (report.items_total, report.items_not_passed) == (10, 6)
     assert report.items[0].item_id == "ghost"
+    assert report.items[0].row == "ghost"
 
 
 def test_the_runs_spend_and_limit_history_are_shown_escaped(tmp_path: Path) -> None:

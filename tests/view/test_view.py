@@ -530,6 +530,7 @@ def test_the_view_reads_runs_published_to_a_filesystem_uri(runs: Runs) -> None:
         for path in (
             f"/runs/travel-demo/{run}",
             f"/runs/travel-demo/{run}/samples?status=fail&agent=writer",
+            f"/runs/travel-demo/{run}/samples?q=a&sort=response",
             f"/runs/travel-demo/{run}/item",
             f"/compare?b=travel-demo/{run}",
             "/trends/travel-demo",

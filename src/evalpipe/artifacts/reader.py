@@ -8,11 +8,13 @@ newer or unknown one with a message that says which evalpipe to use.
 from __future__ import annotations
 
 import array
+import bisect
 import dataclasses
+import itertools
 import json
 import os
 from collections import Counter
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa  # type: ignore[import-untyped, unused-ignore]
@@ -43,13 +45,13 @@ from evalpipe.tally import OVERALL, SummaryRow
 from evalpipe.transcripts import RunUsage
 
 __all__ = [
-    "dataset",
     "iter_batches",
     "iter_runs",
     "load_run",
-    "read_item_rows",
+    "local_file",
     "read_manifest",
     "read_not_passed",
+    "read_rows",
     "read_runs",
     "read_summary",
     "read_table",
@@ -64,7 +66,7 @@ LOADED: Counter[str] = Counter()
 (``evalpipe run``'s summary must stay off the items): ``items`` (EvalItems rebuilt from
 items.parquet), ``item_results`` (EvalItemResults rebuilt from scores.parquet) and
 ``not_passed_rows`` (scores.parquet rows ``read_not_passed`` read in full) and ``item_rows``
-(rows ``read_item_rows`` read in full)."""
+(rows ``read_rows`` read in full)."""
 
 
 def _check_version(raw: Any, where: str) -> int:
@@ -158,10 +160,17 @@ class _Table:
         wanted = list(columns) if columns is not None else None
         return self._complete(self.parquet.read_row_group(index, columns=present), wanted, missing)
 
-    def iter_batches(self, batch_size: int, columns: Sequence[str] | None) -> Iterator[Any]:
+    def iter_batches(
+        self,
+        batch_size: int,
+        columns: Sequence[str] | None,
+        row_groups: Sequence[int] | None = None,
+    ) -> Iterator[Any]:
         present, missing = self._columns(columns)
         wanted = list(columns) if columns is not None else None
-        for batch in self.parquet.iter_batches(batch_size=batch_size, columns=present):
+        for batch in self.parquet.iter_batches(
+            batch_size=batch_size, row_groups=row_groups, columns=present
+        ):
             yield self._complete(batch, wanted, missing)
 
 
@@ -211,19 +220,28 @@ def read_table(
     return _open(fs, path, name).read(columns)
 
 
-def dataset(run_dir: str | os.PathLike[str], name: str, *, filesystem: Any = None) -> Any:
-    """One table of the run as a ``pyarrow.dataset.Dataset`` (read lazily, with projection and
-    filter pushdown: what DuckDB scans), after the checks ``read_table`` makes.
+def local_file(
+    run_dir: str | os.PathLike[str],
+    name: str,
+    *,
+    columns: Sequence[str],
+    filesystem: Any = None,
+) -> str | None:
+    """The path of one table's file on this machine, after the checks ``read_table`` makes, for
+    a reader that opens Parquet files itself (DuckDB's ``read_parquet``); None when that reader
+    could not take the asked columns from it as they are: the file is on another filesystem,
+    lacks a column its schema version did not have yet (``read_table`` fills those in), or its
+    path holds a glob character.
 
     Raises:
         ArtifactError, SchemaVersionError: as ``read_table``.
     """
     fs, path = resolve_filesystem(run_dir, filesystem)
     read_manifest(path, filesystem=fs)
-    _open(fs, path, name)
-    import pyarrow.dataset as pads  # type: ignore[import-untyped, unused-ignore]  # lazy: pyarrow.dataset imports pandas (0.15 s), only for queries
-
-    return pads.dataset(f"{path}/{FILES[name]}", format="parquet", filesystem=fs)
+    table = _open(fs, path, name)
+    file = f"{path}/{FILES[name]}"
+    local = isinstance(fs, pafs.LocalFileSystem) and not any(c in file for c in "*?[")
+    return file if local and not set(columns) & set(table.absent) else None
 
 
 def iter_batches(
@@ -285,53 +303,60 @@ def _fields(columns: Sequence[Column]) -> list[tuple[Any, Callable[[Any], Any]]]
     return [(c, c.decode or _same) for c in columns if c.field is not None]
 
 
-def read_item_rows(
+def read_rows(
     run_dir: str | os.PathLike[str],
     name: str,
-    wanted: Collection[tuple[str, str]],
+    positions: Sequence[int],
     *,
     columns: Sequence[str] | None = None,
     filesystem: Any = None,
 ) -> list[dict[str, Any]]:
-    """The rows of ``items`` or ``scores`` whose ``(agent, item_id)`` is in ``wanted``, as dicts in
-    file order.
+    """The rows of one table at ``positions`` (0-based, in file order: what a query over
+    ``read_table``'s rows numbers them), as dicts in the order asked.
 
-    The key columns are read row group by row group; the other columns only of the row groups
-    that hold a wanted row, and only those rows become Python objects: a report's 200 listed items
-    of a 100,000-item run do not read every conversation (``LOADED["item_rows"]`` counts them).
+    Only the row groups holding an asked row are read, a batch of rows at a time (memory stays
+    bounded by a batch, not a row group of conversations), and only the asked rows become Python
+    objects: a report's 200 listed items of a 100,000-item run do not read every conversation
+    (``LOADED["item_rows"]`` counts them).
 
     Raises:
         ArtifactError, SchemaVersionError: as ``read_table``.
+        IndexError: a position past the table's last row.
     """
-    if name not in ("items", "scores"):
-        raise ValueError(f"read_item_rows reads items or scores, not {name!r}")
     fs, path = resolve_filesystem(run_dir, filesystem)
     read_manifest(path, filesystem=fs)
-    if not wanted:
+    if not positions:
         return []
     table = _open(fs, path, name)
-    by_agent: dict[str, set[str]] = {}
-    for agent, item_id in wanted:
-        by_agent.setdefault(agent, set()).add(item_id)
-    ids = pa.array(sorted({item_id for _, item_id in wanted}), pa.string())
-    out: list[dict[str, Any]] = []
-    for group in range(table.parquet.num_row_groups):
-        head = table.read_row_group(group, ["agent", "item_id"])
-        hits = pc.indices_nonzero(pc.is_in(head.column("item_id"), value_set=ids))
-        if not len(hits):
-            continue
-        agents = head.column("agent").take(hits).to_pylist()
-        item_ids = head.column("item_id").take(hits).to_pylist()
-        positions = [
-            position
-            for position, agent, item_id in zip(hits.to_pylist(), agents, item_ids, strict=True)
-            if item_id in by_agent.get(agent, ())
-        ]
-        if positions:
-            rows = table.read_row_group(group, columns).take(positions).to_pylist()
-            LOADED["item_rows"] += len(rows)
-            out.extend(rows)
-    return out
+    meta = table.parquet.metadata
+    starts = list(
+        itertools.accumulate(
+            (meta.row_group(g).num_rows for g in range(meta.num_row_groups)), initial=0
+        )
+    )
+    wanted = sorted(set(positions))
+    if wanted[0] < 0 or wanted[-1] >= starts[-1]:
+        bad = wanted[0] if wanted[0] < 0 else wanted[-1]
+        raise IndexError(f"{name}: no row {bad} (it has {starts[-1]})")
+    found: dict[int, dict[str, Any]] = {}
+    for group in sorted({bisect.bisect_right(starts, p) - 1 for p in wanted}):
+        start = starts[group]
+        last = wanted[bisect.bisect_left(wanted, starts[group + 1]) - 1]
+        for batch in table.iter_batches(_ROWS_BATCH, columns, row_groups=[group]):
+            end = start + batch.num_rows
+            here = wanted[bisect.bisect_left(wanted, start) : bisect.bisect_left(wanted, end)]
+            if here:
+                rows = batch.take(_indices([p - start for p in here])).to_pylist()
+                found.update(zip(here, rows, strict=True))
+            if end > last:
+                break  # the rest of the group holds no asked row
+            start = end
+    LOADED["item_rows"] += len(found)
+    return [found[p] for p in positions]
+
+
+_ROWS_BATCH = 1_024
+"""Rows ``read_rows`` decodes at a time."""
 
 
 def read_not_passed(

@@ -15,15 +15,19 @@ from pathlib import Path
 from typing import Any, Literal
 
 import duckdb
-import numpy as np
-import pyarrow as pa  # type: ignore[import-untyped, unused-ignore]
 from rich.console import Console
 from rich.text import Text
 
 from evalpipe._internal.terminal import count_column, name_column, plain_table
 from evalpipe.artifacts import read_manifest
 from evalpipe.escape import markdown, plain, terminal
-from evalpipe.report.data import Disagreement, disagreements, scored_rows
+from evalpipe.report.data import (
+    Disagreement,
+    attach_scored,
+    metric_kinds,
+    query_disagreements,
+    records,
+)
 from evalpipe.report.html import environment, package_version
 from evalpipe.report.stats import MIN_PAIRS, PairedTest, mcnemar_counts, wilcoxon_differences
 
@@ -144,12 +148,12 @@ _KEY = ", ".join(PAIRING_KEY)
 _PAIRED_SQL = f"""
 WITH a AS (
     SELECT {_KEY},
-           arg_min(status, pos) AS status, arg_min(score, pos) AS score,
+           arg_min(status, _pos) AS status, arg_min(score, _pos) AS score,
            count(*) AS n, true AS present
     FROM scored_a GROUP BY ALL
 ), b AS (
     SELECT {_KEY},
-           arg_min(status, pos) AS status, arg_min(score, pos) AS score,
+           arg_min(status, _pos) AS status, arg_min(score, _pos) AS score,
            count(*) AS n, true AS present
     FROM scored_b GROUP BY ALL
 )
@@ -218,26 +222,21 @@ def compare_runs(
         SchemaVersionError: either run was written by a newer evalpipe.
     """
     suite_a, suite_b = _suite_name(run_a, filesystem), _suite_name(run_b, filesystem)
-    scored_a = scored_rows(run_a, filesystem=filesystem)
-    scored_b = scored_rows(run_b, filesystem=filesystem)
     con = duckdb.connect(":memory:")
     try:
-        for name, scored in (("scored_a", scored_a), ("scored_b", scored_b)):
-            numbered = scored.select([*PAIRING_KEY, "status", "score"]).append_column(
-                "pos", pa.array(np.arange(len(scored), dtype=np.int64))
-            )
-            con.register(name, numbered)
+        attach_scored(con, run_a, "scored_a", filesystem=filesystem)
+        attach_scored(con, run_b, "scored_b", filesystem=filesystem)
         con.execute(f"CREATE TEMP TABLE paired AS {_PAIRED_SQL}")
         dup_a, dup_b = con.execute(
             "SELECT coalesce(sum(n_a) - count(*) FILTER (in_a), 0), "
             "coalesce(sum(n_b) - count(*) FILTER (in_b), 0) FROM paired"
         ).fetchone() or (0, 0)
-        grouped = con.execute(_METRICS_SQL)
-        names = [d[0] for d in grouped.description or ()]
-        rows = [dict(zip(names, r, strict=True)) for r in grouped.fetchall()]
-        flipped = con.execute(_FLIPS_SQL, {"room": max(max_flips, 0)})
-        names = [d[0] for d in flipped.description or ()]
-        flips = [Flip(**dict(zip(names, r, strict=True))) for r in flipped.fetchall()]
+        rows = records(con, _METRICS_SQL)
+        flips = [Flip(**r) for r in records(con, _FLIPS_SQL, {"room": max(max_flips, 0)})]
+        found = {
+            side: query_disagreements(con, metric_kinds(con, side), 20, scored=side)
+            for side in ("scored_a", "scored_b")
+        }
     finally:
         con.close()
     metrics = [
@@ -257,8 +256,8 @@ def compare_runs(
         metrics=metrics,
         flips=flips,
         flips_total=total,
-        disagreements_a=disagreements(scored_a),
-        disagreements_b=disagreements(scored_b),
+        disagreements_a=found["scored_a"],
+        disagreements_b=found["scored_b"],
         duplicates=int(dup_a) + int(dup_b),
     )
 

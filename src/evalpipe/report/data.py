@@ -1,27 +1,27 @@
 """Read a finished run directory into what the report shows.
 
-Aggregates come from whole columns with pyarrow (group-bys and joins), never from one Python
-object per item: only the capped drill-down and the listed flaky and disagreeing items become
-Python objects, so a 100,000-item run reads in seconds with memory bounded by a few columns.
+Every aggregate is a DuckDB query over the run's Parquet files (``run_tables``: DuckDB reads a
+local file itself, after the artifacts' schema-version checks; a file on a filesystem URI is read
+with ``read_table``): the totals, each metric's scores, the repetitions of each dataset row, the
+check/judge disagreements and the drill-down's order. Only what is listed becomes Python objects:
+the drill-down's items (their rows read back by position with ``read_rows``), the flaky rows and
+the disagreeing pairs.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import duckdb
 import numpy as np
 import pyarrow as pa  # type: ignore[import-untyped, unused-ignore]
-import pyarrow.compute as pc  # type: ignore[import-untyped, unused-ignore]
 
 from evalpipe._internal.adaptive import limit_notes
-from evalpipe._internal.arrow import numpy_of
-from evalpipe.artifacts import iter_batches, read_item_rows, read_manifest, read_table
+from evalpipe.artifacts import local_file, read_manifest, read_rows, read_summary, read_table
 from evalpipe.report.stats import (
     Interval,
     RepetitionStats,
@@ -35,6 +35,8 @@ from evalpipe.tally import OVERALL, CallTally
 
 __all__ = [
     "FOUNDRY_PROVIDER",
+    "ITEM_ROWS_SQL",
+    "VERDICT_RANK_SQL",
     "Bin",
     "Disagreement",
     "DisagreementItem",
@@ -48,12 +50,18 @@ __all__ = [
     "RunReport",
     "ScoreView",
     "VariabilityRow",
+    "attach_scored",
+    "attach_tables",
     "classify_metric",
-    "disagreements",
+    "item_detail",
     "load_report_data",
     "message_views",
-    "row_key",
+    "metric_kinds",
+    "query_disagreements",
+    "records",
+    "run_tables",
     "score_view",
+    "scored_connection",
 ]
 
 MetricKind = Literal["judge", "check", "other"]
@@ -61,7 +69,6 @@ MetricKind = Literal["judge", "check", "other"]
 in-process (LocalEvaluator); other: any other provider."""
 
 FOUNDRY_PROVIDER = "Microsoft Foundry"
-_SEP = "\x1f"
 
 
 def classify_metric(provider: str, has_rating: bool) -> MetricKind:
@@ -310,312 +317,141 @@ class RunReport:
         return [agent for agent, _ in self.items_per_agent]
 
 
-# -- column helpers -------------------------------------------------------------------------------
+# -- the run's tables in DuckDB -------------------------------------------------------------------
 
 
-def row_key(items: Any) -> Any:
-    """The dataset row of each item: its row_id, else "query N"."""
-    fallback = pc.binary_join_element_wise(
-        "query ", pc.cast(pc.fill_null(items["query_index"], -1), pa.string()), ""
-    )
-    return pc.if_else(pc.is_null(items["row_id"]), fallback, items["row_id"])
+def _numbered(table: Any) -> Any:
+    """``table`` with ``_pos``, each row's position in it (an int64 column over a numpy buffer:
+    ``pa.array`` of a numpy array imports pandas, ~0.2 s)."""
+    positions = np.arange(len(table), dtype=np.int64)
+    column = pa.Array.from_buffers(pa.int64(), len(positions), [None, pa.py_buffer(positions)])
+    return table.append_column("_pos", column)
 
 
-_SCORED_SQL = """
-SELECT s.provider, s.provider_index, s.agent, s.item_id, s.item_status, s.metric, s.score,
-       s.status, s.rating,
-       CASE WHEN i.agent IS NULL THEN s.item_id
-            WHEN i.row_id IS NOT NULL THEN i.row_id
-            ELSE 'query ' || CAST(coalesce(i.query_index, -1) AS VARCHAR) END AS row,
-       coalesce(i.repetition, 0) AS repetition, i.item_index
-FROM scores s LEFT JOIN items i ON s.agent = i.agent AND s.item_id = i.item_id
-WHERE s.metric IS NOT NULL
-ORDER BY s._spos
+def attach_tables(
+    con: duckdb.DuckDBPyConnection,
+    run_dir: Any,
+    tables: Mapping[str, Sequence[str]],
+    *,
+    filesystem: Any = None,
+) -> None:
+    """Make each named table of the run a view in ``con`` of the asked columns and ``_pos``, the
+    row's position in its file (``read_rows`` reads a row back by it).
+
+    DuckDB reads a local file itself (only the asked columns, streamed: nothing is held between
+    queries); a file elsewhere (a filesystem URI) or of an older schema version lacking an asked
+    column is read with ``read_table`` and its Arrow table registered.
+
+    Raises:
+        ArtifactError, SchemaVersionError: as ``read_table``.
+    """
+    for name, columns in tables.items():
+        path = local_file(run_dir, name, columns=columns, filesystem=filesystem)
+        if path is not None:
+            rel = con.read_parquet(path, file_row_number=True)
+            rel.select(", ".join([*columns, "file_row_number AS _pos"])).create_view(name)
+        else:
+            table = read_table(run_dir, name, columns=list(columns), filesystem=filesystem)
+            con.register(name, _numbered(table))
+
+
+def run_tables(
+    run_dir: Any, tables: Mapping[str, Sequence[str]], *, filesystem: Any = None
+) -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB connection with the run's tables attached (``attach_tables``).
+
+    Raises:
+        ArtifactError, SchemaVersionError: as ``read_table``.
+    """
+    con = duckdb.connect(":memory:")
+    try:
+        attach_tables(con, run_dir, tables, filesystem=filesystem)
+    except BaseException:
+        con.close()
+        raise
+    return con
+
+
+def records(con: duckdb.DuckDBPyConnection, sql: str, params: Any = None) -> list[dict[str, Any]]:
+    """A query's rows as dicts."""
+    cursor = con.execute(sql, params)
+    names = [d[0] for d in cursor.description or ()]
+    return [dict(zip(names, r, strict=True)) for r in cursor.fetchall()]
+
+
+ITEM_ROWS_SQL = """
+SELECT * REPLACE (coalesce(repetition, 0) AS repetition),
+       coalesce(row_id, 'query ' || CAST(coalesce(query_index, -1) AS VARCHAR)) AS row
+FROM items
 """
-"""Each metric row of scores.parquet with its item's dataset row (``row_id``, else "query N";
-an item missing from items.parquet keeps its id) and repetition, in file order."""
+"""items.parquet's rows with each item's dataset row (its ``row_id``, else "query N") and
+repetition (0 when none): what pairs an item across runs (``compare``), and what the drill-down,
+the flaky rows and the view show."""
 
+_SCORED_SQL = f"""
+SELECT s.provider, s.agent, s.item_id, s.metric, s.score, s.status, s.rating,
+       coalesce(i.row, s.item_id) AS row, coalesce(i.repetition, 0) AS repetition, s._pos
+FROM scores s LEFT JOIN ({ITEM_ROWS_SQL}) i ON s.agent = i.agent AND s.item_id = i.item_id
+WHERE s.metric IS NOT NULL
+"""
+"""Each metric row of scores.parquet with its item's dataset row and repetition (an item missing
+from items.parquet keeps its id as its row; one that items.parquet holds twice is repeated) and
+its position in scores.parquet (``_pos``)."""
 
-_SCORED_COLUMNS = {
+_READ = {
     "scores": [
         "provider",
         "provider_index",
         "agent",
         "item_id",
+        "item_index",
         "item_status",
         "metric",
         "score",
         "status",
         "rating",
+        "score_index",
     ],
     "items": ["agent", "item_id", "row_id", "query_index", "repetition", "item_index"],
 }
-"""The columns ``_SCORED_SQL`` reads (read with ``read_table``: pyarrow.dataset imports pandas)."""
+"""The columns the report's queries read."""
 
 
-def scored_rows(run_dir: Any, *, filesystem: Any = None) -> Any:
-    """scores.parquet's metric rows (metric not null) joined with each item's dataset row and
-    repetition: provider, provider_index, agent, item_id, item_status, metric, score, status,
-    rating, row, repetition, item_index (a DuckDB query over the run's files)."""
+def attach_scored(
+    con: duckdb.DuckDBPyConnection, run_dir: Any, name: str, *, filesystem: Any = None
+) -> None:
+    """Make ``name`` a table in ``con`` of the run's scored rows (``scored_rows``'s columns; the
+    rows in no particular order: ``_pos`` orders them)."""
+    attach_tables(con, run_dir, _READ, filesystem=filesystem)
+    con.execute(f"CREATE TEMP TABLE {name} AS {_SCORED_SQL}")
+    con.execute("DROP VIEW scores; DROP VIEW items")
+
+
+def scored_connection(run_dir: Any, *, filesystem: Any = None) -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB connection holding the run's scored rows as the table ``scored``:
+    scores.parquet's metric rows (metric not null) with each item's dataset row and repetition
+    (provider, agent, item_id, metric, score, status, rating, row, repetition, and ``_pos``: the
+    row's position in scores.parquet)."""
     con = duckdb.connect(":memory:")
     try:
-        scores = read_table(
-            run_dir, "scores", columns=_SCORED_COLUMNS["scores"], filesystem=filesystem
-        )
-        con.register(
-            "scores",
-            scores.append_column("_spos", pa.array(np.arange(len(scores), dtype=np.int64))),
-        )
-        con.register(
-            "items",
-            read_table(run_dir, "items", columns=_SCORED_COLUMNS["items"], filesystem=filesystem),
-        )
-        return con.sql(_SCORED_SQL).to_arrow_table().combine_chunks()
-    finally:
+        attach_scored(con, run_dir, "scored", filesystem=filesystem)
+    except BaseException:
         con.close()
+        raise
+    return con
 
 
-def _kinds(scored: Any) -> dict[tuple[str, str], MetricKind]:
-    grouped = scored.group_by(["provider", "metric"]).aggregate([("rating", "count")])
+_KINDS_SQL = "SELECT provider, metric, count(rating) > 0 AS rated FROM {scored} GROUP BY ALL"
+
+
+def metric_kinds(
+    con: duckdb.DuckDBPyConnection, scored: str = "scored"
+) -> dict[tuple[str, str], MetricKind]:
+    """Each (provider, metric) of the table ``scored``: judge, check or other."""
     return {
-        (r["provider"], r["metric"]): classify_metric(r["provider"], r["rating_count"] > 0)
-        for r in grouped.to_pylist()
+        (provider, metric): classify_metric(provider, rated)
+        for provider, metric, rated in con.execute(_KINDS_SQL.format(scored=scored)).fetchall()
     }
-
-
-# -- the scores as integer codes ------------------------------------------------------------------
-
-
-class _Vocab:
-    """Strings (or None) to dense int32 codes, in the order first seen."""
-
-    def __init__(self) -> None:
-        self.values: list[Any] = []
-        self._codes: dict[Any, int] = {}
-
-    def code(self, value: Any) -> int:
-        found = self._codes.get(value)
-        if found is None:
-            found = self._codes[value] = len(self.values)
-            self.values.append(value)
-        return found
-
-    def encode(self, column: Any) -> np.ndarray:
-        """The codes of an Arrow string column (a null is a value of its own)."""
-        if isinstance(column, pa.ChunkedArray):
-            column = column.combine_chunks()
-        encoded = pc.dictionary_encode(column, null_encoding="encode")
-        mapping = np.array(
-            [self.code(v) for v in encoded.dictionary.to_pylist()] or [0], dtype=np.int32
-        )
-        codes: np.ndarray = mapping[numpy_of(encoded.indices, np.int64)]
-        return codes
-
-
-_CODED_COLUMNS = [
-    "provider",
-    "agent",
-    "item_id",
-    "item_index",
-    "item_status",
-    "metric",
-    "score",
-    "status",
-    "rating",
-]
-
-
-@dataclass(slots=True)
-class _Coded:
-    """scores.parquet for the report as integer codes, never one Python object per row.
-
-    ``keys`` codes each item (agent, item_id); the ``item_*`` arrays hold every score row (the
-    drill-down's heads, no-metric rows included), the ``m_*`` arrays the metric rows joined with
-    their item's dataset row and repetition as ``scored_rows`` joins them (a row missing from
-    items.parquet keeps its item id as its row; one that matches several items is repeated)."""
-
-    providers: _Vocab
-    agents: _Vocab
-    metrics: _Vocab
-    statuses: _Vocab
-    """``status`` and ``item_status`` values."""
-    keys: Any
-    """An item's key string (agent, the separator, item_id) by its code."""
-    rows: Any
-    """A dataset row's string by its code."""
-    item_key: np.ndarray
-    item_agent: np.ndarray
-    item_index: np.ndarray
-    item_status: np.ndarray
-    m_provider: np.ndarray
-    m_agent: np.ndarray
-    m_key: np.ndarray
-    m_metric: np.ndarray
-    m_status: np.ndarray
-    m_score: np.ndarray
-    m_scored: np.ndarray
-    """The score is not null (NaN is a score)."""
-    m_rated: np.ndarray
-    m_row: np.ndarray
-    m_repetition: np.ndarray
-
-    def status_code(self, status: str) -> int:
-        """The code of a status, -2 (no row) when no row has it."""
-        return self.statuses._codes.get(status, -2)
-
-    def key_pair(self, code: int) -> tuple[str, str]:
-        """The (agent, item_id) of an item code."""
-        agent, _, item_id = str(self.keys[code].as_py()).partition(_SEP)
-        return agent, item_id
-
-
-def _coded_scores(run_dir: Any, filesystem: Any) -> _Coded:
-    """Read scores.parquet batch by batch into codes; items.parquet's keys once."""
-    items = read_table(
-        run_dir,
-        "items",
-        columns=["agent", "item_id", "row_id", "query_index", "repetition"],
-        filesystem=filesystem,
-    )
-    item_keys = pc.binary_join_element_wise(items["agent"], items["item_id"], _SEP)
-    keys_encoded = pc.dictionary_encode(item_keys.combine_chunks(), null_encoding="mask")
-    dictionary = keys_encoded.dictionary
-    # items holding each key code (an item without an id holds none), in file order
-    item_code = numpy_of(pc.fill_null(keys_encoded.indices, -1), np.int64)
-    holders = np.flatnonzero(item_code >= 0)
-    holders = holders[np.argsort(item_code[holders], kind="stable")]
-    held = np.bincount(item_code[item_code >= 0], minlength=len(dictionary))
-    first_holder = np.concatenate([[0], np.cumsum(held)[:-1]]) if len(held) else held
-    rows_encoded = pc.dictionary_encode(row_key(items).combine_chunks())
-    item_row = numpy_of(rows_encoded.indices, np.int32)
-    row_values: list[Any] = [rows_encoded.dictionary]
-    n_rows = len(rows_encoded.dictionary)
-    item_repetition = numpy_of(pc.fill_null(items["repetition"], 0), np.int32)
-    del items, item_keys, keys_encoded, rows_encoded
-
-    providers, agents, metrics, statuses = _Vocab(), _Vocab(), _Vocab(), _Vocab()
-    extra_keys: dict[str, int] = {}
-    parts: dict[str, list[np.ndarray]] = {}
-
-    def keep(name: str, values: np.ndarray) -> None:
-        parts.setdefault(name, []).append(values)
-
-    for batch in iter_batches(run_dir, "scores", columns=_CODED_COLUMNS, filesystem=filesystem):
-        key_text = pc.binary_join_element_wise(batch["agent"], batch["item_id"], _SEP)
-        found = pc.index_in(key_text, value_set=dictionary)
-        key = numpy_of(pc.fill_null(found, -1), np.int64)
-        missing = np.flatnonzero(key < 0)
-        if missing.size:  # a provider scored items it was not given
-            texts = key_text.take(pa.array(missing)).to_pylist()
-            key[missing] = [
-                extra_keys.setdefault(t, len(dictionary) + len(extra_keys)) for t in texts
-            ]
-        agent = agents.encode(batch["agent"])
-        keep("item_key", key.astype(np.int32))
-        keep("item_agent", agent)
-        keep("item_index", numpy_of(batch["item_index"], np.int64))
-        keep("item_status", statuses.encode(batch["item_status"]))
-        has_metric = numpy_of(pc.is_valid(batch["metric"]), bool)
-        at = np.flatnonzero(has_metric)
-        rows = batch.filter(pa.array(has_metric))
-        score = rows["score"]
-        keep("m_provider", providers.encode(rows["provider"]))
-        keep("m_agent", agent[at])
-        keep("m_key", key[at].astype(np.int32))
-        keep("m_metric", metrics.encode(rows["metric"]))
-        keep("m_status", statuses.encode(rows["status"]))
-        keep("m_score", numpy_of(score, float))
-        keep("m_scored", numpy_of(pc.is_valid(score), bool))
-        keep("m_rated", numpy_of(pc.is_valid(rows["rating"]), bool))
-
-    def joined(name: str, dtype: Any, order: np.ndarray | None = None) -> np.ndarray:
-        chunks = parts.pop(name, None)
-        whole = np.concatenate(chunks).astype(dtype, copy=False) if chunks else np.empty(0, dtype)
-        return whole if order is None else whole[order]
-
-    m_key = joined("m_key", np.int32)
-    # the join: each metric row once per item holding its key (once, without a row, for none)
-    matched = m_key < len(dictionary)
-    times = np.ones(len(m_key), dtype=np.int64)
-    times[matched] = held[m_key[matched]]
-    order = np.repeat(np.arange(len(m_key)), times) if bool((times != 1).any()) else None
-    if order is None:
-        hit = matched
-        holder = holders[first_holder[m_key[hit]]]
-    else:  # an item id that items.parquet holds more than once (for this agent)
-        within = np.arange(len(order)) - np.repeat(np.cumsum(times) - times, times)
-        hit = matched[order]
-        holder = holders[first_holder[m_key[order][hit]] + within[hit]]
-        m_key = m_key[order]
-    del times, matched
-    m_row = np.full(len(m_key), -1, dtype=np.int32)
-    m_row[hit] = item_row[holder]
-    m_repetition = np.zeros(len(m_key), dtype=np.int32)
-    m_repetition[hit] = item_repetition[holder]
-    del holder, item_row, item_repetition
-    if extra_keys:
-        # a row missing from items.parquet is named by its item id (a row string of its own)
-        ids = [text.partition(_SEP)[2] for text in extra_keys]
-        known = pc.index_in(pa.array(ids, pa.string()), value_set=row_values[0]).to_pylist()
-        new: dict[str, int] = {}
-        extra_row = np.array(
-            [
-                code if code is not None else new.setdefault(item_id, n_rows + len(new))
-                for item_id, code in zip(ids, known, strict=True)
-            ],
-            dtype=np.int32,
-        )
-        lost = ~hit
-        m_row[lost] = extra_row[m_key[lost] - len(dictionary)]
-        row_values.append(pa.array(list(new), pa.string()))
-    return _Coded(
-        providers=providers,
-        agents=agents,
-        metrics=metrics,
-        statuses=statuses,
-        keys=pa.concat_arrays([dictionary, pa.array(list(extra_keys), pa.string())]),
-        rows=pa.concat_arrays(row_values),
-        item_key=joined("item_key", np.int32),
-        item_agent=joined("item_agent", np.int32),
-        item_index=joined("item_index", np.int64),
-        item_status=joined("item_status", np.int32),
-        m_provider=joined("m_provider", np.int32, order),
-        m_agent=joined("m_agent", np.int32, order),
-        m_key=m_key,
-        m_metric=joined("m_metric", np.int32, order),
-        m_status=joined("m_status", np.int32, order),
-        m_score=joined("m_score", float, order),
-        m_scored=joined("m_scored", bool, order),
-        m_rated=joined("m_rated", bool, order),
-        m_row=m_row,
-        m_repetition=m_repetition,
-    )
-
-
-def _groups(*codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Rows grouped by a tuple of code columns: each group's first row and each row's group,
-    the groups numbered in the order their first row comes."""
-    if not len(codes[0]):
-        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
-    combined = np.zeros(len(codes[0]), dtype=np.int64)
-    for column in codes:
-        width = int(column.max()) + 2  # -1 (none) is a code too
-        combined = combined * width + (column.astype(np.int64) + 1)
-    _, first, inverse = np.unique(combined, return_index=True, return_inverse=True)
-    order = np.argsort(first, kind="stable")
-    rank = np.empty(len(order), dtype=np.int64)
-    rank[order] = np.arange(len(order))
-    return first[order], rank[inverse.reshape(-1)]
-
-
-def _coded_kinds(c: _Coded) -> dict[tuple[str, str], MetricKind]:
-    first, group = _groups(c.m_provider, c.m_metric)
-    rated = np.bincount(group, weights=c.m_rated, minlength=len(first)) > 0
-    out: dict[tuple[str, str], MetricKind] = {}
-    for row, has_rating in zip(first.tolist(), rated.tolist(), strict=True):
-        provider = c.providers.values[c.m_provider[row]]
-        out[(provider, c.metrics.values[c.m_metric[row]])] = classify_metric(provider, has_rating)
-    return out
 
 
 # -- aggregates -----------------------------------------------------------------------------------
@@ -638,211 +474,150 @@ def _histogram(values: np.ndarray) -> list[Bin]:
     return [Bin(float(edges[i]), float(edges[i + 1]), int(counts[i])) for i in range(len(counts))]
 
 
-def _metric_rows(
-    run_dir: Any, filesystem: Any, coded: _Coded, kinds: dict[tuple[str, str], MetricKind]
-) -> tuple[list[ResultRow], list[MetricRow], dict[str, int]]:
-    summary = read_table(run_dir, "summary", filesystem=filesystem)
-    rows = sorted(
-        summary.to_pylist(),
-        key=lambda r: (r["provider_index"], r["agent_index"], r["metric"] or ""),
-    )
-    agent_order: dict[str, int] = {}
-    for r in rows:
-        agent_order.setdefault(r["agent"], r["agent_index"])
-    # each provider x agent x metric's non-null scores, in file order
-    scored = np.flatnonzero(coded.m_scored)
-    first, group = _groups(coded.m_provider[scored], coded.m_agent[scored], coded.m_metric[scored])
-    by_group = np.argsort(group, kind="stable")
-    bounds = np.cumsum(np.bincount(group, minlength=len(first)))
-    values_of = np.split(coded.m_score[scored][by_group], bounds[:-1]) if len(first) else []
-    by_key = {
-        (
-            coded.providers.values[coded.m_provider[scored[row]]],
-            coded.agents.values[coded.m_agent[scored[row]]],
-            coded.metrics.values[coded.m_metric[scored[row]]],
-        ): values
-        for row, values in zip(first.tolist(), values_of, strict=True)
+_SCORE_LISTS_SQL = """
+SELECT provider, agent, metric, list(score ORDER BY _pos) AS scores
+FROM scored WHERE score IS NOT NULL GROUP BY ALL
+"""
+"""Each provider x agent x metric's scores (NaN included: the bootstrap leaves it out), in
+file order (the bootstrap of many distinct scores resamples them in order)."""
+
+
+def _scores(con: duckdb.DuckDBPyConnection) -> dict[tuple[str, str, str], np.ndarray]:
+    """Each provider x agent x metric's non-null scores, as numpy arrays (``fetchnumpy``: no
+    Python object per score)."""
+    found = con.execute(_SCORE_LISTS_SQL).fetchnumpy()
+    keys = zip(found["provider"], found["agent"], found["metric"], strict=True)
+    return {
+        key: np.asarray(scores, dtype=float)
+        for key, scores in zip(keys, found["scores"], strict=True)
     }
+
+
+def _metric_rows(
+    con: duckdb.DuckDBPyConnection, run_dir: Any, filesystem: Any
+) -> tuple[list[ResultRow], list[MetricRow], dict[str, int]]:
+    """summary.parquet's rows (the tally's counts) with their intervals and histograms, and each
+    agent's order (its first ``agent_index``)."""
+    rows = sorted(
+        read_summary(run_dir, filesystem=filesystem),
+        key=lambda r: (r.provider_index, r.agent_index, r.metric or ""),
+    )
+    kinds = metric_kinds(con)
+    values = _scores(con)
+    agent_order: dict[str, int] = {}
     results: list[ResultRow] = []
     metrics: list[MetricRow] = []
     for r in rows:
-        if r["kind"] == "result":
+        agent_order.setdefault(r.agent, r.agent_index)
+        rate = wilson_interval(r.passed, r.passed + r.failed)
+        if r.kind == "result":
             results.append(
                 ResultRow(
-                    provider=r["provider"],
-                    agent=r["agent"],
-                    n=r["n"],
-                    passed=r["passed"],
-                    failed=r["failed"],
-                    errored=r["errored"],
-                    pass_rate=wilson_interval(r["passed"], r["passed"] + r["failed"]),
-                    status=r["status"],
-                    error=r["error"],
-                    report_url=r["report_url"],
+                    r.provider, r.agent, r.n, r.passed, r.failed, r.errored, rate, r.status,
+                    r.error, r.report_url,
                 )
-            )
+            )  # fmt: skip
             continue
-        values = by_key.get((r["provider"], r["agent"], r["metric"]), np.empty(0))
+        metric = str(r.metric)
+        scores = values.get((r.provider, r.agent, metric), np.empty(0))
         metrics.append(
             MetricRow(
-                provider=r["provider"],
-                agent=r["agent"],
-                metric=r["metric"],
-                kind=kinds.get((r["provider"], r["metric"]), "other"),
-                n=r["n"],
-                passed=r["passed"],
-                failed=r["failed"],
-                errored=r["errored"],
-                not_applicable=r["not_applicable"],
-                pass_rate=wilson_interval(r["passed"], r["passed"] + r["failed"]),
-                score=bootstrap_mean_interval(values),
-                score_std=r["score_std"],
-                score_min=r["score_min"],
-                score_max=r["score_max"],
-                histogram=_histogram(values),
+                provider=r.provider,
+                agent=r.agent,
+                metric=metric,
+                kind=kinds.get((r.provider, metric), "other"),
+                n=r.n,
+                passed=r.passed,
+                failed=r.failed,
+                errored=r.errored,
+                not_applicable=r.not_applicable,
+                pass_rate=rate,
+                score=bootstrap_mean_interval(scores),
+                score_std=r.score_std,
+                score_min=r.score_min,
+                score_max=r.score_max,
+                histogram=_histogram(scores),
             )
         )
     return results, metrics, agent_order
 
 
-def _per_row(coded: _Coded) -> Any:
-    """Per provider, agent, metric and dataset row (their codes): verdict counts and score spread.
+_PER_ROW_SQL = """
+CREATE TEMP TABLE per_row AS
+SELECT provider, agent, metric, row,
+       count(*) FILTER (status = 'pass') AS c,
+       count(*) FILTER (status IN ('pass', 'fail')) AS n,
+       count(*) FILTER (status = 'not_applicable') AS not_applicable,
+       count(*) AS total,
+       avg(score) AS mean, stddev_samp(score) AS std, count(score) AS scores
+FROM scored GROUP BY ALL
+"""
+"""Per provider, agent, metric and dataset row, over its repetitions: verdicts (n), passes (c),
+not applicable, rows, the scores' mean and sample deviation."""
 
-    Counted with numpy on the codes, never one group per row in a hash table: at 100,000 items x
-    3 checks the group-by's table was the report's peak. The mean and the standard deviation
-    (ddof 1) of a row with several scores are Arrow's group-by's, of those rows only; a row with
-    one score has it as its mean (as Arrow's mean: 0.0 + score) and no deviation."""
-    first, group = _groups(coded.m_provider, coded.m_agent, coded.m_metric, coded.m_row)
-    size = len(first)
+_PER_METRIC_SQL = """
+CREATE TEMP TABLE per_metric AS
+SELECT provider, agent, metric, greatest(1, least($repetitions, max(n))) AS k
+FROM per_row GROUP BY ALL
+"""
+"""Each metric's k: the run's repetitions, at most the most verdicts a row has."""
 
-    def total(weights: np.ndarray | None = None) -> np.ndarray:
-        return np.bincount(group, weights=weights, minlength=size).astype(np.int64)
+_VARIABILITY_SQL = """
+SELECT provider, agent, metric,
+       count(*) FILTER (n > 0) AS rows,
+       any_value(k) AS k,
+       avg(c / n) FILTER (n > 0) AS pass_at_1,
+       count(*) FILTER (c > 0) AS at_least_1,
+       count(*) FILTER (n >= k AND c = n) AS all_k,
+       count(*) FILTER (n >= k) AS rows_at_k,
+       count(*) FILTER (c > 0 AND c < n) AS flaky,
+       avg(std) FILTER (NOT isnan(std)) AS score_std_mean
+FROM per_row JOIN per_metric USING (provider, agent, metric)
+GROUP BY ALL ORDER BY provider, agent, metric
+"""
 
-    status = coded.m_status
-    count = total(coded.m_scored)
-    mean = np.zeros(size, dtype=float)
-    std = np.zeros(size, dtype=float)
-    scored = coded.m_scored
-    single = np.flatnonzero(scored & (count[group] == 1))
-    mean[group[single]] = 0.0 + coded.m_score[single]
-    several = np.flatnonzero(scored & (count[group] > 1))
-    if several.size:
-        spread = (
-            pa.table({"g": pa.array(group[several]), "score": pa.array(coded.m_score[several])})
-            .group_by(["g"])
-            .aggregate([("score", "mean"), ("score", "stddev", pc.VarianceOptions(ddof=1))])
-        )
-        at = numpy_of(spread["g"], np.int64)
-        mean[at] = numpy_of(spread["score_mean"], float)
-        std[at] = numpy_of(spread["score_stddev"], float)
-    return pa.table(
-        {
-            "provider": pa.array(coded.m_provider[first]),
-            "agent": pa.array(coded.m_agent[first]),
-            "metric": pa.array(coded.m_metric[first]),
-            "row": pa.array(coded.m_row[first]),
-            "p_sum": pa.array(total(status == coded.status_code("pass"))),
-            "f_sum": pa.array(total(status == coded.status_code("fail"))),
-            "na_sum": pa.array(total(status == coded.status_code("not_applicable"))),
-            "one_sum": pa.array(total()),
-            "score_mean": pa.array(mean, mask=count == 0),
-            "score_stddev": pa.array(std, mask=count <= 1),
-            "score_count": pa.array(count),
-        }
-    )
+_AT_K_SQL = """
+SELECT provider, agent, metric, n, c, k, count(*) AS rows
+FROM per_row JOIN per_metric USING (provider, agent, metric) WHERE n >= k GROUP BY ALL
+"""
+"""How many rows of each metric have n verdicts of which c passed (n >= k): pass@k and pass^k
+are computed once per (n, c)."""
 
-
-def _at_k(n: np.ndarray, c: np.ndarray, k: int) -> tuple[float | None, float | None]:
-    """The mean over rows of pass@k and of pass^k (None for no row): each computed once per
-    distinct (n, c), then averaged over the rows in their order."""
-    if not n.size:
-        return None, None
-    pairs, inverse = np.unique(np.stack([n, c]), axis=1, return_inverse=True)
-    at = np.array([pass_at_k(int(n_), int(c_), k) for n_, c_ in pairs.T.tolist()])
-    hat = np.array([pass_hat_k(int(n_), int(c_), k) for n_, c_ in pairs.T.tolist()])
-    inverse = inverse.reshape(-1)
-    return float(np.mean(at[inverse])), float(np.mean(hat[inverse]))
+_FLAKY_SQL = """
+SELECT provider, agent, metric, row, n, c, total - n - not_applicable AS errored,
+       not_applicable, mean, std, scores
+FROM per_row WHERE c > 0 AND c < n
+ORDER BY provider, agent, metric, row LIMIT $listed
+"""
 
 
 def _variability(
-    per_row: Any, coded: _Coded, repetitions: int, max_listed: int
+    con: duckdb.DuckDBPyConnection, repetitions: int, max_listed: int
 ) -> tuple[list[VariabilityRow], list[FlakyItem], int]:
-    out: list[VariabilityRow] = []
-    flaky_items: list[FlakyItem] = []
-    flaky_total = 0
-    provider_codes = numpy_of(per_row["provider"], np.int64)
-    agent_codes = numpy_of(per_row["agent"], np.int64)
-    metric_codes = numpy_of(per_row["metric"], np.int64)
-    first, group = _groups(provider_codes, agent_codes, metric_codes)
-    named = [
-        (
-            coded.providers.values[provider_codes[row]],
-            coded.agents.values[agent_codes[row]],
-            coded.metrics.values[metric_codes[row]],
-            number,
+    con.execute(_PER_ROW_SQL)
+    con.execute(_PER_METRIC_SQL, {"repetitions": repetitions})
+    at_k: dict[tuple[str, str, str], list[tuple[float, float, int]]] = {}
+    for provider, agent, metric, n, c, k, rows in con.execute(_AT_K_SQL).fetchall():
+        at_k.setdefault((provider, agent, metric), []).append(
+            (pass_at_k(n, c, k), pass_hat_k(n, c, k), rows)
         )
-        for number, row in enumerate(first.tolist())
+
+    def mean(key: tuple[str, str, str], which: int) -> float | None:
+        found = at_k.get(key)
+        return sum(x[which] * x[2] for x in found) / sum(x[2] for x in found) if found else None
+
+    out = []
+    for r in records(con, _VARIABILITY_SQL):
+        key = (r["provider"], r["agent"], r["metric"])
+        out.append(VariabilityRow(**r, pass_at_k=mean(key, 0), pass_hat_k=mean(key, 1)))
+    flaky = [
+        FlakyItem(
+            r.pop("provider"), r.pop("agent"), r.pop("metric"), r.pop("row"), RepetitionStats(**r)
+        )
+        for r in records(con, _FLAKY_SQL, {"listed": max_listed})
     ]
-    p_all = numpy_of(per_row["p_sum"], np.int64)
-    f_all = numpy_of(per_row["f_sum"], np.int64)
-    std_all = numpy_of(per_row["score_stddev"], float)
-    by_group = np.argsort(group, kind="stable")
-    bounds = np.cumsum(np.bincount(group, minlength=len(first)))
-    members = np.split(by_group, bounds[:-1]) if len(first) else []
-    for provider, agent, metric, number in sorted(named):
-        rows_of = members[number]
-        c = p_all[rows_of]
-        n = c + f_all[rows_of]
-        has = n > 0
-        k = max(1, min(repetitions, int(n.max()) if n.size else 1))
-        at_k = n >= k
-        std = std_all[rows_of]
-        flaky = has & (c > 0) & (c < n)
-        pass_at, pass_hat = _at_k(n[at_k], c[at_k], k)
-        out.append(
-            VariabilityRow(
-                provider=provider,
-                agent=agent,
-                metric=metric,
-                rows=int(has.sum()),
-                k=k,
-                pass_at_1=float((c[has] / n[has]).mean()) if has.any() else None,
-                pass_at_k=pass_at,
-                pass_hat_k=pass_hat,
-                at_least_1=int((has & (c >= 1)).sum()),
-                all_k=int((at_k & (c == n)).sum()),
-                rows_at_k=int(at_k.sum()),
-                flaky=int(flaky.sum()),
-                score_std_mean=float(np.nanmean(std)) if np.any(~np.isnan(std)) else None,
-            )
-        )
-        flaky_total += int(flaky.sum())
-        room = max_listed - len(flaky_items)
-        if room > 0 and flaky.any():
-            listed = per_row.take(pa.array(rows_of[flaky]))
-            listed = listed.set_column(
-                listed.schema.get_field_index("row"), "row", coded.rows.take(listed["row"])
-            )
-            chosen = listed.sort_by("row").slice(0, room).to_pylist()
-            for r in chosen:
-                flaky_items.append(
-                    FlakyItem(
-                        provider=provider,
-                        agent=agent,
-                        metric=metric,
-                        row=r["row"],
-                        stats=RepetitionStats(
-                            n=r["p_sum"] + r["f_sum"],
-                            c=r["p_sum"],
-                            errored=r["one_sum"] - r["p_sum"] - r["f_sum"] - r["na_sum"],
-                            not_applicable=r["na_sum"],
-                            mean=r["score_mean"],
-                            std=r["score_stddev"],
-                            scores=r["score_count"],
-                        ),
-                    )
-                )
-    return out, flaky_items, flaky_total
+    con.execute("DROP TABLE per_row; DROP TABLE per_metric")  # a row's worth per dataset row
+    return out, flaky, sum(v.flaky for v in out)
 
 
 _PAIRS_SQL = """
@@ -850,7 +625,7 @@ CREATE TEMP TABLE pairs AS
 WITH v AS (
     SELECT s._pos, s.agent, s.item_id, s.row, s.repetition, s.metric, s.status = 'pass' AS passed,
            coalesce(k.kind, 'other') AS kind
-    FROM scored s LEFT JOIN kinds k ON s.provider = k.provider AND s.metric = k.metric
+    FROM {scored} s LEFT JOIN kinds k ON s.provider = k.provider AND s.metric = k.metric
     WHERE s.status IN ('pass', 'fail')
 )
 SELECT c._pos AS check_pos, j._pos AS judge_pos, c.agent, c.item_id, c.row, c.repetition,
@@ -864,11 +639,11 @@ _DISAGREEMENT_COUNTS_SQL = """
 SELECT agent, "check", judge, count(*) AS pairs,
        count(*) FILTER (WHERE check_passed AND NOT judge_passed) AS check_pass_judge_fail,
        count(*) FILTER (WHERE judge_passed AND NOT check_passed) AS check_fail_judge_pass
-FROM pairs GROUP BY ALL
+FROM pairs GROUP BY ALL ORDER BY agent, "check", judge
 """
 
 _DISAGREEMENT_EXAMPLES_SQL = """
-SELECT agent, item_id, row, repetition, "check", check_passed, judge, judge_passed
+SELECT agent, item_id, row, repetition, "check", check_passed, judge, judge_passed, judge_pos
 FROM pairs WHERE check_passed <> judge_passed
 QUALIFY row_number() OVER (PARTITION BY agent, "check", judge ORDER BY check_pos, judge_pos) <= ?
 ORDER BY check_pos, judge_pos
@@ -876,68 +651,46 @@ ORDER BY check_pos, judge_pos
 """The first ``max_examples`` disagreeing pairs of each (agent, check, judge), in file order."""
 
 
-def disagreements(
-    scored: Any,
-    kinds: dict[tuple[str, str], MetricKind] | None = None,
+def query_disagreements(
+    con: duckdb.DuckDBPyConnection,
+    kinds: Mapping[tuple[str, str], MetricKind],
+    max_examples: int,
     *,
-    max_examples: int = 20,
-    reasons: dict[tuple[str, str, str], str | None] | None = None,
+    scored: str = "scored",
+    run_dir: Any = None,
+    filesystem: Any = None,
 ) -> list[Disagreement]:
-    """Per agent, check metric and judge metric: items (same agent and item id) where the check
-    passed and the judge failed, and the reverse. Only verdicts (pass/fail) count; the examples
-    are the first disagreeing pairs in file order (a DuckDB query over ``scored_rows``)."""
-    kinds = kinds if kinds is not None else _kinds(scored)
+    """Per agent, check metric and judge metric of the table ``scored`` of ``con``
+    (``attach_scored``'s columns): items (same agent and item id) where the check passed and the
+    judge failed, and the reverse. Only verdicts (pass/fail) count; the examples are the first
+    ``max_examples`` disagreeing pairs in file order, each with its judge's reason when
+    ``run_dir`` is given (read from the judge's row of scores.parquet)."""
     if not {"check", "judge"} <= set(kinds.values()):
         return []
-    con = duckdb.connect(":memory:")
-    try:
-        con.register(
-            "scored",
-            scored.select(
-                ["provider", "agent", "item_id", "row", "repetition", "metric", "status"]
-            ).append_column("_pos", pa.array(np.arange(len(scored), dtype=np.int64))),
-        )
-        # typed: with no metric at all the lists are empty, and would have the null type
-        con.register(
-            "kinds",
-            pa.table(
-                {
-                    "provider": pa.array([p for p, _ in kinds], type=pa.string()),
-                    "metric": pa.array([m for _, m in kinds], type=pa.string()),
-                    "kind": pa.array(list(kinds.values()), type=pa.string()),
-                }
-            ),
-        )
-        con.execute(_PAIRS_SQL)
-        counts = _records(con.execute(_DISAGREEMENT_COUNTS_SQL))
-        examples = _records(con.execute(_DISAGREEMENT_EXAMPLES_SQL, [max(max_examples, 0)]))
-    finally:
-        con.close()
+    con.execute("CREATE TEMP TABLE kinds (provider VARCHAR, metric VARCHAR, kind VARCHAR)")
+    con.executemany("INSERT INTO kinds VALUES (?, ?, ?)", [(*k, v) for k, v in kinds.items()])
+    con.execute(_PAIRS_SQL.format(scored=scored))
+    examples = records(con, _DISAGREEMENT_EXAMPLES_SQL, [max(max_examples, 0)])
+    counts = records(con, _DISAGREEMENT_COUNTS_SQL)
+    con.execute("DROP TABLE pairs; DROP TABLE kinds")
+    judged = [r.pop("judge_pos") for r in examples]
+    reasons = (
+        [
+            r["reason"]
+            for r in read_rows(run_dir, "scores", judged, columns=["reason"], filesystem=filesystem)
+        ]
+        if run_dir is not None
+        else [None] * len(examples)
+    )
     shown: dict[tuple[str, str, str], list[DisagreementItem]] = {}
-    for r in examples:
+    for r, reason in zip(examples, reasons, strict=True):
         shown.setdefault((r["agent"], r["check"], r["judge"]), []).append(
-            DisagreementItem(
-                **r, judge_reason=(reasons or {}).get((r["agent"], r["item_id"], r["judge"]))
-            )
+            DisagreementItem(**r, judge_reason=reason)
         )
     return [
-        Disagreement(
-            agent=g["agent"],
-            check=g["check"],
-            judge=g["judge"],
-            pairs=int(g["pairs"]),
-            check_pass_judge_fail=int(g["check_pass_judge_fail"]),
-            check_fail_judge_pass=int(g["check_fail_judge_pass"]),
-            examples=shown.get((g["agent"], g["check"], g["judge"]), []),
-        )
-        for g in sorted(counts, key=lambda g: (g["agent"], g["check"], g["judge"]))
+        Disagreement(**g, examples=shown.get((g["agent"], g["check"], g["judge"]), []))
+        for g in counts
     ]
-
-
-def _records(cursor: Any) -> list[dict[str, Any]]:
-    """A DuckDB result's rows as dicts."""
-    names = [d[0] for d in cursor.description or ()]
-    return [dict(zip(names, r, strict=True)) for r in cursor.fetchall()]
 
 
 # -- drill-down -----------------------------------------------------------------------------------
@@ -1061,141 +814,134 @@ def _text_size(detail: ItemDetail) -> int:
     return size + sum(len(s.reason or "") + len(s.error_message or "") for s in detail.scores)
 
 
-def _key_text(coded: _Coded, code: int) -> str:
-    """An item's key string (agent, separator, item id) by its code."""
-    return str(coded.keys[code].as_py())
+def item_detail(
+    index: Mapping[str, Any],
+    item: Mapping[str, Any],
+    scores: Sequence[Mapping[str, Any]],
+    *,
+    whole: bool = False,
+) -> ItemDetail:
+    """One item as the drill-down shows it.
+
+    Args:
+        index: the item's agent, item_id, row, repetition and verdict (from a query).
+        item: its items.parquet row (empty when items.parquet has none: a provider scored an
+            item it was not given).
+        scores: its scores.parquet rows, by provider and score (the first holds the item's
+            error and texts when items.parquet has no row).
+        whole: the item's own texts uncut (the view's item page); the report cuts each at
+            MAX_TEXT characters.
+    """
+    first = scores[0] if scores else {}
+    text = (lambda t: t) if whole else _cut
+
+    def either(name: str, fallback: str) -> str | None:
+        value = item.get(name)
+        return text(value if value is not None else first.get(fallback))
+
+    return ItemDetail(
+        agent=index["agent"],
+        item_id=index["item_id"],
+        row=index["row"],
+        repetition=index["repetition"],
+        query=either("query", "input_text"),
+        response=either("response", "output_text"),
+        expected_output=text(item.get("expected_output")),
+        context=text(item.get("context")),
+        error_code=item.get("error_code") or first.get("item_error_code"),
+        error_message=text(item.get("error_message") or first.get("item_error_message")),
+        messages=message_views(item.get("conversation")),
+        scores=[score_view(dict(r)) for r in scores],
+        verdict=index["verdict"],
+    )
 
 
-def _key_column(table: Any) -> Any:
-    return pc.binary_join_element_wise(table["agent"], pc.fill_null(table["item_id"], ""), _SEP)
+VERDICT_RANK_SQL = (
+    "CASE item_status WHEN 'pass' THEN 0 WHEN 'fail' THEN 1 WHEN 'error' THEN 2 ELSE 3 END"
+)
+"""How bad an item status is: an item's verdict is its worst status over its scores' rows."""
 
+_VERDICT_SQL = f"""
+CREATE TEMP TABLE verdicts AS
+SELECT agent, item_id, min(item_index) AS item_index, min(_pos) AS first,
+       coalesce(arg_max(item_status, {VERDICT_RANK_SQL}), 'pass') AS verdict
+FROM scores GROUP BY agent, item_id
+"""
+"""Each item (agent × item) scores.parquet has: its verdict (its rows' worst item status,
+"pass" when none has one), its index and its first row."""
 
-_STATUS_RANK = {"pass": 0, "fail": 1, "error": 2, "errored": 2}
+_DRILL_DOWN_SQL = f"""
+WITH chosen AS (
+    SELECT v.*, row_number() OVER (
+               ORDER BY verdict = 'pass', coalesce(a.rank, 99), item_index, first) AS n
+    FROM verdicts v LEFT JOIN agent_rank a USING (agent)
+    ORDER BY n LIMIT $max_items
+), held AS (
+    SELECT agent, item_id, min(_pos) AS item_pos, arg_min(row, _pos) AS row,
+           arg_min(repetition, _pos) AS repetition
+    FROM ({ITEM_ROWS_SQL}) SEMI JOIN chosen USING (agent, item_id) GROUP BY agent, item_id
+), score_rows AS (
+    SELECT agent, item_id, list(_pos ORDER BY provider_index, coalesce(score_index, -1), _pos)
+               AS score_pos
+    FROM scores SEMI JOIN chosen USING (agent, item_id) GROUP BY agent, item_id
+)
+SELECT c.agent, c.item_id, c.verdict, h.item_pos, coalesce(h.row, c.item_id) AS row,
+       coalesce(h.repetition, 0) AS repetition, s.score_pos
+FROM chosen c LEFT JOIN held h USING (agent, item_id) LEFT JOIN score_rows s USING (agent, item_id)
+ORDER BY c.n
+"""
+"""The first ``max_items`` items: those not passed first, then by agent (the summary's order),
+item index and first row; with where each one's items.parquet row (its first) and
+scores.parquet rows (by provider and score) are, its dataset row and repetition."""
 
 
 def _drill_down(
-    run_dir: Any,
-    filesystem: Any,
-    coded: _Coded,
-    agent_order: dict[str, int],
-    max_items: int,
-) -> tuple[list[ItemDetail], int, int]:
-    """The items to show: those not passed by every provider first, then the others, up to
-    max_items; returns them with the number of items and of items not passed."""
-    heads, of_item = _groups(coded.item_key)  # items in the order scores.parquet first has them
-    total = len(heads)
-    not_pass = coded.item_status != coded.status_code("pass")
-    not_pass &= coded.item_status != coded.statuses._codes.get(None, -2)  # as pc.not_equal
-    bad = np.zeros(total, dtype=bool)
-    bad[of_item[not_pass]] = True
-    not_passed = int(bad.sum())
+    con: duckdb.DuckDBPyConnection, agent_order: Mapping[str, int], max_items: int
+) -> tuple[list[dict[str, Any]], int, int]:
+    """The items to show (where their rows are): those not passed by every provider first, then
+    the others, up to max_items; with the number of items and of items not passed."""
+    con.execute(_VERDICT_SQL)
+    [(total, not_passed)] = con.execute(
+        "SELECT count(*), count(*) FILTER (verdict <> 'pass') FROM verdicts"
+    ).fetchall()
     if max_items == 0:  # only the counts (the view pages items itself)
         return [], total, not_passed
-    index_min = np.full(total, np.iinfo(np.int64).max, dtype=np.int64)
-    np.minimum.at(index_min, of_item, coded.item_index)
-    agent_rank = np.array(
-        [agent_order.get(a, 99) for a in coded.agents.values] or [0], dtype=np.int64
-    )[coded.item_agent[heads]]
-    key_of = coded.item_key[heads]
-    if total <= 4 * max_items:
+    con.execute("CREATE TEMP TABLE agent_rank (agent VARCHAR, rank INTEGER)")
+    con.executemany("INSERT INTO agent_rank VALUES (?, ?)", list(agent_order.items()))
+    return records(con, _DRILL_DOWN_SQL, {"max_items": max_items}), total, not_passed
 
-        def verdict(statuses: Sequence[str]) -> str:
-            return max(statuses, key=lambda s: _STATUS_RANK.get(s, 3))
 
-        distinct: list[list[str]] = [[] for _ in range(total)]
-        for number, code in zip(of_item.tolist(), coded.item_status.tolist(), strict=True):
-            status = coded.statuses.values[code]
-            if status not in distinct[number]:
-                distinct[number].append(status)
-        verdicts_of = [verdict(statuses) for statuses in distinct]
-        ranked = sorted(
-            range(total),
-            key=lambda i: (verdicts_of[i] == "pass", int(agent_rank[i]), int(index_min[i])),
-        )
-        not_passed = sum(v != "pass" for v in verdicts_of)
-        chosen = [_key_text(coded, int(key_of[i])) for i in ranked[:max_items]]
-        verdicts = {_key_text(coded, int(key_of[i])): verdicts_of[i] for i in range(total)}
-    else:
-        # many items: rank on the codes, not one Python object per item
-        ranked_codes = np.lexsort((np.arange(total), index_min, agent_rank, ~bad))[:max_items]
-        chosen = [_key_text(coded, int(key_of[i])) for i in ranked_codes.tolist()]
-        verdicts = {
-            key: ("fail" if bad[i] else "pass")
-            for key, i in zip(chosen, ranked_codes.tolist(), strict=True)
-        }
-    pairs = [key.partition(_SEP)[::2] for key in chosen]
-    item_rows: dict[str, dict[str, Any]] = {}
-    for r in read_item_rows(run_dir, "items", pairs, filesystem=filesystem):
-        item_rows[f"{r['agent']}{_SEP}{r['item_id']}"] = r
-    score_rows: dict[str, list[dict[str, Any]]] = {}
-    for r in read_item_rows(run_dir, "scores", pairs, filesystem=filesystem):
-        score_rows.setdefault(f"{r['agent']}{_SEP}{r['item_id']}", []).append(r)
+def _details(run_dir: Any, filesystem: Any, chosen: Sequence[dict[str, Any]]) -> list[ItemDetail]:
+    """The chosen items with their rows read back, until MAX_DRILL_DOWN_TEXT is spent."""
+    held = [c["item_pos"] for c in chosen if c["item_pos"] is not None]
+    items = iter(read_rows(run_dir, "items", held, filesystem=filesystem))
+    at = [p for c in chosen for p in c["score_pos"]]
+    scores = iter(read_rows(run_dir, "scores", at, filesystem=filesystem))
     details: list[ItemDetail] = []
     budget = MAX_DRILL_DOWN_TEXT
-    for key in chosen:
+    for c in chosen:
         if budget <= 0:
             break  # the rest are counted as omitted
-        agent, _, item_id = key.partition(_SEP)
-        item = item_rows.get(key, {})
-        scores = sorted(
-            score_rows.get(key, []),
-            key=lambda r: (
-                r["provider_index"],
-                r["score_index"] if r["score_index"] is not None else -1,
-            ),
-        )
-        first = scores[0] if scores else {}
-        row = item.get("row_id") or (
-            f"query {item['query_index']}" if item.get("query_index") is not None else item_id
-        )
-        detail = ItemDetail(
-            agent=agent,
-            item_id=item_id,
-            row=row,
-            repetition=item.get("repetition") or 0,
-            query=_cut(item.get("query", first.get("input_text"))),
-            response=_cut(item.get("response", first.get("output_text"))),
-            expected_output=_cut(item.get("expected_output")),
-            context=_cut(item.get("context")),
-            error_code=item.get("error_code") or first.get("item_error_code"),
-            error_message=_cut(item.get("error_message") or first.get("item_error_message")),
-            messages=message_views(item.get("conversation")),
-            scores=[score_view(r) for r in scores],
-            verdict=verdicts.get(key, "pass"),
-        )
+        item = next(items) if c["item_pos"] is not None else {}
+        detail = item_detail(c, item, [next(scores) for _ in c["score_pos"]])
         budget -= _text_size(detail)
         details.append(detail)
-    return details, total, not_passed
+    return details
 
 
 # -- the whole report -----------------------------------------------------------------------------
 
 
-def _percentile(values: np.ndarray, q: float) -> float | None:
-    return float(np.percentile(values, q)) if values.size else None
-
-
-def _judge_reasons(
-    run_dir: Any, filesystem: Any, examples: Iterable[DisagreementItem]
-) -> dict[tuple[str, str, str], str | None]:
-    wanted = {(e.agent, e.item_id, e.judge) for e in examples}
-    if not wanted:
-        return {}
-    keys = pa.array(sorted({f"{a}{_SEP}{i}" for a, i, _ in wanted}), pa.string())
-    out: dict[tuple[str, str, str], str | None] = {}
-    for batch in iter_batches(
-        run_dir,
-        "scores",
-        columns=["agent", "item_id", "metric", "reason"],
-        filesystem=filesystem,
-        batch_size=65_536,
-    ):
-        table = pa.Table.from_batches([batch])
-        for r in table.filter(pc.is_in(_key_column(table), keys)).to_pylist():
-            key = (r["agent"], r["item_id"], r["metric"])
-            if key in wanted:
-                out[key] = r["reason"]
-    return out
+_TOTALS_SQL = """
+SELECT count(*) AS calls,
+       count(*) FILTER (status = 'error') AS calls_errored,
+       count(*) FILTER (cached) AS calls_cached,
+       CAST(sum(total_tokens) AS BIGINT) AS total_tokens,
+       quantile_cont(latency_s, 0.5) AS latency_p50,
+       quantile_cont(latency_s, 0.95) AS latency_p95
+FROM runs
+"""
+"""The target calls of runs.parquet: how many, errored, reused, their tokens and latency."""
 
 
 def load_report_data(
@@ -1222,55 +968,49 @@ def load_report_data(
     manifest = read_manifest(run_dir, filesystem=filesystem)
     suite = manifest.get("suite") if isinstance(manifest.get("suite"), dict) else {}
     assert isinstance(suite, dict)
-    runs = read_table(
+    con = run_tables(
         run_dir,
-        "runs",
-        columns=["status", "cached", "latency_s", "total_tokens"],
+        {**_READ, "runs": ["status", "cached", "latency_s", "total_tokens"]},
         filesystem=filesystem,
     )
-    latency = numpy_of(runs["latency_s"].drop_null(), float)
-    tokens = pc.sum(runs["total_tokens"]).as_py()
-    items = read_table(run_dir, "items", columns=["agent"], filesystem=filesystem)
-    counts = items.group_by(["agent"]).aggregate([("agent", "count")]).to_pylist()
-    coded = _coded_scores(run_dir, filesystem)
-    kinds = _coded_kinds(coded)
-    results, metrics, agent_order = _metric_rows(run_dir, filesystem, coded, kinds)
-    for r in counts:
-        agent_order.setdefault(r["agent"], len(agent_order))
-    items_per_agent = sorted(
-        ((r["agent"], r["agent_count"]) for r in counts),
-        key=lambda a: (a[0] != OVERALL, agent_order.get(a[0], 99)),
-    )
-    repetitions = suite.get("repetitions") if isinstance(suite.get("repetitions"), int) else None
-    if repetitions is None:
-        rep = int(coded.m_repetition.max()) if len(coded.m_repetition) else None
-        repetitions = (rep or 0) + 1
-    variability, flaky, flaky_total = _variability(_per_row(coded), coded, repetitions, max_listed)
-    order = {(m.provider, m.agent, m.metric): i for i, m in enumerate(metrics)}
-    variability.sort(key=lambda v: order.get((v.provider, v.agent, v.metric), math.inf))
-    found = (
-        disagreements(
-            scored_rows(run_dir, filesystem=filesystem),
-            kinds,
-            max_examples=max(1, min(20, max_listed)),
+    try:
+        con.execute(f"CREATE TEMP TABLE scored AS {_SCORED_SQL}")
+        [totals] = records(con, _TOTALS_SQL)
+        results, metrics, agent_order = _metric_rows(con, run_dir, filesystem)
+        counts = con.execute(
+            "SELECT agent, count(*) FROM items GROUP BY agent ORDER BY min(_pos)"
+        ).fetchall()
+        for agent, _ in counts:
+            agent_order.setdefault(agent, len(agent_order))
+        items_per_agent = sorted(counts, key=lambda a: (a[0] != OVERALL, agent_order.get(a[0], 99)))
+        repetitions = suite.get("repetitions")
+        if not isinstance(repetitions, int):
+            [(most,)] = con.execute("SELECT max(repetition) FROM scored").fetchall()
+            repetitions = (most or 0) + 1
+        variability, flaky, flaky_total = _variability(con, repetitions, max_listed)
+        order = {(m.provider, m.agent, m.metric): i for i, m in enumerate(metrics)}
+        variability.sort(key=lambda v: order.get((v.provider, v.agent, v.metric), len(order)))
+        found = query_disagreements(
+            con,
+            metric_kinds(con),
+            max(1, min(20, max_listed)),
+            run_dir=run_dir,
+            filesystem=filesystem,
         )
-        if {"check", "judge"} <= set(kinds.values())
-        else []
-    )
-    reasons = _judge_reasons(run_dir, filesystem, (e for d in found for e in d.examples))
-    for d in found:
-        for e in d.examples:
-            e.judge_reason = reasons.get((e.agent, e.item_id, e.judge))
-    details, total, not_passed = _drill_down(run_dir, filesystem, coded, agent_order, max_items)
-    del coded
+        chosen, total, not_passed = _drill_down(con, agent_order, max_items)
+    finally:
+        con.close()  # before the listed rows are read: DuckDB's memory goes back first
+    details = _details(run_dir, filesystem, chosen)
     timings = manifest.get("timings") if isinstance(manifest.get("timings"), dict) else {}
     assert isinstance(timings, dict)
     gate = manifest.get("gate")
-    calls_errored = int(pc.sum(pc.cast(pc.equal(runs["status"], "error"), pa.int64())).as_py() or 0)
-    calls_cached = int(pc.sum(pc.cast(runs["cached"], pa.int64())).as_py() or 0)
     calls = manifest.get("calls")
     if not isinstance(calls, dict):  # a run written before the manifest counted its calls
-        calls = {"made": len(runs) - calls_cached, "reused": calls_cached, "errored": calls_errored}
+        calls = {
+            "made": totals["calls"] - totals["calls_cached"],
+            "reused": totals["calls_cached"],
+            "errored": totals["calls_errored"],
+        }
     return RunReport(
         run_dir=str(run_dir),
         manifest=manifest,
@@ -1278,13 +1018,8 @@ def load_report_data(
         description=suite.get("description"),
         target=manifest.get("target") or suite.get("target"),
         finished_at=timings.get("finished_at"),
-        calls=len(runs),
-        calls_errored=calls_errored,
-        calls_cached=calls_cached,
+        **totals,
         calls_text=CallTally.text(calls),
-        total_tokens=int(tokens) if tokens is not None else None,
-        latency_p50=_percentile(latency, 50),
-        latency_p95=_percentile(latency, 95),
         items_per_agent=items_per_agent,
         results=results,
         metrics=metrics,

@@ -5,13 +5,12 @@ among what it found: a request never names a path, so nothing outside the served
 reached. A run's sample table is an index of small columns (no text), a DuckDB table built once per
 run from items.parquet and scores.parquet and kept (finished runs are never rewritten); filtering,
 sorting and paging are SQL over that index, and only the rows of a page have their query and
-response read, from the row groups that hold them. The report's numbers come from
+response read (``read_rows``, from the row groups that hold them). The report's numbers come from
 ``evalpipe.report`` (one home for the statistics and the comparison).
 """
 
 from __future__ import annotations
 
-import bisect
 import json
 import threading
 import time
@@ -21,20 +20,18 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Generic, TypeVar
 
-import duckdb
-import numpy as np
-import pyarrow as pa  # type: ignore[import-untyped, unused-ignore]
-import pyarrow.parquet as pq  # type: ignore[import-untyped, unused-ignore]
-
-from evalpipe.artifacts import FILES, RunInfo, find_runs, read_manifest, read_table
-from evalpipe.artifacts.writer import resolve_filesystem
+from evalpipe.artifacts import RunInfo, find_runs, read_manifest, read_rows
 from evalpipe.report.compare import Comparison, compare_runs
 from evalpipe.report.data import (
+    ITEM_ROWS_SQL,
+    VERDICT_RANK_SQL,
     ItemDetail,
     RunReport,
+    attach_tables,
+    item_detail,
     load_report_data,
-    message_views,
-    score_view,
+    records,
+    run_tables,
 )
 
 __all__ = [
@@ -62,8 +59,6 @@ PAGE_SIZES = (10, 25, 50, 100, 200)
 LISTING_TTL_S = 2.0
 """How long the list of runs is kept before the directory is read again."""
 _RANK = {"pass": 0, "fail": 1, "error": 2, "errored": 3}
-METRIC_STATUSES = ("pass", "fail", "error", "not_applicable")
-"""A metric's statuses (scores.parquet's ``status``)."""
 
 
 class NotFound(LookupError):
@@ -248,33 +243,8 @@ SORTS = {
 }
 """Sortable columns: their URL name and their index column (metric keys sort on the score)."""
 
-_TEXT_COLUMNS = ("query", "response")
+_TEXT_COLUMNS = ["query", "response"]
 
-
-def _offsets(parquet: Any) -> list[int]:
-    """The first row of each row group, then the row count."""
-    offsets = [0]
-    for i in range(parquet.metadata.num_row_groups):
-        offsets.append(offsets[-1] + parquet.metadata.row_group(i).num_rows)
-    return offsets
-
-
-def _take(
-    parquet: Any, offsets: list[int], positions: Sequence[int], columns: Sequence[str] | None
-) -> list[dict[str, Any]]:
-    """Rows at ``positions`` of a Parquet file, reading only the row groups that hold them."""
-    groups: dict[int, list[int]] = {}
-    for position in positions:
-        groups.setdefault(bisect.bisect_right(offsets, position) - 1, []).append(position)
-    found: dict[int, dict[str, Any]] = {}
-    for group, wanted in groups.items():
-        table = parquet.read_row_group(group, columns=None if columns is None else list(columns))
-        local = table.take(pa.array([p - offsets[group] for p in wanted], pa.int64()))
-        found.update(zip(wanted, local.to_pylist(), strict=True))
-    return [found[p] for p in positions]
-
-
-_RANK_SQL = "CASE item_status WHEN 'pass' THEN 0 WHEN 'fail' THEN 1 WHEN 'error' THEN 2 ELSE 3 END"
 _METRICS_SQL = """
 CREATE TABLE metric_columns AS
 SELECT provider, metric, row_number() OVER (ORDER BY provider_index, first) - 1 AS k
@@ -304,84 +274,63 @@ _METRIC_COLUMN_SQL = """,
                              THEN status END, _spos) FILTER (WHERE k = {k}) AS m{k}_status,
            arg_min_null(CAST(score AS DOUBLE), _spos) FILTER (WHERE k = {k}) AS m{k}"""
 
-_ITEM_ROWS_SQL = """
+_ITEM_ROWS_SQL = f"""
 CREATE TABLE item_rows AS
-SELECT _pos, agent, item_id AS _id, coalesce(item_id, '') AS item_id,
-       CASE WHEN row_id IS NOT NULL THEN row_id
-            ELSE 'query ' || CAST(coalesce(query_index, -1) AS VARCHAR) END AS row,
-       coalesce(repetition, 0) AS repetition, latency_s, total_tokens AS tokens
-FROM items
+SELECT _pos, agent, item_id AS _id, coalesce(item_id, '') AS item_id, row, repetition,
+       latency_s, total_tokens AS tokens
+FROM ({ITEM_ROWS_SQL})
 """
-"""items.parquet's small columns, with each item's position in the file (``_pos``)."""
+"""items.parquet's small columns, with each item's dataset row and position (``_pos``)."""
 
 _SCORE_ROWS_SQL = """
 CREATE TABLE score_rows AS
-SELECT s._spos, i._pos, s.provider_index, s.provider, s.metric, s.status, s.item_status,
-       s.score, s.total_tokens, s.latency_s, s.agent, s.item_id
+SELECT s._pos AS _spos, i._pos, s.provider_index, s.score_index, s.provider, s.metric, s.status,
+       s.item_status, s.score, s.total_tokens, s.latency_s, s.agent, s.item_id
 FROM scores s JOIN item_rows i ON s.agent = i.agent AND s.item_id = i._id
 """
 """scores.parquet's rows of an item of items.parquet (on agent and item id), with their position
 in the file (``_spos``) and their item's (``_pos``)."""
 
-
-def _numbered(position: str, location: str, name: str, columns: list[str]) -> Any:
-    """Columns of one of the run's tables, with each row's position in the file (``position``)."""
-    table = read_table(location, name, columns=columns)
-    return table.append_column(position, pa.array(np.arange(len(table), dtype=np.int64)))
+_INDEX_COLUMNS = {
+    "items": [
+        "agent",
+        "item_id",
+        "row_id",
+        "query_index",
+        "repetition",
+        "latency_s",
+        "total_tokens",
+    ],
+    "scores": [
+        "provider",
+        "provider_index",
+        "score_index",
+        "agent",
+        "item_id",
+        "item_status",
+        "metric",
+        "status",
+        "score",
+        "total_tokens",
+        "latency_s",
+    ],
+}
 
 
 class SampleIndex:
     """A run's items with their verdict, each metric's status and score, latency and tokens (the
     target's and the judges'), and where each item's rows are in items.parquet and
     scores.parquet, as DuckDB tables (no text column) built once; the sample table is a query
-    over them."""
+    over them, and only a page's texts are read from the files (``read_rows``)."""
 
     def __init__(self, location: str) -> None:
         self.location = location
         self._lock = threading.Lock()
-        con = duckdb.connect(":memory:")
+        con = run_tables(location, _INDEX_COLUMNS)
         self._con = con
-        con.register(
-            "items",
-            _numbered(
-                "_pos",
-                location,
-                "items",
-                columns=[
-                    "agent",
-                    "item_id",
-                    "row_id",
-                    "query_index",
-                    "repetition",
-                    "latency_s",
-                    "total_tokens",
-                ],
-            ),
-        )
-        con.register(
-            "scores",
-            _numbered(
-                "_spos",
-                location,
-                "scores",
-                columns=[
-                    "provider",
-                    "provider_index",
-                    "agent",
-                    "item_id",
-                    "item_status",
-                    "metric",
-                    "status",
-                    "score",
-                    "total_tokens",
-                    "latency_s",
-                ],
-            ),
-        )
         con.execute(_ITEM_ROWS_SQL)
         con.execute(_SCORE_ROWS_SQL)
-        con.unregister("items")
-        con.unregister("scores")
+        con.execute("DROP VIEW items; DROP VIEW scores")
         con.execute(_METRICS_SQL)
         pairs = con.execute("SELECT provider, metric, k FROM metric_columns ORDER BY k").fetchall()
         names = [metric for _, metric, _ in pairs]
@@ -396,7 +345,7 @@ class SampleIndex:
         ]
         con.execute(
             _INDEX_SQL.format(
-                rank=_RANK_SQL,
+                rank=VERDICT_RANK_SQL,
                 metrics="".join(_METRIC_COLUMN_SQL.format(k=int(k)) for _, _, k in pairs),
             )
         )
@@ -419,28 +368,19 @@ class SampleIndex:
 
     def _rows(self, sql: str, params: Sequence[object] = ()) -> list[dict[str, Any]]:
         with self._lock:
-            cursor = self._con.execute(sql, list(params))
-            names = [d[0] for d in cursor.description or ()]
-            return [dict(zip(names, r, strict=True)) for r in cursor.fetchall()]
+            return records(self._con, sql, list(params))
 
     def metric(self, key: str | None) -> MetricColumn | None:
         return next((m for m in self.metrics if m.key == key), None)
 
-    def _parquet(self, name: str) -> tuple[Any, list[int]]:
-        fs, path = resolve_filesystem(self.location)
-        parquet = pq.ParquetFile(fs.open_input_file(f"{path}/{FILES[name]}"))
-        return parquet, _offsets(parquet)
-
     def _texts(self) -> None:
-        """items.parquet's query and response columns as the table ``texts`` (read once)."""
-        if self._has_texts:
-            return
-        texts = _numbered("_pos", self.location, "items", columns=list(_TEXT_COLUMNS))
+        """items.parquet's query and response columns as the table ``texts`` (read once, on the
+        first search or sort by them)."""
         with self._lock:
             if not self._has_texts:
-                self._con.register("_texts", texts)
-                self._con.execute("CREATE TABLE texts AS SELECT * FROM _texts")
-                self._con.unregister("_texts")
+                attach_tables(self._con, self.location, {"items": _TEXT_COLUMNS})
+                self._con.execute("CREATE TABLE texts AS SELECT * FROM items")
+                self._con.execute("DROP VIEW items")
                 self._has_texts = True
 
     _has_texts = False
@@ -497,12 +437,9 @@ class SampleIndex:
         if q.page > pages:
             raise NotFound(f"page {q.page} of {pages}")
         positions = [r["_pos"] for r in data]
-        if texts:
-            shown = {c: [r[c] for r in data] for c in _TEXT_COLUMNS}
-        else:
-            parquet, offsets = self._parquet("items")
-            rows = _take(parquet, offsets, positions, _TEXT_COLUMNS)
-            shown = {c: [r[c] for r in rows] for c in _TEXT_COLUMNS}
+        shown = (
+            data if texts else read_rows(self.location, "items", positions, columns=_TEXT_COLUMNS)
+        )
         reasons = self._reasons(positions, metric)
         out = [
             SampleRow(
@@ -510,8 +447,8 @@ class SampleIndex:
                 item_id=r["item_id"],
                 row=r["row"],
                 repetition=r["repetition"],
-                query=shown["query"][i],
-                response=shown["response"][i],
+                query=shown[i]["query"],
+                response=shown[i]["response"],
                 verdict=None if r["_rank"] is None else list(_RANK)[r["_rank"]],
                 metrics=[(r[f"{m.key}_status"], r[m.key]) for m in self.metrics],
                 latency_s=r["latency_s"],
@@ -543,12 +480,11 @@ class SampleIndex:
         if not hits:
             return {}
         labels = {(m.provider, m.metric): m.label for m in self.metrics}
-        parquet, offsets = self._parquet("scores")
-        texts = _take(
-            parquet,
-            offsets,
+        texts = read_rows(
+            self.location,
+            "scores",
             [h["_spos"] for h in hits],
-            ("reason", "error_message", "item_error_message"),
+            columns=["reason", "error_message", "item_error_message"],
         )
         out: dict[int, list[tuple[str, str, str]]] = {}
         for hit, text in zip(hits, texts, strict=True):
@@ -567,14 +503,6 @@ class SampleIndex:
             raise NotFound(f"no item {item_id!r} of agent {agent!r}")
         return hit[0]
 
-    def find(self, agent: str, item_id: str) -> int:
-        """The item's position in items.parquet.
-
-        Raises:
-            NotFound: when the run has no such item.
-        """
-        return int(self._item(agent, item_id)["_pos"])
-
     def find_row(self, agent: str, row: str, repetition: int) -> str | None:
         """The item id of an agent's item on a dataset row and repetition, or None."""
         hit = self._rows(
@@ -592,41 +520,22 @@ class SampleIndex:
             NotFound: when the run has no such item.
         """
         index = self._item(agent, item_id)
-        parquet, offsets = self._parquet("items")
-        [item] = _take(parquet, offsets, [index["_pos"]], None)
-        spos = [
+        [item] = read_rows(self.location, "items", [index["_pos"]])
+        positions = [
             r["_spos"]
             for r in self._rows(
-                "SELECT _spos FROM score_rows WHERE agent = ? AND item_id = ? ORDER BY _spos",
+                "SELECT _spos FROM score_rows WHERE agent = ? AND item_id = ? "
+                "ORDER BY provider_index, coalesce(score_index, -1), _spos",
                 [agent, item_id],
             )
         ]
-        parquet, offsets = self._parquet("scores")
-        scores = sorted(
-            _take(parquet, offsets, spos, None),
-            key=lambda r: (
-                r["provider_index"],
-                -1 if r["score_index"] is None else r["score_index"],
-            ),
-        )
-        first = scores[0] if scores else {}
+        scores = read_rows(self.location, "scores", positions)
         verdict = "pass" if index["_rank"] is None else list(_RANK)[index["_rank"]]
-        detail = ItemDetail(
-            agent=agent,
-            item_id=item_id,
-            row=index["row"],
-            repetition=index["repetition"],
-            query=item.get("query") if item.get("query") is not None else first.get("input_text"),
-            response=item.get("response")
-            if item.get("response") is not None
-            else first.get("output_text"),
-            expected_output=item.get("expected_output"),
-            context=item.get("context"),
-            error_code=item.get("error_code") or first.get("item_error_code"),
-            error_message=item.get("error_message") or first.get("item_error_message"),
-            messages=message_views(item.get("conversation")),
-            scores=[score_view(r) for r in scores],
-            verdict=verdict,
+        detail = item_detail(
+            {**index, "agent": agent, "item_id": item_id, "verdict": verdict},
+            item,
+            scores,
+            whole=True,
         )
         return detail, [(r["total_tokens"], r["latency_s"]) for r in scores]
 
@@ -645,27 +554,10 @@ ORDER BY provider_index
 
 
 def _cost(location: str) -> list[ProviderCost]:
-    con = duckdb.connect(":memory:")
+    columns = ["provider", "provider_index", "metric", "input_tokens", "output_tokens"]
+    con = run_tables(location, {"scores": [*columns, "total_tokens", "latency_s"]})
     try:
-        con.register(
-            "scores",
-            read_table(
-                location,
-                "scores",
-                columns=[
-                    "provider",
-                    "provider_index",
-                    "metric",
-                    "input_tokens",
-                    "output_tokens",
-                    "total_tokens",
-                    "latency_s",
-                ],
-            ),
-        )
-        cursor = con.execute(_COST_SQL)
-        names = [d[0] for d in cursor.description or ()]
-        return [ProviderCost(**dict(zip(names, r, strict=True))) for r in cursor.fetchall()]
+        return [ProviderCost(**r) for r in records(con, _COST_SQL)]
     finally:
         con.close()
 
