@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -384,6 +385,45 @@ def test_a_full_disk_stops_the_calls_and_says_where(
     assert made < 40
     assert made - journaled <= 2  # at most the calls in flight when the disk filled
     assert not list(run_dir.glob(".*.tmp"))
+
+
+def test_a_full_disk_while_writing_the_tables_names_the_file(
+    project: Path, prefect_api: str, full_disk: Path
+) -> None:
+    """Regression (issue 34): a disk that filled while the Parquet tables were written ended the
+    run with exit 3 naming no file. The message now names the file that could not be written;
+    once space is freed, the run finishes from its journal without calling again."""
+    queries = [f"q{i} {os.urandom(1000).hex()}" for i in range(4)]  # random: no compression
+    path = _suite(project, queries, output_dir=str(full_disk))
+    plan = prepare_suite(load_suite(path))
+    assert plan.run_dir is not None
+    from evalpipe import Message
+    from evalpipe.transcripts import TargetRun
+
+    with Journal(plan.run_dir / "journal", plan.identity) as journal:  # every call finished
+        for call in plan.calls:
+            query = queries[call.row_index]
+            answer = Message("assistant", [f"answer: {query}"])
+            run = TargetRun(
+                query_index=call.row_index, repetition=0, query=query, messages=[answer]
+            )
+            journal.record(call.key, run.model_dump_json())
+    (plan.run_dir / "run.json").write_text(json.dumps({"identity": plan.identity}), "utf-8")
+    free = os.statvfs(full_disk)
+    filler = full_disk / "filler"
+    filler.write_bytes(b"\0" * (free.f_bavail * free.f_frsize - 12 * 1024))
+    cmd, env = _cli(project, prefect_api)
+    done = subprocess.run(cmd, cwd=project, env=env, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 3, (done.stdout[-1000:], done.stderr[-2000:])
+    named = rf"cannot write {re.escape(str(plan.run_dir))}/(runs|items|scores|summary)\.parquet"
+    assert re.search(named + ": No space left on device", done.stderr), done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
+    assert not (plan.run_dir / "manifest.json").exists()
+    filler.unlink()
+    again = subprocess.run(cmd, cwd=project, env=env, capture_output=True, text=True, timeout=180)
+    assert again.returncode == 0, (again.stdout[-2000:], again.stderr[-2000:])
+    assert "target calls: 4 reused (not called again)" in again.stdout
+    assert _calls(project) == []
 
 
 def test_an_atomic_write_that_fails_leaves_no_temporary_file(tmp_path: Path) -> None:

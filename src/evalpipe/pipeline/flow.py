@@ -255,9 +255,14 @@ def _process_workers(suite: EvalSuite, concurrency: int) -> int:
 
 
 @task(name="write-artifacts", cache_policy=NO_CACHE, persist_result=False)
-async def finish_task(writer: RunWriter, manifest: dict[str, Any]) -> dict[str, Any]:
-    """Write summary.parquet and manifest.json, and move every file into place."""
-    return writer.finish(manifest)
+async def finish_task(writer: RunWriter, manifest: dict[str, Any]) -> dict[str, Any] | StorageError:
+    """Write summary.parquet and manifest.json, and move every file into place; a file that
+    cannot be written (a full disk) is returned as a StorageError naming it (the run could not
+    complete: it is not a crash)."""
+    try:
+        return writer.finish(manifest)
+    except OSError as exc:
+        return _table_error(writer, exc)
 
 
 @task(name="gate", cache_policy=NO_CACHE, persist_result=False)
@@ -399,10 +404,16 @@ def _write(writer: RunWriter, rows: ShardRows) -> None:
     try:
         writer.add_encoded(rows.encoded, rows.results)
     except OSError as exc:
-        raise StorageError(
-            f"cannot write the run's tables in {writer.path}: {exc.strerror or exc}; the run "
-            "stopped (its finished calls are journaled: free the space, then run again to resume)"
-        ) from exc
+        raise _table_error(writer, exc) from exc
+
+
+def _table_error(writer: RunWriter, exc: OSError) -> StorageError:
+    """A run's table (or manifest) that could not be written, named, and what to do."""
+    where = exc.filename or f"the run's tables in {writer.path}"
+    return StorageError(
+        f"cannot write {where}: {exc.strerror or exc}; the run stopped (its finished calls are "
+        "journaled: free the space, then run again to resume)"
+    )
 
 
 def _announce_flow_run() -> None:
@@ -760,7 +771,10 @@ async def _execute(
         else None
     )
     manifest["published_to"] = destination
-    await finish_task(_q(writer), manifest)
+    written = await finish_task(_q(writer), manifest)
+    if isinstance(written, StorageError):  # a full disk: the calls are journaled, it resumes
+        logger.error("%s", written)
+        return _incomplete(str(written))
     state.close()
     run_path = plan.run_dir.resolve()
     page = view_page(suite.name, plan.run_dir.name, logger)  # evalpipe view, when configured
