@@ -159,6 +159,28 @@ def test_a_typo_in_an_openai_target_names_the_field_and_the_fix(tmp_path: Path) 
         build_target(suite)
 
 
+@pytest.mark.parametrize(
+    ("fields", "expected"),
+    [
+        ({"api_kye": "sk-hunt-kye-0123456789"}, "unknown field 'api_kye', did you mean 'api_key'"),
+        ({"api_key": ["sk-hunt-kye-0123456789"]}, "target.openai.api_key: Input should be"),
+    ],
+)
+def test_an_invalid_openai_target_never_echoes_its_key(
+    fields: dict[str, object], expected: str
+) -> None:
+    """Regression (issue 34): pydantic's input_value put the key of a misspelt `api_kye` and of a
+    list-typed `api_key` on stderr. The error names the field and never its value."""
+    suite = _suite(
+        target={"openai": {"base_url": "http://127.0.0.1:9/v1", "model": "m", **fields}},
+        evaluators=["tool_calls_present"],
+    )
+    with pytest.raises(SuiteError) as info:
+        build_target(suite)
+    assert expected in str(info.value)
+    assert "sk-hunt-kye" not in str(info.value)
+
+
 def test_fingerprint_ignores_where_the_run_goes() -> None:
     """The fingerprint changes with what decides results, not with output_dir or tags."""
     a = EvalSuite(name="a", target="m:x", dataset="d.jsonl", evaluators=["tool_calls_present"])

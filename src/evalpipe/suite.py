@@ -66,7 +66,8 @@ class SuiteError(ValueError):
 class EvalSuite(BaseModel):
     """One evaluation job: what to run, on which data, scored how, and what counts as passing."""
 
-    model_config = ConfigDict(extra="forbid")
+    # Its target and evaluators hold credentials: an invalid value is never echoed in an error.
+    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
 
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     """The suite's name (letters, digits, ``_ . -``): names the run directory and the flow run."""
@@ -613,6 +614,14 @@ def build_target(suite: EvalSuite) -> Any:
                 raise SuiteError(f"target.openai.tools[{j}]: {exc}") from None
         try:
             return OpenAIChatAgent(**config, tools=tools)
+        except ValidationError as exc:  # the endpoint's fields (their values are never shown)
+            raise SuiteError(
+                "; ".join(
+                    f"target.openai.{'.'.join(str(p) for p in e['loc'])}: "
+                    + e["msg"].removeprefix("Value error, ")
+                    for e in exc.errors()
+                )
+            ) from None
         except (TypeError, ValueError) as exc:
             raise SuiteError(f"target.openai: {exc}") from None
     raise SuiteError(f"target: unknown adapter {kind!r}; use an import path or {{openai: {{...}}}}")
