@@ -55,6 +55,8 @@ class Agent:
             raise asyncio.CancelledError("the agent's own cancellation")
         if "exit" in query:
             raise SystemExit(3)
+        if "interrupt" in query:
+            raise KeyboardInterrupt("the agent's own interrupt")
         return AgentResponse(messages=[Message("assistant", [f"answer: {query}"])])
 
 
@@ -67,6 +69,8 @@ class SyncHang:
             fh.write(query + "\\n")
         if "hang" in query:
             time.sleep(3600)
+        if "interrupt" in query:
+            raise KeyboardInterrupt("the agent's own interrupt")
         return AgentResponse(messages=[Message("assistant", [f"answer: {query}"])])
 
 
@@ -216,6 +220,37 @@ def test_any_exception_from_one_call_is_one_errored_item(project: Path, prefect_
         if r["error_message"]
     }
     assert errors == {"CancelledError", "SystemExit"}
+
+
+@pytest.mark.parametrize("target", ["ops_agents:agent", "ops_agents:sync_agent"])
+def test_an_agents_keyboard_interrupt_is_one_errored_item_and_a_resume_goes_past_it(
+    project: Path, prefect_api: str, target: str
+) -> None:
+    """Regression (issue 34): a KeyboardInterrupt raised by the agent (async, or sync in its
+    thread) stopped the run, and every resume stopped on the same row. It is one errored item:
+    a resumed run makes that call again and completes."""
+    path = _suite(project, ["a", "please interrupt", "b"], target=target)
+    plan = prepare_suite(load_suite(path))
+    assert plan.run_dir is not None
+    from evalpipe import Message
+    from evalpipe.transcripts import TargetRun
+
+    with Journal(plan.run_dir / "journal", plan.identity) as journal:  # "a" finished before
+        answer = Message("assistant", ["answer: a"])
+        run = TargetRun(query_index=0, repetition=0, query="a", messages=[answer])
+        journal.record(plan.calls[0].key, run.model_dump_json())
+    (plan.run_dir / "run.json").write_text(json.dumps({"identity": plan.identity}), "utf-8")
+    cmd, env = _cli(project, prefect_api)
+    done = subprocess.run(cmd, cwd=project, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "target calls: 2 made, 1 reused (not called again); 1 errored" in done.stdout
+    assert _calls(project) == ["please interrupt", "b"]
+    import pyarrow.parquet as pq
+
+    [errored] = [
+        r for r in pq.read_table(plan.run_dir / "runs.parquet").to_pylist() if r["error_message"]
+    ]
+    assert errored["error_message"] == "KeyboardInterrupt: the agent's own interrupt"
 
 
 # -- one run per directory ------------------------------------------------------------------
