@@ -253,6 +253,22 @@ def test_an_agents_keyboard_interrupt_is_one_errored_item_and_a_resume_goes_past
     assert errored["error_message"] == "KeyboardInterrupt: the agent's own interrupt"
 
 
+def test_the_operators_ctrl_c_still_stops_the_run(project: Path, prefect_api: str) -> None:
+    """The operator's Ctrl-C (SIGINT) is not an agent's KeyboardInterrupt: the run stops at once
+    with exit 3, its finished calls journaled, instead of going on with the call errored."""
+    _suite(project, [f"q{i}" for i in range(40)], concurrency=2)
+    cmd, env = _cli(project, prefect_api, EVALPIPE_TEST_DELAY="1")
+    proc = subprocess.Popen(
+        cmd, cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    _wait_for(lambda: len(_calls(project)) >= 4, 90, "the run to start calling")
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 3, err.decode()[-2000:]
+    assert "interrupted" in err.decode()
+    assert len(_calls(project)) < 40
+
+
 # -- one run per directory ------------------------------------------------------------------
 
 
