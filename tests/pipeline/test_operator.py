@@ -3,6 +3,7 @@ run per directory, exit codes that mean one thing, and no orphaned server."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -20,8 +21,9 @@ import yaml
 
 from evalpipe.artifacts import read_manifest, read_summary
 from evalpipe.journal import Journal
-from evalpipe.pipeline import arun_suite
+from evalpipe.pipeline import arun_suite, prepare_run
 from evalpipe.runner.prepare import prepare_suite
+from evalpipe.runner.state import RunLockedError
 from evalpipe.suite import load_suite
 from live_prefect import alive as _alive
 
@@ -274,8 +276,10 @@ def test_the_operators_ctrl_c_still_stops_the_run(project: Path, prefect_api: st
 
 def test_a_second_run_of_a_live_run_is_refused_or_waits(project: Path, prefect_api: str) -> None:
     """Regression: two runs of one suite joined the same live directory and both made the missing
-    calls. A second run is refused naming the live run, waits with --wait and then reuses every
-    finished call, or starts afresh with --new-run."""
+    calls. A second run is refused naming the live run, waits with --wait, or starts afresh with
+    --new-run. Regression (issue 34): the run that waited then rewrote the run that finished
+    meanwhile (manifest calls.made 8 -> 0, its flow run replaced); that run is now its result,
+    read and not rewritten."""
     _suite(project, [f"q{i}" for i in range(8)], concurrency=2)
     # slow enough that the live run is still running when the second and third runs start
     cmd, env = _cli(project, prefect_api, EVALPIPE_TEST_DELAY="6")
@@ -293,7 +297,7 @@ def test_a_second_run_of_a_live_run_is_refused_or_waits(project: Path, prefect_a
     waited = subprocess.run(
         [*cmd, "--wait", "120"], cwd=project, env=env, capture_output=True, text=True, timeout=180
     )
-    first.communicate(timeout=60)
+    out, _ = first.communicate(timeout=60)
     assert first.returncode == 0
     assert waited.returncode == 0, waited.stderr[-2000:]
     assert len(_calls(project)) == 8, (
@@ -301,7 +305,12 @@ def test_a_second_run_of_a_live_run_is_refused_or_waits(project: Path, prefect_a
         waited.stderr[-3000:],
         sorted(p.name for p in (project / "runs" / "ops").iterdir()),
     )  # nothing was called twice
-    assert "target calls: 0 made, 8 reused" in waited.stdout or "resumed" in waited.stdout
+    (run_dir,) = (project / "runs" / "ops").iterdir()
+    manifest = read_manifest(run_dir)
+    assert (manifest["calls"]["made"], manifest["calls"]["reused"]) == (8, 0)
+    assert f"flow-run/{manifest['flow_run_id']}" in out.decode()  # the first run's, kept
+    assert "the run this one waited for finished" in waited.stderr
+    assert "target calls: 8 made; 0 errored" in waited.stdout  # the finished run's summary
     fresh = subprocess.run(
         [*cmd, "--new-run"],
         cwd=project,
@@ -313,6 +322,66 @@ def test_a_second_run_of_a_live_run_is_refused_or_waits(project: Path, prefect_a
     assert fresh.returncode == 0, fresh.stderr[-2000:]
     assert len(_calls(project)) == 16
     assert len(list((project / "runs" / "ops").iterdir())) == 2
+
+
+async def test_two_runs_started_together_never_both_run(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression (issue 34): two runs of one suite started less than a second apart both ran, in
+    two directories (every call paid twice): the second chose its directory after the first had
+    taken one but before the first had marked it. A run now chooses and takes its directory,
+    marker written, under the suite's placing lock: the second finds the first's, held, and is
+    refused."""
+    monkeypatch.setenv("EVALPIPE_TEST_DELAY", "0.5")
+    suite = load_suite(_suite(project, [f"q{i}" for i in range(8)], concurrency=2))
+    first = asyncio.create_task(arun_suite(suite))
+    deadline = time.monotonic() + 60
+    while not (project / "runs" / "ops").is_dir() or not any((project / "runs" / "ops").iterdir()):
+        assert time.monotonic() < deadline, "the first run did not take a directory"
+        await asyncio.sleep(0.002)
+    second = prepare_run(suite)  # the moment the first has taken its directory
+    with pytest.raises(RunLockedError, match="a live run holds this run"):
+        await arun_suite(suite, plan=second)
+    outcome = await first
+    assert outcome.state == "Completed", outcome.message
+    assert len(_calls(project)) == 8
+    assert [p.name for p in (project / "runs" / "ops").iterdir()] == [outcome.run_dir.name]
+
+
+def test_kill_9_between_the_manifest_and_the_report_is_finished_not_paid_again(
+    project: Path, prefect_api: str
+) -> None:
+    """Regression (issue 34): a run killed (kill -9) after writing manifest.json but before its
+    report.html made the rerun start a new run and pay for every call again. The rerun finishes
+    that run (its report, artifacts and verdict) from its files: no call, no new directory, no
+    file it wrote rewritten."""
+    _suite(project, [f"q{i}" for i in range(12)], concurrency=4)
+    cmd, env = _cli(project, prefect_api)
+    proc = subprocess.Popen(
+        cmd, cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    deadline = time.monotonic() + 120
+    while not list((project / "runs").glob("ops/*/manifest.json")):
+        assert proc.poll() is None, "the run ended before the kill"
+        assert time.monotonic() < deadline, "no manifest was written"
+        time.sleep(0.002)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.communicate(timeout=30)
+    (run_dir,) = (project / "runs" / "ops").iterdir()
+    assert not (run_dir / "report.html").exists(), "the kill must land before the report"
+    written = {
+        p.name: p.read_bytes() for p in run_dir.iterdir() if p.suffix in (".json", ".parquet")
+    }
+    assert len(_calls(project)) == 12
+    done = subprocess.run(cmd, cwd=project, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert len(_calls(project)) == 12  # nothing was called again
+    assert [p.name for p in (project / "runs" / "ops").iterdir()] == [run_dir.name]
+    assert (run_dir / "report.html").is_file()
+    assert "this run finishes them (nothing is called again)" in done.stderr
+    assert "target calls: 12 made; 0 errored" in done.stdout
+    kept = {n: (run_dir / n).read_bytes() for n in written if n != "run.json"}
+    assert kept == {n: b for n, b in written.items() if n != "run.json"}
 
 
 def test_a_stale_lock_is_taken_over_with_a_message(project: Path, prefect_api: str) -> None:

@@ -289,8 +289,8 @@ def register(sub: Any) -> None:
         default=0.0,
         metavar="SECONDS",
         help="when a live run holds the run directory, wait for it (at most SECONDS; no value: "
-        "as long as it takes), then reuse its finished calls; without --wait such a run is "
-        "refused",
+        "as long as it takes): a run it finished is the result (not rewritten), an unfinished "
+        "one is resumed, reusing its finished calls; without --wait such a run is refused",
     )
     parser.add_argument(
         "--no-progress",

@@ -9,19 +9,21 @@ from pathlib import Path
 from typing import Any, Literal
 
 import httpx
+from prefect.client.schemas.objects import State
 from prefect.exceptions import TerminationSignal
 from prefect.settings import PREFECT_API_URL
 
 from evalpipe.pipeline.flow import (
     ProgressHook,
     eval_flow,
+    finished_outcome,
     flow_run_hook,
     prepared_plan,
     progress_hook,
 )
 from evalpipe.pipeline.server import ServerError, prefect_api
 from evalpipe.runner import RunPlan, RunState
-from evalpipe.runner.prepare import prepare_suite
+from evalpipe.runner.prepare import claim, prepare_suite
 from evalpipe.runner.state import RunLock
 from evalpipe.suite import EvalSuite
 
@@ -126,12 +128,14 @@ async def arun_suite(
     wait: float | None = 0.0,
     on_flow_run: Callable[[str], None] | None = None,
 ) -> RunOutcome:
-    """Validate the suite (before any Prefect start-up or target call), hold the run directory's
-    lock, then run the flow.
+    """Validate the suite (before any Prefect start-up or target call), take the run directory
+    (``runner.prepare.claim``: chosen again under the suite's placing lock, its lock held), then
+    run the flow.
 
     The plan is prepared once (or ``plan``, from :func:`prepare_run`, is used) and handed to the
     flow: the dataset is loaded and the target factory called once per run. ``wait``: how long to
-    wait (seconds; None: as long as it takes) for a live run holding the same directory.
+    wait (seconds; None: as long as it takes) for a live run holding the same directory; when it
+    finished that run meanwhile, the outcome is that run's (nothing is called or rewritten).
 
     Raises:
         SuiteError: for anything wrong with the suite, its dataset, target, evaluators, gates or
@@ -143,9 +147,20 @@ async def arun_suite(
         plan = prepare_run(suite, run_dir=run_dir, rescore=rescore, resume=resume)
     assert plan.run_dir is not None
     await check_api()
-    lock = RunLock(plan.run_dir)
-    lock.acquire(wait=wait)
+    # The directory is chosen again and taken under the suite's placing lock: a run started
+    # since (even in the same second) is found, not run beside this one.
+    claimed = await asyncio.to_thread(claim, plan, suite, wait=wait)
+    plan, lock = claimed.plan, claimed.lock
+    assert plan.run_dir is not None
     notes = [lock.took_over] if lock.took_over else []
+    if claimed.taken == "finished":  # by the live run this one waited for: it is the result
+        lock.release()
+        return _finished(plan.run_dir, suite, notes)
+    if claimed.taken == "interrupted":
+        notes.append(
+            f"{plan.run_dir}: its results were written by a run that ended before its report "
+            "and artifacts; this run finishes them (nothing is called again)"
+        )
     reusable = RunState.peek(plan)
     seen: list[str] = []  # the flow run's UI URL, once it exists
 
@@ -178,6 +193,28 @@ async def arun_suite(
         calls=dict(info.get("calls") or {}),
         notes=notes,
         ui_url=seen[0] if seen else None,
+    )
+
+
+def _finished(run_dir: Path, suite: EvalSuite, notes: list[str]) -> RunOutcome:
+    """The outcome of a run finished by the live run this one waited for (read, not rewritten)."""
+    ended = finished_outcome(run_dir, suite)
+    failed = isinstance(ended, State)
+    info: dict[str, Any] = ended.data if failed else ended
+    notes.append(
+        f"the run this one waited for finished {run_dir}: nothing was called or rewritten; its "
+        "result is this command's"
+    )
+    return RunOutcome(
+        run_dir=run_dir.resolve(),
+        state="Failed" if failed else "Completed",
+        verdict=info["verdict"],
+        gate_passed=info["gate_passed"],
+        message=ended.message if failed else None,
+        reusable_calls=0,
+        published_to=info["published_to"],
+        calls=info["calls"],
+        notes=notes,
     )
 
 
