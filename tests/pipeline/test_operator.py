@@ -26,6 +26,7 @@ from evalpipe.runner.prepare import prepare_suite
 from evalpipe.runner.state import RunLockedError
 from evalpipe.suite import load_suite
 from live_prefect import alive as _alive
+from live_prefect import prefect_server
 
 pytestmark = pytest.mark.usefixtures("prefect_api")
 
@@ -619,6 +620,43 @@ def test_a_dead_prefect_api_is_exit_3_and_leaves_no_run_directory(project: Path)
     assert "does not answer" in done.stderr
     assert "Traceback" not in done.stderr
     assert not (project / "runs").exists() or not any((project / "runs").rglob("*"))
+
+
+def test_the_prefect_server_killed_mid_run_is_exit_3_naming_the_journal(
+    project: Path, prefect_api: str, tmp_path: Path
+) -> None:
+    """Regression (issue 34): with its Prefect server killed mid-run, a run retried for ~145 s,
+    printed 5 tracebacks and exited 1 (the gate-failed code). It stops within a bound: exit 3,
+    one message naming the API and the journal of its finished calls, no traceback; the rerun
+    (on a server that answers) makes only the calls still missing."""
+    _suite(project, [f"q{i}" for i in range(40)], concurrency=2)
+    (tmp_path / "prefect-home").mkdir()
+    with prefect_server(tmp_path / "prefect-home", tmp_path) as server:
+        cmd, env = _cli(project, server.api, EVALPIPE_TEST_DELAY="2")
+        proc = subprocess.Popen(
+            cmd, cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
+        _wait_for(lambda: len(_calls(project)) >= 6, 120, "the run to start calling")
+        os.killpg(server.pid, signal.SIGKILL)
+        killed = time.monotonic()
+        out, err = proc.communicate(timeout=180)
+    took = time.monotonic() - killed
+    said = err.decode()
+    assert proc.returncode == 3, (out.decode()[-2000:], said[-3000:])
+    assert took < 60, took
+    assert "Traceback" not in said
+    assert said.count("error:") == 1
+    (run_dir,) = (project / "runs" / "ops").iterdir()
+    journaled = sum(len(j.read_bytes().splitlines()) for j in (run_dir / "journal").glob("*.jsonl"))
+    assert f"the Prefect API at {server.api} stopped answering mid-run" in said
+    assert f"{journaled} of 40 calls are finished and journaled in {run_dir / 'journal'}" in said
+    assert not (run_dir / "manifest.json").exists()
+    made = len(_calls(project))
+    assert journaled < 40, "the run must stop before its last call"
+    cmd, env = _cli(project, prefect_api, EVALPIPE_TEST_DELAY="0")
+    done = subprocess.run(cmd, cwd=project, env=env, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert len(_calls(project)) - made == 40 - journaled  # only the missing calls
 
 
 @pytest.mark.parametrize(

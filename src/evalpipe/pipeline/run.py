@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -171,7 +174,12 @@ async def arun_suite(
 
     try:
         async with prefect_api(notes):
-            state = await _flow(plan, suite, lock, rescore, progress, announce)
+            api = PREFECT_API_URL.value()  # the configured server's, or the one started
+            state = await _watched(
+                _flow(plan, suite, lock, rescore, progress, announce),
+                plan,
+                str(api) if api else None,
+            )
     except ServerError as exc:
         raise PrefectUnavailableError(str(exc)) from None
     finally:
@@ -193,6 +201,107 @@ async def arun_suite(
         calls=dict(info.get("calls") or {}),
         notes=notes,
         ui_url=seen[0] if seen else None,
+    )
+
+
+API_PROBE_S = 2.0
+"""How often a running suite checks that its Prefect API answers (``GET /health``)."""
+API_GONE_S = 15.0
+"""How long the Prefect API may answer nothing before the run stops as "could not complete":
+long enough for a server to restart, far shorter than Prefect's client retries (5 per request,
+2 + 4 + ... + 32 s: about a minute each, ~145 s for a run's last few requests)."""
+_ABANDON_S = 10.0
+"""How long a flow run whose API is gone is given to end once it is cancelled."""
+
+
+async def _watched(flow_run: Coroutine[Any, Any, Any], plan: RunPlan, url: str | None) -> Any:
+    """The flow run's final state, unless its Prefect API (``url``; None: no server to watch)
+    stops answering for API_GONE_S seconds: the run is then stopped (its finished calls are
+    journaled) and PrefectUnavailableError says so. Prefect's client retries each request for
+    about a minute against a server that is gone, and its engine reports the crash in a shielded
+    scope with the same retries; nothing in Prefect gives up sooner, so the run watches its API.
+
+    Raises:
+        PrefectUnavailableError: the API is gone, naming it, the run directory and the journaled
+            calls.
+    """
+    if url is None:
+        return await flow_run
+    running = asyncio.ensure_future(flow_run)
+    watch = asyncio.ensure_future(_api_gone(url))
+    try:
+        await asyncio.wait({running, watch}, return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:  # this run is cancelled (Ctrl-C): so is its flow run, then it ends
+        watch.cancel()
+        running.cancel()
+        with contextlib.suppress(BaseException):
+            await asyncio.wait({running})
+        raise
+    if running.done():
+        watch.cancel()
+        try:
+            return running.result()
+        except httpx.TransportError as exc:  # Prefect's own retries ran out first
+            raise PrefectUnavailableError(_api_lost(url, plan, str(exc))) from None
+    failure = watch.exception()  # a signal raised while the watch ran, or None: the API is gone
+    # Each cancellation ends one wait of the engine's shielded crash report (its retries against
+    # the dead API); the run's calls and journal stop with the first. What Prefect logs meanwhile
+    # (the crash it cannot report, its lost events) would bury the one message that matters.
+    with _prefect_silenced() if failure is None else contextlib.nullcontext():
+        deadline = time.monotonic() + _ABANDON_S
+        while not running.done() and time.monotonic() < deadline:
+            running.cancel()
+            await asyncio.wait({running}, timeout=0.5)
+    if failure is not None:
+        raise failure
+    raise PrefectUnavailableError(_api_lost(url, plan, f"no answer for {API_GONE_S:g} s"))
+
+
+class _NotPrefect(logging.Filter):
+    """Lets through only records of loggers outside ``prefect``."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.name.startswith("prefect")
+
+
+@contextlib.contextmanager
+def _prefect_silenced() -> Iterator[None]:
+    """Nothing of Prefect's logged (to the console or the API) while the block runs; other
+    loggers' records pass."""
+    loggers = ("", "prefect", "prefect.flow_runs", "prefect.task_runs")
+    handlers = {h for name in loggers for h in logging.getLogger(name).handlers}
+    drop = _NotPrefect()
+    for handler in handlers:
+        handler.addFilter(drop)
+    try:
+        yield
+    finally:
+        for handler in handlers:
+            handler.removeFilter(drop)
+
+
+async def _api_gone(url: str) -> None:
+    """Returns once the API at ``url`` has answered nothing for API_GONE_S seconds."""
+    answered = time.monotonic()
+    async with httpx.AsyncClient(timeout=API_PROBE_S * 2) as client:
+        while True:
+            await asyncio.sleep(API_PROBE_S)
+            try:
+                (await client.get(f"{url.rstrip('/')}/health")).raise_for_status()
+                answered = time.monotonic()
+            except httpx.HTTPError:
+                if time.monotonic() - answered >= API_GONE_S:
+                    return
+
+
+def _api_lost(url: str, plan: RunPlan, why: str) -> str:
+    assert plan.run_dir is not None
+    journaled = RunState.peek(plan)
+    return (
+        f"the Prefect API at {url} stopped answering mid-run ({why}); the run stopped: "
+        f"{journaled} of {len(plan.calls)} calls are finished and journaled in "
+        f"{plan.run_dir / 'journal'}; start the server again (or fix PREFECT_API_URL) and run "
+        "the same command to resume: only the missing calls are made"
     )
 
 
