@@ -29,6 +29,8 @@ class Server:
     """The environment that points a subprocess at this server."""
     home: Path
     output: Path
+    pid: int = 0
+    """The server's process (the leader of its process group)."""
 
     @property
     def database(self) -> Path:
@@ -115,6 +117,6 @@ def prefect_server(home: Path, output: Path) -> Iterator[Server]:
 
     try:
         wait_for(healthy, 120, "prefect server health")
-        yield Server(url, f"{url}/api", env, home, output)
+        yield Server(url, f"{url}/api", env, home, output, proc.pid)
     finally:
         stop(proc)

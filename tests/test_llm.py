@@ -25,6 +25,7 @@ from evalpipe.llm import (
     ChatTransportError,
     is_format_rejection,
 )
+from evalpipe.suite import EvalSuite, SuiteError, build_evaluators, build_target
 from fakes.openai_server import (
     FakeOpenAIServer,
     Reply,
@@ -380,3 +381,62 @@ async def test_cache_key_includes_repetition(server: FakeOpenAIServer, tmp_path:
     replay = ChatClient(endpoint(server), cache=ResponseCache(tmp_path, mode="replay"))
     with pytest.raises(CacheMissError, match="repetition is 2"):
         await replay.complete(HI, repetition=2)
+
+
+@pytest.mark.parametrize(
+    ("fields", "header", "source"),
+    [
+        ({"api_key": "sk-one"}, "Authorization", "api_key"),
+        ({"api_key_env": "SOME_KEY"}, "authorization", "api_key_env"),
+        ({"api_key": "k", "api_type": "azure"}, "api-key", "api_key"),
+        ({"entra": True}, "Authorization", "entra"),
+    ],
+)
+def test_an_explicit_auth_header_and_a_key_are_refused_not_replaced(
+    fields: dict[str, Any], header: str, source: str
+) -> None:
+    """Regression (issue 34): a judge's explicit Authorization header was silently replaced by
+    its api_key. Both at once is refused, naming the header and the key's field, never a value."""
+    clash = rf"headers\.{header} and {source} .*would both set the"
+    with pytest.raises(ValueError, match=clash) as info:
+        ChatEndpoint(
+            base_url="http://127.0.0.1:9/v1", model="m", headers={header: "Bearer sk-two"}, **fields
+        )
+    assert "sk-two" not in str(info.value)
+    assert "sk-one" not in str(info.value)
+
+
+async def test_an_explicit_auth_header_alone_is_sent_as_written(server: FakeOpenAIServer) -> None:
+    """Without a key, a header given in `headers` is what the request carries (the documented
+    way to use another scheme); with a credential object it is refused."""
+    server.script(chat("hello"))
+    ep = endpoint(server, headers={"Authorization": "Token abc123"})
+    async with ChatClient(ep) as client:
+        await client.complete(HI)
+    assert server.requests[0].headers["authorization"] == "Token abc123"
+    with pytest.raises(ValueError, match=r"headers\.Authorization and a credential"):
+        ChatClient(ep, credential=StaticCredential())
+
+
+@pytest.mark.parametrize(
+    "url", ["http://user:hunter2secret@127.0.0.1:9/v1", "http://127.0.0.1:9/v1?api_key=sk-zzzz9999"]
+)
+def test_a_base_url_with_credentials_is_refused_saying_so(url: str) -> None:
+    """Regression (issue 34): a base_url with credentials was refused as "Input should be a valid
+    string" (a suite's credential URL is a SecretStr). It is refused saying it carries
+    credentials, without echoing them, in Python and in a suite."""
+    with pytest.raises(ValueError, match="base_url carries credentials") as info:
+        ChatEndpoint(base_url=url, model="m")
+    assert "hunter2secret" not in str(info.value)
+    assert "sk-zzzz9999" not in str(info.value)
+    suite = EvalSuite(
+        name="s",
+        target={"openai": {"base_url": url, "model": "m"}},
+        dataset="d.jsonl",
+        evaluators=[{"judge": {"base_url": url, "model": "m"}}],
+    )
+    with pytest.raises(SuiteError, match=r"target\.openai\.base_url: base_url carries credentials"):
+        build_target(suite)
+    with pytest.raises(SuiteError, match="judge: base_url: base_url carries credentials") as found:
+        build_evaluators(suite)
+    assert "hunter2secret" not in str(found.value)

@@ -14,6 +14,7 @@ from evalpipe.secrets import (
     Scrubber,
     is_secret_key,
     is_secret_url,
+    looks_secret,
     mask,
     protect,
     reveal,
@@ -52,6 +53,49 @@ def test_credential_names_are_secret(name: str) -> None:
 def test_other_names_are_not_secret(name: str) -> None:
     """*_env fields name a variable; a credential import path and ordinary fields are not secrets."""
     assert not is_secret_key(name)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "sk-proj-Zq8mW3kT1vB6nR0pL4sX9yD2fH7jK5aQ",
+        "sk-ant-api03-aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY",
+        "Bearer x7Kp2Lm9Qr4St8Vw",
+        "ghp_0123456789abcdefABCDEF0123456789abcd",
+        "AKIAIOSFODNN7EXAMPLE",
+        "3f9a1c7e5b2d4f8a0c6e1b3d5f7a9c2e",  # 32 hex digits: an Azure OpenAI key's shape
+        "Zq8mW3kT1vB6nR0pL4sX9yD2fH7jK5aQ-Xc",  # base64url, no prefix
+        "mtQCO+oM/4drP1vAz7PwpcKfJhR+i6N1qwS39/oO",  # base64
+        "https://user:pw@example.com/v1",
+    ],
+)
+def test_secret_shaped_values_are_found_whatever_their_name(value: str) -> None:
+    """Regression (issue 34): `evalpipe deploy` found secrets by name only. Token prefixes, auth
+    schemes, credential URLs and long random strings are secrets by their shape."""
+    assert looks_secret(value)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "gpt-4o-mini-2024-07-18",
+        "Meta-Llama-3.1-8B-Instruct-Q4_K_M",
+        "llama3.1:8b-instruct-q4_K_M",
+        "anthropic.claude-3-5-sonnet-20240620-v1:0",
+        "examples.travel.checks:concise",
+        "b586a180-0c74-4faa-b1bd-b64389629e04",  # a UUID with its dashes: an id, not a key
+        "20261207T081441-64760ab114fc",
+        "http://127.0.0.1:8765",
+        "/data/evals/runs",
+        "OPENAI_API_KEY",
+        "You are a careful judge. Answer with a score from 1 to 5.",
+        "{{ prefect.blocks.secret.openai-api-key }}",
+    ],
+)
+def test_names_paths_and_text_are_not_secret_shaped(value: str) -> None:
+    """Model ids, import paths, run names, URLs, paths, variable names and prose are not secrets
+    (a deployment holding them must not be refused)."""
+    assert not looks_secret(value)
 
 
 def test_credential_urls_are_secret() -> None:

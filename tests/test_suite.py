@@ -10,6 +10,7 @@ import pytest
 from evalpipe.checks import tool_calls_present
 from evalpipe.evaluators.local import LocalEvaluator
 from evalpipe.items import ConversationSplit
+from evalpipe.runner.prepare import prepare_suite
 from evalpipe.suite import (
     EvalSuite,
     SuiteError,
@@ -114,6 +115,70 @@ def test_params_override_with_yaml_values(tmp_path: Path) -> None:
     assert apply_params({"a": {"b": 1}}, ["a.c=x"]) == {"a": {"b": 1, "c": "x"}}
     with pytest.raises(SuiteError, match="write it as key=value"):
         apply_params({}, ["repetitions"])
+
+
+def test_a_param_with_invalid_yaml_is_blamed_on_the_param_not_the_suite(tmp_path: Path) -> None:
+    """Regression (issue 34): `--param 'gates=[no_errors()'` was reported as the suite file's
+    invalid gates (suite.yaml:1); invalid YAML in a --param value, and a --param value of the wrong
+    type, now name the --param."""
+    path = _suite_file(tmp_path, BASE)
+    with pytest.raises(SuiteError) as info:
+        load_suite(path, ["gates=[no_errors()"])
+    message = str(info.value)
+    assert message.startswith("--param 'gates=[no_errors()': the value is not valid YAML")
+    assert "suite.yaml" not in message
+    with pytest.raises(SuiteError) as info:
+        load_suite(path, ["repetitions=abc"])
+    assert str(info.value).startswith("--param 'repetitions=abc': repetitions:")
+
+
+def test_a_directory_as_the_suite_or_the_dataset_is_named_a_directory(tmp_path: Path) -> None:
+    """Regression (issue 34): a directory given as the suite or the dataset was reported as "no
+    such file" (or an unknown format); each is now said to be a directory."""
+    (tmp_path / "suites").mkdir()
+    (tmp_path / "suites" / "nightly.yaml").write_text(BASE, encoding="utf-8")
+    with pytest.raises(
+        SuiteError, match=r"suites: is a directory, not a suite file.*nightly\.yaml"
+    ):
+        load_suite(tmp_path / "suites")
+    for name in ("data", "data.jsonl"):
+        (tmp_path / name).mkdir()
+        path = _suite_file(tmp_path, BASE.replace("q.jsonl", name))
+        with pytest.raises(SuiteError, match=f"{name}: is a directory, not a dataset file"):
+            prepare_suite(load_suite(path))
+
+
+def test_a_typo_in_an_openai_target_names_the_field_and_the_fix(tmp_path: Path) -> None:
+    """Regression (issue 34): `modle` in target.openai said "needs base_url and model"; it now
+    says "unknown field 'modle', did you mean 'model'"."""
+    suite = _suite(
+        target={"openai": {"base_url": "http://127.0.0.1:9/v1", "modle": "gpt-4o"}},
+        evaluators=["tool_calls_present"],
+    )
+    with pytest.raises(SuiteError, match="unknown field 'modle', did you mean 'model'"):
+        build_target(suite)
+
+
+@pytest.mark.parametrize(
+    ("fields", "expected"),
+    [
+        ({"api_kye": "sk-hunt-kye-0123456789"}, "unknown field 'api_kye', did you mean 'api_key'"),
+        ({"api_key": ["sk-hunt-kye-0123456789"]}, "target.openai.api_key: Input should be"),
+    ],
+)
+def test_an_invalid_openai_target_never_echoes_its_key(
+    fields: dict[str, object], expected: str
+) -> None:
+    """Regression (issue 34): pydantic's input_value put the key of a misspelt `api_kye` and of a
+    list-typed `api_key` on stderr. The error names the field and never its value."""
+    suite = _suite(
+        target={"openai": {"base_url": "http://127.0.0.1:9/v1", "model": "m", **fields}},
+        evaluators=["tool_calls_present"],
+    )
+    with pytest.raises(SuiteError) as info:
+        build_target(suite)
+    assert expected in str(info.value)
+    assert "sk-hunt-kye" not in str(info.value)
 
 
 def test_fingerprint_ignores_where_the_run_goes() -> None:

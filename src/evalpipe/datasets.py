@@ -288,8 +288,18 @@ def _describe(error: ValidationError) -> str:
     return "; ".join(parts)
 
 
+def _not_a_directory(file: Path) -> None:
+    """A directory named as the dataset is named as one (not as a missing file)."""
+    if file.is_dir():
+        raise DatasetError(
+            f"{file}: is a directory, not a dataset file; name a file in it "
+            f"({', '.join(DATASET_SUFFIXES)})"
+        )
+
+
 def _existing(path: str | Path) -> Path:
     file = Path(path)
+    _not_a_directory(file)
     if not file.is_file():
         where = "" if file.is_absolute() else f" (relative to {Path.cwd()})"
         raise DatasetError(f"{file}: no such dataset file; check the path{where}")
@@ -518,6 +528,7 @@ def load_rows(path: str | Path) -> list[QueryRow | PlainRow]:
 
 def _read(path: str | Path, *, plain: bool) -> list[QueryRow | PlainRow]:
     file = Path(path)
+    _not_a_directory(file)
     suffix = file.suffix.lower()
     if suffix == ".jsonl":
         return _read_jsonl(file, plain=plain)

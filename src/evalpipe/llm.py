@@ -39,6 +39,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_aft
 from evalpipe._internal.adaptive import AdaptiveLimit
 from evalpipe._internal.retry import parse_retry_after
 from evalpipe.cache import CacheMissError, ResponseCache
+from evalpipe.secrets import is_secret_url
 from evalpipe.spend import metering
 
 __all__ = [
@@ -93,7 +94,8 @@ class ChatEndpoint(BaseModel):
     ``/openai/deployments/<deployment>/chat/completions?api-version=...``.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # An invalid value is never echoed in a validation error: it may be a key.
+    model_config = ConfigDict(extra="forbid", frozen=True, hide_input_in_errors=True)
 
     base_url: str
     """The endpoint's base URL (see the class docstring)."""
@@ -139,6 +141,19 @@ class ChatEndpoint(BaseModel):
     """Extra HTTP headers sent with every request (each value a secret: only the request sees
     it)."""
 
+    @field_validator("base_url", mode="before")
+    @classmethod
+    def _no_credentials(cls, value: Any) -> Any:
+        # A suite's URL with credentials arrives as a SecretStr (evalpipe.secrets.protect).
+        text = value.get_secret_value() if isinstance(value, SecretStr) else value
+        if isinstance(text, str) and is_secret_url(text):
+            raise ValueError(
+                "base_url carries credentials (a user:password@ part or a key in its query "
+                "string); give the URL without them and the key as api_key_env (or api_key, or "
+                "a header)"
+            )
+        return text
+
     @field_validator("base_url")
     @classmethod
     def _check_url(cls, value: str) -> str:
@@ -160,7 +175,18 @@ class ChatEndpoint(BaseModel):
             )
         if self.api_key is not None and self.api_key_env is not None:
             raise ValueError("give api_key or api_key_env, not both")
+        _check_auth_header(self, credential=False)
         return self
+
+    @property
+    def auth_header(self) -> str | None:
+        """The header the endpoint's own credential is sent in (None: it has none):
+        ``Authorization`` for a key (``Bearer``) or an Entra token, ``api-key`` for an Azure key."""
+        if self.entra:
+            return "Authorization"
+        if self.api_key is None and self.api_key_env is None:
+            return None
+        return "api-key" if self.api_type == "azure" else "Authorization"
 
     @property
     def chat_url(self) -> str:
@@ -193,6 +219,32 @@ class ChatEndpoint(BaseModel):
                 )
             return value
         return None
+
+
+def _check_auth_header(endpoint: ChatEndpoint, *, credential: bool) -> None:
+    """A credential header given in ``headers`` and by the endpoint's key (or token) is refused:
+    neither silently replaces the other (``credential``: a credential object is given too).
+
+    Raises:
+        ValueError: naming the header and both sources, never a value.
+    """
+    own = "Authorization" if credential else endpoint.auth_header
+    if own is None:
+        return
+    clash = next((h for h in endpoint.headers if h.lower() == own.lower()), None)
+    if clash is None:
+        return
+    if credential:
+        source = "a credential (its Entra ID token)"
+    elif endpoint.entra:
+        source = "entra (its Entra ID token)"
+    else:
+        source = "api_key" if endpoint.api_key is not None else "api_key_env"
+    raise ValueError(
+        f"headers.{clash} and {source} would both set the {own} header; give the credential "
+        f"once: {source} (sent as {'api-key: <key>' if own == 'api-key' else 'Authorization: Bearer ...'})"
+        f" or headers.{clash} (sent exactly as written), not both"
+    )
 
 
 @dataclass
@@ -539,7 +591,8 @@ class ChatClient:
         transport: an httpx transport (advanced: proxies, custom TLS).
 
     Raises:
-        ValueError: when ``api_key_env`` names a variable that is not set.
+        ValueError: when ``api_key_env`` names a variable that is not set, or a credential is
+            given with an ``Authorization`` header in the endpoint's ``headers``.
     """
 
     def __init__(
@@ -554,6 +607,8 @@ class ChatClient:
         self.cache = cache
         self._api_key = endpoint.resolve_api_key()
         self._tokens = token_source_for(endpoint, credential)
+        if credential is not None:
+            _check_auth_header(endpoint, credential=True)
         self._transport = transport
         self._http: httpx.AsyncClient | None = None
 

@@ -16,8 +16,12 @@ emitted.
 
 from __future__ import annotations
 
+import collections
+import itertools
+import math
 import os
 import re
+import string
 from collections.abc import Iterable, Iterator
 from typing import Any
 from urllib.parse import quote, urlsplit
@@ -29,10 +33,12 @@ __all__ = [
     "Scrubber",
     "is_secret_key",
     "is_secret_url",
+    "looks_secret",
     "mask",
     "protect",
     "reveal",
     "secret_paths",
+    "secret_shaped_paths",
     "secret_values",
     "secrets_of",
 ]
@@ -70,6 +76,72 @@ def is_secret_url(value: str) -> bool:
     except ValueError:
         return False
     return bool(parts.username or parts.password) or bool(_SIGNED_QUERY.search(value))
+
+
+_TOKEN_PREFIX = re.compile(
+    r"^(sk-|sk_live_|sk_test_|rk_live_|ghp_|gho_|ghs_|ghu_|github_pat_|glpat-|xox[abprs]-|hf_|"
+    r"AKIA|ASIA|AIza|eyJ)[A-Za-z0-9_\-.+/=]{16,}$"
+)
+"""Credentials that announce themselves: OpenAI/Anthropic (``sk-``), Stripe, GitHub, GitLab,
+Slack, Hugging Face, AWS access key ids, Google API keys, JWTs (``eyJ``)."""
+_AUTH_SCHEME = re.compile(r"^(bearer|basic|token)\s+\S{8,}$", re.IGNORECASE)
+"""An Authorization header's value: ``Bearer <token>``."""
+_SEGMENT = re.compile(r"[A-Za-z0-9+/=]+")
+_TOKEN = re.compile(r"^[A-Za-z0-9+/=_-]{20,}$")
+"""The runs of a value between its separators (``- _ . : ~``): a model name's are short
+(``Meta-Llama-3.1-8B-Instruct``), a random token's long."""
+
+
+def _entropy(text: str) -> float:
+    """Shannon entropy in bits per character."""
+    n = len(text)
+    return -sum(c / n * math.log2(c / n) for c in collections.Counter(text).values())
+
+
+def looks_secret(value: str) -> bool:
+    """Whether a value has the shape of a credential, whatever it is called: a known token prefix
+    (``sk-...``, ``ghp_...``, ``AKIA...``, a JWT), an auth scheme with its token (``Bearer ...``),
+    a URL carrying credentials, or a long random run of characters: 20 or more letters and digits
+    mixing upper case, lower case and digits that change class often, at high entropy, or 32 or
+    more hex digits. Text with
+    spaces, paths and plain URLs are not secrets; names (model ids, import paths, UUIDs with
+    their dashes) are cut short by their separators."""
+    text = value.strip()
+    if not text:
+        return False
+    if _AUTH_SCHEME.match(text) or is_secret_url(text):
+        return True
+    if any(ch.isspace() for ch in text) or "://" in text or text.startswith(("/", "./", "~")):
+        return False
+    if _TOKEN_PREFIX.match(text):
+        return True
+    runs = _SEGMENT.findall(text)
+    if any(_hexadecimal(run) or _random(run) for run in runs):
+        return True
+    # base64url: '-' and '_' may be part of the token (a UUID's dashes are not: no hex rule here)
+    return bool(_TOKEN.match(text)) and _random("".join(runs))
+
+
+def _hexadecimal(run: str) -> bool:
+    """32 or more hex digits, letters and digits both (an Azure key, a hex token)."""
+    return (
+        len(run) >= 32
+        and all(ch in string.hexdigits for ch in run)
+        and any(ch.isdigit() for ch in run)
+        and any(ch.isalpha() for ch in run)
+    )
+
+
+def _random(run: str) -> bool:
+    """A run of 20+ letters and digits that reads as random: upper case, lower case and digits
+    that change class often (a word changes class once), at high entropy."""
+    if len(run) < 20:
+        return False
+    classes = [ch.isupper() * 1 + ch.islower() * 2 + ch.isdigit() * 3 for ch in run]
+    if len(set(classes) - {0}) < 3:
+        return False
+    changes = sum(a != b for a, b in itertools.pairwise(classes)) / (len(run) - 1)
+    return changes >= 0.4 and _entropy(run) >= 4.0
 
 
 def _wrap(value: Any) -> Any:
@@ -152,6 +224,14 @@ def _walk(value: Any, path: str) -> Iterator[tuple[str, Any]]:
 def secret_paths(value: Any, prefix: str = "") -> list[str]:
     """Where a protected fragment holds an inline secret (``target.openai.api_key``)."""
     return [path for path, item in _walk(value, prefix) if isinstance(item, SecretStr)]
+
+
+def secret_shaped_paths(value: Any, prefix: str = "") -> list[str]:
+    """Where a fragment holds a text shaped like a credential (:func:`looks_secret`), whatever
+    its field is called (``env.MY_LLM_CREDENTIAL``)."""
+    return [
+        path for path, item in _walk(value, prefix) if isinstance(item, str) and looks_secret(item)
+    ]
 
 
 def secret_values(value: Any, environ: dict[str, str] | None = None) -> set[str]:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import inspect
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -74,7 +75,8 @@ class SuiteError(ValueError):
 class EvalSuite(BaseModel):
     """One evaluation job: what to run, on which data, scored how, and what counts as passing."""
 
-    model_config = ConfigDict(extra="forbid")
+    # Its target and evaluators hold credentials: an invalid value is never echoed in an error.
+    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
 
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     """The suite's name (letters, digits, ``_ . -``): names the run directory and the flow run."""
@@ -268,18 +270,24 @@ class EvalSuite(BaseModel):
         return f"{spec}@{self.target_version}"
 
 
-def _coerce_scalar(text: str) -> Any:
+def _param_value(param: str, raw: str) -> Any:
+    """A ``--param`` value parsed as YAML; invalid YAML is the parameter's fault, not the suite's."""
     try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError:
-        return text
+        return yaml.safe_load(raw)
+    except yaml.YAMLError as exc:
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise SuiteError(
+            f"--param {param!r}: the value is not valid YAML ({problem}); fix it (e.g. "
+            "gates='[no_errors()]'), or quote it to pass it as text (key='\"text\"')"
+        ) from None
 
 
 def apply_params(data: dict[str, Any], params: Sequence[str]) -> dict[str, Any]:
     """Apply ``key=value`` overrides (dotted keys reach into mappings; values parse as YAML).
 
     Raises:
-        SuiteError: for an override without ``=``.
+        SuiteError: for an override without ``=``, or a value that is not valid YAML (naming the
+            ``--param``).
     """
     out: dict[str, Any] = json.loads(json.dumps(data))
     for param in params:
@@ -294,8 +302,19 @@ def apply_params(data: dict[str, Any], params: Sequence[str]) -> dict[str, Any]:
                 child = {}
                 node[part] = child
             node = child
-        node[parts[-1]] = _coerce_scalar(raw)
+        node[parts[-1]] = _param_value(param, raw)
     return out
+
+
+def _overriding(params: Sequence[str], loc: Sequence[int | str]) -> str | None:
+    """The last ``--param`` that set the field at ``loc`` (or a mapping holding it, or a field
+    inside it), or None: an invalid value it gave is its fault, not the suite file's."""
+    path = [str(p) for p in loc]
+    for param in reversed(params):
+        parts = param.partition("=")[0].strip().split(".")
+        if path[: len(parts)] == parts or parts[: len(path)] == path:
+            return param
+    return None
 
 
 def _yaml_line(root: yaml.Node | None, loc: Sequence[int | str]) -> int | None:
@@ -319,13 +338,18 @@ def _yaml_line(root: yaml.Node | None, loc: Sequence[int | str]) -> int | None:
     return line
 
 
-def _describe(exc: ValidationError, source: str, root: yaml.Node | None) -> str:
+def _describe(
+    exc: ValidationError, source: str, root: yaml.Node | None, params: Sequence[str] = ()
+) -> str:
     lines = []
     for err in exc.errors():
         loc = [p for p in err["loc"] if not (isinstance(p, str) and p in ("str", "dict[str,any]"))]
         field = ".".join(str(p) for p in loc) or "suite"
         line = _yaml_line(root, loc)
         where = f"{source}:{line}" if line is not None else source
+        param = _overriding(params, loc) if loc else None
+        if param is not None:
+            where = f"--param {param!r}"
         if err["type"] == "extra_forbidden":
             close = difflib.get_close_matches(str(loc[-1]), EvalSuite.model_fields, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
@@ -377,6 +401,12 @@ def load_suite(path: str | Path, params: Sequence[str] = ()) -> EvalSuite:
         SuiteError: for a missing file, invalid YAML, or an invalid field (named with its line).
     """
     file = Path(path)
+    if file.is_dir():
+        found = sorted(p.name for p in file.glob("*.y*ml"))[:5]
+        raise SuiteError(
+            f"{file}: is a directory, not a suite file; name the suite's YAML file"
+            + (f" (this directory holds {', '.join(found)})" if found else "")
+        )
     if not file.is_file():
         raise SuiteError(f"{file}: no such suite file; check the path (relative to {Path.cwd()})")
     try:
@@ -401,7 +431,7 @@ def load_suite(path: str | Path, params: Sequence[str] = ()) -> EvalSuite:
     try:
         suite = EvalSuite.model_validate(data)
     except ValidationError as exc:
-        raise SuiteError(_describe(exc, str(file), root)) from None
+        raise SuiteError(_describe(exc, str(file), root, params)) from None
     return suite
 
 
@@ -617,6 +647,17 @@ def _instantiate(obj: Any, where: str) -> Any:
     raise SuiteError(f"{where}: a {type(obj).__name__} is neither an agent nor a workflow")
 
 
+def _openai_fields() -> list[str]:
+    """What ``target: {openai: {...}}`` takes: OpenAIChatAgent's arguments and the endpoint's
+    fields (its ``**endpoint_options``)."""
+    arguments = [
+        name
+        for name, p in inspect.signature(OpenAIChatAgent).parameters.items()
+        if p.kind is not inspect.Parameter.VAR_KEYWORD and name not in ("endpoint", "credential")
+    ]
+    return list(dict.fromkeys([*arguments, *ChatEndpoint.model_fields]))
+
+
 def build_target(suite: EvalSuite) -> Any:
     """The target object: an agent or a workflow.
 
@@ -645,6 +686,15 @@ def build_target(suite: EvalSuite) -> Any:
         if not isinstance(config, dict):
             raise SuiteError("target.openai: a mapping of settings (base_url, model, ...)")
         config = dict(config)
+        known = _openai_fields()
+        for key in config:
+            if key not in known:
+                close = difflib.get_close_matches(str(key), known, n=1)
+                raise SuiteError(
+                    f"target.openai: unknown field {str(key)!r}"
+                    + (f", did you mean {close[0]!r}?" if close else "")
+                    + f" (known fields: {', '.join(known)})"
+                )
         tools = []
         for j, path in enumerate(config.pop("tools", []) or []):
             try:
@@ -654,6 +704,14 @@ def build_target(suite: EvalSuite) -> Any:
                 raise SuiteError(f"target.openai.tools[{j}]: {exc}") from None
         try:
             agent = OpenAIChatAgent(**config, tools=tools)
+        except ValidationError as exc:  # the endpoint's fields (their values are never shown)
+            raise SuiteError(
+                "; ".join(
+                    f"target.openai.{'.'.join(str(p) for p in e['loc'])}: "
+                    + e["msg"].removeprefix("Value error, ")
+                    for e in exc.errors()
+                )
+            ) from None
         except (TypeError, ValueError) as exc:
             raise SuiteError(f"target.openai: {exc}") from None
         apply_concurrency(suite, agent)

@@ -57,3 +57,29 @@ def test_deploy_without_a_server_exits_2_with_the_fix(capsys: pytest.CaptureFixt
     with temporary_settings(updates={PREFECT_API_URL: None}):
         assert main(["deploy"]) == 2
     assert "PREFECT_API_URL is not set" in capsys.readouterr().err
+
+
+def test_a_secret_shaped_env_value_is_refused_whatever_its_name(tmp_path: Path) -> None:
+    """Regression (issue 34): an env var `MY_LLM_CREDENTIAL: sk-...` (a name that does not look
+    like a credential) was stored in clear in the Prefect database. Its value's shape is found:
+    the deployment is refused, naming the path and never the value."""
+    key = "sk-proj-Zq8mW3kT1vB6nR0pL4sX9yD2fH7jK5aQ"
+    bad = tmp_path / "prefect.yaml"
+    bad.write_text(
+        "deployments:\n"
+        "  - name: leaky\n"
+        "    entrypoint: flows/eval_suite.py:eval_flow\n"
+        "    parameters: {suite: examples/travel/suite.yaml, params: {description: "
+        f"{key}}}}}\n"
+        "    work_pool:\n"
+        "      name: evalpipe-process\n"
+        f"      job_variables: {{env: {{MY_LLM_CREDENTIAL: {key}, LOG_LEVEL: DEBUG}}}}\n",
+        encoding="utf-8",
+    )
+    with pytest.raises(DeployError) as info:
+        check_deployments(bad, root=ROOT)
+    message = str(info.value)
+    assert "work_pool.job_variables.env.MY_LLM_CREDENTIAL" in message
+    assert "parameters.params.description" in message
+    assert "LOG_LEVEL" not in message
+    assert key not in message

@@ -3,8 +3,10 @@ run per directory, exit codes that mean one thing, and no orphaned server."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -19,10 +21,12 @@ import yaml
 
 from evalpipe.artifacts import read_manifest, read_summary
 from evalpipe.journal import Journal
-from evalpipe.pipeline import arun_suite
+from evalpipe.pipeline import arun_suite, prepare_run
 from evalpipe.runner.prepare import prepare_suite
+from evalpipe.runner.state import RunLockedError
 from evalpipe.suite import load_suite
 from live_prefect import alive as _alive
+from live_prefect import prefect_server
 
 pytestmark = pytest.mark.usefixtures("prefect_api")
 
@@ -54,6 +58,8 @@ class Agent:
             raise asyncio.CancelledError("the agent's own cancellation")
         if "exit" in query:
             raise SystemExit(3)
+        if "interrupt" in query:
+            raise KeyboardInterrupt("the agent's own interrupt")
         return AgentResponse(messages=[Message("assistant", [f"answer: {query}"])])
 
 
@@ -66,6 +72,8 @@ class SyncHang:
             fh.write(query + "\\n")
         if "hang" in query:
             time.sleep(3600)
+        if "interrupt" in query:
+            raise KeyboardInterrupt("the agent's own interrupt")
         return AgentResponse(messages=[Message("assistant", [f"answer: {query}"])])
 
 
@@ -217,13 +225,62 @@ def test_any_exception_from_one_call_is_one_errored_item(project: Path, prefect_
     assert errors == {"CancelledError", "SystemExit"}
 
 
+@pytest.mark.parametrize("target", ["ops_agents:agent", "ops_agents:sync_agent"])
+def test_an_agents_keyboard_interrupt_is_one_errored_item_and_a_resume_goes_past_it(
+    project: Path, prefect_api: str, target: str
+) -> None:
+    """Regression (issue 34): a KeyboardInterrupt raised by the agent (async, or sync in its
+    thread) stopped the run, and every resume stopped on the same row. It is one errored item:
+    a resumed run makes that call again and completes."""
+    path = _suite(project, ["a", "please interrupt", "b"], target=target)
+    plan = prepare_suite(load_suite(path))
+    assert plan.run_dir is not None
+    from evalpipe import Message
+    from evalpipe.transcripts import TargetRun
+
+    with Journal(plan.run_dir / "journal", plan.identity) as journal:  # "a" finished before
+        answer = Message("assistant", ["answer: a"])
+        run = TargetRun(query_index=0, repetition=0, query="a", messages=[answer])
+        journal.record(plan.calls[0].key, run.model_dump_json())
+    (plan.run_dir / "run.json").write_text(json.dumps({"identity": plan.identity}), "utf-8")
+    cmd, env = _cli(project, prefect_api)
+    done = subprocess.run(cmd, cwd=project, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "target calls: 2 made, 1 reused (not called again); 1 errored" in done.stdout
+    assert _calls(project) == ["please interrupt", "b"]
+    import pyarrow.parquet as pq
+
+    [errored] = [
+        r for r in pq.read_table(plan.run_dir / "runs.parquet").to_pylist() if r["error_message"]
+    ]
+    assert errored["error_message"] == "KeyboardInterrupt: the agent's own interrupt"
+
+
+def test_the_operators_ctrl_c_still_stops_the_run(project: Path, prefect_api: str) -> None:
+    """The operator's Ctrl-C (SIGINT) is not an agent's KeyboardInterrupt: the run stops at once
+    with exit 3, its finished calls journaled, instead of going on with the call errored."""
+    _suite(project, [f"q{i}" for i in range(40)], concurrency=2)
+    cmd, env = _cli(project, prefect_api, EVALPIPE_TEST_DELAY="1")
+    proc = subprocess.Popen(
+        cmd, cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    _wait_for(lambda: len(_calls(project)) >= 4, 90, "the run to start calling")
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 3, err.decode()[-2000:]
+    assert "interrupted" in err.decode()
+    assert len(_calls(project)) < 40
+
+
 # -- one run per directory ------------------------------------------------------------------
 
 
 def test_a_second_run_of_a_live_run_is_refused_or_waits(project: Path, prefect_api: str) -> None:
     """Regression: two runs of one suite joined the same live directory and both made the missing
-    calls. A second run is refused naming the live run, waits with --wait and then reuses every
-    finished call, or starts afresh with --new-run."""
+    calls. A second run is refused naming the live run, waits with --wait, or starts afresh with
+    --new-run. Regression (issue 34): the run that waited then rewrote the run that finished
+    meanwhile (manifest calls.made 8 -> 0, its flow run replaced); that run is now its result,
+    read and not rewritten."""
     _suite(project, [f"q{i}" for i in range(8)], concurrency=2)
     # slow enough that the live run is still running when the second and third runs start
     cmd, env = _cli(project, prefect_api, EVALPIPE_TEST_DELAY="6")
@@ -241,7 +298,7 @@ def test_a_second_run_of_a_live_run_is_refused_or_waits(project: Path, prefect_a
     waited = subprocess.run(
         [*cmd, "--wait", "120"], cwd=project, env=env, capture_output=True, text=True, timeout=180
     )
-    first.communicate(timeout=60)
+    out, _ = first.communicate(timeout=60)
     assert first.returncode == 0
     assert waited.returncode == 0, waited.stderr[-2000:]
     assert len(_calls(project)) == 8, (
@@ -249,7 +306,12 @@ def test_a_second_run_of_a_live_run_is_refused_or_waits(project: Path, prefect_a
         waited.stderr[-3000:],
         sorted(p.name for p in (project / "runs" / "ops").iterdir()),
     )  # nothing was called twice
-    assert "target calls: 0 made, 8 reused" in waited.stdout or "resumed" in waited.stdout
+    (run_dir,) = (project / "runs" / "ops").iterdir()
+    manifest = read_manifest(run_dir)
+    assert (manifest["calls"]["made"], manifest["calls"]["reused"]) == (8, 0)
+    assert f"flow-run/{manifest['flow_run_id']}" in out.decode()  # the first run's, kept
+    assert "the run this one waited for finished" in waited.stderr
+    assert "target calls: 8 made; 0 errored" in waited.stdout  # the finished run's summary
     fresh = subprocess.run(
         [*cmd, "--new-run"],
         cwd=project,
@@ -261,6 +323,66 @@ def test_a_second_run_of_a_live_run_is_refused_or_waits(project: Path, prefect_a
     assert fresh.returncode == 0, fresh.stderr[-2000:]
     assert len(_calls(project)) == 16
     assert len(list((project / "runs" / "ops").iterdir())) == 2
+
+
+async def test_two_runs_started_together_never_both_run(
+    project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression (issue 34): two runs of one suite started less than a second apart both ran, in
+    two directories (every call paid twice): the second chose its directory after the first had
+    taken one but before the first had marked it. A run now chooses and takes its directory,
+    marker written, under the suite's placing lock: the second finds the first's, held, and is
+    refused."""
+    monkeypatch.setenv("EVALPIPE_TEST_DELAY", "0.5")
+    suite = load_suite(_suite(project, [f"q{i}" for i in range(8)], concurrency=2))
+    first = asyncio.create_task(arun_suite(suite))
+    deadline = time.monotonic() + 60
+    while not (project / "runs" / "ops").is_dir() or not any((project / "runs" / "ops").iterdir()):
+        assert time.monotonic() < deadline, "the first run did not take a directory"
+        await asyncio.sleep(0.002)
+    second = prepare_run(suite)  # the moment the first has taken its directory
+    with pytest.raises(RunLockedError, match="a live run holds this run"):
+        await arun_suite(suite, plan=second)
+    outcome = await first
+    assert outcome.state == "Completed", outcome.message
+    assert len(_calls(project)) == 8
+    assert [p.name for p in (project / "runs" / "ops").iterdir()] == [outcome.run_dir.name]
+
+
+def test_kill_9_between_the_manifest_and_the_report_is_finished_not_paid_again(
+    project: Path, prefect_api: str
+) -> None:
+    """Regression (issue 34): a run killed (kill -9) after writing manifest.json but before its
+    report.html made the rerun start a new run and pay for every call again. The rerun finishes
+    that run (its report, artifacts and verdict) from its files: no call, no new directory, no
+    file it wrote rewritten."""
+    _suite(project, [f"q{i}" for i in range(12)], concurrency=4)
+    cmd, env = _cli(project, prefect_api)
+    proc = subprocess.Popen(
+        cmd, cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    deadline = time.monotonic() + 120
+    while not list((project / "runs").glob("ops/*/manifest.json")):
+        assert proc.poll() is None, "the run ended before the kill"
+        assert time.monotonic() < deadline, "no manifest was written"
+        time.sleep(0.002)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.communicate(timeout=30)
+    (run_dir,) = (project / "runs" / "ops").iterdir()
+    assert not (run_dir / "report.html").exists(), "the kill must land before the report"
+    written = {
+        p.name: p.read_bytes() for p in run_dir.iterdir() if p.suffix in (".json", ".parquet")
+    }
+    assert len(_calls(project)) == 12
+    done = subprocess.run(cmd, cwd=project, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert len(_calls(project)) == 12  # nothing was called again
+    assert [p.name for p in (project / "runs" / "ops").iterdir()] == [run_dir.name]
+    assert (run_dir / "report.html").is_file()
+    assert "this run finishes them (nothing is called again)" in done.stderr
+    assert "target calls: 12 made; 0 errored" in done.stdout
+    kept = {n: (run_dir / n).read_bytes() for n in written if n != "run.json"}
+    assert kept == {n: b for n, b in written.items() if n != "run.json"}
 
 
 def test_a_stale_lock_is_taken_over_with_a_message(project: Path, prefect_api: str) -> None:
@@ -386,6 +508,45 @@ def test_a_full_disk_stops_the_calls_and_says_where(
     assert not list(run_dir.glob(".*.tmp"))
 
 
+def test_a_full_disk_while_writing_the_tables_names_the_file(
+    project: Path, prefect_api: str, full_disk: Path
+) -> None:
+    """Regression (issue 34): a disk that filled while the Parquet tables were written ended the
+    run with exit 3 naming no file. The message now names the file that could not be written;
+    once space is freed, the run finishes from its journal without calling again."""
+    queries = [f"q{i} {os.urandom(1000).hex()}" for i in range(4)]  # random: no compression
+    path = _suite(project, queries, output_dir=str(full_disk))
+    plan = prepare_suite(load_suite(path))
+    assert plan.run_dir is not None
+    from evalpipe import Message
+    from evalpipe.transcripts import TargetRun
+
+    with Journal(plan.run_dir / "journal", plan.identity) as journal:  # every call finished
+        for call in plan.calls:
+            query = queries[call.row_index]
+            answer = Message("assistant", [f"answer: {query}"])
+            run = TargetRun(
+                query_index=call.row_index, repetition=0, query=query, messages=[answer]
+            )
+            journal.record(call.key, run.model_dump_json())
+    (plan.run_dir / "run.json").write_text(json.dumps({"identity": plan.identity}), "utf-8")
+    free = os.statvfs(full_disk)
+    filler = full_disk / "filler"
+    filler.write_bytes(b"\0" * (free.f_bavail * free.f_frsize - 12 * 1024))
+    cmd, env = _cli(project, prefect_api)
+    done = subprocess.run(cmd, cwd=project, env=env, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 3, (done.stdout[-1000:], done.stderr[-2000:])
+    named = rf"cannot write {re.escape(str(plan.run_dir))}/(runs|items|scores|summary)\.parquet"
+    assert re.search(named + ": No space left on device", done.stderr), done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
+    assert not (plan.run_dir / "manifest.json").exists()
+    filler.unlink()
+    again = subprocess.run(cmd, cwd=project, env=env, capture_output=True, text=True, timeout=180)
+    assert again.returncode == 0, (again.stdout[-2000:], again.stderr[-2000:])
+    assert "target calls: 4 reused (not called again)" in again.stdout
+    assert _calls(project) == []
+
+
 def test_an_atomic_write_that_fails_leaves_no_temporary_file(tmp_path: Path) -> None:
     """Regression: a report write that failed on a full disk left `.report.html.tmp` behind."""
     from evalpipe._internal.files import atomic_path
@@ -459,6 +620,43 @@ def test_a_dead_prefect_api_is_exit_3_and_leaves_no_run_directory(project: Path)
     assert "does not answer" in done.stderr
     assert "Traceback" not in done.stderr
     assert not (project / "runs").exists() or not any((project / "runs").rglob("*"))
+
+
+def test_the_prefect_server_killed_mid_run_is_exit_3_naming_the_journal(
+    project: Path, prefect_api: str, tmp_path: Path
+) -> None:
+    """Regression (issue 34): with its Prefect server killed mid-run, a run retried for ~145 s,
+    printed 5 tracebacks and exited 1 (the gate-failed code). It stops within a bound: exit 3,
+    one message naming the API and the journal of its finished calls, no traceback; the rerun
+    (on a server that answers) makes only the calls still missing."""
+    _suite(project, [f"q{i}" for i in range(40)], concurrency=2)
+    (tmp_path / "prefect-home").mkdir()
+    with prefect_server(tmp_path / "prefect-home", tmp_path) as server:
+        cmd, env = _cli(project, server.api, EVALPIPE_TEST_DELAY="2")
+        proc = subprocess.Popen(
+            cmd, cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
+        _wait_for(lambda: len(_calls(project)) >= 6, 120, "the run to start calling")
+        os.killpg(server.pid, signal.SIGKILL)
+        killed = time.monotonic()
+        out, err = proc.communicate(timeout=180)
+    took = time.monotonic() - killed
+    said = err.decode()
+    assert proc.returncode == 3, (out.decode()[-2000:], said[-3000:])
+    assert took < 60, took
+    assert "Traceback" not in said
+    assert said.count("error:") == 1
+    (run_dir,) = (project / "runs" / "ops").iterdir()
+    journaled = sum(len(j.read_bytes().splitlines()) for j in (run_dir / "journal").glob("*.jsonl"))
+    assert f"the Prefect API at {server.api} stopped answering mid-run" in said
+    assert f"{journaled} of 40 calls are finished and journaled in {run_dir / 'journal'}" in said
+    assert not (run_dir / "manifest.json").exists()
+    made = len(_calls(project))
+    assert journaled < 40, "the run must stop before its last call"
+    cmd, env = _cli(project, prefect_api, EVALPIPE_TEST_DELAY="0")
+    done = subprocess.run(cmd, cwd=project, env=env, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert len(_calls(project)) - made == 40 - journaled  # only the missing calls
 
 
 @pytest.mark.parametrize(

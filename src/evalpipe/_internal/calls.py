@@ -5,9 +5,10 @@ and the thread a synchronous one runs in.
   (the call is cancelled and its slot freed).
 - ``is_call_failure(exc)``: whether what the call raised is the call's own failure (an errored
   item) rather than the run being stopped. Everything a call raises is its failure, ``SystemExit``
-  and a ``CancelledError`` the user code raised itself included, except the operator's Ctrl-C
-  (``KeyboardInterrupt``), ``GeneratorExit``, and the cancellation of the task running the call
-  (evalpipe's own: a run-level timeout, SIGTERM).
+  and a ``KeyboardInterrupt`` or ``CancelledError`` the user code raised itself included, except
+  ``GeneratorExit`` and the run being stopped: the cancellation of the task running the call
+  (evalpipe's own: a run-level timeout, SIGTERM, and the operator's Ctrl-C, which ``asyncio.run``
+  turns into the cancellation of the run), or a ``KeyboardInterrupt`` outside a task.
 - ``in_thread(fn, ...)``: a synchronous call in a daemon thread, so one that never returns cannot
   keep the process alive after the run ends (``asyncio.to_thread``'s pool is joined at exit).
 - ``Slots``: what bounds calls (an ``asyncio.Semaphore``).
@@ -71,11 +72,18 @@ async def bounded(awaitable: Awaitable[T], seconds: float | None) -> T:
 
 def is_call_failure(exc: BaseException) -> bool:
     """Whether ``exc``, raised out of a call, is the call's failure (see the module docstring)."""
-    if isinstance(exc, KeyboardInterrupt | GeneratorExit):
+    if isinstance(exc, GeneratorExit):
         return False
-    if isinstance(exc, asyncio.CancelledError):
-        task = asyncio.current_task()
-        return task is None or task.cancelling() == 0
+    if isinstance(exc, KeyboardInterrupt | asyncio.CancelledError):
+        # The operator's Ctrl-C cancels the run's tasks (asyncio.run's SIGINT handler): a
+        # KeyboardInterrupt out of a call whose task is not being cancelled is the call's own.
+        try:
+            task = asyncio.current_task()
+        except RuntimeError:  # no event loop: a KeyboardInterrupt here is the operator's
+            task = None
+        if task is None:
+            return isinstance(exc, asyncio.CancelledError)
+        return task.cancelling() == 0
     return True
 
 

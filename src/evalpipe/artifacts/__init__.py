@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from evalpipe.artifacts.history import (
         BASELINE_FILE,
+        DamagedRun,
         RunInfo,
         baseline_of,
         bless,
@@ -51,6 +52,7 @@ if TYPE_CHECKING:
 
 _HOMES = {
     "BASELINE_FILE": "history",
+    "DamagedRun": "history",
     "RunInfo": "history",
     "baseline_of": "history",
     "bless": "history",
@@ -107,6 +109,7 @@ __all__ = [
     "SCORES_SCHEMA",
     "SUMMARY_SCHEMA",
     "ArtifactError",
+    "DamagedRun",
     "RunInfo",
     "RunRecord",
     "RunStatus",

@@ -25,6 +25,7 @@ from evalpipe.tally import SummaryRow
 
 __all__ = [
     "BASELINE_FILE",
+    "DamagedRun",
     "RunInfo",
     "baseline_of",
     "bless",
@@ -111,6 +112,22 @@ class RunInfo:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class DamagedRun:
+    """A run directory under an output directory whose files cannot be read (a manifest.json
+    that is not a JSON object of UTF-8 text, a truncated summary.parquet): listed as damaged,
+    never shown as a run."""
+
+    suite: str
+    """The suite's directory name."""
+    run_name: str
+    """The run directory's name (``baseline.json`` for a suite's unreadable baseline file)."""
+    location: str
+    """The run directory: a path or a URI."""
+    problem: str
+    """What could not be read, naming the file (the reader's error)."""
+
+
 def _started(manifest: dict[str, Any]) -> datetime | None:
     timings = manifest.get("timings")
     text = manifest.get("started_at") or (
@@ -177,13 +194,22 @@ def bless(run_dir: str, *, filesystem: Any = None) -> str:
     return join(suite_dir, BASELINE_FILE)
 
 
-def _suite_runs(location: str, fs: Any, path: str, baseline: str | None) -> list[RunInfo]:
+def _suite_runs(
+    location: str, fs: Any, path: str, baseline: str | None, damaged: list[DamagedRun] | None
+) -> list[RunInfo]:
     runs = []
     for name in _dirs(fs, path):
         if not _is_file(fs, f"{path}/{name}/{MANIFEST_FILE}"):
             continue  # unfinished, or not a run
         where = join(location, name)
-        manifest = read_manifest(f"{path}/{name}", filesystem=fs)
+        try:
+            manifest = read_manifest(f"{path}/{name}", filesystem=fs)
+            rows = read_summary(f"{path}/{name}", filesystem=fs)
+        except ArtifactError as exc:
+            if damaged is None:
+                raise
+            damaged.append(DamagedRun(_name(location), name, where, str(exc)))
+            continue
         suite = manifest.get("suite")
         suite = suite if isinstance(suite, dict) else {}
         gate = manifest.get("gate")
@@ -198,22 +224,30 @@ def _suite_runs(location: str, fs: Any, path: str, baseline: str | None) -> list
                 calls=dict(calls) if isinstance(calls, dict) else {},
                 gate=bool(gate.get("passed")) if isinstance(gate, dict) else None,
                 baseline=name == baseline,
-                rows=read_summary(f"{path}/{name}", filesystem=fs),
+                rows=rows,
             )
         )
     return runs
 
 
 def find_runs(
-    output_dir: str, *, suite: str | None = None, filesystem: Any = None
+    output_dir: str,
+    *,
+    suite: str | None = None,
+    filesystem: Any = None,
+    damaged: list[DamagedRun] | None = None,
 ) -> list[RunInfo]:
     """The finished runs under ``output_dir``, newest first.
 
     ``output_dir`` is a suite run's output directory (``{output_dir}/{suite}/{run}/``) or one
     suite's directory (``{output_dir}/{suite}``); ``suite`` keeps that suite's runs only.
+    ``damaged``: a list that gets each run whose manifest.json or summary.parquet cannot be read
+    (and a suite's unreadable baseline.json), instead of the error being raised: one damaged run
+    does not hide the others.
 
     Raises:
-        ArtifactError: when ``output_dir`` does not exist, or a run's files cannot be read.
+        ArtifactError: when ``output_dir`` does not exist, or (without ``damaged``) a run's files
+            cannot be read.
     """
     fs, path = resolve_filesystem(output_dir, filesystem)
     if fs.get_file_info(path).type != pafs.FileType.Directory:
@@ -225,10 +259,22 @@ def find_runs(
     suite_dirs = [(output_dir, path)] + [
         (join(output_dir, name), f"{path}/{name}") for name in _dirs(fs, path)
     ]
+    found: list[DamagedRun] = []
     for location, suite_path in suite_dirs:
-        baseline = baseline_of(suite_path, filesystem=fs)
-        runs.extend(_suite_runs(location, fs, suite_path, baseline))
+        try:
+            baseline = baseline_of(suite_path, filesystem=fs)
+        except ArtifactError as exc:
+            if damaged is None:
+                raise
+            found.append(DamagedRun(_name(location), BASELINE_FILE, location, str(exc)))
+            baseline = None
+        runs.extend(
+            _suite_runs(location, fs, suite_path, baseline, None if damaged is None else found)
+        )
     if suite is not None:
         runs = [r for r in runs if r.suite == suite]
+        found = [d for d in found if d.suite == suite]
+    if damaged is not None:
+        damaged.extend(found)
     oldest = datetime.min.replace(tzinfo=UTC)
     return sorted(runs, key=lambda r: (r.started_at or oldest, r.run_name), reverse=True)

@@ -103,6 +103,10 @@ def read_manifest(run_dir: str | os.PathLike[str], *, filesystem: Any = None) ->
             f"{manifest_path}: not found; a finished run directory has a manifest.json (it is "
             "written last, so a run that crashed has none)"
         ) from None
+    except UnicodeDecodeError as exc:
+        raise ArtifactError(
+            f"{manifest_path}: not UTF-8 text ({exc.reason} at byte {exc.start})"
+        ) from None
     try:
         data = json.loads(text)
     except ValueError as exc:

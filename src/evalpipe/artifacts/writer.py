@@ -20,7 +20,7 @@ import subprocess
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self, cast
@@ -114,6 +114,20 @@ def _renames_atomically(fs: Any) -> bool:
     if isinstance(fs, pafs.SubTreeFileSystem):
         return _renames_atomically(fs.base_fs)
     return isinstance(fs, pafs.LocalFileSystem)
+
+
+@contextlib.contextmanager
+def _naming(path: str) -> Iterator[None]:
+    """An OSError raised while writing ``path`` names it: pyarrow's name no file ("Error writing
+    bytes to file. Detail: [errno 28] No space left on device"), and a full disk must say which
+    file it stopped."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.filename is not None:
+            raise
+        reason = os.strerror(exc.errno) if exc.errno else str(exc)
+        raise OSError(exc.errno, reason, path) from exc
 
 
 def _repeat(value: Any, n: int, type_: Any) -> Any:
@@ -215,7 +229,8 @@ class _Sink:
         ]
         batch = pa.RecordBatch.from_arrays(arrays, schema=self.schema)
         del arrays
-        self._open().write_batch(batch)
+        with _naming(self.final_path):
+            self._open().write_batch(batch)
         del batch
         self.written += n
         self.pending_rows = 0
@@ -233,12 +248,14 @@ class _Sink:
     def close(self) -> None:
         """Flush, finish the file (an empty table when no row came) and leave it at the temp path."""
         self.flush()
-        self._open().close()
-        self._stream.close()
+        with _naming(self.final_path):
+            self._open().close()
+            self._stream.close()
 
     def commit(self) -> None:
         if self.atomic:
-            self.fs.move(self.path, self.final_path)
+            with _naming(self.final_path):
+                self.fs.move(self.path, self.final_path)
 
     def abort(self) -> None:
         """Drop the file, leaving nothing under the final name (atomic mode) or the partial file."""
@@ -644,10 +661,11 @@ class RunWriter:
         final = f"{self.path}/{MANIFEST_FILE}"
         target = f"{self.path}/.{MANIFEST_FILE}.{uuid.uuid4().hex}.tmp" if self._atomic else final
         try:
-            with self.fs.open_output_stream(target) as out:
+            with _naming(final), self.fs.open_output_stream(target) as out:
                 out.write(text.encode())
             if self._atomic:
-                self.fs.move(target, final)
+                with _naming(final):
+                    self.fs.move(target, final)
         except BaseException:
             if self._atomic:  # a failed write leaves no temporary file behind
                 with contextlib.suppress(OSError):

@@ -161,6 +161,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             signal.signal(signal.SIGTERM, previous)
     if argv is None:
         _exit_code[:] = [code]
+        from evalpipe.cli._common import api_gone  # lazy: loaded with the commands
+
+        if api_gone():  # nothing Prefect still holds can reach its API: end now
+            for stream in (sys.stdout, sys.stderr):
+                with contextlib.suppress(Exception):
+                    stream.flush()
+            os._exit(code)
     return code
 
 

@@ -73,6 +73,21 @@ def quiet_prefect() -> None:
     os.environ.setdefault("PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW", "ignore")
 
 
+_api_gone: list[bool] = []
+
+
+def prefect_api_gone() -> None:
+    """The Prefect API went away: the program ends as soon as the command has (``main``), without
+    the wait at exit for what Prefect's workers queued for that API (events, logs: each is
+    retried against it for seconds, over a minute for a run's last ones, and then lost anyway)."""
+    _api_gone[:] = [True]
+
+
+def api_gone() -> bool:
+    """Whether :func:`prefect_api_gone` was called."""
+    return bool(_api_gone)
+
+
 def consoles() -> tuple[Console, Console]:
     """stdout and stderr consoles: a terminal's width, else ``COLUMNS``, else 120 columns."""
     return Console(width=_width(sys.stdout)), Console(stderr=True, width=_width(sys.stderr))

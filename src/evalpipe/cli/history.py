@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.text import Text
 
 from evalpipe._internal.terminal import count_column, name_column, plain_table
-from evalpipe.artifacts import ArtifactError, RunInfo, find_runs
+from evalpipe.artifacts import ArtifactError, DamagedRun, RunInfo, find_runs
 from evalpipe.cli._common import EXIT_OK, consoles, fail
 from evalpipe.escape import plain, terminal
 
@@ -163,10 +163,19 @@ def _csv(runs: Sequence[RunInfo]) -> str:
 
 def _history(args: argparse.Namespace) -> int:
     out, err = consoles()
+    damaged: list[DamagedRun] = []
     try:
-        runs = find_runs(args.output_dir, suite=args.suite)
+        runs = find_runs(args.output_dir, suite=args.suite, damaged=damaged)
     except (ArtifactError, ValueError) as exc:
         return fail(err, str(exc))
+    for run in damaged:  # one damaged run hides no other
+        err.print(
+            f"warning: damaged run {plain(run.location)} left out: {plain(run.problem)}",
+            style="yellow",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
     if args.format == "json":
         sys.stdout.write(json.dumps([r.as_dict() for r in runs], indent=2) + "\n")
         return EXIT_OK

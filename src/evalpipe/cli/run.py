@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import shlex
 import time
@@ -28,6 +29,7 @@ from evalpipe.cli._common import (
     EXIT_OK,
     consoles,
     fail,
+    prefect_api_gone,
     quiet_prefect,
 )
 from evalpipe.cli.results import print_run
@@ -200,6 +202,10 @@ def _run_suite(args: argparse.Namespace) -> int:
             return fail(err, str(exc))
         except PrefectUnavailableError as exc:
             display.bar.stop()
+            # What Prefect's workers would still log about the API that is gone would bury the
+            # message below, the one that matters; nothing they queued can be sent.
+            logging.getLogger("prefect").setLevel(logging.CRITICAL + 1)
+            prefect_api_gone()
             return fail(err, str(exc), EXIT_INCOMPLETE)
     err.print(display.final(suite.name), markup=False, highlight=False)
     for note in outcome.notes:
@@ -312,8 +318,8 @@ def register(sub: Any) -> None:
         default=0.0,
         metavar="SECONDS",
         help="when a live run holds the run directory, wait for it (at most SECONDS; no value: "
-        "as long as it takes), then reuse its finished calls; without --wait such a run is "
-        "refused",
+        "as long as it takes): a run it finished is the result (not rewritten), an unfinished "
+        "one is resumed, reusing its finished calls; without --wait such a run is refused",
     )
     parser.add_argument(
         "--budget-tokens",

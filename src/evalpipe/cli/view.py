@@ -8,7 +8,7 @@ import sys
 from typing import Any
 from urllib.parse import urlsplit
 
-from evalpipe.artifacts import ArtifactError, find_runs
+from evalpipe.artifacts import ArtifactError, DamagedRun, find_runs
 from evalpipe.cli._common import EXIT_BAD_INPUT, EXIT_OK, consoles, fail
 from evalpipe.escape import plain
 from evalpipe.view.urls import VIEW_URL_ENV, configured_view_url
@@ -59,11 +59,20 @@ def _view(args: argparse.Namespace) -> int:
     from evalpipe.view.app import create_app, is_loopback  # lazy: the web stack
 
     _, err = consoles()
+    damaged: list[DamagedRun] = []
     try:
         configured_view_url()
-        runs = find_runs(args.output_dir)
+        runs = find_runs(args.output_dir, damaged=damaged)
     except (ArtifactError, ValueError) as exc:
         return fail(err, str(exc))
+    for run in damaged:  # listed as damaged; every other run is served
+        err.print(
+            f"warning: damaged run {plain(run.location)}: {plain(run.problem)}",
+            style="yellow",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
     if not is_loopback(args.host):
         err.print(
             f"warning: serving on {plain(args.host)}, not on loopback: anyone who reaches this "
@@ -85,7 +94,9 @@ def _view(args: argparse.Namespace) -> int:
         args.output_dir, allowed_hosts=_allowed_hosts(args.host, args.allowed_host), warm=True
     )
     print(
-        f"evalpipe view: {len(runs)} run(s) in {plain(args.output_dir)} at "
+        f"evalpipe view: {len(runs)} run(s)"
+        + (f" ({len(damaged)} damaged, listed as such)" if damaged else "")
+        + f" in {plain(args.output_dir)} at "
         f"http://{shown}:{port}/ (read-only; Ctrl-C stops)",
         flush=True,
     )

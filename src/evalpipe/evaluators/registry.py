@@ -165,7 +165,9 @@ def _provider(entry: Entry, config: Any, where: str) -> Evaluator:
         built: Evaluator = model.model_validate(config).build()
     except ValidationError as exc:
         details = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or entry.name}: {e['msg']}" for e in exc.errors()
+            f"{'.'.join(str(p) for p in e['loc']) or entry.name}: "
+            + e["msg"].removeprefix("Value error, ")
+            for e in exc.errors()
         )
         raise RegistryError(f"{where}.{entry.name}: {details}") from None
     except ValueError as exc:

@@ -21,7 +21,13 @@ import yaml
 
 from evalpipe.pipeline.flow import eval_flow
 from evalpipe.pipeline.params import resolve_suite
-from evalpipe.secrets import is_secret_key, protect, secret_paths
+from evalpipe.secrets import (
+    is_secret_key,
+    looks_secret,
+    protect,
+    secret_paths,
+    secret_shaped_paths,
+)
 from evalpipe.suite import SuiteError
 
 __all__ = ["DeployError", "check_deployments", "deploy", "ensure_work_pool", "serve"]
@@ -60,7 +66,7 @@ def _secret_env(dep: dict[str, Any]) -> list[str]:
         for name, value in env.items()
         if isinstance(value, str)
         and value
-        and ("prefect.blocks.secret" in value or is_secret_key(str(name)))
+        and ("prefect.blocks.secret" in value or is_secret_key(str(name)) or looks_secret(value))
     ]
 
 
@@ -111,12 +117,18 @@ def check_deployments(
             raise DeployError(f"{where}: {exc}") from None
         # A deployment's parameters and job variables are stored in the Prefect database and
         # shown in its UI: an inline secret there (or in the suite they name) would be too.
+        # Named like a credential, or shaped like one whatever it is called (sk-..., a bearer
+        # token, a long random string).
         inline = [
             *secret_paths(protect(params), "parameters"),
+            *secret_shaped_paths(params, "parameters"),
             *secret_paths(resolved.target, "suite target"),
+            *secret_shaped_paths(resolved.target, "suite target"),
             *secret_paths(resolved.evaluators, "suite evaluators"),
+            *secret_shaped_paths(resolved.evaluators, "suite evaluators"),
             *_secret_env(dep),
         ]
+        inline = list(dict.fromkeys(inline))
         if inline:
             raise DeployError(f"{where}: holds an inline secret ({', '.join(inline)}); {_USE}")
     return chosen

@@ -38,12 +38,12 @@ from prefect.tasks import exponential_backoff
 from prefect.utilities.annotations import quote
 from prefect.utilities.urls import url_for
 
-from evalpipe.artifacts import RunWriter, baseline_of
+from evalpipe.artifacts import MANIFEST_FILE, RunWriter, baseline_of, read_manifest, read_summary
 from evalpipe.artifacts.history import join
 from evalpipe.artifacts.storage import publish
 from evalpipe.evaluators.base import close_providers
-from evalpipe.gates import Gate, GateFold
-from evalpipe.pipeline.budget import RunSpend, concurrency_record
+from evalpipe.gates import Gate, GateFold, GateReport
+from evalpipe.pipeline.budget import RunSpend, concurrency_record, spend_markdown
 from evalpipe.pipeline.limits import provider_limits
 from evalpipe.pipeline.params import resolve_suite, suite_label
 from evalpipe.pipeline.prefect_artifacts import (
@@ -73,12 +73,19 @@ from evalpipe.runner import (
     RunPlan,
     RunState,
 )
-from evalpipe.runner.prepare import prepare_suite
-from evalpipe.runner.state import RunLock, RunLockedError, StorageError, is_remote, local_base
+from evalpipe.runner.prepare import claim, prepare_suite
+from evalpipe.runner.state import (
+    RunDirError,
+    RunLock,
+    RunLockedError,
+    StorageError,
+    is_remote,
+    local_base,
+)
 from evalpipe.secrets import Scrubber, mask
 from evalpipe.spend import BudgetReached
 from evalpipe.suite import EvalSuite, SuiteError, shared_evaluators
-from evalpipe.tally import CallTally, Counts, merge_results, without_items
+from evalpipe.tally import OVERALL, CallTally, Counts, SummaryRow, merge_results, without_items
 
 __all__ = [
     "MAX_SHARD_TASKS",
@@ -86,6 +93,7 @@ __all__ = [
     "SHARD_ROUNDS",
     "ProgressHook",
     "eval_flow",
+    "finished_outcome",
     "flow_run_hook",
     "prepared_plan",
     "progress_hook",
@@ -257,9 +265,14 @@ def _process_workers(suite: EvalSuite, concurrency: int) -> int:
 
 
 @task(name="write-artifacts", cache_policy=NO_CACHE, persist_result=False)
-async def finish_task(writer: RunWriter, manifest: dict[str, Any]) -> dict[str, Any]:
-    """Write summary.parquet and manifest.json, and move every file into place."""
-    return writer.finish(manifest)
+async def finish_task(writer: RunWriter, manifest: dict[str, Any]) -> dict[str, Any] | StorageError:
+    """Write summary.parquet and manifest.json, and move every file into place; a file that
+    cannot be written (a full disk) is returned as a StorageError naming it (the run could not
+    complete: it is not a crash)."""
+    try:
+        return writer.finish(manifest)
+    except OSError as exc:
+        return _table_error(writer, exc)
 
 
 @task(name="gate", cache_policy=NO_CACHE, persist_result=False)
@@ -401,10 +414,16 @@ def _write(writer: RunWriter, rows: ShardRows) -> None:
     try:
         writer.add_encoded(rows.encoded, rows.results)
     except OSError as exc:
-        raise StorageError(
-            f"cannot write the run's tables in {writer.path}: {exc.strerror or exc}; the run "
-            "stopped (its finished calls are journaled: free the space, then run again to resume)"
-        ) from exc
+        raise _table_error(writer, exc) from exc
+
+
+def _table_error(writer: RunWriter, exc: OSError) -> StorageError:
+    """A run's table (or manifest) that could not be written, named, and what to do."""
+    where = exc.filename or f"the run's tables in {writer.path}"
+    return StorageError(
+        f"cannot write {where}: {exc.strerror or exc}; the run stopped (its finished calls are "
+        "journaled: free the space, then run again to resume)"
+    )
 
 
 def _announce_flow_run() -> None:
@@ -477,17 +496,23 @@ async def eval_flow(
     started = time.perf_counter()
     started_at = datetime.now(UTC)
     prepared = _take_prepared(suite, run_dir, rescore)
-    lock: RunLock | bool = True
     if prepared is not None:
         plan, lock = prepared
     else:
         plan = await prepare_task(suite, run_dir, rescore)
+        try:
+            claimed = claim(plan, suite)
+        except (RunLockedError, RunDirError) as exc:
+            logger.error("%s", exc)
+            return _incomplete(str(exc))
+        plan, lock = claimed.plan, claimed.lock
+        if claimed.taken == "finished":  # by another run since this one chose it
+            lock.release()
+            assert plan.run_dir is not None
+            logger.info("%s was finished by another run meanwhile; nothing to do", plan.run_dir)
+            return finished_outcome(plan.run_dir, suite)
     assert plan.run_dir is not None
-    try:
-        state = RunState.open(plan, lock=lock)
-    except RunLockedError as exc:
-        logger.error("%s", exc)
-        return _incomplete(str(exc))
+    state = RunState.open(plan, lock=lock)
     try:
         with _scrubbed_logs(state.scrubber):
             return await _execute(plan, suite, state, rescore, logger, started, started_at)
@@ -558,6 +583,30 @@ def _budget_spent(exc: BaseException) -> bool:
     )
 
 
+def finished_outcome(run_dir: Path, suite: EvalSuite) -> Any:
+    """How a run another process finished ended, read from its files (nothing is rewritten): the
+    flow's outcome for it, a Failed state when its gate failed (unless ``warn_only``)."""
+    manifest = read_manifest(run_dir)
+    gate = manifest.get("gate")
+    passed = gate.get("passed") if isinstance(gate, dict) else None
+    calls = manifest.get("calls")
+    outcome: dict[str, Any] = {
+        "run_dir": str(run_dir.resolve()),
+        "report": str(run_dir.resolve() / "report.html")
+        if (run_dir / "report.html").exists()
+        else None,
+        "published_to": manifest.get("published_to"),
+        "calls": dict(calls) if isinstance(calls, dict) else {},
+        "gate_passed": passed if isinstance(passed, bool) else None,
+        "verdict": "passed",
+    }
+    if passed is False:
+        outcome["verdict"] = "warned" if suite.warn_only else "gate_failed"
+        if not suite.warn_only:
+            return Failed(message=f"gate failed for suite {suite.name}", data=outcome)
+    return outcome
+
+
 def _incomplete(message: str) -> State:
     """The flow run's end when the run could not complete (nothing of it is a verdict)."""
     return Failed(message=message, data={"verdict": "incomplete", "message": message})
@@ -574,6 +623,8 @@ async def _execute(
 ) -> Any:
     """The run itself, once its directory is held: shards, artifacts, gate, report."""
     assert plan.run_dir is not None
+    if (plan.run_dir / MANIFEST_FILE).exists():  # claim: interrupted after its manifest
+        return await _finish_written(plan, suite, logger, started)
     reusable = state.reusable(plan)
     logger.info(
         "suite %s: %d rows x %d repetitions = %d calls (%d reusable from the journal), "
@@ -787,14 +838,96 @@ async def _execute(
         "concurrency": concurrency_record(suite, spend.changes),
     }
     timings["total_s"] = time.perf_counter() - started
-    destination = (
-        f"{suite.output_dir.rstrip('/')}/{suite.name}/{plan.run_dir.name}"
-        if is_remote(suite.output_dir)
-        else None
-    )
+    destination = _destination(suite, plan)
     manifest["published_to"] = destination
-    await finish_task(_q(writer), manifest)
-    state.close()
+    written = await finish_task(_q(writer), manifest)
+    if isinstance(written, StorageError):  # a full disk: the calls are journaled, it resumes
+        logger.error("%s", written)
+        return _incomplete(str(written))
+    results = [
+        {
+            "provider": r.provider,
+            "run_id": r.run_id,
+            "passed": r.passed,
+            "failed": r.failed,
+            "errored": r.errored,
+            "all_passed": r.all_passed,
+        }
+        for r in merged
+    ]
+    return await _publish(
+        plan, suite, logger, rows, call_counts, report, results, manifest["spend"], started
+    )
+
+
+def _destination(suite: EvalSuite, plan: RunPlan) -> str | None:
+    """Where a finished run is published: its URI under a remote ``output_dir``, else None."""
+    assert plan.run_dir is not None
+    if not is_remote(suite.output_dir):
+        return None
+    return f"{suite.output_dir.rstrip('/')}/{suite.name}/{plan.run_dir.name}"
+
+
+async def _finish_written(plan: RunPlan, suite: EvalSuite, logger: Any, started: float) -> Any:
+    """A run whose results were written (manifest.json) by a process that ended before the rest
+    (``kill -9``): its report, comparison, publication, artifacts and gate event, from its files;
+    nothing is called and no file it wrote is rewritten."""
+    assert plan.run_dir is not None
+    manifest = read_manifest(plan.run_dir)
+    rows = read_summary(plan.run_dir)
+    gate = manifest.get("gate")
+    report = GateReport.model_validate(gate) if isinstance(gate, dict) else None
+    calls = manifest.get("calls")
+    call_counts = dict(calls) if isinstance(calls, dict) else {}
+    logger.info(
+        "run directory %s: its results were written by a run that ended before its report, "
+        "publication and artifacts (flow run %s); finishing them, nothing is called again",
+        plan.run_dir,
+        manifest.get("flow_run_id") or "unknown",
+    )
+    results = [
+        {
+            "provider": r.provider,
+            "run_id": r.eval_run_id,
+            "passed": r.passed,
+            "failed": r.failed,
+            "errored": r.errored,
+            "all_passed": r.failed == 0 and r.errored == 0,
+        }
+        for r in rows
+        if r.kind == "result" and r.agent == OVERALL
+    ]
+    spent = manifest.get("spend")
+    return await _publish(
+        plan,
+        suite,
+        logger,
+        rows,
+        call_counts,
+        report,
+        results,
+        spent if isinstance(spent, dict) else None,
+        started,
+    )
+
+
+async def _publish(
+    plan: RunPlan,
+    suite: EvalSuite,
+    logger: Any,
+    rows: list[SummaryRow],
+    call_counts: dict[str, Any],
+    report: GateReport | None,
+    results: list[dict[str, Any]],
+    spent: dict[str, Any] | None,
+    started: float,
+) -> Any:
+    """What follows a run's written results: its report, comparison, publication, Prefect
+    artifacts (``spent``: manifest.json's spend, for the spend artifact), gate event and verdict
+    (the flow run's end)."""
+    assert plan.run_dir is not None
+    key = artifact_key(suite.name)
+    destination = _destination(suite, plan)
     run_path = plan.run_dir.resolve()
     page = view_page(suite.name, plan.run_dir.name, logger)  # evalpipe view, when configured
     # The artifacts are independent API calls: they go together (a round trip each, in turn, was
@@ -803,7 +936,19 @@ async def _execute(
     artifacts = _Artifacts()
 
     def summary() -> list[Coroutine[Any, Any, Any]]:
+        spend_artifact = (
+            []
+            if spent is None
+            else [
+                acreate_markdown_artifact(
+                    key=f"{key}-spend",
+                    markdown=spend_markdown(spent),
+                    description=f"{suite.name}: what the run spent, by model",
+                )
+            ]
+        )
         return [
+            *spend_artifact,
             acreate_table_artifact(
                 key=f"{key}-summary",
                 table=summary_table(rows),
@@ -819,11 +964,6 @@ async def _execute(
                     rest=f"every item is in {destination or run_path}/scores.parquet and in the report",
                 ),
                 description="items that did not pass: why, query and response",
-            ),
-            acreate_markdown_artifact(
-                key=f"{key}-spend",
-                markdown=spend.markdown(),
-                description=f"{suite.name}: what the run spent, by model",
             ),
             acreate_link_artifact(
                 key=f"{key}-run-dir",
@@ -872,17 +1012,7 @@ async def _execute(
         "report": report_path,
         "published_to": destination,
         "calls": call_counts,
-        "results": [
-            {
-                "provider": r.provider,
-                "run_id": r.run_id,
-                "passed": r.passed,
-                "failed": r.failed,
-                "errored": r.errored,
-                "all_passed": r.all_passed,
-            }
-            for r in merged
-        ],
+        "results": results,
         "gate_passed": None if report is None else report.passed,
     }
     failures = [] if report is None else [f"{c.clause}: {c.message}" for c in report.failures]

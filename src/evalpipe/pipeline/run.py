@@ -3,25 +3,30 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import httpx
+from prefect.client.schemas.objects import State
 from prefect.exceptions import TerminationSignal
 from prefect.settings import PREFECT_API_URL
 
 from evalpipe.pipeline.flow import (
     ProgressHook,
     eval_flow,
+    finished_outcome,
     flow_run_hook,
     prepared_plan,
     progress_hook,
 )
 from evalpipe.pipeline.server import ServerError, prefect_api
 from evalpipe.runner import RunPlan, RunState
-from evalpipe.runner.prepare import prepare_suite
+from evalpipe.runner.prepare import claim, prepare_suite
 from evalpipe.runner.state import RunLock
 from evalpipe.suite import EvalSuite
 
@@ -126,12 +131,14 @@ async def arun_suite(
     wait: float | None = 0.0,
     on_flow_run: Callable[[str], None] | None = None,
 ) -> RunOutcome:
-    """Validate the suite (before any Prefect start-up or target call), hold the run directory's
-    lock, then run the flow.
+    """Validate the suite (before any Prefect start-up or target call), take the run directory
+    (``runner.prepare.claim``: chosen again under the suite's placing lock, its lock held), then
+    run the flow.
 
     The plan is prepared once (or ``plan``, from :func:`prepare_run`, is used) and handed to the
     flow: the dataset is loaded and the target factory called once per run. ``wait``: how long to
-    wait (seconds; None: as long as it takes) for a live run holding the same directory.
+    wait (seconds; None: as long as it takes) for a live run holding the same directory; when it
+    finished that run meanwhile, the outcome is that run's (nothing is called or rewritten).
 
     Raises:
         SuiteError: for anything wrong with the suite, its dataset, target, evaluators, gates or
@@ -143,9 +150,20 @@ async def arun_suite(
         plan = prepare_run(suite, run_dir=run_dir, rescore=rescore, resume=resume)
     assert plan.run_dir is not None
     await check_api()
-    lock = RunLock(plan.run_dir)
-    lock.acquire(wait=wait)
+    # The directory is chosen again and taken under the suite's placing lock: a run started
+    # since (even in the same second) is found, not run beside this one.
+    claimed = await asyncio.to_thread(claim, plan, suite, wait=wait)
+    plan, lock = claimed.plan, claimed.lock
+    assert plan.run_dir is not None
     notes = [lock.took_over] if lock.took_over else []
+    if claimed.taken == "finished":  # by the live run this one waited for: it is the result
+        lock.release()
+        return _finished(plan.run_dir, suite, notes)
+    if claimed.taken == "interrupted":
+        notes.append(
+            f"{plan.run_dir}: its results were written by a run that ended before its report "
+            "and artifacts; this run finishes them (nothing is called again)"
+        )
     reusable = RunState.peek(plan)
     seen: list[str] = []  # the flow run's UI URL, once it exists
 
@@ -156,7 +174,12 @@ async def arun_suite(
 
     try:
         async with prefect_api(notes):
-            state = await _flow(plan, suite, lock, rescore, progress, announce)
+            api = PREFECT_API_URL.value()  # the configured server's, or the one started
+            state = await _watched(
+                _flow(plan, suite, lock, rescore, progress, announce),
+                plan,
+                str(api) if api else None,
+            )
     except ServerError as exc:
         raise PrefectUnavailableError(str(exc)) from None
     finally:
@@ -178,6 +201,129 @@ async def arun_suite(
         calls=dict(info.get("calls") or {}),
         notes=notes,
         ui_url=seen[0] if seen else None,
+    )
+
+
+API_PROBE_S = 2.0
+"""How often a running suite checks that its Prefect API answers (``GET /health``)."""
+API_GONE_S = 15.0
+"""How long the Prefect API may answer nothing before the run stops as "could not complete":
+long enough for a server to restart, far shorter than Prefect's client retries (5 per request,
+2 + 4 + ... + 32 s: about a minute each, ~145 s for a run's last few requests)."""
+_ABANDON_S = 10.0
+"""How long a flow run whose API is gone is given to end once it is cancelled."""
+
+
+async def _watched(flow_run: Coroutine[Any, Any, Any], plan: RunPlan, url: str | None) -> Any:
+    """The flow run's final state, unless its Prefect API (``url``; None: no server to watch)
+    stops answering for API_GONE_S seconds: the run is then stopped (its finished calls are
+    journaled) and PrefectUnavailableError says so. Prefect's client retries each request for
+    about a minute against a server that is gone, and its engine reports the crash in a shielded
+    scope with the same retries; nothing in Prefect gives up sooner, so the run watches its API.
+
+    Raises:
+        PrefectUnavailableError: the API is gone, naming it, the run directory and the journaled
+            calls.
+    """
+    if url is None:
+        return await flow_run
+    running = asyncio.ensure_future(flow_run)
+    watch = asyncio.ensure_future(_api_gone(url))
+    try:
+        await asyncio.wait({running, watch}, return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:  # this run is cancelled (Ctrl-C): so is its flow run, then it ends
+        watch.cancel()
+        running.cancel()
+        with contextlib.suppress(BaseException):
+            await asyncio.wait({running})
+        raise
+    if running.done():
+        watch.cancel()
+        try:
+            return running.result()
+        except httpx.TransportError as exc:  # Prefect's own retries ran out first
+            raise PrefectUnavailableError(_api_lost(url, plan, str(exc))) from None
+    failure = watch.exception()  # a signal raised while the watch ran, or None: the API is gone
+    # Each cancellation ends one wait of the engine's shielded crash report (its retries against
+    # the dead API); the run's calls and journal stop with the first. What Prefect logs meanwhile
+    # (the crash it cannot report, its lost events) would bury the one message that matters.
+    with _prefect_silenced() if failure is None else contextlib.nullcontext():
+        deadline = time.monotonic() + _ABANDON_S
+        while not running.done() and time.monotonic() < deadline:
+            running.cancel()
+            await asyncio.wait({running}, timeout=0.5)
+    if failure is not None:
+        raise failure
+    raise PrefectUnavailableError(_api_lost(url, plan, f"no answer for {API_GONE_S:g} s"))
+
+
+class _NotPrefect(logging.Filter):
+    """Lets through only records of loggers outside ``prefect``."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.name.startswith("prefect")
+
+
+@contextlib.contextmanager
+def _prefect_silenced() -> Iterator[None]:
+    """Nothing of Prefect's logged (to the console or the API) while the block runs; other
+    loggers' records pass."""
+    loggers = ("", "prefect", "prefect.flow_runs", "prefect.task_runs")
+    handlers = {h for name in loggers for h in logging.getLogger(name).handlers}
+    drop = _NotPrefect()
+    for handler in handlers:
+        handler.addFilter(drop)
+    try:
+        yield
+    finally:
+        for handler in handlers:
+            handler.removeFilter(drop)
+
+
+async def _api_gone(url: str) -> None:
+    """Returns once the API at ``url`` has answered nothing for API_GONE_S seconds."""
+    answered = time.monotonic()
+    async with httpx.AsyncClient(timeout=API_PROBE_S * 2) as client:
+        while True:
+            await asyncio.sleep(API_PROBE_S)
+            try:
+                (await client.get(f"{url.rstrip('/')}/health")).raise_for_status()
+                answered = time.monotonic()
+            except httpx.HTTPError:
+                if time.monotonic() - answered >= API_GONE_S:
+                    return
+
+
+def _api_lost(url: str, plan: RunPlan, why: str) -> str:
+    assert plan.run_dir is not None
+    journaled = RunState.peek(plan)
+    return (
+        f"the Prefect API at {url} stopped answering mid-run ({why}); the run stopped: "
+        f"{journaled} of {len(plan.calls)} calls are finished and journaled in "
+        f"{plan.run_dir / 'journal'}; start the server again (or fix PREFECT_API_URL) and run "
+        "the same command to resume: only the missing calls are made"
+    )
+
+
+def _finished(run_dir: Path, suite: EvalSuite, notes: list[str]) -> RunOutcome:
+    """The outcome of a run finished by the live run this one waited for (read, not rewritten)."""
+    ended = finished_outcome(run_dir, suite)
+    failed = isinstance(ended, State)
+    info: dict[str, Any] = ended.data if failed else ended
+    notes.append(
+        f"the run this one waited for finished {run_dir}: nothing was called or rewritten; its "
+        "result is this command's"
+    )
+    return RunOutcome(
+        run_dir=run_dir.resolve(),
+        state="Failed" if failed else "Completed",
+        verdict=info["verdict"],
+        gate_passed=info["gate_passed"],
+        message=ended.message if failed else None,
+        reusable_calls=0,
+        published_to=info["published_to"],
+        calls=info["calls"],
+        notes=notes,
     )
 
 

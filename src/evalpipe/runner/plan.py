@@ -40,6 +40,7 @@ from evalpipe.transcripts import TargetKind, Transcript
 __all__ = [
     "Call",
     "ItemIds",
+    "Placement",
     "Row",
     "RunPlan",
     "Target",
@@ -51,6 +52,9 @@ __all__ = [
 ItemIds = Literal["position", "row"]
 """How items are named: ``position`` (MAF's: the call's place in the run, ``"0"``, ``"1"``, ...) or
 ``row`` (suites: ``"{row id}#{repetition}"``, stable across runs and resumes)."""
+
+Placement = Literal["given", "resume", "new"]
+"""How a suite run's directory was chosen (:attr:`RunPlan.placement`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,6 +227,11 @@ class RunPlan:
     """The suite's parsed gate clauses."""
     run_dir: Path | None = None
     """Where a suite run writes."""
+    placement: Placement = "given"
+    """How ``run_dir`` was chosen: named by the caller (``given``: never moved), or by
+    ``runner.prepare.place``, resuming the newest unfinished run of the target when there is one
+    (``resume``) or always a new directory (``new``): chosen again when the run takes it
+    (``runner.prepare.claim``), since another run may have started meanwhile."""
     rescored_from: Path | None = None
     """The run whose transcripts are re-scored."""
     secrets: frozenset[str] = frozenset()

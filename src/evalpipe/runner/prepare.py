@@ -10,10 +10,11 @@ from __future__ import annotations
 import difflib
 import json
 import os
+import time
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 from evalpipe.artifacts import read_runs
 from evalpipe.datasets import DatasetError, PlainRow, QueryRow, load_rows, row_hash
@@ -24,14 +25,20 @@ from evalpipe.items import ExpectedToolCall
 from evalpipe.llm import ChatEndpoint
 from evalpipe.messages import Message
 from evalpipe.recorded import recorded_run, split_recording
-from evalpipe.runner.plan import Row, RunPlan, Target, make_calls, resolve_target
+from evalpipe.runner.plan import Placement, Row, RunPlan, Target, make_calls, resolve_target
 from evalpipe.runner.state import (
+    MANIFEST,
     RUN_MARKER,
     RunDirError,
+    RunLock,
+    RunLockedError,
     check_run_dir,
     find_resumable,
     local_base,
+    manifest_fingerprint,
     new_run_dir,
+    placing,
+    write_marker,
 )
 from evalpipe.secrets import mask, secret_values
 from evalpipe.spend import TARGET
@@ -39,7 +46,7 @@ from evalpipe.suite import EvalSuite, SuiteError, build_evaluators, build_split,
 from evalpipe.tally import OVERALL
 from evalpipe.transcripts import TargetKind, Transcript, load_transcript
 
-__all__ = ["place", "prepare_suite", "rows_from_dataset"]
+__all__ = ["Claimed", "Taken", "claim", "place", "prepare_suite", "rows_from_dataset"]
 
 
 def rows_from_dataset(rows: Sequence[QueryRow | PlainRow], kind: TargetKind) -> tuple[Row, ...]:
@@ -209,21 +216,28 @@ def prepare_suite(
 def place(
     plan: RunPlan, suite: EvalSuite, run_dir: str | Path | None = None, *, resume: bool = True
 ) -> RunPlan:
-    """The plan with its run directory chosen (see :func:`prepare_suite`).
+    """The plan with its run directory chosen (see :func:`prepare_suite`); nothing is written.
 
     Raises:
         RunDirError: for a directory this run must not write.
     """
+    placement: Placement = "given"
     if run_dir is not None:
         path = Path(run_dir)
         check_run_dir(path, plan.identity, rescore=plan.stored is not None)
     elif (
         plan.stored is None
         and resume
-        and (found := find_resumable(suite, plan.identity)) is not None
+        and (
+            found := find_resumable(
+                suite, plan.identity, fingerprint=(plan.suite_record or {}).get("fingerprint")
+            )
+        )
+        is not None
     ):
-        path = found
+        path, placement = found, "resume"
     else:
+        placement = "resume" if plan.stored is None and resume else "new"
         base = local_base(str(suite.output_dir))
         for parent in (base, *base.parents):
             if parent.exists() and not parent.is_dir():
@@ -232,7 +246,73 @@ def place(
                     "choose another output directory (output_dir in the suite, or --output)"
                 )
         path = new_run_dir(suite)
-    return replace(plan, run_dir=path, eval_key=f"evalpipe:{path.name}")
+    return replace(plan, run_dir=path, eval_key=f"evalpipe:{path.name}", placement=placement)
+
+
+Taken = Literal["run", "finished", "interrupted"]
+"""What :func:`claim` found in the directory it took: a run to make (or resume), a run finished
+meanwhile by the live run this one waited for, or a run whose results are written but whose
+process ended before its report, publication and artifacts (they are to be finished)."""
+
+
+@dataclass
+class Claimed:
+    """A run directory taken: the plan placed in it, its lock (held), and what it holds."""
+
+    plan: RunPlan
+    lock: RunLock
+    taken: Taken
+
+
+def claim(plan: RunPlan, suite: EvalSuite, *, wait: float | None = 0.0) -> Claimed:
+    """Take the plan's run directory: its lock held, its marker written.
+
+    A directory the caller named is locked as it is. One chosen by :func:`place` is chosen again
+    while the suite's placing lock is held, locked and marked before that lock is let go: a run
+    that started since (even in the same second) is then found, resumed or waited for, never run
+    beside this one in a directory of its own. ``wait``: how long to wait (seconds; None: as
+    long as it takes) for a live run holding the directory, outside the placing lock.
+
+    Raises:
+        RunLockedError: when a live run holds the directory (after ``wait``).
+        RunDirError: when the directory cannot be created.
+    """
+    assert plan.run_dir is not None
+    started = time.time()
+    if plan.placement == "given":
+        lock = RunLock(plan.run_dir)
+        lock.acquire(wait=wait)
+    else:
+        with placing(suite):
+            plan = place(plan, suite, resume=plan.placement == "resume")
+            assert plan.run_dir is not None
+            lock = RunLock(plan.run_dir)
+            try:
+                lock.acquire(wait=0.0)
+            except RunLockedError:
+                if wait == 0.0:
+                    raise
+            else:
+                write_marker(plan, started)
+        if not lock.held:  # a live run holds it: waited for with the placing lock let go
+            lock.acquire(wait=wait)
+    assert plan.run_dir is not None
+    taken: Taken = "run"
+    if (plan.run_dir / MANIFEST).exists():
+        taken = "interrupted" if lock.took_over else "finished"
+        mine = (plan.suite_record or {}).get("fingerprint")
+        theirs = manifest_fingerprint(plan.run_dir)
+        if mine is not None and theirs != mine:
+            lock.release()
+            done = "finished" if taken == "finished" else "wrote the results of"
+            raise RunDirError(
+                f"{plan.run_dir}: the run this one waited for {done} it with another suite "
+                f"(fingerprint {theirs}, this one's {mine}: other evaluators, gates or "
+                f"repetitions); finished runs are never rewritten. Re-score its transcripts with "
+                f"this suite: --rescore {plan.run_dir}, or run again for a new run directory "
+                "(its calls are made again)"
+            )
+    return Claimed(plan, lock, taken)
 
 
 def _recorded_kind(suite: EvalSuite, rows: Sequence[QueryRow | PlainRow]) -> tuple[TargetKind, str]:

@@ -7,7 +7,10 @@ resumed run makes neither again; a state without a run directory (``evaluate_age
 nothing.
 
 Run directories live under ``{output_dir}/{suite}/``: ``new_run_dir`` makes a fresh name,
-``find_resumable`` finds the newest unfinished run of the same suite. A run always works in a local
+``find_resumable`` finds the newest unfinished run of the same suite. A run chooses its directory
+while it holds the suite's placing lock (``placing``) and takes the directory's own lock
+(``RunLock``) and writes its marker before it lets go, so two runs started together see each
+other: the second finds the first's directory, held. A run always works in a local
 directory; for a remote ``output_dir`` (``s3://...``) that is a staging copy under
 ``EVALPIPE_STAGING_DIR`` (default ``.evalpipe-staging``), published when the run finishes
 (``evalpipe.artifacts.storage.publish``).
@@ -22,6 +25,7 @@ import logging
 import os
 import socket
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -36,6 +40,7 @@ from evalpipe.suite import SuiteError
 
 __all__ = [
     "ANSWERS",
+    "MANIFEST",
     "RUN_MARKER",
     "JournalAnswers",
     "RunDirError",
@@ -45,9 +50,14 @@ __all__ = [
     "StorageError",
     "check_run_dir",
     "find_resumable",
+    "interrupted_after_manifest",
     "is_remote",
     "local_base",
+    "manifest_fingerprint",
     "new_run_dir",
+    "placing",
+    "placing_lock",
+    "write_marker",
 ]
 
 logger = logging.getLogger("evalpipe.runner")
@@ -107,24 +117,130 @@ def _marker(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def find_resumable(suite: Any, identity: str, output_dir: str | Path | None = None) -> Path | None:
+def find_resumable(
+    suite: Any,
+    identity: str,
+    output_dir: str | Path | None = None,
+    *,
+    fingerprint: str | None = None,
+) -> Path | None:
     """The newest unfinished run of this suite against the same target (its identity: the target
     and its version), whatever else changed (evaluators, gates, repetitions): its finished calls
-    are reused by target and row, not by the whole suite."""
+    are reused by target and row, not by the whole suite. With ``fingerprint``, a run of this very
+    suite whose results are written but whose process ended before it finished (its report,
+    publication, artifacts: :func:`interrupted_after_manifest`) is one too: it is finished, not
+    made again."""
     base = local_base(str(output_dir or suite.output_dir)) / suite.name
     if not base.is_dir():
         return None
     candidates: list[tuple[float, Path]] = []
     for path in base.iterdir():
-        if (path / MANIFEST).exists():
-            continue
         data = _marker(path)
-        if data is not None and data.get("identity") == identity:
-            candidates.append(((path / RUN_MARKER).stat().st_mtime, path))
+        if data is None or data.get("identity") != identity:
+            continue
+        if (path / MANIFEST).exists() and not (
+            fingerprint is not None
+            and interrupted_after_manifest(path)
+            and manifest_fingerprint(path) == fingerprint
+        ):
+            continue
+        candidates.append(((path / RUN_MARKER).stat().st_mtime, path))
     return max(candidates)[1] if candidates else None
 
 
 MANIFEST = "manifest.json"
+
+
+def interrupted_after_manifest(path: Path) -> bool:
+    """A run directory whose results are written (``manifest.json``) but whose run did not let go
+    of its lock: its process ended (``kill -9``) before its report, publication and artifacts,
+    or it is finishing them now (its lock is then held)."""
+    if not (path / MANIFEST).is_file():
+        return False
+    holder = RunLock(path).holder()
+    return holder is not None and bool(holder.get("pid")) and not holder.get("released")
+
+
+def manifest_fingerprint(path: Path) -> str | None:
+    """The fingerprint of the suite a finished run was made with (its manifest's), if readable."""
+    try:
+        data = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    value = data.get("suite_fingerprint") if isinstance(data, dict) else None
+    return value if isinstance(value, str) else None
+
+
+def placing_lock(suite: Any, output_dir: str | Path | None = None) -> Path:
+    """The file runs of a suite lock while they choose their directory:
+    ``{output_dir}/.{suite}.placing.lock`` (beside the suite's directory, not in it: a suite's
+    directory holds run directories only)."""
+    return local_base(str(output_dir or suite.output_dir)) / f".{suite.name}.placing.lock"
+
+
+@contextlib.contextmanager
+def placing(
+    suite: Any, output_dir: str | Path | None = None, *, wait: float = 60.0
+) -> Iterator[None]:
+    """Hold the suite's placing lock (:func:`placing_lock`, an advisory ``flock`` released by the
+    kernel if the process dies): one run at a time chooses a directory under
+    ``{output_dir}/{suite}/``, takes its lock
+    and writes its marker, so the next run finds it. Held for milliseconds; ``wait`` bounds the
+    wait for it.
+
+    Raises:
+        RunDirError: when the suite's directory cannot be created.
+        RunLockedError: when another run held it for ``wait`` seconds.
+    """
+    import fcntl  # optional: POSIX only
+
+    path = placing_lock(suite, output_dir)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(path, "a+b")  # noqa: SIM115 - closed below
+    except OSError as exc:
+        raise RunDirError(
+            f"cannot create the run directory under {path.parent}: {exc.strerror or exc}; "
+            "choose a writable output directory (output_dir in the suite, or --output / --run-dir)"
+        ) from None
+    try:
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise RunLockedError(
+                        f"{path}: another run has been choosing its run directory "
+                        f"for {wait:g} s; try again, or name a directory with --run-dir"
+                    ) from None
+                time.sleep(0.05)
+        yield
+    finally:
+        handle.close()  # closing the file lets go of the lock
+
+
+def write_marker(plan: RunPlan, started_at: float) -> None:
+    """The run directory's marker (``run.json``: the suite, its fingerprint, the target's identity
+    and when the run started), unless it has one: a run directory is found by it."""
+    assert plan.run_dir is not None
+    path = plan.run_dir / RUN_MARKER
+    if path.exists():
+        return
+    plan.run_dir.mkdir(parents=True, exist_ok=True)
+    path.write_text(
+        json.dumps(
+            {
+                "suite": (plan.suite_record or {}).get("suite"),
+                "fingerprint": (plan.suite_record or {}).get("fingerprint"),
+                "identity": plan.identity,
+                "started_at": started_at,
+            },
+            indent=2,
+        ),
+        encoding="utf-8",
+    )
 
 
 def check_run_dir(path: Path, identity: str, *, rescore: bool = False) -> None:
@@ -141,7 +257,9 @@ def check_run_dir(path: Path, identity: str, *, rescore: bool = False) -> None:
         )
     if not path.is_dir() or not any(path.iterdir()):
         return
-    if (path / MANIFEST).exists():
+    if (path / MANIFEST).exists() and not (
+        interrupted_after_manifest(path) and (_marker(path) or {}).get("identity") == identity
+    ):
         raise RunDirError(
             f"{path}: a finished run; finished runs are never rewritten. Re-score it with "
             f"--rescore {path} (that writes a new directory), or leave --run-dir out"
@@ -270,10 +388,12 @@ class RunLock:
             handle.write(json.dumps({**who, "released": True}))
             handle.flush()
         handle.close()
-        leftover = [p for p in self.run_dir.iterdir() if p.name != self.FILE]
+        leftover = [p for p in self.run_dir.iterdir() if p.name not in (self.FILE, RUN_MARKER)]
         if not leftover and self._created_dir:
-            # nothing happened in a directory this lock created: leave nothing behind
+            # nothing happened in a directory this lock created (its marker at most, written when
+            # the directory was taken): leave nothing behind
             with contextlib.suppress(OSError):
+                (self.run_dir / RUN_MARKER).unlink(missing_ok=True)
                 self.path.unlink()
                 self.run_dir.rmdir()
 
@@ -365,20 +485,8 @@ class RunState:
             lock.acquire()
         state.lock = lock or None
         plan.run_dir.mkdir(parents=True, exist_ok=True)
-        path = plan.run_dir / RUN_MARKER
-        if marker and not path.exists():
-            path.write_text(
-                json.dumps(
-                    {
-                        "suite": (plan.suite_record or {}).get("suite"),
-                        "fingerprint": (plan.suite_record or {}).get("fingerprint"),
-                        "identity": plan.identity,
-                        "started_at": state.started_at,
-                    },
-                    indent=2,
-                ),
-                encoding="utf-8",
-            )
+        if marker:
+            write_marker(plan, state.started_at)
         if plan.stored is None:
             state.journal = Journal(plan.run_dir / "journal", plan.identity)
         state.answers = JournalAnswers(Journal(plan.run_dir / "journal", ANSWERS), state.scrubber)

@@ -224,9 +224,11 @@ class _Pages:
         every = self.catalog.runs()
         shown = [e for e in every if (suite is None or e.suite == suite)]
         shown = [e for e in shown if tag is None or tag in e.tags]
+        damaged = [d for d in self.catalog.damaged() if suite is None or d.suite == suite]
         return self.render(
             "runs.html.j2",
             runs=shown,
+            damaged=damaged,
             suites=sorted({e.suite for e in every}),
             tags=sorted({t for e in every for t in e.tags}),
             suite=suite,

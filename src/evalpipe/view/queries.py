@@ -20,7 +20,14 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Generic, TypeVar
 
-from evalpipe.artifacts import RunInfo, find_runs, read_manifest, read_rows
+from evalpipe.artifacts import (
+    ArtifactError,
+    DamagedRun,
+    RunInfo,
+    find_runs,
+    read_manifest,
+    read_rows,
+)
 from evalpipe.report.compare import Comparison, compare_runs
 from evalpipe.report.data import (
     ITEM_ROWS_SQL,
@@ -669,7 +676,7 @@ class Catalog:
         self._samples: _Lru[tuple[str, str], SampleIndex] = _Lru(cache_size)
         self._costs: _Lru[tuple[str, str], list[ProviderCost]] = _Lru(cache_size * 4)
         self._comparisons: _Lru[tuple[str, str, str, str], Comparison] = _Lru(cache_size)
-        self._listing: tuple[float, list[RunEntry]] | None = None
+        self._listing: tuple[float, list[RunEntry], list[DamagedRun]] | None = None
         self._listing_lock = threading.Lock()
 
     def _entry(self, info: RunInfo) -> RunEntry:
@@ -698,26 +705,47 @@ class Catalog:
 
         The listing is read again at most every ``LISTING_TTL_S`` seconds: a run that finishes
         shows within that time, and a page's several look-ups read the directory once."""
-        with self._listing_lock:
-            now = time.monotonic()
-            if self._listing is None or now - self._listing[0] > LISTING_TTL_S:
-                self._listing = (now, [self._entry(info) for info in find_runs(self.root)])
-            entries = list(self._listing[1])
+        entries = list(self._list()[0])
         if suite:
             entries = [e for e in entries if e.suite == suite]
         if tag:
             entries = [e for e in entries if tag in e.tags]
         return entries
 
+    def damaged(self) -> list[DamagedRun]:
+        """The runs whose files cannot be read (listed as damaged, naming the file)."""
+        return list(self._list()[1])
+
+    def _list(self) -> tuple[list[RunEntry], list[DamagedRun]]:
+        """Every readable finished run and every damaged one (a damaged run hides no other)."""
+        with self._listing_lock:
+            now = time.monotonic()
+            if self._listing is None or now - self._listing[0] > LISTING_TTL_S:
+                damaged: list[DamagedRun] = []
+                entries = []
+                for info in find_runs(self.root, damaged=damaged):
+                    try:
+                        entries.append(self._entry(info))
+                    except ArtifactError as exc:  # rewritten since it was listed
+                        damaged.append(
+                            DamagedRun(info.suite, info.run_name, info.location, str(exc))
+                        )
+                self._listing = (now, entries, damaged)
+            return self._listing[1], self._listing[2]
+
     def run(self, suite: str, run_name: str) -> RunEntry:
         """The run of ``suite`` named ``run_name``.
 
         Raises:
             NotFound: when the served directory has no such finished run.
+            ArtifactError: when it is a damaged run (naming the file that cannot be read).
         """
         for entry in self.runs():
             if entry.suite == suite and entry.run_name == run_name:
                 return entry
+        for damaged in self.damaged():
+            if damaged.suite == suite and damaged.run_name == run_name:
+                raise ArtifactError(damaged.problem)
         raise NotFound(f"no finished run {run_name!r} of suite {suite!r}")
 
     def by_key(self, key: str) -> RunEntry:
