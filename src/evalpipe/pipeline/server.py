@@ -471,19 +471,38 @@ def _spawn(
 
 
 def _terminate(pid: int, timeout: float) -> None:
-    """SIGTERM the server ``pid`` (a pid reused since is left alone), SIGKILL after ``timeout``."""
+    """SIGTERM the server ``pid`` (a pid reused since is left alone), SIGKILL after ``timeout``;
+    returns once it has exited."""
     if not _alive(pid):
         return
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
-    while _alive(pid):
+    while not _exited(pid):
         if time.monotonic() > deadline:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
             time.sleep(0.2)
             return
         time.sleep(_POLL)
+
+
+def _exited(pid: int) -> bool:
+    """Process ``pid`` has exited: gone, or a zombie. (Its command line empties while it exits,
+    before it is a zombie, so ``_alive`` says no too early.)"""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        if Path("/proc/self").exists():
+            return True
+        try:  # not Linux: whether the pid exists at all
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False
+        return False
+    return state in ("Z", "X")
 
 
 def _forget(directory: Path, info: ServerInfo | None) -> None:
