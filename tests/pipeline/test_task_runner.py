@@ -4,7 +4,9 @@ row, within the run's one concurrency."""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import sys
 import textwrap
 import time
@@ -129,6 +131,49 @@ async def test_processes_run_equals_threads_and_reports_to_the_runs_api(
     assert _apis(project / "pids.log") == {prefect_api}
     baseline = await _threads_run(project)
     assert run_tables(outcome.run_dir) == run_tables(baseline.run_dir)
+
+
+CHILD_RUN = """
+import asyncio, json, sys
+import psutil
+from prefect.settings import PREFECT_API_URL, temporary_settings
+from evalpipe.pipeline import arun_suite
+from evalpipe.suite import load_suite
+
+with temporary_settings(updates={PREFECT_API_URL: sys.argv[2]}):
+    outcome = asyncio.run(arun_suite(load_suite(sys.argv[1])))
+servers = [
+    " ".join(p.cmdline())
+    for p in psutil.Process().children(recursive=True)
+    if "prefect.server" in " ".join(p.cmdline())
+]
+print(json.dumps({"state": outcome.state, "message": outcome.message, "servers": servers}))
+"""
+
+
+def test_a_process_pools_workers_report_through_the_runs_api_only(
+    project: Path, prefect_api: str
+) -> None:
+    """task_runner {processes: 2} in a process whose Prefect API is set in Prefect's settings
+    context only (as the kept server's is): the workers' events and logs, which Prefect forwards
+    from a thread of its own, go to the run's API; before, that thread (which does not see the
+    context) started a temporary Prefect server of its own (~220 MiB, seconds of CPU) and the
+    shards' events went there."""
+    suite = _suite(project, task_runner={"processes": 2})
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD_RUN, str(suite), prefect_api],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    answer = json.loads(done.stdout.strip().splitlines()[-1])
+    assert answer["state"] == "Completed", answer["message"]
+    assert answer["servers"] == []
+    assert _apis(project / "pids.log") == {prefect_api}
 
 
 async def test_dask_local_cluster_runs_the_shards_in_worker_processes(project: Path) -> None:
