@@ -25,10 +25,11 @@ from parquet_helpers import run_tables
 pytestmark = pytest.mark.usefixtures("prefect_api")
 
 AGENT = '''
-"""Records which process answered each query, when the call started and ended, and the Prefect
-API its process reports to."""
+"""Records which process answered each query, when the call started and ended, the Prefect API
+its process reports to and whether that process has loaded pyarrow."""
 import asyncio
 import os
+import sys
 import time
 from prefect.settings import get_current_settings
 from evalpipe import AgentResponse, Message
@@ -43,7 +44,8 @@ class PidAgent:
         await asyncio.sleep(0.03)
         with open(os.environ["EVALPIPE_TEST_PID_FILE"], "a") as fh:
             api = get_current_settings().api.url
-            fh.write(f"{os.getpid()} {started} {time.time()} {api} {query}\\n")
+            arrow = "pyarrow" in sys.modules
+            fh.write(f"{os.getpid()} {started} {time.time()} {api} {arrow} {query}\\n")
         return AgentResponse(messages=[Message("assistant", [f"answer: {query}"])])
 
 
@@ -97,6 +99,11 @@ def _apis(log: Path) -> set[str]:
     return {line.split(" ", 4)[3] for line in log.read_text(encoding="utf-8").splitlines()}
 
 
+def _with_arrow(log: Path) -> set[str]:
+    """Whether the processes that made the calls had loaded pyarrow ("True", "False")."""
+    return {line.split(" ", 5)[4] for line in log.read_text(encoding="utf-8").splitlines()}
+
+
 def _most_in_flight(calls: list[tuple[int, float, float]]) -> int:
     """The most calls that were in flight at once, across every process."""
     edges = sorted([(s, 1) for _, s, _ in calls] + [(e, -1) for _, _, e in calls])
@@ -120,8 +127,9 @@ async def test_processes_run_equals_threads_and_reports_to_the_runs_api(
     project: Path, prefect_api: str
 ) -> None:
     """task_runner {processes: 2}: Prefect's process pool runs the calls in its workers, the Parquet
-    files equal a threads run's row for row, and the workers report to the flow's API (none
-    starts a temporary server of its own)."""
+    files equal a threads run's row for row, the workers report to the flow's API (none starts
+    a temporary server of its own) and never load pyarrow (the flow's module, which Prefect
+    sends them with the flow, loads it only where the flow writes: ~50 MiB a worker)."""
     outcome = await arun_suite(load_suite(_suite(project, task_runner={"processes": 2})))
     assert outcome.state == "Completed", outcome.message
     assert outcome.gate_passed is True
@@ -129,6 +137,7 @@ async def test_processes_run_equals_threads_and_reports_to_the_runs_api(
     assert len(calls) == 24
     assert os.getpid() not in {pid for pid, _, _ in calls}
     assert _apis(project / "pids.log") == {prefect_api}
+    assert _with_arrow(project / "pids.log") == {"False"}
     baseline = await _threads_run(project)
     assert run_tables(outcome.run_dir) == run_tables(baseline.run_dir)
 

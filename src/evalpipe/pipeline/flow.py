@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Coroutine, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import (
@@ -40,9 +40,7 @@ from prefect.tasks import exponential_backoff
 from prefect.utilities.annotations import quote
 from prefect.utilities.urls import url_for
 
-from evalpipe.artifacts import RunWriter, baseline_of
-from evalpipe.artifacts.history import join
-from evalpipe.artifacts.storage import publish
+from evalpipe import artifacts  # its names load on first use (pyarrow: see _execute)
 from evalpipe.evaluators.base import close_providers
 from evalpipe.gates import Gate, GateFold
 from evalpipe.pipeline.limits import provider_limits
@@ -79,6 +77,9 @@ from evalpipe.runner.state import RunLock, RunLockedError, StorageError, is_remo
 from evalpipe.secrets import Scrubber, mask
 from evalpipe.suite import EvalSuite, SuiteError, shared_evaluators
 from evalpipe.tally import CallTally, Counts, merge_results, without_items
+
+if TYPE_CHECKING:
+    from evalpipe.artifacts import RunWriter
 
 __all__ = [
     "MAX_SHARD_TASKS",
@@ -299,7 +300,7 @@ def _process_workers(suite: EvalSuite, concurrency: int) -> int:
 
 
 @task(name="write-artifacts", cache_policy=NO_CACHE, persist_result=False)
-async def finish_task(writer: RunWriter, manifest: dict[str, Any]) -> dict[str, Any]:
+async def finish_task(writer: "RunWriter", manifest: dict[str, Any]) -> dict[str, Any]:
     """Write summary.parquet and manifest.json, and move every file into place."""
     return writer.finish(manifest)
 
@@ -380,6 +381,8 @@ def _baseline(suite: EvalSuite, run_dir: str) -> Path | str | None:
     """The run to compare with: ``last`` is the newest other finished run of the suite,
     ``baseline`` the one ``evalpipe bless`` made its baseline (in the output directory, local or
     a URI), else the run directory named."""
+    from evalpipe.artifacts.history import baseline_of, join  # lazy: pyarrow (see _execute)
+
     if suite.compare_with == "baseline":
         suite_dir = join(str(suite.output_dir), suite.name)
         name = baseline_of(suite_dir)
@@ -439,7 +442,7 @@ def _flow_run_name() -> str:
     return "-".join(p for p in parts if p)
 
 
-def _write(writer: RunWriter, rows: ShardRows) -> None:
+def _write(writer: "RunWriter", rows: ShardRows) -> None:
     try:
         writer.add_encoded(rows.encoded, rows.results)
     except OSError as exc:
@@ -633,7 +636,11 @@ async def _execute(
     write_lock = asyncio.Lock()
     reported = [0]
     last_update = [time.monotonic()]
-    writer = RunWriter(
+    # A task runner's worker imports this module too (Prefect sends it the flow with each shard)
+    # and has no use for pyarrow (~50 MiB and ~0.4 s a worker): what needs it loads here.
+    from evalpipe.artifacts.storage import publish  # lazy: pyarrow, in the flow's process only
+
+    writer = artifacts.RunWriter(
         plan.run_dir,
         started_at=started_at,
         suite=suite.name,
@@ -811,7 +818,7 @@ async def _execute(
     # The artifacts are independent API calls: they go together (a round trip each, in turn, was
     # 30-100 ms apiece), and those that need neither the report nor the publication go while the
     # report is written.
-    artifacts = _Artifacts()
+    pending = _Artifacts()
 
     def summary() -> list[Coroutine[Any, Any, Any]]:
         return [
@@ -844,19 +851,19 @@ async def _execute(
             ),
         ]
 
-    async with artifacts:
+    async with pending:
         if destination is None:  # a published run's artifacts wait for its publication
-            artifacts.start(*summary())
+            pending.start(*summary())
         report_path = await report_task(str(run_path), len(plan.calls))
         comparison = await compare_task(suite, str(plan.run_dir)) if suite.compare_with else None
         if destination is not None:
             published = await asyncio.to_thread(publish, plan.run_dir, suite.output_dir, suite.name)
             assert published == destination
             logger.info("run published to %s", destination)
-            artifacts.start(*summary())
+            pending.start(*summary())
         if report_path is not None:
             where = f"{destination}/report.html" if destination else Path(report_path).as_uri()
-            artifacts.start(
+            pending.start(
                 acreate_link_artifact(
                     key=f"{key}-report",
                     link=page or where,
@@ -866,7 +873,7 @@ async def _execute(
                 )
             )
         if comparison is not None:
-            artifacts.start(
+            pending.start(
                 acreate_markdown_artifact(
                     key=f"{key}-comparison",
                     markdown=comparison,
