@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import gc
 import os
 import shlex
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -156,6 +159,39 @@ class _Display:
         )
 
 
+YOUNG_THRESHOLD = 50_000
+"""How many new container objects start a young collection in `evalpipe run`'s process
+(CPython's default: 700)."""
+
+
+@contextlib.contextmanager
+def _collecting_less() -> Iterator[None]:
+    """The cyclic garbage collector of `evalpipe run`'s process while the flow runs: what is
+    alive when the run is prepared (the imports, the suite, the plan's rows and calls: all kept
+    to the end) is frozen out of every collection, and a young collection waits for
+    YOUNG_THRESHOLD new objects instead of 700. Both are undone when the flow ends (the command
+    may run inside another program: the tests call it).
+
+    This process makes and drops millions of small objects (every call's transcript, items and
+    rows when shards run in it, every shard's rows when they run elsewhere), almost none of them
+    in cycles, and each collection of the older generations walked the plan again. Measured with
+    30,000 instant calls x 3 checks on threads (the process's CPU, 2 runs each, loaded machine):
+    12.5-13.0 s with CPython's defaults, 10.3-10.7 s frozen, 8.2-9.0 s frozen and at 50,000,
+    8.0-8.5 s with the collector off; the same peak memory (~375 MiB). Only here, at this
+    command's entry: evalpipe's library calls leave the caller's collector alone.
+    """
+    before = gc.get_threshold()
+    frozen = gc.get_freeze_count()
+    gc.freeze()
+    gc.set_threshold(YOUNG_THRESHOLD, *before[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*before)
+        if not frozen:  # what a caller froze stays frozen (with ours: there is no telling apart)
+            gc.unfreeze()
+
+
 def _run(args: argparse.Namespace) -> int:
     return _run_suite(args)
 
@@ -187,14 +223,15 @@ def _run_suite(args: argparse.Namespace) -> int:
             return fail(err, str(exc))
         display.stage("starting the flow run")
         try:
-            outcome = run_suite(
-                suite,
-                rescore=args.rescore,
-                progress=display.hook,
-                plan=plan,
-                wait=args.wait,
-                on_flow_run=display.flow_run,
-            )
+            with _collecting_less():
+                outcome = run_suite(
+                    suite,
+                    rescore=args.rescore,
+                    progress=display.hook,
+                    plan=plan,
+                    wait=args.wait,
+                    on_flow_run=display.flow_run,
+                )
         except (RunLockedError, SuiteError) as exc:
             display.bar.stop()
             return fail(err, str(exc))
