@@ -20,7 +20,7 @@ from evalpipe.cli.run import YOUNG_THRESHOLD
 pytestmark = pytest.mark.usefixtures("prefect_api")
 
 AGENT = '''
-"""Answers, and records the collector's young threshold and frozen count of its process."""
+"""Answers, and records the collector's thresholds and frozen count of its process."""
 import gc
 import json
 import os
@@ -32,7 +32,7 @@ class GcAgent:
 
     async def run(self, messages, **kwargs):
         with open(os.environ["EVALPIPE_TEST_GC_FILE"], "a") as fh:
-            fh.write(json.dumps([gc.get_threshold()[0], gc.get_freeze_count()]) + "\\n")
+            fh.write(json.dumps([gc.get_threshold(), gc.get_freeze_count()]) + "\\n")
         return AgentResponse(messages=[Message("assistant", ["answer"])])
 
 
@@ -40,10 +40,10 @@ agent = GcAgent()
 '''
 
 
-def _seen(log: Path) -> set[tuple[int, bool]]:
-    """(young threshold, anything frozen) as the agent saw them, call by call."""
+def _seen(log: Path) -> set[tuple[tuple[int, ...], bool]]:
+    """(thresholds, anything frozen) as the agent saw them, call by call."""
     lines = log.read_text(encoding="utf-8").splitlines()
-    return {(threshold, frozen > 0) for threshold, frozen in map(json.loads, lines)}
+    return {(tuple(threshold), frozen > 0) for threshold, frozen in map(json.loads, lines)}
 
 
 @pytest.fixture
@@ -69,11 +69,12 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def test_evalpipe_run_collects_less_while_its_flow_runs_and_puts_it_back(project: Path) -> None:
     """`evalpipe run` (threads: the calls run in its process) runs its flow with what was alive
-    frozen and a young threshold of YOUNG_THRESHOLD, and restores the collector when it ends."""
+    frozen and a collection every YOUNG_THRESHOLD new objects that walks every generation, and
+    restores the collector when it ends."""
     before = (gc.get_threshold(), gc.get_freeze_count())
     assert before[0][0] != YOUNG_THRESHOLD
     assert main(["run", "suite.yaml", "--no-progress"]) == 0
-    assert _seen(project / "gc.log") == {(YOUNG_THRESHOLD, True)}
+    assert _seen(project / "gc.log") == {((YOUNG_THRESHOLD, 1, 1), True)}
     assert (gc.get_threshold(), gc.get_freeze_count()) == before
 
 
@@ -86,5 +87,5 @@ async def test_evaluate_agent_leaves_the_callers_collector_alone(project: Path) 
         agent=agent, queries=["q1", "q2"], evaluators=[keyword_check("answer")]
     )
     assert result.all_passed
-    assert _seen(project / "gc.log") == {(before[0][0], before[1] > 0)}
+    assert _seen(project / "gc.log") == {(before[0], before[1] > 0)}
     assert (gc.get_threshold(), gc.get_freeze_count()) == before

@@ -160,30 +160,35 @@ class _Display:
 
 
 YOUNG_THRESHOLD = 50_000
-"""How many new container objects start a young collection in `evalpipe run`'s process
-(CPython's default: 700)."""
+"""How many new container objects start a collection in `evalpipe run`'s process (CPython's
+default: 700)."""
 
 
 @contextlib.contextmanager
 def _collecting_less() -> Iterator[None]:
     """The cyclic garbage collector of `evalpipe run`'s process while the flow runs: what is
     alive when the run is prepared (the imports, the suite, the plan's rows and calls: all kept
-    to the end) is frozen out of every collection, and a young collection waits for
-    YOUNG_THRESHOLD new objects instead of 700. Both are undone when the flow ends (the command
-    may run inside another program: the tests call it).
+    to the end) is frozen out of every collection, a collection waits for YOUNG_THRESHOLD new
+    objects instead of 700, and each one walks every generation (after the freeze they hold only
+    what the run made since). All of it is undone when the flow ends (the command may run inside
+    another program: the tests call it).
 
     This process makes and drops millions of small objects (every call's transcript, items and
     rows when shards run in it, every shard's rows when they run elsewhere), almost none of them
     in cycles, and each collection of the older generations walked the plan again. Measured with
-    30,000 instant calls x 3 checks on threads (the process's CPU, 2 runs each, loaded machine):
-    12.5-13.0 s with CPython's defaults, 10.3-10.7 s frozen, 8.2-9.0 s frozen and at 50,000,
-    8.0-8.5 s with the collector off; the same peak memory (~375 MiB). Only here, at this
-    command's entry: evalpipe's library calls leave the caller's collector alone.
+    30,000 instant calls x 3 checks on threads (the process's CPU, loaded machine): 12.5-13.0 s
+    with CPython's defaults, 10.3-10.7 s frozen, 8.5 s as here, 8.0-8.5 s with the collector
+    off; the same peak memory (~375 MiB). The older generations are not left to wait: a task
+    runner's future holds its shard's rows in a reference cycle, and with CPython's (10, 10)
+    after the young threshold they piled up (100,000 calls on a process pool: this process's
+    peak 641-661 MiB against 490-507 MiB untuned; 524 MiB as here, CPU 12.5 s against 15.4-16.0
+    s). Only here, at this command's entry: evalpipe's library calls leave the caller's collector
+    alone.
     """
     before = gc.get_threshold()
     frozen = gc.get_freeze_count()
     gc.freeze()
-    gc.set_threshold(YOUNG_THRESHOLD, *before[1:])
+    gc.set_threshold(YOUNG_THRESHOLD, 1, 1)
     try:
         yield
     finally:
