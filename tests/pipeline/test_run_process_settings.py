@@ -1,5 +1,5 @@
-"""The cyclic collector is tuned only where `evalpipe run` runs its flow (its process entry),
-and put back afterwards; evalpipe's library calls leave the caller's collector alone."""
+"""The collector and Arrow's allocator are set only where `evalpipe run` runs its flow (its
+process entry), and put back afterwards; evalpipe's library calls leave the caller's alone."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 import yaml
 
@@ -20,10 +21,11 @@ from evalpipe.cli.run import YOUNG_THRESHOLD
 pytestmark = pytest.mark.usefixtures("prefect_api")
 
 AGENT = '''
-"""Answers, and records the collector's thresholds and frozen count of its process."""
+"""Answers, and records its process's collector thresholds, frozen count and Arrow pool."""
 import gc
 import json
 import os
+import pyarrow
 from evalpipe import AgentResponse, Message
 
 
@@ -32,7 +34,8 @@ class GcAgent:
 
     async def run(self, messages, **kwargs):
         with open(os.environ["EVALPIPE_TEST_GC_FILE"], "a") as fh:
-            fh.write(json.dumps([gc.get_threshold(), gc.get_freeze_count()]) + "\\n")
+            pool = pyarrow.default_memory_pool().backend_name
+            fh.write(json.dumps([gc.get_threshold(), gc.get_freeze_count(), pool]) + "\\n")
         return AgentResponse(messages=[Message("assistant", ["answer"])])
 
 
@@ -40,10 +43,17 @@ agent = GcAgent()
 '''
 
 
-def _seen(log: Path) -> set[tuple[tuple[int, ...], bool]]:
-    """(thresholds, anything frozen) as the agent saw them, call by call."""
+def _seen(log: Path) -> set[tuple[tuple[int, ...], bool, str]]:
+    """(thresholds, anything frozen, Arrow's pool) as the agent saw them, call by call."""
     lines = log.read_text(encoding="utf-8").splitlines()
-    return {(tuple(threshold), frozen > 0) for threshold, frozen in map(json.loads, lines)}
+    return {
+        (tuple(threshold), frozen > 0, pool) for threshold, frozen, pool in map(json.loads, lines)
+    }
+
+
+def _now() -> tuple[tuple[int, int, int], int, str]:
+    """This process's thresholds, frozen count and Arrow pool."""
+    return gc.get_threshold(), gc.get_freeze_count(), pa.default_memory_pool().backend_name
 
 
 @pytest.fixture
@@ -67,25 +77,29 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
-def test_evalpipe_run_collects_less_while_its_flow_runs_and_puts_it_back(project: Path) -> None:
+def test_evalpipe_run_sets_its_process_while_its_flow_runs_and_puts_it_back(
+    project: Path,
+) -> None:
     """`evalpipe run` (threads: the calls run in its process) runs its flow with what was alive
-    frozen and a collection every YOUNG_THRESHOLD new objects that walks every generation, and
-    restores the collector when it ends."""
-    before = (gc.get_threshold(), gc.get_freeze_count())
+    frozen, a collection every YOUNG_THRESHOLD new objects that walks every generation and
+    Arrow on the system allocator, and restores all three when it ends."""
+    before = _now()
     assert before[0][0] != YOUNG_THRESHOLD
+    assert before[2] != "system"
     assert main(["run", "suite.yaml", "--no-progress"]) == 0
-    assert _seen(project / "gc.log") == {((YOUNG_THRESHOLD, 1, 1), True)}
-    assert (gc.get_threshold(), gc.get_freeze_count()) == before
+    assert _seen(project / "gc.log") == {((YOUNG_THRESHOLD, 1, 1), True, "system")}
+    assert _now() == before
 
 
-async def test_evaluate_agent_leaves_the_callers_collector_alone(project: Path) -> None:
-    """A library call (MAF's evaluate_agent) runs with the caller's collector as it was."""
+async def test_evaluate_agent_leaves_the_callers_process_settings_alone(project: Path) -> None:
+    """A library call (MAF's evaluate_agent) runs with the caller's collector and Arrow pool as
+    they were."""
     from gc_agent import agent
 
-    before = (gc.get_threshold(), gc.get_freeze_count())
+    before = _now()
     (result,) = await evaluate_agent(
         agent=agent, queries=["q1", "q2"], evaluators=[keyword_check("answer")]
     )
     assert result.all_passed
-    assert _seen(project / "gc.log") == {(before[0], before[1] > 0)}
-    assert (gc.get_threshold(), gc.get_freeze_count()) == before
+    assert _seen(project / "gc.log") == {(before[0], before[1] > 0, before[2])}
+    assert _now() == before
