@@ -126,19 +126,22 @@ async def _threads_run(project: Path, **extra: object) -> RunOutcome:
 async def test_processes_run_equals_threads_and_reports_to_the_runs_api(
     project: Path, prefect_api: str
 ) -> None:
-    """task_runner {processes: 2}: Prefect's process pool runs the calls in its workers, the Parquet
-    files equal a threads run's row for row, the workers report to the flow's API (none starts
-    a temporary server of its own) and never load pyarrow (the flow's module, which Prefect
-    sends them with the flow, loads it only where the flow writes: ~50 MiB a worker)."""
-    outcome = await arun_suite(load_suite(_suite(project, task_runner={"processes": 2})))
+    """task_runner {processes: 2}: Prefect's process pool runs the calls in its workers (one shard
+    waiting per worker besides the one it runs, never more calls in flight than the concurrency),
+    the Parquet files equal a threads run's row for row, the workers report to the flow's API
+    (none starts a temporary server of its own) and never load pyarrow (the flow's module, which
+    Prefect sends them with the flow, loads it only where the flow writes: ~50 MiB a worker)."""
+    suite = _suite(project, task_runner={"processes": 2}, concurrency=3, shard_size=2)
+    outcome = await arun_suite(load_suite(suite))
     assert outcome.state == "Completed", outcome.message
     assert outcome.gate_passed is True
     calls = _calls(project / "pids.log")
     assert len(calls) == 24
     assert os.getpid() not in {pid for pid, _, _ in calls}
+    assert _most_in_flight(calls) <= 3
     assert _apis(project / "pids.log") == {prefect_api}
     assert _with_arrow(project / "pids.log") == {"False"}
-    baseline = await _threads_run(project)
+    baseline = await _threads_run(project, concurrency=3, shard_size=2)
     assert run_tables(outcome.run_dir) == run_tables(baseline.run_dir)
 
 

@@ -84,6 +84,7 @@ if TYPE_CHECKING:
 __all__ = [
     "MAX_SHARD_TASKS",
     "MIN_SHARD_CALLS",
+    "SHARDS_PER_SLOT",
     "SHARD_ROUNDS",
     "ProgressHook",
     "eval_flow",
@@ -164,18 +165,27 @@ WORKER_SHARD_CALLS = 2_000
 SHARD_ROUNDS rounds of a shard's share): a worker holds a whole shard (its transcripts, items and
 rows) until it is sent back, so a run of a million calls must not give it shards of 20,000."""
 
+SHARDS_PER_SLOT = 4
+"""... and are otherwise as large as a task runner's slots taking this many shards each allows
+(still at most MAX_SHARD_TASKS in all, and at least one per slot): on a worker every shard is a
+task run of ~165 ms of CPU (~90 ms in the worker, ~35 in the flow's process, ~40 in the server;
+measured), so 50 shards of 400 calls cost a 20,000-call run ~8 s of CPU where 10 of 2,000 cost
+~1.6 s, and four a slot still end together (each worker takes the next as it frees)."""
+
 
 def shard_size(plan: RunPlan, suite: EvalSuite, slots: int | None) -> int:
     """Calls per shard task: the suite's ``shard_size``, or sized for at most MAX_SHARD_TASKS
     shards of at least MIN_SHARD_CALLS calls and SHARD_ROUNDS rounds of a shard's share of the
     concurrency (``slots``: how many shards a task runner runs at once; None in the flow's
-    process, whose shards share the whole concurrency), at most WORKER_SHARD_CALLS on workers."""
+    process, whose shards share the whole concurrency); on workers SHARDS_PER_SLOT a slot, at
+    most WORKER_SHARD_CALLS calls each."""
     if suite.shard_size is not None:
         return int(suite.shard_size)
-    even = -(-len(plan.calls) // MAX_SHARD_TASKS)
+    calls = len(plan.calls)
     if slots is None:
-        return max(MIN_SHARD_CALLS, SHARD_ROUNDS * plan.concurrency, even)
+        return max(MIN_SHARD_CALLS, SHARD_ROUNDS * plan.concurrency, -(-calls // MAX_SHARD_TASKS))
     smallest = max(MIN_SHARD_CALLS, SHARD_ROUNDS * share_of(plan.concurrency, slots))
+    even = -(-calls // max(slots, min(MAX_SHARD_TASKS, SHARDS_PER_SLOT * slots)))
     return max(smallest, min(WORKER_SHARD_CALLS, even))
 
 
@@ -289,6 +299,17 @@ def _slots(runner: Any, suite: EvalSuite, concurrency: int) -> int:
     import ray  # the ray extra: RayTaskRunner started it
 
     return max(1, int(ray.cluster_resources().get("CPU", 1)))  # type: ignore[no-untyped-call]
+
+
+def _queued(suite: EvalSuite, slots: int) -> int:
+    """Shards submitted beyond the ``slots`` that run, to wait in the task runner: one per worker
+    of a process pool, so a worker starts its next shard as soon as it sends one back (submitting
+    it then cost each worker ~0.2 s a shard of idling: the flow's submit, Prefect's context, the
+    pickled job on its way). The pool runs at most ``slots`` at once, so the calls in flight stay
+    within the concurrency. None on a cluster: a worker that joins later would take a waiting
+    shard and run it beside the others, above the concurrency."""
+    spec = suite.task_runner
+    return slots if spec == "processes" or "processes" in spec else 0
 
 
 def _process_workers(suite: EvalSuite, concurrency: int) -> int:
@@ -734,7 +755,7 @@ async def _execute(
                 await asyncio.to_thread(stack.enter_context, runner)
                 slots = min(_slots(runner, suite, plan.concurrency), plan.concurrency)
                 size = shard_size(plan, suite, slots)
-                at_once = slots
+                at_once = slots + _queued(suite, slots)
                 logger.info(
                     "shards run on %s: %d at once, %d calls in flight each",
                     type(runner).__name__,
@@ -743,12 +764,11 @@ async def _execute(
                 )
             shards = plan.shards(size)
             share = plan.concurrency if slots is None else share_of(plan.concurrency, slots)
-            # ``running`` bounds the shards in flight (on a runner, one more queued per slot
-            # would run above the concurrency when a worker joins later: none is queued);
-            # ``unwritten`` bounds those finished but not yet written (taken in shard order,
-            # so the next one to write always has its place).
+            # ``running`` bounds the shards submitted and not finished (``_queued``);
+            # ``unwritten`` bounds those and the finished ones not yet written (taken in shard
+            # order, so the next one to write always has its place).
             running = asyncio.Semaphore(at_once)
-            unwritten = asyncio.Semaphore(2 * at_once)
+            unwritten = asyncio.Semaphore(at_once + (slots or at_once))
             # a shard that fails stops the others (their calls in flight are cancelled)
             async with asyncio.TaskGroup() as group:
                 for i, c in enumerate(shards):
