@@ -465,7 +465,7 @@ def _flow_run_name() -> str:
 
 def _write(writer: "RunWriter", rows: ShardRows) -> None:
     try:
-        writer.add_encoded(rows.encoded, rows.results)
+        writer.add_encoded(rows.batch(), rows.results)
     except OSError as exc:
         raise StorageError(
             f"cannot write the run's tables in {writer.path}: {exc.strerror or exc}; the run "
