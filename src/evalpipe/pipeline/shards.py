@@ -188,11 +188,14 @@ class ShardRows:
         encoded = self.encoded
         return pickle.loads(encoded) if isinstance(encoded, bytes) else encoded
 
+    def pack(self) -> None:
+        """Pickle the rows into one value (once)."""
+        if not isinstance(self.encoded, bytes):
+            self.encoded = pickle.dumps(self.encoded, protocol=pickle.HIGHEST_PROTOCOL)
+
     def __getstate__(self) -> tuple[Any, ...]:
-        encoded = self.encoded
-        if not isinstance(encoded, bytes):
-            encoded = pickle.dumps(encoded, protocol=pickle.HIGHEST_PROTOCOL)
-        return (self.index, encoded, self.results, self.calls, self.verdicts, self.n_calls)
+        self.pack()
+        return (self.index, self.encoded, self.results, self.calls, self.verdicts, self.n_calls)
 
     def __setstate__(self, state: tuple[Any, ...]) -> None:
         (self.index, self.encoded, self.results, self.calls, self.verdicts, self.n_calls) = state
@@ -358,4 +361,6 @@ def run_job_blocking(spec: RunSpec, job: ShardJob) -> ShardRows:
             run.state.close()
         run = _LOCAL.run = _built(spec)
         _LOCAL.key = spec.key
-    return loop.run_until_complete(run_job(spec, job, run))
+    rows = loop.run_until_complete(run_job(spec, job, run))
+    rows.pack()  # now: the rows' objects go before the task runner pickles the answer
+    return rows
