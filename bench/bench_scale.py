@@ -156,11 +156,22 @@ class TreeSampler:
                 break
             total = 0
             parts: dict[str, int] = {}
+            cmdlines: dict[int, list[str]] = {}
             for p in procs:
                 try:
-                    rss = p.memory_info().rss
-                    name = " ".join(p.cmdline()[1:4])[:60]
+                    cmdlines[p.pid] = p.cmdline()
                 except psutil.Error:
+                    continue
+            for p in procs:
+                try:
+                    cmdline = cmdlines[p.pid]
+                    if cmdline == cmdlines.get(p.ppid()):
+                        # forked, not yet exec'd (the report's child being started): its
+                        # resident set is the parent's pages, counted there already
+                        continue
+                    rss = p.memory_info().rss
+                    name = " ".join(cmdline[1:4])[:60]
+                except (psutil.Error, KeyError):
                     continue
                 total += rss
                 parts[name] = parts.get(name, 0) + rss
