@@ -17,6 +17,11 @@ drifts hit them alike.
 
 Usage: python bench/bench_runners.py [--workload instant|cpu] [--items N] [--repeat 3]
                                      [--runners threads,processes,dask1,dask2,cluster]
+                                     [--src DIR]
+
+Each run also reports the CPU seconds of its whole tree (the CLI and every child it waited for,
+the kept Prefect server, the cluster's scheduler and workers) and the resident set of each part at
+the tree's peak: on a shared machine these move far less with the load than the wall times.
 Writes bench/results/runners-<workload>.json and prints a table.
 """
 
@@ -25,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -111,14 +117,30 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--runners", default="threads,processes,dask2,cluster")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--src", default=None, help="run this checkout's evalpipe (PYTHONPATH)")
     args = parser.parse_args()
     items = args.items or (100_000 if args.workload == "instant" else 20_000)
     runners = [r for r in args.runners.split(",") if r]
     work = Path(tempfile.mkdtemp(prefix="evalpipe-bench-runners-"))
     home = work / "prefect-home"
-    env = _env(None, home)
-    _warm(home, None)
+    env = _env(args.src, home)
+    _warm(home, args.src)
     results: dict[str, list[dict[str, Any]]] = {r: [] for r in runners}
+    try:
+        _measure(args, items, runners, work, env, results)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)  # the kept server stops when its home goes
+    _report(args, items, results)
+
+
+def _measure(
+    args: argparse.Namespace,
+    items: int,
+    runners: list[str],
+    work: Path,
+    env: dict[str, str],
+    results: dict[str, list[dict[str, Any]]],
+) -> None:
     with dask_cluster(work, args.workload, env) if "cluster" in runners else _nothing() as cluster:
         for i in range(args.repeat):
             for name in runners:
@@ -131,10 +153,15 @@ def main() -> None:
                 results[name].append(r)
                 print(
                     f"[{i + 1}/{args.repeat}] {name:9} total {r['total_s']:6.1f} s, calls and "
-                    f"evaluation {r['calls_and_evaluation_s']:6.1f} s, peak "
-                    f"{r['peak_rss_with_server_mib']:5.0f} MiB, load {r['load']:.2f}",
+                    f"evaluation {r['calls_and_evaluation_s']:6.1f} s, CPU {r['tree_cpu_s']:5.1f} s "
+                    f"(CLI and children {r['cpu_s']:.1f}, server {r['server_cpu_s']:.1f}, cluster "
+                    f"{r['extra_cpu_s']:.1f}), peak {r['peak_rss_with_server_mib']:5.0f} MiB "
+                    f"{r['peak_parts_mib']}, load {r['load']:.2f}",
                     flush=True,
                 )
+
+
+def _report(args: argparse.Namespace, items: int, results: dict[str, list[dict[str, Any]]]) -> None:
     cores = os.cpu_count() or 1
     floor = items * CPU_MS / 1000 / cores if args.workload == "cpu" else None
     table = {}
@@ -145,14 +172,20 @@ def main() -> None:
     for name, runs in results.items():
         med = {
             k: statistics.median(r[k] for r in runs)
-            for k in ("total_s", "calls_and_evaluation_s", "peak_rss_with_server_mib")
+            for k in (
+                "total_s",
+                "calls_and_evaluation_s",
+                "tree_cpu_s",
+                "peak_rss_with_server_mib",
+                "load",
+            )
         }
         table[name] = {"median": med, "runs": runs}
         ratio = f", {med['calls_and_evaluation_s'] / floor:.2f}x the CPU floor" if floor else ""
         print(
             f"  {name:9} total {med['total_s']:6.1f} s, calls and evaluation "
-            f"{med['calls_and_evaluation_s']:6.1f} s{ratio}, peak "
-            f"{med['peak_rss_with_server_mib']:5.0f} MiB"
+            f"{med['calls_and_evaluation_s']:6.1f} s{ratio}, CPU {med['tree_cpu_s']:5.1f} s, peak "
+            f"{med['peak_rss_with_server_mib']:5.0f} MiB (load {med['load']:.1f})"
         )
     out = args.out or HERE / "results" / f"runners-{args.workload}.json"
     out.parent.mkdir(exist_ok=True)

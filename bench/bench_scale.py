@@ -29,6 +29,7 @@ Writes bench/results/scale.json (or --out) and prints the numbers.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -156,11 +157,22 @@ class TreeSampler:
                 break
             total = 0
             parts: dict[str, int] = {}
+            cmdlines: dict[int, list[str]] = {}
             for p in procs:
                 try:
-                    rss = p.memory_info().rss
-                    name = " ".join(p.cmdline()[1:4])[:60]
+                    cmdlines[p.pid] = p.cmdline()
                 except psutil.Error:
+                    continue
+            for p in procs:
+                try:
+                    cmdline = cmdlines[p.pid]
+                    if cmdline == cmdlines.get(p.ppid()):
+                        # forked, not yet exec'd (the report's child being started): its
+                        # resident set is the parent's pages, counted there already
+                        continue
+                    rss = p.memory_info().rss
+                    name = " ".join(cmdline[1:4])[:60]
+                except (psutil.Error, KeyError):
                     continue
                 total += rss
                 parts[name] = parts.get(name, 0) + rss
@@ -190,6 +202,8 @@ def _cli_run(
     """One ``evalpipe run``: its wall time, phases and the process tree's peak RSS (with the
     ``extra`` processes' trees)."""
     evalpipe = Path(sys.executable).parent / "evalpipe"
+    home = Path(env["PREFECT_HOME"])
+    others_before = _cpu_of(_kept_server(home), extra)
     started = time.perf_counter()
     wall_start = time.time()
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -219,6 +233,10 @@ def _cli_run(
     # the CLI and every descendant it waited for (worker processes, the report's child): not the
     # kept server, which is not its child
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    # the kept server (running before this run, or started by it) and the extra processes
+    others_after = _cpu_of(_kept_server(home), extra)
+    server_cpu = others_after["server"] - others_before.get("server", 0.0)
+    extra_cpu = others_after["extra"] - others_before["extra"]
     reader.join()
     sampler.stop()
     if proc.returncode not in (0, 1):
@@ -246,6 +264,9 @@ def _cli_run(
     return {
         "total_s": total,
         "cpu_s": cpu,
+        "server_cpu_s": server_cpu,
+        "extra_cpu_s": extra_cpu,
+        "tree_cpu_s": cpu + server_cpu + extra_cpu,
         "summary_s": (total - ended[-1]) if ended else None,
         "before_flow_s": flow_start,
         "flow_s": (flow_end - flow_start) if flow_end and flow_start else None,
@@ -262,6 +283,32 @@ def _cli_run(
         "stderr": [f"{t:8.2f} {text[:200]}" for t, text in lines],
         "load": os.getloadavg()[0],
     }
+
+
+def _cpu_of(server: psutil.Process | None, extra: list[int] | None) -> dict[str, float]:
+    """CPU seconds (user + system) so far of the kept server with its children, and of the
+    ``extra`` processes (a Dask cluster) with theirs."""
+
+    def tree(p: psutil.Process) -> float:
+        total = 0.0
+        for q in (p, *p.children(recursive=True)):
+            try:
+                t = q.cpu_times()
+            except psutil.Error:
+                continue
+            total += t.user + t.system
+        return total
+
+    out = {"extra": 0.0, "server": 0.0}
+    if server is not None:
+        with contextlib.suppress(psutil.Error):
+            out["server"] = tree(server)
+    for pid in extra or []:
+        try:
+            out["extra"] += tree(psutil.Process(pid))
+        except psutil.Error:
+            continue
+    return out
 
 
 def _warm(home: Path, src: str | None) -> None:

@@ -60,6 +60,10 @@ def test_default_shards_hold_several_rounds_of_the_concurrency(
         (1000, 2, 128),  # four rounds of each worker's share (32 of the 64)
         (100_000, 2, WORKER_SHARD_CALLS),  # a worker never holds more than WORKER_SHARD_CALLS
         (1000, 64, 32),  # a share of 1: MIN_SHARD_CALLS
+        (20_000, 2, WORKER_SHARD_CALLS),  # SHARDS_PER_SLOT a slot would be 2,500: 10 of 2,000
+        (20_000, 1, WORKER_SHARD_CALLS),  # one slot: as many task runs (10), not 4 of 5,000
+        (6_000, 2, 750),  # 4 shards a slot (8 task runs), not 50 of 120
+        (20_000, 64, 313),  # at least one shard a slot, beyond MAX_SHARD_TASKS
     ],
 )
 def test_worker_shards_hold_rounds_of_their_share_and_stay_bounded(
@@ -67,7 +71,8 @@ def test_worker_shards_hold_rounds_of_their_share_and_stay_bounded(
 ) -> None:
     """On a task runner a shard holds SHARD_ROUNDS rounds of its share of the concurrency (the
     shares of the shards running at once sum to at most the concurrency), at most
-    WORKER_SHARD_CALLS calls."""
+    WORKER_SHARD_CALLS calls, and otherwise SHARDS_PER_SLOT shards a slot (every shard is a task
+    run, which costs a worker more than the flow's process), at least one a slot."""
     plan, suite = _plan(tmp_path, rows, concurrency=64)
     assert shard_size(plan, suite, slots) == size
     assert share_of(64, slots) * slots <= 64

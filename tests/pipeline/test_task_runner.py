@@ -4,7 +4,9 @@ row, within the run's one concurrency."""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import sys
 import textwrap
 import time
@@ -23,10 +25,11 @@ from parquet_helpers import run_tables
 pytestmark = pytest.mark.usefixtures("prefect_api")
 
 AGENT = '''
-"""Records which process answered each query, when the call started and ended, and the Prefect
-API its process reports to."""
+"""Records which process answered each query, when the call started and ended, the Prefect API
+its process reports to and whether that process has loaded pyarrow."""
 import asyncio
 import os
+import sys
 import time
 from prefect.settings import get_current_settings
 from evalpipe import AgentResponse, Message
@@ -41,7 +44,8 @@ class PidAgent:
         await asyncio.sleep(0.03)
         with open(os.environ["EVALPIPE_TEST_PID_FILE"], "a") as fh:
             api = get_current_settings().api.url
-            fh.write(f"{os.getpid()} {started} {time.time()} {api} {query}\\n")
+            arrow = "pyarrow" in sys.modules
+            fh.write(f"{os.getpid()} {started} {time.time()} {api} {arrow} {query}\\n")
         return AgentResponse(messages=[Message("assistant", [f"answer: {query}"])])
 
 
@@ -95,6 +99,11 @@ def _apis(log: Path) -> set[str]:
     return {line.split(" ", 4)[3] for line in log.read_text(encoding="utf-8").splitlines()}
 
 
+def _with_arrow(log: Path) -> set[str]:
+    """Whether the processes that made the calls had loaded pyarrow ("True", "False")."""
+    return {line.split(" ", 5)[4] for line in log.read_text(encoding="utf-8").splitlines()}
+
+
 def _most_in_flight(calls: list[tuple[int, float, float]]) -> int:
     """The most calls that were in flight at once, across every process."""
     edges = sorted([(s, 1) for _, s, _ in calls] + [(e, -1) for _, _, e in calls])
@@ -117,18 +126,66 @@ async def _threads_run(project: Path, **extra: object) -> RunOutcome:
 async def test_processes_run_equals_threads_and_reports_to_the_runs_api(
     project: Path, prefect_api: str
 ) -> None:
-    """task_runner {processes: 2}: Prefect's process pool runs the calls in its workers, the Parquet
-    files equal a threads run's row for row, and the workers report to the flow's API (none
-    starts a temporary server of its own)."""
-    outcome = await arun_suite(load_suite(_suite(project, task_runner={"processes": 2})))
+    """task_runner {processes: 2}: Prefect's process pool runs the calls in its workers (one shard
+    waiting per worker besides the one it runs, never more calls in flight than the concurrency),
+    the Parquet files equal a threads run's row for row, the workers report to the flow's API
+    (none starts a temporary server of its own) and never load pyarrow (the flow's module, which
+    Prefect sends them with the flow, loads it only where the flow writes: ~50 MiB a worker)."""
+    suite = _suite(project, task_runner={"processes": 2}, concurrency=3, shard_size=2)
+    outcome = await arun_suite(load_suite(suite))
     assert outcome.state == "Completed", outcome.message
     assert outcome.gate_passed is True
     calls = _calls(project / "pids.log")
     assert len(calls) == 24
     assert os.getpid() not in {pid for pid, _, _ in calls}
+    assert _most_in_flight(calls) <= 3
     assert _apis(project / "pids.log") == {prefect_api}
-    baseline = await _threads_run(project)
+    assert _with_arrow(project / "pids.log") == {"False"}
+    baseline = await _threads_run(project, concurrency=3, shard_size=2)
     assert run_tables(outcome.run_dir) == run_tables(baseline.run_dir)
+
+
+CHILD_RUN = """
+import asyncio, json, sys
+import psutil
+from prefect.settings import PREFECT_API_URL, temporary_settings
+from evalpipe.pipeline import arun_suite
+from evalpipe.suite import load_suite
+
+with temporary_settings(updates={PREFECT_API_URL: sys.argv[2]}):
+    outcome = asyncio.run(arun_suite(load_suite(sys.argv[1])))
+servers = [
+    " ".join(p.cmdline())
+    for p in psutil.Process().children(recursive=True)
+    if "prefect.server" in " ".join(p.cmdline())
+]
+print(json.dumps({"state": outcome.state, "message": outcome.message, "servers": servers}))
+"""
+
+
+def test_a_process_pools_workers_report_through_the_runs_api_only(
+    project: Path, prefect_api: str
+) -> None:
+    """task_runner {processes: 2} in a process whose Prefect API is set in Prefect's settings
+    context only (as the kept server's is): the workers' events and logs, which Prefect forwards
+    from a thread of its own, go to the run's API; before, that thread (which does not see the
+    context) started a temporary Prefect server of its own (~220 MiB, seconds of CPU) and the
+    shards' events went there."""
+    suite = _suite(project, task_runner={"processes": 2})
+    env = {k: v for k, v in os.environ.items() if k != "PREFECT_API_URL"}
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD_RUN, str(suite), prefect_api],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    answer = json.loads(done.stdout.strip().splitlines()[-1])
+    assert answer["state"] == "Completed", answer["message"]
+    assert answer["servers"] == []
+    assert _apis(project / "pids.log") == {prefect_api}
 
 
 async def test_dask_local_cluster_runs_the_shards_in_worker_processes(project: Path) -> None:

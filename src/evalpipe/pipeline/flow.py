@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Coroutine, Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import (
@@ -32,15 +32,15 @@ from prefect.artifacts import (
 from prefect.cache_policies import NO_CACHE
 from prefect.client.orchestration import get_client
 from prefect.client.schemas.objects import State
+from prefect.events.worker import EventsWorker
+from prefect.logging.handlers import APILogWorker
 from prefect.runtime import flow_run
 from prefect.states import Failed
 from prefect.tasks import exponential_backoff
 from prefect.utilities.annotations import quote
 from prefect.utilities.urls import url_for
 
-from evalpipe.artifacts import MANIFEST_FILE, RunWriter, baseline_of, read_manifest, read_summary
-from evalpipe.artifacts.history import join
-from evalpipe.artifacts.storage import publish
+from evalpipe import artifacts  # its names load on first use (pyarrow: see _execute)
 from evalpipe.evaluators.base import close_providers
 from evalpipe.gates import Gate, GateFold, GateReport
 from evalpipe.pipeline.budget import RunSpend, concurrency_record, spend_markdown
@@ -87,9 +87,13 @@ from evalpipe.spend import BudgetReached
 from evalpipe.suite import EvalSuite, SuiteError, shared_evaluators
 from evalpipe.tally import OVERALL, CallTally, Counts, SummaryRow, merge_results, without_items
 
+if TYPE_CHECKING:
+    from evalpipe.artifacts import RunWriter
+
 __all__ = [
     "MAX_SHARD_TASKS",
     "MIN_SHARD_CALLS",
+    "SHARDS_PER_SLOT",
     "SHARD_ROUNDS",
     "ProgressHook",
     "eval_flow",
@@ -171,18 +175,27 @@ WORKER_SHARD_CALLS = 2_000
 SHARD_ROUNDS rounds of a shard's share): a worker holds a whole shard (its transcripts, items and
 rows) until it is sent back, so a run of a million calls must not give it shards of 20,000."""
 
+SHARDS_PER_SLOT = 4
+"""... and are otherwise as large as a task runner's slots taking this many shards each allows
+(still at most MAX_SHARD_TASKS in all, and at least one per slot): on a worker every shard is a
+task run of ~165 ms of CPU (~90 ms in the worker, ~35 in the flow's process, ~40 in the server;
+measured), so 50 shards of 400 calls cost a 20,000-call run ~8 s of CPU where 10 of 2,000 cost
+~1.6 s, and four a slot still end together (each worker takes the next as it frees)."""
+
 
 def shard_size(plan: RunPlan, suite: EvalSuite, slots: int | None) -> int:
     """Calls per shard task: the suite's ``shard_size``, or sized for at most MAX_SHARD_TASKS
     shards of at least MIN_SHARD_CALLS calls and SHARD_ROUNDS rounds of a shard's share of the
     concurrency (``slots``: how many shards a task runner runs at once; None in the flow's
-    process, whose shards share the whole concurrency), at most WORKER_SHARD_CALLS on workers."""
+    process, whose shards share the whole concurrency); on workers SHARDS_PER_SLOT a slot, at
+    most WORKER_SHARD_CALLS calls each."""
     if suite.shard_size is not None:
         return int(suite.shard_size)
-    even = -(-len(plan.calls) // MAX_SHARD_TASKS)
+    calls = len(plan.calls)
     if slots is None:
-        return max(MIN_SHARD_CALLS, SHARD_ROUNDS * plan.concurrency, even)
+        return max(MIN_SHARD_CALLS, SHARD_ROUNDS * plan.concurrency, -(-calls // MAX_SHARD_TASKS))
     smallest = max(MIN_SHARD_CALLS, SHARD_ROUNDS * share_of(plan.concurrency, slots))
+    even = -(-calls // max(slots, min(MAX_SHARD_TASKS, SHARDS_PER_SLOT * slots)))
     return max(smallest, min(WORKER_SHARD_CALLS, even))
 
 
@@ -222,7 +235,9 @@ def _task_runner(suite: EvalSuite, concurrency: int) -> Any:
     if spec == "processes" or "processes" in spec:
         from prefect.task_runners import ProcessPoolTaskRunner
 
-        return ProcessPoolTaskRunner(max_workers=_process_workers(suite, concurrency))
+        pool = ProcessPoolTaskRunner(max_workers=_process_workers(suite, concurrency))
+        pool.set_subprocess_message_processor_factories([_InThisContext()])
+        return pool
     if "ray" in spec:
         try:
             from prefect_ray.task_runners import RayTaskRunner  # optional: the ray extra
@@ -244,6 +259,46 @@ def _task_runner(suite: EvalSuite, concurrency: int) -> Any:
     return DaskTaskRunner(cluster_kwargs=options)
 
 
+class _InThisContext:
+    """A process pool's forwarding of its workers' events and logs, done in the flow's context.
+
+    ``ProcessPoolTaskRunner`` forwards what its workers emit (the shards' task-run events, their
+    logs) from a thread it starts, and a new thread does not inherit the context where the run's
+    Prefect API is set (``temporary_settings``, as for the kept server): there the API is unset,
+    so Prefect's events worker started a temporary Prefect server of its own (~220 MiB and ~6 s of
+    CPU at 100,000 calls) and the shards' events and logs went to it, not to the run's API. A
+    message processor (the runner's documented hook, called in that thread) hands each message to
+    the events and log workers of the flow's context instead, as Prefect would with the API set.
+    """
+
+    def __init__(self) -> None:
+        self.context = contextvars.copy_context()
+
+    def __call__(self) -> "_InContext":
+        return _InContext(self.context.copy())  # a copy: entered by the forwarding thread alone
+
+
+class _InContext:
+    """One forwarding thread's processor (see :class:`_InThisContext`)."""
+
+    def __init__(self, context: contextvars.Context) -> None:
+        self.context = context
+
+    def __call__(self, message_type: str, message_payload: Any) -> tuple[str, Any] | None:
+        return self.context.run(_forward, message_type, message_payload)
+
+
+def _forward(message_type: str, message_payload: Any) -> tuple[str, Any] | None:
+    """One forwarded message to the current context's events or log worker (None: handled)."""
+    if message_type == "event":
+        EventsWorker.instance().send(message_payload)
+    elif message_type == "log":
+        APILogWorker.instance().send(message_payload)
+    else:
+        return message_type, message_payload
+    return None
+
+
 def _slots(runner: Any, suite: EvalSuite, concurrency: int) -> int:
     """How many shards the started task runner runs at once: its worker processes, or the
     threads of the cluster's workers (counted once, when the run starts)."""
@@ -256,6 +311,17 @@ def _slots(runner: Any, suite: EvalSuite, concurrency: int) -> int:
     return max(1, int(ray.cluster_resources().get("CPU", 1)))  # type: ignore[no-untyped-call]
 
 
+def _queued(suite: EvalSuite, slots: int) -> int:
+    """Shards submitted beyond the ``slots`` that run, to wait in the task runner: one per worker
+    of a process pool, so a worker starts its next shard as soon as it sends one back (submitting
+    it then cost each worker ~0.2 s a shard of idling: the flow's submit, Prefect's context, the
+    pickled job on its way). The pool runs at most ``slots`` at once, so the calls in flight stay
+    within the concurrency. None on a cluster: a worker that joins later would take a waiting
+    shard and run it beside the others, above the concurrency."""
+    spec = suite.task_runner
+    return slots if spec == "processes" or "processes" in spec else 0
+
+
 def _process_workers(suite: EvalSuite, concurrency: int) -> int:
     """``task_runner: processes``: one worker process per CPU, or ``{processes: N}``; at most
     the run's concurrency (a worker runs one shard at a time)."""
@@ -265,7 +331,9 @@ def _process_workers(suite: EvalSuite, concurrency: int) -> int:
 
 
 @task(name="write-artifacts", cache_policy=NO_CACHE, persist_result=False)
-async def finish_task(writer: RunWriter, manifest: dict[str, Any]) -> dict[str, Any] | StorageError:
+async def finish_task(
+    writer: "RunWriter", manifest: dict[str, Any]
+) -> dict[str, Any] | StorageError:
     """Write summary.parquet and manifest.json, and move every file into place; a file that
     cannot be written (a full disk) is returned as a StorageError naming it (the run could not
     complete: it is not a crash)."""
@@ -351,6 +419,8 @@ def _baseline(suite: EvalSuite, run_dir: str) -> Path | str | None:
     """The run to compare with: ``last`` is the newest other finished run of the suite,
     ``baseline`` the one ``evalpipe bless`` made its baseline (in the output directory, local or
     a URI), else the run directory named."""
+    from evalpipe.artifacts.history import baseline_of, join  # lazy: pyarrow (see _execute)
+
     if suite.compare_with == "baseline":
         suite_dir = join(str(suite.output_dir), suite.name)
         name = baseline_of(suite_dir)
@@ -410,14 +480,14 @@ def _flow_run_name() -> str:
     return "-".join(p for p in parts if p)
 
 
-def _write(writer: RunWriter, rows: ShardRows) -> None:
+def _write(writer: "RunWriter", rows: ShardRows) -> None:
     try:
-        writer.add_encoded(rows.encoded, rows.results)
+        writer.add_encoded(rows.batch(), rows.results)
     except OSError as exc:
         raise _table_error(writer, exc) from exc
 
 
-def _table_error(writer: RunWriter, exc: OSError) -> StorageError:
+def _table_error(writer: "RunWriter", exc: OSError) -> StorageError:
     """A run's table (or manifest) that could not be written, named, and what to do."""
     where = exc.filename or f"the run's tables in {writer.path}"
     return StorageError(
@@ -586,7 +656,7 @@ def _budget_spent(exc: BaseException) -> bool:
 def finished_outcome(run_dir: Path, suite: EvalSuite) -> Any:
     """How a run another process finished ended, read from its files (nothing is rewritten): the
     flow's outcome for it, a Failed state when its gate failed (unless ``warn_only``)."""
-    manifest = read_manifest(run_dir)
+    manifest = artifacts.read_manifest(run_dir)
     gate = manifest.get("gate")
     passed = gate.get("passed") if isinstance(gate, dict) else None
     calls = manifest.get("calls")
@@ -623,7 +693,7 @@ async def _execute(
 ) -> Any:
     """The run itself, once its directory is held: shards, artifacts, gate, report."""
     assert plan.run_dir is not None
-    if (plan.run_dir / MANIFEST_FILE).exists():  # claim: interrupted after its manifest
+    if (plan.run_dir / artifacts.MANIFEST_FILE).exists():  # claim: interrupted after its manifest
         return await _finish_written(plan, suite, logger, started)
     reusable = state.reusable(plan)
     logger.info(
@@ -652,7 +722,7 @@ async def _execute(
     write_lock = asyncio.Lock()
     reported = [0]
     last_update = [time.monotonic()]
-    writer = RunWriter(
+    writer = artifacts.RunWriter(
         plan.run_dir,
         started_at=started_at,
         suite=suite.name,
@@ -698,11 +768,21 @@ async def _execute(
                 next_to_write += 1
                 unwritten.release()
 
-    async def process(index: int, job: ShardJob) -> None:
+    async def process(index: int, shard_calls: tuple[Call, ...]) -> None:
         nonlocal finished_shards
         await unwritten.acquire()  # released when this shard is written
         try:
             async with running:
+                # The job now, not when the run starts: on a task runner it carries its rows and
+                # calls (~10 MiB for the shards of 100,000 calls), held only while it is sent.
+                job = ShardJob.of(
+                    plan,
+                    index,
+                    shard_calls,
+                    share=share,
+                    limits=limits,
+                    carry_rows=runner is not None,
+                )
                 if runner is None:
                     spend.before()
                     rows = await shard_task(index, _q(spec), _q(job))
@@ -745,6 +825,7 @@ async def _execute(
     deadline = asyncio.timeout(suite.timeout)
     try:
         async with contextlib.AsyncExitStack() as stack, deadline:
+            queued = 0
             if runner is None:
                 register_run(spec, plan, state, on_call, spend.ledger)
                 stack.callback(forget_run, spec)
@@ -758,7 +839,8 @@ async def _execute(
                 await asyncio.to_thread(stack.enter_context, runner)
                 slots = min(_slots(runner, suite, plan.concurrency), plan.concurrency)
                 size = shard_size(plan, suite, slots)
-                at_once = slots
+                queued = _queued(suite, slots)
+                at_once = slots + queued
                 logger.info(
                     "shards run on %s: %d at once, %d calls in flight each",
                     type(runner).__name__,
@@ -767,19 +849,17 @@ async def _execute(
                 )
             shards = plan.shards(size)
             share = plan.concurrency if slots is None else share_of(plan.concurrency, slots)
-            # ``running`` bounds the shards in flight (on a runner, one more queued per slot
-            # would run above the concurrency when a worker joins later: none is queued);
-            # ``unwritten`` bounds those finished but not yet written (taken in shard order,
-            # so the next one to write always has its place).
+            # ``running`` bounds the shards submitted and not finished (``_queued``);
+            # ``unwritten`` bounds those and the finished ones not yet written (taken in shard
+            # order, so the next one to write always has its place): as many again, unless a
+            # shard waits in each worker to keep it busy while the flow writes (each finished
+            # shard held here is ~15 MiB at 2,000 calls).
             running = asyncio.Semaphore(at_once)
-            unwritten = asyncio.Semaphore(2 * at_once)
+            unwritten = asyncio.Semaphore(at_once if queued else 2 * at_once)
             # a shard that fails stops the others (their calls in flight are cancelled)
             async with asyncio.TaskGroup() as group:
                 for i, c in enumerate(shards):
-                    job = ShardJob.of(
-                        plan, i, c, share=share, limits=limits, carry_rows=runner is not None
-                    )
-                    group.create_task(process(i, job))
+                    group.create_task(process(i, c))
             if spend.stop is not None:
                 raise spend.stop
     except BaseException as exc:
@@ -873,8 +953,8 @@ async def _finish_written(plan: RunPlan, suite: EvalSuite, logger: Any, started:
     (``kill -9``): its report, comparison, publication, artifacts and gate event, from its files;
     nothing is called and no file it wrote is rewritten."""
     assert plan.run_dir is not None
-    manifest = read_manifest(plan.run_dir)
-    rows = read_summary(plan.run_dir)
+    manifest = artifacts.read_manifest(plan.run_dir)
+    rows = artifacts.read_summary(plan.run_dir)
     gate = manifest.get("gate")
     report = GateReport.model_validate(gate) if isinstance(gate, dict) else None
     calls = manifest.get("calls")
@@ -933,7 +1013,7 @@ async def _publish(
     # The artifacts are independent API calls: they go together (a round trip each, in turn, was
     # 30-100 ms apiece), and those that need neither the report nor the publication go while the
     # report is written.
-    artifacts = _Artifacts()
+    pending = _Artifacts()
 
     def summary() -> list[Coroutine[Any, Any, Any]]:
         spend_artifact = (
@@ -978,19 +1058,22 @@ async def _publish(
             ),
         ]
 
-    async with artifacts:
+    async with pending:
         if destination is None:  # a published run's artifacts wait for its publication
-            artifacts.start(*summary())
+            pending.start(*summary())
         report_path = await report_task(str(run_path), len(plan.calls))
         comparison = await compare_task(suite, str(plan.run_dir)) if suite.compare_with else None
         if destination is not None:
+            # a task runner's worker imports this module with the flow and has no use for pyarrow
+            from evalpipe.artifacts.storage import publish  # lazy: pyarrow (~50 MiB a worker)
+
             published = await asyncio.to_thread(publish, plan.run_dir, suite.output_dir, suite.name)
             assert published == destination
             logger.info("run published to %s", destination)
-            artifacts.start(*summary())
+            pending.start(*summary())
         if report_path is not None:
             where = f"{destination}/report.html" if destination else Path(report_path).as_uri()
-            artifacts.start(
+            pending.start(
                 acreate_link_artifact(
                     key=f"{key}-report",
                     link=page or where,
@@ -1000,7 +1083,7 @@ async def _publish(
                 )
             )
         if comparison is not None:
-            artifacts.start(
+            pending.start(
                 acreate_markdown_artifact(
                     key=f"{key}-comparison",
                     markdown=comparison,

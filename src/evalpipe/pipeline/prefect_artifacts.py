@@ -11,7 +11,7 @@ from typing import Any
 from prefect.events import emit_event
 from prefect.runtime import deployment, flow_run
 
-from evalpipe.artifacts import read_not_passed
+from evalpipe import artifacts  # its names load on first use: a shard worker needs no pyarrow
 from evalpipe.escape import markdown, table_cell
 from evalpipe.suite import EvalSuite
 from evalpipe.tally import SummaryRow, rate_text
@@ -105,7 +105,7 @@ def failures_markdown(
     count = sum(row.failed + row.errored for row in results)
     provider = {row.eval_run_id or "": row.provider for row in results}
     listed = 0
-    for level, items in read_not_passed(run_dir, limit=limit).items():
+    for level, items in artifacts.read_not_passed(run_dir, limit=limit).items():
         for item in items[: limit - listed]:
             listed += 1
             lines.append(

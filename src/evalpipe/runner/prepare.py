@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal, cast
 
-from evalpipe.artifacts import read_runs
+from evalpipe import artifacts  # its names load on first use: pyarrow only to re-score a run
 from evalpipe.datasets import DatasetError, PlainRow, QueryRow, load_rows, row_hash
 from evalpipe.evaluators.base import AgentScoped, Evaluator, metric_names
 from evalpipe.gates import parse_gates
@@ -503,7 +503,7 @@ def _read_stored(run_dir: Path) -> tuple[TargetKind, str, dict[str, Transcript]]
     identity = str(json.loads(marker.read_text(encoding="utf-8")).get("identity", ""))
     kind: TargetKind = "workflow" if identity.startswith("workflow:") else "agent"
     try:
-        records = read_runs(run_dir)
+        records = artifacts.read_runs(run_dir)
     except Exception as exc:
         raise SuiteError(f"--rescore {run_dir}: cannot read runs.parquet ({exc})") from None
     stored = {

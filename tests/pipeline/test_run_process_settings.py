@@ -1,0 +1,105 @@
+"""The collector and Arrow's allocator are set only where `evalpipe run` runs its flow (its
+process entry), and put back afterwards; evalpipe's library calls leave the caller's alone."""
+
+from __future__ import annotations
+
+import gc
+import json
+import sys
+import textwrap
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+import yaml
+
+from evalpipe import evaluate_agent
+from evalpipe.checks import keyword_check
+from evalpipe.cli import main
+from evalpipe.cli.run import YOUNG_THRESHOLD
+
+pytestmark = pytest.mark.usefixtures("prefect_api")
+
+AGENT = '''
+"""Answers, and records its process's collector thresholds, frozen count and Arrow pool."""
+import gc
+import json
+import os
+import pyarrow
+from evalpipe import AgentResponse, Message
+
+
+class GcAgent:
+    name = "gc"
+
+    async def run(self, messages, **kwargs):
+        with open(os.environ["EVALPIPE_TEST_GC_FILE"], "a") as fh:
+            pool = pyarrow.default_memory_pool().backend_name
+            fh.write(json.dumps([gc.get_threshold(), gc.get_freeze_count(), pool]) + "\\n")
+        return AgentResponse(messages=[Message("assistant", ["answer"])])
+
+
+agent = GcAgent()
+'''
+
+
+def _seen(log: Path) -> set[tuple[tuple[int, ...], bool, str]]:
+    """(thresholds, anything frozen, Arrow's pool) as the agent saw them, call by call."""
+    lines = log.read_text(encoding="utf-8").splitlines()
+    return {
+        (tuple(threshold), frozen > 0, pool) for threshold, frozen, pool in map(json.loads, lines)
+    }
+
+
+def _now() -> tuple[tuple[int, int, int], int, str]:
+    """This process's thresholds, frozen count and Arrow pool."""
+    return gc.get_threshold(), gc.get_freeze_count(), pa.default_memory_pool().backend_name
+
+
+@pytest.fixture
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("EVALPIPE_TEST_GC_FILE", str(tmp_path / "gc.log"))
+    sys.modules.pop("gc_agent", None)
+    (tmp_path / "gc_agent.py").write_text(textwrap.dedent(AGENT), encoding="utf-8")
+    with (tmp_path / "queries.jsonl").open("w", encoding="utf-8") as fh:
+        for i in range(4):
+            fh.write(json.dumps({"id": f"q{i}", "query": f"question {i}"}) + "\n")
+    suite = {
+        "name": "gc",
+        "target": "gc_agent:agent",
+        "dataset": "queries.jsonl",
+        "evaluators": [{"keyword_check": ["answer"]}],
+        "output_dir": str(tmp_path / "runs"),
+    }
+    (tmp_path / "suite.yaml").write_text(yaml.safe_dump(suite), encoding="utf-8")
+    return tmp_path
+
+
+def test_evalpipe_run_sets_its_process_while_its_flow_runs_and_puts_it_back(
+    project: Path,
+) -> None:
+    """`evalpipe run` (threads: the calls run in its process) runs its flow with what was alive
+    frozen, a collection every YOUNG_THRESHOLD new objects that walks every generation and
+    Arrow on the system allocator, and restores all three when it ends."""
+    before = _now()
+    assert before[0][0] != YOUNG_THRESHOLD
+    assert before[2] != "system"
+    assert main(["run", "suite.yaml", "--no-progress"]) == 0
+    assert _seen(project / "gc.log") == {((YOUNG_THRESHOLD, 1, 1), True, "system")}
+    assert _now() == before
+
+
+async def test_evaluate_agent_leaves_the_callers_process_settings_alone(project: Path) -> None:
+    """A library call (MAF's evaluate_agent) runs with the caller's collector and Arrow pool as
+    they were."""
+    from gc_agent import agent
+
+    before = _now()
+    (result,) = await evaluate_agent(
+        agent=agent, queries=["q1", "q2"], evaluators=[keyword_check("answer")]
+    )
+    assert result.all_passed
+    assert _seen(project / "gc.log") == {(before[0], before[1] > 0, before[2])}
+    assert _now() == before
