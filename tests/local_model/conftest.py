@@ -31,8 +31,8 @@ def local_server() -> Iterator[LocalModelServer]:
     reason = missing_reason()
     if reason is not None:
         _unavailable(reason)
-    # Two threads: nothing else runs while these tests do (pytest runs one test at a time), and on
-    # two cores this directory took 170 s against 193 s with one (idle machine).
+    # Two threads: on two cores this directory took 170 s against 193 s with one (idle machine);
+    # under `make test` the other pytest worker shares the cores, so expect ~2x that.
     server = LocalModelServer(startup_timeout=120, n_threads=min(2, os.cpu_count() or 1))
     try:
         server.start()
