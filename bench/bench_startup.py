@@ -160,7 +160,12 @@ def measure(
     results: dict[str, dict[str, Any]] = {}
     kept = {}
     for label, src in trees.items():
-        kept[label] = (src / "evalpipe" / "pipeline" / "keeper.py").exists()
+        # a tree keeps its server between runs: keeper.py before issue 31, server.py's
+        # server.json (beside Prefect's own pid file) since
+        pipeline = src / "evalpipe" / "pipeline"
+        kept[label] = (pipeline / "keeper.py").exists() or (
+            "server.json" in (pipeline / "server.py").read_text(errors="replace")
+        )
         results[label] = {"tree": str(src), "kept_server": kept[label]}
     warm: dict[str, list[tuple[float, float, str]]] = {label: [] for label in trees}
     try:
