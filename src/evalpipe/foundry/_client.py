@@ -170,12 +170,6 @@ def _as_dict(obj: Any, what: str = "answer") -> dict[str, Any]:
     return value
 
 
-def _with_id(answer: dict[str, Any], what: str) -> dict[str, Any]:
-    if answer.get("id") in (None, ""):
-        raise RuntimeError(f"the {what} answer has no id: {answer!r}")
-    return answer
-
-
 async def _page_of(page: Any) -> tuple[list[Any], bool | None]:
     """The elements of a list answer and its ``has_more`` (None: not said).
 
@@ -225,71 +219,75 @@ class EvalsApi:
                 return await call()
         raise AssertionError("unreachable: tenacity reraises")  # pragma: no cover
 
-    async def create_once(
+    async def _object(
+        self, what: str, fn: Callable[..., Any], /, *args: Any, **kw: Any
+    ) -> dict[str, Any]:
+        return _as_dict(await self._call(fn, *args, **kw), what)
+
+    async def _get(
+        self, what: str, fn: Callable[..., Any], /, *args: Any, **kw: Any
+    ) -> dict[str, Any]:
+        """One object, with retries."""
+        return await self._retry(what, lambda: self._object(what, fn, *args, **kw))
+
+    async def _create(
         self,
         what: str,
-        create: Callable[[], Awaitable[dict[str, Any]]],
-        find: Callable[[], Awaitable[dict[str, Any] | None]],
+        find: Callable[[str], Awaitable[dict[str, Any] | None]],
+        fn: Callable[..., Any],
+        /,
+        *args: Any,
+        **body: Any,
     ) -> dict[str, Any]:
-        """Create something at most once: after a failure whose outcome is unknown, look before re-sending."""
+        """POST something at most once, with retries: after a failure whose outcome is unknown,
+        ``find`` looks for it by the ``evalpipe_key`` of its metadata before re-sending.
+
+        Raises:
+            RuntimeError: when the answer has no id.
+        """
+        key = body["metadata"]["evalpipe_key"]
         unknown = False
         async for attempt in self.policy.retrying(what):
             with attempt:
                 if unknown:
-                    found = await find()
+                    found = await find(key)
                     if found is not None:
                         logger.info("Foundry %s: found the one already created", what)
                         return found
                 try:
-                    return await create()
+                    answer: dict[str, Any] = await self._object(what, fn, *args, **body)
                 except BaseException as exc:
                     unknown = unknown or outcome_unknown(exc)
                     raise
+                if answer.get("id") in (None, ""):
+                    raise RuntimeError(f"the {what} answer has no id: {answer!r}")
+                return answer
         raise AssertionError("unreachable: tenacity reraises")  # pragma: no cover
 
     async def create_eval(self, **body: Any) -> dict[str, Any]:
-        """POST /evals once (no retry here; see ``create_once``).
-
-        Raises:
-            RuntimeError: when the answer has no id.
-        """
-        answer = await self._call(self.client.evals.create, **body)
-        return _with_id(_as_dict(answer, "eval create"), "eval create")
+        """POST /evals at most once (see ``_create``)."""
+        return await self._create("eval create", self.find_eval, self.client.evals.create, **body)
 
     async def create_run(self, eval_id: str, **body: Any) -> dict[str, Any]:
-        """POST /evals/{eval_id}/runs once.
+        """POST /evals/{eval_id}/runs at most once (see ``_create``)."""
 
-        Raises:
-            RuntimeError: when the answer has no id.
-        """
-        extra = body.pop("extra_body", None)
-        answer = await self._call(self.client.evals.runs.create, eval_id, extra_body=extra, **body)
-        return _with_id(_as_dict(answer, "run create"), "run create")
+        async def find(key: str) -> dict[str, Any] | None:
+            return await self.find_run(eval_id, key)
+
+        runs = self.client.evals.runs
+        return await self._create("run create", find, runs.create, eval_id, extra_body=None, **body)
 
     async def retrieve_run(self, eval_id: str, run_id: str) -> dict[str, Any]:
-        """GET a run, with retries."""
-        return await self._retry(
-            "run retrieve",
-            lambda: self._dict_call(self.client.evals.runs.retrieve, run_id, eval_id=eval_id),
+        return await self._get(
+            "run retrieve", self.client.evals.runs.retrieve, run_id, eval_id=eval_id
         )
 
     async def retrieve_eval(self, eval_id: str) -> dict[str, Any]:
-        """GET an eval, with retries."""
-        return await self._retry(
-            "eval retrieve", lambda: self._dict_call(self.client.evals.retrieve, eval_id)
-        )
+        return await self._get("eval retrieve", self.client.evals.retrieve, eval_id)
 
     async def cancel_run(self, eval_id: str, run_id: str) -> dict[str, Any]:
-        """POST a run's cancel, with retries (cancel is idempotent)."""
-        return await self._retry(
-            "run cancel",
-            lambda: self._dict_call(self.client.evals.runs.cancel, run_id, eval_id=eval_id),
-        )
-
-    async def _dict_call(
-        self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any
-    ) -> dict[str, Any]:
-        return _as_dict(await self._call(fn, *args, **kwargs))
+        """POST a run's cancel (idempotent: retried)."""
+        return await self._get("run cancel", self.client.evals.runs.cancel, run_id, eval_id=eval_id)
 
     async def _page(
         self, what: str, fn: Callable[..., Any], /, *args: Any, **kwargs: Any
@@ -334,36 +332,23 @@ class EvalsApi:
             limit=100,
         )
 
-    async def find_run(self, eval_id: str, key: str) -> dict[str, Any] | None:
-        """The newest run of ``eval_id`` tagged with ``key`` that has not failed or been canceled."""
-        runs = await self.list_all(
-            "run list",
-            self.client.evals.runs.list,
-            eval_id,
-            limit=100,
-            order="desc",
-            max_pages=10,
-        )
-        for run in runs:
-            meta = run.get("metadata") or {}
-            if meta.get("evalpipe_key") == key and run.get("status") not in (
-                "failed",
-                "canceled",
-                "cancelled",
-            ):
-                return run
+    async def _find(
+        self, what: str, key: str, fn: Callable[..., Any], /, *args: Any
+    ) -> dict[str, Any] | None:
+        """The newest element tagged with ``key`` among the most recent thousand that has not
+        failed or been canceled."""
+        found = await self.list_all(what, fn, *args, limit=100, order="desc", max_pages=10)
+        for element in found:
+            if (element.get("metadata") or {}).get("evalpipe_key") == key and element.get(
+                "status"
+            ) not in ("failed", "canceled", "cancelled"):
+                return element
         return None
 
+    async def find_run(self, eval_id: str, key: str) -> dict[str, Any] | None:
+        """The newest live run of ``eval_id`` tagged with ``key``."""
+        return await self._find("run list", key, self.client.evals.runs.list, eval_id)
+
     async def find_eval(self, key: str) -> dict[str, Any] | None:
-        """The newest eval tagged with ``key``, among the most recent thousand."""
-        evals = await self.list_all(
-            "eval list",
-            self.client.evals.list,
-            limit=100,
-            order="desc",
-            max_pages=10,
-        )
-        for ev in evals:
-            if (ev.get("metadata") or {}).get("evalpipe_key") == key:
-                return ev
-        return None
+        """The newest eval tagged with ``key``."""
+        return await self._find("eval list", key, self.client.evals.list)

@@ -68,20 +68,9 @@ class FoundryConfig(BaseModel):
         if self.credential is not None:
             obj = load_object(self.credential, what="foundry.credential")
             credential = obj() if isinstance(obj, type) or not hasattr(obj, "get_token") else obj
+        split = self.conversation_split
         return FoundryEvals(
-            endpoint=self.endpoint,
+            **self.model_dump(exclude={"conversation_split", "credential"}),
             credential=credential,
-            model=self.model,
-            evaluators=self.evaluators,
-            conversation_split=ConversationSplit(self.conversation_split)
-            if self.conversation_split
-            else None,
-            poll_interval=self.poll_interval,
-            max_poll_interval=self.max_poll_interval,
-            timeout=self.timeout,
-            batch_size=self.batch_size,
-            max_concurrent_runs=self.max_concurrent_runs,
-            max_retries=self.max_retries,
-            request_timeout=self.request_timeout,
-            matching_mode=self.matching_mode,
+            conversation_split=ConversationSplit(split) if split else None,
         )

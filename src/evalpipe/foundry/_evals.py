@@ -19,8 +19,8 @@ import logging
 import os
 import uuid
 import weakref
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, ClassVar
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, ClassVar, get_args
 
 import openai
 
@@ -34,7 +34,7 @@ from evalpipe.foundry._results import PROVIDER, errored_item, item_result
 from evalpipe.items import EvalItem
 from evalpipe.messages import Message
 from evalpipe.results import EvalItemResult, EvalResults
-from evalpipe.tally import count_results, merge_results
+from evalpipe.tally import make_results, merge_results
 
 __all__ = ["ENDPOINT_ENV", "FoundryEvals", "evaluate_foundry_target", "evaluate_traces"]
 
@@ -53,7 +53,7 @@ DEFAULT_MODEL = "gpt-4o"
 """MAF's judge deployment when neither model=, a client's model nor FOUNDRY_MODEL gives one."""
 
 _TERMINAL = frozenset({"completed", "failed", "canceled", "cancelled"})
-_MATCHING_MODES = ("exact_match", "in_order_match", "any_order_match")
+_MISSING_CODES = {"timeout": "Timeout", "failed": "RunFailed", "canceled": "RunCanceled"}
 
 
 def _item_id(item: EvalItem, index: int) -> str:
@@ -179,9 +179,10 @@ class FoundryEvals(BatchedEvaluator):
             raise ValueError(f"max_concurrent_runs must be >= 1, got {max_concurrent_runs}.")
         if max_retries < 0:
             raise ValueError(f"max_retries must be >= 0, got {max_retries}.")
-        if matching_mode not in _MATCHING_MODES:
+        if matching_mode not in get_args(MatchingMode):
             raise ValueError(
-                f"matching_mode must be one of {', '.join(_MATCHING_MODES)}, got {matching_mode!r}."
+                f"matching_mode must be one of {', '.join(get_args(MatchingMode))}, "
+                f"got {matching_mode!r}."
             )
         if conversation_split is not None and not callable(conversation_split):
             raise ValueError(
@@ -332,6 +333,30 @@ class FoundryEvals(BatchedEvaluator):
         """
         return ev.resolve_evaluators(self._specs, any_tools=any(i.tools for i in items))
 
+    def _build_criteria(
+        self, specs: Sequence[EvaluatorSpec], any_tools: bool
+    ) -> list[dict[str, Any]]:
+        return ev.build_criteria(
+            specs, model=self.model, any_tools=any_tools, matching_mode=self.matching_mode
+        )
+
+    async def _new_eval(
+        self,
+        api: EvalsApi,
+        body: dict[str, Any],
+        specs: list[EvaluatorSpec],
+        kind: str,
+        key: str | None = None,
+    ) -> str:
+        """Create the eval of ``body`` tagged with ``key`` (a fresh one when None; with an explicit
+        one, an eval already tagged with it is reused) and remember its criteria."""
+        tag = key or uuid.uuid4().hex
+        body["metadata"] = {"evalpipe_key": tag, "evalpipe_kind": kind}
+        found = await api.find_eval(tag) if key is not None else None
+        eval_id = str((found or await api.create_eval(**body))["id"])
+        self._criteria[eval_id] = specs
+        return eval_id
+
     async def create_eval(
         self, items: Sequence[EvalItem], *, eval_name: str, key: str | None = None
     ) -> str:
@@ -347,19 +372,11 @@ class FoundryEvals(BatchedEvaluator):
         """
         specs = self.criteria_for(items)
         any_tools = any(i.tools for i in items)
-        present: set[str] = set()
+        present = {"tool_definitions"} if any_tools else set()
         if any(i.context for i in items):
             present.add("context")
         if any(i.expected_output is not None for i in items):
             present.add("ground_truth")
-        if any_tools:
-            present.add("tool_definitions")
-        criteria = ev.build_criteria(
-            specs, model=self.model, any_tools=any_tools, matching_mode=self.matching_mode
-        )
-        api = self._api()
-        explicit = key is not None
-        tag = key or uuid.uuid4().hex
         body = {
             "name": eval_name,
             "data_source_config": {
@@ -367,16 +384,9 @@ class FoundryEvals(BatchedEvaluator):
                 "item_schema": ev.item_schema(specs, present),
                 "include_sample_schema": True,
             },
-            "testing_criteria": criteria,
-            "metadata": {"evalpipe_key": tag, "evalpipe_kind": "FoundryEvals"},
+            "testing_criteria": self._build_criteria(specs, any_tools),
         }
-        found = await api.find_eval(tag) if explicit else None
-        created = found or await api.create_once(
-            "eval create", lambda: api.create_eval(**body), lambda: api.find_eval(tag)
-        )
-        eval_id = str(created["id"])
-        self._criteria[eval_id] = specs
-        return eval_id
+        return await self._new_eval(self._api(), body, specs, "FoundryEvals", key)
 
     async def _specs_of(self, eval_id: str) -> list[EvaluatorSpec]:
         specs = self._criteria.get(eval_id)
@@ -402,7 +412,6 @@ class FoundryEvals(BatchedEvaluator):
         eval_name: str,
         batch_index: int = 0,
         run_name: str | None = None,
-        index_offset: int | None = None,
     ) -> EvalResults:
         """Run one batch: create the run, poll it, collect its output items, cancel on timeout.
 
@@ -416,22 +425,17 @@ class FoundryEvals(BatchedEvaluator):
             eval_id: From ``create_eval``.
             items: This batch's items, in order.
             eval_name: The evaluation's name (the run is named after it).
-            batch_index: Which batch this is (tags the run, names it).
+            batch_index: Which batch this is (tags the run, names it; items without an id are
+                numbered from ``batch_index * batch_size``).
             run_name: The run's name (default ``"{eval_name} Run"``, plus the batch number).
-            index_offset: Position of the first item in the whole evaluation, for item ids of
-                items without one (default ``batch_index * batch_size``).
         """
-        offset = batch_index * self.batch_size if index_offset is None else index_offset
-        ids = [_item_id(item, offset + i) for i, item in enumerate(items)]
+        ids = [_item_id(item, batch_index * self.batch_size + i) for i, item in enumerate(items)]
         out: list[EvalItemResult | None] = [None] * len(items)
-        base = EvalResults(provider=PROVIDER, eval_id=eval_id, input_items=list(items))
-
         try:
             specs = await self._specs_of(eval_id)
         except Exception as exc:
-            return self._finish(
-                base, items, ids, out, [], "failed", _error_text(exc), "FoundryError"
-            )
+            reason = _error_text(exc)
+            return _finish(items, ids, out, [], "failed", reason, "FoundryError", eval_id=eval_id)
         with_actions = any(s.short == ev.TASK_NAVIGATION_EFFICIENCY for s in specs)
         content: list[dict[str, Any]] = []
         sent: list[int] = []
@@ -451,69 +455,50 @@ class FoundryEvals(BatchedEvaluator):
             content.append({"item": data})
             sent.append(i)
         if not content:
-            return self._finish(base, items, ids, out, specs, "completed", None, "MissingOutput")
-
-        api = self._api()
-        digest = hashlib.sha256(
-            json.dumps([eval_id, batch_index, content], sort_keys=True, default=str).encode()
-        ).hexdigest()[:32]
-        name = run_name or (f"{eval_name} Run" + (f" {batch_index + 1}" if batch_index else ""))
+            return _finish(
+                items, ids, out, specs, "completed", None, "MissingOutput", eval_id=eval_id
+            )
         body: dict[str, Any] = {
-            "name": name,
+            "name": run_name
+            or (f"{eval_name} Run" + (f" {batch_index + 1}" if batch_index else "")),
             "data_source": {
                 "type": "jsonl",
                 "source": {"type": "file_content", "content": content},
             },
             "metadata": {
-                "evalpipe_key": digest,
+                "evalpipe_key": _digest([eval_id, batch_index, content]),
                 "evalpipe_batch": str(batch_index),
                 "evalpipe_items": str(len(content)),
             },
         }
-        loop = asyncio.get_running_loop()
-        started = loop.time()
-        try:
-            run = await api.find_run(eval_id, digest) or await api.create_once(
-                "run create",
-                lambda: api.create_run(eval_id, **body),
-                lambda: api.find_run(eval_id, digest),
-            )
-        except Exception as exc:
-            return self._finish(
-                base, items, ids, out, specs, "failed", _error_text(exc), "FoundryError"
-            )
-        run_id = str(run["id"])
-        base.run_id = run_id
-        logger.info("Foundry run %s (eval %s): %d items", run_id, eval_id, len(content))
-
-        status, error, missing_code, outputs, run = await self._await_outputs(
-            api, eval_id, run, started
-        )
-        base.report_url = run.get("report_url")
-        for oi in outputs:
-            index = _index(oi.get("datasource_item_id"))
-            if index is None or not 0 <= index < len(sent):
-                logger.warning("Foundry output item %s has no matching input", oi.get("id"))
-                continue
+        status, error, missing, outputs, where = await self._execute(eval_id, body, resume=True)
+        for index, oi in _matched(outputs, len(sent)):
             i = sent[index]
-            try:
-                out[i] = item_result(oi, items[i], ids[i], specs)
-            except Exception as exc:
-                out[i] = errored_item(items[i], ids[i], "OutputParseError", _error_text(exc))
-        return self._finish(base, items, ids, out, specs, status, error, missing_code)
+            out[i] = _scored(oi, items[i], ids[i], specs)
+        return _finish(items, ids, out, specs, status, error, missing, **where)
 
-    async def _await_outputs(
-        self, api: Any, eval_id: str, run: dict[str, Any], started: float
+    async def _execute(
+        self, eval_id: str, body: dict[str, Any], *, resume: bool
     ) -> tuple[str, str | None, str, list[dict[str, Any]], dict[str, Any]]:
-        """Poll a run to its end and read its output items.
+        """Create a run (with ``resume``, first look for the one tagged with its key), poll it to
+        its end and read its output items.
 
-        Returns (status, error, the error code for items with no output, output items, the run as
-        last read, with ``report_url`` kept from an earlier answer when the last has none). A run
-        that times out is canceled on the server; a caller that gives up (a task timeout, Ctrl-C)
-        cancels it too, so it stops costing money. Output items that cannot be read make a
-        completed run ``partial``.
+        Returns (status, error, the error code for items with no output, output items, the
+        result's ``eval_id``/``run_id``/``report_url``). A run that times out is canceled on the
+        server; a caller that gives up (a task timeout, Ctrl-C) cancels it too, so it stops
+        costing money. Output items that cannot be read make a completed run ``partial``.
         """
-        run_id = str(run["id"])
+        api = self._api()
+        where: dict[str, Any] = {"eval_id": eval_id}
+        started = asyncio.get_running_loop().time()
+        try:
+            key = body["metadata"]["evalpipe_key"]
+            found = await api.find_run(eval_id, key) if resume else None
+            run = found or await api.create_run(eval_id, **body)
+        except Exception as exc:
+            return "failed", _error_text(exc), "FoundryError", [], where
+        run_id = where["run_id"] = str(run["id"])
+        logger.info("Foundry run %s (eval %s): %s", run_id, eval_id, body["name"])
         try:
             status, error, last = await self._poll(api, eval_id, run, started)
         except asyncio.CancelledError:
@@ -521,30 +506,23 @@ class FoundryEvals(BatchedEvaluator):
                 await asyncio.wait_for(api.cancel_run(eval_id, run_id), timeout=10)
             raise
         if status == "timeout":
+            error = f"run did not finish within {self.timeout:g}s; "
             try:
                 await api.cancel_run(eval_id, run_id)
-                error = f"run did not finish within {self.timeout:g}s; canceled on the server"
+                error += "canceled on the server"
             except Exception as exc:
-                error = (
-                    f"run did not finish within {self.timeout:g}s; cancel failed: "
-                    f"{_error_text(exc)}"
-                )
-        missing_code = {
-            "timeout": "Timeout",
-            "failed": "RunFailed",
-            "canceled": "RunCanceled",
-        }.get(status, "MissingOutput")
+                error += f"cancel failed: {_error_text(exc)}"
+        missing = _MISSING_CODES.get(status, "MissingOutput")
         try:
-            outputs: list[dict[str, Any]] = list(await api.list_output_items(eval_id, run_id))
+            outputs = await api.list_output_items(eval_id, run_id)
         except Exception as exc:
             outputs = []
             if status == "completed":
-                status, missing_code = "partial", "FoundryError"
+                status, missing = "partial", "FoundryError"
             text = f"could not read output items: {_error_text(exc)}"
             error = f"{error}; {text}" if error else text
-        if not last.get("report_url") and run.get("report_url"):
-            last = {**last, "report_url": run["report_url"]}
-        return status, error, missing_code, outputs, last
+        where["report_url"] = last.get("report_url") or run.get("report_url")
+        return status, error, missing, outputs, where
 
     async def _poll(
         self, api: EvalsApi, eval_id: str, run: dict[str, Any], started: float
@@ -583,31 +561,6 @@ class FoundryEvals(BatchedEvaluator):
                     return "failed", f"polling the run failed: {_error_text(exc)}", run
                 last_error = f"last poll failed: {_error_text(exc)}"
 
-    def _finish(
-        self,
-        base: EvalResults,
-        items: Sequence[EvalItem],
-        ids: Sequence[str],
-        out: list[EvalItemResult | None],
-        specs: Sequence[EvaluatorSpec],
-        status: str,
-        error: str | None,
-        missing_code: str,
-    ) -> EvalResults:
-        reason = error or f"the run produced no output for this item ({status})"
-        results = [
-            r if r is not None else errored_item(items[i], ids[i], missing_code, reason)
-            for i, r in enumerate(out)
-        ]
-        counts, per = count_results(results, [s.name for s in specs])
-        base.input_items = list(items)
-        base.status = status
-        base.error = error
-        base.items = results
-        base.result_counts = counts
-        base.per_evaluator = per
-        return base
-
     @staticmethod
     def merge(results: Sequence[EvalResults]) -> EvalResults:
         """Combine the batch results of one eval (items in the given order, counts summed)."""
@@ -628,28 +581,13 @@ class FoundryEvals(BatchedEvaluator):
         """
         items = list(items)
         if not items:
-            return EvalResults(
-                provider=PROVIDER,
-                status="completed",
-                result_counts={"passed": 0, "failed": 0, "errored": 0},
-            )
+            return make_results(PROVIDER, [])
         try:
             eval_id = await self.create_eval(items, eval_name=eval_name)
         except ValueError:
             raise
         except Exception as exc:
-            base = EvalResults(provider=PROVIDER, input_items=items)
-            ids = [_item_id(item, i) for i, item in enumerate(items)]
-            return self._finish(
-                base,
-                items,
-                ids,
-                [None] * len(items),
-                self.criteria_for(items),
-                "failed",
-                f"could not create the eval: {_error_text(exc)}",
-                "FoundryError",
-            )
+            return _not_created(items, self.criteria_for(items), exc)
         batches = [items[i : i + self.batch_size] for i in range(0, len(items), self.batch_size)]
         semaphore = asyncio.Semaphore(self.max_concurrent_runs)
 
@@ -664,7 +602,6 @@ class FoundryEvals(BatchedEvaluator):
                     eval_name=eval_name,
                     batch_index=index,
                     run_name=run_name,
-                    index_offset=index * self.batch_size,
                 )
 
         results = await asyncio.gather(*(one(k, b) for k, b in enumerate(batches)))
@@ -778,11 +715,7 @@ class FoundryEvals(BatchedEvaluator):
             },
         }
         if not queries:
-            return EvalResults(
-                provider=PROVIDER,
-                status="completed",
-                result_counts={"passed": 0, "failed": 0, "errored": 0},
-            )
+            return make_results(PROVIDER, [])
         return await self._server_side(
             "target_completions",
             data_source,
@@ -811,92 +744,112 @@ class FoundryEvals(BatchedEvaluator):
         service chooses the items (agent traces): one per output item, ids from their trace ids.
         """
         specs = self._server_specs()
-        criteria = [
-            {k: v for k, v in c.items() if k != "data_mapping"}
-            for c in ev.build_criteria(
-                specs, model=self.model, any_tools=False, matching_mode=self.matching_mode
-            )
-        ]
-        api = self._api()
-        tag = uuid.uuid4().hex
-        eval_body = {
+        body = {
             "name": eval_name,
             "data_source_config": {"type": "azure_ai_source", "scenario": scenario},
-            "testing_criteria": criteria,
-            "metadata": {"evalpipe_key": tag, "evalpipe_kind": f"FoundryEvals.{scenario}"},
+            "testing_criteria": [
+                {k: v for k, v in c.items() if k != "data_mapping"}
+                for c in self._build_criteria(specs, False)
+            ],
         }
         items = [item for _, item in inputs or []]
         ids = [ident for ident, _ in inputs or []]
         out: list[EvalItemResult | None] = [None] * len(items)
-        base = EvalResults(provider=PROVIDER, input_items=items)
         try:
-            created = await api.create_once(
-                "eval create", lambda: api.create_eval(**eval_body), lambda: api.find_eval(tag)
-            )
+            eval_id = await self._new_eval(self._api(), body, specs, f"FoundryEvals.{scenario}")
         except Exception as exc:
-            reason = f"could not create the eval: {_error_text(exc)}"
-            return self._finish(base, items, ids, out, specs, "failed", reason, "FoundryError")
-        eval_id = str(created["id"])
-        self._criteria[eval_id] = specs
-        base.eval_id = eval_id
-        run_key = hashlib.sha256(
-            json.dumps([eval_id, data_source], sort_keys=True).encode()
-        ).hexdigest()[:32]
-        run_body: dict[str, Any] = {
+            return _not_created(items, specs, exc, ids)
+        run_body = {
             "name": f"{eval_name} Run",
             "data_source": data_source,
-            "metadata": {"evalpipe_key": run_key},
+            "metadata": {"evalpipe_key": _digest([eval_id, data_source])},
         }
-        started = asyncio.get_running_loop().time()
-        try:
-            run = await api.create_once(
-                "run create",
-                lambda: api.create_run(eval_id, **run_body),
-                lambda: api.find_run(eval_id, run_key),
-            )
-        except Exception as exc:
-            return self._finish(
-                base, items, ids, out, specs, "failed", _error_text(exc), "FoundryError"
-            )
-        base.run_id = str(run["id"])
-        status, error, missing_code, outputs, run = await self._await_outputs(
-            api, eval_id, run, started
+        status, error, missing, outputs, where = await self._execute(
+            eval_id, run_body, resume=False
         )
-        base.report_url = run.get("report_url")
-        if inputs is not None:
+        if inputs is None:  # the service chose the items: one per output item
+            for oi in sorted(outputs, key=lambda o: _index(o.get("datasource_item_id")) or 0):
+                datasource = oi.get("datasource_item")
+                ident = str(
+                    (datasource.get("trace_id") if isinstance(datasource, dict) else None)
+                    or oi.get("id")
+                )
+                items.append(_server_item(datasource, ident, {}))
+                ids.append(ident)
+                out.append(_scored(oi, items[-1], ident, specs))
+        else:
             assert source_item is not None
-            for oi in outputs:
-                index = _index(oi.get("datasource_item_id"))
-                if index is None or not 0 <= index < len(items):
-                    logger.warning("Foundry output item %s has no matching input", oi.get("id"))
-                    continue
+            for index, oi in _matched(outputs, len(items)):
                 try:
                     items[index] = source_item(oi, index)
-                    out[index] = item_result(oi, items[index], ids[index], specs)
                 except Exception as exc:
-                    out[index] = errored_item(
-                        items[index], ids[index], "OutputParseError", _error_text(exc)
-                    )
-            return self._finish(base, items, ids, out, specs, status, error, missing_code)
-        trace_items: list[EvalItem] = []
-        trace_ids_out: list[str] = []
-        results: list[EvalItemResult | None] = []
-        for oi in sorted(outputs, key=lambda o: _index(o.get("datasource_item_id")) or 0):
-            datasource = oi.get("datasource_item")
-            ident = str(
-                (datasource.get("trace_id") if isinstance(datasource, dict) else None)
-                or oi.get("id")
-            )
-            source = _server_item(datasource, ident, {})
-            trace_items.append(source)
-            trace_ids_out.append(ident)
-            try:
-                results.append(item_result(oi, source, ident, specs))
-            except Exception as exc:
-                results.append(errored_item(source, ident, "OutputParseError", _error_text(exc)))
-        return self._finish(
-            base, trace_items, trace_ids_out, results, specs, status, error, missing_code
-        )
+                    out[index] = _unparsed(items[index], ids[index], exc)
+                else:
+                    out[index] = _scored(oi, items[index], ids[index], specs)
+        return _finish(items, ids, out, specs, status, error, missing, **where)
+
+
+def _digest(value: Any) -> str:
+    """A run's tag: its content's hash."""
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()).hexdigest()[:32]
+
+
+def _matched(outputs: list[dict[str, Any]], count: int) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Each output item with the position of the input it is for (``datasource_item_id``)."""
+    for oi in outputs:
+        index = _index(oi.get("datasource_item_id"))
+        if index is None or not 0 <= index < count:
+            logger.warning("Foundry output item %s has no matching input", oi.get("id"))
+        else:
+            yield index, oi
+
+
+def _unparsed(item: EvalItem, item_id: str, exc: Exception) -> EvalItemResult:
+    return errored_item(item, item_id, "OutputParseError", _error_text(exc))
+
+
+def _scored(
+    output_item: dict[str, Any], item: EvalItem, item_id: str, specs: Sequence[EvaluatorSpec]
+) -> EvalItemResult:
+    try:
+        return item_result(output_item, item, item_id, specs)
+    except Exception as exc:
+        return _unparsed(item, item_id, exc)
+
+
+def _finish(
+    items: Sequence[EvalItem],
+    ids: Sequence[str],
+    out: Sequence[EvalItemResult | None],
+    specs: Sequence[EvaluatorSpec],
+    status: str,
+    error: str | None,
+    missing_code: str,
+    **where: Any,
+) -> EvalResults:
+    """The result of a run (``where``: its eval_id, run_id, report_url); every item without an
+    output is errored with ``missing_code``."""
+    reason = error or f"the run produced no output for this item ({status})"
+    results = [
+        r if r is not None else errored_item(items[i], ids[i], missing_code, reason)
+        for i, r in enumerate(out)
+    ]
+    metrics = [s.name for s in specs]
+    return make_results(
+        PROVIDER, results, metrics=metrics, input_items=items, status=status, error=error, **where
+    )
+
+
+def _not_created(
+    items: list[EvalItem],
+    specs: Sequence[EvaluatorSpec],
+    exc: Exception,
+    ids: Sequence[str] | None = None,
+) -> EvalResults:
+    """Every item errored (``FoundryError``): the eval could not be created."""
+    ids = ids if ids is not None else [_item_id(item, i) for i, item in enumerate(items)]
+    error = f"could not create the eval: {_error_text(exc)}"
+    return _finish(items, ids, [None] * len(items), specs, "failed", error, "FoundryError")
 
 
 def _server_item(datasource: Any, item_id: str, metadata: dict[str, Any]) -> EvalItem:
@@ -951,29 +904,6 @@ def _target_item(output_item: dict[str, Any], query: str, index: int) -> EvalIte
     return EvalItem(conversation, item_id=str(index), query_index=index)
 
 
-def _foundry(
-    *,
-    client: Any,
-    project_client: Any,
-    endpoint: str | None,
-    credential: Any,
-    model: str | None,
-    evaluators: Sequence[str | GeneratedEvaluatorRef] | None,
-    poll_interval: float,
-    timeout: float,
-) -> FoundryEvals:
-    return FoundryEvals(
-        project_client,
-        client=client,
-        endpoint=endpoint,
-        credential=credential,
-        model=model,
-        evaluators=evaluators,
-        poll_interval=poll_interval,
-        timeout=timeout,
-    )
-
-
 async def evaluate_traces(
     *,
     evaluators: Sequence[str | GeneratedEvaluatorRef] | None = None,
@@ -999,9 +929,9 @@ async def evaluate_traces(
         ValueError: as ``FoundryEvals`` and ``FoundryEvals.evaluate_traces`` do (no source:
             ``"Provide at least one of: response_ids, trace_ids, or agent_id"``, as MAF).
     """
-    foundry = _foundry(
+    foundry = FoundryEvals(
+        project_client,
         client=client,
-        project_client=project_client,
         endpoint=endpoint,
         credential=credential,
         model=model,
@@ -1009,7 +939,7 @@ async def evaluate_traces(
         poll_interval=poll_interval,
         timeout=timeout,
     )
-    try:
+    async with contextlib.aclosing(foundry):
         return await foundry.evaluate_traces(
             response_ids=response_ids,
             trace_ids=trace_ids,
@@ -1017,8 +947,6 @@ async def evaluate_traces(
             lookback_hours=lookback_hours,
             eval_name=eval_name,
         )
-    finally:
-        await foundry.aclose()
 
 
 async def evaluate_foundry_target(
@@ -1046,9 +974,9 @@ async def evaluate_foundry_target(
         TypeError: for a target that is not a dict, or a query that is not a str.
     """
     _target_queries(target, test_queries)
-    foundry = _foundry(
+    foundry = FoundryEvals(
+        project_client,
         client=client,
-        project_client=project_client,
         endpoint=endpoint,
         credential=credential,
         model=model,
@@ -1056,12 +984,10 @@ async def evaluate_foundry_target(
         poll_interval=poll_interval,
         timeout=timeout,
     )
-    try:
+    async with contextlib.aclosing(foundry):
         return await foundry.evaluate_foundry_target(
             target=target, test_queries=test_queries, eval_name=eval_name
         )
-    finally:
-        await foundry.aclose()
 
 
 def _env_endpoint() -> str | None:
