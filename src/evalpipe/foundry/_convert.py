@@ -26,6 +26,7 @@ __all__ = [
     "item_actions",
     "item_expected_actions",
     "item_to_foundry",
+    "json_or_text",
     "to_foundry_messages",
     "tool_definitions_to_foundry",
 ]
@@ -55,7 +56,8 @@ def _tool_call_part(call: FunctionCallContent) -> dict[str, Any]:
     }
 
 
-def _tool_result(value: Any) -> Any:
+def json_or_text(value: Any) -> Any:
+    """A string's JSON value when it is JSON, else the value as it is."""
     if isinstance(value, str):
         try:
             return json.loads(value)
@@ -72,7 +74,7 @@ def _convert(message: Message) -> list[dict[str, Any]]:
             {
                 "role": "tool",
                 "tool_call_id": r.call_id,
-                "content": [{"type": "tool_result", "tool_result": _tool_result(r.result)}],
+                "content": [{"type": "tool_result", "tool_result": json_or_text(r.result)}],
             }
             for r in results
         ]

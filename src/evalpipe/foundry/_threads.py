@@ -24,7 +24,7 @@ import asyncio
 import inspect
 import json
 import logging
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -33,6 +33,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field
 
 from evalpipe.evaluators.local import resolve_evaluators
+from evalpipe.foundry._convert import json_or_text
 from evalpipe.itemize import WorkflowItems, build_workflow_items
 from evalpipe.items import EvalItem
 from evalpipe.messages import (
@@ -176,17 +177,7 @@ def _plain(obj: Any) -> Any:
     return obj
 
 
-def _text_of(value: Any) -> str:
-    return value if isinstance(value, str) else ""
-
-
-def _parse_output(output: Any) -> Any:
-    if isinstance(output, str):
-        try:
-            return json.loads(output)
-        except ValueError:
-            return output
-    return output
+_INPUT_SCHEMA = {"type": "object", "properties": {"input": {"type": "string"}}}
 
 
 def tool_definitions(tools: Iterable[Any]) -> list[ToolDefinition]:
@@ -199,28 +190,28 @@ def tool_definitions(tools: Iterable[Any]) -> list[ToolDefinition]:
             continue
         kind = str(tool.get("type") or "")
         spec = tool.get(kind)
-        if kind == "function" and isinstance(spec, Mapping) and spec.get("name"):
+        spec = spec if isinstance(spec, Mapping) else {}
+        if kind == "function" and spec.get("name"):
             out.append(ToolDefinition.coerce(tool))
-        elif kind == "connected_agent" and isinstance(spec, Mapping) and spec.get("name"):
+        elif kind in ("connected_agent", "openapi") and spec.get("name"):
+            schema = _INPUT_SCHEMA if kind == "connected_agent" else None
             out.append(
-                ToolDefinition(
-                    name=str(spec["name"]),
-                    description=str(spec.get("description") or ""),
-                    parameters={"type": "object", "properties": {"input": {"type": "string"}}},
-                )
-            )
-        elif kind == "openapi" and isinstance(spec, Mapping) and spec.get("name"):
-            out.append(
-                ToolDefinition(
-                    name=str(spec["name"]), description=str(spec.get("description") or "")
-                )
+                ToolDefinition(str(spec["name"]), str(spec.get("description") or ""), schema)
             )
         elif kind:
             out.append(ToolDefinition(name=kind, description=f"Foundry built-in tool: {kind}"))
     return out
 
 
-def _message_contents(message: Mapping[str, Any], diag: list[str]) -> list[Any]:
+def _tools(*sources: Any) -> list[ToolDefinition] | None:
+    """The tool definitions of the first source that has a list (a run's, else its agent's)."""
+    raw = next((s for s in sources if s is not None), None)
+    return tool_definitions(raw) if raw is not None else None
+
+
+def _message_contents(
+    message: Mapping[str, Any], note: Callable[[str], None] | None = None
+) -> list[Any]:
     contents: list[Any] = []
     for part in message.get("content") or []:
         if not isinstance(part, Mapping):
@@ -229,14 +220,14 @@ def _message_contents(message: Mapping[str, Any], diag: list[str]) -> list[Any]:
         if kind == "text":
             text = part.get("text")
             value = text.get("value") if isinstance(text, Mapping) else text
-            contents.append(TextContent(text=_text_of(value)))
+            contents.append(TextContent(text=value if isinstance(value, str) else ""))
         elif kind == "image_url":
             image = part.get("image_url")
             url = image.get("url") if isinstance(image, Mapping) else None
             if url:
                 contents.append(UriContent(uri=str(url)))
-        else:
-            diag.append(f"message {message.get('id')}: content of type {kind!r} left out")
+        elif note is not None:
+            note(f"message {message.get('id')}: content of type {kind!r} left out")
     return contents
 
 
@@ -255,22 +246,21 @@ def _tool_call(raw: Mapping[str, Any]) -> _Call:
     kind = str(raw.get("type") or "unknown")
     spec = raw.get(kind)
     spec = dict(spec) if isinstance(spec, Mapping) else {}
-    call_id = str(raw.get("id") or "")
     if kind in ("function", "connected_agent") or "arguments" in spec:
         name = str(spec.get("name") or kind)
         arguments = spec.get("arguments")
     else:
         name = kind
         arguments = {k: v for k, v in spec.items() if k not in ("output", "outputs")}
-    has = spec.get("output") is not None or spec.get("outputs") is not None
-    output = spec.get("output") if spec.get("output") is not None else spec.get("outputs")
+    output = next((spec[k] for k in ("output", "outputs") if spec.get(k) is not None), None)
     sub = spec if kind == "connected_agent" else None
-    return _Call(call_id, kind, name, arguments, _parse_output(output), has, sub)
+    has = output is not None
+    return _Call(str(raw.get("id") or ""), kind, name, arguments, json_or_text(output), has, sub)
 
 
 def _arguments_query(arguments: Any) -> str:
     """The text a connected agent was asked: its arguments' only string, else the raw JSON."""
-    parsed = _parse_output(arguments)
+    parsed = json_or_text(arguments)
     if isinstance(parsed, Mapping):
         strings = [v for v in parsed.values() if isinstance(v, str)]
         if len(strings) == 1:
@@ -298,6 +288,42 @@ def _usage(run: Mapping[str, Any]) -> RunUsage:
     )
 
 
+def _executor(
+    name: str,
+    conversation: list[Message],
+    split_at: int,
+    tools: list[ToolDefinition] | None,
+    usage: RunUsage | None = None,
+    error: str | None = None,
+) -> ExecutorRun:
+    """One agent's turn: what it received (up to ``split_at``), what it produced; an ``error``
+    makes it failed."""
+    return ExecutorRun(
+        executor_id=name,
+        agent=name,
+        received=conversation[:split_at],
+        produced=conversation[split_at:],
+        tools=tools,
+        usage=usage or RunUsage(),
+        error_code="ExecutorError" if error else None,
+        error_message=error,
+    )
+
+
+def _workflow_run(name: str, executors: list[ExecutorRun], usage: RunUsage) -> WorkflowRun:
+    """A run as a workflow: the first (orchestrating) agent's last user text and last answer."""
+    first = executors[0]
+    user_texts = [m.text for m in first.received if m.role == "user" and m.text]
+    answers = [m for m in first.produced if m.role == "assistant" and m.text]
+    return WorkflowRun(
+        query=user_texts[-1] if user_texts else "",
+        workflow=name,
+        executors=executors,
+        output=answers[-1:],
+        usage=usage,
+    )
+
+
 def _is_loopback_http(endpoint: str) -> bool:
     parts = urlsplit(endpoint)
     return parts.scheme == "http" and parts.hostname in ("127.0.0.1", "localhost", "::1")
@@ -305,11 +331,20 @@ def _is_loopback_http(endpoint: str) -> bool:
 
 @dataclass
 class _Turn:
-    """One run converted: where the run's output starts, the messages, and the connected calls."""
+    """One run converted: its agent, the conversation (history, then what the run did from
+    ``split_at``), the connected-agent calls it made, and what could not be read."""
 
+    run: dict[str, Any]
+    agent: dict[str, Any]
+    name: str
     conversation: list[Message]
     split_at: int
     calls: list[_Call]
+    diag: list[str]
+
+    @property
+    def connected(self) -> list[_Call]:
+        return [c for c in self.calls if c.kind == "connected_agent"]
 
 
 class FoundryThreads:
@@ -384,11 +419,11 @@ class FoundryThreads:
 
     # -- reading -----------------------------------------------------------------------------
 
-    def _list(self, fn: Any, *args: Any, **kwargs: Any) -> Iterator[dict[str, Any]]:
+    def _list(self, fn: Any, *args: Any, order: str = "asc") -> Iterator[dict[str, Any]]:
         """Every element of a list, page by page. The SDK's pager asks for the page after
         ``last_id`` until one comes back empty; a page shorter than ``limit`` is the last one, so
         that extra request is not sent."""
-        pager = fn(*args, limit=self.page_size, **kwargs, **self._call_kw)
+        pager = fn(*args, limit=self.page_size, order=order, **self._call_kw)
         for page in pager.by_page():
             count = 0
             for element in page:
@@ -433,27 +468,28 @@ class FoundryThreads:
         from azure.core.exceptions import HttpResponseError
 
         try:
-            messages = list(self._list(self.client.messages.list, thread_id, order="asc"))
+            messages = list(self._list(self.client.messages.list, thread_id))
             if runs is None:
-                runs = list(self._list(self.client.runs.list, thread_id, order="asc"))
+                runs = list(self._list(self.client.runs.list, thread_id))
         except HttpResponseError as exc:
             self._note(thread_id, None, f"thread could not be read: {exc.message}")
             return []
         if run_id is not None and all(r.get("id") != run_id for r in runs):
             self._note(thread_id, run_id, "no such run on this thread")
             return []
-        turns = self._thread_turns(thread_id, messages, runs)
         records: list[ThreadRunRecord] = []
-        for run, turn, diag in turns:
-            if run_id is not None and run.get("id") != run_id:
+        for turn in self._thread_turns(thread_id, messages, runs):
+            if run_id is not None and turn.run.get("id") != run_id:
                 continue
-            status = str(run.get("status") or "")
+            status = str(turn.run.get("status") or "")
             if status not in _FINISHED:
                 self._note(
-                    thread_id, run.get("id"), f"run is {status or 'of unknown status'}: skipped"
+                    thread_id,
+                    turn.run.get("id"),
+                    f"run is {status or 'of unknown status'}: skipped",
                 )
                 continue
-            records.append(self._record(thread_id, run, turn, diag))
+            records.append(self._record(thread_id, turn))
         return records
 
     def read_many(self, thread_ids: Sequence[str]) -> list[ThreadRunRecord]:
@@ -501,7 +537,7 @@ class FoundryThreads:
                 continue
             tid = str(thread["id"])
             try:
-                runs = list(self._list(self.client.runs.list, tid, order="asc"))
+                runs = list(self._list(self.client.runs.list, tid))
             except HttpResponseError as exc:
                 self._note(tid, None, f"runs could not be listed: {exc.message}")
                 continue
@@ -539,11 +575,8 @@ class FoundryThreads:
     # -- conversion --------------------------------------------------------------------------
 
     def _thread_turns(
-        self,
-        thread_id: str,
-        messages: list[dict[str, Any]],
-        runs: list[dict[str, Any]],
-    ) -> list[tuple[dict[str, Any], _Turn, list[str]]]:
+        self, thread_id: str, messages: list[dict[str, Any]], runs: list[dict[str, Any]]
+    ) -> list[_Turn]:
         """Each run of the thread (oldest first) with its conversation: history, then its output."""
         by_id = {str(m.get("id")): m for m in messages}
         run_ids = {str(r.get("id")) for r in runs}
@@ -557,24 +590,22 @@ class FoundryThreads:
             events.append((float(r.get("created_at") or 0), 1, i, r))
         events.sort(key=lambda e: e[:3])
         history: list[Message] = []
-        out: list[tuple[dict[str, Any], _Turn, list[str]]] = []
+        out: list[_Turn] = []
         for _, is_run, _, obj in events:
             if not is_run:
-                diag: list[str] = []
-                contents = _message_contents(obj, diag)
-                for text in diag:
-                    self._note(thread_id, None, text)
+                contents = _message_contents(obj, lambda t: self._note(thread_id, None, t))
                 history.append(Message(str(obj.get("role") or "user"), contents))
                 continue
             run = obj
-            diag = []
+            diag: list[str] = []
             agent = self._agent(run.get("assistant_id"), thread_id, run.get("id"))
             name = str(agent.get("name") or run.get("assistant_id") or "agent")
             instructions = run.get("instructions") or agent.get("instructions")
             system = [Message("system", [str(instructions)])] if instructions else []
             produced, calls = self._run_output(thread_id, run, by_id, name, diag)
             conversation = [*system, *history, *produced]
-            out.append((run, _Turn(conversation, len(system) + len(history), calls), diag))
+            split_at = len(system) + len(history)
+            out.append(_Turn(run, agent, name, conversation, split_at, calls, diag))
             history.extend(produced)
         return out
 
@@ -590,10 +621,14 @@ class FoundryThreads:
         from azure.core.exceptions import HttpResponseError
 
         run_id = str(run.get("id"))
+
+        def note(text: str) -> None:
+            self._note(thread_id, run_id, text, diag)
+
         try:
-            steps = list(self._list(self.client.run_steps.list, thread_id, run_id, order="asc"))
+            steps = list(self._list(self.client.run_steps.list, thread_id, run_id))
         except HttpResponseError as exc:
-            self._note(thread_id, run_id, f"run steps could not be read: {exc.message}", diag)
+            note(f"run steps could not be read: {exc.message}")
             steps = []
         produced: list[Message] = []
         calls: list[_Call] = []
@@ -608,29 +643,16 @@ class FoundryThreads:
                 mid = str(ref.get("message_id")) if isinstance(ref, Mapping) else ""
                 message = by_id.get(mid)
                 if message is None:
-                    self._note(
-                        thread_id,
-                        run_id,
-                        f"step {step_id}: message {mid or '?'} not found (deleted?); left out",
-                        diag,
-                    )
+                    note(f"step {step_id}: message {mid or '?'} not found (deleted?); left out")
                     continue
                 used.add(mid)
-                text_diag: list[str] = []
-                contents = _message_contents(message, text_diag)
-                for text in text_diag:
-                    self._note(thread_id, run_id, text, diag)
+                contents = _message_contents(message, note)
                 produced.append(Message("assistant", contents, author_name=agent))
             elif kind == "tool_calls":
-                step_calls = [
-                    _tool_call(_plain(tc))
-                    for tc in details.get("tool_calls") or []
-                    if isinstance(_plain(tc), Mapping)
-                ]
+                raw_calls = [_plain(tc) for tc in details.get("tool_calls") or []]
+                step_calls = [_tool_call(tc) for tc in raw_calls if isinstance(tc, Mapping)]
                 if not step_calls:
-                    self._note(
-                        thread_id, run_id, f"step {step_id}: tool_calls step with no calls", diag
-                    )
+                    note(f"step {step_id}: tool_calls step with no calls")
                     continue
                 call_parts: list[Content] = [
                     FunctionCallContent(
@@ -644,37 +666,24 @@ class FoundryThreads:
                     if c.has_output:
                         results.append(FunctionResultContent(call_id=c.call_id, result=c.output))
                     elif c.kind in _OUTPUT_EXPECTED:
-                        self._note(
-                            thread_id,
-                            run_id,
-                            f"step {step_id}: tool call {c.call_id} ({c.name}) has no output",
-                            diag,
-                        )
+                        note(f"step {step_id}: tool call {c.call_id} ({c.name}) has no output")
                 if results:
                     produced.append(Message("tool", results))
                 calls.extend(step_calls)
             else:
-                self._note(thread_id, run_id, f"step {step_id}: unknown step type {kind!r}", diag)
+                note(f"step {step_id}: unknown step type {kind!r}")
         # Messages the run wrote that no step points to (steps missing or not listed).
         for mid, message in by_id.items():
             if message.get("run_id") == run_id and mid not in used:
-                extra: list[str] = []
-                produced.append(
-                    Message("assistant", _message_contents(message, extra), author_name=agent)
-                )
+                produced.append(Message("assistant", _message_contents(message), author_name=agent))
                 if not steps:
-                    self._note(thread_id, run_id, f"message {mid} kept without its run step", diag)
+                    note(f"message {mid} kept without its run step")
         return produced, calls
 
-    def _record(
-        self, thread_id: str, run: dict[str, Any], turn: _Turn, diag: list[str]
-    ) -> ThreadRunRecord:
+    def _record(self, thread_id: str, turn: _Turn) -> ThreadRunRecord:
+        run = turn.run
         run_id = str(run.get("id"))
-        agent_id = run.get("assistant_id")
-        agent = self._agent(agent_id, thread_id, run_id)
-        name = str(agent.get("name") or agent_id or "agent")
-        tools_raw = run.get("tools") if run.get("tools") is not None else agent.get("tools")
-        tools = tool_definitions(tools_raw or []) if tools_raw is not None else None
+        tools = _tools(run.get("tools"), turn.agent.get("tools"))
         status = str(run.get("status"))
         error_code = _ERROR_CODES.get(status)
         error_message = None
@@ -687,14 +696,16 @@ class FoundryThreads:
             )
         usage = _usage(run)
         workflow = None
-        connected = [c for c in turn.calls if c.kind == "connected_agent"]
-        if connected:
-            workflow = self._workflow(thread_id, run_id, name, turn, tools, usage, connected, diag)
+        if turn.connected:
+            executors = [_executor(turn.name, turn.conversation, turn.split_at, tools, usage)]
+            for call in turn.connected:
+                executors += self._connected_turns(thread_id, run_id, call, turn.diag, depth=1)
+            workflow = _workflow_run(turn.name, executors, usage)
         return ThreadRunRecord(
             thread_id=thread_id,
             run_id=run_id,
-            agent_id=agent_id,
-            agent=name,
+            agent_id=run.get("assistant_id"),
+            agent=turn.name,
             status=status,
             created_at=run.get("created_at") if isinstance(run.get("created_at"), int) else None,
             conversation=turn.conversation,
@@ -704,42 +715,7 @@ class FoundryThreads:
             error_code=error_code,
             error_message=error_message,
             workflow=workflow,
-            diagnostics=diag,
-        )
-
-    def _workflow(
-        self,
-        thread_id: str,
-        run_id: str,
-        name: str,
-        turn: _Turn,
-        tools: list[ToolDefinition] | None,
-        usage: RunUsage,
-        connected: list[_Call],
-        diag: list[str],
-    ) -> WorkflowRun:
-        received = turn.conversation[: turn.split_at]
-        produced = turn.conversation[turn.split_at :]
-        executors = [
-            ExecutorRun(
-                executor_id=name,
-                agent=name,
-                received=received,
-                produced=produced,
-                tools=tools,
-                usage=usage,
-            )
-        ]
-        for call in connected:
-            executors.extend(self._connected_turns(thread_id, run_id, call, diag, depth=1))
-        user_texts = [m.text for m in received if m.role == "user" and m.text]
-        answers = [m for m in produced if m.role == "assistant" and m.text]
-        return WorkflowRun(
-            query=user_texts[-1] if user_texts else "",
-            workflow=name,
-            executors=executors,
-            output=answers[-1:],
-            usage=usage,
+            diagnostics=turn.diag,
         )
 
     def _connected_turns(
@@ -757,8 +733,8 @@ class FoundryThreads:
         sub_thread, sub_run = sub.get("thread_id"), sub.get("run_id")
         if self.follow_connected and sub_thread and sub_run and depth <= _MAX_DEPTH:
             try:
-                messages = list(self._list(self.client.messages.list, sub_thread, order="asc"))
-                runs = list(self._list(self.client.runs.list, sub_thread, order="asc"))
+                messages = list(self._list(self.client.messages.list, sub_thread))
+                runs = list(self._list(self.client.runs.list, sub_thread))
             except HttpResponseError as exc:
                 self._note(
                     thread_id,
@@ -768,36 +744,26 @@ class FoundryThreads:
                     diag,
                 )
             else:
-                for run, turn, sub_diag in self._thread_turns(sub_thread, messages, runs):
-                    if run.get("id") != sub_run:
+                for turn in self._thread_turns(sub_thread, messages, runs):
+                    if turn.run.get("id") != sub_run:
                         continue
-                    diag.extend(sub_diag)
-                    raw_tools = (
-                        run.get("tools") if run.get("tools") is not None else sub_agent.get("tools")
-                    )
-                    sub_tools = tool_definitions(raw_tools) if raw_tools is not None else None
-                    turn_usage = _usage(run)
-                    sub_status = str(run.get("status"))
-                    sub_error = "ExecutorError" if sub_status in _ERROR_CODES else None
+                    diag.extend(turn.diag)
+                    status = str(turn.run.get("status"))
                     turns = [
-                        ExecutorRun(
-                            executor_id=name,
-                            agent=name,
-                            received=turn.conversation[: turn.split_at],
-                            produced=turn.conversation[turn.split_at :],
-                            tools=sub_tools,
-                            usage=turn_usage,
-                            error_code=sub_error,
-                            error_message=f"the connected agent's run ended {sub_status}"
-                            if sub_error
+                        _executor(
+                            name,
+                            turn.conversation,
+                            turn.split_at,
+                            _tools(turn.run.get("tools"), sub_agent.get("tools")),
+                            _usage(turn.run),
+                            f"the connected agent's run ended {status}"
+                            if status in _ERROR_CODES
                             else None,
                         )
                     ]
-                    for nested in (c for c in turn.calls if c.kind == "connected_agent"):
-                        turns.extend(
-                            self._connected_turns(
-                                sub_thread, sub_run, nested, diag, depth=depth + 1
-                            )
+                    for nested in turn.connected:
+                        turns += self._connected_turns(
+                            sub_thread, sub_run, nested, diag, depth=depth + 1
                         )
                     return turns
                 self._note(
@@ -815,18 +781,9 @@ class FoundryThreads:
             out = call.output
             text = out if isinstance(out, str) else json.dumps(out)
             produced.append(Message("assistant", [text], author_name=name))
-        sub_tools_raw = sub_agent.get("tools")
-        return [
-            ExecutorRun(
-                executor_id=name,
-                agent=name,
-                received=received,
-                produced=produced,
-                tools=tool_definitions(sub_tools_raw) if sub_tools_raw is not None else None,
-                error_code=None if call.has_output else "ExecutorError",
-                error_message=None if call.has_output else "the connected agent returned no output",
-            )
-        ]
+        no_output = None if call.has_output else "the connected agent returned no output"
+        tools = _tools(sub_agent.get("tools"))
+        return [_executor(name, [*received, *produced], len(received), tools, error=no_output)]
 
 
 def _arguments(value: Any) -> dict[str, Any] | str | None:
@@ -869,32 +826,16 @@ def threads_to_items(
     )
     if not any(r.is_multi_agent for r in records):
         return items
-    runs = [
-        r.workflow
-        if r.workflow is not None
-        else WorkflowRun(
-            query=next(
-                (m.text for m in reversed(r.conversation[: r.split_at]) if m.role == "user"), ""
-            ),
-            workflow=r.agent,
-            executors=[
-                ExecutorRun(
-                    executor_id=r.agent,
-                    agent=r.agent,
-                    received=r.conversation[: r.split_at],
-                    produced=r.conversation[r.split_at :],
-                    tools=r.tools,
-                    usage=r.usage,
-                    error_code="ExecutorError" if r.error_code else None,
-                    error_message=r.error_message,
-                )
-            ],
-            usage=r.usage,
-        )
-        for r in records
-    ]
+
+    def as_run(r: ThreadRunRecord) -> WorkflowRun:
+        if r.workflow is not None:
+            return r.workflow
+        error = (r.error_message or r.error_code) if r.error_code else None
+        turn = _executor(r.agent, r.conversation, r.split_at, r.tools, r.usage, error)
+        return _workflow_run(r.agent, [turn], r.usage)
+
     items.per_agent = build_workflow_items(
-        runs,
+        [as_run(r) for r in records],
         conversation_split=conversation_split,
         include_overall=False,
         item_ids=[r.item_id for r in records],
