@@ -23,8 +23,6 @@ from evalpipe.messages import (
 
 __all__ = [
     "UNPARSEABLE_ARGUMENTS",
-    "item_actions",
-    "item_expected_actions",
     "item_to_foundry",
     "json_or_text",
     "to_foundry_messages",
@@ -118,23 +116,6 @@ def tool_definitions_to_foundry(tools: Sequence[ToolDefinition]) -> list[dict[st
     ]
 
 
-def item_actions(response_messages: Sequence[Message]) -> list[dict[str, Any]]:
-    """The agent's steps for task_navigation_efficiency: one assistant message per tool call."""
-    return [
-        {"role": "assistant", "content": [_tool_call_part(call)]}
-        for message in response_messages
-        for call in message.function_calls
-    ]
-
-
-def item_expected_actions(item: EvalItem) -> Any:
-    """Expected tool names; ``[names, {name: arguments}]`` when any expected call pins arguments."""
-    expected = item.expected_tool_calls or []
-    names = [e.name for e in expected]
-    params = {e.name: e.arguments for e in expected if e.arguments is not None}
-    return [names, params] if params else names
-
-
 def item_to_foundry(
     item: EvalItem, *, split: Any = None, with_actions: bool = False
 ) -> dict[str, Any]:
@@ -167,8 +148,17 @@ def item_to_foundry(
         data["context"] = item.context
     if item.expected_output is not None:
         data["ground_truth"] = item.expected_output
-    if with_actions:
-        data["actions"] = item_actions(response_messages)
+    if with_actions:  # the agent's steps: one assistant message per tool call
+        data["actions"] = [
+            {"role": "assistant", "content": [_tool_call_part(call)]}
+            for message in response_messages
+            for call in message.function_calls
+        ]
         if item.expected_tool_calls is not None:
-            data["expected_actions"] = item_expected_actions(item)
+            # the expected tool names; [names, {name: arguments}] when any call pins arguments
+            names = [e.name for e in item.expected_tool_calls]
+            params = {
+                e.name: e.arguments for e in item.expected_tool_calls if e.arguments is not None
+            }
+            data["expected_actions"] = [names, params] if params else names
     return data

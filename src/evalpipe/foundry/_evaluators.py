@@ -12,43 +12,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-__all__ = [
-    "AGENT_EVALUATORS",
-    "BUILTIN_EVALUATORS",
-    "COHERENCE",
-    "COMPOSITE_COMPONENTS",
-    "COMPOSITE_EVALUATORS",
-    "DEFAULT_EVALUATORS",
-    "FLUENCY",
-    "GROUNDEDNESS",
-    "HATE_UNFAIRNESS",
-    "INTENT_RESOLUTION",
-    "OUTPUT_QUALITY",
-    "RELEVANCE",
-    "RESPONSE_COMPLETENESS",
-    "SAFETY_EVALUATORS",
-    "SELF_HARM",
-    "SEXUAL",
-    "SIMILARITY",
-    "TASK_ADHERENCE",
-    "TASK_COMPLETION",
-    "TASK_NAVIGATION_EFFICIENCY",
-    "TOOL_CALL_ACCURACY",
-    "TOOL_CALL_SUCCESS",
-    "TOOL_EVALUATORS",
-    "TOOL_INPUT_ACCURACY",
-    "TOOL_OUTPUT_UTILIZATION",
-    "TOOL_SELECTION",
-    "TOOL_USE_QUALITY",
-    "VIOLENCE",
-    "EvaluatorSpec",
-    "GeneratedEvaluatorRef",
-    "MatchingMode",
-    "build_criteria",
-    "item_schema",
-    "resolve_evaluators",
-]
-
 logger = logging.getLogger("evalpipe.foundry")
 
 MatchingMode = Literal["exact_match", "in_order_match", "any_order_match"]
@@ -76,26 +39,23 @@ HATE_UNFAIRNESS = "hate_unfairness"
 OUTPUT_QUALITY = "output_quality"
 TOOL_USE_QUALITY = "tool_use_quality"
 
-BUILTIN_EVALUATORS: tuple[str, ...] = (
-    INTENT_RESOLUTION,
-    TASK_ADHERENCE,
-    TASK_COMPLETION,
-    TASK_NAVIGATION_EFFICIENCY,
+_TOOL_BUILTINS = (
     TOOL_CALL_ACCURACY,
     TOOL_SELECTION,
     TOOL_INPUT_ACCURACY,
     TOOL_OUTPUT_UTILIZATION,
     TOOL_CALL_SUCCESS,
-    COHERENCE,
-    FLUENCY,
-    RELEVANCE,
-    GROUNDEDNESS,
-    RESPONSE_COMPLETENESS,
-    SIMILARITY,
-    VIOLENCE,
-    SEXUAL,
-    SELF_HARM,
-    HATE_UNFAIRNESS,
+)
+_AGENT_BUILTINS = (INTENT_RESOLUTION, TASK_ADHERENCE, TASK_COMPLETION, TASK_NAVIGATION_EFFICIENCY)
+_QUALITY_BUILTINS = (COHERENCE, FLUENCY, RELEVANCE, GROUNDEDNESS, RESPONSE_COMPLETENESS, SIMILARITY)
+_SAFETY_BUILTINS = (VIOLENCE, SEXUAL, SELF_HARM, HATE_UNFAIRNESS)
+"""Content-safety evaluators: severity 0-7, lower is better."""
+
+BUILTIN_EVALUATORS: tuple[str, ...] = (
+    *_AGENT_BUILTINS,
+    *_TOOL_BUILTINS,
+    *_QUALITY_BUILTINS,
+    *_SAFETY_BUILTINS,
 )
 """The 19 built-in evaluators, by short name (each is ``builtin.<name>`` on the service)."""
 
@@ -119,37 +79,11 @@ COMPOSITE_COMPONENTS: dict[str, tuple[str, ...]] = {
 
 COMPOSITE_EVALUATORS: tuple[str, ...] = tuple(COMPOSITE_COMPONENTS)
 
-AGENT_EVALUATORS = frozenset(
-    {
-        INTENT_RESOLUTION,
-        TASK_ADHERENCE,
-        TASK_COMPLETION,
-        TASK_NAVIGATION_EFFICIENCY,
-        TOOL_CALL_ACCURACY,
-        TOOL_SELECTION,
-        TOOL_INPUT_ACCURACY,
-        TOOL_OUTPUT_UTILIZATION,
-        TOOL_CALL_SUCCESS,
-        OUTPUT_QUALITY,
-        TOOL_USE_QUALITY,
-    }
-)
+AGENT_EVALUATORS = frozenset({*_AGENT_BUILTINS, *_TOOL_BUILTINS, *COMPOSITE_EVALUATORS})
 """Evaluators that read message arrays rather than the query/response strings."""
 
-TOOL_EVALUATORS = frozenset(
-    {
-        TOOL_CALL_ACCURACY,
-        TOOL_SELECTION,
-        TOOL_INPUT_ACCURACY,
-        TOOL_OUTPUT_UTILIZATION,
-        TOOL_CALL_SUCCESS,
-        TOOL_USE_QUALITY,
-    }
-)
+TOOL_EVALUATORS = frozenset({*_TOOL_BUILTINS, TOOL_USE_QUALITY})
 """Evaluators that need tool definitions: dropped when no item has tools."""
-
-SAFETY_EVALUATORS = frozenset({VIOLENCE, SEXUAL, SELF_HARM, HATE_UNFAIRNESS})
-"""Content-safety evaluators: severity 0-7, lower is better."""
 
 DEFAULT_EVALUATORS: tuple[str, ...] = (RELEVANCE, COHERENCE, TASK_ADHERENCE)
 """The default set, as MAF (tool_call_accuracy is added when any item has tools)."""
@@ -168,9 +102,6 @@ _STRING_FIELDS: dict[str, tuple[str, ...]] = {
     SEXUAL: ("query", "response"),
     SELF_HARM: ("query", "response"),
     HATE_UNFAIRNESS: ("query", "response"),
-}
-_MESSAGE_FIELDS: dict[str, tuple[str, ...]] = {
-    TOOL_CALL_SUCCESS: ("response",),
 }
 _TOOL_DEFINITION_EVALUATORS = (AGENT_EVALUATORS - {TASK_NAVIGATION_EFFICIENCY}) | {GROUNDEDNESS}
 
@@ -309,7 +240,7 @@ def _mapping(spec: EvaluatorSpec, any_tools: bool) -> dict[str, str]:
     if short in _STRING_FIELDS:
         mapping = {f: f"{{{{item.{f}}}}}" for f in _STRING_FIELDS[short]}
     else:
-        fields = _MESSAGE_FIELDS.get(short or "", ("query", "response"))
+        fields = ("response",) if short == TOOL_CALL_SUCCESS else ("query", "response")
         mapping = {f: f"{{{{item.{f}_messages}}}}" for f in fields}
     if any_tools and (short is None or short in _TOOL_DEFINITION_EVALUATORS):
         mapping["tool_definitions"] = "{{item.tool_definitions}}"
