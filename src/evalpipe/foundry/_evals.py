@@ -62,13 +62,9 @@ def _item_id(item: EvalItem, index: int) -> str:
 
 def _index(value: Any) -> int | None:
     """A datasource_item_id as an int (the service may send it as a string)."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
     if isinstance(value, str) and value.isdigit():
         return int(value)
-    return None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _error_text(exc: BaseException) -> str:
@@ -260,8 +256,7 @@ class FoundryEvals(BatchedEvaluator):
         return found
 
     def __repr__(self) -> str:
-        names = [s.name for s in self._specs] if self._specs is not None else "default"
-        return f"FoundryEvals(model={self.model!r}, evaluators={names})"
+        return f"FoundryEvals(model={self.model!r}, evaluators={self.evaluators or 'default'})"
 
     @property
     def evaluators(self) -> list[str] | None:
@@ -609,13 +604,6 @@ class FoundryEvals(BatchedEvaluator):
 
     # -- server-side data: stored responses, agent traces, hosted targets (MAF's functions) --
 
-    def _server_specs(self) -> list[EvaluatorSpec]:
-        """The evaluators of a server-side evaluation: the configured ones as they are (default
-        relevance, coherence, task_adherence; no tool filtering, the items are the service's)."""
-        if self._specs is not None:
-            return list(self._specs)
-        return ev.resolve_evaluators(None, any_tools=False)
-
     async def evaluate_traces(
         self,
         *,
@@ -666,7 +654,7 @@ class FoundryEvals(BatchedEvaluator):
                 "responses",
                 data_source,
                 eval_name,
-                inputs=[(rid, _server_item(None, rid, {"response_id": rid})) for rid in ids],
+                inputs=[_server_item(None, rid, {"response_id": rid}) for rid in ids],
                 source_item=lambda oi, i: _server_item(
                     oi.get("datasource_item"), ids[i], {"response_id": ids[i]}
                 ),
@@ -721,7 +709,7 @@ class FoundryEvals(BatchedEvaluator):
             data_source,
             eval_name,
             inputs=[
-                (str(i), EvalItem([Message("user", [q])], item_id=str(i), query_index=i))
+                EvalItem([Message("user", [q])], item_id=str(i), query_index=i)
                 for i, q in enumerate(queries)
             ],
             source_item=lambda oi, i: _target_item(oi, queries[i], i),
@@ -733,17 +721,18 @@ class FoundryEvals(BatchedEvaluator):
         data_source: dict[str, Any],
         eval_name: str,
         *,
-        inputs: list[tuple[str, EvalItem]] | None,
+        inputs: list[EvalItem] | None,
         source_item: Callable[[dict[str, Any], int], EvalItem] | None = None,
     ) -> EvalResults:
         """One eval of ``scenario`` and one run of ``data_source``, polled as ``evaluate`` polls.
 
-        With ``inputs`` (``(item id, stand-in item)`` per input the run was given), output items
+        With ``inputs`` (a stand-in item, with its id, per input the run was given), output items
         are matched to them by ``datasource_item_id`` and ``source_item`` builds each one's
         EvalItem from the service's data; inputs without an output are errored. Without, the
         service chooses the items (agent traces): one per output item, ids from their trace ids.
         """
-        specs = self._server_specs()
+        # The configured evaluators as they are (the items are the service's: no tool filtering).
+        specs = self._specs or ev.resolve_evaluators(None, any_tools=False)
         body = {
             "name": eval_name,
             "data_source_config": {"type": "azure_ai_source", "scenario": scenario},
@@ -752,8 +741,8 @@ class FoundryEvals(BatchedEvaluator):
                 for c in self._build_criteria(specs, False)
             ],
         }
-        items = [item for _, item in inputs or []]
-        ids = [ident for ident, _ in inputs or []]
+        items = list(inputs or [])
+        ids = [str(item.item_id) for item in items]
         out: list[EvalItemResult | None] = [None] * len(items)
         try:
             eval_id = await self._new_eval(self._api(), body, specs, f"FoundryEvals.{scenario}")
