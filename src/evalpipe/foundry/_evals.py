@@ -613,19 +613,14 @@ class FoundryEvals(BatchedEvaluator):
         lookback_hours: float = 24,
         eval_name: str = "evalpipe Trace Eval",
     ) -> EvalResults:
-        """Score what Foundry already stored, without sending any conversation.
+        """Score what Foundry already stored, without sending any conversation (the data sources
+        sent are in docs/foundry.md).
 
-        With ``response_ids``: the eval's data source config is
-        ``{"type": "azure_ai_source", "scenario": "responses"}`` and the run's data source
-        ``azure_ai_responses`` (``response_retrieval`` of each ``{"resp_id": id}``); one item per
-        response id, in the order given (item id = the response id). With ``agent_id`` and/or
-        ``trace_ids``: scenario ``traces`` and an ``azure_ai_traces`` data source with
-        ``lookback_hours``; one item per trace the service selected (item id = its trace id).
-        Criteria carry no data mapping (the service maps its own data). The evaluators are the
-        configured ones as they are (default relevance, coherence, task_adherence).
-
-        Returns the same EvalResults shape as ``evaluate``; like it, a service fault never
-        raises: it gives a ``failed``/``timeout``/``partial`` result.
+        With ``response_ids``: one item per response id, in the order given (item id = the
+        response id). With ``agent_id`` and/or ``trace_ids``: one item per trace the service
+        selected in the last ``lookback_hours`` (item id = its trace id). The evaluators are the
+        configured ones as they are (default relevance, coherence, task_adherence). Results have
+        the shape and fault handling of ``evaluate``.
 
         Raises:
             ValueError: for no source (MAF's message), both sources, or ``lookback_hours <= 0``.
@@ -674,14 +669,11 @@ class FoundryEvals(BatchedEvaluator):
         eval_name: str = "evalpipe Target Eval",
     ) -> EvalResults:
         """Have Foundry run a hosted target on each query and score its answers (MAF's
-        ``evaluate_foundry_target``).
+        ``evaluate_foundry_target``; the data source sent is in docs/foundry.md).
 
-        The eval's data source config is ``{"type": "azure_ai_source", "scenario":
-        "target_completions"}``, the run's data source ``{"type": "azure_ai_target_completions",
-        "target": target, "source": {"type": "file_content", "content": [{"item": {"query": q}},
-        ...]}}``; criteria carry no data mapping. One item per query, in the order given (item id
-        = the query's index): the query and the target's answer as the service reports it.
-        Results have the shape and fault handling of ``evaluate``.
+        One item per query, in the order given (item id = the query's index): the query and the
+        target's answer as the service reports it. Results have the shape and fault handling of
+        ``evaluate``.
 
         Args:
             target: The Foundry target, e.g. ``{"type": "azure_ai_agent", "name": "my-agent"}``
