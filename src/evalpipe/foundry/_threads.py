@@ -33,6 +33,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field
 
 from evalpipe.evaluators.local import resolve_evaluators
+from evalpipe.foundry._client import plain
 from evalpipe.foundry._convert import json_or_text
 from evalpipe.itemize import WorkflowItems, build_workflow_items
 from evalpipe.items import EvalItem
@@ -165,18 +166,6 @@ def _message_dict(message: Message) -> dict[str, Any]:
     return message.model_dump(mode="json", exclude_none=True)
 
 
-def _plain(obj: Any) -> Any:
-    """An SDK model (or anything JSON-like) as plain dicts and lists."""
-    as_dict = getattr(obj, "as_dict", None)
-    if callable(as_dict):
-        return as_dict()
-    if isinstance(obj, Mapping):
-        return {k: _plain(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_plain(v) for v in obj]
-    return obj
-
-
 _INPUT_SCHEMA = {"type": "object", "properties": {"input": {"type": "string"}}}
 
 
@@ -185,7 +174,7 @@ def tool_definitions(tools: Iterable[Any]) -> list[ToolDefinition]:
     as a tool named after the agent, built-in tools (code interpreter, file search, ...) by type."""
     out: list[ToolDefinition] = []
     for raw in tools:
-        tool = _plain(raw)
+        tool = plain(raw)
         if not isinstance(tool, Mapping):
             continue
         kind = str(tool.get("type") or "")
@@ -428,7 +417,7 @@ class FoundryThreads:
             count = 0
             for element in page:
                 count += 1
-                yield _plain(element)
+                yield plain(element)
             if count < self.page_size:
                 return
 
@@ -439,7 +428,7 @@ class FoundryThreads:
             from azure.core.exceptions import HttpResponseError
 
             try:
-                self._agents[agent_id] = _plain(self.client.get_agent(agent_id, **self._call_kw))
+                self._agents[agent_id] = plain(self.client.get_agent(agent_id, **self._call_kw))
             except HttpResponseError as exc:
                 self._agents[agent_id] = None
                 self._note(thread_id, run_id, f"agent {agent_id} could not be read: {exc.message}")
@@ -649,7 +638,7 @@ class FoundryThreads:
                 contents = _message_contents(message, note)
                 produced.append(Message("assistant", contents, author_name=agent))
             elif kind == "tool_calls":
-                raw_calls = [_plain(tc) for tc in details.get("tool_calls") or []]
+                raw_calls = [plain(tc) for tc in details.get("tool_calls") or []]
                 step_calls = [_tool_call(tc) for tc in raw_calls if isinstance(tc, Mapping)]
                 if not step_calls:
                     note(f"step {step_id}: tool_calls step with no calls")
