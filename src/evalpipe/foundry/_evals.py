@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import importlib
 import importlib.util
 import inspect
 import json
@@ -219,7 +220,9 @@ class FoundryEvals(BatchedEvaluator):
             model = model or client_model
         else:
             if project_client is None:
-                endpoint = endpoint or _env_endpoint()
+                endpoint = (
+                    endpoint or os.environ.get(MAF_ENDPOINT_ENV) or os.environ.get(ENDPOINT_ENV)
+                )
                 if not endpoint:
                     raise ValueError(
                         "Either 'project_endpoint' or 'project_client' is required. Pass "
@@ -971,11 +974,6 @@ async def evaluate_foundry_target(
         )
 
 
-def _env_endpoint() -> str | None:
-    """The project endpoint from MAF's FOUNDRY_PROJECT_ENDPOINT, else AZURE_AI_PROJECT_ENDPOINT."""
-    return os.environ.get(MAF_ENDPOINT_ENV) or os.environ.get(ENDPOINT_ENV) or None
-
-
 def _from_client(client: Any) -> tuple[Any, str | None]:
     """``(openai client, model)`` of what ``client=`` was given: an OpenAI client (it has
     ``.evals``), or a chat client holding one (MAF's FoundryChatClient: ``.client``, ``.model``).
@@ -1002,23 +1000,14 @@ def _project_client(endpoint: str, credential: Any) -> Any:
     identity and azure-core transports need it), else the sync one with the sync client (its
     calls run in worker threads).
     """
-    has_aiohttp = importlib.util.find_spec("aiohttp") is not None
     if credential is None:
-        if has_aiohttp:
-            from azure.identity.aio import DefaultAzureCredential as AsyncDefaultAzureCredential
-
-            credential = AsyncDefaultAzureCredential()
-        else:
-            from azure.identity import DefaultAzureCredential
-
-            credential = DefaultAzureCredential()
-    if not inspect.iscoroutinefunction(getattr(credential, "get_token", None)):
-        from azure.ai.projects import AIProjectClient
-
-        return AIProjectClient(endpoint=endpoint, credential=credential)
-    from azure.ai.projects.aio import AIProjectClient as AsyncAIProjectClient
-
-    return AsyncAIProjectClient(endpoint=endpoint, credential=credential, **async_transport())
+        aiohttp = importlib.util.find_spec("aiohttp") is not None
+        identity = importlib.import_module("azure.identity.aio" if aiohttp else "azure.identity")
+        credential = identity.DefaultAzureCredential()
+    aio = inspect.iscoroutinefunction(getattr(credential, "get_token", None))
+    projects = importlib.import_module("azure.ai.projects.aio" if aio else "azure.ai.projects")
+    transport = async_transport() if aio else {}
+    return projects.AIProjectClient(endpoint=endpoint, credential=credential, **transport)
 
 
 def async_transport() -> dict[str, Any]:
