@@ -65,13 +65,12 @@ def _add_usage(total: dict[str, int] | None, more: dict[str, int] | None) -> dic
 
 
 def _error_of(raw: Any) -> tuple[str | None, str | None]:
+    """``(code, message)`` of an error object or text."""
+    if isinstance(raw, str):
+        return None, raw or None
     if isinstance(raw, Mapping):
-        code = raw.get("code")
-        message = raw.get("message")
-        if code or message:
-            return (str(code) if code else None, str(message) if message else None)
-    elif isinstance(raw, str) and raw:
-        return None, raw
+        code, message = raw.get("code"), raw.get("message")
+        return (str(code) if code else None, str(message) if message else None)
     return None, None
 
 

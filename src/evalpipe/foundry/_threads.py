@@ -715,23 +715,20 @@ class FoundryThreads:
         from azure.core.exceptions import HttpResponseError
 
         sub = call.sub or {}
-        sub_agent = (
-            self._agent(sub.get("agent_id"), thread_id, run_id) if sub.get("agent_id") else {}
-        )
+        sub_agent = self._agent(sub.get("agent_id"), thread_id, run_id)
         name = str(sub_agent.get("name") or call.name)
         sub_thread, sub_run = sub.get("thread_id"), sub.get("run_id")
+
+        def fall_back(why: str) -> None:
+            text = f"connected agent {name}: {why}; using the call's input and output"
+            self._note(thread_id, run_id, text, diag)
+
         if self.follow_connected and sub_thread and sub_run and depth <= _MAX_DEPTH:
             try:
                 messages = list(self._list(self.client.messages.list, sub_thread))
                 runs = list(self._list(self.client.runs.list, sub_thread))
             except HttpResponseError as exc:
-                self._note(
-                    thread_id,
-                    run_id,
-                    f"connected agent {name}: thread {sub_thread} could not be read "
-                    f"({exc.message}); using the call's input and output",
-                    diag,
-                )
+                fall_back(f"thread {sub_thread} could not be read ({exc.message})")
             else:
                 for turn in self._thread_turns(sub_thread, messages, runs):
                     if turn.run.get("id") != sub_run:
@@ -755,13 +752,7 @@ class FoundryThreads:
                             sub_thread, sub_run, nested, diag, depth=depth + 1
                         )
                     return turns
-                self._note(
-                    thread_id,
-                    run_id,
-                    f"connected agent {name}: run {sub_run} not found on thread {sub_thread}; "
-                    "using the call's input and output",
-                    diag,
-                )
+                fall_back(f"run {sub_run} not found on thread {sub_thread}")
         instructions = sub_agent.get("instructions")
         received = [Message("system", [str(instructions)])] if instructions else []
         received.append(Message("user", [_arguments_query(call.arguments)]))
