@@ -1,11 +1,5 @@
-"""FoundryEvals: Microsoft Foundry's cloud evaluators as an evalpipe Evaluator.
-
-One eval per evaluator set, one run per batch of items, runs concurrent up to a limit; every call
-retried by evalpipe's policy; polling backs off until a terminal status or the timeout, which
-cancels the run and keeps the output items that exist (docs/foundry.md). ``evaluate_traces``
-scores data the service already stores (responses by id, an agent's traces in a lookback window)
-through server-side data sources.
-"""
+"""FoundryEvals (batches, retries, polling, cancel on timeout) and MAF's ``evaluate_traces`` and
+``evaluate_foundry_target``, which score data the service stores or produces; see docs/foundry.md."""
 
 from __future__ import annotations
 

@@ -1,21 +1,9 @@
 """Foundry Agent Service threads and runs as evalpipe EvalItems and dataset rows.
 
-The surface used is the Agent Service's threads API (threads, messages, runs, run steps, agents)
-through ``azure.ai.agents.AgentsClient`` from **azure-ai-agents 1.1.0**: REST ``api-version=v1``,
-paths ``{project endpoint}/threads/...`` and ``/assistants/{id}``, token scope
-``https://ai.azure.com/.default``. azure-ai-projects 2.x does not carry it: its
-``project_client.agents`` is the newer versioned-agents API (conversations and responses), which
-``FoundryEvals.evaluate_traces(response_ids=...)`` covers server-side instead.
-
-One finished run becomes one ``ThreadRunRecord``: the run's instructions (else the agent's) as the
-system message, the thread's earlier messages, then what the run did, rebuilt from its run steps in
-order (assistant tool calls, tool results, the messages it created). A run whose steps call
-connected agents is a multi-agent run: it also carries a ``WorkflowRun`` with one executor per
-agent (the orchestrator, then each connected agent in call order, its own thread and run read when
-the step names them), so evaluation splits per agent like a workflow (see docs/foundry.md#agent-threads).
-
-What cannot be read (a deleted message, a tool call without output, a missing connected agent's
-thread) becomes a diagnostic on the record, never an exception.
+Read through ``azure.ai.agents.AgentsClient`` (the threads API, which azure-ai-projects 2.x does
+not carry). One finished run is one ``ThreadRunRecord``; a run that calls connected agents also
+carries a ``WorkflowRun`` with one executor per agent; what cannot be read is a diagnostic, never
+an exception. The rules are in docs/foundry.md#agent-threads.
 """
 
 from __future__ import annotations
