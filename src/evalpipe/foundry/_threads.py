@@ -213,7 +213,7 @@ class _Call:
     call_id: str
     kind: str
     name: str
-    arguments: Any
+    arguments: dict[str, Any] | str | None
     output: Any
     has_output: bool
     sub: Mapping[str, Any] | None
@@ -231,6 +231,8 @@ def _tool_call(raw: Mapping[str, Any]) -> _Call:
         arguments = {k: v for k, v in spec.items() if k not in ("output", "outputs")}
     output = next((spec[k] for k in ("output", "outputs") if spec.get(k) is not None), None)
     sub = spec if kind == "connected_agent" else None
+    if arguments is not None and not isinstance(arguments, str):
+        arguments = dict(arguments) if isinstance(arguments, Mapping) else json.dumps(arguments)
     has = output is not None
     return _Call(str(raw.get("id") or ""), kind, name, arguments, json_or_text(output), has, sub)
 
@@ -626,15 +628,13 @@ class FoundryThreads:
                 contents = _message_contents(message, note)
                 produced.append(Message("assistant", contents, author_name=agent))
             elif kind == "tool_calls":
-                raw_calls = [plain(tc) for tc in details.get("tool_calls") or []]
+                raw_calls = details.get("tool_calls") or []
                 step_calls = [_tool_call(tc) for tc in raw_calls if isinstance(tc, Mapping)]
                 if not step_calls:
                     note(f"step {step_id}: tool_calls step with no calls")
                     continue
                 call_parts: list[Content] = [
-                    FunctionCallContent(
-                        name=c.name, arguments=_arguments(c.arguments), call_id=c.call_id
-                    )
+                    FunctionCallContent(name=c.name, arguments=c.arguments, call_id=c.call_id)
                     for c in step_calls
                 ]
                 produced.append(Message("assistant", call_parts, author_name=agent))
@@ -752,14 +752,6 @@ class FoundryThreads:
         no_output = None if call.has_output else "the connected agent returned no output"
         tools = _tools(sub_agent.get("tools"))
         return [_executor(name, [*received, *produced], len(received), tools, error=no_output)]
-
-
-def _arguments(value: Any) -> dict[str, Any] | str | None:
-    if value is None or isinstance(value, str):
-        return value
-    if isinstance(value, Mapping):
-        return dict(value)
-    return json.dumps(value)
 
 
 def _window(
