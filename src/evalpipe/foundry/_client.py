@@ -9,6 +9,7 @@ a create whose outcome is unknown, looks for what it tagged (metadata) on the se
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import logging
 import random
@@ -270,10 +271,7 @@ class EvalsApi:
 
     async def create_run(self, eval_id: str, **body: Any) -> dict[str, Any]:
         """POST /evals/{eval_id}/runs at most once (see ``_create``)."""
-
-        async def find(key: str) -> dict[str, Any] | None:
-            return await self.find_run(eval_id, key)
-
+        find = functools.partial(self.find_run, eval_id)
         runs = self.client.evals.runs
         return await self._create("run create", find, runs.create, eval_id, extra_body=None, **body)
 
@@ -339,9 +337,8 @@ class EvalsApi:
         failed or been canceled."""
         found = await self.list_all(what, fn, *args, limit=100, order="desc", max_pages=10)
         for element in found:
-            if (element.get("metadata") or {}).get("evalpipe_key") == key and element.get(
-                "status"
-            ) not in ("failed", "canceled", "cancelled"):
+            tag = (element.get("metadata") or {}).get("evalpipe_key")
+            if tag == key and element.get("status") not in ("failed", "canceled", "cancelled"):
                 return element
         return None
 

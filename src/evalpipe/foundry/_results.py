@@ -3,6 +3,7 @@ merging are the tally's)."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -53,15 +54,6 @@ def _usage(raw: Any) -> dict[str, int] | None:
     if cached:
         usage["cached_tokens"] = cached
     return usage
-
-
-def _add_usage(total: dict[str, int] | None, more: dict[str, int] | None) -> dict[str, int] | None:
-    if more is None:
-        return total
-    out = dict(total or {})
-    for key, value in more.items():
-        out[key] = out.get(key, 0) + value
-    return out
 
 
 def _error_of(raw: Any) -> tuple[str | None, str | None]:
@@ -200,9 +192,11 @@ def item_result(
     sample = sample if isinstance(sample, Mapping) else {}
     code, message = _error_of(sample.get("error"))
     usage = _usage(sample.get("usage"))
-    if usage is None:
+    if usage is None:  # the item's usage: its scores' summed
+        total: Counter[str] = Counter()
         for score in scores:
-            usage = _add_usage(usage, score.token_usage)
+            total.update(score.token_usage or {})
+        usage = dict(total) or None
     top = [s for s in scores if s.evaluator is None]
     raw_status = output_item.get("status")
     status: ItemStatus
