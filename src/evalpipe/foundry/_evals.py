@@ -69,11 +69,9 @@ def _error_text(exc: BaseException) -> str:
 class FoundryEvals(BatchedEvaluator):
     """Scores items with Microsoft Foundry's built-in (or your generated) evaluators.
 
-    The OpenAI client the evals calls go through is resolved here, as MAF does: from ``client``
-    (MAF's ``FoundryChatClient``, or an ``openai`` client), else from
-    ``project_client.get_openai_client()``, else from a project client built for ``endpoint`` (or
-    ``FOUNDRY_PROJECT_ENDPOINT`` / ``AZURE_AI_PROJECT_ENDPOINT``). Its own retries are turned off
-    (evalpipe retries, see docs/foundry.md).
+    The OpenAI client the evals calls go through is resolved as MAF does (``client``, else
+    ``project_client``, else ``endpoint``), with its own retries off: evalpipe retries (see
+    docs/foundry.md).
 
     Args:
         project_client: An ``azure.ai.projects`` ``AIProjectClient``, sync or aio.

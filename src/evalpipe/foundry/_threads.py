@@ -338,8 +338,7 @@ class FoundryThreads:
         follow_connected: Read each connected agent's own thread and run (its tool calls) when the
             run step names them; otherwise a connected agent's turn is its input and output only.
 
-    Every list is read page by page (``after`` = the page's last id) until a page comes back
-    empty. Plain ``http://`` is accepted for loopback endpoints only (local emulators).
+    Plain ``http://`` is accepted for loopback endpoints only (local emulators).
     """
 
     def __init__(
