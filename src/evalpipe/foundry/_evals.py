@@ -25,7 +25,7 @@ from evalpipe.foundry import _evaluators as ev
 from evalpipe.foundry._client import EvalsApi, RetryPolicy, is_retryable
 from evalpipe.foundry._convert import item_to_foundry
 from evalpipe.foundry._evaluators import EvaluatorSpec, GeneratedEvaluatorRef, MatchingMode
-from evalpipe.foundry._results import PROVIDER, errored_item, item_result
+from evalpipe.foundry._results import PROVIDER, error_of, errored_item, item_result
 from evalpipe.items import EvalItem
 from evalpipe.messages import Message
 from evalpipe.results import EvalItemResult, EvalResults
@@ -527,16 +527,9 @@ class FoundryEvals(BatchedEvaluator):
         while True:
             status = str(run.get("status") or "")
             if status in _TERMINAL:
-                status = "canceled" if status == "cancelled" else status
-                error = None
-                if status == "failed":
-                    raw = run.get("error")
-                    error = (
-                        str(raw.get("message") or raw.get("code"))
-                        if isinstance(raw, dict)
-                        else str(raw or "the run failed")
-                    )
-                return status, error, run
+                code, message = error_of(run.get("error"))
+                error = (message or code or "the run failed") if status == "failed" else None
+                return ("canceled" if status == "cancelled" else status), error, run
             remaining = deadline - loop.time()
             if remaining <= 0:
                 return "timeout", last_error, run

@@ -21,6 +21,7 @@ from evalpipe.tally import (
 
 __all__ = [
     "PROVIDER",
+    "error_of",
     "errored_item",
     "flat_rows",
     "flat_view",
@@ -56,7 +57,7 @@ def _usage(raw: Any) -> dict[str, int] | None:
     return usage
 
 
-def _error_of(raw: Any) -> tuple[str | None, str | None]:
+def error_of(raw: Any) -> tuple[str | None, str | None]:
     """``(code, message)`` of an error object or text."""
     if isinstance(raw, str):
         return None, raw or None
@@ -111,9 +112,9 @@ def _score(raw: Mapping[str, Any], specs: Mapping[str, EvaluatorSpec]) -> EvalSc
         passed = label == "pass"
     if label is None and passed is not None:
         label = "pass" if passed else "fail"
-    code, message = _error_of(raw.get("error"))
+    code, message = error_of(raw.get("error"))
     if code is None and message is None and sample is not None:
-        code, message = _error_of(sample.get("error"))
+        code, message = error_of(sample.get("error"))
     reason = raw.get("reason")
     return EvalScoreResult(
         name=name,
@@ -190,7 +191,7 @@ def item_result(
                 scores[scores.index(parent)] = derived
     sample = output_item.get("sample")
     sample = sample if isinstance(sample, Mapping) else {}
-    code, message = _error_of(sample.get("error"))
+    code, message = error_of(sample.get("error"))
     usage = _usage(sample.get("usage"))
     if usage is None:  # the item's usage: its scores' summed
         total: Counter[str] = Counter()

@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from evalpipe.evaluators.local import resolve_evaluators
 from evalpipe.foundry._client import plain
 from evalpipe.foundry._convert import json_or_text
+from evalpipe.foundry._results import error_of
 from evalpipe.itemize import WorkflowItems, build_workflow_items
 from evalpipe.items import EvalItem
 from evalpipe.messages import (
@@ -662,14 +663,8 @@ class FoundryThreads:
         tools = _tools(run.get("tools"), turn.agent.get("tools"))
         status = str(run.get("status"))
         error_code = _ERROR_CODES.get(status)
-        error_message = None
-        if error_code is not None:
-            last = run.get("last_error")
-            error_message = (
-                str(last.get("message") or last.get("code"))
-                if isinstance(last, Mapping)
-                else f"the run ended {status}"
-            )
+        code, message = error_of(run.get("last_error"))
+        error_message = (message or code or f"the run ended {status}") if error_code else None
         usage = _usage(run)
         workflow = None
         if turn.connected:
