@@ -89,6 +89,7 @@ DEFAULT_EVALUATORS: tuple[str, ...] = (RELEVANCE, COHERENCE, TASK_ADHERENCE)
 """The default set, as MAF (tool_call_accuracy is added when any item has tools)."""
 
 _KNOWN = frozenset(BUILTIN_EVALUATORS) | frozenset(COMPOSITE_EVALUATORS)
+_VALID_NAMES = ", ".join(sorted(_KNOWN))
 
 # data_mapping keys per evaluator, from Microsoft's turn-level samples (spec §6).
 _STRING_FIELDS: dict[str, tuple[str, ...]] = {
@@ -151,10 +152,6 @@ class EvaluatorSpec:
         return COMPOSITE_COMPONENTS.get(self.short or "", ())
 
 
-def _valid_names_text() -> str:
-    return ", ".join(sorted(_KNOWN))
-
-
 def _spec_for(entry: str | GeneratedEvaluatorRef) -> EvaluatorSpec:
     if isinstance(entry, GeneratedEvaluatorRef):
         if entry.version is None:
@@ -175,7 +172,7 @@ def _spec_for(entry: str | GeneratedEvaluatorRef) -> EvaluatorSpec:
         # A newer built-in than this version knows: pass it through with the agent mapping.
         logger.warning("Unknown built-in evaluator %r sent as is.", entry)
         return EvaluatorSpec(short, entry, None)
-    raise ValueError(f"Unknown Foundry evaluator {entry!r}. Valid names: {_valid_names_text()}.")
+    raise ValueError(f"Unknown Foundry evaluator {entry!r}. Valid names: {_VALID_NAMES}.")
 
 
 def validate_evaluators(
@@ -193,8 +190,7 @@ def validate_evaluators(
     specs = [_spec_for(e) for e in evaluators]
     if not specs:
         raise ValueError(
-            "evaluators is empty: pass None for the defaults or at least one of: "
-            f"{_valid_names_text()}."
+            f"evaluators is empty: pass None for the defaults or at least one of: {_VALID_NAMES}."
         )
     seen: set[str] = set()
     for spec in specs:
