@@ -264,11 +264,8 @@ def verdicts_of_run(run_dir: str | os.PathLike[str], *, filesystem: Any = None) 
         scored_connection,
     )
 
-    con = scored_connection(str(run_dir), filesystem=filesystem)
-    try:
+    with scored_connection(str(run_dir), filesystem=filesystem) as con:
         rows = records(con, "SELECT * FROM scored ORDER BY _pos")
-    finally:
-        con.close()
     return [
         Verdict(
             provider=r["provider"],
@@ -402,11 +399,16 @@ def _agreement(a: Sequence[Any], b: Sequence[Any]) -> float | None:
     return sum(1 for x, y in zip(a, b, strict=True) if x == y) / len(a) if len(a) else None
 
 
+def _confusion(judge: Sequence[Any], human: Sequence[Any]) -> Confusion:
+    pairs = Counter(zip(judge, human, strict=True))
+    return Confusion(
+        tp=pairs[FAIL, FAIL], fp=pairs[FAIL, PASS], fn=pairs[PASS, FAIL], tn=pairs[PASS, PASS]
+    )
+
+
 def _f1(judge: Sequence[Any], human: Sequence[Any]) -> float | None:
-    tp = sum(1 for j, h in zip(judge, human, strict=True) if j == FAIL and h == FAIL)
-    fp = sum(1 for j, h in zip(judge, human, strict=True) if j == FAIL and h == PASS)
-    fn = sum(1 for j, h in zip(judge, human, strict=True) if j == PASS and h == FAIL)
-    return 2 * tp / (2 * tp + fp + fn) if (2 * tp + fp + fn) else None
+    c = _confusion(judge, human)
+    return 2 * c.tp / (2 * c.tp + c.fp + c.fn) if (2 * c.tp + c.fp + c.fn) else None
 
 
 def _bootstrap(
@@ -629,17 +631,13 @@ def _suggest(scores: Sequence[float], human: Sequence[str]) -> tuple[float | Non
     return best
 
 
+def _values(values: Sequence[Any]) -> list[Any]:
+    """The distinct values, in order (as text when any is text)."""
+    return sorted(set(values), key=str if any(isinstance(x, str) for x in values) else None)
+
+
 def _matrix(judge: Sequence[Any], human: Sequence[Any]) -> Matrix:
-    jv = (
-        sorted(set(judge), key=str)
-        if any(isinstance(x, str) for x in judge)
-        else sorted(set(judge))
-    )
-    hv = (
-        sorted(set(human), key=str)
-        if any(isinstance(x, str) for x in human)
-        else sorted(set(human))
-    )
+    jv, hv = _values(judge), _values(human)
     counts = [[0] * len(hv) for _ in jv]
     for j, h in zip(judge, human, strict=True):
         counts[jv.index(j)][hv.index(h)] += 1
@@ -732,11 +730,8 @@ def _one(
             out.mae = float(np.mean(np.abs(np.asarray(judge) - np.asarray(human))))
             out.matrix = _matrix(judge, human)
     else:
-        tp = sum(1 for j, h in zip(judge, human, strict=True) if j == FAIL and h == FAIL)
-        fp = sum(1 for j, h in zip(judge, human, strict=True) if j == FAIL and h == PASS)
-        fn = sum(1 for j, h in zip(judge, human, strict=True) if j == PASS and h == FAIL)
-        tn = sum(1 for j, h in zip(judge, human, strict=True) if j == PASS and h == PASS)
-        out.confusion = Confusion(tp=tp, fp=fp, fn=fn, tn=tn)
+        out.confusion = c = _confusion(judge, human)
+        tp, fp, fn, tn = c.tp, c.fp, c.fn, c.tn
         out.f1 = _f1(judge, human)
         out.f1_low, out.f1_high, _ = boot(_f1)
         out.precision = tp / (tp + fp) if tp + fp else None
@@ -889,32 +884,16 @@ def agreement_verdict(
             False, None, 0, 0, f"no labels for metric {metric!r} in {labels}: not calibrated"
         )
     worst = min(mine, key=lambda c: (c.n >= min_n, math.inf if c.kappa is None else c.kappa))
-    numbers = _kappa_text(worst)
     where = f" ({worst.provider}, {worst.agent})" if len(mine) > 1 else ""
     if worst.n < min_n:
-        return AgreementVerdict(
-            False,
-            worst.kappa,
-            worst.n,
-            worst.n_errored,
-            f"{numbers}{where}; needs at least {min_n} matched items to say (too few labels)",
-        )
-    if worst.kappa is None:
-        return AgreementVerdict(
-            False,
-            None,
-            worst.n,
-            worst.n_errored,
-            f"{numbers}{where}; κ is undefined (one class on both sides): label both classes",
-        )
-    holds = _OPS[op](worst.kappa, bound)
-    verdict = "holds" if holds else "needs"
+        holds, tail = False, f"needs at least {min_n} matched items to say (too few labels)"
+    elif worst.kappa is None:
+        holds, tail = False, "κ is undefined (one class on both sides): label both classes"
+    else:
+        holds = _OPS[op](worst.kappa, bound)
+        tail = f"{'holds' if holds else 'needs'} κ {op} {bound:g}"
     return AgreementVerdict(
-        holds,
-        worst.kappa,
-        worst.n,
-        worst.n_errored,
-        f"{numbers}{where}; {verdict} κ {op} {bound:g}",
+        holds, worst.kappa, worst.n, worst.n_errored, f"{_kappa_text(worst)}{where}; {tail}"
     )
 
 
@@ -1009,8 +988,7 @@ def review_candidates(
         scored_connection,
     )
 
-    con = scored_connection(str(run_dir), filesystem=filesystem)
-    try:
+    with scored_connection(str(run_dir), filesystem=filesystem) as con:
         [(every,)] = con.execute("SELECT count(*) FROM scored").fetchall()
         flagged = {
             (x.agent, x.item_id)
@@ -1019,8 +997,6 @@ def review_candidates(
             for x in d.examples
         }
         mine = records(con, _REVIEWED_SQL, [metric])
-    finally:
-        con.close()
     texts = read_rows(
         str(run_dir),
         "scores",
