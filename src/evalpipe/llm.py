@@ -343,16 +343,12 @@ _LIMITS: weakref.WeakKeyDictionary[
 def _endpoint_limit(endpoint: ChatEndpoint) -> AdaptiveLimit:
     per_loop = _LIMITS.setdefault(asyncio.get_running_loop(), {})
     key = (endpoint.chat_url, endpoint.model)
-    limit = per_loop.get(key)
-    if limit is None:
-        limit = per_loop[key] = AdaptiveLimit(
-            endpoint.chat_url,
-            endpoint.model,
-            endpoint.max_concurrency,
-            adaptive=endpoint.adaptive_concurrency,
-        )
-    else:
+    if (limit := per_loop.get(key)) is not None:
         limit.ask(endpoint.max_concurrency, adaptive=endpoint.adaptive_concurrency)
+        return limit
+    limit = per_loop[key] = AdaptiveLimit(
+        *key, endpoint.max_concurrency, adaptive=endpoint.adaptive_concurrency
+    )
     return limit
 
 

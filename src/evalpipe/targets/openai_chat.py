@@ -134,17 +134,7 @@ class OpenAIChatAgent:
             snapshots.append(snapshot)
         self.tools: list[ToolDefinition] = snapshots
         """Schema snapshots of the tools, in the order given."""
-        self._wire_tools = [
-            {
-                "type": "function",
-                "function": {
-                    "name": t.name,
-                    "description": t.description,
-                    "parameters": t.parameters,
-                },
-            }
-            for t in snapshots
-        ]
+        self._wire_tools = [{"type": "function", "function": t.model_dump()} for t in snapshots]
         self._client: ChatClient | None = None
         self._occurrences: dict[str, int] = {}
         self._lock = threading.Lock()
