@@ -38,7 +38,7 @@ import warnings
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import zip_longest
+from itertools import combinations, zip_longest
 from pathlib import Path
 from typing import Any, Literal
 
@@ -600,15 +600,12 @@ def _inter_annotator(by_item: Mapping[Any, Sequence[Label]]) -> InterAnnotator |
     agree = sum(1 for labels in multi if len({x.label for x in labels}) == 1)
     shared: Counter[tuple[str, str]] = Counter()
     for labels in multi:
-        present = sorted({x.labeller or "(unnamed)" for x in labels})
-        for i, a in enumerate(present):
-            for b in present[i + 1 :]:
-                shared[(a, b)] += 1
+        shared.update(combinations(sorted({x.labeller or "(unnamed)" for x in labels}), 2))
     out = InterAnnotator(
         labellers=names, n=len(multi), agreement=agree / len(multi) if multi else None
     )
     if shared:
-        (a, b), count = sorted(shared.items(), key=lambda kv: (-kv[1], kv[0]))[0]
+        (a, b), count = min(shared.items(), key=lambda kv: (-kv[1], kv[0]))
         xs, ys = [], []
         for labels in by_item.values():
             by_name = {x.labeller or "(unnamed)": x.label for x in labels}
@@ -638,10 +635,8 @@ def _values(values: Sequence[Any]) -> list[Any]:
 
 def _matrix(judge: Sequence[Any], human: Sequence[Any]) -> Matrix:
     jv, hv = _values(judge), _values(human)
-    counts = [[0] * len(hv) for _ in jv]
-    for j, h in zip(judge, human, strict=True):
-        counts[jv.index(j)][hv.index(h)] += 1
-    return Matrix(judge=list(jv), human=list(hv), counts=counts)
+    pairs = Counter(zip(judge, human, strict=True))
+    return Matrix(judge=jv, human=hv, counts=[[pairs[j, h] for h in hv] for j in jv])
 
 
 def _one(
@@ -692,8 +687,6 @@ def _one(
             statistic, judge, human, seed=seed, resamples=resamples, confidence=confidence
         )
 
-    agreement = _agreement(judge, human)
-    kappa = cohen_kappa(judge, human)
     a_low, a_high, _ = boot(_agreement)
     k_low, k_high, k_undefined = boot(cohen_kappa)
     out = Calibration(
@@ -707,15 +700,16 @@ def _one(
         n_errored=errored,
         n_not_applicable=not_applicable,
         n_tied=tied,
-        agreement=agreement,
+        agreement=_agreement(judge, human),
         agreement_low=a_low,
         agreement_high=a_high,
-        kappa=kappa,
+        kappa=cohen_kappa(judge, human),
         kappa_low=k_low,
         kappa_high=k_high,
         seed=seed,
         resamples=resamples,
         confidence=confidence,
+        kappa_undefined_resamples=k_undefined,
         inter_annotator=_inter_annotator(by_item),
     )
     if numeric:
@@ -731,14 +725,13 @@ def _one(
             out.matrix = _matrix(judge, human)
     else:
         out.confusion = c = _confusion(judge, human)
-        tp, fp, fn, tn = c.tp, c.fp, c.fn, c.tn
         out.f1 = _f1(judge, human)
         out.f1_low, out.f1_high, _ = boot(_f1)
-        out.precision = tp / (tp + fp) if tp + fp else None
-        out.recall = tp / (tp + fn) if tp + fn else None
+        out.precision = c.tp / (c.tp + c.fp) if c.tp + c.fp else None
+        out.recall = c.tp / (c.tp + c.fn) if c.tp + c.fn else None
         if judge:
-            out.judge_pass_rate = (tn + fn) / len(judge)
-            out.human_pass_rate = (fp + tn) / len(judge)
+            out.judge_pass_rate = (c.tn + c.fn) / len(judge)
+            out.human_pass_rate = (c.fp + c.tn) / len(judge)
         numbers = [s for s in scores if s is not None]
         if len(numbers) == len(scores) and len(set(numbers)) > 2:
             out.suggested_threshold, out.suggested_kappa = _suggest(numbers, human)
@@ -752,7 +745,6 @@ def _one(
             f"the human labels are all one class ({human[0]}): κ cannot tell agreement from "
             "chance; label items of both classes"
         )
-    out.kappa_undefined_resamples = k_undefined
     if k_undefined:
         out.warnings.append(
             f"κ was undefined on {k_undefined} of {resamples} bootstrap resamples (one class), "
