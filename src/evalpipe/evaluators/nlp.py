@@ -75,10 +75,11 @@ def _check_threshold(threshold: float, metric: str) -> float:
 # References
 
 
-def _reference_reader(source: ReferenceSource) -> Callable[[EvalItem], Any]:
-    """Validate a reference source once, at construction, and return its reader."""
+def _reference_reader(source: ReferenceSource) -> tuple[Callable[[EvalItem], Any], str]:
+    """Validate a reference source once, at construction: its reader, and what an item without
+    references should set."""
     if callable(source):
-        return source
+        return source, f"a reference from references_from={getattr(source, '__name__', source)!r}"
     if source == "default":
 
         def default(item: EvalItem) -> list[Any]:
@@ -94,12 +95,17 @@ def _reference_reader(source: ReferenceSource) -> Callable[[EvalItem], Any]:
                 )
             return found
 
-        return default
+        return default, (
+            "a reference: set the item's expected_output, or metadata['references'] to a list of "
+            "strings"
+        )
     if source == "expected_output":
-        return lambda item: item.expected_output
+        return lambda item: item.expected_output, "a reference: set the item's expected_output"
     if isinstance(source, str) and source.startswith("metadata.") and len(source) > 9:
         key = source[9:]
-        return lambda item: item.metadata.get(key)
+        return lambda item: item.metadata.get(key), (
+            f"a reference: set the item's metadata[{key!r}] to a string or a list of strings"
+        )
     raise ValueError(
         f"references_from must be 'default', 'expected_output', 'metadata.<key>' or a callable "
         f"item -> str | list[str], got {source!r}"
@@ -110,19 +116,6 @@ def _as_list(value: Any, where: str) -> list[Any]:
     if isinstance(value, Sequence) and not isinstance(value, str | bytes):
         return list(value)
     raise TypeError(f"{where} must be a string or a list of strings, got {type(value).__name__}")
-
-
-def _describe_source(source: ReferenceSource) -> str:
-    if callable(source):
-        return f"a reference from references_from={getattr(source, '__name__', source)!r}"
-    if source == "default":
-        return (
-            "a reference: set the item's expected_output, or metadata['references'] to a list of "
-            "strings"
-        )
-    if source == "expected_output":
-        return "a reference: set the item's expected_output"
-    return f"a reference: set the item's metadata[{source[9:]!r}] to a string or a list of strings"
 
 
 def references_of(item: EvalItem, source: ReferenceSource = "default") -> list[str]:
@@ -136,7 +129,7 @@ def references_of(item: EvalItem, source: ReferenceSource = "default") -> list[s
         TypeError: when the source holds something other than strings.
         ValueError: for an unknown ``source`` string.
     """
-    raw = _reference_reader(source)(item)
+    raw = _reference_reader(source)[0](item)
     if raw is None:
         return []
     values = [raw] if isinstance(raw, str) else _as_list(raw, "references")
@@ -147,15 +140,6 @@ def references_of(item: EvalItem, source: ReferenceSource = "default") -> list[s
         if value.strip():
             out.append(value)
     return out
-
-
-def _require_references(
-    item: EvalItem, source: ReferenceSource, read: Callable[[EvalItem], Any], metric: str
-) -> list[str]:
-    refs = references_of(item, read)
-    if not refs:
-        raise MissingReferenceError(f"{metric} needs {_describe_source(source)}")
-    return refs
 
 
 def _plural(n: int, word: str) -> str:
@@ -173,10 +157,12 @@ def _reference_check(
     """A text metric's check: ``measure(response, references)`` gives the 0-1 score, the reason's
     tail and the details after ``threshold``; the item passes at ``score >= threshold``."""
     limit = _check_threshold(threshold, metric)
-    read = _reference_reader(references_from)
+    read, needs = _reference_reader(references_from)
 
     def check(item: EvalItem) -> CheckResult:
-        refs = _require_references(item, references_from, read, name)
+        refs = references_of(item, read)
+        if not refs:
+            raise MissingReferenceError(f"{name} needs {needs}")
         score, tail, details = measure(item.response, refs)
         passed = score >= limit
         reason = f"{label} {score:.3f} {'>=' if passed else '<'} threshold {limit:g} {tail}"
