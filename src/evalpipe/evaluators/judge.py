@@ -580,7 +580,7 @@ def structured_modes(
         if not json_mode or not structured_output:
             return ("prompt",)
         return RESPONSE_FORMAT_MODES
-    modes = [structured_output] if isinstance(structured_output, str) else structured_output
+    modes = [structured_output] if isinstance(structured_output, str) else list(structured_output)
     if not json_mode:
         raise ValueError(
             "json_mode=False is the older spelling of structured_output=False; give one of them"
