@@ -38,7 +38,7 @@ import warnings
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import zip_longest
+from itertools import combinations, zip_longest
 from pathlib import Path
 from typing import Any, Literal
 
@@ -264,11 +264,8 @@ def verdicts_of_run(run_dir: str | os.PathLike[str], *, filesystem: Any = None) 
         scored_connection,
     )
 
-    con = scored_connection(str(run_dir), filesystem=filesystem)
-    try:
+    with scored_connection(str(run_dir), filesystem=filesystem) as con:
         rows = records(con, "SELECT * FROM scored ORDER BY _pos")
-    finally:
-        con.close()
     return [
         Verdict(
             provider=r["provider"],
@@ -402,11 +399,16 @@ def _agreement(a: Sequence[Any], b: Sequence[Any]) -> float | None:
     return sum(1 for x, y in zip(a, b, strict=True) if x == y) / len(a) if len(a) else None
 
 
+def _confusion(judge: Sequence[Any], human: Sequence[Any]) -> Confusion:
+    pairs = Counter(zip(judge, human, strict=True))
+    return Confusion(
+        tp=pairs[FAIL, FAIL], fp=pairs[FAIL, PASS], fn=pairs[PASS, FAIL], tn=pairs[PASS, PASS]
+    )
+
+
 def _f1(judge: Sequence[Any], human: Sequence[Any]) -> float | None:
-    tp = sum(1 for j, h in zip(judge, human, strict=True) if j == FAIL and h == FAIL)
-    fp = sum(1 for j, h in zip(judge, human, strict=True) if j == FAIL and h == PASS)
-    fn = sum(1 for j, h in zip(judge, human, strict=True) if j == PASS and h == FAIL)
-    return 2 * tp / (2 * tp + fp + fn) if (2 * tp + fp + fn) else None
+    c = _confusion(judge, human)
+    return 2 * c.tp / (2 * c.tp + c.fp + c.fn) if (2 * c.tp + c.fp + c.fn) else None
 
 
 def _bootstrap(
@@ -598,15 +600,12 @@ def _inter_annotator(by_item: Mapping[Any, Sequence[Label]]) -> InterAnnotator |
     agree = sum(1 for labels in multi if len({x.label for x in labels}) == 1)
     shared: Counter[tuple[str, str]] = Counter()
     for labels in multi:
-        present = sorted({x.labeller or "(unnamed)" for x in labels})
-        for i, a in enumerate(present):
-            for b in present[i + 1 :]:
-                shared[(a, b)] += 1
+        shared.update(combinations(sorted({x.labeller or "(unnamed)" for x in labels}), 2))
     out = InterAnnotator(
         labellers=names, n=len(multi), agreement=agree / len(multi) if multi else None
     )
     if shared:
-        (a, b), count = sorted(shared.items(), key=lambda kv: (-kv[1], kv[0]))[0]
+        (a, b), count = min(shared.items(), key=lambda kv: (-kv[1], kv[0]))
         xs, ys = [], []
         for labels in by_item.values():
             by_name = {x.labeller or "(unnamed)": x.label for x in labels}
@@ -629,21 +628,15 @@ def _suggest(scores: Sequence[float], human: Sequence[str]) -> tuple[float | Non
     return best
 
 
+def _values(values: Sequence[Any]) -> list[Any]:
+    """The distinct values, in order (as text when any is text)."""
+    return sorted(set(values), key=str if any(isinstance(x, str) for x in values) else None)
+
+
 def _matrix(judge: Sequence[Any], human: Sequence[Any]) -> Matrix:
-    jv = (
-        sorted(set(judge), key=str)
-        if any(isinstance(x, str) for x in judge)
-        else sorted(set(judge))
-    )
-    hv = (
-        sorted(set(human), key=str)
-        if any(isinstance(x, str) for x in human)
-        else sorted(set(human))
-    )
-    counts = [[0] * len(hv) for _ in jv]
-    for j, h in zip(judge, human, strict=True):
-        counts[jv.index(j)][hv.index(h)] += 1
-    return Matrix(judge=list(jv), human=list(hv), counts=counts)
+    jv, hv = _values(judge), _values(human)
+    pairs = Counter(zip(judge, human, strict=True))
+    return Matrix(judge=jv, human=hv, counts=[[pairs[j, h] for h in hv] for j in jv])
 
 
 def _one(
@@ -694,8 +687,6 @@ def _one(
             statistic, judge, human, seed=seed, resamples=resamples, confidence=confidence
         )
 
-    agreement = _agreement(judge, human)
-    kappa = cohen_kappa(judge, human)
     a_low, a_high, _ = boot(_agreement)
     k_low, k_high, k_undefined = boot(cohen_kappa)
     out = Calibration(
@@ -709,15 +700,16 @@ def _one(
         n_errored=errored,
         n_not_applicable=not_applicable,
         n_tied=tied,
-        agreement=agreement,
+        agreement=_agreement(judge, human),
         agreement_low=a_low,
         agreement_high=a_high,
-        kappa=kappa,
+        kappa=cohen_kappa(judge, human),
         kappa_low=k_low,
         kappa_high=k_high,
         seed=seed,
         resamples=resamples,
         confidence=confidence,
+        kappa_undefined_resamples=k_undefined,
         inter_annotator=_inter_annotator(by_item),
     )
     if numeric:
@@ -732,18 +724,14 @@ def _one(
             out.mae = float(np.mean(np.abs(np.asarray(judge) - np.asarray(human))))
             out.matrix = _matrix(judge, human)
     else:
-        tp = sum(1 for j, h in zip(judge, human, strict=True) if j == FAIL and h == FAIL)
-        fp = sum(1 for j, h in zip(judge, human, strict=True) if j == FAIL and h == PASS)
-        fn = sum(1 for j, h in zip(judge, human, strict=True) if j == PASS and h == FAIL)
-        tn = sum(1 for j, h in zip(judge, human, strict=True) if j == PASS and h == PASS)
-        out.confusion = Confusion(tp=tp, fp=fp, fn=fn, tn=tn)
+        out.confusion = c = _confusion(judge, human)
         out.f1 = _f1(judge, human)
         out.f1_low, out.f1_high, _ = boot(_f1)
-        out.precision = tp / (tp + fp) if tp + fp else None
-        out.recall = tp / (tp + fn) if tp + fn else None
+        out.precision = c.tp / (c.tp + c.fp) if c.tp + c.fp else None
+        out.recall = c.tp / (c.tp + c.fn) if c.tp + c.fn else None
         if judge:
-            out.judge_pass_rate = (tn + fn) / len(judge)
-            out.human_pass_rate = (fp + tn) / len(judge)
+            out.judge_pass_rate = (c.tn + c.fn) / len(judge)
+            out.human_pass_rate = (c.fp + c.tn) / len(judge)
         numbers = [s for s in scores if s is not None]
         if len(numbers) == len(scores) and len(set(numbers)) > 2:
             out.suggested_threshold, out.suggested_kappa = _suggest(numbers, human)
@@ -757,7 +745,6 @@ def _one(
             f"the human labels are all one class ({human[0]}): κ cannot tell agreement from "
             "chance; label items of both classes"
         )
-    out.kappa_undefined_resamples = k_undefined
     if k_undefined:
         out.warnings.append(
             f"κ was undefined on {k_undefined} of {resamples} bootstrap resamples (one class), "
@@ -889,32 +876,16 @@ def agreement_verdict(
             False, None, 0, 0, f"no labels for metric {metric!r} in {labels}: not calibrated"
         )
     worst = min(mine, key=lambda c: (c.n >= min_n, math.inf if c.kappa is None else c.kappa))
-    numbers = _kappa_text(worst)
     where = f" ({worst.provider}, {worst.agent})" if len(mine) > 1 else ""
     if worst.n < min_n:
-        return AgreementVerdict(
-            False,
-            worst.kappa,
-            worst.n,
-            worst.n_errored,
-            f"{numbers}{where}; needs at least {min_n} matched items to say (too few labels)",
-        )
-    if worst.kappa is None:
-        return AgreementVerdict(
-            False,
-            None,
-            worst.n,
-            worst.n_errored,
-            f"{numbers}{where}; κ is undefined (one class on both sides): label both classes",
-        )
-    holds = _OPS[op](worst.kappa, bound)
-    verdict = "holds" if holds else "needs"
+        holds, tail = False, f"needs at least {min_n} matched items to say (too few labels)"
+    elif worst.kappa is None:
+        holds, tail = False, "κ is undefined (one class on both sides): label both classes"
+    else:
+        holds = _OPS[op](worst.kappa, bound)
+        tail = f"{'holds' if holds else 'needs'} κ {op} {bound:g}"
     return AgreementVerdict(
-        holds,
-        worst.kappa,
-        worst.n,
-        worst.n_errored,
-        f"{numbers}{where}; {verdict} κ {op} {bound:g}",
+        holds, worst.kappa, worst.n, worst.n_errored, f"{_kappa_text(worst)}{where}; {tail}"
     )
 
 
@@ -1009,8 +980,7 @@ def review_candidates(
         scored_connection,
     )
 
-    con = scored_connection(str(run_dir), filesystem=filesystem)
-    try:
+    with scored_connection(str(run_dir), filesystem=filesystem) as con:
         [(every,)] = con.execute("SELECT count(*) FROM scored").fetchall()
         flagged = {
             (x.agent, x.item_id)
@@ -1019,8 +989,6 @@ def review_candidates(
             for x in d.examples
         }
         mine = records(con, _REVIEWED_SQL, [metric])
-    finally:
-        con.close()
     texts = read_rows(
         str(run_dir),
         "scores",

@@ -18,6 +18,7 @@ the format (a 400/422 naming it), and remembers per endpoint, in the process, wh
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import inspect
 import logging
@@ -27,9 +28,9 @@ import re
 import threading
 import time
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections import defaultdict
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Any, Literal, Protocol, get_args
 
 import httpx
@@ -342,16 +343,12 @@ _LIMITS: weakref.WeakKeyDictionary[
 def _endpoint_limit(endpoint: ChatEndpoint) -> AdaptiveLimit:
     per_loop = _LIMITS.setdefault(asyncio.get_running_loop(), {})
     key = (endpoint.chat_url, endpoint.model)
-    limit = per_loop.get(key)
-    if limit is None:
-        limit = per_loop[key] = AdaptiveLimit(
-            endpoint.chat_url,
-            endpoint.model,
-            endpoint.max_concurrency,
-            adaptive=endpoint.adaptive_concurrency,
-        )
-    else:
+    if (limit := per_loop.get(key)) is not None:
         limit.ask(endpoint.max_concurrency, adaptive=endpoint.adaptive_concurrency)
+        return limit
+    limit = per_loop[key] = AdaptiveLimit(
+        *key, endpoint.max_concurrency, adaptive=endpoint.adaptive_concurrency
+    )
     return limit
 
 
@@ -431,7 +428,20 @@ def _usage(body: Mapping[str, Any]) -> dict[str, int] | None:
     return out or None
 
 
-def _first_choice(body: Any) -> tuple[dict[str, Any], str | None]:
+def _completion(
+    body: Any,
+    usage: dict[str, int] | None,
+    latency_s: float,
+    *,
+    cached: bool = False,
+    key: str | None = None,
+    attempts: int = 1,
+) -> ChatCompletion:
+    """The ChatCompletion of a response body (its first choice).
+
+    Raises:
+        ChatResponseError: the body is not a chat completion.
+    """
     if not isinstance(body, Mapping):
         raise ChatResponseError(f"response is not a JSON object: {str(body)[:200]!r}")
     choices = body.get("choices")
@@ -441,7 +451,16 @@ def _first_choice(body: Any) -> tuple[dict[str, Any], str | None]:
     if not isinstance(message, Mapping):
         raise ChatResponseError("response choices[0] has no 'message' object")
     reason = choices[0].get("finish_reason")
-    return dict(message), reason if isinstance(reason, str) else None
+    return ChatCompletion(
+        message=dict(message),
+        finish_reason=reason if isinstance(reason, str) else None,
+        usage=usage,
+        latency_s=latency_s,
+        cached=cached,
+        key=key,
+        attempts=attempts,
+        raw=dict(body),
+    )
 
 
 def _error_text(response: httpx.Response) -> str:
@@ -456,10 +475,6 @@ def _error_text(response: httpx.Response) -> str:
         if isinstance(error, str):
             return error[:300]
     return str(body)[:300]
-
-
-def _should_retry(exc: BaseException) -> bool:
-    return bool(getattr(exc, "retryable", False))
 
 
 def response_format_for(
@@ -520,7 +535,7 @@ class _FormatMemory:
     accepted: ResponseFormatMode | None = None
 
 
-_FORMATS: dict[tuple[str, ...], _FormatMemory] = {}
+_FORMATS: defaultdict[tuple[str, ...], _FormatMemory] = defaultdict(_FormatMemory)
 _FORMATS_LOCK = threading.Lock()
 _PROBE_LOCKS: weakref.WeakKeyDictionary[
     asyncio.AbstractEventLoop, dict[tuple[str, ...], asyncio.Lock]
@@ -529,18 +544,11 @@ _PROBE_LOCKS: weakref.WeakKeyDictionary[
 
 def _format_memory(key: tuple[str, ...]) -> _FormatMemory:
     with _FORMATS_LOCK:
-        memory = _FORMATS.get(key)
-        if memory is None:
-            memory = _FORMATS[key] = _FormatMemory()
-        return memory
+        return _FORMATS[key]
 
 
 def _probe_lock(key: tuple[str, ...]) -> asyncio.Lock:
-    per_loop = _PROBE_LOCKS.setdefault(asyncio.get_running_loop(), {})
-    lock = per_loop.get(key)
-    if lock is None:
-        lock = per_loop[key] = asyncio.Lock()
-    return lock
+    return _PROBE_LOCKS.setdefault(asyncio.get_running_loop(), {}).setdefault(key, asyncio.Lock())
 
 
 def forget_response_formats() -> None:
@@ -627,12 +635,7 @@ class ChatClient:
             self._http = self._new_http()
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
     async def aclose(self) -> None:
@@ -718,32 +721,12 @@ class ChatClient:
         store = run_answers.get() if cache is None else None
         if store is not None and (held := store.get(key_request)) is not None:
             response, stored_usage = held
-            message, finish = _first_choice(response)
             if meter is not None:  # paid by an earlier attempt of this run
                 meter.reuse("judge", self.endpoint.model, stored_usage)
-            return ChatCompletion(
-                message=message,
-                finish_reason=finish,
-                usage=stored_usage,
-                latency_s=0.0,
-                cached=True,
-                attempts=0,
-                raw=response,
-            )
-        if cache is not None:
-            entry = cache.get(key_request)
-            if entry is not None:
-                message, finish = _first_choice(entry.response)
-                return ChatCompletion(
-                    message=message,
-                    finish_reason=finish,
-                    usage=dict(entry.usage) if entry.usage is not None else _usage(entry.response),
-                    latency_s=0.0,
-                    cached=True,
-                    key=entry.key,
-                    attempts=0,
-                    raw=entry.response,
-                )
+            return _completion(response, stored_usage, 0.0, cached=True, attempts=0)
+        if cache is not None and (entry := cache.get(key_request)) is not None:
+            usage = dict(entry.usage) if entry.usage is not None else _usage(entry.response)
+            return _completion(entry.response, usage, 0.0, cached=True, key=entry.key, attempts=0)
         if self.endpoint.api_type == "azure" and self.endpoint.azure_deployment:
             body.pop("model", None)  # the deployment URL names the model
         admitted = False
@@ -759,11 +742,10 @@ class ChatClient:
 
         started = time.perf_counter()
         try:
-            if self._http is not None:
-                raw, attempts = await self._post_with_retries(self._http, body, admit)
-            else:
-                async with self._new_http() as http:  # one pool for this call and its retries
-                    raw, attempts = await self._post_with_retries(http, body, admit)
+            # outside ``async with``: one pool for this call and its retries
+            pool = self._new_http() if self._http is None else contextlib.nullcontext(self._http)
+            async with pool as http:
+                raw, attempts = await self._post_with_retries(http, body, admit)
         except BaseException:
             if meter is not None and admitted:
                 meter.finish("judge", self.endpoint.model, None, answered=False)
@@ -774,23 +756,13 @@ class ChatClient:
             meter.finish("judge", self.endpoint.model, usage)
         if store is not None:
             store.put(key_request, raw, usage)
-        message, finish = _first_choice(raw)
-        key: str | None = None
+        completion = _completion(raw, usage, latency, attempts=attempts)
         if cache is not None:
             stored = await asyncio.to_thread(
                 cache.put, key_request, raw, usage=usage, latency_s=latency
             )
-            key = stored.key if stored is not None else None
-        return ChatCompletion(
-            message=message,
-            finish_reason=finish,
-            usage=usage,
-            latency_s=latency,
-            cached=False,
-            key=key,
-            attempts=attempts,
-            raw=raw,
-        )
+            completion.key = stored.key if stored is not None else None
+        return completion
 
     async def complete_structured(
         self,
@@ -830,19 +802,24 @@ class ChatClient:
         ladder: list[ResponseFormatMode] = list(dict.fromkeys(modes))
         if not ladder:
             raise ValueError("complete_structured needs at least one response format mode")
-        for mode in ladder:
-            if mode not in RESPONSE_FORMAT_MODES:
-                raise ValueError(
-                    f"unknown response format mode {mode!r}; use one of {RESPONSE_FORMAT_MODES}"
-                )
-        schemas: dict[ResponseFormatMode, Mapping[str, Any]] = {
+        schemas = {
             "json_schema": schema,
             "json_object_schema": schema if grammar_schema is None else grammar_schema,
         }
-        if self.cache is not None and self.cache.mode == "replay":
-            return await self._replay_structured(
-                messages, schemas, schema_name, ladder, max_tokens, repetition, extra
+        # every mode's format made up front: an unknown mode is a ValueError before any request
+        formats = {m: response_format_for(m, schemas.get(m, {}), name=schema_name) for m in ladder}
+
+        async def ask(mode: ResponseFormatMode) -> ChatCompletion:
+            return await self.complete(
+                messages,
+                max_tokens=max_tokens,
+                response_format=formats[mode],
+                repetition=repetition,
+                extra=extra,
             )
+
+        if self.cache is not None and self.cache.mode == "replay":
+            return await self._replay_structured(ladder, ask)
         key = (self.endpoint.chat_url, self.endpoint.model)
         memory = _format_memory(key)
         rejection: ChatHTTPError | None = None
@@ -851,9 +828,7 @@ class ChatClient:
                 accepted = memory.accepted
                 candidates = [m for m in ladder if m not in memory.rejected]
             if accepted is not None and accepted in candidates:
-                answer = await self._try_format(
-                    memory, accepted, messages, schemas, schema_name, max_tokens, repetition, extra
-                )
+                answer = await self._try_format(memory, accepted, ask)
             elif not candidates:
                 raise rejection or ChatHTTPError(
                     400,
@@ -868,16 +843,7 @@ class ChatClient:
                         decided = memory.accepted in candidates or candidates[0] in memory.rejected
                     if decided:  # found out while this call waited
                         continue
-                    answer = await self._try_format(
-                        memory,
-                        candidates[0],
-                        messages,
-                        schemas,
-                        schema_name,
-                        max_tokens,
-                        repetition,
-                        extra,
-                    )
+                    answer = await self._try_format(memory, candidates[0], ask)
             if isinstance(answer, ChatHTTPError):
                 rejection = answer
                 continue
@@ -887,23 +853,12 @@ class ChatClient:
         self,
         memory: _FormatMemory,
         mode: ResponseFormatMode,
-        messages: Sequence[Mapping[str, Any]],
-        schemas: Mapping[ResponseFormatMode, Mapping[str, Any]],
-        schema_name: str,
-        max_tokens: int | None,
-        repetition: int,
-        extra: Mapping[str, Any] | None,
+        ask: Callable[[ResponseFormatMode], Awaitable[ChatCompletion]],
     ) -> tuple[ChatCompletion, ResponseFormatMode] | ChatHTTPError:
         """One call in ``mode``; the endpoint's rejection of the format is returned (and
         remembered), anything else is raised."""
         try:
-            completion = await self.complete(
-                messages,
-                max_tokens=max_tokens,
-                response_format=response_format_for(mode, schemas.get(mode, {}), name=schema_name),
-                repetition=repetition,
-                extra=extra,
-            )
+            completion = await ask(mode)
         except ChatHTTPError as exc:
             if mode == "prompt" or not is_format_rejection(exc):
                 raise
@@ -926,32 +881,18 @@ class ChatClient:
 
     async def _replay_structured(
         self,
-        messages: Sequence[Mapping[str, Any]],
-        schemas: Mapping[ResponseFormatMode, Mapping[str, Any]],
-        schema_name: str,
         ladder: list[ResponseFormatMode],
-        max_tokens: int | None,
-        repetition: int,
-        extra: Mapping[str, Any] | None,
+        ask: Callable[[ResponseFormatMode], Awaitable[ChatCompletion]],
     ) -> tuple[ChatCompletion, ResponseFormatMode]:
         assert self.cache is not None
         key = ("replay", str(self.cache.directory), self.endpoint.chat_url, self.endpoint.model)
         memory = _format_memory(key)
         with _FORMATS_LOCK:
             preferred = memory.accepted
-        order = sorted(ladder, key=lambda m: m != preferred)  # stable: the hit mode first
         first_miss: CacheMissError | None = None
-        for mode in order:
+        for mode in sorted(ladder, key=lambda m: m != preferred):  # stable: the hit mode first
             try:
-                completion = await self.complete(
-                    messages,
-                    max_tokens=max_tokens,
-                    response_format=response_format_for(
-                        mode, schemas.get(mode, {}), name=schema_name
-                    ),
-                    repetition=repetition,
-                    extra=extra,
-                )
+                completion = await ask(mode)
             except CacheMissError as exc:
                 first_miss = first_miss or exc
                 continue
@@ -991,7 +932,7 @@ class ChatClient:
         retrying = AsyncRetrying(
             stop=stop_after_attempt(self.endpoint.max_retries + 1),
             wait=self._wait,
-            retry=retry_if_exception(_should_retry),
+            retry=retry_if_exception(lambda exc: bool(getattr(exc, "retryable", False))),
             reraise=True,
         )
         limit = _endpoint_limit(self.endpoint)

@@ -20,9 +20,9 @@ import difflib
 import hashlib
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from typing import Any, Literal, cast, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -580,9 +580,7 @@ def structured_modes(
         if not json_mode or not structured_output:
             return ("prompt",)
         return RESPONSE_FORMAT_MODES
-    if isinstance(structured_output, str):
-        structured_output = [structured_output]
-    modes = list(structured_output)
+    modes = [structured_output] if isinstance(structured_output, str) else list(structured_output)
     if not json_mode:
         raise ValueError(
             "json_mode=False is the older spelling of structured_output=False; give one of them"
@@ -592,40 +590,34 @@ def structured_modes(
             "structured_output: give true, false or a list of modes "
             f"({', '.join(RESPONSE_FORMAT_MODES)})"
         )
-    chosen: list[ResponseFormatMode] = []
-    for mode in modes:
-        if mode not in RESPONSE_FORMAT_MODES:
-            close = difflib.get_close_matches(str(mode), RESPONSE_FORMAT_MODES, n=1)
+    chosen = _known_once(modes, RESPONSE_FORMAT_MODES, "structured_output mode")
+    return tuple(cast(list[ResponseFormatMode], chosen))
+
+
+def _known_once(names: Iterable[str], known: Sequence[str], what: str) -> list[str]:
+    """``names`` in order; a ValueError for an unknown one (suggesting the closest) or a repeat."""
+    chosen: list[str] = []
+    for name in names:
+        if name not in known:
+            close = difflib.get_close_matches(str(name), known, n=1)
             hint = f" Did you mean {close[0]!r}?" if close else ""
             raise ValueError(
-                f"unknown structured_output mode {mode!r}.{hint} Known modes: "
-                f"{', '.join(RESPONSE_FORMAT_MODES)}"
+                f"unknown {what} {name!r}.{hint} Known {what.split()[-1]}s: {', '.join(known)}"
             )
-        if mode in chosen:
-            raise ValueError(f"structured_output mode {mode!r} is listed twice")
-        chosen.append(mode)
-    return tuple(chosen)
+        if name in chosen:
+            raise ValueError(f"{what} {name!r} is listed twice")
+        chosen.append(name)
+    return chosen
 
 
 # -- the provider ----------------------------------------------------------------------------------
 
 
 def _check_metrics(metrics: Sequence[str]) -> list[JudgeMetric]:
-    chosen: list[JudgeMetric] = []
-    for name in metrics:
-        metric = JUDGE_METRICS.get(name)
-        if metric is None:
-            close = difflib.get_close_matches(name, JUDGE_METRICS, n=1)
-            hint = f" Did you mean {close[0]!r}?" if close else ""
-            raise ValueError(
-                f"unknown judge metric {name!r}.{hint} Known metrics: {', '.join(JUDGE_METRICS)}"
-            )
-        if metric in chosen:
-            raise ValueError(f"judge metric {name!r} is listed twice")
-        chosen.append(metric)
+    chosen = _known_once(metrics, list(JUDGE_METRICS), "judge metric")
     if not chosen:
         raise ValueError("a JudgeEvaluator needs at least one metric")
-    return chosen
+    return [JUDGE_METRICS[name] for name in chosen]
 
 
 def _check_threshold(name: str, value: float) -> float:
@@ -634,9 +626,13 @@ def _check_threshold(name: str, value: float) -> float:
     return float(value)
 
 
-def _add_usage(total: dict[str, int], usage: Mapping[str, int] | None) -> None:
-    for key, value in (usage or {}).items():
-        total[key] = total.get(key, 0) + value
+_CALL_ERRORS: tuple[tuple[type[Exception], str], ...] = (
+    (CacheMissError, "JudgeCacheMiss"),
+    (ChatHTTPError, "JudgeHTTPError"),
+    (ChatTransportError, "JudgeConnectionError"),
+    (ChatResponseError, "JudgeResponseError"),
+)
+"""A failed judge call's error code by its exception (any other: ``JudgeError``)."""
 
 
 class JudgeEvaluator:
@@ -809,20 +805,12 @@ class JudgeEvaluator:
             )
         except JudgeAnswerError as exc:
             return self._errored(metric, threshold, exc.code, str(exc), completion, mode)
-        except CacheMissError as exc:
-            return self._errored(metric, threshold, "JudgeCacheMiss", str(exc), None)
-        except ChatHTTPError as exc:
-            return self._errored(metric, threshold, "JudgeHTTPError", str(exc), None)
-        except ChatTransportError as exc:
-            return self._errored(metric, threshold, "JudgeConnectionError", str(exc), None)
-        except ChatResponseError as exc:
-            return self._errored(metric, threshold, "JudgeResponseError", str(exc), None)
         except BudgetReached:
             raise  # not this item's failure: the run stops (the item is judged when it resumes)
         except Exception as exc:  # a run never loses its other results to one judge call
-            return self._errored(
-                metric, threshold, "JudgeError", f"{type(exc).__name__}: {exc}", None
-            )
+            code = next((c for kind, c in _CALL_ERRORS if isinstance(exc, kind)), None)
+            message = f"{type(exc).__name__}: {exc}" if code is None else str(exc)
+            return self._errored(metric, threshold, code or "JudgeError", message, None)
         score = float(verdict.score)
         passed = score >= threshold
         diagnostics = (
@@ -886,42 +874,29 @@ class JudgeEvaluator:
         failures: list[str] = []
         results: list[EvalItemResult] = []
         for index, (item, row) in enumerate(zip(items, outcomes, strict=True)):
-            item_id = item.item_id if item.item_id is not None else str(index)
-            query, response = item.query_and_response()
-            metadata = item.result_metadata()
-            if item.error_code:
-                results.append(
-                    EvalItemResult(
-                        item_id=item_id,
-                        status=ERROR,
-                        error_code=item.error_code,
-                        error_message=item.error_message,
-                        input_text=query,
-                        output_text=response,
-                        metadata=metadata,
-                    )
-                )
-                continue
-            scores = [s for s in row if s is not None]
+            scores = [s for s in row if s is not None]  # none for an item whose target failed
             usage: dict[str, int] = {}
             for score in scores:
-                _add_usage(usage, score.token_usage)
-            status = item_status(scores)
-            error_code: str | None = None
-            error_message: str | None = None
+                for key, value in (score.token_usage or {}).items():
+                    usage[key] = usage.get(key, 0) + value
+            status = ERROR if item.error_code else item_status(scores)
+            error_code, error_message = (
+                (item.error_code, item.error_message) if item.error_code else (None, None)
+            )
             errors = [s for s in scores if score_status(s) == ERROR]
             if errors:
                 error_code = errors[0].error_code or "JudgeError"
                 error_message = "; ".join(f"{s.name}: {s.error_message}" for s in errors)
-            elif status == ERROR:
+            elif status == ERROR and not item.error_code:
                 error_code = "JudgeNotApplicable"
                 error_message = "no judge metric applies: " + "; ".join(
                     s.reason or s.name for s in scores
                 )
             failures.extend(f"{s.name}: {s.reason}" for s in scores if score_status(s) == FAIL)
+            query, response = item.query_and_response()
             results.append(
                 EvalItemResult(
-                    item_id=item_id,
+                    item_id=item.item_id if item.item_id is not None else str(index),
                     status=status,
                     scores=scores,
                     error_code=error_code,
@@ -929,7 +904,7 @@ class JudgeEvaluator:
                     token_usage=usage or None,
                     input_text=query,
                     output_text=response,
-                    metadata=metadata,
+                    metadata=item.result_metadata(),
                 )
             )
         return make_results(

@@ -75,10 +75,11 @@ def _check_threshold(threshold: float, metric: str) -> float:
 # References
 
 
-def _reference_reader(source: ReferenceSource) -> Callable[[EvalItem], Any]:
-    """Validate a reference source once, at construction, and return its reader."""
+def _reference_reader(source: ReferenceSource) -> tuple[Callable[[EvalItem], Any], str]:
+    """Validate a reference source once, at construction: its reader, and what an item without
+    references should set."""
     if callable(source):
-        return source
+        return source, f"a reference from references_from={getattr(source, '__name__', source)!r}"
     if source == "default":
 
         def default(item: EvalItem) -> list[Any]:
@@ -94,12 +95,17 @@ def _reference_reader(source: ReferenceSource) -> Callable[[EvalItem], Any]:
                 )
             return found
 
-        return default
+        return default, (
+            "a reference: set the item's expected_output, or metadata['references'] to a list of "
+            "strings"
+        )
     if source == "expected_output":
-        return lambda item: item.expected_output
+        return lambda item: item.expected_output, "a reference: set the item's expected_output"
     if isinstance(source, str) and source.startswith("metadata.") and len(source) > 9:
         key = source[9:]
-        return lambda item: item.metadata.get(key)
+        return lambda item: item.metadata.get(key), (
+            f"a reference: set the item's metadata[{key!r}] to a string or a list of strings"
+        )
     raise ValueError(
         f"references_from must be 'default', 'expected_output', 'metadata.<key>' or a callable "
         f"item -> str | list[str], got {source!r}"
@@ -110,19 +116,6 @@ def _as_list(value: Any, where: str) -> list[Any]:
     if isinstance(value, Sequence) and not isinstance(value, str | bytes):
         return list(value)
     raise TypeError(f"{where} must be a string or a list of strings, got {type(value).__name__}")
-
-
-def _describe_source(source: ReferenceSource) -> str:
-    if callable(source):
-        return f"a reference from references_from={getattr(source, '__name__', source)!r}"
-    if source == "default":
-        return (
-            "a reference: set the item's expected_output, or metadata['references'] to a list of "
-            "strings"
-        )
-    if source == "expected_output":
-        return "a reference: set the item's expected_output"
-    return f"a reference: set the item's metadata[{source[9:]!r}] to a string or a list of strings"
 
 
 def references_of(item: EvalItem, source: ReferenceSource = "default") -> list[str]:
@@ -136,7 +129,7 @@ def references_of(item: EvalItem, source: ReferenceSource = "default") -> list[s
         TypeError: when the source holds something other than strings.
         ValueError: for an unknown ``source`` string.
     """
-    raw = _reference_reader(source)(item)
+    raw = _reference_reader(source)[0](item)
     if raw is None:
         return []
     values = [raw] if isinstance(raw, str) else _as_list(raw, "references")
@@ -149,24 +142,33 @@ def references_of(item: EvalItem, source: ReferenceSource = "default") -> list[s
     return out
 
 
-def _require_references(
-    item: EvalItem, source: ReferenceSource, read: Callable[[EvalItem], Any], metric: str
-) -> list[str]:
-    raw = read(item)
-    refs = references_of(item, lambda _: raw)
-    if not refs:
-        raise MissingReferenceError(f"{metric} needs {_describe_source(source)}")
-    return refs
-
-
 def _plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
 
 
-def _verdict(label: str, score: float, threshold: float, tail: str) -> tuple[bool, str]:
-    passed = score >= threshold
-    sign = ">=" if passed else "<"
-    return passed, f"{label} {score:.3f} {sign} threshold {threshold:g} {tail}"
+def _reference_check(
+    metric: str,
+    label: str,
+    name: str,
+    threshold: float,
+    references_from: ReferenceSource,
+    measure: Callable[[str, list[str]], tuple[float, str, dict[str, Any]]],
+) -> EvalCheck:
+    """A text metric's check: ``measure(response, references)`` gives the 0-1 score, the reason's
+    tail and the details after ``threshold``; the item passes at ``score >= threshold``."""
+    limit = _check_threshold(threshold, metric)
+    read, needs = _reference_reader(references_from)
+
+    def check(item: EvalItem) -> CheckResult:
+        refs = references_of(item, read)
+        if not refs:
+            raise MissingReferenceError(f"{name} needs {needs}")
+        score, tail, details = measure(item.response, refs)
+        passed = score >= limit
+        reason = f"{label} {score:.3f} {'>=' if passed else '<'} threshold {limit:g} {tail}"
+        return CheckResult(passed, reason, name, score, {"threshold": limit, **details})
+
+    return _named(check, name)
 
 
 # --------------------------------------------------------------------------------------------
@@ -199,26 +201,18 @@ def bleu(
     """
     from sacrebleu import sentence_bleu  # lazy: sacrebleu, ~0.3 s, only for suites that use BLEU
 
-    limit = _check_threshold(threshold, "bleu")
-    read = _reference_reader(references_from)
-
-    def check(item: EvalItem) -> CheckResult:
-        refs = _require_references(item, references_from, read, name)
-        result = sentence_bleu(item.response, refs, lowercase=lowercase)
+    def measure(response: str, refs: list[str]) -> tuple[float, str, dict[str, Any]]:
+        result = sentence_bleu(response, refs, lowercase=lowercase)
         # Clamped: sacrebleu's identical-text score is 100.00000000000004.
         score = min(1.0, max(0.0, result.score / 100.0))
-        passed, reason = _verdict(
-            "BLEU", score, limit, f"against {_plural(len(refs), 'reference')}"
-        )
         details = {
-            "threshold": limit,
             "references": len(refs),
             "precisions": [round(p / 100.0, 6) for p in result.precisions],
             "brevity_penalty": result.bp,
         }
-        return CheckResult(passed, reason, name, score, details)
+        return score, f"against {_plural(len(refs), 'reference')}", details
 
-    return _named(check, name)
+    return _reference_check("bleu", "BLEU", name, threshold, references_from, measure)
 
 
 def gleu(
@@ -247,25 +241,17 @@ def gleu(
     from nltk.translate.gleu_score import sentence_gleu  # lazy: nltk loads scipy, ~1.5 s
     from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a  # lazy: only for GLEU suites
 
-    limit = _check_threshold(threshold, "gleu")
-    read = _reference_reader(references_from)
     tokenize = Tokenizer13a()  # type: ignore[no-untyped-call]
 
     def tokens(text: str) -> list[str]:
         tokenized: str = tokenize(text.lower() if lowercase else text)
         return tokenized.split()
 
-    def check(item: EvalItem) -> CheckResult:
-        refs = _require_references(item, references_from, read, name)
-        score = float(sentence_gleu([tokens(r) for r in refs], tokens(item.response)))
-        passed, reason = _verdict(
-            "GLEU", score, limit, f"against {_plural(len(refs), 'reference')}"
-        )
-        return CheckResult(
-            passed, reason, name, score, {"threshold": limit, "references": len(refs)}
-        )
+    def measure(response: str, refs: list[str]) -> tuple[float, str, dict[str, Any]]:
+        score = float(sentence_gleu([tokens(r) for r in refs], tokens(response)))
+        return score, f"against {_plural(len(refs), 'reference')}", {"references": len(refs)}
 
-    return _named(check, name)
+    return _reference_check("gleu", "GLEU", name, threshold, references_from, measure)
 
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
@@ -314,12 +300,9 @@ def token_f1(
     Raises:
         ValueError: for a threshold outside [0, 1] or an unknown ``references_from``.
     """
-    limit = _check_threshold(threshold, "token_f1")
-    read = _reference_reader(references_from)
 
-    def check(item: EvalItem) -> CheckResult:
-        refs = _require_references(item, references_from, read, name)
-        prediction = _squad_tokens(item.response)
+    def measure(response: str, refs: list[str]) -> tuple[float, str, dict[str, Any]]:
+        prediction = _squad_tokens(response)
         best_index, best = 0, (-1.0, 0.0, 0.0)
         for index, ref in enumerate(refs):
             p, r, f = _token_prf(prediction, _squad_tokens(ref))
@@ -328,17 +311,15 @@ def token_f1(
         f1, precision, recall = best
         tail = f"(precision {precision:.3f}, recall {recall:.3f}"
         tail += f", best of {len(refs)} references)" if len(refs) > 1 else ")"
-        passed, reason = _verdict("token F1", f1, limit, tail)
         details = {
-            "threshold": limit,
             "precision": precision,
             "recall": recall,
             "references": len(refs),
             "reference_index": best_index,
         }
-        return CheckResult(passed, reason, name, f1, details)
+        return f1, tail, details
 
-    return _named(check, name)
+    return _reference_check("token_f1", "token F1", name, threshold, references_from, measure)
 
 
 # --------------------------------------------------------------------------------------------
@@ -569,29 +550,22 @@ def _tool_call_success(item: EvalItem) -> CheckResult:
     results = [c for m in response for c in m.contents if isinstance(c, FunctionResultContent)]
     if not results:
         return CheckResult(True, "No tool results in the response.", "tool_call_success", 1.0)
-    names = {
-        c.call_id: c.name
-        for m in response
-        for c in m.contents
-        if isinstance(c, FunctionCallContent)
-    }
+    names = {c.call_id: c.name for c in _response_calls(item)}
     failures = []
     for content in results:
         error = tool_result_error(content)
         if error is not None:
             tool = names.get(content.call_id, "?")
             failures.append(f"{tool} (call {content.call_id or '?'}): {error}")
-    ok = len(results) - len(failures)
-    score = ok / len(results)
+    score = (len(results) - len(failures)) / len(results)
+    details = {"results": len(results), "errors": len(failures)}
     if failures:
         reason = f"{len(failures)} of {len(results)} tool results carry an error: " + "; ".join(
             failures
         )
-        details = {"results": len(results), "errors": len(failures)}
-        return CheckResult(False, reason, "tool_call_success", score, details)
-    reason = f"{_plural(len(results), 'tool result')} without an error"
-    details = {"results": len(results), "errors": 0}
-    return CheckResult(True, reason, "tool_call_success", score, details)
+    else:
+        reason = f"{_plural(len(results), 'tool result')} without an error"
+    return CheckResult(not failures, reason, "tool_call_success", score, details)
 
 
 tool_call_success: EvalCheck = _named(_tool_call_success, "tool_call_success")

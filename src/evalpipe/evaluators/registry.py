@@ -48,6 +48,9 @@ def tool_called_any(*tool_names: str) -> Any:
     return tool_called_check(*tool_names, mode="any")
 
 
+EntryKind = Literal["check", "factory", "provider"]
+
+
 @dataclass(frozen=True, slots=True)
 class Entry:
     """One registered name."""
@@ -56,7 +59,7 @@ class Entry:
     """The short name."""
     target: str
     """``module:attr`` of the check, factory, or provider config model."""
-    kind: Literal["check", "factory", "provider"]
+    kind: EntryKind
     """How the entry's arguments are applied (see the module docstring)."""
     summary: str
     """One line for help texts."""
@@ -66,61 +69,42 @@ class Entry:
         return load_object(self.target, what="evaluator")
 
 
-_NLP = "evalpipe.evaluators.nlp"
+def _entries(module: str, kind: EntryKind, **summaries: str) -> list[Entry]:
+    """One entry per keyword: the object of that name in ``module``, with its summary."""
+    return [Entry(name, f"{module}:{name}", kind, text) for name, text in summaries.items()]
+
 
 ENTRIES: dict[str, Entry] = {
     e.name: e
     for e in (
-        Entry(
-            "keyword_check",
-            "evalpipe.checks:keyword_check",
+        *_entries(
+            "evalpipe.checks",
             "factory",
-            "the response contains every keyword",
+            keyword_check="the response contains every keyword",
+            tool_called_check="the agent called every named tool",
         ),
-        Entry(
-            "tool_called_check",
-            "evalpipe.checks:tool_called_check",
+        *_entries(
+            "evalpipe.evaluators.registry",
             "factory",
-            "the agent called every named tool",
+            tool_called_any="the agent called at least one of the named tools",
         ),
-        Entry(
-            "tool_called_any",
-            "evalpipe.evaluators.registry:tool_called_any",
-            "factory",
-            "the agent called at least one of the named tools",
-        ),
-        Entry(
-            "tool_calls_present",
-            "evalpipe.checks:tool_calls_present",
+        *_entries(
+            "evalpipe.checks",
             "check",
-            "every expected tool was called",
+            tool_calls_present="every expected tool was called",
+            tool_call_args_match="every expected tool was called with the expected arguments",
         ),
-        Entry(
-            "tool_call_args_match",
-            "evalpipe.checks:tool_call_args_match",
-            "check",
-            "every expected tool was called with the expected arguments",
-        ),
-        Entry("bleu", f"{_NLP}:bleu", "factory", "BLEU against the references (0-1)"),
-        Entry("gleu", f"{_NLP}:gleu", "factory", "GLEU against the references (0-1)"),
-        Entry("token_f1", f"{_NLP}:token_f1", "factory", "token F1 against the references"),
-        Entry(
-            "expected_fact_check",
-            f"{_NLP}:expected_fact_check",
+        *_entries(
+            "evalpipe.evaluators.nlp",
             "factory",
-            "the response states the expected fact",
+            bleu="BLEU against the references (0-1)",
+            gleu="GLEU against the references (0-1)",
+            token_f1="token F1 against the references",
+            expected_fact_check="the response states the expected fact",
+            task_navigation_efficiency="the tool-call trajectory against the expected calls",
         ),
-        Entry(
-            "task_navigation_efficiency",
-            f"{_NLP}:task_navigation_efficiency",
-            "factory",
-            "the tool-call trajectory against the expected calls",
-        ),
-        Entry(
-            "tool_call_success",
-            f"{_NLP}:tool_call_success",
-            "check",
-            "tool results carry no error",
+        *_entries(
+            "evalpipe.evaluators.nlp", "check", tool_call_success="tool results carry no error"
         ),
         Entry(
             "judge",
@@ -129,10 +113,7 @@ ENTRIES: dict[str, Entry] = {
             "an LLM judge on an OpenAI-compatible endpoint",
         ),
         Entry(
-            "foundry",
-            "evalpipe.foundry:FoundryConfig",
-            "provider",
-            "Microsoft Foundry evaluators",
+            "foundry", "evalpipe.foundry:FoundryConfig", "provider", "Microsoft Foundry evaluators"
         ),
     )
 }

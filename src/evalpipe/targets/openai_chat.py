@@ -20,7 +20,6 @@ import inspect
 import json
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from types import TracebackType
 from typing import Any
 
 from pydantic import SecretStr
@@ -135,17 +134,7 @@ class OpenAIChatAgent:
             snapshots.append(snapshot)
         self.tools: list[ToolDefinition] = snapshots
         """Schema snapshots of the tools, in the order given."""
-        self._wire_tools = [
-            {
-                "type": "function",
-                "function": {
-                    "name": t.name,
-                    "description": t.description,
-                    "parameters": t.parameters,
-                },
-            }
-            for t in snapshots
-        ]
+        self._wire_tools = [{"type": "function", "function": t.model_dump()} for t in snapshots]
         self._client: ChatClient | None = None
         self._occurrences: dict[str, int] = {}
         self._lock = threading.Lock()
@@ -163,12 +152,7 @@ class OpenAIChatAgent:
             await self._client.__aenter__()
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
     async def aclose(self) -> None:
