@@ -38,7 +38,9 @@ __all__ = [
     "print_failures",
     "print_summary",
     "quiet_prefect",
+    "say",
     "summary_tables",
+    "warn",
 ]
 
 EXIT_OK = 0
@@ -219,9 +221,19 @@ def summary_tables(rows: Sequence[SummaryRow]) -> list[Table]:
     return tables
 
 
+def say(console: Console, text: Any, **options: Any) -> None:
+    """Print ``text`` as it is: never markup, nothing highlighted."""
+    console.print(text, markup=False, highlight=False, **options)
+
+
+def warn(console: Console, text: str) -> None:
+    """Print ``warning: text`` in yellow, as text."""
+    say(console, f"warning: {text}", style="yellow", soft_wrap=True)
+
+
 def _print_text(console: Console, text: str, **options: Any) -> None:
     """Print ``text`` as text: never markup, control and bidi characters shown (``plain``)."""
-    console.print(plain(text), markup=False, highlight=False, **options)
+    say(console, plain(text), **options)
 
 
 def print_failures(

@@ -33,6 +33,7 @@ from evalpipe.cli._common import (
     check_run_dir,
     consoles,
     fail,
+    say,
 )
 from evalpipe.escape import plain
 from evalpipe.gates import Gate, GateSyntaxError, JudgeAgreement, parse_gates
@@ -123,17 +124,13 @@ def _calibrate(args: argparse.Namespace) -> int:
             out.print("no labelled metric matched the run's scores", markup=False)
         for c in found:
             for line in _lines(c):
-                out.print(plain(line), markup=False, highlight=False, soft_wrap=True)
-        out.print(
-            f"seed {args.seed}, {args.resamples} resamples; written to {output}",
-            markup=False,
-            highlight=False,
-        )
+                say(out, plain(line), soft_wrap=True)
+        say(out, f"seed {args.seed}, {args.resamples} resamples; written to {output}")
     if gates is None:
         return EXIT_OK
     clauses = [c.with_labels(labels_path) if isinstance(c, JudgeAgreement) else c for c in gates]
     report = Gate(clauses).evaluate(load_run(str(args.run_dir), input_items=False))
-    (err if args.json else out).print(report.summary(), markup=False, highlight=False)
+    say(err if args.json else out, report.summary())
     return EXIT_OK if report.passed else EXIT_GATE_FAILED
 
 

@@ -15,7 +15,7 @@ from rich.text import Text
 
 from evalpipe._internal.terminal import count_column, name_column, plain_table
 from evalpipe.artifacts import ArtifactError, DamagedRun, RunInfo, find_runs
-from evalpipe.cli._common import EXIT_OK, consoles, fail
+from evalpipe.cli._common import EXIT_OK, consoles, fail, say, warn
 from evalpipe.escape import plain, terminal
 
 __all__ = ["register"]
@@ -67,10 +67,9 @@ def _print(runs: Sequence[RunInfo], console: Console, where: str) -> None:
     newest runs as the width holds."""
     for suite in dict.fromkeys(r.suite for r in runs):
         mine = [r for r in runs if r.suite == suite]
-        console.print(
+        say(
+            console,
             f"{plain(suite)}: {len(mine)} run(s) in {plain(where)}, newest first",
-            markup=False,
-            highlight=False,
             style="bold",
         )
         table = plain_table()
@@ -169,13 +168,7 @@ def _history(args: argparse.Namespace) -> int:
     except (ArtifactError, ValueError) as exc:
         return fail(err, str(exc))
     for run in damaged:  # one damaged run hides no other
-        err.print(
-            f"warning: damaged run {plain(run.location)} left out: {plain(run.problem)}",
-            style="yellow",
-            markup=False,
-            highlight=False,
-            soft_wrap=True,
-        )
+        warn(err, f"damaged run {plain(run.location)} left out: {plain(run.problem)}")
     if args.format == "json":
         sys.stdout.write(json.dumps([r.as_dict() for r in runs], indent=2) + "\n")
         return EXIT_OK
@@ -184,10 +177,8 @@ def _history(args: argparse.Namespace) -> int:
         return EXIT_OK
     if not runs:
         which = f" of suite {args.suite!r}" if args.suite else ""
-        err.print(
-            f"no finished run{which} in {args.output_dir} (a finished run has a manifest.json)",
-            markup=False,
-            highlight=False,
+        say(
+            err, f"no finished run{which} in {args.output_dir} (a finished run has a manifest.json)"
         )
         return EXIT_OK
     _print(runs, out, args.output_dir)

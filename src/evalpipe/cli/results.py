@@ -13,7 +13,15 @@ from evalpipe._internal.adaptive import limit_notes
 from evalpipe.artifacts import ArtifactError, read_manifest, read_not_passed, read_summary
 from evalpipe.artifacts.history import join
 from evalpipe.artifacts.writer import resolve_filesystem
-from evalpipe.cli._common import EXIT_OK, Failure, check_run_dir, consoles, fail, print_summary
+from evalpipe.cli._common import (
+    EXIT_OK,
+    Failure,
+    check_run_dir,
+    consoles,
+    fail,
+    print_summary,
+    say,
+)
 from evalpipe.escape import plain
 from evalpipe.spend import spend_text
 
@@ -76,19 +84,15 @@ def print_run(run_dir: Path | str, console: Console) -> None:
         console.print(f"gate {verdict}")
         for clause in gate.get("clauses", []):
             mark = "ok" if clause.get("passed") else "FAIL"
-            console.print(
-                f"  {plain(clause.get('clause'))}  {mark}  {plain(clause.get('message'))}",
-                markup=False,
-                highlight=False,
-            )
+            say(console, f"  {plain(clause.get('clause'))}  {mark}  {plain(clause.get('message'))}")
     spend = manifest.get("spend")
     if isinstance(spend, dict):
-        console.print(f"spent: {spend_text(spend)}", markup=False, highlight=False, soft_wrap=True)
+        say(console, f"spent: {spend_text(spend)}", soft_wrap=True)
     for note in limit_notes(manifest.get("concurrency")):
-        console.print(f"concurrency: {plain(note)}", markup=False, highlight=False, soft_wrap=True)
-    console.print(f"run directory: {run_dir}", markup=False, highlight=False)
+        say(console, f"concurrency: {plain(note)}", soft_wrap=True)
+    say(console, f"run directory: {run_dir}")
     if report:
-        console.print(f"report: {report}", markup=False, highlight=False)
+        say(console, f"report: {report}")
 
 
 def _results(args: argparse.Namespace) -> int:
