@@ -89,8 +89,7 @@ def _lines(c: Calibration) -> list[str]:
 
 def _calibrate(args: argparse.Namespace) -> int:
     out, err = consoles()
-    problem = check_run_dir(args.run_dir)
-    if problem:
+    if problem := check_run_dir(args.run_dir):
         return fail(err, problem)
     if args.resamples < 100:
         return fail(err, f"--resamples must be >= 100, got {args.resamples}")

@@ -47,8 +47,7 @@ def _compare(args: argparse.Namespace) -> int:
     except (ValueError, ArtifactError) as exc:
         return fail(err, str(exc))
     for run_dir in (run_a, run_b):
-        problem = check_run_dir(run_dir)
-        if problem:
+        if problem := check_run_dir(run_dir):
             return fail(err, problem)
     from evalpipe.report.compare import (  # lazy: scipy, only for this command
         compare_runs,

@@ -15,8 +15,7 @@ __all__ = ["register"]
 
 def _report(args: argparse.Namespace) -> int:
     out, err = consoles()
-    problem = check_run_dir(args.run_dir)
-    if problem:
+    if problem := check_run_dir(args.run_dir):
         return fail(err, problem)
     if args.max_items < 0:
         return fail(err, f"--max-items must be >= 0, got {args.max_items}")

@@ -97,8 +97,7 @@ def print_run(run_dir: Path | str, console: Console) -> None:
 
 def _results(args: argparse.Namespace) -> int:
     out, err = consoles()
-    problem = check_run_dir(args.run_dir)
-    if problem:
+    if problem := check_run_dir(args.run_dir):
         return fail(err, problem)
     try:
         print_run(args.run_dir, out)

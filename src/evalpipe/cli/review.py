@@ -39,8 +39,7 @@ async def _review(args: argparse.Namespace, output: Path) -> str:
 
 def _command(args: argparse.Namespace) -> int:
     out, err = consoles()
-    problem = check_run_dir(args.run_dir)
-    if problem:
+    if problem := check_run_dir(args.run_dir):
         return fail(err, problem)
     if args.sample < 1:
         return fail(err, f"--sample must be >= 1, got {args.sample}")
