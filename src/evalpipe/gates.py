@@ -131,16 +131,15 @@ class GateReport(BaseModel):
         """A few lines for people: the verdict, then every clause with its numbers."""
         if not self.clauses:
             return "Gate FAILED: no clauses"
-        bad = len(self.failures)
         head = (
             f"Gate passed: {len(self.clauses)} of {len(self.clauses)} clauses hold"
             if self.passed
-            else f"Gate FAILED: {bad} of {len(self.clauses)} clauses violated"
+            else f"Gate FAILED: {len(self.failures)} of {len(self.clauses)} clauses violated"
         )
-        lines = [head]
-        for c in self.clauses:
-            lines.append(f"  {'ok  ' if c.passed else 'FAIL'} {c.clause}: {c.message}")
-        return "\n".join(lines)
+        lines = [
+            f"  {'ok  ' if c.passed else 'FAIL'} {c.clause}: {c.message}" for c in self.clauses
+        ]
+        return "\n".join([head, *lines])
 
 
 # --------------------------------------------------------------------------------------------

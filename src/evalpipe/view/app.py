@@ -146,24 +146,21 @@ class _Guard:
                 message["headers"] = [*message.get("headers", []), *self.headers]
             await send(message)
 
+        refused: Response | None = None
         if scope["method"] not in ("GET", "HEAD"):
-            response: Response = Response(
+            refused = Response(
                 "evalpipe view is read-only: only GET and HEAD are answered\n",
                 status_code=405,
                 headers={"Allow": "GET, HEAD"},
                 media_type="text/plain",
             )
-            await response(scope, receive, with_headers)
-            return
-        if not self._host_ok(scope):
-            response = Response(
+        elif not self._host_ok(scope):
+            refused = Response(
                 "this Host is not the view's (start it with --allowed-host NAME)\n",
                 status_code=400,
                 media_type="text/plain",
             )
-            await response(scope, receive, with_headers)
-            return
-        await self.app(scope, receive, with_headers)
+        await (refused or self.app)(scope, receive, with_headers)
 
 
 def _int(params: Mapping[str, str], name: str, default: int, low: int, high: int) -> int:
@@ -222,8 +219,7 @@ class _Pages:
         suite = request.query_params.get("suite") or None
         tag = request.query_params.get("tag") or None
         every = self.catalog.runs()
-        shown = [e for e in every if (suite is None or e.suite == suite)]
-        shown = [e for e in shown if tag is None or tag in e.tags]
+        shown = self.catalog.runs(suite=suite, tag=tag)
         damaged = [d for d in self.catalog.damaged() if suite is None or d.suite == suite]
         return self.render(
             "runs.html.j2",
