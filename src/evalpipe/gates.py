@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Literal, Self
 from pydantic import BaseModel, ConfigDict, Field
 
 from evalpipe.results import EvalResults
-from evalpipe.tally import FAIL, PASS, LevelFold, LevelsFold, fold_levels
+from evalpipe.tally import FAIL, PASS, LevelFold, LevelsFold, MetricFold, fold_levels
 
 if TYPE_CHECKING:
     from evalpipe.calibration import Verdict
@@ -146,25 +146,15 @@ class GateReport(BaseModel):
 # Reading the tally's fold (evalpipe.tally.fold_levels: every item and score classified once)
 
 
-@dataclass(slots=True)
-class _Values:
-    """A metric's fold over the levels in scope (only those whose provider produces it: an item
-    that could not be evaluated counts as errored on its own provider's metrics only)."""
-
-    labels: list[str] = field(default_factory=list)
-    values: list[float] = field(default_factory=list)
-    statuses: list[str] = field(default_factory=list)
-    passed: list[bool | None] = field(default_factory=list)
-    errored: int = 0
-    not_applicable: int = 0
-
-
-def _collect(levels: Sequence[LevelFold], metric: str) -> _Values:
-    found = _Values()
+def _collect(levels: Sequence[LevelFold], metric: str) -> tuple[MetricFold, int]:
+    """A metric's fold over the levels in scope, and its errored items (only the levels whose
+    provider produces it: an item that could not be evaluated counts as errored on its own
+    provider's metrics only)."""
+    found, errored = MetricFold(), 0
     for level in levels:
         if metric not in level.owned:
             continue
-        found.errored += level.errored_on(metric)
+        errored += level.errored_on(metric)
         fold = level.metrics.get(metric)
         if fold is None:
             continue
@@ -173,7 +163,7 @@ def _collect(levels: Sequence[LevelFold], metric: str) -> _Values:
         found.statuses += fold.statuses
         found.passed += fold.passed
         found.not_applicable += fold.not_applicable
-    return found
+    return found, errored
 
 
 @dataclass
@@ -405,12 +395,12 @@ class _Limited(_Folded):
         return None
 
     @abstractmethod
-    def _verdict(self, values: _Values, note: str) -> dict[str, Any]:
+    def _verdict(self, values: MetricFold, note: str) -> dict[str, Any]:
         """The verdict on at least one score: the ``ClauseResult`` fields it sets."""
 
     def _read(self, scope: Sequence[LevelFold]) -> ClauseResult:
-        values = _collect(scope, self.metric)
-        note = f", {values.errored} errored excluded" if values.errored else ""
+        values, errored = _collect(scope, self.metric)
+        note = f", {errored} errored excluded" if errored else ""
         note += f", {values.not_applicable} not applicable" if values.not_applicable else ""
         fields: dict[str, Any] = {
             "clause": str(self),
@@ -419,7 +409,7 @@ class _Limited(_Folded):
             "agent": self.agent,
             "threshold": self._bound(),
             "n": len(values.values),
-            "errored": values.errored,
+            "errored": errored,
             "not_applicable": values.not_applicable,
             "message": f"no scores for {self.metric}{note}",
         }
@@ -482,7 +472,7 @@ class Threshold(_Limited):
     def _bound(self) -> float:
         return self.threshold
 
-    def _verdict(self, values: _Values, note: str) -> dict[str, Any]:
+    def _verdict(self, values: MetricFold, note: str) -> dict[str, Any]:
         n = len(values.values)
         if self.kind == "mean":
             observed = math.fsum(values.values) / n
@@ -526,7 +516,7 @@ class AtMost(_Limited):
     def _bound(self) -> float:
         return float(self.count)
 
-    def _verdict(self, values: _Values, note: str) -> dict[str, Any]:
+    def _verdict(self, values: MetricFold, note: str) -> dict[str, Any]:
         low = [
             label
             for label, value in zip(values.labels, values.values, strict=True)
@@ -562,7 +552,7 @@ class AllPass(_Limited):
     def text(self) -> str:
         return f"all_pass({_name(self.metric)}{self._options()})"
 
-    def _verdict(self, values: _Values, note: str) -> dict[str, Any]:
+    def _verdict(self, values: MetricFold, note: str) -> dict[str, Any]:
         n = len(values.values)
         # A score with no verdict (passed None) is not a pass.
         bad = [
