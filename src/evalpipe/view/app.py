@@ -20,7 +20,7 @@ import hashlib
 import ipaddress
 import logging
 import threading
-from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import jinja2
@@ -28,6 +28,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from evalpipe.artifacts import ArtifactError
 from evalpipe.calibration import calibrations_for
@@ -56,12 +57,6 @@ from evalpipe.view.urls import (
 __all__ = ["LOOPBACK_HOSTS", "create_app", "is_loopback", "view_environment"]
 
 logger = logging.getLogger("evalpipe.view")
-
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 """Names of this machine's loopback interface."""
