@@ -19,6 +19,7 @@ from evalpipe.cli._common import (
     check_run_dir,
     consoles,
     fail,
+    item_label,
     print_summary,
     say,
 )
@@ -44,23 +45,18 @@ def print_run(run_dir: Path | str, console: Console) -> None:
     manifest = read_manifest(run_dir)
     rows = read_summary(run_dir)
     not_passed = read_not_passed(run_dir, limit=MAX_FAILURES)
-    failures = []
-    for level, items in not_passed.items():
-        for item in items:
-            meta = item["item_metadata"]
-            label = item["item_id"]
-            if "row_id" in meta:
-                label = f"{meta['row_id']} (rep {meta.get('repetition', 0)})"
-            failures.append(
-                Failure(
-                    level,
-                    label,
-                    item["item_status"],
-                    item["input_text"],
-                    item["why"],
-                    item["output_text"],
-                )
-            )
+    failures = [
+        Failure(
+            level,
+            item_label(item["item_id"], item["item_metadata"]),
+            item["item_status"],
+            item["input_text"],
+            item["why"],
+            item["output_text"],
+        )
+        for level, items in not_passed.items()
+        for item in items
+    ]
     calls = manifest.get("calls") if isinstance(manifest.get("calls"), dict) else None
     report = join(run_dir, "report.html") if _has_report(run_dir) else None
     where = [f"every item is in {join(run_dir, 'scores.parquet')}"]
