@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Literal, Self
 from pydantic import BaseModel, ConfigDict, Field
 
 from evalpipe.results import EvalResults
-from evalpipe.tally import FAIL, PASS, LevelFold, LevelsFold, fold_levels
+from evalpipe.tally import FAIL, PASS, LevelFold, LevelsFold, MetricFold, fold_levels
 
 if TYPE_CHECKING:
     from evalpipe.calibration import Verdict
@@ -131,50 +131,30 @@ class GateReport(BaseModel):
         """A few lines for people: the verdict, then every clause with its numbers."""
         if not self.clauses:
             return "Gate FAILED: no clauses"
-        bad = len(self.failures)
         head = (
             f"Gate passed: {len(self.clauses)} of {len(self.clauses)} clauses hold"
             if self.passed
-            else f"Gate FAILED: {bad} of {len(self.clauses)} clauses violated"
+            else f"Gate FAILED: {len(self.failures)} of {len(self.clauses)} clauses violated"
         )
-        lines = [head]
-        for c in self.clauses:
-            lines.append(f"  {'ok  ' if c.passed else 'FAIL'} {c.clause}: {c.message}")
-        return "\n".join(lines)
+        lines = [
+            f"  {'ok  ' if c.passed else 'FAIL'} {c.clause}: {c.message}" for c in self.clauses
+        ]
+        return "\n".join([head, *lines])
 
 
 # --------------------------------------------------------------------------------------------
 # Reading the tally's fold (evalpipe.tally.fold_levels: every item and score classified once)
 
 
-def _in_scope(levels: Sequence[LevelFold], agent: str | None) -> list[LevelFold]:
-    """The levels a clause reads: every level, or the sub-results keyed ``agent`` at any depth."""
-    return [level for level in levels if agent is None or level.label == agent]
-
-
-def _agents(levels: Sequence[LevelFold]) -> list[str]:
-    return sorted({level.label for level in levels if level.label})
-
-
-@dataclass(slots=True)
-class _Values:
-    """A metric's fold over the levels in scope (only those whose provider produces it: an item
-    that could not be evaluated counts as errored on its own provider's metrics only)."""
-
-    labels: list[str] = field(default_factory=list)
-    values: list[float] = field(default_factory=list)
-    statuses: list[str] = field(default_factory=list)
-    passed: list[bool | None] = field(default_factory=list)
-    errored: int = 0
-    not_applicable: int = 0
-
-
-def _collect(levels: Sequence[LevelFold], metric: str) -> _Values:
-    found = _Values()
+def _collect(levels: Sequence[LevelFold], metric: str) -> tuple[MetricFold, int]:
+    """A metric's fold over the levels in scope, and its errored items (only the levels whose
+    provider produces it: an item that could not be evaluated counts as errored on its own
+    provider's metrics only)."""
+    found, errored = MetricFold(), 0
     for level in levels:
         if metric not in level.owned:
             continue
-        found.errored += level.errored_on(metric)
+        errored += level.errored_on(metric)
         fold = level.metrics.get(metric)
         if fold is None:
             continue
@@ -183,474 +163,7 @@ def _collect(levels: Sequence[LevelFold], metric: str) -> _Values:
         found.statuses += fold.statuses
         found.passed += fold.passed
         found.not_applicable += fold.not_applicable
-    return found
-
-
-def _num(value: float) -> str:
-    """A number as the clause text shows it: 3 not 3.0, 3.5 as is."""
-    if isinstance(value, int) or (math.isfinite(value) and value == int(value)):
-        return str(int(value))
-    return repr(float(value))
-
-
-def _shown(value: float) -> str:
-    return f"{value:.4g}"
-
-
-def _name(text: str) -> str:
-    """A metric or agent name as clause text: bare when the tokenizer reads it back as one name."""
-    return text if _BARE_NAME.fullmatch(text) else json.dumps(text)
-
-
-def _items_note(labels: Sequence[str]) -> str:
-    if not labels:
-        return ""
-    more = f" +{len(labels) - _SHOWN_ITEMS} more" if len(labels) > _SHOWN_ITEMS else ""
-    return f" (items {', '.join(labels[:_SHOWN_ITEMS])}{more})"
-
-
-def _errored_note(count: int, not_applicable: int = 0) -> str:
-    note = f", {count} errored excluded" if count else ""
-    return note + (f", {not_applicable} not applicable" if not_applicable else "")
-
-
-# --------------------------------------------------------------------------------------------
-# Clauses
-
-
-class Clause(ABC):
-    """One rule over a set of results. Combine clauses with ``&`` or ``Gate([...])``."""
-
-    agent: str | None
-
-    @abstractmethod
-    def evaluate(self, results: Sequence[EvalResults]) -> ClauseResult:
-        """This clause's verdict on ``results`` (one EvalResults per provider)."""
-
-    @abstractmethod
-    def text(self) -> str:
-        """The clause without its agent, as ``parse_gates`` reads it."""
-
-    def __str__(self) -> str:
-        body = self.text()
-        return f"{_name(self.agent)}: {body}" if self.agent is not None else body
-
-    def __and__(self, other: Clause | Gate) -> Gate:
-        return Gate([self, other])
-
-    def __bool__(self) -> bool:
-        # `a and b` would silently keep only b: clauses combine with `&`.
-        raise TypeError(f"combine gate clauses with & (not `and`/`or`): {self}")
-
-    def _missing_agent(self, levels: Sequence[LevelFold], metric: str | None) -> ClauseResult:
-        known = _agents(levels)
-        return ClauseResult(
-            clause=str(self),
-            passed=False,
-            metric=metric,
-            agent=self.agent,
-            message=f"no results for agent {self.agent!r} (agents: {', '.join(known) or 'none'})",
-        )
-
-
-class _Folded(Clause):
-    """A clause that is a fold of the tally: it reads ``fold_levels`` of the results, never the
-    items themselves (``Gate.evaluate`` folds once for all its clauses)."""
-
-    def evaluate(self, results: Sequence[EvalResults]) -> ClauseResult:
-        return self.read(fold_levels(results))
-
-    @abstractmethod
-    def read(self, levels: Sequence[LevelFold]) -> ClauseResult:
-        """This clause's verdict on the folded results."""
-
-    def _values(
-        self, levels: Sequence[LevelFold], metric: str
-    ) -> ClauseResult | tuple[_Values, str, int]:
-        """The metric's values on the clause's levels, the errored/not-applicable note and n; or the
-        failed verdict when the clause names an agent the results do not have."""
-        agent: str | None = getattr(self, "agent", None)
-        scope = _in_scope(levels, agent)
-        if agent is not None and not scope:
-            return self._missing_agent(levels, metric)
-        values = _collect(scope, metric)
-        return values, _errored_note(values.errored, values.not_applicable), len(values.values)
-
-
-def _check_metric(metric: Any, where: str) -> str:
-    if not isinstance(metric, str) or not metric.strip():
-        raise GateSyntaxError(f"{where}: the metric must be a non-empty name, got {metric!r}")
-    return metric
-
-
-def _check_agent(agent: Any, where: str) -> str | None:
-    if agent is not None and (not isinstance(agent, str) or not agent.strip()):
-        raise GateSyntaxError(f"{where}: agent must be a non-empty name or None, got {agent!r}")
-    return agent
-
-
-def _check_number(value: Any, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
-        raise GateSyntaxError(f"{where} must be a number, got {value!r}")
-    return value
-
-
-_COMPARE = {
-    ">=": lambda a, b: a >= b,
-    ">": lambda a, b: a > b,
-    "<=": lambda a, b: a <= b,
-    "<": lambda a, b: a < b,
-}
-
-
-DEFAULT_MAX_ERRORS = 0
-"""Errored items a metric clause allows by default: none. An item that could not be evaluated
-(its call failed, the metric errored) is not a pass, so a clause over errored items fails unless
-it allows them (``max_errors=N`` or ``max_error_rate=R``)."""
-DEFAULT_MIN_N = 1
-"""Scores a metric clause needs by default."""
-
-
-class _Limited(_Folded):
-    """What every metric clause (mean, pass_rate, at_most, all_pass) also requires: at most
-    ``max_errors`` errored items (or at most the share ``max_error_rate`` of the items it covers)
-    and at least ``min_n`` scores."""
-
-    max_errors: int
-    max_error_rate: float | None
-    min_n: int
-
-    def _check_limits(self, where: str) -> None:
-        if (
-            isinstance(self.max_errors, bool)
-            or not isinstance(self.max_errors, int)
-            or (self.max_errors < 0)
-        ):
-            raise GateSyntaxError(
-                f"{where}: max_errors must be an integer >= 0, got {self.max_errors!r}"
-            )
-        if self.max_error_rate is not None:
-            rate = _check_number(self.max_error_rate, f"{where}: max_error_rate")
-            if not 0.0 <= rate <= 1.0:
-                raise GateSyntaxError(f"{where}: max_error_rate must be in [0, 1], got {rate}")
-        if isinstance(self.min_n, bool) or not isinstance(self.min_n, int) or self.min_n < 1:
-            raise GateSyntaxError(f"{where}: min_n must be an integer >= 1, got {self.min_n!r}")
-
-    def allowing(
-        self,
-        *,
-        max_errors: int | None = None,
-        max_error_rate: float | None = None,
-        min_n: int | None = None,
-    ) -> Self:
-        """This clause with other limits: ``(mean("relevance") >= 4).allowing(max_errors=2)``."""
-        changes: dict[str, Any] = {}
-        if max_errors is not None:
-            changes["max_errors"] = max_errors
-        if max_error_rate is not None:
-            changes["max_error_rate"] = max_error_rate
-        if min_n is not None:
-            changes["min_n"] = min_n
-        return dataclasses.replace(self, **changes)  # type: ignore[type-var]
-
-    def _options(self) -> str:
-        """The non-default limits as clause text (``, max_errors=2, min_n=10``)."""
-        out = ""
-        if self.max_error_rate is not None:
-            out += f", max_error_rate={_num(self.max_error_rate)}"
-        elif self.max_errors != DEFAULT_MAX_ERRORS:
-            out += f", max_errors={self.max_errors}"
-        if self.min_n != DEFAULT_MIN_N:
-            out += f", min_n={self.min_n}"
-        return out
-
-    def _limited(self, result: ClauseResult) -> ClauseResult:
-        """The verdict with the limits applied: failed, and saying why, when they are not met."""
-        problems = []
-        covered = result.n + result.errored
-        if self.max_error_rate is not None:
-            share = result.errored / covered if covered else 0.0
-            if share > self.max_error_rate:
-                problems.append(
-                    f"{result.errored} of {covered} errored ({share:.1%}) > "
-                    f"max_error_rate={_num(self.max_error_rate)}"
-                )
-        elif result.errored > self.max_errors:
-            problems.append(
-                f"{result.errored} errored > max_errors={self.max_errors} (could not evaluate "
-                "is not a pass)"
-            )
-        if 0 < result.n < self.min_n:
-            problems.append(f"n={result.n} < min_n={self.min_n}")
-        if not problems:
-            return result
-        return result.model_copy(
-            update={"passed": False, "message": f"{result.message}; FAILS: {'; '.join(problems)}"}
-        )
-
-
-@dataclass(frozen=True)
-class Threshold(_Limited):
-    """An aggregate of a metric compared with a bound: ``mean("relevance") >= 3.5``."""
-
-    kind: Literal["mean", "pass_rate"]
-    """``mean``: the average score; ``pass_rate``: the share of scores whose verdict passed."""
-    metric: str
-    """The metric (EvalScoreResult.name)."""
-    op: Comparison
-    """The comparison."""
-    threshold: float
-    """The bound."""
-    agent: str | None = None
-    """The agent whose sub-results are read; None: every level."""
-    max_errors: int = DEFAULT_MAX_ERRORS
-    """Errored items allowed."""
-    max_error_rate: float | None = None
-    """Instead of a count: the share of covered items allowed to be errored."""
-    min_n: int = DEFAULT_MIN_N
-    """Scores needed."""
-
-    def __post_init__(self) -> None:
-        _check_metric(self.metric, self.kind)
-        _check_agent(self.agent, self.kind)
-        self._check_limits(self.kind)
-        _check_number(self.threshold, f"{self.kind}({self.metric}) threshold")
-        if self.op not in _COMPARE:
-            raise GateSyntaxError(f"comparison must be one of {list(_COMPARE)}, got {self.op!r}")
-        if self.kind == "pass_rate" and not 0.0 <= self.threshold <= 1.0:
-            raise GateSyntaxError(
-                f"pass_rate({self.metric}) threshold must be in [0, 1], got {self.threshold}"
-            )
-
-    def text(self) -> str:
-        return (
-            f"{self.kind}({_name(self.metric)}{self._options()}) {self.op} {_num(self.threshold)}"
-        )
-
-    def read(self, levels: Sequence[LevelFold]) -> ClauseResult:
-        return self._limited(self._verdict(levels))
-
-    def _verdict(self, levels: Sequence[LevelFold]) -> ClauseResult:
-        found = self._values(levels, self.metric)
-        if isinstance(found, ClauseResult):
-            return found
-        values, note, n = found
-        base: dict[str, Any] = {
-            "clause": str(self),
-            "metric": self.metric,
-            "agent": self.agent,
-            "threshold": self.threshold,
-            "n": n,
-            "errored": values.errored,
-            "not_applicable": values.not_applicable,
-        }
-        if n == 0:
-            return ClauseResult(
-                passed=False,
-                message=f"no scores for {self.metric}{note}",
-                **base,
-            )
-        if self.kind == "mean":
-            observed = math.fsum(values.values) / n
-            what = f"mean {_shown(observed)} over n={n}"
-        else:
-            # The tally's pass rate: verdicts only (a score without a verdict is not a pass).
-            passing, failing = values.statuses.count(PASS), values.statuses.count(FAIL)
-            n = base["n"] = passing + failing
-            if n == 0:
-                return ClauseResult(
-                    passed=False, message=f"no verdicts for {self.metric}{note}", **base
-                )
-            observed = passing / n
-            what = f"pass rate {_shown(observed)} ({passing} of n={n} passed)"
-        passed = bool(_COMPARE[self.op](observed, self.threshold))
-        verdict = "holds" if passed else "needs"
-        message = f"{what}{note}; {verdict} {self.op} {_num(self.threshold)}"
-        return ClauseResult(passed=passed, observed=observed, message=message, **base)
-
-
-@dataclass(frozen=True)
-class AtMost(_Limited):
-    """At most ``count`` scores of a metric below a bound: ``at_most(1, "relevance", below=3)``."""
-
-    count: int
-    """How many low scores are allowed."""
-    metric: str
-    """The metric (EvalScoreResult.name)."""
-    below: float
-    """A score strictly below this is low."""
-    agent: str | None = None
-    """The agent whose sub-results are read; None: every level."""
-    max_errors: int = DEFAULT_MAX_ERRORS
-    """Errored items allowed."""
-    max_error_rate: float | None = None
-    """Instead of a count: the share of covered items allowed to be errored."""
-    min_n: int = DEFAULT_MIN_N
-    """Scores needed."""
-
-    def __post_init__(self) -> None:
-        if isinstance(self.count, bool) or not isinstance(self.count, int) or self.count < 0:
-            raise GateSyntaxError(f"at_most count must be an integer >= 0, got {self.count!r}")
-        _check_metric(self.metric, "at_most")
-        _check_agent(self.agent, "at_most")
-        _check_number(self.below, f"at_most(..., {self.metric}) below")
-        self._check_limits("at_most")
-
-    def text(self) -> str:
-        return (
-            f"at_most({self.count}, {_name(self.metric)}, below={_num(self.below)}"
-            f"{self._options()})"
-        )
-
-    def read(self, levels: Sequence[LevelFold]) -> ClauseResult:
-        return self._limited(self._verdict(levels))
-
-    def _verdict(self, levels: Sequence[LevelFold]) -> ClauseResult:
-        found = self._values(levels, self.metric)
-        if isinstance(found, ClauseResult):
-            return found
-        values, note, n = found
-        low = [
-            label
-            for label, value in zip(values.labels, values.values, strict=True)
-            if value < self.below
-        ]
-        base: dict[str, Any] = {
-            "clause": str(self),
-            "metric": self.metric,
-            "agent": self.agent,
-            "threshold": float(self.count),
-            "n": n,
-            "errored": values.errored,
-            "not_applicable": values.not_applicable,
-            "items": low[:_SHOWN_ITEMS],
-        }
-        if n == 0:
-            return ClauseResult(
-                passed=False,
-                message=f"no scores for {self.metric}{note}",
-                **base,
-            )
-        passed = len(low) <= self.count
-        message = (
-            f"{len(low)} of n={n} {self.metric} scores below {_num(self.below)}"
-            f"{_items_note(low)}{note}; "
-            f"{'within' if passed else 'more than'} the {self.count} allowed"
-        )
-        return ClauseResult(passed=passed, observed=float(len(low)), message=message, **base)
-
-
-@dataclass(frozen=True)
-class AllPass(_Limited):
-    """Every computed score of a metric passed its own verdict: ``all_pass("expected_fact")``."""
-
-    metric: str
-    """The metric (EvalScoreResult.name)."""
-    agent: str | None = None
-    """The agent whose sub-results are read; None: every level."""
-    max_errors: int = DEFAULT_MAX_ERRORS
-    """Errored items allowed."""
-    max_error_rate: float | None = None
-    """Instead of a count: the share of covered items allowed to be errored."""
-    min_n: int = DEFAULT_MIN_N
-    """Scores needed."""
-
-    def __post_init__(self) -> None:
-        _check_metric(self.metric, "all_pass")
-        _check_agent(self.agent, "all_pass")
-        self._check_limits("all_pass")
-
-    def text(self) -> str:
-        return f"all_pass({_name(self.metric)}{self._options()})"
-
-    def read(self, levels: Sequence[LevelFold]) -> ClauseResult:
-        return self._limited(self._verdict(levels))
-
-    def _verdict(self, levels: Sequence[LevelFold]) -> ClauseResult:
-        found = self._values(levels, self.metric)
-        if isinstance(found, ClauseResult):
-            return found
-        values, note, n = found
-        # A score with no verdict (passed None) is not a pass.
-        bad = [
-            label for label, ok in zip(values.labels, values.passed, strict=True) if ok is not True
-        ]
-        base: dict[str, Any] = {
-            "clause": str(self),
-            "metric": self.metric,
-            "agent": self.agent,
-            "n": n,
-            "errored": values.errored,
-            "not_applicable": values.not_applicable,
-            "items": bad[:_SHOWN_ITEMS],
-        }
-        if n == 0:
-            return ClauseResult(
-                passed=False,
-                message=f"no scores for {self.metric}{note}",
-                **base,
-            )
-        if bad:
-            message = f"{len(bad)} of n={n} {self.metric} did not pass{_items_note(bad)}{note}"
-        else:
-            message = f"all n={n} {self.metric} passed{note}"
-        return ClauseResult(passed=not bad, observed=float(len(bad)), message=message, **base)
-
-
-@dataclass(frozen=True)
-class NoErrors(_Folded):
-    """Nothing in scope errored: no errored item, no metric that could not be computed.
-
-    Counted as errors: a provider run whose status is not ``completed``; an errored item; a score
-    that is None or carries an error diagnostic. With ``metric``, only that metric's errors (and
-    errored items that lack it) count.
-    """
-
-    metric: str | None = None
-    """Only this metric's errors, or None for all."""
-    agent: str | None = None
-    """The agent whose sub-results are read; None: every level."""
-
-    def __post_init__(self) -> None:
-        if self.metric is not None:
-            _check_metric(self.metric, "no_errors")
-        _check_agent(self.agent, "no_errors")
-
-    def text(self) -> str:
-        return f"no_errors({_name(self.metric) if self.metric is not None else ''})"
-
-    def read(self, levels: Sequence[LevelFold]) -> ClauseResult:
-        scope = _in_scope(levels, self.agent)
-        if self.agent is not None and not scope:
-            return self._missing_agent(levels, self.metric)
-        scan = _scan_errors(scope, self.metric)
-        errors, runs, n = scan.errors, scan.runs, scan.n
-        base: dict[str, Any] = {
-            "clause": str(self),
-            "metric": self.metric,
-            "agent": self.agent,
-            "n": n,
-            "errored": len(errors),
-            "items": [e.split(" ", 1)[0] for e in errors[:_SHOWN_ITEMS]],
-            "threshold": 0.0,
-        }
-        if n == 0:
-            note = f" ({'; '.join(runs)})" if runs else ""
-            return ClauseResult(passed=False, message=f"no items{note}", **base)
-        if not errors and not runs:
-            return ClauseResult(
-                passed=True, observed=0.0, message=f"no errors in n={n} items", **base
-            )
-        parts = []
-        if errors:
-            more = f" +{len(errors) - _SHOWN_ITEMS} more" if len(errors) > _SHOWN_ITEMS else ""
-            word = "error" if len(errors) == 1 else "errors"
-            listed = ", ".join(errors[:_SHOWN_ITEMS])
-            parts.append(f"{len(errors)} {word} in n={n} items: {listed}{more}")
-        parts.extend(runs)
-        return ClauseResult(
-            passed=False, observed=float(len(errors) + len(runs)), message="; ".join(parts), **base
-        )
+    return found, errored
 
 
 @dataclass
@@ -688,21 +201,453 @@ def _scan_errors(levels: Sequence[LevelFold], metric: str | None) -> _ErrorScan:
     return scan
 
 
+def _num(value: float) -> str:
+    """A number as the clause text shows it: 3 not 3.0, 3.5 as is."""
+    if isinstance(value, int) or (math.isfinite(value) and value == int(value)):
+        return str(int(value))
+    return repr(float(value))
+
+
+def _shown(value: float) -> str:
+    return f"{value:.4g}"
+
+
+def _name(text: str) -> str:
+    """A metric or agent name as clause text: bare when the tokenizer reads it back as one name."""
+    return text if _BARE_NAME.fullmatch(text) else json.dumps(text)
+
+
+def _listed(labels: Sequence[str]) -> str:
+    """The first ten of ``labels``, and how many more there are."""
+    more = f" +{len(labels) - _SHOWN_ITEMS} more" if len(labels) > _SHOWN_ITEMS else ""
+    return ", ".join(labels[:_SHOWN_ITEMS]) + more
+
+
+def _items_note(labels: Sequence[str]) -> str:
+    return f" (items {_listed(labels)})" if labels else ""
+
+
+def _compared(what: str, observed: float, op: Comparison, bound: float) -> dict[str, Any]:
+    """The verdict of ``observed op bound``, said after ``what``."""
+    passed = bool(_COMPARE[op](observed, bound))
+    verdict = "holds" if passed else "needs"
+    return {
+        "passed": passed,
+        "observed": observed,
+        "message": f"{what}; {verdict} {op} {_num(bound)}",
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# Clauses
+
+
+class Clause(ABC):
+    """One rule over a set of results. Combine clauses with ``&`` or ``Gate([...])``.
+
+    A clause reads one ``metric`` (``EvalScoreResult.name``, None for every metric where that is
+    allowed) of one ``agent``'s sub-results (None: every level).
+    """
+
+    agent: str | None
+
+    @abstractmethod
+    def evaluate(self, results: Sequence[EvalResults]) -> ClauseResult:
+        """This clause's verdict on ``results`` (one EvalResults per provider)."""
+
+    @abstractmethod
+    def text(self) -> str:
+        """The clause without its agent, as ``parse_gates`` reads it."""
+
+    def __str__(self) -> str:
+        body = self.text()
+        return f"{_name(self.agent)}: {body}" if self.agent is not None else body
+
+    def __and__(self, other: Clause | Gate) -> Gate:
+        return Gate([self, other])
+
+    def __bool__(self) -> bool:
+        # `a and b` would silently keep only b: clauses combine with `&`.
+        raise TypeError(f"combine gate clauses with & (not `and`/`or`): {self}")
+
+
+class _Folded(Clause):
+    """A clause that is a fold of the tally: it reads ``fold_levels`` of the results, never the
+    items themselves (``Gate.evaluate`` folds once for all its clauses)."""
+
+    metric: str | None
+
+    def evaluate(self, results: Sequence[EvalResults]) -> ClauseResult:
+        return self.read(fold_levels(results))
+
+    def read(self, levels: Sequence[LevelFold]) -> ClauseResult:
+        """This clause's verdict on the folded results: on the levels of its agent (at any
+        depth), or on every level."""
+        scope = [level for level in levels if self.agent is None or level.label == self.agent]
+        if self.agent is not None and not scope:
+            known = ", ".join(sorted({level.label for level in levels if level.label}))
+            return ClauseResult(
+                clause=str(self),
+                passed=False,
+                metric=self.metric,
+                agent=self.agent,
+                message=f"no results for agent {self.agent!r} (agents: {known or 'none'})",
+            )
+        return self._read(scope)
+
+    @abstractmethod
+    def _read(self, scope: Sequence[LevelFold]) -> ClauseResult:
+        """The verdict on the levels in scope."""
+
+
+def _check_metric(metric: Any, where: str) -> str:
+    if not isinstance(metric, str) or not metric.strip():
+        raise GateSyntaxError(f"{where}: the metric must be a non-empty name, got {metric!r}")
+    return metric
+
+
+def _check_agent(agent: Any, where: str) -> str | None:
+    if agent is not None and (not isinstance(agent, str) or not agent.strip()):
+        raise GateSyntaxError(f"{where}: agent must be a non-empty name or None, got {agent!r}")
+    return agent
+
+
+def _check_number(
+    value: Any, where: str, low: float | None = None, high: float | None = None
+) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
+        raise GateSyntaxError(f"{where} must be a number, got {value!r}")
+    if low is not None and high is not None and not low <= value <= high:
+        raise GateSyntaxError(f"{where} must be in [{_num(low)}, {_num(high)}], got {value}")
+    return value
+
+
+def _check_int(value: Any, where: str, low: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise GateSyntaxError(f"{where} must be an integer >= {low}, got {value!r}")
+
+
+def _check_op(op: Any) -> None:
+    if op not in _COMPARE:
+        raise GateSyntaxError(f"comparison must be one of {list(_COMPARE)}, got {op!r}")
+
+
+_COMPARE = {
+    ">=": lambda a, b: a >= b,
+    ">": lambda a, b: a > b,
+    "<=": lambda a, b: a <= b,
+    "<": lambda a, b: a < b,
+}
+
+
+DEFAULT_MAX_ERRORS = 0
+"""Errored items a metric clause allows by default: none. An item that could not be evaluated
+(its call failed, the metric errored) is not a pass, so a clause over errored items fails unless
+it allows them (``max_errors=N`` or ``max_error_rate=R``)."""
+DEFAULT_MIN_N = 1
+"""Scores a metric clause needs by default."""
+
+
+class _Limited(_Folded):
+    """A metric clause (mean, pass_rate, at_most, all_pass). Each also requires at most
+    ``max_errors`` errored items (or, when ``max_error_rate`` is set, at most that share of the
+    items it covers) and at least ``min_n`` scores; a clause that sees no score fails."""
+
+    metric: str
+    max_errors: int
+    max_error_rate: float | None
+    min_n: int
+
+    def _check(self, where: str) -> None:
+        """Check the metric, the agent and the limits (``where`` names the clause)."""
+        _check_metric(self.metric, where)
+        _check_agent(self.agent, where)
+        _check_int(self.max_errors, f"{where}: max_errors", 0)
+        if self.max_error_rate is not None:
+            _check_number(self.max_error_rate, f"{where}: max_error_rate", 0, 1)
+        _check_int(self.min_n, f"{where}: min_n", 1)
+
+    def allowing(
+        self,
+        *,
+        max_errors: int | None = None,
+        max_error_rate: float | None = None,
+        min_n: int | None = None,
+    ) -> Self:
+        """This clause with other limits: ``(mean("relevance") >= 4).allowing(max_errors=2)``."""
+        changes = {"max_errors": max_errors, "max_error_rate": max_error_rate, "min_n": min_n}
+        kept = {k: v for k, v in changes.items() if v is not None}
+        return dataclasses.replace(self, **kept)  # type: ignore[type-var]
+
+    def _options(self) -> str:
+        """The non-default limits as clause text (``, max_errors=2, min_n=10``)."""
+        out = ""
+        if self.max_error_rate is not None:
+            out += f", max_error_rate={_num(self.max_error_rate)}"
+        elif self.max_errors != DEFAULT_MAX_ERRORS:
+            out += f", max_errors={self.max_errors}"
+        if self.min_n != DEFAULT_MIN_N:
+            out += f", min_n={self.min_n}"
+        return out
+
+    def _bound(self) -> float | None:
+        """The bound the clause reports (its ``ClauseResult.threshold``)."""
+        return None
+
+    @abstractmethod
+    def _verdict(self, values: MetricFold, note: str) -> dict[str, Any]:
+        """The verdict on at least one score: the ``ClauseResult`` fields it sets."""
+
+    def _read(self, scope: Sequence[LevelFold]) -> ClauseResult:
+        values, errored = _collect(scope, self.metric)
+        note = f", {errored} errored excluded" if errored else ""
+        note += f", {values.not_applicable} not applicable" if values.not_applicable else ""
+        fields: dict[str, Any] = {
+            "clause": str(self),
+            "passed": False,
+            "metric": self.metric,
+            "agent": self.agent,
+            "threshold": self._bound(),
+            "n": len(values.values),
+            "errored": errored,
+            "not_applicable": values.not_applicable,
+            "message": f"no scores for {self.metric}{note}",
+        }
+        if values.values:
+            fields.update(self._verdict(values, note))
+        return self._limited(ClauseResult(**fields))
+
+    def _limited(self, result: ClauseResult) -> ClauseResult:
+        """The verdict with the limits applied: failed, and saying why, when they are not met."""
+        problems = []
+        covered = result.n + result.errored
+        if self.max_error_rate is not None:
+            share = result.errored / covered if covered else 0.0
+            if share > self.max_error_rate:
+                problems.append(
+                    f"{result.errored} of {covered} errored ({share:.1%}) > "
+                    f"max_error_rate={_num(self.max_error_rate)}"
+                )
+        elif result.errored > self.max_errors:
+            problems.append(
+                f"{result.errored} errored > max_errors={self.max_errors} (could not evaluate "
+                "is not a pass)"
+            )
+        if 0 < result.n < self.min_n:
+            problems.append(f"n={result.n} < min_n={self.min_n}")
+        if not problems:
+            return result
+        return result.model_copy(
+            update={"passed": False, "message": f"{result.message}; FAILS: {'; '.join(problems)}"}
+        )
+
+
 @dataclass(frozen=True)
-class ErrorRate(_Folded):
+class Threshold(_Limited):
+    """An aggregate of a metric compared with a bound: ``mean("relevance") >= 3.5``."""
+
+    kind: Literal["mean", "pass_rate"]
+    """``mean``: the average score; ``pass_rate``: the share of scores whose verdict passed."""
+    metric: str
+    op: Comparison
+    threshold: float
+    agent: str | None = None
+    max_errors: int = DEFAULT_MAX_ERRORS
+    max_error_rate: float | None = None
+    min_n: int = DEFAULT_MIN_N
+
+    def __post_init__(self) -> None:
+        self._check(self.kind)
+        where = f"{self.kind}({self.metric}) threshold"
+        _check_number(self.threshold, where)
+        _check_op(self.op)
+        if self.kind == "pass_rate":
+            _check_number(self.threshold, where, 0, 1)
+
+    def text(self) -> str:
+        return (
+            f"{self.kind}({_name(self.metric)}{self._options()}) {self.op} {_num(self.threshold)}"
+        )
+
+    def _bound(self) -> float:
+        return self.threshold
+
+    def _verdict(self, values: MetricFold, note: str) -> dict[str, Any]:
+        n = len(values.values)
+        if self.kind == "mean":
+            observed = math.fsum(values.values) / n
+            what = f"mean {_shown(observed)} over n={n}"
+        else:
+            # The tally's pass rate: verdicts only (a score without a verdict is not a pass).
+            passing, failing = values.statuses.count(PASS), values.statuses.count(FAIL)
+            n = passing + failing
+            if n == 0:
+                return {"n": 0, "message": f"no verdicts for {self.metric}{note}"}
+            observed = passing / n
+            what = f"pass rate {_shown(observed)} ({passing} of n={n} passed)"
+        return {"n": n, **_compared(what + note, observed, self.op, self.threshold)}
+
+
+@dataclass(frozen=True)
+class AtMost(_Limited):
+    """At most ``count`` scores of a metric below a bound: ``at_most(1, "relevance", below=3)``."""
+
+    count: int
+    """How many low scores are allowed."""
+    metric: str
+    below: float
+    """A score strictly below this is low."""
+    agent: str | None = None
+    max_errors: int = DEFAULT_MAX_ERRORS
+    max_error_rate: float | None = None
+    min_n: int = DEFAULT_MIN_N
+
+    def __post_init__(self) -> None:
+        _check_int(self.count, "at_most count", 0)
+        self._check("at_most")
+        _check_number(self.below, f"at_most(..., {self.metric}) below")
+
+    def text(self) -> str:
+        return (
+            f"at_most({self.count}, {_name(self.metric)}, below={_num(self.below)}"
+            f"{self._options()})"
+        )
+
+    def _bound(self) -> float:
+        return float(self.count)
+
+    def _verdict(self, values: MetricFold, note: str) -> dict[str, Any]:
+        low = [
+            label
+            for label, value in zip(values.labels, values.values, strict=True)
+            if value < self.below
+        ]
+        passed = len(low) <= self.count
+        message = (
+            f"{len(low)} of n={len(values.values)} {self.metric} scores below "
+            f"{_num(self.below)}{_items_note(low)}{note}; "
+            f"{'within' if passed else 'more than'} the {self.count} allowed"
+        )
+        return {
+            "passed": passed,
+            "observed": float(len(low)),
+            "items": low[:_SHOWN_ITEMS],
+            "message": message,
+        }
+
+
+@dataclass(frozen=True)
+class AllPass(_Limited):
+    """Every computed score of a metric passed its own verdict: ``all_pass("expected_fact")``."""
+
+    metric: str
+    agent: str | None = None
+    max_errors: int = DEFAULT_MAX_ERRORS
+    max_error_rate: float | None = None
+    min_n: int = DEFAULT_MIN_N
+
+    def __post_init__(self) -> None:
+        self._check("all_pass")
+
+    def text(self) -> str:
+        return f"all_pass({_name(self.metric)}{self._options()})"
+
+    def _verdict(self, values: MetricFold, note: str) -> dict[str, Any]:
+        n = len(values.values)
+        # A score with no verdict (passed None) is not a pass.
+        bad = [
+            label for label, ok in zip(values.labels, values.passed, strict=True) if ok is not True
+        ]
+        if bad:
+            message = f"{len(bad)} of n={n} {self.metric} did not pass{_items_note(bad)}{note}"
+        else:
+            message = f"all n={n} {self.metric} passed{note}"
+        return {
+            "passed": not bad,
+            "observed": float(len(bad)),
+            "items": bad[:_SHOWN_ITEMS],
+            "message": message,
+        }
+
+
+class _Errors(_Folded):
+    """``no_errors`` and ``error_rate``: errored items, metrics that could not be computed (with
+    ``metric``: only that metric's) and provider runs that did not complete, over the items in
+    scope; a clause that sees no item fails."""
+
+    @abstractmethod
+    def _counts(self, scan: _ErrorScan) -> dict[str, Any]:
+        """What the clause reports of the scan: its errored count, items and threshold."""
+
+    @abstractmethod
+    def _verdict(self, scan: _ErrorScan) -> dict[str, Any]:
+        """The verdict on at least one item: the ``ClauseResult`` fields it sets."""
+
+    def _read(self, scope: Sequence[LevelFold]) -> ClauseResult:
+        scan = _scan_errors(scope, self.metric)
+        fields: dict[str, Any] = {
+            "clause": str(self),
+            "passed": False,
+            "metric": self.metric,
+            "agent": self.agent,
+            "n": scan.n,
+            **self._counts(scan),
+        }
+        if scan.n == 0:
+            note = f" ({'; '.join(scan.runs)})" if scan.runs else ""
+            return ClauseResult(**fields, message=f"no items{note}")
+        return ClauseResult(**(fields | self._verdict(scan)))
+
+
+@dataclass(frozen=True)
+class NoErrors(_Errors):
+    """Nothing in scope errored: no errored item, no metric that could not be computed.
+
+    Counted as errors: a provider run whose status is not ``completed``; an errored item; a score
+    that is None or carries an error diagnostic. With ``metric``, only that metric's errors (and
+    errored items that lack it) count.
+    """
+
+    metric: str | None = None
+    agent: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.metric is not None:
+            _check_metric(self.metric, "no_errors")
+        _check_agent(self.agent, "no_errors")
+
+    def text(self) -> str:
+        return f"no_errors({_name(self.metric) if self.metric is not None else ''})"
+
+    def _counts(self, scan: _ErrorScan) -> dict[str, Any]:
+        items = [e.split(" ", 1)[0] for e in scan.errors[:_SHOWN_ITEMS]]
+        return {"errored": len(scan.errors), "items": items, "threshold": 0.0}
+
+    def _verdict(self, scan: _ErrorScan) -> dict[str, Any]:
+        errors, n = scan.errors, scan.n
+        if not errors and not scan.runs:
+            return {"passed": True, "observed": 0.0, "message": f"no errors in n={n} items"}
+        parts = []
+        if errors:
+            word = "error" if len(errors) == 1 else "errors"
+            parts.append(f"{len(errors)} {word} in n={n} items: {_listed(errors)}")
+        parts.extend(scan.runs)
+        return {"observed": float(len(errors) + len(scan.runs)), "message": "; ".join(parts)}
+
+
+@dataclass(frozen=True)
+class ErrorRate(_Errors):
     """The share of items with an error bounded: ``error_rate() <= 0.1``, ``error_rate(relevance)
     < 0.05``. It counts as ``no_errors`` does (errored items, metrics that could not be computed;
     with ``metric``, only that metric's), over the items in scope; a provider run that did not
     complete fails it."""
 
     metric: str | None
-    """Only this metric's errors, or None for all."""
     op: Comparison
     """The comparison (``<=`` or ``<``)."""
     threshold: float
     """The bound, a share in [0, 1]."""
     agent: str | None = None
-    """The agent whose sub-results are read; None: every level."""
 
     def __post_init__(self) -> None:
         if self.metric is not None:
@@ -713,43 +658,26 @@ class ErrorRate(_Folded):
             raise GateSyntaxError(
                 f"error_rate(...) is an upper bound: compare it with <= or <, got {self.op!r}"
             )
-        if not 0.0 <= self.threshold <= 1.0:
-            raise GateSyntaxError(f"error_rate threshold must be in [0, 1], got {self.threshold}")
+        _check_number(self.threshold, "error_rate threshold", 0, 1)
 
     def text(self) -> str:
         inner = _name(self.metric) if self.metric is not None else ""
         return f"error_rate({inner}) {self.op} {_num(self.threshold)}"
 
-    def read(self, levels: Sequence[LevelFold]) -> ClauseResult:
-        scope = _in_scope(levels, self.agent)
-        if self.agent is not None and not scope:
-            return self._missing_agent(levels, self.metric)
-        scan = _scan_errors(scope, self.metric)
-        base: dict[str, Any] = {
-            "clause": str(self),
-            "metric": self.metric,
-            "agent": self.agent,
-            "n": scan.n,
-            "errored": len(scan.errored_items),
-            "items": scan.errored_items[:_SHOWN_ITEMS],
-            "threshold": self.threshold,
-        }
-        if scan.n == 0:
-            note = f" ({'; '.join(scan.runs)})" if scan.runs else ""
-            return ClauseResult(passed=False, message=f"no items{note}", **base)
-        observed = len(scan.errored_items) / scan.n
-        holds = bool(_COMPARE[self.op](observed, self.threshold))
+    def _counts(self, scan: _ErrorScan) -> dict[str, Any]:
+        items = scan.errored_items
+        return {"errored": len(items), "items": items[:_SHOWN_ITEMS], "threshold": self.threshold}
+
+    def _verdict(self, scan: _ErrorScan) -> dict[str, Any]:
+        errored = scan.errored_items
+        observed = len(errored) / scan.n
         what = (
-            f"error rate {_shown(observed)}: {len(scan.errored_items)} of n={scan.n} items "
-            f"errored{_items_note(scan.errored_items)}"
+            f"error rate {_shown(observed)}: {len(errored)} of n={scan.n} items "
+            f"errored{_items_note(errored)}"
         )
         if scan.runs:
-            return ClauseResult(
-                passed=False, observed=observed, message=f"{what}; {'; '.join(scan.runs)}", **base
-            )
-        verdict = "holds" if holds else "needs"
-        message = f"{what}; {verdict} {self.op} {_num(self.threshold)}"
-        return ClauseResult(passed=holds, observed=observed, message=message, **base)
+            return {"observed": observed, "message": f"{what}; {'; '.join(scan.runs)}"}
+        return _compared(what, observed, self.op, self.threshold)
 
 
 class Aggregate:
@@ -1118,7 +1046,11 @@ def _build(
     if fname == "error_rate":
         return ErrorRate(metric, op, threshold, agent)
     if fname == "judge_agreement":
-        return _judge_agreement(metric, params, op, threshold, agent)
+        if metric is None:
+            raise GateSyntaxError("judge_agreement() needs a metric")
+        labels = params.get("labels")
+        labels = None if labels is None else str(labels)
+        return JudgeAgreement(metric, op, threshold, agent, labels, params.get("min_n", 20))
     return NoErrors(metric, agent)
 
 
@@ -1192,16 +1124,12 @@ class JudgeAgreement(Clause):
         _check_metric(self.metric, "judge_agreement")
         _check_agent(self.agent, "judge_agreement")
         _check_number(self.threshold, f"judge_agreement({self.metric}) threshold")
-        if self.op not in _COMPARE:
-            raise GateSyntaxError(f"comparison must be one of {list(_COMPARE)}, got {self.op!r}")
+        _check_op(self.op)
         if not -1.0 <= self.threshold <= 1.0:
             raise GateSyntaxError(
                 f"judge_agreement({self.metric}) bound is a kappa in [-1, 1], got {self.threshold}"
             )
-        if isinstance(self.min_n, bool) or not isinstance(self.min_n, int) or self.min_n < 2:
-            raise GateSyntaxError(
-                f"judge_agreement: min_n must be an integer >= 2, got {self.min_n!r}"
-            )
+        _check_int(self.min_n, "judge_agreement: min_n", 2)
         if self.labels is not None and (not isinstance(self.labels, str) or not self.labels):
             raise GateSyntaxError(
                 f"judge_agreement: labels must be a file path, got {self.labels!r}"
@@ -1279,19 +1207,3 @@ def judge_agreement(
     """Cohen's κ of ``metric`` against the human labels in ``labels``; compare it to make a
     clause: ``judge_agreement("relevance", labels="labels.jsonl") >= 0.6``."""
     return _Agreement(metric, agent, labels, min_n)
-
-
-def _judge_agreement(
-    metric: str | None, params: dict[str, Any], op: Any, threshold: Any, agent: str | None
-) -> JudgeAgreement:
-    if metric is None:
-        raise GateSyntaxError("judge_agreement() needs a metric")
-    labels = params.get("labels")
-    return JudgeAgreement(
-        metric,
-        op,
-        threshold,
-        agent,
-        None if labels is None else str(labels),
-        params.get("min_n", 20),
-    )

@@ -9,6 +9,7 @@ two rows). Every run is made with ``EVALPIPE_VIEW_URL`` pointing at the view.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -110,17 +111,21 @@ def view_url(view_prefect: Server) -> Iterator[str]:
     Prefect API URL, stopped at the end."""
     output = view_prefect.output / "runs"
     output.mkdir()
+    env = {**os.environ, "PREFECT_API_URL": view_prefect.api}  # the run pages link to the UI
+    with served(output, env, view_prefect.home / "view.log") as url:
+        yield url
+
+
+@contextlib.contextmanager
+def served(output: Path, env: dict[str, str], log: Path) -> Iterator[str]:
+    """``evalpipe view OUTPUT`` on a free loopback port while the block runs: its URL."""
     port = free_port()
-    proc = start(
-        [str(BIN / "evalpipe"), "view", str(output), "--port", str(port)],
-        {**os.environ, "PREFECT_API_URL": view_prefect.api},  # the run pages link to the UI
-        view_prefect.home / "view.log",
-    )
+    proc = start([str(BIN / "evalpipe"), "view", str(output), "--port", str(port)], env, log)
     url = f"http://127.0.0.1:{port}"
 
     def up() -> bool:
         if proc.poll() is not None:
-            raise AssertionError((view_prefect.home / "view.log").read_text(errors="replace"))
+            raise AssertionError(log.read_text(errors="replace"))
         try:
             return httpx.get(url + "/", timeout=2).status_code == 200
         except httpx.HTTPError:

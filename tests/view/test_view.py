@@ -23,7 +23,7 @@ import pytest
 from evalpipe.artifacts import find_runs, read_manifest, read_table
 from evalpipe.report.compare import compare_runs
 from pipeline.test_untrusted import AGENTS
-from view.conftest import Runs
+from view.conftest import Runs, served
 
 BIN = Path(sys.executable).parent
 
@@ -802,8 +802,6 @@ def test_trends_are_per_evaluator_set_with_dated_x_axis_labels(
     import shutil
     from datetime import datetime
 
-    from live_prefect import free_port, start, stop, wait_for
-
     suite_dir = tmp_path / "runs" / "travel-demo"
     for name in ("travel-v1", "travel-v2"):
         shutil.copytree(runs.dirs[name], suite_dir / runs.dirs[name].name)
@@ -813,22 +811,7 @@ def test_trends_are_per_evaluator_set_with_dated_x_axis_labels(
     manifest["evaluator_specs"] = [*manifest["evaluator_specs"], "tool_calls_present"]
     manifest["started_at"] = "2031-05-06T07:08:09+00:00"
     (other / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
-    port = free_port()
-    proc = start(
-        [str(BIN / "evalpipe"), "view", str(tmp_path / "runs"), "--port", str(port)],
-        dict(os.environ),
-        tmp_path / "view.log",
-    )
-    url = f"http://127.0.0.1:{port}"
-
-    def up() -> bool:
-        try:
-            return httpx.get(url + "/", timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    try:
-        wait_for(up, 60, "evalpipe view")
+    with served(tmp_path / "runs", dict(os.environ), tmp_path / "view.log") as url:
         page = _page(browser)
         page.goto(f"{url}/trends/travel-demo")
         sets = page.locator("section.evaluator-set")
@@ -847,5 +830,3 @@ def test_trends_are_per_evaluator_set_with_dated_x_axis_labels(
         assert figure.locator("circle").count() == 2
         assert figure.locator("text.x-tick").all_text_contents() == dates
         page.close()
-    finally:
-        stop(proc)

@@ -35,10 +35,14 @@ __all__ = [
     "consoles",
     "fail",
     "failures_of",
+    "item_label",
+    "num",
     "print_failures",
     "print_summary",
     "quiet_prefect",
+    "say",
     "summary_tables",
+    "warn",
 ]
 
 EXIT_OK = 0
@@ -145,33 +149,34 @@ def _why(item: Any) -> str:
     )
 
 
+def item_label(item_id: str, metadata: Mapping[str, Any]) -> str:
+    """An item as the failures list names it: its dataset row and repetition, or its id."""
+    if "row_id" in metadata:
+        return f"{metadata['row_id']} (rep {metadata.get('repetition', 0)})"
+    return item_id
+
+
 def failures_of(results: Sequence[EvalResults]) -> list[Failure]:
     """The items of in-memory results that did not pass, every level, in order."""
-    out = []
-    for res in results:
-        for level in res.iter_results():
-            for item in level.items:
-                if item.is_passed:
-                    continue
-                meta = item.metadata or {}
-                label = item.item_id
-                if "row_id" in meta:
-                    label = f"{meta['row_id']} (rep {meta.get('repetition', 0)})"
-                out.append(
-                    Failure(
-                        level.run_id,
-                        label,
-                        item.status,
-                        item.input_text,
-                        _why(item),
-                        item.output_text,
-                    )
-                )
-    return out
+    return [
+        Failure(
+            level.run_id,
+            item_label(item.item_id, item.metadata or {}),
+            item.status,
+            item.input_text,
+            _why(item),
+            item.output_text,
+        )
+        for res in results
+        for level in res.iter_results()
+        for item in level.items
+        if not item.is_passed
+    ]
 
 
-def _fmt(value: float | None, spec: str) -> str:
-    return "-" if value is None else format(value, spec)
+def num(value: float | None) -> str:
+    """A number with three decimals, ``-`` for none."""
+    return "-" if value is None else f"{value:.3f}"
 
 
 def summary_tables(rows: Sequence[SummaryRow]) -> list[Table]:
@@ -214,14 +219,24 @@ def summary_tables(rows: Sequence[SummaryRow]) -> list[Table]:
             str(row.errored),
             str(row.not_applicable),
             row.rate_text,
-            _fmt(row.score_mean, ".3f"),
+            num(row.score_mean),
         )
     return tables
 
 
+def say(console: Console, text: Any, **options: Any) -> None:
+    """Print ``text`` as it is: never markup, nothing highlighted."""
+    console.print(text, markup=False, highlight=False, **options)
+
+
+def warn(console: Console, text: str) -> None:
+    """Print ``warning: text`` in yellow, as text."""
+    say(console, f"warning: {text}", style="yellow", soft_wrap=True)
+
+
 def _print_text(console: Console, text: str, **options: Any) -> None:
     """Print ``text`` as text: never markup, control and bidi characters shown (``plain``)."""
-    console.print(plain(text), markup=False, highlight=False, **options)
+    say(console, plain(text), **options)
 
 
 def print_failures(
@@ -312,8 +327,8 @@ def print_summary(
         )
     if calls:
         stats = (
-            f", latency p50 {_fmt(calls.get('latency_p50_s'), '.3f')} s, p95 "
-            f"{_fmt(calls.get('latency_p95_s'), '.3f')} s, tokens "
+            f", latency p50 {num(calls.get('latency_p50_s'))} s, p95 "
+            f"{num(calls.get('latency_p95_s'))} s, tokens "
             f"{calls.get('total_tokens') if calls.get('total_tokens') is not None else '-'}"
             if calls.get("made")
             else ""

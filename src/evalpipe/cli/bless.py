@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from evalpipe.artifacts import ArtifactError, bless, read_manifest
-from evalpipe.cli._common import EXIT_OK, consoles, fail
+from evalpipe.cli._common import EXIT_OK, consoles, fail, say
 
 __all__ = ["register"]
 
@@ -20,11 +20,10 @@ def _bless(args: argparse.Namespace) -> int:
         return fail(err, f"{exc}; bless a run directory `evalpipe run` finished")
     suite = manifest.get("suite")
     name = suite.get("name") if isinstance(suite, dict) else None
-    out.print(
+    say(
+        out,
         f"{args.run_dir} is the baseline of {name or 'its suite'} (in {written}); "
         f"`evalpipe compare --baseline RUN` and `compare_with: baseline` compare with it",
-        markup=False,
-        highlight=False,
     )
     return EXIT_OK
 

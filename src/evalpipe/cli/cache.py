@@ -8,7 +8,7 @@ from typing import Any
 
 from evalpipe._internal.terminal import name_column, plain_table
 from evalpipe.cache import cache_clean, cache_stats
-from evalpipe.cli._common import EXIT_OK, consoles
+from evalpipe.cli._common import EXIT_OK, consoles, say
 
 __all__ = ["register"]
 
@@ -17,14 +17,10 @@ def _cache(args: argparse.Namespace) -> int:
     out, _ = consoles()
     if args.cache_command == "clean":
         removed = cache_clean(args.dir)
-        out.print(
-            f"removed {removed} expired entr{'y' if removed == 1 else 'ies'} from {args.dir}",
-            markup=False,
-            highlight=False,
-        )
+        say(out, f"removed {removed} expired entr{'y' if removed == 1 else 'ies'} from {args.dir}")
         return EXIT_OK
     stats = cache_stats(args.dir)
-    out.print(f"response cache {stats.directory}", markup=False, highlight=False, style="bold")
+    say(out, f"response cache {stats.directory}", style="bold")
     table = plain_table()
     name_column(table, "", min_width=10)
     table.add_column("", overflow="fold")

@@ -33,6 +33,8 @@ from evalpipe.cli._common import (
     check_run_dir,
     consoles,
     fail,
+    num,
+    say,
 )
 from evalpipe.escape import plain
 from evalpipe.gates import Gate, GateSyntaxError, JudgeAgreement, parse_gates
@@ -40,14 +42,10 @@ from evalpipe.gates import Gate, GateSyntaxError, JudgeAgreement, parse_gates
 __all__ = ["register"]
 
 
-def _f(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3f}"
-
-
 def _ci(value: float | None, low: float | None, high: float | None) -> str:
     if value is None:
         return "-"
-    return f"{value:.3f} [{_f(low)}, {_f(high)}]" if low is not None else f"{value:.3f}"
+    return f"{value:.3f} [{num(low)}, {num(high)}]" if low is not None else f"{value:.3f}"
 
 
 def _lines(c: Calibration) -> list[str]:
@@ -64,22 +62,22 @@ def _lines(c: Calibration) -> list[str]:
         lines.append(
             f"  F1 at catching fails {_ci(c.f1, c.f1_low, c.f1_high)}; confusion (positive = "
             f"fail): tp {m.tp} fp {m.fp} fn {m.fn} tn {m.tn}; judge pass rate "
-            f"{_f(c.judge_pass_rate)}, human pass rate {_f(c.human_pass_rate)}"
+            f"{num(c.judge_pass_rate)}, human pass rate {num(c.human_pass_rate)}"
         )
         if c.suggested_threshold is not None:
             lines.append(
                 f"  suggested threshold: pass when score >= {c.suggested_threshold:g} "
-                f"(κ {_f(c.suggested_kappa)} on these labels)"
+                f"(κ {num(c.suggested_kappa)} on these labels)"
             )
     else:
-        lines.append(f"  spearman {_f(c.spearman)}, pearson {_f(c.pearson)}, MAE {_f(c.mae)}")
+        lines.append(f"  spearman {num(c.spearman)}, pearson {num(c.pearson)}, MAE {num(c.mae)}")
     if c.inter_annotator is not None:
         ia = c.inter_annotator
         pair = (
-            f"; κ {_f(ia.kappa)} between {' and '.join(ia.pair)} on {ia.pair_n}" if ia.pair else ""
+            f"; κ {num(ia.kappa)} between {' and '.join(ia.pair)} on {ia.pair_n}" if ia.pair else ""
         )
         lines.append(
-            f"  labellers {', '.join(ia.labellers)}: all agree on {_f(ia.agreement)} of "
+            f"  labellers {', '.join(ia.labellers)}: all agree on {num(ia.agreement)} of "
             f"{ia.n} items labelled twice or more{pair}"
         )
     lines.extend(f"  warning: {w}" for w in c.warnings)
@@ -88,8 +86,7 @@ def _lines(c: Calibration) -> list[str]:
 
 def _calibrate(args: argparse.Namespace) -> int:
     out, err = consoles()
-    problem = check_run_dir(args.run_dir)
-    if problem:
+    if problem := check_run_dir(args.run_dir):
         return fail(err, problem)
     if args.resamples < 100:
         return fail(err, f"--resamples must be >= 100, got {args.resamples}")
@@ -123,17 +120,13 @@ def _calibrate(args: argparse.Namespace) -> int:
             out.print("no labelled metric matched the run's scores", markup=False)
         for c in found:
             for line in _lines(c):
-                out.print(plain(line), markup=False, highlight=False, soft_wrap=True)
-        out.print(
-            f"seed {args.seed}, {args.resamples} resamples; written to {output}",
-            markup=False,
-            highlight=False,
-        )
+                say(out, plain(line), soft_wrap=True)
+        say(out, f"seed {args.seed}, {args.resamples} resamples; written to {output}")
     if gates is None:
         return EXIT_OK
     clauses = [c.with_labels(labels_path) if isinstance(c, JudgeAgreement) else c for c in gates]
     report = Gate(clauses).evaluate(load_run(str(args.run_dir), input_items=False))
-    (err if args.json else out).print(report.summary(), markup=False, highlight=False)
+    say(err if args.json else out, report.summary())
     return EXIT_OK if report.passed else EXIT_GATE_FAILED
 
 

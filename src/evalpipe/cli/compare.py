@@ -8,7 +8,7 @@ from typing import Any
 
 from evalpipe.artifacts import BASELINE_FILE, ArtifactError, SchemaVersionError, baseline_of
 from evalpipe.artifacts.history import join, parent_of
-from evalpipe.cli._common import EXIT_GATE_FAILED, EXIT_OK, check_run_dir, consoles, fail
+from evalpipe.cli._common import EXIT_GATE_FAILED, EXIT_OK, check_run_dir, consoles, fail, say
 
 __all__ = ["register"]
 
@@ -47,8 +47,7 @@ def _compare(args: argparse.Namespace) -> int:
     except (ValueError, ArtifactError) as exc:
         return fail(err, str(exc))
     for run_dir in (run_a, run_b):
-        problem = check_run_dir(run_dir)
-        if problem:
+        if problem := check_run_dir(run_dir):
             return fail(err, problem)
     from evalpipe.report.compare import (  # lazy: scipy, only for this command
         compare_runs,
@@ -65,11 +64,11 @@ def _compare(args: argparse.Namespace) -> int:
     try:
         if args.html is not None:
             written = write_compare_html(comparison, args.html)
-            out.print(f"HTML written to {written}", markup=False, highlight=False)
+            say(out, f"HTML written to {written}")
         if args.markdown is not None:
             args.markdown.parent.mkdir(parents=True, exist_ok=True)
             args.markdown.write_text(render_markdown(comparison), encoding="utf-8")
-            out.print(f"markdown written to {args.markdown}", markup=False, highlight=False)
+            say(out, f"markdown written to {args.markdown}")
     except OSError as exc:
         return fail(err, f"cannot write the comparison: {exc}")
     if args.fail_on_regression and comparison.has_regressions:

@@ -20,6 +20,7 @@ from evalpipe.cli._common import (
     fail,
     failures_of,
     print_summary,
+    say,
 )
 from evalpipe.datasets import DatasetError, QueryRow, load_jsonl
 from evalpipe.evaluators import registry
@@ -108,7 +109,7 @@ def _eval(args: argparse.Namespace) -> int:
         args.json.write_text(
             json.dumps([r.model_dump(mode="json") for r in results], indent=2), encoding="utf-8"
         )
-        out.print(f"results written to {args.json}", markup=False, highlight=False)
+        say(out, f"results written to {args.json}")
     if args.strict and not all(r.all_passed for r in results):
         return EXIT_GATE_FAILED
     return EXIT_OK

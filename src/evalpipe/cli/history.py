@@ -15,8 +15,9 @@ from rich.text import Text
 
 from evalpipe._internal.terminal import count_column, name_column, plain_table
 from evalpipe.artifacts import ArtifactError, DamagedRun, RunInfo, find_runs
-from evalpipe.cli._common import EXIT_OK, consoles, fail
+from evalpipe.cli._common import EXIT_OK, consoles, fail, say, warn
 from evalpipe.escape import plain, terminal
+from evalpipe.tally import SummaryRow
 
 __all__ = ["register"]
 
@@ -24,8 +25,8 @@ ITEMS = "items"
 """The column of an agent's item pass rate (beside its metrics')."""
 
 
-def _when(run: RunInfo) -> str:
-    return "-" if run.started_at is None else run.started_at.strftime("%Y-%m-%d %H:%M")
+def _when(run: RunInfo, form: str = "%Y-%m-%d %H:%M") -> str:
+    return "-" if run.started_at is None else run.started_at.strftime(form)
 
 
 def _gate(run: RunInfo) -> str:
@@ -35,6 +36,11 @@ def _gate(run: RunInfo) -> str:
 def _rate(passed: int, failed: int) -> str:
     d = passed + failed
     return f"{passed / d:.1%} ({passed}/{d})" if d else f"- (0/{d})"
+
+
+def _key(row: SummaryRow) -> tuple[str, str, str]:
+    """(provider, agent, column): ``items`` for an agent's items, else the metric."""
+    return row.provider, row.agent, ITEMS if row.kind == "result" else str(row.metric)
 
 
 def _series(runs: Sequence[RunInfo]) -> dict[tuple[str, str], list[str]]:
@@ -49,16 +55,7 @@ def _series(runs: Sequence[RunInfo]) -> dict[tuple[str, str], list[str]]:
 
 
 def _cells(run: RunInfo) -> dict[tuple[str, str, str], str]:
-    return {
-        (row.provider, row.agent, ITEMS if row.kind == "result" else str(row.metric)): _rate(
-            row.passed, row.failed
-        )
-        for row in run.rows
-    }
-
-
-def _stamp(run: RunInfo) -> str:
-    return "-" if run.started_at is None else run.started_at.strftime("%m-%d %H:%M")
+    return {_key(row): _rate(row.passed, row.failed) for row in run.rows}
 
 
 def _print(runs: Sequence[RunInfo], console: Console, where: str) -> None:
@@ -67,10 +64,9 @@ def _print(runs: Sequence[RunInfo], console: Console, where: str) -> None:
     newest runs as the width holds."""
     for suite in dict.fromkeys(r.suite for r in runs):
         mine = [r for r in runs if r.suite == suite]
-        console.print(
+        say(
+            console,
             f"{plain(suite)}: {len(mine)} run(s) in {plain(where)}, newest first",
-            markup=False,
-            highlight=False,
             style="bold",
         )
         table = plain_table()
@@ -112,7 +108,7 @@ def _print_rates(runs: Sequence[RunInfo], console: Console) -> None:
     block = plain_table(title)
     name_column(block, "provider · agent / metric")
     for run, _ in shown:
-        count_column(block, _stamp(run))
+        count_column(block, _when(run, "%m-%d %H:%M"))
     for (provider, agent), columns in series.items():
         for column in columns:
             label = (
@@ -138,10 +134,7 @@ def _csv(runs: Sequence[RunInfo]) -> str:
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(head)
     for run in runs:
-        by_key = {
-            (r.provider, r.agent, ITEMS if r.kind == "result" else str(r.metric)): r
-            for r in run.rows
-        }
+        by_key = {_key(r): r for r in run.rows}
         line: list[Any] = [
             run.suite,
             run.run_name,
@@ -169,13 +162,7 @@ def _history(args: argparse.Namespace) -> int:
     except (ArtifactError, ValueError) as exc:
         return fail(err, str(exc))
     for run in damaged:  # one damaged run hides no other
-        err.print(
-            f"warning: damaged run {plain(run.location)} left out: {plain(run.problem)}",
-            style="yellow",
-            markup=False,
-            highlight=False,
-            soft_wrap=True,
-        )
+        warn(err, f"damaged run {plain(run.location)} left out: {plain(run.problem)}")
     if args.format == "json":
         sys.stdout.write(json.dumps([r.as_dict() for r in runs], indent=2) + "\n")
         return EXIT_OK
@@ -184,10 +171,8 @@ def _history(args: argparse.Namespace) -> int:
         return EXIT_OK
     if not runs:
         which = f" of suite {args.suite!r}" if args.suite else ""
-        err.print(
-            f"no finished run{which} in {args.output_dir} (a finished run has a manifest.json)",
-            markup=False,
-            highlight=False,
+        say(
+            err, f"no finished run{which} in {args.output_dir} (a finished run has a manifest.json)"
         )
         return EXIT_OK
     _print(runs, out, args.output_dir)

@@ -16,7 +16,7 @@ from rich.table import Table
 
 from evalpipe.artifacts.columns import TABLES
 from evalpipe.artifacts.schema import MANIFEST_FILE
-from evalpipe.cli._common import EXIT_INCOMPLETE, EXIT_OK, consoles, fail
+from evalpipe.cli._common import EXIT_INCOMPLETE, EXIT_OK, consoles, fail, say
 from evalpipe.escape import terminal
 
 __all__ = ["connect", "register"]
@@ -106,8 +106,8 @@ def _print(columns: list[str], rows: list[tuple[Any, ...]], fmt: str) -> None:
     table = Table(*(terminal(c) for c in columns), show_lines=False)
     for row in rows:
         table.add_row(*("" if v is None else terminal(str(v)) for v in row))
-    out.print(table, markup=False, highlight=False)
-    out.print(f"{len(rows)} row(s)", markup=False, highlight=False)
+    say(out, table)
+    say(out, f"{len(rows)} row(s)")
 
 
 def _query(args: argparse.Namespace) -> int:

@@ -8,15 +8,14 @@ from typing import Any
 
 from evalpipe.artifacts import ArtifactError, SchemaVersionError
 from evalpipe.calibration import LabelsError, read_calibration
-from evalpipe.cli._common import EXIT_OK, check_run_dir, consoles, fail
+from evalpipe.cli._common import EXIT_OK, check_run_dir, consoles, fail, say
 
 __all__ = ["register"]
 
 
 def _report(args: argparse.Namespace) -> int:
     out, err = consoles()
-    problem = check_run_dir(args.run_dir)
-    if problem:
+    if problem := check_run_dir(args.run_dir):
         return fail(err, problem)
     if args.max_items < 0:
         return fail(err, f"--max-items must be >= 0, got {args.max_items}")
@@ -36,7 +35,7 @@ def _report(args: argparse.Namespace) -> int:
         return fail(err, str(exc))
     except OSError as exc:
         return fail(err, f"cannot write the report: {exc}")
-    out.print(f"report written to {path}", markup=False, highlight=False)
+    say(out, f"report written to {path}")
     return EXIT_OK
 
 

@@ -13,7 +13,16 @@ from evalpipe._internal.adaptive import limit_notes
 from evalpipe.artifacts import ArtifactError, read_manifest, read_not_passed, read_summary
 from evalpipe.artifacts.history import join
 from evalpipe.artifacts.writer import resolve_filesystem
-from evalpipe.cli._common import EXIT_OK, Failure, check_run_dir, consoles, fail, print_summary
+from evalpipe.cli._common import (
+    EXIT_OK,
+    Failure,
+    check_run_dir,
+    consoles,
+    fail,
+    item_label,
+    print_summary,
+    say,
+)
 from evalpipe.escape import plain
 from evalpipe.spend import spend_text
 
@@ -36,23 +45,18 @@ def print_run(run_dir: Path | str, console: Console) -> None:
     manifest = read_manifest(run_dir)
     rows = read_summary(run_dir)
     not_passed = read_not_passed(run_dir, limit=MAX_FAILURES)
-    failures = []
-    for level, items in not_passed.items():
-        for item in items:
-            meta = item["item_metadata"]
-            label = item["item_id"]
-            if "row_id" in meta:
-                label = f"{meta['row_id']} (rep {meta.get('repetition', 0)})"
-            failures.append(
-                Failure(
-                    level,
-                    label,
-                    item["item_status"],
-                    item["input_text"],
-                    item["why"],
-                    item["output_text"],
-                )
-            )
+    failures = [
+        Failure(
+            level,
+            item_label(item["item_id"], item["item_metadata"]),
+            item["item_status"],
+            item["input_text"],
+            item["why"],
+            item["output_text"],
+        )
+        for level, items in not_passed.items()
+        for item in items
+    ]
     calls = manifest.get("calls") if isinstance(manifest.get("calls"), dict) else None
     report = join(run_dir, "report.html") if _has_report(run_dir) else None
     where = [f"every item is in {join(run_dir, 'scores.parquet')}"]
@@ -76,25 +80,20 @@ def print_run(run_dir: Path | str, console: Console) -> None:
         console.print(f"gate {verdict}")
         for clause in gate.get("clauses", []):
             mark = "ok" if clause.get("passed") else "FAIL"
-            console.print(
-                f"  {plain(clause.get('clause'))}  {mark}  {plain(clause.get('message'))}",
-                markup=False,
-                highlight=False,
-            )
+            say(console, f"  {plain(clause.get('clause'))}  {mark}  {plain(clause.get('message'))}")
     spend = manifest.get("spend")
     if isinstance(spend, dict):
-        console.print(f"spent: {spend_text(spend)}", markup=False, highlight=False, soft_wrap=True)
+        say(console, f"spent: {spend_text(spend)}", soft_wrap=True)
     for note in limit_notes(manifest.get("concurrency")):
-        console.print(f"concurrency: {plain(note)}", markup=False, highlight=False, soft_wrap=True)
-    console.print(f"run directory: {run_dir}", markup=False, highlight=False)
+        say(console, f"concurrency: {plain(note)}", soft_wrap=True)
+    say(console, f"run directory: {run_dir}")
     if report:
-        console.print(f"report: {report}", markup=False, highlight=False)
+        say(console, f"report: {report}")
 
 
 def _results(args: argparse.Namespace) -> int:
     out, err = consoles()
-    problem = check_run_dir(args.run_dir)
-    if problem:
+    if problem := check_run_dir(args.run_dir):
         return fail(err, problem)
     try:
         print_run(args.run_dir, out)

@@ -15,7 +15,7 @@ from typing import Any
 
 from evalpipe.artifacts import ArtifactError, SchemaVersionError
 from evalpipe.calibration import DEFAULT_SEED, review_candidates
-from evalpipe.cli._common import EXIT_INCOMPLETE, EXIT_OK, check_run_dir, consoles, fail
+from evalpipe.cli._common import EXIT_INCOMPLETE, EXIT_OK, check_run_dir, consoles, fail, say
 
 __all__ = ["register"]
 
@@ -39,8 +39,7 @@ async def _review(args: argparse.Namespace, output: Path) -> str:
 
 def _command(args: argparse.Namespace) -> int:
     out, err = consoles()
-    problem = check_run_dir(args.run_dir)
-    if problem:
+    if problem := check_run_dir(args.run_dir):
         return fail(err, problem)
     if args.sample < 1:
         return fail(err, f"--sample must be >= 1, got {args.sample}")
@@ -57,18 +56,17 @@ def _command(args: argparse.Namespace) -> int:
     output = args.output or Path(f"{Path(args.run_dir).name}-{args.metric}-labels.jsonl")
     if output.exists():
         return fail(err, f"{output}: exists; pass another --output (labels are never overwritten)")
-    out.print(
+    say(
+        out,
         f"review of {min(args.sample, len(candidates))} items on {args.metric}: open the paused "
         "flow run 'evalpipe-review' in the Prefect UI, answer the form and resume it",
-        markup=False,
-        highlight=False,
         soft_wrap=True,
     )
     try:
         path = asyncio.run(_review(args, output))
     except Exception as exc:  # the flow failed (a pause timeout, the API went away)
         return fail(err, f"the review did not complete: {exc}", EXIT_INCOMPLETE)
-    out.print(f"labels written to {path}", markup=False, highlight=False)
+    say(out, f"labels written to {path}")
     return EXIT_OK
 
 

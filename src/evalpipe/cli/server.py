@@ -7,7 +7,7 @@ import argparse
 import os
 from typing import Any
 
-from evalpipe.cli._common import EXIT_INCOMPLETE, EXIT_OK, consoles, fail
+from evalpipe.cli._common import EXIT_INCOMPLETE, EXIT_OK, consoles, fail, say
 
 __all__ = ["register"]
 
@@ -16,7 +16,7 @@ EXIT_NOT_RUNNING = 1
 
 
 def _say(console: Any, text: str) -> None:
-    console.print(text, markup=False, highlight=False, soft_wrap=True)
+    say(console, text, soft_wrap=True)
 
 
 def _configured(out: Any) -> None:

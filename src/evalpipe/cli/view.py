@@ -9,7 +9,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from evalpipe.artifacts import ArtifactError, DamagedRun, find_runs
-from evalpipe.cli._common import EXIT_BAD_INPUT, EXIT_OK, consoles, fail
+from evalpipe.cli._common import EXIT_BAD_INPUT, EXIT_OK, consoles, fail, warn
 from evalpipe.escape import plain
 from evalpipe.view.urls import VIEW_URL_ENV, configured_view_url
 
@@ -66,23 +66,14 @@ def _view(args: argparse.Namespace) -> int:
     except (ArtifactError, ValueError) as exc:
         return fail(err, str(exc))
     for run in damaged:  # listed as damaged; every other run is served
-        err.print(
-            f"warning: damaged run {plain(run.location)}: {plain(run.problem)}",
-            style="yellow",
-            markup=False,
-            highlight=False,
-            soft_wrap=True,
-        )
+        warn(err, f"damaged run {plain(run.location)}: {plain(run.problem)}")
     if not is_loopback(args.host):
-        err.print(
-            f"warning: serving on {plain(args.host)}, not on loopback: anyone who reaches this "
+        warn(
+            err,
+            f"serving on {plain(args.host)}, not on loopback: anyone who reaches this "
             f"machine's port {args.port} can read every run (queries, responses, transcripts). "
             "evalpipe view has no login; keep it on 127.0.0.1 behind your own proxy unless this "
             "network is trusted.",
-            style="yellow",
-            markup=False,
-            highlight=False,
-            soft_wrap=True,
         )
     try:
         sock = _bind(args.host, args.port)

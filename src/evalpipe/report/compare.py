@@ -145,18 +145,14 @@ def _suite_name(run_dir: Any, filesystem: Any) -> str:
 
 _KEY = ", ".join(PAIRING_KEY)
 
+_FIRST_SQL = f"""
+SELECT {_KEY}, arg_min(status, _pos) AS status, arg_min(score, _pos) AS score, count(*) AS n,
+       true AS present
+FROM {{}} GROUP BY ALL
+"""
+
 _PAIRED_SQL = f"""
-WITH a AS (
-    SELECT {_KEY},
-           arg_min(status, _pos) AS status, arg_min(score, _pos) AS score,
-           count(*) AS n, true AS present
-    FROM scored_a GROUP BY ALL
-), b AS (
-    SELECT {_KEY},
-           arg_min(status, _pos) AS status, arg_min(score, _pos) AS score,
-           count(*) AS n, true AS present
-    FROM scored_b GROUP BY ALL
-)
+WITH a AS ({_FIRST_SQL.format("scored_a")}), b AS ({_FIRST_SQL.format("scored_b")})
 SELECT {_KEY},
        a.status AS a_status, a.score AS a_score, b.status AS b_status, b.score AS b_score,
        coalesce(a.present, false) AS in_a, coalesce(b.present, false) AS in_b,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -363,9 +363,14 @@ def run_tables(
     Raises:
         ArtifactError, SchemaVersionError: as ``read_table``.
     """
+    return _connected(lambda con: attach_tables(con, run_dir, tables, filesystem=filesystem))
+
+
+def _connected(attach: Callable[[duckdb.DuckDBPyConnection], None]) -> duckdb.DuckDBPyConnection:
+    """A new in-memory DuckDB connection, after ``attach(con)`` (closed when that raises)."""
     con = duckdb.connect(":memory:")
     try:
-        attach_tables(con, run_dir, tables, filesystem=filesystem)
+        attach(con)
     except BaseException:
         con.close()
         raise
@@ -432,13 +437,7 @@ def scored_connection(run_dir: Any, *, filesystem: Any = None) -> duckdb.DuckDBP
     scores.parquet's metric rows (metric not null) with each item's dataset row and repetition
     (provider, agent, item_id, metric, score, status, rating, row, repetition, and ``_pos``: the
     row's position in scores.parquet)."""
-    con = duckdb.connect(":memory:")
-    try:
-        attach_scored(con, run_dir, "scored", filesystem=filesystem)
-    except BaseException:
-        con.close()
-        raise
-    return con
+    return _connected(lambda con: attach_scored(con, run_dir, "scored", filesystem=filesystem))
 
 
 _KINDS_SQL = "SELECT provider, metric, count(rating) > 0 AS rated FROM {scored} GROUP BY ALL"
@@ -738,12 +737,8 @@ def message_views(conversation: str | None) -> list[MessageView]:
     if not isinstance(data, list):
         return []
     out: list[MessageView] = []
-    if len(data) > MAX_MESSAGES:
-        hidden = len(data) - MAX_MESSAGES
-        data = data[:MAX_MESSAGES]
-    else:
-        hidden = 0
-    for message in data:
+    hidden = max(0, len(data) - MAX_MESSAGES)
+    for message in data[:MAX_MESSAGES]:
         if not isinstance(message, dict):
             out.append(MessageView("?", None, [MessagePart("other", "", _dump(message))]))
             continue

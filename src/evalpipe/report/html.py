@@ -44,8 +44,6 @@ def environment() -> jinja2.Environment:
         autoescape=True,
         undefined=jinja2.StrictUndefined,
         finalize=_finalize,
-        trim_blocks=False,
-        lstrip_blocks=False,
     )
 
 

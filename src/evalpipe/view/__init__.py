@@ -9,9 +9,3 @@ docs/view.md.
 The web stack (Starlette, served by uvicorn: both come with Prefect) is imported on first use, so
 the flow can import :mod:`evalpipe.view.urls` to link to the view without loading it.
 """
-
-from __future__ import annotations
-
-from evalpipe.view.urls import VIEW_URL_ENV, configured_view_url, run_url
-
-__all__ = ["VIEW_URL_ENV", "configured_view_url", "run_url"]

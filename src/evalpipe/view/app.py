@@ -20,7 +20,7 @@ import hashlib
 import ipaddress
 import logging
 import threading
-from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import jinja2
@@ -28,6 +28,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from evalpipe.artifacts import ArtifactError
 from evalpipe.calibration import calibrations_for
@@ -56,12 +57,6 @@ from evalpipe.view.urls import (
 __all__ = ["LOOPBACK_HOSTS", "create_app", "is_loopback", "view_environment"]
 
 logger = logging.getLogger("evalpipe.view")
-
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 """Names of this machine's loopback interface."""
@@ -146,24 +141,21 @@ class _Guard:
                 message["headers"] = [*message.get("headers", []), *self.headers]
             await send(message)
 
+        refused: Response | None = None
         if scope["method"] not in ("GET", "HEAD"):
-            response: Response = Response(
+            refused = Response(
                 "evalpipe view is read-only: only GET and HEAD are answered\n",
                 status_code=405,
                 headers={"Allow": "GET, HEAD"},
                 media_type="text/plain",
             )
-            await response(scope, receive, with_headers)
-            return
-        if not self._host_ok(scope):
-            response = Response(
+        elif not self._host_ok(scope):
+            refused = Response(
                 "this Host is not the view's (start it with --allowed-host NAME)\n",
                 status_code=400,
                 media_type="text/plain",
             )
-            await response(scope, receive, with_headers)
-            return
-        await self.app(scope, receive, with_headers)
+        await (refused or self.app)(scope, receive, with_headers)
 
 
 def _int(params: Mapping[str, str], name: str, default: int, low: int, high: int) -> int:
@@ -222,8 +214,7 @@ class _Pages:
         suite = request.query_params.get("suite") or None
         tag = request.query_params.get("tag") or None
         every = self.catalog.runs()
-        shown = [e for e in every if (suite is None or e.suite == suite)]
-        shown = [e for e in shown if tag is None or tag in e.tags]
+        shown = self.catalog.runs(suite=suite, tag=tag)
         damaged = [d for d in self.catalog.damaged() if suite is None or d.suite == suite]
         return self.render(
             "runs.html.j2",

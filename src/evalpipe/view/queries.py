@@ -65,7 +65,8 @@ PAGE_SIZES = (10, 25, 50, 100, 200)
 """Rows per page the sample table offers."""
 LISTING_TTL_S = 2.0
 """How long the list of runs is kept before the directory is read again."""
-_RANK = {"pass": 0, "fail": 1, "error": 2, "errored": 3}
+_RANK = {status: rank for rank, status in enumerate(STATUSES)}
+"""Each verdict's rank in the index (``_rank``: ``VERDICT_RANK_SQL``)."""
 
 
 class NotFound(LookupError):
@@ -456,7 +457,7 @@ class SampleIndex:
                 repetition=r["repetition"],
                 query=shown[i]["query"],
                 response=shown[i]["response"],
-                verdict=None if r["_rank"] is None else list(_RANK)[r["_rank"]],
+                verdict=None if r["_rank"] is None else STATUSES[r["_rank"]],
                 metrics=[(r[f"{m.key}_status"], r[m.key]) for m in self.metrics],
                 latency_s=r["latency_s"],
                 tokens=r["tokens"],
@@ -537,7 +538,7 @@ class SampleIndex:
             )
         ]
         scores = read_rows(self.location, "scores", positions)
-        verdict = "pass" if index["_rank"] is None else list(_RANK)[index["_rank"]]
+        verdict = "pass" if index["_rank"] is None else STATUSES[index["_rank"]]
         detail = item_detail(
             {**index, "agent": agent, "item_id": item_id, "verdict": verdict},
             item,
