@@ -48,9 +48,7 @@ __all__ = [
     "convert_messages",
     "detect_format",
     "final_answer",
-    "foundry_split",
     "parse_conversation",
-    "recorded_item_conversation",
     "recorded_run",
     "response_start",
     "split_recording",
@@ -167,23 +165,34 @@ def _check_text_parts(
     return None
 
 
-def _check_openai(msg: Mapping[str, Any], path: str, index: int) -> Mismatch | None:
-    fmt = "openai"
-    role = msg.get("role")
-    if "content" not in msg and "tool_calls" not in msg:
+def _check_chat(
+    fmt: str, msg: Mapping[str, Any], path: str, index: int, keys: frozenset[str], what: str
+) -> Mismatch | None:
+    """What the OpenAI and Foundry formats share: a ``content`` (OpenAI: or ``tool_calls``), only
+    the format's own fields, a chat role, and a tool message's ``tool_call_id``."""
+    if "content" not in msg and not (fmt == "openai" and "tool_calls" in msg):
         hint = " (it has 'contents': another format)" if "contents" in msg else ""
         return _fail(fmt, f"{path}.content", f"missing{hint}", index, 1)
-    extra = sorted(set(msg) - _OPENAI_KEYS)
+    extra = sorted(set(msg) - keys)
     if extra:
-        return _fail(fmt, f"{path}.{extra[0]}", "not a field of an OpenAI message", index, 2)
+        return _fail(fmt, f"{path}.{extra[0]}", f"not a field of {what}", index, 2)
+    role = msg.get("role")
     if role not in _OPENAI_ROLES:
         return _fail(
             fmt, f"{path}.role", f"{role!r} is not one of {sorted(_OPENAI_ROLES)}", index, 2
         )
-    content = msg.get("content")
+    if role == "tool" and not isinstance(msg.get("tool_call_id"), str):
+        return _fail(fmt, f"{path}.tool_call_id", "a tool message needs a string", index, 2)
+    return None
+
+
+def _check_openai(msg: Mapping[str, Any], path: str, index: int) -> Mismatch | None:
+    fmt = "openai"
+    bad = _check_chat(fmt, msg, path, index, _OPENAI_KEYS, "an OpenAI message")
+    if bad is not None:
+        return bad
+    role, content = msg["role"], msg.get("content")
     if role == "tool":
-        if not isinstance(msg.get("tool_call_id"), str):
-            return _fail(fmt, f"{path}.tool_call_id", "a tool message needs a string", index, 2)
         if isinstance(content, list):
             return _check_text_parts(fmt, content, f"{path}.content", index, {"text": ("text",)})
         if not isinstance(content, str):
@@ -234,20 +243,10 @@ _FOUNDRY_PARTS: dict[str, tuple[str, ...]] = {
 
 def _check_foundry(msg: Mapping[str, Any], path: str, index: int) -> Mismatch | None:
     fmt = "foundry"
-    if "content" not in msg:
-        hint = " (it has 'contents': another format)" if "contents" in msg else ""
-        return _fail(fmt, f"{path}.content", f"missing{hint}", index, 1)
-    extra = sorted(set(msg) - _FOUNDRY_KEYS)
-    if extra:
-        return _fail(fmt, f"{path}.{extra[0]}", "not a field of a Foundry agent message", index, 2)
-    role = msg.get("role")
-    if role not in _OPENAI_ROLES:
-        return _fail(
-            fmt, f"{path}.role", f"{role!r} is not one of {sorted(_OPENAI_ROLES)}", index, 2
-        )
-    content = msg.get("content")
-    if role == "tool" and not isinstance(msg.get("tool_call_id"), str):
-        return _fail(fmt, f"{path}.tool_call_id", "a tool message needs a string", index, 2)
+    bad = _check_chat(fmt, msg, path, index, _FOUNDRY_KEYS, "a Foundry agent message")
+    if bad is not None:
+        return bad
+    role, content = msg["role"], msg["content"]
     if isinstance(content, str):
         return None
     if not isinstance(content, list):
@@ -434,13 +433,6 @@ def parse_conversation(
     return convert_messages(value, fmt)
 
 
-def foundry_split(value: Any) -> int | None:
-    """Where the response starts in a foundry ``{"query", "response"}`` pair (None: not a pair)."""
-    if isinstance(value, Mapping) and set(value) <= {"query", "response"}:
-        return len(value.get("query") or [])
-    return None
-
-
 # ---------------------------------------------------------------------------------------------
 # query side and response side
 
@@ -448,13 +440,10 @@ def foundry_split(value: Any) -> int | None:
 def response_start(conversation: Sequence[Message]) -> int:
     """Index of the first response message: after the last user message, or after the leading
     system/developer messages when there is no user message."""
-    for index in range(len(conversation) - 1, -1, -1):
-        if conversation[index].role == "user":
-            return index + 1
-    index = 0
-    while index < len(conversation) and conversation[index].role in ("system", "developer"):
-        index += 1
-    return index
+    roles = [m.role for m in conversation]
+    if "user" in roles:
+        return len(roles) - roles[::-1].index("user")
+    return next((i for i, r in enumerate(roles) if r not in ("system", "developer")), len(roles))
 
 
 def split_recording(
@@ -564,10 +553,3 @@ def recorded_run(
         executors=turns,
         output=output,
     )
-
-
-def recorded_item_conversation(row: Any, response: Sequence[Message]) -> list[Message]:
-    """A recorded agent row's whole conversation for its item: the recorded query side (system
-    message and earlier turns included) followed by ``response``."""
-    head, _, _ = split_recording(row.conversation or [], row.query)
-    return [*head, *response]
