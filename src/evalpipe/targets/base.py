@@ -9,6 +9,7 @@ unchanged.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -43,6 +44,7 @@ __all__ = [
     "response_messages",
     "response_tools",
     "response_usage",
+    "run_agent",
     "with_retries",
 ]
 
@@ -250,10 +252,7 @@ async def call_agent(
             async def attempt() -> Any:
                 nonlocal started, tries
                 tries += 1
-                if semaphore is None:
-                    started = time.perf_counter()
-                    return await bounded(_invoke(agent, query, repetition), call_timeout)
-                async with semaphore:
+                async with semaphore if semaphore is not None else contextlib.nullcontext():
                     started = time.perf_counter()
                     return await bounded(_invoke(agent, query, repetition), call_timeout)
 
@@ -373,13 +372,19 @@ def _maf_input(query: str) -> Any:
 
 
 async def _invoke(agent: Any, query: str, repetition: int = 0) -> Any:
-    run = agent.run
     # MAF agents take their own Message type (evalpipe's would fail on MAF's attributes).
     messages: Any = _maf_input(query) if is_maf_agent(agent) else [user_message(query)]
     extra = {"repetition": repetition} if _takes_repetition(type(agent)) else {}
+    return await run_agent(agent, messages, **extra)
+
+
+async def run_agent(agent: Any, messages: Any, **kwargs: Any) -> Any:
+    """``agent.run(messages, **kwargs)``, awaited: a synchronous ``run`` runs in a worker thread
+    (and an awaitable it returns is awaited)."""
+    run = agent.run
     if _is_async(run):
-        return await run(messages, **extra)
-    result = await in_thread(run, messages, **extra)
+        return await run(messages, **kwargs)
+    result = await in_thread(run, messages, **kwargs)
     if inspect.isawaitable(result):
         result = await result
     return result
