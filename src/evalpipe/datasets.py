@@ -25,15 +25,15 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
 from pathlib import Path
-from typing import Any, ClassVar, cast
+from typing import Annotated, Any, ClassVar, cast
 
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     TypeAdapter,
     ValidationError,
-    field_validator,
     model_validator,
 )
 from pydantic_core import from_json
@@ -77,6 +77,10 @@ def _tool_definitions(value: Any) -> Any:
     return value
 
 
+_Tools = Annotated[list[ToolDefinition] | None, BeforeValidator(_tool_definitions)]
+"""Tool definitions, each a ToolDefinition or what ``ToolDefinition.coerce`` takes."""
+
+
 class RecordedAgent(BaseModel):
     """One agent's turn in a recorded multi-agent exchange."""
 
@@ -88,13 +92,8 @@ class RecordedAgent(BaseModel):
     """The messages the agent was given."""
     produced: list[Message] = Field(default_factory=list)
     """The messages it produced: tool calls, tool results, its answer."""
-    tools: list[ToolDefinition] | None = None
+    tools: _Tools = None
     """The tool definitions it had (None: unknown)."""
-
-    @field_validator("tools", mode="before")
-    @classmethod
-    def _coerce_tools(cls, value: Any) -> Any:
-        return _tool_definitions(value)
 
 
 def _recording_lists(data: dict[str, Any]) -> list[tuple[str, Any]]:
@@ -156,15 +155,10 @@ class QueryRow(BaseModel):
     """Per-agent expectations for a workflow target, keyed by agent name."""
     conversation: list[Message] | None = None
     """A recorded exchange (system, user, tool calls and results, answer): the target is not called."""
-    tools: list[ToolDefinition] | None = None
+    tools: _Tools = None
     """The tool definitions the recorded agent had."""
     recorded_agents: list[RecordedAgent] | None = None
     """A recorded multi-agent exchange, one entry per agent turn in order."""
-
-    @field_validator("tools", mode="before")
-    @classmethod
-    def _coerce_tools(cls, value: Any) -> Any:
-        return _tool_definitions(value)
 
     @model_validator(mode="before")
     @classmethod
@@ -231,13 +225,8 @@ def row_hash(row: QueryRow | PlainRow) -> str:
     and two rows that differ only in id are two samples (each gets its own target calls)."""
     if type(row) is PlainRow:
         return row.key
-    return _digest(cast(QueryRow, row).model_dump(mode="json", exclude_none=True))
-
-
-def _digest(dump: dict[str, Any]) -> str:
-    """The hash of a row's JSON dump: content_key's canonical JSON, with one encoder for every
-    row (tests pin the equality)."""
-    return _hash_text(_encode(dump))
+    # content_key's canonical JSON, with one encoder for every row (tests pin the equality)
+    return _hash_text(_encode(cast(QueryRow, row).model_dump(mode="json", exclude_none=True)))
 
 
 def _hash_text(canonical: str) -> str:
@@ -530,29 +519,17 @@ def _read(path: str | Path, *, plain: bool) -> list[QueryRow | PlainRow]:
     file = Path(path)
     _not_a_directory(file)
     suffix = file.suffix.lower()
-    if suffix == ".jsonl":
-        return _read_jsonl(file, plain=plain)
-    if suffix == ".csv":
-        return _read_csv(file, plain=plain)
-    if suffix == ".parquet":
-        return _read_parquet(file, plain=plain)
+    readers = {".jsonl": _read_jsonl, ".csv": _read_csv, ".parquet": _read_parquet}
+    if suffix in readers:
+        return readers[suffix](file, plain=plain)
     raise DatasetError(
         f"{file}: unknown dataset format {suffix or '(no suffix)'!r}; use one of "
         f"{', '.join(DATASET_SUFFIXES)}"
     )
 
 
-_JSON_COLUMNS = (
-    "expected_tool_calls",
-    "agents",
-    "tags",
-    "conversation",
-    "tools",
-    "recorded_agents",
-)
-
-
 _RECORDING_COLUMNS = ("conversation", "tools", "recorded_agents")
+_JSON_COLUMNS = ("expected_tool_calls", "agents", "tags", *_RECORDING_COLUMNS)
 
 
 def _without_nulls(value: Any) -> Any:
@@ -590,7 +567,6 @@ def _cell(column: str, value: Any, where: str, file: Path) -> Any:
                 f"{file}:{where}: column {column!r} must hold a JSON "
                 f"{'object' if column == 'agents' else 'list'}, got {text[:40]!r}"
             )
-        return value
     return value
 
 
