@@ -28,7 +28,7 @@ import base64
 import contextlib
 import json
 import logging
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -44,7 +44,7 @@ from evalpipe.messages import (
     UriContent,
 )
 from evalpipe.recorded import final_answer
-from evalpipe.transcripts import ExecutorRun, RunUsage, WorkflowRun
+from evalpipe.transcripts import ExecutorRun, RunUsage, WorkflowRun, sum_usage
 
 __all__ = [
     "AgentTurn",
@@ -254,14 +254,6 @@ def _spans_of(request: Any, source: str, diagnostics: list[TraceDiagnostic]) -> 
                 )
 
 
-def _files(path: Path) -> list[Path]:
-    if path.is_dir():
-        return sorted(
-            p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in (".json", ".jsonl")
-        )
-    return [path]
-
-
 def read_spans(path: str | Path) -> tuple[list[Span], list[TraceDiagnostic]]:
     """Every span of an OTLP/JSON export: a ``.json`` file holding one export request, a ``.jsonl``
     file with one request per line (the OpenTelemetry Collector's file exporter), or a directory
@@ -273,7 +265,11 @@ def read_spans(path: str | Path) -> tuple[list[Span], list[TraceDiagnostic]]:
     root = Path(path)
     if not root.exists():
         raise OtelError(f"{root}: no such file or directory; pass an OTLP/JSON export")
-    files = _files(root)
+    files = [root]
+    if root.is_dir():
+        files = sorted(
+            p for p in root.rglob("*") if p.is_file() and p.suffix.lower() in (".json", ".jsonl")
+        )
     if not files:
         raise OtelError(f"{root}: no .json or .jsonl files in this directory")
     spans: list[Span] = []
@@ -592,12 +588,8 @@ def _transcript(spans: list[Span], diagnostics: list[TraceDiagnostic]) -> TraceT
                 spans[0].source,
             )
         )
-    usage = RunUsage(
-        input_tokens=_sum(t.usage.input_tokens for t in top),
-        output_tokens=_sum(t.usage.output_tokens for t in top),
-        total_tokens=_sum(t.usage.total_tokens for t in top),
-        latency_seconds=(max(s.end for s in spans) - min(s.start for s in spans)) / 1e9 or None,
-    )
+    latency = (max(s.end for s in spans) - min(s.start for s in spans)) / 1e9 or None
+    usage = sum_usage([t.usage for t in top], latency)
     return TraceTranscript(
         trace_id=trace_id,
         turns=turns,
@@ -607,11 +599,6 @@ def _transcript(spans: list[Span], diagnostics: list[TraceDiagnostic]) -> TraceT
         usage=usage,
         source=spans[0].source,
     )
-
-
-def _sum(values: Iterable[int | None]) -> int | None:
-    known = [v for v in values if v is not None]
-    return sum(known) if known else None
 
 
 def read_otel_traces(path: str | Path, *, log: bool = True) -> OtelTraces:
