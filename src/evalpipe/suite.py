@@ -296,11 +296,9 @@ def apply_params(data: dict[str, Any], params: Sequence[str]) -> dict[str, Any]:
         parts = key.strip().split(".")
         node = out
         for part in parts[:-1]:
-            child = node.get(part)
-            if not isinstance(child, dict):
-                child = {}
-                node[part] = child
-            node = child
+            if not isinstance(node.get(part), dict):
+                node[part] = {}
+            node = node[part]
         node[parts[-1]] = _param_value(param, raw)
     return out
 

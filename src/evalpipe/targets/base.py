@@ -171,28 +171,23 @@ def response_tools(response: Any) -> list[ToolDefinition] | None:
 def agent_tools(agent: Any) -> list[ToolDefinition]:
     """Snapshots of the tools an agent declares: ``agent.tools``, or MAF's
     ``default_options["tools"]`` plus its MCP tools' functions (deduplicated by name)."""
-    raw: list[Any] = []
-    declared = getattr(agent, "tools", None)
-    if isinstance(declared, Iterable) and not isinstance(declared, str | Mapping):
-        raw.extend(declared)
     options = getattr(agent, "default_options", None)
-    if isinstance(options, Mapping):
-        tools = options.get("tools")
-        if isinstance(tools, Iterable) and not isinstance(tools, str | Mapping):
-            raw.extend(tools)
-    for mcp in getattr(agent, "mcp_tools", None) or []:
-        raw.extend(getattr(mcp, "functions", None) or [])
-    out: list[ToolDefinition] = []
-    seen: set[str] = set()
-    for tool in raw:
-        try:
-            snapshot = ToolDefinition.coerce(tool)
-        except (TypeError, ValueError):
-            continue  # hosted tools (code interpreter, file search) have no schema to snapshot
-        if snapshot.name not in seen:
-            seen.add(snapshot.name)
-            out.append(snapshot)
-    return out
+    lists = [
+        getattr(agent, "tools", None),
+        options.get("tools") if isinstance(options, Mapping) else None,
+        *(getattr(mcp, "functions", None) for mcp in getattr(agent, "mcp_tools", None) or []),
+    ]
+    out: dict[str, ToolDefinition] = {}
+    for tools in lists:
+        if not isinstance(tools, Iterable) or isinstance(tools, str | Mapping):
+            continue
+        for tool in tools:
+            try:
+                snapshot = ToolDefinition.coerce(tool)
+            except (TypeError, ValueError):
+                continue  # hosted tools (code interpreter, file search) have no schema to snapshot
+            out.setdefault(snapshot.name, snapshot)
+    return list(out.values())
 
 
 def failure_code(exc: BaseException, default: str) -> str:
