@@ -436,45 +436,35 @@ def _collect_rows(
     """Validate (where, default id, data) records into rows, in file order: with ``plain``, the
     rows :func:`_plain_row` takes as PlainRows, the others (all of them without) as QueryRows."""
     records = list(records)
-    plains: list[PlainRow | None] = [None] * len(records)
-    if plain:
-        seen: _CallsSeen = {}
-        plains = [_plain_row(data, default_id, seen) for _, default_id, data in records]
-    read = _read_recordings(
-        file,
-        records if not plain else [r for r, p in zip(records, plains, strict=True) if p is None],
-    )
-    # every row in one call (with its default id), the pydantic-core loop; for a file with a bad
-    # row, row by row as below, so the first bad row is named as before
+    seen: _CallsSeen = {}
+    plains = [
+        _plain_row(data, default_id, seen) if plain else None for _, default_id, data in records
+    ]
+    read = _read_recordings(file, [r for r, p in zip(records, plains, strict=True) if p is None])
+    models = [
+        data if data.get("id") is not None else {**data, "id": default_id}
+        for _, default_id, data in read
+    ]
+    # every row in one call, the pydantic-core loop; for a file with a bad row, row by row as
+    # below, so the first bad row is named as before
     bulk: list[QueryRow] | None
     try:
-        bulk = _ROWS.validate_python(
-            [
-                data if data.get("id") is not None else {**data, "id": default_id}
-                for _, default_id, data in read
-            ]
-        )
+        bulk = _ROWS.validate_python(models)
     except ValidationError:
         bulk = None
     rows: list[QueryRow | PlainRow] = []
     seen_ids: dict[str, str] = {}
-    position = 0  # in read
-    for index, found in enumerate(plains):
+    position = 0  # in models
+    for (where, _, _), found in zip(records, plains, strict=True):
         row: QueryRow | PlainRow
         if found is not None:
-            row, where = found, records[index][0]
+            row = found
         else:
-            where, default_id, data = read[position]
-            if bulk is not None:
-                row = bulk[position]
-            else:
-                try:
-                    row = QueryRow.model_validate(data)
-                except ValidationError as exc:
-                    raise DatasetError(f"{file}:{where}: {_describe(exc)}") from None
+            try:
+                row = QueryRow.model_validate(models[position]) if bulk is None else bulk[position]
+            except ValidationError as exc:
+                raise DatasetError(f"{file}:{where}: {_describe(exc)}") from None
             position += 1
-            if row.id is None:  # row by row (the bulk rows have theirs)
-                row.id = default_id
             problem = _unanswered(row)
             if problem is not None:
                 raise DatasetError(f"{file}:{where}: {problem}")
