@@ -264,10 +264,6 @@ class Ledger:
         """Calls that did not start because the budget was reached."""
         self._drained: asyncio.Event | None = None
 
-    def price(self, model: str) -> Price | None:
-        """The price of a model's tokens, None when the suite states none."""
-        return self.prices.get(model)
-
     def reached(self) -> bool:
         """Whether the budget is spent (no new call may start)."""
         budget = self.budget
@@ -292,13 +288,13 @@ class Ledger:
         possibly None, is counted); a call that failed costs nothing."""
         self.in_flight -= 1
         if answered:
-            self.spent.add(kind, model, usage, self.price(model))
+            self.spent.add(kind, model, usage, self.prices.get(model))
         if self.in_flight == 0 and self._drained is not None:
             self._drained.set()
 
     def reuse(self, kind: Kind, model: str, usage: Any) -> None:
         """A call reused from an earlier attempt of the run: what it cost then."""
-        self.earlier.add(kind, model, usage, self.price(model))
+        self.earlier.add(kind, model, usage, self.prices.get(model))
 
     def add(self, spent: Spend) -> None:
         """What a shard spent in another process."""
