@@ -452,11 +452,8 @@ def _rebuild_produced(
     for span in sorted([*chats, *tools], key=lambda s: s.start):
         if span.operation == "execute_tool":
             run = _tool_run(span)
-            out.append(
-                Message(
-                    "tool", [FunctionResultContent(call_id=run["call_id"], result=run["result"])]
-                )
-            )
+            result = FunctionResultContent(call_id=run["call_id"], result=run["result"])
+            out.append(Message("tool", [result]))
         else:
             out.extend(_messages(span, "gen_ai.output.messages", diagnostics) or [])
     return out

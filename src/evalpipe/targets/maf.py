@@ -72,6 +72,9 @@ def to_maf_messages(messages: Iterable[Message]) -> list[Any]:
     return out
 
 
+_EXECUTOR_EVENTS = ("executor_invoked", "executor_completed", "executor_failed")
+
+
 def _is_executor_response(value: Any) -> bool:
     return hasattr(value, "agent_response") and hasattr(value, "full_conversation")
 
@@ -139,17 +142,14 @@ def workflow_run_from_events(
         if kind == "failed" and failed is None:
             failed = _error_text(getattr(event, "details", None), error)
             continue
-        if kind not in ("executor_invoked", "executor_completed", "executor_failed"):
-            continue
-        if executor_id is None:
+        if executor_id is None or kind not in _EXECUTOR_EVENTS:
             continue
         if kind == "executor_invoked" and first_input is None:
             first_input = event.data
         if _skipped(executor_id):
             continue
         if kind == "executor_invoked":
-            executor = executors_by_id.get(executor_id)
-            agent = getattr(executor, "agent", None) if executor is not None else None
+            agent = getattr(executors_by_id.get(executor_id), "agent", None)
             opened = ExecutorRun(
                 executor_id=executor_id,
                 agent=executor_id if agent is not None else None,
