@@ -9,7 +9,6 @@ unchanged.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import inspect
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -222,36 +221,25 @@ async def call_agent(
     Retry-After; the semaphore slot is released while waiting. Latency is the last attempt's. Only
     the run being stopped (Ctrl-C, the cancellation of this task) propagates
     (``_internal.calls.is_call_failure``).
-
-    The first attempt is made here, as ``with_retries`` makes it, without its closure and
-    coroutines (most calls succeed at once); only a transient failure sets up the retries.
     """
     started = time.perf_counter()
-    tries = 1
-    try:
+    tries = 0
+
+    async def attempt() -> Any:
+        nonlocal started, tries
+        tries += 1
+        if semaphore is None:
+            started = time.perf_counter()
+            return await bounded(_invoke(agent, query, repetition), call_timeout)
+        await semaphore.acquire()
         try:
-            if semaphore is None:
-                started = time.perf_counter()
-                response = await bounded(_invoke(agent, query, repetition), call_timeout)
-            else:
-                await semaphore.acquire()
-                try:
-                    started = time.perf_counter()
-                    response = await bounded(_invoke(agent, query, repetition), call_timeout)
-                finally:
-                    semaphore.release()
-        except Exception as first:
-            if attempts <= 1 or not is_transient(first):
-                raise
+            started = time.perf_counter()
+            return await bounded(_invoke(agent, query, repetition), call_timeout)
+        finally:
+            semaphore.release()
 
-            async def attempt() -> Any:
-                nonlocal started, tries
-                tries += 1
-                async with semaphore if semaphore is not None else contextlib.nullcontext():
-                    started = time.perf_counter()
-                    return await bounded(_invoke(agent, query, repetition), call_timeout)
-
-            response = await _retry(attempt, first, attempts - 1, retry_wait)
+    try:
+        response = await with_retries(attempt, attempts=attempts, retry_wait=retry_wait)
         latency = time.perf_counter() - started
         code = getattr(response, "error_code", None)
         return made_run(
