@@ -264,14 +264,16 @@ def _c_encoder() -> Callable[[Any], str]:
 _encode = _c_encoder()
 
 
+def _unknown_column(name: str) -> str:
+    return f"unknown column {name!r} (known: {', '.join(sorted(QueryRow.model_fields))})"
+
+
 def _describe(error: ValidationError) -> str:
     parts = []
     for e in error.errors():
         where = ".".join(str(p) for p in e["loc"]) or "row"
         if e["type"] == "extra_forbidden":
-            parts.append(
-                f"unknown column {where!r} (known: {', '.join(sorted(QueryRow.model_fields))})"
-            )
+            parts.append(_unknown_column(where))
         else:
             parts.append(f"{where}: {e['msg'].removeprefix('Value error, ')}")
     return "; ".join(parts)
@@ -315,13 +317,10 @@ def _read_recordings(
         raise DatasetError(f"{file}:{where}:{text.split(':', 1)[1]}") from None
     if fmt is None:
         return records
-    out = []
-    for where, default_id, data in records:
-        try:
-            out.append((where, default_id, _convert_recording(data, fmt)))
-        except RecordedFormatError as exc:  # pragma: no cover - detect_format checked the row
-            raise DatasetError(f"{file}:{where}: {exc}") from None
-    return out
+    # detect_format checked every list as _convert_recording checks it: this raises nothing
+    return [
+        (where, default_id, _convert_recording(data, fmt)) for where, default_id, data in records
+    ]
 
 
 def _unanswered(row: QueryRow) -> str | None:
@@ -603,10 +602,7 @@ def _check_columns(columns: Iterable[str], where: str) -> None:
     """A table's columns must be QueryRow fields; the first unknown one is named with the list."""
     unknown = [c for c in columns if c not in QueryRow.model_fields]
     if unknown:
-        raise DatasetError(
-            f"{where}: unknown column {unknown[0]!r} (known: "
-            f"{', '.join(sorted(QueryRow.model_fields))})"
-        )
+        raise DatasetError(f"{where}: {_unknown_column(unknown[0])}")
 
 
 def load_parquet(path: str | Path) -> list[QueryRow]:
