@@ -16,13 +16,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from evalpipe._internal.files import atomic_path
 
 __all__ = [
     "DEFAULT_TTL",
@@ -273,7 +274,12 @@ class ResponseCache:
             usage=dict(usage) if usage is not None else None,
             latency_s=latency_s,
         )
-        _write_atomic(self.path_for(key), entry.model_dump_json(indent=1))
+        path = self.path_for(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_path(path) as tmp, tmp.open("w", encoding="utf-8") as handle:
+            handle.write(entry.model_dump_json(indent=1))
+            handle.flush()
+            os.fsync(handle.fileno())
         return entry
 
     def entries(self) -> list[CacheEntry]:
@@ -295,12 +301,7 @@ class ResponseCache:
 
 def _similarity(a: Mapping[str, Any], b: Mapping[str, Any]) -> tuple[int, int, int]:
     same_model = int(a.get("model") == b.get("model"))
-    msgs_a, msgs_b = a.get("messages") or [], b.get("messages") or []
-    prefix = 0
-    for x, y in zip(msgs_a, msgs_b, strict=False):
-        if x != y:
-            break
-        prefix += 1
+    prefix = _first_difference(a.get("messages") or [], b.get("messages") or [])
     same_fields = sum(1 for k in set(a) | set(b) if a.get(k) == b.get(k))
     return same_model, prefix, same_fields
 
@@ -310,10 +311,16 @@ def _short(value: Any, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def _first_text_difference(a: str, b: str) -> str:
-    index = next(
+def _first_difference(a: Sequence[Any], b: Sequence[Any]) -> int:
+    """The index of the first item where ``a`` and ``b`` differ (the shorter one's length when
+    one starts the other)."""
+    return next(
         (i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b))
     )
+
+
+def _first_text_difference(a: str, b: str) -> str:
+    index = _first_difference(a, b)
     start = max(0, index - 20)
     return f"at character {index}: {_short(a[start : index + 40])!r} vs stored {_short(b[start : index + 40])!r}"
 
@@ -329,10 +336,7 @@ def _describe_difference(request: Mapping[str, Any], stored: Mapping[str, Any]) 
     mine_msgs: list[Any] = list(request.get("messages") or [])
     their_msgs: list[Any] = list(stored.get("messages") or [])
     if mine_msgs != their_msgs:
-        index = next(
-            (i for i, (x, y) in enumerate(zip(mine_msgs, their_msgs, strict=False)) if x != y),
-            min(len(mine_msgs), len(their_msgs)),
-        )
+        index = _first_difference(mine_msgs, their_msgs)
         if index >= len(mine_msgs) or index >= len(their_msgs):
             parts.append(
                 f"messages has {len(mine_msgs)} message(s), the stored request {len(their_msgs)}"
@@ -384,20 +388,6 @@ def _iter_entries(directory: Path) -> list[tuple[Path, CacheEntry | None]]:
     return out
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem[:16]}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def cache_stats(directory: str | os.PathLike[str]) -> CacheStats:
     """Count the entries of a cache directory: total, expired, unreadable, bytes, oldest/newest.
 
@@ -406,6 +396,7 @@ def cache_stats(directory: str | os.PathLike[str]) -> CacheStats:
     root = Path(directory)
     stats = CacheStats(directory=str(root))
     now = datetime.now(UTC)
+    created: list[datetime] = []
     for path, entry in _iter_entries(root):
         try:
             stats.bytes += path.stat().st_size
@@ -417,10 +408,9 @@ def cache_stats(directory: str | os.PathLike[str]) -> CacheStats:
         stats.entries += 1
         if entry.expired(now):
             stats.expired += 1
-        if stats.oldest is None or entry.created < stats.oldest:
-            stats.oldest = entry.created
-        if stats.newest is None or entry.created > stats.newest:
-            stats.newest = entry.created
+        created.append(entry.created)
+    if created:
+        stats.oldest, stats.newest = min(created), max(created)
     return stats
 
 

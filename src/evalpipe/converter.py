@@ -41,11 +41,8 @@ def _tools(tools: Any) -> list[ToolDefinition]:
 
 
 class AgentEvalConverter:
-    """Deprecated (as in MAF): build ``EvalItem``s directly, or use ``evaluate_agent`` /
-    ``evaluate_workflow``; ``evalpipe.foundry.to_foundry_messages`` gives Foundry's wire format.
-
-    Every method emits a ``DeprecationWarning`` naming those replacements.
-    """
+    """Deprecated, as in MAF: every method emits a ``DeprecationWarning`` naming the replacements
+    (:data:`DEPRECATION_MESSAGE`)."""
 
     @staticmethod
     def convert_message(message: Any) -> list[dict[str, Any]]:

@@ -25,15 +25,15 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
 from pathlib import Path
-from typing import Any, ClassVar, cast
+from typing import Annotated, Any, ClassVar, cast
 
 from pydantic import (
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     TypeAdapter,
     ValidationError,
-    field_validator,
     model_validator,
 )
 from pydantic_core import from_json
@@ -77,6 +77,10 @@ def _tool_definitions(value: Any) -> Any:
     return value
 
 
+_Tools = Annotated[list[ToolDefinition] | None, BeforeValidator(_tool_definitions)]
+"""Tool definitions, each a ToolDefinition or what ``ToolDefinition.coerce`` takes."""
+
+
 class RecordedAgent(BaseModel):
     """One agent's turn in a recorded multi-agent exchange."""
 
@@ -88,13 +92,8 @@ class RecordedAgent(BaseModel):
     """The messages the agent was given."""
     produced: list[Message] = Field(default_factory=list)
     """The messages it produced: tool calls, tool results, its answer."""
-    tools: list[ToolDefinition] | None = None
+    tools: _Tools = None
     """The tool definitions it had (None: unknown)."""
-
-    @field_validator("tools", mode="before")
-    @classmethod
-    def _coerce_tools(cls, value: Any) -> Any:
-        return _tool_definitions(value)
 
 
 def _recording_lists(data: dict[str, Any]) -> list[tuple[str, Any]]:
@@ -156,15 +155,10 @@ class QueryRow(BaseModel):
     """Per-agent expectations for a workflow target, keyed by agent name."""
     conversation: list[Message] | None = None
     """A recorded exchange (system, user, tool calls and results, answer): the target is not called."""
-    tools: list[ToolDefinition] | None = None
+    tools: _Tools = None
     """The tool definitions the recorded agent had."""
     recorded_agents: list[RecordedAgent] | None = None
     """A recorded multi-agent exchange, one entry per agent turn in order."""
-
-    @field_validator("tools", mode="before")
-    @classmethod
-    def _coerce_tools(cls, value: Any) -> Any:
-        return _tool_definitions(value)
 
     @model_validator(mode="before")
     @classmethod
@@ -231,13 +225,8 @@ def row_hash(row: QueryRow | PlainRow) -> str:
     and two rows that differ only in id are two samples (each gets its own target calls)."""
     if type(row) is PlainRow:
         return row.key
-    return _digest(cast(QueryRow, row).model_dump(mode="json", exclude_none=True))
-
-
-def _digest(dump: dict[str, Any]) -> str:
-    """The hash of a row's JSON dump: content_key's canonical JSON, with one encoder for every
-    row (tests pin the equality)."""
-    return _hash_text(_encode(dump))
+    # content_key's canonical JSON, with one encoder for every row (tests pin the equality)
+    return _hash_text(_encode(cast(QueryRow, row).model_dump(mode="json", exclude_none=True)))
 
 
 def _hash_text(canonical: str) -> str:
@@ -275,14 +264,16 @@ def _c_encoder() -> Callable[[Any], str]:
 _encode = _c_encoder()
 
 
+def _unknown_column(name: str) -> str:
+    return f"unknown column {name!r} (known: {', '.join(sorted(QueryRow.model_fields))})"
+
+
 def _describe(error: ValidationError) -> str:
     parts = []
     for e in error.errors():
         where = ".".join(str(p) for p in e["loc"]) or "row"
         if e["type"] == "extra_forbidden":
-            parts.append(
-                f"unknown column {where!r} (known: {', '.join(sorted(QueryRow.model_fields))})"
-            )
+            parts.append(_unknown_column(where))
         else:
             parts.append(f"{where}: {e['msg'].removeprefix('Value error, ')}")
     return "; ".join(parts)
@@ -326,13 +317,10 @@ def _read_recordings(
         raise DatasetError(f"{file}:{where}:{text.split(':', 1)[1]}") from None
     if fmt is None:
         return records
-    out = []
-    for where, default_id, data in records:
-        try:
-            out.append((where, default_id, _convert_recording(data, fmt)))
-        except RecordedFormatError as exc:  # pragma: no cover - detect_format checked the row
-            raise DatasetError(f"{file}:{where}: {exc}") from None
-    return out
+    # detect_format checked every list as _convert_recording checks it: this raises nothing
+    return [
+        (where, default_id, _convert_recording(data, fmt)) for where, default_id, data in records
+    ]
 
 
 def _unanswered(row: QueryRow) -> str | None:
@@ -447,45 +435,35 @@ def _collect_rows(
     """Validate (where, default id, data) records into rows, in file order: with ``plain``, the
     rows :func:`_plain_row` takes as PlainRows, the others (all of them without) as QueryRows."""
     records = list(records)
-    plains: list[PlainRow | None] = [None] * len(records)
-    if plain:
-        seen: _CallsSeen = {}
-        plains = [_plain_row(data, default_id, seen) for _, default_id, data in records]
-    read = _read_recordings(
-        file,
-        records if not plain else [r for r, p in zip(records, plains, strict=True) if p is None],
-    )
-    # every row in one call (with its default id), the pydantic-core loop; for a file with a bad
-    # row, row by row as below, so the first bad row is named as before
+    seen: _CallsSeen = {}
+    plains = [
+        _plain_row(data, default_id, seen) if plain else None for _, default_id, data in records
+    ]
+    read = _read_recordings(file, [r for r, p in zip(records, plains, strict=True) if p is None])
+    models = [
+        data if data.get("id") is not None else {**data, "id": default_id}
+        for _, default_id, data in read
+    ]
+    # every row in one call, the pydantic-core loop; for a file with a bad row, row by row as
+    # below, so the first bad row is named as before
     bulk: list[QueryRow] | None
     try:
-        bulk = _ROWS.validate_python(
-            [
-                data if data.get("id") is not None else {**data, "id": default_id}
-                for _, default_id, data in read
-            ]
-        )
+        bulk = _ROWS.validate_python(models)
     except ValidationError:
         bulk = None
     rows: list[QueryRow | PlainRow] = []
     seen_ids: dict[str, str] = {}
-    position = 0  # in read
-    for index, found in enumerate(plains):
+    position = 0  # in models
+    for (where, _, _), found in zip(records, plains, strict=True):
         row: QueryRow | PlainRow
         if found is not None:
-            row, where = found, records[index][0]
+            row = found
         else:
-            where, default_id, data = read[position]
-            if bulk is not None:
-                row = bulk[position]
-            else:
-                try:
-                    row = QueryRow.model_validate(data)
-                except ValidationError as exc:
-                    raise DatasetError(f"{file}:{where}: {_describe(exc)}") from None
+            try:
+                row = QueryRow.model_validate(models[position]) if bulk is None else bulk[position]
+            except ValidationError as exc:
+                raise DatasetError(f"{file}:{where}: {_describe(exc)}") from None
             position += 1
-            if row.id is None:  # row by row (the bulk rows have theirs)
-                row.id = default_id
             problem = _unanswered(row)
             if problem is not None:
                 raise DatasetError(f"{file}:{where}: {problem}")
@@ -530,29 +508,17 @@ def _read(path: str | Path, *, plain: bool) -> list[QueryRow | PlainRow]:
     file = Path(path)
     _not_a_directory(file)
     suffix = file.suffix.lower()
-    if suffix == ".jsonl":
-        return _read_jsonl(file, plain=plain)
-    if suffix == ".csv":
-        return _read_csv(file, plain=plain)
-    if suffix == ".parquet":
-        return _read_parquet(file, plain=plain)
+    readers = {".jsonl": _read_jsonl, ".csv": _read_csv, ".parquet": _read_parquet}
+    if suffix in readers:
+        return readers[suffix](file, plain=plain)
     raise DatasetError(
         f"{file}: unknown dataset format {suffix or '(no suffix)'!r}; use one of "
         f"{', '.join(DATASET_SUFFIXES)}"
     )
 
 
-_JSON_COLUMNS = (
-    "expected_tool_calls",
-    "agents",
-    "tags",
-    "conversation",
-    "tools",
-    "recorded_agents",
-)
-
-
 _RECORDING_COLUMNS = ("conversation", "tools", "recorded_agents")
+_JSON_COLUMNS = ("expected_tool_calls", "agents", "tags", *_RECORDING_COLUMNS)
 
 
 def _without_nulls(value: Any) -> Any:
@@ -590,7 +556,6 @@ def _cell(column: str, value: Any, where: str, file: Path) -> Any:
                 f"{file}:{where}: column {column!r} must hold a JSON "
                 f"{'object' if column == 'agents' else 'list'}, got {text[:40]!r}"
             )
-        return value
     return value
 
 
@@ -637,10 +602,7 @@ def _check_columns(columns: Iterable[str], where: str) -> None:
     """A table's columns must be QueryRow fields; the first unknown one is named with the list."""
     unknown = [c for c in columns if c not in QueryRow.model_fields]
     if unknown:
-        raise DatasetError(
-            f"{where}: unknown column {unknown[0]!r} (known: "
-            f"{', '.join(sorted(QueryRow.model_fields))})"
-        )
+        raise DatasetError(f"{where}: {_unknown_column(unknown[0])}")
 
 
 def load_parquet(path: str | Path) -> list[QueryRow]:

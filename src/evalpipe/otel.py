@@ -28,7 +28,7 @@ import base64
 import contextlib
 import json
 import logging
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -44,7 +44,7 @@ from evalpipe.messages import (
     UriContent,
 )
 from evalpipe.recorded import final_answer
-from evalpipe.transcripts import ExecutorRun, RunUsage, WorkflowRun
+from evalpipe.transcripts import ExecutorRun, RunUsage, WorkflowRun, sum_usage
 
 __all__ = [
     "AgentTurn",
@@ -78,17 +78,20 @@ class TraceDiagnostic:
     source: str = ""
     """The file (and line, for JSON Lines) the span came from."""
 
+    @classmethod
+    def at(cls, span: Span, message: str) -> TraceDiagnostic:
+        """A diagnostic about ``span``."""
+        return cls(message, span.trace_id, span.span_id, span.source)
+
     def __str__(self) -> str:
-        where = " ".join(
-            p
-            for p in (
-                f"trace {self.trace_id}" if self.trace_id else "",
-                f"span {self.span_id}" if self.span_id else "",
-            )
-            if p
-        )
+        ids = [
+            f"{kind} {id_}"
+            for kind, id_ in (("trace", self.trace_id), ("span", self.span_id))
+            if id_
+        ]
+        where = f"{' '.join(ids)}: " if ids else ""
         origin = f"{self.source}: " if self.source else ""
-        return f"{origin}{where}: {self.message}" if where else f"{origin}{self.message}"
+        return f"{origin}{where}{self.message}"
 
 
 @dataclass(slots=True)
@@ -251,14 +254,6 @@ def _spans_of(request: Any, source: str, diagnostics: list[TraceDiagnostic]) -> 
                 )
 
 
-def _files(path: Path) -> list[Path]:
-    if path.is_dir():
-        return sorted(
-            p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in (".json", ".jsonl")
-        )
-    return [path]
-
-
 def read_spans(path: str | Path) -> tuple[list[Span], list[TraceDiagnostic]]:
     """Every span of an OTLP/JSON export: a ``.json`` file holding one export request, a ``.jsonl``
     file with one request per line (the OpenTelemetry Collector's file exporter), or a directory
@@ -270,7 +265,11 @@ def read_spans(path: str | Path) -> tuple[list[Span], list[TraceDiagnostic]]:
     root = Path(path)
     if not root.exists():
         raise OtelError(f"{root}: no such file or directory; pass an OTLP/JSON export")
-    files = _files(root)
+    files = [root]
+    if root.is_dir():
+        files = sorted(
+            p for p in root.rglob("*") if p.is_file() and p.suffix.lower() in (".json", ".jsonl")
+        )
     if not files:
         raise OtelError(f"{root}: no .json or .jsonl files in this directory")
     spans: list[Span] = []
@@ -309,11 +308,7 @@ def _json_attribute(span: Span, key: str, diagnostics: list[TraceDiagnostic]) ->
     try:
         return json.loads(value)
     except json.JSONDecodeError:
-        diagnostics.append(
-            TraceDiagnostic(
-                f"{key} is not valid JSON; ignored", span.trace_id, span.span_id, span.source
-            )
-        )
+        diagnostics.append(TraceDiagnostic.at(span, f"{key} is not valid JSON; ignored"))
         return None
 
 
@@ -368,21 +363,10 @@ def genai_messages(value: Any) -> tuple[list[Message], list[str]]:
 
 def _instructions(span: Span, diagnostics: list[TraceDiagnostic]) -> list[Message]:
     value = _json_attribute(span, "gen_ai.system_instructions", diagnostics)
-    if value is None:
-        return []
-    if isinstance(value, str):
-        return [Message("system", [value])] if value else []
-    texts = (
-        [
-            str(p.get("content") or "")
-            for p in value
-            if isinstance(p, Mapping) and p.get("type") == "text"
-        ]
-        if isinstance(value, list)
-        else []
-    )
-    text = "\n".join(t for t in texts if t)
-    return [Message("system", [text])] if text else []
+    if isinstance(value, list):
+        parts = [p for p in value if isinstance(p, Mapping) and p.get("type") == "text"]
+        value = "\n".join(t for p in parts if (t := str(p.get("content") or "")))
+    return [Message("system", [value])] if isinstance(value, str) and value else []
 
 
 def _messages(span: Span, key: str, diagnostics: list[TraceDiagnostic]) -> list[Message] | None:
@@ -393,11 +377,7 @@ def _messages(span: Span, key: str, diagnostics: list[TraceDiagnostic]) -> list[
         return None
     messages, skipped = genai_messages(value)
     for kind in dict.fromkeys(skipped):
-        diagnostics.append(
-            TraceDiagnostic(
-                f"{key}: left out a part of type {kind!r}", span.trace_id, span.span_id, span.source
-            )
-        )
+        diagnostics.append(TraceDiagnostic.at(span, f"{key}: left out a part of type {kind!r}"))
     return messages
 
 
@@ -415,14 +395,7 @@ def _tool_definitions(
         try:
             tools.append(ToolDefinition.coerce(raw))
         except (TypeError, ValueError) as exc:
-            diagnostics.append(
-                TraceDiagnostic(
-                    f"a tool definition was left out ({exc})",
-                    span.trace_id,
-                    span.span_id,
-                    span.source,
-                )
-            )
+            diagnostics.append(TraceDiagnostic.at(span, f"a tool definition was left out ({exc})"))
     return tools
 
 
@@ -479,11 +452,8 @@ def _rebuild_produced(
     for span in sorted([*chats, *tools], key=lambda s: s.start):
         if span.operation == "execute_tool":
             run = _tool_run(span)
-            out.append(
-                Message(
-                    "tool", [FunctionResultContent(call_id=run["call_id"], result=run["result"])]
-                )
-            )
+            result = FunctionResultContent(call_id=run["call_id"], result=run["result"])
+            out.append(Message("tool", [result]))
         else:
             out.extend(_messages(span, "gen_ai.output.messages", diagnostics) or [])
     return out
@@ -497,22 +467,18 @@ def _turn(
     diagnostics: list[TraceDiagnostic],
 ) -> AgentTurn:
     def note(message: str, at: Span = span) -> None:
-        diagnostics.append(TraceDiagnostic(message, at.trace_id, at.span_id, at.source))
+        diagnostics.append(TraceDiagnostic.at(at, message))
 
-    chats = [c for c in children.get(span.span_id, []) if c.operation == "chat"]
-    tool_spans = [c for c in children.get(span.span_id, []) if c.operation == "execute_tool"]
+    mine = sorted(children.get(span.span_id, []), key=lambda c: c.start)
+    chats = [c for c in mine if c.operation == "chat"]
+    tool_spans = [c for c in mine if c.operation == "execute_tool"]
     received = _messages(span, "gen_ai.input.messages", diagnostics)
     if received is None:
-        first = min(chats, key=lambda c: c.start, default=None)
-        received = _messages(first, "gen_ai.input.messages", diagnostics) if first else None
-        note(
-            "invoke_agent has no gen_ai.input.messages; "
-            + (
-                "took the first chat span's input"
-                if received is not None
-                else "its input is unknown"
-            )
+        received = _messages(chats[0], "gen_ai.input.messages", diagnostics) if chats else None
+        found = (
+            "took the first chat span's input" if received is not None else "its input is unknown"
         )
+        note(f"invoke_agent has no gen_ai.input.messages; {found}")
     produced = _messages(span, "gen_ai.output.messages", diagnostics)
     if produced is None:
         produced = _rebuild_produced(chats, tool_spans, diagnostics)
@@ -522,10 +488,10 @@ def _turn(
         )
     instructions = _instructions(span, diagnostics)
     if not instructions and chats:
-        instructions = _instructions(min(chats, key=lambda c: c.start), diagnostics)
+        instructions = _instructions(chats[0], diagnostics)
     tools = _tool_definitions(span, diagnostics)
     runs = []
-    for tool_span in sorted(tool_spans, key=lambda s: s.start):
+    for tool_span in tool_spans:
         run = _tool_run(tool_span)
         missing = [k for k in ("call_id", "arguments", "result") if run[k] in (None, "")]
         if missing:
@@ -559,12 +525,7 @@ def _agent_name(span: Span, diagnostics: list[TraceDiagnostic]) -> str:
         rest = span.name.split(" ", 1)[1].strip() if " " in span.name else ""
         fallback = rest or "agent"
     diagnostics.append(
-        TraceDiagnostic(
-            f"invoke_agent has no gen_ai.agent.name; named it {fallback!r}",
-            span.trace_id,
-            span.span_id,
-            span.source,
-        )
+        TraceDiagnostic.at(span, f"invoke_agent has no gen_ai.agent.name; named it {fallback!r}")
     )
     return str(fallback)
 
@@ -624,12 +585,8 @@ def _transcript(spans: list[Span], diagnostics: list[TraceDiagnostic]) -> TraceT
                 spans[0].source,
             )
         )
-    usage = RunUsage(
-        input_tokens=_sum(t.usage.input_tokens for t in top),
-        output_tokens=_sum(t.usage.output_tokens for t in top),
-        total_tokens=_sum(t.usage.total_tokens for t in top),
-        latency_seconds=(max(s.end for s in spans) - min(s.start for s in spans)) / 1e9 or None,
-    )
+    latency = (max(s.end for s in spans) - min(s.start for s in spans)) / 1e9 or None
+    usage = sum_usage([t.usage for t in top], latency)
     return TraceTranscript(
         trace_id=trace_id,
         turns=turns,
@@ -639,11 +596,6 @@ def _transcript(spans: list[Span], diagnostics: list[TraceDiagnostic]) -> TraceT
         usage=usage,
         source=spans[0].source,
     )
-
-
-def _sum(values: Iterable[int | None]) -> int | None:
-    known = [v for v in values if v is not None]
-    return sum(known) if known else None
 
 
 def read_otel_traces(path: str | Path, *, log: bool = True) -> OtelTraces:
@@ -670,12 +622,7 @@ def read_otel_traces(path: str | Path, *, log: bool = True) -> OtelTraces:
             continue
         if (span.trace_id, span.span_id) in seen:
             diagnostics.append(
-                TraceDiagnostic(
-                    "exported more than once; the first copy is kept",
-                    span.trace_id,
-                    span.span_id,
-                    span.source,
-                )
+                TraceDiagnostic.at(span, "exported more than once; the first copy is kept")
             )
             continue
         seen.add((span.trace_id, span.span_id))
@@ -699,32 +646,30 @@ def trace_workflow_runs(traces: Sequence[TraceTranscript]) -> list[WorkflowRun]:
     """One ``WorkflowRun`` per trace: an executor turn per agent turn (``executor_id`` is the turn's
     agent path, e.g. ``coordinator/researcher``), the final answer as output, ``query_index`` the
     trace's position."""
-    runs = []
-    for index, trace in enumerate(traces):
-        runs.append(
-            WorkflowRun(
-                query_index=index,
-                repetition=0,
-                query=trace.query,
-                workflow=f"trace {trace.trace_id}",
-                executors=[
-                    ExecutorRun(
-                        executor_id=turn.path,
-                        agent=turn.agent,
-                        received=turn.received,
-                        produced=turn.produced,
-                        tools=turn.tools,
-                        usage=turn.usage,
-                        error_code="ExecutorError" if turn.error else None,
-                        error_message=turn.error,
-                    )
-                    for turn in trace.turns
-                ],
-                output=trace.output,
-                usage=trace.usage,
-            )
+    return [
+        WorkflowRun(
+            query_index=index,
+            repetition=0,
+            query=trace.query,
+            workflow=f"trace {trace.trace_id}",
+            executors=[
+                ExecutorRun(
+                    executor_id=turn.path,
+                    agent=turn.agent,
+                    received=turn.received,
+                    produced=turn.produced,
+                    tools=turn.tools,
+                    usage=turn.usage,
+                    error_code="ExecutorError" if turn.error else None,
+                    error_message=turn.error,
+                )
+                for turn in trace.turns
+            ],
+            output=trace.output,
+            usage=trace.usage,
         )
-    return runs
+        for index, trace in enumerate(traces)
+    ]
 
 
 def trace_items(traces: Sequence[TraceTranscript], **options: Any) -> WorkflowItems:

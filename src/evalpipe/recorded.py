@@ -48,9 +48,7 @@ __all__ = [
     "convert_messages",
     "detect_format",
     "final_answer",
-    "foundry_split",
     "parse_conversation",
-    "recorded_item_conversation",
     "recorded_run",
     "response_start",
     "split_recording",
@@ -92,8 +90,16 @@ class Mismatch:
 # per-format checks: None when the message fits, else the first mismatch
 
 
-def _fail(fmt: str, path: str, message: str, *progress: int) -> Mismatch:
-    return Mismatch(fmt, path, message, progress)
+@dataclass(frozen=True, slots=True)
+class _At:
+    """The message being checked: its format and its index in the recording."""
+
+    fmt: str
+    index: int
+
+    def fail(self, path: str, message: str, *depth: int) -> Mismatch:
+        """A mismatch in this message, ``depth`` levels in (then the part's index)."""
+        return Mismatch(self.fmt, path, message, (self.index, *depth))
 
 
 _EVALPIPE_KEYS = frozenset(
@@ -104,24 +110,21 @@ _FOUNDRY_KEYS = frozenset({"role", "content", "tool_call_id", "createdAt", "run_
 _OPENAI_ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
 
 
-def _check_evalpipe(msg: Mapping[str, Any], path: str, index: int) -> Mismatch | None:
-    fmt = "evalpipe"
+def _check_evalpipe(msg: Mapping[str, Any], path: str, at: _At) -> Mismatch | None:
     if "contents" not in msg:
         hint = " (it has 'content': another format)" if "content" in msg else ""
-        return _fail(fmt, f"{path}.contents", f"missing{hint}", index, 1)
+        return at.fail(f"{path}.contents", f"missing{hint}", 1)
     extra = sorted(set(msg) - _EVALPIPE_KEYS)
     if extra:
-        return _fail(fmt, f"{path}.{extra[0]}", "not a field of an evalpipe/MAF message", index, 2)
+        return at.fail(f"{path}.{extra[0]}", "not a field of an evalpipe/MAF message", 2)
     if not isinstance(msg.get("contents"), list):
-        return _fail(fmt, f"{path}.contents", "must be a list of content dicts", index, 2)
+        return at.fail(f"{path}.contents", "must be a list of content dicts", 2)
     for j, part in enumerate(msg["contents"]):
         kind = part.get("type") if isinstance(part, Mapping) else None
         if not isinstance(part, str) and kind not in _CONTENT_TAGS | _FOREIGN_ONLY_KINDS:
-            return _fail(
-                fmt,
+            return at.fail(
                 f"{path}.contents[{j}].type",
                 f"{kind!r} is not a content kind ({', '.join(sorted(_CONTENT_TAGS))})",
-                index,
                 3,
                 j,
             )
@@ -134,7 +137,7 @@ def _check_evalpipe(msg: Mapping[str, Any], path: str, index: int) -> Mismatch |
             loc = [p for p in first["loc"] if not (isinstance(p, str) and p in _CONTENT_TAGS)]
             where = path + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc)
             text = first["msg"]
-        return _fail(fmt, where, text, index, 3)
+        return at.fail(where, text, 3)
     return None
 
 
@@ -142,82 +145,79 @@ _CONTENT_TAGS = frozenset({"text", "function_call", "function_result", "data", "
 
 
 def _check_text_parts(
-    fmt: str, parts: list[Any], path: str, index: int, kinds: Mapping[str, tuple[str, ...]]
+    parts: list[Any], path: str, at: _At, kinds: Mapping[str, tuple[str, ...]]
 ) -> Mismatch | None:
     """Each part a dict whose ``type`` is a key of ``kinds``, holding that kind's required keys."""
     for j, part in enumerate(parts):
         where = f"{path}[{j}]"
         if not isinstance(part, Mapping):
-            return _fail(fmt, where, f"a content part is an object, got {part!r:.40}", index, 3, j)
+            return at.fail(where, f"a content part is an object, got {part!r:.40}", 3, j)
         kind = part.get("type")
         if kind not in kinds:
-            return _fail(
-                fmt,
-                f"{where}.type",
-                f"{kind!r} is not one of {', '.join(map(repr, kinds))}",
-                index,
-                3,
-                j,
+            return at.fail(
+                f"{where}.type", f"{kind!r} is not one of {', '.join(map(repr, kinds))}", 3, j
             )
         for key in kinds[str(kind)]:
             if key not in part:
-                return _fail(fmt, f"{where}.{key}", f"missing in a {kind!r} part", index, 4, j)
+                return at.fail(f"{where}.{key}", f"missing in a {kind!r} part", 4, j)
         if kind == "text" and not isinstance(part.get("text"), str):
-            return _fail(fmt, f"{where}.text", "must be a string", index, 4, j)
+            return at.fail(f"{where}.text", "must be a string", 4, j)
     return None
 
 
-def _check_openai(msg: Mapping[str, Any], path: str, index: int) -> Mismatch | None:
-    fmt = "openai"
-    role = msg.get("role")
-    if "content" not in msg and "tool_calls" not in msg:
+def _check_chat(
+    msg: Mapping[str, Any], path: str, at: _At, keys: frozenset[str], what: str
+) -> Mismatch | None:
+    """What the OpenAI and Foundry formats share: a ``content`` (OpenAI: or ``tool_calls``), only
+    the format's own fields, a chat role, and a tool message's ``tool_call_id``."""
+    if "content" not in msg and not (at.fmt == "openai" and "tool_calls" in msg):
         hint = " (it has 'contents': another format)" if "contents" in msg else ""
-        return _fail(fmt, f"{path}.content", f"missing{hint}", index, 1)
-    extra = sorted(set(msg) - _OPENAI_KEYS)
+        return at.fail(f"{path}.content", f"missing{hint}", 1)
+    extra = sorted(set(msg) - keys)
     if extra:
-        return _fail(fmt, f"{path}.{extra[0]}", "not a field of an OpenAI message", index, 2)
+        return at.fail(f"{path}.{extra[0]}", f"not a field of {what}", 2)
+    role = msg.get("role")
     if role not in _OPENAI_ROLES:
-        return _fail(
-            fmt, f"{path}.role", f"{role!r} is not one of {sorted(_OPENAI_ROLES)}", index, 2
-        )
-    content = msg.get("content")
+        return at.fail(f"{path}.role", f"{role!r} is not one of {sorted(_OPENAI_ROLES)}", 2)
+    if role == "tool" and not isinstance(msg.get("tool_call_id"), str):
+        return at.fail(f"{path}.tool_call_id", "a tool message needs a string", 2)
+    return None
+
+
+def _check_openai(msg: Mapping[str, Any], path: str, at: _At) -> Mismatch | None:
+    bad = _check_chat(msg, path, at, _OPENAI_KEYS, "an OpenAI message")
+    if bad is not None:
+        return bad
+    role, content = msg["role"], msg.get("content")
     if role == "tool":
-        if not isinstance(msg.get("tool_call_id"), str):
-            return _fail(fmt, f"{path}.tool_call_id", "a tool message needs a string", index, 2)
         if isinstance(content, list):
-            return _check_text_parts(fmt, content, f"{path}.content", index, {"text": ("text",)})
+            return _check_text_parts(content, f"{path}.content", at, {"text": ("text",)})
         if not isinstance(content, str):
-            return _fail(fmt, f"{path}.content", "a tool message's content is a string", index, 2)
+            return at.fail(f"{path}.content", "a tool message's content is a string", 2)
         return None
     if isinstance(content, list):
         bad = _check_text_parts(
-            fmt,
-            content,
-            f"{path}.content",
-            index,
-            {"text": ("text",), "image_url": ("image_url",)},
+            content, f"{path}.content", at, {"text": ("text",), "image_url": ("image_url",)}
         )
         if bad is not None:
             return bad
     elif content is not None and not isinstance(content, str):
-        return _fail(fmt, f"{path}.content", "must be a string, a list of parts or null", index, 2)
+        return at.fail(f"{path}.content", "must be a string, a list of parts or null", 2)
     calls = msg.get("tool_calls")
     if calls is not None:
         if role != "assistant" or not isinstance(calls, list):
-            return _fail(fmt, f"{path}.tool_calls", "a list, on assistant messages only", index, 2)
+            return at.fail(f"{path}.tool_calls", "a list, on assistant messages only", 2)
         for j, call in enumerate(calls):
             where = f"{path}.tool_calls[{j}]"
             function = call.get("function") if isinstance(call, Mapping) else None
             if not isinstance(function, Mapping):
-                return _fail(fmt, f"{where}.function", "missing (an object)", index, 3, j)
+                return at.fail(f"{where}.function", "missing (an object)", 3, j)
             if not isinstance(function.get("name"), str):
-                return _fail(fmt, f"{where}.function.name", "must be a string", index, 4, j)
+                return at.fail(f"{where}.function.name", "must be a string", 4, j)
             if not isinstance(function.get("arguments"), str):
-                return _fail(
-                    fmt,
+                return at.fail(
                     f"{where}.function.arguments",
                     "must be a JSON string (chat-completions encodes arguments as text)",
-                    index,
                     4,
                     j,
                 )
@@ -232,27 +232,16 @@ _FOUNDRY_PARTS: dict[str, tuple[str, ...]] = {
 }
 
 
-def _check_foundry(msg: Mapping[str, Any], path: str, index: int) -> Mismatch | None:
-    fmt = "foundry"
-    if "content" not in msg:
-        hint = " (it has 'contents': another format)" if "contents" in msg else ""
-        return _fail(fmt, f"{path}.content", f"missing{hint}", index, 1)
-    extra = sorted(set(msg) - _FOUNDRY_KEYS)
-    if extra:
-        return _fail(fmt, f"{path}.{extra[0]}", "not a field of a Foundry agent message", index, 2)
-    role = msg.get("role")
-    if role not in _OPENAI_ROLES:
-        return _fail(
-            fmt, f"{path}.role", f"{role!r} is not one of {sorted(_OPENAI_ROLES)}", index, 2
-        )
-    content = msg.get("content")
-    if role == "tool" and not isinstance(msg.get("tool_call_id"), str):
-        return _fail(fmt, f"{path}.tool_call_id", "a tool message needs a string", index, 2)
+def _check_foundry(msg: Mapping[str, Any], path: str, at: _At) -> Mismatch | None:
+    bad = _check_chat(msg, path, at, _FOUNDRY_KEYS, "a Foundry agent message")
+    if bad is not None:
+        return bad
+    role, content = msg["role"], msg["content"]
     if isinstance(content, str):
         return None
     if not isinstance(content, list):
-        return _fail(fmt, f"{path}.content", "must be a string or a list of parts", index, 2)
-    bad = _check_text_parts(fmt, content, f"{path}.content", index, _FOUNDRY_PARTS)
+        return at.fail(f"{path}.content", "must be a string or a list of parts", 2)
+    bad = _check_text_parts(content, f"{path}.content", at, _FOUNDRY_PARTS)
     if bad is not None:
         return bad
     for j, part in enumerate(content):
@@ -260,20 +249,13 @@ def _check_foundry(msg: Mapping[str, Any], path: str, index: int) -> Mismatch | 
         where = f"{path}.content[{j}]"
         if kind == "tool_call":
             if role != "assistant":
-                return _fail(
-                    fmt,
-                    f"{where}.type",
-                    "tool_call parts belong to assistant messages",
-                    index,
-                    5,
-                    j,
+                return at.fail(
+                    f"{where}.type", "tool_call parts belong to assistant messages", 5, j
                 )
             if not isinstance(part["arguments"], Mapping):
-                return _fail(fmt, f"{where}.arguments", "must be a JSON object", index, 5, j)
+                return at.fail(f"{where}.arguments", "must be a JSON object", 5, j)
         if kind == "tool_result" and role != "tool":
-            return _fail(
-                fmt, f"{where}.type", "tool_result parts belong to tool messages", index, 5, j
-            )
+            return at.fail(f"{where}.type", "tool_result parts belong to tool messages", 5, j)
     return None
 
 
@@ -286,10 +268,12 @@ def _message_list(value: Any, fmt: str, path: str) -> tuple[list[Any] | None, Mi
         query, response = value.get("query") or [], value.get("response") or []
         for key, part in (("query", query), ("response", response)):
             if not isinstance(part, list):
-                return None, _fail(fmt, f"{path}.{key}", "must be a list of messages", 0, 0)
+                return None, Mismatch(fmt, f"{path}.{key}", "must be a list of messages", (0, 0))
         return [*query, *response], None
     if not isinstance(value, list):
-        return None, _fail(fmt, path, f"must be a list of messages, got {type(value).__name__}", 0)
+        return None, Mismatch(
+            fmt, path, f"must be a list of messages, got {type(value).__name__}", (0,)
+        )
     return value, None
 
 
@@ -300,12 +284,12 @@ def check_messages(value: Any, fmt: str, path: str = "conversation") -> Mismatch
         return bad
     check = _CHECKS[fmt]
     for index, msg in enumerate(messages):
-        where = f"{path}[{index}]"
+        where, at = f"{path}[{index}]", _At(fmt, index)
         if not isinstance(msg, Mapping):
-            return _fail(fmt, where, f"a message is an object, got {type(msg).__name__}", index)
+            return at.fail(where, f"a message is an object, got {type(msg).__name__}")
         if not isinstance(msg.get("role"), str):
-            return _fail(fmt, f"{where}.role", "missing (a string)", index)
-        bad = check(msg, where, index)
+            return at.fail(f"{where}.role", "missing (a string)")
+        bad = check(msg, where, at)
         if bad is not None:
             return bad
     return None
@@ -434,13 +418,6 @@ def parse_conversation(
     return convert_messages(value, fmt)
 
 
-def foundry_split(value: Any) -> int | None:
-    """Where the response starts in a foundry ``{"query", "response"}`` pair (None: not a pair)."""
-    if isinstance(value, Mapping) and set(value) <= {"query", "response"}:
-        return len(value.get("query") or [])
-    return None
-
-
 # ---------------------------------------------------------------------------------------------
 # query side and response side
 
@@ -448,13 +425,10 @@ def foundry_split(value: Any) -> int | None:
 def response_start(conversation: Sequence[Message]) -> int:
     """Index of the first response message: after the last user message, or after the leading
     system/developer messages when there is no user message."""
-    for index in range(len(conversation) - 1, -1, -1):
-        if conversation[index].role == "user":
-            return index + 1
-    index = 0
-    while index < len(conversation) and conversation[index].role in ("system", "developer"):
-        index += 1
-    return index
+    roles = [m.role for m in conversation]
+    if "user" in roles:
+        return len(roles) - roles[::-1].index("user")
+    return next((i for i, r in enumerate(roles) if r not in ("system", "developer")), len(roles))
 
 
 def split_recording(
@@ -564,10 +538,3 @@ def recorded_run(
         executors=turns,
         output=output,
     )
-
-
-def recorded_item_conversation(row: Any, response: Sequence[Message]) -> list[Message]:
-    """A recorded agent row's whole conversation for its item: the recorded query side (system
-    message and earlier turns included) followed by ``response``."""
-    head, _, _ = split_recording(row.conversation or [], row.query)
-    return [*head, *response]

@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -138,6 +138,12 @@ class _Line:
             self.cost_usd += other.cost_usd
 
 
+def _cost(lines: Iterable[_Line]) -> float | None:
+    """The lines' cost; None when one of them has no price."""
+    costs = [line.cost_usd for line in lines]
+    return None if None in costs else sum(c for c in costs if c is not None)
+
+
 @dataclass(slots=True)
 class Spend:
     """Tokens and dollars by kind of call and model (what a run, a shard or earlier attempts
@@ -149,17 +155,15 @@ class Spend:
     def add(self, kind: str, model: str, usage: Any, price: Price | None) -> None:
         """Count one call."""
         inp, out, tokens = tokens_of(usage)
-        line = self.lines.get((kind, model))
-        if line is None:
-            line = self.lines[(kind, model)] = _Line()
-        line.calls += 1
-        if inp is None and out is None and tokens == 0:
-            line.unreported += 1
-        line.input_tokens += inp or 0
-        line.output_tokens += out or 0
-        line.tokens += tokens
-        if line.cost_usd is not None:
-            line.cost_usd = None if price is None else line.cost_usd + price.cost(inp, out)
+        call = _Line(
+            calls=1,
+            unreported=int(inp is None and out is None and tokens == 0),
+            input_tokens=inp or 0,
+            output_tokens=out or 0,
+            tokens=tokens,
+            cost_usd=None if price is None else price.cost(inp, out),
+        )
+        self.lines.setdefault((kind, model), _Line()).add(call)
 
     def merge(self, other: Spend) -> None:
         """Add another spend (a shard's, from a worker) to this one."""
@@ -174,8 +178,7 @@ class Spend:
     @property
     def cost_usd(self) -> float | None:
         """Every call's cost; None when a model in use has no price."""
-        costs = [line.cost_usd for line in self.lines.values()]
-        return None if any(c is None for c in costs) else sum(c for c in costs if c is not None)
+        return _cost(self.lines.values())
 
     @property
     def calls(self) -> int:
@@ -185,9 +188,7 @@ class Spend:
     def of(self, kind: str) -> tuple[int, float | None]:
         """(tokens, cost) of one kind of call."""
         lines = [line for (k, _), line in self.lines.items() if k == kind]
-        costs = [line.cost_usd for line in lines]
-        cost = None if any(c is None for c in costs) else sum(c for c in costs if c is not None)
-        return sum(line.tokens for line in lines), cost
+        return sum(line.tokens for line in lines), _cost(lines)
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready: the totals and one row per kind and model (manifest.json's ``spend``)."""
@@ -196,16 +197,7 @@ class Spend:
             "cost_usd": _round(self.cost_usd),
             "calls": self.calls,
             "by_model": [
-                {
-                    "kind": kind,
-                    "model": model,
-                    "calls": line.calls,
-                    "unreported": line.unreported,
-                    "input_tokens": line.input_tokens,
-                    "output_tokens": line.output_tokens,
-                    "tokens": line.tokens,
-                    "cost_usd": _round(line.cost_usd),
-                }
+                {"kind": kind, "model": model, **asdict(line), "cost_usd": _round(line.cost_usd)}
                 for (kind, model), line in sorted(self.lines.items())
             ],
         }
@@ -214,14 +206,10 @@ class Spend:
     def from_dict(cls, data: Mapping[str, Any]) -> Spend:
         """The spend :meth:`as_dict` wrote."""
         spend = cls()
+        counts = [f.name for f in fields(_Line) if f.name != "cost_usd"]
         for row in data.get("by_model") or ():
             spend.lines[(str(row["kind"]), str(row["model"]))] = _Line(
-                calls=int(row["calls"]),
-                unreported=int(row.get("unreported") or 0),
-                input_tokens=int(row["input_tokens"]),
-                output_tokens=int(row["output_tokens"]),
-                tokens=int(row["tokens"]),
-                cost_usd=row.get("cost_usd"),
+                **{name: int(row.get(name) or 0) for name in counts}, cost_usd=row.get("cost_usd")
             )
         return spend
 
@@ -276,10 +264,6 @@ class Ledger:
         """Calls that did not start because the budget was reached."""
         self._drained: asyncio.Event | None = None
 
-    def price(self, model: str) -> Price | None:
-        """The price of a model's tokens, None when the suite states none."""
-        return self.prices.get(model)
-
     def reached(self) -> bool:
         """Whether the budget is spent (no new call may start)."""
         budget = self.budget
@@ -304,13 +288,13 @@ class Ledger:
         possibly None, is counted); a call that failed costs nothing."""
         self.in_flight -= 1
         if answered:
-            self.spent.add(kind, model, usage, self.price(model))
+            self.spent.add(kind, model, usage, self.prices.get(model))
         if self.in_flight == 0 and self._drained is not None:
             self._drained.set()
 
     def reuse(self, kind: Kind, model: str, usage: Any) -> None:
         """A call reused from an earlier attempt of the run: what it cost then."""
-        self.earlier.add(kind, model, usage, self.price(model))
+        self.earlier.add(kind, model, usage, self.prices.get(model))
 
     def add(self, spent: Spend) -> None:
         """What a shard spent in another process."""

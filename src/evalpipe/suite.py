@@ -62,7 +62,6 @@ __all__ = [
     "build_evaluators",
     "build_split",
     "build_target",
-    "builtin_check_names",
     "load_suite",
     "shared_evaluators",
 ]
@@ -297,11 +296,9 @@ def apply_params(data: dict[str, Any], params: Sequence[str]) -> dict[str, Any]:
         parts = key.strip().split(".")
         node = out
         for part in parts[:-1]:
-            child = node.get(part)
-            if not isinstance(child, dict):
-                child = {}
-                node[part] = child
-            node = child
+            if not isinstance(node.get(part), dict):
+                node[part] = {}
+            node = node[part]
         node[parts[-1]] = _param_value(param, raw)
     return out
 
@@ -384,10 +381,7 @@ def _unique_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool 
     return loader.construct_mapping(node, deep=deep)
 
 
-_UniqueKeyLoader.add_constructor(
-    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
-    _unique_mapping,
-)
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
 
 
 def load_suite(path: str | Path, params: Sequence[str] = ()) -> EvalSuite:
@@ -460,26 +454,28 @@ def _beside(data: dict[str, Any], directory: Path) -> dict[str, Any]:
 # Evaluators from short forms (names resolve through evalpipe.evaluators.registry)
 
 
-def builtin_check_names() -> list[str]:
-    """The names a suite may use for built-in evaluators."""
-    return registry.names()
+def _name_and_settings(spec: Any) -> tuple[str, Any] | None:
+    """``name`` or ``{name: settings}`` as (name, settings); None for any other spec."""
+    if isinstance(spec, str):
+        return spec, None
+    if isinstance(spec, dict) and len(spec) == 1:
+        ((name, value),) = spec.items()
+        return str(name), value
+    return None
 
 
 def _one(spec: Any, where: str) -> Any:
     """A check (callable) or an Evaluator from one short form."""
-    if isinstance(spec, dict):
-        if len(spec) != 1:
-            raise SuiteError(
-                f"{where}: an evaluator mapping has exactly one key (its name), got "
-                f"{sorted(spec)}; write each evaluator as its own list entry"
-            )
-        ((name, value),) = spec.items()
-    elif isinstance(spec, str):
-        name, value = spec, None
-    else:
+    found = _name_and_settings(spec)
+    if found is None and isinstance(spec, dict):
+        raise SuiteError(
+            f"{where}: an evaluator mapping has exactly one key (its name), got "
+            f"{sorted(spec)}; write each evaluator as its own list entry"
+        )
+    if found is None:
         raise SuiteError(f"{where}: expected a name or a one-key mapping, got {spec!r}")
     try:
-        return registry.build(str(name), value, where=where)
+        return registry.build(*found, where=where)
     except registry.RegistryError as exc:
         raise SuiteError(str(exc)) from None
 
@@ -536,7 +532,7 @@ def build_evaluators(suite: EvalSuite) -> list[Evaluator]:
             placed[(scope, name)] = i
             if scope not in checks:
                 checks[scope] = []
-                order.append(scope if scope is not None else None)
+                order.append(scope)
             checks[scope].append(obj)
     built: list[Evaluator] = []
     for slot in order:
@@ -566,14 +562,8 @@ def shared_evaluators(suite: EvalSuite) -> list[Any]:
     the run: a run leaves them open (:func:`evalpipe.evaluators.base.close_providers`)."""
     shared = []
     for i, entry in enumerate(suite.evaluators):
-        spec, _ = _split_scope(entry, f"evaluators[{i}]")
-        if isinstance(spec, dict) and len(spec) == 1:
-            ((name, value),) = spec.items()
-        elif isinstance(spec, str):
-            name, value = spec, None
-        else:
-            continue
-        obj = registry.shared_object(str(name), value)
+        found = _name_and_settings(_split_scope(entry, f"evaluators[{i}]")[0])
+        obj = registry.shared_object(*found) if found is not None else None
         if obj is not None:
             shared.append(obj)
     return shared

@@ -43,6 +43,7 @@ __all__ = [
     "response_messages",
     "response_tools",
     "response_usage",
+    "run_agent",
     "with_retries",
 ]
 
@@ -169,28 +170,23 @@ def response_tools(response: Any) -> list[ToolDefinition] | None:
 def agent_tools(agent: Any) -> list[ToolDefinition]:
     """Snapshots of the tools an agent declares: ``agent.tools``, or MAF's
     ``default_options["tools"]`` plus its MCP tools' functions (deduplicated by name)."""
-    raw: list[Any] = []
-    declared = getattr(agent, "tools", None)
-    if isinstance(declared, Iterable) and not isinstance(declared, str | Mapping):
-        raw.extend(declared)
     options = getattr(agent, "default_options", None)
-    if isinstance(options, Mapping):
-        tools = options.get("tools")
-        if isinstance(tools, Iterable) and not isinstance(tools, str | Mapping):
-            raw.extend(tools)
-    for mcp in getattr(agent, "mcp_tools", None) or []:
-        raw.extend(getattr(mcp, "functions", None) or [])
-    out: list[ToolDefinition] = []
-    seen: set[str] = set()
-    for tool in raw:
-        try:
-            snapshot = ToolDefinition.coerce(tool)
-        except (TypeError, ValueError):
-            continue  # hosted tools (code interpreter, file search) have no schema to snapshot
-        if snapshot.name not in seen:
-            seen.add(snapshot.name)
-            out.append(snapshot)
-    return out
+    lists = [
+        getattr(agent, "tools", None),
+        options.get("tools") if isinstance(options, Mapping) else None,
+        *(getattr(mcp, "functions", None) for mcp in getattr(agent, "mcp_tools", None) or []),
+    ]
+    out: dict[str, ToolDefinition] = {}
+    for tools in lists:
+        if not isinstance(tools, Iterable) or isinstance(tools, str | Mapping):
+            continue
+        for tool in tools:
+            try:
+                snapshot = ToolDefinition.coerce(tool)
+            except (TypeError, ValueError):
+                continue  # hosted tools (code interpreter, file search) have no schema to snapshot
+            out.setdefault(snapshot.name, snapshot)
+    return list(out.values())
 
 
 def failure_code(exc: BaseException, default: str) -> str:
@@ -225,39 +221,25 @@ async def call_agent(
     Retry-After; the semaphore slot is released while waiting. Latency is the last attempt's. Only
     the run being stopped (Ctrl-C, the cancellation of this task) propagates
     (``_internal.calls.is_call_failure``).
-
-    The first attempt is made here, as ``with_retries`` makes it, without its closure and
-    coroutines (most calls succeed at once); only a transient failure sets up the retries.
     """
     started = time.perf_counter()
-    tries = 1
-    try:
+    tries = 0
+
+    async def attempt() -> Any:
+        nonlocal started, tries
+        tries += 1
+        if semaphore is None:
+            started = time.perf_counter()
+            return await bounded(_invoke(agent, query, repetition), call_timeout)
+        await semaphore.acquire()
         try:
-            if semaphore is None:
-                started = time.perf_counter()
-                response = await bounded(_invoke(agent, query, repetition), call_timeout)
-            else:
-                await semaphore.acquire()
-                try:
-                    started = time.perf_counter()
-                    response = await bounded(_invoke(agent, query, repetition), call_timeout)
-                finally:
-                    semaphore.release()
-        except Exception as first:
-            if attempts <= 1 or not is_transient(first):
-                raise
+            started = time.perf_counter()
+            return await bounded(_invoke(agent, query, repetition), call_timeout)
+        finally:
+            semaphore.release()
 
-            async def attempt() -> Any:
-                nonlocal started, tries
-                tries += 1
-                if semaphore is None:
-                    started = time.perf_counter()
-                    return await bounded(_invoke(agent, query, repetition), call_timeout)
-                async with semaphore:
-                    started = time.perf_counter()
-                    return await bounded(_invoke(agent, query, repetition), call_timeout)
-
-            response = await _retry(attempt, first, attempts - 1, retry_wait)
+    try:
+        response = await with_retries(attempt, attempts=attempts, retry_wait=retry_wait)
         latency = time.perf_counter() - started
         code = getattr(response, "error_code", None)
         return made_run(
@@ -373,13 +355,19 @@ def _maf_input(query: str) -> Any:
 
 
 async def _invoke(agent: Any, query: str, repetition: int = 0) -> Any:
-    run = agent.run
     # MAF agents take their own Message type (evalpipe's would fail on MAF's attributes).
     messages: Any = _maf_input(query) if is_maf_agent(agent) else [user_message(query)]
     extra = {"repetition": repetition} if _takes_repetition(type(agent)) else {}
+    return await run_agent(agent, messages, **extra)
+
+
+async def run_agent(agent: Any, messages: Any, **kwargs: Any) -> Any:
+    """``agent.run(messages, **kwargs)``, awaited: a synchronous ``run`` runs in a worker thread
+    (and an awaitable it returns is awaited)."""
+    run = agent.run
     if _is_async(run):
-        return await run(messages, **extra)
-    result = await in_thread(run, messages, **extra)
+        return await run(messages, **kwargs)
+    result = await in_thread(run, messages, **kwargs)
     if inspect.isawaitable(result):
         result = await result
     return result

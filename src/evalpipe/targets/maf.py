@@ -26,7 +26,7 @@ from evalpipe.targets.base import (
     response_messages,
     response_usage,
 )
-from evalpipe.transcripts import ExecutorRun, RunUsage, WorkflowRun, sum_usage
+from evalpipe.transcripts import ExecutorRun, WorkflowRun, sum_usage
 
 __all__ = [
     "MAFWorkflow",
@@ -35,8 +35,13 @@ __all__ = [
 ]
 
 _INTERNAL_EXECUTORS = frozenset({"input-conversation", "end-conversation", "end"})
-"""Bookkeeping executors MAF's orchestrations add; like MAF's evaluate_workflow, they are skipped
-(so is any executor whose id starts with "_")."""
+"""Bookkeeping executors MAF's orchestrations add."""
+
+
+def _skipped(executor_id: str) -> bool:
+    """Whether an executor is skipped, as MAF's evaluate_workflow skips it: a bookkeeping one, or
+    one whose id starts with "_"."""
+    return executor_id.startswith("_") or executor_id in _INTERNAL_EXECUTORS
 
 
 def to_maf_messages(messages: Iterable[Message]) -> list[Any]:
@@ -65,6 +70,9 @@ def to_maf_messages(messages: Iterable[Message]) -> list[Any]:
             af.Message(role=message.role, contents=contents, author_name=message.author_name)
         )
     return out
+
+
+_EXECUTOR_EVENTS = ("executor_invoked", "executor_completed", "executor_failed")
 
 
 def _is_executor_response(value: Any) -> bool:
@@ -134,17 +142,14 @@ def workflow_run_from_events(
         if kind == "failed" and failed is None:
             failed = _error_text(getattr(event, "details", None), error)
             continue
-        if kind not in ("executor_invoked", "executor_completed", "executor_failed"):
-            continue
-        if executor_id is None:
+        if executor_id is None or kind not in _EXECUTOR_EVENTS:
             continue
         if kind == "executor_invoked" and first_input is None:
             first_input = event.data
-        if executor_id.startswith("_") or executor_id in _INTERNAL_EXECUTORS:
+        if _skipped(executor_id):
             continue
         if kind == "executor_invoked":
-            executor = executors_by_id.get(executor_id)
-            agent = getattr(executor, "agent", None) if executor is not None else None
+            agent = getattr(executors_by_id.get(executor_id), "agent", None)
             opened = ExecutorRun(
                 executor_id=executor_id,
                 agent=executor_id if agent is not None else None,
@@ -172,14 +177,9 @@ def workflow_run_from_events(
             if executor_id not in executors_by_id:
                 # Without the workflow at hand, an executor that answered like an agent is one.
                 turn.agent = turn.agent or executor_id
-            produced: list[Message] = []
-            usages: list[RunUsage] = []
-            for r in responses:
-                produced.extend(response_messages(r.agent_response))
-                usages.append(response_usage(r.agent_response))
-            latency = turn.usage.latency_seconds
-            turn.produced = produced
-            turn.usage = sum_usage(usages, latency)
+            turn.produced = [m for r in responses for m in response_messages(r.agent_response)]
+            usages = [response_usage(r.agent_response) for r in responses]
+            turn.usage = sum_usage(usages, turn.usage.latency_seconds)
         else:
             turn.produced = [
                 m for s in sent if s is not None for m in _as_messages(s, role="assistant")
@@ -287,9 +287,7 @@ class MAFWorkflow:
         return [
             executor_id
             for executor_id, executor in self._sample.executors.items()
-            if getattr(executor, "agent", None) is not None
-            and not executor_id.startswith("_")
-            and executor_id not in _INTERNAL_EXECUTORS
+            if getattr(executor, "agent", None) is not None and not _skipped(executor_id)
         ]
 
     async def run(self, query: str) -> WorkflowRun:

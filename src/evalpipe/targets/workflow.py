@@ -9,13 +9,13 @@ from their event stream by ``evalpipe.targets.maf.MAFWorkflow``.
 
 from __future__ import annotations
 
-import inspect
+import contextlib
 import re
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, get_type_hints, runtime_checkable
 
-from evalpipe._internal.calls import Slots, bounded, in_thread, is_call_failure
+from evalpipe._internal.calls import Slots, bounded, is_call_failure
 from evalpipe._internal.maf import is_maf_instance
 from evalpipe.messages import Message
 from evalpipe.targets.base import (
@@ -28,6 +28,7 @@ from evalpipe.targets.base import (
     response_messages,
     response_tools,
     response_usage,
+    run_agent,
     with_retries,
 )
 from evalpipe.targets.maf import MAFWorkflow, to_maf_messages
@@ -60,19 +61,6 @@ class Workflow(Protocol):
     async def run(self, query: str) -> WorkflowRun: ...
 
 
-async def _invoke_agent(agent: Any, messages: list[Message]) -> Any:
-    run = agent.run
-    payload: Any = messages
-    if is_maf_agent(agent):
-        payload = to_maf_messages(messages)
-    if inspect.iscoroutinefunction(run):
-        return await run(payload)
-    result = await in_thread(run, payload)
-    if inspect.isawaitable(result):
-        result = await result
-    return result
-
-
 async def run_executor(
     agent: Any,
     received: list[Message],
@@ -95,7 +83,9 @@ async def run_executor(
         nonlocal started, tries
         tries += 1
         started = time.perf_counter()
-        return await _invoke_agent(agent, list(received))
+        return await run_agent(
+            agent, to_maf_messages(received) if is_maf_agent(agent) else list(received)
+        )
 
     try:
         response = await with_retries(attempt, attempts=attempts, retry_wait=retry_wait)
@@ -162,7 +152,35 @@ def _finish(
     )
 
 
-class SequentialWorkflow:
+class _AgentsWorkflow:
+    """What the built-in workflows share: uniquely named agents, and one retried turn each."""
+
+    def __init__(
+        self, agents: Sequence[Any], *, name: str, attempts: int, retry_wait: float
+    ) -> None:
+        if attempts < 1:
+            raise ValueError(f"attempts must be >= 1, got {attempts}.")
+        self._agents = _unique_names(agents, type(self).__name__)
+        self.name = name
+        self.attempts = attempts
+        self.retry_wait = retry_wait
+
+    @property
+    def agent_names(self) -> list[str]:
+        """The agents' names, in the order given (a router's first)."""
+        return list(self._agents)
+
+    async def _turn(self, name: str, conversation: list[Message]) -> ExecutorRun:
+        return await run_executor(
+            self._agents[name],
+            conversation,
+            executor_id=name,
+            attempts=self.attempts,
+            retry_wait=self.retry_wait,
+        )
+
+
+class SequentialWorkflow(_AgentsWorkflow):
     """A pipeline of agents: each one receives the conversation so far and adds its turn.
 
     The first agent gets the user query; every later agent gets the user query followed by everything
@@ -190,17 +208,7 @@ class SequentialWorkflow:
     ) -> None:
         if not agents:
             raise ValueError("SequentialWorkflow needs at least one agent")
-        if attempts < 1:
-            raise ValueError(f"attempts must be >= 1, got {attempts}.")
-        self._agents = _unique_names(agents, "SequentialWorkflow")
-        self.name = name
-        self.attempts = attempts
-        self.retry_wait = retry_wait
-
-    @property
-    def agent_names(self) -> list[str]:
-        """The agents' names, in pipeline order."""
-        return list(self._agents)
+        super().__init__(agents, name=name, attempts=attempts, retry_wait=retry_wait)
 
     async def run(self, query: str) -> WorkflowRun:
         """Run every agent in turn on ``query``."""
@@ -221,13 +229,7 @@ class SequentialWorkflow:
                     )
                 )
                 continue
-            turn = await run_executor(
-                agent,
-                conversation,
-                executor_id=name,
-                attempts=self.attempts,
-                retry_wait=self.retry_wait,
-            )
+            turn = await self._turn(name, conversation)
             executors.append(turn)
             if not turn.ok:
                 failed = name
@@ -255,7 +257,7 @@ Route = Callable[[str, list[Message]], str | None]
 """``(agent name, the messages its turn produced) -> next agent name, or None to stop``."""
 
 
-class RouterWorkflow:
+class RouterWorkflow(_AgentsWorkflow):
     """A router/handoff workflow: the router starts, and each agent's turn may pick who goes next.
 
     Every agent receives the user query followed by all turns so far. After each turn ``route``
@@ -289,75 +291,49 @@ class RouterWorkflow:
     ) -> None:
         if max_hops < 1:
             raise ValueError(f"max_hops must be >= 1, got {max_hops}.")
-        if attempts < 1:
-            raise ValueError(f"attempts must be >= 1, got {attempts}.")
-        self.attempts = attempts
-        self.retry_wait = retry_wait
-        self._agents = _unique_names([router, *agents], "RouterWorkflow")
+        super().__init__([router, *agents], name=name, attempts=attempts, retry_wait=retry_wait)
         self._start = agent_name(router)
         self.max_hops = max_hops
         self._route: Route = route or (lambda _name, produced: handoff_target(produced))
-        self.name = name
-
-    @property
-    def agent_names(self) -> list[str]:
-        """The router's name, then the other agents' names."""
-        return list(self._agents)
 
     async def run(self, query: str) -> WorkflowRun:
         """Run the router on ``query`` and follow the handoffs."""
         started = time.perf_counter()
         conversation = [Message("user", [query])]
         executors: list[ExecutorRun] = []
+
+        def end(code: str | None = None, message: str | None = None) -> WorkflowRun:
+            return _finish(
+                query, self.name, executors, started, error_code=code, error_message=message
+            )
+
         current = self._start
         hops = 0
         while True:
-            turn = await run_executor(
-                self._agents[current],
-                conversation,
-                executor_id=current,
-                attempts=self.attempts,
-                retry_wait=self.retry_wait,
-            )
+            turn = await self._turn(current, conversation)
             executors.append(turn)
             if not turn.ok:
-                return _finish(query, self.name, executors, started)
+                return end()
             conversation = [*conversation, *turn.produced]
             try:
                 nxt = self._route(current, list(turn.produced))
             except BaseException as exc:
                 if not is_call_failure(exc):
                     raise
-                return _finish(
-                    query,
-                    self.name,
-                    executors,
-                    started,
-                    error_code="RoutingError",
-                    error_message=f"route raised after {current!r}: {type(exc).__name__}: {exc}",
+                return end(
+                    "RoutingError", f"route raised after {current!r}: {type(exc).__name__}: {exc}"
                 )
             if nxt is None:
-                return _finish(query, self.name, executors, started)
+                return end()
             if nxt not in self._agents:
                 known = ", ".join(repr(n) for n in self._agents)
-                return _finish(
-                    query,
-                    self.name,
-                    executors,
-                    started,
-                    error_code="RoutingError",
-                    error_message=f"{current!r} handed off to unknown agent {nxt!r} (known: {known})",
+                return end(
+                    "RoutingError",
+                    f"{current!r} handed off to unknown agent {nxt!r} (known: {known})",
                 )
             hops += 1
             if hops > self.max_hops:
-                return _finish(
-                    query,
-                    self.name,
-                    executors,
-                    started,
-                    error_code="MaxHopsExceeded",
-                    error_message=f"more than max_hops={self.max_hops} handoffs",
-                )
+                return end("MaxHopsExceeded", f"more than max_hops={self.max_hops} handoffs")
             current = nxt
 
 
@@ -457,11 +433,8 @@ async def call_workflow(
     target = as_workflow(workflow)
     started = time.perf_counter()
     try:
-        if semaphore is not None:
-            async with semaphore:
-                started = time.perf_counter()
-                run = await bounded(target.run(query), call_timeout)
-        else:
+        async with semaphore if semaphore is not None else contextlib.nullcontext():
+            started = time.perf_counter()
             run = await bounded(target.run(query), call_timeout)
         if not isinstance(run, WorkflowRun):
             raise TypeError(f"workflow.run() returned {type(run).__name__}, expected WorkflowRun")
