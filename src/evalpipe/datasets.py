@@ -21,9 +21,8 @@ import csv
 import hashlib
 import io
 import json
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, cast
 
@@ -225,43 +224,20 @@ def row_hash(row: QueryRow | PlainRow) -> str:
     and two rows that differ only in id are two samples (each gets its own target calls)."""
     if type(row) is PlainRow:
         return row.key
-    # content_key's canonical JSON, with one encoder for every row (tests pin the equality)
-    return _hash_text(_encode(cast(QueryRow, row).model_dump(mode="json", exclude_none=True)))
-
-
-def _hash_text(canonical: str) -> str:
-    """The row hash of a row's canonical JSON text."""
-    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:32]
+    return _hash(cast(QueryRow, row).model_dump(mode="json", exclude_none=True))
 
 
 _CANONICAL = json.JSONEncoder(
     sort_keys=True, separators=(",", ":"), ensure_ascii=False, check_circular=False
 )
 """The encoder ``journal.content_key`` makes per call (``json.dumps`` with these options; a dump
-of a model is never cyclic, so the cycle check, which changes no output, is left out)."""
+of a model is never cyclic, so the cycle check, which changes no output, is left out), made once
+for every row."""
 
 
-def _c_encoder() -> Callable[[Any], str]:
-    """``_CANONICAL.encode`` of a dict without its per-call set-up (half the call for a row's
-    dump): the C encoder ``JSONEncoder.iterencode`` builds for ``_CANONICAL``'s options (its
-    ``encode`` special-cases a top-level str only), built once."""
-    if c_make_encoder is None:  # pragma: no cover - CPython has the C accelerator
-        return _CANONICAL.encode
-    encoder = c_make_encoder(
-        None,  # markers: check_circular=False
-        _CANONICAL.default,
-        encode_basestring,  # ensure_ascii=False
-        None,  # indent
-        ":",
-        ",",
-        True,  # sort_keys
-        False,  # skipkeys
-        True,  # allow_nan
-    )
-    return lambda value: "".join(encoder(value, 0))
-
-
-_encode = _c_encoder()
+def _hash(dump: dict[str, Any]) -> str:
+    """The row hash of a row's JSON dump (its canonical JSON's digest)."""
+    return hashlib.sha256(_CANONICAL.encode(dump).encode("utf-8")).hexdigest()[:32]
 
 
 def _unknown_column(name: str) -> str:
@@ -352,8 +328,8 @@ _PLAIN_FIELDS = frozenset(
 _STR_OR_NONE = frozenset({str, type(None)})
 _STR = frozenset({str})
 _CALLS: TypeAdapter[list[ExpectedToolCall]] = TypeAdapter(list[ExpectedToolCall])
-_CallsSeen = dict[str, tuple[list[ExpectedToolCall], str] | None]
-"""repr of a raw expected_tool_calls value -> (its calls, their canonical JSON), None if invalid."""
+_CallsSeen = dict[str, tuple[list[ExpectedToolCall], list[dict[str, Any]]] | None]
+"""repr of a raw expected_tool_calls value -> (its calls, their JSON dumps), None if invalid."""
 
 
 def _plain_row(data: dict[str, Any], default_id: str, seen: _CallsSeen) -> PlainRow | None:
@@ -380,7 +356,6 @@ def _plain_row(data: dict[str, Any], default_id: str, seen: _CallsSeen) -> Plain
         return None
     tags = tuple(raw_tags)
     calls: list[ExpectedToolCall] | None = None
-    calls_json: str | None = None
     raw_calls = get("expected_tool_calls")
     if raw_calls is not None:
         if type(raw_calls) is not list:
@@ -394,39 +369,23 @@ def _plain_row(data: dict[str, Any], default_id: str, seen: _CallsSeen) -> Plain
             except ValidationError:
                 known = None
             else:
-                dumps = [c.model_dump(mode="json", exclude_none=True) for c in validated]
-                known = (validated, _encode(dumps))
+                known = (
+                    validated,
+                    [c.model_dump(mode="json", exclude_none=True) for c in validated],
+                )
             seen[shape] = known
         if known is None:
             return None
-        calls, calls_json = known
-    key = _hash_text(_plain_canonical(query, row_id, output, calls_json, context, tags))
-    return PlainRow(query, row_id, output, calls, context, tags, key)
-
-
-def _plain_canonical(
-    query: str,
-    row_id: str,
-    output: str | None,
-    calls_json: str | None,
-    context: str | None,
-    tags: tuple[str, ...],
-) -> str:
-    """What ``_encode`` makes of a plain row's dump (``model_dump(mode="json",
-    exclude_none=True)``: the fields that are not None, and ``tags``), written out: the keys in
-    sorted order, every str through the encoder's own ``encode_basestring``, the expected calls'
-    JSON as ``_encode`` wrote it (tests pin the equality with :func:`row_hash`)."""
-    parts = []
-    if context is not None:
-        parts.append('"context":' + encode_basestring(context))
+        calls, dumps = known
+    # QueryRow's model_dump(mode="json", exclude_none=True) of the same row
+    dump: dict[str, Any] = {"query": query, "id": row_id, "tags": list(tags)}
     if output is not None:
-        parts.append('"expected_output":' + encode_basestring(output))
-    if calls_json is not None:
-        parts.append('"expected_tool_calls":' + calls_json)
-    parts.append('"id":' + encode_basestring(row_id))
-    parts.append('"query":' + encode_basestring(query))
-    parts.append('"tags":[' + ",".join(map(encode_basestring, tags)) + "]")
-    return "{" + ",".join(parts) + "}"
+        dump["expected_output"] = output
+    if calls is not None:
+        dump["expected_tool_calls"] = dumps
+    if context is not None:
+        dump["context"] = context
+    return PlainRow(query, row_id, output, calls, context, tags, _hash(dump))
 
 
 def _collect_rows(
