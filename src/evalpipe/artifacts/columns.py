@@ -81,18 +81,25 @@ class Batch:
     """The source objects of a batch of rows, and the values several columns share (computed
     once per batch: a token_usage split into four columns)."""
 
-    __slots__ = ("_memo", "extra", "objects")
+    __slots__ = ("_memo", "columns", "extra", "objects")
 
-    def __init__(self, objects: Sequence[Any], extra: Any = None) -> None:
+    def __init__(
+        self, objects: Sequence[Any], extra: Any = None, columns: Mapping[str, Any] | None = None
+    ) -> None:
         self.objects = objects
         """One per row (for ``level``: the one ``Level``)."""
         self.extra = extra
         """What the source's columns need besides the objects (the items' agents, the scores'
         items)."""
+        self.columns = columns
+        """The objects' attributes as columns by name, instead of the objects (the calls of
+        ``RowEncoder.target_runs``: RunRecord's fields, ``call_fields``)."""
         self._memo: dict[str, Any] = {}
 
     def attr(self, name: str) -> list[Any]:
         """Each object's attribute ``name`` (a C-level getter mapped over them)."""
+        if self.columns is not None:
+            return list(self.columns[name])
         return list(map(operator.attrgetter(name), self.objects))
 
     def memo(self, key: str, make: Callable[[], Any]) -> Any:
@@ -1089,26 +1096,9 @@ class RunRecord:
     ) -> RunRecord:
         """The record of one call (a TargetRun or a WorkflowRun), its transcript being the run's
         JSON (``transcript``, when the caller serialized it already), and its cost."""
-        usage = run.usage
-        return cls(
-            run_id=run_id,
-            row_id=row_id,
-            query_index=run.query_index,
-            repetition=run.repetition,
-            target=target,
-            status="ok" if run.error_code is None else "error",
-            error_code=run.error_code,
-            error_message=run.error_message,
-            latency_s=usage.latency_seconds,
-            started_at=run.started_at,
-            ended_at=run.ended_at,
-            input_tokens=usage.input_tokens,
-            output_tokens=usage.output_tokens,
-            total_tokens=usage.total_tokens,
-            cost_usd=cost_usd,
-            transcript=transcript if transcript is not None else run.model_dump_json(fallback=str),
-            cached=cached,
-        )
+        text = transcript if transcript is not None else run.model_dump_json(fallback=str)
+        fields = call_fields([run], [run_id], [row_id], [text], [cached], target, [cost_usd])
+        return cls(**{name: values[0] for name, values in fields.items()})
 
     def target_run(self) -> TargetRun:
         """The transcript as a TargetRun (for records of agent calls).
@@ -1119,3 +1109,50 @@ class RunRecord:
         if self.transcript is None:
             raise ValueError(f"run {self.run_id} has no transcript")
         return TargetRun.model_validate_json(self.transcript)
+
+
+def call_fields(
+    runs: Sequence[Transcript],
+    run_ids: Sequence[str],
+    row_ids: Sequence[str | None],
+    transcripts: Sequence[str | None],
+    cached: Sequence[bool],
+    target: str | None = None,
+    costs: Sequence[float | None] | None = None,
+) -> dict[str, list[Any]]:
+    """The RunRecord fields of target calls (TargetRuns or WorkflowRuns), one list per field.
+
+    Raises:
+        ValueError: for a run_id that is not a non-empty string, or sequences of different
+            lengths.
+    """
+    n = len(runs)
+    if not len(run_ids) == len(row_ids) == len(transcripts) == len(cached) == n:
+        raise ValueError(
+            f"add_target_runs: {n} runs but {len(run_ids)} run_ids, {len(row_ids)} row_ids, "
+            f"{len(transcripts)} transcripts and {len(cached)} cached flags"
+        )
+    for run_id in run_ids:
+        if not isinstance(run_id, str) or not run_id:
+            raise ValueError(f"RunRecord.run_id must be a non-empty string, got {run_id!r}")
+    usages = [run.usage for run in runs]
+    codes = [run.error_code for run in runs]
+    return {
+        "run_id": list(run_ids),
+        "query_index": [run.query_index for run in runs],
+        "repetition": [run.repetition for run in runs],
+        "row_id": list(row_ids),
+        "target": [target] * n,
+        "status": ["ok" if code is None else "error" for code in codes],
+        "error_code": codes,
+        "error_message": [run.error_message for run in runs],
+        "latency_s": [u.latency_seconds for u in usages],
+        "started_at": [run.started_at for run in runs],
+        "ended_at": [run.ended_at for run in runs],
+        "input_tokens": [u.input_tokens for u in usages],
+        "output_tokens": [u.output_tokens for u in usages],
+        "total_tokens": [u.total_tokens for u in usages],
+        "cost_usd": list(costs) if costs is not None else [None] * n,
+        "transcript": list(transcripts),
+        "cached": [bool(c) for c in cached],
+    }
