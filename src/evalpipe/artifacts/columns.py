@@ -168,17 +168,6 @@ class Table:
         """Its columns from these sources, in order."""
         return [c for c in self.columns if c.source in sources]
 
-    def column(self, name: str) -> Column:
-        """The column ``name``.
-
-        Raises:
-            KeyError: naming the table.
-        """
-        for c in self.columns:
-            if c.name == name:
-                return c
-        raise KeyError(f"{self.name}.parquet has no column {name!r}")
-
     def with_column(self, column: Column) -> Table:
         """This table with ``column`` added after the last column of its source."""
         last = max(
@@ -214,22 +203,22 @@ def json_default(value: Any) -> Any:
     return str(value)
 
 
-def _opt_int(value: Any) -> int | None:
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None
+def _number(convert: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """A number's conversion: None for None, a bool or what ``convert`` refuses."""
+
+    def converted(value: Any) -> Any:
+        if value is None or isinstance(value, bool):
+            return None
+        try:
+            return convert(value)
+        except (TypeError, ValueError):
+            return None
+
+    return converted
 
 
-def _opt_float(value: Any) -> float | None:
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return None
+def _or_none(convert: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    return lambda value: None if value is None else convert(value)
 
 
 def _converter(
@@ -288,18 +277,18 @@ def micros(values: list[Any]) -> list[Any]:
 
 
 _CONVERT: dict[tuple[str, bool], Callable[[list[Any]], list[Any]]] = {
-    ("string", True): _converter(frozenset({str, _NONE}), lambda v: None if v is None else str(v)),
-    ("string", False): _converter(frozenset({str}), str),
-    ("int64", True): _converter(frozenset({int, _NONE}), _opt_int),
-    ("int64", False): _converter(frozenset({int}), int),
-    ("double", True): _converter(frozenset({float, _NONE}), _opt_float),
-    ("double", False): _converter(frozenset({float}), float),
-    ("bool", True): _converter(frozenset({bool, _NONE}), lambda v: None if v is None else bool(v)),
-    ("bool", False): _converter(frozenset({bool}), bool),
     ("timestamp[us, tz=UTC]", True): micros,
     ("timestamp[us, tz=UTC]", False): micros,
 }
 """Each kind's conversion of raw values to those of its Arrow array."""
+for _kind, _type, _convert in (
+    ("string", str, _or_none(str)),
+    ("int64", int, _number(int)),
+    ("double", float, _number(float)),
+    ("bool", bool, _or_none(bool)),
+):
+    _CONVERT[_kind, True] = _converter(frozenset({_type, _NONE}), _convert)
+    _CONVERT[_kind, False] = _converter(frozenset({_type}), _type)
 
 
 # -- getters ------------------------------------------------------------------------------------
@@ -310,25 +299,30 @@ def _attr(name: str) -> Getter:
     return lambda batch: batch.attr(name)
 
 
-def _jsons(name: str) -> Getter:
-    """The JSON of the objects' attribute ``name`` (null kept)."""
+def _each(name: str, convert: Callable[[Any], Any]) -> Getter:
+    """``convert`` of each object's attribute ``name`` (null kept; the attribute read once per
+    batch)."""
 
-    def get(batch: Batch) -> list[str | None]:
-        values = batch.attr(name)
-        if all_null(values):
-            return values
-        return [None if v is None else json_text(v) for v in values]
+    def get(batch: Batch) -> list[Any]:
+        values: list[Any] = batch.memo(name, lambda: batch.attr(name))
+        return values if all_null(values) else [None if v is None else convert(v) for v in values]
 
     return get
 
 
 def _meta(key: str) -> Getter:
     """``metadata[key]`` of each object (null without metadata)."""
+    return _each("metadata", lambda metadata: metadata.get(key))
 
-    def get(batch: Batch) -> list[Any]:
-        return [None if m is None else m.get(key) for m in batch.attr("metadata")]
 
-    return get
+def _usage(name: str) -> Getter:
+    """A RunUsage field of each item's usage (null without usage)."""
+    return _each("usage", operator.attrgetter(name))
+
+
+def _notes(name: str) -> Getter:
+    """The JSON list of each score's dataclass notes (diagnostics, dimensions)."""
+    return _each(name, lambda notes: json_text([asdict(x) for x in notes]))
 
 
 def split_tokens(
@@ -363,18 +357,6 @@ def _tokens(part: int) -> Getter:
     return lambda batch: batch.memo("tokens", lambda: split(batch))[part]
 
 
-def _usage(name: str) -> Getter:
-    """A RunUsage field of each item's usage (null without usage)."""
-
-    def get(batch: Batch) -> list[Any]:
-        usages: list[Any] = batch.memo("usage", lambda: batch.attr("usage"))
-        if all_null(usages):
-            return usages
-        return [None if u is None else getattr(u, name) for u in usages]
-
-    return get
-
-
 def _query_response(part: int) -> Getter:
     def get(batch: Batch) -> list[str]:
         pairs = batch.memo("qr", lambda: [i.query_and_response() for i in batch.objects])
@@ -395,11 +377,6 @@ def split_name(strategy: Any) -> str | None:
     module = getattr(strategy, "__module__", None)
     name = getattr(strategy, "__qualname__", None) or type(strategy).__qualname__
     return f"{module}:{name}" if module else str(name)
-
-
-def _splits(batch: Batch) -> list[str | None]:
-    values = batch.attr("split_strategy")
-    return values if all_null(values) else [split_name(v) for v in values]
 
 
 def _conversations(batch: Batch) -> list[str]:
@@ -423,25 +400,6 @@ def _expected(batch: Batch) -> list[str | None]:
             text = done[key] = _EXPECTED.dump_json(calls, fallback=str).decode()
         out.append(text)
     return out
-
-
-def _tools(batch: Batch) -> list[str | None]:
-    values = batch.attr("tools")
-    if all_null(values):
-        return values
-    return [None if t is None else _TOOLS.dump_json(t).decode() for t in values]
-
-
-def _notes(name: str) -> Getter:
-    """The JSON list of each score's dataclass notes (diagnostics, dimensions)."""
-
-    def get(batch: Batch) -> list[str | None]:
-        values = batch.attr(name)
-        if all_null(values):
-            return values
-        return [None if d is None else json_text([asdict(x) for x in d]) for d in values]
-
-    return get
 
 
 _SAMPLE_JSON: dict[str, str] = {}
@@ -647,7 +605,7 @@ ITEMS = Table(
             "split",
             "string",
             'The item\'s split strategy: "last_turn", "full", "at:N" (a workflow agent\'s item: its conversation cut after the first N messages, what the agent received | what it produced), a custom splitter\'s "module:name", or null for the default (last_turn).',
-            _splits,
+            _each("split_strategy", split_name),
         ),
         _item(
             "conversation", "string", "JSON list of the conversation's messages.", _conversations
@@ -664,7 +622,7 @@ ITEMS = Table(
             "tool_definitions",
             "string",
             "JSON list of the tool definitions (null: not known).",
-            _tools,
+            _each("tools", lambda tools: _TOOLS.dump_json(tools).decode()),
         ),
         _item("error_code", "string", "Why the item cannot be evaluated (the target call failed)."),
         _item("error_message", "string", "What went wrong in the target call."),
@@ -821,7 +779,7 @@ SCORES = Table(
             "string",
             "JSON object of EvalItemResult.metadata.",
             "metadata",
-            _jsons("metadata"),
+            _each("metadata", json_text),
             decode=_json_object,
         ),
         _score(
@@ -879,7 +837,7 @@ SCORES = Table(
             "string",
             "JSON object of provider-specific detail.",
             "sample",
-            lambda batch: list(map(_sample_json, batch.attr("sample"))),
+            _each("sample", _sample_json),
             decode=_sample,
         ),
         _score("input_tokens", "int64", "Tokens spent on the metric (input).", None, _tokens(0)),
@@ -1022,42 +980,26 @@ RunStatus = Literal["ok", "error"]
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunRecord:
-    """One target call, as a row of ``runs.parquet``."""
+    """One target call, as a row of ``runs.parquet``: each field holds the column of its name
+    (described in ``RUNS``)."""
 
     run_id: str
-    """Stable id of the call (the caller's content hash of target, dataset row and repetition)."""
     query_index: int | None = None
-    """Position of the query in the query set."""
     repetition: int | None = None
-    """Which repetition (0-based)."""
     row_id: str | None = None
-    """Id of the dataset row."""
     target: str | None = None
-    """Identity of the target (agent or workflow)."""
     status: RunStatus = "ok"
-    """``ok`` or ``error``."""
     error_code: str | None = None
-    """Why the call failed."""
     error_message: str | None = None
-    """The failure, as text."""
     latency_s: float | None = None
-    """Wall-clock seconds."""
     started_at: datetime | None = None
-    """When the call started (UTC); None for a recording."""
     ended_at: datetime | None = None
-    """When the call ended (UTC); None for a recording."""
     input_tokens: int | None = None
-    """Prompt tokens."""
     output_tokens: int | None = None
-    """Completion tokens."""
     total_tokens: int | None = None
-    """Total tokens."""
     cost_usd: float | None = None
-    """The call's cost at the suite's prices."""
     transcript: str | None = None
-    """JSON of the transcript (a TargetRun or a WorkflowRun); opaque to the artifacts."""
     cached: bool = False
-    """Reused from the run journal."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.run_id, str) or not self.run_id:
