@@ -3,9 +3,11 @@ value comes from, how it is computed, which field it is read back into, and sinc
 version it exists.
 
 The Arrow schemas (``evalpipe.artifacts.schema``), the rows the encoder builds and the writer
-appends, the reader's records and docs/artifacts.md all derive from :data:`TABLES`; adding a
-column is one ``Column(...)`` line here (plus its row in docs/artifacts.md, which a test compares)
-and a bump of :data:`SCHEMA_VERSION`.
+appends, the reader's records and docs/artifacts.md all derive from :data:`TABLES`. A column is
+declared by its row as docs/artifacts.md lists it (``| `name` | kind[, not null] | meaning |``)
+and, when it is not its source's attribute of its name, how it is computed (``_columns``);
+adding one is a row here, the same row in docs/artifacts.md (a test compares them) and a bump of
+:data:`SCHEMA_VERSION`.
 
 Nothing here imports pyarrow: a worker process encodes its shard's rows with this module alone.
 """
@@ -16,10 +18,11 @@ import datetime as dt
 import itertools
 import json
 import operator
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from pydantic import BaseModel, TypeAdapter
 from pydantic_core import from_json, to_json
@@ -127,7 +130,8 @@ class Column:
     source: Source
     """Where its value comes from."""
     get: Getter | None = None
-    """How it is computed from its source; None: the source's attribute of the column's name."""
+    """How it is computed from its source; None: each object's attribute named by ``field``, else
+    by the column's name (``level``: the one Level's)."""
     field: str | None = None
     """The record field it is read back into (``RunRecord``, ``EvalItemResult``,
     ``EvalScoreResult``, ``SummaryRow``); None: not read back (derived, or read by hand)."""
@@ -141,7 +145,12 @@ class Column:
 
     def values(self, batch: Batch) -> Any:
         """The column's values of ``batch``, exactly those of its Arrow array."""
-        raw = (self.get or _attr(self.name))(batch)
+        if self.get is not None:
+            raw = self.get(batch)
+        elif self.source == "level":
+            return getattr(batch.objects[0], self.name)
+        else:
+            raw = batch.attr(self.field or self.name)
         if self.source in ("run", "level"):
             return raw
         return _CONVERT[self.kind, self.nullable](raw)
@@ -466,503 +475,279 @@ def _score_index(batch: Batch) -> list[int]:
     return [k for item in batch.extra for k in range(len(item.scores))]
 
 
-def _level(get: Callable[[Any], Any]) -> Getter:
-    return lambda batch: get(batch.objects[0])
-
-
 # -- the tables ----------------------------------------------------------------------------------
+
+_ROW = re.compile(r"\| `(\w+)` \| (timestamp\[[^\]]*\]|\w+)(, not null)? \| (.*) \|")
+"""A column's row, as docs/artifacts.md lists it: name, kind (``, not null``), meaning."""
+
+
+def _columns(
+    source: Source, rows: str, *, fields: bool = False, **specs: dict[str, Any]
+) -> list[Column]:
+    """Columns from ``source`` (in order) declared by their rows as docs/artifacts.md lists them
+    (``| `name` | kind[, not null] | meaning |``, a ``|`` in the meaning escaped as ``\\|``).
+
+    A column's ``specs`` entry holds the rest of its ``Column`` fields (``get``, ``field``,
+    ``decode``, ``source``, ``since``); without a ``get`` of its own, a column of a record table
+    (``fields``) is read back into the field of its name.
+
+    Raises:
+        ValueError: for a row that is not a column's, or a spec of no row.
+    """
+    columns = []
+    for line in rows.strip().splitlines():
+        match = _ROW.fullmatch(line.strip())
+        if match is None:
+            raise ValueError(f"not a column row: {line!r}")
+        name, kind, required, doc = match.groups()
+        spec = specs.pop(name, {})
+        options: dict[str, Any] = {"source": source, "nullable": required is None}
+        if fields and "get" not in spec:
+            options["field"] = name
+        doc = doc.replace("\\|", "|")
+        columns.append(Column(name, cast(Kind, kind), doc, **(options | spec)))
+    if specs:
+        raise ValueError(f"no row for the column(s) {sorted(specs)}")
+    return columns
+
 
 RUN_NAME = "run_name"
 """The column every table starts with: the run directory's name, the same on each of its rows."""
 
-_RUN_COLUMNS = (
-    Column(
-        RUN_NAME,
-        "string",
-        "The run: its run directory's name (unique per run; the same on every row and table of "
-        "the run, and manifest.json's run_name). Stack runs on it.",
-        "run",
-        nullable=False,
-        since=2,
-    ),
-    Column(
-        "suite",
-        "string",
-        "The suite the run ran (manifest.json's suite name); null for a run without a suite.",
-        "run",
-        since=3,
-    ),
-    Column(
-        "target_version",
-        "string",
-        "The suite's target_version (a model name, a git revision); null without a suite.",
-        "run",
-        since=3,
-    ),
+_RUN_COLUMNS = _columns(
+    "run",
+    """
+| `run_name` | string, not null | The run: its run directory's name (unique per run; the same on every row and table of the run, and manifest.json's run_name). Stack runs on it. |
+| `suite` | string | The suite the run ran (manifest.json's suite name); null for a run without a suite. |
+| `target_version` | string | The suite's target_version (a model name, a git revision); null without a suite. |
+""",
+    run_name=dict(since=2),
+    suite=dict(since=3),
+    target_version=dict(since=3),
 )
-
-
-def _call(name: str, kind: Kind, doc: str, **kw: Any) -> Column:
-    return Column(name, kind, doc, "call", field=name, **kw)
-
 
 RUNS = Table(
     "runs",
     (
         *_RUN_COLUMNS,
-        _call(
-            "run_id",
-            "string",
-            "Stable id of the target call (the caller's content hash).",
-            nullable=False,
-        ),
-        _call("row_id", "string", "Id of the dataset row the call answered."),
-        _call("query_index", "int64", "Position of the query in the query set."),
-        _call("repetition", "int64", "Which repetition of the query (0-based)."),
-        _call("target", "string", "Identity of the target that was called (agent or workflow)."),
-        _call("status", "string", '"ok" or "error".', nullable=False),
-        _call("error_code", "string", 'Why the call failed (e.g. "AgentError"); null when ok.'),
-        _call("error_message", "string", "The failure, as text; null when ok."),
-        _call("latency_s", "double", "Wall-clock seconds of the call."),
-        _call(
-            "started_at",
-            "timestamp[us, tz=UTC]",
-            "When the call started (UTC); null for a recorded row (nothing called).",
-            since=2,
-        ),
-        _call(
-            "ended_at",
-            "timestamp[us, tz=UTC]",
-            "When the call ended (UTC); null for a recorded row.",
-            since=2,
-        ),
-        _call("input_tokens", "int64", "Prompt tokens, when reported."),
-        _call("output_tokens", "int64", "Completion tokens, when reported."),
-        _call("total_tokens", "int64", "Total tokens, when reported."),
-        _call(
-            "cost_usd",
-            "double",
-            "The call's cost in dollars at the suite's prices (its tokens by the target model's "
-            "price); null without a price, for a recorded row or without reported tokens.",
-            since=4,
-        ),
-        _call(
-            "transcript", "string", "JSON of the call's transcript (a TargetRun or a WorkflowRun)."
-        ),
-        _call(
-            "cached",
-            "bool",
-            "The call was reused from the run journal, not made again.",
-            nullable=False,
+        *_columns(
+            "call",
+            """
+| `run_id` | string, not null | Stable id of the target call (the caller's content hash). |
+| `row_id` | string | Id of the dataset row the call answered. |
+| `query_index` | int64 | Position of the query in the query set. |
+| `repetition` | int64 | Which repetition of the query (0-based). |
+| `target` | string | Identity of the target that was called (agent or workflow). |
+| `status` | string, not null | "ok" or "error". |
+| `error_code` | string | Why the call failed (e.g. "AgentError"); null when ok. |
+| `error_message` | string | The failure, as text; null when ok. |
+| `latency_s` | double | Wall-clock seconds of the call. |
+| `started_at` | timestamp[us, tz=UTC] | When the call started (UTC); null for a recorded row (nothing called). |
+| `ended_at` | timestamp[us, tz=UTC] | When the call ended (UTC); null for a recorded row. |
+| `input_tokens` | int64 | Prompt tokens, when reported. |
+| `output_tokens` | int64 | Completion tokens, when reported. |
+| `total_tokens` | int64 | Total tokens, when reported. |
+| `cost_usd` | double | The call's cost in dollars at the suite's prices (its tokens by the target model's price); null without a price, for a recorded row or without reported tokens. |
+| `transcript` | string | JSON of the call's transcript (a TargetRun or a WorkflowRun). |
+| `cached` | bool, not null | The call was reused from the run journal, not made again. |
+""",
+            fields=True,
+            started_at=dict(since=2),
+            ended_at=dict(since=2),
+            cost_usd=dict(since=4),
         ),
     ),
 )
-
-
-def _item(name: str, kind: Kind, doc: str, get: Getter | None = None, **kw: Any) -> Column:
-    return Column(name, kind, doc, "item", get, **kw)
-
 
 ITEMS = Table(
     "items",
     (
         *_RUN_COLUMNS,
-        _item(
-            "agent",
-            "string",
-            'Result level: "overall" for the whole target, else the agent (executor) name.',
-            lambda batch: batch.extra,
-            nullable=False,
-        ),
-        Column(
-            "item_index",
-            "int64",
-            "Position of the item among this agent's items in the run.",
-            "counted",
-            nullable=False,
-        ),
-        _item("item_id", "string", "EvalItem.item_id."),
-        _item(
-            "item_agent",
-            "string",
-            "EvalItem.agent as set on the item (null for a single agent's items).",
-            _attr("agent"),
-        ),
-        _item(
-            "run_id",
-            "string",
-            'The target call that produced the item (metadata["run_id"]).',
-            _meta("run_id"),
-        ),
-        _item("row_id", "string", 'The dataset row (metadata["row_id"]).', _meta("row_id")),
-        _item("query_index", "int64", "EvalItem.query_index."),
-        _item("repetition", "int64", "EvalItem.repetition."),
-        _item("query", "string", "The query string under the item's split.", _query_response(0)),
-        _item(
-            "response", "string", "The response string under the item's split.", _query_response(1)
-        ),
-        _item(
-            "split",
-            "string",
-            'The item\'s split strategy: "last_turn", "full", "at:N" (a workflow agent\'s item: its conversation cut after the first N messages, what the agent received | what it produced), a custom splitter\'s "module:name", or null for the default (last_turn).',
-            _each("split_strategy", split_name),
-        ),
-        _item(
-            "conversation", "string", "JSON list of the conversation's messages.", _conversations
-        ),
-        _item("expected_output", "string", "The reference answer."),
-        _item("context", "string", "Grounding context."),
-        _item(
-            "expected_tool_calls",
-            "string",
-            "JSON list of the expected tool calls (null: none given).",
-            _expected,
-        ),
-        _item(
-            "tool_definitions",
-            "string",
-            "JSON list of the tool definitions (null: not known).",
-            _each("tools", lambda tools: _TOOLS.dump_json(tools).decode()),
-        ),
-        _item("error_code", "string", "Why the item cannot be evaluated (the target call failed)."),
-        _item("error_message", "string", "What went wrong in the target call."),
-        _item(
-            "has_usage",
-            "bool",
-            "EvalItem.usage was set (it can be set with every value null).",
-            lambda batch: [u is not None for u in batch.memo("usage", lambda: batch.attr("usage"))],
-            nullable=False,
-        ),
-        _item("input_tokens", "int64", "Prompt tokens of the target call.", _usage("input_tokens")),
-        _item(
-            "output_tokens",
-            "int64",
-            "Completion tokens of the target call.",
-            _usage("output_tokens"),
-        ),
-        _item("total_tokens", "int64", "Total tokens of the target call.", _usage("total_tokens")),
-        _item(
-            "latency_s",
-            "double",
-            "Wall-clock seconds of the target call.",
-            _usage("latency_seconds"),
-        ),
-        _item(
-            "metadata",
-            "string",
-            "JSON object of EvalItem.metadata.",
-            lambda batch: list(map(json_text, batch.attr("metadata"))),
-            nullable=False,
+        *_columns(
+            "item",
+            r"""
+| `agent` | string, not null | Result level: "overall" for the whole target, else the agent (executor) name. |
+| `item_index` | int64, not null | Position of the item among this agent's items in the run. |
+| `item_id` | string | EvalItem.item_id. |
+| `item_agent` | string | EvalItem.agent as set on the item (null for a single agent's items). |
+| `run_id` | string | The target call that produced the item (metadata["run_id"]). |
+| `row_id` | string | The dataset row (metadata["row_id"]). |
+| `query_index` | int64 | EvalItem.query_index. |
+| `repetition` | int64 | EvalItem.repetition. |
+| `query` | string | The query string under the item's split. |
+| `response` | string | The response string under the item's split. |
+| `split` | string | The item's split strategy: "last_turn", "full", "at:N" (a workflow agent's item: its conversation cut after the first N messages, what the agent received \| what it produced), a custom splitter's "module:name", or null for the default (last_turn). |
+| `conversation` | string | JSON list of the conversation's messages. |
+| `expected_output` | string | The reference answer. |
+| `context` | string | Grounding context. |
+| `expected_tool_calls` | string | JSON list of the expected tool calls (null: none given). |
+| `tool_definitions` | string | JSON list of the tool definitions (null: not known). |
+| `error_code` | string | Why the item cannot be evaluated (the target call failed). |
+| `error_message` | string | What went wrong in the target call. |
+| `has_usage` | bool, not null | EvalItem.usage was set (it can be set with every value null). |
+| `input_tokens` | int64 | Prompt tokens of the target call. |
+| `output_tokens` | int64 | Completion tokens of the target call. |
+| `total_tokens` | int64 | Total tokens of the target call. |
+| `latency_s` | double | Wall-clock seconds of the target call. |
+| `metadata` | string, not null | JSON object of EvalItem.metadata. |
+""",
+            agent=dict(get=lambda batch: batch.extra),
+            item_index=dict(source="counted"),
+            item_agent=dict(get=_attr("agent")),
+            run_id=dict(get=_meta("run_id")),
+            row_id=dict(get=_meta("row_id")),
+            query=dict(get=_query_response(0)),
+            response=dict(get=_query_response(1)),
+            split=dict(get=_each("split_strategy", split_name)),
+            conversation=dict(get=_conversations),
+            expected_tool_calls=dict(get=_expected),
+            tool_definitions=dict(
+                get=_each("tools", lambda tools: _TOOLS.dump_json(tools).decode())
+            ),
+            has_usage=dict(
+                get=lambda batch: [
+                    u is not None for u in batch.memo("usage", lambda: batch.attr("usage"))
+                ]
+            ),
+            input_tokens=dict(get=_usage("input_tokens")),
+            output_tokens=dict(get=_usage("output_tokens")),
+            total_tokens=dict(get=_usage("total_tokens")),
+            latency_s=dict(get=_usage("latency_seconds")),
+            metadata=dict(get=lambda batch: list(map(json_text, batch.attr("metadata")))),
         ),
     ),
 )
-
-
-def _result(
-    name: str, kind: Kind, doc: str, field: str | None, get: Getter | None = None, **kw: Any
-) -> Column:
-    return Column(name, kind, doc, "result", get or _attr(field or name), field, **kw)
-
-
-def _score(
-    name: str, kind: Kind, doc: str, field: str | None, get: Getter | None = None, **kw: Any
-) -> Column:
-    return Column(name, kind, doc, "score", get or _attr(field or name), field, **kw)
-
 
 SCORES = Table(
     "scores",
     (
         *_RUN_COLUMNS,
-        Column(
-            "provider",
-            "string",
-            'The evaluator provider ("Local", "Microsoft Foundry", ...).',
+        *_columns(
             "level",
-            _level(operator.attrgetter("provider")),
-            nullable=False,
+            """
+| `provider` | string, not null | The evaluator provider ("Local", "Microsoft Foundry", ...). |
+| `provider_index` | int64, not null | Position of the provider in the run's provider list. |
+| `eval_run_id` | string | EvalResults.run_id of this provider and agent (local providers: the eval name; in suite runs it always ends with " ({provider})", however many providers the suite has). |
+| `agent` | string, not null | "overall" or the agent (executor) name. |
+| `item_index` | int64, not null | Position of the item in this provider and agent's results. |
+""",
+            eval_run_id=dict(get=lambda batch: batch.objects[0].result.run_id),
+            item_index=dict(source="counted"),
         ),
-        Column(
-            "provider_index",
-            "int64",
-            "Position of the provider in the run's provider list.",
-            "level",
-            _level(operator.attrgetter("provider_index")),
-            nullable=False,
+        *_columns(
+            "result",
+            """
+| `item_id` | string, not null | EvalItemResult.item_id. |
+| `row_id` | string | The dataset row the item answered (its metadata["row_id"]). |
+| `repetition` | int64 | Which repetition of the row (0-based; its metadata["repetition"]). |
+| `item_status` | string, not null | "pass", "fail", "error" or "errored": the item's verdict. |
+| `item_error_code` | string | Why the item could not be evaluated. |
+| `item_error_message` | string | What went wrong with the item. |
+| `response_id` | string | The evaluated response's id, when the provider reports one. |
+| `input_text` | string | The query text the provider saw. |
+| `output_text` | string | The response text the provider saw. |
+| `item_input_tokens` | int64 | Tokens the item's evaluation used (input). |
+| `item_output_tokens` | int64 | Tokens the item's evaluation used (output). |
+| `item_total_tokens` | int64 | Tokens the item's evaluation used (total). |
+| `item_token_usage_other` | string | JSON of the item's other token_usage keys ({} for an empty dict). |
+| `item_metadata` | string | JSON object of EvalItemResult.metadata. |
+""",
+            fields=True,
+            row_id=dict(get=_meta("row_id"), since=3),
+            repetition=dict(get=_meta("repetition"), since=3),
+            item_status=dict(field="status"),
+            item_error_code=dict(field="error_code"),
+            item_error_message=dict(field="error_message"),
+            item_input_tokens=dict(get=_tokens(0)),
+            item_output_tokens=dict(get=_tokens(1)),
+            item_total_tokens=dict(get=_tokens(2)),
+            item_token_usage_other=dict(get=_tokens(3)),
+            item_metadata=dict(
+                get=_each("metadata", json_text), field="metadata", decode=_json_object
+            ),
         ),
-        Column(
-            "eval_run_id",
-            "string",
-            'EvalResults.run_id of this provider and agent (local providers: the eval name; in suite runs it always ends with " ({provider})", however many providers the suite has).',
-            "level",
-            _level(lambda level: level.result.run_id),
+        *_columns(
+            "score",
+            """
+| `score_index` | int64 | Position of the metric in the item's scores; null on the one row of an item with no metrics. |
+| `metric` | string | The metric (check) name; null on the row of an item with no metrics. |
+| `evaluator` | string | The evaluator that produced the metric, when it differs from the metric. |
+| `score` | double | The score (null when the metric errored). |
+| `passed` | bool | The metric's verdict, when it has one. |
+| `label` | string | A categorical label. |
+| `rating` | string | A judge's rating. |
+| `reason` | string | Why the metric passed or failed. |
+| `threshold` | double | The pass threshold that decided passed. |
+| `status` | string | "pass", "fail", "error" or "not_applicable" (no verdict and no error). |
+| `error_code` | string | Why the metric could not be computed. |
+| `error_message` | string | The metric's error, as text. |
+| `diagnostics` | string | JSON list of {severity, message} notes. |
+| `dimensions` | string | JSON list of rubric dimensions. |
+| `sample` | string | JSON object of provider-specific detail. |
+| `input_tokens` | int64 | Tokens spent on the metric (input). |
+| `output_tokens` | int64 | Tokens spent on the metric (output). |
+| `total_tokens` | int64 | Tokens spent on the metric (total). |
+| `token_usage_other` | string | JSON of the metric's other token_usage keys ({} for an empty dict). |
+| `latency_s` | double | Seconds spent computing the metric. |
+""",
+            fields=True,
+            score_index=dict(get=_score_index),
+            metric=dict(field="name"),
+            status=dict(get=lambda batch: score_statuses(batch.objects)),
+            diagnostics=dict(get=_notes("diagnostics"), field="diagnostics", decode=_diagnostics),
+            dimensions=dict(get=_notes("dimensions"), field="dimensions", decode=_rubric),
+            sample=dict(get=_each("sample", _sample_json), field="sample", decode=_sample),
+            input_tokens=dict(get=_tokens(0)),
+            output_tokens=dict(get=_tokens(1)),
+            total_tokens=dict(get=_tokens(2)),
+            token_usage_other=dict(get=_tokens(3)),
         ),
-        Column(
-            "agent",
-            "string",
-            '"overall" or the agent (executor) name.',
-            "level",
-            _level(operator.attrgetter("agent")),
-            nullable=False,
-        ),
-        Column(
-            "item_index",
-            "int64",
-            "Position of the item in this provider and agent's results.",
-            "counted",
-            nullable=False,
-        ),
-        _result("item_id", "string", "EvalItemResult.item_id.", "item_id", nullable=False),
-        _result(
-            "row_id",
-            "string",
-            'The dataset row the item answered (its metadata["row_id"]).',
-            None,
-            _meta("row_id"),
-            since=3,
-        ),
-        _result(
-            "repetition",
-            "int64",
-            'Which repetition of the row (0-based; its metadata["repetition"]).',
-            None,
-            _meta("repetition"),
-            since=3,
-        ),
-        _result(
-            "item_status",
-            "string",
-            '"pass", "fail", "error" or "errored": the item\'s verdict.',
-            "status",
-            nullable=False,
-        ),
-        _result("item_error_code", "string", "Why the item could not be evaluated.", "error_code"),
-        _result("item_error_message", "string", "What went wrong with the item.", "error_message"),
-        _result(
-            "response_id",
-            "string",
-            "The evaluated response's id, when the provider reports one.",
-            "response_id",
-        ),
-        _result("input_text", "string", "The query text the provider saw.", "input_text"),
-        _result("output_text", "string", "The response text the provider saw.", "output_text"),
-        _result(
-            "item_input_tokens",
-            "int64",
-            "Tokens the item's evaluation used (input).",
-            None,
-            _tokens(0),
-        ),
-        _result(
-            "item_output_tokens",
-            "int64",
-            "Tokens the item's evaluation used (output).",
-            None,
-            _tokens(1),
-        ),
-        _result(
-            "item_total_tokens",
-            "int64",
-            "Tokens the item's evaluation used (total).",
-            None,
-            _tokens(2),
-        ),
-        _result(
-            "item_token_usage_other",
-            "string",
-            "JSON of the item's other token_usage keys ({} for an empty dict).",
-            None,
-            _tokens(3),
-        ),
-        _result(
-            "item_metadata",
-            "string",
-            "JSON object of EvalItemResult.metadata.",
-            "metadata",
-            _each("metadata", json_text),
-            decode=_json_object,
-        ),
-        _score(
-            "score_index",
-            "int64",
-            "Position of the metric in the item's scores; null on the one row of an item with no metrics.",
-            None,
-            _score_index,
-        ),
-        _score(
-            "metric",
-            "string",
-            "The metric (check) name; null on the row of an item with no metrics.",
-            "name",
-        ),
-        _score(
-            "evaluator",
-            "string",
-            "The evaluator that produced the metric, when it differs from the metric.",
-            "evaluator",
-        ),
-        _score("score", "double", "The score (null when the metric errored).", "score"),
-        _score("passed", "bool", "The metric's verdict, when it has one.", "passed"),
-        _score("label", "string", "A categorical label.", "label"),
-        _score("rating", "string", "A judge's rating.", "rating"),
-        _score("reason", "string", "Why the metric passed or failed.", "reason"),
-        _score("threshold", "double", "The pass threshold that decided passed.", "threshold"),
-        _score(
-            "status",
-            "string",
-            '"pass", "fail", "error" or "not_applicable" (no verdict and no error).',
-            None,
-            lambda batch: score_statuses(batch.objects),
-        ),
-        _score("error_code", "string", "Why the metric could not be computed.", "error_code"),
-        _score("error_message", "string", "The metric's error, as text.", "error_message"),
-        _score(
-            "diagnostics",
-            "string",
-            "JSON list of {severity, message} notes.",
-            "diagnostics",
-            _notes("diagnostics"),
-            decode=_diagnostics,
-        ),
-        _score(
-            "dimensions",
-            "string",
-            "JSON list of rubric dimensions.",
-            "dimensions",
-            _notes("dimensions"),
-            decode=_rubric,
-        ),
-        _score(
-            "sample",
-            "string",
-            "JSON object of provider-specific detail.",
-            "sample",
-            _each("sample", _sample_json),
-            decode=_sample,
-        ),
-        _score("input_tokens", "int64", "Tokens spent on the metric (input).", None, _tokens(0)),
-        _score("output_tokens", "int64", "Tokens spent on the metric (output).", None, _tokens(1)),
-        _score("total_tokens", "int64", "Tokens spent on the metric (total).", None, _tokens(2)),
-        _score(
-            "token_usage_other",
-            "string",
-            "JSON of the metric's other token_usage keys ({} for an empty dict).",
-            None,
-            _tokens(3),
-        ),
-        _score("latency_s", "double", "Seconds spent computing the metric.", "latency_s"),
     ),
 )
-
-
-def _row(name: str, kind: Kind, doc: str, **kw: Any) -> Column:
-    return Column(name, kind, doc, "row", field=name, **kw)
-
 
 SUMMARY = Table(
     "summary",
     (
         *_RUN_COLUMNS,
-        _row(
-            "kind",
-            "string",
-            '"result": one row per provider and agent (item counts and EvalResults fields); "metric": one per provider, agent and metric.',
-            nullable=False,
+        *_columns(
+            "row",
+            """
+| `kind` | string, not null | "result": one row per provider and agent (item counts and EvalResults fields); "metric": one per provider, agent and metric. |
+| `provider` | string, not null | The evaluator provider. |
+| `provider_index` | int64, not null | Position of the provider in the run's provider list. |
+| `agent` | string, not null | "overall" or the agent name. |
+| `agent_index` | int64, not null | 0 for overall, then the agents in sub_results order. |
+| `metric` | string | The metric; null on result rows. |
+| `n` | int64, not null | Result rows: items. Metric rows: items scored on the metric, plus items that could not be evaluated at all. |
+| `passed` | int64, not null | How many passed. |
+| `failed` | int64, not null | How many failed. |
+| `errored` | int64, not null | How many could not be evaluated (metric rows: errored metrics plus items with no metrics because they errored). |
+| `not_applicable` | int64, not null | Metric rows: scores with no verdict and no error (0 on result rows). |
+| `pass_rate_denominator` | int64, not null | passed + failed: errored and not_applicable are left out. |
+| `pass_rate` | double | passed / pass_rate_denominator; null when the denominator is 0. |
+| `score_count` | int64, not null | Metric rows: non-null scores (0 on result rows). |
+| `score_mean` | double | Mean of the non-null scores. |
+| `score_min` | double | Smallest score. |
+| `score_max` | double | Largest score. |
+| `score_std` | double | Sample standard deviation (n-1) of the scores; null below two scores. |
+| `status` | string | Result rows: EvalResults.status ("partial" when batches disagreed). |
+| `eval_id` | string | Result rows: EvalResults.eval_id (of the first batch). |
+| `eval_run_id` | string | Result rows: EvalResults.run_id (of the first batch). |
+| `report_url` | string | Result rows: EvalResults.report_url (of the first batch). |
+| `error` | string | Result rows: EvalResults.error, the batches' errors joined with "; ". |
+| `result_counts` | string | Result rows: JSON of EvalResults.result_counts, summed over batches. |
+| `per_evaluator` | string | Result rows: JSON of EvalResults.per_evaluator, summed over batches. |
+""",
+            fields=True,
         ),
-        _row("provider", "string", "The evaluator provider.", nullable=False),
-        _row(
-            "provider_index",
-            "int64",
-            "Position of the provider in the run's provider list.",
-            nullable=False,
-        ),
-        _row("agent", "string", '"overall" or the agent name.', nullable=False),
-        _row(
-            "agent_index",
-            "int64",
-            "0 for overall, then the agents in sub_results order.",
-            nullable=False,
-        ),
-        _row("metric", "string", "The metric; null on result rows."),
-        _row(
-            "n",
-            "int64",
-            "Result rows: items. Metric rows: items scored on the metric, plus items that could not be evaluated at all.",
-            nullable=False,
-        ),
-        _row("passed", "int64", "How many passed.", nullable=False),
-        _row("failed", "int64", "How many failed.", nullable=False),
-        _row(
-            "errored",
-            "int64",
-            "How many could not be evaluated (metric rows: errored metrics plus items with no metrics because they errored).",
-            nullable=False,
-        ),
-        _row(
-            "not_applicable",
-            "int64",
-            "Metric rows: scores with no verdict and no error (0 on result rows).",
-            nullable=False,
-        ),
-        _row(
-            "pass_rate_denominator",
-            "int64",
-            "passed + failed: errored and not_applicable are left out.",
-            nullable=False,
-        ),
-        _row(
-            "pass_rate", "double", "passed / pass_rate_denominator; null when the denominator is 0."
-        ),
-        _row(
-            "score_count",
-            "int64",
-            "Metric rows: non-null scores (0 on result rows).",
-            nullable=False,
-        ),
-        _row("score_mean", "double", "Mean of the non-null scores."),
-        _row("score_min", "double", "Smallest score."),
-        _row("score_max", "double", "Largest score."),
-        _row(
-            "score_std",
-            "double",
-            "Sample standard deviation (n-1) of the scores; null below two scores.",
-        ),
-        _row(
-            "status",
-            "string",
-            'Result rows: EvalResults.status ("partial" when batches disagreed).',
-        ),
-        _row("eval_id", "string", "Result rows: EvalResults.eval_id (of the first batch)."),
-        _row("eval_run_id", "string", "Result rows: EvalResults.run_id (of the first batch)."),
-        _row("report_url", "string", "Result rows: EvalResults.report_url (of the first batch)."),
-        _row(
-            "error",
-            "string",
-            'Result rows: EvalResults.error, the batches\' errors joined with "; ".',
-        ),
-        _row(
-            "result_counts",
-            "string",
-            "Result rows: JSON of EvalResults.result_counts, summed over batches.",
-        ),
-        _row(
-            "per_evaluator",
-            "string",
-            "Result rows: JSON of EvalResults.per_evaluator, summed over batches.",
-        ),
-        Column(
-            "run_started_at",
-            "timestamp[us, tz=UTC]",
-            "When the run started (UTC; manifest.json's started_at), every row.",
+        *_columns(
             "run",
-            since=2,
-        ),
-        Column(
-            "run_ended_at",
-            "timestamp[us, tz=UTC]",
-            "When the run's tables were written (UTC; manifest.json's ended_at).",
-            "run",
-            since=2,
+            """
+| `run_started_at` | timestamp[us, tz=UTC] | When the run started (UTC; manifest.json's started_at), every row. |
+| `run_ended_at` | timestamp[us, tz=UTC] | When the run's tables were written (UTC; manifest.json's ended_at). |
+""",
+            run_started_at=dict(since=2),
+            run_ended_at=dict(since=2),
         ),
     ),
 )
