@@ -15,30 +15,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from evalpipe.artifacts.columns import (
-    SPLIT_AT_PREFIX,
-    TABLES,
-    Batch,
-    RunRecord,
-    all_null,
-    call_fields,
-    json_default,
-)
+from evalpipe.artifacts.columns import TABLES, Batch, RunRecord, call_fields
 from evalpipe.items import EvalItem
 from evalpipe.results import EvalResults, EvalScoreResult
 from evalpipe.transcripts import Transcript
 
-__all__ = [
-    "SPLIT_AT_PREFIX",
-    "EncodedBatch",
-    "EncodedItems",
-    "EncodedRows",
-    "EncodedScores",
-    "Level",
-    "RowEncoder",
-    "all_null",
-    "json_default",
-]
+__all__ = ["EncodedBatch", "EncodedItems", "EncodedRows", "EncodedScores", "Level", "RowEncoder"]
 
 Columns = dict[str, list[Any]]
 """A table's columns of a batch, by name: the values of each column's Arrow array."""

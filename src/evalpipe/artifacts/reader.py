@@ -22,7 +22,15 @@ import pyarrow.compute as pc  # type: ignore[import-untyped, unused-ignore]
 import pyarrow.fs as pafs  # type: ignore[import-untyped, unused-ignore]
 import pyarrow.parquet as pq  # type: ignore[import-untyped, unused-ignore]
 
-from evalpipe.artifacts.columns import _EXPECTED, _MESSAGES, _TOOLS, TABLES, Column, Source
+from evalpipe.artifacts.columns import (
+    _EXPECTED,
+    _MESSAGES,
+    _TOOLS,
+    SPLIT_AT_PREFIX,
+    TABLES,
+    Column,
+    Source,
+)
 from evalpipe.artifacts.schema import (
     FILES,
     MANIFEST_FILE,
@@ -35,7 +43,7 @@ from evalpipe.artifacts.schema import (
     added,
     schema_of,
 )
-from evalpipe.artifacts.writer import SPLIT_AT_PREFIX, resolve_filesystem
+from evalpipe.artifacts.writer import resolve_filesystem
 from evalpipe.itemize import SplitAt
 from evalpipe.items import ConversationSplit, EvalItem
 from evalpipe.results import EvalItemResult, EvalResults, EvalScoreResult
@@ -448,17 +456,12 @@ _NOT_PASSED_COLUMNS = [
 ]
 
 
-def _tokens(
-    input_tokens: int | None, output_tokens: int | None, total_tokens: int | None, other: str | None
-) -> dict[str, int] | None:
-    if other is None and input_tokens is None and output_tokens is None and total_tokens is None:
+def _tokens(*parts: Any) -> dict[str, int] | None:
+    """A token_usage back from its four columns (input, output, total, JSON of the others)."""
+    *counts, other = parts
+    if other is None and counts.count(None) == 3:
         return None
-    values = (
-        ("input_tokens", input_tokens),
-        ("output_tokens", output_tokens),
-        ("total_tokens", total_tokens),
-    )
-    usage = {k: v for k, v in values if v is not None}
+    usage = {k: v for k, v in zip(_TOKENS[:3], counts, strict=True) if v is not None}
     if other is not None:
         usage.update(json.loads(other))
     return usage

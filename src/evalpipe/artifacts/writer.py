@@ -31,7 +31,6 @@ import pyarrow.parquet as pq  # type: ignore[import-untyped, unused-ignore]
 
 from evalpipe.artifacts.columns import TABLES, Batch, all_null, json_default
 from evalpipe.artifacts.encoder import (
-    SPLIT_AT_PREFIX,
     EncodedBatch,
     EncodedItems,
     EncodedRows,
@@ -50,16 +49,7 @@ from evalpipe.results import EvalResults
 from evalpipe.tally import SummaryRow, SummaryTally
 from evalpipe.transcripts import Transcript
 
-__all__ = [
-    "SPLIT_AT_PREFIX",
-    "EncodedBatch",
-    "EncodedItems",
-    "EncodedRows",
-    "EncodedScores",
-    "RowEncoder",
-    "RunWriter",
-    "resolve_filesystem",
-]
+__all__ = ["RunWriter", "resolve_filesystem"]
 
 
 _PACKAGES = ("evalpipe", "prefect", "pyarrow", "pydantic", "azure-ai-projects")
@@ -339,8 +329,7 @@ class RunWriter:
             raise ValueError(f"row_group_size must be >= 1, got {row_group_size}")
         self.fs, self.path = resolve_filesystem(run_dir, filesystem)
         self.fs.create_dir(self.path, recursive=True)
-        atomic = _renames_atomically(self.fs)
-        self._atomic = atomic
+        self._atomic = _renames_atomically(self.fs)
         self.run_name = run_name or self.path.rstrip("/").rsplit("/", 1)[-1]
         """The ``run_name`` of every row: the run directory's name unless given."""
         self.started_at = (started_at or dt.datetime.now(dt.UTC)).astimezone(dt.UTC)
@@ -351,21 +340,9 @@ class RunWriter:
             "target_version": target_version,
         }
         """The value of every ``run`` column but the run's end (known at ``finish``)."""
-        constants = self._constants
-
-        def sink(name: str) -> _Sink:
-            return _Sink(
-                self.fs,
-                self.path,
-                name,
-                atomic=atomic,
-                max_rows=row_group_size,
-                constants=constants,
-            )
-
-        self._runs = sink("runs")
-        self._items = sink("items")
-        self._scores = sink("scores")
+        self._runs = self._sink("runs", row_group_size)
+        self._items = self._sink("items", row_group_size)
+        self._scores = self._sink("scores", row_group_size)
         self._sinks = (self._runs, self._items, self._scores)
         self._tally = SummaryTally()
         self._scored: dict[tuple[int, str], int] = {}
@@ -376,6 +353,16 @@ class RunWriter:
         self._started = time.time()
         self._closed = False
         self._manifest: dict[str, Any] | None = None
+
+    def _sink(self, name: str, max_rows: int, **constants: Any) -> _Sink:
+        return _Sink(
+            self.fs,
+            self.path,
+            name,
+            atomic=self._atomic,
+            max_rows=max_rows,
+            constants={**self._constants, **constants},
+        )
 
     def __enter__(self) -> Self:
         return self
@@ -543,17 +530,8 @@ class RunWriter:
             self._check_open()
             self._closed = True
             ended = dt.datetime.now(dt.UTC)
-            summary = _Sink(
-                self.fs,
-                self.path,
-                "summary",
-                atomic=self._atomic,
-                max_rows=1 << 30,
-                constants={
-                    **self._constants,
-                    "run_started_at": self.started_at,
-                    "run_ended_at": ended,
-                },
+            summary = self._sink(
+                "summary", 1 << 30, run_started_at=self.started_at, run_ended_at=ended
             )
             sinks = (*self._sinks, summary)
             try:
