@@ -10,6 +10,7 @@ from __future__ import annotations
 import array
 import bisect
 import dataclasses
+import functools
 import itertools
 import json
 import os
@@ -547,37 +548,28 @@ def _pylists(batch: Any, names: Sequence[str], shared: dict[str, str]) -> list[l
     return out
 
 
-class _InputItems:
-    """The EvalItems of items.parquet, read the first time any result asks for its agent's, then
-    handed out per agent (each result gets its own list of the shared items)."""
+def _input_items(
+    run_dir: str | os.PathLike[str], filesystem: Any
+) -> Callable[[str], Callable[[], list[EvalItem]]]:
+    """Each agent's EvalItems of items.parquet, as a loader per agent: the file is read the first
+    time any result asks for its agent's (each result gets its own list of the shared items)."""
+    fs, path = resolve_filesystem(run_dir, filesystem)
+    _open(fs, path, "items")  # a missing or damaged file is an error now, not on first use
 
-    def __init__(self, run_dir: str | os.PathLike[str], filesystem: Any) -> None:
-        self.run_dir = run_dir
-        self.filesystem = filesystem
-        self.by_agent: dict[str, list[EvalItem]] | None = None
-        fs, path = resolve_filesystem(run_dir, filesystem)
-        _open(fs, path, "items")  # a missing or damaged file is an error now, not on first use
+    @functools.cache
+    def load() -> dict[str, list[EvalItem]]:
+        pairs: dict[str, list[tuple[int, EvalItem]]] = {}
+        names = TABLES["items"].names
+        for batch in iter_batches(run_dir, "items", columns=names, filesystem=filesystem):
+            for row in batch.to_pylist():
+                pairs.setdefault(row["agent"], []).append((row["item_index"], _item(row)))
+            LOADED["items"] += batch.num_rows
+        return {
+            agent: [item for _, item in sorted(found, key=lambda p: p[0])]
+            for agent, found in pairs.items()
+        }
 
-    def of(self, agent: str) -> Callable[[], list[EvalItem]]:
-        return lambda: list(self._load().get(agent, []))
-
-    def _load(self) -> dict[str, list[EvalItem]]:
-        if self.by_agent is None:
-            pairs: dict[str, list[tuple[int, EvalItem]]] = {}
-            for batch in iter_batches(
-                self.run_dir,
-                "items",
-                columns=TABLES["items"].names,
-                filesystem=self.filesystem,
-            ):
-                for row in batch.to_pylist():
-                    pairs.setdefault(row["agent"], []).append((row["item_index"], _item(row)))
-                LOADED["items"] += batch.num_rows
-            self.by_agent = {
-                agent: [item for _, item in sorted(found, key=lambda p: p[0])]
-                for agent, found in pairs.items()
-            }
-        return self.by_agent
+    return lambda agent: lambda: list(load().get(agent, []))
 
 
 def _record_columns(
@@ -706,7 +698,7 @@ def load_run(
     """
     read_manifest(run_dir, filesystem=filesystem)
     common = {"filesystem": filesystem}
-    loader = _InputItems(run_dir, filesystem) if input_items else None
+    loader = _input_items(run_dir, filesystem) if input_items else None
 
     results: dict[tuple[int, str], dict[int, EvalItemResult]] = {}
     _read_results(run_dir, common, results)
@@ -733,7 +725,7 @@ def load_run(
         # costs seconds), and the model does not validate assignments
         result.items = [by_index[i] for i in sorted(by_index)]
         if loader is not None:
-            result.defer_input_items(loader.of(row["agent"]))
+            result.defer_input_items(loader(row["agent"]))
         if row["agent"] == OVERALL:
             out[row["provider_index"]] = result
         else:
