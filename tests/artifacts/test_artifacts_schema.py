@@ -26,6 +26,7 @@ from evalpipe.artifacts import (
     read_manifest,
     read_table,
 )
+from evalpipe.artifacts.columns import TABLES
 from evalpipe.artifacts.schema import SCHEMA_VERSION_KEY
 from evalpipe.artifacts.storage import publish
 
@@ -55,7 +56,8 @@ def test_written_files_carry_the_schema_version(run_dir: Path) -> None:
 
 
 def test_docs_list_every_column_with_its_type() -> None:
-    """docs/artifacts.md has a table per file listing exactly the schema's columns and types."""
+    """docs/artifacts.md has a table per file listing exactly the schema's columns and types, each
+    row the column's declaration (its nullability and meaning too)."""
     text = DOCS.read_text()
     for name, schema in SCHEMAS.items():
         section = text.split(f"### {FILES[name]}\n\n", 1)[1].split("\n\n", 1)[0]
@@ -63,6 +65,12 @@ def test_docs_list_every_column_with_its_type() -> None:
             r"^\| `(\w+)` \| (timestamp\[[^\]]*\]|\w+)", section, flags=re.MULTILINE
         )
         assert documented == [(f.name, str(f.type)) for f in schema], name
+        rows = [line for line in section.splitlines() if line.startswith("| `")]
+        assert rows == [
+            f"| `{c.name}` | {c.kind}{'' if c.nullable else ', not null'} | "
+            f"{c.doc.replace('|', chr(92) + '|')} |"
+            for c in TABLES[name].columns
+        ], name
 
 
 def test_newer_manifest_version_is_refused_with_upgrade_advice(run_dir: Path) -> None:

@@ -50,48 +50,21 @@ if TYPE_CHECKING:
     )
     from evalpipe.artifacts.writer import RunWriter
 
-_HOMES = {
-    "BASELINE_FILE": "history",
-    "DamagedRun": "history",
-    "RunInfo": "history",
-    "baseline_of": "history",
-    "bless": "history",
-    "find_runs": "history",
-    "iter_batches": "reader",
-    "iter_runs": "reader",
-    "load_run": "reader",
-    "local_file": "reader",
-    "read_manifest": "reader",
-    "read_not_passed": "reader",
-    "read_rows": "reader",
-    "read_runs": "reader",
-    "read_summary": "reader",
-    "read_table": "reader",
-    "FILES": "schema",
-    "ITEMS_SCHEMA": "schema",
-    "MANIFEST_FILE": "schema",
-    "RUNS_SCHEMA": "schema",
-    "SCHEMA_VERSION": "schema",
-    "SCHEMAS": "schema",
-    "SCORES_SCHEMA": "schema",
-    "SUMMARY_SCHEMA": "schema",
-    "ArtifactError": "schema",
-    "RunRecord": "schema",
-    "RunStatus": "schema",
-    "SchemaVersionError": "schema",
-    "RunWriter": "writer",
-}
-"""The module of each name: imported on first use, so that importing a submodule that needs
-no pyarrow (``evalpipe.artifacts.encoder``, in a worker process) does not load it."""
+_MODULES = ("history", "reader", "schema", "writer")
+"""Where the names of ``__all__`` live (each module's ``__all__`` says), imported on first use so
+that importing a submodule that needs no pyarrow (``evalpipe.artifacts.encoder``, in a worker
+process) does not load it."""
 
 
 def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
-    globals()[name] = value
-    return value
+    if name in __all__:
+        for home in _MODULES:
+            module = importlib.import_module(f"{__name__}.{home}")
+            if name in module.__all__:
+                value = getattr(module, name)
+                globals()[name] = value
+                return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:

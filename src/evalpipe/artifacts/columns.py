@@ -3,9 +3,11 @@ value comes from, how it is computed, which field it is read back into, and sinc
 version it exists.
 
 The Arrow schemas (``evalpipe.artifacts.schema``), the rows the encoder builds and the writer
-appends, the reader's records and docs/artifacts.md all derive from :data:`TABLES`; adding a
-column is one ``Column(...)`` line here (plus its row in docs/artifacts.md, which a test compares)
-and a bump of :data:`SCHEMA_VERSION`.
+appends, the reader's records and docs/artifacts.md all derive from :data:`TABLES`. A column is
+declared by its row as docs/artifacts.md lists it (``| `name` | kind[, not null] | meaning |``)
+and, when it is not its source's attribute of its name, how it is computed (``_columns``);
+adding one is a row here, the same row in docs/artifacts.md (a test compares them) and a bump of
+:data:`SCHEMA_VERSION`.
 
 Nothing here imports pyarrow: a worker process encodes its shard's rows with this module alone.
 """
@@ -16,10 +18,11 @@ import datetime as dt
 import itertools
 import json
 import operator
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from pydantic import BaseModel, TypeAdapter
 from pydantic_core import from_json, to_json
@@ -81,18 +84,25 @@ class Batch:
     """The source objects of a batch of rows, and the values several columns share (computed
     once per batch: a token_usage split into four columns)."""
 
-    __slots__ = ("_memo", "extra", "objects")
+    __slots__ = ("_memo", "columns", "extra", "objects")
 
-    def __init__(self, objects: Sequence[Any], extra: Any = None) -> None:
+    def __init__(
+        self, objects: Sequence[Any], extra: Any = None, columns: Mapping[str, Any] | None = None
+    ) -> None:
         self.objects = objects
         """One per row (for ``level``: the one ``Level``)."""
         self.extra = extra
         """What the source's columns need besides the objects (the items' agents, the scores'
         items)."""
+        self.columns = columns
+        """The objects' attributes as columns by name, instead of the objects (the calls of
+        ``RowEncoder.target_runs``: RunRecord's fields, ``call_fields``)."""
         self._memo: dict[str, Any] = {}
 
     def attr(self, name: str) -> list[Any]:
         """Each object's attribute ``name`` (a C-level getter mapped over them)."""
+        if self.columns is not None:
+            return list(self.columns[name])
         return list(map(operator.attrgetter(name), self.objects))
 
     def memo(self, key: str, make: Callable[[], Any]) -> Any:
@@ -120,7 +130,8 @@ class Column:
     source: Source
     """Where its value comes from."""
     get: Getter | None = None
-    """How it is computed from its source; None: the source's attribute of the column's name."""
+    """How it is computed from its source; None: each object's attribute named by ``field``, else
+    by the column's name (``level``: the one Level's)."""
     field: str | None = None
     """The record field it is read back into (``RunRecord``, ``EvalItemResult``,
     ``EvalScoreResult``, ``SummaryRow``); None: not read back (derived, or read by hand)."""
@@ -134,7 +145,12 @@ class Column:
 
     def values(self, batch: Batch) -> Any:
         """The column's values of ``batch``, exactly those of its Arrow array."""
-        raw = (self.get or _attr(self.name))(batch)
+        if self.get is not None:
+            raw = self.get(batch)
+        elif self.source == "level":
+            return getattr(batch.objects[0], self.name)
+        else:
+            raw = batch.attr(self.field or self.name)
         if self.source in ("run", "level"):
             return raw
         return _CONVERT[self.kind, self.nullable](raw)
@@ -160,17 +176,6 @@ class Table:
     def of(self, *sources: Source) -> list[Column]:
         """Its columns from these sources, in order."""
         return [c for c in self.columns if c.source in sources]
-
-    def column(self, name: str) -> Column:
-        """The column ``name``.
-
-        Raises:
-            KeyError: naming the table.
-        """
-        for c in self.columns:
-            if c.name == name:
-                return c
-        raise KeyError(f"{self.name}.parquet has no column {name!r}")
 
     def with_column(self, column: Column) -> Table:
         """This table with ``column`` added after the last column of its source."""
@@ -207,22 +212,22 @@ def json_default(value: Any) -> Any:
     return str(value)
 
 
-def _opt_int(value: Any) -> int | None:
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None
+def _number(convert: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """A number's conversion: None for None, a bool or what ``convert`` refuses."""
+
+    def converted(value: Any) -> Any:
+        if value is None or isinstance(value, bool):
+            return None
+        try:
+            return convert(value)
+        except (TypeError, ValueError):
+            return None
+
+    return converted
 
 
-def _opt_float(value: Any) -> float | None:
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return None
+def _or_none(convert: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    return lambda value: None if value is None else convert(value)
 
 
 def _converter(
@@ -281,18 +286,18 @@ def micros(values: list[Any]) -> list[Any]:
 
 
 _CONVERT: dict[tuple[str, bool], Callable[[list[Any]], list[Any]]] = {
-    ("string", True): _converter(frozenset({str, _NONE}), lambda v: None if v is None else str(v)),
-    ("string", False): _converter(frozenset({str}), str),
-    ("int64", True): _converter(frozenset({int, _NONE}), _opt_int),
-    ("int64", False): _converter(frozenset({int}), int),
-    ("double", True): _converter(frozenset({float, _NONE}), _opt_float),
-    ("double", False): _converter(frozenset({float}), float),
-    ("bool", True): _converter(frozenset({bool, _NONE}), lambda v: None if v is None else bool(v)),
-    ("bool", False): _converter(frozenset({bool}), bool),
     ("timestamp[us, tz=UTC]", True): micros,
     ("timestamp[us, tz=UTC]", False): micros,
 }
 """Each kind's conversion of raw values to those of its Arrow array."""
+for _kind, _type, _convert in (
+    ("string", str, _or_none(str)),
+    ("int64", int, _number(int)),
+    ("double", float, _number(float)),
+    ("bool", bool, _or_none(bool)),
+):
+    _CONVERT[_kind, True] = _converter(frozenset({_type, _NONE}), _convert)
+    _CONVERT[_kind, False] = _converter(frozenset({_type}), _type)
 
 
 # -- getters ------------------------------------------------------------------------------------
@@ -303,25 +308,30 @@ def _attr(name: str) -> Getter:
     return lambda batch: batch.attr(name)
 
 
-def _jsons(name: str) -> Getter:
-    """The JSON of the objects' attribute ``name`` (null kept)."""
+def _each(name: str, convert: Callable[[Any], Any]) -> Getter:
+    """``convert`` of each object's attribute ``name`` (null kept; the attribute read once per
+    batch)."""
 
-    def get(batch: Batch) -> list[str | None]:
-        values = batch.attr(name)
-        if all_null(values):
-            return values
-        return [None if v is None else json_text(v) for v in values]
+    def get(batch: Batch) -> list[Any]:
+        values: list[Any] = batch.memo(name, lambda: batch.attr(name))
+        return values if all_null(values) else [None if v is None else convert(v) for v in values]
 
     return get
 
 
 def _meta(key: str) -> Getter:
     """``metadata[key]`` of each object (null without metadata)."""
+    return _each("metadata", lambda metadata: metadata.get(key))
 
-    def get(batch: Batch) -> list[Any]:
-        return [None if m is None else m.get(key) for m in batch.attr("metadata")]
 
-    return get
+def _usage(name: str) -> Getter:
+    """A RunUsage field of each item's usage (null without usage)."""
+    return _each("usage", operator.attrgetter(name))
+
+
+def _notes(name: str) -> Getter:
+    """The JSON list of each score's dataclass notes (diagnostics, dimensions)."""
+    return _each(name, lambda notes: json_text([asdict(x) for x in notes]))
 
 
 def split_tokens(
@@ -356,18 +366,6 @@ def _tokens(part: int) -> Getter:
     return lambda batch: batch.memo("tokens", lambda: split(batch))[part]
 
 
-def _usage(name: str) -> Getter:
-    """A RunUsage field of each item's usage (null without usage)."""
-
-    def get(batch: Batch) -> list[Any]:
-        usages: list[Any] = batch.memo("usage", lambda: batch.attr("usage"))
-        if all_null(usages):
-            return usages
-        return [None if u is None else getattr(u, name) for u in usages]
-
-    return get
-
-
 def _query_response(part: int) -> Getter:
     def get(batch: Batch) -> list[str]:
         pairs = batch.memo("qr", lambda: [i.query_and_response() for i in batch.objects])
@@ -388,11 +386,6 @@ def split_name(strategy: Any) -> str | None:
     module = getattr(strategy, "__module__", None)
     name = getattr(strategy, "__qualname__", None) or type(strategy).__qualname__
     return f"{module}:{name}" if module else str(name)
-
-
-def _splits(batch: Batch) -> list[str | None]:
-    values = batch.attr("split_strategy")
-    return values if all_null(values) else [split_name(v) for v in values]
 
 
 def _conversations(batch: Batch) -> list[str]:
@@ -416,25 +409,6 @@ def _expected(batch: Batch) -> list[str | None]:
             text = done[key] = _EXPECTED.dump_json(calls, fallback=str).decode()
         out.append(text)
     return out
-
-
-def _tools(batch: Batch) -> list[str | None]:
-    values = batch.attr("tools")
-    if all_null(values):
-        return values
-    return [None if t is None else _TOOLS.dump_json(t).decode() for t in values]
-
-
-def _notes(name: str) -> Getter:
-    """The JSON list of each score's dataclass notes (diagnostics, dimensions)."""
-
-    def get(batch: Batch) -> list[str | None]:
-        values = batch.attr(name)
-        if all_null(values):
-            return values
-        return [None if d is None else json_text([asdict(x) for x in d]) for d in values]
-
-    return get
 
 
 _SAMPLE_JSON: dict[str, str] = {}
@@ -501,503 +475,279 @@ def _score_index(batch: Batch) -> list[int]:
     return [k for item in batch.extra for k in range(len(item.scores))]
 
 
-def _level(get: Callable[[Any], Any]) -> Getter:
-    return lambda batch: get(batch.objects[0])
-
-
 # -- the tables ----------------------------------------------------------------------------------
+
+_ROW = re.compile(r"\| `(\w+)` \| (timestamp\[[^\]]*\]|\w+)(, not null)? \| (.*) \|")
+"""A column's row, as docs/artifacts.md lists it: name, kind (``, not null``), meaning."""
+
+
+def _columns(
+    source: Source, rows: str, *, fields: bool = False, **specs: dict[str, Any]
+) -> list[Column]:
+    """Columns from ``source`` (in order) declared by their rows as docs/artifacts.md lists them
+    (``| `name` | kind[, not null] | meaning |``, a ``|`` in the meaning escaped as ``\\|``).
+
+    A column's ``specs`` entry holds the rest of its ``Column`` fields (``get``, ``field``,
+    ``decode``, ``source``, ``since``); without a ``get`` of its own, a column of a record table
+    (``fields``) is read back into the field of its name.
+
+    Raises:
+        ValueError: for a row that is not a column's, or a spec of no row.
+    """
+    columns = []
+    for line in rows.strip().splitlines():
+        match = _ROW.fullmatch(line.strip())
+        if match is None:
+            raise ValueError(f"not a column row: {line!r}")
+        name, kind, required, doc = match.groups()
+        spec = specs.pop(name, {})
+        options: dict[str, Any] = {"source": source, "nullable": required is None}
+        if fields and "get" not in spec:
+            options["field"] = name
+        doc = doc.replace("\\|", "|")
+        columns.append(Column(name, cast(Kind, kind), doc, **(options | spec)))
+    if specs:
+        raise ValueError(f"no row for the column(s) {sorted(specs)}")
+    return columns
+
 
 RUN_NAME = "run_name"
 """The column every table starts with: the run directory's name, the same on each of its rows."""
 
-_RUN_COLUMNS = (
-    Column(
-        RUN_NAME,
-        "string",
-        "The run: its run directory's name (unique per run; the same on every row and table of "
-        "the run, and manifest.json's run_name). Stack runs on it.",
-        "run",
-        nullable=False,
-        since=2,
-    ),
-    Column(
-        "suite",
-        "string",
-        "The suite the run ran (manifest.json's suite name); null for a run without a suite.",
-        "run",
-        since=3,
-    ),
-    Column(
-        "target_version",
-        "string",
-        "The suite's target_version (a model name, a git revision); null without a suite.",
-        "run",
-        since=3,
-    ),
+_RUN_COLUMNS = _columns(
+    "run",
+    """
+| `run_name` | string, not null | The run: its run directory's name (unique per run; the same on every row and table of the run, and manifest.json's run_name). Stack runs on it. |
+| `suite` | string | The suite the run ran (manifest.json's suite name); null for a run without a suite. |
+| `target_version` | string | The suite's target_version (a model name, a git revision); null without a suite. |
+""",
+    run_name=dict(since=2),
+    suite=dict(since=3),
+    target_version=dict(since=3),
 )
-
-
-def _call(name: str, kind: Kind, doc: str, **kw: Any) -> Column:
-    return Column(name, kind, doc, "call", field=name, **kw)
-
 
 RUNS = Table(
     "runs",
     (
         *_RUN_COLUMNS,
-        _call(
-            "run_id",
-            "string",
-            "Stable id of the target call (the caller's content hash).",
-            nullable=False,
-        ),
-        _call("row_id", "string", "Id of the dataset row the call answered."),
-        _call("query_index", "int64", "Position of the query in the query set."),
-        _call("repetition", "int64", "Which repetition of the query (0-based)."),
-        _call("target", "string", "Identity of the target that was called (agent or workflow)."),
-        _call("status", "string", '"ok" or "error".', nullable=False),
-        _call("error_code", "string", 'Why the call failed (e.g. "AgentError"); null when ok.'),
-        _call("error_message", "string", "The failure, as text; null when ok."),
-        _call("latency_s", "double", "Wall-clock seconds of the call."),
-        _call(
-            "started_at",
-            "timestamp[us, tz=UTC]",
-            "When the call started (UTC); null for a recorded row (nothing called).",
-            since=2,
-        ),
-        _call(
-            "ended_at",
-            "timestamp[us, tz=UTC]",
-            "When the call ended (UTC); null for a recorded row.",
-            since=2,
-        ),
-        _call("input_tokens", "int64", "Prompt tokens, when reported."),
-        _call("output_tokens", "int64", "Completion tokens, when reported."),
-        _call("total_tokens", "int64", "Total tokens, when reported."),
-        _call(
-            "cost_usd",
-            "double",
-            "The call's cost in dollars at the suite's prices (its tokens by the target model's "
-            "price); null without a price, for a recorded row or without reported tokens.",
-            since=4,
-        ),
-        _call(
-            "transcript", "string", "JSON of the call's transcript (a TargetRun or a WorkflowRun)."
-        ),
-        _call(
-            "cached",
-            "bool",
-            "The call was reused from the run journal, not made again.",
-            nullable=False,
+        *_columns(
+            "call",
+            """
+| `run_id` | string, not null | Stable id of the target call (the caller's content hash). |
+| `row_id` | string | Id of the dataset row the call answered. |
+| `query_index` | int64 | Position of the query in the query set. |
+| `repetition` | int64 | Which repetition of the query (0-based). |
+| `target` | string | Identity of the target that was called (agent or workflow). |
+| `status` | string, not null | "ok" or "error". |
+| `error_code` | string | Why the call failed (e.g. "AgentError"); null when ok. |
+| `error_message` | string | The failure, as text; null when ok. |
+| `latency_s` | double | Wall-clock seconds of the call. |
+| `started_at` | timestamp[us, tz=UTC] | When the call started (UTC); null for a recorded row (nothing called). |
+| `ended_at` | timestamp[us, tz=UTC] | When the call ended (UTC); null for a recorded row. |
+| `input_tokens` | int64 | Prompt tokens, when reported. |
+| `output_tokens` | int64 | Completion tokens, when reported. |
+| `total_tokens` | int64 | Total tokens, when reported. |
+| `cost_usd` | double | The call's cost in dollars at the suite's prices (its tokens by the target model's price); null without a price, for a recorded row or without reported tokens. |
+| `transcript` | string | JSON of the call's transcript (a TargetRun or a WorkflowRun). |
+| `cached` | bool, not null | The call was reused from the run journal, not made again. |
+""",
+            fields=True,
+            started_at=dict(since=2),
+            ended_at=dict(since=2),
+            cost_usd=dict(since=4),
         ),
     ),
 )
-
-
-def _item(name: str, kind: Kind, doc: str, get: Getter | None = None, **kw: Any) -> Column:
-    return Column(name, kind, doc, "item", get, **kw)
-
 
 ITEMS = Table(
     "items",
     (
         *_RUN_COLUMNS,
-        _item(
-            "agent",
-            "string",
-            'Result level: "overall" for the whole target, else the agent (executor) name.',
-            lambda batch: batch.extra,
-            nullable=False,
-        ),
-        Column(
-            "item_index",
-            "int64",
-            "Position of the item among this agent's items in the run.",
-            "counted",
-            nullable=False,
-        ),
-        _item("item_id", "string", "EvalItem.item_id."),
-        _item(
-            "item_agent",
-            "string",
-            "EvalItem.agent as set on the item (null for a single agent's items).",
-            _attr("agent"),
-        ),
-        _item(
-            "run_id",
-            "string",
-            'The target call that produced the item (metadata["run_id"]).',
-            _meta("run_id"),
-        ),
-        _item("row_id", "string", 'The dataset row (metadata["row_id"]).', _meta("row_id")),
-        _item("query_index", "int64", "EvalItem.query_index."),
-        _item("repetition", "int64", "EvalItem.repetition."),
-        _item("query", "string", "The query string under the item's split.", _query_response(0)),
-        _item(
-            "response", "string", "The response string under the item's split.", _query_response(1)
-        ),
-        _item(
-            "split",
-            "string",
-            'The item\'s split strategy: "last_turn", "full", "at:N" (a workflow agent\'s item: its conversation cut after the first N messages, what the agent received | what it produced), a custom splitter\'s "module:name", or null for the default (last_turn).',
-            _splits,
-        ),
-        _item(
-            "conversation", "string", "JSON list of the conversation's messages.", _conversations
-        ),
-        _item("expected_output", "string", "The reference answer."),
-        _item("context", "string", "Grounding context."),
-        _item(
-            "expected_tool_calls",
-            "string",
-            "JSON list of the expected tool calls (null: none given).",
-            _expected,
-        ),
-        _item(
-            "tool_definitions",
-            "string",
-            "JSON list of the tool definitions (null: not known).",
-            _tools,
-        ),
-        _item("error_code", "string", "Why the item cannot be evaluated (the target call failed)."),
-        _item("error_message", "string", "What went wrong in the target call."),
-        _item(
-            "has_usage",
-            "bool",
-            "EvalItem.usage was set (it can be set with every value null).",
-            lambda batch: [u is not None for u in batch.memo("usage", lambda: batch.attr("usage"))],
-            nullable=False,
-        ),
-        _item("input_tokens", "int64", "Prompt tokens of the target call.", _usage("input_tokens")),
-        _item(
-            "output_tokens",
-            "int64",
-            "Completion tokens of the target call.",
-            _usage("output_tokens"),
-        ),
-        _item("total_tokens", "int64", "Total tokens of the target call.", _usage("total_tokens")),
-        _item(
-            "latency_s",
-            "double",
-            "Wall-clock seconds of the target call.",
-            _usage("latency_seconds"),
-        ),
-        _item(
-            "metadata",
-            "string",
-            "JSON object of EvalItem.metadata.",
-            lambda batch: list(map(json_text, batch.attr("metadata"))),
-            nullable=False,
+        *_columns(
+            "item",
+            r"""
+| `agent` | string, not null | Result level: "overall" for the whole target, else the agent (executor) name. |
+| `item_index` | int64, not null | Position of the item among this agent's items in the run. |
+| `item_id` | string | EvalItem.item_id. |
+| `item_agent` | string | EvalItem.agent as set on the item (null for a single agent's items). |
+| `run_id` | string | The target call that produced the item (metadata["run_id"]). |
+| `row_id` | string | The dataset row (metadata["row_id"]). |
+| `query_index` | int64 | EvalItem.query_index. |
+| `repetition` | int64 | EvalItem.repetition. |
+| `query` | string | The query string under the item's split. |
+| `response` | string | The response string under the item's split. |
+| `split` | string | The item's split strategy: "last_turn", "full", "at:N" (a workflow agent's item: its conversation cut after the first N messages, what the agent received \| what it produced), a custom splitter's "module:name", or null for the default (last_turn). |
+| `conversation` | string | JSON list of the conversation's messages. |
+| `expected_output` | string | The reference answer. |
+| `context` | string | Grounding context. |
+| `expected_tool_calls` | string | JSON list of the expected tool calls (null: none given). |
+| `tool_definitions` | string | JSON list of the tool definitions (null: not known). |
+| `error_code` | string | Why the item cannot be evaluated (the target call failed). |
+| `error_message` | string | What went wrong in the target call. |
+| `has_usage` | bool, not null | EvalItem.usage was set (it can be set with every value null). |
+| `input_tokens` | int64 | Prompt tokens of the target call. |
+| `output_tokens` | int64 | Completion tokens of the target call. |
+| `total_tokens` | int64 | Total tokens of the target call. |
+| `latency_s` | double | Wall-clock seconds of the target call. |
+| `metadata` | string, not null | JSON object of EvalItem.metadata. |
+""",
+            agent=dict(get=lambda batch: batch.extra),
+            item_index=dict(source="counted"),
+            item_agent=dict(get=_attr("agent")),
+            run_id=dict(get=_meta("run_id")),
+            row_id=dict(get=_meta("row_id")),
+            query=dict(get=_query_response(0)),
+            response=dict(get=_query_response(1)),
+            split=dict(get=_each("split_strategy", split_name)),
+            conversation=dict(get=_conversations),
+            expected_tool_calls=dict(get=_expected),
+            tool_definitions=dict(
+                get=_each("tools", lambda tools: _TOOLS.dump_json(tools).decode())
+            ),
+            has_usage=dict(
+                get=lambda batch: [
+                    u is not None for u in batch.memo("usage", lambda: batch.attr("usage"))
+                ]
+            ),
+            input_tokens=dict(get=_usage("input_tokens")),
+            output_tokens=dict(get=_usage("output_tokens")),
+            total_tokens=dict(get=_usage("total_tokens")),
+            latency_s=dict(get=_usage("latency_seconds")),
+            metadata=dict(get=lambda batch: list(map(json_text, batch.attr("metadata")))),
         ),
     ),
 )
-
-
-def _result(
-    name: str, kind: Kind, doc: str, field: str | None, get: Getter | None = None, **kw: Any
-) -> Column:
-    return Column(name, kind, doc, "result", get or _attr(field or name), field, **kw)
-
-
-def _score(
-    name: str, kind: Kind, doc: str, field: str | None, get: Getter | None = None, **kw: Any
-) -> Column:
-    return Column(name, kind, doc, "score", get or _attr(field or name), field, **kw)
-
 
 SCORES = Table(
     "scores",
     (
         *_RUN_COLUMNS,
-        Column(
-            "provider",
-            "string",
-            'The evaluator provider ("Local", "Microsoft Foundry", ...).',
+        *_columns(
             "level",
-            _level(operator.attrgetter("provider")),
-            nullable=False,
+            """
+| `provider` | string, not null | The evaluator provider ("Local", "Microsoft Foundry", ...). |
+| `provider_index` | int64, not null | Position of the provider in the run's provider list. |
+| `eval_run_id` | string | EvalResults.run_id of this provider and agent (local providers: the eval name; in suite runs it always ends with " ({provider})", however many providers the suite has). |
+| `agent` | string, not null | "overall" or the agent (executor) name. |
+| `item_index` | int64, not null | Position of the item in this provider and agent's results. |
+""",
+            eval_run_id=dict(get=lambda batch: batch.objects[0].result.run_id),
+            item_index=dict(source="counted"),
         ),
-        Column(
-            "provider_index",
-            "int64",
-            "Position of the provider in the run's provider list.",
-            "level",
-            _level(operator.attrgetter("provider_index")),
-            nullable=False,
+        *_columns(
+            "result",
+            """
+| `item_id` | string, not null | EvalItemResult.item_id. |
+| `row_id` | string | The dataset row the item answered (its metadata["row_id"]). |
+| `repetition` | int64 | Which repetition of the row (0-based; its metadata["repetition"]). |
+| `item_status` | string, not null | "pass", "fail", "error" or "errored": the item's verdict. |
+| `item_error_code` | string | Why the item could not be evaluated. |
+| `item_error_message` | string | What went wrong with the item. |
+| `response_id` | string | The evaluated response's id, when the provider reports one. |
+| `input_text` | string | The query text the provider saw. |
+| `output_text` | string | The response text the provider saw. |
+| `item_input_tokens` | int64 | Tokens the item's evaluation used (input). |
+| `item_output_tokens` | int64 | Tokens the item's evaluation used (output). |
+| `item_total_tokens` | int64 | Tokens the item's evaluation used (total). |
+| `item_token_usage_other` | string | JSON of the item's other token_usage keys ({} for an empty dict). |
+| `item_metadata` | string | JSON object of EvalItemResult.metadata. |
+""",
+            fields=True,
+            row_id=dict(get=_meta("row_id"), since=3),
+            repetition=dict(get=_meta("repetition"), since=3),
+            item_status=dict(field="status"),
+            item_error_code=dict(field="error_code"),
+            item_error_message=dict(field="error_message"),
+            item_input_tokens=dict(get=_tokens(0)),
+            item_output_tokens=dict(get=_tokens(1)),
+            item_total_tokens=dict(get=_tokens(2)),
+            item_token_usage_other=dict(get=_tokens(3)),
+            item_metadata=dict(
+                get=_each("metadata", json_text), field="metadata", decode=_json_object
+            ),
         ),
-        Column(
-            "eval_run_id",
-            "string",
-            'EvalResults.run_id of this provider and agent (local providers: the eval name; in suite runs it always ends with " ({provider})", however many providers the suite has).',
-            "level",
-            _level(lambda level: level.result.run_id),
+        *_columns(
+            "score",
+            """
+| `score_index` | int64 | Position of the metric in the item's scores; null on the one row of an item with no metrics. |
+| `metric` | string | The metric (check) name; null on the row of an item with no metrics. |
+| `evaluator` | string | The evaluator that produced the metric, when it differs from the metric. |
+| `score` | double | The score (null when the metric errored). |
+| `passed` | bool | The metric's verdict, when it has one. |
+| `label` | string | A categorical label. |
+| `rating` | string | A judge's rating. |
+| `reason` | string | Why the metric passed or failed. |
+| `threshold` | double | The pass threshold that decided passed. |
+| `status` | string | "pass", "fail", "error" or "not_applicable" (no verdict and no error). |
+| `error_code` | string | Why the metric could not be computed. |
+| `error_message` | string | The metric's error, as text. |
+| `diagnostics` | string | JSON list of {severity, message} notes. |
+| `dimensions` | string | JSON list of rubric dimensions. |
+| `sample` | string | JSON object of provider-specific detail. |
+| `input_tokens` | int64 | Tokens spent on the metric (input). |
+| `output_tokens` | int64 | Tokens spent on the metric (output). |
+| `total_tokens` | int64 | Tokens spent on the metric (total). |
+| `token_usage_other` | string | JSON of the metric's other token_usage keys ({} for an empty dict). |
+| `latency_s` | double | Seconds spent computing the metric. |
+""",
+            fields=True,
+            score_index=dict(get=_score_index),
+            metric=dict(field="name"),
+            status=dict(get=lambda batch: score_statuses(batch.objects)),
+            diagnostics=dict(get=_notes("diagnostics"), field="diagnostics", decode=_diagnostics),
+            dimensions=dict(get=_notes("dimensions"), field="dimensions", decode=_rubric),
+            sample=dict(get=_each("sample", _sample_json), field="sample", decode=_sample),
+            input_tokens=dict(get=_tokens(0)),
+            output_tokens=dict(get=_tokens(1)),
+            total_tokens=dict(get=_tokens(2)),
+            token_usage_other=dict(get=_tokens(3)),
         ),
-        Column(
-            "agent",
-            "string",
-            '"overall" or the agent (executor) name.',
-            "level",
-            _level(operator.attrgetter("agent")),
-            nullable=False,
-        ),
-        Column(
-            "item_index",
-            "int64",
-            "Position of the item in this provider and agent's results.",
-            "counted",
-            nullable=False,
-        ),
-        _result("item_id", "string", "EvalItemResult.item_id.", "item_id", nullable=False),
-        _result(
-            "row_id",
-            "string",
-            'The dataset row the item answered (its metadata["row_id"]).',
-            None,
-            _meta("row_id"),
-            since=3,
-        ),
-        _result(
-            "repetition",
-            "int64",
-            'Which repetition of the row (0-based; its metadata["repetition"]).',
-            None,
-            _meta("repetition"),
-            since=3,
-        ),
-        _result(
-            "item_status",
-            "string",
-            '"pass", "fail", "error" or "errored": the item\'s verdict.',
-            "status",
-            nullable=False,
-        ),
-        _result("item_error_code", "string", "Why the item could not be evaluated.", "error_code"),
-        _result("item_error_message", "string", "What went wrong with the item.", "error_message"),
-        _result(
-            "response_id",
-            "string",
-            "The evaluated response's id, when the provider reports one.",
-            "response_id",
-        ),
-        _result("input_text", "string", "The query text the provider saw.", "input_text"),
-        _result("output_text", "string", "The response text the provider saw.", "output_text"),
-        _result(
-            "item_input_tokens",
-            "int64",
-            "Tokens the item's evaluation used (input).",
-            None,
-            _tokens(0),
-        ),
-        _result(
-            "item_output_tokens",
-            "int64",
-            "Tokens the item's evaluation used (output).",
-            None,
-            _tokens(1),
-        ),
-        _result(
-            "item_total_tokens",
-            "int64",
-            "Tokens the item's evaluation used (total).",
-            None,
-            _tokens(2),
-        ),
-        _result(
-            "item_token_usage_other",
-            "string",
-            "JSON of the item's other token_usage keys ({} for an empty dict).",
-            None,
-            _tokens(3),
-        ),
-        _result(
-            "item_metadata",
-            "string",
-            "JSON object of EvalItemResult.metadata.",
-            "metadata",
-            _jsons("metadata"),
-            decode=_json_object,
-        ),
-        _score(
-            "score_index",
-            "int64",
-            "Position of the metric in the item's scores; null on the one row of an item with no metrics.",
-            None,
-            _score_index,
-        ),
-        _score(
-            "metric",
-            "string",
-            "The metric (check) name; null on the row of an item with no metrics.",
-            "name",
-        ),
-        _score(
-            "evaluator",
-            "string",
-            "The evaluator that produced the metric, when it differs from the metric.",
-            "evaluator",
-        ),
-        _score("score", "double", "The score (null when the metric errored).", "score"),
-        _score("passed", "bool", "The metric's verdict, when it has one.", "passed"),
-        _score("label", "string", "A categorical label.", "label"),
-        _score("rating", "string", "A judge's rating.", "rating"),
-        _score("reason", "string", "Why the metric passed or failed.", "reason"),
-        _score("threshold", "double", "The pass threshold that decided passed.", "threshold"),
-        _score(
-            "status",
-            "string",
-            '"pass", "fail", "error" or "not_applicable" (no verdict and no error).',
-            None,
-            lambda batch: score_statuses(batch.objects),
-        ),
-        _score("error_code", "string", "Why the metric could not be computed.", "error_code"),
-        _score("error_message", "string", "The metric's error, as text.", "error_message"),
-        _score(
-            "diagnostics",
-            "string",
-            "JSON list of {severity, message} notes.",
-            "diagnostics",
-            _notes("diagnostics"),
-            decode=_diagnostics,
-        ),
-        _score(
-            "dimensions",
-            "string",
-            "JSON list of rubric dimensions.",
-            "dimensions",
-            _notes("dimensions"),
-            decode=_rubric,
-        ),
-        _score(
-            "sample",
-            "string",
-            "JSON object of provider-specific detail.",
-            "sample",
-            lambda batch: list(map(_sample_json, batch.attr("sample"))),
-            decode=_sample,
-        ),
-        _score("input_tokens", "int64", "Tokens spent on the metric (input).", None, _tokens(0)),
-        _score("output_tokens", "int64", "Tokens spent on the metric (output).", None, _tokens(1)),
-        _score("total_tokens", "int64", "Tokens spent on the metric (total).", None, _tokens(2)),
-        _score(
-            "token_usage_other",
-            "string",
-            "JSON of the metric's other token_usage keys ({} for an empty dict).",
-            None,
-            _tokens(3),
-        ),
-        _score("latency_s", "double", "Seconds spent computing the metric.", "latency_s"),
     ),
 )
-
-
-def _row(name: str, kind: Kind, doc: str, **kw: Any) -> Column:
-    return Column(name, kind, doc, "row", field=name, **kw)
-
 
 SUMMARY = Table(
     "summary",
     (
         *_RUN_COLUMNS,
-        _row(
-            "kind",
-            "string",
-            '"result": one row per provider and agent (item counts and EvalResults fields); "metric": one per provider, agent and metric.',
-            nullable=False,
+        *_columns(
+            "row",
+            """
+| `kind` | string, not null | "result": one row per provider and agent (item counts and EvalResults fields); "metric": one per provider, agent and metric. |
+| `provider` | string, not null | The evaluator provider. |
+| `provider_index` | int64, not null | Position of the provider in the run's provider list. |
+| `agent` | string, not null | "overall" or the agent name. |
+| `agent_index` | int64, not null | 0 for overall, then the agents in sub_results order. |
+| `metric` | string | The metric; null on result rows. |
+| `n` | int64, not null | Result rows: items. Metric rows: items scored on the metric, plus items that could not be evaluated at all. |
+| `passed` | int64, not null | How many passed. |
+| `failed` | int64, not null | How many failed. |
+| `errored` | int64, not null | How many could not be evaluated (metric rows: errored metrics plus items with no metrics because they errored). |
+| `not_applicable` | int64, not null | Metric rows: scores with no verdict and no error (0 on result rows). |
+| `pass_rate_denominator` | int64, not null | passed + failed: errored and not_applicable are left out. |
+| `pass_rate` | double | passed / pass_rate_denominator; null when the denominator is 0. |
+| `score_count` | int64, not null | Metric rows: non-null scores (0 on result rows). |
+| `score_mean` | double | Mean of the non-null scores. |
+| `score_min` | double | Smallest score. |
+| `score_max` | double | Largest score. |
+| `score_std` | double | Sample standard deviation (n-1) of the scores; null below two scores. |
+| `status` | string | Result rows: EvalResults.status ("partial" when batches disagreed). |
+| `eval_id` | string | Result rows: EvalResults.eval_id (of the first batch). |
+| `eval_run_id` | string | Result rows: EvalResults.run_id (of the first batch). |
+| `report_url` | string | Result rows: EvalResults.report_url (of the first batch). |
+| `error` | string | Result rows: EvalResults.error, the batches' errors joined with "; ". |
+| `result_counts` | string | Result rows: JSON of EvalResults.result_counts, summed over batches. |
+| `per_evaluator` | string | Result rows: JSON of EvalResults.per_evaluator, summed over batches. |
+""",
+            fields=True,
         ),
-        _row("provider", "string", "The evaluator provider.", nullable=False),
-        _row(
-            "provider_index",
-            "int64",
-            "Position of the provider in the run's provider list.",
-            nullable=False,
-        ),
-        _row("agent", "string", '"overall" or the agent name.', nullable=False),
-        _row(
-            "agent_index",
-            "int64",
-            "0 for overall, then the agents in sub_results order.",
-            nullable=False,
-        ),
-        _row("metric", "string", "The metric; null on result rows."),
-        _row(
-            "n",
-            "int64",
-            "Result rows: items. Metric rows: items scored on the metric, plus items that could not be evaluated at all.",
-            nullable=False,
-        ),
-        _row("passed", "int64", "How many passed.", nullable=False),
-        _row("failed", "int64", "How many failed.", nullable=False),
-        _row(
-            "errored",
-            "int64",
-            "How many could not be evaluated (metric rows: errored metrics plus items with no metrics because they errored).",
-            nullable=False,
-        ),
-        _row(
-            "not_applicable",
-            "int64",
-            "Metric rows: scores with no verdict and no error (0 on result rows).",
-            nullable=False,
-        ),
-        _row(
-            "pass_rate_denominator",
-            "int64",
-            "passed + failed: errored and not_applicable are left out.",
-            nullable=False,
-        ),
-        _row(
-            "pass_rate", "double", "passed / pass_rate_denominator; null when the denominator is 0."
-        ),
-        _row(
-            "score_count",
-            "int64",
-            "Metric rows: non-null scores (0 on result rows).",
-            nullable=False,
-        ),
-        _row("score_mean", "double", "Mean of the non-null scores."),
-        _row("score_min", "double", "Smallest score."),
-        _row("score_max", "double", "Largest score."),
-        _row(
-            "score_std",
-            "double",
-            "Sample standard deviation (n-1) of the scores; null below two scores.",
-        ),
-        _row(
-            "status",
-            "string",
-            'Result rows: EvalResults.status ("partial" when batches disagreed).',
-        ),
-        _row("eval_id", "string", "Result rows: EvalResults.eval_id (of the first batch)."),
-        _row("eval_run_id", "string", "Result rows: EvalResults.run_id (of the first batch)."),
-        _row("report_url", "string", "Result rows: EvalResults.report_url (of the first batch)."),
-        _row(
-            "error",
-            "string",
-            'Result rows: EvalResults.error, the batches\' errors joined with "; ".',
-        ),
-        _row(
-            "result_counts",
-            "string",
-            "Result rows: JSON of EvalResults.result_counts, summed over batches.",
-        ),
-        _row(
-            "per_evaluator",
-            "string",
-            "Result rows: JSON of EvalResults.per_evaluator, summed over batches.",
-        ),
-        Column(
-            "run_started_at",
-            "timestamp[us, tz=UTC]",
-            "When the run started (UTC; manifest.json's started_at), every row.",
+        *_columns(
             "run",
-            since=2,
-        ),
-        Column(
-            "run_ended_at",
-            "timestamp[us, tz=UTC]",
-            "When the run's tables were written (UTC; manifest.json's ended_at).",
-            "run",
-            since=2,
+            """
+| `run_started_at` | timestamp[us, tz=UTC] | When the run started (UTC; manifest.json's started_at), every row. |
+| `run_ended_at` | timestamp[us, tz=UTC] | When the run's tables were written (UTC; manifest.json's ended_at). |
+""",
+            run_started_at=dict(since=2),
+            run_ended_at=dict(since=2),
         ),
     ),
 )
@@ -1015,42 +765,26 @@ RunStatus = Literal["ok", "error"]
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunRecord:
-    """One target call, as a row of ``runs.parquet``."""
+    """One target call, as a row of ``runs.parquet``: each field holds the column of its name
+    (described in ``RUNS``)."""
 
     run_id: str
-    """Stable id of the call (the caller's content hash of target, dataset row and repetition)."""
     query_index: int | None = None
-    """Position of the query in the query set."""
     repetition: int | None = None
-    """Which repetition (0-based)."""
     row_id: str | None = None
-    """Id of the dataset row."""
     target: str | None = None
-    """Identity of the target (agent or workflow)."""
     status: RunStatus = "ok"
-    """``ok`` or ``error``."""
     error_code: str | None = None
-    """Why the call failed."""
     error_message: str | None = None
-    """The failure, as text."""
     latency_s: float | None = None
-    """Wall-clock seconds."""
     started_at: datetime | None = None
-    """When the call started (UTC); None for a recording."""
     ended_at: datetime | None = None
-    """When the call ended (UTC); None for a recording."""
     input_tokens: int | None = None
-    """Prompt tokens."""
     output_tokens: int | None = None
-    """Completion tokens."""
     total_tokens: int | None = None
-    """Total tokens."""
     cost_usd: float | None = None
-    """The call's cost at the suite's prices."""
     transcript: str | None = None
-    """JSON of the transcript (a TargetRun or a WorkflowRun); opaque to the artifacts."""
     cached: bool = False
-    """Reused from the run journal."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.run_id, str) or not self.run_id:
@@ -1089,26 +823,9 @@ class RunRecord:
     ) -> RunRecord:
         """The record of one call (a TargetRun or a WorkflowRun), its transcript being the run's
         JSON (``transcript``, when the caller serialized it already), and its cost."""
-        usage = run.usage
-        return cls(
-            run_id=run_id,
-            row_id=row_id,
-            query_index=run.query_index,
-            repetition=run.repetition,
-            target=target,
-            status="ok" if run.error_code is None else "error",
-            error_code=run.error_code,
-            error_message=run.error_message,
-            latency_s=usage.latency_seconds,
-            started_at=run.started_at,
-            ended_at=run.ended_at,
-            input_tokens=usage.input_tokens,
-            output_tokens=usage.output_tokens,
-            total_tokens=usage.total_tokens,
-            cost_usd=cost_usd,
-            transcript=transcript if transcript is not None else run.model_dump_json(fallback=str),
-            cached=cached,
-        )
+        text = transcript if transcript is not None else run.model_dump_json(fallback=str)
+        fields = call_fields([run], [run_id], [row_id], [text], [cached], target, [cost_usd])
+        return cls(**{name: values[0] for name, values in fields.items()})
 
     def target_run(self) -> TargetRun:
         """The transcript as a TargetRun (for records of agent calls).
@@ -1119,3 +836,50 @@ class RunRecord:
         if self.transcript is None:
             raise ValueError(f"run {self.run_id} has no transcript")
         return TargetRun.model_validate_json(self.transcript)
+
+
+def call_fields(
+    runs: Sequence[Transcript],
+    run_ids: Sequence[str],
+    row_ids: Sequence[str | None],
+    transcripts: Sequence[str | None],
+    cached: Sequence[bool],
+    target: str | None = None,
+    costs: Sequence[float | None] | None = None,
+) -> dict[str, list[Any]]:
+    """The RunRecord fields of target calls (TargetRuns or WorkflowRuns), one list per field.
+
+    Raises:
+        ValueError: for a run_id that is not a non-empty string, or sequences of different
+            lengths.
+    """
+    n = len(runs)
+    if not len(run_ids) == len(row_ids) == len(transcripts) == len(cached) == n:
+        raise ValueError(
+            f"add_target_runs: {n} runs but {len(run_ids)} run_ids, {len(row_ids)} row_ids, "
+            f"{len(transcripts)} transcripts and {len(cached)} cached flags"
+        )
+    for run_id in run_ids:
+        if not isinstance(run_id, str) or not run_id:
+            raise ValueError(f"RunRecord.run_id must be a non-empty string, got {run_id!r}")
+    usages = [run.usage for run in runs]
+    codes = [run.error_code for run in runs]
+    return {
+        "run_id": list(run_ids),
+        "query_index": [run.query_index for run in runs],
+        "repetition": [run.repetition for run in runs],
+        "row_id": list(row_ids),
+        "target": [target] * n,
+        "status": ["ok" if code is None else "error" for code in codes],
+        "error_code": codes,
+        "error_message": [run.error_message for run in runs],
+        "latency_s": [u.latency_seconds for u in usages],
+        "started_at": [run.started_at for run in runs],
+        "ended_at": [run.ended_at for run in runs],
+        "input_tokens": [u.input_tokens for u in usages],
+        "output_tokens": [u.output_tokens for u in usages],
+        "total_tokens": [u.total_tokens for u in usages],
+        "cost_usd": list(costs) if costs is not None else [None] * n,
+        "transcript": list(transcripts),
+        "cached": [bool(c) for c in cached],
+    }

@@ -10,35 +10,17 @@ sends the columns; the flow's ``RunWriter`` converts them (``RunWriter.add_encod
 
 from __future__ import annotations
 
-import itertools
 import operator
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from evalpipe.artifacts.columns import (
-    SPLIT_AT_PREFIX,
-    TABLES,
-    Batch,
-    RunRecord,
-    all_null,
-    json_default,
-)
+from evalpipe.artifacts.columns import TABLES, Batch, RunRecord, call_fields
 from evalpipe.items import EvalItem
 from evalpipe.results import EvalResults, EvalScoreResult
 from evalpipe.transcripts import Transcript
 
-__all__ = [
-    "SPLIT_AT_PREFIX",
-    "EncodedBatch",
-    "EncodedItems",
-    "EncodedRows",
-    "EncodedScores",
-    "Level",
-    "RowEncoder",
-    "all_null",
-    "json_default",
-]
+__all__ = ["EncodedBatch", "EncodedItems", "EncodedRows", "EncodedScores", "Level", "RowEncoder"]
 
 Columns = dict[str, list[Any]]
 """A table's columns of a batch, by name: the values of each column's Arrow array."""
@@ -122,10 +104,7 @@ class RowEncoder:
             ValueError: for a dict with unknown keys or a record with a bad status.
         """
         rs = [raw if isinstance(raw, RunRecord) else RunRecord.from_mapping(raw) for raw in records]
-        if not rs:
-            return None
-        columns = _encode("runs", "call", Batch(rs))
-        return EncodedRows(columns, [len(r.transcript) if r.transcript else 0 for r in rs])
+        return _runs(Batch(rs), [r.transcript for r in rs])
 
     def target_runs(
         self,
@@ -139,32 +118,15 @@ class RowEncoder:
         costs: Sequence[float | None] | None = None,
     ) -> EncodedRows | None:
         """runs.parquet's rows of target calls (see ``RunWriter.add_target_runs``), each with its
-        cost (``costs``: None, none priced); None for none.
+        cost (``costs``: None, none priced), built from their RunRecord fields as columns
+        (``call_fields``), not a record per call; None for none.
 
         Raises:
             ValueError: for a run_id that is not a non-empty string, or sequences of different
                 lengths.
         """
-        n = len(runs)
-        if not len(run_ids) == len(row_ids) == len(transcripts) == len(cached) == n:
-            raise ValueError(
-                f"add_target_runs: {n} runs but {len(run_ids)} run_ids, {len(row_ids)} row_ids, "
-                f"{len(transcripts)} transcripts and {len(cached)} cached flags"
-            )
-        return self.records(
-            RunRecord.from_target_run(
-                run,
-                run_id=run_id,
-                row_id=row_id,
-                transcript=text,
-                cached=bool(c),
-                target=target,
-                cost_usd=cost,
-            )
-            for run, run_id, row_id, text, c, cost in zip(
-                runs, run_ids, row_ids, transcripts, cached, costs or [None] * n, strict=True
-            )
-        )
+        fields = call_fields(runs, run_ids, row_ids, transcripts, cached, target, costs)
+        return _runs(Batch((), columns=fields), fields["transcript"])
 
     def results(
         self, results: Sequence[EvalResults], levels: list[list[tuple[str, EvalResults]]]
@@ -180,75 +142,49 @@ class RowEncoder:
         return batch
 
     def _items(self, levels: list[list[tuple[str, EvalResults]]]) -> EncodedItems | None:
-        batch_keys: set[tuple[str, int]] = set()
-        seen: dict[str, set[str]] = {}
+        """Each agent's input items, once per item id (an item without one: per position, the
+        providers' lists being parallel)."""
+        seen: set[tuple[Any, ...]] = set()
         agents: list[str] = []
         items: list[EvalItem] = []
         for provider_levels in levels:
             for agent, level in provider_levels:
-                written = seen.setdefault(agent, set())
-                inputs = level.input_items
-                ids = list(map(_item_id, inputs))
-                if ids.count(None) == 0 and written.isdisjoint(ids):
-                    distinct = set(ids)
-                    if len(distinct) == len(ids):
-                        # every item named, none seen before: all of them, without a loop per item
-                        written |= distinct
-                        agents.extend([agent] * len(ids))
-                        items.extend(inputs)
-                        continue
-                for position, item in enumerate(inputs):
-                    if item.item_id is None:
-                        # No id to deduplicate on: the providers' lists are parallel.
-                        if (agent, position) in batch_keys:
-                            continue
-                        batch_keys.add((agent, position))
-                    else:
-                        if item.item_id in written:
-                            continue
-                        written.add(item.item_id)
-                    agents.append(agent)
-                    items.append(item)
+                for position, item in enumerate(level.input_items):
+                    key = (agent, item.item_id, position if item.item_id is None else None)
+                    if key not in seen:
+                        seen.add(key)
+                        agents.append(agent)
+                        items.append(item)
         if not items:
             return None
         columns = _encode("items", "item", Batch(items, agents))
         sizes = list(
-            map(
-                _add3,
-                map(len, columns["conversation"]),
-                map(len, columns["query"]),
-                map(len, columns["response"]),
-            )
+            map(_add3, *(map(len, columns[c]) for c in ("conversation", "query", "response")))
         )
         return EncodedItems(columns, sizes, agents, list(map(_item_id, items)))
 
     def _scores(self, level: Level) -> EncodedScores | None:
+        """One row per score, one (its score columns null) per item without scores: the items'
+        columns are built once per item, then repeated on its rows."""
         items = level.result.items
         if not items:
             return None
-        # One row per score, one (scoreless) row for an item without scores: the item's columns
-        # are built once per item, then repeated on its rows.
-        score_lists = [item.scores for item in items]
-        counts = list(map(len, score_lists))
-        scores: list[EvalScoreResult | None]
-        if 0 in counts:
-            counts = [count or 1 for count in counts]
-            scores = [score for listed in score_lists for score in (listed or _NO_SCORES)]
-        else:
-            scores = list(itertools.chain.from_iterable(score_lists))
+        counts = [len(item.scores) for item in items]
+        scores: list[EvalScoreResult | None] = [
+            score for item in items for score in (item.scores or _NO_SCORES)
+        ]
         results = _encode("scores", "result", Batch(items))
-        sizes_by_item = [
+        sizes = [
             len(i or "") + len(o or "")
             for i, o in zip(results["input_text"], results["output_text"], strict=True)
         ]
         where: list[int] | None = None
-        sizes = sizes_by_item
         if len(scores) != len(items):
-            where = [i for i, count in enumerate(counts) for _ in range(count)]
+            where = [i for i, count in enumerate(counts) for _ in range(count or 1)]
             sizes = [
                 size if k == 0 else 0
-                for size, count in zip(sizes_by_item, counts, strict=True)
-                for k in range(count)
+                for size, c in zip(sizes, counts, strict=True)
+                for k in range(c or 1)
             ]
         real = [s for s in scores if s is not None]
         columns = _encode("scores", "score", Batch(real, items))
@@ -267,6 +203,13 @@ class RowEncoder:
             len(items),
             where,
         )
+
+
+def _runs(batch: Batch, transcripts: list[str | None]) -> EncodedRows | None:
+    """runs.parquet's rows of a batch of calls; None for none."""
+    if not transcripts:
+        return None
+    return EncodedRows(_encode("runs", "call", batch), [len(t) if t else 0 for t in transcripts])
 
 
 def _add3(a: int, b: int, c: int) -> int:

@@ -10,20 +10,28 @@ from __future__ import annotations
 import array
 import bisect
 import dataclasses
+import functools
 import itertools
 import json
 import os
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow as pa  # type: ignore[import-untyped, unused-ignore]
 import pyarrow.compute as pc  # type: ignore[import-untyped, unused-ignore]
 import pyarrow.fs as pafs  # type: ignore[import-untyped, unused-ignore]
 import pyarrow.parquet as pq  # type: ignore[import-untyped, unused-ignore]
-from pydantic import TypeAdapter
 
-from evalpipe.artifacts.columns import TABLES, Column
+from evalpipe.artifacts.columns import (
+    _EXPECTED,
+    _MESSAGES,
+    _TOOLS,
+    SPLIT_AT_PREFIX,
+    TABLES,
+    Column,
+    Source,
+)
 from evalpipe.artifacts.schema import (
     FILES,
     MANIFEST_FILE,
@@ -36,10 +44,9 @@ from evalpipe.artifacts.schema import (
     added,
     schema_of,
 )
-from evalpipe.artifacts.writer import SPLIT_AT_PREFIX, resolve_filesystem
+from evalpipe.artifacts.writer import resolve_filesystem
 from evalpipe.itemize import SplitAt
-from evalpipe.items import ConversationSplit, EvalItem, ExpectedToolCall
-from evalpipe.messages import Message, ToolDefinition
+from evalpipe.items import ConversationSplit, EvalItem
 from evalpipe.results import EvalItemResult, EvalResults, EvalScoreResult
 from evalpipe.tally import OVERALL, SummaryRow
 from evalpipe.transcripts import RunUsage
@@ -57,10 +64,8 @@ __all__ = [
     "read_table",
 ]
 
-_MESSAGES: TypeAdapter[list[Message]] = TypeAdapter(list[Message])
-_TOOLS: TypeAdapter[list[ToolDefinition]] = TypeAdapter(list[ToolDefinition])
-_EXPECTED: TypeAdapter[list[ExpectedToolCall]] = TypeAdapter(list[ExpectedToolCall])
 _SPLITS = {member.value: member for member in ConversationSplit}
+_R = TypeVar("_R")
 LOADED: Counter[str] = Counter()
 """What the readers turned into Python objects in this process, by kind, for instrumentation
 (``evalpipe run``'s summary must stay off the items): ``items`` (EvalItems rebuilt from
@@ -120,49 +125,41 @@ def read_manifest(run_dir: str | os.PathLike[str], *, filesystem: Any = None) ->
 
 
 class _Table:
-    """An open table file, its schema version, and the columns it lacks (added by later versions)."""
+    """An open table file, and the columns it lacks (added by later schema versions)."""
 
-    def __init__(self, parquet: Any, name: str, directory: str, version: int) -> None:
+    def __init__(self, parquet: Any, name: str, directory: str) -> None:
         self.parquet = parquet
-        self.name = name
+        self.schema = schema_of(name)
         self.run_name = directory.rstrip("/").rsplit("/", 1)[-1]
         present = set(parquet.schema_arrow.names)
         self.absent = [c for c in added(name) if c not in present]
 
-    def _columns(self, columns: Sequence[str] | None) -> tuple[list[str] | None, list[str]]:
-        wanted = list(columns) if columns is not None else list(schema_of(self.name).names)
+    def _read(self, read: Callable[..., Any], columns: Sequence[str] | None) -> Iterator[Any]:
+        """What ``read(columns=...)`` yields, with the absent columns filled in (``run_name``:
+        the directory's name; the others null), in the asked order."""
+        wanted = list(columns) if columns is not None else self.schema.names
         missing = [c for c in wanted if c in self.absent]
-        if not missing and columns is None:
-            return None, []
-        return [c for c in wanted if c not in missing], missing
-
-    def _complete(self, data: Any, wanted: Sequence[str] | None, missing: Sequence[str]) -> Any:
-        """``data`` with the absent columns filled in (``run_name``: the directory's name; the
-        timestamps null), in the asked order."""
         if not missing:
-            return data
-        schema = schema_of(self.name)
-        order = list(wanted) if wanted is not None else list(schema.names)
-        arrays = []
-        for column in order:
-            if column in missing:
-                kind = schema.field(column).type
-                value = self.run_name if column == RUN_NAME else None
-                arrays.append(pa.array([value] * data.num_rows, type=kind))
-            else:
-                arrays.append(data.column(column))
-        maker = pa.Table if isinstance(data, pa.Table) else pa.RecordBatch
-        return maker.from_arrays(arrays, names=order)
+            yield from read(columns=columns)
+            return
+        for data in read(columns=[c for c in wanted if c not in missing]):
+            arrays = [
+                pa.array(
+                    [self.run_name if c == RUN_NAME else None] * data.num_rows,
+                    type=self.schema.field(c).type,
+                )
+                if c in missing
+                else data.column(c)
+                for c in wanted
+            ]
+            maker = pa.Table if isinstance(data, pa.Table) else pa.RecordBatch
+            yield maker.from_arrays(arrays, names=wanted)
 
     def read(self, columns: Sequence[str] | None) -> Any:
-        present, missing = self._columns(columns)
-        wanted = list(columns) if columns is not None else None
-        return self._complete(self.parquet.read(columns=present), wanted, missing)
+        return next(self._read(lambda **kw: [self.parquet.read(**kw)], columns))
 
     def read_row_group(self, index: int, columns: Sequence[str] | None) -> Any:
-        present, missing = self._columns(columns)
-        wanted = list(columns) if columns is not None else None
-        return self._complete(self.parquet.read_row_group(index, columns=present), wanted, missing)
+        return next(self._read(lambda **kw: [self.parquet.read_row_group(index, **kw)], columns))
 
     def iter_batches(
         self,
@@ -170,12 +167,12 @@ class _Table:
         columns: Sequence[str] | None,
         row_groups: Sequence[int] | None = None,
     ) -> Iterator[Any]:
-        present, missing = self._columns(columns)
-        wanted = list(columns) if columns is not None else None
-        for batch in self.parquet.iter_batches(
-            batch_size=batch_size, row_groups=row_groups, columns=present
-        ):
-            yield self._complete(batch, wanted, missing)
+        return self._read(
+            lambda **kw: self.parquet.iter_batches(
+                batch_size=batch_size, row_groups=row_groups, **kw
+            ),
+            columns,
+        )
 
 
 def _open(fs: Any, directory: str, name: str) -> _Table:
@@ -202,7 +199,7 @@ def _open(fs: Any, directory: str, name: str) -> _Table:
     ]
     if missing:
         raise ArtifactError(f"{path}: missing column(s) {missing}")
-    return _Table(parquet, name, directory, version)
+    return _Table(parquet, name, directory)
 
 
 def read_table(
@@ -272,13 +269,7 @@ def iter_runs(
     run_dir: str | os.PathLike[str], *, batch_size: int = 1_024, filesystem: Any = None
 ) -> Iterator[RunRecord]:
     """The target calls of runs.parquet, in the order they were written, streamed."""
-    read = _fields(TABLES["runs"].of("call"))
-    names = [c.name for c, _ in read]
-    for batch in iter_batches(
-        run_dir, "runs", columns=names, batch_size=batch_size, filesystem=filesystem
-    ):
-        for row in batch.to_pylist():
-            yield RunRecord(**{c.field: decode(row[c.name]) for c, decode in read})
+    return _records(RunRecord, run_dir, "runs", "call", filesystem, batch_size)
 
 
 def read_runs(run_dir: str | os.PathLike[str], *, filesystem: Any = None) -> list[RunRecord]:
@@ -290,12 +281,25 @@ def read_runs(run_dir: str | os.PathLike[str], *, filesystem: Any = None) -> lis
 def read_summary(run_dir: str | os.PathLike[str], *, filesystem: Any = None) -> list[SummaryRow]:
     """summary.parquet's rows, in file order: one per provider × agent and per metric (the numbers
     every sink shows, computed by ``evalpipe.tally``)."""
-    read = _fields(TABLES["summary"].of("row"))
-    table = read_table(run_dir, "summary", columns=[c.name for c, _ in read], filesystem=filesystem)
-    return [
-        SummaryRow(**{c.field: decode(row[c.name]) for c, decode in read})
-        for row in table.to_pylist()
-    ]
+    return list(_records(SummaryRow, run_dir, "summary", "row", filesystem, 65_536))
+
+
+def _records(
+    cls: Callable[..., _R],
+    run_dir: str | os.PathLike[str],
+    name: str,
+    source: Source,
+    filesystem: Any,
+    batch_size: int,
+) -> Iterator[_R]:
+    """Table ``name``'s rows as ``cls`` records, their fields the columns of ``source``."""
+    read = _fields(TABLES[name].of(source))
+    columns = [c.name for c, _ in read]
+    for batch in iter_batches(
+        run_dir, name, columns=columns, batch_size=batch_size, filesystem=filesystem
+    ):
+        for row in batch.to_pylist():
+            yield cls(**{c.field: decode(row[c.name]) for c, decode in read})
 
 
 def _same(value: Any) -> Any:
@@ -453,17 +457,12 @@ _NOT_PASSED_COLUMNS = [
 ]
 
 
-def _tokens(
-    input_tokens: int | None, output_tokens: int | None, total_tokens: int | None, other: str | None
-) -> dict[str, int] | None:
-    if other is None and input_tokens is None and output_tokens is None and total_tokens is None:
+def _tokens(*parts: Any) -> dict[str, int] | None:
+    """A token_usage back from its four columns (input, output, total, JSON of the others)."""
+    *counts, other = parts
+    if other is None and counts.count(None) == 3:
         return None
-    values = (
-        ("input_tokens", input_tokens),
-        ("output_tokens", output_tokens),
-        ("total_tokens", total_tokens),
-    )
-    usage = {k: v for k, v in values if v is not None}
+    usage = {k: v for k, v in zip(_TOKENS[:3], counts, strict=True) if v is not None}
     if other is not None:
         usage.update(json.loads(other))
     return usage
@@ -549,37 +548,28 @@ def _pylists(batch: Any, names: Sequence[str], shared: dict[str, str]) -> list[l
     return out
 
 
-class _InputItems:
-    """The EvalItems of items.parquet, read the first time any result asks for its agent's, then
-    handed out per agent (each result gets its own list of the shared items)."""
+def _input_items(
+    run_dir: str | os.PathLike[str], filesystem: Any
+) -> Callable[[str], Callable[[], list[EvalItem]]]:
+    """Each agent's EvalItems of items.parquet, as a loader per agent: the file is read the first
+    time any result asks for its agent's (each result gets its own list of the shared items)."""
+    fs, path = resolve_filesystem(run_dir, filesystem)
+    _open(fs, path, "items")  # a missing or damaged file is an error now, not on first use
 
-    def __init__(self, run_dir: str | os.PathLike[str], filesystem: Any) -> None:
-        self.run_dir = run_dir
-        self.filesystem = filesystem
-        self.by_agent: dict[str, list[EvalItem]] | None = None
-        fs, path = resolve_filesystem(run_dir, filesystem)
-        _open(fs, path, "items")  # a missing or damaged file is an error now, not on first use
+    @functools.cache
+    def load() -> dict[str, list[EvalItem]]:
+        pairs: dict[str, list[tuple[int, EvalItem]]] = {}
+        names = TABLES["items"].names
+        for batch in iter_batches(run_dir, "items", columns=names, filesystem=filesystem):
+            for row in batch.to_pylist():
+                pairs.setdefault(row["agent"], []).append((row["item_index"], _item(row)))
+            LOADED["items"] += batch.num_rows
+        return {
+            agent: [item for _, item in sorted(found, key=lambda p: p[0])]
+            for agent, found in pairs.items()
+        }
 
-    def of(self, agent: str) -> Callable[[], list[EvalItem]]:
-        return lambda: list(self._load().get(agent, []))
-
-    def _load(self) -> dict[str, list[EvalItem]]:
-        if self.by_agent is None:
-            pairs: dict[str, list[tuple[int, EvalItem]]] = {}
-            for batch in iter_batches(
-                self.run_dir,
-                "items",
-                columns=TABLES["items"].names,
-                filesystem=self.filesystem,
-            ):
-                for row in batch.to_pylist():
-                    pairs.setdefault(row["agent"], []).append((row["item_index"], _item(row)))
-                LOADED["items"] += batch.num_rows
-            self.by_agent = {
-                agent: [item for _, item in sorted(found, key=lambda p: p[0])]
-                for agent, found in pairs.items()
-            }
-        return self.by_agent
+    return lambda agent: lambda: list(load().get(agent, []))
 
 
 def _record_columns(
@@ -708,7 +698,7 @@ def load_run(
     """
     read_manifest(run_dir, filesystem=filesystem)
     common = {"filesystem": filesystem}
-    loader = _InputItems(run_dir, filesystem) if input_items else None
+    loader = _input_items(run_dir, filesystem) if input_items else None
 
     results: dict[tuple[int, str], dict[int, EvalItemResult]] = {}
     _read_results(run_dir, common, results)
@@ -735,7 +725,7 @@ def load_run(
         # costs seconds), and the model does not validate assignments
         result.items = [by_index[i] for i in sorted(by_index)]
         if loader is not None:
-            result.defer_input_items(loader.of(row["agent"]))
+            result.defer_input_items(loader(row["agent"]))
         if row["agent"] == OVERALL:
             out[row["provider_index"]] = result
         else:

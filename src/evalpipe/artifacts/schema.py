@@ -23,7 +23,6 @@ from evalpipe.artifacts.columns import (
 )
 
 __all__ = [
-    "ADDED",
     "FILES",
     "ITEMS_SCHEMA",
     "MANIFEST_FILE",
@@ -106,6 +105,3 @@ SCHEMAS: dict[str, Any] = {name: schema_of(name) for name in TABLES}
 
 FILES: dict[str, str] = {name: table.file for name, table in TABLES.items()}
 """Each table's file name."""
-
-ADDED: dict[str, dict[str, int]] = {name: added(name) for name in TABLES}
-"""Columns added after version 1, per table, with the version that added them."""

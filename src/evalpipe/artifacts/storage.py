@@ -15,12 +15,10 @@ from pathlib import Path
 
 import pyarrow.fs as pafs  # type: ignore[import-untyped, unused-ignore]
 
+from evalpipe.artifacts.schema import FILES, MANIFEST_FILE
 from evalpipe.artifacts.writer import resolve_filesystem
 
-__all__ = ["PUBLISHED_FILES", "publish"]
-
-PUBLISHED_FILES = ("runs.parquet", "items.parquet", "scores.parquet", "summary.parquet")
-"""Published first, in this order; then any report, then manifest.json."""
+__all__ = ["publish"]
 
 
 def publish(run_dir: Path, output_dir: str, suite_name: str) -> str:
@@ -34,7 +32,7 @@ def publish(run_dir: Path, output_dir: str, suite_name: str) -> str:
     fs.create_dir(base, recursive=True)
     local = pafs.LocalFileSystem()
     reports = sorted(p.name for p in run_dir.glob("*.html") if p.is_file())
-    for name in [*PUBLISHED_FILES, *reports, "manifest.json"]:
+    for name in [*FILES.values(), *reports, MANIFEST_FILE]:
         source = run_dir / name
         if source.is_file():
             pafs.copy_files(

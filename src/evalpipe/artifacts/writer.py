@@ -23,7 +23,7 @@ import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self, cast
+from typing import Any, Self
 
 import pyarrow as pa  # type: ignore[import-untyped, unused-ignore]
 import pyarrow.fs as pafs  # type: ignore[import-untyped, unused-ignore]
@@ -31,7 +31,6 @@ import pyarrow.parquet as pq  # type: ignore[import-untyped, unused-ignore]
 
 from evalpipe.artifacts.columns import TABLES, Batch, all_null, json_default
 from evalpipe.artifacts.encoder import (
-    SPLIT_AT_PREFIX,
     EncodedBatch,
     EncodedItems,
     EncodedRows,
@@ -50,16 +49,7 @@ from evalpipe.results import EvalResults
 from evalpipe.tally import SummaryRow, SummaryTally
 from evalpipe.transcripts import Transcript
 
-__all__ = [
-    "SPLIT_AT_PREFIX",
-    "EncodedBatch",
-    "EncodedItems",
-    "EncodedRows",
-    "EncodedScores",
-    "RowEncoder",
-    "RunWriter",
-    "resolve_filesystem",
-]
+__all__ = ["RunWriter", "resolve_filesystem"]
 
 
 _PACKAGES = ("evalpipe", "prefect", "pyarrow", "pydantic", "azure-ai-projects")
@@ -137,9 +127,16 @@ def _repeat(value: Any, n: int, type_: Any) -> Any:
     return pa.repeat(pa.scalar(value, type=type_), n)
 
 
+def _array(values: Any, type_: Any) -> Any:
+    """A column's values (a list, or an Arrow array already) as an Arrow array."""
+    if isinstance(values, pa.Array):
+        return values
+    return pa.nulls(len(values), type_) if all_null(values) else pa.array(values, type=type_)
+
+
 class _Sink:
-    """One Parquet file: rows buffered as Arrow columns, flushed as one record batch (row group)
-    whenever ``max_rows`` rows or ``max_bytes`` of text are pending.
+    """One Parquet file: rows buffered as Arrow record batches, flushed as one row group whenever
+    ``max_rows`` rows or ``max_bytes`` of text are pending.
 
     ``constants`` are the table's ``run`` columns (one value on every row: the run's name,
     suite, ...): they are not passed; every other column is, by name (``extend``).
@@ -157,9 +154,7 @@ class _Sink:
     ) -> None:
         self.fs = fs
         self.schema = schema_of(name)
-        run = {c.name for c in TABLES[name].of("run")}
-        self.constants = {k: constants.get(k) for k in run}
-        self._varying = [f for f in self.schema if f.name not in run]
+        self.constants = {c.name: constants.get(c.name) for c in TABLES[name].of("run")}
         self.final_path = f"{directory}/{FILES[name]}"
         self.path = (
             f"{directory}/.{FILES[name]}.{uuid.uuid4().hex}.tmp" if atomic else self.final_path
@@ -167,8 +162,8 @@ class _Sink:
         self.atomic = atomic
         self.max_rows = max_rows
         self.max_bytes = 32 * 1024 * 1024
-        self._chunks: list[list[Any]] = []
-        """Pending rows: Arrow arrays, one per varying column, per extend (or part of one)."""
+        self._pending: list[Any] = []
+        """The pending rows' record batches (or slices of them)."""
         self.pending_rows = 0
         self.pending_bytes = 0
         self.written = 0
@@ -176,12 +171,29 @@ class _Sink:
         self._writer: Any = None
 
     def extend(self, columns: Mapping[str, Any], sizes: Sequence[int]) -> None:
-        """Rows as columns by name (lists or Arrow arrays, every varying column) and each row's
-        text size; flushed at the same rows as appending them one by one would."""
+        """Rows as columns by name (lists or Arrow arrays, every column but the constants) and
+        each row's text size; flushed at the same rows as appending them one by one would.
+
+        Raises:
+            ValueError: naming a declared column the rows lack.
+        """
         n = len(sizes)
         if n == 0:
             return
-        arrays = _arrays(columns, self._varying, n)
+        missing = [
+            f.name for f in self.schema if f.name not in columns and f.name not in self.constants
+        ]
+        if missing:
+            raise ValueError(f"rows without the declared column(s) {missing}")
+        batch = pa.RecordBatch.from_arrays(
+            [
+                _repeat(self.constants[f.name], n, f.type)
+                if f.name in self.constants
+                else _array(columns[f.name], f.type)
+                for f in self.schema
+            ],
+            schema=self.schema,
+        )
         start = 0
         while start < n:
             # The row at which a one-by-one append would flush: max_rows or max_bytes reached.
@@ -194,45 +206,24 @@ class _Sink:
                 totals = list(itertools.accumulate(sizes[start:cut]))
                 at = bisect.bisect_left(totals, budget)
                 cut, taken = start + at + 1, totals[at]
-            rows = cut - start
-            self._chunks.append(
-                arrays if start == 0 and cut == n else [a.slice(start, rows) for a in arrays]
-            )
-            self.pending_rows += rows
+            self._pending.append(batch if cut - start == n else batch.slice(start, cut - start))
+            self.pending_rows += cut - start
             self.pending_bytes += taken
             start = cut
             if self.pending_rows >= self.max_rows or self.pending_bytes >= self.max_bytes:
                 self.flush()
 
     def flush(self) -> None:
-        """Write the pending rows as one row group. Each column's pieces are let go as soon as
-        they are joined, so the rows are in memory about once, not twice (what was received from
-        a worker is held by those pieces); once written, the memory the encoding freed is handed
-        back to the system (``release_unused``)."""
+        """Write the pending rows as one row group (the batches as they are, not joined first),
+        then hand the memory freed back to the system (``release_unused``)."""
         if not self.pending_rows:
             return
-        n = self.pending_rows
-        chunks = self._chunks
-        columns: dict[str, Any] = {}
-        for k, f in enumerate(self._varying):
-            parts = [chunk[k] for chunk in chunks]
-            for chunk in chunks:
-                chunk[k] = None  # the sink's own lists (extend): this column's pieces go now
-            columns[f.name] = parts[0] if len(parts) == 1 else pa.concat_arrays(parts)
-            del parts
-        self._chunks = []
-        arrays = [
-            _repeat(self.constants[f.name], n, f.type)
-            if f.name in self.constants
-            else columns.pop(f.name)
-            for f in self.schema
-        ]
-        batch = pa.RecordBatch.from_arrays(arrays, schema=self.schema)
-        del arrays
+        table = pa.Table.from_batches(self._pending, schema=self.schema)
+        self._pending = []
         with _naming(self.final_path):
-            self._open().write_batch(batch)
-        del batch
-        self.written += n
+            self._open().write_table(table, row_group_size=self.pending_rows)
+        del table
+        self.written += self.pending_rows
         self.pending_rows = 0
         self.pending_bytes = 0
         pa.default_memory_pool().release_unused()
@@ -267,30 +258,8 @@ class _Sink:
         if self._writer is not None or self._stream is not None:
             with contextlib.suppress(OSError):
                 self.fs.delete_file(self.path)
-        self._chunks = []
+        self._pending = []
         self.pending_rows = 0
-
-
-def _arrays(columns: Mapping[str, Any], fields: Sequence[Any], n: int) -> list[Any]:
-    """The columns of ``fields`` (lists or Arrow arrays, by name) as Arrow arrays.
-
-    Raises:
-        ValueError: naming a declared column the rows lack.
-    """
-    missing = [f.name for f in fields if f.name not in columns]
-    if missing:
-        raise ValueError(f"rows without the declared column(s) {missing}")
-    out = []
-    for f in fields:
-        c = columns[f.name]
-        out.append(
-            c
-            if isinstance(c, pa.Array)
-            else pa.nulls(n, f.type)
-            if all_null(c)
-            else pa.array(c, type=f.type)
-        )
-    return out
 
 
 def _score_columns(scores: EncodedScores, first: int) -> dict[str, Any]:
@@ -301,10 +270,7 @@ def _score_columns(scores: EncodedScores, first: int) -> dict[str, Any]:
     per_item: dict[str, Any] = {
         "item_index": pa.array(range(first, first + scores.items), type=pa.int64()),
         **{
-            name: pa.nulls(scores.items, schema.field(name).type)
-            if all_null(values)
-            else pa.array(values, type=schema.field(name).type)
-            for name, values in scores.results.items()
+            name: _array(values, schema.field(name).type) for name, values in scores.results.items()
         },
     }
     if scores.where is not None:
@@ -363,8 +329,7 @@ class RunWriter:
             raise ValueError(f"row_group_size must be >= 1, got {row_group_size}")
         self.fs, self.path = resolve_filesystem(run_dir, filesystem)
         self.fs.create_dir(self.path, recursive=True)
-        atomic = _renames_atomically(self.fs)
-        self._atomic = atomic
+        self._atomic = _renames_atomically(self.fs)
         self.run_name = run_name or self.path.rstrip("/").rsplit("/", 1)[-1]
         """The ``run_name`` of every row: the run directory's name unless given."""
         self.started_at = (started_at or dt.datetime.now(dt.UTC)).astimezone(dt.UTC)
@@ -375,33 +340,29 @@ class RunWriter:
             "target_version": target_version,
         }
         """The value of every ``run`` column but the run's end (known at ``finish``)."""
-        constants = self._constants
-
-        def sink(name: str) -> _Sink:
-            return _Sink(
-                self.fs,
-                self.path,
-                name,
-                atomic=atomic,
-                max_rows=row_group_size,
-                constants=constants,
-            )
-
-        self._runs = sink("runs")
-        self._items = sink("items")
-        self._scores = sink("scores")
+        self._runs = self._sink("runs", row_group_size)
+        self._items = self._sink("items", row_group_size)
+        self._scores = self._sink("scores", row_group_size)
         self._sinks = (self._runs, self._items, self._scores)
         self._tally = SummaryTally()
         self._scored: dict[tuple[int, str], int] = {}
         self._item_keys: dict[str, set[str]] = {}
         self._item_counts: dict[str, int] = {}
         self._encoder = RowEncoder()
-        """Builds each batch's rows (and keeps a TargetRun's messages' JSON from add_target_runs
-        until the next add_results)."""
         self._lock = threading.Lock()
         self._started = time.time()
         self._closed = False
         self._manifest: dict[str, Any] | None = None
+
+    def _sink(self, name: str, max_rows: int, **constants: Any) -> _Sink:
+        return _Sink(
+            self.fs,
+            self.path,
+            name,
+            atomic=self._atomic,
+            max_rows=max_rows,
+            constants={**self._constants, **constants},
+        )
 
     def __enter__(self) -> Self:
         return self
@@ -434,11 +395,7 @@ class RunWriter:
         """
         with self._lock:
             self._check_open()
-            encoded = self._encoder.records(records)
-            if encoded is None:
-                return 0
-            self._runs.extend(encoded.columns, encoded.sizes)
-            return len(encoded.sizes)
+            return self._append_runs(self._encoder.records(records))
 
     def add_target_runs(
         self,
@@ -469,10 +426,13 @@ class RunWriter:
                 cached=cached,
                 target=target,
             )
-            if encoded is None:
-                return 0
-            self._runs.extend(encoded.columns, encoded.sizes)
-            return len(encoded.sizes)
+            return self._append_runs(encoded)
+
+    def _append_runs(self, encoded: EncodedRows | None) -> int:
+        if encoded is None:
+            return 0
+        self._runs.extend(encoded.columns, encoded.sizes)
+        return len(encoded.sizes)
 
     def add_results(self, results: Sequence[EvalResults]) -> None:
         """Append one batch of items: the EvalResults of each provider, in provider order.
@@ -505,8 +465,7 @@ class RunWriter:
         with self._lock:
             self._check_open()
             self._tally.check(results)
-            if batch.runs is not None:
-                self._runs.extend(batch.runs.columns, batch.runs.sizes)
+            self._append_runs(batch.runs)
             self._append(batch)
             self._tally.add(results)
 
@@ -523,48 +482,25 @@ class RunWriter:
     def _append_items(self, encoded: EncodedItems) -> None:
         """items.parquet's rows of a batch: those an earlier batch wrote (same agent and item id)
         left out, each agent's rows numbered on from the last."""
-        agents, ids, n = encoded.agents, encoded.item_ids, len(encoded.agents)
-        converted = dict(encoded.columns)
-        first = agents[0]
-        if agents.count(first) == n and ids.count(None) == 0:
-            # one agent, every row named (an agent target): the same, without a loop per row
-            written = self._item_keys.setdefault(first, set())
-            if written.isdisjoint(ids):
-                written.update(cast(list[str], ids))  # none is None (counted above)
-                start = self._item_counts.get(first, 0)
-                self._item_counts[first] = start + n
-                arrays = converted
-                arrays["item_index"] = pa.array(range(start, start + n), type=pa.int64())
-                self._items.extend(arrays, encoded.sizes)
-                return
-        kept: list[int] | None = None
+        kept: list[int] = []
+        indexes: list[int] = []
+        counts = self._item_counts
         for row, (agent, item_id) in enumerate(zip(encoded.agents, encoded.item_ids, strict=True)):
             if item_id is not None:
                 written = self._item_keys.setdefault(agent, set())
                 if item_id in written:
-                    if kept is None:
-                        kept = list(range(row))
                     continue
                 written.add(item_id)
-            if kept is not None:
-                kept.append(row)
-        agents = encoded.agents
-        arrays = converted
+            kept.append(row)
+            indexes.append(counts.get(agent, 0))
+            counts[agent] = indexes[-1] + 1
+        columns: dict[str, Any] = dict(encoded.columns)
         sizes = encoded.sizes
-        if kept is not None:
-            if not kept:
-                return
-            arrays = {name: [values[i] for i in kept] for name, values in arrays.items()}
-            agents = [agents[i] for i in kept]
+        if len(kept) != len(sizes):
+            columns = {name: [values[i] for i in kept] for name, values in columns.items()}
             sizes = [sizes[i] for i in kept]
-        indexes: list[int] = []
-        counts = self._item_counts
-        for agent in agents:
-            index = counts.get(agent, 0)
-            counts[agent] = index + 1
-            indexes.append(index)
-        arrays["item_index"] = pa.array(indexes, type=pa.int64())
-        self._items.extend(arrays, sizes)
+        columns["item_index"] = indexes
+        self._items.extend(columns, sizes)
 
     def summary_rows(self) -> list[SummaryRow]:
         """The summary rows of everything added so far (what summary.parquet will hold)."""
@@ -594,17 +530,8 @@ class RunWriter:
             self._check_open()
             self._closed = True
             ended = dt.datetime.now(dt.UTC)
-            summary = _Sink(
-                self.fs,
-                self.path,
-                "summary",
-                atomic=self._atomic,
-                max_rows=1 << 30,
-                constants={
-                    **self._constants,
-                    "run_started_at": self.started_at,
-                    "run_ended_at": ended,
-                },
+            summary = self._sink(
+                "summary", 1 << 30, run_started_at=self.started_at, run_ended_at=ended
             )
             sinks = (*self._sinks, summary)
             try:
