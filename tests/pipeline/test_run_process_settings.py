@@ -14,9 +14,9 @@ import pytest
 import yaml
 
 from evalpipe import evaluate_agent
+from evalpipe._internal.collector import YOUNG_THRESHOLD
 from evalpipe.checks import keyword_check
 from evalpipe.cli import main
-from evalpipe.cli.run import YOUNG_THRESHOLD
 
 pytestmark = pytest.mark.usefixtures("prefect_api")
 
