@@ -14,9 +14,9 @@ import pytest
 import yaml
 
 from evalpipe import evaluate_agent
+from evalpipe._internal.collector import YOUNG_THRESHOLD
 from evalpipe.checks import keyword_check
 from evalpipe.cli import main
-from evalpipe.cli.run import YOUNG_THRESHOLD
 
 pytestmark = pytest.mark.usefixtures("prefect_api")
 
@@ -103,3 +103,15 @@ async def test_evaluate_agent_leaves_the_callers_process_settings_alone(project:
     assert result.all_passed
     assert _seen(project / "gc.log") == {(before[0], before[1] > 0, before[2])}
     assert _now() == before
+
+
+def test_evalpipe_runs_process_pool_workers_collect_as_it_does(project: Path) -> None:
+    """The workers of a process pool `evalpipe run` starts get its collector for their life (their
+    initializer), not its Arrow pool (a worker writes no Parquet)."""
+    suite = yaml.safe_load((project / "suite.yaml").read_text(encoding="utf-8"))
+    suite["task_runner"] = {"processes": 1}
+    (project / "suite.yaml").write_text(yaml.safe_dump(suite), encoding="utf-8")
+    assert main(["run", "suite.yaml", "--no-progress"]) == 0
+    ((threshold, frozen, pool),) = _seen(project / "gc.log")
+    assert (threshold, frozen) == ((YOUNG_THRESHOLD, 1, 1), True)
+    assert pool != "system"

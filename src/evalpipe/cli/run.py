@@ -26,6 +26,7 @@ from rich.progress import (
 )
 from rich.text import Text
 
+from evalpipe._internal.collector import collect_less
 from evalpipe._internal.malloc import give_back_large_blocks
 from evalpipe.cli._common import (
     EXIT_GATE_FAILED,
@@ -162,11 +163,6 @@ class _Display:
         )
 
 
-YOUNG_THRESHOLD = 50_000
-"""How many new container objects start a collection in `evalpipe run`'s process (CPython's
-default: 700)."""
-
-
 @contextlib.contextmanager
 def _collecting_less() -> Iterator[None]:
     """The cyclic garbage collector of `evalpipe run`'s process while the flow runs: what is
@@ -185,16 +181,18 @@ def _collecting_less() -> Iterator[None]:
     runner's future holds its shard's rows in a reference cycle, and with CPython's (10, 10)
     after the young threshold they piled up (100,000 calls on a process pool: this process's
     peak 641-661 MiB against 490-507 MiB untuned; 524 MiB as here, CPU 12.5 s against 15.4-16.0
-    s). Only here, at this command's entry: evalpipe's library calls leave the caller's collector
-    alone.
+    s). A process pool's workers get the same for their life (``collect_less``, their initializer).
     """
+    from evalpipe.pipeline.flow import process_worker_setup  # lazy: Prefect, only to run
+
     before = gc.get_threshold()
     frozen = gc.get_freeze_count()
-    gc.freeze()
-    gc.set_threshold(YOUNG_THRESHOLD, 1, 1)
+    collect_less()
+    setting = process_worker_setup.set(collect_less)
     try:
         yield
     finally:
+        process_worker_setup.reset(setting)
         gc.set_threshold(*before)
         if not frozen:  # what a caller froze stays frozen (with ours: there is no telling apart)
             gc.unfreeze()

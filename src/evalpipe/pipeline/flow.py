@@ -100,6 +100,7 @@ __all__ = [
     "finished_outcome",
     "flow_run_hook",
     "prepared_plan",
+    "process_worker_setup",
     "progress_hook",
 ]
 
@@ -118,6 +119,12 @@ flow_run_hook: contextvars.ContextVar[Callable[[str], None] | None] = contextvar
 )
 """Set by the CLI: called with the flow run's Prefect UI URL as soon as the flow run exists (when
 Prefect knows a UI: PREFECT_UI_URL, or an API URL that is not Prefect Cloud's)."""
+
+process_worker_setup: contextvars.ContextVar[Callable[[], None] | None] = contextvars.ContextVar(
+    "evalpipe_process_worker_setup", default=None
+)
+"""Set by the CLI: run once in each worker process of a process pool the run starts (Prefect's
+``ProcessPoolTaskRunner`` initializer; a picklable function)."""
 
 prepared_plan: contextvars.ContextVar[tuple[RunPlan, EvalSuite, RunLock] | None] = (
     contextvars.ContextVar("evalpipe_prepared_plan", default=None)
@@ -235,7 +242,9 @@ def _task_runner(suite: EvalSuite, concurrency: int) -> Any:
     if spec == "processes" or "processes" in spec:
         from prefect.task_runners import ProcessPoolTaskRunner
 
-        pool = ProcessPoolTaskRunner(max_workers=_process_workers(suite, concurrency))
+        pool = ProcessPoolTaskRunner(
+            max_workers=_process_workers(suite, concurrency), initializer=process_worker_setup.get()
+        )
         pool.set_subprocess_message_processor_factories([_InThisContext()])
         return pool
     if "ray" in spec:
