@@ -148,43 +148,12 @@ def agent_item(
             item_tools = None
             error_code = error_code or "ToolSchemaConflict"
             error_message = error_message or str(exc)
-    expected_calls = expect.expected_tool_calls
-    fields_set = set(_ALWAYS_SET)
-    if item_tools is not None:
-        fields_set.add("tools")
-    if expect.context is not None:
-        fields_set.add("context")
-    if expect.expected_output is not None:
-        fields_set.add("expected_output")
-    if expected_calls is not None:
-        fields_set.add("expected_tool_calls")
-    if split is not None:
-        fields_set.add("split_strategy")
-    item = EvalItem._direct(
-        conversation,
-        item_tools,
-        expect.context,
-        expect.expected_output,
-        expected_calls,
-        split,
-        item_id,
-        run.query_index,
-        run.repetition,
-        None,
-        run.usage,
-        error_code,
-        error_message,
-        {} if metadata is None else metadata,
-        fields_set,
-    )
-    if item is not None:
-        return item
     return EvalItem(
         conversation,
         item_tools,
         expect.context,
         expect.expected_output,
-        _list(expected_calls),
+        _list(expect.expected_tool_calls),
         split,
         item_id=item_id,
         query_index=run.query_index,
@@ -192,23 +161,8 @@ def agent_item(
         usage=run.usage,
         error_code=error_code,
         error_message=error_message,
-        metadata=dict(metadata or {}),
+        metadata=metadata or {},
     )
-
-
-_ALWAYS_SET = frozenset(
-    (
-        "conversation",
-        "item_id",
-        "query_index",
-        "repetition",
-        "usage",
-        "error_code",
-        "error_message",
-        "metadata",
-    )
-)
-"""The fields agent_item always gives EvalItem (the others only when they are not None)."""
 
 
 def _tool_activity(messages: Sequence[Message]) -> list[Message]:
