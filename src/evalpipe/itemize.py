@@ -101,10 +101,6 @@ def merge_tool_snapshots(
     return list(by_name.values())
 
 
-def _list(value: Sequence[Any] | None) -> list[Any] | None:
-    return None if value is None else list(value)
-
-
 def agent_item(
     run: TargetRun,
     *,
@@ -153,7 +149,7 @@ def agent_item(
         item_tools,
         expect.context,
         expect.expected_output,
-        _list(expect.expected_tool_calls),
+        expect.expected_tool_calls,
         split,
         item_id=item_id,
         query_index=run.query_index,
@@ -240,7 +236,7 @@ def workflow_items(
             _merged_tools(run),
             expect.context,
             expect.expected_output,
-            _list(expect.expected_tool_calls),
+            expect.expected_tool_calls,
             split,
             item_id=item_id,
             query_index=run.query_index,
@@ -276,7 +272,7 @@ def workflow_items(
                     turn.tools,
                     None,
                     wanted.expected_output if wanted is not None else None,
-                    _list(wanted.expected_tool_calls) if wanted is not None else None,
+                    wanted.expected_tool_calls if wanted is not None else None,
                     item_split,
                     item_id=f"{item_id}/{agent}" + (f"/{visit}" if visit else ""),
                     query_index=run.query_index,

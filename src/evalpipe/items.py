@@ -237,17 +237,18 @@ class EvalItem(BaseModel):
         /,
         **data: Any,
     ) -> None:
-        positional = {
-            "conversation": conversation,
-            "tools": tools,
-            "context": context,
-            "expected_output": expected_output,
-            "expected_tool_calls": expected_tool_calls,
-            "split_strategy": split_strategy,
-        }
-        for key, value in positional.items():
-            if value is not None:
-                data[key] = value
+        if conversation is not None:
+            data["conversation"] = conversation
+        if tools is not None:
+            data["tools"] = tools
+        if context is not None:
+            data["context"] = context
+        if expected_output is not None:
+            data["expected_output"] = expected_output
+        if expected_tool_calls is not None:
+            data["expected_tool_calls"] = expected_tool_calls
+        if split_strategy is not None:
+            data["split_strategy"] = split_strategy
         super().__init__(**data)
 
     # Validation from a dict (model_validate, a nested item) goes straight to pydantic-core: this
