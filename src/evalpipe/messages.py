@@ -230,7 +230,8 @@ def user_message(text: str) -> Message:
 
 
 _CONTENT_TYPES = (TextContent, FunctionCallContent, FunctionResultContent, DataContent, UriContent)
-_PLAIN_CONTENTS = frozenset((str, *_CONTENT_TYPES))
+_CONTENT_TYPE_SET = frozenset(_CONTENT_TYPES)
+_PLAIN_CONTENTS = _CONTENT_TYPE_SET | {str}
 """What a message's contents list holds when each value is a content or its text (most often)."""
 _CONTENT_BY_TYPE: dict[str, type[BaseModel]] = {
     "text": TextContent,
@@ -369,9 +370,9 @@ class Message(BaseModel):
     def _from_maf(cls, value: Any) -> Any:
         # MAF's Message.to_dict() adds "type": "message", a message_id and additional_properties;
         # its older Role type wraps the string in `.value`.
-        if not isinstance(value, Mapping):
+        if type(value) is not dict and not isinstance(value, Mapping):
             return value
-        if value.get("type") == "message":
+        if "type" in value and value["type"] == "message":
             value = {
                 k: v
                 for k, v in value.items()
@@ -385,8 +386,11 @@ class Message(BaseModel):
     @field_validator("contents", mode="before")
     @classmethod
     def _validate_contents(cls, value: Any) -> Any:
-        if type(value) is list and _PLAIN_CONTENTS.issuperset(map(type, value)):
-            return [TextContent(text=c) if type(c) is str else c for c in value]
+        if type(value) is list:
+            if _CONTENT_TYPE_SET.issuperset(map(type, value)):
+                return value
+            if _PLAIN_CONTENTS.issuperset(map(type, value)):
+                return [TextContent(text=c) if type(c) is str else c for c in value]
         if value is None:
             return []
         if isinstance(value, str | Mapping):
