@@ -176,31 +176,11 @@ _TOOL = ToolDefinition("get_weather", "weather", {"type": "object", "properties"
     ],
 )
 def test_an_agent_item_is_the_item_validation_makes(run: TargetRun, extra: dict[str, Any]) -> None:
-    """agent_item's item (made directly from validated values) equals EvalItem validated from the
-    same fields: values, field order, fields set, a fresh split cache, JSON, query and response."""
+    """agent_item's item equals EvalItem validated from the same fields: values, field order,
+    fields set, JSON, query and response."""
     item = agent_item(run, item_id="q0#1", **extra)
     _same_item(item, _validated(item))
     assert item.conversation[-len(run.messages) :] == run.messages
-
-
-def test_an_agent_item_of_validated_values_is_built_directly(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """The items of validated transcripts take EvalItem._direct, not EvalItem(...) and its keyword
-    dict (the items stage's cost per call)."""
-
-    def refuse(*args: Any, **kwargs: Any) -> None:
-        raise AssertionError("EvalItem(...) called")
-
-    monkeypatch.setattr(EvalItem, "__init__", refuse)
-    item = agent_item(
-        _run(tools=[_TOOL]),
-        item_id="q0#1",
-        expect=Expectations(expected_output="sunny", expected_tool_calls=_CALLS),
-        metadata={"row_id": "q0"},
-    )
-    assert item.item_id == "q0#1"
-    assert item.tools == [_TOOL]
 
 
 def test_an_agent_item_owns_its_lists_and_metadata() -> None:

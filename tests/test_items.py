@@ -526,7 +526,7 @@ def test_eval_item_pickle_round_trip_keeps_tool_snapshots() -> None:
     """EvalItem survives pickling with its tool snapshots and split strategy."""
     item = _rich_item()
     item.split_strategy = ConversationSplit.FULL
-    _ = item.response  # populate the split cache before pickling
+    _ = item.response  # read before pickling
     back = pickle.loads(pickle.dumps(item))
     assert back.tools == item.tools
     assert back.conversation == item.conversation
@@ -536,7 +536,7 @@ def test_eval_item_pickle_round_trip_keeps_tool_snapshots() -> None:
     assert back.response == "Sunny. More."
 
 
-def test_equality_ignores_the_split_cache() -> None:
+def test_equality_after_reading_the_split() -> None:
     """Two items with the same fields stay equal after one of them computed its query/response."""
     conv = [Message("user", ["Q"]), Message("assistant", ["A"])]
     a, b = EvalItem(list(conv)), EvalItem(list(conv))
@@ -558,7 +558,7 @@ class _Shouting(Message):
 
 @pytest.mark.parametrize("strategy", [ConversationSplit.LAST_TURN, ConversationSplit.FULL])
 def test_fast_split_path_matches_the_reference_splitters(strategy: ConversationSplit) -> None:
-    """The cached, index-based built-in split gives what the plain splitter functions give (seeded fuzz)."""
+    """The index-based built-in split gives what the plain splitter functions give (seeded fuzz)."""
     rng = random.Random(20261130)
     reference = split_last_turn if strategy is ConversationSplit.LAST_TURN else split_full
     roles = ["user", "assistant", "tool", "system", "developer", "User"]
@@ -652,31 +652,19 @@ def _full_fields() -> dict[str, Any]:
     }
 
 
-def _direct(data: dict[str, Any], fields_set: set[str]) -> EvalItem | None:
-    full = dict.fromkeys(EvalItem.model_fields) | {"metadata": {}} | data
-    return EvalItem._direct(*(full[name] for name in EvalItem.model_fields), fields_set)
-
-
-def test_direct_constructor_equals_validation() -> None:
-    """EvalItem._direct (the items stage's constructor) makes, from already-valid values, the item
-    validation makes: values, field order, the fields set given, fresh private state and dumps;
-    tuples of valid elements are taken as the lists validation makes of them."""
+def test_constructor_equals_validation() -> None:
+    """EvalItem(...) of already-valid values (the items stage's call, taken without a Python call
+    per element) makes the item validation makes: values, field order, the fields set, fresh
+    containers and dumps; tuples of valid elements become the lists validation makes of them."""
     data = _full_fields()
-    fast = _direct(data, set(data))
-    assert fast is not None
-    _same(fast, _validated(data))
+    _same(EvalItem(**data), _validated(data))
     for dropped in data:
         rest = {k: v for k, v in data.items() if k != dropped}
-        fast = _direct(rest, set(rest))
-        assert fast is not None
-        _same(fast, _validated(rest))
+        _same(EvalItem(**rest), _validated(rest))
     as_tuples = {
         **data,
         **{k: tuple(data[k]) for k in ("conversation", "tools", "expected_tool_calls")},
     }
-    fast = _direct(as_tuples, set(as_tuples))
-    assert fast is not None
-    _same(fast, _validated(as_tuples))
     _same(EvalItem(**as_tuples), _validated(as_tuples))
 
 
@@ -699,11 +687,10 @@ def test_direct_constructor_equals_validation() -> None:
         ("split_strategy", "last_turn"),
     ],
 )
-def test_direct_constructor_leaves_what_is_not_valid_to_validation(name: str, value: Any) -> None:
-    """A value validation would change or reject is not taken directly (_direct gives None), and
-    EvalItem(...) then validates it: the same item as model_validate, or the same error."""
+def test_constructor_validates_what_is_not_valid_yet(name: str, value: Any) -> None:
+    """A value validation would change or reject is validated by EvalItem(...): the same item as
+    model_validate, or the same error."""
     data = {**_full_fields(), name: value}
-    assert _direct(data, set(data)) is None
     expected: EvalItem | str
     try:
         expected = _validated(data)
@@ -732,18 +719,14 @@ def test_validation_from_a_dict_does_not_run_the_python_init() -> None:
     )
 
 
-def test_cached_calls_follow_the_conversation() -> None:
-    """The tool calls the built-in checks read are function_calls, recomputed when a message is
-    appended or replaced or the conversation reassigned, and kept while the messages are the same."""
+def test_function_calls_follow_the_conversation() -> None:
+    """The tool calls the built-in checks read are the conversation's, as it is now: a message
+    appended or replaced, or the conversation reassigned."""
     item = EvalItem([user("Q"), call("a"), tool(), asst("A")])
-    first = item._calls()
-    assert list(first) == item.function_calls
-    assert [c.name for c in first] == ["a"]
-    assert item._calls() is first  # the same messages: computed once
+    assert [c.name for c in item.function_calls] == ["a"]
     item.conversation.append(call("b", call_id="c2"))
-    assert [c.name for c in item._calls()] == ["a", "b"]
+    assert [c.name for c in item.function_calls] == ["a", "b"]
     item.conversation[1] = call("c")
-    assert [c.name for c in item._calls()] == ["c", "b"]
+    assert [c.name for c in item.function_calls] == ["c", "b"]
     item.conversation = [user("Q"), asst("A")]
-    assert item._calls() == ()
     assert item.function_calls == []

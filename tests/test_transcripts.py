@@ -1,4 +1,4 @@
-"""Tests for evalpipe.transcripts: the fast constructors of a made call's run and usage."""
+"""Tests for evalpipe.transcripts: the constructors of a made call's run and usage."""
 
 from __future__ import annotations
 
@@ -85,12 +85,6 @@ def test_a_failed_made_run_is_the_validated_run_without_messages_or_tools() -> N
     assert "tools" not in made_run(**fields).model_fields_set
 
 
-def test_made_run_takes_the_callers_lists() -> None:
-    """The fast path keeps the caller's (new) message list rather than copying it."""
-    messages = _answer()
-    assert made_run(**_fields(messages=messages)).messages is messages
-
-
 @pytest.mark.parametrize(
     "fields",
     [
@@ -111,10 +105,3 @@ def test_made_run_names_a_bad_field() -> None:
     """An invalid value is refused by validation, naming the field."""
     with pytest.raises(ValueError, match="repetition"):
         made_run(**_fields(repetition="x"))
-
-
-def test_the_transcript_models_are_made_by_object_new() -> None:
-    """made_run and measured_usage make their models with ``object.__new__``: what
-    ``Model.__new__`` is for them (pydantic defines none), so nothing is skipped."""
-    assert RunUsage.__new__ is object.__new__
-    assert TargetRun.__new__ is object.__new__

@@ -5,20 +5,18 @@ synchronous so a batch of items is checked without an event-loop round trip per 
 reasons repeat across items (``All expected tools called: [...]``) and a run keeps every item's
 scores until its summary: they are interned, one string per distinct reason. Where a verdict
 depends only on tool names (``tool_called_check``, ``tool_calls_present``), it is remembered per
-names seen (up to ``_MEMO_LIMIT`` of them), not formatted again for every item. The tool checks
-read the item's calls once per item (``EvalItem._calls``), not once per check.
+names seen (up to ``_MEMO_LIMIT`` of them), not formatted again for every item.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from operator import attrgetter
 from sys import intern
 from typing import Any, Literal
 
 from evalpipe.items import EvalItem
-from evalpipe.messages import FunctionCallContent
 
 __all__ = [
     "CheckResult",
@@ -142,15 +140,6 @@ def tool_called_check(*tool_names: str, mode: Literal["all", "any"] = "all") -> 
     return _named(check, "tool_called")
 
 
-def _calls_of(item: EvalItem) -> Sequence[FunctionCallContent]:
-    """The item's tool calls, computed once per item; an item-like object that is not an EvalItem
-    gives its ``function_calls``."""
-    try:
-        return item._calls()
-    except AttributeError:
-        return item.function_calls
-
-
 def _calls_present(names: list[str], called: set[str]) -> tuple[bool, str]:
     missing = [n for n in names if n not in called]
     called_list = sorted(called)
@@ -172,7 +161,7 @@ def tool_calls_present(item: EvalItem) -> CheckResult:
     expected = item.expected_tool_calls
     if not expected:
         return CheckResult(True, "No expected tool calls specified.", "tool_calls_present")
-    key = (*map(_name, expected), None, *map(_name, _calls_of(item)))
+    key = (*map(_name, expected), None, *map(_name, item.function_calls))
     n = len(expected)
     if not _KEY_TYPES.issuperset(map(type, key)):  # a str subclass may print otherwise
         return _present_result(*_calls_present(list(key[:n]), set(key[n + 1 :])))
@@ -199,7 +188,7 @@ def tool_call_args_match(item: EvalItem) -> CheckResult:
     if not expected:
         return CheckResult(True, "No expected tool calls specified.", "tool_call_args_match")
     actual: dict[str, list[dict[str, Any] | None]] = {}
-    for call in _calls_of(item):
+    for call in item.function_calls:
         args = call.arguments
         # parsed_arguments() copies a dict: only read here, a plain dict is taken as it is
         parsed = args if type(args) is dict else call.parsed_arguments()

@@ -101,10 +101,6 @@ def merge_tool_snapshots(
     return list(by_name.values())
 
 
-def _list(value: Sequence[Any] | None) -> list[Any] | None:
-    return None if value is None else list(value)
-
-
 def agent_item(
     run: TargetRun,
     *,
@@ -148,43 +144,12 @@ def agent_item(
             item_tools = None
             error_code = error_code or "ToolSchemaConflict"
             error_message = error_message or str(exc)
-    expected_calls = expect.expected_tool_calls
-    fields_set = set(_ALWAYS_SET)
-    if item_tools is not None:
-        fields_set.add("tools")
-    if expect.context is not None:
-        fields_set.add("context")
-    if expect.expected_output is not None:
-        fields_set.add("expected_output")
-    if expected_calls is not None:
-        fields_set.add("expected_tool_calls")
-    if split is not None:
-        fields_set.add("split_strategy")
-    item = EvalItem._direct(
-        conversation,
-        item_tools,
-        expect.context,
-        expect.expected_output,
-        expected_calls,
-        split,
-        item_id,
-        run.query_index,
-        run.repetition,
-        None,
-        run.usage,
-        error_code,
-        error_message,
-        {} if metadata is None else metadata,
-        fields_set,
-    )
-    if item is not None:
-        return item
     return EvalItem(
         conversation,
         item_tools,
         expect.context,
         expect.expected_output,
-        _list(expected_calls),
+        expect.expected_tool_calls,
         split,
         item_id=item_id,
         query_index=run.query_index,
@@ -192,23 +157,8 @@ def agent_item(
         usage=run.usage,
         error_code=error_code,
         error_message=error_message,
-        metadata=dict(metadata or {}),
+        metadata=metadata or {},
     )
-
-
-_ALWAYS_SET = frozenset(
-    (
-        "conversation",
-        "item_id",
-        "query_index",
-        "repetition",
-        "usage",
-        "error_code",
-        "error_message",
-        "metadata",
-    )
-)
-"""The fields agent_item always gives EvalItem (the others only when they are not None)."""
 
 
 def _tool_activity(messages: Sequence[Message]) -> list[Message]:
@@ -286,7 +236,7 @@ def workflow_items(
             _merged_tools(run),
             expect.context,
             expect.expected_output,
-            _list(expect.expected_tool_calls),
+            expect.expected_tool_calls,
             split,
             item_id=item_id,
             query_index=run.query_index,
@@ -322,7 +272,7 @@ def workflow_items(
                     turn.tools,
                     None,
                     wanted.expected_output if wanted is not None else None,
-                    _list(wanted.expected_tool_calls) if wanted is not None else None,
+                    wanted.expected_tool_calls if wanted is not None else None,
                     item_split,
                     item_id=f"{item_id}/{agent}" + (f"/{visit}" if visit else ""),
                     query_index=run.query_index,

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from enum import Enum
-from operator import is_
 from typing import Any, Protocol, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from evalpipe.messages import FunctionCallContent, Message, ToolDefinition
 from evalpipe.transcripts import RunUsage
@@ -89,10 +88,6 @@ def _joined(texts: list[str]) -> str:
     return " ".join(texts).strip()
 
 
-def _join(messages: Sequence[Message], start: int, stop: int, role: str) -> str:
-    return _joined([text for m in messages[start:stop] if m.role == role and (text := m.text)])
-
-
 def _text_of(m: Message) -> str:
     """``m.text``, with a plain Message's common case (one content) read directly: the
     property's call costs more than the text itself, once per message of every item checked.
@@ -107,7 +102,7 @@ def _text_of(m: Message) -> str:
 
 def _split_texts(conv: Sequence[Message], cut: int) -> tuple[str, str]:
     """``(query, response)`` of a conversation cut at ``cut``: the user texts before it and the
-    assistant texts from it on, in one pass (what two :func:`_join` calls give)."""
+    assistant texts from it on, in one pass."""
     query: list[str] = []
     response: list[str] = []
     for side, role, texts in ((conv[:cut], "user", query), (conv[cut:], "assistant", response)):
@@ -181,90 +176,22 @@ class AgentExpectation(BaseModel):
     """Tool calls the agent should make."""
 
 
-_STR_OR_NONE = frozenset({str, type(None)})
-_INT_OR_NONE = frozenset({int, type(None)})
-_SEQUENCE = frozenset({list, tuple})
-_MESSAGE = frozenset({Message})
-_TOOL = frozenset({ToolDefinition})
+_MESSAGES = frozenset({Message})
+_TOOLS = frozenset({ToolDefinition})
 _EXPECTED = frozenset({ExpectedToolCall})
-_STR_ONLY = frozenset({str})
-_NO_METADATA: dict[str, Any] = {}
-"""The metadata of an item not given any (never mutated: :func:`_valid_fields` copies it)."""
 
 
-def _valid_fields(
-    conversation: Sequence[Message] | None,
-    tools: Sequence[ToolDefinition] | None,
-    context: str | None,
-    expected_output: str | None,
-    expected_tool_calls: Sequence[ExpectedToolCall] | None,
-    split_strategy: Any,
-    item_id: str | None,
-    query_index: int | None,
-    repetition: int | None,
-    agent: str | None,
-    usage: RunUsage | None,
-    error_code: str | None,
-    error_message: str | None,
-    metadata: Mapping[str, Any],
-) -> dict[str, Any] | None:
-    """EvalItem's fields, in field order, when every value already is what validation makes of it:
-    the one home of these type rules (lists or tuples of Message, ToolDefinition and
-    ExpectedToolCall instances, plain str/int values or None, a callable splitter or None, a
-    RunUsage or None, a str-keyed dict of metadata); the lists and the dict are fresh copies, their
-    elements shared, as validation makes them. None when any value is not, and validation must run
-    (it coerces, or names the bad field)."""
-    if conversation is None:
-        conversation = ()
-    if not (
-        type(conversation) in _SEQUENCE
-        and _MESSAGE.issuperset(map(type, conversation))
-        and (tools is None or (type(tools) in _SEQUENCE and _TOOL.issuperset(map(type, tools))))
-        and type(context) in _STR_OR_NONE
-        and type(expected_output) in _STR_OR_NONE
-        and (
-            expected_tool_calls is None
-            or (
-                type(expected_tool_calls) in _SEQUENCE
-                and _EXPECTED.issuperset(map(type, expected_tool_calls))
-            )
-        )
-        and (split_strategy is None or callable(split_strategy))
-        and type(item_id) in _STR_OR_NONE
-        and type(query_index) in _INT_OR_NONE
-        and type(repetition) in _INT_OR_NONE
-        and type(agent) in _STR_OR_NONE
-        and (usage is None or type(usage) is RunUsage)
-        and type(error_code) in _STR_OR_NONE
-        and type(error_message) in _STR_OR_NONE
-        and type(metadata) is dict
-        and _STR_ONLY.issuperset(map(type, metadata))
-    ):
-        return None
-    return {
-        "conversation": list(conversation),
-        "tools": None if tools is None else list(tools),
-        "context": context,
-        "expected_output": expected_output,
-        "expected_tool_calls": None if expected_tool_calls is None else list(expected_tool_calls),
-        "split_strategy": split_strategy,
-        "item_id": item_id,
-        "query_index": query_index,
-        "repetition": repetition,
-        "agent": agent,
-        "usage": usage,
-        "error_code": error_code,
-        "error_message": error_message,
-        "metadata": dict(metadata),
-    }
+def _all_of(kind: frozenset[type], value: Any) -> bool:
+    """``value`` is a list of instances of exactly the one type in ``kind``: what validation
+    makes of it already (the common case, without a Python call per element)."""
+    return type(value) is list and kind.issuperset(map(type, value))
 
 
 class EvalItem(BaseModel):
     """One conversation to evaluate, with what was expected of it.
 
-    ``query`` and ``response`` are derived from the conversation through the split strategy; the
-    split is computed once per (strategy, conversation) and cached, unlike MAF, which re-splits on
-    every access.
+    ``query`` and ``response`` are derived from the conversation through the split strategy, on
+    every access (as MAF).
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
@@ -299,13 +226,6 @@ class EvalItem(BaseModel):
     metadata: dict[str, Any] = Field(default_factory=dict)
     """Free-form extra data (dataset tags, ids) carried into the results."""
 
-    _split_cache: tuple[Any, ...] | None = PrivateAttr(default=None)
-    """(*the messages split, splitter, the cut index or the custom split, query, response), one
-    flat tuple (one object for the collector to scan, not two); reused only while the
-    conversation holds the very same message objects in the same order."""
-    _calls_cache: tuple[Any, ...] | None = PrivateAttr(default=None)
-    """(*the messages scanned, their tool calls) for :meth:`_calls`; reused on the same rule."""
-
     def __init__(
         self,
         conversation: Sequence[Any] | None = None,
@@ -317,70 +237,29 @@ class EvalItem(BaseModel):
         /,
         **data: Any,
     ) -> None:
-        positional = {
-            "conversation": conversation,
-            "tools": tools,
-            "context": context,
-            "expected_output": expected_output,
-            "expected_tool_calls": expected_tool_calls,
-            "split_strategy": split_strategy,
-        }
-        for key, value in positional.items():
-            if value is not None:
-                data[key] = value
+        if conversation is not None:
+            data["conversation"] = conversation
+        if tools is not None:
+            data["tools"] = tools
+        if context is not None:
+            data["context"] = context
+        if expected_output is not None:
+            data["expected_output"] = expected_output
+        if expected_tool_calls is not None:
+            data["expected_tool_calls"] = expected_tool_calls
+        if split_strategy is not None:
+            data["split_strategy"] = split_strategy
         super().__init__(**data)
 
     # Validation from a dict (model_validate, a nested item) goes straight to pydantic-core: this
     # __init__ only maps the positional form.
     __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]
 
-    @classmethod
-    def _direct(
-        cls,
-        conversation: Sequence[Message] | None,
-        tools: Sequence[ToolDefinition] | None,
-        context: str | None,
-        expected_output: str | None,
-        expected_tool_calls: Sequence[ExpectedToolCall] | None,
-        split_strategy: Any,
-        item_id: str | None,
-        query_index: int | None,
-        repetition: int | None,
-        agent: str | None,
-        usage: RunUsage | None,
-        error_code: str | None,
-        error_message: str | None,
-        metadata: Mapping[str, Any],
-        fields_set: set[str],
-    ) -> EvalItem | None:
-        """The item ``EvalItem(...)`` makes of these values, with ``fields_set`` the fields that
-        call passes, built without a keyword dict (the items stage, once per call); None when a
-        value is not already valid (:func:`_valid_fields`), and the caller validates."""
-        if cls is not EvalItem:
-            return None
-        fields = _valid_fields(
-            conversation,
-            tools,
-            context,
-            expected_output,
-            expected_tool_calls,
-            split_strategy,
-            item_id,
-            query_index,
-            repetition,
-            agent,
-            usage,
-            error_code,
-            error_message,
-            metadata,
-        )
-        if fields is None:
-            return None
-        return EvalItem.model_construct(fields_set, **fields)
-
     @field_validator("conversation", mode="before")
     @classmethod
     def _coerce_conversation(cls, value: Any) -> Any:
+        if _all_of(_MESSAGES, value):
+            return value
         if value is None:
             return []
         return [Message.coerce(m) for m in value]
@@ -388,15 +267,15 @@ class EvalItem(BaseModel):
     @field_validator("tools", mode="before")
     @classmethod
     def _snapshot_tools(cls, value: Any) -> Any:
-        if value is None:
-            return None
+        if value is None or _all_of(_TOOLS, value):
+            return value
         return [ToolDefinition.coerce(t) for t in value]
 
     @field_validator("expected_tool_calls", mode="before")
     @classmethod
     def _coerce_expected(cls, value: Any) -> Any:
-        if value is None:
-            return None
+        if value is None or _all_of(_EXPECTED, value):
+            return value
         return [
             v
             if isinstance(v, ExpectedToolCall)
@@ -418,54 +297,22 @@ class EvalItem(BaseModel):
             )
         return value
 
-    def __eq__(self, other: object) -> bool:
-        # Value equality over the fields only: the split cache is private state, not identity.
-        if not isinstance(other, EvalItem):
-            return NotImplemented
-        return type(self) is type(other) and self.__dict__ == other.__dict__
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name in ("conversation", "split_strategy"):
-            self.__pydantic_private__["_split_cache"] = None  # type: ignore[index]
-            self.__pydantic_private__["_calls_cache"] = None  # type: ignore[index]
-        super().__setattr__(name, value)
-
     def _resolve(self, split: Callable[..., Split] | None) -> tuple[Split | int, str, str]:
-        """(the split, query, response) for ``split`` or the item's strategy, cached.
+        """(the split, query, response) for ``split`` or the item's strategy.
 
         The split is the cut index for the built-in strategies (the message lists are made only
         when asked for) and the splitter's own lists for a custom one.
         """
-        # Hot path of every local check: read the private cache through the slot, not pydantic's
-        # __getattr__, and compare message identities with map() rather than a generator.
         splitter = split or self.split_strategy or _LAST_TURN
         conv = self.conversation
-        private: dict[str, Any] = self.__pydantic_private__  # type: ignore[assignment]
-        cache = private.get("_split_cache")
-        # The messages lead the tuple: map() stops at the end of the conversation.
-        if (
-            cache is not None
-            and cache[-4] is splitter
-            and len(cache) == len(conv) + 4
-            and all(map(is_, cache, conv))
-        ):
-            return cache[-3], cache[-2], cache[-1]
-        result: Split | int
         if splitter is _LAST_TURN:
-            # The built-in strategies (a ConversationSplit has no other members): only the cut.
-            result, query, response = _last_turn_texts(conv)
-        elif splitter is _FULL:
-            result = _first_user(conv) + 1
-            query, response = _split_texts(conv, result)
-        else:
-            query_msgs, response_msgs = splitter(conv)
-            result = (list(query_msgs), list(response_msgs))
-            query = _join(result[0], 0, len(result[0]), "user")
-            response = _join(result[1], 0, len(result[1]), "assistant")
-        private["_split_cache"] = (*conv, splitter, result, query, response)
-        return result, query, response
+            return _last_turn_texts(conv)
+        if splitter is _FULL:
+            cut = _first_user(conv) + 1
+            return (cut, *_split_texts(conv, cut))
+        query_msgs, response_msgs = splitter(conv)
+        result = (list(query_msgs), list(response_msgs))
+        return (result, *_split_texts([*result[0], *result[1]], len(result[0])))
 
     def result_metadata(self) -> dict[str, Any] | None:
         """What every provider's result for this item carries from it: query index, repetition,
@@ -527,22 +374,6 @@ class EvalItem(BaseModel):
     def function_calls(self) -> list[FunctionCallContent]:
         """Every tool call in the whole conversation, in order."""
         return [c for m in self.conversation for c in m.contents if c.type == "function_call"]
-
-    def _calls(self) -> tuple[FunctionCallContent, ...]:
-        """:attr:`function_calls` as a tuple, computed once: reused, as the split is, only while the
-        conversation holds the very same message objects in the same order (the built-in tool
-        checks read it, several per item)."""
-        conv = self.conversation
-        private: dict[str, Any] = self.__pydantic_private__  # type: ignore[assignment]
-        cache: tuple[Any, ...] | None = private.get("_calls_cache")
-        if cache is not None and len(cache) == len(conv) + 1 and all(map(is_, cache, conv)):
-            found: tuple[FunctionCallContent, ...] = cache[-1]
-            return found
-        calls: tuple[FunctionCallContent, ...] = tuple(
-            [c for m in conv for c in m.contents if c.type == "function_call"]
-        )
-        private["_calls_cache"] = (*conv, calls)
-        return calls
 
     @staticmethod
     def _split_last_turn_static(conversation: list[Message]) -> Split:

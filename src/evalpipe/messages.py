@@ -218,21 +218,21 @@ Content = Annotated[
 """One part of a message; the ``type`` field tells the kind."""
 
 _CONTENT_ADAPTER: TypeAdapter[Any] = TypeAdapter(Content)
-_FAST_CONTENTS = frozenset(
-    {str, TextContent, FunctionCallContent, FunctionResultContent, DataContent, UriContent}
-)
-"""Content values a Message takes as they are (a str as a TextContent), without validation."""
 
 
 def user_message(text: str) -> Message:
     """``Message("user", [text])``: a query as the target is given it (for a str, built with
-    pydantic's ``model_construct``: the query is a validated str already)."""
+    pydantic's ``model_construct`` around its validated content: a Message's own validation is
+    the slower part)."""
     if type(text) is not str:
         return Message("user", [text])
-    return Message.model_construct(role="user", contents=[TextContent.model_construct(text=text)])
+    return Message.model_construct(role="user", contents=[TextContent(text=text)])
 
 
 _CONTENT_TYPES = (TextContent, FunctionCallContent, FunctionResultContent, DataContent, UriContent)
+_CONTENT_TYPE_SET = frozenset(_CONTENT_TYPES)
+_PLAIN_CONTENTS = _CONTENT_TYPE_SET | {str}
+"""What a message's contents list holds when each value is a content or its text (most often)."""
 _CONTENT_BY_TYPE: dict[str, type[BaseModel]] = {
     "text": TextContent,
     "function_call": FunctionCallContent,
@@ -367,30 +367,35 @@ class Message(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _drop_maf_bookkeeping(cls, value: Any) -> Any:
-        # MAF's Message.to_dict() adds "type": "message", a message_id and additional_properties.
-        if isinstance(value, Mapping) and value.get("type") == "message":
+    def _from_maf(cls, value: Any) -> Any:
+        # MAF's Message.to_dict() adds "type": "message", a message_id and additional_properties;
+        # its older Role type wraps the string in `.value`.
+        if type(value) is not dict and not isinstance(value, Mapping):
+            return value
+        if "type" in value and value["type"] == "message":
             value = {
                 k: v
                 for k, v in value.items()
                 if k not in ("type", "message_id", "additional_properties", "raw_representation")
             }
+        role = value.get("role")
+        if role is not None and type(role) is not str:
+            value = {**value, "role": getattr(role, "value", role)}
         return value
 
     @field_validator("contents", mode="before")
     @classmethod
     def _validate_contents(cls, value: Any) -> Any:
+        if type(value) is list:
+            if _CONTENT_TYPE_SET.issuperset(map(type, value)):
+                return value
+            if _PLAIN_CONTENTS.issuperset(map(type, value)):
+                return [TextContent(text=c) if type(c) is str else c for c in value]
         if value is None:
             return []
         if isinstance(value, str | Mapping):
             value = [value]
-        return [c for c in (_coerce_content(item) for item in value) if c is not None]
-
-    @field_validator("role", mode="before")
-    @classmethod
-    def _validate_role(cls, value: Any) -> Any:
-        # MAF's older Role type wraps the string in `.value`.
-        return getattr(value, "value", value)
+        return [c for c in map(_coerce_content, value) if c is not None]
 
     @property
     def text(self) -> str:

@@ -134,17 +134,22 @@ def item_status(
     """
     if errored:
         return ERROR
-    top = [s for s in scores if s.evaluator is None]
+    verdict: ItemStatus | None = None
+    top = False
+    for score in scores:
+        if score.evaluator is not None:
+            continue
+        top = True
+        status = score_status(score)
+        if status == ERROR:
+            return ERROR
+        if status == FAIL:
+            verdict = FAIL
+        elif status == PASS and verdict is None:
+            verdict = PASS
     if not top:
         return empty
-    statuses = {score_status(s) for s in top}
-    if ERROR in statuses:
-        return ERROR
-    if FAIL in statuses:
-        return FAIL
-    if PASS in statuses:
-        return PASS
-    return ERROR  # every metric not applicable: nothing judged it
+    return verdict or ERROR  # every metric not applicable: nothing judged it
 
 
 @dataclass(slots=True)

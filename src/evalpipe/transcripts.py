@@ -174,45 +174,10 @@ class WorkflowRun(BaseModel):
 Transcript = TargetRun | WorkflowRun
 """What one target call recorded."""
 
-_USAGE_SET = frozenset({"latency_seconds"})
-
 
 def measured_usage(latency_seconds: float | None) -> RunUsage:
-    """``RunUsage(latency_seconds=latency_seconds)``: no token counts, the call's wall time.
-
-    Built with pydantic's ``model_construct`` for a float (or None) latency: the one usage of a
-    call whose response reported none, built once per call.
-    """
-    if latency_seconds is not None and type(latency_seconds) is not float:
-        return RunUsage(latency_seconds=latency_seconds)
-    return RunUsage.model_construct(set(_USAGE_SET), latency_seconds=latency_seconds)
-
-
-_OPTIONAL_STR = frozenset({str, type(None)})
-_MADE_SET = frozenset(
-    (
-        "query_index",
-        "repetition",
-        "query",
-        "messages",
-        "tools",
-        "usage",
-        "error_code",
-        "error_message",
-        "attempts",
-    )
-)
-"""The fields a made call's TargetRun is given (a failed one: all but ``messages`` and ``tools``)."""
-_FAILED_SET = _MADE_SET - {"messages", "tools"}
-
-
-def _only(values: list[Any], kind: frozenset[type]) -> bool:
-    """Every value is an instance of exactly the one type in ``kind`` (no subclass)."""
-    return kind.issuperset(map(type, values))
-
-
-_MESSAGE = frozenset({Message})
-_TOOL = frozenset({ToolDefinition})
+    """``RunUsage(latency_seconds=latency_seconds)``: no token counts, the call's wall time."""
+    return RunUsage(latency_seconds=latency_seconds)
 
 
 def made_run(
@@ -228,41 +193,7 @@ def made_run(
     attempts: int,
 ) -> TargetRun:
     """The TargetRun of a call evalpipe just made: ``TargetRun(...)`` given these fields, or for a
-    failed call (``messages`` None) given all but ``messages`` and ``tools`` (it has neither).
-
-    When every value already is what validation makes of it (ints, strs, a list of ``Message``
-    and one of ``ToolDefinition`` instances, a ``RunUsage``), the fields are set as validation
-    sets them, without running it (the lists are taken as they are: the caller's own, new lists);
-    anything else is validated (it coerces, or names the bad field). Equal to the validated run,
-    with the same fields set (tests/test_transcripts.py pins it).
-    """
-    if (
-        type(query_index) is int
-        and type(repetition) is int
-        and type(attempts) is int
-        and type(query) is str
-        and type(usage) is RunUsage
-        and type(error_code) in _OPTIONAL_STR
-        and type(error_message) in _OPTIONAL_STR
-        and (
-            (type(messages) is list and _only(messages, _MESSAGE))
-            if messages is not None
-            else tools is None
-        )
-        and (tools is None or (type(tools) is list and _only(tools, _TOOL)))
-    ):
-        return TargetRun.model_construct(
-            set(_MADE_SET if messages is not None else _FAILED_SET),
-            query_index=query_index,
-            repetition=repetition,
-            query=query,
-            messages=[] if messages is None else messages,
-            tools=tools,
-            usage=usage,
-            error_code=error_code,
-            error_message=error_message,
-            attempts=attempts,
-        )
+    failed call (``messages`` None) given all but ``messages`` and ``tools`` (it has neither)."""
     data: dict[str, Any] = {
         "query_index": query_index,
         "repetition": repetition,

@@ -263,39 +263,53 @@ class LocalEvaluator:
         # A FunctionEvaluator over a sync function answers without a coroutine (see its `run`).
         runners = [c.run if isinstance(c, FunctionEvaluator) else c for c in self.checks]
         names = [check_name_of(c) for c in self.checks]
-        failures: list[tuple[int, str]] = []
+        failures: list[tuple[int, int, str]] = []
+        """(item index, check index, ``name: reason``) of every failed check."""
         results: list[EvalItemResult | None] = []
-        add_result = results.append
-        pending: list[tuple[int, list[Any]]] = []
-        checked = _checked
-        result_type = EvalItemResult
+        waiting: list[tuple[int, list[EvalScoreResult | None], list[tuple[int, Any]]]] = []
+        """Items with checks to await: their index, scores so far and (check index, awaitable)."""
         for index, item in enumerate(items):
             if item.error_code:
-                add_result(_errored(index, item))
+                results.append(_errored(index, item))
                 continue
-            # Every check answered: the item's result at once (its CheckResults are freed
-            # before the collector runs again); else the checks' outcomes, to settle.
-            done_or_outs = checked(index, item, runners, names, failures)
-            if type(done_or_outs) is result_type:
-                add_result(done_or_outs)
+            scores: list[EvalScoreResult | None] = []
+            later: list[tuple[int, Any]] | None = None
+            # Every check starts before the next, as MAF's gather per item starts them.
+            for k, run in enumerate(runners):
+                out: Any
+                try:
+                    out = run(item)
+                except BaseException as exc:
+                    if not is_call_failure(exc):
+                        raise
+                    out = exc
+                if isinstance(out, CheckResult) or not inspect.isawaitable(out):
+                    scores.append(_score(out, names[k], index, k, failures))
+                else:
+                    scores.append(None)
+                    later = later or []
+                    later.append((k, out))
+            if later is None:
+                results.append(_finish(index, item, scores))  # type: ignore[arg-type]
             else:
-                add_result(None)
-                pending.append((index, done_or_outs))  # type: ignore[arg-type]
-        if pending:
+                results.append(None)
+                waiting.append((index, scores, later))
+        if waiting:
             semaphore = asyncio.Semaphore(self.max_concurrency)
 
-            async def settle(outs: list[Any]) -> None:
+            async def settle(
+                index: int, scores: list[EvalScoreResult | None], later: list[tuple[int, Any]]
+            ) -> None:
                 # The item's async checks run concurrently (as MAF's gather per item).
-                slots = [k for k, out in enumerate(outs) if inspect.isawaitable(out)]
                 async with semaphore:
-                    settled = await asyncio.gather(*(_await_check(outs[k]) for k in slots))
-                for k, value in zip(slots, settled, strict=True):
-                    outs[k] = value
+                    settled = await asyncio.gather(*(_await_check(out) for _, out in later))
+                for (k, _), out in zip(later, settled, strict=True):
+                    scores[k] = _score(out, names[k], index, k, failures)
 
-            await asyncio.gather(*(settle(outs) for _, outs in pending))
-            for index, outs in pending:
-                results[index] = _item_result(index, items[index], outs, names, failures)
-            failures.sort(key=itemgetter(0))  # item order, each item's checks in order (stable)
+            await asyncio.gather(*(settle(*one) for one in waiting))
+            for index, scores, _ in waiting:
+                results[index] = _finish(index, items[index], scores)  # type: ignore[arg-type]
+            failures.sort(key=itemgetter(0, 1))  # item order, each item's checks in order
         done: list[EvalItemResult] = results  # type: ignore[assignment]  # every slot filled
         return make_results(
             self.name,
@@ -305,19 +319,15 @@ class LocalEvaluator:
             input_items=items,
             eval_id="local",
             run_id=eval_name,
-            error="; ".join(text for _, text in failures) or None,
+            error="; ".join(text for _, _, text in failures) or None,
         )
 
 
 def _errored(index: int, item: EvalItem) -> EvalItemResult:
     """The result of an item whose target call failed: errored, no check run."""
-    item_id = item.item_id
-    if item_id is None:
-        item_id = str(index)
-    metadata = item.result_metadata()
     query, response = item.query_and_response()
     return EvalItemResult(
-        item_id,
+        str(index) if item.item_id is None else item.item_id,
         ERROR,
         [],
         item.error_code,
@@ -326,21 +336,27 @@ def _errored(index: int, item: EvalItem) -> EvalItemResult:
         query,
         response,
         None,
-        metadata,
+        item.result_metadata(),
     )
 
 
-def _check_score(out: CheckResult, index: int, failures: list[tuple[int, str]]) -> EvalScoreResult:
-    """A check's answer as its score and verdict (no score: 1.0 if it passed, else 0.0; its
-    reason kept on the score), a failed check's ``name: reason`` added to ``failures`` under the
-    item's index. The one home of these rules for both the one-pass and the awaiting path."""
+def _score(
+    out: Any, name: str, index: int, k: int, failures: list[tuple[int, int, str]]
+) -> EvalScoreResult:
+    """Check ``k``'s outcome on item ``index`` as its score: a CheckResult's verdict (no score:
+    1.0 if it passed, else 0.0; its reason kept on the score, a failure's ``name: reason`` added
+    to ``failures``); an exception, or anything else (a TypeError), makes the score errored."""
+    if not isinstance(out, CheckResult):
+        if not isinstance(out, BaseException):
+            out = TypeError(f"check '{name}' returned {type(out).__name__}, expected CheckResult")
+        return EvalScoreResult(name, None, None, error_message=_error_text(out))
     passed = out.passed
     if type(passed) is not bool:
         passed = bool(passed)
     reason = out.reason
     cname = out.check_name
     if not passed:
-        failures.append((index, f"{cname}: {reason}"))
+        failures.append((index, k, f"{cname}: {reason}"))
     score = out.score
     if score is None:
         score = 1.0 if passed else 0.0
@@ -351,75 +367,21 @@ def _check_score(out: CheckResult, index: int, failures: list[tuple[int, str]]) 
     return EvalScoreResult(cname, score, passed)
 
 
-def _checked(
-    index: int,
-    item: EvalItem,
-    runners: Sequence[Callable[[EvalItem], Any]],
-    names: Sequence[str],
-    failures: list[tuple[int, str]],
-) -> EvalItemResult | list[Any]:
-    """Run every check on ``item``: its result when each check answered a CheckResult or raised
-    (the common case, in one pass), else the checks' outcomes in order, for the caller to settle
-    and give to :func:`_item_result`. A check's exception (other than the run being stopped) is
-    its outcome; each check starts before the next, as :func:`_item_result` expects them."""
-    scores: list[EvalScoreResult] = []
-    add_score = scores.append
-    score_result = EvalScoreResult
-    outs: list[Any] = []
-    add_out = outs.append
-    mark = len(failures)
-    errors: list[str] | None = None
-    for k, run in enumerate(runners):
-        try:
-            out = run(item)
-        except BaseException as exc:
-            if not is_call_failure(exc):
-                raise
-            out = exc
-        add_out(out)
-        if type(out) is CheckResult or isinstance(out, CheckResult):
-            add_score(_check_score(out, index, failures))
-        elif isinstance(out, BaseException):
-            if errors is None:
-                errors = []
-            name = names[k]
-            text = _error_text(out)
-            errors.append(f"{name}: {text}")
-            add_score(score_result(name, None, None, error_message=text))
-        else:
-            # Something to await (or not a CheckResult at all): start the remaining checks, and
-            # the caller settles them all; nothing of this pass is kept.
-            for rest in runners[k + 1 :]:
-                try:
-                    add_out(rest(item))
-                except BaseException as exc:
-                    if not is_call_failure(exc):
-                        raise
-                    add_out(exc)
-            del failures[mark:]
-            return outs
-    return _finish(index, item, scores, errors)
-
-
-def _finish(
-    index: int,
-    item: EvalItem,
-    scores: list[EvalScoreResult],
-    errors: list[str] | None,
-) -> EvalItemResult:
+def _finish(index: int, item: EvalItem, scores: list[EvalScoreResult]) -> EvalItemResult:
     """An item's result from its scores, its status by the tally's item rule (``item_status``:
     any error, else all passed, else fail; zero checks fail, as MAF); the checks that raised
     are its error."""
-    item_id = item.item_id
-    if item_id is None:
-        item_id = str(index)
     query, response = item.query_and_response()
+    status = item_status(scores)
+    errors = None
+    if status == ERROR:
+        errors = "; ".join(f"{s.name}: {s.error_message}" for s in scores if s.error_message)
     return EvalItemResult(
-        item_id,
-        item_status(scores),
+        str(index) if item.item_id is None else item.item_id,
+        status,
         scores,
         "CheckError" if errors else None,
-        "; ".join(errors) if errors else None,
+        errors or None,
         None,
         query,
         response,
@@ -449,32 +411,6 @@ def _detailed_score(
         if isinstance(threshold, int | float) and not isinstance(threshold, bool)
         else None,
     )
-
-
-def _item_result(
-    index: int,
-    item: EvalItem,
-    outs: Sequence[Any],
-    names: Sequence[str],
-    failures: list[tuple[int, str]],
-) -> EvalItemResult:
-    """One item's result from its checks' settled outcomes; each failed check's ``name: reason``
-    is added to ``failures`` under the item's index. An outcome that is neither a CheckResult nor
-    an exception makes the check errored (a TypeError)."""
-    scores: list[EvalScoreResult] = []
-    errors: list[str] | None = None
-    for name, out in zip(names, outs, strict=True):
-        if isinstance(out, CheckResult):
-            scores.append(_check_score(out, index, failures))
-            continue
-        if not isinstance(out, BaseException):
-            out = TypeError(f"check '{name}' returned {type(out).__name__}, expected CheckResult")
-        if errors is None:
-            errors = []
-        text = _error_text(out)
-        errors.append(f"{name}: {text}")
-        scores.append(EvalScoreResult(name, None, None, error_message=text))
-    return _finish(index, item, scores, errors)
 
 
 def resolve_evaluators(evaluators: Any) -> list[Evaluator]:
