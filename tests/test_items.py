@@ -704,16 +704,14 @@ def test_constructor_validates_what_is_not_valid_yet(name: str, value: Any) -> N
         _same(EvalItem(**data), expected)
 
 
-def test_validation_from_a_dict_does_not_run_the_python_init() -> None:
-    """EvalItem and ExpectedToolCall validate dicts in pydantic-core (a dataset row's expected
-    calls, model_validate): their __init__ is only the positional form and the fast path, and
-    the tests above compare that fast path with model_validate, which must really validate."""
+def test_validation_from_a_dict_equals_the_positional_form() -> None:
+    """EvalItem and ExpectedToolCall validate dicts (a dataset row's expected calls,
+    model_validate) into what their positional form (MAF's) makes."""
     from evalpipe.items import ExpectedToolCall
 
-    assert EvalItem.__pydantic_custom_init__ is False
-    assert ExpectedToolCall.__pydantic_custom_init__ is False
     item = EvalItem.model_validate({"conversation": [{"role": "user", "contents": ["Q"]}]})
     assert item.conversation == [user("Q")]
+    assert item == EvalItem([user("Q")])
     assert ExpectedToolCall("f", {"a": 1}) == ExpectedToolCall.model_validate(
         {"name": "f", "arguments": {"a": 1}}
     )

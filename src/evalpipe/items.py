@@ -160,10 +160,6 @@ class ExpectedToolCall(BaseModel):
             data["arguments"] = arguments
         super().__init__(**data)
 
-    # Only the positional form needs this __init__: validation from a dict (a dataset row's
-    # expected_tool_calls) goes straight to pydantic-core, not through a Python call per call.
-    __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]
-
 
 class AgentExpectation(BaseModel):
     """What one agent of a workflow is expected to produce for one query (dataset row)."""
@@ -250,10 +246,6 @@ class EvalItem(BaseModel):
         if split_strategy is not None:
             data["split_strategy"] = split_strategy
         super().__init__(**data)
-
-    # Validation from a dict (model_validate, a nested item) goes straight to pydantic-core: this
-    # __init__ only maps the positional form.
-    __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]
 
     @field_validator("conversation", mode="before")
     @classmethod

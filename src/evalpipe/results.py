@@ -175,22 +175,22 @@ class EvalResults(BaseModel):
         # Only reached when normal lookup fails: input_items deferred by defer_input_items.
         def __getattr__(self, name: str) -> Any:
             if name == "input_items":
-                loader = (self.__pydantic_private__ or {}).get("_input_loader")
+                loader = getattr(self, "_input_loader", None)
                 if loader is not None:
                     items = loader()
                     self.__dict__["input_items"] = items
-                    self.__pydantic_private__["_input_loader"] = None
+                    self._input_loader = None
                     return items
             return super().__getattr__(name)
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if name == "input_items" and self.__pydantic_private__:
-            self.__pydantic_private__["_input_loader"] = None
+        if name == "input_items" and getattr(self, "_input_loader", None) is not None:
+            self._input_loader = None
         super().__setattr__(name, value)
 
     def _load_deferred(self) -> None:
         for result in self.iter_results():
-            if (result.__pydantic_private__ or {}).get("_input_loader") is not None:
+            if getattr(result, "_input_loader", None) is not None:
                 result.input_items  # noqa: B018 - loads them
 
     def __eq__(self, other: object) -> bool:
