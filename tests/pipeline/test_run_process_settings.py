@@ -115,3 +115,19 @@ def test_evalpipe_runs_process_pool_workers_collect_as_it_does(project: Path) ->
     ((threshold, frozen, pool),) = _seen(project / "gc.log")
     assert (threshold, frozen) == ((YOUNG_THRESHOLD, 1, 1), True)
     assert pool != "system"
+
+
+def test_a_library_runs_process_pool_workers_keep_pythons_collector(project: Path) -> None:
+    """run_suite (a library call, as a deployment's flow run makes) starts its process pool's
+    workers with Python's own collector: only `evalpipe run`'s entry hands them its setting."""
+    from evalpipe.pipeline.run import run_suite
+    from evalpipe.suite import load_suite
+
+    suite = yaml.safe_load((project / "suite.yaml").read_text(encoding="utf-8"))
+    suite["task_runner"] = {"processes": 1}
+    (project / "suite.yaml").write_text(yaml.safe_dump(suite), encoding="utf-8")
+    outcome = run_suite(load_suite(project / "suite.yaml"))
+    assert outcome.state == "Completed", outcome.message
+    ((threshold, frozen, _),) = _seen(project / "gc.log")
+    assert threshold != (YOUNG_THRESHOLD, 1, 1)
+    assert frozen is False
