@@ -103,3 +103,23 @@ def test_a_column_added_in_one_place_is_in_the_writers_and_readers_output(
     ]
     # the nested results still come back whole: a derived column is not read into a record
     assert load_run(tmp_path, input_items=False)[0].items == batch[0].items
+
+
+@pytest.mark.parametrize(
+    ("rows", "specs", "message"),
+    [
+        ("| `x` | int46 | A typo. |", {}, "unknown kind 'int46'"),
+        ("`x` | string | No table row.", {}, "not a column row"),
+        ("| `x` | string | Fine. |", {"y": {"since": 3}}, "no row for the column(s) ['y']"),
+    ],
+)
+def test_a_declaration_mistake_is_named_when_the_module_loads(
+    rows: str, specs: dict[str, dict[str, int]], message: str
+) -> None:
+    """A column row with an unknown kind, a line that is no row, or a spec without its row is
+    refused naming it (not a schema that fails later, far from the declaration)."""
+    from evalpipe.artifacts.columns import _columns
+
+    with pytest.raises(ValueError) as raised:
+        _columns("run", rows, **specs)
+    assert message in str(raised.value)

@@ -22,7 +22,7 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from datetime import datetime
-from typing import Any, Literal, cast
+from typing import Any, Literal, cast, get_args
 
 from pydantic import BaseModel, TypeAdapter
 from pydantic_core import from_json, to_json
@@ -492,7 +492,7 @@ def _columns(
     (``fields``) is read back into the field of its name.
 
     Raises:
-        ValueError: for a row that is not a column's, or a spec of no row.
+        ValueError: for a row that is not a column's or of an unknown kind, or a spec of no row.
     """
     columns = []
     for line in rows.strip().splitlines():
@@ -500,6 +500,8 @@ def _columns(
         if match is None:
             raise ValueError(f"not a column row: {line!r}")
         name, kind, required, doc = match.groups()
+        if kind not in get_args(Kind):
+            raise ValueError(f"unknown kind {kind!r} (known: {get_args(Kind)}) in {line!r}")
         spec = specs.pop(name, {})
         options: dict[str, Any] = {"source": source, "nullable": required is None}
         if fields and "get" not in spec:
