@@ -497,8 +497,9 @@ async def test_flow_writes_the_report_and_compares_with_the_last_run(project: Pa
 async def test_a_large_run_gets_its_report_from_a_child_process(
     project: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """At REPORT_SUBPROCESS_CALLS calls or more, report.html comes from `python -m evalpipe.cli
-    report` in a child process (the in-process writer is broken here and never called)."""
+    """At REPORT_SUBPROCESS_CALLS calls or more with shards in the flow's process (threads),
+    report.html comes from `python -m evalpipe.cli report` in a child process (the in-process
+    writer is broken here and never called)."""
     import evalpipe.pipeline.flow as flow_module
     import evalpipe.report
 

@@ -124,16 +124,26 @@ async def _threads_run(project: Path, **extra: object) -> RunOutcome:
 
 
 async def test_processes_run_equals_threads_and_reports_to_the_runs_api(
-    project: Path, prefect_api: str
+    project: Path, prefect_api: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """task_runner {processes: 2}: Prefect's process pool runs the calls in its workers (one shard
     waiting per worker besides the one it runs, never more calls in flight than the concurrency),
     the Parquet files equal a threads run's row for row, the workers report to the flow's API
     (none starts a temporary server of its own) and never load pyarrow (the flow's module, which
-    Prefect sends them with the flow, loads it only where the flow writes: ~50 MiB a worker)."""
+    Prefect sends them with the flow, loads it only where the flow writes: ~50 MiB a worker); a
+    large run's report is written in the flow's process, never by a child (that is for threads)."""
+    import evalpipe.pipeline.flow as flow_module
+
+    async def no_child(run_dir: str) -> str:
+        raise AssertionError("the report was written by a child process")
+
     suite = _suite(project, task_runner={"processes": 2}, concurrency=3, shard_size=2)
-    outcome = await arun_suite(load_suite(suite))
+    with monkeypatch.context() as patch:
+        patch.setattr(flow_module, "REPORT_SUBPROCESS_CALLS", 1)
+        patch.setattr(flow_module, "_report_in_child", no_child)
+        outcome = await arun_suite(load_suite(suite))
     assert outcome.state == "Completed", outcome.message
+    assert (outcome.run_dir / "report.html").is_file()
     assert outcome.gate_passed is True
     calls = _calls(project / "pids.log")
     assert len(calls) == 24
