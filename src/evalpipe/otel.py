@@ -84,14 +84,9 @@ class TraceDiagnostic:
         return cls(message, span.trace_id, span.span_id, span.source)
 
     def __str__(self) -> str:
-        ids = [
-            f"{kind} {id_}"
-            for kind, id_ in (("trace", self.trace_id), ("span", self.span_id))
-            if id_
-        ]
-        where = f"{' '.join(ids)}: " if ids else ""
-        origin = f"{self.source}: " if self.source else ""
-        return f"{origin}{where}{self.message}"
+        ids = ((k, v) for k, v in (("trace", self.trace_id), ("span", self.span_id)) if v)
+        where = " ".join(f"{k} {v}" for k, v in ids)
+        return "".join(f"{part}: " for part in (self.source, where) if part) + self.message
 
 
 @dataclass(slots=True)
@@ -151,11 +146,6 @@ class TraceTranscript:
     """The final answer: the last top-level agent's last assistant message with text."""
     usage: RunUsage
     source: str
-
-    @property
-    def agents(self) -> list[str]:
-        """Agent names in first-seen order."""
-        return list(dict.fromkeys(t.agent for t in self.turns))
 
 
 @dataclass(slots=True)
@@ -552,15 +542,13 @@ def _transcript(spans: list[Span], diagnostics: list[TraceDiagnostic]) -> TraceT
             if agent is not None:
                 owner.setdefault(agent, []).append(span)
     names = {s.span_id: _agent_name(s, diagnostics) for s in agent_spans}
-    turns: list[AgentTurn] = []
     by_span: dict[str, AgentTurn] = {}
     for span in agent_spans:
         parent = _nearest_agent(span, by_id, agent_ids)
-        turn = _turn(span, owner, names, parent, diagnostics)
+        turn = by_span[span.span_id] = _turn(span, owner, names, parent, diagnostics)
         if parent is not None and parent in by_span:
             turn.path = f"{by_span[parent].path}/{turn.agent}"
-        by_span[span.span_id] = turn
-        turns.append(turn)
+    turns = list(by_span.values())
     top = [t for t in turns if t.parent_agent_span is None]
     first = top[0]
     conversation = [*first.received, *(m for t in top for m in t.produced)]

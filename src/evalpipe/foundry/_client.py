@@ -248,22 +248,22 @@ class EvalsApi:
         """
         key = body["metadata"]["evalpipe_key"]
         unknown = False
-        async for attempt in self.policy.retrying(what):
-            with attempt:
-                if unknown:
-                    found = await find(key)
-                    if found is not None:
-                        logger.info("Foundry %s: found the one already created", what)
-                        return found
-                try:
-                    answer: dict[str, Any] = await self._object(what, fn, *args, **body)
-                except BaseException as exc:
-                    unknown = unknown or outcome_unknown(exc)
-                    raise
-                if answer.get("id") in (None, ""):
-                    raise RuntimeError(f"the {what} answer has no id: {answer!r}")
-                return answer
-        raise AssertionError("unreachable: tenacity reraises")  # pragma: no cover
+
+        async def once() -> dict[str, Any]:
+            nonlocal unknown
+            if unknown and (found := await find(key)) is not None:
+                logger.info("Foundry %s: found the one already created", what)
+                return found
+            try:
+                answer = await self._object(what, fn, *args, **body)
+            except BaseException as exc:
+                unknown = unknown or outcome_unknown(exc)
+                raise
+            if answer.get("id") in (None, ""):
+                raise RuntimeError(f"the {what} answer has no id: {answer!r}")
+            return answer
+
+        return await self._retry(what, once)
 
     async def create_eval(self, **body: Any) -> dict[str, Any]:
         """POST /evals at most once (see ``_create``)."""

@@ -18,6 +18,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
+from azure.core.exceptions import HttpResponseError
 from pydantic import BaseModel, ConfigDict, Field
 
 from evalpipe.evaluators.local import resolve_evaluators
@@ -35,6 +36,7 @@ from evalpipe.messages import (
     ToolDefinition,
     UriContent,
 )
+from evalpipe.recorded import final_answer
 from evalpipe.results import EvalResults
 from evalpipe.runner import evaluate_prebuilt
 from evalpipe.transcripts import ExecutorRun, RunUsage, WorkflowRun
@@ -294,12 +296,11 @@ def _workflow_run(name: str, executors: list[ExecutorRun], usage: RunUsage) -> W
     """A run as a workflow: the first (orchestrating) agent's last user text and last answer."""
     first = executors[0]
     user_texts = [m.text for m in first.received if m.role == "user" and m.text]
-    answers = [m for m in first.produced if m.role == "assistant" and m.text]
     return WorkflowRun(
         query=user_texts[-1] if user_texts else "",
         workflow=name,
         executors=executors,
-        output=answers[-1:],
+        output=final_answer(first.produced),
         usage=usage,
     )
 
@@ -415,8 +416,6 @@ class FoundryThreads:
         if not agent_id:
             return {}
         if agent_id not in self._agents:
-            from azure.core.exceptions import HttpResponseError
-
             try:
                 self._agents[agent_id] = plain(self.client.get_agent(agent_id, **self._call_kw))
             except HttpResponseError as exc:
@@ -444,8 +443,6 @@ class FoundryThreads:
     def _read(
         self, thread_id: str, run_id: str | None, runs: list[dict[str, Any]] | None
     ) -> list[ThreadRunRecord]:
-        from azure.core.exceptions import HttpResponseError
-
         try:
             messages = list(self._list(self.client.messages.list, thread_id))
             if runs is None:
@@ -499,8 +496,6 @@ class FoundryThreads:
         lookback_hours: float | None,
     ) -> list[tuple[str, list[dict[str, Any]]]]:
         """(thread id, its runs) of the threads in the window with a run of ``agent_id``."""
-        from azure.core.exceptions import HttpResponseError
-
         since, until = _window(since, until, lookback_hours)
         low, high = since.timestamp(), until.timestamp()
         found: list[tuple[str, list[dict[str, Any]]]] = []
@@ -597,8 +592,6 @@ class FoundryThreads:
         diag: list[str],
     ) -> tuple[list[Message], list[_Call]]:
         """What the run did, in step order: tool calls with their results, created messages."""
-        from azure.core.exceptions import HttpResponseError
-
         run_id = str(run.get("id"))
 
         def note(text: str) -> None:
@@ -694,8 +687,6 @@ class FoundryThreads:
     ) -> list[ExecutorRun]:
         """The executor turns of one connected-agent call: the agent's own run when it can be
         read (and, nested, the agents it called), else its input and output only."""
-        from azure.core.exceptions import HttpResponseError
-
         sub = call.sub or {}
         sub_agent = self._agent(sub.get("agent_id"), thread_id, run_id)
         name = str(sub_agent.get("name") or call.name)
