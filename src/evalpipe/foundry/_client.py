@@ -12,6 +12,7 @@ import asyncio
 import functools
 import inspect
 import logging
+import math
 import random
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -21,7 +22,7 @@ import openai
 from pydantic import BaseModel
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
-from evalpipe._internal.retry import parse_retry_after
+from evalpipe._internal.retry import retry_after
 
 __all__ = ["EvalsApi", "RetryPolicy", "is_retryable"]
 
@@ -62,22 +63,16 @@ class RetryPolicy:
     def wait(self, state: RetryCallState) -> float:
         """Seconds to sleep before the next attempt."""
         exc = state.outcome.exception() if state.outcome is not None else None
-        if isinstance(exc, openai.APIStatusError):
-            requested = parse_retry_after(exc.response.headers)
-            if requested is not None:
-                return requested
+        requested = retry_after(exc, math.inf) if exc is not None else None
+        if requested is not None:
+            return requested
         backoff = min(self.initial_delay * 2.0 ** (state.attempt_number - 1), self.max_delay)
         return backoff * random.uniform(0.75, 1.0)
 
     def should_retry(self, exc: BaseException) -> bool:
         """Retryable, and any server-requested delay is within ``max_retry_after``."""
-        if not is_retryable(exc):
-            return False
-        if isinstance(exc, openai.APIStatusError):
-            requested = parse_retry_after(exc.response.headers)
-            if requested is not None and requested > self.max_retry_after:
-                return False
-        return True
+        requested = retry_after(exc, math.inf)
+        return is_retryable(exc) and (requested is None or requested <= self.max_retry_after)
 
     def retrying(self, what: str) -> AsyncRetrying:
         """A tenacity loop for one call; each retry is logged with what is retried."""

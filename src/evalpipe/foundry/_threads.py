@@ -661,9 +661,7 @@ class FoundryThreads:
         usage = _usage(run)
         workflow = None
         if turn.connected:
-            executors = [_executor(turn.name, turn.conversation, turn.split_at, tools, usage)]
-            for call in turn.connected:
-                executors += self._connected_turns(thread_id, run_id, call, turn.diag, depth=1)
+            executors = self._turns(thread_id, turn, turn.name, tools, turn.diag, depth=1)
             workflow = _workflow_run(turn.name, executors, usage)
         return ThreadRunRecord(
             thread_id=thread_id,
@@ -681,6 +679,24 @@ class FoundryThreads:
             workflow=workflow,
             diagnostics=turn.diag,
         )
+
+    def _turns(
+        self,
+        thread_id: str,
+        turn: _Turn,
+        name: str,
+        tools: list[ToolDefinition] | None,
+        diag: list[str],
+        *,
+        depth: int,
+        error: str | None = None,
+    ) -> list[ExecutorRun]:
+        """A run's own executor turn, then (nested) those of the connected agents it called."""
+        run_id = str(turn.run.get("id"))
+        turns = [_executor(name, turn.conversation, turn.split_at, tools, _usage(turn.run), error)]
+        for call in turn.connected:
+            turns += self._connected_turns(thread_id, run_id, call, diag, depth=depth)
+        return turns
 
     def _connected_turns(
         self, thread_id: str, run_id: str, call: _Call, diag: list[str], *, depth: int
@@ -703,28 +719,17 @@ class FoundryThreads:
             except HttpResponseError as exc:
                 fall_back(f"thread {sub_thread} could not be read ({exc.message})")
             else:
-                for turn in self._thread_turns(sub_thread, messages, runs):
-                    if turn.run.get("id") != sub_run:
-                        continue
+                turns = self._thread_turns(sub_thread, messages, runs)
+                turn = next((t for t in turns if t.run.get("id") == sub_run), None)
+                if turn is not None:
                     diag.extend(turn.diag)
                     status = str(turn.run.get("status"))
-                    turns = [
-                        _executor(
-                            name,
-                            turn.conversation,
-                            turn.split_at,
-                            _tools(turn.run.get("tools"), sub_agent.get("tools")),
-                            _usage(turn.run),
-                            f"the connected agent's run ended {status}"
-                            if status in _ERROR_CODES
-                            else None,
-                        )
-                    ]
-                    for nested in turn.connected:
-                        turns += self._connected_turns(
-                            sub_thread, sub_run, nested, diag, depth=depth + 1
-                        )
-                    return turns
+                    ended = f"the connected agent's run ended {status}"
+                    error = ended if status in _ERROR_CODES else None
+                    tools = _tools(turn.run.get("tools"), sub_agent.get("tools"))
+                    return self._turns(
+                        sub_thread, turn, name, tools, diag, depth=depth + 1, error=error
+                    )
                 fall_back(f"run {sub_run} not found on thread {sub_thread}")
         instructions = sub_agent.get("instructions")
         received = [Message("system", [str(instructions)])] if instructions else []
