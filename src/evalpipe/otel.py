@@ -549,30 +549,20 @@ def _transcript(spans: list[Span], diagnostics: list[TraceDiagnostic]) -> TraceT
         if parent is not None and parent in by_span:
             turn.path = f"{by_span[parent].path}/{turn.agent}"
     turns = list(by_span.values())
+
+    def note(turn: AgentTurn, message: str) -> None:
+        diagnostics.append(TraceDiagnostic(message, trace_id, turn.span_id, spans[0].source))
+
     top = [t for t in turns if t.parent_agent_span is None]
     first = top[0]
     conversation = [*first.received, *(m for t in top for m in t.produced)]
     users = [m for m in first.received if m.role == "user" and m.text]
     query = users[-1].text if users else ""
     if not query:
-        diagnostics.append(
-            TraceDiagnostic(
-                "the first agent received no user message with text; the query is empty",
-                trace_id,
-                first.span_id,
-                spans[0].source,
-            )
-        )
+        note(first, "the first agent received no user message with text; the query is empty")
     output = final_answer(top[-1].produced) or final_answer(conversation)
     if not output:
-        diagnostics.append(
-            TraceDiagnostic(
-                "no assistant answer with text; the output is empty",
-                trace_id,
-                top[-1].span_id,
-                spans[0].source,
-            )
-        )
+        note(top[-1], "no assistant answer with text; the output is empty")
     latency = (max(s.end for s in spans) - min(s.start for s in spans)) / 1e9 or None
     usage = sum_usage([t.usage for t in top], latency)
     return TraceTranscript(
