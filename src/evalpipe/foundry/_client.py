@@ -166,8 +166,8 @@ def _as_dict(obj: Any, what: str = "answer") -> dict[str, Any]:
     return value
 
 
-async def _page_of(page: Any) -> tuple[list[Any], bool | None]:
-    """The elements of a list answer and its ``has_more`` (None: not said).
+async def _page_of(page: Any) -> tuple[list[Any], bool]:
+    """The elements of a list answer and its ``has_more`` (not said: whether it has elements).
 
     A page (``.data`` / ``["data"]``) is read as it is; a plain list, or an iterator that pages by
     itself (the SDK's auto-paginating ``AsyncPaginator`` when not awaited, a user's async
@@ -178,7 +178,7 @@ async def _page_of(page: Any) -> tuple[list[Any], bool | None]:
     data = page.get("data") if isinstance(page, Mapping) else _attribute(page, "data")
     if isinstance(data, list | tuple):
         more = page.get("has_more") if isinstance(page, Mapping) else _attribute(page, "has_more")
-        return list(data), more if isinstance(more, bool) else None
+        return list(data), more if isinstance(more, bool) else bool(data)
     if hasattr(page, "__aiter__"):
         return [x async for x in page], False
     if isinstance(page, Iterable) and not isinstance(page, str | bytes | Mapping):
@@ -287,8 +287,7 @@ class EvalsApi:
     ) -> tuple[list[dict[str, Any]], bool]:
         async def one() -> tuple[list[dict[str, Any]], bool]:
             elements, has_more = await _page_of(await self._call(fn, *args, **kwargs))
-            data = [_as_dict(x, what) for x in elements]
-            return data, has_more if has_more is not None else bool(data)
+            return [_as_dict(x, what) for x in elements], has_more
 
         return await self._retry(what, one)
 
