@@ -1,25 +1,13 @@
 """OpenTelemetry GenAI traces: what agents did in production, rebuilt per agent and evaluated.
 
-Reads an OTLP/JSON export (one file, or a directory of ``.json`` / ``.jsonl`` files;
-``resourceSpans -> scopeSpans -> spans``, attributes as ``{"key", "value": AnyValue}``) of spans
-that follow the OpenTelemetry GenAI semantic conventions, as Microsoft Agent Framework and other
-frameworks emit them:
-
-- ``invoke_agent`` spans: ``gen_ai.agent.name``, ``gen_ai.input.messages``,
-  ``gen_ai.output.messages``, ``gen_ai.system_instructions``, ``gen_ai.tool.definitions``,
-  ``gen_ai.usage.input_tokens`` / ``output_tokens``;
-- ``chat`` spans (one model call each): input and output messages;
-- ``execute_tool`` spans: ``gen_ai.tool.name``, ``gen_ai.tool.call.id``,
-  ``gen_ai.tool.call.arguments``, ``gen_ai.tool.call.result``.
-
-Each trace becomes a :class:`TraceTranscript`: one :class:`AgentTurn` per ``invoke_agent`` span in
-start order (what the agent received, what it produced, its tools and tokens, and which agent it ran
-under), the user query and the whole conversation. :func:`trace_workflow_runs` turns them into
-``WorkflowRun``s, so ``build_workflow_items`` gives per-agent items and an overall item per trace,
-and :func:`trace_rows` into dataset rows (``recorded_agents``) that ``evalpipe run`` evaluates.
-
-Nothing here raises on missing or partial attributes: each gap becomes a :class:`TraceDiagnostic` naming
-the trace and span, returned with the transcripts and logged as a warning.
+Reads an OTLP/JSON export (one file, or a directory of ``.json`` / ``.jsonl`` files) of spans that
+follow the OpenTelemetry GenAI semantic conventions (``invoke_agent``, ``chat`` and ``execute_tool``
+spans, as Microsoft Agent Framework and other frameworks emit them). Each trace becomes a
+:class:`TraceTranscript`: one :class:`AgentTurn` per ``invoke_agent`` span in start order, the user
+query and the whole conversation. :func:`trace_items` gives per-agent and overall items,
+:func:`trace_rows` dataset rows (``recorded_agents``) that ``evalpipe run`` evaluates. A missing or
+partial attribute never raises: it is a :class:`TraceDiagnostic` naming the trace and span. The
+attributes read and the fallbacks: docs/production-traffic.md#opentelemetry-genai-traces.
 """
 
 from __future__ import annotations
