@@ -576,26 +576,21 @@ def read_otel_traces(path: str | Path, *, log: bool = True) -> OtelTraces:
         OtelError: for a path that does not exist or holds no export files.
     """
     spans, diagnostics = read_spans(path)
-    by_trace: dict[str, list[Span]] = {}
-    seen: set[tuple[str, str]] = set()
+    by_trace: dict[str, dict[str, Span]] = {}
     for span in spans:
         if not span.trace_id or not span.span_id:
-            diagnostics.append(
-                TraceDiagnostic(
-                    f"span {span.name!r} has no traceId/spanId; skipped", source=span.source
-                )
-            )
+            no_ids = f"span {span.name!r} has no traceId/spanId; skipped"
+            diagnostics.append(TraceDiagnostic(no_ids, source=span.source))
             continue
-        if (span.trace_id, span.span_id) in seen:
-            diagnostics.append(
-                TraceDiagnostic.at(span, "exported more than once; the first copy is kept")
-            )
-            continue
-        seen.add((span.trace_id, span.span_id))
-        by_trace.setdefault(span.trace_id, []).append(span)
+        group = by_trace.setdefault(span.trace_id, {})
+        if span.span_id in group:
+            twice = "exported more than once; the first copy is kept"
+            diagnostics.append(TraceDiagnostic.at(span, twice))
+        else:
+            group[span.span_id] = span
     traces = []
-    for group in sorted(by_trace.values(), key=lambda g: min(s.start for s in g)):
-        transcript = _transcript(group, diagnostics)
+    for group in sorted(by_trace.values(), key=lambda g: min(s.start for s in g.values())):
+        transcript = _transcript(list(group.values()), diagnostics)
         if transcript is not None:
             traces.append(transcript)
     if log:
