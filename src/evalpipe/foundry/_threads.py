@@ -320,12 +320,8 @@ class _Turn:
     name: str
     conversation: list[Message]
     split_at: int
-    calls: list[_Call]
+    connected: list[_Call]
     diag: list[str]
-
-    @property
-    def connected(self) -> list[_Call]:
-        return [c for c in self.calls if c.kind == "connected_agent"]
 
 
 class FoundryThreads:
@@ -576,10 +572,10 @@ class FoundryThreads:
             name = str(agent.get("name") or run.get("assistant_id") or "agent")
             instructions = run.get("instructions") or agent.get("instructions")
             system = [Message("system", [str(instructions)])] if instructions else []
-            produced, calls = self._run_output(thread_id, run, by_id, name, diag)
+            produced, connected = self._run_output(thread_id, run, by_id, name, diag)
             conversation = [*system, *history, *produced]
             split_at = len(system) + len(history)
-            out.append(_Turn(run, agent, name, conversation, split_at, calls, diag))
+            out.append(_Turn(run, agent, name, conversation, split_at, connected, diag))
             history.extend(produced)
         return out
 
@@ -591,7 +587,8 @@ class FoundryThreads:
         agent: str,
         diag: list[str],
     ) -> tuple[list[Message], list[_Call]]:
-        """What the run did, in step order: tool calls with their results, created messages."""
+        """What the run did, in step order (tool calls with their results, created messages), and
+        the connected agents it called."""
         run_id = str(run.get("id"))
 
         def note(text: str) -> None:
@@ -603,7 +600,7 @@ class FoundryThreads:
             note(f"run steps could not be read: {exc.message}")
             steps = []
         produced: list[Message] = []
-        calls: list[_Call] = []
+        connected: list[_Call] = []
         used: set[str] = set()
         for step in steps:
             details = step.get("step_details")
@@ -639,7 +636,7 @@ class FoundryThreads:
                         note(f"step {step_id}: tool call {c.call_id} ({c.name}) has no output")
                 if results:
                     produced.append(Message("tool", results))
-                calls.extend(step_calls)
+                connected.extend(c for c in step_calls if c.kind == "connected_agent")
             else:
                 note(f"step {step_id}: unknown step type {kind!r}")
         # Messages the run wrote that no step points to (steps missing or not listed).
@@ -648,7 +645,7 @@ class FoundryThreads:
                 produced.append(Message("assistant", _message_contents(message), author_name=agent))
                 if not steps:
                     note(f"message {mid} kept without its run step")
-        return produced, calls
+        return produced, connected
 
     def _record(self, thread_id: str, turn: _Turn) -> ThreadRunRecord:
         run = turn.run
