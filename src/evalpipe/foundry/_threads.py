@@ -305,11 +305,6 @@ def _workflow_run(name: str, executors: list[ExecutorRun], usage: RunUsage) -> W
     )
 
 
-def _is_loopback_http(endpoint: str) -> bool:
-    parts = urlsplit(endpoint)
-    return parts.scheme == "http" and parts.hostname in ("127.0.0.1", "localhost", "::1")
-
-
 @dataclass
 class _Turn:
     """One run converted: its agent, the conversation (history, then what the run did from
@@ -377,8 +372,11 @@ class FoundryThreads:
         self.client = agents_client
         self.page_size = page_size
         self.follow_connected = follow_connected
-        base = str(getattr(getattr(agents_client, "_config", None), "endpoint", endpoint or ""))
-        self._call_kw: dict[str, Any] = {"enforce_https": False} if _is_loopback_http(base) else {}
+        base = urlsplit(
+            str(getattr(getattr(agents_client, "_config", None), "endpoint", endpoint or ""))
+        )
+        loopback = base.scheme == "http" and base.hostname in ("127.0.0.1", "localhost", "::1")
+        self._call_kw: dict[str, Any] = {"enforce_https": False} if loopback else {}
         self._agents: dict[str, dict[str, Any] | None] = {}
         self.diagnostics: list[ThreadDiagnostic] = []
 
