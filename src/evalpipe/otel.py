@@ -1,25 +1,13 @@
 """OpenTelemetry GenAI traces: what agents did in production, rebuilt per agent and evaluated.
 
-Reads an OTLP/JSON export (one file, or a directory of ``.json`` / ``.jsonl`` files;
-``resourceSpans -> scopeSpans -> spans``, attributes as ``{"key", "value": AnyValue}``) of spans
-that follow the OpenTelemetry GenAI semantic conventions, as Microsoft Agent Framework and other
-frameworks emit them:
-
-- ``invoke_agent`` spans: ``gen_ai.agent.name``, ``gen_ai.input.messages``,
-  ``gen_ai.output.messages``, ``gen_ai.system_instructions``, ``gen_ai.tool.definitions``,
-  ``gen_ai.usage.input_tokens`` / ``output_tokens``;
-- ``chat`` spans (one model call each): input and output messages;
-- ``execute_tool`` spans: ``gen_ai.tool.name``, ``gen_ai.tool.call.id``,
-  ``gen_ai.tool.call.arguments``, ``gen_ai.tool.call.result``.
-
-Each trace becomes a :class:`TraceTranscript`: one :class:`AgentTurn` per ``invoke_agent`` span in
-start order (what the agent received, what it produced, its tools and tokens, and which agent it ran
-under), the user query and the whole conversation. :func:`trace_workflow_runs` turns them into
-``WorkflowRun``s, so ``build_workflow_items`` gives per-agent items and an overall item per trace,
-and :func:`trace_rows` into dataset rows (``recorded_agents``) that ``evalpipe run`` evaluates.
-
-Nothing here raises on missing or partial attributes: each gap becomes a :class:`TraceDiagnostic` naming
-the trace and span, returned with the transcripts and logged as a warning.
+Reads an OTLP/JSON export (one file, or a directory of ``.json`` / ``.jsonl`` files) of spans that
+follow the OpenTelemetry GenAI semantic conventions (``invoke_agent``, ``chat`` and ``execute_tool``
+spans, as Microsoft Agent Framework and other frameworks emit them). Each trace becomes a
+:class:`TraceTranscript`: one :class:`AgentTurn` per ``invoke_agent`` span in start order, the user
+query and the whole conversation. :func:`trace_items` gives per-agent and overall items,
+:func:`trace_rows` dataset rows (``recorded_agents``) that ``evalpipe run`` evaluates. A missing or
+partial attribute never raises: it is a :class:`TraceDiagnostic` naming the trace and span. The
+attributes read and the fallbacks: docs/production-traffic.md#opentelemetry-genai-traces.
 """
 
 from __future__ import annotations
@@ -84,14 +72,9 @@ class TraceDiagnostic:
         return cls(message, span.trace_id, span.span_id, span.source)
 
     def __str__(self) -> str:
-        ids = [
-            f"{kind} {id_}"
-            for kind, id_ in (("trace", self.trace_id), ("span", self.span_id))
-            if id_
-        ]
-        where = f"{' '.join(ids)}: " if ids else ""
-        origin = f"{self.source}: " if self.source else ""
-        return f"{origin}{where}{self.message}"
+        ids = ((k, v) for k, v in (("trace", self.trace_id), ("span", self.span_id)) if v)
+        where = " ".join(f"{k} {v}" for k, v in ids)
+        return "".join(f"{part}: " for part in (self.source, where) if part) + self.message
 
 
 @dataclass(slots=True)
@@ -151,11 +134,6 @@ class TraceTranscript:
     """The final answer: the last top-level agent's last assistant message with text."""
     usage: RunUsage
     source: str
-
-    @property
-    def agents(self) -> list[str]:
-        """Agent names in first-seen order."""
-        return list(dict.fromkeys(t.agent for t in self.turns))
 
 
 @dataclass(slots=True)
@@ -552,39 +530,27 @@ def _transcript(spans: list[Span], diagnostics: list[TraceDiagnostic]) -> TraceT
             if agent is not None:
                 owner.setdefault(agent, []).append(span)
     names = {s.span_id: _agent_name(s, diagnostics) for s in agent_spans}
-    turns: list[AgentTurn] = []
     by_span: dict[str, AgentTurn] = {}
     for span in agent_spans:
         parent = _nearest_agent(span, by_id, agent_ids)
-        turn = _turn(span, owner, names, parent, diagnostics)
+        turn = by_span[span.span_id] = _turn(span, owner, names, parent, diagnostics)
         if parent is not None and parent in by_span:
             turn.path = f"{by_span[parent].path}/{turn.agent}"
-        by_span[span.span_id] = turn
-        turns.append(turn)
+    turns = list(by_span.values())
+
+    def note(turn: AgentTurn, message: str) -> None:
+        diagnostics.append(TraceDiagnostic(message, trace_id, turn.span_id, spans[0].source))
+
     top = [t for t in turns if t.parent_agent_span is None]
     first = top[0]
     conversation = [*first.received, *(m for t in top for m in t.produced)]
     users = [m for m in first.received if m.role == "user" and m.text]
     query = users[-1].text if users else ""
     if not query:
-        diagnostics.append(
-            TraceDiagnostic(
-                "the first agent received no user message with text; the query is empty",
-                trace_id,
-                first.span_id,
-                spans[0].source,
-            )
-        )
+        note(first, "the first agent received no user message with text; the query is empty")
     output = final_answer(top[-1].produced) or final_answer(conversation)
     if not output:
-        diagnostics.append(
-            TraceDiagnostic(
-                "no assistant answer with text; the output is empty",
-                trace_id,
-                top[-1].span_id,
-                spans[0].source,
-            )
-        )
+        note(top[-1], "no assistant answer with text; the output is empty")
     latency = (max(s.end for s in spans) - min(s.start for s in spans)) / 1e9 or None
     usage = sum_usage([t.usage for t in top], latency)
     return TraceTranscript(
@@ -610,26 +576,21 @@ def read_otel_traces(path: str | Path, *, log: bool = True) -> OtelTraces:
         OtelError: for a path that does not exist or holds no export files.
     """
     spans, diagnostics = read_spans(path)
-    by_trace: dict[str, list[Span]] = {}
-    seen: set[tuple[str, str]] = set()
+    by_trace: dict[str, dict[str, Span]] = {}
     for span in spans:
         if not span.trace_id or not span.span_id:
-            diagnostics.append(
-                TraceDiagnostic(
-                    f"span {span.name!r} has no traceId/spanId; skipped", source=span.source
-                )
-            )
+            no_ids = f"span {span.name!r} has no traceId/spanId; skipped"
+            diagnostics.append(TraceDiagnostic(no_ids, source=span.source))
             continue
-        if (span.trace_id, span.span_id) in seen:
-            diagnostics.append(
-                TraceDiagnostic.at(span, "exported more than once; the first copy is kept")
-            )
-            continue
-        seen.add((span.trace_id, span.span_id))
-        by_trace.setdefault(span.trace_id, []).append(span)
+        group = by_trace.setdefault(span.trace_id, {})
+        if span.span_id in group:
+            twice = "exported more than once; the first copy is kept"
+            diagnostics.append(TraceDiagnostic.at(span, twice))
+        else:
+            group[span.span_id] = span
     traces = []
-    for group in sorted(by_trace.values(), key=lambda g: min(s.start for s in g)):
-        transcript = _transcript(group, diagnostics)
+    for group in sorted(by_trace.values(), key=lambda g: min(s.start for s in g.values())):
+        transcript = _transcript(list(group.values()), diagnostics)
         if transcript is not None:
             traces.append(transcript)
     if log:

@@ -12,6 +12,7 @@ import asyncio
 import functools
 import inspect
 import logging
+import math
 import random
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -21,7 +22,7 @@ import openai
 from pydantic import BaseModel
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
-from evalpipe._internal.retry import parse_retry_after
+from evalpipe._internal.retry import retry_after
 
 __all__ = ["EvalsApi", "RetryPolicy", "is_retryable"]
 
@@ -62,22 +63,16 @@ class RetryPolicy:
     def wait(self, state: RetryCallState) -> float:
         """Seconds to sleep before the next attempt."""
         exc = state.outcome.exception() if state.outcome is not None else None
-        if isinstance(exc, openai.APIStatusError):
-            requested = parse_retry_after(exc.response.headers)
-            if requested is not None:
-                return requested
+        requested = retry_after(exc, math.inf) if exc is not None else None
+        if requested is not None:
+            return requested
         backoff = min(self.initial_delay * 2.0 ** (state.attempt_number - 1), self.max_delay)
         return backoff * random.uniform(0.75, 1.0)
 
     def should_retry(self, exc: BaseException) -> bool:
         """Retryable, and any server-requested delay is within ``max_retry_after``."""
-        if not is_retryable(exc):
-            return False
-        if isinstance(exc, openai.APIStatusError):
-            requested = parse_retry_after(exc.response.headers)
-            if requested is not None and requested > self.max_retry_after:
-                return False
-        return True
+        requested = retry_after(exc, math.inf)
+        return is_retryable(exc) and (requested is None or requested <= self.max_retry_after)
 
     def retrying(self, what: str) -> AsyncRetrying:
         """A tenacity loop for one call; each retry is logged with what is retried."""
@@ -171,8 +166,8 @@ def _as_dict(obj: Any, what: str = "answer") -> dict[str, Any]:
     return value
 
 
-async def _page_of(page: Any) -> tuple[list[Any], bool | None]:
-    """The elements of a list answer and its ``has_more`` (None: not said).
+async def _page_of(page: Any) -> tuple[list[Any], bool]:
+    """The elements of a list answer and its ``has_more`` (not said: whether it has elements).
 
     A page (``.data`` / ``["data"]``) is read as it is; a plain list, or an iterator that pages by
     itself (the SDK's auto-paginating ``AsyncPaginator`` when not awaited, a user's async
@@ -183,7 +178,7 @@ async def _page_of(page: Any) -> tuple[list[Any], bool | None]:
     data = page.get("data") if isinstance(page, Mapping) else _attribute(page, "data")
     if isinstance(data, list | tuple):
         more = page.get("has_more") if isinstance(page, Mapping) else _attribute(page, "has_more")
-        return list(data), more if isinstance(more, bool) else None
+        return list(data), more if isinstance(more, bool) else bool(data)
     if hasattr(page, "__aiter__"):
         return [x async for x in page], False
     if isinstance(page, Iterable) and not isinstance(page, str | bytes | Mapping):
@@ -248,22 +243,22 @@ class EvalsApi:
         """
         key = body["metadata"]["evalpipe_key"]
         unknown = False
-        async for attempt in self.policy.retrying(what):
-            with attempt:
-                if unknown:
-                    found = await find(key)
-                    if found is not None:
-                        logger.info("Foundry %s: found the one already created", what)
-                        return found
-                try:
-                    answer: dict[str, Any] = await self._object(what, fn, *args, **body)
-                except BaseException as exc:
-                    unknown = unknown or outcome_unknown(exc)
-                    raise
-                if answer.get("id") in (None, ""):
-                    raise RuntimeError(f"the {what} answer has no id: {answer!r}")
-                return answer
-        raise AssertionError("unreachable: tenacity reraises")  # pragma: no cover
+
+        async def once() -> dict[str, Any]:
+            nonlocal unknown
+            if unknown and (found := await find(key)) is not None:
+                logger.info("Foundry %s: found the one already created", what)
+                return found
+            try:
+                answer = await self._object(what, fn, *args, **body)
+            except BaseException as exc:
+                unknown = unknown or outcome_unknown(exc)
+                raise
+            if answer.get("id") in (None, ""):
+                raise RuntimeError(f"the {what} answer has no id: {answer!r}")
+            return answer
+
+        return await self._retry(what, once)
 
     async def create_eval(self, **body: Any) -> dict[str, Any]:
         """POST /evals at most once (see ``_create``)."""
@@ -292,8 +287,7 @@ class EvalsApi:
     ) -> tuple[list[dict[str, Any]], bool]:
         async def one() -> tuple[list[dict[str, Any]], bool]:
             elements, has_more = await _page_of(await self._call(fn, *args, **kwargs))
-            data = [_as_dict(x, what) for x in elements]
-            return data, has_more if has_more is not None else bool(data)
+            return [_as_dict(x, what) for x in elements], has_more
 
         return await self._retry(what, one)
 

@@ -361,20 +361,14 @@ class FoundryEvals(BatchedEvaluator):
             openai.APIError: when the service refuses or keeps failing after the retries.
         """
         specs = self.criteria_for(items)
-        any_tools = any(i.tools for i in items)
-        present = {"tool_definitions"} if any_tools else set()
-        if any(i.context for i in items):
-            present.add("context")
-        if any(i.expected_output is not None for i in items):
-            present.add("ground_truth")
         body = {
             "name": eval_name,
             "data_source_config": {
                 "type": "custom",
-                "item_schema": ev.item_schema(specs, present),
+                "item_schema": ev.item_schema(specs, items),
                 "include_sample_schema": True,
             },
-            "testing_criteria": self._build_criteria(specs, any_tools),
+            "testing_criteria": self._build_criteria(specs, any(i.tools for i in items)),
         }
         return await self._new_eval(self._api(), body, specs, "FoundryEvals", key)
 
@@ -727,7 +721,7 @@ class FoundryEvals(BatchedEvaluator):
         try:
             eval_id = await self._new_eval(self._api(), body, specs, f"FoundryEvals.{scenario}")
         except Exception as exc:
-            return _not_created(items, specs, exc, ids)
+            return _not_created(items, specs, exc)
         run_body = {
             "name": f"{eval_name} Run",
             "data_source": data_source,
@@ -751,10 +745,9 @@ class FoundryEvals(BatchedEvaluator):
             for index, oi in _matched(outputs, len(items)):
                 try:
                     items[index] = source_item(oi, index)
+                    out[index] = item_result(oi, items[index], ids[index], specs)
                 except Exception as exc:
                     out[index] = _unparsed(items[index], ids[index], exc)
-                else:
-                    out[index] = _scored(oi, items[index], ids[index], specs)
         return _finish(items, ids, out, specs, status, error, missing, **where)
 
 
@@ -810,13 +803,10 @@ def _finish(
 
 
 def _not_created(
-    items: list[EvalItem],
-    specs: Sequence[EvaluatorSpec],
-    exc: Exception,
-    ids: Sequence[str] | None = None,
+    items: list[EvalItem], specs: Sequence[EvaluatorSpec], exc: Exception
 ) -> EvalResults:
     """Every item errored (``FoundryError``): the eval could not be created."""
-    ids = ids if ids is not None else [_item_id(item, i) for i, item in enumerate(items)]
+    ids = [_item_id(item, i) for i, item in enumerate(items)]
     error = f"could not create the eval: {_error_text(exc)}"
     return _finish(items, ids, [None] * len(items), specs, "failed", error, "FoundryError")
 

@@ -12,6 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from evalpipe.items import EvalItem
+
 logger = logging.getLogger("evalpipe.foundry")
 
 MatchingMode = Literal["exact_match", "in_order_match", "any_order_match"]
@@ -273,7 +275,7 @@ def build_criteria(
     return criteria
 
 
-def item_schema(specs: Sequence[EvaluatorSpec], present: set[str]) -> dict[str, Any]:
+def item_schema(specs: Sequence[EvaluatorSpec], items: Sequence[EvalItem]) -> dict[str, Any]:
     """The eval's ``item_schema``: query/response required, optional fields when any item has them."""
     properties: dict[str, Any] = {
         "query": {"type": "string"},
@@ -281,11 +283,11 @@ def item_schema(specs: Sequence[EvaluatorSpec], present: set[str]) -> dict[str, 
         "query_messages": {"type": "array"},
         "response_messages": {"type": "array"},
     }
-    if "context" in present:
+    if any(i.context for i in items):
         properties["context"] = {"type": "string"}
-    if "ground_truth" in present:
+    if any(i.expected_output is not None for i in items):
         properties["ground_truth"] = {"type": "string"}
-    if "tool_definitions" in present:
+    if any(i.tools for i in items):
         properties["tool_definitions"] = {"type": "array"}
     if any(s.short == TASK_NAVIGATION_EFFICIENCY for s in specs):
         properties["actions"] = {"type": "array"}

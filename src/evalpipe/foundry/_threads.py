@@ -18,6 +18,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
+from azure.core.exceptions import HttpResponseError
 from pydantic import BaseModel, ConfigDict, Field
 
 from evalpipe.evaluators.local import resolve_evaluators
@@ -35,6 +36,7 @@ from evalpipe.messages import (
     ToolDefinition,
     UriContent,
 )
+from evalpipe.recorded import final_answer
 from evalpipe.results import EvalResults
 from evalpipe.runner import evaluate_prebuilt
 from evalpipe.transcripts import ExecutorRun, RunUsage, WorkflowRun
@@ -294,19 +296,13 @@ def _workflow_run(name: str, executors: list[ExecutorRun], usage: RunUsage) -> W
     """A run as a workflow: the first (orchestrating) agent's last user text and last answer."""
     first = executors[0]
     user_texts = [m.text for m in first.received if m.role == "user" and m.text]
-    answers = [m for m in first.produced if m.role == "assistant" and m.text]
     return WorkflowRun(
         query=user_texts[-1] if user_texts else "",
         workflow=name,
         executors=executors,
-        output=answers[-1:],
+        output=final_answer(first.produced),
         usage=usage,
     )
-
-
-def _is_loopback_http(endpoint: str) -> bool:
-    parts = urlsplit(endpoint)
-    return parts.scheme == "http" and parts.hostname in ("127.0.0.1", "localhost", "::1")
 
 
 @dataclass
@@ -319,12 +315,8 @@ class _Turn:
     name: str
     conversation: list[Message]
     split_at: int
-    calls: list[_Call]
+    connected: list[_Call]
     diag: list[str]
-
-    @property
-    def connected(self) -> list[_Call]:
-        return [c for c in self.calls if c.kind == "connected_agent"]
 
 
 class FoundryThreads:
@@ -380,8 +372,11 @@ class FoundryThreads:
         self.client = agents_client
         self.page_size = page_size
         self.follow_connected = follow_connected
-        base = str(getattr(getattr(agents_client, "_config", None), "endpoint", endpoint or ""))
-        self._call_kw: dict[str, Any] = {"enforce_https": False} if _is_loopback_http(base) else {}
+        base = urlsplit(
+            str(getattr(getattr(agents_client, "_config", None), "endpoint", endpoint or ""))
+        )
+        loopback = base.scheme == "http" and base.hostname in ("127.0.0.1", "localhost", "::1")
+        self._call_kw: dict[str, Any] = {"enforce_https": False} if loopback else {}
         self._agents: dict[str, dict[str, Any] | None] = {}
         self.diagnostics: list[ThreadDiagnostic] = []
 
@@ -415,8 +410,6 @@ class FoundryThreads:
         if not agent_id:
             return {}
         if agent_id not in self._agents:
-            from azure.core.exceptions import HttpResponseError
-
             try:
                 self._agents[agent_id] = plain(self.client.get_agent(agent_id, **self._call_kw))
             except HttpResponseError as exc:
@@ -444,8 +437,6 @@ class FoundryThreads:
     def _read(
         self, thread_id: str, run_id: str | None, runs: list[dict[str, Any]] | None
     ) -> list[ThreadRunRecord]:
-        from azure.core.exceptions import HttpResponseError
-
         try:
             messages = list(self._list(self.client.messages.list, thread_id))
             if runs is None:
@@ -499,8 +490,6 @@ class FoundryThreads:
         lookback_hours: float | None,
     ) -> list[tuple[str, list[dict[str, Any]]]]:
         """(thread id, its runs) of the threads in the window with a run of ``agent_id``."""
-        from azure.core.exceptions import HttpResponseError
-
         since, until = _window(since, until, lookback_hours)
         low, high = since.timestamp(), until.timestamp()
         found: list[tuple[str, list[dict[str, Any]]]] = []
@@ -581,10 +570,10 @@ class FoundryThreads:
             name = str(agent.get("name") or run.get("assistant_id") or "agent")
             instructions = run.get("instructions") or agent.get("instructions")
             system = [Message("system", [str(instructions)])] if instructions else []
-            produced, calls = self._run_output(thread_id, run, by_id, name, diag)
+            produced, connected = self._run_output(thread_id, run, by_id, name, diag)
             conversation = [*system, *history, *produced]
             split_at = len(system) + len(history)
-            out.append(_Turn(run, agent, name, conversation, split_at, calls, diag))
+            out.append(_Turn(run, agent, name, conversation, split_at, connected, diag))
             history.extend(produced)
         return out
 
@@ -596,9 +585,8 @@ class FoundryThreads:
         agent: str,
         diag: list[str],
     ) -> tuple[list[Message], list[_Call]]:
-        """What the run did, in step order: tool calls with their results, created messages."""
-        from azure.core.exceptions import HttpResponseError
-
+        """What the run did, in step order (tool calls with their results, created messages), and
+        the connected agents it called."""
         run_id = str(run.get("id"))
 
         def note(text: str) -> None:
@@ -610,7 +598,7 @@ class FoundryThreads:
             note(f"run steps could not be read: {exc.message}")
             steps = []
         produced: list[Message] = []
-        calls: list[_Call] = []
+        connected: list[_Call] = []
         used: set[str] = set()
         for step in steps:
             details = step.get("step_details")
@@ -646,7 +634,7 @@ class FoundryThreads:
                         note(f"step {step_id}: tool call {c.call_id} ({c.name}) has no output")
                 if results:
                     produced.append(Message("tool", results))
-                calls.extend(step_calls)
+                connected.extend(c for c in step_calls if c.kind == "connected_agent")
             else:
                 note(f"step {step_id}: unknown step type {kind!r}")
         # Messages the run wrote that no step points to (steps missing or not listed).
@@ -655,7 +643,7 @@ class FoundryThreads:
                 produced.append(Message("assistant", _message_contents(message), author_name=agent))
                 if not steps:
                     note(f"message {mid} kept without its run step")
-        return produced, calls
+        return produced, connected
 
     def _record(self, thread_id: str, turn: _Turn) -> ThreadRunRecord:
         run = turn.run
@@ -668,9 +656,7 @@ class FoundryThreads:
         usage = _usage(run)
         workflow = None
         if turn.connected:
-            executors = [_executor(turn.name, turn.conversation, turn.split_at, tools, usage)]
-            for call in turn.connected:
-                executors += self._connected_turns(thread_id, run_id, call, turn.diag, depth=1)
+            executors = self._turns(thread_id, turn, turn.name, tools, turn.diag, depth=1)
             workflow = _workflow_run(turn.name, executors, usage)
         return ThreadRunRecord(
             thread_id=thread_id,
@@ -689,13 +675,29 @@ class FoundryThreads:
             diagnostics=turn.diag,
         )
 
+    def _turns(
+        self,
+        thread_id: str,
+        turn: _Turn,
+        name: str,
+        tools: list[ToolDefinition] | None,
+        diag: list[str],
+        *,
+        depth: int,
+        error: str | None = None,
+    ) -> list[ExecutorRun]:
+        """A run's own executor turn, then (nested) those of the connected agents it called."""
+        run_id = str(turn.run.get("id"))
+        turns = [_executor(name, turn.conversation, turn.split_at, tools, _usage(turn.run), error)]
+        for call in turn.connected:
+            turns += self._connected_turns(thread_id, run_id, call, diag, depth=depth)
+        return turns
+
     def _connected_turns(
         self, thread_id: str, run_id: str, call: _Call, diag: list[str], *, depth: int
     ) -> list[ExecutorRun]:
         """The executor turns of one connected-agent call: the agent's own run when it can be
         read (and, nested, the agents it called), else its input and output only."""
-        from azure.core.exceptions import HttpResponseError
-
         sub = call.sub or {}
         sub_agent = self._agent(sub.get("agent_id"), thread_id, run_id)
         name = str(sub_agent.get("name") or call.name)
@@ -712,28 +714,17 @@ class FoundryThreads:
             except HttpResponseError as exc:
                 fall_back(f"thread {sub_thread} could not be read ({exc.message})")
             else:
-                for turn in self._thread_turns(sub_thread, messages, runs):
-                    if turn.run.get("id") != sub_run:
-                        continue
+                turns = self._thread_turns(sub_thread, messages, runs)
+                turn = next((t for t in turns if t.run.get("id") == sub_run), None)
+                if turn is not None:
                     diag.extend(turn.diag)
                     status = str(turn.run.get("status"))
-                    turns = [
-                        _executor(
-                            name,
-                            turn.conversation,
-                            turn.split_at,
-                            _tools(turn.run.get("tools"), sub_agent.get("tools")),
-                            _usage(turn.run),
-                            f"the connected agent's run ended {status}"
-                            if status in _ERROR_CODES
-                            else None,
-                        )
-                    ]
-                    for nested in turn.connected:
-                        turns += self._connected_turns(
-                            sub_thread, sub_run, nested, diag, depth=depth + 1
-                        )
-                    return turns
+                    ended = f"the connected agent's run ended {status}"
+                    error = ended if status in _ERROR_CODES else None
+                    tools = _tools(turn.run.get("tools"), sub_agent.get("tools"))
+                    return self._turns(
+                        sub_thread, turn, name, tools, diag, depth=depth + 1, error=error
+                    )
                 fall_back(f"run {sub_run} not found on thread {sub_thread}")
         instructions = sub_agent.get("instructions")
         received = [Message("system", [str(instructions)])] if instructions else []
