@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import operator
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -323,12 +324,7 @@ def _check_op(op: Any) -> None:
         raise GateSyntaxError(f"comparison must be one of {list(_COMPARE)}, got {op!r}")
 
 
-_COMPARE = {
-    ">=": lambda a, b: a >= b,
-    ">": lambda a, b: a > b,
-    "<=": lambda a, b: a <= b,
-    "<": lambda a, b: a < b,
-}
+_COMPARE = {">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt}
 
 
 DEFAULT_MAX_ERRORS = 0
@@ -402,31 +398,29 @@ class _Limited(_Folded):
         }
         if values.values:
             fields.update(self._verdict(values, note))
-        return self._limited(ClauseResult(**fields))
-
-    def _limited(self, result: ClauseResult) -> ClauseResult:
-        """The verdict with the limits applied: failed, and saying why, when they are not met."""
+        # The limits: a clause that does not meet them fails, saying why.
         problems = []
-        covered = result.n + result.errored
+        n, covered = fields["n"], fields["n"] + errored
         if self.max_error_rate is not None:
-            share = result.errored / covered if covered else 0.0
+            share = errored / covered if covered else 0.0
             if share > self.max_error_rate:
                 problems.append(
-                    f"{result.errored} of {covered} errored ({share:.1%}) > "
+                    f"{errored} of {covered} errored ({share:.1%}) > "
                     f"max_error_rate={_num(self.max_error_rate)}"
                 )
-        elif result.errored > self.max_errors:
+        elif errored > self.max_errors:
             problems.append(
-                f"{result.errored} errored > max_errors={self.max_errors} (could not evaluate "
-                "is not a pass)"
+                f"{errored} errored > max_errors={self.max_errors} (could not evaluate is not a "
+                "pass)"
             )
-        if 0 < result.n < self.min_n:
-            problems.append(f"n={result.n} < min_n={self.min_n}")
-        if not problems:
-            return result
-        return result.model_copy(
-            update={"passed": False, "message": f"{result.message}; FAILS: {'; '.join(problems)}"}
-        )
+        if 0 < n < self.min_n:
+            problems.append(f"n={n} < min_n={self.min_n}")
+        if problems:
+            fields |= {
+                "passed": False,
+                "message": f"{fields['message']}; FAILS: {'; '.join(problems)}",
+            }
+        return ClauseResult(**fields)
 
 
 @dataclass(frozen=True)
@@ -842,13 +836,9 @@ def evaluate_gates(
     Raises:
         GateSyntaxError: for a clause text that cannot be parsed.
     """
-    if isinstance(gates, Gate):
-        gate = gates
-    elif isinstance(gates, Clause | Aggregate | str | Mapping):
-        gate = Gate([gates])
-    else:
-        gate = Gate(gates)
-    return gate.evaluate(results)
+    if isinstance(gates, Gate | Clause | Aggregate | str | Mapping):
+        gates = [gates]
+    return Gate(gates).evaluate(results)
 
 
 # --------------------------------------------------------------------------------------------
