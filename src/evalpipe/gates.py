@@ -223,6 +223,12 @@ def _items_note(labels: Sequence[str]) -> str:
     return f" (items {_listed(labels)})" if labels else ""
 
 
+def _offenders(labels: list[str], passed: bool, message: str) -> dict[str, Any]:
+    """The verdict of a clause that counts offending items (the first ten listed)."""
+    items = labels[:_SHOWN_ITEMS]
+    return {"passed": passed, "observed": float(len(labels)), "items": items, "message": message}
+
+
 def _compared(what: str, observed: float, op: Comparison, bound: float) -> dict[str, Any]:
     """The verdict of ``observed op bound``, said after ``what``."""
     passed = bool(_COMPARE[op](observed, bound))
@@ -509,12 +515,7 @@ class AtMost(_Limited):
             f"{_num(self.below)}{_items_note(low)}{note}; "
             f"{'within' if passed else 'more than'} the {self.count} allowed"
         )
-        return {
-            "passed": passed,
-            "observed": float(len(low)),
-            "items": low[:_SHOWN_ITEMS],
-            "message": message,
-        }
+        return _offenders(low, passed, message)
 
 
 @dataclass(frozen=True)
@@ -543,12 +544,7 @@ class AllPass(_Limited):
             message = f"{len(bad)} of n={n} {self.metric} did not pass{_items_note(bad)}{note}"
         else:
             message = f"all n={n} {self.metric} passed{note}"
-        return {
-            "passed": not bad,
-            "observed": float(len(bad)),
-            "items": bad[:_SHOWN_ITEMS],
-            "message": message,
-        }
+        return _offenders(bad, not bad, message)
 
 
 class _Errors(_Folded):
@@ -909,14 +905,10 @@ class JudgeAgreement(Clause):
         )
         return ClauseResult(
             clause=str(self),
-            passed=verdict.passed,
             metric=self.metric,
             agent=self.agent,
-            observed=verdict.observed,
             threshold=self.threshold,
-            n=verdict.n,
-            errored=verdict.errored,
-            message=verdict.message,
+            **dataclasses.asdict(verdict),  # passed, observed, n, errored, message
         )
 
 
