@@ -491,8 +491,8 @@ class _LevelAgg:
                 agg = metrics[name] = _MetricAgg()
             agg.add_many(metric_statuses, values)
 
-    def rows(self, to_json: Any) -> list[SummaryRow]:
-        c = self.counts
+    def rows(self) -> list[SummaryRow]:
+        c, counts = self.counts, self.result_counts
         where: dict[str, Any] = {
             "provider": self.provider,
             "provider_index": self.provider_index,
@@ -516,8 +516,8 @@ class _LevelAgg:
                 eval_run_id=self.run_id,
                 report_url=self.report_url,
                 error="; ".join(dict.fromkeys(self.errors)) if self.errors else None,
-                result_counts=None if self.result_counts is None else to_json(self.result_counts),
-                per_evaluator=to_json(self.per_evaluator),
+                result_counts=None if counts is None else to_json(counts).decode(),
+                per_evaluator=to_json(self.per_evaluator).decode(),
             )
         ]
         for metric, agg in self.metrics.items():
@@ -616,13 +616,9 @@ class SummaryTally:
 
     def rows(self) -> list[SummaryRow]:
         """Every summary row, in the order summary.parquet holds them."""
-
-        def dump(value: Any) -> str:
-            return to_json(value).decode()
-
         out: list[SummaryRow] = []
         for key in sorted(self._levels, key=lambda k: (k[0], self._levels[k].agent_index)):
-            out.extend(self._levels[key].rows(dump))
+            out.extend(self._levels[key].rows())
         return out
 
 
