@@ -342,9 +342,9 @@ DEFAULT_MIN_N = 1
 
 
 class _Limited(_Folded):
-    """A metric clause (mean, pass_rate, at_most, all_pass). Each also requires at most
-    ``max_errors`` errored items (or, when ``max_error_rate`` is set, at most that share of the
-    items it covers) and at least ``min_n`` scores; a clause that sees no score fails."""
+    """A metric clause (mean, pass_rate, at_most, all_pass): it also fails on more than
+    ``max_errors`` errored items (or, with ``max_error_rate``, a larger share of the items it
+    covers), on fewer than ``min_n`` scores, and when it sees no score."""
 
     metric: str
     max_errors: int
@@ -548,9 +548,8 @@ class AllPass(_Limited):
 
 
 class _Errors(_Folded):
-    """``no_errors`` and ``error_rate``: errored items, metrics that could not be computed (with
-    ``metric``: only that metric's) and provider runs that did not complete, over the items in
-    scope; a clause that sees no item fails."""
+    """``no_errors`` and ``error_rate``: the errors in scope (``_scan_errors``); a clause that sees
+    no item fails."""
 
     @abstractmethod
     def _counts(self, scan: _ErrorScan) -> dict[str, Any]:
