@@ -576,7 +576,6 @@ class SummaryTally:
 
     def __init__(self) -> None:
         self._levels: dict[tuple[int, str], _LevelAgg] = {}
-        self._agents: dict[int, list[str]] = {}
         self.providers: list[str] = []
         """Provider names, in order."""
 
@@ -602,15 +601,12 @@ class SummaryTally:
         for index, (result, levels) in enumerate(zip(results, self.check(results), strict=True)):
             if index == len(self.providers):
                 self.providers.append(result.provider)
-            agents = self._agents.setdefault(index, [OVERALL])
-            for agent, level in levels:
-                if agent not in agents:
-                    agents.append(agent)
-                key = (index, agent)
-                agg = self._levels.get(key)
+            for agent, level in levels:  # the overall level first, then the agents
+                agg = self._levels.get((index, agent))
                 if agg is None:
-                    agg = self._levels[key] = _LevelAgg(
-                        result.provider, index, agent, agents.index(agent)
+                    seen = sum(1 for p, _ in self._levels if p == index)
+                    agg = self._levels[index, agent] = _LevelAgg(
+                        result.provider, index, agent, seen
                     )
                 agg.add(level)
 
