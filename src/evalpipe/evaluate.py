@@ -52,6 +52,16 @@ def _listify(value: str | Sequence[Any] | None) -> list[Any] | None:
     return [value] if isinstance(value, str) else list(value)
 
 
+def _check_lengths(n: int | None, what: str, expected: Any, calls: Any, head: str = "Got") -> None:
+    """MAF's message when the expected outputs or tool call lists are not one per query."""
+    for values, name in (
+        (expected, "expected_output values"),
+        (calls, "expected_tool_calls lists"),
+    ):
+        if values is not None and len(values) != n:
+            raise ValueError(f"{head} {n} {what} but {len(values)} {name}.")
+
+
 def _normalize_expected_tool_calls(value: Any) -> list[list[ExpectedToolCall]] | None:
     if value is None:
         return None
@@ -115,10 +125,8 @@ async def evaluate_agent(
     if num_repetitions < 1:
         raise ValueError(f"num_repetitions must be >= 1, got {num_repetitions}.")
     n = len(query_list) if query_list is not None else 0
-    if query_list is not None and expected_list is not None and len(expected_list) != n:
-        raise ValueError(f"Got {n} queries but {len(expected_list)} expected_output values.")
-    if query_list is not None and etc is not None and len(etc) != n:
-        raise ValueError(f"Got {n} queries but {len(etc)} expected_tool_calls lists.")
+    if query_list is not None:
+        _check_lengths(n, "queries", expected_list, etc)
     if query_list is not None and response_list is not None and len(response_list) != n:
         raise ValueError(f"Got {n} queries but {len(response_list)} responses.")
     recorded = _recorded_responses(response_list) if response_list is not None else {}
@@ -127,10 +135,7 @@ async def evaluate_agent(
         # every response is a whole recorded conversation: its query is its last user message
         query_list = [recorded[i][2] for i in range(len(response_list))]
         n = len(query_list)
-        if expected_list is not None and len(expected_list) != n:
-            raise ValueError(f"Got {n} responses but {len(expected_list)} expected_output values.")
-        if etc is not None and len(etc) != n:
-            raise ValueError(f"Got {n} responses but {len(etc)} expected_tool_calls lists.")
+        _check_lengths(n, "responses", expected_list, etc)
     if response_list is not None and query_list is None:
         raise ValueError(
             "Provide 'queries' alongside 'responses' so the conversation can be constructed for "
@@ -253,16 +258,8 @@ def _normalize_expectations(
                 f"per_agent_expectations[{agent!r}]: the workflow has no agent {agent!r} "
                 f"(agents: {', '.join(agents)})."
             )
-        if spec.expected_output is not None and len(spec.expected_output) != n:
-            raise ValueError(
-                f"per_agent_expectations[{agent!r}]: got {n} queries but "
-                f"{len(spec.expected_output)} expected_output values."
-            )
-        if spec.expected_tool_calls is not None and len(spec.expected_tool_calls) != n:
-            raise ValueError(
-                f"per_agent_expectations[{agent!r}]: got {n} queries but "
-                f"{len(spec.expected_tool_calls)} expected_tool_calls lists."
-            )
+        head = f"per_agent_expectations[{agent!r}]: got"
+        _check_lengths(n, "queries", spec.expected_output, spec.expected_tool_calls, head)
     return out
 
 
@@ -345,10 +342,7 @@ async def evaluate_workflow(
             "'workflow_result' only."
         )
     n = len(query_list) if query_list is not None else None
-    if expected_list is not None and len(expected_list) != n:
-        raise ValueError(f"Got {n} queries but {len(expected_list)} expected_output values.")
-    if etc is not None and len(etc) != n:
-        raise ValueError(f"Got {n} queries but {len(etc)} expected_tool_calls lists.")
+    _check_lengths(n, "queries", expected_list, etc)
     if num_repetitions < 1:
         raise ValueError(f"num_repetitions must be >= 1, got {num_repetitions}.")
     if max_concurrency < 1:

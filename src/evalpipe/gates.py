@@ -8,14 +8,9 @@ A gate is a list of clauses, each an aggregate over the scores of one metric (ma
     print(report.summary())
 
 Suites write the same clauses as text (``parse_gates``): ``"writer: mean(relevance) >= 3.5"``. The
-parser is a small tokenizer and a table of known clauses; nothing is evaluated as Python.
-
-Errored scores are never averaged: a metric whose score is None (it could not be computed) and an
-errored item without that metric are left out of ``mean``, ``pass_rate``, ``at_most`` and
-``all_pass`` and reported as ``errored``; ``no_errors()`` is the clause that fails on them, and
-``error_rate() <= 0.1`` the one that bounds their share (for a weak or flaky judge). A metric
-labelled ``not_applicable`` is skipped (and counted). A clause that sees no scores at all fails
-("no scores"). See docs/gates.md.
+parser is a small tokenizer and a table of known clauses; nothing is evaluated as Python. Every
+clause but ``judge_agreement`` reads the tally's fold of the results (``tally.fold_levels``), never
+the items. Could not evaluate is never a pass: see docs/gates.md for the rules.
 """
 
 from __future__ import annotations
@@ -23,9 +18,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import operator
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Self
 
@@ -227,6 +223,12 @@ def _items_note(labels: Sequence[str]) -> str:
     return f" (items {_listed(labels)})" if labels else ""
 
 
+def _offenders(labels: list[str], passed: bool, message: str) -> dict[str, Any]:
+    """The verdict of a clause that counts offending items (the first ten listed)."""
+    items = labels[:_SHOWN_ITEMS]
+    return {"passed": passed, "observed": float(len(labels)), "items": items, "message": message}
+
+
 def _compared(what: str, observed: float, op: Comparison, bound: float) -> dict[str, Any]:
     """The verdict of ``observed op bound``, said after ``what``."""
     passed = bool(_COMPARE[op](observed, bound))
@@ -284,20 +286,16 @@ class _Folded(Clause):
         """This clause's verdict on the folded results: on the levels of its agent (at any
         depth), or on every level."""
         scope = [level for level in levels if self.agent is None or level.label == self.agent]
+        fields = {"clause": str(self), "passed": False, "metric": self.metric, "agent": self.agent}
         if self.agent is not None and not scope:
             known = ", ".join(sorted({level.label for level in levels if level.label}))
-            return ClauseResult(
-                clause=str(self),
-                passed=False,
-                metric=self.metric,
-                agent=self.agent,
-                message=f"no results for agent {self.agent!r} (agents: {known or 'none'})",
-            )
-        return self._read(scope)
+            message = f"no results for agent {self.agent!r} (agents: {known or 'none'})"
+            return ClauseResult(**fields, message=message)
+        return self._read(scope, fields)
 
     @abstractmethod
-    def _read(self, scope: Sequence[LevelFold]) -> ClauseResult:
-        """The verdict on the levels in scope."""
+    def _read(self, scope: Sequence[LevelFold], fields: dict[str, Any]) -> ClauseResult:
+        """The verdict on the levels in scope (``fields``: the clause, agent and metric)."""
 
 
 def _check_metric(metric: Any, where: str) -> str:
@@ -332,12 +330,7 @@ def _check_op(op: Any) -> None:
         raise GateSyntaxError(f"comparison must be one of {list(_COMPARE)}, got {op!r}")
 
 
-_COMPARE = {
-    ">=": lambda a, b: a >= b,
-    ">": lambda a, b: a > b,
-    "<=": lambda a, b: a <= b,
-    "<": lambda a, b: a < b,
-}
+_COMPARE = {">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt}
 
 
 DEFAULT_MAX_ERRORS = 0
@@ -349,9 +342,9 @@ DEFAULT_MIN_N = 1
 
 
 class _Limited(_Folded):
-    """A metric clause (mean, pass_rate, at_most, all_pass). Each also requires at most
-    ``max_errors`` errored items (or, when ``max_error_rate`` is set, at most that share of the
-    items it covers) and at least ``min_n`` scores; a clause that sees no score fails."""
+    """A metric clause (mean, pass_rate, at_most, all_pass): it also fails on more than
+    ``max_errors`` errored items (or, with ``max_error_rate``, a larger share of the items it
+    covers), on fewer than ``min_n`` scores, and when it sees no score."""
 
     metric: str
     max_errors: int
@@ -398,15 +391,11 @@ class _Limited(_Folded):
     def _verdict(self, values: MetricFold, note: str) -> dict[str, Any]:
         """The verdict on at least one score: the ``ClauseResult`` fields it sets."""
 
-    def _read(self, scope: Sequence[LevelFold]) -> ClauseResult:
+    def _read(self, scope: Sequence[LevelFold], fields: dict[str, Any]) -> ClauseResult:
         values, errored = _collect(scope, self.metric)
         note = f", {errored} errored excluded" if errored else ""
         note += f", {values.not_applicable} not applicable" if values.not_applicable else ""
-        fields: dict[str, Any] = {
-            "clause": str(self),
-            "passed": False,
-            "metric": self.metric,
-            "agent": self.agent,
+        fields |= {
             "threshold": self._bound(),
             "n": len(values.values),
             "errored": errored,
@@ -415,31 +404,29 @@ class _Limited(_Folded):
         }
         if values.values:
             fields.update(self._verdict(values, note))
-        return self._limited(ClauseResult(**fields))
-
-    def _limited(self, result: ClauseResult) -> ClauseResult:
-        """The verdict with the limits applied: failed, and saying why, when they are not met."""
+        # The limits: a clause that does not meet them fails, saying why.
         problems = []
-        covered = result.n + result.errored
+        n, covered = fields["n"], fields["n"] + errored
         if self.max_error_rate is not None:
-            share = result.errored / covered if covered else 0.0
+            share = errored / covered if covered else 0.0
             if share > self.max_error_rate:
                 problems.append(
-                    f"{result.errored} of {covered} errored ({share:.1%}) > "
+                    f"{errored} of {covered} errored ({share:.1%}) > "
                     f"max_error_rate={_num(self.max_error_rate)}"
                 )
-        elif result.errored > self.max_errors:
+        elif errored > self.max_errors:
             problems.append(
-                f"{result.errored} errored > max_errors={self.max_errors} (could not evaluate "
-                "is not a pass)"
+                f"{errored} errored > max_errors={self.max_errors} (could not evaluate is not a "
+                "pass)"
             )
-        if 0 < result.n < self.min_n:
-            problems.append(f"n={result.n} < min_n={self.min_n}")
-        if not problems:
-            return result
-        return result.model_copy(
-            update={"passed": False, "message": f"{result.message}; FAILS: {'; '.join(problems)}"}
-        )
+        if 0 < n < self.min_n:
+            problems.append(f"n={n} < min_n={self.min_n}")
+        if problems:
+            fields |= {
+                "passed": False,
+                "message": f"{fields['message']}; FAILS: {'; '.join(problems)}",
+            }
+        return ClauseResult(**fields)
 
 
 @dataclass(frozen=True)
@@ -528,12 +515,7 @@ class AtMost(_Limited):
             f"{_num(self.below)}{_items_note(low)}{note}; "
             f"{'within' if passed else 'more than'} the {self.count} allowed"
         )
-        return {
-            "passed": passed,
-            "observed": float(len(low)),
-            "items": low[:_SHOWN_ITEMS],
-            "message": message,
-        }
+        return _offenders(low, passed, message)
 
 
 @dataclass(frozen=True)
@@ -562,18 +544,12 @@ class AllPass(_Limited):
             message = f"{len(bad)} of n={n} {self.metric} did not pass{_items_note(bad)}{note}"
         else:
             message = f"all n={n} {self.metric} passed{note}"
-        return {
-            "passed": not bad,
-            "observed": float(len(bad)),
-            "items": bad[:_SHOWN_ITEMS],
-            "message": message,
-        }
+        return _offenders(bad, not bad, message)
 
 
 class _Errors(_Folded):
-    """``no_errors`` and ``error_rate``: errored items, metrics that could not be computed (with
-    ``metric``: only that metric's) and provider runs that did not complete, over the items in
-    scope; a clause that sees no item fails."""
+    """``no_errors`` and ``error_rate``: the errors in scope (``_scan_errors``); a clause that sees
+    no item fails."""
 
     @abstractmethod
     def _counts(self, scan: _ErrorScan) -> dict[str, Any]:
@@ -583,16 +559,9 @@ class _Errors(_Folded):
     def _verdict(self, scan: _ErrorScan) -> dict[str, Any]:
         """The verdict on at least one item: the ``ClauseResult`` fields it sets."""
 
-    def _read(self, scope: Sequence[LevelFold]) -> ClauseResult:
+    def _read(self, scope: Sequence[LevelFold], fields: dict[str, Any]) -> ClauseResult:
         scan = _scan_errors(scope, self.metric)
-        fields: dict[str, Any] = {
-            "clause": str(self),
-            "passed": False,
-            "metric": self.metric,
-            "agent": self.agent,
-            "n": scan.n,
-            **self._counts(scan),
-        }
+        fields |= {"n": scan.n, **self._counts(scan)}
         if scan.n == 0:
             note = f" ({'; '.join(scan.runs)})" if scan.runs else ""
             return ClauseResult(**fields, message=f"no items{note}")
@@ -862,238 +831,9 @@ def evaluate_gates(
     Raises:
         GateSyntaxError: for a clause text that cannot be parsed.
     """
-    if isinstance(gates, Gate):
-        gate = gates
-    elif isinstance(gates, Clause | Aggregate | str | Mapping):
-        gate = Gate([gates])
-    else:
-        gate = Gate(gates)
-    return gate.evaluate(results)
-
-
-# --------------------------------------------------------------------------------------------
-# Text form
-
-
-ACCEPTED_FORMS = (
-    "mean(METRIC) >= NUMBER",
-    "pass_rate(METRIC) >= RATE",
-    "at_most(COUNT, METRIC, below=NUMBER)",
-    "all_pass(METRIC)",
-    "no_errors()  or  no_errors(METRIC)",
-    "error_rate() <= RATE  or  error_rate(METRIC) <= RATE",
-    "judge_agreement(METRIC, labels=FILE) >= KAPPA  (min_n=N, default 20)",
-    "any of the first four with max_errors=N (default 0), max_error_rate=RATE or min_n=N "
-    "(default 1) among its arguments",
-)
-"""The clause texts ``parse_gates`` accepts (the comparison may be >=, >, <= or <)."""
-
-_BARE_NAME = re.compile(r"[A-Za-z_][\w.\-]*")
-_TOKEN = re.compile(
-    r"""\s*(?:
-        (?P<op>>=|<=|>|<)
-      | (?P<num>[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)
-      | (?P<str>"(?:[^"\\]|\\.)*"|'[^']*')
-      | (?P<name>[A-Za-z_][\w.\-]*)
-      | (?P<punct>[(),=:])
-    )""",
-    re.VERBOSE,
-)
-
-Token = tuple[str, Any]
-
-
-def _help(source: str, text: str, problem: str) -> GateSyntaxError:
-    forms = "\n".join(f"  {form}" for form in ACCEPTED_FORMS)
-    return GateSyntaxError(
-        f"{source}: cannot read gate clause {text!r}: {problem}.\nAccepted forms:\n{forms}\n"
-        "The comparison is one of >=, >, <=, <. For one agent of a workflow, prefix it "
-        "('writer: mean(relevance) >= 3.5') or write {clause: ..., agent: writer}. Quote a name "
-        'with spaces: all_pass("Expected fact").'
-    )
-
-
-def _tokens(text: str, source: str) -> list[Token]:
-    out: list[Token] = []
-    pos = 0
-    stripped = text.rstrip()
-    while pos < len(stripped):
-        match = _TOKEN.match(stripped, pos)
-        if match is None or match.end() == pos:
-            raise _help(source, text, f"unexpected {stripped[pos:].strip()[:20]!r}")
-        kind = match.lastgroup
-        assert kind is not None
-        raw = match.group(kind)
-        if kind == "num":
-            value: Any = float(raw) if any(c in raw for c in ".eE") else int(raw)
-        elif kind == "str":
-            value = json.loads(raw) if raw.startswith('"') else raw[1:-1]
-        else:
-            value = raw
-        out.append((kind, value))
-        pos = match.end()
-    return out
-
-
-_LIMITS = ("max_errors", "max_error_rate", "min_n")
-
-_SIGNATURES: dict[str, tuple[tuple[str, ...], tuple[str, ...], bool]] = {
-    # name: (positional parameters, keyword parameters, takes a comparison)
-    "mean": (("metric",), ("agent", *_LIMITS), True),
-    "pass_rate": (("metric",), ("agent", *_LIMITS), True),
-    "at_most": (("count", "metric"), ("below", "agent", *_LIMITS), False),
-    "all_pass": (("metric",), ("agent", *_LIMITS), False),
-    "no_errors": (("metric",), ("agent",), False),
-    "error_rate": (("metric",), ("agent",), True),
-    "judge_agreement": (("metric",), ("agent", "labels", "min_n"), True),
-}
-
-
-def _parse_one(text: str, agent: str | None, source: str) -> Clause:
-    tokens = _tokens(text, source)
-    # An agent prefix: NAME ":" or "quoted" ":".
-    if len(tokens) >= 2 and tokens[0][0] in ("name", "str") and tokens[1] == ("punct", ":"):
-        prefix = str(tokens[0][1])
-        if agent is not None and agent != prefix:
-            raise _help(source, text, f"agent {prefix!r} in the text and {agent!r} beside it")
-        agent, tokens = prefix, tokens[2:]
-    if not tokens or tokens[0][0] != "name":
-        raise _help(source, text, "expected a clause name")
-    fname = str(tokens[0][1])
-    if fname not in _SIGNATURES:
-        raise _help(source, text, f"unknown clause {fname!r} (known: {', '.join(_SIGNATURES)})")
-    positional_names, keyword_names, compares = _SIGNATURES[fname]
-    if len(tokens) < 2 or tokens[1] != ("punct", "("):
-        raise _help(source, text, f"expected '(' after {fname}")
-    args: list[Any] = []
-    kwargs: dict[str, Any] = {}
-    pos = 2
-    while True:
-        if pos >= len(tokens):
-            raise _help(source, text, "missing ')'")
-        if tokens[pos] == ("punct", ")"):
-            pos += 1
-            break
-        if tokens[pos][0] == "name" and pos + 1 < len(tokens) and tokens[pos + 1] == ("punct", "="):
-            key = str(tokens[pos][1])
-            if key not in keyword_names:
-                raise _help(source, text, f"{fname}() has no argument {key!r}")
-            if pos + 2 >= len(tokens) or tokens[pos + 2][0] not in ("num", "name", "str"):
-                raise _help(source, text, f"expected a value after {key}=")
-            kwargs[key] = tokens[pos + 2][1]
-            pos += 3
-        elif tokens[pos][0] in ("num", "name", "str"):
-            if kwargs:
-                raise _help(source, text, "a positional argument after a keyword one")
-            args.append(tokens[pos][1])
-            pos += 1
-        else:
-            raise _help(source, text, f"unexpected {tokens[pos][1]!r} in the arguments")
-        if pos < len(tokens) and tokens[pos] == ("punct", ","):
-            pos += 1
-        elif pos < len(tokens) and tokens[pos] != ("punct", ")"):
-            raise _help(source, text, f"expected ',' or ')' before {tokens[pos][1]!r}")
-    if len(args) > len(positional_names):
-        raise _help(
-            source, text, f"{fname}() takes at most {len(positional_names)} positional arguments"
-        )
-    params = dict(zip(positional_names, args, strict=False)) | kwargs
-    if "agent" in params:
-        inner = str(params.pop("agent"))
-        if agent is not None and inner != agent:
-            raise _help(source, text, f"two agents: {agent!r} and {inner!r}")
-        agent = inner
-    op: Any = None
-    threshold: Any = None
-    if compares:
-        if pos + 1 >= len(tokens) or tokens[pos][0] != "op" or tokens[pos + 1][0] != "num":
-            got = " ".join(str(t[1]) for t in tokens[pos : pos + 2])
-            raise _help(
-                source,
-                text,
-                f"{fname}(...) must be compared with a number, e.g. >= 3.5"
-                + (f" (got {got!r})" if got else ""),
-            )
-        op, threshold = tokens[pos][1], tokens[pos + 1][1]
-        pos += 2
-    if pos != len(tokens):
-        raise _help(source, text, f"unexpected {tokens[pos][1]!r} after the clause")
-    try:
-        return _build(fname, params, op, threshold, agent)
-    except GateSyntaxError as exc:
-        raise _help(source, text, str(exc)) from None
-
-
-def _build(
-    fname: str, params: dict[str, Any], op: Any, threshold: Any, agent: str | None
-) -> Clause:
-    metric = params.get("metric")
-    if metric is not None:
-        metric = str(metric)
-    limits = {k: params[k] for k in _LIMITS if k in params}
-    if fname in ("mean", "pass_rate"):
-        if metric is None:
-            raise GateSyntaxError(f"{fname}() needs a metric")
-        return Threshold(fname, metric, op, threshold, agent, **limits)  # type: ignore[arg-type]
-    if fname == "at_most":
-        if "count" not in params or metric is None or "below" not in params:
-            raise GateSyntaxError("at_most() needs a count, a metric and below=NUMBER")
-        return AtMost(params["count"], metric, params["below"], agent, **limits)
-    if fname == "all_pass":
-        if metric is None:
-            raise GateSyntaxError("all_pass() needs a metric")
-        return AllPass(metric, agent, **limits)
-    if fname == "error_rate":
-        return ErrorRate(metric, op, threshold, agent)
-    if fname == "judge_agreement":
-        if metric is None:
-            raise GateSyntaxError("judge_agreement() needs a metric")
-        labels = params.get("labels")
-        labels = None if labels is None else str(labels)
-        return JudgeAgreement(metric, op, threshold, agent, labels, params.get("min_n", 20))
-    return NoErrors(metric, agent)
-
-
-def parse_gates(specs: Iterable[str | Mapping[str, Any]], *, source: str = "gates") -> list[Clause]:
-    """Clauses from their text form, as a suite's YAML lists them.
-
-    Each spec is a string (``"mean(relevance) >= 3.5"``, ``"writer: all_pass(expected_fact)"``) or
-    a mapping ``{clause: <string>, agent: <name>}``. Names may be quoted; numbers are numbers. The
-    text is tokenized and matched against the known clauses: nothing is evaluated as Python.
-
-    Args:
-        specs: the clause specs.
-        source: where they came from, for error messages (e.g. ``"suite.yaml: gates"``).
-
-    Raises:
-        GateSyntaxError: naming ``source[index]`` and the clause, with the accepted forms.
-    """
-    if isinstance(specs, str | Mapping):
-        specs = [specs]
-    return [_parse_spec(spec, f"{source}[{index}]") for index, spec in enumerate(specs)]
-
-
-def _parse_spec(spec: Any, where: str) -> Clause:
-    agent: str | None = None
-    if isinstance(spec, Mapping):
-        unknown = sorted(set(spec) - {"clause", "agent"})
-        if unknown or not isinstance(spec.get("clause"), str):
-            raise _help(
-                where,
-                str(dict(spec)),
-                "a mapping needs a 'clause' string and may have an 'agent'"
-                + (f" (unknown keys: {unknown})" if unknown else ""),
-            )
-        raw_agent = spec.get("agent")
-        if raw_agent is not None and (not isinstance(raw_agent, str) or not raw_agent.strip()):
-            raise _help(where, str(dict(spec)), f"agent must be a name, got {raw_agent!r}")
-        agent = raw_agent
-        text = spec["clause"]
-    elif isinstance(spec, str):
-        text = spec
-    else:
-        raise _help(where, repr(spec), f"expected a string or a mapping, got {type(spec).__name__}")
-    return _parse_one(text, agent, where)
+    if isinstance(gates, Gate | Clause | Aggregate | str | Mapping):
+        gates = [gates]
+    return Gate(gates).evaluate(results)
 
 
 # --------------------------------------------------------------------------------------------
@@ -1164,14 +904,10 @@ class JudgeAgreement(Clause):
         )
         return ClauseResult(
             clause=str(self),
-            passed=verdict.passed,
             metric=self.metric,
             agent=self.agent,
-            observed=verdict.observed,
             threshold=self.threshold,
-            n=verdict.n,
-            errored=verdict.errored,
-            message=verdict.message,
+            **dataclasses.asdict(verdict),  # passed, observed, n, errored, message
         )
 
 
@@ -1207,3 +943,217 @@ def judge_agreement(
     """Cohen's κ of ``metric`` against the human labels in ``labels``; compare it to make a
     clause: ``judge_agreement("relevance", labels="labels.jsonl") >= 0.6``."""
     return _Agreement(metric, agent, labels, min_n)
+
+
+# --------------------------------------------------------------------------------------------
+# Text form
+
+
+ACCEPTED_FORMS = (
+    "mean(METRIC) >= NUMBER",
+    "pass_rate(METRIC) >= RATE",
+    "at_most(COUNT, METRIC, below=NUMBER)",
+    "all_pass(METRIC)",
+    "no_errors()  or  no_errors(METRIC)",
+    "error_rate() <= RATE  or  error_rate(METRIC) <= RATE",
+    "judge_agreement(METRIC, labels=FILE) >= KAPPA  (min_n=N, default 20)",
+    "any of the first four with max_errors=N (default 0), max_error_rate=RATE or min_n=N "
+    "(default 1) among its arguments",
+)
+"""The clause texts ``parse_gates`` accepts (the comparison may be >=, >, <= or <)."""
+
+_BARE_NAME = re.compile(r"[A-Za-z_][\w.\-]*")
+_TOKEN = re.compile(
+    r"""\s*(?:
+        (?P<op>>=|<=|>|<)
+      | (?P<num>[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)
+      | (?P<str>"(?:[^"\\]|\\.)*"|'[^']*')
+      | (?P<name>[A-Za-z_][\w.\-]*)
+      | (?P<punct>[(),=:])
+    )""",
+    re.VERBOSE,
+)
+
+Token = tuple[str, Any]
+
+
+def _help(source: str, text: str, problem: str) -> GateSyntaxError:
+    forms = "\n".join(f"  {form}" for form in ACCEPTED_FORMS)
+    return GateSyntaxError(
+        f"{source}: cannot read gate clause {text!r}: {problem}.\nAccepted forms:\n{forms}\n"
+        "The comparison is one of >=, >, <=, <. For one agent of a workflow, prefix it "
+        "('writer: mean(relevance) >= 3.5') or write {clause: ..., agent: writer}. Quote a name "
+        'with spaces: all_pass("Expected fact").'
+    )
+
+
+def _tokens(text: str) -> list[Token]:
+    out: list[Token] = []
+    pos = 0
+    stripped = text.rstrip()
+    while pos < len(stripped):
+        match = _TOKEN.match(stripped, pos)
+        if match is None or match.end() == pos:
+            raise GateSyntaxError(f"unexpected {stripped[pos:].strip()[:20]!r}")
+        kind = match.lastgroup
+        assert kind is not None
+        raw = match.group(kind)
+        if kind == "num":
+            value: Any = float(raw) if any(c in raw for c in ".eE") else int(raw)
+        elif kind == "str":
+            value = json.loads(raw) if raw.startswith('"') else raw[1:-1]
+        else:
+            value = raw
+        out.append((kind, value))
+        pos = match.end()
+    return out
+
+
+_LIMITS = ("max_errors", "max_error_rate", "min_n")
+
+_SIGNATURES: dict[str, tuple[Callable[..., Clause], tuple[str, ...], tuple[str, ...], bool]] = {
+    # name: (class, positional parameters, keyword parameters, takes a comparison)
+    "mean": (Threshold, ("metric",), ("agent", *_LIMITS), True),
+    "pass_rate": (Threshold, ("metric",), ("agent", *_LIMITS), True),
+    "at_most": (AtMost, ("count", "metric"), ("below", "agent", *_LIMITS), False),
+    "all_pass": (AllPass, ("metric",), ("agent", *_LIMITS), False),
+    "no_errors": (NoErrors, ("metric",), ("agent",), False),
+    "error_rate": (ErrorRate, ("metric",), ("agent",), True),
+    "judge_agreement": (JudgeAgreement, ("metric",), ("agent", "labels", "min_n"), True),
+}
+
+
+def _parse_one(text: str, agent: str | None) -> Clause:
+    """The clause ``text`` says (raises GateSyntaxError naming the problem alone)."""
+    tokens = _tokens(text)
+    # An agent prefix: NAME ":" or "quoted" ":".
+    if len(tokens) >= 2 and tokens[0][0] in ("name", "str") and tokens[1] == ("punct", ":"):
+        prefix = str(tokens[0][1])
+        if agent is not None and agent != prefix:
+            raise GateSyntaxError(f"agent {prefix!r} in the text and {agent!r} beside it")
+        agent, tokens = prefix, tokens[2:]
+    if not tokens or tokens[0][0] != "name":
+        raise GateSyntaxError("expected a clause name")
+    fname = str(tokens[0][1])
+    if fname not in _SIGNATURES:
+        raise GateSyntaxError(f"unknown clause {fname!r} (known: {', '.join(_SIGNATURES)})")
+    _, positional_names, keyword_names, compares = _SIGNATURES[fname]
+    if len(tokens) < 2 or tokens[1] != ("punct", "("):
+        raise GateSyntaxError(f"expected '(' after {fname}")
+    args: list[Any] = []
+    kwargs: dict[str, Any] = {}
+    pos = 2
+    while True:
+        if pos >= len(tokens):
+            raise GateSyntaxError("missing ')'")
+        if tokens[pos] == ("punct", ")"):
+            pos += 1
+            break
+        if tokens[pos][0] == "name" and pos + 1 < len(tokens) and tokens[pos + 1] == ("punct", "="):
+            key = str(tokens[pos][1])
+            if key not in keyword_names:
+                raise GateSyntaxError(f"{fname}() has no argument {key!r}")
+            if pos + 2 >= len(tokens) or tokens[pos + 2][0] not in ("num", "name", "str"):
+                raise GateSyntaxError(f"expected a value after {key}=")
+            kwargs[key] = tokens[pos + 2][1]
+            pos += 3
+        elif tokens[pos][0] in ("num", "name", "str"):
+            if kwargs:
+                raise GateSyntaxError("a positional argument after a keyword one")
+            args.append(tokens[pos][1])
+            pos += 1
+        else:
+            raise GateSyntaxError(f"unexpected {tokens[pos][1]!r} in the arguments")
+        if pos < len(tokens) and tokens[pos] == ("punct", ","):
+            pos += 1
+        elif pos < len(tokens) and tokens[pos] != ("punct", ")"):
+            raise GateSyntaxError(f"expected ',' or ')' before {tokens[pos][1]!r}")
+    if len(args) > len(positional_names):
+        raise GateSyntaxError(
+            f"{fname}() takes at most {len(positional_names)} positional arguments"
+        )
+    params = dict(zip(positional_names, args, strict=False)) | kwargs
+    if "agent" in params:
+        inner = str(params.pop("agent"))
+        if agent is not None and inner != agent:
+            raise GateSyntaxError(f"two agents: {agent!r} and {inner!r}")
+        agent = inner
+    op: Any = None
+    threshold: Any = None
+    if compares:
+        if pos + 1 >= len(tokens) or tokens[pos][0] != "op" or tokens[pos + 1][0] != "num":
+            got = " ".join(str(t[1]) for t in tokens[pos : pos + 2])
+            raise GateSyntaxError(
+                f"{fname}(...) must be compared with a number, e.g. >= 3.5"
+                + (f" (got {got!r})" if got else "")
+            )
+        op, threshold = tokens[pos][1], tokens[pos + 1][1]
+        pos += 2
+    if pos != len(tokens):
+        raise GateSyntaxError(f"unexpected {tokens[pos][1]!r} after the clause")
+    return _build(fname, params, op, threshold, agent)
+
+
+def _build(
+    fname: str, params: dict[str, Any], op: Any, threshold: Any, agent: str | None
+) -> Clause:
+    needs = {"at_most": ("count", "metric", "below"), "no_errors": (), "error_rate": ()}
+    if not set(needs.get(fname, ("metric",))) <= params.keys():
+        problem = "a count, a metric and below=NUMBER" if fname == "at_most" else "a metric"
+        raise GateSyntaxError(f"{fname}() needs {problem}")
+    kwargs: dict[str, Any] = {
+        k: str(v) if k in ("metric", "labels") else v for k, v in params.items()
+    }
+    clause, _, _, compares = _SIGNATURES[fname]
+    if compares:
+        kwargs |= {"op": op, "threshold": threshold}
+    if fname in ("mean", "pass_rate"):
+        kwargs["kind"] = fname
+    elif fname == "error_rate":
+        kwargs.setdefault("metric", None)
+    return clause(agent=agent, **kwargs)
+
+
+def parse_gates(specs: Iterable[str | Mapping[str, Any]], *, source: str = "gates") -> list[Clause]:
+    """Clauses from their text form, as a suite's YAML lists them.
+
+    Each spec is a string (``"mean(relevance) >= 3.5"``, ``"writer: all_pass(expected_fact)"``) or
+    a mapping ``{clause: <string>, agent: <name>}``. Names may be quoted; numbers are numbers. The
+    text is tokenized and matched against the known clauses: nothing is evaluated as Python.
+
+    Args:
+        specs: the clause specs.
+        source: where they came from, for error messages (e.g. ``"suite.yaml: gates"``).
+
+    Raises:
+        GateSyntaxError: naming ``source[index]`` and the clause, with the accepted forms.
+    """
+    if isinstance(specs, str | Mapping):
+        specs = [specs]
+    return [_parse_spec(spec, f"{source}[{index}]") for index, spec in enumerate(specs)]
+
+
+def _parse_spec(spec: Any, where: str) -> Clause:
+    agent: str | None = None
+    if isinstance(spec, Mapping):
+        unknown = sorted(set(spec) - {"clause", "agent"})
+        if unknown or not isinstance(spec.get("clause"), str):
+            raise _help(
+                where,
+                str(dict(spec)),
+                "a mapping needs a 'clause' string and may have an 'agent'"
+                + (f" (unknown keys: {unknown})" if unknown else ""),
+            )
+        raw_agent = spec.get("agent")
+        if raw_agent is not None and (not isinstance(raw_agent, str) or not raw_agent.strip()):
+            raise _help(where, str(dict(spec)), f"agent must be a name, got {raw_agent!r}")
+        agent = raw_agent
+        text = spec["clause"]
+    elif isinstance(spec, str):
+        text = spec
+    else:
+        raise _help(where, repr(spec), f"expected a string or a mapping, got {type(spec).__name__}")
+    try:
+        return _parse_one(text, agent)
+    except GateSyntaxError as exc:
+        raise _help(where, text, str(exc)) from None

@@ -29,6 +29,12 @@ class EvalNotPassedError(Exception):
     """Raised by ``raise_for_status`` and the ``assert_*`` helpers when a run did not pass."""
 
 
+def _first(entries: list[str], shown: int) -> str:
+    """The first ``shown`` entries, and how many more there are."""
+    more = f" (+{len(entries) - shown} more)" if len(entries) > shown else ""
+    return ", ".join(entries[:shown]) + more
+
+
 @dataclass(frozen=True)
 class RubricScore:
     """One dimension of a rubric-based score."""
@@ -226,14 +232,12 @@ class EvalResults(BaseModel):
     @property
     def all_passed(self) -> bool:
         """Completed, nothing failed or errored, at least one item, and every sub-result passed."""
-        if self.status != "completed":
-            return False
-        if self.sub_results:
-            own_ok = self.result_counts is None or (
-                self.failed == 0 and self.errored == 0 and self.total > 0
-            )
-            return own_ok and all(s.all_passed for s in self.sub_results.values())
-        return self.failed == 0 and self.errored == 0 and self.total > 0
+        own_ok = self.failed == 0 and self.errored == 0 and self.total > 0
+        if self.status != "completed" or not self.sub_results:
+            return self.status == "completed" and own_ok
+        # A workflow's own counts may be absent: then its agents decide.
+        agents_ok = all(s.all_passed for s in self.sub_results.values())
+        return (own_ok or self.result_counts is None) and agents_ok
 
     def iter_results(self) -> Iterator[EvalResults]:
         """This result, then every sub-result, depth first."""
@@ -288,11 +292,7 @@ class EvalResults(BaseModel):
             return
         if msg is None:
             where = f" for {evaluator}" if evaluator else ""
-            more = f" (+{len(low) - 5} more)" if len(low) > 5 else ""
-            msg = (
-                f"{len(low)} score(s) below threshold {min_score}{where}: "
-                f"{', '.join(low[:5])}{more}"
-            )
+            msg = f"{len(low)} score(s) below threshold {min_score}{where}: {_first(low, 5)}"
         raise EvalNotPassedError(msg)
 
     def assert_dimension_score_at_least(
@@ -328,10 +328,9 @@ class EvalResults(BaseModel):
         if not low:
             return
         if msg is None:
-            more = f" (+{len(low) - 5} more)" if len(low) > 5 else ""
             msg = (
                 f"{len(low)} dimension score(s) below threshold {min_score} for "
-                f"{dimension_id}: {', '.join(low[:5])}{more}"
+                f"{dimension_id}: {_first(low, 5)}"
             )
         raise EvalNotPassedError(msg)
 
@@ -346,6 +345,5 @@ class EvalResults(BaseModel):
         if not bad:
             return
         if msg is None:
-            more = f" (+{len(bad) - 10} more)" if len(bad) > 10 else ""
-            msg = f"{len(bad)} item(s) did not pass: {', '.join(bad[:10])}{more}"
+            msg = f"{len(bad)} item(s) did not pass: {_first(bad, 10)}"
         raise EvalNotPassedError(msg)

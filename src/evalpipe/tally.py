@@ -107,20 +107,9 @@ def score_status(score: EvalScoreResult) -> ScoreStatus:
     return NOT_APPLICABLE  # a value without a verdict: no pass/fail; its value still counts
 
 
-def _plain(score: EvalScoreResult) -> bool:
-    """The score is a verdict and nothing else (``score_status``'s common case)."""
-    return (
-        score.passed is not None
-        and score.error_code is None
-        and score.error_message is None
-        and not score.diagnostics
-        and score.label is None
-    )
-
-
 def score_statuses(scores: Sequence[EvalScoreResult]) -> list[ScoreStatus]:
-    """``score_status`` of every score (a plain verdict decided without the call)."""
-    return [(PASS if s.passed else FAIL) if _plain(s) else score_status(s) for s in scores]
+    """``score_status`` of every score."""
+    return [score_status(s) for s in scores]
 
 
 def item_status(
@@ -174,13 +163,21 @@ class Counts:
     @property
     def pass_rate(self) -> float | None:
         """passed / denominator; None when nothing has a verdict."""
-        d = self.passed + self.failed
+        d = self.denominator
         return self.passed / d if d else None
 
     def add(self, status: str) -> None:
         """Count one status (an item's or a metric's)."""
-        key = _COUNT_KEY.get(status, "errored")
-        setattr(self, key, getattr(self, key) + 1)
+        self.add_all([status])
+
+    def add_all(self, statuses: Sequence[str]) -> None:
+        """Count each status; an unknown one counts as errored."""
+        passed, failed = statuses.count(PASS), statuses.count(FAIL)
+        not_applicable = statuses.count(NOT_APPLICABLE)
+        self.passed += passed
+        self.failed += failed
+        self.not_applicable += not_applicable
+        self.errored += len(statuses) - passed - failed - not_applicable
 
     def as_dict(self) -> dict[str, int]:
         """``{"passed", "failed", "errored"}``, and ``not_applicable`` when there is any."""
@@ -188,17 +185,6 @@ class Counts:
         if self.not_applicable:
             out[NOT_APPLICABLE] = self.not_applicable
         return out
-
-    @classmethod
-    def of(cls, data: Mapping[str, Any] | None) -> Counts:
-        """Counts from a ``result_counts`` / ``per_evaluator`` bucket."""
-        data = data or {}
-        return cls(
-            int(data.get("passed", 0) or 0),
-            int(data.get("failed", 0) or 0),
-            int(data.get("errored", 0) or 0),
-            int(data.get(NOT_APPLICABLE, 0) or 0),
-        )
 
 
 def rate_text(passed: int, failed: int, errored: int = 0, not_applicable: int = 0) -> str:
@@ -245,20 +231,9 @@ def count_results(
         for score in scores:
             if score.evaluator is not None:
                 continue
-            found = per.get(score.name)
-            if found is None:
-                found = per[score.name] = {"passed": 0, "failed": 0, "errored": 0}
-            bucket = found
-            # The common case (a local check's verdict) without the full classification.
-            if (
-                score.passed is not None
-                and score.error_code is None
-                and score.error_message is None
-                and score.label is None
-                and score.diagnostics is None
-            ):
-                bucket["passed" if score.passed else "failed"] += 1
-                continue
+            bucket = per.get(score.name)
+            if bucket is None:
+                bucket = per[score.name] = {"passed": 0, "failed": 0, "errored": 0}
             key = _COUNT_KEY[score_status(score)]
             bucket[key] = bucket.get(key, 0) + 1
     return counts, per
@@ -434,30 +409,14 @@ class _MetricAgg:
     high: float | None = None
 
     def add(self, status: str, score: float | None) -> None:
-        self.counts.add(status)
-        if score is None or math.isnan(score):
-            return
-        # Welford's update: a stable mean and variance however many batches arrive.
-        self.count += 1
-        delta = score - self.mean
-        self.mean += delta / self.count
-        self.m2 += delta * (score - self.mean)
-        self.low = score if self.low is None else min(self.low, score)
-        self.high = score if self.high is None else max(self.high, score)
+        self.add_many([status], [] if score is None or math.isnan(score) else [score])
 
     def add_many(self, statuses: list[str], scores: list[float]) -> None:
-        """``add`` of each status, and of each score (none None or NaN) in order: the same
-        counts, mean, variance and bounds, without a call per score."""
-        counts = self.counts
-        passed, failed = statuses.count(PASS), statuses.count(FAIL)
-        not_applicable = statuses.count(NOT_APPLICABLE)
-        counts.passed += passed
-        counts.failed += failed
-        counts.not_applicable += not_applicable
-        # error, and anything else, counts as errored (Counts.add)
-        counts.errored += len(statuses) - passed - failed - not_applicable
+        """Count the statuses and fold in the scores (none None or NaN) in order."""
+        self.counts.add_all(statuses)
         if not scores:
             return
+        # Welford's update: a stable mean and variance however many batches arrive.
         count, mean, m2 = self.count, self.mean, self.m2
         for score in scores:
             count += 1
@@ -505,11 +464,7 @@ class _LevelAgg:
             _add_counts(self.per_evaluator.setdefault(name, {}), bucket)
         items = result.items
         statuses = [_ITEM_STATUSES.get(s, ERROR) for s in map(_status_of, items)]
-        item_counts = self.counts
-        passed, failed = statuses.count(PASS), statuses.count(FAIL)
-        item_counts.passed += passed
-        item_counts.failed += failed
-        item_counts.errored += len(statuses) - passed - failed
+        self.counts.add_all(statuses)
         # Each metric's statuses and scores, in item order, then counted and folded per metric:
         # the same numbers as adding them one by one (Welford's update in the same order).
         grouped: dict[str, tuple[list[str], list[float]]] = {}
@@ -523,18 +478,8 @@ class _LevelAgg:
                 entry = grouped.get(score.name)
                 if entry is None:
                     entry = grouped[score.name] = ([], [])
+                entry[0].append(score_status(score))
                 value = score.score
-                if (
-                    score.passed is not None
-                    and score.error_code is None
-                    and score.error_message is None
-                    and score.label is None
-                    and not score.diagnostics
-                ):
-                    # score_status's common case (a verdict, nothing else) without the call
-                    entry[0].append(PASS if score.passed else FAIL)
-                else:
-                    entry[0].append(score_status(score))
                 if value is not None:
                     number = float(value)
                     if not math.isnan(number):
@@ -546,15 +491,18 @@ class _LevelAgg:
                 agg = metrics[name] = _MetricAgg()
             agg.add_many(metric_statuses, values)
 
-    def rows(self, to_json: Any) -> list[SummaryRow]:
-        c = self.counts
+    def rows(self) -> list[SummaryRow]:
+        c, counts = self.counts, self.result_counts
+        where: dict[str, Any] = {
+            "provider": self.provider,
+            "provider_index": self.provider_index,
+            "agent": self.agent,
+            "agent_index": self.agent_index,
+        }
         out = [
             SummaryRow(
                 kind="result",
-                provider=self.provider,
-                provider_index=self.provider_index,
-                agent=self.agent,
-                agent_index=self.agent_index,
+                **where,
                 metric=None,
                 n=c.n,
                 passed=c.passed,
@@ -568,8 +516,8 @@ class _LevelAgg:
                 eval_run_id=self.run_id,
                 report_url=self.report_url,
                 error="; ".join(dict.fromkeys(self.errors)) if self.errors else None,
-                result_counts=None if self.result_counts is None else to_json(self.result_counts),
-                per_evaluator=to_json(self.per_evaluator),
+                result_counts=None if counts is None else to_json(counts).decode(),
+                per_evaluator=to_json(self.per_evaluator).decode(),
             )
         ]
         for metric, agg in self.metrics.items():
@@ -578,10 +526,7 @@ class _LevelAgg:
             out.append(
                 SummaryRow(
                     kind="metric",
-                    provider=self.provider,
-                    provider_index=self.provider_index,
-                    agent=self.agent,
-                    agent_index=self.agent_index,
+                    **where,
                     metric=metric,
                     n=m.n + self.unscored_errors,
                     passed=m.passed,
@@ -631,7 +576,6 @@ class SummaryTally:
 
     def __init__(self) -> None:
         self._levels: dict[tuple[int, str], _LevelAgg] = {}
-        self._agents: dict[int, list[str]] = {}
         self.providers: list[str] = []
         """Provider names, in order."""
 
@@ -657,27 +601,20 @@ class SummaryTally:
         for index, (result, levels) in enumerate(zip(results, self.check(results), strict=True)):
             if index == len(self.providers):
                 self.providers.append(result.provider)
-            agents = self._agents.setdefault(index, [OVERALL])
-            for agent, level in levels:
-                if agent not in agents:
-                    agents.append(agent)
-                key = (index, agent)
-                agg = self._levels.get(key)
+            for agent, level in levels:  # the overall level first, then the agents
+                agg = self._levels.get((index, agent))
                 if agg is None:
-                    agg = self._levels[key] = _LevelAgg(
-                        result.provider, index, agent, agents.index(agent)
+                    seen = sum(1 for p, _ in self._levels if p == index)
+                    agg = self._levels[index, agent] = _LevelAgg(
+                        result.provider, index, agent, seen
                     )
                 agg.add(level)
 
     def rows(self) -> list[SummaryRow]:
         """Every summary row, in the order summary.parquet holds them."""
-
-        def dump(value: Any) -> str:
-            return to_json(value).decode()
-
         out: list[SummaryRow] = []
         for key in sorted(self._levels, key=lambda k: (k[0], self._levels[k].agent_index)):
-            out.extend(self._levels[key].rows(dump))
+            out.extend(self._levels[key].rows())
         return out
 
 
@@ -705,8 +642,7 @@ def call_verdicts(results: Sequence[EvalResults]) -> Counts:
                 if seen is None or rank[status] > rank[seen]:
                     worst[str(key)] = status
     counts = Counts()
-    for status in worst.values():
-        counts.add(status)
+    counts.add_all(list(worst.values()))
     return counts
 
 

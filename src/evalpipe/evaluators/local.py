@@ -41,19 +41,12 @@ _SUPPORTED = (
 
 
 def _inject(item: EvalItem, name: str) -> Any:
-    if name == "query":
-        return item.query
-    if name == "response":
-        return item.response
+    value = getattr(item, name)
     if name == "expected_output":
-        return item.expected_output or ""
+        return value or ""
     if name == "expected_tool_calls":
-        return item.expected_tool_calls or []
-    if name == "conversation":
-        return item.conversation
-    if name == "tools":
-        return item.tools
-    return item.context
+        return value or []
+    return value
 
 
 def coerce_result(value: Any, check_name: str) -> CheckResult:
@@ -270,7 +263,7 @@ class LocalEvaluator:
         """Items with checks to await: their index, scores so far and (check index, awaitable)."""
         for index, item in enumerate(items):
             if item.error_code:
-                results.append(_errored(index, item))
+                results.append(_finish(index, item, None))
                 continue
             scores: list[EvalScoreResult | None] = []
             later: list[tuple[int, Any]] | None = None
@@ -323,23 +316,6 @@ class LocalEvaluator:
         )
 
 
-def _errored(index: int, item: EvalItem) -> EvalItemResult:
-    """The result of an item whose target call failed: errored, no check run."""
-    query, response = item.query_and_response()
-    return EvalItemResult(
-        str(index) if item.item_id is None else item.item_id,
-        ERROR,
-        [],
-        item.error_code,
-        item.error_message,
-        None,
-        query,
-        response,
-        None,
-        item.result_metadata(),
-    )
-
-
 def _score(
     out: Any, name: str, index: int, k: int, failures: list[tuple[int, int, str]]
 ) -> EvalScoreResult:
@@ -361,55 +337,41 @@ def _score(
     if score is None:
         score = 1.0 if passed else 0.0
     if out.details:
-        return _detailed_score(out, cname, score, passed, reason)
+        # Further numbers ride in ``sample`` beside MAF's reason; a numeric ``threshold`` among
+        # them is the score's threshold.
+        sample: dict[str, Any] = {**out.details, **({"reason": reason} if reason else {})}
+        threshold = out.details.get("threshold")
+        if not isinstance(threshold, int | float) or isinstance(threshold, bool):
+            threshold = None
+        return EvalScoreResult(cname, score, passed, sample, None, reason or None, threshold)
     if reason:
         return EvalScoreResult(cname, score, passed, {"reason": reason}, None, reason)
     return EvalScoreResult(cname, score, passed)
 
 
-def _finish(index: int, item: EvalItem, scores: list[EvalScoreResult]) -> EvalItemResult:
+def _finish(index: int, item: EvalItem, scores: list[EvalScoreResult] | None) -> EvalItemResult:
     """An item's result from its scores, its status by the tally's item rule (``item_status``:
     any error, else all passed, else fail; zero checks fail, as MAF); the checks that raised
-    are its error."""
+    are its error. ``scores`` None: its target call failed, so it is errored and no check ran."""
     query, response = item.query_and_response()
-    status = item_status(scores)
-    errors = None
-    if status == ERROR:
-        errors = "; ".join(f"{s.name}: {s.error_message}" for s in scores if s.error_message)
+    if scores is None:
+        status, scores, code, message = ERROR, [], item.error_code, item.error_message
+    else:
+        status, code, message = item_status(scores), None, None
+        if status == ERROR:
+            errors = "; ".join(f"{s.name}: {s.error_message}" for s in scores if s.error_message)
+            code, message = ("CheckError", errors) if errors else (None, None)
     return EvalItemResult(
         str(index) if item.item_id is None else item.item_id,
         status,
         scores,
-        "CheckError" if errors else None,
-        errors or None,
+        code,
+        message,
         None,
         query,
         response,
         None,
         item.result_metadata(),
-    )
-
-
-def _detailed_score(
-    out: CheckResult, name: str, score: float, passed: bool, reason: str
-) -> EvalScoreResult:
-    """The score of a check that reports further numbers: they ride in ``sample``, beside MAF's
-    reason, and a numeric ``threshold`` among them is the score's threshold."""
-    details = out.details or {}
-    sample: dict[str, Any] = {**details}
-    if reason:
-        sample["reason"] = reason
-    threshold = details.get("threshold")
-    return EvalScoreResult(
-        name,
-        score,
-        passed,
-        sample,
-        None,
-        reason or None,
-        threshold
-        if isinstance(threshold, int | float) and not isinstance(threshold, bool)
-        else None,
     )
 
 
