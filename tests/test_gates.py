@@ -232,6 +232,17 @@ def test_no_errors_catches_error_diagnostics_and_unfinished_runs() -> None:
     )
 
 
+def test_no_errors_names_an_item_whose_label_has_a_space_whole() -> None:
+    """no_errors lists the errored items by their whole label, spaces included."""
+    failed = EvalScoreResult("relevance", None, None, error_code="JudgeParseError")
+    results = EvalResults(
+        provider="Judge", items=[EvalItemResult(item_id="row 7", status="fail", scores=[failed])]
+    )
+    outcome = no_errors().evaluate([results])
+    assert outcome.items == ["row 7"]
+    assert outcome.message == "1 error in n=1 items: row 7 relevance JudgeParseError"
+
+
 def test_not_applicable_metrics_are_skipped_not_errors() -> None:
     """A not_applicable metric (a judge lacking its context) is neither scored nor an error."""
     na = EvalScoreResult("groundedness", None, None, label="not_applicable")

@@ -164,10 +164,12 @@ def _collect(levels: Sequence[LevelFold], metric: str) -> tuple[MetricFold, int]
 
 @dataclass
 class _ErrorScan:
-    """What ``no_errors`` and ``error_rate`` count: errors (item label first), provider runs that
-    did not complete, items seen, and the items with at least one error."""
+    """What ``no_errors`` and ``error_rate`` count: errors (item label first) and each one's item
+    label, provider runs that did not complete, items seen, and the items with at least one
+    error."""
 
     errors: list[str] = field(default_factory=list)
+    labels: list[str] = field(default_factory=list)
     runs: list[str] = field(default_factory=list)
     n: int = 0
     errored_items: list[str] = field(default_factory=list)
@@ -187,11 +189,13 @@ def _scan_errors(levels: Sequence[LevelFold], metric: str | None) -> _ErrorScan:
         for item in level.errors:
             if item.is_error and (metric is None or metric not in item.sound):
                 scan.errors.append(f"{item.label} {item.error_code or 'error'}")
+                scan.labels.append(item.label)
                 scan.errored_items.append(item.label)
                 continue
             bad = [(name, code) for name, code in item.errored if metric is None or name == metric]
             for name, code in bad:
                 scan.errors.append(f"{item.label} {name} {code or 'error'}")
+                scan.labels.append(item.label)
             if bad:
                 scan.errored_items.append(item.label)
     return scan
@@ -589,7 +593,7 @@ class NoErrors(_Errors):
         return f"no_errors({_name(self.metric) if self.metric is not None else ''})"
 
     def _counts(self, scan: _ErrorScan) -> dict[str, Any]:
-        items = [e.split(" ", 1)[0] for e in scan.errors[:_SHOWN_ITEMS]]
+        items = scan.labels[:_SHOWN_ITEMS]
         return {"errored": len(scan.errors), "items": items, "threshold": 0.0}
 
     def _verdict(self, scan: _ErrorScan) -> dict[str, Any]:
