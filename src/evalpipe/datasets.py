@@ -263,10 +263,8 @@ def _read_recordings(file: Path, records: list[_Record]) -> list[_Record]:
             for where, _, data in records
             if (lists := _recording_lists(data))
         )
-    except RecordedFormatError as exc:
-        text = str(exc)
-        where = text.split(":", 1)[0].removeprefix("line ")
-        raise DatasetError(f"{file}:{where}:{text.split(':', 1)[1]}") from None
+    except RecordedFormatError as exc:  # "line 3: ..." named as "file:3: ..."
+        raise DatasetError(f"{file}:{str(exc).removeprefix('line ')}") from None
     if fmt is None:
         return records
     # detect_format checked every list as _convert_recording checks it: this raises nothing
