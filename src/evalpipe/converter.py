@@ -34,8 +34,6 @@ def _warn() -> None:
 
 
 def _tools(tools: Any) -> list[ToolDefinition]:
-    if tools is None:
-        return []
     listed = [tools] if callable(tools) or not isinstance(tools, Sequence) else list(tools)
     return [ToolDefinition.coerce(t) for t in listed]
 

@@ -21,7 +21,7 @@ import csv
 import hashlib
 import io
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, cast
@@ -37,7 +37,7 @@ from pydantic import (
 )
 from pydantic_core import from_json
 
-from evalpipe._internal.files import atomic_path, decode_utf8
+from evalpipe._internal.files import atomic_path, decode_utf8, read_utf8
 from evalpipe.items import AgentExpectation, ExpectedToolCall
 from evalpipe.messages import Message, ToolDefinition
 from evalpipe.recorded import (
@@ -96,18 +96,22 @@ class RecordedAgent(BaseModel):
 
 
 def _recording_lists(data: dict[str, Any]) -> list[tuple[str, Any]]:
-    """``(path, messages)`` of every message list a raw row records."""
-    lists: list[tuple[str, Any]] = []
-    if data.get("conversation") is not None:
-        lists.append(("conversation", data["conversation"]))
+    """``(path, messages)`` of every message list a raw row records (lists of Messages, already
+    read, left out)."""
+    lists = [("conversation", data.get("conversation"))]
     agents = data.get("recorded_agents")
-    if isinstance(agents, list):
-        for i, entry in enumerate(agents):
-            if isinstance(entry, dict):
-                for key in ("received", "produced"):
-                    if isinstance(entry.get(key), list):
-                        lists.append((f"recorded_agents[{i}].{key}", entry[key]))
-    return lists
+    for i, entry in enumerate(agents if isinstance(agents, list) else []):
+        if isinstance(entry, dict):
+            lists += [
+                (f"recorded_agents[{i}].{key}", entry.get(key)) for key in ("received", "produced")
+            ]
+    return [
+        (path, value)
+        for path, value in lists
+        if value is not None
+        and (path == "conversation" or isinstance(value, list))
+        and not (isinstance(value, list) and value and all(isinstance(m, Message) for m in value))
+    ]
 
 
 def _convert_recording(data: dict[str, Any], fmt: RecordedFormat) -> dict[str, Any]:
@@ -118,8 +122,6 @@ def _convert_recording(data: dict[str, Any], fmt: RecordedFormat) -> dict[str, A
     """
     out = dict(data)
     for path, value in _recording_lists(data):
-        if value and all(isinstance(m, Message) for m in value):
-            continue
         bad = check_messages(value, fmt, path)
         if bad is not None:
             raise RecordedFormatError(str(bad))
@@ -167,15 +169,9 @@ class QueryRow(BaseModel):
         # query, the query is the last user message before the response.
         if not isinstance(data, dict):
             return data
-        lists = [
-            (p, v)
-            for p, v in _recording_lists(data)
-            if not (v and all(isinstance(m, Message) for m in v))
-        ]
-        if lists:
-            fmt = detect_format([("this row", lists)])
-            if fmt is not None:
-                data = _convert_recording(data, fmt)
+        lists = _recording_lists(data)
+        if lists and (fmt := detect_format([("this row", lists)])) is not None:
+            data = _convert_recording(data, fmt)
         if data.get("query") is None:
             source = data.get("conversation")
             agents = data.get("recorded_agents")
@@ -255,31 +251,11 @@ def _describe(error: ValidationError) -> str:
     return "; ".join(parts)
 
 
-def _not_a_directory(file: Path) -> None:
-    """A directory named as the dataset is named as one (not as a missing file)."""
-    if file.is_dir():
-        raise DatasetError(
-            f"{file}: is a directory, not a dataset file; name a file in it "
-            f"({', '.join(DATASET_SUFFIXES)})"
-        )
-
-
-def _existing(path: str | Path) -> Path:
-    file = Path(path)
-    _not_a_directory(file)
-    if not file.is_file():
-        where = "" if file.is_absolute() else f" (relative to {Path.cwd()})"
-        raise DatasetError(f"{file}: no such dataset file; check the path{where}")
-    return file
-
-
 def _label(where: str) -> str:
     return where if where.startswith("row ") else f"line {where}"
 
 
-def _read_recordings(
-    file: Path, records: list[tuple[str, str, dict[str, Any]]]
-) -> list[tuple[str, str, dict[str, Any]]]:
+def _read_recordings(file: Path, records: list[_Record]) -> list[_Record]:
     """Detect the file's recording format over every row and convert the rows' recordings."""
     try:
         fmt = detect_format(
@@ -287,10 +263,8 @@ def _read_recordings(
             for where, _, data in records
             if (lists := _recording_lists(data))
         )
-    except RecordedFormatError as exc:
-        text = str(exc)
-        where = text.split(":", 1)[0].removeprefix("line ")
-        raise DatasetError(f"{file}:{where}:{text.split(':', 1)[1]}") from None
+    except RecordedFormatError as exc:  # "line 3: ..." named as "file:3: ..."
+        raise DatasetError(f"{file}:{str(exc).removeprefix('line ')}") from None
     if fmt is None:
         return records
     # detect_format checked every list as _convert_recording checks it: this raises nothing
@@ -463,17 +437,53 @@ def load_rows(path: str | Path) -> list[QueryRow | PlainRow]:
     return _read(path, plain=True)
 
 
-def _read(path: str | Path, *, plain: bool) -> list[QueryRow | PlainRow]:
+def load_csv(path: str | Path) -> list[QueryRow]:
+    """Read a CSV query set with a header row (UTF-8; a BOM is accepted).
+
+    Raises:
+        DatasetError: naming ``file:line`` for an unknown column (header line), a bad cell or value.
+    """
+    return cast(list[QueryRow], _read(path, plain=False, suffix=".csv"))
+
+
+def load_parquet(path: str | Path) -> list[QueryRow]:
+    """Read a Parquet query set (one record per row; nested columns or JSON strings).
+
+    Raises:
+        DatasetError: naming ``file:row N`` (1-based) for a bad value, or the unknown column.
+    """
+    return cast(list[QueryRow], _read(path, plain=False, suffix=".parquet"))
+
+
+def load_jsonl(path: str | Path) -> list[QueryRow]:
+    """Read a JSONL query set; blank lines and lines starting with ``#`` are skipped.
+
+    Raises:
+        DatasetError: for a missing file, invalid JSON, an unknown column or a bad value, naming
+            ``file:line``; or for an empty file, or two rows sharing an id.
+    """
+    return cast(list[QueryRow], _read(path, plain=False, suffix=".jsonl"))
+
+
+def _read(path: str | Path, *, plain: bool, suffix: str | None = None) -> list[QueryRow | PlainRow]:
+    """The rows of the file at ``path`` in the format ``suffix`` names (default: its own)."""
     file = Path(path)
-    _not_a_directory(file)
-    suffix = file.suffix.lower()
-    readers = {".jsonl": _read_jsonl, ".csv": _read_csv, ".parquet": _read_parquet}
-    if suffix in readers:
-        return readers[suffix](file, plain=plain)
-    raise DatasetError(
-        f"{file}: unknown dataset format {suffix or '(no suffix)'!r}; use one of "
-        f"{', '.join(DATASET_SUFFIXES)}"
-    )
+    if file.is_dir():
+        raise DatasetError(
+            f"{file}: is a directory, not a dataset file; name a file in it "
+            f"({', '.join(DATASET_SUFFIXES)})"
+        )
+    suffix = suffix or file.suffix.lower()
+    readers = {".jsonl": _jsonl_records, ".csv": _csv_records, ".parquet": _parquet_records}
+    if suffix not in readers:
+        raise DatasetError(
+            f"{file}: unknown dataset format {suffix or '(no suffix)'!r}; use one of "
+            f"{', '.join(DATASET_SUFFIXES)}"
+        )
+    if not file.is_file():
+        where = "" if file.is_absolute() else f" (relative to {Path.cwd()})"
+        raise DatasetError(f"{file}: no such dataset file; check the path{where}")
+    return _collect_rows(file, readers[suffix](file), plain=plain)
 
 
 _RECORDING_COLUMNS = ("conversation", "tools", "recorded_agents")
@@ -518,43 +528,9 @@ def _cell(column: str, value: Any, where: str, file: Path) -> Any:
     return value
 
 
-def load_csv(path: str | Path) -> list[QueryRow]:
-    """Read a CSV query set with a header row (UTF-8; a BOM is accepted).
-
-    Raises:
-        DatasetError: naming ``file:line`` for an unknown column (header line), a bad cell or value.
-    """
-    return cast(list[QueryRow], _read_csv(path, plain=False))
-
-
-def _read_csv(path: str | Path, *, plain: bool) -> list[QueryRow | PlainRow]:
-    """:func:`load_csv`'s rows, plain ones as PlainRows with ``plain`` (see :func:`load_rows`)."""
-    file = _existing(path)
-    try:
-        text = decode_utf8(file.read_bytes(), str(file)).removeprefix("\ufeff")
-    except ValueError as exc:
-        raise DatasetError(str(exc)) from None
-    with io.StringIO(text, newline="") as handle:
-        reader = csv.DictReader(handle)
-        if reader.fieldnames is None:
-            raise DatasetError(f"{file}: the file is empty; the first line must be a header")
-        _check_columns(reader.fieldnames, f"{file}:1")
-
-        def records() -> Iterable[tuple[str, str, dict[str, Any]]]:
-            for record in reader:
-                where = str(reader.line_num)
-                if None in record:
-                    raise DatasetError(
-                        f"{file}:{where}: more cells than header columns; quote cells that "
-                        "contain commas"
-                    )
-                data = {
-                    k: c for k, v in record.items() if (c := _cell(k, v, where, file)) is not None
-                }
-                if data:
-                    yield where, f"line-{where}", data
-
-        return _collect_rows(file, records(), plain=plain)
+def _cells(record: Mapping[str, Any], where: str, file: Path) -> dict[str, Any]:
+    """A CSV or Parquet record as a row's data (see :func:`_cell`)."""
+    return {k: c for k, v in record.items() if (c := _cell(k, v, where, file)) is not None}
 
 
 def _check_columns(columns: Iterable[str], where: str) -> None:
@@ -564,76 +540,46 @@ def _check_columns(columns: Iterable[str], where: str) -> None:
         raise DatasetError(f"{where}: {_unknown_column(unknown[0])}")
 
 
-def load_parquet(path: str | Path) -> list[QueryRow]:
-    """Read a Parquet query set (one record per row; nested columns or JSON strings).
+def _csv_records(file: Path) -> Iterator[_Record]:
+    try:
+        text = read_utf8(file).removeprefix("\ufeff")
+    except ValueError as exc:
+        raise DatasetError(str(exc)) from None
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    if reader.fieldnames is None:
+        raise DatasetError(f"{file}: the file is empty; the first line must be a header")
+    _check_columns(reader.fieldnames, f"{file}:1")
+    for record in reader:
+        where = str(reader.line_num)
+        if None in record:
+            raise DatasetError(
+                f"{file}:{where}: more cells than header columns; quote cells that contain commas"
+            )
+        if data := _cells(record, where, file):
+            yield where, f"line-{where}", data
 
-    Raises:
-        DatasetError: naming ``file:row N`` (1-based) for a bad value, or the unknown column.
-    """
-    return cast(list[QueryRow], _read_parquet(path, plain=False))
 
-
-def _read_parquet(path: str | Path, *, plain: bool) -> list[QueryRow | PlainRow]:
-    """:func:`load_parquet`'s rows, plain ones as PlainRows with ``plain`` (see :func:`load_rows`)."""
+def _parquet_records(file: Path) -> Iterator[_Record]:
     import pyarrow.parquet as pq
 
-    file = _existing(path)
     try:
         table = pq.read_table(file)
     except Exception as exc:
         raise DatasetError(f"{file}: not a readable Parquet file ({exc})") from None
     _check_columns(table.column_names, str(file))
-
-    def records() -> Iterable[tuple[str, str, dict[str, Any]]]:
-        for index, record in enumerate(table.to_pylist(), start=1):
-            where = f"row {index}"
-            data = {k: c for k, v in record.items() if (c := _cell(k, v, where, file)) is not None}
-            yield where, f"row-{index}", data
-
-    return _collect_rows(file, records(), plain=plain)
+    for index, record in enumerate(table.to_pylist(), start=1):
+        yield f"row {index}", f"row-{index}", _cells(record, f"row {index}", file)
 
 
-def load_jsonl(path: str | Path) -> list[QueryRow]:
-    """Read a JSONL query set; blank lines and lines starting with ``#`` are skipped.
-
-    Raises:
-        DatasetError: for a missing file, invalid JSON, an unknown column or a bad value, naming
-            ``file:line``; or for an empty file, or two rows sharing an id.
-    """
-    return cast(list[QueryRow], _read_jsonl(path, plain=False))
-
-
-def _read_jsonl(path: str | Path, *, plain: bool) -> list[QueryRow | PlainRow]:
-    """:func:`load_jsonl`'s rows, plain ones as PlainRows with ``plain`` (see :func:`load_rows`)."""
-    file = _existing(path)
+def _jsonl_records(file: Path) -> Iterator[_Record]:
+    """Blank and ``#`` lines skipped; in a file that is not all UTF-8, the lines before the first
+    bad byte are read first (their errors come first), then that byte is named."""
     content = file.read_bytes()
     try:
-        text = content.decode("utf-8")
-    except UnicodeDecodeError:
-        # Line by line, so the first bad line is named, whether its JSON or its UTF-8 is bad.
-        return _collect_rows(file, _jsonl_lines(file, content.split(b"\n")), plain=plain)
-    return _collect_rows(
-        file, _jsonl_records(file, enumerate(text.split("\n"), start=1)), plain=plain
-    )
-
-
-def _jsonl_lines(file: Path, lines: Iterable[bytes]) -> Iterable[tuple[str, str, dict[str, Any]]]:
-    """The records of a file that is not all UTF-8, decoded line by line."""
-    for lineno, raw in enumerate(lines, start=1):
-        try:
-            line = decode_utf8(raw, str(file))
-        except ValueError as exc:  # the column of this line; the line is ours to count
-            where = str(exc).split(": ", 1)
-            column = where[0].rsplit(":", 1)[-1]
-            raise DatasetError(f"{file}:{lineno}:{column}: {where[1]}") from None
-        yield from _jsonl_records(file, [(lineno, line)])
-
-
-def _jsonl_records(
-    file: Path, lines: Iterable[tuple[int, str]]
-) -> Iterable[tuple[str, str, dict[str, Any]]]:
-    """(where, default id, data) of numbered JSONL lines; blank and ``#`` lines skipped."""
-    for lineno, line in lines:
+        decoded, whole = content.decode("utf-8"), True
+    except UnicodeDecodeError as exc:
+        decoded, whole = content[: content.rfind(b"\n", 0, exc.start) + 1].decode("utf-8"), False
+    for lineno, line in enumerate(decoded.split("\n"), start=1):
         text = line.strip()
         if not text or text.startswith("#"):
             continue
@@ -654,6 +600,11 @@ def _jsonl_records(
                 f"{file}:{lineno}: expected a JSON object with a 'query', got {type(data).__name__}"
             )
         yield str(lineno), f"line-{lineno}", data
+    if not whole:
+        try:
+            decode_utf8(content, str(file))
+        except ValueError as exc:
+            raise DatasetError(str(exc)) from None
 
 
 def write_jsonl(rows: Iterable[Mapping[str, Any]], path: str | Path) -> list[QueryRow]:

@@ -34,10 +34,6 @@ _INVISIBLE = re.compile(
 _MARKDOWN_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~&\"':=])")
 
 
-def _visible(match: re.Match[str]) -> str:
-    return f"\\u{ord(match.group(0)):04x}"
-
-
 def plain(text: object, limit: int | None = None, *, newlines: bool = True) -> str:
     """``text`` as a string with control and bidi characters made visible (``\\u202e``), cut at
     ``limit`` characters (``… (12,345 characters)``); with ``newlines=False`` line breaks become
@@ -47,7 +43,7 @@ def plain(text: object, limit: int | None = None, *, newlines: bool = True) -> s
         value = f"{value[:limit]}… ({len(value):,} characters)"
     if not newlines:
         value = value.replace("\r\n", " ").replace("\n", " ").replace("\r", " ")
-    return _INVISIBLE.sub(_visible, value)
+    return _INVISIBLE.sub(lambda m: f"\\u{ord(m.group(0)):04x}", value)
 
 
 def markdown(text: object, limit: int | None = 500) -> str:

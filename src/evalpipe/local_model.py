@@ -37,9 +37,9 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
-from types import TracebackType
-from typing import IO, Any
+from typing import Any, NoReturn
 
 import httpx
 
@@ -153,6 +153,7 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
+@dataclass(repr=False)
 class LocalModelServer:
     """``python -m llama_cpp.server`` with the shipped model, on 127.0.0.1, as a context manager.
 
@@ -168,27 +169,18 @@ class LocalModelServer:
         log: a file for the server's output (default: a temporary file, shown when it fails).
     """
 
-    def __init__(
-        self,
-        port: int | None = None,
-        *,
-        host: str = "127.0.0.1",
-        model: str | os.PathLike[str] | None = None,
-        n_ctx: int = 2048,
-        n_threads: int = 1,
-        startup_timeout: float = 120.0,
-        log: str | os.PathLike[str] | None = None,
-    ) -> None:
-        self.host = host
-        self.port = port
-        self.model = Path(model) if model is not None else None
-        self.n_ctx = n_ctx
-        self.n_threads = n_threads
-        self.startup_timeout = startup_timeout
-        self.log_path = Path(log) if log is not None else None
-        self._process: subprocess.Popen[bytes] | None = None
-        self._log: IO[bytes] | None = None
-        self._config: Path | None = None
+    port: int | None = None
+    _: KW_ONLY
+    host: str = "127.0.0.1"
+    model: str | os.PathLike[str] | None = None
+    n_ctx: int = 2048
+    n_threads: int = 1
+    startup_timeout: float = 120.0
+    log: str | os.PathLike[str] | None = None
+    _process: subprocess.Popen[bytes] | None = field(default=None, init=False)
+    _workdir: tempfile.TemporaryDirectory[str] | None = field(default=None, init=False)
+    """Holds the configuration file and (without ``log``) the server's output while it runs."""
+    _log_file: Path | None = field(default=None, init=False)
 
     def __repr__(self) -> str:
         return f"LocalModelServer({self.base_url if self.port else 'not started'})"
@@ -229,14 +221,19 @@ class LocalModelServer:
 
     def log_tail(self, lines: int = 30) -> str:
         """The last lines of the server's output."""
-        if self._log is None:
+        if self._log_file is None:
             return ""
-        self._log.flush()
         try:
-            text = Path(self._log.name).read_text(encoding="utf-8", errors="replace")
+            text = self._log_file.read_text(encoding="utf-8", errors="replace")
         except OSError:
             return ""
         return "\n".join(text.splitlines()[-lines:])
+
+    def _fail(self, message: str) -> NoReturn:
+        """Stop the server and raise ``message`` with the end of its output."""
+        tail = self.log_tail()
+        self.stop()
+        raise LocalModelUnavailable(f"{message}:\n{tail}")
 
     def start(self) -> LocalModelServer:
         """Start the server and wait until ``/v1/models`` answers and it generates a token.
@@ -251,46 +248,33 @@ class LocalModelServer:
             raise LocalModelUnavailable(reason)
         if self.port is None:
             self.port = free_port(self.host)
-        handle, config = tempfile.mkstemp(prefix="llama-server-", suffix=".json")
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
-            json.dump(self.config(), out)
-        self._config = Path(config)
-        if self.log_path is not None:
-            self._log = self.log_path.open("wb")
-        else:
-            self._log = tempfile.NamedTemporaryFile(  # noqa: SIM115 (kept open while it runs)
-                prefix="llama-server-", suffix=".log", delete=False
+        self._workdir = tempfile.TemporaryDirectory(prefix="llama-server-")
+        config = Path(self._workdir.name) / "config.json"
+        config.write_text(json.dumps(self.config()), encoding="utf-8")
+        self._log_file = Path(self.log or Path(self._workdir.name) / "server.log")
+        with self._log_file.open("wb") as log:
+            self._process = subprocess.Popen(
+                self.command(config),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # its own process group: a Ctrl-C here does not hit it twice
+                # a crash in llama.cpp (SIGSEGV, SIGILL) prints the Python stack it happened under
+                env={**os.environ, "PYTHONFAULTHANDLER": "1"},
             )
-        self._process = subprocess.Popen(
-            self.command(config),
-            stdin=subprocess.DEVNULL,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # its own process group: a Ctrl-C here does not hit it twice
-            # a crash in llama.cpp (SIGSEGV, SIGILL) prints the Python stack it happened under
-            env={**os.environ, "PYTHONFAULTHANDLER": "1"},
-        )
         deadline = time.monotonic() + self.startup_timeout
         with httpx.Client(timeout=2.0) as http:
             while True:
                 code = self._process.poll()
                 if code is not None:
-                    tail = self.log_tail()
-                    self.stop()
-                    raise LocalModelUnavailable(
-                        f"the llama-cpp server exited with code {code} before answering:\n{tail}"
-                    )
-                try:
+                    self._fail(f"the llama-cpp server exited with code {code} before answering")
+                with contextlib.suppress(httpx.HTTPError):
                     if http.get(f"{self.base_url}/models").status_code == 200:
                         break
-                except httpx.HTTPError:
-                    pass
                 if time.monotonic() >= deadline:
-                    tail = self.log_tail()
-                    self.stop()
-                    raise LocalModelUnavailable(
+                    self._fail(
                         f"the llama-cpp server did not answer on {self.base_url} within "
-                        f"{self.startup_timeout:.0f}s:\n{tail}"
+                        f"{self.startup_timeout:.0f}s"
                     )
                 time.sleep(0.25)
             # Ready means it can generate: one token through the model, so that a build that
@@ -308,16 +292,14 @@ class LocalModelServer:
             except httpx.HTTPError as exc:
                 time.sleep(0.5)
                 code = self._process.poll()
-                tail = self.log_tail()
-                self.stop()
                 how = "is running" if code is None else f"exited with code {code}"
                 if code is not None and code < 0:
                     how += f" ({signal.Signals(-code).name})"
-                raise LocalModelUnavailable(
+                self._fail(
                     f"the llama-cpp server answered {self.base_url}/models but could not "
                     f"generate a token ({type(exc).__name__}: {exc}); it {how}; "
-                    f"llama.cpp was built for {build_info()}; its output:\n{tail}"
-                ) from None
+                    f"llama.cpp was built for {build_info()}; its output"
+                )
         return self
 
     def stop(self, timeout: float = 10.0) -> None:
@@ -330,24 +312,14 @@ class LocalModelServer:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait(timeout=timeout)
-        if self._log is not None:
-            self._log.close()
-            if self.log_path is None:
-                Path(self._log.name).unlink(missing_ok=True)
-            self._log = None
-        if self._config is not None:
-            self._config.unlink(missing_ok=True)
-            self._config = None
+        if self._workdir is not None:
+            self._workdir.cleanup()
+            self._workdir = self._log_file = None
 
     def __enter__(self) -> LocalModelServer:
         return self.start()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
 

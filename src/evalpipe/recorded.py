@@ -504,29 +504,18 @@ def recorded_run(
             usage=RunUsage(),
         )
     if row.recorded_agents:
-        turns = [
-            ExecutorRun(
-                executor_id=entry.agent,
-                agent=entry.agent,
-                received=list(entry.received),
-                produced=list(entry.produced),
-                tools=entry.tools,
-            )
-            for entry in row.recorded_agents
-        ]
+        recorded = [(e.agent, e.received, e.produced, e.tools) for e in row.recorded_agents]
     else:
         # a single-agent recording among multi-agent ones: one turn, named by its author
         head, tail, _ = split_recording(row.conversation or [], row.query)
         name = next((m.author_name for m in tail if m.role == "assistant" and m.author_name), None)
-        turns = [
-            ExecutorRun(
-                executor_id=name or "agent",
-                agent=name or "agent",
-                received=head,
-                produced=tail,
-                tools=row.tools,
-            )
-        ]
+        recorded = [(name or "agent", head, tail, row.tools)]
+    turns = [
+        ExecutorRun(
+            executor_id=agent, agent=agent, received=list(got), produced=list(made), tools=tools
+        )
+        for agent, got, made, tools in recorded
+    ]
     output = final_answer(row.conversation or [])
     if not output:
         output = final_answer([m for turn in turns for m in turn.produced])

@@ -71,6 +71,13 @@ class SuiteError(ValueError):
     """A suite that cannot run as written; the message names the file, line or field and the fix."""
 
 
+_RUNNER_OPTIONS = {
+    "dask": "address, n_workers, threads_per_worker, processes",
+    "ray": "address, init_kwargs",
+}
+"""The options of ``task_runner: {dask: ...}`` and ``{ray: ...}``."""
+
+
 class EvalSuite(BaseModel):
     """One evaluation job: what to run, on which data, scored how, and what counts as passing."""
 
@@ -201,31 +208,19 @@ class EvalSuite(BaseModel):
                     f"task_runner.processes: the number of worker processes, an integer >= 1; "
                     f"got {workers!r} (or write task_runner: processes for one per CPU)"
                 )
-            return {"processes": workers}
-        if list(value) == ["ray"]:
-            ray = value["ray"] or {}
-            if not isinstance(ray, dict) or set(ray) - {"address", "init_kwargs"}:
-                raise ValueError(
-                    f"task_runner.ray: options as a mapping of address and init_kwargs, got {ray!r}"
-                )
-            return {"ray": ray}
-        if list(value) != ["dask"]:
+            return value
+        if list(value) not in (["dask"], ["ray"]):
             raise ValueError(
                 "task_runner: 'threads', 'processes', {processes: N}, {dask: {...}} or "
                 f"{{ray: {{...}}}}; got {sorted(value)}"
             )
-        options = value["dask"] or {}
-        if not isinstance(options, dict):
-            raise ValueError(
-                f"task_runner.dask: options as a mapping (address, n_workers, ...), got {options!r}"
-            )
-        unknown = sorted(set(options) - {"address", "n_workers", "threads_per_worker", "processes"})
-        if unknown:
-            raise ValueError(
-                f"task_runner.dask: unknown option(s) {unknown}; use address, n_workers, "
-                "threads_per_worker or processes"
-            )
-        return {"dask": options}
+        ((kind, options),) = value.items()
+        known = _RUNNER_OPTIONS[kind]
+        if not isinstance(options or {}, dict):
+            raise ValueError(f"task_runner.{kind}: options as a mapping ({known}), got {options!r}")
+        if unknown := sorted(set(options or {}) - set(known.split(", "))):
+            raise ValueError(f"task_runner.{kind}: unknown option(s) {unknown}; use {known}")
+        return {kind: options or {}}
 
     @field_validator("split")
     @classmethod
@@ -497,6 +492,10 @@ def _split_scope(spec: Any, where: str) -> tuple[Any, tuple[str, ...] | None]:
     return rest, tuple(dict.fromkeys(agents))
 
 
+def _scoped(provider: Evaluator, scope: tuple[str, ...] | None) -> Evaluator:
+    return provider if scope is None else AgentScoped(provider, scope)
+
+
 def build_evaluators(suite: EvalSuite) -> list[Evaluator]:
     """The suite's providers, in order; local checks join one LocalEvaluator per ``agents:`` scope,
     placed where its first check is (results are keyed by provider name).
@@ -518,30 +517,26 @@ def build_evaluators(suite: EvalSuite) -> list[Evaluator]:
         with import_root(suite.suite_dir):
             obj = _one(spec, where)
         if isinstance(obj, Evaluator):
-            order.append(obj if scope is None else AgentScoped(obj, scope))
-        else:
-            # the same check twice in one scope would score every item twice (n doubled)
-            name = check_name_of(obj)
-            if (scope, name) in placed:
-                raise SuiteError(
-                    f"{where}: check {name!r} is already evaluators[{placed[(scope, name)]}]"
-                    + (f" for agents {list(scope)}" if scope else "")
-                    + "; list each check once (give a second one its own name with "
-                    "@evaluator(name=...) if you mean a different check)"
-                )
-            placed[(scope, name)] = i
-            if scope not in checks:
-                checks[scope] = []
-                order.append(scope)
-            checks[scope].append(obj)
-    built: list[Evaluator] = []
-    for slot in order:
-        if slot is None:
-            built.append(LocalEvaluator(*checks[None]))
-        elif isinstance(slot, tuple):
-            built.append(AgentScoped(LocalEvaluator(*checks[slot]), slot))
-        else:
-            built.append(slot)
+            order.append(_scoped(obj, scope))
+            continue
+        # the same check twice in one scope would score every item twice (n doubled)
+        name = check_name_of(obj)
+        if (scope, name) in placed:
+            raise SuiteError(
+                f"{where}: check {name!r} is already evaluators[{placed[(scope, name)]}]"
+                + (f" for agents {list(scope)}" if scope else "")
+                + "; list each check once (give a second one its own name with "
+                "@evaluator(name=...) if you mean a different check)"
+            )
+        placed[(scope, name)] = i
+        if scope not in checks:
+            checks[scope] = []
+            order.append(scope)
+        checks[scope].append(obj)
+    built = [
+        slot if isinstance(slot, Evaluator) else _scoped(LocalEvaluator(*checks[slot]), slot)
+        for slot in order
+    ]
     shared = {id(o) for o in shared_evaluators(suite)}
     for provider in built:
         inner = provider.inner if isinstance(provider, AgentScoped) else provider

@@ -26,8 +26,6 @@ __all__ = ["import_foundry_threads", "import_otel", "register"]
 
 MAX_SHOWN_WARNINGS = 20
 
-ENDPOINT_ENV = FOUNDRY_ENDPOINT_ENV
-
 
 def _add_otel(import_subparsers: Any) -> argparse.ArgumentParser:
     """Add ``otel`` to the ``evalpipe import`` subcommands; its handler is ``args.handler``."""
@@ -116,10 +114,8 @@ def _timestamp(value: str) -> datetime:
 
 
 def _add_foundry(import_subparsers: Any) -> argparse.ArgumentParser:
-    """Add ``foundry-threads`` to the ``import`` command's subparsers; returns its parser.
-
-    Its handler is ``args.handler`` (as ``evalpipe import otel``'s).
-    """
+    """Add ``foundry-threads`` to the ``evalpipe import`` subcommands; its handler is
+    ``args.handler``."""
     parser: argparse.ArgumentParser = import_subparsers.add_parser(
         "foundry-threads",
         help="Foundry Agent Service threads and runs -> a dataset JSONL",
@@ -161,7 +157,7 @@ def _add_foundry(import_subparsers: Any) -> argparse.ArgumentParser:
     parser.add_argument(
         "--endpoint",
         default=None,
-        help=f"the Foundry project endpoint (default ${ENDPOINT_ENV})",
+        help=f"the Foundry project endpoint (default ${FOUNDRY_ENDPOINT_ENV})",
     )
     parser.add_argument(
         "-o", "--output", type=Path, required=True, help="the dataset JSONL file to write"
@@ -191,8 +187,8 @@ def _usage_error(args: argparse.Namespace) -> str | None:
         return f"{args.output}: the dataset is written as JSON Lines; name it *.jsonl."
     if not 1 <= args.page_size <= 100:
         return f"--page-size must be between 1 and 100, got {args.page_size}."
-    if not (args.endpoint or os.environ.get(ENDPOINT_ENV)):
-        return f"no project endpoint: pass --endpoint URL or set {ENDPOINT_ENV}."
+    if not (args.endpoint or os.environ.get(FOUNDRY_ENDPOINT_ENV)):
+        return f"no project endpoint: pass --endpoint URL or set {FOUNDRY_ENDPOINT_ENV}."
     return None
 
 
@@ -215,7 +211,7 @@ def import_foundry_threads(
     if problem is not None:
         print(f"error: {problem}", file=err)
         return 2
-    endpoint = args.endpoint or os.environ[ENDPOINT_ENV]
+    endpoint = args.endpoint or os.environ[FOUNDRY_ENDPOINT_ENV]
     from azure.core.exceptions import AzureError  # lazy: azure, only for this command
 
     from evalpipe.foundry import FoundryThreads, ThreadRunRecord  # lazy: azure
