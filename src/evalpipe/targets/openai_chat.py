@@ -14,9 +14,7 @@ on.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
-import inspect
 import json
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -34,7 +32,7 @@ from evalpipe.messages import (
     messages_from_openai,
     messages_to_openai,
 )
-from evalpipe.targets.base import AgentResponse
+from evalpipe.targets.base import AgentResponse, awaited
 from evalpipe.transcripts import RunUsage
 
 __all__ = ["OpenAIChatAgent"]
@@ -273,12 +271,7 @@ class OpenAIChatAgent:
                 ),
             )
         try:
-            if inspect.iscoroutinefunction(fn):
-                value = await fn(**arguments)
-            else:
-                value = await asyncio.to_thread(fn, **arguments)
-                if inspect.isawaitable(value):
-                    value = await value
+            value = await awaited(fn, **arguments)
         except Exception as exc:
             return FunctionResultContent(
                 call_id=call.call_id, result=f"Error: {type(exc).__name__}: {exc}"
