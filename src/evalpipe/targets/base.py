@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import inspect
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -258,13 +259,12 @@ async def call_agent(
     """Run the agent on one query (see :func:`guarded_call`); whatever it raises becomes a
     TargetRun with error_code "AgentError" ("TargetTimeout" past ``call_timeout``)."""
 
+    run = functools.partial(TargetRun, query_index=query_index, repetition=repetition, query=query)
+
     def done(response: Any, tries: int, latency: float) -> TargetRun:
         code = getattr(response, "error_code", None)
         code = code if isinstance(code, str) else None
-        return TargetRun(
-            query_index=query_index,
-            repetition=repetition,
-            query=query,
+        return run(
             messages=response_messages(response),
             tools=response_tools(response),
             usage=response_usage(response, latency),
@@ -276,10 +276,7 @@ async def call_agent(
         )
 
     def failed(exc: BaseException, tries: int, latency: float) -> TargetRun:
-        return TargetRun(
-            query_index=query_index,
-            repetition=repetition,
-            query=query,
+        return run(
             usage=RunUsage(latency_seconds=latency),
             error_code=failure_code(exc, "AgentError"),
             error_message=failure_text(exc, tries),
@@ -310,13 +307,8 @@ async def with_retries(
     except Exception as first:
         if attempts <= 1 or not is_transient(first):
             raise
-        return await _retry(attempt, first, attempts - 1, retry_wait)
-
-
-async def _retry(
-    attempt: Callable[[], Awaitable[Any]], first: BaseException, remaining: int, retry_wait: float
-) -> Any:
-    """Tenacity's policy for the attempts after a transient first failure."""
+        hinted = retry_after(first)
+    await asyncio.sleep(hinted if hinted is not None else retry_wait)
     backoff = wait_exponential_jitter(
         multiplier=retry_wait, jitter=retry_wait, max=max(retry_wait * 40, 1.0)
     )
@@ -326,10 +318,8 @@ async def _retry(
         hinted = retry_after(exc) if exc is not None else None
         return hinted if hinted is not None else backoff(state)
 
-    hinted = retry_after(first)
-    await asyncio.sleep(hinted if hinted is not None else retry_wait)
     async for trial in AsyncRetrying(
-        stop=stop_after_attempt(remaining),
+        stop=stop_after_attempt(attempts - 1),
         retry=retry_if_exception(is_transient),
         wait=wait,
         reraise=True,
@@ -354,22 +344,18 @@ def _takes_repetition(cls: type) -> bool:
     return known
 
 
-_IS_ASYNC: dict[Any, bool] = {}
+_is_async_function = functools.cache(inspect.iscoroutinefunction)
 
 
-def _is_async(run: Any) -> bool:
-    """``inspect.iscoroutinefunction(run)``, remembered per function for a bound method (an
-    agent's ``run``: the same answer for every call, at a dict lookup)."""
-    if type(run) is not MethodType:
-        return inspect.iscoroutinefunction(run)
-    func = run.__func__
-    try:
-        known = _IS_ASYNC.get(func)
-    except TypeError:  # an unhashable callable bound as a method
-        return inspect.iscoroutinefunction(run)
-    if known is None:
-        known = _IS_ASYNC[func] = inspect.iscoroutinefunction(run)
-    return known
+def _is_async(fn: Any) -> bool:
+    """``inspect.iscoroutinefunction(fn)``, remembered per function for a bound method (an
+    agent's ``run``: the same answer for every call, at a cache lookup)."""
+    if type(fn) is MethodType:
+        try:
+            return _is_async_function(fn.__func__)
+        except TypeError:  # an unhashable callable bound as a method
+            pass
+    return inspect.iscoroutinefunction(fn)
 
 
 def _maf_input(query: str) -> Any:
