@@ -123,25 +123,18 @@ def response_messages(response: Any) -> list[Message]:
     return [m if type(m) is Message else Message.coerce(m) for m in messages]
 
 
-def _int_or_none(value: Any) -> int | None:
-    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-
 def response_usage(response: Any, latency_seconds: float | None = None) -> RunUsage:
     """Token counts from a response: evalpipe's ``usage`` or MAF's ``usage_details`` (a new
     RunUsage, with ``latency_seconds`` when given)."""
     if type(response) is AgentResponse:  # no usage_details: the common case, without looking
         usage: Any = response.usage
-        if usage is None:
-            return RunUsage(latency_seconds=latency_seconds)
         details: Any = None
     else:
         usage = getattr(response, "usage", None)
-        details = None if isinstance(usage, RunUsage) else getattr(response, "usage_details", None)
+        details = getattr(response, "usage_details", None)
     if isinstance(usage, RunUsage):
-        if latency_seconds is None:
-            return usage.model_copy()
-        return usage.model_copy(update={"latency_seconds": latency_seconds})
+        update = None if latency_seconds is None else {"latency_seconds": latency_seconds}
+        return usage.model_copy(update=update)
     if details is None and isinstance(usage, Mapping):
         details = usage
     if details is None:
@@ -152,8 +145,8 @@ def response_usage(response: Any, latency_seconds: float | None = None) -> RunUs
             value = (
                 details.get(key) if isinstance(details, Mapping) else getattr(details, key, None)
             )
-            if (number := _int_or_none(value)) is not None:
-                return number
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                return int(value)
         return None
 
     return RunUsage(
@@ -358,17 +351,15 @@ def _is_async(fn: Any) -> bool:
     return inspect.iscoroutinefunction(fn)
 
 
-def _maf_input(query: str) -> Any:
-    """What MAF's ``evaluate_agent`` gives a MAF agent: ``[agent_framework.Message("user",
-    [query])]``, so an agent (or a double spec'd as MAF's ``Agent``) whose ``run`` reads
-    ``messages[-1].text`` gets what it gets under MAF; the bare string without that class."""
-    maf_message = maf_class("Message")
-    return [maf_message("user", [query])] if maf_message is not None else query
-
-
 async def _invoke(agent: Any, query: str, repetition: int = 0) -> Any:
-    # MAF agents take their own Message type (evalpipe's would fail on MAF's attributes).
-    messages: Any = _maf_input(query) if is_maf_agent(agent) else [user_message(query)]
+    """``agent.run([user message])``. A MAF agent gets what MAF's ``evaluate_agent`` gives it,
+    ``[agent_framework.Message("user", [query])]`` (evalpipe's Message would fail on MAF's
+    attributes; the bare string without that class)."""
+    if is_maf_agent(agent):
+        maf_message = maf_class("Message")
+        messages: Any = [maf_message("user", [query])] if maf_message is not None else query
+    else:
+        messages = [user_message(query)]
     extra = {"repetition": repetition} if _takes_repetition(type(agent)) else {}
     return await awaited(agent.run, messages, **extra)
 

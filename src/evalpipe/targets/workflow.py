@@ -105,19 +105,6 @@ async def run_executor(
     return await guarded_call(call, done, failed, attempts=attempts, retry_wait=retry_wait)
 
 
-def _unique_names(agents: Sequence[Any], what: str) -> dict[str, Any]:
-    by_name: dict[str, Any] = {}
-    for agent in agents:
-        name = agent_name(agent)
-        if name in by_name:
-            raise ValueError(
-                f"{what}: two agents are named {name!r}; give each agent a distinct name, since "
-                "per-agent results are keyed by it"
-            )
-        by_name[name] = agent
-    return by_name
-
-
 def _finish(
     query: str,
     name: str,
@@ -151,7 +138,15 @@ class _AgentsWorkflow:
     ) -> None:
         if attempts < 1:
             raise ValueError(f"attempts must be >= 1, got {attempts}.")
-        self._agents = _unique_names(agents, type(self).__name__)
+        self._agents: dict[str, Any] = {}
+        for agent in agents:
+            key = agent_name(agent)
+            if key in self._agents:
+                raise ValueError(
+                    f"{type(self).__name__}: two agents are named {key!r}; give each agent a "
+                    "distinct name, since per-agent results are keyed by it"
+                )
+            self._agents[key] = agent
         self.name = name
         self.attempts = attempts
         self.retry_wait = retry_wait
@@ -363,10 +358,6 @@ def is_workflow(target: Any) -> bool:
     return bool(workflow_signs(target)) and not is_maf_agent(target)
 
 
-_AGENT_ATTRIBUTES = ("default_options", "mcp_tools")
-"""What MAF agents declare and workflows do not (evalpipe reads an agent's tools from them)."""
-
-
 def workflow_signs(target: Any) -> list[str]:
     """What makes ``target`` look like a workflow, for people (empty: nothing does)."""
     if is_maf_workflow(target):
@@ -387,7 +378,8 @@ def agent_signs(target: Any) -> list[str]:
     """What makes ``target`` look like an agent, for people (empty: only ``name`` and ``run``)."""
     if is_maf_agent(target):
         return ["a MAF agent"]
-    return [f"`{name}`" for name in _AGENT_ATTRIBUTES if hasattr(target, name)]
+    # what MAF agents declare and workflows do not (evalpipe reads an agent's tools from them)
+    return [f"`{name}`" for name in ("default_options", "mcp_tools") if hasattr(target, name)]
 
 
 def workflow_name(workflow: Any) -> str:
