@@ -381,16 +381,11 @@ class EvalItem(BaseModel):
     ) -> list[EvalItem]:
         """One item per user message, each holding the conversation up to the next user message."""
         conv = [Message.coerce(m) for m in conversation]
-        user_indices = [i for i, m in enumerate(conv) if m.role == "user"]
-        items: list[EvalItem] = []
-        for k, _ in enumerate(user_indices):
-            end = user_indices[k + 1] if k + 1 < len(user_indices) else len(conv)
-            items.append(
-                EvalItem(
-                    conv[:end],
-                    list(tools) if tools is not None else None,
-                    context,
-                    metadata={"turn": k},
-                )
+        users = [i for i, m in enumerate(conv) if m.role == "user"]
+        ends = [*users[1:], len(conv)] if users else []
+        return [
+            EvalItem(
+                conv[:end], None if tools is None else list(tools), context, metadata={"turn": k}
             )
-        return items
+            for k, end in enumerate(ends)
+        ]
