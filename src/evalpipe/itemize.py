@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -464,9 +465,7 @@ def build_workflow_items(
                 include_overall=include_overall,
                 include_per_agent=include_per_agent,
                 metadata=metadata[index] if metadata is not None else None,
-                turn_metadata=(lambda turn, i=index: turn_metadata(i, turn))  # type: ignore[misc]
-                if turn_metadata is not None
-                else None,
+                turn_metadata=None if turn_metadata is None else partial(turn_metadata, index),
             )
         )
     return items
