@@ -12,15 +12,15 @@ are MAF's (shared spec §3, §8); docs/maf-compatibility.md lists where evalpipe
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from evalpipe.items import AgentExpectation, EvalItem, ExpectedToolCall
 from evalpipe.messages import (
-    FunctionCallContent,
     Message,
     ToolDefinition,
     user_message,
@@ -79,20 +79,21 @@ NO_EXPECTATIONS = Expectations()
 
 
 def merge_tool_snapshots(
-    snapshots: Sequence[ToolDefinition], called: Sequence[FunctionCallContent]
+    snapshots: Iterable[ToolDefinition], messages: Sequence[Message] = ()
 ) -> list[ToolDefinition]:
     """One definition per tool name, first seen wins.
 
     Raises:
-        ValueError: when a tool that was called appears with two different input schemas.
+        ValueError: when a tool called in ``messages`` appears with two different input schemas.
     """
-    called_names = {c.name for c in called}
     by_name: dict[str, ToolDefinition] = {}
     for tool in snapshots:
-        first = by_name.get(tool.name)
-        if first is None:
-            by_name[tool.name] = tool
-        elif first.parameters != tool.parameters and tool.name in called_names:
+        first = by_name.setdefault(tool.name, tool)
+        if (
+            first is not tool
+            and first.parameters != tool.parameters
+            and any(c.name == tool.name for m in messages for c in m.function_calls)
+        ):
             raise ValueError(
                 f"Tool '{tool.name}' was called in a conversation where it had two different input "
                 "schemas, so its definition is ambiguous. Use distinct tool names, evaluate the "
@@ -132,12 +133,7 @@ def agent_item(
     else:
         snapshots = run.tools if run.tools is not None else declared_tools
         try:
-            item_tools = (
-                merge_tool_snapshots(snapshots, [c for m in run.messages for c in m.function_calls])
-                or None
-                if snapshots
-                else None
-            )
+            item_tools = merge_tool_snapshots(snapshots, run.messages) or None
         except ValueError as exc:
             if strict_tools:
                 raise
@@ -169,17 +165,6 @@ def _tool_activity(messages: Sequence[Message]) -> list[Message]:
         if kept:
             out.append(Message(message.role, kept))
     return out
-
-
-def _merged_tools(run: WorkflowRun) -> list[ToolDefinition] | None:
-    by_name: dict[str, ToolDefinition] = {}
-    seen = False
-    for turn in run.executors:
-        if turn.tools is not None:
-            seen = True
-            for tool in turn.tools:
-                by_name.setdefault(tool.name, tool)
-    return list(by_name.values()) if seen else None
 
 
 @dataclass(slots=True)
@@ -231,9 +216,10 @@ def workflow_items(
             if turn.produced != run.output
             for m in _tool_activity(turn.produced)
         ]
+        turn_tools = [turn.tools for turn in run.executors if turn.tools is not None]
         overall = EvalItem(
             [user, *upstream, *run.output],
-            _merged_tools(run),
+            merge_tool_snapshots(t for tools in turn_tools for t in tools) if turn_tools else None,
             expect.context,
             expect.expected_output,
             expect.expected_tool_calls,
@@ -479,9 +465,7 @@ def build_workflow_items(
                 include_overall=include_overall,
                 include_per_agent=include_per_agent,
                 metadata=metadata[index] if metadata is not None else None,
-                turn_metadata=(lambda turn, i=index: turn_metadata(i, turn))  # type: ignore[misc]
-                if turn_metadata is not None
-                else None,
+                turn_metadata=None if turn_metadata is None else partial(turn_metadata, index),
             )
         )
     return items

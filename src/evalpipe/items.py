@@ -13,7 +13,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from evalpipe.messages import FunctionCallContent, Message, ToolDefinition
+from evalpipe.messages import DataContent, FunctionCallContent, Message, ToolDefinition, UriContent
 from evalpipe.transcripts import RunUsage
 
 __all__ = [
@@ -353,14 +353,12 @@ class EvalItem(BaseModel):
     @property
     def has_image_content(self) -> bool:
         """Whether any message carries an image (data or uri content with an image media type)."""
-        for message in self.conversation:
-            for c in message.contents:
-                if c.type in ("data", "uri"):
-                    media = getattr(c, "media_type", None) or ""
-                    uri = getattr(c, "uri", "")
-                    if media.startswith("image/") or uri.startswith("data:image/"):
-                        return True
-        return False
+        return any(
+            (c.media_type or "").startswith("image/") or c.uri.startswith("data:image/")
+            for m in self.conversation
+            for c in m.contents
+            if isinstance(c, DataContent | UriContent)
+        )
 
     @property
     def function_calls(self) -> list[FunctionCallContent]:
@@ -381,16 +379,11 @@ class EvalItem(BaseModel):
     ) -> list[EvalItem]:
         """One item per user message, each holding the conversation up to the next user message."""
         conv = [Message.coerce(m) for m in conversation]
-        user_indices = [i for i, m in enumerate(conv) if m.role == "user"]
-        items: list[EvalItem] = []
-        for k, _ in enumerate(user_indices):
-            end = user_indices[k + 1] if k + 1 < len(user_indices) else len(conv)
-            items.append(
-                EvalItem(
-                    conv[:end],
-                    list(tools) if tools is not None else None,
-                    context,
-                    metadata={"turn": k},
-                )
+        users = [i for i, m in enumerate(conv) if m.role == "user"]
+        ends = [*users[1:], len(conv)] if users else []
+        return [
+            EvalItem(
+                conv[:end], None if tools is None else list(tools), context, metadata={"turn": k}
             )
-        return items
+            for k, end in enumerate(ends)
+        ]

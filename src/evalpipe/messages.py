@@ -136,8 +136,6 @@ class _ContentBase(BaseModel):
 class TextContent(_ContentBase):
     """Plain text written by any role."""
 
-    model_config = ConfigDict(extra="forbid")
-
     type: Literal["text"] = "text"
     text: str
     """The text itself."""
@@ -145,8 +143,6 @@ class TextContent(_ContentBase):
 
 class FunctionCallContent(_ContentBase):
     """A tool call requested by the assistant."""
-
-    model_config = ConfigDict(extra="forbid")
 
     _MAF_DEFAULTS: ClassVar[dict[str, Any]] = _MAF_CONTENT_ATTRIBUTES | {"hosted": False}
 
@@ -178,8 +174,6 @@ class FunctionCallContent(_ContentBase):
 class FunctionResultContent(_ContentBase):
     """The result of a tool call, sent back to the model."""
 
-    model_config = ConfigDict(extra="forbid")
-
     type: Literal["function_result"] = "function_result"
     call_id: str = ""
     """The call this result answers."""
@@ -190,8 +184,6 @@ class FunctionResultContent(_ContentBase):
 class DataContent(_ContentBase):
     """Inline binary data (for example an image) as a data: URI."""
 
-    model_config = ConfigDict(extra="forbid")
-
     type: Literal["data"] = "data"
     uri: str
     """A ``data:`` URI holding the bytes."""
@@ -201,8 +193,6 @@ class DataContent(_ContentBase):
 
 class UriContent(_ContentBase):
     """A reference to external content (for example an image URL)."""
-
-    model_config = ConfigDict(extra="forbid")
 
     type: Literal["uri"] = "uri"
     uri: str
@@ -234,11 +224,7 @@ _CONTENT_TYPE_SET = frozenset(_CONTENT_TYPES)
 _PLAIN_CONTENTS = _CONTENT_TYPE_SET | {str}
 """What a message's contents list holds when each value is a content or its text (most often)."""
 _CONTENT_BY_TYPE: dict[str, type[BaseModel]] = {
-    "text": TextContent,
-    "function_call": FunctionCallContent,
-    "function_result": FunctionResultContent,
-    "data": DataContent,
-    "uri": UriContent,
+    model.model_fields["type"].default: model for model in _CONTENT_TYPES
 }
 
 
@@ -319,11 +305,8 @@ def _coerce_content(value: Any) -> Any:
     kind = getattr(kind, "value", kind)
     model = _CONTENT_BY_TYPE.get(kind) if isinstance(kind, str) else None
     if model is not None:
-        data: dict[str, Any] = {"type": kind}
-        for key in model.model_fields:
-            field_value = getattr(value, key, None)
-            if key != "type" and field_value is not None:
-                data[key] = field_value
+        data = {key: getattr(value, key, None) for key in model.model_fields}
+        data = {key: v for key, v in data.items() if v is not None} | {"type": kind}
         content = model.model_validate(data)
         _keep_maf_extras(value, content)
         return content

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -24,8 +24,6 @@ __all__ = [
     "Transcript",
     "WorkflowRun",
     "load_transcript",
-    "made_run",
-    "measured_usage",
     "sum_usage",
 ]
 
@@ -173,43 +171,6 @@ class WorkflowRun(BaseModel):
 
 Transcript = TargetRun | WorkflowRun
 """What one target call recorded."""
-
-
-def measured_usage(latency_seconds: float | None) -> RunUsage:
-    """``RunUsage(latency_seconds=latency_seconds)``: no token counts, the call's wall time."""
-    return RunUsage(latency_seconds=latency_seconds)
-
-
-def made_run(
-    *,
-    query_index: int,
-    repetition: int,
-    query: str,
-    messages: list[Message] | None,
-    tools: list[ToolDefinition] | None,
-    usage: RunUsage,
-    error_code: str | None,
-    error_message: str | None,
-    attempts: int,
-) -> TargetRun:
-    """The TargetRun of a call evalpipe just made: ``TargetRun(...)`` given these fields, or for a
-    failed call (``messages`` None) given all but ``messages`` and ``tools`` (it has neither)."""
-    data: dict[str, Any] = {
-        "query_index": query_index,
-        "repetition": repetition,
-        "query": query,
-        "messages": messages,
-        "tools": tools,
-        "usage": usage,
-        "error_code": error_code,
-        "error_message": error_message,
-        "attempts": attempts,
-    }
-    if messages is None:
-        del data["messages"]
-        if tools is None:
-            del data["tools"]
-    return TargetRun(**data)
 
 
 def load_transcript(kind: TargetKind, text: str) -> Transcript:

@@ -9,11 +9,13 @@ unchanged.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import inspect
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from types import MethodType
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 from tenacity import (
@@ -28,24 +30,27 @@ from evalpipe._internal.calls import CallTimeout, Slots, bounded, in_thread, is_
 from evalpipe._internal.maf import is_maf_instance, maf_class
 from evalpipe._internal.retry import is_transient, retry_after
 from evalpipe.messages import Message, ToolDefinition, user_message
-from evalpipe.transcripts import RunUsage, TargetRun, made_run, measured_usage
+from evalpipe.transcripts import RunUsage, TargetRun
 
 __all__ = [
     "Agent",
     "AgentResponse",
     "agent_name",
     "agent_tools",
+    "awaited",
     "call_agent",
     "failure_code",
     "failure_text",
+    "guarded_call",
     "is_maf_agent",
     "is_maf_workflow",
     "response_messages",
     "response_tools",
     "response_usage",
-    "run_agent",
     "with_retries",
 ]
+
+T = TypeVar("T")
 
 
 @runtime_checkable
@@ -118,37 +123,30 @@ def response_messages(response: Any) -> list[Message]:
     return [m if type(m) is Message else Message.coerce(m) for m in messages]
 
 
-def _int_or_none(value: Any) -> int | None:
-    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
-
-
 def response_usage(response: Any, latency_seconds: float | None = None) -> RunUsage:
     """Token counts from a response: evalpipe's ``usage`` or MAF's ``usage_details`` (a new
     RunUsage, with ``latency_seconds`` when given)."""
     if type(response) is AgentResponse:  # no usage_details: the common case, without looking
         usage: Any = response.usage
-        if usage is None:
-            return measured_usage(latency_seconds)
         details: Any = None
     else:
         usage = getattr(response, "usage", None)
-        details = None if isinstance(usage, RunUsage) else getattr(response, "usage_details", None)
+        details = getattr(response, "usage_details", None)
     if isinstance(usage, RunUsage):
-        if latency_seconds is None:
-            return usage.model_copy()
-        return usage.model_copy(update={"latency_seconds": latency_seconds})
+        update = None if latency_seconds is None else {"latency_seconds": latency_seconds}
+        return usage.model_copy(update=update)
     if details is None and isinstance(usage, Mapping):
         details = usage
     if details is None:
-        return measured_usage(latency_seconds)
+        return RunUsage(latency_seconds=latency_seconds)
 
     def pick(*keys: str) -> int | None:
         for key in keys:
             value = (
                 details.get(key) if isinstance(details, Mapping) else getattr(details, key, None)
             )
-            if (number := _int_or_none(value)) is not None:
-                return number
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                return int(value)
         return None
 
     return RunUsage(
@@ -201,6 +199,45 @@ def failure_text(exc: BaseException, tries: int = 1) -> str:
     return f"{type(exc).__name__}: {exc}{after}"
 
 
+async def guarded_call(
+    call: Callable[[], Awaitable[Any]],
+    done: Callable[[Any, int, float], T],
+    failed: Callable[[BaseException, int, float], T],
+    *,
+    semaphore: Slots | None = None,
+    call_timeout: float | None = None,
+    attempts: int = 1,
+    retry_wait: float = 0.5,
+) -> T:
+    """``done(result, tries, latency)`` of ``call()``, or ``failed(exc, tries, latency)`` of what
+    the call (or ``done``) raised; latency is the last attempt's.
+
+    Each attempt holds a ``semaphore`` slot and is cancelled past ``call_timeout`` seconds
+    ("TargetTimeout", see :func:`failure_code`). With ``attempts`` > 1, a transient error (timeout,
+    connection error, 408/409/429/5xx) is retried with exponential backoff and jitter starting at
+    ``retry_wait`` seconds, honouring the server's Retry-After; the slot is released while
+    waiting. Only the run being stopped (Ctrl-C, the cancellation of this task) propagates
+    (``_internal.calls.is_call_failure``).
+    """
+    started = time.perf_counter()
+    tries = 0
+
+    async def attempt() -> Any:
+        nonlocal started, tries
+        tries += 1
+        async with semaphore if semaphore is not None else contextlib.nullcontext():
+            started = time.perf_counter()
+            return await bounded(call(), call_timeout)
+
+    try:
+        result = await with_retries(attempt, attempts=attempts, retry_wait=retry_wait)
+        return done(result, tries, time.perf_counter() - started)
+    except BaseException as exc:
+        if not is_call_failure(exc):
+            raise
+        return failed(exc, tries, time.perf_counter() - started)
+
+
 async def call_agent(
     agent: Any,
     query: str,
@@ -212,63 +249,42 @@ async def call_agent(
     retry_wait: float = 0.5,
     call_timeout: float | None = None,
 ) -> TargetRun:
-    """Run the agent on one query; whatever it raises becomes a TargetRun with error_code
-    "AgentError" ("TargetTimeout" past ``call_timeout`` seconds, per attempt; the call is
-    cancelled).
+    """Run the agent on one query (see :func:`guarded_call`); whatever it raises becomes a
+    TargetRun with error_code "AgentError" ("TargetTimeout" past ``call_timeout``)."""
 
-    With ``attempts`` > 1, a transient error (timeout, connection error, 408/409/429/5xx) is retried
-    with exponential backoff and jitter starting at ``retry_wait`` seconds, honouring the server's
-    Retry-After; the semaphore slot is released while waiting. Latency is the last attempt's. Only
-    the run being stopped (Ctrl-C, the cancellation of this task) propagates
-    (``_internal.calls.is_call_failure``).
-    """
-    started = time.perf_counter()
-    tries = 0
+    run = functools.partial(TargetRun, query_index=query_index, repetition=repetition, query=query)
 
-    async def attempt() -> Any:
-        nonlocal started, tries
-        tries += 1
-        if semaphore is None:
-            started = time.perf_counter()
-            return await bounded(_invoke(agent, query, repetition), call_timeout)
-        await semaphore.acquire()
-        try:
-            started = time.perf_counter()
-            return await bounded(_invoke(agent, query, repetition), call_timeout)
-        finally:
-            semaphore.release()
-
-    try:
-        response = await with_retries(attempt, attempts=attempts, retry_wait=retry_wait)
-        latency = time.perf_counter() - started
+    def done(response: Any, tries: int, latency: float) -> TargetRun:
         code = getattr(response, "error_code", None)
-        return made_run(
-            query_index=query_index,
-            repetition=repetition,
-            query=query,
+        code = code if isinstance(code, str) else None
+        return run(
             messages=response_messages(response),
             tools=response_tools(response),
             usage=response_usage(response, latency),
-            error_code=code if isinstance(code, str) else None,
-            error_message=str(getattr(response, "error_message", None) or code)
-            if isinstance(code, str)
-            else None,
+            error_code=code,
+            error_message=None
+            if code is None
+            else str(getattr(response, "error_message", None) or code),
             attempts=tries,
         )
-    except BaseException as exc:
-        if not is_call_failure(exc):
-            raise
-        return made_run(
-            query_index=query_index,
-            repetition=repetition,
-            query=query,
-            messages=None,
-            tools=None,
-            usage=measured_usage(time.perf_counter() - started),
+
+    def failed(exc: BaseException, tries: int, latency: float) -> TargetRun:
+        return run(
+            usage=RunUsage(latency_seconds=latency),
             error_code=failure_code(exc, "AgentError"),
             error_message=failure_text(exc, tries),
             attempts=tries,
         )
+
+    return await guarded_call(
+        lambda: _invoke(agent, query, repetition),
+        done,
+        failed,
+        semaphore=semaphore,
+        call_timeout=call_timeout,
+        attempts=attempts,
+        retry_wait=retry_wait,
+    )
 
 
 async def with_retries(
@@ -284,13 +300,8 @@ async def with_retries(
     except Exception as first:
         if attempts <= 1 or not is_transient(first):
             raise
-        return await _retry(attempt, first, attempts - 1, retry_wait)
-
-
-async def _retry(
-    attempt: Callable[[], Awaitable[Any]], first: BaseException, remaining: int, retry_wait: float
-) -> Any:
-    """Tenacity's policy for the attempts after a transient first failure."""
+        hinted = retry_after(first)
+    await asyncio.sleep(hinted if hinted is not None else retry_wait)
     backoff = wait_exponential_jitter(
         multiplier=retry_wait, jitter=retry_wait, max=max(retry_wait * 40, 1.0)
     )
@@ -300,10 +311,8 @@ async def _retry(
         hinted = retry_after(exc) if exc is not None else None
         return hinted if hinted is not None else backoff(state)
 
-    hinted = retry_after(first)
-    await asyncio.sleep(hinted if hinted is not None else retry_wait)
     async for trial in AsyncRetrying(
-        stop=stop_after_attempt(remaining),
+        stop=stop_after_attempt(attempts - 1),
         retry=retry_if_exception(is_transient),
         wait=wait,
         reraise=True,
@@ -328,46 +337,39 @@ def _takes_repetition(cls: type) -> bool:
     return known
 
 
-_IS_ASYNC: dict[Any, bool] = {}
+_is_async_function = functools.cache(inspect.iscoroutinefunction)
 
 
-def _is_async(run: Any) -> bool:
-    """``inspect.iscoroutinefunction(run)``, remembered per function for a bound method (an
-    agent's ``run``: the same answer for every call, at a dict lookup)."""
-    if type(run) is not MethodType:
-        return inspect.iscoroutinefunction(run)
-    func = run.__func__
-    try:
-        known = _IS_ASYNC.get(func)
-    except TypeError:  # an unhashable callable bound as a method
-        return inspect.iscoroutinefunction(run)
-    if known is None:
-        known = _IS_ASYNC[func] = inspect.iscoroutinefunction(run)
-    return known
-
-
-def _maf_input(query: str) -> Any:
-    """What MAF's ``evaluate_agent`` gives a MAF agent: ``[agent_framework.Message("user",
-    [query])]``, so an agent (or a double spec'd as MAF's ``Agent``) whose ``run`` reads
-    ``messages[-1].text`` gets what it gets under MAF; the bare string without that class."""
-    maf_message = maf_class("Message")
-    return [maf_message("user", [query])] if maf_message is not None else query
+def _is_async(fn: Any) -> bool:
+    """``inspect.iscoroutinefunction(fn)``, remembered per function for a bound method (an
+    agent's ``run``: the same answer for every call, at a cache lookup)."""
+    if type(fn) is MethodType:
+        try:
+            return _is_async_function(fn.__func__)
+        except TypeError:  # an unhashable callable bound as a method
+            pass
+    return inspect.iscoroutinefunction(fn)
 
 
 async def _invoke(agent: Any, query: str, repetition: int = 0) -> Any:
-    # MAF agents take their own Message type (evalpipe's would fail on MAF's attributes).
-    messages: Any = _maf_input(query) if is_maf_agent(agent) else [user_message(query)]
+    """``agent.run([user message])``. A MAF agent gets what MAF's ``evaluate_agent`` gives it,
+    ``[agent_framework.Message("user", [query])]`` (evalpipe's Message would fail on MAF's
+    attributes; the bare string without that class)."""
+    if is_maf_agent(agent):
+        maf_message = maf_class("Message")
+        messages: Any = [maf_message("user", [query])] if maf_message is not None else query
+    else:
+        messages = [user_message(query)]
     extra = {"repetition": repetition} if _takes_repetition(type(agent)) else {}
-    return await run_agent(agent, messages, **extra)
+    return await awaited(agent.run, messages, **extra)
 
 
-async def run_agent(agent: Any, messages: Any, **kwargs: Any) -> Any:
-    """``agent.run(messages, **kwargs)``, awaited: a synchronous ``run`` runs in a worker thread
-    (and an awaitable it returns is awaited)."""
-    run = agent.run
-    if _is_async(run):
-        return await run(messages, **kwargs)
-    result = await in_thread(run, messages, **kwargs)
+async def awaited(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)``, awaited: a synchronous ``fn`` (an agent's ``run``, a tool) runs in
+    a worker thread (and an awaitable it returns is awaited)."""
+    if _is_async(fn):
+        return await fn(*args, **kwargs)
+    result = await in_thread(fn, *args, **kwargs)
     if inspect.isawaitable(result):
         result = await result
     return result

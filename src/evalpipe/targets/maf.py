@@ -130,14 +130,14 @@ def workflow_run_from_events(
     turns: list[ExecutorRun] = []
     open_turns: dict[str, ExecutorRun] = {}
     opened_at: dict[str, float] = {}
-    outputs: list[tuple[str | None, Any]] = []
+    last_output: tuple[str | None, Any] | None = None
     first_input: Any = None
     failed: str | None = None
     for event in events:
         kind = getattr(event, "type", None)
         executor_id = getattr(event, "executor_id", None)
         if kind == "output":
-            outputs.append((executor_id, event.data))
+            last_output = (executor_id, event.data)
             continue
         if kind == "failed" and failed is None:
             failed = _error_text(getattr(event, "details", None), error)
@@ -189,8 +189,8 @@ def workflow_run_from_events(
             turn.error_code = "Interrupted"
             turn.error_message = "did not complete: the workflow stopped"
     output: list[Message] = []
-    if outputs:
-        last_id, last = outputs[-1]
+    if last_output is not None:
+        last_id, last = last_output
         if hasattr(last, "messages") and not hasattr(last, "contents"):
             output = response_messages(last)
         elif is_maf_instance(last, "AgentResponseUpdate") or hasattr(last, "contents"):

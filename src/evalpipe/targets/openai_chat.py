@@ -14,9 +14,7 @@ on.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
-import inspect
 import json
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -34,7 +32,7 @@ from evalpipe.messages import (
     messages_from_openai,
     messages_to_openai,
 )
-from evalpipe.targets.base import AgentResponse
+from evalpipe.targets.base import AgentResponse, awaited
 from evalpipe.transcripts import RunUsage
 
 __all__ = ["OpenAIChatAgent"]
@@ -49,17 +47,6 @@ def _tool_result_text(value: Any) -> Any:
     except (TypeError, ValueError):
         return str(value)
     return value
-
-
-def _assistant_wire(message: Message) -> list[dict[str, Any]]:
-    """The assistant turn as sent back to the server: a turn of tool calls without text carries
-    ``content: ""`` (OpenAI takes that as it takes null; llama-cpp-python's server validates content
-    as a string and its function-calling template reads it)."""
-    wire = messages_to_openai([message])
-    for m in wire:
-        if m.get("tool_calls") and m.get("content") is None:
-            m["content"] = ""
-    return wire
 
 
 class OpenAIChatAgent:
@@ -231,7 +218,12 @@ class OpenAIChatAgent:
             if raw.get("content") is None and completion.refusal:
                 raw["content"] = completion.refusal
             [assistant] = messages_from_openai([raw])
-            wire.extend(_assistant_wire(assistant))
+            [sent] = assistant.to_openai()
+            if sent.get("tool_calls") and sent["content"] is None:
+                # OpenAI takes "" as it takes null; llama-cpp-python's server validates content as
+                # a string and its function-calling template reads it.
+                sent["content"] = ""
+            wire.append(sent)
             assistant.author_name = self.name  # after the wire copy: not every server takes "name"
             produced.append(assistant)
             calls = assistant.function_calls
@@ -240,20 +232,21 @@ class OpenAIChatAgent:
             results = [await self._call_tool(call) for call in calls]
             tool_message = Message("tool", results)
             produced.append(tool_message)
-            wire.extend(messages_to_openai([tool_message]))
+            wire.extend(tool_message.to_openai())
+        error_message = None
         if produced and produced[-1].function_calls and not produced[-1].text:
             # Ended on an unanswered tool call: there is no answer to score as the agent's.
-            return AgentResponse(
-                messages=produced,
-                usage=usage,
-                tools=list(self.tools),
-                error_code="MaxStepsExceeded",
-                error_message=(
-                    f"the model still asked for tools after max_steps={self.max_steps} model "
-                    "calls and gave no final answer"
-                ),
+            error_message = (
+                f"the model still asked for tools after max_steps={self.max_steps} model "
+                "calls and gave no final answer"
             )
-        return AgentResponse(messages=produced, usage=usage, tools=list(self.tools))
+        return AgentResponse(
+            messages=produced,
+            usage=usage,
+            tools=list(self.tools),
+            error_code="MaxStepsExceeded" if error_message else None,
+            error_message=error_message,
+        )
 
     async def _call_tool(self, call: FunctionCallContent) -> FunctionResultContent:
         fn = self._functions.get(call.name)
@@ -273,12 +266,7 @@ class OpenAIChatAgent:
                 ),
             )
         try:
-            if inspect.iscoroutinefunction(fn):
-                value = await fn(**arguments)
-            else:
-                value = await asyncio.to_thread(fn, **arguments)
-                if inspect.isawaitable(value):
-                    value = await value
+            value = await awaited(fn, **arguments)
         except Exception as exc:
             return FunctionResultContent(
                 call_id=call.call_id, result=f"Error: {type(exc).__name__}: {exc}"

@@ -9,27 +9,26 @@ from their event stream by ``evalpipe.targets.maf.MAFWorkflow``.
 
 from __future__ import annotations
 
-import contextlib
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol, get_type_hints, runtime_checkable
 
-from evalpipe._internal.calls import Slots, bounded, is_call_failure
+from evalpipe._internal.calls import Slots, is_call_failure
 from evalpipe._internal.maf import is_maf_instance
 from evalpipe.messages import Message
 from evalpipe.targets.base import (
     agent_name,
     agent_tools,
+    awaited,
     failure_code,
     failure_text,
+    guarded_call,
     is_maf_agent,
     is_maf_workflow,
     response_messages,
     response_tools,
     response_usage,
-    run_agent,
-    with_retries,
 )
 from evalpipe.targets.maf import MAFWorkflow, to_maf_messages
 from evalpipe.transcripts import ExecutorRun, RunUsage, WorkflowRun, sum_usage
@@ -71,60 +70,39 @@ async def run_executor(
 ) -> ExecutorRun:
     """Run one agent on ``received``; an exception becomes an ExecutorRun with "ExecutorError".
 
-    With ``attempts`` > 1 a transient error (timeout, connection error, 408/409/429/5xx) is retried
-    with the same backoff policy as ``call_agent``, so one throttled agent call does not cost the
-    turns before it. Latency is the last attempt's.
+    With ``attempts`` > 1 a transient error is retried as ``call_agent`` retries it, so one
+    throttled agent call does not cost the turns before it. Latency is the last attempt's.
     """
     name = agent_name(agent)
-    started = time.perf_counter()
-    tries = 0
 
-    async def attempt() -> Any:
-        nonlocal started, tries
-        tries += 1
-        started = time.perf_counter()
-        return await run_agent(
-            agent, to_maf_messages(received) if is_maf_agent(agent) else list(received)
-        )
-
-    try:
-        response = await with_retries(attempt, attempts=attempts, retry_wait=retry_wait)
-        usage = response_usage(response, time.perf_counter() - started)
+    def done(response: Any, tries: int, latency: float) -> ExecutorRun:
         return ExecutorRun(
             executor_id=executor_id,
             agent=name,
             received=list(received),
             produced=response_messages(response),
             tools=response_tools(response) or agent_tools(agent) or None,
-            usage=usage,
+            usage=response_usage(response, latency),
             attempts=tries,
         )
-    except BaseException as exc:
-        if not is_call_failure(exc):
-            raise
+
+    def failed(exc: BaseException, tries: int, latency: float) -> ExecutorRun:
         return ExecutorRun(
             executor_id=executor_id,
             agent=name,
             received=list(received),
             tools=agent_tools(agent) or None,
-            usage=RunUsage(latency_seconds=time.perf_counter() - started),
+            usage=RunUsage(latency_seconds=latency),
             error_code="ExecutorError",
             error_message=failure_text(exc, tries),
             attempts=max(tries, 1),
         )
 
+    def call() -> Awaitable[Any]:
+        maf = is_maf_agent(agent)
+        return awaited(agent.run, to_maf_messages(received) if maf else list(received))
 
-def _unique_names(agents: Sequence[Any], what: str) -> dict[str, Any]:
-    by_name: dict[str, Any] = {}
-    for agent in agents:
-        name = agent_name(agent)
-        if name in by_name:
-            raise ValueError(
-                f"{what}: two agents are named {name!r}; give each agent a distinct name, since "
-                "per-agent results are keyed by it"
-            )
-        by_name[name] = agent
-    return by_name
+    return await guarded_call(call, done, failed, attempts=attempts, retry_wait=retry_wait)
 
 
 def _finish(
@@ -160,7 +138,15 @@ class _AgentsWorkflow:
     ) -> None:
         if attempts < 1:
             raise ValueError(f"attempts must be >= 1, got {attempts}.")
-        self._agents = _unique_names(agents, type(self).__name__)
+        self._agents: dict[str, Any] = {}
+        for agent in agents:
+            key = agent_name(agent)
+            if key in self._agents:
+                raise ValueError(
+                    f"{type(self).__name__}: two agents are named {key!r}; give each agent a "
+                    "distinct name, since per-agent results are keyed by it"
+                )
+            self._agents[key] = agent
         self.name = name
         self.attempts = attempts
         self.retry_wait = retry_wait
@@ -372,10 +358,6 @@ def is_workflow(target: Any) -> bool:
     return bool(workflow_signs(target)) and not is_maf_agent(target)
 
 
-_AGENT_ATTRIBUTES = ("default_options", "mcp_tools")
-"""What MAF agents declare and workflows do not (evalpipe reads an agent's tools from them)."""
-
-
 def workflow_signs(target: Any) -> list[str]:
     """What makes ``target`` look like a workflow, for people (empty: nothing does)."""
     if is_maf_workflow(target):
@@ -396,7 +378,8 @@ def agent_signs(target: Any) -> list[str]:
     """What makes ``target`` look like an agent, for people (empty: only ``name`` and ``run``)."""
     if is_maf_agent(target):
         return ["a MAF agent"]
-    return [f"`{name}`" for name in _AGENT_ATTRIBUTES if hasattr(target, name)]
+    # what MAF agents declare and workflows do not (evalpipe reads an agent's tools from them)
+    return [f"`{name}`" for name in ("default_options", "mcp_tools") if hasattr(target, name)]
 
 
 def workflow_name(workflow: Any) -> str:
@@ -431,28 +414,30 @@ async def call_workflow(
     """Run the workflow on one query; whatever it raises becomes a WorkflowRun with
     "WorkflowError" ("TargetTimeout" past ``call_timeout`` seconds: the run is cancelled)."""
     target = as_workflow(workflow)
-    started = time.perf_counter()
-    try:
-        async with semaphore if semaphore is not None else contextlib.nullcontext():
-            started = time.perf_counter()
-            run = await bounded(target.run(query), call_timeout)
+
+    def done(run: Any, tries: int, latency: float) -> WorkflowRun:
         if not isinstance(run, WorkflowRun):
             raise TypeError(f"workflow.run() returned {type(run).__name__}, expected WorkflowRun")
-    except BaseException as exc:
-        if not is_call_failure(exc):
-            raise
+        update: dict[str, Any] = {
+            "query_index": query_index,
+            "repetition": repetition,
+            "query": query,
+        }
+        if run.usage.latency_seconds is None:
+            update["usage"] = run.usage.model_copy(update={"latency_seconds": latency})
+        return run.model_copy(update=update)
+
+    def failed(exc: BaseException, tries: int, latency: float) -> WorkflowRun:
         return WorkflowRun(
             query_index=query_index,
             repetition=repetition,
             query=query,
             workflow=workflow_name(workflow),
-            usage=RunUsage(latency_seconds=time.perf_counter() - started),
+            usage=RunUsage(latency_seconds=latency),
             error_code=failure_code(exc, "WorkflowError"),
             error_message=failure_text(exc),
         )
-    update: dict[str, Any] = {"query_index": query_index, "repetition": repetition, "query": query}
-    if run.usage.latency_seconds is None:
-        update["usage"] = run.usage.model_copy(
-            update={"latency_seconds": time.perf_counter() - started}
-        )
-    return run.model_copy(update=update)
+
+    return await guarded_call(
+        lambda: target.run(query), done, failed, semaphore=semaphore, call_timeout=call_timeout
+    )
