@@ -45,12 +45,11 @@ HERE = Path(__file__).resolve().parent
 
 TARGET_FLOOR_RATIO = 1.10
 """Issue 20 keeps evaluate_agent's 600 x 50 ms at c=32 within 1.10x the concurrency floor."""
-TARGET_MAF_RATIO = 4.0
-"""... and local checks at least 4x faster than MAF's, in the same process on the same items."""
+TARGET_MAF_RATIO = 3.5
+"""... and local checks at least 3.5x faster than MAF's, in the same process on the same items
+(issue 30's keep target)."""
 MAIN_FLOOR_RATIO = "1.114-1.118x (6bb9705)"
-MAIN_MAF_RATIO = (
-    "3.10-3.13x at load 1.5-1.7, 3.30-4.07x at load 8-11 (cb9e017, alternating, runs of 11 trials)"
-)
+MAIN_MAF_RATIO = "median of 5 runs 3.39x (3.31-4.16; 3de2f20, alternating, runs of 11 trials)"
 
 
 def transcript() -> list[Message]:
