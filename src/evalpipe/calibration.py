@@ -1,27 +1,12 @@
-"""Calibration: how far to trust a judge, measured against human labels.
+"""Calibration: how far to trust a judge, measured against human labels (docs/judges.md).
 
-A **labels file** (JSONL, one object a line, or CSV with a header) holds what people said about a
-run's items: ``row_id``, ``repetition`` (default 0), ``agent`` (default ``overall``), ``metric``,
-``label`` (``pass``/``fail`` or a number on the metric's scale) and optionally ``labeller``,
-``note`` and ``labelled_at``. :func:`read_labels` reads it (a bad line is a :class:`LabelsError`
-naming the file, the line and the field); :func:`check_labels` refuses labels for rows, agents or
-metrics the run does not have, never dropping them silently.
-
-:func:`calibrate` compares every (provider, agent, metric) that has labels with the judge's
-verdicts on the same items (a row is a sample: one labelled item of one repetition):
-
-- pass/fail labels: percent agreement, Cohen's κ, the judge's F1 at catching human fails (the
-  *positive* class is ``fail``), the 2×2 confusion matrix, and for a judge with numeric scores the
-  threshold that maximises κ on the labels;
-- numeric labels: Spearman, Pearson and MAE, exact agreement and unweighted κ over the scale's
-  values, the N×M confusion matrix;
-- every rate and κ with a 95% percentile bootstrap interval over the matched items
-  (``scipy.stats.bootstrap``, seeded, the seed and resamples stated in the result).
-
-Items the judge could not evaluate (an errored score) are counted apart (``n_errored``), never as
-agreement and never as disagreement; so are items whose labellers tie. When several labellers
-label one item, the item's human label is their majority (pass/fail) or median (numbers), and
-inter-annotator agreement is reported. The statistics are in docs/judges.md.
+:func:`read_labels` reads a labels file (JSONL, or CSV with a header; a bad line is a
+:class:`LabelsError` naming the file, the line and the field); :func:`calibrate` compares every
+(provider, agent, metric) that has labels with the judge's verdicts on the same items: agreement,
+Cohen's κ, F1 at catching fails and the confusion matrix for pass/fail labels, Spearman, Pearson
+and MAE for numeric ones, each rate with a seeded percentile bootstrap interval. Labels for what the
+run does not have are refused, never dropped; items the judge could not evaluate, and items whose
+labellers tie, are counted apart, never as agreement or disagreement.
 
 Nothing here imports Prefect; the review flow that collects labels is ``evalpipe.pipeline.review``.
 """
@@ -38,7 +23,9 @@ import warnings
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from itertools import combinations, zip_longest
+from operator import ge, gt, le, lt
 from pathlib import Path
 from typing import Any, Literal
 
@@ -668,25 +655,19 @@ def _one(
             tied += 1
             continue
         if numeric:
-            if verdict.score is None:
-                not_applicable += 1
-                continue
-            judge.append(float(verdict.score))
+            said: float | str | None = None if verdict.score is None else float(verdict.score)
         else:
-            if verdict.status not in (PASS, FAIL):
-                not_applicable += 1
-                continue
-            judge.append(verdict.status)
+            said = verdict.status if verdict.status in (PASS, FAIL) else None
+        if said is None:
+            not_applicable += 1
+            continue
+        judge.append(said)
         scores.append(verdict.score)
         human.append(value)
 
-    def boot(
-        statistic: Callable[[Sequence[Any], Sequence[Any]], float | None],
-    ) -> tuple[float | None, float | None, int]:
-        return _bootstrap(
-            statistic, judge, human, seed=seed, resamples=resamples, confidence=confidence
-        )
-
+    boot = partial(
+        _bootstrap, judge=judge, human=human, seed=seed, resamples=resamples, confidence=confidence
+    )
     a_low, a_high, _ = boot(_agreement)
     k_low, k_high, k_undefined = boot(cohen_kappa)
     out = Calibration(
@@ -783,9 +764,7 @@ def calibrate(
     for label in labels:
         grouped[(label.agent, label.metric)].append(label)
     for (agent, metric), group in grouped.items():
-        kinds = {x.numeric for x in group}
-        if len(kinds) > 1:
-            odd = next(x for x in group if x.numeric != group[0].numeric)
+        if odd := next((x for x in group if x.numeric != group[0].numeric), None):
             raise LabelsError(
                 f"{source}:{odd.line}: field 'label': metric {metric!r} of agent {agent!r} has "
                 "both pass/fail and numeric labels; label one metric one way"
@@ -822,18 +801,13 @@ class AgreementVerdict:
     """What ``judge_agreement(metric) >= bound`` decided, for ``evalpipe.gates`` to report."""
 
     passed: bool
-    observed: float | None
-    n: int
-    errored: int
     message: str
+    observed: float | None = None
+    n: int = 0
+    errored: int = 0
 
 
-_OPS: dict[str, Callable[[float, float], bool]] = {
-    ">=": lambda a, b: a >= b,
-    ">": lambda a, b: a > b,
-    "<=": lambda a, b: a <= b,
-    "<": lambda a, b: a < b,
-}
+_OPS: dict[str, Callable[[float, float], bool]] = {">=": ge, ">": gt, "<=": le, "<": lt}
 
 
 def agreement_verdict(
@@ -858,22 +832,19 @@ def agreement_verdict(
     if labels is None:
         return AgreementVerdict(
             False,
-            None,
-            0,
-            0,
             "no labels: the judge is not calibrated; give the clause labels=FILE "
             "(or run `evalpipe calibrate RUN_DIR --labels FILE --gate ...`)",
         )
     try:
-        read = read_labels(labels)
-        wanted = [x for x in read if x.metric == metric and (agent is None or x.agent == agent)]
-        found = calibrate(verdicts, read, seed=seed, resamples=resamples, source=str(labels))
+        found = calibrate(
+            verdicts, read_labels(labels), seed=seed, resamples=resamples, source=str(labels)
+        )
     except LabelsError as exc:
-        return AgreementVerdict(False, None, 0, 0, f"labels unusable: {exc}")
+        return AgreementVerdict(False, f"labels unusable: {exc}")
     mine = [c for c in found if c.metric == metric and (agent is None or c.agent == agent)]
-    if not wanted or not mine:
+    if not mine:
         return AgreementVerdict(
-            False, None, 0, 0, f"no labels for metric {metric!r} in {labels}: not calibrated"
+            False, f"no labels for metric {metric!r} in {labels}: not calibrated"
         )
     worst = min(mine, key=lambda c: (c.n >= min_n, math.inf if c.kappa is None else c.kappa))
     where = f" ({worst.provider}, {worst.agent})" if len(mine) > 1 else ""
@@ -884,9 +855,8 @@ def agreement_verdict(
     else:
         holds = _OPS[op](worst.kappa, bound)
         tail = f"{'holds' if holds else 'needs'} κ {op} {bound:g}"
-    return AgreementVerdict(
-        holds, worst.kappa, worst.n, worst.n_errored, f"{_kappa_text(worst)}{where}; {tail}"
-    )
+    message = f"{_kappa_text(worst)}{where}; {tail}"
+    return AgreementVerdict(holds, message, worst.kappa, worst.n, worst.n_errored)
 
 
 # --------------------------------------------------------------------------------------------

@@ -644,35 +644,6 @@ class ChatClient:
             await self._http.aclose()
             self._http = None
 
-    def build_body(
-        self,
-        messages: Sequence[Mapping[str, Any]],
-        *,
-        tools: Sequence[Mapping[str, Any]] | None = None,
-        tool_choice: str | Mapping[str, Any] | None = None,
-        max_tokens: int | None = None,
-        response_format: Mapping[str, Any] | None = None,
-        extra: Mapping[str, Any] | None = None,
-    ) -> dict[str, Any]:
-        """The request body (with ``model``) for these messages and the endpoint's defaults."""
-        ep = self.endpoint
-        body: dict[str, Any] = {"model": ep.model, "messages": [dict(m) for m in messages]}
-        if ep.temperature is not None and not ep.is_reasoning_model:
-            body["temperature"] = ep.temperature
-        if ep.seed is not None:
-            body["seed"] = ep.seed
-        if max_tokens is not None:
-            body["max_completion_tokens" if ep.is_reasoning_model else "max_tokens"] = max_tokens
-        if tools:
-            body["tools"] = [dict(t) for t in tools]
-        if tool_choice is not None:
-            body["tool_choice"] = tool_choice
-        if response_format is not None:
-            body["response_format"] = dict(response_format)
-        if extra:
-            body.update(extra)
-        return body
-
     async def complete(
         self,
         messages: Sequence[Mapping[str, Any]],
@@ -707,14 +678,22 @@ class ChatClient:
             evalpipe.cache.CacheMissError: replay mode and no stored answer.
             evalpipe.spend.BudgetReached: the run's budget is spent (the request was not sent).
         """
-        body = self.build_body(
-            messages,
-            tools=tools,
-            tool_choice=tool_choice,
-            max_tokens=max_tokens,
-            response_format=response_format,
-            extra=extra,
-        )
+        ep = self.endpoint
+        body: dict[str, Any] = {"model": ep.model, "messages": [dict(m) for m in messages]}
+        if ep.temperature is not None and not ep.is_reasoning_model:
+            body["temperature"] = ep.temperature
+        if ep.seed is not None:
+            body["seed"] = ep.seed
+        if max_tokens is not None:
+            body["max_completion_tokens" if ep.is_reasoning_model else "max_tokens"] = max_tokens
+        if tools:
+            body["tools"] = [dict(t) for t in tools]
+        if tool_choice is not None:
+            body["tool_choice"] = tool_choice
+        if response_format is not None:
+            body["response_format"] = dict(response_format)
+        if extra:
+            body.update(extra)
         cache = self.cache if self.cache is not None and self.cache.enabled else None
         key_request = {**body, "repetition": repetition}
         meter = metering.get()
@@ -722,12 +701,12 @@ class ChatClient:
         if store is not None and (held := store.get(key_request)) is not None:
             response, stored_usage = held
             if meter is not None:  # paid by an earlier attempt of this run
-                meter.reuse("judge", self.endpoint.model, stored_usage)
+                meter.reuse("judge", ep.model, stored_usage)
             return _completion(response, stored_usage, 0.0, cached=True, attempts=0)
         if cache is not None and (entry := cache.get(key_request)) is not None:
             usage = dict(entry.usage) if entry.usage is not None else _usage(entry.response)
             return _completion(entry.response, usage, 0.0, cached=True, key=entry.key, attempts=0)
-        if self.endpoint.api_type == "azure" and self.endpoint.azure_deployment:
+        if ep.api_type == "azure" and ep.azure_deployment:
             body.pop("model", None)  # the deployment URL names the model
         admitted = False
 
@@ -748,12 +727,12 @@ class ChatClient:
                 raw, attempts = await self._post_with_retries(http, body, admit)
         except BaseException:
             if meter is not None and admitted:
-                meter.finish("judge", self.endpoint.model, None, answered=False)
+                meter.finish("judge", ep.model, None, answered=False)
             raise
         latency = time.perf_counter() - started
         usage = _usage(raw)
         if meter is not None and admitted:
-            meter.finish("judge", self.endpoint.model, usage)
+            meter.finish("judge", ep.model, usage)
         if store is not None:
             store.put(key_request, raw, usage)
         completion = _completion(raw, usage, latency, attempts=attempts)

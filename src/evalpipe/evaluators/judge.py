@@ -287,19 +287,14 @@ JUDGE_METRICS: dict[str, JudgeMetric] = {
 assert set(JUDGE_METRICS) == set(get_args(MetricName))
 
 
+_RATINGS: tuple[Rating, ...] = ("unacceptable", "poor", "average", "good", "exceptional")
+
+
 def rating_for(score: float | None) -> Rating:
     """The rating of a 1–5 score (None: ``inconclusive``)."""
     if score is None:
         return "inconclusive"
-    if score >= 5:
-        return "exceptional"
-    if score >= 4:
-        return "good"
-    if score >= 3:
-        return "average"
-    if score >= 2:
-        return "poor"
-    return "unacceptable"
+    return _RATINGS[sum(score >= bound for bound in (2, 3, 4, 5))]
 
 
 class JudgeVerdict(BaseModel):

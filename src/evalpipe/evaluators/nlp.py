@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal, get_args
 
-from evalpipe.checks import CheckResult, EvalCheck
+from evalpipe.checks import CheckResult, EvalCheck, _named
 from evalpipe.items import EvalItem, ExpectedToolCall
 from evalpipe.messages import FunctionCallContent, FunctionResultContent
 
@@ -53,12 +53,6 @@ class MissingReferenceError(ValueError):
 
     Raised inside a check, so ``LocalEvaluator`` reports that item as errored (``CheckError``).
     """
-
-
-def _named(fn: Callable[[EvalItem], CheckResult], name: str) -> EvalCheck:
-    fn.__name__ = name
-    fn.__qualname__ = name
-    return fn
 
 
 def _check_threshold(threshold: float, metric: str) -> float:
@@ -356,15 +350,10 @@ def expected_fact_check(pattern: str | None = None, *, name: str = "expected_fac
             regex = _compile_fact(raw, f"metadata['{_FACT_KEY}']")
         match = regex.search(item.response)
         if match is None:
-            return CheckResult(
-                False,
-                f"Expected fact not found: /{regex.pattern}/i does not match the response",
-                name,
-                0.0,
-            )
-        return CheckResult(
-            True, f"Expected fact found: /{regex.pattern}/i matched {match.group(0)!r}", name, 1.0
-        )
+            reason = f"Expected fact not found: /{regex.pattern}/i does not match the response"
+        else:
+            reason = f"Expected fact found: /{regex.pattern}/i matched {match.group(0)!r}"
+        return CheckResult(match is not None, reason, name, float(match is not None))
 
     return _named(check, name)
 
