@@ -119,15 +119,9 @@ class Label(BaseModel):
             if text in (PASS, FAIL):
                 return text
             try:
-                number = float(text)
+                value = float(text)
             except ValueError:
                 raise ValueError("expected 'pass', 'fail' or a number") from None
-            return number
-        return value
-
-    @field_validator("label")
-    @classmethod
-    def _finite(cls, value: Any) -> Any:
         if isinstance(value, float) and not math.isfinite(value):
             raise ValueError("a numeric label must be finite")
         return value

@@ -3,9 +3,11 @@
 Text overlap with one or more references (``bleu``, ``gleu``, ``token_f1``), a fact the response
 must state (``expected_fact_check``), the tool-call trajectory against the expected calls
 (``task_navigation_efficiency``) and tool results free of errors (``tool_call_success``). Each
-gives a check (``EvalItem -> CheckResult``) with a float score; the text metrics are on a 0-1
-scale and pass at ``score >= threshold``. A reference the item lacks is an error of that item
-(``CheckError``, naming what to provide), never a silent 0. See docs/evaluators.md.
+gives a check (``EvalItem -> CheckResult``) with a float score. The text metrics are on a 0-1
+scale and take ``threshold`` (pass at ``score >= threshold``; a ValueError outside [0, 1]),
+``references_from`` (see ``ReferenceSource``; a ValueError for an unknown one), ``name`` (the
+metric's) and, for BLEU and GLEU, ``lowercase``. A reference the item lacks is an error of that
+item (``CheckError``, naming what to provide), never a silent 0. See docs/evaluators.md.
 """
 
 from __future__ import annotations
@@ -183,15 +185,6 @@ def bleu(
     sacrebleu's sentence BLEU: 13a tokenisation, exponential smoothing, effective order. Several
     references are scored jointly (clipped counts use the best reference; the brevity penalty the
     closest length), as BLEU defines.
-
-    Args:
-        threshold: the item passes at ``score >= threshold``.
-        references_from: where the references are (see ``ReferenceSource``).
-        lowercase: compare case-insensitively.
-        name: the check (metric) name.
-
-    Raises:
-        ValueError: for a threshold outside [0, 1] or an unknown ``references_from``.
     """
     from sacrebleu import sentence_bleu  # lazy: sacrebleu, ~0.3 s, only for suites that use BLEU
 
@@ -222,15 +215,6 @@ def gleu(
     the two n-gram totals, so it punishes missing and extra words alike. With several references the
     best one counts (nltk's rule). Texts are tokenised with sacrebleu's 13a tokenizer, as BLEU here:
     nltk's own word tokenizer needs a data download.
-
-    Args:
-        threshold: the item passes at ``score >= threshold``.
-        references_from: where the references are (see ``ReferenceSource``).
-        lowercase: compare case-insensitively.
-        name: the check (metric) name.
-
-    Raises:
-        ValueError: for a threshold outside [0, 1] or an unknown ``references_from``.
     """
     from nltk.translate.gleu_score import sentence_gleu  # lazy: nltk loads scipy, ~1.5 s
     from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a  # lazy: only for GLEU suites
@@ -285,14 +269,6 @@ def token_f1(
     split on whitespace); precision is the share of response tokens found in the reference, recall
     the share of reference tokens found in the response, counting repeats. With several references
     the best F1 counts. Precision, recall and the reference used are in the metric's ``sample``.
-
-    Args:
-        threshold: the item passes at ``score >= threshold``.
-        references_from: where the references are (see ``ReferenceSource``).
-        name: the check (metric) name.
-
-    Raises:
-        ValueError: for a threshold outside [0, 1] or an unknown ``references_from``.
     """
 
     def measure(response: str, refs: list[str]) -> tuple[float, str, dict[str, Any]]:
