@@ -574,25 +574,21 @@ def _human_value(labels: Sequence[Label]) -> LabelValue | None:
 
 
 def _inter_annotator(by_item: Mapping[Any, Sequence[Label]]) -> InterAnnotator | None:
-    names = sorted({x.labeller or "(unnamed)" for labels in by_item.values() for x in labels})
+    # each item's label by labeller (a labeller's last label of the item)
+    named = [{x.labeller or "(unnamed)": x.label for x in labels} for labels in by_item.values()]
+    names = sorted({name for item in named for name in item})
     if len(names) < 2:
         return None
     multi = [labels for labels in by_item.values() if len(labels) >= 2]
     agree = sum(1 for labels in multi if len({x.label for x in labels}) == 1)
-    shared: Counter[tuple[str, str]] = Counter()
-    for labels in multi:
-        shared.update(combinations(sorted({x.labeller or "(unnamed)" for x in labels}), 2))
+    shared = Counter(pair for item in named for pair in combinations(sorted(item), 2))
     out = InterAnnotator(
         labellers=names, n=len(multi), agreement=agree / len(multi) if multi else None
     )
     if shared:
         (a, b), count = min(shared.items(), key=lambda kv: (-kv[1], kv[0]))
-        xs, ys = [], []
-        for labels in by_item.values():
-            by_name = {x.labeller or "(unnamed)": x.label for x in labels}
-            if a in by_name and b in by_name:
-                xs.append(by_name[a])
-                ys.append(by_name[b])
+        both = [item for item in named if a in item and b in item]
+        xs, ys = [item[a] for item in both], [item[b] for item in both]
         out.pair, out.pair_n, out.kappa = [a, b], count, cohen_kappa(xs, ys)
     return out
 
@@ -985,21 +981,14 @@ def sample_for_review(
     a judge is calibrated on both classes), judge-vs-check disagreements first within each;
     the rest drawn at random (seeded). One item per (agent, row, repetition)."""
     rng = np.random.default_rng(seed)
-    seen: set[tuple[str, str, int]] = set()
-    strata: dict[str, list[ReviewItem]] = {PASS: [], FAIL: []}
+    first: dict[tuple[str, str, int], ReviewItem] = {}
     for item in items:
-        key = (item.agent, item.row_id, item.repetition)
-        if key in seen:
-            continue
-        seen.add(key)
-        strata[item.judge_status].append(item)
+        first.setdefault((item.agent, item.row_id, item.repetition), item)
     ordered: dict[str, list[ReviewItem]] = {}
-    for status, group in strata.items():
-        order = rng.permutation(len(group)) if group else np.array([], dtype=np.int64)
-        shuffled = [group[i] for i in order]
-        ordered[status] = [x for x in shuffled if x.disagrees] + [
-            x for x in shuffled if not x.disagrees
-        ]
+    for status in (PASS, FAIL):
+        group = [x for x in first.values() if x.judge_status == status]
+        shuffled = [group[i] for i in rng.permutation(len(group))]
+        ordered[status] = sorted(shuffled, key=lambda x: not x.disagrees)
     half = n // 2
     take_fail = min(len(ordered[FAIL]), max(half, n - len(ordered[PASS])))
     take_pass = min(len(ordered[PASS]), n - take_fail)

@@ -20,6 +20,7 @@ import difflib
 import hashlib
 import json
 import re
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, cast, get_args
@@ -870,10 +871,9 @@ class JudgeEvaluator:
         results: list[EvalItemResult] = []
         for index, (item, row) in enumerate(zip(items, outcomes, strict=True)):
             scores = [s for s in row if s is not None]  # none for an item whose target failed
-            usage: dict[str, int] = {}
+            usage: Counter[str] = Counter()
             for score in scores:
-                for key, value in (score.token_usage or {}).items():
-                    usage[key] = usage.get(key, 0) + value
+                usage.update(score.token_usage or {})
             status = ERROR if item.error_code else item_status(scores)
             error_code, error_message = (
                 (item.error_code, item.error_message) if item.error_code else (None, None)
@@ -896,7 +896,7 @@ class JudgeEvaluator:
                     scores=scores,
                     error_code=error_code,
                     error_message=error_message,
-                    token_usage=usage or None,
+                    token_usage=dict(usage) or None,
                     input_text=query,
                     output_text=response,
                     metadata=item.result_metadata(),
