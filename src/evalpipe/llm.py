@@ -9,10 +9,8 @@ evalpipe._internal.adaptive), reports token usage and latency per call, and goes
 response cache (evalpipe.cache) when one is given. API keys are held as secrets: they never appear
 in a repr, a log line or an error message.
 
-``ChatClient.complete_structured`` asks for an answer constrained by a JSON schema and negotiates
-how: OpenAI's ``json_schema`` (strict), then llama-cpp-python's ``json_object`` with a ``schema``,
-then a bare ``json_object``, then the prompt alone. It steps down only when the endpoint rejects
-the format (a 400/422 naming it), and remembers per endpoint, in the process, which form worked.
+``ChatClient.complete_structured`` asks for an answer constrained by a JSON schema in the strongest
+response format the endpoint takes (``ResponseFormatMode``), remembered per endpoint.
 """
 
 from __future__ import annotations

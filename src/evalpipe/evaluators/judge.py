@@ -640,20 +640,11 @@ class JudgeEvaluator:
 
     Args:
         endpoint: the judge model's endpoint (a ChatEndpoint, or a dict of its fields).
-        metrics: metric names (default: relevance, coherence, task_adherence).
-        thresholds: pass thresholds per metric (1–5); a metric passes at ``score >= threshold``.
-        threshold: the threshold of metrics not in ``thresholds`` (default 4, "good").
+        max_concurrency, is_reasoning_model: override the endpoint's settings when given.
         cache: a response cache, a mapping of CacheConfig fields, or None.
-        max_concurrency: overrides the endpoint's bound on requests in flight.
-        is_reasoning_model: the judge is a reasoning model (no temperature;
-            ``max_completion_tokens``); overrides the endpoint's setting when given.
-        max_tokens: the judge answer's token budget.
-        structured_output: ask for a schema-constrained verdict, negotiating the form the endpoint
-            takes (True, the default: json_schema, then json_object_schema, json_object, prompt);
-            False: the prompt alone; or a list of modes to try in that order.
-        json_mode: the older switch: False is ``structured_output=False``.
         credential: an azure-identity credential for Entra authentication.
-        name: the provider name in results.
+        metrics, thresholds, threshold, max_tokens, structured_output, json_mode, name: as
+            :class:`JudgeConfig`'s fields (a metric passes at ``score >= threshold``).
 
     Raises:
         ValueError: for an unknown metric, a threshold outside 1–5 or for a metric not evaluated.
