@@ -178,16 +178,6 @@ class ChatEndpoint(BaseModel):
         return self
 
     @property
-    def auth_header(self) -> str | None:
-        """The header the endpoint's own credential is sent in (None: it has none):
-        ``Authorization`` for a key (``Bearer``) or an Entra token, ``api-key`` for an Azure key."""
-        if self.entra:
-            return "Authorization"
-        if self.api_key is None and self.api_key_env is None:
-            return None
-        return "api-key" if self.api_type == "azure" else "Authorization"
-
-    @property
     def chat_url(self) -> str:
         """The URL requests are posted to."""
         if self.api_type == "azure" and self.azure_deployment:
@@ -227,18 +217,19 @@ def _check_auth_header(endpoint: ChatEndpoint, *, credential: bool) -> None:
     Raises:
         ValueError: naming the header and both sources, never a value.
     """
-    own = "Authorization" if credential else endpoint.auth_header
-    if own is None:
-        return
-    clash = next((h for h in endpoint.headers if h.lower() == own.lower()), None)
-    if clash is None:
-        return
+    own = "Authorization"
     if credential:
         source = "a credential (its Entra ID token)"
     elif endpoint.entra:
         source = "entra (its Entra ID token)"
-    else:
+    elif endpoint.api_key is not None or endpoint.api_key_env is not None:
         source = "api_key" if endpoint.api_key is not None else "api_key_env"
+        own = "api-key" if endpoint.api_type == "azure" else "Authorization"
+    else:
+        return  # the endpoint sends no credential of its own
+    clash = next((h for h in endpoint.headers if h.lower() == own.lower()), None)
+    if clash is None:
+        return
     raise ValueError(
         f"headers.{clash} and {source} would both set the {own} header; give the credential "
         f"once: {source} (sent as {'api-key: <key>' if own == 'api-key' else 'Authorization: Bearer ...'})"
