@@ -650,15 +650,10 @@ class ChatClient:
         without a cache of its own reads the answer the run got earlier, and a request that goes
         out is admitted by the run's budget and counted in its spend.
 
-        Args:
-            messages: OpenAI-format messages.
-            tools: OpenAI-format tool definitions.
-            tool_choice: ``auto``, ``none``, ``required`` or a specific function.
-            max_tokens: the answer's token budget (``max_completion_tokens`` for reasoning models).
-            response_format: e.g. ``{"type": "json_object"}``.
-            repetition: which repetition this call belongs to; part of the cache key, so each
-                repetition records its own answer.
-            extra: more body fields, sent as given.
+        ``messages``, ``tools``, ``tool_choice`` and ``response_format`` are in OpenAI's form;
+        ``max_tokens`` goes out as ``max_completion_tokens`` to a reasoning model; ``repetition``
+        is part of the cache key (each repetition records its own answer); ``extra`` body fields
+        are sent as given.
 
         Raises:
             ChatHTTPError: an HTTP error that is not retried, or the last one after the retries.

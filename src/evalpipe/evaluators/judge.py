@@ -532,15 +532,9 @@ REASON_MAX_CHARS = 160
 
 
 def verdict_schema(metric: JudgeMetric, *, bounded: bool = False) -> dict[str, Any]:
-    """The JSON schema of the metric's verdict: ``reasoning`` text or null, ``score`` an integer
-    of the metric's scale, ``reason`` a sentence; every property required and no others (OpenAI's
-    strict subset).
-
-    ``bounded=True`` adds what strict mode refuses but a grammar enforces: string lengths
-    (REASONING_MAX_CHARS, REASON_MAX_CHARS), so a grammar-constrained answer always ends within a
-    small token budget instead of being cut off mid-string. It goes out in ``json_object_schema``
-    mode (llama-cpp-python).
-    """
+    """The JSON schema of the metric's verdict, in OpenAI's strict subset; ``bounded=True`` adds
+    the string lengths strict mode refuses but a grammar enforces (``json_object_schema`` mode), so
+    a grammar-constrained answer ends within a small token budget instead of mid-string."""
     scale = list(range(1, len(metric.rubric) + 1))
     reasoning: dict[str, Any] = {"type": ["string", "null"]}
     reason: dict[str, Any] = {"type": "string"}
@@ -562,11 +556,8 @@ def verdict_schema(metric: JudgeMetric, *, bounded: bool = False) -> dict[str, A
 def structured_modes(
     structured_output: bool | Sequence[str], *, json_mode: bool = True
 ) -> tuple[ResponseFormatMode, ...]:
-    """The response-format modes a judge negotiates, strongest first.
-
-    ``True``: every mode (json_schema, json_object_schema, json_object, prompt). ``False``, or the
-    older ``json_mode=False``: the prompt alone (no ``response_format``). A list: those modes in
-    that order.
+    """The response-format modes a judge negotiates, strongest first (see
+    ``JudgeConfig.structured_output``).
 
     Raises:
         ValueError: for an unknown or repeated mode, an empty list, or ``json_mode=False`` with a
@@ -696,10 +687,7 @@ class JudgeEvaluator:
         self.name = name
 
     def __repr__(self) -> str:
-        return (
-            f"JudgeEvaluator(model={self.endpoint.model!r}, "
-            f"metrics={[m.name for m in self.metrics]!r})"
-        )
+        return f"JudgeEvaluator(model={self.endpoint.model!r}, metrics={self.metric_names!r})"
 
     @property
     def metric_names(self) -> list[str]:
@@ -715,7 +703,7 @@ class JudgeEvaluator:
         config: dict[str, Any] = self.endpoint.model_dump(
             exclude_defaults=True, exclude={"api_key", "headers"}
         )
-        config["metrics"] = [m.name for m in self.metrics]
+        config["metrics"] = self.metric_names
         if self.thresholds:
             config["thresholds"] = dict(self.thresholds)
         if self.default_threshold != 4.0:
@@ -896,7 +884,7 @@ class JudgeEvaluator:
         return make_results(
             self.name,
             results,
-            metrics=[m.name for m in self.metrics],
+            metrics=self.metric_names,
             input_items=items,
             eval_id="judge",
             run_id=eval_name,
