@@ -408,13 +408,8 @@ def _bootstrap(
         return None, None, 0
     from scipy import stats as _sp  # type: ignore[import-untyped, unused-ignore]  # lazy: scipy.stats, 1.2 s, only to calibrate
 
-    values = sorted({*judge, *human}, key=repr)
-    code = {v: i for i, v in enumerate(values)}
-    j = np.array([code[x] for x in judge], dtype=np.int64)
-    h = np.array([code[x] for x in human], dtype=np.int64)
-
-    def stat(x: np.ndarray, y: np.ndarray) -> float:
-        value = statistic([values[i] for i in x], [values[i] for i in y])
+    def stat(items: np.ndarray) -> float:  # a resample of the pairs, by position
+        value = statistic([judge[i] for i in items], [human[i] for i in items])
         return math.nan if value is None else float(value)
 
     with warnings.catch_warnings():
@@ -423,9 +418,8 @@ def _bootstrap(
         warnings.simplefilter("ignore", RuntimeWarning)
         warnings.simplefilter("ignore", _sp.DegenerateDataWarning)
         result = _sp.bootstrap(
-            (j, h),
+            (np.arange(len(judge)),),  # what paired=True resamples
             stat,
-            paired=True,
             vectorized=False,
             n_resamples=resamples,
             confidence_level=confidence,
