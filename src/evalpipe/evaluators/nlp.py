@@ -17,7 +17,7 @@ import re
 import string
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal, get_args
+from typing import Any, Literal
 
 from evalpipe.checks import CheckResult, EvalCheck, _named
 from evalpipe.items import EvalItem, ExpectedToolCall
@@ -428,10 +428,9 @@ def task_navigation_efficiency(
     Raises:
         ValueError: for an unknown mode.
     """
-    modes = get_args(NavigationMode)
-    if mode not in modes:
+    if mode not in _MODES:
         raise ValueError(
-            f"task_navigation_efficiency mode must be one of {list(modes)}, got {mode!r}"
+            f"task_navigation_efficiency mode must be one of {list(_MODES)}, got {mode!r}"
         )
     decide = _MODES[mode]
 
