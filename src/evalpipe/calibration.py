@@ -1,27 +1,12 @@
-"""Calibration: how far to trust a judge, measured against human labels.
+"""Calibration: how far to trust a judge, measured against human labels (docs/judges.md).
 
-A **labels file** (JSONL, one object a line, or CSV with a header) holds what people said about a
-run's items: ``row_id``, ``repetition`` (default 0), ``agent`` (default ``overall``), ``metric``,
-``label`` (``pass``/``fail`` or a number on the metric's scale) and optionally ``labeller``,
-``note`` and ``labelled_at``. :func:`read_labels` reads it (a bad line is a :class:`LabelsError`
-naming the file, the line and the field); :func:`check_labels` refuses labels for rows, agents or
-metrics the run does not have, never dropping them silently.
-
-:func:`calibrate` compares every (provider, agent, metric) that has labels with the judge's
-verdicts on the same items (a row is a sample: one labelled item of one repetition):
-
-- pass/fail labels: percent agreement, Cohen's κ, the judge's F1 at catching human fails (the
-  *positive* class is ``fail``), the 2×2 confusion matrix, and for a judge with numeric scores the
-  threshold that maximises κ on the labels;
-- numeric labels: Spearman, Pearson and MAE, exact agreement and unweighted κ over the scale's
-  values, the N×M confusion matrix;
-- every rate and κ with a 95% percentile bootstrap interval over the matched items
-  (``scipy.stats.bootstrap``, seeded, the seed and resamples stated in the result).
-
-Items the judge could not evaluate (an errored score) are counted apart (``n_errored``), never as
-agreement and never as disagreement; so are items whose labellers tie. When several labellers
-label one item, the item's human label is their majority (pass/fail) or median (numbers), and
-inter-annotator agreement is reported. The statistics are in docs/judges.md.
+:func:`read_labels` reads a labels file (JSONL, or CSV with a header; a bad line is a
+:class:`LabelsError` naming the file, the line and the field); :func:`calibrate` compares every
+(provider, agent, metric) that has labels with the judge's verdicts on the same items: agreement,
+Cohen's κ, F1 at catching fails and the confusion matrix for pass/fail labels, Spearman, Pearson
+and MAE for numeric ones, each rate with a seeded percentile bootstrap interval. Labels for what the
+run does not have are refused, never dropped; items the judge could not evaluate, and items whose
+labellers tie, are counted apart, never as agreement or disagreement.
 
 Nothing here imports Prefect; the review flow that collects labels is ``evalpipe.pipeline.review``.
 """
@@ -38,7 +23,9 @@ import warnings
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from itertools import combinations, zip_longest
+from operator import ge, gt, le, lt
 from pathlib import Path
 from typing import Any, Literal
 
@@ -132,15 +119,9 @@ class Label(BaseModel):
             if text in (PASS, FAIL):
                 return text
             try:
-                number = float(text)
+                value = float(text)
             except ValueError:
                 raise ValueError("expected 'pass', 'fail' or a number") from None
-            return number
-        return value
-
-    @field_validator("label")
-    @classmethod
-    def _finite(cls, value: Any) -> Any:
         if isinstance(value, float) and not math.isfinite(value):
             raise ValueError("a numeric label must be finite")
         return value
@@ -427,13 +408,8 @@ def _bootstrap(
         return None, None, 0
     from scipy import stats as _sp  # type: ignore[import-untyped, unused-ignore]  # lazy: scipy.stats, 1.2 s, only to calibrate
 
-    values = sorted({*judge, *human}, key=repr)
-    code = {v: i for i, v in enumerate(values)}
-    j = np.array([code[x] for x in judge], dtype=np.int64)
-    h = np.array([code[x] for x in human], dtype=np.int64)
-
-    def stat(x: np.ndarray, y: np.ndarray) -> float:
-        value = statistic([values[i] for i in x], [values[i] for i in y])
+    def stat(items: np.ndarray) -> float:  # a resample of the pairs, by position
+        value = statistic([judge[i] for i in items], [human[i] for i in items])
         return math.nan if value is None else float(value)
 
     with warnings.catch_warnings():
@@ -442,9 +418,8 @@ def _bootstrap(
         warnings.simplefilter("ignore", RuntimeWarning)
         warnings.simplefilter("ignore", _sp.DegenerateDataWarning)
         result = _sp.bootstrap(
-            (j, h),
+            (np.arange(len(judge)),),  # what paired=True resamples
             stat,
-            paired=True,
             vectorized=False,
             n_resamples=resamples,
             confidence_level=confidence,
@@ -593,25 +568,21 @@ def _human_value(labels: Sequence[Label]) -> LabelValue | None:
 
 
 def _inter_annotator(by_item: Mapping[Any, Sequence[Label]]) -> InterAnnotator | None:
-    names = sorted({x.labeller or "(unnamed)" for labels in by_item.values() for x in labels})
+    # each item's label by labeller (a labeller's last label of the item)
+    named = [{x.labeller or "(unnamed)": x.label for x in labels} for labels in by_item.values()]
+    names = sorted({name for item in named for name in item})
     if len(names) < 2:
         return None
     multi = [labels for labels in by_item.values() if len(labels) >= 2]
     agree = sum(1 for labels in multi if len({x.label for x in labels}) == 1)
-    shared: Counter[tuple[str, str]] = Counter()
-    for labels in multi:
-        shared.update(combinations(sorted({x.labeller or "(unnamed)" for x in labels}), 2))
+    shared = Counter(pair for item in named for pair in combinations(sorted(item), 2))
     out = InterAnnotator(
         labellers=names, n=len(multi), agreement=agree / len(multi) if multi else None
     )
     if shared:
         (a, b), count = min(shared.items(), key=lambda kv: (-kv[1], kv[0]))
-        xs, ys = [], []
-        for labels in by_item.values():
-            by_name = {x.labeller or "(unnamed)": x.label for x in labels}
-            if a in by_name and b in by_name:
-                xs.append(by_name[a])
-                ys.append(by_name[b])
+        both = [item for item in named if a in item and b in item]
+        xs, ys = [item[a] for item in both], [item[b] for item in both]
         out.pair, out.pair_n, out.kappa = [a, b], count, cohen_kappa(xs, ys)
     return out
 
@@ -668,25 +639,19 @@ def _one(
             tied += 1
             continue
         if numeric:
-            if verdict.score is None:
-                not_applicable += 1
-                continue
-            judge.append(float(verdict.score))
+            said: float | str | None = None if verdict.score is None else float(verdict.score)
         else:
-            if verdict.status not in (PASS, FAIL):
-                not_applicable += 1
-                continue
-            judge.append(verdict.status)
+            said = verdict.status if verdict.status in (PASS, FAIL) else None
+        if said is None:
+            not_applicable += 1
+            continue
+        judge.append(said)
         scores.append(verdict.score)
         human.append(value)
 
-    def boot(
-        statistic: Callable[[Sequence[Any], Sequence[Any]], float | None],
-    ) -> tuple[float | None, float | None, int]:
-        return _bootstrap(
-            statistic, judge, human, seed=seed, resamples=resamples, confidence=confidence
-        )
-
+    boot = partial(
+        _bootstrap, judge=judge, human=human, seed=seed, resamples=resamples, confidence=confidence
+    )
     a_low, a_high, _ = boot(_agreement)
     k_low, k_high, k_undefined = boot(cohen_kappa)
     out = Calibration(
@@ -783,9 +748,7 @@ def calibrate(
     for label in labels:
         grouped[(label.agent, label.metric)].append(label)
     for (agent, metric), group in grouped.items():
-        kinds = {x.numeric for x in group}
-        if len(kinds) > 1:
-            odd = next(x for x in group if x.numeric != group[0].numeric)
+        if odd := next((x for x in group if x.numeric != group[0].numeric), None):
             raise LabelsError(
                 f"{source}:{odd.line}: field 'label': metric {metric!r} of agent {agent!r} has "
                 "both pass/fail and numeric labels; label one metric one way"
@@ -822,18 +785,13 @@ class AgreementVerdict:
     """What ``judge_agreement(metric) >= bound`` decided, for ``evalpipe.gates`` to report."""
 
     passed: bool
-    observed: float | None
-    n: int
-    errored: int
     message: str
+    observed: float | None = None
+    n: int = 0
+    errored: int = 0
 
 
-_OPS: dict[str, Callable[[float, float], bool]] = {
-    ">=": lambda a, b: a >= b,
-    ">": lambda a, b: a > b,
-    "<=": lambda a, b: a <= b,
-    "<": lambda a, b: a < b,
-}
+_OPS: dict[str, Callable[[float, float], bool]] = {">=": ge, ">": gt, "<=": le, "<": lt}
 
 
 def agreement_verdict(
@@ -858,22 +816,19 @@ def agreement_verdict(
     if labels is None:
         return AgreementVerdict(
             False,
-            None,
-            0,
-            0,
             "no labels: the judge is not calibrated; give the clause labels=FILE "
             "(or run `evalpipe calibrate RUN_DIR --labels FILE --gate ...`)",
         )
     try:
-        read = read_labels(labels)
-        wanted = [x for x in read if x.metric == metric and (agent is None or x.agent == agent)]
-        found = calibrate(verdicts, read, seed=seed, resamples=resamples, source=str(labels))
+        found = calibrate(
+            verdicts, read_labels(labels), seed=seed, resamples=resamples, source=str(labels)
+        )
     except LabelsError as exc:
-        return AgreementVerdict(False, None, 0, 0, f"labels unusable: {exc}")
+        return AgreementVerdict(False, f"labels unusable: {exc}")
     mine = [c for c in found if c.metric == metric and (agent is None or c.agent == agent)]
-    if not wanted or not mine:
+    if not mine:
         return AgreementVerdict(
-            False, None, 0, 0, f"no labels for metric {metric!r} in {labels}: not calibrated"
+            False, f"no labels for metric {metric!r} in {labels}: not calibrated"
         )
     worst = min(mine, key=lambda c: (c.n >= min_n, math.inf if c.kappa is None else c.kappa))
     where = f" ({worst.provider}, {worst.agent})" if len(mine) > 1 else ""
@@ -884,9 +839,8 @@ def agreement_verdict(
     else:
         holds = _OPS[op](worst.kappa, bound)
         tail = f"{'holds' if holds else 'needs'} κ {op} {bound:g}"
-    return AgreementVerdict(
-        holds, worst.kappa, worst.n, worst.n_errored, f"{_kappa_text(worst)}{where}; {tail}"
-    )
+    message = f"{_kappa_text(worst)}{where}; {tail}"
+    return AgreementVerdict(holds, message, worst.kappa, worst.n, worst.n_errored)
 
 
 # --------------------------------------------------------------------------------------------
@@ -1021,21 +975,14 @@ def sample_for_review(
     a judge is calibrated on both classes), judge-vs-check disagreements first within each;
     the rest drawn at random (seeded). One item per (agent, row, repetition)."""
     rng = np.random.default_rng(seed)
-    seen: set[tuple[str, str, int]] = set()
-    strata: dict[str, list[ReviewItem]] = {PASS: [], FAIL: []}
+    first: dict[tuple[str, str, int], ReviewItem] = {}
     for item in items:
-        key = (item.agent, item.row_id, item.repetition)
-        if key in seen:
-            continue
-        seen.add(key)
-        strata[item.judge_status].append(item)
+        first.setdefault((item.agent, item.row_id, item.repetition), item)
     ordered: dict[str, list[ReviewItem]] = {}
-    for status, group in strata.items():
-        order = rng.permutation(len(group)) if group else np.array([], dtype=np.int64)
-        shuffled = [group[i] for i in order]
-        ordered[status] = [x for x in shuffled if x.disagrees] + [
-            x for x in shuffled if not x.disagrees
-        ]
+    for status in (PASS, FAIL):
+        group = [x for x in first.values() if x.judge_status == status]
+        shuffled = [group[i] for i in rng.permutation(len(group))]
+        ordered[status] = sorted(shuffled, key=lambda x: not x.disagrees)
     half = n // 2
     take_fail = min(len(ordered[FAIL]), max(half, n - len(ordered[PASS])))
     take_pass = min(len(ordered[PASS]), n - take_fail)

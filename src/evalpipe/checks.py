@@ -164,17 +164,13 @@ def tool_calls_present(item: EvalItem) -> CheckResult:
     key = (*map(_name, expected), None, *map(_name, item.function_calls))
     n = len(expected)
     if not _KEY_TYPES.issuperset(map(type, key)):  # a str subclass may print otherwise
-        return _present_result(*_calls_present(list(key[:n]), set(key[n + 1 :])))
+        return CheckResult(*_calls_present(list(key[:n]), set(key[n + 1 :])), "tool_calls_present")
     verdict = _PRESENT.get(key)
     if verdict is None:
         verdict = _calls_present(list(key[:n]), set(key[n + 1 :]))
         if len(_PRESENT) < _MEMO_LIMIT:
             _PRESENT[key] = verdict
-    return _present_result(*verdict)
-
-
-def _present_result(passed: bool, reason: str) -> CheckResult:
-    return CheckResult(passed, reason, "tool_calls_present")
+    return CheckResult(*verdict, "tool_calls_present")
 
 
 def tool_call_args_match(item: EvalItem) -> CheckResult:

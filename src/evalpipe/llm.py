@@ -9,10 +9,8 @@ evalpipe._internal.adaptive), reports token usage and latency per call, and goes
 response cache (evalpipe.cache) when one is given. API keys are held as secrets: they never appear
 in a repr, a log line or an error message.
 
-``ChatClient.complete_structured`` asks for an answer constrained by a JSON schema and negotiates
-how: OpenAI's ``json_schema`` (strict), then llama-cpp-python's ``json_object`` with a ``schema``,
-then a bare ``json_object``, then the prompt alone. It steps down only when the endpoint rejects
-the format (a 400/422 naming it), and remembers per endpoint, in the process, which form worked.
+``ChatClient.complete_structured`` asks for an answer constrained by a JSON schema in the strongest
+response format the endpoint takes (``ResponseFormatMode``), remembered per endpoint.
 """
 
 from __future__ import annotations
@@ -180,16 +178,6 @@ class ChatEndpoint(BaseModel):
         return self
 
     @property
-    def auth_header(self) -> str | None:
-        """The header the endpoint's own credential is sent in (None: it has none):
-        ``Authorization`` for a key (``Bearer``) or an Entra token, ``api-key`` for an Azure key."""
-        if self.entra:
-            return "Authorization"
-        if self.api_key is None and self.api_key_env is None:
-            return None
-        return "api-key" if self.api_type == "azure" else "Authorization"
-
-    @property
     def chat_url(self) -> str:
         """The URL requests are posted to."""
         if self.api_type == "azure" and self.azure_deployment:
@@ -229,18 +217,19 @@ def _check_auth_header(endpoint: ChatEndpoint, *, credential: bool) -> None:
     Raises:
         ValueError: naming the header and both sources, never a value.
     """
-    own = "Authorization" if credential else endpoint.auth_header
-    if own is None:
-        return
-    clash = next((h for h in endpoint.headers if h.lower() == own.lower()), None)
-    if clash is None:
-        return
+    own = "Authorization"
     if credential:
         source = "a credential (its Entra ID token)"
     elif endpoint.entra:
         source = "entra (its Entra ID token)"
-    else:
+    elif endpoint.api_key is not None or endpoint.api_key_env is not None:
         source = "api_key" if endpoint.api_key is not None else "api_key_env"
+        own = "api-key" if endpoint.api_type == "azure" else "Authorization"
+    else:
+        return  # the endpoint sends no credential of its own
+    clash = next((h for h in endpoint.headers if h.lower() == own.lower()), None)
+    if clash is None:
+        return
     raise ValueError(
         f"headers.{clash} and {source} would both set the {own} header; give the credential "
         f"once: {source} (sent as {'api-key: <key>' if own == 'api-key' else 'Authorization: Bearer ...'})"
@@ -644,35 +633,6 @@ class ChatClient:
             await self._http.aclose()
             self._http = None
 
-    def build_body(
-        self,
-        messages: Sequence[Mapping[str, Any]],
-        *,
-        tools: Sequence[Mapping[str, Any]] | None = None,
-        tool_choice: str | Mapping[str, Any] | None = None,
-        max_tokens: int | None = None,
-        response_format: Mapping[str, Any] | None = None,
-        extra: Mapping[str, Any] | None = None,
-    ) -> dict[str, Any]:
-        """The request body (with ``model``) for these messages and the endpoint's defaults."""
-        ep = self.endpoint
-        body: dict[str, Any] = {"model": ep.model, "messages": [dict(m) for m in messages]}
-        if ep.temperature is not None and not ep.is_reasoning_model:
-            body["temperature"] = ep.temperature
-        if ep.seed is not None:
-            body["seed"] = ep.seed
-        if max_tokens is not None:
-            body["max_completion_tokens" if ep.is_reasoning_model else "max_tokens"] = max_tokens
-        if tools:
-            body["tools"] = [dict(t) for t in tools]
-        if tool_choice is not None:
-            body["tool_choice"] = tool_choice
-        if response_format is not None:
-            body["response_format"] = dict(response_format)
-        if extra:
-            body.update(extra)
-        return body
-
     async def complete(
         self,
         messages: Sequence[Mapping[str, Any]],
@@ -690,15 +650,10 @@ class ChatClient:
         without a cache of its own reads the answer the run got earlier, and a request that goes
         out is admitted by the run's budget and counted in its spend.
 
-        Args:
-            messages: OpenAI-format messages.
-            tools: OpenAI-format tool definitions.
-            tool_choice: ``auto``, ``none``, ``required`` or a specific function.
-            max_tokens: the answer's token budget (``max_completion_tokens`` for reasoning models).
-            response_format: e.g. ``{"type": "json_object"}``.
-            repetition: which repetition this call belongs to; part of the cache key, so each
-                repetition records its own answer.
-            extra: more body fields, sent as given.
+        ``messages``, ``tools``, ``tool_choice`` and ``response_format`` are in OpenAI's form;
+        ``max_tokens`` goes out as ``max_completion_tokens`` to a reasoning model; ``repetition``
+        is part of the cache key (each repetition records its own answer); ``extra`` body fields
+        are sent as given.
 
         Raises:
             ChatHTTPError: an HTTP error that is not retried, or the last one after the retries.
@@ -707,14 +662,22 @@ class ChatClient:
             evalpipe.cache.CacheMissError: replay mode and no stored answer.
             evalpipe.spend.BudgetReached: the run's budget is spent (the request was not sent).
         """
-        body = self.build_body(
-            messages,
-            tools=tools,
-            tool_choice=tool_choice,
-            max_tokens=max_tokens,
-            response_format=response_format,
-            extra=extra,
-        )
+        ep = self.endpoint
+        body: dict[str, Any] = {"model": ep.model, "messages": [dict(m) for m in messages]}
+        if ep.temperature is not None and not ep.is_reasoning_model:
+            body["temperature"] = ep.temperature
+        if ep.seed is not None:
+            body["seed"] = ep.seed
+        if max_tokens is not None:
+            body["max_completion_tokens" if ep.is_reasoning_model else "max_tokens"] = max_tokens
+        if tools:
+            body["tools"] = [dict(t) for t in tools]
+        if tool_choice is not None:
+            body["tool_choice"] = tool_choice
+        if response_format is not None:
+            body["response_format"] = dict(response_format)
+        if extra:
+            body.update(extra)
         cache = self.cache if self.cache is not None and self.cache.enabled else None
         key_request = {**body, "repetition": repetition}
         meter = metering.get()
@@ -722,12 +685,12 @@ class ChatClient:
         if store is not None and (held := store.get(key_request)) is not None:
             response, stored_usage = held
             if meter is not None:  # paid by an earlier attempt of this run
-                meter.reuse("judge", self.endpoint.model, stored_usage)
+                meter.reuse("judge", ep.model, stored_usage)
             return _completion(response, stored_usage, 0.0, cached=True, attempts=0)
         if cache is not None and (entry := cache.get(key_request)) is not None:
             usage = dict(entry.usage) if entry.usage is not None else _usage(entry.response)
             return _completion(entry.response, usage, 0.0, cached=True, key=entry.key, attempts=0)
-        if self.endpoint.api_type == "azure" and self.endpoint.azure_deployment:
+        if ep.api_type == "azure" and ep.azure_deployment:
             body.pop("model", None)  # the deployment URL names the model
         admitted = False
 
@@ -748,12 +711,12 @@ class ChatClient:
                 raw, attempts = await self._post_with_retries(http, body, admit)
         except BaseException:
             if meter is not None and admitted:
-                meter.finish("judge", self.endpoint.model, None, answered=False)
+                meter.finish("judge", ep.model, None, answered=False)
             raise
         latency = time.perf_counter() - started
         usage = _usage(raw)
         if meter is not None and admitted:
-            meter.finish("judge", self.endpoint.model, usage)
+            meter.finish("judge", ep.model, usage)
         if store is not None:
             store.put(key_request, raw, usage)
         completion = _completion(raw, usage, latency, attempts=attempts)

@@ -1,11 +1,8 @@
 """``evalpipe calibrate RUN_DIR --labels FILE``: how far the run's judges agree with human labels.
 
-Prints, per (provider, agent, metric) with labels, n labelled / matched / errored, agreement, κ and
-F1 with their bootstrap intervals, the confusion matrix, and for numeric labels Spearman, Pearson
-and MAE; ``--json`` prints the same as a list of objects. The results are written to ``--output``
-(default: ``calibration.json`` beside the labels file), never into the run directory. ``--gate``
-evaluates gate clauses (``judge_agreement(relevance) >= 0.6``) on the run with these labels: exit 1
-when one fails.
+The results are written to ``--output`` (default: ``calibration.json`` beside the labels file),
+never into the run directory; ``--gate`` clauses are evaluated with these labels (exit 1 when one
+fails).
 """
 
 from __future__ import annotations
@@ -102,9 +99,7 @@ def _calibrate(args: argparse.Namespace) -> int:
             verdicts, labels, seed=args.seed, resamples=args.resamples, source=labels_path
         )
         manifest = read_manifest(str(args.run_dir))
-    except LabelsError as exc:
-        return fail(err, f"{exc}")
-    except (ArtifactError, SchemaVersionError) as exc:
+    except (LabelsError, ArtifactError, SchemaVersionError) as exc:
         return fail(err, str(exc))
     output = args.output or Path(args.labels).with_name(CALIBRATION_FILE)
     try:

@@ -20,6 +20,7 @@ import difflib
 import hashlib
 import json
 import re
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, cast, get_args
@@ -287,19 +288,14 @@ JUDGE_METRICS: dict[str, JudgeMetric] = {
 assert set(JUDGE_METRICS) == set(get_args(MetricName))
 
 
+_RATINGS: tuple[Rating, ...] = ("unacceptable", "poor", "average", "good", "exceptional")
+
+
 def rating_for(score: float | None) -> Rating:
     """The rating of a 1–5 score (None: ``inconclusive``)."""
     if score is None:
         return "inconclusive"
-    if score >= 5:
-        return "exceptional"
-    if score >= 4:
-        return "good"
-    if score >= 3:
-        return "average"
-    if score >= 2:
-        return "poor"
-    return "unacceptable"
+    return _RATINGS[sum(score >= bound for bound in (2, 3, 4, 5))]
 
 
 class JudgeVerdict(BaseModel):
@@ -536,15 +532,9 @@ REASON_MAX_CHARS = 160
 
 
 def verdict_schema(metric: JudgeMetric, *, bounded: bool = False) -> dict[str, Any]:
-    """The JSON schema of the metric's verdict: ``reasoning`` text or null, ``score`` an integer
-    of the metric's scale, ``reason`` a sentence; every property required and no others (OpenAI's
-    strict subset).
-
-    ``bounded=True`` adds what strict mode refuses but a grammar enforces: string lengths
-    (REASONING_MAX_CHARS, REASON_MAX_CHARS), so a grammar-constrained answer always ends within a
-    small token budget instead of being cut off mid-string. It goes out in ``json_object_schema``
-    mode (llama-cpp-python).
-    """
+    """The JSON schema of the metric's verdict, in OpenAI's strict subset; ``bounded=True`` adds
+    the string lengths strict mode refuses but a grammar enforces (``json_object_schema`` mode), so
+    a grammar-constrained answer ends within a small token budget instead of mid-string."""
     scale = list(range(1, len(metric.rubric) + 1))
     reasoning: dict[str, Any] = {"type": ["string", "null"]}
     reason: dict[str, Any] = {"type": "string"}
@@ -566,11 +556,8 @@ def verdict_schema(metric: JudgeMetric, *, bounded: bool = False) -> dict[str, A
 def structured_modes(
     structured_output: bool | Sequence[str], *, json_mode: bool = True
 ) -> tuple[ResponseFormatMode, ...]:
-    """The response-format modes a judge negotiates, strongest first.
-
-    ``True``: every mode (json_schema, json_object_schema, json_object, prompt). ``False``, or the
-    older ``json_mode=False``: the prompt alone (no ``response_format``). A list: those modes in
-    that order.
+    """The response-format modes a judge negotiates, strongest first (see
+    ``JudgeConfig.structured_output``).
 
     Raises:
         ValueError: for an unknown or repeated mode, an empty list, or ``json_mode=False`` with a
@@ -644,20 +631,11 @@ class JudgeEvaluator:
 
     Args:
         endpoint: the judge model's endpoint (a ChatEndpoint, or a dict of its fields).
-        metrics: metric names (default: relevance, coherence, task_adherence).
-        thresholds: pass thresholds per metric (1–5); a metric passes at ``score >= threshold``.
-        threshold: the threshold of metrics not in ``thresholds`` (default 4, "good").
+        max_concurrency, is_reasoning_model: override the endpoint's settings when given.
         cache: a response cache, a mapping of CacheConfig fields, or None.
-        max_concurrency: overrides the endpoint's bound on requests in flight.
-        is_reasoning_model: the judge is a reasoning model (no temperature;
-            ``max_completion_tokens``); overrides the endpoint's setting when given.
-        max_tokens: the judge answer's token budget.
-        structured_output: ask for a schema-constrained verdict, negotiating the form the endpoint
-            takes (True, the default: json_schema, then json_object_schema, json_object, prompt);
-            False: the prompt alone; or a list of modes to try in that order.
-        json_mode: the older switch: False is ``structured_output=False``.
         credential: an azure-identity credential for Entra authentication.
-        name: the provider name in results.
+        metrics, thresholds, threshold, max_tokens, structured_output, json_mode, name: as
+            :class:`JudgeConfig`'s fields (a metric passes at ``score >= threshold``).
 
     Raises:
         ValueError: for an unknown metric, a threshold outside 1–5 or for a metric not evaluated.
@@ -709,10 +687,7 @@ class JudgeEvaluator:
         self.name = name
 
     def __repr__(self) -> str:
-        return (
-            f"JudgeEvaluator(model={self.endpoint.model!r}, "
-            f"metrics={[m.name for m in self.metrics]!r})"
-        )
+        return f"JudgeEvaluator(model={self.endpoint.model!r}, metrics={self.metric_names!r})"
 
     @property
     def metric_names(self) -> list[str]:
@@ -728,7 +703,7 @@ class JudgeEvaluator:
         config: dict[str, Any] = self.endpoint.model_dump(
             exclude_defaults=True, exclude={"api_key", "headers"}
         )
-        config["metrics"] = [m.name for m in self.metrics]
+        config["metrics"] = self.metric_names
         if self.thresholds:
             config["thresholds"] = dict(self.thresholds)
         if self.default_threshold != 4.0:
@@ -875,10 +850,9 @@ class JudgeEvaluator:
         results: list[EvalItemResult] = []
         for index, (item, row) in enumerate(zip(items, outcomes, strict=True)):
             scores = [s for s in row if s is not None]  # none for an item whose target failed
-            usage: dict[str, int] = {}
+            usage: Counter[str] = Counter()
             for score in scores:
-                for key, value in (score.token_usage or {}).items():
-                    usage[key] = usage.get(key, 0) + value
+                usage.update(score.token_usage or {})
             status = ERROR if item.error_code else item_status(scores)
             error_code, error_message = (
                 (item.error_code, item.error_message) if item.error_code else (None, None)
@@ -901,7 +875,7 @@ class JudgeEvaluator:
                     scores=scores,
                     error_code=error_code,
                     error_message=error_message,
-                    token_usage=usage or None,
+                    token_usage=dict(usage) or None,
                     input_text=query,
                     output_text=response,
                     metadata=item.result_metadata(),
@@ -910,7 +884,7 @@ class JudgeEvaluator:
         return make_results(
             self.name,
             results,
-            metrics=[m.name for m in self.metrics],
+            metrics=self.metric_names,
             input_items=items,
             eval_id="judge",
             run_id=eval_name,

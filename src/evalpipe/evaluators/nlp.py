@@ -3,9 +3,11 @@
 Text overlap with one or more references (``bleu``, ``gleu``, ``token_f1``), a fact the response
 must state (``expected_fact_check``), the tool-call trajectory against the expected calls
 (``task_navigation_efficiency``) and tool results free of errors (``tool_call_success``). Each
-gives a check (``EvalItem -> CheckResult``) with a float score; the text metrics are on a 0-1
-scale and pass at ``score >= threshold``. A reference the item lacks is an error of that item
-(``CheckError``, naming what to provide), never a silent 0. See docs/evaluators.md.
+gives a check (``EvalItem -> CheckResult``) with a float score. The text metrics are on a 0-1
+scale and take ``threshold`` (pass at ``score >= threshold``; a ValueError outside [0, 1]),
+``references_from`` (see ``ReferenceSource``; a ValueError for an unknown one), ``name`` (the
+metric's) and, for BLEU and GLEU, ``lowercase``. A reference the item lacks is an error of that
+item (``CheckError``, naming what to provide), never a silent 0. See docs/evaluators.md.
 """
 
 from __future__ import annotations
@@ -15,9 +17,9 @@ import re
 import string
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Literal, get_args
+from typing import Any, Literal
 
-from evalpipe.checks import CheckResult, EvalCheck
+from evalpipe.checks import CheckResult, EvalCheck, _named
 from evalpipe.items import EvalItem, ExpectedToolCall
 from evalpipe.messages import FunctionCallContent, FunctionResultContent
 
@@ -53,12 +55,6 @@ class MissingReferenceError(ValueError):
 
     Raised inside a check, so ``LocalEvaluator`` reports that item as errored (``CheckError``).
     """
-
-
-def _named(fn: Callable[[EvalItem], CheckResult], name: str) -> EvalCheck:
-    fn.__name__ = name
-    fn.__qualname__ = name
-    return fn
 
 
 def _check_threshold(threshold: float, metric: str) -> float:
@@ -189,15 +185,6 @@ def bleu(
     sacrebleu's sentence BLEU: 13a tokenisation, exponential smoothing, effective order. Several
     references are scored jointly (clipped counts use the best reference; the brevity penalty the
     closest length), as BLEU defines.
-
-    Args:
-        threshold: the item passes at ``score >= threshold``.
-        references_from: where the references are (see ``ReferenceSource``).
-        lowercase: compare case-insensitively.
-        name: the check (metric) name.
-
-    Raises:
-        ValueError: for a threshold outside [0, 1] or an unknown ``references_from``.
     """
     from sacrebleu import sentence_bleu  # lazy: sacrebleu, ~0.3 s, only for suites that use BLEU
 
@@ -228,15 +215,6 @@ def gleu(
     the two n-gram totals, so it punishes missing and extra words alike. With several references the
     best one counts (nltk's rule). Texts are tokenised with sacrebleu's 13a tokenizer, as BLEU here:
     nltk's own word tokenizer needs a data download.
-
-    Args:
-        threshold: the item passes at ``score >= threshold``.
-        references_from: where the references are (see ``ReferenceSource``).
-        lowercase: compare case-insensitively.
-        name: the check (metric) name.
-
-    Raises:
-        ValueError: for a threshold outside [0, 1] or an unknown ``references_from``.
     """
     from nltk.translate.gleu_score import sentence_gleu  # lazy: nltk loads scipy, ~1.5 s
     from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a  # lazy: only for GLEU suites
@@ -291,14 +269,6 @@ def token_f1(
     split on whitespace); precision is the share of response tokens found in the reference, recall
     the share of reference tokens found in the response, counting repeats. With several references
     the best F1 counts. Precision, recall and the reference used are in the metric's ``sample``.
-
-    Args:
-        threshold: the item passes at ``score >= threshold``.
-        references_from: where the references are (see ``ReferenceSource``).
-        name: the check (metric) name.
-
-    Raises:
-        ValueError: for a threshold outside [0, 1] or an unknown ``references_from``.
     """
 
     def measure(response: str, refs: list[str]) -> tuple[float, str, dict[str, Any]]:
@@ -356,15 +326,10 @@ def expected_fact_check(pattern: str | None = None, *, name: str = "expected_fac
             regex = _compile_fact(raw, f"metadata['{_FACT_KEY}']")
         match = regex.search(item.response)
         if match is None:
-            return CheckResult(
-                False,
-                f"Expected fact not found: /{regex.pattern}/i does not match the response",
-                name,
-                0.0,
-            )
-        return CheckResult(
-            True, f"Expected fact found: /{regex.pattern}/i matched {match.group(0)!r}", name, 1.0
-        )
+            reason = f"Expected fact not found: /{regex.pattern}/i does not match the response"
+        else:
+            reason = f"Expected fact found: /{regex.pattern}/i matched {match.group(0)!r}"
+        return CheckResult(match is not None, reason, name, float(match is not None))
 
     return _named(check, name)
 
@@ -463,10 +428,9 @@ def task_navigation_efficiency(
     Raises:
         ValueError: for an unknown mode.
     """
-    modes = get_args(NavigationMode)
-    if mode not in modes:
+    if mode not in _MODES:
         raise ValueError(
-            f"task_navigation_efficiency mode must be one of {list(modes)}, got {mode!r}"
+            f"task_navigation_efficiency mode must be one of {list(_MODES)}, got {mode!r}"
         )
     decide = _MODES[mode]
 

@@ -125,6 +125,15 @@ def names() -> list[str]:
     return sorted(ENTRIES)
 
 
+def _unknown(name: str, where: str) -> RegistryError:
+    close = difflib.get_close_matches(name, list(ENTRIES), n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return RegistryError(
+        f"{where}: unknown evaluator {name!r}{hint}; use one of {', '.join(names())}, or an "
+        "import path 'package.module:name'"
+    )
+
+
 def _call(factory: Callable[..., Any], value: Any, where: str) -> Any:
     try:
         if value is None:
@@ -176,12 +185,7 @@ def build(name: str, value: Any = None, *, where: str = "evaluator") -> Any:
             raise RegistryError(f"{where}: {name!r} takes no arguments; write it as a plain name")
         return obj
     if ":" not in name:
-        close = difflib.get_close_matches(name, list(ENTRIES), n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise RegistryError(
-            f"{where}: unknown evaluator {name!r}{hint}; use one of {', '.join(names())}, or an "
-            "import path 'package.module:name'"
-        )
+        raise _unknown(name, where)
     try:
         obj = load_object(name, what="evaluator")
     except ValueError as exc:
@@ -230,12 +234,9 @@ def parse_cli(spec: str) -> Any:
         try:
             return build(spec, where=where)  # an import path, or an unknown name
         except RegistryError:
-            close = difflib.get_close_matches(name, list(ENTRIES), n=1)
-            if sep and close:  # more likely a misspelt built-in than a missing module
-                raise RegistryError(
-                    f"{where}: unknown evaluator {name!r} (did you mean {close[0]!r}?); use one "
-                    f"of {', '.join(names())}, or an import path 'package.module:name'"
-                ) from None
+            # more likely a misspelt built-in than a missing module
+            if sep and difflib.get_close_matches(name, list(ENTRIES), n=1):
+                raise _unknown(name, where) from None
             raise
     entry = ENTRIES[name]
     if entry.kind == "provider":

@@ -65,8 +65,7 @@ def review_form(items: Sequence[ReviewItem]) -> type[RunInput]:
             str,
             Field(default="", title=f"Item {number}: note (optional)"),
         )
-    model: type[RunInput] = create_model("ReviewInput", __base__=RunInput, **fields)
-    return model
+    return create_model("ReviewInput", __base__=RunInput, **fields)
 
 
 def review_markdown(items: Sequence[ReviewItem], metric: str, *, show_verdict: bool) -> str:
