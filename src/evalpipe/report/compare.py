@@ -24,6 +24,7 @@ from evalpipe.escape import markdown, plain, terminal
 from evalpipe.report.data import (
     Disagreement,
     attach_scored,
+    manifest_part,
     metric_kinds,
     query_disagreements,
     records,
@@ -136,11 +137,8 @@ class Comparison:
 
 
 def _suite_name(run_dir: Any, filesystem: Any) -> str:
-    manifest = read_manifest(run_dir, filesystem=filesystem)
-    suite = manifest.get("suite")
-    if isinstance(suite, dict) and suite.get("name"):
-        return str(suite["name"])
-    return os.path.basename(str(run_dir).rstrip("/"))
+    name = manifest_part(read_manifest(run_dir, filesystem=filesystem), "suite").get("name")
+    return str(name) if name else os.path.basename(str(run_dir).rstrip("/"))
 
 
 _KEY = ", ".join(PAIRING_KEY)

@@ -37,6 +37,7 @@ from evalpipe.report.data import (
     attach_tables,
     item_detail,
     load_report_data,
+    manifest_part,
     records,
     run_tables,
 )
@@ -616,10 +617,6 @@ class TrendChart:
         return [(p.x, p.started_at.strftime("%m-%d %H:%M")) for p in picks if p.started_at]
 
 
-def _fmt(value: float, measure: str) -> str:
-    return f"{value:.1%}" if measure == "pass rate" else f"{value:.3g}"
-
-
 def _x(chart: TrendChart, i: int, runs: int) -> float:
     """Where run ``i`` of ``runs`` (oldest first) is on a chart's x axis."""
     span = chart.width - 2 * chart.pad
@@ -634,27 +631,23 @@ def trend_charts(entries: Sequence[RunEntry]) -> list[TrendChart]:
     for i, entry in enumerate(runs):
         for row in entry.info.rows:
             name = "items" if row.kind == "result" else str(row.metric)
-            if row.pass_rate is not None:
-                series.setdefault((row.provider, row.agent, name, "pass rate"), []).append(
-                    (i, row.pass_rate)
-                )
-            if row.kind == "metric" and row.score_mean is not None:
-                series.setdefault((row.provider, row.agent, name, "mean score"), []).append(
-                    (i, row.score_mean)
-                )
+            mean = row.score_mean if row.kind == "metric" else None
+            for measure, value in (("pass rate", row.pass_rate), ("mean score", mean)):
+                if value is not None:
+                    series.setdefault((row.provider, row.agent, name, measure), []).append(
+                        (i, value)
+                    )
     baseline = next((i for i, e in enumerate(runs) if e.info.baseline), None)
     charts = []
     for (provider, agent, metric, measure), values in series.items():
         ys = [v for _, v in values]
-        if measure == "pass rate":
-            low, high = 0.0, 1.0
-        else:
-            low, high = min(0.0, min(ys)), max(1.0, max(ys))
+        rate = measure == "pass rate"
+        low, high = (0.0, 1.0) if rate else (min(0.0, *ys), max(1.0, *ys))
         chart = TrendChart(provider, agent, metric, measure, low, high)
         span_y = chart.height - 2 * chart.pad + 10
         for i, v in values:
             y = chart.pad - 10 + span_y * (1 - (v - low) / ((high - low) or 1.0))
-            label = f"{runs[i].run_name}: {_fmt(v, measure)}"
+            label = f"{runs[i].run_name}: {v:.1%}" if rate else f"{runs[i].run_name}: {v:.3g}"
             chart.points.append(
                 TrendPoint(
                     _x(chart, i, len(runs)), y, v, runs[i].run_name, label, runs[i].info.started_at
@@ -685,21 +678,15 @@ class Catalog:
         key = (info.location, started)
         if key not in self._tags:
             manifest = read_manifest(info.location)
-            suite = manifest.get("suite")
-            tags = suite.get("tags") if isinstance(suite, dict) else None
-            timings = manifest.get("timings")
-            finished = timings.get("finished_at") if isinstance(timings, dict) else None
-            stamp = str(manifest.get("ended_at") or finished)
+            finished = manifest_part(manifest, "timings").get("finished_at")
             flow_run_id = manifest.get("flow_run_id")
-            evaluators = json.dumps(manifest.get("evaluator_specs"), sort_keys=True)
             self._tags[key] = (
-                tuple(str(t) for t in tags or ()),
-                stamp,
+                tuple(str(t) for t in manifest_part(manifest, "suite").get("tags") or ()),
+                str(manifest.get("ended_at") or finished),
                 str(flow_run_id) if flow_run_id else None,
-                evaluators,
+                json.dumps(manifest.get("evaluator_specs"), sort_keys=True),
             )
-        tags, stamp, flow_run_id, evaluators = self._tags[key]
-        return RunEntry(info, tags, stamp, flow_run_id, evaluators)
+        return RunEntry(info, *self._tags[key])
 
     def runs(self, *, suite: str | None = None, tag: str | None = None) -> list[RunEntry]:
         """Every finished run, newest first; ``suite`` / ``tag`` keep those of a suite / tag.
