@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import io
 import json
 import sys
 from collections.abc import Sequence
@@ -121,8 +120,8 @@ def _print_rates(runs: Sequence[RunInfo], console: Console) -> None:
     console.print()
 
 
-def _csv(runs: Sequence[RunInfo]) -> str:
-    """One line per run: its fields, then a pass rate per provider/agent/metric (``items``: the
+def _csv(runs: Sequence[RunInfo]) -> None:
+    """Print one line per run: its fields, then a pass rate per provider/agent/metric (``items``: the
     agent's items) and its denominator."""
     series = _series(runs)
     keys = [(p, a, c) for (p, a), columns in series.items() for c in columns]
@@ -130,8 +129,7 @@ def _csv(runs: Sequence[RunInfo]) -> str:
     head += ["baseline", "location"]
     for p, a, c in keys:
         head += [f"{p}/{a}/{c} pass_rate", f"{p}/{a}/{c} denominator"]
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
+    writer = csv.writer(sys.stdout, lineterminator="\n")
     writer.writerow(head)
     for run in runs:
         by_key = {_key(r): r for r in run.rows}
@@ -151,7 +149,6 @@ def _csv(runs: Sequence[RunInfo]) -> str:
             rate = None if row is None else row.pass_rate
             line += ["" if rate is None else rate, "" if row is None else row.pass_rate_denominator]
         writer.writerow(line)
-    return buffer.getvalue()
 
 
 def _history(args: argparse.Namespace) -> int:
@@ -167,7 +164,7 @@ def _history(args: argparse.Namespace) -> int:
         sys.stdout.write(json.dumps([r.as_dict() for r in runs], indent=2) + "\n")
         return EXIT_OK
     if args.format == "csv":
-        sys.stdout.write(_csv(runs))
+        _csv(runs)
         return EXIT_OK
     if not runs:
         which = f" of suite {args.suite!r}" if args.suite else ""

@@ -185,11 +185,12 @@ SELECT provider, agent, metric,
        count(*) FILTER (a_verdict AND b_verdict) AS verdict_pairs,
        list(b_score - a_score) FILTER (scored_both) AS differences,
        avg(a_score) FILTER (scored_both) AS a_mean,
-       avg(b_score) FILTER (scored_both) AS b_mean
+       avg(b_score) FILTER (scored_both) AS b_mean,
+       sum(n_a + n_b) - count(*) FILTER (in_a) - count(*) FILTER (in_b) AS duplicates
 FROM j GROUP BY ALL ORDER BY provider, agent, metric
 """
-"""Per provider, agent and metric: the paired counts, and the paired verdicts and scores the
-tests read."""
+"""Per provider, agent and metric: the paired counts, the paired verdicts and scores the tests
+read, and the scores left out because their key repeated in a run."""
 
 _FLIPS_SQL = f"""
 SELECT CASE WHEN a_status = 'pass' THEN 'regression' ELSE 'improvement' END AS kind,
@@ -221,10 +222,6 @@ def compare_runs(
         attach_scored(con, run_a, "scored_a", filesystem=filesystem)
         attach_scored(con, run_b, "scored_b", filesystem=filesystem)
         con.execute(f"CREATE TEMP TABLE paired AS {_PAIRED_SQL}")
-        dup_a, dup_b = con.execute(
-            "SELECT coalesce(sum(n_a) - count(*) FILTER (in_a), 0), "
-            "coalesce(sum(n_b) - count(*) FILTER (in_b), 0) FROM paired"
-        ).fetchone() or (0, 0)
         rows = records(con, _METRICS_SQL)
         flips = [Flip(**r) for r in records(con, _FLIPS_SQL, {"room": max(max_flips, 0)})]
         found = {
@@ -233,6 +230,7 @@ def compare_runs(
         }
     finally:
         con.close()
+    duplicates = sum(int(r.pop("duplicates")) for r in rows)
     metrics = [
         MetricComparison(
             **{k: r[k] for k in r if k not in ("verdict_pairs", "differences")},
@@ -252,7 +250,7 @@ def compare_runs(
         flips_total=total,
         disagreements_a=found["scored_a"],
         disagreements_b=found["scored_b"],
-        duplicates=int(dup_a) + int(dup_b),
+        duplicates=duplicates,
     )
 
 

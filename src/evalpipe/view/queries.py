@@ -49,7 +49,6 @@ __all__ = [
     "Catalog",
     "MetricColumn",
     "NotFound",
-    "ProviderCost",
     "RunEntry",
     "SampleIndex",
     "SamplePage",
@@ -158,19 +157,6 @@ class MetricColumn:
     metric: str
     label: str
     """The metric's name, with its provider when two providers share the name."""
-
-
-@dataclass(frozen=True, slots=True)
-class ProviderCost:
-    """What an evaluator provider spent on the run (judge cost): tokens and seconds."""
-
-    provider: str
-    scores: int
-    input_tokens: int | None
-    output_tokens: int | None
-    total_tokens: int | None
-    latency_s: float | None
-    """Seconds spent computing the provider's metrics, summed."""
 
 
 @dataclass(slots=True)
@@ -341,23 +327,14 @@ class SampleIndex:
         con.execute(_SCORE_ROWS_SQL)
         con.execute("DROP VIEW items; DROP VIEW scores")
         con.execute(_METRICS_SQL)
-        pairs = con.execute("SELECT provider, metric, k FROM metric_columns ORDER BY k").fetchall()
-        names = [metric for _, metric, _ in pairs]
         self.metrics: list[MetricColumn] = [
-            MetricColumn(
-                f"m{k}",
-                provider,
-                metric,
-                metric if names.count(metric) == 1 else f"{metric} ({provider})",
-            )
-            for provider, metric, k in pairs
+            MetricColumn(f"m{k}", provider, metric, metric if alone else f"{metric} ({provider})")
+            for provider, metric, k, alone in con.execute(
+                "SELECT *, count(*) OVER (PARTITION BY metric) = 1 FROM metric_columns ORDER BY k"
+            ).fetchall()
         ]
-        con.execute(
-            _INDEX_SQL.format(
-                rank=VERDICT_RANK_SQL,
-                metrics="".join(_METRIC_COLUMN_SQL.format(k=int(k)) for _, _, k in pairs),
-            )
-        )
+        columns = "".join(_METRIC_COLUMN_SQL.format(k=k) for k in range(len(self.metrics)))
+        con.execute(_INDEX_SQL.format(rank=VERDICT_RANK_SQL, metrics=columns))
         self.agents: list[str] = [
             a
             for (a,) in con.execute(
@@ -559,14 +536,15 @@ FROM scores WHERE metric IS NOT NULL
 GROUP BY provider_index, provider
 ORDER BY provider_index
 """
-"""What each provider's metric rows spent: tokens and seconds summed."""
+"""What each evaluator provider's metric rows spent on the run (judge cost): its scores, their
+tokens and the seconds spent computing them, summed."""
 
 
-def _cost(location: str) -> list[ProviderCost]:
+def _cost(location: str) -> list[dict[str, Any]]:
     columns = ["provider", "provider_index", "metric", "input_tokens", "output_tokens"]
     con = run_tables(location, {"scores": [*columns, "total_tokens", "latency_s"]})
     try:
-        return [ProviderCost(**r) for r in records(con, _COST_SQL)]
+        return records(con, _COST_SQL)
     finally:
         con.close()
 
@@ -668,7 +646,7 @@ class Catalog:
         self._tags: dict[tuple[str, str], tuple[tuple[str, ...], str, str | None, str]] = {}
         self._reports: _Lru[tuple[str, str], RunReport] = _Lru(cache_size)
         self._samples: _Lru[tuple[str, str], SampleIndex] = _Lru(cache_size)
-        self._costs: _Lru[tuple[str, str], list[ProviderCost]] = _Lru(cache_size * 4)
+        self._costs: _Lru[tuple[str, str], list[dict[str, Any]]] = _Lru(cache_size * 4)
         self._comparisons: _Lru[tuple[str, str, str, str], Comparison] = _Lru(cache_size)
         self._listing: tuple[float, list[RunEntry], list[DamagedRun]] | None = None
         self._listing_lock = threading.Lock()
@@ -760,7 +738,7 @@ class Catalog:
     def samples(self, entry: RunEntry) -> SampleIndex:
         return self._samples.get((entry.location, entry.stamp), lambda: SampleIndex(entry.location))
 
-    def costs(self, entry: RunEntry) -> list[ProviderCost]:
+    def costs(self, entry: RunEntry) -> list[dict[str, Any]]:
         return self._costs.get((entry.location, entry.stamp), lambda: _cost(entry.location))
 
     def compare(self, a: RunEntry, b: RunEntry) -> Comparison:
