@@ -34,7 +34,6 @@ from evalpipe.spend import Spend, spend_text
 from evalpipe.tally import OVERALL, CallTally
 
 __all__ = [
-    "FOUNDRY_PROVIDER",
     "ITEM_ROWS_SQL",
     "VERDICT_RANK_SQL",
     "Bin",
@@ -56,20 +55,16 @@ __all__ = [
     "item_detail",
     "load_report_data",
     "manifest_part",
-    "message_views",
     "metric_kinds",
     "query_disagreements",
     "records",
     "run_tables",
-    "score_view",
     "scored_connection",
 ]
 
 MetricKind = Literal["judge", "check", "other"]
 """judge: an LLM judge's metric (JudgeEvaluator, Microsoft Foundry); check: a local check run
 in-process (LocalEvaluator); other: any other provider."""
-
-FOUNDRY_PROVIDER = "Microsoft Foundry"
 
 
 def classify_metric(provider: str, has_rating: bool) -> MetricKind:
@@ -80,7 +75,7 @@ def classify_metric(provider: str, has_rating: bool) -> MetricKind:
     Foundry" (with an agent scope appended when the suite scopes it: "Microsoft Foundry
     (researcher)"); LocalEvaluator's provider is "Local" (or "Local (scope)").
     """
-    if has_rating or provider.startswith(FOUNDRY_PROVIDER):
+    if has_rating or provider.startswith("Microsoft Foundry"):
         return "judge"
     if provider == "Local" or provider.startswith("Local ("):
         return "check"
@@ -721,7 +716,7 @@ def _cut(text: str | None, where: str = "items.parquet") -> str | None:
     )
 
 
-def message_views(conversation: str | None) -> list[MessageView]:
+def _message_views(conversation: str | None) -> list[MessageView]:
     """An item's conversation (items.parquet's JSON) as the drill-down shows it: texts, tool
     calls and results, each cut at MAX_TEXT characters, at most MAX_MESSAGES messages."""
     data = _loads(conversation)
@@ -757,7 +752,7 @@ def message_views(conversation: str | None) -> list[MessageView]:
     return out
 
 
-def score_view(r: dict[str, Any]) -> ScoreView:
+def _score_view(r: dict[str, Any]) -> ScoreView:
     """One scores.parquet row as the drill-down shows it (an item's error on its no-metric row)."""
     diagnostics = _loads(r["diagnostics"]) or []
     dimensions = _loads(r["dimensions"]) or []
@@ -828,8 +823,8 @@ def item_detail(
         context=text(item.get("context")),
         error_code=item.get("error_code") or first.get("item_error_code"),
         error_message=text(item.get("error_message") or first.get("item_error_message")),
-        messages=message_views(item.get("conversation")),
-        scores=[score_view(dict(r)) for r in scores],
+        messages=_message_views(item.get("conversation")),
+        scores=[_score_view(dict(r)) for r in scores],
         verdict=index["verdict"],
     )
 
