@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
@@ -325,43 +326,34 @@ def render_terminal(comparison: Comparison, console: Console, *, max_flips: int 
     for table in _tables(c):
         console.print(table)
         console.print()
+    say = partial(console.print, markup=False, highlight=False)
     if any(m.mcnemar.p_value is None or m.wilcoxon.p_value is None for m in c.metrics):
-        console.print(
-            f"p: - when there are fewer than {MIN_PAIRS} pairs (no test is made)", highlight=False
-        )
-    unpaired = [m for m in c.metrics if m.only_a or m.only_b]
-    for m in unpaired:
-        console.print(
-            f"not paired: {plain(m.agent)} · {plain(m.metric)} ({plain(m.provider)}): {m.only_a} in A only, "
-            f"{m.only_b} in B only",
-            markup=False,
-            highlight=False,
-        )
+        say(f"p: - when there are fewer than {MIN_PAIRS} pairs (no test is made)")
+    for m in c.metrics:
+        if m.only_a or m.only_b:
+            say(
+                f"not paired: {plain(m.agent)} · {plain(m.metric)} ({plain(m.provider)}): "
+                f"{m.only_a} in A only, {m.only_b} in B only"
+            )
     shown = c.flips[:max_flips]
     if shown:
-        console.print("flips (A → B):", style="bold", highlight=False)
+        say("flips (A → B):", style="bold")
     for flip in shown:
-        console.print(
+        say(
             f"  {flip.kind:<11} {plain(flip.agent)} · {plain(flip.metric)} · row {plain(flip.row)}"
             f" rep {flip.repetition} ({plain(flip.provider)}): {_num(flip.a_score)} →"
-            f" {_num(flip.b_score)}",
-            markup=False,
-            highlight=False,
+            f" {_num(flip.b_score)}"
         )
     if c.flips_total > len(shown):
-        console.print(
-            f"  ... and {c.flips_total - len(shown)} more flips (all of them: --markdown or --html)",
-            highlight=False,
+        say(
+            f"  ... and {c.flips_total - len(shown)} more flips (all of them: --markdown or --html)"
         )
     for label, found in (("A", c.disagreements_a), ("B", c.disagreements_b)):
         for d in found:
-            console.print(
+            say(
                 f"judge vs check in {label}: {plain(d.agent)} {plain(d.check)} vs "
-                f"{plain(d.judge)}: "
-                f"{d.check_pass_judge_fail} check-pass/judge-fail, {d.check_fail_judge_pass} "
-                f"check-fail/judge-pass of {d.pairs}",
-                markup=False,
-                highlight=False,
+                f"{plain(d.judge)}: {d.check_pass_judge_fail} check-pass/judge-fail, "
+                f"{d.check_fail_judge_pass} check-fail/judge-pass of {d.pairs}"
             )
     verdict = "[red]regressions[/]" if c.has_regressions else "[green]no regressions[/]"
     console.print(f"{verdict}: {c.regressions} regression(s), {c.improvements} improvement(s)")

@@ -370,14 +370,14 @@ class _Pages:
             groups: dict[tuple[str, str], list[Any]] = {}
             for chart in trend_charts(members):
                 groups.setdefault((chart.provider, chart.agent), []).append(chart)
-            providers = sorted({r.provider for e in members for r in e.info.rows})
+            providers = sorted({r.provider for e in members for r in e.rows})
             shown.append(
                 {
                     "number": number,
                     "runs": members,
                     "providers": providers,
                     "groups": list(groups.items()),
-                    "baseline": next((e for e in members if e.info.baseline), None),
+                    "baseline": next((e for e in members if e.baseline), None),
                 }
             )
         return self.render("trends.html.j2", suite=suite, runs=runs, sets=shown)

@@ -16,7 +16,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any, Generic, TypeVar
 
@@ -111,12 +111,11 @@ class _Lru(Generic[K, V]):
 
 
 @dataclass(frozen=True, slots=True)
-class RunEntry:
-    """One finished run under the served directory."""
+class RunEntry(RunInfo):
+    """One finished run under the served directory, with what the view reads of its manifest."""
 
-    info: RunInfo
-    tags: tuple[str, ...]
-    stamp: str
+    tags: tuple[str, ...] = ()
+    stamp: str = ""
     """What changes when the run directory is written again (its manifest's end time)."""
     flow_run_id: str | None = None
     """The Prefect flow run that made the run (the manifest's ``flow_run_id``), if recorded."""
@@ -125,26 +124,14 @@ class RunEntry:
     same set are comparable on a trend)."""
 
     @property
-    def suite(self) -> str:
-        return self.info.suite
-
-    @property
-    def run_name(self) -> str:
-        return self.info.run_name
-
-    @property
-    def location(self) -> str:
-        return self.info.location
-
-    @property
     def key(self) -> str:
         """``suite/run_name``: how the compare page names a run."""
-        return f"{self.info.suite}/{self.info.run_name}"
+        return f"{self.suite}/{self.run_name}"
 
     @property
     def results(self) -> list[Any]:
         """summary.parquet's result rows (one per provider and agent)."""
-        return [r for r in self.info.rows if r.kind == "result"]
+        return [r for r in self.rows if r.kind == "result"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -479,16 +466,6 @@ class SampleIndex:
             out.setdefault(hit["_pos"], []).append((label, hit["status"], why))
         return out
 
-    def _item(self, agent: str, item_id: str) -> dict[str, Any]:
-        hit = self._rows(
-            "SELECT _pos, row, repetition, _rank FROM idx WHERE agent = ? AND item_id = ? "
-            "ORDER BY _pos LIMIT 1",
-            [agent, item_id],
-        )
-        if not hit:
-            raise NotFound(f"no item {item_id!r} of agent {agent!r}")
-        return hit[0]
-
     def find_row(self, agent: str, row: str, repetition: int) -> str | None:
         """The item id of an agent's item on a dataset row and repetition, or None."""
         hit = self._rows(
@@ -505,7 +482,14 @@ class SampleIndex:
         Raises:
             NotFound: when the run has no such item.
         """
-        index = self._item(agent, item_id)
+        hit = self._rows(
+            "SELECT _pos, row, repetition, _rank FROM idx WHERE agent = ? AND item_id = ? "
+            "ORDER BY _pos LIMIT 1",
+            [agent, item_id],
+        )
+        if not hit:
+            raise NotFound(f"no item {item_id!r} of agent {agent!r}")
+        index = hit[0]
         [item] = read_rows(self.location, "items", [index["_pos"]])
         positions = [
             r["_spos"]
@@ -604,10 +588,10 @@ def _x(chart: TrendChart, i: int, runs: int) -> float:
 def trend_charts(entries: Sequence[RunEntry]) -> list[TrendChart]:
     """Per provider, agent and metric (and per agent's items): its pass rate and its mean score
     over ``entries`` (one suite's runs), oldest first, with the baseline's position."""
-    runs = sorted(entries, key=lambda e: (e.info.started_at is None, e.info.started_at, e.run_name))
+    runs = sorted(entries, key=lambda e: (e.started_at is None, e.started_at, e.run_name))
     series: dict[tuple[str, str, str, str], list[tuple[int, float]]] = {}
     for i, entry in enumerate(runs):
-        for row in entry.info.rows:
+        for row in entry.rows:
             name = "items" if row.kind == "result" else str(row.metric)
             mean = row.score_mean if row.kind == "metric" else None
             for measure, value in (("pass rate", row.pass_rate), ("mean score", mean)):
@@ -615,7 +599,7 @@ def trend_charts(entries: Sequence[RunEntry]) -> list[TrendChart]:
                     series.setdefault((row.provider, row.agent, name, measure), []).append(
                         (i, value)
                     )
-    baseline = next((i for i, e in enumerate(runs) if e.info.baseline), None)
+    baseline = next((i for i, e in enumerate(runs) if e.baseline), None)
     charts = []
     for (provider, agent, metric, measure), values in series.items():
         ys = [v for _, v in values]
@@ -628,7 +612,7 @@ def trend_charts(entries: Sequence[RunEntry]) -> list[TrendChart]:
             label = f"{runs[i].run_name}: {v:.1%}" if rate else f"{runs[i].run_name}: {v:.3g}"
             chart.points.append(
                 TrendPoint(
-                    _x(chart, i, len(runs)), y, v, runs[i].run_name, label, runs[i].info.started_at
+                    _x(chart, i, len(runs)), y, v, runs[i].run_name, label, runs[i].started_at
                 )
             )
         if baseline is not None:
@@ -643,7 +627,7 @@ class Catalog:
 
     def __init__(self, root: str, *, cache_size: int = 4) -> None:
         self.root = root
-        self._tags: dict[tuple[str, str], tuple[tuple[str, ...], str, str | None, str]] = {}
+        self._manifests: dict[tuple[str, str], dict[str, Any]] = {}
         self._reports: _Lru[tuple[str, str], RunReport] = _Lru(cache_size)
         self._samples: _Lru[tuple[str, str], SampleIndex] = _Lru(cache_size)
         self._costs: _Lru[tuple[str, str], list[dict[str, Any]]] = _Lru(cache_size * 4)
@@ -654,17 +638,18 @@ class Catalog:
     def _entry(self, info: RunInfo) -> RunEntry:
         started = "" if info.started_at is None else info.started_at.isoformat()
         key = (info.location, started)
-        if key not in self._tags:
+        if key not in self._manifests:
             manifest = read_manifest(info.location)
             finished = manifest_part(manifest, "timings").get("finished_at")
             flow_run_id = manifest.get("flow_run_id")
-            self._tags[key] = (
-                tuple(str(t) for t in manifest_part(manifest, "suite").get("tags") or ()),
-                str(manifest.get("ended_at") or finished),
-                str(flow_run_id) if flow_run_id else None,
-                json.dumps(manifest.get("evaluator_specs"), sort_keys=True),
-            )
-        return RunEntry(info, *self._tags[key])
+            self._manifests[key] = {
+                "tags": tuple(str(t) for t in manifest_part(manifest, "suite").get("tags") or ()),
+                "stamp": str(manifest.get("ended_at") or finished),
+                "flow_run_id": str(flow_run_id) if flow_run_id else None,
+                "evaluators": json.dumps(manifest.get("evaluator_specs"), sort_keys=True),
+            }
+        found = {f.name: getattr(info, f.name) for f in fields(RunInfo)}
+        return RunEntry(**found, **self._manifests[key])
 
     def runs(self, *, suite: str | None = None, tag: str | None = None) -> list[RunEntry]:
         """Every finished run, newest first; ``suite`` / ``tag`` keep those of a suite / tag.
@@ -724,7 +709,7 @@ class Catalog:
         of its suite before it (None: B is its suite's only run)."""
         runs = self.runs()
         same = [e for e in runs if e.suite == b.suite and e.location != b.location]
-        baseline = next((e for e in same if e.info.baseline), None)
+        baseline = next((e for e in same if e.baseline), None)
         position = next((i for i, e in enumerate(runs) if e.location == b.location), -1)
         older = [e for e in same if runs.index(e) > position]
         return baseline or (older[0] if older else None)
