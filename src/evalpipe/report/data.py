@@ -1008,12 +1008,7 @@ def load_report_data(
 def _spend_and_concurrency(manifest: dict[str, Any]) -> dict[str, Any]:
     """The report's spend and limit history from manifest.json (absent in runs before them; a
     part that is not what evalpipe writes is left out, not shown half)."""
-    out: dict[str, Any] = {
-        "spend": None,
-        "spend_text": None,
-        "limit_changes": [],
-        "limit_notes": [],
-    }
+    out: dict[str, Any] = {}  # what is left out keeps RunReport's default
     spend = manifest.get("spend")
     if isinstance(spend, dict):
         try:
