@@ -53,10 +53,6 @@ def _series(runs: Sequence[RunInfo]) -> dict[tuple[str, str], list[str]]:
     return series
 
 
-def _cells(run: RunInfo) -> dict[tuple[str, str, str], str]:
-    return {_key(row): _rate(row.passed, row.failed) for row in run.rows}
-
-
 def _print(runs: Sequence[RunInfo], console: Console, where: str) -> None:
     """Per suite: one line per run (newest first: when, version, calls, errored calls, gate, run
     name), then the pass rates of every agent and metric with a column per run, as many of the
@@ -97,7 +93,7 @@ def _print_rates(runs: Sequence[RunInfo], console: Console) -> None:
     series = _series(runs)
     labels = [f"{p} · {a}" for p, a in series] + [f"  {c}" for cs in series.values() for c in cs]
     name_width = min(32, max(len(label) for label in labels))
-    cells = [_cells(r) for r in runs]
+    cells = [{_key(row): _rate(row.passed, row.failed) for row in r.rows} for r in runs]
     cell_width = max([len(c) for found in cells for c in found.values()] + [11])
     fits = max(1, (console.width - name_width) // (cell_width + 1))
     shown = list(zip(runs, cells, strict=True))[:fits]
