@@ -537,9 +537,8 @@ def _cost(location: str) -> list[dict[str, Any]]:
 class TrendPoint:
     x: float
     y: float
-    value: float
-    run_name: str
     label: str
+    """The run's name and the point's value."""
     started_at: datetime | None = None
     """When the point's run started (UTC): the x axis's date labels."""
 
@@ -610,11 +609,7 @@ def trend_charts(entries: Sequence[RunEntry]) -> list[TrendChart]:
         for i, v in values:
             y = chart.pad - 10 + span_y * (1 - (v - low) / ((high - low) or 1.0))
             label = f"{runs[i].run_name}: {v:.1%}" if rate else f"{runs[i].run_name}: {v:.3g}"
-            chart.points.append(
-                TrendPoint(
-                    _x(chart, i, len(runs)), y, v, runs[i].run_name, label, runs[i].started_at
-                )
-            )
+            chart.points.append(TrendPoint(_x(chart, i, len(runs)), y, label, runs[i].started_at))
         if baseline is not None:
             chart.baseline_x = _x(chart, baseline, len(runs))
         charts.append(chart)
