@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from evalpipe.artifacts import BASELINE_FILE, ArtifactError, SchemaVersionError, baseline_of
+from evalpipe.artifacts import BASELINE_FILE, ArtifactError, baseline_of
 from evalpipe.artifacts.history import join, parent_of
 from evalpipe.cli._common import EXIT_GATE_FAILED, EXIT_OK, check_run_dir, consoles, fail, say
 
@@ -58,7 +58,7 @@ def _compare(args: argparse.Namespace) -> int:
 
     try:
         comparison = compare_runs(run_a, run_b)
-    except (ArtifactError, SchemaVersionError) as exc:
+    except ArtifactError as exc:  # SchemaVersionError included
         return fail(err, str(exc))
     render_terminal(comparison, out)
     try:

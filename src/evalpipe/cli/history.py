@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import io
 import json
 import sys
 from collections.abc import Sequence
@@ -54,10 +53,6 @@ def _series(runs: Sequence[RunInfo]) -> dict[tuple[str, str], list[str]]:
     return series
 
 
-def _cells(run: RunInfo) -> dict[tuple[str, str, str], str]:
-    return {_key(row): _rate(row.passed, row.failed) for row in run.rows}
-
-
 def _print(runs: Sequence[RunInfo], console: Console, where: str) -> None:
     """Per suite: one line per run (newest first: when, version, calls, errored calls, gate, run
     name), then the pass rates of every agent and metric with a column per run, as many of the
@@ -98,7 +93,7 @@ def _print_rates(runs: Sequence[RunInfo], console: Console) -> None:
     series = _series(runs)
     labels = [f"{p} · {a}" for p, a in series] + [f"  {c}" for cs in series.values() for c in cs]
     name_width = min(32, max(len(label) for label in labels))
-    cells = [_cells(r) for r in runs]
+    cells = [{_key(row): _rate(row.passed, row.failed) for row in r.rows} for r in runs]
     cell_width = max([len(c) for found in cells for c in found.values()] + [11])
     fits = max(1, (console.width - name_width) // (cell_width + 1))
     shown = list(zip(runs, cells, strict=True))[:fits]
@@ -121,8 +116,8 @@ def _print_rates(runs: Sequence[RunInfo], console: Console) -> None:
     console.print()
 
 
-def _csv(runs: Sequence[RunInfo]) -> str:
-    """One line per run: its fields, then a pass rate per provider/agent/metric (``items``: the
+def _csv(runs: Sequence[RunInfo]) -> None:
+    """Print one line per run: its fields, then a pass rate per provider/agent/metric (``items``: the
     agent's items) and its denominator."""
     series = _series(runs)
     keys = [(p, a, c) for (p, a), columns in series.items() for c in columns]
@@ -130,8 +125,7 @@ def _csv(runs: Sequence[RunInfo]) -> str:
     head += ["baseline", "location"]
     for p, a, c in keys:
         head += [f"{p}/{a}/{c} pass_rate", f"{p}/{a}/{c} denominator"]
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
+    writer = csv.writer(sys.stdout, lineterminator="\n")
     writer.writerow(head)
     for run in runs:
         by_key = {_key(r): r for r in run.rows}
@@ -151,7 +145,6 @@ def _csv(runs: Sequence[RunInfo]) -> str:
             rate = None if row is None else row.pass_rate
             line += ["" if rate is None else rate, "" if row is None else row.pass_rate_denominator]
         writer.writerow(line)
-    return buffer.getvalue()
 
 
 def _history(args: argparse.Namespace) -> int:
@@ -167,7 +160,7 @@ def _history(args: argparse.Namespace) -> int:
         sys.stdout.write(json.dumps([r.as_dict() for r in runs], indent=2) + "\n")
         return EXIT_OK
     if args.format == "csv":
-        sys.stdout.write(_csv(runs))
+        _csv(runs)
         return EXIT_OK
     if not runs:
         which = f" of suite {args.suite!r}" if args.suite else ""

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import io
 import json
 import sys
 from pathlib import Path
@@ -96,11 +95,7 @@ def _print(columns: list[str], rows: list[tuple[Any, ...]], fmt: str) -> None:
         sys.stdout.write(json.dumps(records, indent=2, default=str, ensure_ascii=False) + "\n")
         return
     if fmt == "csv":
-        buffer = io.StringIO()
-        writer = csv.writer(buffer)
-        writer.writerow(columns)
-        writer.writerows(rows)
-        sys.stdout.write(buffer.getvalue())
+        csv.writer(sys.stdout).writerows([columns, *rows])
         return
     out, _ = consoles()
     table = Table(*(terminal(c) for c in columns), show_lines=False)

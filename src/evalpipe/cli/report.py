@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from evalpipe.artifacts import ArtifactError, SchemaVersionError
+from evalpipe.artifacts import ArtifactError
 from evalpipe.calibration import LabelsError, read_calibration
 from evalpipe.cli._common import EXIT_OK, check_run_dir, consoles, fail, say
 
@@ -31,7 +31,7 @@ def _report(args: argparse.Namespace) -> int:
         path = write_report(
             args.run_dir, args.output, max_items=args.max_items, calibration=calibration
         )
-    except (ArtifactError, SchemaVersionError) as exc:
+    except ArtifactError as exc:  # SchemaVersionError included
         return fail(err, str(exc))
     except OSError as exc:
         return fail(err, f"cannot write the report: {exc}")

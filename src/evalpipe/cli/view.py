@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 from evalpipe.artifacts import ArtifactError, DamagedRun, find_runs
 from evalpipe.cli._common import EXIT_BAD_INPUT, EXIT_OK, consoles, fail, warn
 from evalpipe.escape import plain
-from evalpipe.view.urls import VIEW_URL_ENV, configured_view_url
+from evalpipe.view.urls import LOOPBACK_HOSTS, VIEW_URL_ENV, configured_view_url, is_loopback
 
 __all__ = ["DEFAULT_PORT", "register"]
 
@@ -23,8 +23,6 @@ def _allowed_hosts(host: str, extra: list[str]) -> list[str] | None:
     """The Host header names the view answers: loopback names when bound to loopback, the bound
     name, the configured view URL's host and ``--allowed-host``; None (any) when bound to every
     interface with no ``--allowed-host``."""
-    from evalpipe.view.app import LOOPBACK_HOSTS, is_loopback  # lazy: the web stack
-
     if host in ("0.0.0.0", "::", "") and not extra:
         return None
     names = {host.strip("[]").lower(), *(e.lower() for e in extra)}
@@ -40,15 +38,14 @@ def _allowed_hosts(host: str, extra: list[str]) -> list[str] | None:
 
 
 def _bind(host: str, port: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host.strip("[]"), port))
-    except OSError:
-        sock.close()
-        raise
-    sock.listen(128)
+    """A listening socket (an IPv6 one takes IPv4 too, as the system's default socket did)."""
+    v6 = ":" in host
+    sock = socket.create_server(
+        (host.strip("[]"), port),
+        family=socket.AF_INET6 if v6 else socket.AF_INET,
+        backlog=128,
+        dualstack_ipv6=v6 and socket.has_dualstack_ipv6(),
+    )
     sock.set_inheritable(True)
     return sock
 
@@ -56,7 +53,7 @@ def _bind(host: str, port: int) -> socket.socket:
 def _view(args: argparse.Namespace) -> int:
     import uvicorn  # lazy: the web stack, only for this command
 
-    from evalpipe.view.app import create_app, is_loopback  # lazy: the web stack
+    from evalpipe.view.app import create_app  # lazy: the web stack
 
     _, err = consoles()
     damaged: list[DamagedRun] = []

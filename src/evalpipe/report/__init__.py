@@ -75,32 +75,15 @@ __all__ = [
     "write_report",
 ]
 
-_HOME = {
-    "PAIRING_KEY": "compare",
-    "Comparison": "compare",
-    "Flip": "compare",
-    "MetricComparison": "compare",
-    "compare_runs": "compare",
-    "render_compare_html": "compare",
-    "render_markdown": "compare",
-    "render_terminal": "compare",
-    "write_compare_html": "compare",
-    "Disagreement": "data",
-    "RunReport": "data",
-    "classify_metric": "data",
-    "load_report_data": "data",
-    "render_report": "html",
-    "write_report": "html",
-}
-
 
 def __getattr__(name: str) -> Any:
-    if name not in __all__:
-        raise AttributeError(f"module 'evalpipe.report' has no attribute {name!r}")
-    module = importlib.import_module(f"evalpipe.report.{_HOME.get(name, 'stats')}")
-    value = getattr(module, name)
-    globals()[name] = value
-    return value
+    # each module imports the ones before it: looking in this order imports nothing more
+    for home in ("stats", "data", "html", "compare") if name in __all__ else ():
+        module = importlib.import_module(f"evalpipe.report.{home}")
+        if name in module.__all__:
+            globals()[name] = value = getattr(module, name)
+            return value
+    raise AttributeError(f"module 'evalpipe.report' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
@@ -24,6 +25,7 @@ from evalpipe.escape import markdown, plain, terminal
 from evalpipe.report.data import (
     Disagreement,
     attach_scored,
+    manifest_part,
     metric_kinds,
     query_disagreements,
     records,
@@ -136,11 +138,8 @@ class Comparison:
 
 
 def _suite_name(run_dir: Any, filesystem: Any) -> str:
-    manifest = read_manifest(run_dir, filesystem=filesystem)
-    suite = manifest.get("suite")
-    if isinstance(suite, dict) and suite.get("name"):
-        return str(suite["name"])
-    return os.path.basename(str(run_dir).rstrip("/"))
+    name = manifest_part(read_manifest(run_dir, filesystem=filesystem), "suite").get("name")
+    return str(name) if name else os.path.basename(str(run_dir).rstrip("/"))
 
 
 _KEY = ", ".join(PAIRING_KEY)
@@ -187,11 +186,12 @@ SELECT provider, agent, metric,
        count(*) FILTER (a_verdict AND b_verdict) AS verdict_pairs,
        list(b_score - a_score) FILTER (scored_both) AS differences,
        avg(a_score) FILTER (scored_both) AS a_mean,
-       avg(b_score) FILTER (scored_both) AS b_mean
+       avg(b_score) FILTER (scored_both) AS b_mean,
+       sum(n_a + n_b) - count(*) FILTER (in_a) - count(*) FILTER (in_b) AS duplicates
 FROM j GROUP BY ALL ORDER BY provider, agent, metric
 """
-"""Per provider, agent and metric: the paired counts, and the paired verdicts and scores the
-tests read."""
+"""Per provider, agent and metric: the paired counts, the paired verdicts and scores the tests
+read, and the scores left out because their key repeated in a run."""
 
 _FLIPS_SQL = f"""
 SELECT CASE WHEN a_status = 'pass' THEN 'regression' ELSE 'improvement' END AS kind,
@@ -223,10 +223,6 @@ def compare_runs(
         attach_scored(con, run_a, "scored_a", filesystem=filesystem)
         attach_scored(con, run_b, "scored_b", filesystem=filesystem)
         con.execute(f"CREATE TEMP TABLE paired AS {_PAIRED_SQL}")
-        dup_a, dup_b = con.execute(
-            "SELECT coalesce(sum(n_a) - count(*) FILTER (in_a), 0), "
-            "coalesce(sum(n_b) - count(*) FILTER (in_b), 0) FROM paired"
-        ).fetchone() or (0, 0)
         rows = records(con, _METRICS_SQL)
         flips = [Flip(**r) for r in records(con, _FLIPS_SQL, {"room": max(max_flips, 0)})]
         found = {
@@ -235,6 +231,7 @@ def compare_runs(
         }
     finally:
         con.close()
+    duplicates = sum(int(r.pop("duplicates")) for r in rows)
     metrics = [
         MetricComparison(
             **{k: r[k] for k in r if k not in ("verdict_pairs", "differences")},
@@ -254,7 +251,7 @@ def compare_runs(
         flips_total=total,
         disagreements_a=found["scored_a"],
         disagreements_b=found["scored_b"],
-        duplicates=int(dup_a) + int(dup_b),
+        duplicates=duplicates,
     )
 
 
@@ -329,43 +326,34 @@ def render_terminal(comparison: Comparison, console: Console, *, max_flips: int 
     for table in _tables(c):
         console.print(table)
         console.print()
+    say = partial(console.print, markup=False, highlight=False)
     if any(m.mcnemar.p_value is None or m.wilcoxon.p_value is None for m in c.metrics):
-        console.print(
-            f"p: - when there are fewer than {MIN_PAIRS} pairs (no test is made)", highlight=False
-        )
-    unpaired = [m for m in c.metrics if m.only_a or m.only_b]
-    for m in unpaired:
-        console.print(
-            f"not paired: {plain(m.agent)} · {plain(m.metric)} ({plain(m.provider)}): {m.only_a} in A only, "
-            f"{m.only_b} in B only",
-            markup=False,
-            highlight=False,
-        )
+        say(f"p: - when there are fewer than {MIN_PAIRS} pairs (no test is made)")
+    for m in c.metrics:
+        if m.only_a or m.only_b:
+            say(
+                f"not paired: {plain(m.agent)} · {plain(m.metric)} ({plain(m.provider)}): "
+                f"{m.only_a} in A only, {m.only_b} in B only"
+            )
     shown = c.flips[:max_flips]
     if shown:
-        console.print("flips (A → B):", style="bold", highlight=False)
+        say("flips (A → B):", style="bold")
     for flip in shown:
-        console.print(
+        say(
             f"  {flip.kind:<11} {plain(flip.agent)} · {plain(flip.metric)} · row {plain(flip.row)}"
             f" rep {flip.repetition} ({plain(flip.provider)}): {_num(flip.a_score)} →"
-            f" {_num(flip.b_score)}",
-            markup=False,
-            highlight=False,
+            f" {_num(flip.b_score)}"
         )
     if c.flips_total > len(shown):
-        console.print(
-            f"  ... and {c.flips_total - len(shown)} more flips (all of them: --markdown or --html)",
-            highlight=False,
+        say(
+            f"  ... and {c.flips_total - len(shown)} more flips (all of them: --markdown or --html)"
         )
     for label, found in (("A", c.disagreements_a), ("B", c.disagreements_b)):
         for d in found:
-            console.print(
+            say(
                 f"judge vs check in {label}: {plain(d.agent)} {plain(d.check)} vs "
-                f"{plain(d.judge)}: "
-                f"{d.check_pass_judge_fail} check-pass/judge-fail, {d.check_fail_judge_pass} "
-                f"check-fail/judge-pass of {d.pairs}",
-                markup=False,
-                highlight=False,
+                f"{plain(d.judge)}: {d.check_pass_judge_fail} check-pass/judge-fail, "
+                f"{d.check_fail_judge_pass} check-fail/judge-pass of {d.pairs}"
             )
     verdict = "[red]regressions[/]" if c.has_regressions else "[green]no regressions[/]"
     console.print(f"{verdict}: {c.regressions} regression(s), {c.improvements} improvement(s)")

@@ -34,7 +34,6 @@ from evalpipe.spend import Spend, spend_text
 from evalpipe.tally import OVERALL, CallTally
 
 __all__ = [
-    "FOUNDRY_PROVIDER",
     "ITEM_ROWS_SQL",
     "VERDICT_RANK_SQL",
     "Bin",
@@ -55,20 +54,17 @@ __all__ = [
     "classify_metric",
     "item_detail",
     "load_report_data",
-    "message_views",
+    "manifest_part",
     "metric_kinds",
     "query_disagreements",
     "records",
     "run_tables",
-    "score_view",
     "scored_connection",
 ]
 
 MetricKind = Literal["judge", "check", "other"]
 """judge: an LLM judge's metric (JudgeEvaluator, Microsoft Foundry); check: a local check run
 in-process (LocalEvaluator); other: any other provider."""
-
-FOUNDRY_PROVIDER = "Microsoft Foundry"
 
 
 def classify_metric(provider: str, has_rating: bool) -> MetricKind:
@@ -79,7 +75,7 @@ def classify_metric(provider: str, has_rating: bool) -> MetricKind:
     Foundry" (with an agent scope appended when the suite scopes it: "Microsoft Foundry
     (researcher)"); LocalEvaluator's provider is "Local" (or "Local (scope)").
     """
-    if has_rating or provider.startswith(FOUNDRY_PROVIDER):
+    if has_rating or provider.startswith("Microsoft Foundry"):
         return "judge"
     if provider == "Local" or provider.startswith("Local ("):
         return "check"
@@ -317,6 +313,12 @@ class RunReport:
         return [agent for agent, _ in self.items_per_agent]
 
 
+def manifest_part(manifest: Mapping[str, Any], key: str) -> dict[str, Any]:
+    """manifest.json's object ``key``; empty when it is absent or not an object."""
+    part = manifest.get(key)
+    return part if isinstance(part, dict) else {}
+
+
 # -- the run's tables in DuckDB -------------------------------------------------------------------
 
 
@@ -481,17 +483,6 @@ FROM scored WHERE score IS NOT NULL GROUP BY ALL
 file order (the bootstrap of many distinct scores resamples them in order)."""
 
 
-def _scores(con: duckdb.DuckDBPyConnection) -> dict[tuple[str, str, str], np.ndarray]:
-    """Each provider x agent x metric's non-null scores, as numpy arrays (``fetchnumpy``: no
-    Python object per score)."""
-    found = con.execute(_SCORE_LISTS_SQL).fetchnumpy()
-    keys = zip(found["provider"], found["agent"], found["metric"], strict=True)
-    return {
-        key: np.asarray(scores, dtype=float)
-        for key, scores in zip(keys, found["scores"], strict=True)
-    }
-
-
 def _metric_rows(
     con: duckdb.DuckDBPyConnection, run_dir: Any, filesystem: Any
 ) -> tuple[list[ResultRow], list[MetricRow], dict[str, int]]:
@@ -502,7 +493,9 @@ def _metric_rows(
         key=lambda r: (r.provider_index, r.agent_index, r.metric or ""),
     )
     kinds = metric_kinds(con)
-    values = _scores(con)
+    found = con.execute(_SCORE_LISTS_SQL).fetchnumpy()  # no Python object per score
+    keys = zip(found["provider"], found["agent"], found["metric"], strict=True)
+    values = {key: np.asarray(v, dtype=float) for key, v in zip(keys, found["scores"], strict=True)}
     agent_order: dict[str, int] = {}
     results: list[ResultRow] = []
     metrics: list[MetricRow] = []
@@ -562,25 +555,29 @@ FROM per_row GROUP BY ALL
 """Each metric's k: the run's repetitions, at most the most verdicts a row has."""
 
 _VARIABILITY_SQL = """
+WITH at_k AS (
+    SELECT provider, agent, metric, sum(pass_at_k(n, c, k) * rows) / sum(rows) AS pass_at_k,
+           sum(pass_hat_k(n, c, k) * rows) / sum(rows) AS pass_hat_k
+    FROM (SELECT provider, agent, metric, n, c, k, count(*) AS rows
+          FROM per_row JOIN per_metric USING (provider, agent, metric) WHERE n >= k GROUP BY ALL)
+    GROUP BY ALL
+)
 SELECT provider, agent, metric,
        count(*) FILTER (n > 0) AS rows,
        any_value(k) AS k,
        avg(c / n) FILTER (n > 0) AS pass_at_1,
+       any_value(pass_at_k) AS pass_at_k,
+       any_value(pass_hat_k) AS pass_hat_k,
        count(*) FILTER (c > 0) AS at_least_1,
        count(*) FILTER (n >= k AND c = n) AS all_k,
        count(*) FILTER (n >= k) AS rows_at_k,
        count(*) FILTER (c > 0 AND c < n) AS flaky,
        avg(std) FILTER (NOT isnan(std)) AS score_std_mean
-FROM per_row JOIN per_metric USING (provider, agent, metric)
+FROM per_row JOIN per_metric USING (provider, agent, metric) LEFT JOIN at_k USING (provider, agent, metric)
 GROUP BY ALL ORDER BY provider, agent, metric
 """
-
-_AT_K_SQL = """
-SELECT provider, agent, metric, n, c, k, count(*) AS rows
-FROM per_row JOIN per_metric USING (provider, agent, metric) WHERE n >= k GROUP BY ALL
-"""
-"""How many rows of each metric have n verdicts of which c passed (n >= k): pass@k and pass^k
-are computed once per (n, c)."""
+"""Per metric, over its dataset rows; pass@k and pass^k are computed once per (n, c, k) with
+``stats`` (the functions ``pass_at_k`` and ``pass_hat_k``) and averaged over the rows with n >= k."""
 
 _FLAKY_SQL = """
 SELECT provider, agent, metric, row, n, c, total - n - not_applicable AS errored,
@@ -595,20 +592,9 @@ def _variability(
 ) -> tuple[list[VariabilityRow], list[FlakyItem], int]:
     con.execute(_PER_ROW_SQL)
     con.execute(_PER_METRIC_SQL, {"repetitions": repetitions})
-    at_k: dict[tuple[str, str, str], list[tuple[float, float, int]]] = {}
-    for provider, agent, metric, n, c, k, rows in con.execute(_AT_K_SQL).fetchall():
-        at_k.setdefault((provider, agent, metric), []).append(
-            (pass_at_k(n, c, k), pass_hat_k(n, c, k), rows)
-        )
-
-    def mean(key: tuple[str, str, str], which: int) -> float | None:
-        found = at_k.get(key)
-        return sum(x[which] * x[2] for x in found) / sum(x[2] for x in found) if found else None
-
-    out = []
-    for r in records(con, _VARIABILITY_SQL):
-        key = (r["provider"], r["agent"], r["metric"])
-        out.append(VariabilityRow(**r, pass_at_k=mean(key, 0), pass_hat_k=mean(key, 1)))
+    for function in (pass_at_k, pass_hat_k):
+        con.create_function(function.__name__, function, ["BIGINT"] * 3, "DOUBLE")
+    out = [VariabilityRow(**r) for r in records(con, _VARIABILITY_SQL)]
     flaky = [
         FlakyItem(
             r.pop("provider"), r.pop("agent"), r.pop("metric"), r.pop("row"), RepetitionStats(**r)
@@ -730,7 +716,7 @@ def _cut(text: str | None, where: str = "items.parquet") -> str | None:
     )
 
 
-def message_views(conversation: str | None) -> list[MessageView]:
+def _message_views(conversation: str | None) -> list[MessageView]:
     """An item's conversation (items.parquet's JSON) as the drill-down shows it: texts, tool
     calls and results, each cut at MAX_TEXT characters, at most MAX_MESSAGES messages."""
     data = _loads(conversation)
@@ -746,25 +732,17 @@ def message_views(conversation: str | None) -> list[MessageView]:
         for content in message.get("contents") or []:
             kind = content.get("type") if isinstance(content, dict) else None
             if kind == "text":
-                parts.append(MessagePart("text", "", _cut(str(content.get("text") or "")) or ""))
+                part = MessagePart("text", "", str(content.get("text") or ""))
             elif kind == "function_call":
-                parts.append(
-                    MessagePart(
-                        "call",
-                        f"{content.get('name')} (call {content.get('call_id')})",
-                        _cut(_dump(content.get("arguments"))) or "",
-                    )
-                )
+                title = f"{content.get('name')} (call {content.get('call_id')})"
+                part = MessagePart("call", title, _dump(content.get("arguments")))
             elif kind == "function_result":
-                parts.append(
-                    MessagePart(
-                        "result",
-                        f"result of call {content.get('call_id')}",
-                        _cut(_dump(content.get("result"))) or "",
-                    )
-                )
+                title = f"result of call {content.get('call_id')}"
+                part = MessagePart("result", title, _dump(content.get("result")))
             else:
-                parts.append(MessagePart("other", str(kind), _cut(_dump(content)) or ""))
+                part = MessagePart("other", str(kind), _dump(content))
+            part.body = _cut(part.body) or ""
+            parts.append(part)
         out.append(MessageView(str(message.get("role")), message.get("author_name"), parts))
     if hidden:
         note = MessagePart(
@@ -774,7 +752,7 @@ def message_views(conversation: str | None) -> list[MessageView]:
     return out
 
 
-def score_view(r: dict[str, Any]) -> ScoreView:
+def _score_view(r: dict[str, Any]) -> ScoreView:
     """One scores.parquet row as the drill-down shows it (an item's error on its no-metric row)."""
     diagnostics = _loads(r["diagnostics"]) or []
     dimensions = _loads(r["dimensions"]) or []
@@ -845,8 +823,8 @@ def item_detail(
         context=text(item.get("context")),
         error_code=item.get("error_code") or first.get("item_error_code"),
         error_message=text(item.get("error_message") or first.get("item_error_message")),
-        messages=message_views(item.get("conversation")),
-        scores=[score_view(dict(r)) for r in scores],
+        messages=_message_views(item.get("conversation")),
+        scores=[_score_view(dict(r)) for r in scores],
         verdict=index["verdict"],
     )
 
@@ -961,8 +939,7 @@ def load_report_data(
     if max_items < 0 or max_listed < 0:
         raise ValueError("max_items and max_listed must be >= 0")
     manifest = read_manifest(run_dir, filesystem=filesystem)
-    suite = manifest.get("suite") if isinstance(manifest.get("suite"), dict) else {}
-    assert isinstance(suite, dict)
+    suite = manifest_part(manifest, "suite")
     con = run_tables(
         run_dir,
         {**_READ, "runs": ["status", "cached", "latency_s", "total_tokens"]},
@@ -996,9 +973,6 @@ def load_report_data(
     finally:
         con.close()  # before the listed rows are read: DuckDB's memory goes back first
     details = _details(run_dir, filesystem, chosen)
-    timings = manifest.get("timings") if isinstance(manifest.get("timings"), dict) else {}
-    assert isinstance(timings, dict)
-    gate = manifest.get("gate")
     calls = manifest.get("calls")
     if not isinstance(calls, dict):  # a run written before the manifest counted its calls
         calls = {
@@ -1012,7 +986,7 @@ def load_report_data(
         suite_name=str(suite.get("name") or manifest.get("name") or os.path.basename(str(run_dir))),
         description=suite.get("description"),
         target=manifest.get("target") or suite.get("target"),
-        finished_at=timings.get("finished_at"),
+        finished_at=manifest_part(manifest, "timings").get("finished_at"),
         **totals,
         calls_text=CallTally.text(calls),
         items_per_agent=items_per_agent,
@@ -1026,7 +1000,7 @@ def load_report_data(
         items_total=total,
         items_not_passed=not_passed,
         max_items=max_items,
-        gate=gate if isinstance(gate, dict) else None,
+        gate=manifest["gate"] if isinstance(manifest.get("gate"), dict) else None,
         **_spend_and_concurrency(manifest),
     )
 
@@ -1034,12 +1008,7 @@ def load_report_data(
 def _spend_and_concurrency(manifest: dict[str, Any]) -> dict[str, Any]:
     """The report's spend and limit history from manifest.json (absent in runs before them; a
     part that is not what evalpipe writes is left out, not shown half)."""
-    out: dict[str, Any] = {
-        "spend": None,
-        "spend_text": None,
-        "limit_changes": [],
-        "limit_notes": [],
-    }
+    out: dict[str, Any] = {}  # what is left out keeps RunReport's default
     spend = manifest.get("spend")
     if isinstance(spend, dict):
         try:
@@ -1049,8 +1018,7 @@ def _spend_and_concurrency(manifest: dict[str, Any]) -> dict[str, Any]:
             pass
         else:
             out["spend"], out["spend_text"] = shown, text
-    concurrency = manifest.get("concurrency")
-    changes = concurrency.get("changes") if isinstance(concurrency, dict) else None
+    changes = manifest_part(manifest, "concurrency").get("changes")
     if isinstance(changes, list):
         keys = ("at", "endpoint", "model", "before", "limit", "reason", "in_flight")
         kept = [c for c in changes if isinstance(c, dict) and all(k in c for k in keys)]

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import ipaddress
 import logging
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -54,24 +53,12 @@ from evalpipe.view.urls import (
     trends_path,
 )
 
-__all__ = ["LOOPBACK_HOSTS", "create_app", "is_loopback", "view_environment"]
+__all__ = ["create_app", "view_environment"]
 
 logger = logging.getLogger("evalpipe.view")
 
-LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
-"""Names of this machine's loopback interface."""
 _STYLES = ("_report.css", "_view.css")
 """The pages' style sheets, inline: the CSP allows exactly these (by their SHA-256)."""
-
-
-def is_loopback(host: str) -> bool:
-    """``host`` names the loopback interface (``127.0.0.1``, ``::1``, ``localhost``)."""
-    if host.strip("[]") in LOOPBACK_HOSTS:
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def view_environment() -> jinja2.Environment:
@@ -383,14 +370,14 @@ class _Pages:
             groups: dict[tuple[str, str], list[Any]] = {}
             for chart in trend_charts(members):
                 groups.setdefault((chart.provider, chart.agent), []).append(chart)
-            providers = sorted({r.provider for e in members for r in e.info.rows})
+            providers = sorted({r.provider for e in members for r in e.rows})
             shown.append(
                 {
                     "number": number,
                     "runs": members,
                     "providers": providers,
                     "groups": list(groups.items()),
-                    "baseline": next((e for e in members if e.info.baseline), None),
+                    "baseline": next((e for e in members if e.baseline), None),
                 }
             )
         return self.render("trends.html.j2", suite=suite, runs=runs, sets=shown)

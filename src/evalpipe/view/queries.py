@@ -16,7 +16,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any, Generic, TypeVar
 
@@ -37,6 +37,7 @@ from evalpipe.report.data import (
     attach_tables,
     item_detail,
     load_report_data,
+    manifest_part,
     records,
     run_tables,
 )
@@ -48,7 +49,6 @@ __all__ = [
     "Catalog",
     "MetricColumn",
     "NotFound",
-    "ProviderCost",
     "RunEntry",
     "SampleIndex",
     "SamplePage",
@@ -111,12 +111,11 @@ class _Lru(Generic[K, V]):
 
 
 @dataclass(frozen=True, slots=True)
-class RunEntry:
-    """One finished run under the served directory."""
+class RunEntry(RunInfo):
+    """One finished run under the served directory, with what the view reads of its manifest."""
 
-    info: RunInfo
-    tags: tuple[str, ...]
-    stamp: str
+    tags: tuple[str, ...] = ()
+    stamp: str = ""
     """What changes when the run directory is written again (its manifest's end time)."""
     flow_run_id: str | None = None
     """The Prefect flow run that made the run (the manifest's ``flow_run_id``), if recorded."""
@@ -125,26 +124,14 @@ class RunEntry:
     same set are comparable on a trend)."""
 
     @property
-    def suite(self) -> str:
-        return self.info.suite
-
-    @property
-    def run_name(self) -> str:
-        return self.info.run_name
-
-    @property
-    def location(self) -> str:
-        return self.info.location
-
-    @property
     def key(self) -> str:
         """``suite/run_name``: how the compare page names a run."""
-        return f"{self.info.suite}/{self.info.run_name}"
+        return f"{self.suite}/{self.run_name}"
 
     @property
     def results(self) -> list[Any]:
         """summary.parquet's result rows (one per provider and agent)."""
-        return [r for r in self.info.rows if r.kind == "result"]
+        return [r for r in self.rows if r.kind == "result"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,19 +144,6 @@ class MetricColumn:
     metric: str
     label: str
     """The metric's name, with its provider when two providers share the name."""
-
-
-@dataclass(frozen=True, slots=True)
-class ProviderCost:
-    """What an evaluator provider spent on the run (judge cost): tokens and seconds."""
-
-    provider: str
-    scores: int
-    input_tokens: int | None
-    output_tokens: int | None
-    total_tokens: int | None
-    latency_s: float | None
-    """Seconds spent computing the provider's metrics, summed."""
 
 
 @dataclass(slots=True)
@@ -340,23 +314,14 @@ class SampleIndex:
         con.execute(_SCORE_ROWS_SQL)
         con.execute("DROP VIEW items; DROP VIEW scores")
         con.execute(_METRICS_SQL)
-        pairs = con.execute("SELECT provider, metric, k FROM metric_columns ORDER BY k").fetchall()
-        names = [metric for _, metric, _ in pairs]
         self.metrics: list[MetricColumn] = [
-            MetricColumn(
-                f"m{k}",
-                provider,
-                metric,
-                metric if names.count(metric) == 1 else f"{metric} ({provider})",
-            )
-            for provider, metric, k in pairs
+            MetricColumn(f"m{k}", provider, metric, metric if alone else f"{metric} ({provider})")
+            for provider, metric, k, alone in con.execute(
+                "SELECT *, count(*) OVER (PARTITION BY metric) = 1 FROM metric_columns ORDER BY k"
+            ).fetchall()
         ]
-        con.execute(
-            _INDEX_SQL.format(
-                rank=VERDICT_RANK_SQL,
-                metrics="".join(_METRIC_COLUMN_SQL.format(k=int(k)) for _, _, k in pairs),
-            )
-        )
+        columns = "".join(_METRIC_COLUMN_SQL.format(k=k) for k in range(len(self.metrics)))
+        con.execute(_INDEX_SQL.format(rank=VERDICT_RANK_SQL, metrics=columns))
         self.agents: list[str] = [
             a
             for (a,) in con.execute(
@@ -501,16 +466,6 @@ class SampleIndex:
             out.setdefault(hit["_pos"], []).append((label, hit["status"], why))
         return out
 
-    def _item(self, agent: str, item_id: str) -> dict[str, Any]:
-        hit = self._rows(
-            "SELECT _pos, row, repetition, _rank FROM idx WHERE agent = ? AND item_id = ? "
-            "ORDER BY _pos LIMIT 1",
-            [agent, item_id],
-        )
-        if not hit:
-            raise NotFound(f"no item {item_id!r} of agent {agent!r}")
-        return hit[0]
-
     def find_row(self, agent: str, row: str, repetition: int) -> str | None:
         """The item id of an agent's item on a dataset row and repetition, or None."""
         hit = self._rows(
@@ -527,7 +482,14 @@ class SampleIndex:
         Raises:
             NotFound: when the run has no such item.
         """
-        index = self._item(agent, item_id)
+        hit = self._rows(
+            "SELECT _pos, row, repetition, _rank FROM idx WHERE agent = ? AND item_id = ? "
+            "ORDER BY _pos LIMIT 1",
+            [agent, item_id],
+        )
+        if not hit:
+            raise NotFound(f"no item {item_id!r} of agent {agent!r}")
+        index = hit[0]
         [item] = read_rows(self.location, "items", [index["_pos"]])
         positions = [
             r["_spos"]
@@ -558,14 +520,15 @@ FROM scores WHERE metric IS NOT NULL
 GROUP BY provider_index, provider
 ORDER BY provider_index
 """
-"""What each provider's metric rows spent: tokens and seconds summed."""
+"""What each evaluator provider's metric rows spent on the run (judge cost): its scores, their
+tokens and the seconds spent computing them, summed."""
 
 
-def _cost(location: str) -> list[ProviderCost]:
+def _cost(location: str) -> list[dict[str, Any]]:
     columns = ["provider", "provider_index", "metric", "input_tokens", "output_tokens"]
     con = run_tables(location, {"scores": [*columns, "total_tokens", "latency_s"]})
     try:
-        return [ProviderCost(**r) for r in records(con, _COST_SQL)]
+        return records(con, _COST_SQL)
     finally:
         con.close()
 
@@ -574,9 +537,8 @@ def _cost(location: str) -> list[ProviderCost]:
 class TrendPoint:
     x: float
     y: float
-    value: float
-    run_name: str
     label: str
+    """The run's name and the point's value."""
     started_at: datetime | None = None
     """When the point's run started (UTC): the x axis's date labels."""
 
@@ -616,10 +578,6 @@ class TrendChart:
         return [(p.x, p.started_at.strftime("%m-%d %H:%M")) for p in picks if p.started_at]
 
 
-def _fmt(value: float, measure: str) -> str:
-    return f"{value:.1%}" if measure == "pass rate" else f"{value:.3g}"
-
-
 def _x(chart: TrendChart, i: int, runs: int) -> float:
     """Where run ``i`` of ``runs`` (oldest first) is on a chart's x axis."""
     span = chart.width - 2 * chart.pad
@@ -629,37 +587,29 @@ def _x(chart: TrendChart, i: int, runs: int) -> float:
 def trend_charts(entries: Sequence[RunEntry]) -> list[TrendChart]:
     """Per provider, agent and metric (and per agent's items): its pass rate and its mean score
     over ``entries`` (one suite's runs), oldest first, with the baseline's position."""
-    runs = sorted(entries, key=lambda e: (e.info.started_at is None, e.info.started_at, e.run_name))
+    runs = sorted(entries, key=lambda e: (e.started_at is None, e.started_at, e.run_name))
     series: dict[tuple[str, str, str, str], list[tuple[int, float]]] = {}
     for i, entry in enumerate(runs):
-        for row in entry.info.rows:
+        for row in entry.rows:
             name = "items" if row.kind == "result" else str(row.metric)
-            if row.pass_rate is not None:
-                series.setdefault((row.provider, row.agent, name, "pass rate"), []).append(
-                    (i, row.pass_rate)
-                )
-            if row.kind == "metric" and row.score_mean is not None:
-                series.setdefault((row.provider, row.agent, name, "mean score"), []).append(
-                    (i, row.score_mean)
-                )
-    baseline = next((i for i, e in enumerate(runs) if e.info.baseline), None)
+            mean = row.score_mean if row.kind == "metric" else None
+            for measure, value in (("pass rate", row.pass_rate), ("mean score", mean)):
+                if value is not None:
+                    series.setdefault((row.provider, row.agent, name, measure), []).append(
+                        (i, value)
+                    )
+    baseline = next((i for i, e in enumerate(runs) if e.baseline), None)
     charts = []
     for (provider, agent, metric, measure), values in series.items():
         ys = [v for _, v in values]
-        if measure == "pass rate":
-            low, high = 0.0, 1.0
-        else:
-            low, high = min(0.0, min(ys)), max(1.0, max(ys))
+        rate = measure == "pass rate"
+        low, high = (0.0, 1.0) if rate else (min(0.0, *ys), max(1.0, *ys))
         chart = TrendChart(provider, agent, metric, measure, low, high)
         span_y = chart.height - 2 * chart.pad + 10
         for i, v in values:
             y = chart.pad - 10 + span_y * (1 - (v - low) / ((high - low) or 1.0))
-            label = f"{runs[i].run_name}: {_fmt(v, measure)}"
-            chart.points.append(
-                TrendPoint(
-                    _x(chart, i, len(runs)), y, v, runs[i].run_name, label, runs[i].info.started_at
-                )
-            )
+            label = f"{runs[i].run_name}: {v:.1%}" if rate else f"{runs[i].run_name}: {v:.3g}"
+            chart.points.append(TrendPoint(_x(chart, i, len(runs)), y, label, runs[i].started_at))
         if baseline is not None:
             chart.baseline_x = _x(chart, baseline, len(runs))
         charts.append(chart)
@@ -672,10 +622,10 @@ class Catalog:
 
     def __init__(self, root: str, *, cache_size: int = 4) -> None:
         self.root = root
-        self._tags: dict[tuple[str, str], tuple[tuple[str, ...], str, str | None, str]] = {}
+        self._manifests: dict[tuple[str, str], dict[str, Any]] = {}
         self._reports: _Lru[tuple[str, str], RunReport] = _Lru(cache_size)
         self._samples: _Lru[tuple[str, str], SampleIndex] = _Lru(cache_size)
-        self._costs: _Lru[tuple[str, str], list[ProviderCost]] = _Lru(cache_size * 4)
+        self._costs: _Lru[tuple[str, str], list[dict[str, Any]]] = _Lru(cache_size * 4)
         self._comparisons: _Lru[tuple[str, str, str, str], Comparison] = _Lru(cache_size)
         self._listing: tuple[float, list[RunEntry], list[DamagedRun]] | None = None
         self._listing_lock = threading.Lock()
@@ -683,23 +633,18 @@ class Catalog:
     def _entry(self, info: RunInfo) -> RunEntry:
         started = "" if info.started_at is None else info.started_at.isoformat()
         key = (info.location, started)
-        if key not in self._tags:
+        if key not in self._manifests:
             manifest = read_manifest(info.location)
-            suite = manifest.get("suite")
-            tags = suite.get("tags") if isinstance(suite, dict) else None
-            timings = manifest.get("timings")
-            finished = timings.get("finished_at") if isinstance(timings, dict) else None
-            stamp = str(manifest.get("ended_at") or finished)
+            finished = manifest_part(manifest, "timings").get("finished_at")
             flow_run_id = manifest.get("flow_run_id")
-            evaluators = json.dumps(manifest.get("evaluator_specs"), sort_keys=True)
-            self._tags[key] = (
-                tuple(str(t) for t in tags or ()),
-                stamp,
-                str(flow_run_id) if flow_run_id else None,
-                evaluators,
-            )
-        tags, stamp, flow_run_id, evaluators = self._tags[key]
-        return RunEntry(info, tags, stamp, flow_run_id, evaluators)
+            self._manifests[key] = {
+                "tags": tuple(str(t) for t in manifest_part(manifest, "suite").get("tags") or ()),
+                "stamp": str(manifest.get("ended_at") or finished),
+                "flow_run_id": str(flow_run_id) if flow_run_id else None,
+                "evaluators": json.dumps(manifest.get("evaluator_specs"), sort_keys=True),
+            }
+        found = {f.name: getattr(info, f.name) for f in fields(RunInfo)}
+        return RunEntry(**found, **self._manifests[key])
 
     def runs(self, *, suite: str | None = None, tag: str | None = None) -> list[RunEntry]:
         """Every finished run, newest first; ``suite`` / ``tag`` keep those of a suite / tag.
@@ -759,7 +704,7 @@ class Catalog:
         of its suite before it (None: B is its suite's only run)."""
         runs = self.runs()
         same = [e for e in runs if e.suite == b.suite and e.location != b.location]
-        baseline = next((e for e in same if e.info.baseline), None)
+        baseline = next((e for e in same if e.baseline), None)
         position = next((i for i, e in enumerate(runs) if e.location == b.location), -1)
         older = [e for e in same if runs.index(e) > position]
         return baseline or (older[0] if older else None)
@@ -773,7 +718,7 @@ class Catalog:
     def samples(self, entry: RunEntry) -> SampleIndex:
         return self._samples.get((entry.location, entry.stamp), lambda: SampleIndex(entry.location))
 
-    def costs(self, entry: RunEntry) -> list[ProviderCost]:
+    def costs(self, entry: RunEntry) -> list[dict[str, Any]]:
         return self._costs.get((entry.location, entry.stamp), lambda: _cost(entry.location))
 
     def compare(self, a: RunEntry, b: RunEntry) -> Comparison:

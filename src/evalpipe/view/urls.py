@@ -6,16 +6,19 @@ loading it.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from collections.abc import Mapping
 from urllib.parse import quote, urlencode
 
 __all__ = [
+    "LOOPBACK_HOSTS",
     "VIEW_URL_ENV",
     "compare_item_path",
     "compare_path",
     "configured_view_url",
     "flow_run_url",
+    "is_loopback",
     "item_path",
     "run_path",
     "run_url",
@@ -26,6 +29,19 @@ __all__ = [
 VIEW_URL_ENV = "EVALPIPE_VIEW_URL"
 """Where ``evalpipe view`` is reachable (``http://evals.internal:8765``); when set, the flow's
 report and run-directory artifacts link to the run's page there instead of to ``file://``."""
+
+
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+"""Names of this machine's loopback interface."""
+
+
+def is_loopback(host: str) -> bool:
+    """``host`` names the loopback interface (``127.0.0.1``, ``::1``, ``localhost``)."""
+    name = host.strip("[]")
+    try:
+        return name == "localhost" or ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
 
 
 def configured_view_url(environ: Mapping[str, str] | None = None) -> str | None:
