@@ -172,6 +172,20 @@ def test_the_runner_does_not_import_prefect_or_pyarrow() -> None:
     assert done.stdout.strip() == "[]"
 
 
+def test_the_command_line_loads_no_query_engine_until_a_query() -> None:
+    """Building the CLI (every command registers) loads neither DuckDB nor scipy: `evalpipe run`
+    holds what it imports for the whole run (DuckDB: ~28 MiB)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from evalpipe.cli import build_parser; build_parser(); "
+        "print(sorted(m for m in ('duckdb', 'scipy') if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
+
+
 def test_the_cycle_finder_finds_cycles() -> None:
     """The check above can fail: a synthetic graph with a cycle through three modules is found."""
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}

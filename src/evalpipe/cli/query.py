@@ -8,15 +8,17 @@ import csv
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import duckdb
 from rich.table import Table
 
 from evalpipe.artifacts.columns import TABLES
 from evalpipe.artifacts.schema import MANIFEST_FILE
 from evalpipe.cli._common import EXIT_INCOMPLETE, EXIT_OK, consoles, fail, say
 from evalpipe.escape import terminal
+
+if TYPE_CHECKING:
+    import duckdb
 
 __all__ = ["connect", "register"]
 
@@ -51,6 +53,8 @@ def connect(root: Path) -> duckdb.DuckDBPyConnection:
     Raises:
         FileNotFoundError: naming ``root`` when it holds no finished run.
     """
+    import duckdb  # lazy: every command's module loads with the CLI (~28 MiB in `evalpipe run`)
+
     runs = _run_dirs(root)
     if not runs:
         raise FileNotFoundError(
@@ -74,6 +78,8 @@ def connect(root: Path) -> duckdb.DuckDBPyConnection:
 
 def _check_read_only(sql: str) -> str | None:
     """Why ``sql`` is refused (not one or more SELECT statements), or None."""
+    import duckdb  # lazy: see connect
+
     try:
         statements = duckdb.extract_statements(sql)
     except duckdb.Error as exc:
@@ -106,6 +112,8 @@ def _print(columns: list[str], rows: list[tuple[Any, ...]], fmt: str) -> None:
 
 
 def _query(args: argparse.Namespace) -> int:
+    import duckdb  # lazy: see connect
+
     _, err = consoles()
     why = _check_read_only(args.sql)
     if why is not None:
