@@ -155,6 +155,10 @@ class Column:
             return raw
         return _CONVERT[self.kind, self.nullable](raw)
 
+    def decoded(self, value: Any) -> Any:
+        """A stored value as its field's."""
+        return value if self.decode is None else self.decode(value)
+
 
 @dataclass(frozen=True, slots=True)
 class Table:
@@ -388,6 +392,17 @@ def split_name(strategy: Any) -> str | None:
     return f"{module}:{name}" if module else str(name)
 
 
+def split_of(name: str | None) -> Any:
+    """A stored split back: a ConversationSplit, a workflow agent's cut (``at:N``), else None (a
+    custom splitter, a callable, is not imported back from a data file)."""
+    if name is None:
+        return None
+    cut = name.removeprefix(SPLIT_AT_PREFIX)
+    if cut != name and cut.isdigit():
+        return SplitAt(int(cut))
+    return next((split for split in ConversationSplit if split.value == name), None)
+
+
 def _conversations(batch: Batch) -> list[str]:
     dump = _MESSAGES.dump_json
     return [dump(item.conversation, fallback=str).decode() for item in batch.objects]
@@ -593,18 +608,31 @@ ITEMS = Table(
 | `latency_s` | double | Wall-clock seconds of the target call. |
 | `metadata` | string, not null | JSON object of EvalItem.metadata. |
 """,
+            fields=True,
             agent=dict(get=lambda batch: batch.extra),
-            item_index=dict(source="counted"),
-            item_agent=dict(get=_attr("agent")),
+            item_index=dict(source="counted", field=None),
+            item_agent=dict(get=_attr("agent"), field="agent"),
             run_id=dict(get=_meta("run_id")),
             row_id=dict(get=_meta("row_id")),
             query=dict(get=_query_response(0)),
             response=dict(get=_query_response(1)),
-            split=dict(get=_each("split_strategy", split_name)),
-            conversation=dict(get=_conversations),
-            expected_tool_calls=dict(get=_expected),
+            split=dict(
+                get=_each("split_strategy", split_name), field="split_strategy", decode=split_of
+            ),
+            conversation=dict(
+                get=_conversations,
+                field="conversation",
+                decode=lambda text: _MESSAGES.validate_json(text) if text else [],
+            ),
+            expected_tool_calls=dict(
+                get=_expected,
+                field="expected_tool_calls",
+                decode=_or_none(_EXPECTED.validate_json),
+            ),
             tool_definitions=dict(
-                get=_each("tools", lambda tools: _TOOLS.dump_json(tools).decode())
+                get=_each("tools", lambda tools: _TOOLS.dump_json(tools).decode()),
+                field="tools",
+                decode=_or_none(_TOOLS.validate_json),
             ),
             has_usage=dict(
                 get=lambda batch: [
@@ -615,7 +643,11 @@ ITEMS = Table(
             output_tokens=dict(get=_usage("output_tokens")),
             total_tokens=dict(get=_usage("total_tokens")),
             latency_s=dict(get=_usage("latency_seconds")),
-            metadata=dict(get=lambda batch: list(map(json_text, batch.attr("metadata")))),
+            metadata=dict(
+                get=lambda batch: list(map(json_text, batch.attr("metadata"))),
+                field="metadata",
+                decode=_json_object,
+            ),
         ),
     ),
 )
