@@ -20,7 +20,7 @@ import json
 import operator
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, fields
 from datetime import datetime
 from typing import Any, Literal, cast, get_args
 
@@ -181,16 +181,6 @@ class Table:
         """Its columns from these sources, in order."""
         return [c for c in self.columns if c.source in sources]
 
-    def with_column(self, column: Column) -> Table:
-        """This table with ``column`` added after the last column of its source."""
-        last = max(
-            (i for i, c in enumerate(self.columns) if c.source == column.source),
-            default=len(self.columns) - 1,
-        )
-        cols = list(self.columns)
-        cols.insert(last + 1, column)
-        return replace(self, columns=tuple(cols))
-
 
 # -- value conversions ---------------------------------------------------------------------------
 
@@ -305,11 +295,6 @@ for _kind, _type, _convert in (
 
 
 # -- getters ------------------------------------------------------------------------------------
-
-
-def _attr(name: str) -> Getter:
-    """The objects' attribute ``name``."""
-    return lambda batch: batch.attr(name)
 
 
 def _each(name: str, convert: Callable[[Any], Any]) -> Getter:
@@ -611,7 +596,7 @@ ITEMS = Table(
             fields=True,
             agent=dict(get=lambda batch: batch.extra),
             item_index=dict(source="counted", field=None),
-            item_agent=dict(get=_attr("agent"), field="agent"),
+            item_agent=dict(field="agent"),
             run_id=dict(get=_meta("run_id")),
             row_id=dict(get=_meta("row_id")),
             query=dict(get=_query_response(0)),

@@ -33,7 +33,6 @@ from evalpipe.artifacts.schema import (
     ArtifactError,
     RunRecord,
     SchemaVersionError,
-    added,
     schema_of,
 )
 from evalpipe.artifacts.writer import resolve_filesystem
@@ -117,12 +116,11 @@ def read_manifest(run_dir: str | os.PathLike[str], *, filesystem: Any = None) ->
 class _Table:
     """An open table file, and the columns it lacks (added by later schema versions)."""
 
-    def __init__(self, parquet: Any, name: str, directory: str) -> None:
+    def __init__(self, parquet: Any, name: str, directory: str, absent: list[str]) -> None:
         self.parquet = parquet
         self.schema = schema_of(name)
         self.run_name = directory.rstrip("/").rsplit("/", 1)[-1]
-        present = set(parquet.schema_arrow.names)
-        self.absent = [c for c in added(name) if c not in present]
+        self.absent = absent
 
     def _present(self, columns: Sequence[str] | None) -> tuple[list[str], list[str]]:
         """The asked columns (None: all), and those of them the file has."""
@@ -172,15 +170,12 @@ def _open(fs: Any, directory: str, name: str) -> _Table:
             f"{path}: no {SCHEMA_VERSION_KEY.decode()} metadata; not written by evalpipe"
         )
     version = _check_version(metadata[SCHEMA_VERSION_KEY].decode(), path)
-    since = added(name)
-    missing = [
-        c
-        for c in TABLES[name].names
-        if c not in parquet.schema_arrow.names and since.get(c, 0) <= version
-    ]
+    # a column the file lacks is filled in if its version is older than the column, else an error
+    lacking = [c for c in TABLES[name].columns if c.name not in parquet.schema_arrow.names]
+    missing = [c.name for c in lacking if c.since <= version]
     if missing:
         raise ArtifactError(f"{path}: missing column(s) {missing}")
-    return _Table(parquet, name, directory)
+    return _Table(parquet, name, directory, [c.name for c in lacking])
 
 
 def read_table(

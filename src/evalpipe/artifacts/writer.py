@@ -155,9 +155,10 @@ class _Sink:
         self.fs = fs
         self.schema = schema_of(name)
         self.constants = {c.name: constants.get(c.name) for c in TABLES[name].of("run")}
-        self.final_path = f"{directory}/{FILES[name]}"
+        self.file = FILES[name]
+        self.final_path = f"{directory}/{self.file}"
         self.path = (
-            f"{directory}/.{FILES[name]}.{uuid.uuid4().hex}.tmp" if atomic else self.final_path
+            f"{directory}/.{self.file}.{uuid.uuid4().hex}.tmp" if atomic else self.final_path
         )
         self.atomic = atomic
         self.max_rows = max_rows
@@ -352,7 +353,6 @@ class RunWriter:
         self._lock = threading.Lock()
         self._started = time.time()
         self._closed = False
-        self._manifest: dict[str, Any] | None = None
 
     def _sink(self, name: str, max_rows: int, **constants: Any) -> _Sink:
         return _Sink(
@@ -377,11 +377,6 @@ class RunWriter:
             self.abort()
         elif not self._closed:
             self.finish({})
-
-    @property
-    def manifest(self) -> dict[str, Any] | None:
-        """The manifest as written by ``finish`` (None before)."""
-        return self._manifest
 
     def _check_open(self) -> None:
         if self._closed:
@@ -547,18 +542,14 @@ class RunWriter:
                 for s in sinks:
                     s.commit()
                 files = {
-                    FILES[name]: {
-                        "rows": s.written,
-                        "bytes": self.fs.get_file_info(s.final_path).size,
-                    }
-                    for name, s in zip(("runs", "items", "scores", "summary"), sinks, strict=True)
+                    s.file: {"rows": s.written, "bytes": self.fs.get_file_info(s.final_path).size}
+                    for s in sinks
                 }
                 written = self._write_manifest(dict(manifest or {}), files, ended)
             except BaseException:
                 for s in sinks:
                     s.abort()
                 raise
-            self._manifest = written
             return written
 
     def _write_manifest(
