@@ -116,7 +116,9 @@ def read_manifest(run_dir: str | os.PathLike[str], *, filesystem: Any = None) ->
 class _Table:
     """An open table file, and the columns it lacks (added by later schema versions)."""
 
-    def __init__(self, parquet: Any, name: str, directory: str, absent: list[str]) -> None:
+    def __init__(self, fs: Any, directory: str, name: str, parquet: Any, absent: list[str]) -> None:
+        self.fs = fs
+        self.path = f"{directory}/{FILES[name]}"
         self.parquet = parquet
         self.schema = schema_of(name)
         self.run_name = directory.rstrip("/").rsplit("/", 1)[-1]
@@ -154,7 +156,10 @@ class _Table:
             yield self._filled(batch, wanted)
 
 
-def _open(fs: Any, directory: str, name: str) -> _Table:
+def _open(run_dir: str | os.PathLike[str], name: str, filesystem: Any) -> _Table:
+    """Table ``name`` of a finished run (its manifest checked first), checked."""
+    fs, directory = resolve_filesystem(run_dir, filesystem)
+    read_manifest(directory, filesystem=fs)
     if name not in TABLES:
         raise ValueError(f"unknown run table {name!r}; the tables are {sorted(TABLES)}")
     path = f"{directory}/{FILES[name]}"
@@ -175,7 +180,7 @@ def _open(fs: Any, directory: str, name: str) -> _Table:
     missing = [c.name for c in lacking if c.since <= version]
     if missing:
         raise ArtifactError(f"{path}: missing column(s) {missing}")
-    return _Table(parquet, name, directory, [c.name for c in lacking])
+    return _Table(fs, directory, name, parquet, [c.name for c in lacking])
 
 
 def read_table(
@@ -192,9 +197,7 @@ def read_table(
             evalpipe's, or lacks a column.
         SchemaVersionError: when it was written with a newer schema version.
     """
-    fs, path = resolve_filesystem(run_dir, filesystem)
-    read_manifest(path, filesystem=fs)
-    return _open(fs, path, name).read(columns)
+    return _open(run_dir, name, filesystem).read(columns)
 
 
 def local_file(
@@ -213,12 +216,9 @@ def local_file(
     Raises:
         ArtifactError, SchemaVersionError: as ``read_table``.
     """
-    fs, path = resolve_filesystem(run_dir, filesystem)
-    read_manifest(path, filesystem=fs)
-    table = _open(fs, path, name)
-    file = f"{path}/{FILES[name]}"
-    local = isinstance(fs, pafs.LocalFileSystem) and not any(c in file for c in "*?[")
-    return file if local and not set(columns) & set(table.absent) else None
+    table = _open(run_dir, name, filesystem)
+    local = isinstance(table.fs, pafs.LocalFileSystem) and not any(c in table.path for c in "*?[")
+    return table.path if local and not set(columns) & set(table.absent) else None
 
 
 def iter_batches(
@@ -236,9 +236,7 @@ def iter_batches(
     Raises:
         ArtifactError, SchemaVersionError: as ``read_table``.
     """
-    fs, path = resolve_filesystem(run_dir, filesystem)
-    read_manifest(path, filesystem=fs)
-    return _open(fs, path, name).iter_batches(batch_size, columns)
+    return _open(run_dir, name, filesystem).iter_batches(batch_size, columns)
 
 
 def iter_runs(
@@ -308,11 +306,10 @@ def read_rows(
         ArtifactError, SchemaVersionError: as ``read_table``.
         IndexError: a position past the table's last row.
     """
-    fs, path = resolve_filesystem(run_dir, filesystem)
-    read_manifest(path, filesystem=fs)
     if not positions:
+        read_manifest(run_dir, filesystem=filesystem)
         return []
-    table = _open(fs, path, name)
+    table = _open(run_dir, name, filesystem)
     meta = table.parquet.metadata
     starts = list(
         itertools.accumulate(
@@ -357,7 +354,7 @@ def read_not_passed(
     fs, path = resolve_filesystem(run_dir, filesystem)
     summary = read_summary(path, filesystem=fs)  # the manifest checked first
     levels = {row.eval_run_id or "" for row in summary if row.kind == "result"}
-    table = _open(fs, path, "scores")
+    table = _open(path, "scores", fs)
     keys = ["eval_run_id", "item_index", "item_status"]
     out: dict[str, dict[int, list[dict[str, Any]]]] = {}
     for group in range(table.parquet.num_row_groups):
@@ -484,8 +481,9 @@ def _input_items(
 ) -> Callable[[str], Callable[[], list[EvalItem]]]:
     """Each agent's EvalItems of items.parquet, as a loader per agent: the file is read the first
     time any result asks for its agent's (each result gets its own list of the shared items)."""
-    fs, path = resolve_filesystem(run_dir, filesystem)
-    _open(fs, path, "items")  # a missing or damaged file is an error now, not on first use
+    _open(
+        run_dir, "items", filesystem
+    )  # a missing or damaged file is an error now, not on first use
 
     @functools.cache
     def load() -> dict[str, list[EvalItem]]:
@@ -541,19 +539,22 @@ def _batch_records(
 
 
 def _read_results(
-    run_dir: str | os.PathLike[str],
-    common: dict[str, Any],
-    results: dict[tuple[int, str], dict[int, EvalItemResult]],
-) -> None:
-    """scores.parquet's rows into EvalItemResults with their scores, per (provider, agent), built
-    a batch at a time."""
+    run_dir: str | os.PathLike[str], filesystem: Any
+) -> dict[tuple[int, str], dict[int, EvalItemResult]]:
+    """scores.parquet's rows as EvalItemResults with their scores, per (provider, agent) and item
+    index, built a batch at a time."""
+    results: dict[tuple[int, str], dict[int, EvalItemResult]] = {}
     item_names, items_of = _batch_records(EvalItemResult, TABLES["scores"].of("result"), "item_")
     score_names, scores_of = _batch_records(EvalScoreResult, TABLES["scores"].of("score"), "")
     keys = ["provider_index", "agent", "item_index", "score_index"]
     shared: dict[str, str] = {}
     item: EvalItemResult  # set on the first row of every batch (a start)
     for batch in iter_batches(
-        run_dir, "scores", columns=keys + item_names + score_names, batch_size=8_192, **common
+        run_dir,
+        "scores",
+        columns=keys + item_names + score_names,
+        batch_size=8_192,
+        filesystem=filesystem,
     ):
         providers, agents, indices, score_indices = _pylists(batch, keys, shared)
         rows = list(zip(providers, agents, indices, strict=True))
@@ -574,6 +575,7 @@ def _read_results(
                 item = level[index]
             if score_indices[position] is not None:
                 item.scores.append(next(scores))
+    return results
 
 
 def load_run(
@@ -596,15 +598,11 @@ def load_run(
         ArtifactError: when the directory is not a finished run or a file is damaged.
         SchemaVersionError: when it was written with a newer schema version.
     """
-    read_manifest(run_dir, filesystem=filesystem)
-    common = {"filesystem": filesystem}
+    # each reader below checks the manifest first
     loader = _input_items(run_dir, filesystem) if input_items else None
-
-    results: dict[tuple[int, str], dict[int, EvalItemResult]] = {}
-    _read_results(run_dir, common, results)
-
+    results = _read_results(run_dir, filesystem)
     levels = sorted(
-        (r for r in read_summary(run_dir, **common) if r.kind == "result"),
+        (r for r in read_summary(run_dir, filesystem=filesystem) if r.kind == "result"),
         key=lambda r: (r.provider_index, r.agent_index),
     )
     out: dict[int, EvalResults] = {}
