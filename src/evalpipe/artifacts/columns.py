@@ -15,6 +15,7 @@ Nothing here imports pyarrow: a worker process encodes its shard's rows with thi
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import itertools
 import json
 import operator
@@ -145,14 +146,9 @@ class Column:
 
     def values(self, batch: Batch) -> Any:
         """The column's values of ``batch``, exactly those of its Arrow array."""
-        if self.get is not None:
-            raw = self.get(batch)
-        elif self.source == "level":
-            return getattr(batch.objects[0], self.name)
-        else:
-            raw = batch.attr(self.field or self.name)
-        if self.source in ("run", "level"):
-            return raw
+        if self.source == "level":
+            return self.get(batch) if self.get else getattr(batch.objects[0], self.name)
+        raw = self.get(batch) if self.get else batch.attr(self.field or self.name)
         return _CONVERT[self.kind, self.nullable](raw)
 
     def decoded(self, value: Any) -> Any:
@@ -411,22 +407,16 @@ def _expected(batch: Batch) -> list[str | None]:
     return out
 
 
-_SAMPLE_JSON: dict[str, str] = {}
-"""``json_text({"reason": r})`` by reason: local checks repeat a few reasons on every item."""
+@functools.lru_cache(maxsize=4096)
+def _reason_json(reason: str) -> str:
+    """``json_text({"reason": reason})``, once per reason: local checks repeat a few reasons on
+    every item."""
+    return json_text({"reason": reason})
 
 
-def _sample_json(sample: Any) -> str | None:
-    if sample is None:
-        return None
-    if type(sample) is dict and len(sample) == 1:
-        reason = sample.get("reason")
-        if type(reason) is str:
-            text = _SAMPLE_JSON.get(reason)
-            if text is None:
-                if len(_SAMPLE_JSON) >= 4096:
-                    _SAMPLE_JSON.clear()
-                text = _SAMPLE_JSON[reason] = json_text(sample)
-            return text
+def _sample_json(sample: Any) -> str:
+    if type(sample) is dict and len(sample) == 1 and type(reason := sample.get("reason")) is str:
+        return _reason_json(reason)
     return json_text(sample)
 
 
@@ -463,12 +453,9 @@ def _sample(text: str | None) -> Any:
     return value
 
 
-def _rubric(text: str | None) -> list[RubricScore] | None:
-    return None if text is None else [RubricScore(**d) for d in json.loads(text)]
-
-
-def _diagnostics(text: str | None) -> list[Diagnostic] | None:
-    return None if text is None else [Diagnostic(**d) for d in json.loads(text)]
+def _notes_of(cls: type) -> Callable[[str | None], list[Any] | None]:
+    """A JSON list of dataclass notes back (``_notes``' inverse)."""
+    return lambda text: None if text is None else [cls(**d) for d in json.loads(text)]
 
 
 def _score_index(batch: Batch) -> list[int]:
@@ -713,8 +700,12 @@ SCORES = Table(
             score_index=dict(get=_score_index),
             metric=dict(field="name"),
             status=dict(get=lambda batch: score_statuses(batch.objects)),
-            diagnostics=dict(get=_notes("diagnostics"), field="diagnostics", decode=_diagnostics),
-            dimensions=dict(get=_notes("dimensions"), field="dimensions", decode=_rubric),
+            diagnostics=dict(
+                get=_notes("diagnostics"), field="diagnostics", decode=_notes_of(Diagnostic)
+            ),
+            dimensions=dict(
+                get=_notes("dimensions"), field="dimensions", decode=_notes_of(RubricScore)
+            ),
             sample=dict(get=_each("sample", _sample_json), field="sample", decode=_sample),
             input_tokens=dict(get=_tokens(0)),
             output_tokens=dict(get=_tokens(1)),
