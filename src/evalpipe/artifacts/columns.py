@@ -177,6 +177,10 @@ class Table:
         """Its columns from these sources, in order."""
         return [c for c in self.columns if c.source in sources]
 
+    def values(self, source: Source, batch: Batch) -> dict[str, Any]:
+        """The values of its columns from ``source`` of ``batch``, by name."""
+        return {c.name: c.values(batch) for c in self.of(source)}
+
 
 # -- value conversions ---------------------------------------------------------------------------
 

@@ -531,8 +531,7 @@ class RunWriter:
             sinks = (*self._sinks, summary)
             try:
                 rows = self._tally.rows()
-                columns = {c.name: c.values(Batch(rows)) for c in TABLES["summary"].of("row")}
-                summary.extend(columns, [0] * len(rows))
+                summary.extend(TABLES["summary"].values("row", Batch(rows)), [0] * len(rows))
                 for s in sinks:
                     s.close()
                 # An old manifest must not vouch for files that are being replaced.
