@@ -195,22 +195,21 @@ class _Sink:
             ],
             schema=self.schema,
         )
+        totals = list(itertools.accumulate(sizes, initial=0))  # the text before each row
         start = 0
         while start < n:
-            # The row at which a one-by-one append would flush: max_rows or max_bytes reached.
-            cut = min(n, start + self.max_rows - self.pending_rows)
-            budget = self.max_bytes - self.pending_bytes
-            taken = sum(sizes[start:cut])
-            if taken >= budget and cut > start:
-                # the first row at which the running total reaches the budget (sizes are >= 0,
-                # so the running totals only grow)
-                totals = list(itertools.accumulate(sizes[start:cut]))
-                at = bisect.bisect_left(totals, budget)
-                cut, taken = start + at + 1, totals[at]
-            self._pending.append(batch if cut - start == n else batch.slice(start, cut - start))
-            self.pending_rows += cut - start
-            self.pending_bytes += taken
-            start = cut
+            # where a one-by-one append would flush: max_rows reached, or max_bytes (the first
+            # row whose running total reaches the budget)
+            budget = totals[start] + self.max_bytes - self.pending_bytes
+            end = min(
+                n,
+                start + self.max_rows - self.pending_rows,
+                bisect.bisect_left(totals, budget, start + 1),
+            )
+            self._pending.append(batch.slice(start, end - start))
+            self.pending_rows += end - start
+            self.pending_bytes += totals[end] - totals[start]
+            start = end
             if self.pending_rows >= self.max_rows or self.pending_bytes >= self.max_bytes:
                 self.flush()
 
