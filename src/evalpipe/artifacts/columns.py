@@ -472,15 +472,18 @@ _ROW = re.compile(r"\| `(\w+)` \| (timestamp\[[^\]]*\]|\w+)(, not null)? \| (.*)
 """A column's row, as docs/artifacts.md lists it: name, kind (``, not null``), meaning."""
 
 
-def _columns(
-    source: Source, rows: str, *, fields: bool = False, **specs: dict[str, Any]
-) -> list[Column]:
+_RECORDS: tuple[Source, ...] = ("call", "item", "result", "score", "row")
+"""The sources that are records read back (RunRecord, EvalItem, EvalItemResult, EvalScoreResult,
+SummaryRow)."""
+
+
+def _columns(source: Source, rows: str, **specs: dict[str, Any]) -> list[Column]:
     """Columns from ``source`` (in order) declared by their rows as docs/artifacts.md lists them
     (``| `name` | kind[, not null] | meaning |``, a ``|`` in the meaning escaped as ``\\|``).
 
     A column's ``specs`` entry holds the rest of its ``Column`` fields (``get``, ``field``,
-    ``decode``, ``source``, ``since``); without a ``get`` of its own, a column of a record table
-    (``fields``) is read back into the field of its name.
+    ``decode``, ``source``, ``since``); without a ``get`` of its own, a column of a record
+    (``_RECORDS``) is read back into the field of its name.
 
     Raises:
         ValueError: for a row that is not a column's or of an unknown kind, or a spec of no row.
@@ -494,11 +497,10 @@ def _columns(
         if kind not in get_args(Kind):
             raise ValueError(f"unknown kind {kind!r} (known: {get_args(Kind)}) in {line!r}")
         spec = specs.pop(name, {})
-        options: dict[str, Any] = {"source": source, "nullable": required is None}
-        if fields and "get" not in spec:
-            options["field"] = name
-        doc = doc.replace("\\|", "|")
-        columns.append(Column(name, cast(Kind, kind), doc, **(options | spec)))
+        options: dict[str, Any] = {"source": source, "nullable": required is None} | spec
+        if options["source"] in _RECORDS and "get" not in spec:
+            options.setdefault("field", name)
+        columns.append(Column(name, cast(Kind, kind), doc.replace("\\|", "|"), **options))
     if specs:
         raise ValueError(f"no row for the column(s) {sorted(specs)}")
     return columns
@@ -544,7 +546,6 @@ RUNS = Table(
 | `transcript` | string | JSON of the call's transcript (a TargetRun or a WorkflowRun). |
 | `cached` | bool, not null | The call was reused from the run journal, not made again. |
 """,
-            fields=True,
             started_at=dict(since=2),
             ended_at=dict(since=2),
             cost_usd=dict(since=4),
@@ -584,9 +585,8 @@ ITEMS = Table(
 | `latency_s` | double | Wall-clock seconds of the target call. |
 | `metadata` | string, not null | JSON object of EvalItem.metadata. |
 """,
-            fields=True,
             agent=dict(get=lambda batch: batch.extra),
-            item_index=dict(source="counted", field=None),
+            item_index=dict(source="counted"),
             item_agent=dict(field="agent"),
             run_id=dict(get=_meta("run_id")),
             row_id=dict(get=_meta("row_id")),
@@ -662,7 +662,6 @@ SCORES = Table(
 | `item_token_usage_other` | string | JSON of the item's other token_usage keys ({} for an empty dict). |
 | `item_metadata` | string | JSON object of EvalItemResult.metadata. |
 """,
-            fields=True,
             row_id=dict(get=_meta("row_id"), since=3),
             repetition=dict(get=_meta("repetition"), since=3),
             item_status=dict(field="status"),
@@ -700,7 +699,6 @@ SCORES = Table(
 | `token_usage_other` | string | JSON of the metric's other token_usage keys ({} for an empty dict). |
 | `latency_s` | double | Seconds spent computing the metric. |
 """,
-            fields=True,
             score_index=dict(get=_score_index),
             metric=dict(field="name"),
             status=dict(get=lambda batch: score_statuses(batch.objects)),
@@ -752,7 +750,6 @@ SUMMARY = Table(
 | `result_counts` | string | Result rows: JSON of EvalResults.result_counts, summed over batches. |
 | `per_evaluator` | string | Result rows: JSON of EvalResults.per_evaluator, summed over batches. |
 """,
-            fields=True,
         ),
         *_columns(
             "run",
