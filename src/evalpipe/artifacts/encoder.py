@@ -87,10 +87,8 @@ _NO_SCORES: tuple[None] = (None,)
 
 
 class RowEncoder:
-    """Builds a batch's rows of runs.parquet, items.parquet and scores.parquet as plain columns,
-    exactly the values ``RunWriter`` writes, without a file, a lock or pyarrow: a worker process
-    encodes its shard, the writer of the run converts and appends it (``RunWriter.add_encoded``).
-    ``RunWriter`` encodes every batch with one too."""
+    """Builds a batch's rows as plain columns (see the module); ``RunWriter`` encodes every batch
+    with one too."""
 
     def records(self, records: Iterable[RunRecord | Mapping[str, Any]]) -> EncodedRows | None:
         """runs.parquet's rows of RunRecords (or their dicts); None for none.

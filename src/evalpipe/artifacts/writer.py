@@ -255,7 +255,7 @@ class _Sink:
                 # Best effort: the run is already failing; the original error is what matters.
                 with contextlib.suppress(Exception):
                     closable.close()
-        if self._writer is not None or self._stream is not None:
+        if self._stream is not None:  # the file was opened
             with contextlib.suppress(OSError):
                 self.fs.delete_file(self.path)
         self._pending = []
