@@ -15,12 +15,13 @@ Nothing here imports pyarrow: a worker process encodes its shard's rows with thi
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import itertools
 import json
 import operator
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, fields
 from datetime import datetime
 from typing import Any, Literal, cast, get_args
 
@@ -145,15 +146,14 @@ class Column:
 
     def values(self, batch: Batch) -> Any:
         """The column's values of ``batch``, exactly those of its Arrow array."""
-        if self.get is not None:
-            raw = self.get(batch)
-        elif self.source == "level":
-            return getattr(batch.objects[0], self.name)
-        else:
-            raw = batch.attr(self.field or self.name)
-        if self.source in ("run", "level"):
-            return raw
+        if self.source == "level":
+            return self.get(batch) if self.get else getattr(batch.objects[0], self.name)
+        raw = self.get(batch) if self.get else batch.attr(self.field or self.name)
         return _CONVERT[self.kind, self.nullable](raw)
+
+    def decoded(self, value: Any) -> Any:
+        """A stored value as its field's."""
+        return value if self.decode is None else self.decode(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,15 +177,9 @@ class Table:
         """Its columns from these sources, in order."""
         return [c for c in self.columns if c.source in sources]
 
-    def with_column(self, column: Column) -> Table:
-        """This table with ``column`` added after the last column of its source."""
-        last = max(
-            (i for i, c in enumerate(self.columns) if c.source == column.source),
-            default=len(self.columns) - 1,
-        )
-        cols = list(self.columns)
-        cols.insert(last + 1, column)
-        return replace(self, columns=tuple(cols))
+    def values(self, source: Source, batch: Batch) -> dict[str, Any]:
+        """The values of its columns from ``source`` of ``batch``, by name."""
+        return {c.name: c.values(batch) for c in self.of(source)}
 
 
 # -- value conversions ---------------------------------------------------------------------------
@@ -303,11 +297,6 @@ for _kind, _type, _convert in (
 # -- getters ------------------------------------------------------------------------------------
 
 
-def _attr(name: str) -> Getter:
-    """The objects' attribute ``name``."""
-    return lambda batch: batch.attr(name)
-
-
 def _each(name: str, convert: Callable[[Any], Any]) -> Getter:
     """``convert`` of each object's attribute ``name`` (null kept; the attribute read once per
     batch)."""
@@ -388,6 +377,17 @@ def split_name(strategy: Any) -> str | None:
     return f"{module}:{name}" if module else str(name)
 
 
+def split_of(name: str | None) -> Any:
+    """A stored split back: a ConversationSplit, a workflow agent's cut (``at:N``), else None (a
+    custom splitter, a callable, is not imported back from a data file)."""
+    if name is None:
+        return None
+    cut = name.removeprefix(SPLIT_AT_PREFIX)
+    if cut != name and cut.isdigit():
+        return SplitAt(int(cut))
+    return next((split for split in ConversationSplit if split.value == name), None)
+
+
 def _conversations(batch: Batch) -> list[str]:
     dump = _MESSAGES.dump_json
     return [dump(item.conversation, fallback=str).decode() for item in batch.objects]
@@ -411,22 +411,16 @@ def _expected(batch: Batch) -> list[str | None]:
     return out
 
 
-_SAMPLE_JSON: dict[str, str] = {}
-"""``json_text({"reason": r})`` by reason: local checks repeat a few reasons on every item."""
+@functools.lru_cache(maxsize=4096)
+def _reason_json(reason: str) -> str:
+    """``json_text({"reason": reason})``, once per reason: local checks repeat a few reasons on
+    every item."""
+    return json_text({"reason": reason})
 
 
-def _sample_json(sample: Any) -> str | None:
-    if sample is None:
-        return None
-    if type(sample) is dict and len(sample) == 1:
-        reason = sample.get("reason")
-        if type(reason) is str:
-            text = _SAMPLE_JSON.get(reason)
-            if text is None:
-                if len(_SAMPLE_JSON) >= 4096:
-                    _SAMPLE_JSON.clear()
-                text = _SAMPLE_JSON[reason] = json_text(sample)
-            return text
+def _sample_json(sample: Any) -> str:
+    if type(sample) is dict and len(sample) == 1 and type(reason := sample.get("reason")) is str:
+        return _reason_json(reason)
     return json_text(sample)
 
 
@@ -463,12 +457,9 @@ def _sample(text: str | None) -> Any:
     return value
 
 
-def _rubric(text: str | None) -> list[RubricScore] | None:
-    return None if text is None else [RubricScore(**d) for d in json.loads(text)]
-
-
-def _diagnostics(text: str | None) -> list[Diagnostic] | None:
-    return None if text is None else [Diagnostic(**d) for d in json.loads(text)]
+def _notes_of(cls: type) -> Callable[[str | None], list[Any] | None]:
+    """A JSON list of dataclass notes back (``_notes``' inverse)."""
+    return lambda text: None if text is None else [cls(**d) for d in json.loads(text)]
 
 
 def _score_index(batch: Batch) -> list[int]:
@@ -481,15 +472,18 @@ _ROW = re.compile(r"\| `(\w+)` \| (timestamp\[[^\]]*\]|\w+)(, not null)? \| (.*)
 """A column's row, as docs/artifacts.md lists it: name, kind (``, not null``), meaning."""
 
 
-def _columns(
-    source: Source, rows: str, *, fields: bool = False, **specs: dict[str, Any]
-) -> list[Column]:
+_RECORDS: tuple[Source, ...] = ("call", "item", "result", "score", "row")
+"""The sources that are records read back (RunRecord, EvalItem, EvalItemResult, EvalScoreResult,
+SummaryRow)."""
+
+
+def _columns(source: Source, rows: str, **specs: dict[str, Any]) -> list[Column]:
     """Columns from ``source`` (in order) declared by their rows as docs/artifacts.md lists them
     (``| `name` | kind[, not null] | meaning |``, a ``|`` in the meaning escaped as ``\\|``).
 
     A column's ``specs`` entry holds the rest of its ``Column`` fields (``get``, ``field``,
-    ``decode``, ``source``, ``since``); without a ``get`` of its own, a column of a record table
-    (``fields``) is read back into the field of its name.
+    ``decode``, ``source``, ``since``); without a ``get`` of its own, a column of a record
+    (``_RECORDS``) is read back into the field of its name.
 
     Raises:
         ValueError: for a row that is not a column's or of an unknown kind, or a spec of no row.
@@ -503,11 +497,10 @@ def _columns(
         if kind not in get_args(Kind):
             raise ValueError(f"unknown kind {kind!r} (known: {get_args(Kind)}) in {line!r}")
         spec = specs.pop(name, {})
-        options: dict[str, Any] = {"source": source, "nullable": required is None}
-        if fields and "get" not in spec:
-            options["field"] = name
-        doc = doc.replace("\\|", "|")
-        columns.append(Column(name, cast(Kind, kind), doc, **(options | spec)))
+        options: dict[str, Any] = {"source": source, "nullable": required is None} | spec
+        if options["source"] in _RECORDS and "get" not in spec:
+            options.setdefault("field", name)
+        columns.append(Column(name, cast(Kind, kind), doc.replace("\\|", "|"), **options))
     if specs:
         raise ValueError(f"no row for the column(s) {sorted(specs)}")
     return columns
@@ -553,7 +546,6 @@ RUNS = Table(
 | `transcript` | string | JSON of the call's transcript (a TargetRun or a WorkflowRun). |
 | `cached` | bool, not null | The call was reused from the run journal, not made again. |
 """,
-            fields=True,
             started_at=dict(since=2),
             ended_at=dict(since=2),
             cost_usd=dict(since=4),
@@ -595,16 +587,28 @@ ITEMS = Table(
 """,
             agent=dict(get=lambda batch: batch.extra),
             item_index=dict(source="counted"),
-            item_agent=dict(get=_attr("agent")),
+            item_agent=dict(field="agent"),
             run_id=dict(get=_meta("run_id")),
             row_id=dict(get=_meta("row_id")),
             query=dict(get=_query_response(0)),
             response=dict(get=_query_response(1)),
-            split=dict(get=_each("split_strategy", split_name)),
-            conversation=dict(get=_conversations),
-            expected_tool_calls=dict(get=_expected),
+            split=dict(
+                get=_each("split_strategy", split_name), field="split_strategy", decode=split_of
+            ),
+            conversation=dict(
+                get=_conversations,
+                field="conversation",
+                decode=lambda text: _MESSAGES.validate_json(text) if text else [],
+            ),
+            expected_tool_calls=dict(
+                get=_expected,
+                field="expected_tool_calls",
+                decode=_or_none(_EXPECTED.validate_json),
+            ),
             tool_definitions=dict(
-                get=_each("tools", lambda tools: _TOOLS.dump_json(tools).decode())
+                get=_each("tools", lambda tools: _TOOLS.dump_json(tools).decode()),
+                field="tools",
+                decode=_or_none(_TOOLS.validate_json),
             ),
             has_usage=dict(
                 get=lambda batch: [
@@ -615,7 +619,11 @@ ITEMS = Table(
             output_tokens=dict(get=_usage("output_tokens")),
             total_tokens=dict(get=_usage("total_tokens")),
             latency_s=dict(get=_usage("latency_seconds")),
-            metadata=dict(get=lambda batch: list(map(json_text, batch.attr("metadata")))),
+            metadata=dict(
+                get=lambda batch: list(map(json_text, batch.attr("metadata"))),
+                field="metadata",
+                decode=_json_object,
+            ),
         ),
     ),
 )
@@ -654,7 +662,6 @@ SCORES = Table(
 | `item_token_usage_other` | string | JSON of the item's other token_usage keys ({} for an empty dict). |
 | `item_metadata` | string | JSON object of EvalItemResult.metadata. |
 """,
-            fields=True,
             row_id=dict(get=_meta("row_id"), since=3),
             repetition=dict(get=_meta("repetition"), since=3),
             item_status=dict(field="status"),
@@ -692,12 +699,15 @@ SCORES = Table(
 | `token_usage_other` | string | JSON of the metric's other token_usage keys ({} for an empty dict). |
 | `latency_s` | double | Seconds spent computing the metric. |
 """,
-            fields=True,
             score_index=dict(get=_score_index),
             metric=dict(field="name"),
             status=dict(get=lambda batch: score_statuses(batch.objects)),
-            diagnostics=dict(get=_notes("diagnostics"), field="diagnostics", decode=_diagnostics),
-            dimensions=dict(get=_notes("dimensions"), field="dimensions", decode=_rubric),
+            diagnostics=dict(
+                get=_notes("diagnostics"), field="diagnostics", decode=_notes_of(Diagnostic)
+            ),
+            dimensions=dict(
+                get=_notes("dimensions"), field="dimensions", decode=_notes_of(RubricScore)
+            ),
             sample=dict(get=_each("sample", _sample_json), field="sample", decode=_sample),
             input_tokens=dict(get=_tokens(0)),
             output_tokens=dict(get=_tokens(1)),
@@ -740,7 +750,6 @@ SUMMARY = Table(
 | `result_counts` | string | Result rows: JSON of EvalResults.result_counts, summed over batches. |
 | `per_evaluator` | string | Result rows: JSON of EvalResults.per_evaluator, summed over batches. |
 """,
-            fields=True,
         ),
         *_columns(
             "run",

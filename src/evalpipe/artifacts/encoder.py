@@ -81,21 +81,14 @@ class EncodedBatch:
     scores: list[EncodedScores] = field(default_factory=list)
 
 
-def _encode(table: str, source: str, batch: Batch) -> Columns:
-    """The columns of ``table`` from ``source`` of ``batch``, as declared."""
-    return {c.name: c.values(batch) for c in TABLES[table].columns if c.source == source}
-
-
 _item_id = operator.attrgetter("item_id")
 _NO_SCORES: tuple[None] = (None,)
 """An item without scores has one row, its score columns null."""
 
 
 class RowEncoder:
-    """Builds a batch's rows of runs.parquet, items.parquet and scores.parquet as plain columns,
-    exactly the values ``RunWriter`` writes, without a file, a lock or pyarrow: a worker process
-    encodes its shard, the writer of the run converts and appends it (``RunWriter.add_encoded``).
-    ``RunWriter`` encodes every batch with one too."""
+    """Builds a batch's rows as plain columns (see the module); ``RunWriter`` encodes every batch
+    with one too."""
 
     def records(self, records: Iterable[RunRecord | Mapping[str, Any]]) -> EncodedRows | None:
         """runs.parquet's rows of RunRecords (or their dicts); None for none.
@@ -157,10 +150,9 @@ class RowEncoder:
                         items.append(item)
         if not items:
             return None
-        columns = _encode("items", "item", Batch(items, agents))
-        sizes = list(
-            map(_add3, *(map(len, columns[c]) for c in ("conversation", "query", "response")))
-        )
+        columns = TABLES["items"].values("item", Batch(items, agents))
+        texts = zip(columns["conversation"], columns["query"], columns["response"], strict=True)
+        sizes = [len(c) + len(q) + len(r) for c, q, r in texts]
         return EncodedItems(columns, sizes, agents, list(map(_item_id, items)))
 
     def _scores(self, level: Level) -> EncodedScores | None:
@@ -173,7 +165,7 @@ class RowEncoder:
         scores: list[EvalScoreResult | None] = [
             score for item in items for score in (item.scores or _NO_SCORES)
         ]
-        results = _encode("scores", "result", Batch(items))
+        results = TABLES["scores"].values("result", Batch(items))
         sizes = [
             len(i or "") + len(o or "")
             for i, o in zip(results["input_text"], results["output_text"], strict=True)
@@ -187,7 +179,7 @@ class RowEncoder:
                 for k in range(c or 1)
             ]
         real = [s for s in scores if s is not None]
-        columns = _encode("scores", "score", Batch(real, items))
+        columns = TABLES["scores"].values("score", Batch(real, items))
         if len(real) != len(scores):
             rows = [row for row, score in enumerate(scores) if score is not None]
             for name, values in columns.items():
@@ -196,7 +188,7 @@ class RowEncoder:
                     full[row] = value
                 columns[name] = full
         return EncodedScores(
-            {c.name: c.values(Batch([level])) for c in TABLES["scores"].of("level")},
+            TABLES["scores"].values("level", Batch([level])),
             results,
             columns,
             sizes,
@@ -209,8 +201,5 @@ def _runs(batch: Batch, transcripts: list[str | None]) -> EncodedRows | None:
     """runs.parquet's rows of a batch of calls; None for none."""
     if not transcripts:
         return None
-    return EncodedRows(_encode("runs", "call", batch), [len(t) if t else 0 for t in transcripts])
-
-
-def _add3(a: int, b: int, c: int) -> int:
-    return a + b + c
+    sizes = [len(t) if t else 0 for t in transcripts]
+    return EncodedRows(TABLES["runs"].values("call", batch), sizes)

@@ -23,15 +23,7 @@ import pyarrow.compute as pc  # type: ignore[import-untyped, unused-ignore]
 import pyarrow.fs as pafs  # type: ignore[import-untyped, unused-ignore]
 import pyarrow.parquet as pq  # type: ignore[import-untyped, unused-ignore]
 
-from evalpipe.artifacts.columns import (
-    _EXPECTED,
-    _MESSAGES,
-    _TOOLS,
-    SPLIT_AT_PREFIX,
-    TABLES,
-    Column,
-    Source,
-)
+from evalpipe.artifacts.columns import TABLES, Column, Source
 from evalpipe.artifacts.schema import (
     FILES,
     MANIFEST_FILE,
@@ -41,12 +33,10 @@ from evalpipe.artifacts.schema import (
     ArtifactError,
     RunRecord,
     SchemaVersionError,
-    added,
     schema_of,
 )
 from evalpipe.artifacts.writer import resolve_filesystem
-from evalpipe.itemize import SplitAt
-from evalpipe.items import ConversationSplit, EvalItem
+from evalpipe.items import EvalItem
 from evalpipe.results import EvalItemResult, EvalResults, EvalScoreResult
 from evalpipe.tally import OVERALL, SummaryRow
 from evalpipe.transcripts import RunUsage
@@ -64,7 +54,6 @@ __all__ = [
     "read_table",
 ]
 
-_SPLITS = {member.value: member for member in ConversationSplit}
 _R = TypeVar("_R")
 LOADED: Counter[str] = Counter()
 """What the readers turned into Python objects in this process, by kind, for instrumentation
@@ -127,39 +116,34 @@ def read_manifest(run_dir: str | os.PathLike[str], *, filesystem: Any = None) ->
 class _Table:
     """An open table file, and the columns it lacks (added by later schema versions)."""
 
-    def __init__(self, parquet: Any, name: str, directory: str) -> None:
+    def __init__(self, fs: Any, directory: str, name: str, parquet: Any, absent: list[str]) -> None:
+        self.fs = fs
+        self.path = f"{directory}/{FILES[name]}"
         self.parquet = parquet
         self.schema = schema_of(name)
         self.run_name = directory.rstrip("/").rsplit("/", 1)[-1]
-        present = set(parquet.schema_arrow.names)
-        self.absent = [c for c in added(name) if c not in present]
+        self.absent = absent
 
-    def _read(self, read: Callable[..., Any], columns: Sequence[str] | None) -> Iterator[Any]:
-        """What ``read(columns=...)`` yields, with the absent columns filled in (``run_name``:
-        the directory's name; the others null), in the asked order."""
+    def _present(self, columns: Sequence[str] | None) -> tuple[list[str], list[str]]:
+        """The asked columns (None: all), and those of them the file has."""
         wanted = list(columns) if columns is not None else self.schema.names
-        missing = [c for c in wanted if c in self.absent]
-        if not missing:
-            yield from read(columns=columns)
-            return
-        for data in read(columns=[c for c in wanted if c not in missing]):
-            arrays = [
-                pa.array(
-                    [self.run_name if c == RUN_NAME else None] * data.num_rows,
-                    type=self.schema.field(c).type,
-                )
-                if c in missing
-                else data.column(c)
-                for c in wanted
-            ]
-            maker = pa.Table if isinstance(data, pa.Table) else pa.RecordBatch
-            yield maker.from_arrays(arrays, names=wanted)
+        return wanted, [c for c in wanted if c not in self.absent]
 
-    def read(self, columns: Sequence[str] | None) -> Any:
-        return next(self._read(lambda **kw: [self.parquet.read(**kw)], columns))
+    def _filled(self, data: Any, wanted: list[str]) -> Any:
+        """A table or batch read with ``_present``'s columns, the absent ones of ``wanted`` filled
+        in where asked (``run_name``: the directory's name; the others null)."""
+        for i, name in enumerate(wanted):
+            if name in self.absent:
+                value = self.run_name if name == RUN_NAME else None
+                type_ = self.schema.field(name).type
+                data = data.add_column(i, name, pa.array([value] * data.num_rows, type=type_))
+        return data
 
-    def read_row_group(self, index: int, columns: Sequence[str] | None) -> Any:
-        return next(self._read(lambda **kw: [self.parquet.read_row_group(index, **kw)], columns))
+    def read(self, columns: Sequence[str] | None, row_group: int | None = None) -> Any:
+        wanted, present = self._present(columns)
+        if row_group is None:
+            return self._filled(self.parquet.read(columns=present), wanted)
+        return self._filled(self.parquet.read_row_group(row_group, columns=present), wanted)
 
     def iter_batches(
         self,
@@ -167,15 +151,15 @@ class _Table:
         columns: Sequence[str] | None,
         row_groups: Sequence[int] | None = None,
     ) -> Iterator[Any]:
-        return self._read(
-            lambda **kw: self.parquet.iter_batches(
-                batch_size=batch_size, row_groups=row_groups, **kw
-            ),
-            columns,
-        )
+        wanted, present = self._present(columns)
+        for batch in self.parquet.iter_batches(batch_size, row_groups, columns=present):
+            yield self._filled(batch, wanted)
 
 
-def _open(fs: Any, directory: str, name: str) -> _Table:
+def _open(run_dir: str | os.PathLike[str], name: str, filesystem: Any) -> _Table:
+    """Table ``name`` of a finished run (its manifest checked first), checked."""
+    fs, directory = resolve_filesystem(run_dir, filesystem)
+    read_manifest(directory, filesystem=fs)
     if name not in TABLES:
         raise ValueError(f"unknown run table {name!r}; the tables are {sorted(TABLES)}")
     path = f"{directory}/{FILES[name]}"
@@ -191,15 +175,12 @@ def _open(fs: Any, directory: str, name: str) -> _Table:
             f"{path}: no {SCHEMA_VERSION_KEY.decode()} metadata; not written by evalpipe"
         )
     version = _check_version(metadata[SCHEMA_VERSION_KEY].decode(), path)
-    since = added(name)
-    missing = [
-        c
-        for c in TABLES[name].names
-        if c not in parquet.schema_arrow.names and since.get(c, 0) <= version
-    ]
+    # a column the file lacks is filled in if its version is older than the column, else an error
+    lacking = [c for c in TABLES[name].columns if c.name not in parquet.schema_arrow.names]
+    missing = [c.name for c in lacking if c.since <= version]
     if missing:
         raise ArtifactError(f"{path}: missing column(s) {missing}")
-    return _Table(parquet, name, directory)
+    return _Table(fs, directory, name, parquet, [c.name for c in lacking])
 
 
 def read_table(
@@ -216,9 +197,7 @@ def read_table(
             evalpipe's, or lacks a column.
         SchemaVersionError: when it was written with a newer schema version.
     """
-    fs, path = resolve_filesystem(run_dir, filesystem)
-    read_manifest(path, filesystem=fs)
-    return _open(fs, path, name).read(columns)
+    return _open(run_dir, name, filesystem).read(columns)
 
 
 def local_file(
@@ -237,12 +216,9 @@ def local_file(
     Raises:
         ArtifactError, SchemaVersionError: as ``read_table``.
     """
-    fs, path = resolve_filesystem(run_dir, filesystem)
-    read_manifest(path, filesystem=fs)
-    table = _open(fs, path, name)
-    file = f"{path}/{FILES[name]}"
-    local = isinstance(fs, pafs.LocalFileSystem) and not any(c in file for c in "*?[")
-    return file if local and not set(columns) & set(table.absent) else None
+    table = _open(run_dir, name, filesystem)
+    local = isinstance(table.fs, pafs.LocalFileSystem) and not any(c in table.path for c in "*?[")
+    return table.path if local and not set(columns) & set(table.absent) else None
 
 
 def iter_batches(
@@ -260,9 +236,7 @@ def iter_batches(
     Raises:
         ArtifactError, SchemaVersionError: as ``read_table``.
     """
-    fs, path = resolve_filesystem(run_dir, filesystem)
-    read_manifest(path, filesystem=fs)
-    return _open(fs, path, name).iter_batches(batch_size, columns)
+    return _open(run_dir, name, filesystem).iter_batches(batch_size, columns)
 
 
 def iter_runs(
@@ -294,21 +268,22 @@ def _records(
 ) -> Iterator[_R]:
     """Table ``name``'s rows as ``cls`` records, their fields the columns of ``source``."""
     read = _fields(TABLES[name].of(source))
-    columns = [c.name for c, _ in read]
+    columns = [c.name for c in read.values()]
     for batch in iter_batches(
         run_dir, name, columns=columns, batch_size=batch_size, filesystem=filesystem
     ):
         for row in batch.to_pylist():
-            yield cls(**{c.field: decode(row[c.name]) for c, decode in read})
+            yield cls(**_record(read, row))
 
 
-def _same(value: Any) -> Any:
-    return value
+def _fields(columns: Sequence[Column]) -> dict[str, Column]:
+    """The columns read back into a record's fields, by field (``Column.field``)."""
+    return {c.field: c for c in columns if c.field is not None}
 
 
-def _fields(columns: Sequence[Column]) -> list[tuple[Any, Callable[[Any], Any]]]:
-    """The columns read back into a record's fields (``Column.field``), each with its decoding."""
-    return [(c, c.decode or _same) for c in columns if c.field is not None]
+def _record(read: dict[str, Column], row: dict[str, Any]) -> dict[str, Any]:
+    """A record's fields from a row: each from the column declared to hold it, decoded."""
+    return {field: c.decoded(row[c.name]) for field, c in read.items()}
 
 
 def read_rows(
@@ -331,11 +306,10 @@ def read_rows(
         ArtifactError, SchemaVersionError: as ``read_table``.
         IndexError: a position past the table's last row.
     """
-    fs, path = resolve_filesystem(run_dir, filesystem)
-    read_manifest(path, filesystem=fs)
     if not positions:
+        read_manifest(run_dir, filesystem=filesystem)
         return []
-    table = _open(fs, path, name)
+    table = _open(run_dir, name, filesystem)
     meta = table.parquet.metadata
     starts = list(
         itertools.accumulate(
@@ -378,24 +352,15 @@ def read_not_passed(
     the listed items are read in full and into Python, and the scan stops once every result of
     summary.parquet has ``limit`` items listed (``LOADED["not_passed_rows"]`` counts those rows)."""
     fs, path = resolve_filesystem(run_dir, filesystem)
-    read_manifest(path, filesystem=fs)
-    summary = _open(fs, path, "summary").read(["kind", "eval_run_id"])
-    levels = {
-        level or ""
-        for kind, level in zip(
-            summary.column("kind").to_pylist(),
-            summary.column("eval_run_id").to_pylist(),
-            strict=True,
-        )
-        if kind == "result"
-    }
-    table = _open(fs, path, "scores")
+    summary = read_summary(path, filesystem=fs)  # the manifest checked first
+    levels = {row.eval_run_id or "" for row in summary if row.kind == "result"}
+    table = _open(path, "scores", fs)
     keys = ["eval_run_id", "item_index", "item_status"]
-    out: dict[str, dict[int, dict[str, Any]]] = {}
+    out: dict[str, dict[int, list[dict[str, Any]]]] = {}
     for group in range(table.parquet.num_row_groups):
         if levels and all(len(out.get(level, ())) >= limit for level in levels):
             break
-        head = table.read_row_group(group, keys)
+        head = table.read(keys, group)
         # plain Python over one column: pyarrow.compute's first call imports pandas (2 s)
         statuses = head.column("item_status").to_pylist()
         positions = [
@@ -409,34 +374,30 @@ def read_not_passed(
         for position, level, index in zip(positions, runs, indices, strict=True):
             listed = out.setdefault(level or "", {})
             if index in listed or len(listed) < limit:
-                listed.setdefault(index, {})
+                listed.setdefault(index, [])
                 wanted.append(position)
         if not wanted:
             continue
-        rows = table.read_row_group(group, _NOT_PASSED_COLUMNS).take(wanted).to_pylist()
+        rows = table.read(_NOT_PASSED_COLUMNS, group).take(wanted).to_pylist()
         LOADED["not_passed_rows"] += len(rows)
         for row in rows:
-            item = out[row["eval_run_id"] or ""][row["item_index"]]
-            if not item:
-                item.update(
-                    item_id=row["item_id"],
-                    item_status=row["item_status"],
-                    input_text=row["input_text"],
-                    output_text=row["output_text"],
-                    item_metadata=_loads(row["item_metadata"]) or {},
-                    error=row["item_error_message"],
-                    failed=[],
-                )
-            if row["passed"] is False:
-                reason = (row["reason"] or "failed").splitlines()[0]
-                item["failed"].append(f"{row['metric']}: {reason}")
+            out[row["eval_run_id"] or ""][row["item_index"]].append(row)
 
-    def finished(item: dict[str, Any]) -> dict[str, Any]:
-        error, failed = item.pop("error"), item.pop("failed")
-        return {**item, "why": error or "; ".join(failed)}
+    def finished(rows: list[dict[str, Any]]) -> dict[str, Any]:
+        failed = [
+            f"{r['metric']}: {(r['reason'] or 'failed').splitlines()[0]}"
+            for r in rows
+            if r["passed"] is False
+        ]
+        first = rows[0]
+        return {
+            **{k: first[k] for k in ("item_id", "item_status", "input_text", "output_text")},
+            "item_metadata": _loads(first["item_metadata"]) or {},
+            "why": first["item_error_message"] or "; ".join(failed),
+        }
 
     return {
-        level: [finished(item) for _, item in sorted(items.items())]
+        level: [finished(rows) for _, rows in sorted(items.items())]
         for level, items in out.items()
         if items
     }
@@ -472,44 +433,15 @@ def _loads(text: str | None) -> Any:
     return None if text is None else json.loads(text)
 
 
-def _split(name: str | None) -> Any:
-    """A stored split back: a ConversationSplit, a workflow agent's cut (``at:N``), else None."""
-    if name is None:
+def _usage(row: dict[str, Any]) -> RunUsage | None:
+    """An item's usage back from its columns (``has_usage``: it was set, maybe all null)."""
+    if not row["has_usage"]:
         return None
-    if name.startswith(SPLIT_AT_PREFIX) and name[len(SPLIT_AT_PREFIX) :].isdigit():
-        return SplitAt(int(name[len(SPLIT_AT_PREFIX) :]))
-    return _SPLITS.get(name)
-
-
-def _item(row: dict[str, Any]) -> EvalItem:
-    split = row["split"]
-    return EvalItem(
-        conversation=_MESSAGES.validate_json(row["conversation"]) if row["conversation"] else [],
-        tools=None
-        if row["tool_definitions"] is None
-        else _TOOLS.validate_json(row["tool_definitions"]),
-        context=row["context"],
-        expected_output=row["expected_output"],
-        expected_tool_calls=None
-        if row["expected_tool_calls"] is None
-        else _EXPECTED.validate_json(row["expected_tool_calls"]),
-        # A custom splitter is a callable: it is not imported back from a data file.
-        split_strategy=_split(split),
-        item_id=row["item_id"],
-        query_index=row["query_index"],
-        repetition=row["repetition"],
-        agent=row["item_agent"],
-        usage=RunUsage(
-            input_tokens=row["input_tokens"],
-            output_tokens=row["output_tokens"],
-            total_tokens=row["total_tokens"],
-            latency_seconds=row["latency_s"],
-        )
-        if row["has_usage"]
-        else None,
-        error_code=row["error_code"],
-        error_message=row["error_message"],
-        metadata=json.loads(row["metadata"]),
+    return RunUsage(
+        input_tokens=row["input_tokens"],
+        output_tokens=row["output_tokens"],
+        total_tokens=row["total_tokens"],
+        latency_seconds=row["latency_s"],
     )
 
 
@@ -517,10 +449,6 @@ _SHARED = ("metric", "reason", "label", "rating", "error_code", "evaluator", "it
 """Columns whose values repeat across rows: one str object per distinct value, not per row."""
 _TOKENS = ("input_tokens", "output_tokens", "total_tokens", "token_usage_other")
 """The four columns of a token_usage (an item's prefixed ``item_``), read back into one dict."""
-
-
-def _token_names(prefix: str) -> list[str]:
-    return [f"{prefix}{name}" for name in _TOKENS]
 
 
 def _indices(positions: list[int]) -> Any:
@@ -553,16 +481,18 @@ def _input_items(
 ) -> Callable[[str], Callable[[], list[EvalItem]]]:
     """Each agent's EvalItems of items.parquet, as a loader per agent: the file is read the first
     time any result asks for its agent's (each result gets its own list of the shared items)."""
-    fs, path = resolve_filesystem(run_dir, filesystem)
-    _open(fs, path, "items")  # a missing or damaged file is an error now, not on first use
+    _open(
+        run_dir, "items", filesystem
+    )  # a missing or damaged file is an error now, not on first use
 
     @functools.cache
     def load() -> dict[str, list[EvalItem]]:
         pairs: dict[str, list[tuple[int, EvalItem]]] = {}
-        names = TABLES["items"].names
-        for batch in iter_batches(run_dir, "items", columns=names, filesystem=filesystem):
+        read = _fields(TABLES["items"].of("item"))
+        for batch in iter_batches(run_dir, "items", filesystem=filesystem):
             for row in batch.to_pylist():
-                pairs.setdefault(row["agent"], []).append((row["item_index"], _item(row)))
+                item = EvalItem(**_record(read, row), usage=_usage(row))
+                pairs.setdefault(row["agent"], []).append((row["item_index"], item))
             LOADED["items"] += batch.num_rows
         return {
             agent: [item for _, item in sorted(found, key=lambda p: p[0])]
@@ -572,108 +502,80 @@ def _input_items(
     return lambda agent: lambda: list(load().get(agent, []))
 
 
-def _record_columns(
-    cls: type, read: list[tuple[Any, Callable[[Any], Any]]], prefix: str
-) -> Callable[[dict[str, list[Any]]], list[list[Any]]]:
-    """How a batch's columns become ``cls``'s constructor arguments, in its field order: each
-    field from the column declared to hold it (decoded), ``token_usage`` from its four columns,
-    ``scores`` a new list per record."""
-    by_field = {c.field: (c.name, decode) for c, decode in read}
-    tokens = _token_names(prefix)
-    order = [f.name for f in dataclasses.fields(cls)]
+def _batch_records(
+    cls: type, columns: Sequence[Column], prefix: str
+) -> tuple[list[str], Callable[[Any, list[int], dict[str, str]], list[Any]]]:
+    """The columns ``cls``'s records are read from, and how rows of a batch become records (a
+    constructor mapped over the columns, in its field order): each field from the column declared
+    to hold it (decoded), ``token_usage`` from its four columns (``prefix``ed), ``scores`` a new
+    list per record."""
+    read = _fields(columns)
+    tokens = [f"{prefix}{name}" for name in _TOKENS]
+    names = [c.name for c in read.values()] + tokens
 
-    def arguments(columns: dict[str, list[Any]]) -> list[list[Any]]:
-        count = len(columns[read[0][0].name])
-        out: list[list[Any]] = []
-        for name in order:
-            if name == "token_usage":
-                parts = [columns[t] for t in tokens]
-                if all(values.count(None) == count for values in parts):
-                    out.append([None] * count)
+    def records(batch: Any, rows: list[int], shared: dict[str, str]) -> list[Any]:
+        taken = batch.select(names).take(_indices(rows))
+        values = dict(zip(names, _pylists(taken, names, shared), strict=True))
+        count = len(rows)
+        arguments: list[list[Any]] = []
+        for field in dataclasses.fields(cls):
+            if field.name == "token_usage":
+                parts = [values[t] for t in tokens]
+                if all(part.count(None) == count for part in parts):
+                    arguments.append([None] * count)
                 else:
-                    out.append(list(map(_tokens, *parts)))
-            elif name == "scores":
-                out.append([[] for _ in range(count)])
+                    arguments.append(list(map(_tokens, *parts)))
+            elif field.name == "scores":
+                arguments.append([[] for _ in range(count)])
             else:
-                column, decode = by_field[name]
-                values = columns[column]
-                if decode is not _same and values.count(None) != count:
-                    values = list(map(decode, values))
-                out.append(values)
-        return out
+                column = read[field.name]
+                stored = values[column.name]
+                if column.decode is not None and stored.count(None) != count:
+                    stored = list(map(column.decode, stored))
+                arguments.append(stored)
+        return list(map(cls, *arguments))
 
-    return arguments
+    return names, records
 
 
 def _read_results(
-    run_dir: str | os.PathLike[str],
-    common: dict[str, Any],
-    results: dict[tuple[int, str], dict[int, EvalItemResult]],
-) -> None:
-    """scores.parquet's rows into EvalItemResults with their scores, per (provider, agent): each
-    record's fields from the columns declared to hold them (``Column.field``), built a batch at a
-    time (a constructor mapped over the columns)."""
-    table = TABLES["scores"]
-    item_read = _fields(table.of("result"))
-    score_read = _fields(table.of("score"))
-    item_names = [c.name for c, _ in item_read] + _token_names("item_")
-    score_names = [c.name for c, _ in score_read] + _token_names("")
-    item_args = _record_columns(EvalItemResult, item_read, "item_")
-    score_args = _record_columns(EvalScoreResult, score_read, "")
+    run_dir: str | os.PathLike[str], filesystem: Any
+) -> dict[tuple[int, str], dict[int, EvalItemResult]]:
+    """scores.parquet's rows as EvalItemResults with their scores, per (provider, agent) and item
+    index, built a batch at a time."""
+    results: dict[tuple[int, str], dict[int, EvalItemResult]] = {}
+    item_names, items_of = _batch_records(EvalItemResult, TABLES["scores"].of("result"), "item_")
+    score_names, scores_of = _batch_records(EvalScoreResult, TABLES["scores"].of("score"), "")
     keys = ["provider_index", "agent", "item_index", "score_index"]
     shared: dict[str, str] = {}
+    item: EvalItemResult  # set on the first row of every batch (a start)
     for batch in iter_batches(
-        run_dir, "scores", columns=keys + item_names + score_names, batch_size=8_192, **common
+        run_dir,
+        "scores",
+        columns=keys + item_names + score_names,
+        batch_size=8_192,
+        filesystem=filesystem,
     ):
         providers, agents, indices, score_indices = _pylists(batch, keys, shared)
         rows = list(zip(providers, agents, indices, strict=True))
         # An item's rows are consecutive (RunWriter writes them so): its own columns are read
         # from its first row; a row whose item has no earlier row starts one.
         starts = [i for i, row in enumerate(rows) if i == 0 or row != rows[i - 1]]
-        heads = batch.select(item_names).take(_indices(starts))
-        head_columns = dict(zip(item_names, _pylists(heads, item_names, shared), strict=True))
-        items = list(map(EvalItemResult, *item_args(head_columns)))
+        heads = iter(items_of(batch, starts, shared))
         scored = [i for i, k in enumerate(score_indices) if k is not None]
-        score_batch = batch.select(score_names).take(_indices(scored))
-        score_columns = dict(
-            zip(score_names, _pylists(score_batch, score_names, shared), strict=True)
-        )
-        scores = iter(map(EvalScoreResult, *score_args(score_columns))) if scored else iter(())
-        level: dict[int, EvalItemResult] = {}
-        where: tuple[int, str] | None = None
-        k = -1
+        scores = iter(scores_of(batch, scored, shared))
         starts_set = set(starts)
-        for position, ((provider_index, agent, item_index), score_index) in enumerate(
-            zip(rows, score_indices, strict=True)
-        ):
-            if where != (provider_index, agent):
-                where = (provider_index, agent)
-                level = results.setdefault(where, {})
+        for position, (provider_index, agent, index) in enumerate(rows):
             if position in starts_set:
-                k += 1
-                if item_index not in level:
-                    level[item_index] = items[k]
+                level = results.setdefault((provider_index, agent), {})
+                head = next(heads)
+                if index not in level:
+                    level[index] = head
                     LOADED["item_results"] += 1
-            if score_index is not None:
-                level[item_index].scores.append(next(scores))
-
-
-_LEVEL_COLUMNS = [
-    "kind",
-    "provider",
-    "provider_index",
-    "agent",
-    "agent_index",
-    "eval_id",
-    "eval_run_id",
-    "status",
-    "result_counts",
-    "report_url",
-    "error",
-    "per_evaluator",
-]
-"""The summary columns an EvalResults level is made of (not the timestamps: converting a
-timezone-aware column to Python imports pandas, half a second of a fresh ``load_run``)."""
+                item = level[index]
+            if score_indices[position] is not None:
+                item.scores.append(next(scores))
+    return results
 
 
 def load_run(
@@ -696,44 +598,39 @@ def load_run(
         ArtifactError: when the directory is not a finished run or a file is damaged.
         SchemaVersionError: when it was written with a newer schema version.
     """
-    read_manifest(run_dir, filesystem=filesystem)
-    common = {"filesystem": filesystem}
+    # each reader below checks the manifest first
     loader = _input_items(run_dir, filesystem) if input_items else None
-
-    results: dict[tuple[int, str], dict[int, EvalItemResult]] = {}
-    _read_results(run_dir, common, results)
-
-    summary = read_table(run_dir, "summary", columns=_LEVEL_COLUMNS, **common)
+    results = _read_results(run_dir, filesystem)
     levels = sorted(
-        (r for r in summary.to_pylist() if r["kind"] == "result"),
-        key=lambda r: (r["provider_index"], r["agent_index"]),
+        (r for r in read_summary(run_dir, filesystem=filesystem) if r.kind == "result"),
+        key=lambda r: (r.provider_index, r.agent_index),
     )
     out: dict[int, EvalResults] = {}
     for row in levels:
-        by_index = results.get((row["provider_index"], row["agent"]), {})
+        by_index = results.get((row.provider_index, row.agent), {})
         result = EvalResults(
-            provider=row["provider"],
-            eval_id=row["eval_id"] or "",
-            run_id=row["eval_run_id"] or "",
-            status=row["status"] or "completed",
-            result_counts=_loads(row["result_counts"]),
-            report_url=row["report_url"],
-            error=row["error"],
-            per_evaluator=_loads(row["per_evaluator"]) or {},
+            provider=row.provider,
+            eval_id=row.eval_id or "",
+            run_id=row.eval_run_id or "",
+            status=row.status or "completed",
+            result_counts=_loads(row.result_counts),
+            report_url=row.report_url,
+            error=row.error,
+            per_evaluator=_loads(row.per_evaluator) or {},
         )
         # assigned, not passed in: the item results are built already (validating them again
         # costs seconds), and the model does not validate assignments
         result.items = [by_index[i] for i in sorted(by_index)]
         if loader is not None:
-            result.defer_input_items(loader(row["agent"]))
-        if row["agent"] == OVERALL:
-            out[row["provider_index"]] = result
+            result.defer_input_items(loader(row.agent))
+        if row.agent == OVERALL:
+            out[row.provider_index] = result
         else:
-            parent = out.get(row["provider_index"])
+            parent = out.get(row.provider_index)
             if parent is None:
                 raise ArtifactError(
-                    f"summary.parquet: agent {row['agent']!r} of provider {row['provider']!r} has "
+                    f"summary.parquet: agent {row.agent!r} of provider {row.provider!r} has "
                     "no overall row"
                 )
-            parent.sub_results[row["agent"]] = result
+            parent.sub_results[row.agent] = result
     return [out[i] for i in sorted(out)]

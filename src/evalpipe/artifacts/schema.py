@@ -37,7 +37,6 @@ __all__ = [
     "RunRecord",
     "RunStatus",
     "SchemaVersionError",
-    "added",
     "arrow_schema",
     "schema_of",
 ]
@@ -87,12 +86,6 @@ def arrow_schema(table: Table) -> Any:
 def schema_of(name: str) -> Any:
     """The Arrow schema of table ``name`` as declared now (``TABLES``)."""
     return arrow_schema(TABLES[name])
-
-
-def added(name: str) -> dict[str, int]:
-    """The columns of table ``name`` added after version 1, with the version that added them: a
-    reader fills them in for older files (``run_name`` from the directory's name, others null)."""
-    return {c.name: c.since for c in TABLES[name].columns if c.since > 1}
 
 
 RUNS_SCHEMA = schema_of("runs")

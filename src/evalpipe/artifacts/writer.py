@@ -155,9 +155,10 @@ class _Sink:
         self.fs = fs
         self.schema = schema_of(name)
         self.constants = {c.name: constants.get(c.name) for c in TABLES[name].of("run")}
-        self.final_path = f"{directory}/{FILES[name]}"
+        self.file = FILES[name]
+        self.final_path = f"{directory}/{self.file}"
         self.path = (
-            f"{directory}/.{FILES[name]}.{uuid.uuid4().hex}.tmp" if atomic else self.final_path
+            f"{directory}/.{self.file}.{uuid.uuid4().hex}.tmp" if atomic else self.final_path
         )
         self.atomic = atomic
         self.max_rows = max_rows
@@ -194,22 +195,21 @@ class _Sink:
             ],
             schema=self.schema,
         )
+        totals = list(itertools.accumulate(sizes, initial=0))  # the text before each row
         start = 0
         while start < n:
-            # The row at which a one-by-one append would flush: max_rows or max_bytes reached.
-            cut = min(n, start + self.max_rows - self.pending_rows)
-            budget = self.max_bytes - self.pending_bytes
-            taken = sum(sizes[start:cut])
-            if taken >= budget and cut > start:
-                # the first row at which the running total reaches the budget (sizes are >= 0,
-                # so the running totals only grow)
-                totals = list(itertools.accumulate(sizes[start:cut]))
-                at = bisect.bisect_left(totals, budget)
-                cut, taken = start + at + 1, totals[at]
-            self._pending.append(batch if cut - start == n else batch.slice(start, cut - start))
-            self.pending_rows += cut - start
-            self.pending_bytes += taken
-            start = cut
+            # where a one-by-one append would flush: max_rows reached, or max_bytes (the first
+            # row whose running total reaches the budget)
+            budget = totals[start] + self.max_bytes - self.pending_bytes
+            end = min(
+                n,
+                start + self.max_rows - self.pending_rows,
+                bisect.bisect_left(totals, budget, start + 1),
+            )
+            self._pending.append(batch.slice(start, end - start))
+            self.pending_rows += end - start
+            self.pending_bytes += totals[end] - totals[start]
+            start = end
             if self.pending_rows >= self.max_rows or self.pending_bytes >= self.max_bytes:
                 self.flush()
 
@@ -255,7 +255,7 @@ class _Sink:
                 # Best effort: the run is already failing; the original error is what matters.
                 with contextlib.suppress(Exception):
                     closable.close()
-        if self._writer is not None or self._stream is not None:
+        if self._stream is not None:  # the file was opened
             with contextlib.suppress(OSError):
                 self.fs.delete_file(self.path)
         self._pending = []
@@ -352,7 +352,6 @@ class RunWriter:
         self._lock = threading.Lock()
         self._started = time.time()
         self._closed = False
-        self._manifest: dict[str, Any] | None = None
 
     def _sink(self, name: str, max_rows: int, **constants: Any) -> _Sink:
         return _Sink(
@@ -377,11 +376,6 @@ class RunWriter:
             self.abort()
         elif not self._closed:
             self.finish({})
-
-    @property
-    def manifest(self) -> dict[str, Any] | None:
-        """The manifest as written by ``finish`` (None before)."""
-        return self._manifest
 
     def _check_open(self) -> None:
         if self._closed:
@@ -536,8 +530,7 @@ class RunWriter:
             sinks = (*self._sinks, summary)
             try:
                 rows = self._tally.rows()
-                columns = {c.name: c.values(Batch(rows)) for c in TABLES["summary"].of("row")}
-                summary.extend(columns, [0] * len(rows))
+                summary.extend(TABLES["summary"].values("row", Batch(rows)), [0] * len(rows))
                 for s in sinks:
                     s.close()
                 # An old manifest must not vouch for files that are being replaced.
@@ -547,18 +540,14 @@ class RunWriter:
                 for s in sinks:
                     s.commit()
                 files = {
-                    FILES[name]: {
-                        "rows": s.written,
-                        "bytes": self.fs.get_file_info(s.final_path).size,
-                    }
-                    for name, s in zip(("runs", "items", "scores", "summary"), sinks, strict=True)
+                    s.file: {"rows": s.written, "bytes": self.fs.get_file_info(s.final_path).size}
+                    for s in sinks
                 }
                 written = self._write_manifest(dict(manifest or {}), files, ended)
             except BaseException:
                 for s in sinks:
                     s.abort()
                 raise
-            self._manifest = written
             return written
 
     def _write_manifest(
