@@ -243,13 +243,13 @@ class ResponseCache:
             entry = None  # record mode: a corrupt entry is recorded again
         if entry is not None and not entry.expired():
             return entry
-        if self.mode == "replay":
-            if entry is not None:
-                raise CacheMissError(
-                    key, f"the stored entry expired at {entry.expires.isoformat()}", self.directory
-                )
-            raise CacheMissError(key, self.explain_miss(normalized), self.directory)
-        return None
+        if self.mode != "replay":
+            return None
+        if entry is not None:
+            why = f"the stored entry expired at {entry.expires.isoformat()}"
+        else:
+            why = self.explain_miss(normalized)
+        raise CacheMissError(key, why, self.directory)
 
     def put(
         self,
@@ -364,11 +364,9 @@ def _describe_difference(request: Mapping[str, Any], stored: Mapping[str, Any]) 
 
 def _read_entry(path: Path) -> CacheEntry | None:
     try:
-        raw = path.read_bytes()
+        return CacheEntry.model_validate_json(path.read_bytes())
     except FileNotFoundError:
         return None
-    try:
-        return CacheEntry.model_validate_json(raw)
     except ValidationError as exc:
         raise CacheError(
             f"{path}: not a valid cache entry ({exc.error_count()} error(s), first: "
@@ -377,9 +375,8 @@ def _read_entry(path: Path) -> CacheEntry | None:
 
 
 def _iter_entries(directory: Path) -> list[tuple[Path, CacheEntry | None]]:
+    """Every entry file of ``directory`` (none when it is missing), None for an unreadable one."""
     out: list[tuple[Path, CacheEntry | None]] = []
-    if not directory.is_dir():
-        return out
     for path in sorted(directory.glob(f"*/*{_SUFFIX}")):
         try:
             out.append((path, CacheEntry.model_validate_json(path.read_bytes())))

@@ -8,16 +8,12 @@ never guessed: it comes from the prices the suite states per model (``prices: {m
 target, or by the key ``target`` for a target whose model evalpipe cannot see (a Python agent, a
 workflow).
 
-A :class:`Ledger` counts one run's spend in one process and says when its :class:`Budget` is
-reached; then no new call starts (:meth:`Ledger.start` refuses), the calls in flight finish and
-are kept, and the run stops with :class:`BudgetReached`. Calls the run reuses (journaled by an
-earlier attempt of the same run directory) cost nothing again: they are counted apart, as what
-earlier attempts spent. A suite run's shards on other processes each get a share of what is left
-as a budget of their own (``evalpipe.pipeline.budget``), and the flow adds up what they spent.
-
-The judges' requests are metered where every one of them goes, ``evalpipe.llm.ChatClient``,
-through :data:`metering` (set while a shard's items are evaluated): the target's calls are metered
-by the runner, call by call, whatever the target is.
+A :class:`Ledger` counts one run's spend in one process; once its :class:`Budget` is reached no
+new call starts, the calls in flight finish and are kept, and the run stops with
+:class:`BudgetReached`. Calls reused from an earlier attempt of the run cost nothing again: they
+are counted apart. Shards on other processes get shares of the budget (``evalpipe.pipeline.budget``).
+The judges' requests are metered in ``evalpipe.llm.ChatClient`` through :data:`metering`, the
+target's calls by the runner.
 """
 
 from __future__ import annotations
@@ -98,14 +94,11 @@ def tokens_of(usage: Any) -> tuple[int | None, int | None, int]:
     reported total, else input and output added up (0 when nothing was reported)."""
     if usage is None:
         return None, None, 0
+    names = ("input_tokens", "output_tokens", "total_tokens")
     if isinstance(usage, dict):  # an answer's usage (a RunUsage is read by attribute)
-        inp, out, total = (
-            usage.get("input_tokens"),
-            usage.get("output_tokens"),
-            usage.get("total_tokens"),
-        )
+        inp, out, total = (usage.get(n) for n in names)
     else:
-        inp, out, total = usage.input_tokens, usage.output_tokens, usage.total_tokens
+        inp, out, total = (getattr(usage, n) for n in names)
     inp = inp if isinstance(inp, int) else None
     out = out if isinstance(out, int) else None
     if not isinstance(total, int):
@@ -296,10 +289,6 @@ class Ledger:
         """A call reused from an earlier attempt of the run: what it cost then."""
         self.earlier.add(kind, model, usage, self.prices.get(model))
 
-    def add(self, spent: Spend) -> None:
-        """What a shard spent in another process."""
-        self.spent.merge(spent)
-
     async def drained(self) -> None:
         """Return once no call is in flight (the run's calls in flight finish and are kept before
         a budget stop ends the run)."""
@@ -329,8 +318,7 @@ def spend_text(record: Mapping[str, Any]) -> str:
     """A run's ``spend`` (as manifest.json keeps it) in one line: what it spent, against which
     budget, and what earlier attempts spent on the calls it reused."""
     text = Spend.from_dict(record).text()
-    budget = record.get("budget")
-    if budget:
+    if budget := record.get("budget"):
         text += f" of a budget of {Budget.model_validate(budget).text()}"
     earlier = record.get("earlier") or {}
     if earlier.get("calls"):

@@ -65,9 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="print evalpipe's version and exit",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", title="commands")
-    # The commands (rich, pyarrow, the runner: ~1 s) load here, after main() started what can start
-    # before them (the embedded server of `evalpipe run`).
-    from evalpipe.cli import (  # lazy: after the early start of the embedded server
+    # The commands (rich, pyarrow, the runner: ~1 s) load here, not when evalpipe.cli is imported.
+    from evalpipe.cli import (  # lazy: see above
         bless,
         cache,
         calibrate,
@@ -82,9 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
         review,
         run,
         serve,
+        server,
         view,
     )
-    from evalpipe.cli import server as server_command  # lazy: as above
 
     for command in (
         run,
@@ -102,7 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
         deploy,
         serve,
         cache,
-        server_command,
+        server,
     ):
         command.register(sub)
     return parser
