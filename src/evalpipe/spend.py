@@ -125,10 +125,7 @@ class _Line:
         self.input_tokens += other.input_tokens
         self.output_tokens += other.output_tokens
         self.tokens += other.tokens
-        if self.cost_usd is None or other.cost_usd is None:
-            self.cost_usd = None
-        else:
-            self.cost_usd += other.cost_usd
+        self.cost_usd = _cost((self, other))
 
 
 def _cost(lines: Iterable[_Line]) -> float | None:

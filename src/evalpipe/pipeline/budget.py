@@ -120,7 +120,9 @@ class RunSpend:
         plan = self.plan
         ledger = self.ledger
         assert ledger.budget is not None
-        remaining = _remaining(plan)
+        # target calls not journaled yet (re-read: a worker journals its own)
+        recorded = sum(1 for c in plan.calls if plan.rows[c.row_index].recorded is not None)
+        remaining = max(0, len(plan.calls) - recorded - RunState.peek(plan))
         return (
             f"the run's budget of {ledger.budget.text()} is spent: {ledger.spent.text()} spent by "
             "this run; no new call was started and the calls in flight finished and were kept. "
@@ -143,12 +145,6 @@ class RunSpend:
     def markdown(self, *, stopped: str | None = None) -> str:
         """The Prefect artifact: what the run spent, by model, against its budget."""
         return spend_markdown(self.record(), stopped=stopped)
-
-
-def _remaining(plan: RunPlan) -> int:
-    """Target calls not journaled yet (re-read: a worker journals its own)."""
-    recorded = sum(1 for c in plan.calls if plan.rows[c.row_index].recorded is not None)
-    return max(0, len(plan.calls) - recorded - RunState.peek(plan))
 
 
 def spend_markdown(spend: dict[str, Any], *, stopped: str | None = None) -> str:

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib.metadata import version
 from pathlib import Path
+from typing import Any
 
 __all__ = [
     "DEFAULT_IDLE_TIMEOUT",
@@ -677,36 +678,28 @@ async def prefect_api(notes: list[str] | None = None) -> AsyncIterator[str | Non
     if PREFECT_API_URL.value():
         yield None
         return
-    found = await asyncio.to_thread(running_server)
-    if found is not None:
-        if notes is not None:
-            notes.append(
-                f"using the Prefect server at {found}: it runs on this PREFECT_HOME; set "
+    with contextlib.ExitStack() as stack:
+        url = await asyncio.to_thread(running_server)
+        if url is not None:
+            updates: dict[Any, Any] = {PREFECT_API_URL: url}
+            note = (
+                f"using the Prefect server at {url}: it runs on this PREFECT_HOME; set "
                 "PREFECT_API_URL to choose the server yourself"
             )
-        with temporary_settings(updates={PREFECT_API_URL: found}):
-            try:
-                yield found
-            finally:
-                await _flush()
-        return
-    directory = await asyncio.to_thread(state_dir)
-    lease = await asyncio.to_thread(Lease, directory)
-    try:
-        acquired = await asyncio.to_thread(ensure_server)
+        else:
+            stack.enter_context(await asyncio.to_thread(Lease, await asyncio.to_thread(state_dir)))
+            acquired = await asyncio.to_thread(ensure_server)
+            note, url = acquired.note(), acquired.info.api_url
+            # No API version check for its clients (a round trip per client): ensure_server uses
+            # only a server of this version.
+            updates = {PREFECT_API_URL: url, PREFECT_CLIENT_SERVER_VERSION_CHECK_ENABLED: False}
         if notes is not None:
-            notes.append(acquired.note())
-        url = acquired.info.api_url
-        # No API version check for its clients (a round trip per client): ensure_server uses only
-        # a server of this version.
-        no_check = {PREFECT_API_URL: url, PREFECT_CLIENT_SERVER_VERSION_CHECK_ENABLED: False}
-        with temporary_settings(updates=no_check):
+            notes.append(note)
+        with temporary_settings(updates=updates):
             try:
                 yield url
             finally:
                 await _flush()
-    finally:
-        lease.release()
 
 
 async def _flush() -> None:
