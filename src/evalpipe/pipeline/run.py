@@ -26,7 +26,8 @@ from evalpipe.pipeline.flow import (
 )
 from evalpipe.pipeline.server import ServerError, prefect_api
 from evalpipe.runner import RunPlan, RunState
-from evalpipe.runner.prepare import claim, prepare_suite
+from evalpipe.runner.prepare import claim
+from evalpipe.runner.prepare import prepare_suite as prepare_run  # the plan, before any call
 from evalpipe.runner.state import RunLock
 from evalpipe.suite import EvalSuite
 
@@ -81,22 +82,6 @@ class RunOutcome:
     def ok(self) -> bool:
         """Completed, and the gate (if any) passed or is warn-only."""
         return self.state == "Completed"
-
-
-def prepare_run(
-    suite: EvalSuite,
-    *,
-    run_dir: str | Path | None = None,
-    rescore: str | Path | None = None,
-    resume: bool = True,
-) -> RunPlan:
-    """The run's plan, validated and placed before any Prefect start-up or target call.
-
-    Raises:
-        SuiteError: for anything wrong with the suite, its dataset, target, evaluators, gates or
-            run directory.
-    """
-    return prepare_suite(suite, run_dir, rescore=rescore, resume=resume)
 
 
 async def check_api() -> None:

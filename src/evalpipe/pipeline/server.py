@@ -30,7 +30,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 from datetime import UTC, datetime
 from importlib.metadata import version
 from pathlib import Path
@@ -114,23 +114,16 @@ class ServerInfo:
 
     @classmethod
     def read(cls, path: Path) -> ServerInfo | None:
+        kinds = {"pid": int, "idle_timeout": float}  # the others are text
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
-            return cls(
-                pid=int(data["pid"]),
-                api_url=str(data["api_url"]),
-                started_at=str(data["started_at"]),
-                idle_timeout=float(data["idle_timeout"]),
-                prefect=str(data["prefect"]),
-                database=str(data["database"]),
-                home=str(data["home"]),
-            )
+            return cls(**{f.name: kinds.get(f.name, str)(data[f.name]) for f in fields(cls)})
         except (OSError, ValueError, KeyError, TypeError):
             return None
 
     def write(self, path: Path) -> None:
         part = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        part.write_text(json.dumps({k: getattr(self, k) for k in self.__slots__}), "utf-8")
+        part.write_text(json.dumps(asdict(self)), "utf-8")
         os.replace(part, path)
 
 
