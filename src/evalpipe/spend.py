@@ -175,11 +175,6 @@ class Spend:
         """Calls counted."""
         return sum(line.calls for line in self.lines.values())
 
-    def of(self, kind: str) -> tuple[int, float | None]:
-        """(tokens, cost) of one kind of call."""
-        lines = [line for (k, _), line in self.lines.items() if k == kind]
-        return sum(line.tokens for line in lines), _cost(lines)
-
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready: the totals and one row per kind and model (manifest.json's ``spend``)."""
         return {
@@ -206,8 +201,10 @@ class Spend:
     def text(self) -> str:
         """The spend in words: tokens (target and judges) and the cost when every model is
         priced."""
-        target, _ = self.of("target")
-        judge, _ = self.of("judge")
+        target, judge = (
+            sum(line.tokens for (k, _), line in self.lines.items() if k == kind)
+            for kind in ("target", "judge")
+        )
         cost = self.cost_usd
         money = f", ${cost:,.4f}" if cost is not None and self.lines else ""
         return f"{self.tokens:,} tokens (target {target:,}, judges {judge:,}){money}"

@@ -141,16 +141,11 @@ class ShardJob:
         kept = {c.key: stored[c.key] for c in calls} if stored is not None else None
         if not carry_rows:
             return cls(index, calls, None, kept, share, dict(limits))
-        positions: dict[int, int] = {}
-        rows: list[Row] = []
-        local: list[Call] = []
-        for call in calls:
-            at = positions.get(call.row_index)
-            if at is None:
-                at = positions[call.row_index] = len(rows)
-                rows.append(plan.rows[call.row_index])
-            local.append(Call(call.position, at, call.repetition, call.key))
-        return cls(index, tuple(local), tuple(rows), kept, share, dict(limits))
+        # the plan's row index -> its place among the rows the job carries, in first-use order
+        at = {row: n for n, row in enumerate(dict.fromkeys(c.row_index for c in calls))}
+        rows = tuple(plan.rows[row] for row in at)
+        local = tuple(Call(c.position, at[c.row_index], c.repetition, c.key) for c in calls)
+        return cls(index, local, rows, kept, share, dict(limits))
 
 
 @dataclass(slots=True)
