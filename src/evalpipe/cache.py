@@ -243,13 +243,13 @@ class ResponseCache:
             entry = None  # record mode: a corrupt entry is recorded again
         if entry is not None and not entry.expired():
             return entry
-        if self.mode == "replay":
-            if entry is not None:
-                raise CacheMissError(
-                    key, f"the stored entry expired at {entry.expires.isoformat()}", self.directory
-                )
-            raise CacheMissError(key, self.explain_miss(normalized), self.directory)
-        return None
+        if self.mode != "replay":
+            return None
+        if entry is not None:
+            why = f"the stored entry expired at {entry.expires.isoformat()}"
+        else:
+            why = self.explain_miss(normalized)
+        raise CacheMissError(key, why, self.directory)
 
     def put(
         self,
@@ -319,56 +319,37 @@ def _first_difference(a: Sequence[Any], b: Sequence[Any]) -> int:
     )
 
 
-def _first_text_difference(a: str, b: str) -> str:
-    index = _first_difference(a, b)
-    start = max(0, index - 20)
-    return f"at character {index}: {_short(a[start : index + 40])!r} vs stored {_short(b[start : index + 40])!r}"
-
-
 def _describe_difference(request: Mapping[str, Any], stored: Mapping[str, Any]) -> str:
-    parts: list[str] = []
-    for field in sorted(set(request) | set(stored)):
-        if field == "messages":
-            continue
-        mine, theirs = request.get(field), stored.get(field)
-        if mine != theirs:
-            parts.append(f"{field} is {_short(mine)} (stored: {_short(theirs)})")
-    mine_msgs: list[Any] = list(request.get("messages") or [])
-    their_msgs: list[Any] = list(stored.get("messages") or [])
-    if mine_msgs != their_msgs:
-        index = _first_difference(mine_msgs, their_msgs)
-        if index >= len(mine_msgs) or index >= len(their_msgs):
+    parts = [
+        f"{field} is {_short(request.get(field))} (stored: {_short(stored.get(field))})"
+        for field in sorted((set(request) | set(stored)) - {"messages"})
+        if request.get(field) != stored.get(field)
+    ]
+    mine: list[Any] = list(request.get("messages") or [])
+    theirs: list[Any] = list(stored.get("messages") or [])
+    i = _first_difference(mine, theirs)
+    if mine != theirs and i >= min(len(mine), len(theirs)):
+        parts.append(f"messages has {len(mine)} message(s), the stored request {len(theirs)}")
+    elif mine != theirs:
+        m, t = mine[i], theirs[i]
+        a, b = (x.get("content") if isinstance(x, Mapping) else None for x in (m, t))
+        if isinstance(a, str) and isinstance(b, str) and m.get("role") == t.get("role"):
+            at = _first_difference(a, b)
+            start = max(0, at - 20)
             parts.append(
-                f"messages has {len(mine_msgs)} message(s), the stored request {len(their_msgs)}"
+                f"messages[{i}] ({m.get('role')}) content differs at character {at}: "
+                f"{_short(a[start : at + 40])!r} vs stored {_short(b[start : at + 40])!r}"
             )
         else:
-            mine_m, their_m = mine_msgs[index], their_msgs[index]
-            where = f"messages[{index}]"
-            if (
-                isinstance(mine_m, Mapping)
-                and isinstance(their_m, Mapping)
-                and isinstance(mine_m.get("content"), str)
-                and isinstance(their_m.get("content"), str)
-                and mine_m.get("role") == their_m.get("role")
-            ):
-                parts.append(
-                    f"{where} ({mine_m.get('role')}) content differs "
-                    + _first_text_difference(mine_m["content"], their_m["content"])
-                )
-            else:
-                parts.append(f"{where} differs: {_short(mine_m)} (stored: {_short(their_m)})")
-    if not parts:
-        return "no difference found (the entry may be unreadable)"
-    return "; ".join(parts)
+            parts.append(f"messages[{i}] differs: {_short(m)} (stored: {_short(t)})")
+    return "; ".join(parts) or "no difference found (the entry may be unreadable)"
 
 
 def _read_entry(path: Path) -> CacheEntry | None:
     try:
-        raw = path.read_bytes()
+        return CacheEntry.model_validate_json(path.read_bytes())
     except FileNotFoundError:
         return None
-    try:
-        return CacheEntry.model_validate_json(raw)
     except ValidationError as exc:
         raise CacheError(
             f"{path}: not a valid cache entry ({exc.error_count()} error(s), first: "
@@ -377,9 +358,8 @@ def _read_entry(path: Path) -> CacheEntry | None:
 
 
 def _iter_entries(directory: Path) -> list[tuple[Path, CacheEntry | None]]:
+    """Every entry file of ``directory`` (none when it is missing), None for an unreadable one."""
     out: list[tuple[Path, CacheEntry | None]] = []
-    if not directory.is_dir():
-        return out
     for path in sorted(directory.glob(f"*/*{_SUFFIX}")):
         try:
             out.append((path, CacheEntry.model_validate_json(path.read_bytes())))

@@ -8,16 +8,12 @@ never guessed: it comes from the prices the suite states per model (``prices: {m
 target, or by the key ``target`` for a target whose model evalpipe cannot see (a Python agent, a
 workflow).
 
-A :class:`Ledger` counts one run's spend in one process and says when its :class:`Budget` is
-reached; then no new call starts (:meth:`Ledger.start` refuses), the calls in flight finish and
-are kept, and the run stops with :class:`BudgetReached`. Calls the run reuses (journaled by an
-earlier attempt of the same run directory) cost nothing again: they are counted apart, as what
-earlier attempts spent. A suite run's shards on other processes each get a share of what is left
-as a budget of their own (``evalpipe.pipeline.budget``), and the flow adds up what they spent.
-
-The judges' requests are metered where every one of them goes, ``evalpipe.llm.ChatClient``,
-through :data:`metering` (set while a shard's items are evaluated): the target's calls are metered
-by the runner, call by call, whatever the target is.
+A :class:`Ledger` counts one run's spend in one process; once its :class:`Budget` is reached no
+new call starts, the calls in flight finish and are kept, and the run stops with
+:class:`BudgetReached`. Calls reused from an earlier attempt of the run cost nothing again: they
+are counted apart. Shards on other processes get shares of the budget (``evalpipe.pipeline.budget``).
+The judges' requests are metered in ``evalpipe.llm.ChatClient`` through :data:`metering`, the
+target's calls by the runner.
 """
 
 from __future__ import annotations
@@ -98,14 +94,11 @@ def tokens_of(usage: Any) -> tuple[int | None, int | None, int]:
     reported total, else input and output added up (0 when nothing was reported)."""
     if usage is None:
         return None, None, 0
+    names = ("input_tokens", "output_tokens", "total_tokens")
     if isinstance(usage, dict):  # an answer's usage (a RunUsage is read by attribute)
-        inp, out, total = (
-            usage.get("input_tokens"),
-            usage.get("output_tokens"),
-            usage.get("total_tokens"),
-        )
+        inp, out, total = (usage.get(n) for n in names)
     else:
-        inp, out, total = usage.input_tokens, usage.output_tokens, usage.total_tokens
+        inp, out, total = (getattr(usage, n) for n in names)
     inp = inp if isinstance(inp, int) else None
     out = out if isinstance(out, int) else None
     if not isinstance(total, int):
@@ -132,10 +125,7 @@ class _Line:
         self.input_tokens += other.input_tokens
         self.output_tokens += other.output_tokens
         self.tokens += other.tokens
-        if self.cost_usd is None or other.cost_usd is None:
-            self.cost_usd = None
-        else:
-            self.cost_usd += other.cost_usd
+        self.cost_usd = _cost((self, other))
 
 
 def _cost(lines: Iterable[_Line]) -> float | None:
@@ -185,11 +175,6 @@ class Spend:
         """Calls counted."""
         return sum(line.calls for line in self.lines.values())
 
-    def of(self, kind: str) -> tuple[int, float | None]:
-        """(tokens, cost) of one kind of call."""
-        lines = [line for (k, _), line in self.lines.items() if k == kind]
-        return sum(line.tokens for line in lines), _cost(lines)
-
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready: the totals and one row per kind and model (manifest.json's ``spend``)."""
         return {
@@ -216,8 +201,10 @@ class Spend:
     def text(self) -> str:
         """The spend in words: tokens (target and judges) and the cost when every model is
         priced."""
-        target, _ = self.of("target")
-        judge, _ = self.of("judge")
+        target, judge = (
+            sum(line.tokens for (k, _), line in self.lines.items() if k == kind)
+            for kind in ("target", "judge")
+        )
         cost = self.cost_usd
         money = f", ${cost:,.4f}" if cost is not None and self.lines else ""
         return f"{self.tokens:,} tokens (target {target:,}, judges {judge:,}){money}"
@@ -296,10 +283,6 @@ class Ledger:
         """A call reused from an earlier attempt of the run: what it cost then."""
         self.earlier.add(kind, model, usage, self.prices.get(model))
 
-    def add(self, spent: Spend) -> None:
-        """What a shard spent in another process."""
-        self.spent.merge(spent)
-
     async def drained(self) -> None:
         """Return once no call is in flight (the run's calls in flight finish and are kept before
         a budget stop ends the run)."""
@@ -329,8 +312,7 @@ def spend_text(record: Mapping[str, Any]) -> str:
     """A run's ``spend`` (as manifest.json keeps it) in one line: what it spent, against which
     budget, and what earlier attempts spent on the calls it reused."""
     text = Spend.from_dict(record).text()
-    budget = record.get("budget")
-    if budget:
+    if budget := record.get("budget"):
         text += f" of a budget of {Budget.model_validate(budget).text()}"
     earlier = record.get("earlier") or {}
     if earlier.get("calls"):

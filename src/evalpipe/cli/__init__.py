@@ -1,9 +1,5 @@
-"""The ``evalpipe`` command line: one module per command, each with ``register(subparsers)``.
-
-Exit codes: 0 passed (or done), 1 a gate failed (``run``), a regression
-(``compare --fail-on-regression``) or not all passed (``eval --strict``), 2 bad input (the message
-says what to fix), 3 the run could not complete.
-"""
+"""The ``evalpipe`` command line: one module per command, each with ``register(subparsers)``; the
+exit codes are ``cli._common``'s ``EXIT_*`` (and the epilog below)."""
 
 from __future__ import annotations
 
@@ -65,9 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="print evalpipe's version and exit",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", title="commands")
-    # The commands (rich, pyarrow, the runner: ~1 s) load here, after main() started what can start
-    # before them (the embedded server of `evalpipe run`).
-    from evalpipe.cli import (  # lazy: after the early start of the embedded server
+    # The commands (rich, pyarrow, the runner: ~1 s) load here, not when evalpipe.cli is imported.
+    from evalpipe.cli import (  # lazy: see above
         bless,
         cache,
         calibrate,
@@ -82,9 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
         review,
         run,
         serve,
+        server,
         view,
     )
-    from evalpipe.cli import server as server_command  # lazy: as above
 
     for command in (
         run,
@@ -102,7 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
         deploy,
         serve,
         cache,
-        server_command,
+        server,
     ):
         command.register(sub)
     return parser
@@ -116,15 +111,19 @@ def _exit_when_done() -> None:
     exit code :func:`main` returned, after the others ran and the output was flushed."""
 
     def leave() -> None:
-        if not _exit_code:
-            return  # not returned from main (an uncaught exception): the usual exit
-        logging.shutdown()
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(Exception):
-                stream.flush()
-        os._exit(_exit_code[0])
+        if _exit_code:  # else not returned from main (an uncaught exception): the usual exit
+            logging.shutdown()
+            _exit_now(_exit_code[0])
 
     atexit.register(leave)
+
+
+def _exit_now(code: int) -> None:
+    """End the process with ``code`` now, its output flushed (no interpreter teardown)."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
 
 
 def _terminate(signum: int, frame: FrameType | None) -> None:
@@ -164,10 +163,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from evalpipe.cli._common import api_gone  # lazy: loaded with the commands
 
         if api_gone():  # nothing Prefect still holds can reach its API: end now
-            for stream in (sys.stdout, sys.stderr):
-                with contextlib.suppress(Exception):
-                    stream.flush()
-            os._exit(code)
+            _exit_now(code)
     return code
 
 

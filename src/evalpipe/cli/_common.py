@@ -199,27 +199,15 @@ def summary_tables(rows: Sequence[SummaryRow]) -> list[Table]:
             table.add_column("pass rate", justify="right", overflow="fold", min_width=6)
             count_column(table, "mean")
             tables.append(table)
-        if row.kind == "result":
-            table.add_row(
-                Text(plain(row.agent), style="bold"),
-                str(row.n),
-                str(row.passed),
-                str(row.failed),
-                str(row.errored),
-                "",
-                row.rate_text,
-                "",
-            )
-            continue
+        result = row.kind == "result"  # an agent's line: its items, no n/a and no mean
         table.add_row(
-            Text("  " + plain(row.metric or "")),
-            str(row.n),
-            str(row.passed),
-            str(row.failed),
-            str(row.errored),
-            str(row.not_applicable),
+            Text(plain(row.agent), style="bold")
+            if result
+            else Text("  " + plain(row.metric or "")),
+            *map(str, (row.n, row.passed, row.failed, row.errored)),
+            "" if result else str(row.not_applicable),
             row.rate_text,
-            num(row.score_mean),
+            "" if result else num(row.score_mean),
         )
     return tables
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -24,19 +25,13 @@ def _cache(args: argparse.Namespace) -> int:
     table = plain_table()
     name_column(table, "", min_width=10)
     table.add_column("", overflow="fold")
-    for key, value in stats.model_dump().items():
-        if key == "directory":
-            continue
-        if key == "bytes":
-            text = f"{value:,} bytes"
-        elif value is None:
-            text = "-"
-        elif hasattr(value, "isoformat"):
-            text = value.isoformat(timespec="seconds")
-        else:
-            text = str(value)
-        table.add_row(key, text)
     table.show_header = False
+    for key, value in stats.model_dump(exclude={"directory"}).items():
+        if key == "bytes":
+            value = f"{value:,} bytes"
+        elif isinstance(value, datetime):
+            value = value.isoformat(timespec="seconds")
+        table.add_row(key, "-" if value is None else str(value))
     out.print(table)
     return EXIT_OK
 

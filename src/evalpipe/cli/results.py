@@ -33,11 +33,6 @@ MAX_FAILURES = 5
 """Items listed per result that did not pass; the rest are counted and where they are is said."""
 
 
-def _has_report(run_dir: str) -> bool:
-    fs, path = resolve_filesystem(run_dir)
-    return bool(fs.get_file_info(f"{path}/report.html").type == pafs.FileType.File)
-
-
 def print_run(run_dir: Path | str, console: Console) -> None:
     """A finished run's summary from its summary.parquet and manifest (items are not loaded);
     ``run_dir`` is a directory or a filesystem URI."""
@@ -58,7 +53,9 @@ def print_run(run_dir: Path | str, console: Console) -> None:
         for item in items
     ]
     calls = manifest.get("calls") if isinstance(manifest.get("calls"), dict) else None
-    report = join(run_dir, "report.html") if _has_report(run_dir) else None
+    fs, path = resolve_filesystem(run_dir)
+    has_report = fs.get_file_info(f"{path}/report.html").type == pafs.FileType.File
+    report = join(run_dir, "report.html") if has_report else None
     where = [f"every item is in {join(run_dir, 'scores.parquet')}"]
     if report:
         where.append(f"and {report}")

@@ -19,18 +19,13 @@ def _say(console: Any, text: str) -> None:
     say(console, text, soft_wrap=True)
 
 
-def _configured(out: Any) -> None:
-    url = os.environ.get("PREFECT_API_URL")
-    if url:
-        _say(out, f"note: PREFECT_API_URL is set ({url}): runs use that API, not this server")
-
-
 def _status(args: argparse.Namespace) -> int:
     from evalpipe.pipeline.server import server_status  # lazy: Prefect's settings
 
     out, _ = consoles()
     status = server_status()
-    _configured(out)
+    if url := os.environ.get("PREFECT_API_URL"):
+        _say(out, f"note: PREFECT_API_URL is set ({url}): runs use that API, not this server")
     if status.info is None:
         _say(out, f"no Prefect server of evalpipe runs for {status.home}")
         return EXIT_NOT_RUNNING
@@ -69,7 +64,7 @@ def _start(args: argparse.Namespace) -> int:
     info = acquired.info
     idle = "the next run ends" if info.idle_timeout == 0 else f"{info.idle_timeout:g} s idle"
     if acquired.replaced:
-        _say(out, f"{acquired.replaced}")
+        _say(out, acquired.replaced)
     verb = "started" if acquired.started else "already running:"
     _say(out, f"{verb} the Prefect UI at {info.ui_url} (pid {info.pid}); it stops after {idle}")
     return EXIT_OK

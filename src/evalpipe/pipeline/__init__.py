@@ -5,8 +5,8 @@
 ``PREFECT_API_URL`` is set).
 
 The names below load on first use: importing a submodule that does not need Prefect (the embedded
-server's ``evalpipe.pipeline.server``, which the command line uses to start the server while it
-imports Prefect) does not import Prefect (1-2 s).
+server's ``evalpipe.pipeline.server``, which ``evalpipe server`` uses) does not import Prefect
+(1-2 s).
 """
 
 from __future__ import annotations
@@ -37,28 +37,14 @@ __all__ = [
     "run_suite",
 ]
 
-_WHERE = {
-    "eval_flow": "evalpipe.pipeline.flow",
-    "prepared_plan": "evalpipe.pipeline.flow",
-    "progress_hook": "evalpipe.pipeline.flow",
-    **dict.fromkeys(
-        [
-            "PrefectUnavailableError",
-            "RunOutcome",
-            "Verdict",
-            "arun_suite",
-            "prepare_run",
-            "run_suite",
-        ],
-        "evalpipe.pipeline.run",
-    ),
-}
+_OF_FLOW = ("eval_flow", "prepared_plan", "progress_hook")
+"""The names of ``evalpipe.pipeline.flow``; the others are ``evalpipe.pipeline.run``'s."""
 
 
 def __getattr__(name: str) -> Any:
-    where = _WHERE.get(name)
-    if where is None:
+    if name not in __all__:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    where = "evalpipe.pipeline.flow" if name in _OF_FLOW else "evalpipe.pipeline.run"
     value = getattr(importlib.import_module(where), name)
     globals()[name] = value
     return value

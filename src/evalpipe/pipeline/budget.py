@@ -1,14 +1,10 @@
 """The flow's side of a run's spend and budget, and of its endpoints' limits on requests in flight.
 
-The flow's own shards (``task_runner: threads``) share one :class:`~evalpipe.spend.Ledger`: every
-call and judge request is admitted by it and counted in it, so the budget stops new calls at once,
-wherever they are. A shard on a task runner's worker gets a share of the budget as its own: what is
-left and not given to the other shards running now, divided among the free places
-(:meth:`RunSpend.on_worker`); the flow adds what each one spent when it comes back, starts no shard
-once the budget is spent, and gives a shard that spent its share a new one while the budget lasts
-(its finished calls and answers are journaled, so it makes only what it is missing). The shares
-given out never add up to more than what is left, so either way the budget is overshot by the calls
-and requests in flight when it is reached, at most (docs/operations.md).
+The flow's own shards (``task_runner: threads``) share one :class:`~evalpipe.spend.Ledger`. A shard
+on a task runner's worker gets a share of what is left as its own budget (:meth:`RunSpend.on_worker`)
+and a new one while the budget lasts when it spends it (its finished calls are journaled). The
+shares never add up to more than what is left, so the budget is overshot at most by the calls in
+flight when it is reached (docs/design/architecture.md, docs/operations.md).
 """
 
 from __future__ import annotations
@@ -78,8 +74,6 @@ class RunSpend:
     async def _take(self, job: Any, at_once: int) -> None:
         budget = self.ledger.budget
         if budget is None:
-            if self.ledger.reached():  # pragma: no cover - no budget is never reached
-                raise self.ledger.stop()
             return
         async with self._turn:
             while True:
@@ -112,7 +106,7 @@ class RunSpend:
     async def _give_back(self, job: Any, spent: Spend | None) -> None:
         async with self._turn:
             if spent is not None:
-                self.ledger.add(spent)
+                self.ledger.spent.merge(spent)
             if self._given.pop(id(job), None) is not None:
                 self._running -= 1
             self._turn.notify_all()
@@ -126,7 +120,9 @@ class RunSpend:
         plan = self.plan
         ledger = self.ledger
         assert ledger.budget is not None
-        remaining = _remaining(plan)
+        # target calls not journaled yet (re-read: a worker journals its own)
+        recorded = sum(1 for c in plan.calls if plan.rows[c.row_index].recorded is not None)
+        remaining = max(0, len(plan.calls) - recorded - RunState.peek(plan))
         return (
             f"the run's budget of {ledger.budget.text()} is spent: {ledger.spent.text()} spent by "
             "this run; no new call was started and the calls in flight finished and were kept. "
@@ -151,24 +147,12 @@ class RunSpend:
         return spend_markdown(self.record(), stopped=stopped)
 
 
-def _remaining(plan: RunPlan) -> int:
-    """Target calls not journaled yet (re-read: a worker journals its own)."""
-    recorded = sum(1 for c in plan.calls if plan.rows[c.row_index].recorded is not None)
-    return max(0, len(plan.calls) - recorded - RunState.peek(plan))
-
-
 def spend_markdown(spend: dict[str, Any], *, stopped: str | None = None) -> str:
     """A run's ``spend`` (as manifest.json keeps it) as markdown: totals, budget, by model."""
     totals = Spend.from_dict(spend)
     lines = [f"**Spent**: {totals.text()} in {totals.calls:,} call(s)"]
-    budget = spend.get("budget")
-    if budget:
-        parts = []
-        if budget.get("tokens") is not None:
-            parts.append(f"{budget['tokens']:,} tokens")
-        if budget.get("cost_usd") is not None:
-            parts.append(f"${budget['cost_usd']:,.4g}")
-        lines.append(f"**Budget**: {' or '.join(parts)}")
+    if budget := spend.get("budget"):
+        lines.append(f"**Budget**: {Budget.model_validate(budget).text()}")
     earlier = spend.get("earlier") or {}
     if earlier.get("calls"):
         lines.append(

@@ -177,19 +177,11 @@ def deploy(
         )
     chosen = check_deployments(prefect_file, names, root=root)
     if create_pools:
-        pools = {
-            str((d.get("work_pool") or {}).get("name"))
-            for d in chosen
-            if (d.get("work_pool") or {}).get("name")
-        }
+        pools = {str(pool) for d in chosen if (pool := (d.get("work_pool") or {}).get("name"))}
         for pool in sorted(pools):
             asyncio.run(ensure_work_pool(pool))
     command = [*_prefect(), "--no-prompt", "deploy", "--prefect-file", str(prefect_file)]
-    if names:
-        for name in names:
-            command += ["--name", name]
-    else:
-        command.append("--all")
+    command += [arg for name in names for arg in ("--name", name)] or ["--all"]
     env = {
         **os.environ,
         "PREFECT_API_URL": str(api_url),

@@ -12,6 +12,7 @@ from prefect.events import emit_event
 from prefect.runtime import deployment, flow_run
 
 from evalpipe import artifacts  # its names load on first use: a shard worker needs no pyarrow
+from evalpipe._internal.terminal import shorten
 from evalpipe.escape import markdown, table_cell
 from evalpipe.suite import EvalSuite
 from evalpipe.tally import SummaryRow, rate_text
@@ -78,13 +79,6 @@ SHORT = 200
 """Characters of a query or response the failures artifact shows (then ``…``)."""
 
 
-def _short(text: str | None) -> str:
-    if not text:
-        return "-"
-    flat = " ".join(text.split())
-    return flat if len(flat) <= SHORT else flat[: SHORT - 1] + "…"
-
-
 def failures_markdown(
     run_dir: str | os.PathLike[str],
     rows: Sequence[SummaryRow],
@@ -113,8 +107,8 @@ def failures_markdown(
                 f"({markdown(provider.get(level, ''))}, {markdown(level)}): "
                 f"{markdown(item['why'])}"
             )
-            lines.append(f"  - query: {markdown(_short(item['input_text']))}")
-            lines.append(f"  - response: {markdown(_short(item['output_text']))}")
+            lines.append(f"  - query: {markdown(shorten(item['input_text'], SHORT))}")
+            lines.append(f"  - response: {markdown(shorten(item['output_text'], SHORT))}")
     if count == 0:
         lines.append("Every item passed.")
     elif count > limit:
@@ -173,23 +167,15 @@ def emit_gate_event(
     The resource is the suite (``evalpipe.suite.<name>``); related resources are the flow run
     and, for a deployment run, the deployment. A suite without gates passes (``gates: 0``).
     """
-    related = []
-    if flow_run.id:
-        related.append(
-            {
-                "prefect.resource.id": f"prefect.flow-run.{flow_run.id}",
-                "prefect.resource.role": "flow-run",
-                "prefect.resource.name": flow_run.name or "",
-            }
-        )
-    if deployment.id:
-        related.append(
-            {
-                "prefect.resource.id": f"prefect.deployment.{deployment.id}",
-                "prefect.resource.role": "deployment",
-                "prefect.resource.name": deployment.name or "",
-            }
-        )
+    related = [
+        {
+            "prefect.resource.id": f"prefect.{role}.{run.id}",
+            "prefect.resource.role": role,
+            "prefect.resource.name": run.name or "",
+        }
+        for role, run in (("flow-run", flow_run), ("deployment", deployment))
+        if run.id
+    ]
     payload = {
         "suite": suite.name,
         "target_version": suite.target_version,

@@ -26,7 +26,8 @@ from evalpipe.pipeline.flow import (
 )
 from evalpipe.pipeline.server import ServerError, prefect_api
 from evalpipe.runner import RunPlan, RunState
-from evalpipe.runner.prepare import claim, prepare_suite
+from evalpipe.runner.prepare import claim
+from evalpipe.runner.prepare import prepare_suite as prepare_run  # the plan, before any call
 from evalpipe.runner.state import RunLock
 from evalpipe.suite import EvalSuite
 
@@ -83,22 +84,6 @@ class RunOutcome:
         return self.state == "Completed"
 
 
-def prepare_run(
-    suite: EvalSuite,
-    *,
-    run_dir: str | Path | None = None,
-    rescore: str | Path | None = None,
-    resume: bool = True,
-) -> RunPlan:
-    """The run's plan, validated and placed before any Prefect start-up or target call.
-
-    Raises:
-        SuiteError: for anything wrong with the suite, its dataset, target, evaluators, gates or
-            run directory.
-    """
-    return prepare_suite(suite, run_dir, rescore=rescore, resume=resume)
-
-
 async def check_api() -> None:
     """That the configured Prefect API answers (an unset API is the ephemeral one: fine).
 
@@ -110,8 +95,7 @@ async def check_api() -> None:
         return
     try:
         async with httpx.AsyncClient(timeout=10.0) as client:
-            response = await client.get(f"{str(url).rstrip('/')}/health")
-        response.raise_for_status()
+            (await client.get(f"{str(url).rstrip('/')}/health")).raise_for_status()
     except httpx.HTTPError as exc:
         raise PrefectUnavailableError(
             f"the Prefect API at {url} does not answer ({type(exc).__name__}: {exc}); start the "
@@ -257,11 +241,8 @@ async def _watched(flow_run: Coroutine[Any, Any, Any], plan: RunPlan, url: str |
     raise PrefectUnavailableError(_api_lost(url, plan, f"no answer for {API_GONE_S:g} s"))
 
 
-class _NotPrefect(logging.Filter):
-    """Lets through only records of loggers outside ``prefect``."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not record.name.startswith("prefect")
+def _not_prefect(record: logging.LogRecord) -> bool:
+    return not record.name.startswith("prefect")
 
 
 @contextlib.contextmanager
@@ -270,14 +251,13 @@ def _prefect_silenced() -> Iterator[None]:
     loggers' records pass."""
     loggers = ("", "prefect", "prefect.flow_runs", "prefect.task_runs")
     handlers = {h for name in loggers for h in logging.getLogger(name).handlers}
-    drop = _NotPrefect()
     for handler in handlers:
-        handler.addFilter(drop)
+        handler.addFilter(_not_prefect)
     try:
         yield
     finally:
         for handler in handlers:
-            handler.removeFilter(drop)
+            handler.removeFilter(_not_prefect)
 
 
 async def _api_gone(url: str) -> None:

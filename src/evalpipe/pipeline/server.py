@@ -1,26 +1,16 @@
 """The Prefect server a run uses when no PREFECT_API_URL is set: Prefect's own ``prefect server
 start`` (API and UI), one per PREFECT_HOME, started by the first run that needs it and kept for the
-next, so that the runs can be watched in the Prefect UI (docs/operations.md, "The embedded server").
+next (docs/operations.md, "The embedded server", says what a user sees).
 
-What is Prefect's: the server itself, its UI, and its pid file (``$PREFECT_HOME/server.pid``, which
-``prefect server stop`` reads, so Prefect's own command stops it too). What is ours, because Prefect
-does not do it, kept in ``$PREFECT_HOME/evalpipe-server/``:
+Prefect's: the server, its UI and its pid file (``$PREFECT_HOME/server.pid``, so ``prefect server
+stop`` stops it too). Ours, because Prefect does not do them, kept in
+``$PREFECT_HOME/evalpipe-server/``: ``server.json`` (where it listens and which Prefect version and
+database it serves: Prefect's pid file holds no port), the version check, the idle stop (every run
+holds a shared ``flock`` on ``clients.lock``, which the kernel drops for a killed run; the watcher,
+this file run as a script, stops the server once none has held one for its idle timeout) and the
+migrated database template a fresh home starts from (it saves Prefect's migrations, 6-10 s on two
+cores).
 
-- **reuse**: ``server.json`` says where the kept server listens (Prefect's pid file holds no port) and
-  which Prefect version serves; a run finds it there and checks that it answers;
-- **version check**: a server of another Prefect version, or of another database, is replaced;
-- **idle stop**: every run holds a shared ``flock`` on ``clients.lock`` while it uses the server (the
-  kernel drops a killed run's); a small watcher started with the server (:func:`watch`, this file run
-  as a script: standard library only) stops it once no run has held a lease for
-  ``EVALPIPE_SERVER_IDLE_TIMEOUT`` seconds (default 600; ``0``: when the last run ends), when
-  PREFECT_HOME or ``server.json`` is removed, or when the server exits;
-- **a fresh home starts migrated**: its database is copied from a template made by the first server
-  of this Prefect version (``~/.cache/evalpipe/prefect-db``), which saves Prefect's migrations
-  (6-10 s on two cores); ``EVALPIPE_SERVER_DB_TEMPLATES=off`` migrates every new database,
-  ``EVALPIPE_SERVER_DB_TEMPLATES=DIR`` keeps the templates in DIR.
-
-A server someone started on this PREFECT_HOME at the configured host and port (``prefect server
-start``) comes first: the run uses it. The server gets none of the secrets of the run that starts it.
 This module imports neither Prefect nor httpx at import time (it runs as the watcher's script).
 POSIX only (``fcntl``).
 """
@@ -39,8 +29,8 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import asdict, dataclass, fields
 from datetime import UTC, datetime
 from importlib.metadata import version
 from pathlib import Path
@@ -124,23 +114,16 @@ class ServerInfo:
 
     @classmethod
     def read(cls, path: Path) -> ServerInfo | None:
+        kinds = {"pid": int, "idle_timeout": float}  # the others are text
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
-            return cls(
-                pid=int(data["pid"]),
-                api_url=str(data["api_url"]),
-                started_at=str(data["started_at"]),
-                idle_timeout=float(data["idle_timeout"]),
-                prefect=str(data["prefect"]),
-                database=str(data["database"]),
-                home=str(data["home"]),
-            )
+            return cls(**{f.name: kinds.get(f.name, str)(data[f.name]) for f in fields(cls)})
         except (OSError, ValueError, KeyError, TypeError):
             return None
 
     def write(self, path: Path) -> None:
         part = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-        part.write_text(json.dumps({k: getattr(self, k) for k in self.__slots__}), "utf-8")
+        part.write_text(json.dumps(asdict(self)), "utf-8")
         os.replace(part, path)
 
 
@@ -285,21 +268,34 @@ def _say(directory: Path, text: str) -> None:
         log.write(f"{stamp} evalpipe: {text}\n")
 
 
-def _locked(path: Path, operation: int) -> bool:
-    """Whether another process holds a lock on ``path`` that conflicts with ``operation``."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+@contextlib.contextmanager
+def _exclusive(directory: Path) -> Iterator[bool]:
+    """Try to take ``clients.lock`` exclusively (held while the block runs): yields False when a
+    run holds a lease."""
+    fd = os.open(directory / "clients.lock", os.O_RDWR | os.O_CREAT, 0o600)
     try:
-        fcntl.flock(fd, operation | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            taken = True
+        except BlockingIOError:
+            taken = False
+        yield taken
     finally:
         os.close(fd)
-    return False
 
 
-def _in_use(directory: Path) -> bool:
-    """A run holds a lease on the server of ``directory``."""
-    return _locked(directory / "clients.lock", fcntl.LOCK_EX)
+_PROC = Path("/proc/self").exists()
+"""Linux: a process's command line and state are read from /proc."""
+
+
+def _pid_exists(pid: int) -> bool:
+    """Whether process ``pid`` exists at all (without /proc)."""
+    try:
+        with contextlib.suppress(PermissionError):
+            os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def _alive(pid: int) -> bool:
@@ -308,31 +304,18 @@ def _alive(pid: int) -> bool:
     try:
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
-        if not Path("/proc/self").exists():  # not Linux: whether the pid exists at all
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                return False
-            except PermissionError:
-                return True
-            return True
-        return False
+        return not _PROC and _pid_exists(pid)
     return b"server" in argv and any(b"prefect" in arg for arg in argv)
 
 
-def _get(url: str, timeout: float) -> bytes:
-    """``GET url`` on this machine (no proxy); raises OSError (HTTP errors included)."""
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    with opener.open(url, timeout=timeout) as response:
-        body: bytes = response.read()
-        return body
-
-
 def _serves(api_url: str, home: str | Path, timeout: float = 5.0) -> bool:
-    """The server at ``api_url`` answers and is the one of PREFECT_HOME ``home`` (its settings say
-    so): a port can change hands between the check that it is free and the bind."""
+    """The server at ``api_url`` answers (a GET on this machine, no proxy) and is the one of
+    PREFECT_HOME ``home`` (its settings say so): a port can change hands between the check that it
+    is free and the bind."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     try:
-        settings = json.loads(_get(f"{api_url}/admin/settings", timeout))
+        with opener.open(f"{api_url}/admin/settings", timeout=timeout) as response:
+            settings = json.loads(response.read())
     except (OSError, ValueError):
         return False
     served = settings.get("home") if isinstance(settings, dict) else None
@@ -354,8 +337,7 @@ class Lease:
 
     def __init__(self, directory: Path, timeout: float = 30.0) -> None:
         directory.mkdir(parents=True, exist_ok=True)
-        self._path = directory / "clients.lock"
-        self._fd: int | None = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o600)
+        self._fd: int | None = os.open(directory / "clients.lock", os.O_RDWR | os.O_CREAT, 0o600)
         deadline = time.monotonic() + timeout
         while True:
             try:
@@ -401,22 +383,15 @@ def _environment(config: _Config) -> dict[str, str]:
     return env
 
 
-def _free(host: str, port: int) -> bool:
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
-        try:
-            probe.bind((host, port))
-        except OSError:
-            return False
-    return True
-
-
 def _port(config: _Config, *, configured: bool = True) -> int:
     """The configured port (Prefect's 4200 unless PREFECT_SERVER_API_PORT says otherwise) when it is
     free (and ``configured``), else one the system gives: a server of another PREFECT_HOME may
     have the first."""
-    if configured and _free(config.host, config.port):
-        return config.port
-    with socket.socket() as probe:
+    with socket.socket(socket.AF_INET6 if ":" in config.host else socket.AF_INET) as probe:
+        if configured:
+            with contextlib.suppress(OSError):  # taken: one the system gives, on the same probe
+                probe.bind((config.host, config.port))
+                return config.port
         probe.bind((config.host, 0))
         return int(probe.getsockname()[1])
 
@@ -430,11 +405,10 @@ def _spawn(
     with contextlib.suppress(OSError):
         if log.stat().st_size > _LOG_LIMIT:
             log.unlink()
-    template = _template(config)
-    database = config.database_file
-    seed = template if database is not None and not database.exists() else None
-    if seed is not None and seed.exists() and database and _copy_database(seed, database):
-        _say(directory, f"the database was created from the template {seed}")
+    template, database = _template(config), config.database_file
+    fresh = template and database and template.exists() and not database.exists()
+    if fresh and template and database and _copy_database(template, database):
+        _say(directory, f"the database was created from the template {template}")
     port = _port(config, configured=configured_port)
     command = [sys.executable, "-m", "prefect", "server", "start"]
     command += ["--host", config.host, "--port", str(port)]
@@ -493,15 +467,7 @@ def _exited(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except OSError:
-        if Path("/proc/self").exists():
-            return True
-        try:  # not Linux: whether the pid exists at all
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return True
-        except PermissionError:
-            return False
-        return False
+        return _PROC or not _pid_exists(pid)
     return state in ("Z", "X")
 
 
@@ -544,6 +510,28 @@ class Acquired:
         )
 
 
+def _replaced(directory: Path, config: _Config, info: ServerInfo, unanswered: float) -> str | None:
+    """None when the kept server ``info`` is alive, of this Prefect version and database, and
+    answers within ``unanswered`` seconds; else it is stopped, its state cleared, and this says
+    why."""
+    if not _alive(info.pid):
+        why = f"of {config.home} had died"
+    elif (info.prefect, info.database) != (version("prefect"), config.digest):
+        why = f"of {config.home} ran Prefect {info.prefect} or another database and was stopped"
+    else:
+        deadline = time.monotonic() + unanswered
+        while time.monotonic() < deadline:
+            if _serves(info.api_url, config.home, timeout=min(10.0, unanswered)):
+                return None
+            if not _alive(info.pid):
+                break
+            time.sleep(0.5)
+        why = f"({info.api_url}) did not answer for {unanswered:g} s and was stopped"
+    _terminate(info.pid, timeout=10.0)
+    _forget(directory, info)
+    return f"the Prefect server pid {info.pid} {why}"
+
+
 def ensure_server() -> Acquired:
     """The kept server of the current PREFECT_HOME: the one running if it answers, else a new one
     (a dead server's state is cleared; one of another Prefect version or database, or a live one
@@ -567,35 +555,10 @@ def ensure_server() -> Acquired:
         fcntl.flock(starting, fcntl.LOCK_EX)
         replaced: str | None = None
         info = ServerInfo.read(directory / "server.json")
-        if info is not None and not _alive(info.pid):
-            replaced = f"the Prefect server pid {info.pid} of {config.home} had died"
-            _forget(directory, info)
-            info = None
-        if info is not None and (info.prefect, info.database) != (
-            version("prefect"),
-            config.digest,
-        ):
-            replaced = (
-                f"the Prefect server pid {info.pid} of {config.home} ran Prefect {info.prefect} "
-                "or another database and was stopped"
-            )
-            _terminate(info.pid, timeout=10.0)
-            _forget(directory, info)
-            info = None
         if info is not None:
-            deadline = time.monotonic() + unanswered
-            while time.monotonic() < deadline:
-                if _serves(info.api_url, config.home, timeout=min(10.0, unanswered)):
-                    return Acquired(info, started=False)
-                if not _alive(info.pid):
-                    break
-                time.sleep(0.5)
-            replaced = (
-                f"the Prefect server pid {info.pid} ({info.api_url}) did not answer for "
-                f"{unanswered:g} s and was stopped"
-            )
-            _terminate(info.pid, timeout=10.0)
-            _forget(directory, info)
+            replaced = _replaced(directory, config, info, unanswered)
+            if replaced is None:
+                return Acquired(info, started=False)
         for attempt in (1, 2):
             info = _spawn(directory, config, idle, configured_port=attempt == 1)
             deadline = time.monotonic() + config.startup_timeout
@@ -611,17 +574,12 @@ def ensure_server() -> Acquired:
             if gone and attempt == 1:  # the port may have been taken before it bound: once more
                 _say(directory, f"the server pid {info.pid} exited before answering; again")
                 continue
-            raise ServerError(
-                f"the Prefect server for {config.home} "
-                + ("exited before answering" if gone else "did not answer within ")
-                + ("" if gone else f"{config.startup_timeout:g} s")
-                + _log_tail(directory)
-            )
-        template = _template(config)
-        database = config.database_file
+            why = "exited before answering" if gone else "did not answer within "
+            why += "" if gone else f"{config.startup_timeout:g} s"
+            raise ServerError(f"the Prefect server for {config.home} {why}{_log_tail(directory)}")
         # Migrated now: the next new home's start. Saved once per Prefect version.
-        saved = template is not None and database is not None and not template.exists()
-        if saved and template is not None and database is not None:
+        template, database = _template(config), config.database_file
+        if template and database and not template.exists():
             _copy_database(database, template)
             _say(directory, f"saved the migrated database as the template {template}")
         assert info is not None  # the loop above broke out with one that answers
@@ -647,20 +605,14 @@ def stop_server(
     if not _alive(info.pid):
         _forget(directory, info)
         return None
-    clients = os.open(directory / "clients.lock", os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        try:
-            fcntl.flock(clients, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            if not force:
-                raise ServerBusyError(
-                    f"the Prefect server of {directory.parent} (pid {info.pid}) is in use by a "
-                    "run; wait for it, or stop it anyway with --force"
-                ) from None
+    with _exclusive(directory) as free:
+        if not free and not force:
+            raise ServerBusyError(
+                f"the Prefect server of {directory.parent} (pid {info.pid}) is in use by a "
+                "run; wait for it, or stop it anyway with --force"
+            )
         _forget(directory, info)  # first: no run finds a server that is stopping
         _terminate(info.pid, timeout)
-    finally:
-        os.close(clients)
     return info
 
 
@@ -672,9 +624,11 @@ def server_status(home: str | Path | None = None) -> ServerStatus:
     info = ServerInfo.read(directory / "server.json")
     if info is not None and not _alive(info.pid):
         info = None
-    healthy = info is not None and _serves(info.api_url, path)
-    in_use = info is not None and _in_use(directory)
-    return ServerStatus(path, directory, info, healthy, in_use)
+    if info is None:
+        return ServerStatus(path, directory, None, healthy=False, in_use=False)
+    with _exclusive(directory) as free:
+        in_use = not free
+    return ServerStatus(path, directory, info, _serves(info.api_url, path), in_use)
 
 
 def _same(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
@@ -693,23 +647,7 @@ def running_server() -> str | None:
     url = f"http://{config.host}:{config.port}"
     if kept is not None and ui_url(kept.api_url) == url:
         return None  # ours
-    try:
-        settings = json.loads(_get(f"{url}/api/admin/settings", timeout=2.0))
-    except (OSError, ValueError):
-        return None
-    home = settings.get("home") if isinstance(settings, dict) else None
-    return f"{url}/api" if home and _same(home, config.home) else None
-
-
-def _client_settings(api_url: str) -> dict[Any, Any]:
-    """The Prefect settings a run's clients get for the kept server ``api_url``: no API version
-    check (a round trip per client; :func:`ensure_server` uses only a server of this version)."""
-    from prefect.settings import (  # lazy: prefect
-        PREFECT_API_URL,
-        PREFECT_CLIENT_SERVER_VERSION_CHECK_ENABLED,
-    )
-
-    return {PREFECT_API_URL: api_url, PREFECT_CLIENT_SERVER_VERSION_CHECK_ENABLED: False}
+    return f"{url}/api" if _serves(f"{url}/api", config.home, timeout=2.0) else None
 
 
 @contextlib.asynccontextmanager
@@ -724,38 +662,37 @@ async def prefect_api(notes: list[str] | None = None) -> AsyncIterator[str | Non
     """
     import asyncio
 
-    from prefect.settings import PREFECT_API_URL, temporary_settings  # lazy: prefect
+    from prefect.settings import (  # lazy: prefect
+        PREFECT_API_URL,
+        PREFECT_CLIENT_SERVER_VERSION_CHECK_ENABLED,
+        temporary_settings,
+    )
 
     if PREFECT_API_URL.value():
         yield None
         return
-    found = await asyncio.to_thread(running_server)
-    if found is not None:
-        if notes is not None:
-            notes.append(
-                f"using the Prefect server at {found}: it runs on this PREFECT_HOME; set "
+    with contextlib.ExitStack() as stack:
+        url = await asyncio.to_thread(running_server)
+        if url is not None:
+            updates: dict[Any, Any] = {PREFECT_API_URL: url}
+            note = (
+                f"using the Prefect server at {url}: it runs on this PREFECT_HOME; set "
                 "PREFECT_API_URL to choose the server yourself"
             )
-        with temporary_settings(updates={PREFECT_API_URL: found}):
-            try:
-                yield found
-            finally:
-                await _flush()
-        return
-    directory = await asyncio.to_thread(state_dir)
-    lease = await asyncio.to_thread(Lease, directory)
-    try:
-        acquired = await asyncio.to_thread(ensure_server)
+        else:
+            stack.enter_context(await asyncio.to_thread(Lease, await asyncio.to_thread(state_dir)))
+            acquired = await asyncio.to_thread(ensure_server)
+            note, url = acquired.note(), acquired.info.api_url
+            # No API version check for its clients (a round trip per client): ensure_server uses
+            # only a server of this version.
+            updates = {PREFECT_API_URL: url, PREFECT_CLIENT_SERVER_VERSION_CHECK_ENABLED: False}
         if notes is not None:
-            notes.append(acquired.note())
-        url = acquired.info.api_url
-        with temporary_settings(updates=_client_settings(url)):
+            notes.append(note)
+        with temporary_settings(updates=updates):
             try:
                 yield url
             finally:
                 await _flush()
-    finally:
-        lease.release()
 
 
 async def _flush() -> None:
@@ -776,7 +713,7 @@ def watch(directory: Path, poll: float = 0.5) -> int:
     """The watcher of the server of ``directory`` (started with it; standard library only): stops
     the server once no run has held a lease for its idle timeout (the lease file's modification
     time is when the last run took or left one), or when ``server.json`` or the home goes; ends
-    when the server does. Only Prefect does not do this."""
+    when the server does."""
     info = ServerInfo.read(directory / "server.json")
     if info is None:
         return 0
@@ -796,18 +733,13 @@ def watch(directory: Path, poll: float = 0.5) -> int:
             last = started
         if time.time() - last < info.idle_timeout:
             continue
-        fd = os.open(clients, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
+        with _exclusive(directory) as free:
+            if not free:
                 continue  # a run uses it
             _say(directory, f"stopping the server pid {info.pid}: idle for {info.idle_timeout:g} s")
             _forget(directory, info)  # first: no run finds a server that is stopping
             _terminate(info.pid, timeout=10.0)
             return 0
-        finally:
-            os.close(fd)
     if ServerInfo.read(directory / "server.json") == info:  # it exited by itself
         _say(directory, f"the server pid {info.pid} exited")
         _forget(directory, info)

@@ -1,22 +1,13 @@
-"""A shard of a suite's run, wherever a Prefect task runner runs it.
+"""A shard of a suite's run, wherever a Prefect task runner runs it: the one seam between the flow
+and where target calls run (docs/design/architecture.md, "One seam").
 
-This is the one seam between the flow and where target calls run. The flow cuts the run's calls
-into shards and hands each to ``run_job`` as a Prefect task run: in its own event loop
-(``task_runner: threads``), or through a Prefect task runner (``ProcessPoolTaskRunner`` for
-``processes``, prefect-dask's ``DaskTaskRunner`` for ``dask``, prefect-ray's for ``ray``). Either
-way the shard does the same thing: its calls through the runner (``runner.run_shard``), then the
-rows of runs.parquet, items.parquet and scores.parquet built as the columns they are written as
-(``RowEncoder``), and its results stripped to what the summary and the gate read. What travels back
-is those rows and counts (:class:`ShardRows`), never the transcripts and items themselves.
-
-A worker (another process, another machine) builds the run's target, providers and split from the
-suite once per thread (:class:`RunSpec`), and only from what its shards carry: each job holds the
-dataset rows its calls use (:class:`ShardJob`), so no worker loads the dataset. It appends finished
-calls to the run's journal, which is why the run directory must be on a filesystem every worker
-sees (checked: :class:`RunDirUnseenError`).
-
-Prefect is imported only by the flow module; nothing here needs it, except global concurrency
-limits (``limits_scope``), imported when a job carries any.
+A shard's calls go through the runner (``runner.run_shard``); what travels back is the rows of its
+tables already encoded (``RowEncoder``), its results stripped and its counts (:class:`ShardRows`),
+never its transcripts and items. A worker builds the run's target, providers and split from the
+suite once per thread (:class:`RunSpec`) and gets the dataset rows each shard uses with it
+(:class:`ShardJob`); it appends to the run's journal, so the run directory must be on a filesystem
+every worker sees (:class:`RunDirUnseenError`). Prefect is imported only for global concurrency
+limits (``limits_scope``), when a job carries any.
 """
 
 from __future__ import annotations
@@ -77,12 +68,6 @@ class Sealed(Generic[T]):
     __slots__ = ("value",)
 
     def __init__(self, value: T) -> None:
-        self.value = value
-
-    def __getstate__(self) -> T:
-        return self.value
-
-    def __setstate__(self, value: T) -> None:
         self.value = value
 
 
@@ -156,16 +141,11 @@ class ShardJob:
         kept = {c.key: stored[c.key] for c in calls} if stored is not None else None
         if not carry_rows:
             return cls(index, calls, None, kept, share, dict(limits))
-        positions: dict[int, int] = {}
-        rows: list[Row] = []
-        local: list[Call] = []
-        for call in calls:
-            at = positions.get(call.row_index)
-            if at is None:
-                at = positions[call.row_index] = len(rows)
-                rows.append(plan.rows[call.row_index])
-            local.append(Call(call.position, at, call.repetition, call.key))
-        return cls(index, tuple(local), tuple(rows), kept, share, dict(limits))
+        # the plan's row index -> its place among the rows the job carries, in first-use order
+        at = {row: n for n, row in enumerate(dict.fromkeys(c.row_index for c in calls))}
+        rows = tuple(plan.rows[row] for row in at)
+        local = tuple(Call(c.position, at[c.row_index], c.repetition, c.key) for c in calls)
+        return cls(index, local, rows, kept, share, dict(limits))
 
 
 @dataclass(slots=True)
@@ -173,13 +153,10 @@ class ShardRows:
     """What a shard sends back: its rows (``batch()``), its results stripped (``strip_results``:
     statuses, scores and the texts of the first failures), the facts and verdicts of its calls.
 
-    Sent from a worker, the rows travel as one pickled and compressed value, unpacked only where
-    they are written: the task runners unpickle a result more than once and keep it in their
-    futures until the flow's collector frees them (Prefect's process pool unpickles each result
-    once to check it, once for the flow), so as Python objects a shard's rows cost the flow's
-    process ~12 MiB and ~40 ms each time (2,000 calls), pickled a copy of ~3.5 MiB, compressed
-    (zlib's fastest level, ~10x: the rows repeat their runs' texts) ~0.35 MiB for ~12 ms of the
-    worker's CPU and ~6 ms of the flow's.
+    Sent from a worker, the rows travel as one pickled and compressed value (zlib's fastest level,
+    ~10x), unpacked only where they are written: the task runners unpickle a result more than once
+    and keep it until the flow's collector frees it (at 2,000 calls ~12 MiB and ~40 ms each time
+    as objects, ~0.35 MiB compressed).
     """
 
     index: int
