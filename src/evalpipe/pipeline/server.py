@@ -647,7 +647,9 @@ def running_server() -> str | None:
     url = f"http://{config.host}:{config.port}"
     if kept is not None and ui_url(kept.api_url) == url:
         return None  # ours
-    return f"{url}/api" if _serves(f"{url}/api", config.home, timeout=2.0) else None
+    # Nothing listening refuses at once; a fresh server's first answer took ~5 s on a loaded
+    # machine, and one missed here would get a second server on the same database.
+    return f"{url}/api" if _serves(f"{url}/api", config.home, timeout=10.0) else None
 
 
 @contextlib.asynccontextmanager
