@@ -148,8 +148,7 @@ class AdaptiveLimit:
             self.ceiling = max(1, ceiling)
             if self.limit > self.ceiling:
                 self._set(self.ceiling)
-        if self.adaptive and not adaptive:
-            self.adaptive = False
+        self.adaptive = self.adaptive and adaptive
 
     @asynccontextmanager
     async def slot(self) -> AsyncIterator[Permit]:

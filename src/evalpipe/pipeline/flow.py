@@ -644,11 +644,9 @@ def _stop_reason(exc: BaseException) -> str | None:
 
 def _budget_spent(exc: BaseException) -> bool:
     """The run stopped because its budget is spent (a shard's BudgetReached, maybe in a group)."""
-    if isinstance(exc, BudgetReached):
-        return True
-    return isinstance(exc, BaseExceptionGroup) and any(
-        _budget_spent(inner) for inner in exc.exceptions
-    )
+    if isinstance(exc, BaseExceptionGroup):
+        return exc.subgroup(BudgetReached) is not None
+    return isinstance(exc, BudgetReached)
 
 
 def finished_outcome(run_dir: Path, suite: EvalSuite) -> Any:

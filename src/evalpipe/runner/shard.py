@@ -586,9 +586,7 @@ async def evaluate_items(
         run_id="aggregate",
         status="completed" if all(s.status == "completed" for s in subs.values()) else "partial",
         result_counts={
-            "passed": sum(s.passed for s in subs.values()),
-            "failed": sum(s.failed for s in subs.values()),
-            "errored": sum(s.errored for s in subs.values()),
+            k: sum(getattr(s, k) for s in subs.values()) for k in ("passed", "failed", "errored")
         },
         sub_results=subs,
     )

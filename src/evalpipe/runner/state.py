@@ -297,14 +297,6 @@ class RunLock:
         """Who holds (or last held) the lock: ``{"pid", "host", "started_at"}``."""
         return _read_json(self.path)
 
-    def describe(self) -> str:
-        """The live holder in words, for messages."""
-        who = self.holder() or {}
-        return (
-            f"pid {who.get('pid', '?')} on host {who.get('host', '?')} (started "
-            f"{who.get('started_at', '?')}) is writing {self.run_dir}"
-        )
-
     def acquire(self, *, wait: float | None = 0.0) -> None:
         """Take the lock; ``wait`` seconds at most (None: as long as it takes, 0: not at all).
 
@@ -322,12 +314,13 @@ class RunLock:
                 "a writable output directory (output_dir in the suite, or --output / --run-dir)"
             ) from None
         if not _flock(handle, wait, 0.2):
-            message = self.describe()
+            who = self.holder() or {}
             handle.close()
             raise RunLockedError(
-                f"a live run holds this run: {message}. Wait for it with --wait (its finished "
-                "calls are then reused), or start a fresh directory that calls everything again "
-                "with --new-run"
+                f"a live run holds this run: pid {who.get('pid', '?')} on host "
+                f"{who.get('host', '?')} (started {who.get('started_at', '?')}) is writing "
+                f"{self.run_dir}. Wait for it with --wait (its finished calls are then reused), or "
+                "start a fresh directory that calls everything again with --new-run"
             )
         previous = self.holder()
         if previous and previous.get("pid") and not previous.get("released"):
