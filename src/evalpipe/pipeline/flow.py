@@ -12,6 +12,7 @@ semaphore bounds target calls across every shard of the run; large values travel
 import asyncio
 import contextlib
 import contextvars
+import functools
 import logging
 import os
 import sys
@@ -245,7 +246,8 @@ def _task_runner(suite: EvalSuite, concurrency: int) -> Any:
         pool = ProcessPoolTaskRunner(
             max_workers=_process_workers(suite, concurrency), initializer=process_worker_setup.get()
         )
-        pool.set_subprocess_message_processor_factories([_InThisContext()])
+        in_this_context = functools.partial(_InThisContext, contextvars.copy_context())
+        pool.set_subprocess_message_processor_factories([in_this_context])
         return pool
     if "ray" in spec:
         try:
@@ -280,18 +282,8 @@ class _InThisContext:
     the events and log workers of the flow's context instead, as Prefect would with the API set.
     """
 
-    def __init__(self) -> None:
-        self.context = contextvars.copy_context()
-
-    def __call__(self) -> "_InContext":
-        return _InContext(self.context.copy())  # a copy: entered by the forwarding thread alone
-
-
-class _InContext:
-    """One forwarding thread's processor (see :class:`_InThisContext`)."""
-
     def __init__(self, context: contextvars.Context) -> None:
-        self.context = context
+        self.context = context.copy()  # a copy: entered by the forwarding thread alone
 
     def __call__(self, message_type: str, message_payload: Any) -> tuple[str, Any] | None:
         return self.context.run(_forward, message_type, message_payload)
@@ -583,7 +575,7 @@ async def eval_flow(
     state = RunState.open(plan, lock=lock)
     try:
         with _scrubbed_logs(state.scrubber):
-            return await _execute(plan, suite, state, rescore, logger, started, started_at)
+            return await _execute(plan, suite, state, logger, started, started_at)
     finally:
         await close_providers(plan.providers, keep=shared_evaluators(suite))
         state.close()
@@ -682,7 +674,6 @@ async def _execute(
     plan: RunPlan,
     suite: EvalSuite,
     state: RunState,
-    rescore: str | None,
     logger: Any,
     started: float,
     started_at: datetime,
@@ -691,7 +682,6 @@ async def _execute(
     assert plan.run_dir is not None
     if (plan.run_dir / artifacts.MANIFEST_FILE).exists():  # claim: interrupted after its manifest
         return await _finish_written(plan, suite, logger, started)
-    reusable = state.reusable(plan)
     logger.info(
         "suite %s: %d rows x %d repetitions = %d calls (%d reusable from the journal), "
         "%d provider(s), run directory %s",
@@ -699,7 +689,7 @@ async def _execute(
         len(plan.rows),
         suite.repetitions,
         len(plan.calls),
-        reusable,
+        state.reusable(plan),
         len(plan.providers),
         plan.run_dir,
     )
