@@ -423,20 +423,15 @@ def _check_gates(
 def _check_credentials(providers: Sequence[Evaluator]) -> None:
     """A judge's ``api_key_env`` must name a variable that is set (else every judge call fails)."""
     for provider in providers:
-        variable = getattr(_endpoint(provider), "api_key_env", None)
+        inner = provider.inner if isinstance(provider, AgentScoped) else provider
+        endpoint = getattr(inner, "endpoint", None)
+        variable = getattr(endpoint, "api_key_env", None)
         if variable and not os.environ.get(variable):
             raise SuiteError(
                 f"evaluators: {provider.name!r} reads its API key from ${variable}, which is not "
                 f"set; export {variable}=... (or remove api_key_env for an endpoint without "
                 "authentication)"
             )
-
-
-def _endpoint(provider: Evaluator) -> Any:
-    """A provider's model endpoint (seen through an ``agents:`` scope), if it has one."""
-    return getattr(
-        provider.inner if isinstance(provider, AgentScoped) else provider, "endpoint", None
-    )
 
 
 def _target_model(target: Target | None) -> str:
@@ -460,7 +455,9 @@ def _check_prices(
             else f"the target {target.name!r}, whose model evalpipe cannot see"
         )
     for provider in providers:
-        if isinstance(endpoint := _endpoint(provider), ChatEndpoint):
+        inner = provider.inner if isinstance(provider, AgentScoped) else provider
+        endpoint = getattr(inner, "endpoint", None)
+        if isinstance(endpoint, ChatEndpoint):
             needed.setdefault(endpoint.model, f"the judge {provider.name!r}")
     for model, who in needed.items():
         if model in suite.prices:
