@@ -126,8 +126,6 @@ class AdaptiveLimit:
         self.adaptive = adaptive
         self.limit = min(START, self.ceiling) if adaptive else self.ceiling
         """The requests that may be in flight now."""
-        self.start = self.limit
-        self.lowest = self.limit
         self._slots = anyio.CapacityLimiter(self.limit)
         self._generation = 0
         self._clean = 0
@@ -150,8 +148,7 @@ class AdaptiveLimit:
             self.ceiling = max(1, ceiling)
             if self.limit > self.ceiling:
                 self._set(self.ceiling)
-        if self.adaptive and not adaptive:
-            self.adaptive = False
+        self.adaptive = self.adaptive and adaptive
 
     @asynccontextmanager
     async def slot(self) -> AsyncIterator[Permit]:
@@ -212,7 +209,6 @@ class AdaptiveLimit:
             in_flight=self.in_flight,
         )
         self._set(limit)
-        self.lowest = min(self.lowest, limit)
         self.changes += 1
         logger.info(
             "%s (model %s): requests in flight %d -> %d (%s; %d in flight)",

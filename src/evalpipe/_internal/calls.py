@@ -1,18 +1,6 @@
-"""Bounding one call of user code (an agent, a workflow, a check): its time, what it may raise,
-and the thread a synchronous one runs in.
-
-- ``bounded(awaitable, timeout)``: the call, or :class:`CallTimeout` once ``timeout`` seconds pass
-  (the call is cancelled and its slot freed).
-- ``is_call_failure(exc)``: whether what the call raised is the call's own failure (an errored
-  item) rather than the run being stopped. Everything a call raises is its failure, ``SystemExit``
-  and a ``KeyboardInterrupt`` or ``CancelledError`` the user code raised itself included, except
-  ``GeneratorExit`` and the run being stopped: the cancellation of the task running the call
-  (evalpipe's own: a run-level timeout, SIGTERM, and the operator's Ctrl-C, which ``asyncio.run``
-  turns into the cancellation of the run), or a ``KeyboardInterrupt`` outside a task.
-- ``in_thread(fn, ...)``: a synchronous call in a daemon thread, so one that never returns cannot
-  keep the process alive after the run ends (``asyncio.to_thread``'s pool is joined at exit).
-- ``Slots``: what bounds calls (an ``asyncio.Semaphore``).
-"""
+"""Bounding one call of user code (an agent, a workflow, a check): its time (:func:`bounded`),
+what it may raise (:func:`is_call_failure`), the thread a synchronous one runs in
+(:func:`in_thread`), and the slots that bound calls (:class:`Slots`)."""
 
 from __future__ import annotations
 
@@ -71,7 +59,13 @@ async def bounded(awaitable: Awaitable[T], seconds: float | None) -> T:
 
 
 def is_call_failure(exc: BaseException) -> bool:
-    """Whether ``exc``, raised out of a call, is the call's failure (see the module docstring)."""
+    """Whether ``exc``, raised out of a call, is the call's own failure (an errored item) rather
+    than the run being stopped. Everything a call raises is its failure, ``SystemExit`` and a
+    ``KeyboardInterrupt`` or ``CancelledError`` the user code raised itself included, except
+    ``GeneratorExit`` and the run being stopped: the cancellation of the task running the call
+    (evalpipe's own: a run-level timeout, SIGTERM, and the operator's Ctrl-C, which
+    ``asyncio.run`` turns into the cancellation of the run), or a ``KeyboardInterrupt`` outside a
+    task."""
     if isinstance(exc, GeneratorExit):
         return False
     if isinstance(exc, KeyboardInterrupt | asyncio.CancelledError):
@@ -97,7 +91,9 @@ def _settle(future: asyncio.Future[Any], value: Any, error: BaseException | None
 
 
 async def in_thread(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
-    """``fn(*args, **kwargs)`` in a new daemon thread (with this context's variables)."""
+    """``fn(*args, **kwargs)`` in a new daemon thread (with this context's variables), so a call
+    that never returns cannot keep the process alive after the run ends (``asyncio.to_thread``'s
+    pool is joined at exit)."""
     loop = asyncio.get_running_loop()
     future: asyncio.Future[T] = loop.create_future()
     context = contextvars.copy_context()

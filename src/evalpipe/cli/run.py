@@ -215,10 +215,6 @@ def _arrow_gives_back() -> Iterator[None]:
 
 
 def _run(args: argparse.Namespace) -> int:
-    return _run_suite(args)
-
-
-def _run_suite(args: argparse.Namespace) -> int:
     started = time.monotonic()
     give_back_large_blocks()  # this process is the flow's: it receives and writes every shard
     out, err = consoles()

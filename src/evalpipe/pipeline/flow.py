@@ -12,6 +12,7 @@ semaphore bounds target calls across every shard of the run; large values travel
 import asyncio
 import contextlib
 import contextvars
+import functools
 import logging
 import os
 import sys
@@ -85,7 +86,7 @@ from evalpipe.runner.state import (
 from evalpipe.secrets import Scrubber, mask
 from evalpipe.spend import BudgetReached
 from evalpipe.suite import EvalSuite, SuiteError, shared_evaluators
-from evalpipe.tally import OVERALL, CallTally, Counts, SummaryRow, merge_results, without_items
+from evalpipe.tally import OVERALL, CallTally, SummaryRow, merge_results, without_items
 
 if TYPE_CHECKING:
     from evalpipe.artifacts import RunWriter
@@ -245,7 +246,8 @@ def _task_runner(suite: EvalSuite, concurrency: int) -> Any:
         pool = ProcessPoolTaskRunner(
             max_workers=_process_workers(suite, concurrency), initializer=process_worker_setup.get()
         )
-        pool.set_subprocess_message_processor_factories([_InThisContext()])
+        in_this_context = functools.partial(_InThisContext, contextvars.copy_context())
+        pool.set_subprocess_message_processor_factories([in_this_context])
         return pool
     if "ray" in spec:
         try:
@@ -280,18 +282,8 @@ class _InThisContext:
     the events and log workers of the flow's context instead, as Prefect would with the API set.
     """
 
-    def __init__(self) -> None:
-        self.context = contextvars.copy_context()
-
-    def __call__(self) -> "_InContext":
-        return _InContext(self.context.copy())  # a copy: entered by the forwarding thread alone
-
-
-class _InContext:
-    """One forwarding thread's processor (see :class:`_InThisContext`)."""
-
     def __init__(self, context: contextvars.Context) -> None:
-        self.context = context
+        self.context = context.copy()  # a copy: entered by the forwarding thread alone
 
     def __call__(self, message_type: str, message_payload: Any) -> tuple[str, Any] | None:
         return self.context.run(_forward, message_type, message_payload)
@@ -311,24 +303,13 @@ def _forward(message_type: str, message_payload: Any) -> tuple[str, Any] | None:
 def _slots(runner: Any, suite: EvalSuite, concurrency: int) -> int:
     """How many shards the started task runner runs at once: its worker processes, or the
     threads of the cluster's workers (counted once, when the run starts)."""
-    if suite.task_runner == "processes" or "processes" in suite.task_runner:
+    if "processes" in suite.task_runner:
         return _process_workers(suite, concurrency)
     if "dask" in suite.task_runner:
         return max(1, int(sum(runner.client.nthreads().values())))
     import ray  # the ray extra: RayTaskRunner started it
 
     return max(1, int(ray.cluster_resources().get("CPU", 1)))  # type: ignore[no-untyped-call]
-
-
-def _queued(suite: EvalSuite, slots: int) -> int:
-    """Shards submitted beyond the ``slots`` that run, to wait in the task runner: one per worker
-    of a process pool, so a worker starts its next shard as soon as it sends one back (submitting
-    it then cost each worker ~0.2 s a shard of idling: the flow's submit, Prefect's context, the
-    pickled job on its way). The pool runs at most ``slots`` at once, so the calls in flight stay
-    within the concurrency. None on a cluster: a worker that joins later would take a waiting
-    shard and run it beside the others, above the concurrency."""
-    spec = suite.task_runner
-    return slots if spec == "processes" or "processes" in spec else 0
 
 
 def _process_workers(suite: EvalSuite, concurrency: int) -> int:
@@ -379,10 +360,6 @@ the run (every transcript, item and row passed through it), and the report would
 peak. On a task runner the flow's process only wrote the rows: the report is written in it (the
 child's own imports cost more, ~255 MiB against +125; a 100,000-call run on a two-worker Dask
 cluster, whose workers stay up while the report is written: tree peak 1,586 -> 1,451 MiB)."""
-
-
-def _report_in_a_child(suite: EvalSuite, calls: int) -> bool:
-    return suite.task_runner == "threads" and calls >= REPORT_SUBPROCESS_CALLS
 
 
 @task(name="report", cache_policy=NO_CACHE, persist_result=False)
@@ -532,14 +509,10 @@ def _take_prepared(
     plan, prepared_suite, lock = prepared
     if plan.run_dir is None or run_dir is None:
         return None
-    same_rescore = (plan.rescored_from is None and rescore is None) or (
-        plan.rescored_from is not None
-        and rescore is not None
-        and Path(rescore).resolve() == plan.rescored_from.resolve()
-    )
+    rescored = None if rescore is None else Path(rescore).resolve()
     if (
         plan.run_dir.resolve() == Path(run_dir).resolve()
-        and same_rescore
+        and rescored == (plan.rescored_from and plan.rescored_from.resolve())
         and prepared_suite.model_dump(mode="json") == suite.model_dump(mode="json")
     ):
         return plan, lock
@@ -602,7 +575,7 @@ async def eval_flow(
     state = RunState.open(plan, lock=lock)
     try:
         with _scrubbed_logs(state.scrubber):
-            return await _execute(plan, suite, state, rescore, logger, started, started_at)
+            return await _execute(plan, suite, state, logger, started, started_at)
     finally:
         await close_providers(plan.providers, keep=shared_evaluators(suite))
         state.close()
@@ -663,11 +636,9 @@ def _stop_reason(exc: BaseException) -> str | None:
 
 def _budget_spent(exc: BaseException) -> bool:
     """The run stopped because its budget is spent (a shard's BudgetReached, maybe in a group)."""
-    if isinstance(exc, BudgetReached):
-        return True
-    return isinstance(exc, BaseExceptionGroup) and any(
-        _budget_spent(inner) for inner in exc.exceptions
-    )
+    if isinstance(exc, BaseExceptionGroup):
+        return exc.subgroup(BudgetReached) is not None
+    return isinstance(exc, BudgetReached)
 
 
 def finished_outcome(run_dir: Path, suite: EvalSuite) -> Any:
@@ -703,7 +674,6 @@ async def _execute(
     plan: RunPlan,
     suite: EvalSuite,
     state: RunState,
-    rescore: str | None,
     logger: Any,
     started: float,
     started_at: datetime,
@@ -712,7 +682,6 @@ async def _execute(
     assert plan.run_dir is not None
     if (plan.run_dir / artifacts.MANIFEST_FILE).exists():  # claim: interrupted after its manifest
         return await _finish_written(plan, suite, logger, started)
-    reusable = state.reusable(plan)
     logger.info(
         "suite %s: %d rows x %d repetitions = %d calls (%d reusable from the journal), "
         "%d provider(s), run directory %s",
@@ -720,7 +689,7 @@ async def _execute(
         len(plan.rows),
         suite.repetitions,
         len(plan.calls),
-        reusable,
+        state.reusable(plan),
         len(plan.providers),
         plan.run_dir,
     )
@@ -733,7 +702,7 @@ async def _execute(
     spec = RunSpec.of(plan, suite)
     spend = RunSpend(plan, suite)
     calls_done = [0]
-    verdicts = Counts()
+    verdicts = dict.fromkeys(("passed", "failed", "errored"), 0)
     calls = CallTally()
     progress_lock = asyncio.Lock()
     write_lock = asyncio.Lock()
@@ -760,28 +729,24 @@ async def _execute(
         calls_done[0] += 1
         _notify("calls", calls_done[0], len(plan.calls))
 
-    async def write(rows: ShardRows) -> None:
-        """One shard's rows written, its calls and verdicts counted, its results folded for the
-        gate and their counts kept (the write lock is held)."""
-        calls.merge(rows.calls)
-        # Off the event loop: Parquet encoding would stall the calls still in flight.
-        await asyncio.to_thread(_write, writer, rows)
-        verdicts.passed += rows.verdicts.passed
-        verdicts.failed += rows.verdicts.failed
-        verdicts.errored += rows.verdicts.errored
-        for stage in ("passed", "failed", "errored"):
-            _notify(stage, getattr(verdicts, stage), len(plan.calls))
-        if fold is not None:
-            fold.add(rows.results)
-        for p, r in enumerate(rows.results):
-            heads[p].append(without_items(r))
-
     async def write_ready() -> None:
-        """Every shard that can be written now, in shard order, whatever order they finish in."""
+        """Every shard that can be written now, in shard order, whatever order they finish in:
+        its rows written, its calls and verdicts counted, its results folded for the gate and
+        their counts kept."""
         nonlocal next_to_write
         async with write_lock:
             while next_to_write in finished:
-                await write(finished.pop(next_to_write))
+                rows = finished.pop(next_to_write)
+                calls.merge(rows.calls)
+                # Off the event loop: Parquet encoding would stall the calls still in flight.
+                await asyncio.to_thread(_write, writer, rows)
+                for stage in verdicts:
+                    verdicts[stage] += getattr(rows.verdicts, stage)
+                    _notify(stage, verdicts[stage], len(plan.calls))
+                if fold is not None:
+                    fold.add(rows.results)
+                for p, r in enumerate(rows.results):
+                    heads[p].append(without_items(r))
                 next_to_write += 1
                 unwritten.release()
 
@@ -856,7 +821,14 @@ async def _execute(
                 await asyncio.to_thread(stack.enter_context, runner)
                 slots = min(_slots(runner, suite, plan.concurrency), plan.concurrency)
                 size = shard_size(plan, suite, slots)
-                queued = _queued(suite, slots)
+                # Shards submitted beyond the ``slots`` that run, to wait in the task runner: one
+                # per worker of a process pool, so a worker starts its next shard as soon as it
+                # sends one back (submitting it then cost each worker ~0.2 s a shard of idling:
+                # the flow's submit, Prefect's context, the pickled job on its way). The pool runs
+                # at most ``slots`` at once, so the calls in flight stay within the concurrency.
+                # None on a cluster: a worker that joins later would take a waiting shard and run
+                # it beside the others, above the concurrency.
+                queued = slots if "processes" in suite.task_runner else 0
                 at_once = slots + queued
                 logger.info(
                     "shards run on %s: %d at once, %d calls in flight each",
@@ -866,7 +838,7 @@ async def _execute(
                 )
             shards = plan.shards(size)
             share = plan.concurrency if slots is None else share_of(plan.concurrency, slots)
-            # ``running`` bounds the shards submitted and not finished (``_queued``);
+            # ``running`` bounds the shards submitted and not finished (and ``queued``);
             # ``unwritten`` bounds those and the finished ones not yet written (taken in shard
             # order, so the next one to write always has its place): as many again, unless a
             # shard waits in each worker to keep it busy while the flow writes (each finished
@@ -901,7 +873,8 @@ async def _execute(
         return _incomplete(stopped)
     timings["calls_and_evaluation_s"] = time.perf_counter() - started - timings["prepare_s"]
     merged = [merge_results(parts) for parts in heads if parts]
-    logger.info("%s", CallTally.text(calls.as_dict()))
+    call_counts = calls.as_dict()
+    logger.info("%s", CallTally.text(call_counts))
     for result in merged:
         logger.info(
             "%s: %d passed, %d failed, %d errored of %d items",
@@ -918,7 +891,6 @@ async def _execute(
         if isinstance(report, BaseException):  # the gate itself raised: the run is not finished
             raise report
     rows = writer.summary_rows()
-    call_counts = calls.as_dict()
     manifest = {
         "suite": mask(suite.model_dump(mode="json")),
         "suite_fingerprint": suite.fingerprint(),
@@ -933,10 +905,9 @@ async def _execute(
         "timings": timings,
         "spend": spend.record(),
         "concurrency": concurrency_record(suite, spend.changes),
+        "published_to": _destination(suite, plan),
     }
     timings["total_s"] = time.perf_counter() - started
-    destination = _destination(suite, plan)
-    manifest["published_to"] = destination
     written = await finish_task(_q(writer), manifest)
     if isinstance(written, StorageError):  # a full disk: the calls are journaled, it resumes
         logger.error("%s", written)
@@ -1033,19 +1004,7 @@ async def _publish(
     pending = _Artifacts()
 
     def summary() -> list[Coroutine[Any, Any, Any]]:
-        spend_artifact = (
-            []
-            if spent is None
-            else [
-                acreate_markdown_artifact(
-                    key=f"{key}-spend",
-                    markdown=spend_markdown(spent),
-                    description=f"{suite.name}: what the run spent, by model",
-                )
-            ]
-        )
-        return [
-            *spend_artifact,
+        made = [
             acreate_table_artifact(
                 key=f"{key}-summary",
                 table=summary_table(rows),
@@ -1074,11 +1033,21 @@ async def _publish(
                 + ("; the link opens its page in evalpipe view" if page else ""),
             ),
         ]
+        if spent is not None:
+            made.append(
+                acreate_markdown_artifact(
+                    key=f"{key}-spend",
+                    markdown=spend_markdown(spent),
+                    description=f"{suite.name}: what the run spent, by model",
+                )
+            )
+        return made
 
     async with pending:
         if destination is None:  # a published run's artifacts wait for its publication
             pending.start(*summary())
-        report_path = await report_task(str(run_path), _report_in_a_child(suite, len(plan.calls)))
+        in_child = suite.task_runner == "threads" and len(plan.calls) >= REPORT_SUBPROCESS_CALLS
+        report_path = await report_task(str(run_path), in_child)
         comparison = await compare_task(suite, str(plan.run_dir)) if suite.compare_with else None
         if destination is not None:
             # a task runner's worker imports this module with the flow and has no use for pyarrow

@@ -3,9 +3,8 @@
 A plan is immutable: the rows (samples), the calls (one per row and repetition, in
 repetition-major order, each with its content address for the journal), the target, the
 providers, how transcripts become items, and for a suite the gates and the run directory.
-``evaluate_agent`` / ``evaluate_workflow`` build one from their arguments (:func:`agent_plan`,
-:func:`workflow_plan`), ``evalpipe run`` and the Prefect flow from a suite (:func:`prepare_suite`,
-where the dataset is loaded and the target factory called exactly once).
+``evaluate_agent`` / ``evaluate_workflow`` build one from their arguments (:func:`in_process_plan`),
+``evalpipe run`` and the Prefect flow from a suite (``runner.prepare.prepare_suite``).
 """
 
 from __future__ import annotations

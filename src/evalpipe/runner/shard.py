@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass
@@ -44,7 +45,6 @@ __all__ = [
     "run_calls",
     "run_in_process",
     "run_shard",
-    "settle",
     "settle_many",
 ]
 
@@ -103,16 +103,8 @@ async def make_call(
 ) -> CallOutcome:
     """One call: from the re-scored run or the journal when they hold it, the recording for a
     recorded row, else the target (journaled as soon as it returns without error)."""
-    return settle(plan, state, await _fetch(plan, state, call, semaphore))
-
-
-async def _fetch(
-    plan: RunPlan, state: RunState, call: Call, semaphore: Slots | None
-) -> CallOutcome:
-    """A call's outcome as :func:`make_call` makes it, before :func:`settle` (a made transcript
-    is stamped, not yet scrubbed or journaled)."""
-    held = _held(plan, state, call)
-    return held if held is not None else await _made(plan, call, semaphore)
+    fetched = _held(plan, state, call) or await _made(plan, call, semaphore)
+    return settle_many(plan, state, [fetched])[0]
 
 
 def _held(plan: RunPlan, state: RunState, call: Call) -> CallOutcome | None:
@@ -139,45 +131,29 @@ async def _made(plan: RunPlan, call: Call, semaphore: Slots | None) -> CallOutco
     target = plan.target
     if target is None:  # pragma: no cover - prepare_suite refuses such a plan
         raise RuntimeError(f"row {row.id!r} has no recording and the plan has no target")
-    made: Transcript
-    if target.kind == "workflow":
-        made = await call_workflow(
-            target.obj,
-            row.query,
-            query_index=row.index,
-            repetition=call.repetition,
-            semaphore=semaphore,
-            call_timeout=plan.call_timeout,
-        )
-    else:
-        made = await call_agent(
-            target.obj,
-            row.query,
-            query_index=row.index,
-            repetition=call.repetition,
-            semaphore=semaphore,
-            attempts=plan.call_attempts,
-            call_timeout=plan.call_timeout,
-        )
+    call_target = (
+        call_workflow
+        if target.kind == "workflow"
+        else functools.partial(call_agent, attempts=plan.call_attempts)
+    )
+    made: Transcript = await call_target(
+        target.obj,
+        row.query,
+        query_index=row.index,
+        repetition=call.repetition,
+        semaphore=semaphore,
+        call_timeout=plan.call_timeout,
+    )
     _stamp(made)
     return CallOutcome(call, made, "made")
-
-
-def settle(plan: RunPlan, state: RunState, outcome: CallOutcome) -> CallOutcome:
-    """A fetched outcome made ready for the next stage: a made transcript's secrets masked and,
-    without error, journaled (the outcome as the next stage sees it).
-
-    Raises:
-        StorageError: when the journal cannot be written (the run is stopped first).
-    """
-    return settle_many(plan, state, [outcome])[0]
 
 
 def settle_many(
     plan: RunPlan, state: RunState, outcomes: Sequence[CallOutcome]
 ) -> list[CallOutcome]:
-    """:func:`settle` of each outcome, their journal lines written at once (one write, not one a
-    call: a write lets another thread take the GIL, for up to its switch interval).
+    """Fetched outcomes made ready for the next stage: a made transcript's secrets masked and,
+    without error, journaled; the journal lines written at once (one write, not one a call: a
+    write lets another thread take the GIL, for up to its switch interval).
 
     Raises:
         StorageError: when the journal cannot be written (the run is stopped first).
@@ -408,10 +384,10 @@ def build_items(plan: RunPlan, outcomes: Sequence[CallOutcome]) -> WorkflowItems
     Raises:
         ValueError: for a tool with two schemas when the plan is ``strict_tools``.
     """
-    items = WorkflowItems()
-    for outcome in outcomes:
-        _add_items(plan, items, _items_of(plan, outcome))
-    return items
+    itemizer = _ItemsAsSettled(plan, len(outcomes))
+    for index, outcome in enumerate(outcomes):
+        itemizer(index, outcome)
+    return itemizer.items()
 
 
 _CallItems = EvalItem | RunItems
@@ -419,7 +395,7 @@ _CallItems = EvalItem | RunItems
 
 
 def _items_of(plan: RunPlan, outcome: CallOutcome) -> _CallItems:
-    """One call's items (what :func:`build_items` adds for it)."""
+    """One call's items."""
     call = outcome.call
     row = plan.rows[call.row_index]
     run = outcome.run
@@ -447,17 +423,9 @@ def _items_of(plan: RunPlan, outcome: CallOutcome) -> _CallItems:
     )
 
 
-def _add_items(plan: RunPlan, items: WorkflowItems, made: _CallItems) -> None:
-    if plan.kind == "agent":
-        items.overall.append(made)  # type: ignore[arg-type]
-    else:
-        items.add(made)  # type: ignore[arg-type]
-
-
 class _ItemsAsSettled:
     """A shard's items built as its calls are settled (overlapping the calls still in flight
-    instead of stalling the event loop once they are all done), put in call order at the end:
-    the same items as :func:`build_items` over the outcomes, and the same first error."""
+    instead of stalling the event loop once they are all done), put in call order at the end."""
 
     __slots__ = ("built", "plan")
 
@@ -468,7 +436,7 @@ class _ItemsAsSettled:
     def __call__(self, index: int, outcome: CallOutcome) -> None:
         try:
             self.built[index] = _items_of(self.plan, outcome)
-        except Exception as exc:  # raised in call order by items(), as build_items raises it
+        except Exception as exc:  # raised in call order by items()
             self.built[index] = exc
 
     def items(self) -> WorkflowItems:
@@ -484,7 +452,10 @@ class _ItemsAsSettled:
                 raise RuntimeError("a call of the shard was not settled")
             if isinstance(made, Exception):
                 raise made
-            _add_items(self.plan, items, made)
+            if self.plan.kind == "agent":
+                items.overall.append(made)  # type: ignore[arg-type]
+            else:
+                items.add(made)  # type: ignore[arg-type]
         return items
 
 
@@ -598,25 +569,12 @@ async def evaluate_items(
     if not groups and not overall:
         return _empty(provider, f"{plan.name}{tail}")
     names = list(groups)
-    evaluations = [
-        _evaluate_group(
-            plan, state, index, provider, groups[a], f"{plan.name} — {a}{tail}", first_position
-        )
-        for a in names
-    ]
+    parts = [(groups[a], f"{plan.name} — {a}{tail}") for a in names]
     if overall:
-        evaluations.append(
-            _evaluate_group(
-                plan,
-                state,
-                index,
-                provider,
-                overall,
-                f"{plan.name} — overall{tail}",
-                first_position,
-            )
-        )
-    done = await asyncio.gather(*evaluations)
+        parts.append((overall, f"{plan.name} — overall{tail}"))
+    done = await asyncio.gather(
+        *(_evaluate_group(plan, state, index, provider, g, n, first_position) for g, n in parts)
+    )
     subs = dict(zip(names, done[: len(names)], strict=True))
     if overall:
         top = done[-1]
@@ -628,9 +586,7 @@ async def evaluate_items(
         run_id="aggregate",
         status="completed" if all(s.status == "completed" for s in subs.values()) else "partial",
         result_counts={
-            "passed": sum(s.passed for s in subs.values()),
-            "failed": sum(s.failed for s in subs.values()),
-            "errored": sum(s.errored for s in subs.values()),
+            k: sum(getattr(s, k) for s in subs.values()) for k in ("passed", "failed", "errored")
         },
         sub_results=subs,
     )
@@ -655,55 +611,42 @@ async def run_shard(
     once the calls and requests in flight (of every shard counted in the ledger) have finished
     and been kept, by raising :class:`~evalpipe.spend.BudgetReached`.
     """
+    itemizer = _ItemsAsSettled(plan, len(calls))
     try:
-        return await _run_shard(plan, state, calls, semaphore, workers, on_call, scope, ledger)
+        outcomes = await run_calls(
+            plan,
+            state,
+            calls,
+            semaphore=semaphore,
+            workers=workers,
+            on_call=on_call,
+            on_settled=itemizer,
+            ledger=ledger,
+        )
+        items = itemizer.items()
+        first = calls[0].position if calls else 0
+
+        async def one(index: int, provider: Evaluator) -> EvalResults:
+            # this task's requests (a judge's) are metered and read the run's journaled answers
+            metering.set(ledger)
+            run_answers.set(state.answers)
+            around = scope(index, provider, items) if scope is not None else nullcontext()
+            async with around:
+                return await evaluate_items(plan, state, index, provider, items, first)
+
+        # every provider finishes (its requests in flight kept) before a stop is raised
+        settled = await asyncio.gather(
+            *(one(i, p) for i, p in enumerate(plan.providers)), return_exceptions=True
+        )
+        results: list[EvalResults] = []
+        for outcome in settled:
+            if isinstance(outcome, BaseException):
+                raise outcome
+            results.append(outcome)
     except BudgetReached:
         if ledger is not None:
             await ledger.drained()
         raise
-
-
-async def _run_shard(
-    plan: RunPlan,
-    state: RunState,
-    calls: Sequence[Call],
-    semaphore: asyncio.Semaphore | None,
-    workers: int,
-    on_call: Callable[[CallOutcome], None] | None,
-    scope: Scope | None,
-    ledger: Ledger | None,
-) -> ShardResult:
-    itemizer = _ItemsAsSettled(plan, len(calls))
-    outcomes = await run_calls(
-        plan,
-        state,
-        calls,
-        semaphore=semaphore,
-        workers=workers,
-        on_call=on_call,
-        on_settled=itemizer,
-        ledger=ledger,
-    )
-    items = itemizer.items()
-    first = calls[0].position if calls else 0
-
-    async def one(index: int, provider: Evaluator) -> EvalResults:
-        # this task's requests (a judge's) are metered and read the run's journaled answers
-        metering.set(ledger)
-        run_answers.set(state.answers)
-        around = scope(index, provider, items) if scope is not None else nullcontext()
-        async with around:
-            return await evaluate_items(plan, state, index, provider, items, first)
-
-    # every provider finishes (its requests in flight kept) before a stop is raised
-    settled = await asyncio.gather(
-        *(one(i, p) for i, p in enumerate(plan.providers)), return_exceptions=True
-    )
-    results: list[EvalResults] = []
-    for outcome in settled:
-        if isinstance(outcome, BaseException):
-            raise outcome
-        results.append(outcome)
     if state.scrubber:
         for result in results:
             _scrub(result, state.scrubber)

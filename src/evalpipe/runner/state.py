@@ -56,7 +56,6 @@ __all__ = [
     "manifest_fingerprint",
     "new_run_dir",
     "placing",
-    "placing_lock",
     "write_marker",
 ]
 
@@ -82,9 +81,9 @@ def local_base(output_dir: str) -> Path:
     return Path(output_dir)
 
 
-def new_run_dir(suite: Any, output_dir: str | Path | None = None) -> Path:
+def new_run_dir(suite: Any) -> Path:
     """A fresh run directory: ``{output_dir}/{suite}/{UTC timestamp}-{fingerprint}``."""
-    base = local_base(str(output_dir or suite.output_dir)) / suite.name
+    base = local_base(suite.output_dir) / suite.name
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
     fingerprint = str(suite.fingerprint())
     path: Path = base / f"{stamp}-{fingerprint}"
@@ -109,28 +108,27 @@ class StorageError(RuntimeError):
     (paid calls would otherwise be lost); the message names the file and the cause."""
 
 
-def _marker(path: Path) -> dict[str, Any] | None:
+def _read_json(path: Path) -> dict[str, Any] | None:
+    """A JSON object file's content; None when it is missing, unreadable or not an object."""
     try:
-        data = json.loads((path / RUN_MARKER).read_text(encoding="utf-8"))
+        data = json.loads(path.read_text(encoding="utf-8") or "null")
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
 
 
-def find_resumable(
-    suite: Any,
-    identity: str,
-    output_dir: str | Path | None = None,
-    *,
-    fingerprint: str | None = None,
-) -> Path | None:
+def _marker(path: Path) -> dict[str, Any] | None:
+    return _read_json(path / RUN_MARKER)
+
+
+def find_resumable(suite: Any, identity: str, *, fingerprint: str | None = None) -> Path | None:
     """The newest unfinished run of this suite against the same target (its identity: the target
     and its version), whatever else changed (evaluators, gates, repetitions): its finished calls
     are reused by target and row, not by the whole suite. With ``fingerprint``, a run of this very
     suite whose results are written but whose process ended before it finished (its report,
     publication, artifacts: :func:`interrupted_after_manifest`) is one too: it is finished, not
     made again."""
-    base = local_base(str(output_dir or suite.output_dir)) / suite.name
+    base = local_base(suite.output_dir) / suite.name
     if not base.is_dir():
         return None
     candidates: list[tuple[float, Path]] = []
@@ -163,38 +161,39 @@ def interrupted_after_manifest(path: Path) -> bool:
 
 def manifest_fingerprint(path: Path) -> str | None:
     """The fingerprint of the suite a finished run was made with (its manifest's), if readable."""
-    try:
-        data = json.loads((path / MANIFEST).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    value = data.get("suite_fingerprint") if isinstance(data, dict) else None
+    value = (_read_json(path / MANIFEST) or {}).get("suite_fingerprint")
     return value if isinstance(value, str) else None
 
 
-def placing_lock(suite: Any, output_dir: str | Path | None = None) -> Path:
-    """The file runs of a suite lock while they choose their directory:
-    ``{output_dir}/.{suite}.placing.lock`` (beside the suite's directory, not in it: a suite's
-    directory holds run directories only)."""
-    return local_base(str(output_dir or suite.output_dir)) / f".{suite.name}.placing.lock"
+def _flock(handle: Any, wait: float | None, pause: float) -> bool:
+    """Take an exclusive advisory ``flock`` on an open file (released by the kernel when the
+    process dies), trying every ``pause`` seconds for ``wait`` seconds at most (None: as long as
+    it takes); False when the time passed."""
+    import fcntl  # optional: POSIX only
+
+    deadline = None if wait is None else time.monotonic() + wait
+    while True:
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+            time.sleep(pause)
 
 
 @contextlib.contextmanager
-def placing(
-    suite: Any, output_dir: str | Path | None = None, *, wait: float = 60.0
-) -> Iterator[None]:
-    """Hold the suite's placing lock (:func:`placing_lock`, an advisory ``flock`` released by the
-    kernel if the process dies): one run at a time chooses a directory under
-    ``{output_dir}/{suite}/``, takes its lock
-    and writes its marker, so the next run finds it. Held for milliseconds; ``wait`` bounds the
-    wait for it.
+def placing(suite: Any, *, wait: float = 60.0) -> Iterator[None]:
+    """Hold the suite's placing lock (``{output_dir}/.{suite}.placing.lock``, beside the suite's
+    directory, not in it: that holds run directories only): one run at a time chooses a directory
+    under ``{output_dir}/{suite}/``, takes its lock and writes its marker, so the next run finds
+    it. Held for milliseconds; ``wait`` bounds the wait for it.
 
     Raises:
         RunDirError: when the suite's directory cannot be created.
         RunLockedError: when another run held it for ``wait`` seconds.
     """
-    import fcntl  # optional: POSIX only
-
-    path = placing_lock(suite, output_dir)
+    path = local_base(suite.output_dir) / f".{suite.name}.placing.lock"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         handle = open(path, "a+b")  # noqa: SIM115 - closed below
@@ -204,18 +203,11 @@ def placing(
             "choose a writable output directory (output_dir in the suite, or --output / --run-dir)"
         ) from None
     try:
-        deadline = time.monotonic() + wait
-        while True:
-            try:
-                fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    raise RunLockedError(
-                        f"{path}: another run has been choosing its run directory "
-                        f"for {wait:g} s; try again, or name a directory with --run-dir"
-                    ) from None
-                time.sleep(0.05)
+        if not _flock(handle, wait, 0.05):
+            raise RunLockedError(
+                f"{path}: another run has been choosing its run directory for {wait:g} s; try "
+                "again, or name a directory with --run-dir"
+            )
         yield
     finally:
         handle.close()  # closing the file lets go of the lock
@@ -303,19 +295,7 @@ class RunLock:
 
     def holder(self) -> dict[str, Any] | None:
         """Who holds (or last held) the lock: ``{"pid", "host", "started_at"}``."""
-        try:
-            data = json.loads(self.path.read_text(encoding="utf-8") or "null")
-        except (OSError, ValueError):
-            return None
-        return data if isinstance(data, dict) else None
-
-    def describe(self) -> str:
-        """The live holder in words, for messages."""
-        who = self.holder() or {}
-        return (
-            f"pid {who.get('pid', '?')} on host {who.get('host', '?')} (started "
-            f"{who.get('started_at', '?')}) is writing {self.run_dir}"
-        )
+        return _read_json(self.path)
 
     def acquire(self, *, wait: float | None = 0.0) -> None:
         """Take the lock; ``wait`` seconds at most (None: as long as it takes, 0: not at all).
@@ -323,8 +303,6 @@ class RunLock:
         Raises:
             RunLockedError: when a live run holds it, naming that run and how to wait.
         """
-        import fcntl  # optional: POSIX only
-
         try:
             if not self.run_dir.exists():
                 self.run_dir.mkdir(parents=True)
@@ -335,39 +313,25 @@ class RunLock:
                 f"cannot create the run directory {self.run_dir}: {exc.strerror or exc}; choose "
                 "a writable output directory (output_dir in the suite, or --output / --run-dir)"
             ) from None
-        deadline = None if wait is None else time.monotonic() + wait
-        while True:
-            try:
-                fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if deadline is not None and time.monotonic() >= deadline:
-                    message = self.describe()
-                    handle.close()
-                    raise RunLockedError(
-                        f"a live run holds this run: {message}. Wait for it with --wait (its "
-                        "finished calls are then reused), or start a fresh directory that calls "
-                        "everything again with --new-run"
-                    ) from None
-                time.sleep(0.2)
+        if not _flock(handle, wait, 0.2):
+            who = self.holder() or {}
+            handle.close()
+            raise RunLockedError(
+                f"a live run holds this run: pid {who.get('pid', '?')} on host "
+                f"{who.get('host', '?')} (started {who.get('started_at', '?')}) is writing "
+                f"{self.run_dir}. Wait for it with --wait (its finished calls are then reused), or "
+                "start a fresh directory that calls everything again with --new-run"
+            )
         previous = self.holder()
         if previous and previous.get("pid") and not previous.get("released"):
             self.took_over = (
                 f"took over the lock of pid {previous.get('pid')} on host {previous.get('host')}, "
                 f"which is no longer running"
             )
-        handle.seek(0)
-        handle.truncate()
-        handle.write(
-            json.dumps(
-                {
-                    "pid": os.getpid(),
-                    "host": socket.gethostname(),
-                    "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
-                }
-            )
+        started_at = datetime.now(UTC).isoformat(timespec="seconds")
+        _rewrite(
+            handle, {"pid": os.getpid(), "host": socket.gethostname(), "started_at": started_at}
         )
-        handle.flush()
         self._handle = handle
 
     @property
@@ -382,11 +346,7 @@ class RunLock:
         handle, self._handle = self._handle, None
         # Marked released (not unlinked: a run waiting on this file must not lock a stale one).
         with contextlib.suppress(OSError):
-            who = self.holder() or {}
-            handle.seek(0)
-            handle.truncate()
-            handle.write(json.dumps({**who, "released": True}))
-            handle.flush()
+            _rewrite(handle, {**(self.holder() or {}), "released": True})
         handle.close()
         leftover = [p for p in self.run_dir.iterdir() if p.name not in (self.FILE, RUN_MARKER)]
         if not leftover and self._created_dir:
@@ -396,6 +356,14 @@ class RunLock:
                 (self.run_dir / RUN_MARKER).unlink(missing_ok=True)
                 self.path.unlink()
                 self.run_dir.rmdir()
+
+
+def _rewrite(handle: Any, data: dict[str, Any]) -> None:
+    """Replace what an open lock file holds with ``data`` as JSON."""
+    handle.seek(0)
+    handle.truncate()
+    handle.write(json.dumps(data))
+    handle.flush()
 
 
 ANSWERS = "evaluator answers"
@@ -494,11 +462,8 @@ class RunState:
 
     def reusable(self, plan: RunPlan) -> int:
         """Calls of the plan whose transcripts the journal (or the re-scored run) already holds."""
-        if plan.stored is not None:
-            return sum(1 for c in plan.calls if c.key in plan.stored)
-        if self.journal is None:
-            return 0
-        return sum(1 for c in plan.calls if c.key in self.journal)
+        held = plan.stored if plan.stored is not None else self.journal
+        return 0 if held is None else sum(1 for c in plan.calls if c.key in held)
 
     @staticmethod
     def peek(plan: RunPlan) -> int:
