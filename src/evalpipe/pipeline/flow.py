@@ -359,7 +359,7 @@ threads``) get their report from a child process: that process is at its high-wa
 the run (every transcript, item and row passed through it), and the report would grow it by its
 peak. On a task runner the flow's process only wrote the rows: the report is written in it (the
 child's own imports cost more, ~255 MiB against +125; a 100,000-call run on a two-worker Dask
-cluster, whose workers stay up while the report is written: tree peak 1,586 -> 1,451 MiB)."""
+cluster, whose workers stay up while the report is written: tree peak 1,586 -> 1,464 MiB)."""
 
 
 @task(name="report", cache_policy=NO_CACHE, persist_result=False)
