@@ -22,29 +22,18 @@ import openai
 from pydantic import BaseModel
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
-from evalpipe._internal.retry import retry_after
+from evalpipe._internal.retry import is_transient, retry_after, status_of
 
-__all__ = ["EvalsApi", "RetryPolicy", "is_retryable"]
+__all__ = ["EvalsApi", "RetryPolicy"]
 
 logger = logging.getLogger("evalpipe.foundry")
 
 T = TypeVar("T")
 
-_RETRY_STATUS = frozenset({408, 409, 429})
-
-
-def is_retryable(exc: BaseException) -> bool:
-    """408, 409, 429, every 5xx, connection errors and timeouts."""
-    if isinstance(exc, openai.APIStatusError):
-        return exc.status_code in _RETRY_STATUS or exc.status_code >= 500
-    return isinstance(exc, openai.APIConnectionError)
-
 
 def outcome_unknown(exc: BaseException) -> bool:
-    """Whether a failed create may still have been committed by the server."""
-    if isinstance(exc, openai.APIStatusError):
-        return exc.status_code != 429 and is_retryable(exc)
-    return isinstance(exc, openai.APIConnectionError)
+    """Whether a failed create may still have been committed by the server (not a 429)."""
+    return status_of(exc) != 429 and is_transient(exc)
 
 
 @dataclass(frozen=True)
@@ -72,7 +61,7 @@ class RetryPolicy:
     def should_retry(self, exc: BaseException) -> bool:
         """Retryable, and any server-requested delay is within ``max_retry_after``."""
         requested = retry_after(exc, math.inf)
-        return is_retryable(exc) and (requested is None or requested <= self.max_retry_after)
+        return is_transient(exc) and (requested is None or requested <= self.max_retry_after)
 
     def retrying(self, what: str) -> AsyncRetrying:
         """A tenacity loop for one call; each retry is logged with what is retried."""

@@ -20,9 +20,10 @@ from typing import Any, ClassVar, get_args
 import openai
 
 from evalpipe._internal.env import FOUNDRY_ENDPOINT_ENV
+from evalpipe._internal.retry import is_transient
 from evalpipe.evaluators.base import BatchedEvaluator
 from evalpipe.foundry import _evaluators as ev
-from evalpipe.foundry._client import EvalsApi, RetryPolicy, is_retryable
+from evalpipe.foundry._client import EvalsApi, RetryPolicy
 from evalpipe.foundry._convert import item_to_foundry
 from evalpipe.foundry._evaluators import EvaluatorSpec, GeneratedEvaluatorRef, MatchingMode
 from evalpipe.foundry._results import PROVIDER, error_of, errored_item, item_result
@@ -534,7 +535,7 @@ class FoundryEvals(BatchedEvaluator):
             try:
                 run = {"id": run["id"], **await api.retrieve_run(eval_id, str(run["id"]))}
             except Exception as exc:
-                if not is_retryable(exc) and isinstance(exc, openai.APIStatusError):
+                if not is_transient(exc) and isinstance(exc, openai.APIStatusError):
                     return "failed", f"polling the run failed: {_error_text(exc)}", run
                 last_error = f"last poll failed: {_error_text(exc)}"
 
@@ -888,24 +889,7 @@ async def evaluate_traces(
         ValueError: as ``FoundryEvals`` and ``FoundryEvals.evaluate_traces`` do (no source:
             ``"Provide at least one of: response_ids, trace_ids, or agent_id"``, as MAF).
     """
-    foundry = FoundryEvals(
-        project_client,
-        client=client,
-        endpoint=endpoint,
-        credential=credential,
-        model=model,
-        evaluators=evaluators,
-        poll_interval=poll_interval,
-        timeout=timeout,
-    )
-    async with contextlib.aclosing(foundry):
-        return await foundry.evaluate_traces(
-            response_ids=response_ids,
-            trace_ids=trace_ids,
-            agent_id=agent_id,
-            lookback_hours=lookback_hours,
-            eval_name=eval_name,
-        )
+    return await _one_off("evaluate_traces", locals())
 
 
 async def evaluate_foundry_target(
@@ -933,20 +917,18 @@ async def evaluate_foundry_target(
         TypeError: for a target that is not a dict, or a query that is not a str.
     """
     _target_queries(target, test_queries)
-    foundry = FoundryEvals(
-        project_client,
-        client=client,
-        endpoint=endpoint,
-        credential=credential,
-        model=model,
-        evaluators=evaluators,
-        poll_interval=poll_interval,
-        timeout=timeout,
-    )
+    return await _one_off("evaluate_foundry_target", locals())
+
+
+async def _one_off(method: str, arguments: dict[str, Any]) -> EvalResults:
+    """A module function's call: a ``FoundryEvals`` built from the arguments it takes, ``method``
+    called with the others, then closed."""
+    settings = inspect.signature(FoundryEvals).parameters
+    foundry = FoundryEvals(**{k: v for k, v in arguments.items() if k in settings})
+    call = {k: v for k, v in arguments.items() if k not in settings}
     async with contextlib.aclosing(foundry):
-        return await foundry.evaluate_foundry_target(
-            target=target, test_queries=test_queries, eval_name=eval_name
-        )
+        result: EvalResults = await getattr(foundry, method)(**call)
+        return result
 
 
 def _from_client(client: Any) -> tuple[Any, str | None]:
