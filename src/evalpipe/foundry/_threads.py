@@ -51,7 +51,6 @@ __all__ = [
 
 logger = logging.getLogger("evalpipe.foundry")
 
-_FINISHED = frozenset({"completed", "failed", "cancelled", "canceled", "expired", "incomplete"})
 _ERROR_CODES = {
     "failed": "RunFailed",
     "cancelled": "RunCanceled",
@@ -59,6 +58,7 @@ _ERROR_CODES = {
     "expired": "RunExpired",
     "incomplete": "RunIncomplete",
 }
+_FINISHED = frozenset({"completed", *_ERROR_CODES})
 # Tool call types whose run step carries the tool's output: a missing one is worth a diagnostic.
 _OUTPUT_EXPECTED = frozenset({"function", "connected_agent", "openapi"})
 _MAX_DEPTH = 3
@@ -372,11 +372,9 @@ class FoundryThreads:
         self.client = agents_client
         self.page_size = page_size
         self.follow_connected = follow_connected
-        base = urlsplit(
-            str(getattr(getattr(agents_client, "_config", None), "endpoint", endpoint or ""))
-        )
-        loopback = base.scheme == "http" and base.hostname in ("127.0.0.1", "localhost", "::1")
-        self._call_kw: dict[str, Any] = {"enforce_https": False} if loopback else {}
+        # azure-core's per-call options: its https-only check is off, and the hook lets a request
+        # through only over https or to loopback (it runs after the token is set, before sending).
+        self._call_kw = {"enforce_https": False, "raw_request_hook": _https_or_loopback}
         self._agents: dict[str, dict[str, Any] | None] = {}
         self.diagnostics: list[ThreadDiagnostic] = []
 
@@ -737,6 +735,19 @@ class FoundryThreads:
         no_output = None if call.has_output else "the connected agent returned no output"
         tools = _tools(sub_agent.get("tools"))
         return [_executor(name, [*received, *produced], len(received), tools, error=no_output)]
+
+
+def _https_or_loopback(request: Any) -> None:
+    """Refuse to send the bearer token over plain http except to loopback (local emulators).
+
+    A ValueError, not an azure-core error: the SDK's retry would re-send without this hook.
+    """
+    url = urlsplit(request.http_request.url)
+    if url.scheme != "https" and url.hostname not in ("127.0.0.1", "localhost", "::1"):
+        raise ValueError(
+            f"{url.scheme}://{url.netloc}: bearer token authentication needs https "
+            "(plain http:// is accepted for loopback endpoints only)"
+        )
 
 
 def _window(
