@@ -16,7 +16,7 @@ import base64
 import contextlib
 import json
 import logging
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -154,24 +154,19 @@ def _any_value(value: Any) -> Any:
     """An OTLP ``AnyValue`` as a Python value."""
     if not isinstance(value, Mapping):
         return value
-    if "stringValue" in value:
-        return value["stringValue"]
-    if "boolValue" in value:
-        return bool(value["boolValue"])
-    if "intValue" in value:
-        try:
-            return int(value["intValue"])
-        except (TypeError, ValueError):
-            return value["intValue"]
-    if "doubleValue" in value:
-        return float(value["doubleValue"])
-    if "arrayValue" in value:
-        return [_any_value(v) for v in (value["arrayValue"] or {}).get("values", [])]
-    if "kvlistValue" in value:
-        return _attributes((value["kvlistValue"] or {}).get("values", []))
-    if "bytesValue" in value:
-        return value["bytesValue"]
-    return None
+    kind = next((k for k in _ANY_VALUES if k in value), None)
+    return _ANY_VALUES[kind](value[kind]) if kind is not None else None
+
+
+_ANY_VALUES: dict[str, Callable[[Any], Any]] = {
+    "stringValue": lambda v: v,
+    "boolValue": bool,
+    "intValue": lambda v: _int(v, v),
+    "doubleValue": float,
+    "arrayValue": lambda v: [_any_value(x) for x in (v or {}).get("values", [])],
+    "kvlistValue": lambda v: _attributes((v or {}).get("values", [])),
+    "bytesValue": lambda v: v,
+}
 
 
 def _attributes(items: Any) -> dict[str, Any]:
@@ -196,11 +191,11 @@ def _span_id(value: Any, size: int) -> str:
     return raw.hex() if len(raw) == size else text
 
 
-def _int(value: Any) -> int:
+def _int(value: Any, default: Any = 0) -> Any:
     try:
         return int(value)
     except (TypeError, ValueError):
-        return 0
+        return default
 
 
 def _spans_of(request: Any, source: str, diagnostics: list[TraceDiagnostic]) -> Iterator[Span]:
