@@ -478,19 +478,13 @@ class FoundryThreads:
         ``until`` (default: now). Threads are listed newest first and listing stops at the first
         thread older than the window, so only the pages that matter are read.
         """
-        return [tid for tid, _ in self._agent_threads(agent_id, since, until, lookback_hours)]
+        window = _window(since, until, lookback_hours)
+        return [tid for tid, _ in self._agent_threads(agent_id, *window)]
 
     def _agent_threads(
-        self,
-        agent_id: str,
-        since: datetime | None,
-        until: datetime | None,
-        lookback_hours: float | None,
-    ) -> list[tuple[str, list[dict[str, Any]]]]:
-        """(thread id, its runs) of the threads in the window with a run of ``agent_id``."""
-        since, until = _window(since, until, lookback_hours)
-        low, high = since.timestamp(), until.timestamp()
-        found: list[tuple[str, list[dict[str, Any]]]] = []
+        self, agent_id: str, low: float, high: float
+    ) -> Iterator[tuple[str, list[dict[str, Any]]]]:
+        """(thread id, its runs) of the threads created in [low, high) with a run of ``agent_id``."""
         for thread in self._list(self.client.threads.list, order="desc"):
             created = thread.get("created_at")
             if isinstance(created, str):
@@ -508,8 +502,7 @@ class FoundryThreads:
                 self._note(tid, None, f"runs could not be listed: {exc.message}")
                 continue
             if any(r.get("assistant_id") == agent_id for r in runs):
-                found.append((tid, runs))
-        return found
+                yield tid, runs
 
     def read_agent(
         self,
@@ -522,7 +515,7 @@ class FoundryThreads:
         """Every finished run of ``agent_id`` on the threads created in the window (see
         ``agent_thread_ids``), threads newest first, runs oldest first within a thread."""
         records: list[ThreadRunRecord] = []
-        for tid, runs in self._agent_threads(agent_id, since, until, lookback_hours):
+        for tid, runs in self._agent_threads(agent_id, *_window(since, until, lookback_hours)):
             records.extend(r for r in self._read(tid, None, runs) if r.agent_id == agent_id)
         return records
 
@@ -752,7 +745,8 @@ def _https_or_loopback(request: Any) -> None:
 
 def _window(
     since: datetime | None, until: datetime | None, lookback_hours: float | None
-) -> tuple[datetime, datetime]:
+) -> tuple[float, float]:
+    """The window ``[since, until)`` as Unix timestamps (checked)."""
     if since is not None and lookback_hours is not None:
         raise ValueError("Pass since= or lookback_hours=, not both.")
     until = until or datetime.now(UTC)
@@ -769,7 +763,7 @@ def _window(
         raise ValueError(
             f"the window is empty: since {since.isoformat()} is not before until {until.isoformat()}."
         )
-    return since, until
+    return since.timestamp(), until.timestamp()
 
 
 def threads_to_items(
