@@ -334,7 +334,7 @@ class FoundryEvals(BatchedEvaluator):
         return ev.resolve_evaluators(self._specs, any_tools=any(i.tools for i in items))
 
     def _build_criteria(
-        self, specs: Sequence[EvaluatorSpec], any_tools: bool
+        self, specs: Sequence[EvaluatorSpec], any_tools: bool | None
     ) -> list[dict[str, Any]]:
         return ev.build_criteria(
             specs, model=self.model, any_tools=any_tools, matching_mode=self.matching_mode
@@ -720,10 +720,7 @@ class FoundryEvals(BatchedEvaluator):
         body = {
             "name": eval_name,
             "data_source_config": {"type": "azure_ai_source", "scenario": scenario},
-            "testing_criteria": [
-                {k: v for k, v in c.items() if k != "data_mapping"}
-                for c in self._build_criteria(specs, False)
-            ],
+            "testing_criteria": self._build_criteria(specs, None),
         }
         items = list(inputs or [])
         ids = [str(item.item_id) for item in items]
@@ -874,37 +871,29 @@ def _target_item(output_item: dict[str, Any], query: str, index: int) -> EvalIte
 
 
 class FoundryConfig(BaseModel):
-    """Settings for a FoundryEvals provider, as a suite declares them; a misspelt field is an error."""
+    """Settings for a FoundryEvals provider, as a suite declares them; a misspelt field is an error.
+
+    Each field is the ``FoundryEvals`` argument of the same name, except: ``endpoint`` defaults to
+    the AZURE_AI_PROJECT_ENDPOINT environment variable, ``conversation_split`` is a name, and
+    ``credential`` is the ``module:attr`` of a credential class, factory or instance (e.g.
+    ``azure.identity:ManagedIdentityCredential``; default DefaultAzureCredential).
+    """
 
     model_config = ConfigDict(extra="forbid")
 
     endpoint: str | None = Field(default_factory=lambda: os.environ.get(ENDPOINT_ENV))
-    """The project endpoint (default: the AZURE_AI_PROJECT_ENDPOINT environment variable)."""
     model: str = Field(min_length=1)
-    """The judge model's deployment name in the project."""
     evaluators: list[str] | None = None
-    """Evaluator names; None for the defaults (relevance, coherence, task_adherence, ...)."""
     conversation_split: Literal["last_turn", "full"] | None = None
-    """How items without their own split strategy are split (default last_turn)."""
     poll_interval: float = Field(default=1.0, gt=0)
-    """First wait between polls of a run, in seconds (doubles per poll)."""
     max_poll_interval: float = Field(default=10.0, gt=0)
-    """The longest wait between polls."""
     timeout: float = Field(default=600.0, gt=0)
-    """Seconds a run may take before it is canceled."""
     batch_size: int = Field(default=500, ge=1)
-    """Items per run."""
     max_concurrent_runs: int = Field(default=4, ge=1)
-    """Runs of one evaluation in flight at once."""
     max_retries: int = Field(default=5, ge=0)
-    """Retries per HTTP call."""
     request_timeout: float = Field(default=60.0, gt=0)
-    """Seconds one HTTP request may take."""
     matching_mode: MatchingMode = "exact_match"
-    """How task_navigation_efficiency compares tool calls."""
     credential: str | None = None
-    """``module:attr`` of a credential (class, factory or instance), e.g.
-    ``azure.identity:ManagedIdentityCredential``; default DefaultAzureCredential."""
 
     @field_validator("evaluators")
     @classmethod

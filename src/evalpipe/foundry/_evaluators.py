@@ -249,10 +249,11 @@ def build_criteria(
     specs: Sequence[EvaluatorSpec],
     *,
     model: str,
-    any_tools: bool,
+    any_tools: bool | None,
     matching_mode: MatchingMode = "exact_match",
 ) -> list[dict[str, Any]]:
-    """The ``testing_criteria`` of an eval: one ``azure_ai_evaluator`` entry per evaluator."""
+    """The ``testing_criteria`` of an eval: one ``azure_ai_evaluator`` entry per evaluator
+    (``any_tools=None``: without ``data_mapping``, for data the service supplies)."""
     criteria: list[dict[str, Any]] = []
     for spec in specs:
         init: dict[str, Any]
@@ -270,7 +271,8 @@ def build_criteria(
         if spec.version is not None:
             criterion["evaluator_version"] = spec.version
         criterion["initialization_parameters"] = init
-        criterion["data_mapping"] = _mapping(spec, any_tools)
+        if any_tools is not None:
+            criterion["data_mapping"] = _mapping(spec, any_tools)
         criteria.append(criterion)
     return criteria
 
