@@ -164,20 +164,17 @@ class FoundryEvals(BatchedEvaluator):
         request_timeout: float = 60.0,
         matching_mode: MatchingMode = "exact_match",
     ) -> None:
-        for label, value in (
-            ("poll_interval", poll_interval),
-            ("max_poll_interval", max_poll_interval),
-            ("timeout", timeout),
-            ("request_timeout", request_timeout),
+        for label, value, ok, rule in (
+            ("poll_interval", poll_interval, poll_interval > 0, "> 0"),
+            ("max_poll_interval", max_poll_interval, max_poll_interval > 0, "> 0"),
+            ("timeout", timeout, timeout > 0, "> 0"),
+            ("request_timeout", request_timeout, request_timeout > 0, "> 0"),
+            ("batch_size", batch_size, batch_size >= 1, ">= 1"),
+            ("max_concurrent_runs", max_concurrent_runs, max_concurrent_runs >= 1, ">= 1"),
+            ("max_retries", max_retries, max_retries >= 0, ">= 0"),
         ):
-            if value <= 0:
-                raise ValueError(f"{label} must be > 0, got {value}.")
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
-        if max_concurrent_runs < 1:
-            raise ValueError(f"max_concurrent_runs must be >= 1, got {max_concurrent_runs}.")
-        if max_retries < 0:
-            raise ValueError(f"max_retries must be >= 0, got {max_retries}.")
+            if not ok:
+                raise ValueError(f"{label} must be {rule}, got {value}.")
         if matching_mode not in get_args(MatchingMode):
             raise ValueError(
                 f"matching_mode must be one of {', '.join(get_args(MatchingMode))}, "
@@ -333,25 +330,26 @@ class FoundryEvals(BatchedEvaluator):
         """
         return ev.resolve_evaluators(self._specs, any_tools=any(i.tools for i in items))
 
-    def _build_criteria(
-        self, specs: Sequence[EvaluatorSpec], any_tools: bool | None
-    ) -> list[dict[str, Any]]:
-        return ev.build_criteria(
-            specs, model=self.model, any_tools=any_tools, matching_mode=self.matching_mode
-        )
-
     async def _new_eval(
         self,
-        api: EvalsApi,
-        body: dict[str, Any],
+        name: str,
+        source_config: dict[str, Any],
         specs: list[EvaluatorSpec],
+        any_tools: bool | None,
         kind: str,
         key: str | None = None,
     ) -> str:
-        """Create the eval of ``body`` tagged with ``key`` (a fresh one when None; with an explicit
+        """Create the eval of ``specs`` tagged with ``key`` (a fresh one when None; with an explicit
         one, an eval already tagged with it is reused) and remember its criteria."""
-        tag = key or uuid.uuid4().hex
-        body["metadata"] = {"evalpipe_key": tag, "evalpipe_kind": kind}
+        api, tag = self._api(), key or uuid.uuid4().hex
+        body = {
+            "name": name,
+            "data_source_config": source_config,
+            "testing_criteria": ev.build_criteria(
+                specs, model=self.model, any_tools=any_tools, matching_mode=self.matching_mode
+            ),
+            "metadata": {"evalpipe_key": tag, "evalpipe_kind": kind},
+        }
         found = await api.find_eval(tag) if key is not None else None
         eval_id = str((found or await api.create_eval(**body))["id"])
         self._criteria[eval_id] = specs
@@ -371,16 +369,10 @@ class FoundryEvals(BatchedEvaluator):
             openai.APIError: when the service refuses or keeps failing after the retries.
         """
         specs = self.criteria_for(items)
-        body = {
-            "name": eval_name,
-            "data_source_config": {
-                "type": "custom",
-                "item_schema": ev.item_schema(specs, items),
-                "include_sample_schema": True,
-            },
-            "testing_criteria": self._build_criteria(specs, any(i.tools for i in items)),
-        }
-        return await self._new_eval(self._api(), body, specs, "FoundryEvals", key)
+        schema = ev.item_schema(specs, items)
+        config = {"type": "custom", "item_schema": schema, "include_sample_schema": True}
+        any_tools = any(i.tools for i in items)
+        return await self._new_eval(eval_name, config, specs, any_tools, "FoundryEvals", key)
 
     async def _specs_of(self, eval_id: str) -> list[EvaluatorSpec]:
         specs = self._criteria.get(eval_id)
@@ -717,16 +709,13 @@ class FoundryEvals(BatchedEvaluator):
         """
         # The configured evaluators as they are (the items are the service's: no tool filtering).
         specs = self._specs or ev.resolve_evaluators(None, any_tools=False)
-        body = {
-            "name": eval_name,
-            "data_source_config": {"type": "azure_ai_source", "scenario": scenario},
-            "testing_criteria": self._build_criteria(specs, None),
-        }
+        config = {"type": "azure_ai_source", "scenario": scenario}
         items = list(inputs or [])
         ids = [str(item.item_id) for item in items]
         out: list[EvalItemResult | None] = [None] * len(items)
         try:
-            eval_id = await self._new_eval(self._api(), body, specs, f"FoundryEvals.{scenario}")
+            kind = f"FoundryEvals.{scenario}"
+            eval_id = await self._new_eval(eval_name, config, specs, None, kind)
         except Exception as exc:
             return _not_created(items, specs, exc)
         run_body = {
