@@ -222,16 +222,17 @@ class EvalsApi:
         fn: Callable[..., Any],
         /,
         *args: Any,
+        resume: bool,
         **body: Any,
     ) -> dict[str, Any]:
-        """POST something at most once, with retries: after a failure whose outcome is unknown,
-        ``find`` looks for it by the ``evalpipe_key`` of its metadata before re-sending.
+        """POST something at most once, with retries: after a failure whose outcome is unknown
+        (and first, with ``resume``), ``find`` looks for it by the ``evalpipe_key`` of its metadata.
 
         Raises:
             RuntimeError: when the answer has no id.
         """
         key = body["metadata"]["evalpipe_key"]
-        unknown = False
+        unknown = resume
 
         async def once() -> dict[str, Any]:
             nonlocal unknown
@@ -249,15 +250,20 @@ class EvalsApi:
 
         return await self._retry(what, once)
 
-    async def create_eval(self, **body: Any) -> dict[str, Any]:
+    async def create_eval(self, *, resume: bool, **body: Any) -> dict[str, Any]:
         """POST /evals at most once (see ``_create``)."""
-        return await self._create("eval create", self.find_eval, self.client.evals.create, **body)
+        evals = self.client.evals
+        return await self._create(
+            "eval create", self.find_eval, evals.create, resume=resume, **body
+        )
 
-    async def create_run(self, eval_id: str, **body: Any) -> dict[str, Any]:
+    async def create_run(self, eval_id: str, *, resume: bool, **body: Any) -> dict[str, Any]:
         """POST /evals/{eval_id}/runs at most once (see ``_create``)."""
         find = functools.partial(self.find_run, eval_id)
-        runs = self.client.evals.runs
-        return await self._create("run create", find, runs.create, eval_id, extra_body=None, **body)
+        create = self.client.evals.runs.create
+        return await self._create(
+            "run create", find, create, eval_id, resume=resume, extra_body=None, **body
+        )
 
     async def retrieve_run(self, eval_id: str, run_id: str) -> dict[str, Any]:
         return await self._get(

@@ -350,8 +350,7 @@ class FoundryEvals(BatchedEvaluator):
             ),
             "metadata": {"evalpipe_key": tag, "evalpipe_kind": kind},
         }
-        found = await api.find_eval(tag) if key is not None else None
-        eval_id = str((found or await api.create_eval(**body))["id"])
+        eval_id = str((await api.create_eval(resume=key is not None, **body))["id"])
         self._criteria[eval_id] = specs
         return eval_id
 
@@ -478,9 +477,7 @@ class FoundryEvals(BatchedEvaluator):
         where: dict[str, Any] = {"eval_id": eval_id}
         started = asyncio.get_running_loop().time()
         try:
-            key = body["metadata"]["evalpipe_key"]
-            found = await api.find_run(eval_id, key) if resume else None
-            run = found or await api.create_run(eval_id, **body)
+            run = await api.create_run(eval_id, resume=resume, **body)
         except Exception as exc:
             return "failed", _error_text(exc), "FoundryError", [], where
         run_id = where["run_id"] = str(run["id"])
