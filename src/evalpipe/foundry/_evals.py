@@ -341,7 +341,7 @@ class FoundryEvals(BatchedEvaluator):
     ) -> str:
         """Create the eval of ``specs`` tagged with ``key`` (a fresh one when None; with an explicit
         one, an eval already tagged with it is reused) and remember its criteria."""
-        api, tag = self._api(), key or uuid.uuid4().hex
+        tag = key or uuid.uuid4().hex
         body = {
             "name": name,
             "data_source_config": source_config,
@@ -350,7 +350,7 @@ class FoundryEvals(BatchedEvaluator):
             ),
             "metadata": {"evalpipe_key": tag, "evalpipe_kind": kind},
         }
-        eval_id = str((await api.create_eval(resume=key is not None, **body))["id"])
+        eval_id = str((await self._api().create_eval(resume=key is not None, **body))["id"])
         self._criteria[eval_id] = specs
         return eval_id
 
