@@ -16,7 +16,7 @@ import base64
 import contextlib
 import json
 import logging
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -154,24 +154,19 @@ def _any_value(value: Any) -> Any:
     """An OTLP ``AnyValue`` as a Python value."""
     if not isinstance(value, Mapping):
         return value
-    if "stringValue" in value:
-        return value["stringValue"]
-    if "boolValue" in value:
-        return bool(value["boolValue"])
-    if "intValue" in value:
-        try:
-            return int(value["intValue"])
-        except (TypeError, ValueError):
-            return value["intValue"]
-    if "doubleValue" in value:
-        return float(value["doubleValue"])
-    if "arrayValue" in value:
-        return [_any_value(v) for v in (value["arrayValue"] or {}).get("values", [])]
-    if "kvlistValue" in value:
-        return _attributes((value["kvlistValue"] or {}).get("values", []))
-    if "bytesValue" in value:
-        return value["bytesValue"]
-    return None
+    kind = next((k for k in _ANY_VALUES if k in value), None)
+    return _ANY_VALUES[kind](value[kind]) if kind is not None else None
+
+
+_ANY_VALUES: dict[str, Callable[[Any], Any]] = {
+    "stringValue": lambda v: v,
+    "boolValue": bool,
+    "intValue": lambda v: _int(v, v),
+    "doubleValue": float,
+    "arrayValue": lambda v: [_any_value(x) for x in (v or {}).get("values", [])],
+    "kvlistValue": lambda v: _attributes((v or {}).get("values", [])),
+    "bytesValue": lambda v: v,
+}
 
 
 def _attributes(items: Any) -> dict[str, Any]:
@@ -196,11 +191,11 @@ def _span_id(value: Any, size: int) -> str:
     return raw.hex() if len(raw) == size else text
 
 
-def _int(value: Any) -> int:
+def _int(value: Any, default: Any = 0) -> Any:
     try:
         return int(value)
     except (TypeError, ValueError):
-        return 0
+        return default
 
 
 def _spans_of(request: Any, source: str, diagnostics: list[TraceDiagnostic]) -> Iterator[Span]:
@@ -423,13 +418,12 @@ def _tool_run(span: Span) -> dict[str, Any]:
 
 
 def _rebuild_produced(
-    chats: Sequence[Span], tools: Sequence[Span], diagnostics: list[TraceDiagnostic]
+    spans: Sequence[Span], runs: Mapping[str, dict[str, Any]], diagnostics: list[TraceDiagnostic]
 ) -> list[Message]:
-    """An agent's output from its model calls and tool runs, in start order."""
+    """An agent's output from its model calls and tool runs (``runs``, by span id), in order."""
     out: list[Message] = []
-    for span in sorted([*chats, *tools], key=lambda s: s.start):
-        if span.operation == "execute_tool":
-            run = _tool_run(span)
+    for span in spans:
+        if (run := runs.get(span.span_id)) is not None:
             result = FunctionResultContent(call_id=run["call_id"], result=run["result"])
             out.append(Message("tool", [result]))
         else:
@@ -449,7 +443,7 @@ def _turn(
 
     mine = sorted(children.get(span.span_id, []), key=lambda c: c.start)
     chats = [c for c in mine if c.operation == "chat"]
-    tool_spans = [c for c in mine if c.operation == "execute_tool"]
+    runs = {c.span_id: _tool_run(c) for c in mine if c.operation == "execute_tool"}
     received = _messages(span, "gen_ai.input.messages", diagnostics)
     if received is None:
         received = _messages(chats[0], "gen_ai.input.messages", diagnostics) if chats else None
@@ -459,18 +453,17 @@ def _turn(
         note(f"invoke_agent has no gen_ai.input.messages; {found}")
     produced = _messages(span, "gen_ai.output.messages", diagnostics)
     if produced is None:
-        produced = _rebuild_produced(chats, tool_spans, diagnostics)
+        produced = _rebuild_produced(mine, runs, diagnostics)
         note(
             f"invoke_agent has no gen_ai.output.messages; rebuilt from {len(chats)} chat and "
-            f"{len(tool_spans)} execute_tool spans"
+            f"{len(runs)} execute_tool spans"
         )
     instructions = _instructions(span, diagnostics)
     if not instructions and chats:
         instructions = _instructions(chats[0], diagnostics)
     tools = _tool_definitions(span, diagnostics)
-    runs = []
-    for tool_span in tool_spans:
-        run = _tool_run(tool_span)
+    for tool_span in (c for c in mine if c.span_id in runs):
+        run = runs[tool_span.span_id]
         missing = [k for k in ("call_id", "arguments", "result") if run[k] in (None, "")]
         if missing:
             note(
@@ -478,7 +471,6 @@ def _turn(
                 + ", ".join(f"gen_ai.tool.call.{'id' if k == 'call_id' else k}" for k in missing),
                 tool_span,
             )
-        runs.append(run)
     return AgentTurn(
         agent=names[span.span_id],
         span_id=span.span_id,
@@ -489,7 +481,7 @@ def _turn(
         tools=tools,
         usage=_usage(span),
         error=span.status_message or "error" if span.status_code == 2 else None,
-        tool_runs=runs,
+        tool_runs=list(runs.values()),
     )
 
 

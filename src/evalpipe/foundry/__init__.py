@@ -8,10 +8,10 @@ into EvalItems and dataset rows. See docs/foundry.md.
 """
 
 from evalpipe.foundry._client import RetryPolicy
-from evalpipe.foundry._config import FoundryConfig
 from evalpipe.foundry._convert import item_to_foundry, to_foundry_messages
 from evalpipe.foundry._evals import (
     ENDPOINT_ENV,
+    FoundryConfig,
     FoundryEvals,
     async_transport,
     evaluate_foundry_target,

@@ -9,7 +9,6 @@ a create whose outcome is unknown, looks for what it tagged (metadata) on the se
 from __future__ import annotations
 
 import asyncio
-import functools
 import inspect
 import logging
 import math
@@ -22,29 +21,18 @@ import openai
 from pydantic import BaseModel
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
-from evalpipe._internal.retry import retry_after
+from evalpipe._internal.retry import is_transient, retry_after, status_of
 
-__all__ = ["EvalsApi", "RetryPolicy", "is_retryable"]
+__all__ = ["EvalsApi", "RetryPolicy"]
 
 logger = logging.getLogger("evalpipe.foundry")
 
 T = TypeVar("T")
 
-_RETRY_STATUS = frozenset({408, 409, 429})
-
-
-def is_retryable(exc: BaseException) -> bool:
-    """408, 409, 429, every 5xx, connection errors and timeouts."""
-    if isinstance(exc, openai.APIStatusError):
-        return exc.status_code in _RETRY_STATUS or exc.status_code >= 500
-    return isinstance(exc, openai.APIConnectionError)
-
 
 def outcome_unknown(exc: BaseException) -> bool:
-    """Whether a failed create may still have been committed by the server."""
-    if isinstance(exc, openai.APIStatusError):
-        return exc.status_code != 429 and is_retryable(exc)
-    return isinstance(exc, openai.APIConnectionError)
+    """Whether a failed create may still have been committed by the server (not a 429)."""
+    return status_of(exc) != 429 and is_transient(exc)
 
 
 @dataclass(frozen=True)
@@ -72,7 +60,7 @@ class RetryPolicy:
     def should_retry(self, exc: BaseException) -> bool:
         """Retryable, and any server-requested delay is within ``max_retry_after``."""
         requested = retry_after(exc, math.inf)
-        return is_retryable(exc) and (requested is None or requested <= self.max_retry_after)
+        return is_transient(exc) and (requested is None or requested <= self.max_retry_after)
 
     def retrying(self, what: str) -> AsyncRetrying:
         """A tenacity loop for one call; each retry is logged with what is retried."""
@@ -228,25 +216,38 @@ class EvalsApi:
 
     async def _create(
         self,
-        what: str,
-        find: Callable[[str], Awaitable[dict[str, Any] | None]],
+        kind: str,
+        listing: Callable[..., Any],
         fn: Callable[..., Any],
         /,
         *args: Any,
+        resume: bool,
         **body: Any,
     ) -> dict[str, Any]:
-        """POST something at most once, with retries: after a failure whose outcome is unknown,
-        ``find`` looks for it by the ``evalpipe_key`` of its metadata before re-sending.
+        """POST an eval or run (``kind``) at most once, with retries: after a failure whose
+        outcome is unknown (and first, with ``resume``), the newest live one tagged with its
+        ``evalpipe_key`` among the most recent thousand (``listing``) is taken instead.
 
         Raises:
             RuntimeError: when the answer has no id.
         """
         key = body["metadata"]["evalpipe_key"]
-        unknown = False
+        what = f"{kind} create"
+        unknown = resume
+
+        async def find() -> dict[str, Any] | None:
+            found = await self.list_all(
+                f"{kind} list", listing, *args, limit=100, order="desc", max_pages=10
+            )
+            for element in found:
+                tag = (element.get("metadata") or {}).get("evalpipe_key")
+                if tag == key and element.get("status") not in ("failed", "canceled", "cancelled"):
+                    return element
+            return None
 
         async def once() -> dict[str, Any]:
             nonlocal unknown
-            if unknown and (found := await find(key)) is not None:
+            if unknown and (found := await find()) is not None:
                 logger.info("Foundry %s: found the one already created", what)
                 return found
             try:
@@ -260,15 +261,17 @@ class EvalsApi:
 
         return await self._retry(what, once)
 
-    async def create_eval(self, **body: Any) -> dict[str, Any]:
+    async def create_eval(self, *, resume: bool, **body: Any) -> dict[str, Any]:
         """POST /evals at most once (see ``_create``)."""
-        return await self._create("eval create", self.find_eval, self.client.evals.create, **body)
+        evals = self.client.evals
+        return await self._create("eval", evals.list, evals.create, resume=resume, **body)
 
-    async def create_run(self, eval_id: str, **body: Any) -> dict[str, Any]:
+    async def create_run(self, eval_id: str, *, resume: bool, **body: Any) -> dict[str, Any]:
         """POST /evals/{eval_id}/runs at most once (see ``_create``)."""
-        find = functools.partial(self.find_run, eval_id)
         runs = self.client.evals.runs
-        return await self._create("run create", find, runs.create, eval_id, extra_body=None, **body)
+        return await self._create(
+            "run", runs.list, runs.create, eval_id, resume=resume, extra_body=None, **body
+        )
 
     async def retrieve_run(self, eval_id: str, run_id: str) -> dict[str, Any]:
         return await self._get(
@@ -323,23 +326,3 @@ class EvalsApi:
             eval_id=eval_id,
             limit=100,
         )
-
-    async def _find(
-        self, what: str, key: str, fn: Callable[..., Any], /, *args: Any
-    ) -> dict[str, Any] | None:
-        """The newest element tagged with ``key`` among the most recent thousand that has not
-        failed or been canceled."""
-        found = await self.list_all(what, fn, *args, limit=100, order="desc", max_pages=10)
-        for element in found:
-            tag = (element.get("metadata") or {}).get("evalpipe_key")
-            if tag == key and element.get("status") not in ("failed", "canceled", "cancelled"):
-                return element
-        return None
-
-    async def find_run(self, eval_id: str, key: str) -> dict[str, Any] | None:
-        """The newest live run of ``eval_id`` tagged with ``key``."""
-        return await self._find("run list", key, self.client.evals.runs.list, eval_id)
-
-    async def find_eval(self, key: str) -> dict[str, Any] | None:
-        """The newest eval tagged with ``key``."""
-        return await self._find("eval list", key, self.client.evals.list)

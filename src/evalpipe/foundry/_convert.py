@@ -33,27 +33,6 @@ UNPARSEABLE_ARGUMENTS: dict[str, str] = {"_raw_arguments": "[unparseable]"}
 """What a tool call's arguments become when they are a string that is not JSON (as MAF)."""
 
 
-def _arguments(call: FunctionCallContent) -> Any:
-    args = call.arguments
-    if args is None:
-        return {}
-    if isinstance(args, str):
-        try:
-            return json.loads(args)
-        except ValueError:
-            return dict(UNPARSEABLE_ARGUMENTS)
-    return dict(args)
-
-
-def _tool_call_part(call: FunctionCallContent) -> dict[str, Any]:
-    return {
-        "type": "tool_call",
-        "tool_call_id": call.call_id,
-        "name": call.name,
-        "arguments": _arguments(call),
-    }
-
-
 def json_or_text(value: Any) -> Any:
     """A string's JSON value when it is JSON, else the value as it is."""
     if isinstance(value, str):
@@ -62,6 +41,21 @@ def json_or_text(value: Any) -> Any:
         except ValueError:
             return value
     return value
+
+
+def _tool_call_part(call: FunctionCallContent) -> dict[str, Any]:
+    args = call.arguments
+    if isinstance(args, str):
+        parsed = json_or_text(args)
+        arguments = dict(UNPARSEABLE_ARGUMENTS) if parsed is args else parsed
+    else:
+        arguments = dict(args or {})
+    return {
+        "type": "tool_call",
+        "tool_call_id": call.call_id,
+        "name": call.name,
+        "arguments": arguments,
+    }
 
 
 def _convert(message: Message) -> list[dict[str, Any]]:

@@ -1,5 +1,6 @@
-"""FoundryEvals (batches, retries, polling, cancel on timeout) and MAF's ``evaluate_traces`` and
-``evaluate_foundry_target``, which score data the service stores or produces; see docs/foundry.md."""
+"""FoundryEvals (batches, retries, polling, cancel on timeout), its suite form FoundryConfig, and
+MAF's ``evaluate_traces`` and ``evaluate_foundry_target``, which score data the service stores or
+produces; see docs/foundry.md."""
 
 from __future__ import annotations
 
@@ -15,23 +16,32 @@ import os
 import uuid
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, ClassVar, get_args
+from typing import Any, ClassVar, Literal, get_args
 
 import openai
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from evalpipe._internal.env import FOUNDRY_ENDPOINT_ENV
+from evalpipe._internal.imports import load_object
+from evalpipe._internal.retry import is_transient
 from evalpipe.evaluators.base import BatchedEvaluator
 from evalpipe.foundry import _evaluators as ev
-from evalpipe.foundry._client import EvalsApi, RetryPolicy, is_retryable
+from evalpipe.foundry._client import EvalsApi, RetryPolicy
 from evalpipe.foundry._convert import item_to_foundry
 from evalpipe.foundry._evaluators import EvaluatorSpec, GeneratedEvaluatorRef, MatchingMode
 from evalpipe.foundry._results import PROVIDER, error_of, errored_item, item_result
-from evalpipe.items import EvalItem
+from evalpipe.items import ConversationSplit, EvalItem
 from evalpipe.messages import Message
 from evalpipe.results import EvalItemResult, EvalResults
 from evalpipe.tally import make_results, merge_results
 
-__all__ = ["ENDPOINT_ENV", "FoundryEvals", "evaluate_foundry_target", "evaluate_traces"]
+__all__ = [
+    "ENDPOINT_ENV",
+    "FoundryConfig",
+    "FoundryEvals",
+    "evaluate_foundry_target",
+    "evaluate_traces",
+]
 
 logger = logging.getLogger("evalpipe.foundry")
 
@@ -154,20 +164,17 @@ class FoundryEvals(BatchedEvaluator):
         request_timeout: float = 60.0,
         matching_mode: MatchingMode = "exact_match",
     ) -> None:
-        for label, value in (
-            ("poll_interval", poll_interval),
-            ("max_poll_interval", max_poll_interval),
-            ("timeout", timeout),
-            ("request_timeout", request_timeout),
+        for label, value, ok, rule in (
+            ("poll_interval", poll_interval, poll_interval > 0, "> 0"),
+            ("max_poll_interval", max_poll_interval, max_poll_interval > 0, "> 0"),
+            ("timeout", timeout, timeout > 0, "> 0"),
+            ("request_timeout", request_timeout, request_timeout > 0, "> 0"),
+            ("batch_size", batch_size, batch_size >= 1, ">= 1"),
+            ("max_concurrent_runs", max_concurrent_runs, max_concurrent_runs >= 1, ">= 1"),
+            ("max_retries", max_retries, max_retries >= 0, ">= 0"),
         ):
-            if value <= 0:
-                raise ValueError(f"{label} must be > 0, got {value}.")
-        if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
-        if max_concurrent_runs < 1:
-            raise ValueError(f"max_concurrent_runs must be >= 1, got {max_concurrent_runs}.")
-        if max_retries < 0:
-            raise ValueError(f"max_retries must be >= 0, got {max_retries}.")
+            if not ok:
+                raise ValueError(f"{label} must be {rule}, got {value}.")
         if matching_mode not in get_args(MatchingMode):
             raise ValueError(
                 f"matching_mode must be one of {', '.join(get_args(MatchingMode))}, "
@@ -323,27 +330,27 @@ class FoundryEvals(BatchedEvaluator):
         """
         return ev.resolve_evaluators(self._specs, any_tools=any(i.tools for i in items))
 
-    def _build_criteria(
-        self, specs: Sequence[EvaluatorSpec], any_tools: bool
-    ) -> list[dict[str, Any]]:
-        return ev.build_criteria(
-            specs, model=self.model, any_tools=any_tools, matching_mode=self.matching_mode
-        )
-
     async def _new_eval(
         self,
-        api: EvalsApi,
-        body: dict[str, Any],
+        name: str,
+        source_config: dict[str, Any],
         specs: list[EvaluatorSpec],
+        any_tools: bool | None,
         kind: str,
         key: str | None = None,
     ) -> str:
-        """Create the eval of ``body`` tagged with ``key`` (a fresh one when None; with an explicit
+        """Create the eval of ``specs`` tagged with ``key`` (a fresh one when None; with an explicit
         one, an eval already tagged with it is reused) and remember its criteria."""
         tag = key or uuid.uuid4().hex
-        body["metadata"] = {"evalpipe_key": tag, "evalpipe_kind": kind}
-        found = await api.find_eval(tag) if key is not None else None
-        eval_id = str((found or await api.create_eval(**body))["id"])
+        body = {
+            "name": name,
+            "data_source_config": source_config,
+            "testing_criteria": ev.build_criteria(
+                specs, model=self.model, any_tools=any_tools, matching_mode=self.matching_mode
+            ),
+            "metadata": {"evalpipe_key": tag, "evalpipe_kind": kind},
+        }
+        eval_id = str((await self._api().create_eval(resume=key is not None, **body))["id"])
         self._criteria[eval_id] = specs
         return eval_id
 
@@ -361,16 +368,10 @@ class FoundryEvals(BatchedEvaluator):
             openai.APIError: when the service refuses or keeps failing after the retries.
         """
         specs = self.criteria_for(items)
-        body = {
-            "name": eval_name,
-            "data_source_config": {
-                "type": "custom",
-                "item_schema": ev.item_schema(specs, items),
-                "include_sample_schema": True,
-            },
-            "testing_criteria": self._build_criteria(specs, any(i.tools for i in items)),
-        }
-        return await self._new_eval(self._api(), body, specs, "FoundryEvals", key)
+        schema = ev.item_schema(specs, items)
+        config = {"type": "custom", "item_schema": schema, "include_sample_schema": True}
+        any_tools = any(i.tools for i in items)
+        return await self._new_eval(eval_name, config, specs, any_tools, "FoundryEvals", key)
 
     async def _specs_of(self, eval_id: str) -> list[EvaluatorSpec]:
         specs = self._criteria.get(eval_id)
@@ -476,9 +477,7 @@ class FoundryEvals(BatchedEvaluator):
         where: dict[str, Any] = {"eval_id": eval_id}
         started = asyncio.get_running_loop().time()
         try:
-            key = body["metadata"]["evalpipe_key"]
-            found = await api.find_run(eval_id, key) if resume else None
-            run = found or await api.create_run(eval_id, **body)
+            run = await api.create_run(eval_id, resume=resume, **body)
         except Exception as exc:
             return "failed", _error_text(exc), "FoundryError", [], where
         run_id = where["run_id"] = str(run["id"])
@@ -534,7 +533,7 @@ class FoundryEvals(BatchedEvaluator):
             try:
                 run = {"id": run["id"], **await api.retrieve_run(eval_id, str(run["id"]))}
             except Exception as exc:
-                if not is_retryable(exc) and isinstance(exc, openai.APIStatusError):
+                if not is_transient(exc) and isinstance(exc, openai.APIStatusError):
                     return "failed", f"polling the run failed: {_error_text(exc)}", run
                 last_error = f"last poll failed: {_error_text(exc)}"
 
@@ -707,19 +706,13 @@ class FoundryEvals(BatchedEvaluator):
         """
         # The configured evaluators as they are (the items are the service's: no tool filtering).
         specs = self._specs or ev.resolve_evaluators(None, any_tools=False)
-        body = {
-            "name": eval_name,
-            "data_source_config": {"type": "azure_ai_source", "scenario": scenario},
-            "testing_criteria": [
-                {k: v for k, v in c.items() if k != "data_mapping"}
-                for c in self._build_criteria(specs, False)
-            ],
-        }
+        config = {"type": "azure_ai_source", "scenario": scenario}
         items = list(inputs or [])
         ids = [str(item.item_id) for item in items]
         out: list[EvalItemResult | None] = [None] * len(items)
         try:
-            eval_id = await self._new_eval(self._api(), body, specs, f"FoundryEvals.{scenario}")
+            kind = f"FoundryEvals.{scenario}"
+            eval_id = await self._new_eval(eval_name, config, specs, None, kind)
         except Exception as exc:
             return _not_created(items, specs, exc)
         run_body = {
@@ -863,6 +856,59 @@ def _target_item(output_item: dict[str, Any], query: str, index: int) -> EvalIte
     return EvalItem(conversation, item_id=str(index), query_index=index)
 
 
+class FoundryConfig(BaseModel):
+    """Settings for a FoundryEvals provider, as a suite declares them; a misspelt field is an error.
+
+    Each field is the ``FoundryEvals`` argument of the same name, except: ``endpoint`` defaults to
+    the AZURE_AI_PROJECT_ENDPOINT environment variable, ``conversation_split`` is a name, and
+    ``credential`` is the ``module:attr`` of a credential class, factory or instance (e.g.
+    ``azure.identity:ManagedIdentityCredential``; default DefaultAzureCredential).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    endpoint: str | None = Field(default_factory=lambda: os.environ.get(ENDPOINT_ENV))
+    model: str = Field(min_length=1)
+    evaluators: list[str] | None = None
+    conversation_split: Literal["last_turn", "full"] | None = None
+    poll_interval: float = Field(default=1.0, gt=0)
+    max_poll_interval: float = Field(default=10.0, gt=0)
+    timeout: float = Field(default=600.0, gt=0)
+    batch_size: int = Field(default=500, ge=1)
+    max_concurrent_runs: int = Field(default=4, ge=1)
+    max_retries: int = Field(default=5, ge=0)
+    request_timeout: float = Field(default=60.0, gt=0)
+    matching_mode: MatchingMode = "exact_match"
+    credential: str | None = None
+
+    @field_validator("evaluators")
+    @classmethod
+    def _known_names(cls, value: list[str] | None) -> list[str] | None:
+        ev.validate_evaluators(value)
+        return value
+
+    def build(self) -> FoundryEvals:
+        """The FoundryEvals these settings describe (DefaultAzureCredential for the endpoint).
+
+        Raises:
+            ValueError: when no endpoint is set here or in AZURE_AI_PROJECT_ENDPOINT.
+        """
+        if not self.endpoint:
+            raise ValueError(
+                f"foundry.endpoint is not set: add it to the suite or set {ENDPOINT_ENV}."
+            )
+        credential = None
+        if self.credential is not None:
+            obj = load_object(self.credential, what="foundry.credential")
+            credential = obj() if isinstance(obj, type) or not hasattr(obj, "get_token") else obj
+        split = self.conversation_split
+        return FoundryEvals(
+            **self.model_dump(exclude={"conversation_split", "credential"}),
+            credential=credential,
+            conversation_split=ConversationSplit(split) if split else None,
+        )
+
+
 async def evaluate_traces(
     *,
     evaluators: Sequence[str | GeneratedEvaluatorRef] | None = None,
@@ -888,24 +934,7 @@ async def evaluate_traces(
         ValueError: as ``FoundryEvals`` and ``FoundryEvals.evaluate_traces`` do (no source:
             ``"Provide at least one of: response_ids, trace_ids, or agent_id"``, as MAF).
     """
-    foundry = FoundryEvals(
-        project_client,
-        client=client,
-        endpoint=endpoint,
-        credential=credential,
-        model=model,
-        evaluators=evaluators,
-        poll_interval=poll_interval,
-        timeout=timeout,
-    )
-    async with contextlib.aclosing(foundry):
-        return await foundry.evaluate_traces(
-            response_ids=response_ids,
-            trace_ids=trace_ids,
-            agent_id=agent_id,
-            lookback_hours=lookback_hours,
-            eval_name=eval_name,
-        )
+    return await _one_off("evaluate_traces", locals())
 
 
 async def evaluate_foundry_target(
@@ -933,20 +962,18 @@ async def evaluate_foundry_target(
         TypeError: for a target that is not a dict, or a query that is not a str.
     """
     _target_queries(target, test_queries)
-    foundry = FoundryEvals(
-        project_client,
-        client=client,
-        endpoint=endpoint,
-        credential=credential,
-        model=model,
-        evaluators=evaluators,
-        poll_interval=poll_interval,
-        timeout=timeout,
-    )
+    return await _one_off("evaluate_foundry_target", locals())
+
+
+async def _one_off(method: str, arguments: dict[str, Any]) -> EvalResults:
+    """A module function's call: a ``FoundryEvals`` built from the arguments it takes, ``method``
+    called with the others, then closed."""
+    settings = inspect.signature(FoundryEvals).parameters
+    foundry = FoundryEvals(**{k: v for k, v in arguments.items() if k in settings})
+    call = {k: v for k, v in arguments.items() if k not in settings}
     async with contextlib.aclosing(foundry):
-        return await foundry.evaluate_foundry_target(
-            target=target, test_queries=test_queries, eval_name=eval_name
-        )
+        result: EvalResults = await getattr(foundry, method)(**call)
+        return result
 
 
 def _from_client(client: Any) -> tuple[Any, str | None]:

@@ -194,11 +194,9 @@ def validate_evaluators(
         raise ValueError(
             f"evaluators is empty: pass None for the defaults or at least one of: {_VALID_NAMES}."
         )
-    seen: set[str] = set()
-    for spec in specs:
-        if spec.name in seen:
-            raise ValueError(f"Foundry evaluator {spec.name!r} is listed twice.")
-        seen.add(spec.name)
+    names = [s.name for s in specs]
+    if twice := next((n for i, n in enumerate(names) if n in names[:i]), None):
+        raise ValueError(f"Foundry evaluator {twice!r} is listed twice.")
     return specs
 
 
@@ -249,10 +247,11 @@ def build_criteria(
     specs: Sequence[EvaluatorSpec],
     *,
     model: str,
-    any_tools: bool,
+    any_tools: bool | None,
     matching_mode: MatchingMode = "exact_match",
 ) -> list[dict[str, Any]]:
-    """The ``testing_criteria`` of an eval: one ``azure_ai_evaluator`` entry per evaluator."""
+    """The ``testing_criteria`` of an eval: one ``azure_ai_evaluator`` entry per evaluator
+    (``any_tools=None``: without ``data_mapping``, for data the service supplies)."""
     criteria: list[dict[str, Any]] = []
     for spec in specs:
         init: dict[str, Any]
@@ -270,26 +269,25 @@ def build_criteria(
         if spec.version is not None:
             criterion["evaluator_version"] = spec.version
         criterion["initialization_parameters"] = init
-        criterion["data_mapping"] = _mapping(spec, any_tools)
+        if any_tools is not None:
+            criterion["data_mapping"] = _mapping(spec, any_tools)
         criteria.append(criterion)
     return criteria
 
 
 def item_schema(specs: Sequence[EvaluatorSpec], items: Sequence[EvalItem]) -> dict[str, Any]:
     """The eval's ``item_schema``: query/response required, optional fields when any item has them."""
-    properties: dict[str, Any] = {
-        "query": {"type": "string"},
-        "response": {"type": "string"},
-        "query_messages": {"type": "array"},
-        "response_messages": {"type": "array"},
+    navigation = any(s.short == TASK_NAVIGATION_EFFICIENCY for s in specs)
+    fields = {
+        "query": ("string", True),
+        "response": ("string", True),
+        "query_messages": ("array", True),
+        "response_messages": ("array", True),
+        "context": ("string", any(i.context for i in items)),
+        "ground_truth": ("string", any(i.expected_output is not None for i in items)),
+        "tool_definitions": ("array", any(i.tools for i in items)),
+        "actions": ("array", navigation),
+        "expected_actions": ("array", navigation),
     }
-    if any(i.context for i in items):
-        properties["context"] = {"type": "string"}
-    if any(i.expected_output is not None for i in items):
-        properties["ground_truth"] = {"type": "string"}
-    if any(i.tools for i in items):
-        properties["tool_definitions"] = {"type": "array"}
-    if any(s.short == TASK_NAVIGATION_EFFICIENCY for s in specs):
-        properties["actions"] = {"type": "array"}
-        properties["expected_actions"] = {"type": "array"}
+    properties = {name: {"type": kind} for name, (kind, used) in fields.items() if used}
     return {"type": "object", "properties": properties, "required": ["query", "response"]}

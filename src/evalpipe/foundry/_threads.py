@@ -51,7 +51,6 @@ __all__ = [
 
 logger = logging.getLogger("evalpipe.foundry")
 
-_FINISHED = frozenset({"completed", "failed", "cancelled", "canceled", "expired", "incomplete"})
 _ERROR_CODES = {
     "failed": "RunFailed",
     "cancelled": "RunCanceled",
@@ -59,6 +58,7 @@ _ERROR_CODES = {
     "expired": "RunExpired",
     "incomplete": "RunIncomplete",
 }
+_FINISHED = frozenset({"completed", *_ERROR_CODES})
 # Tool call types whose run step carries the tool's output: a missing one is worth a diagnostic.
 _OUTPUT_EXPECTED = frozenset({"function", "connected_agent", "openapi"})
 _MAX_DEPTH = 3
@@ -305,20 +305,6 @@ def _workflow_run(name: str, executors: list[ExecutorRun], usage: RunUsage) -> W
     )
 
 
-@dataclass
-class _Turn:
-    """One run converted: its agent, the conversation (history, then what the run did from
-    ``split_at``), the connected-agent calls it made, and what could not be read."""
-
-    run: dict[str, Any]
-    agent: dict[str, Any]
-    name: str
-    conversation: list[Message]
-    split_at: int
-    connected: list[_Call]
-    diag: list[str]
-
-
 class FoundryThreads:
     """Reads Foundry Agent Service threads and runs and converts them for evaluation.
 
@@ -372,11 +358,9 @@ class FoundryThreads:
         self.client = agents_client
         self.page_size = page_size
         self.follow_connected = follow_connected
-        base = urlsplit(
-            str(getattr(getattr(agents_client, "_config", None), "endpoint", endpoint or ""))
-        )
-        loopback = base.scheme == "http" and base.hostname in ("127.0.0.1", "localhost", "::1")
-        self._call_kw: dict[str, Any] = {"enforce_https": False} if loopback else {}
+        # azure-core's per-call options: its https-only check is off, and the hook lets a request
+        # through only over https or to loopback (it runs after the token is set, before sending).
+        self._call_kw = {"enforce_https": False, "raw_request_hook": _https_or_loopback}
         self._agents: dict[str, dict[str, Any] | None] = {}
         self.diagnostics: list[ThreadDiagnostic] = []
 
@@ -448,18 +432,17 @@ class FoundryThreads:
             self._note(thread_id, run_id, "no such run on this thread")
             return []
         records: list[ThreadRunRecord] = []
-        for turn in self._thread_turns(thread_id, messages, runs):
-            if run_id is not None and turn.run.get("id") != run_id:
+        for record, connected in self._thread_records(thread_id, messages, runs):
+            if run_id is not None and record.run_id != run_id:
                 continue
-            status = str(turn.run.get("status") or "")
-            if status not in _FINISHED:
-                self._note(
-                    thread_id,
-                    turn.run.get("id"),
-                    f"run is {status or 'of unknown status'}: skipped",
-                )
+            if record.status not in _FINISHED:
+                status = record.status or "of unknown status"
+                self._note(thread_id, record.run_id, f"run is {status}: skipped")
                 continue
-            records.append(self._record(thread_id, turn))
+            if connected:
+                executors = self._executors(record, record.agent, connected, depth=1)
+                record.workflow = _workflow_run(record.agent, executors, record.usage)
+            records.append(record)
         return records
 
     def read_many(self, thread_ids: Sequence[str]) -> list[ThreadRunRecord]:
@@ -480,19 +463,13 @@ class FoundryThreads:
         ``until`` (default: now). Threads are listed newest first and listing stops at the first
         thread older than the window, so only the pages that matter are read.
         """
-        return [tid for tid, _ in self._agent_threads(agent_id, since, until, lookback_hours)]
+        window = _window(since, until, lookback_hours)
+        return [tid for tid, _ in self._agent_threads(agent_id, *window)]
 
     def _agent_threads(
-        self,
-        agent_id: str,
-        since: datetime | None,
-        until: datetime | None,
-        lookback_hours: float | None,
-    ) -> list[tuple[str, list[dict[str, Any]]]]:
-        """(thread id, its runs) of the threads in the window with a run of ``agent_id``."""
-        since, until = _window(since, until, lookback_hours)
-        low, high = since.timestamp(), until.timestamp()
-        found: list[tuple[str, list[dict[str, Any]]]] = []
+        self, agent_id: str, low: float, high: float
+    ) -> Iterator[tuple[str, list[dict[str, Any]]]]:
+        """(thread id, its runs) of the threads created in [low, high) with a run of ``agent_id``."""
         for thread in self._list(self.client.threads.list, order="desc"):
             created = thread.get("created_at")
             if isinstance(created, str):
@@ -510,8 +487,7 @@ class FoundryThreads:
                 self._note(tid, None, f"runs could not be listed: {exc.message}")
                 continue
             if any(r.get("assistant_id") == agent_id for r in runs):
-                found.append((tid, runs))
-        return found
+                yield tid, runs
 
     def read_agent(
         self,
@@ -524,7 +500,7 @@ class FoundryThreads:
         """Every finished run of ``agent_id`` on the threads created in the window (see
         ``agent_thread_ids``), threads newest first, runs oldest first within a thread."""
         records: list[ThreadRunRecord] = []
-        for tid, runs in self._agent_threads(agent_id, since, until, lookback_hours):
+        for tid, runs in self._agent_threads(agent_id, *_window(since, until, lookback_hours)):
             records.extend(r for r in self._read(tid, None, runs) if r.agent_id == agent_id)
         return records
 
@@ -542,10 +518,11 @@ class FoundryThreads:
 
     # -- conversion --------------------------------------------------------------------------
 
-    def _thread_turns(
+    def _thread_records(
         self, thread_id: str, messages: list[dict[str, Any]], runs: list[dict[str, Any]]
-    ) -> list[_Turn]:
-        """Each run of the thread (oldest first) with its conversation: history, then its output."""
+    ) -> list[tuple[ThreadRunRecord, list[_Call]]]:
+        """Each run of the thread (oldest first) with its conversation (history, then its output)
+        and the connected-agent calls it made."""
         by_id = {str(m.get("id")): m for m in messages}
         run_ids = {str(r.get("id")) for r in runs}
         # The timeline: messages not written by a run, and runs, by creation time (a message
@@ -558,7 +535,7 @@ class FoundryThreads:
             events.append((float(r.get("created_at") or 0), 1, i, r))
         events.sort(key=lambda e: e[:3])
         history: list[Message] = []
-        out: list[_Turn] = []
+        out: list[tuple[ThreadRunRecord, list[_Call]]] = []
         for _, is_run, _, obj in events:
             if not is_run:
                 contents = _message_contents(obj, lambda t: self._note(thread_id, None, t))
@@ -571,9 +548,28 @@ class FoundryThreads:
             instructions = run.get("instructions") or agent.get("instructions")
             system = [Message("system", [str(instructions)])] if instructions else []
             produced, connected = self._run_output(thread_id, run, by_id, name, diag)
-            conversation = [*system, *history, *produced]
-            split_at = len(system) + len(history)
-            out.append(_Turn(run, agent, name, conversation, split_at, connected, diag))
+            status = str(run.get("status") or "")
+            error_code = _ERROR_CODES.get(status)
+            code, message = error_of(run.get("last_error"))
+            created = run.get("created_at")
+            record = ThreadRunRecord(
+                thread_id=thread_id,
+                run_id=str(run.get("id")),
+                agent_id=run.get("assistant_id"),
+                agent=name,
+                status=status,
+                created_at=created if isinstance(created, int) else None,
+                conversation=[*system, *history, *produced],
+                split_at=len(system) + len(history),
+                tools=_tools(run.get("tools"), agent.get("tools")),
+                usage=_usage(run),
+                error_code=error_code,
+                error_message=(message or code or f"the run ended {status}")
+                if error_code
+                else None,
+                diagnostics=diag,
+            )
+            out.append((record, connected))
             history.extend(produced)
         return out
 
@@ -645,59 +641,28 @@ class FoundryThreads:
                     note(f"message {mid} kept without its run step")
         return produced, connected
 
-    def _record(self, thread_id: str, turn: _Turn) -> ThreadRunRecord:
-        run = turn.run
-        run_id = str(run.get("id"))
-        tools = _tools(run.get("tools"), turn.agent.get("tools"))
-        status = str(run.get("status"))
-        error_code = _ERROR_CODES.get(status)
-        code, message = error_of(run.get("last_error"))
-        error_message = (message or code or f"the run ended {status}") if error_code else None
-        usage = _usage(run)
-        workflow = None
-        if turn.connected:
-            executors = self._turns(thread_id, turn, turn.name, tools, turn.diag, depth=1)
-            workflow = _workflow_run(turn.name, executors, usage)
-        return ThreadRunRecord(
-            thread_id=thread_id,
-            run_id=run_id,
-            agent_id=run.get("assistant_id"),
-            agent=turn.name,
-            status=status,
-            created_at=run.get("created_at") if isinstance(run.get("created_at"), int) else None,
-            conversation=turn.conversation,
-            split_at=turn.split_at,
-            tools=tools,
-            usage=usage,
-            error_code=error_code,
-            error_message=error_message,
-            workflow=workflow,
-            diagnostics=turn.diag,
-        )
-
-    def _turns(
+    def _executors(
         self,
-        thread_id: str,
-        turn: _Turn,
+        record: ThreadRunRecord,
         name: str,
-        tools: list[ToolDefinition] | None,
-        diag: list[str],
+        connected: list[_Call],
         *,
         depth: int,
         error: str | None = None,
     ) -> list[ExecutorRun]:
         """A run's own executor turn, then (nested) those of the connected agents it called."""
-        run_id = str(turn.run.get("id"))
-        turns = [_executor(name, turn.conversation, turn.split_at, tools, _usage(turn.run), error)]
-        for call in turn.connected:
-            turns += self._connected_turns(thread_id, run_id, call, diag, depth=depth)
+        conversation, split_at = record.conversation, record.split_at
+        turns = [_executor(name, conversation, split_at, record.tools, record.usage, error)]
+        for call in connected:
+            turns += self._connected_turns(record, call, depth=depth)
         return turns
 
     def _connected_turns(
-        self, thread_id: str, run_id: str, call: _Call, diag: list[str], *, depth: int
+        self, caller: ThreadRunRecord, call: _Call, *, depth: int
     ) -> list[ExecutorRun]:
         """The executor turns of one connected-agent call: the agent's own run when it can be
         read (and, nested, the agents it called), else its input and output only."""
+        thread_id, run_id, diag = caller.thread_id, caller.run_id, caller.diagnostics
         sub = call.sub or {}
         sub_agent = self._agent(sub.get("agent_id"), thread_id, run_id)
         name = str(sub_agent.get("name") or call.name)
@@ -714,17 +679,14 @@ class FoundryThreads:
             except HttpResponseError as exc:
                 fall_back(f"thread {sub_thread} could not be read ({exc.message})")
             else:
-                turns = self._thread_turns(sub_thread, messages, runs)
-                turn = next((t for t in turns if t.run.get("id") == sub_run), None)
-                if turn is not None:
-                    diag.extend(turn.diag)
-                    status = str(turn.run.get("status"))
-                    ended = f"the connected agent's run ended {status}"
-                    error = ended if status in _ERROR_CODES else None
-                    tools = _tools(turn.run.get("tools"), sub_agent.get("tools"))
-                    return self._turns(
-                        sub_thread, turn, name, tools, diag, depth=depth + 1, error=error
-                    )
+                for record, calls in self._thread_records(sub_thread, messages, runs):
+                    if record.run_id != sub_run:
+                        continue
+                    diag.extend(record.diagnostics)
+                    record.diagnostics = diag
+                    ended = f"the connected agent's run ended {record.status}"
+                    error = ended if record.error_code else None
+                    return self._executors(record, name, calls, depth=depth + 1, error=error)
                 fall_back(f"run {sub_run} not found on thread {sub_thread}")
         instructions = sub_agent.get("instructions")
         received = [Message("system", [str(instructions)])] if instructions else []
@@ -739,9 +701,23 @@ class FoundryThreads:
         return [_executor(name, [*received, *produced], len(received), tools, error=no_output)]
 
 
+def _https_or_loopback(request: Any) -> None:
+    """Refuse to send the bearer token over plain http except to loopback (local emulators).
+
+    A ValueError, not an azure-core error: the SDK's retry would re-send without this hook.
+    """
+    url = urlsplit(request.http_request.url)
+    if url.scheme != "https" and url.hostname not in ("127.0.0.1", "localhost", "::1"):
+        raise ValueError(
+            f"{url.scheme}://{url.netloc}: bearer token authentication needs https "
+            "(plain http:// is accepted for loopback endpoints only)"
+        )
+
+
 def _window(
     since: datetime | None, until: datetime | None, lookback_hours: float | None
-) -> tuple[datetime, datetime]:
+) -> tuple[float, float]:
+    """The window ``[since, until)`` as Unix timestamps (checked)."""
     if since is not None and lookback_hours is not None:
         raise ValueError("Pass since= or lookback_hours=, not both.")
     until = until or datetime.now(UTC)
@@ -758,7 +734,7 @@ def _window(
         raise ValueError(
             f"the window is empty: since {since.isoformat()} is not before until {until.isoformat()}."
         )
-    return since, until
+    return since.timestamp(), until.timestamp()
 
 
 def threads_to_items(
