@@ -23,7 +23,6 @@ import warnings
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import partial
 from itertools import combinations, zip_longest
 from operator import ge, gt, le, lt
 from pathlib import Path
@@ -368,12 +367,11 @@ def cohen_kappa(a: Sequence[Any], b: Sequence[Any]) -> float | None:
     n = len(a)
     if n == 0 or n != len(b):
         return None
-    observed = sum(1 for x, y in zip(a, b, strict=True) if x == y) / n
     ca, cb = Counter(a), Counter(b)
     expected = sum(ca[k] * cb[k] for k in ca) / (n * n)
     if expected >= 1.0:
         return None
-    return (observed - expected) / (1.0 - expected)
+    return (sum(1 for x, y in zip(a, b, strict=True) if x == y) / n - expected) / (1.0 - expected)
 
 
 def _agreement(a: Sequence[Any], b: Sequence[Any]) -> float | None:
@@ -649,11 +647,15 @@ def _one(
         scores.append(verdict.score)
         human.append(value)
 
-    boot = partial(
-        _bootstrap, judge=judge, human=human, seed=seed, resamples=resamples, confidence=confidence
-    )
-    a_low, a_high, _ = boot(_agreement)
-    k_low, k_high, k_undefined = boot(cohen_kappa)
+    # each rate with its interval, and the resamples it was undefined on
+    rates: dict[str, Any] = {}
+    undefined: dict[str, int] = {}
+    statistics = {"agreement": _agreement, "kappa": cohen_kappa, **({} if numeric else {"f1": _f1})}
+    for name, statistic in statistics.items():
+        low, high, undefined[name] = _bootstrap(
+            statistic, judge, human, seed=seed, resamples=resamples, confidence=confidence
+        )
+        rates |= {name: statistic(judge, human), f"{name}_low": low, f"{name}_high": high}
     out = Calibration(
         provider=provider,
         agent=agent,
@@ -665,16 +667,11 @@ def _one(
         n_errored=errored,
         n_not_applicable=not_applicable,
         n_tied=tied,
-        agreement=_agreement(judge, human),
-        agreement_low=a_low,
-        agreement_high=a_high,
-        kappa=cohen_kappa(judge, human),
-        kappa_low=k_low,
-        kappa_high=k_high,
+        **rates,
         seed=seed,
         resamples=resamples,
         confidence=confidence,
-        kappa_undefined_resamples=k_undefined,
+        kappa_undefined_resamples=undefined["kappa"],
         inter_annotator=_inter_annotator(by_item),
     )
     if numeric:
@@ -690,8 +687,6 @@ def _one(
             out.matrix = _matrix(judge, human)
     else:
         out.confusion = c = _confusion(judge, human)
-        out.f1 = _f1(judge, human)
-        out.f1_low, out.f1_high, _ = boot(_f1)
         out.precision = c.tp / (c.tp + c.fp) if c.tp + c.fp else None
         out.recall = c.tp / (c.tp + c.fn) if c.tp + c.fn else None
         if judge:
@@ -710,9 +705,9 @@ def _one(
             f"the human labels are all one class ({human[0]}): κ cannot tell agreement from "
             "chance; label items of both classes"
         )
-    if k_undefined:
+    if undefined["kappa"]:
         out.warnings.append(
-            f"κ was undefined on {k_undefined} of {resamples} bootstrap resamples (one class), "
+            f"κ was undefined on {undefined['kappa']} of {resamples} bootstrap resamples (one class), "
             "left out of its interval: too few labels of one class"
         )
     if errored:
