@@ -292,9 +292,12 @@ def _merged_status(statuses: Sequence[str]) -> str:
     return next((s for s in _STATUS_ORDER if s in distinct), "partial")
 
 
-def _add_counts(target: dict[str, int], source: Mapping[str, int]) -> None:
+def _add_counts(target: dict[str, int] | None, source: Mapping[str, int]) -> dict[str, int]:
+    """``target`` (a new dict for None) with ``source``'s counts added."""
+    target = {} if target is None else target
     for key, value in source.items():
         target[key] = target.get(key, 0) + int(value)
+    return target
 
 
 def merge_results(parts: Sequence[EvalResults]) -> EvalResults:
@@ -320,10 +323,9 @@ def merge_results(parts: Sequence[EvalResults]) -> EvalResults:
     per_evaluator: dict[str, dict[str, int]] = {}
     for part in parts:
         if part.result_counts is not None:
-            counts = counts if counts is not None else {}
-            _add_counts(counts, part.result_counts)
+            counts = _add_counts(counts, part.result_counts)
         for name, bucket in part.per_evaluator.items():
-            _add_counts(per_evaluator.setdefault(name, {}), bucket)
+            per_evaluator[name] = _add_counts(per_evaluator.get(name), bucket)
     errors = list(dict.fromkeys(p.error for p in parts if p.error))
     run_ids = list(dict.fromkeys(p.run_id for p in parts if p.run_id))
     agents: dict[str, list[EvalResults]] = {}
@@ -447,11 +449,9 @@ class _LevelAgg:
         if result.error is not None:
             self.errors.append(result.error)
         if result.result_counts is not None:
-            counts = self.result_counts if self.result_counts is not None else {}
-            _add_counts(counts, result.result_counts)
-            self.result_counts = counts
+            self.result_counts = _add_counts(self.result_counts, result.result_counts)
         for name, bucket in result.per_evaluator.items():
-            _add_counts(self.per_evaluator.setdefault(name, {}), bucket)
+            self.per_evaluator[name] = _add_counts(self.per_evaluator.get(name), bucket)
         items = result.items
         statuses = [_ITEM_STATUSES.get(s, ERROR) for s in map(_status_of, items)]
         self.counts.add_all(statuses)
@@ -679,10 +679,8 @@ class CallTally:
     def merge(self, other: CallTally) -> None:
         """Count another tally's calls as if each had been added here, after those already
         counted (a worker process's shard)."""
-        self.made += other.made
-        self.reused += other.reused
-        self.recorded += other.recorded
-        self.errored += other.errored
+        for name in ("made", "reused", "recorded", "errored"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
         self.latencies.extend(other.latencies)
         if other.tokens is not None:
             self.tokens = (self.tokens or 0) + other.tokens
