@@ -24,7 +24,6 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import combinations, zip_longest
-from operator import ge, gt, le, lt
 from pathlib import Path
 from typing import Any, Literal
 
@@ -39,7 +38,6 @@ __all__ = [
     "DEFAULT_MIN_N",
     "DEFAULT_RESAMPLES",
     "DEFAULT_SEED",
-    "AgreementVerdict",
     "Calibration",
     "CalibrationFile",
     "Confusion",
@@ -49,7 +47,6 @@ __all__ = [
     "Matrix",
     "ReviewItem",
     "Verdict",
-    "agreement_verdict",
     "calibrate",
     "calibrations_for",
     "check_labels",
@@ -542,19 +539,6 @@ class Calibration(BaseModel):
     warnings: list[str] = Field(default_factory=list)
 
 
-def _fmt(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.3f}"
-
-
-def _kappa_text(c: Calibration) -> str:
-    interval = f" [{_fmt(c.kappa_low)}, {_fmt(c.kappa_high)}]" if c.kappa_low is not None else ""
-    return (
-        f"κ {_fmt(c.kappa)}{interval} on n={c.n} matched items "
-        f"({c.n_labelled} labelled, {c.n_errored} errored)"
-        f", agreement {_fmt(c.agreement)}"
-    )
-
-
 def _human_value(labels: Sequence[Label]) -> LabelValue | None:
     """The item's human label: the majority verdict (None on a tie), or the median number."""
     if labels[0].numeric:
@@ -769,73 +753,6 @@ def calibrate(
             )
         )
     return out
-
-
-# --------------------------------------------------------------------------------------------
-# The gate's verdict
-
-
-@dataclass(frozen=True, slots=True)
-class AgreementVerdict:
-    """What ``judge_agreement(metric) >= bound`` decided, for ``evalpipe.gates`` to report."""
-
-    passed: bool
-    message: str
-    observed: float | None = None
-    n: int = 0
-    errored: int = 0
-
-
-_OPS: dict[str, Callable[[float, float], bool]] = {">=": ge, ">": gt, "<=": le, "<": lt}
-
-
-def agreement_verdict(
-    verdicts: Sequence[Verdict],
-    *,
-    metric: str,
-    labels: str | os.PathLike[str] | None,
-    op: str,
-    bound: float,
-    agent: str | None = None,
-    min_n: int = DEFAULT_MIN_N,
-    seed: int = DEFAULT_SEED,
-    resamples: int = DEFAULT_RESAMPLES,
-) -> AgreementVerdict:
-    """The verdict of ``judge_agreement(metric) op bound`` on a run's ``verdicts``
-    (:func:`verdicts_of_results` or :func:`verdicts_of_run`) and the labels file.
-
-    Fails when there are no labels, when the labels do not fit the run, when fewer than ``min_n``
-    items are matched (the interval too wide to say), when κ is undefined, and when κ (of every
-    provider that produces the metric) does not satisfy the bound.
-    """
-    if labels is None:
-        return AgreementVerdict(
-            False,
-            "no labels: the judge is not calibrated; give the clause labels=FILE "
-            "(or run `evalpipe calibrate RUN_DIR --labels FILE --gate ...`)",
-        )
-    try:
-        found = calibrate(
-            verdicts, read_labels(labels), seed=seed, resamples=resamples, source=str(labels)
-        )
-    except LabelsError as exc:
-        return AgreementVerdict(False, f"labels unusable: {exc}")
-    mine = [c for c in found if c.metric == metric and (agent is None or c.agent == agent)]
-    if not mine:
-        return AgreementVerdict(
-            False, f"no labels for metric {metric!r} in {labels}: not calibrated"
-        )
-    worst = min(mine, key=lambda c: (c.n >= min_n, math.inf if c.kappa is None else c.kappa))
-    where = f" ({worst.provider}, {worst.agent})" if len(mine) > 1 else ""
-    if worst.n < min_n:
-        holds, tail = False, f"needs at least {min_n} matched items to say (too few labels)"
-    elif worst.kappa is None:
-        holds, tail = False, "κ is undefined (one class on both sides): label both classes"
-    else:
-        holds = _OPS[op](worst.kappa, bound)
-        tail = f"{'holds' if holds else 'needs'} κ {op} {bound:g}"
-    message = f"{_kappa_text(worst)}{where}; {tail}"
-    return AgreementVerdict(holds, message, worst.kappa, worst.n, worst.n_errored)
 
 
 # --------------------------------------------------------------------------------------------

@@ -878,24 +878,54 @@ class JudgeAgreement(Clause):
         return f"judge_agreement({_name(self.metric)}{options}) {self.op} {_num(self.threshold)}"
 
     def read(self, fold: GateFold) -> ClauseResult:
-        from evalpipe.calibration import agreement_verdict  # lazy: scipy, only for this clause
+        """Fails with no labels, labels that do not fit the run, fewer than ``min_n`` matched
+        items, an undefined κ, or a κ (of any provider that produces the metric) off the bound."""
+        from evalpipe.calibration import (  # lazy: scipy, only for this clause
+            LabelsError,
+            calibrate,
+            read_labels,
+        )
 
-        verdict = agreement_verdict(
-            fold.verdicts or [],
-            metric=self.metric,
-            labels=self.labels,
-            op=self.op,
-            bound=self.threshold,
-            agent=self.agent,
-            min_n=self.min_n,
+        fields: dict[str, Any] = {"clause": str(self), "passed": False, "metric": self.metric}
+        fields |= {"agent": self.agent, "threshold": self.threshold}
+        if self.labels is None:
+            message = (
+                "no labels: the judge is not calibrated; give the clause labels=FILE (or run "
+                "`evalpipe calibrate RUN_DIR --labels FILE --gate ...`)"
+            )
+            return ClauseResult(**fields, message=message)
+        try:
+            found = calibrate(fold.verdicts or [], read_labels(self.labels), source=self.labels)
+        except LabelsError as exc:
+            return ClauseResult(**fields, message=f"labels unusable: {exc}")
+        mine = [c for c in found if c.metric == self.metric and self.agent in (None, c.agent)]
+        if not mine:
+            message = f"no labels for metric {self.metric!r} in {self.labels}: not calibrated"
+            return ClauseResult(**fields, message=message)
+        worst = min(
+            mine, key=lambda c: (c.n >= self.min_n, math.inf if c.kappa is None else c.kappa)
         )
-        return ClauseResult(
-            clause=str(self),
-            metric=self.metric,
-            agent=self.agent,
-            threshold=self.threshold,
-            **dataclasses.asdict(verdict),  # passed, observed, n, errored, message
+        if worst.n < self.min_n:
+            tail = f"needs at least {self.min_n} matched items to say (too few labels)"
+        elif worst.kappa is None:
+            tail = "κ is undefined (one class on both sides): label both classes"
+        else:
+            fields["passed"] = _COMPARE[self.op](worst.kappa, self.threshold)
+            tail = f"{'holds' if fields['passed'] else 'needs'} κ {self.op} {self.threshold:g}"
+        low, high = worst.kappa_low, worst.kappa_high
+        interval = f" [{_kappa(low)}, {_kappa(high)}]" if low is not None else ""
+        where = f" ({worst.provider}, {worst.agent})" if len(mine) > 1 else ""
+        message = (
+            f"κ {_kappa(worst.kappa)}{interval} on n={worst.n} matched items ({worst.n_labelled} "
+            f"labelled, {worst.n_errored} errored), agreement {_kappa(worst.agreement)}{where}; "
+            f"{tail}"
         )
+        fields |= {"observed": worst.kappa, "n": worst.n, "errored": worst.n_errored}
+        return ClauseResult(**fields, message=message)
+
+
+def _kappa(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
 
 
 def judge_agreement(
