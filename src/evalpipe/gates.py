@@ -290,7 +290,7 @@ class _Folded(Clause):
 
     def read(self, fold: GateFold) -> ClauseResult:
         """The verdict on the levels of its agent (at any depth), or on every level."""
-        levels = fold.levels.levels
+        levels = fold.levels
         scope = [level for level in levels if self.agent is None or level.label == self.agent]
         fields = {"clause": str(self), "passed": False, "metric": self.metric, "agent": self.agent}
         if self.agent is not None and not scope:
@@ -772,22 +772,22 @@ class Gate:
         )
 
 
-class GateFold:
+class GateFold(LevelsFold):
     """What a gate reads of a run, folded batch by batch (a flow's shards) so the run keeps no
-    item results: the tally's fold (``tally.LevelsFold``) for the clauses that are folds of it, and
-    the run's verdicts for ``judge_agreement`` (kept only when the gate has that clause)."""
+    item results: the tally's fold (its ``levels``) for the clauses that are folds of it, and the
+    run's verdicts for ``judge_agreement`` (kept only when the gate has that clause)."""
 
-    __slots__ = ("levels", "verdicts")
+    __slots__ = ("verdicts",)
 
     def __init__(self, gate: Gate) -> None:
-        self.levels = LevelsFold()
+        super().__init__()
         self.verdicts: list[Verdict] | None = (
             [] if any(isinstance(c, JudgeAgreement) for c in gate) else None
         )
 
     def add(self, results: Sequence[EvalResults]) -> None:
         """Fold in one batch's results (``results[p]``: provider ``p``'s)."""
-        self.levels.add(results)
+        super().add(results)
         if self.verdicts is not None:
             from evalpipe.calibration import verdicts_of_results  # lazy: scipy, judge_agreement
 
