@@ -451,11 +451,9 @@ class Threshold(_Limited):
 
     def __post_init__(self) -> None:
         self._check(self.kind)
-        where = f"{self.kind}({self.metric}) threshold"
-        _check_number(self.threshold, where)
+        share = (0, 1) if self.kind == "pass_rate" else ()
+        _check_number(self.threshold, f"{self.kind}({self.metric}) threshold", *share)
         _check_op(self.op)
-        if self.kind == "pass_rate":
-            _check_number(self.threshold, where, 0, 1)
 
     def text(self) -> str:
         return (
@@ -622,12 +620,11 @@ class ErrorRate(_Errors):
         if self.metric is not None:
             _check_metric(self.metric, "error_rate")
         _check_agent(self.agent, "error_rate")
-        _check_number(self.threshold, "error_rate threshold")
+        _check_number(self.threshold, "error_rate threshold", 0, 1)
         if self.op not in ("<=", "<"):
             raise GateSyntaxError(
                 f"error_rate(...) is an upper bound: compare it with <= or <, got {self.op!r}"
             )
-        _check_number(self.threshold, "error_rate threshold", 0, 1)
 
     def text(self) -> str:
         inner = _name(self.metric) if self.metric is not None else ""
