@@ -23,9 +23,7 @@ import warnings
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import partial
 from itertools import combinations, zip_longest
-from operator import ge, gt, le, lt
 from pathlib import Path
 from typing import Any, Literal
 
@@ -40,7 +38,6 @@ __all__ = [
     "DEFAULT_MIN_N",
     "DEFAULT_RESAMPLES",
     "DEFAULT_SEED",
-    "AgreementVerdict",
     "Calibration",
     "CalibrationFile",
     "Confusion",
@@ -50,7 +47,6 @@ __all__ = [
     "Matrix",
     "ReviewItem",
     "Verdict",
-    "agreement_verdict",
     "calibrate",
     "calibrations_for",
     "check_labels",
@@ -368,12 +364,11 @@ def cohen_kappa(a: Sequence[Any], b: Sequence[Any]) -> float | None:
     n = len(a)
     if n == 0 or n != len(b):
         return None
-    observed = sum(1 for x, y in zip(a, b, strict=True) if x == y) / n
     ca, cb = Counter(a), Counter(b)
     expected = sum(ca[k] * cb[k] for k in ca) / (n * n)
     if expected >= 1.0:
         return None
-    return (observed - expected) / (1.0 - expected)
+    return (sum(1 for x, y in zip(a, b, strict=True) if x == y) / n - expected) / (1.0 - expected)
 
 
 def _agreement(a: Sequence[Any], b: Sequence[Any]) -> float | None:
@@ -544,19 +539,6 @@ class Calibration(BaseModel):
     warnings: list[str] = Field(default_factory=list)
 
 
-def _fmt(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.3f}"
-
-
-def _kappa_text(c: Calibration) -> str:
-    interval = f" [{_fmt(c.kappa_low)}, {_fmt(c.kappa_high)}]" if c.kappa_low is not None else ""
-    return (
-        f"κ {_fmt(c.kappa)}{interval} on n={c.n} matched items "
-        f"({c.n_labelled} labelled, {c.n_errored} errored)"
-        f", agreement {_fmt(c.agreement)}"
-    )
-
-
 def _human_value(labels: Sequence[Label]) -> LabelValue | None:
     """The item's human label: the majority verdict (None on a tie), or the median number."""
     if labels[0].numeric:
@@ -649,11 +631,15 @@ def _one(
         scores.append(verdict.score)
         human.append(value)
 
-    boot = partial(
-        _bootstrap, judge=judge, human=human, seed=seed, resamples=resamples, confidence=confidence
-    )
-    a_low, a_high, _ = boot(_agreement)
-    k_low, k_high, k_undefined = boot(cohen_kappa)
+    # each rate with its interval, and the resamples it was undefined on
+    rates: dict[str, Any] = {}
+    undefined: dict[str, int] = {}
+    statistics = {"agreement": _agreement, "kappa": cohen_kappa, **({} if numeric else {"f1": _f1})}
+    for name, statistic in statistics.items():
+        low, high, undefined[name] = _bootstrap(
+            statistic, judge, human, seed=seed, resamples=resamples, confidence=confidence
+        )
+        rates |= {name: statistic(judge, human), f"{name}_low": low, f"{name}_high": high}
     out = Calibration(
         provider=provider,
         agent=agent,
@@ -665,16 +651,11 @@ def _one(
         n_errored=errored,
         n_not_applicable=not_applicable,
         n_tied=tied,
-        agreement=_agreement(judge, human),
-        agreement_low=a_low,
-        agreement_high=a_high,
-        kappa=cohen_kappa(judge, human),
-        kappa_low=k_low,
-        kappa_high=k_high,
+        **rates,
         seed=seed,
         resamples=resamples,
         confidence=confidence,
-        kappa_undefined_resamples=k_undefined,
+        kappa_undefined_resamples=undefined["kappa"],
         inter_annotator=_inter_annotator(by_item),
     )
     if numeric:
@@ -690,8 +671,6 @@ def _one(
             out.matrix = _matrix(judge, human)
     else:
         out.confusion = c = _confusion(judge, human)
-        out.f1 = _f1(judge, human)
-        out.f1_low, out.f1_high, _ = boot(_f1)
         out.precision = c.tp / (c.tp + c.fp) if c.tp + c.fp else None
         out.recall = c.tp / (c.tp + c.fn) if c.tp + c.fn else None
         if judge:
@@ -710,9 +689,9 @@ def _one(
             f"the human labels are all one class ({human[0]}): κ cannot tell agreement from "
             "chance; label items of both classes"
         )
-    if k_undefined:
+    if undefined["kappa"]:
         out.warnings.append(
-            f"κ was undefined on {k_undefined} of {resamples} bootstrap resamples (one class), "
+            f"κ was undefined on {undefined['kappa']} of {resamples} bootstrap resamples (one class), "
             "left out of its interval: too few labels of one class"
         )
     if errored:
@@ -774,73 +753,6 @@ def calibrate(
             )
         )
     return out
-
-
-# --------------------------------------------------------------------------------------------
-# The gate's verdict
-
-
-@dataclass(frozen=True, slots=True)
-class AgreementVerdict:
-    """What ``judge_agreement(metric) >= bound`` decided, for ``evalpipe.gates`` to report."""
-
-    passed: bool
-    message: str
-    observed: float | None = None
-    n: int = 0
-    errored: int = 0
-
-
-_OPS: dict[str, Callable[[float, float], bool]] = {">=": ge, ">": gt, "<=": le, "<": lt}
-
-
-def agreement_verdict(
-    verdicts: Sequence[Verdict],
-    *,
-    metric: str,
-    labels: str | os.PathLike[str] | None,
-    op: str,
-    bound: float,
-    agent: str | None = None,
-    min_n: int = DEFAULT_MIN_N,
-    seed: int = DEFAULT_SEED,
-    resamples: int = DEFAULT_RESAMPLES,
-) -> AgreementVerdict:
-    """The verdict of ``judge_agreement(metric) op bound`` on a run's ``verdicts``
-    (:func:`verdicts_of_results` or :func:`verdicts_of_run`) and the labels file.
-
-    Fails when there are no labels, when the labels do not fit the run, when fewer than ``min_n``
-    items are matched (the interval too wide to say), when κ is undefined, and when κ (of every
-    provider that produces the metric) does not satisfy the bound.
-    """
-    if labels is None:
-        return AgreementVerdict(
-            False,
-            "no labels: the judge is not calibrated; give the clause labels=FILE "
-            "(or run `evalpipe calibrate RUN_DIR --labels FILE --gate ...`)",
-        )
-    try:
-        found = calibrate(
-            verdicts, read_labels(labels), seed=seed, resamples=resamples, source=str(labels)
-        )
-    except LabelsError as exc:
-        return AgreementVerdict(False, f"labels unusable: {exc}")
-    mine = [c for c in found if c.metric == metric and (agent is None or c.agent == agent)]
-    if not mine:
-        return AgreementVerdict(
-            False, f"no labels for metric {metric!r} in {labels}: not calibrated"
-        )
-    worst = min(mine, key=lambda c: (c.n >= min_n, math.inf if c.kappa is None else c.kappa))
-    where = f" ({worst.provider}, {worst.agent})" if len(mine) > 1 else ""
-    if worst.n < min_n:
-        holds, tail = False, f"needs at least {min_n} matched items to say (too few labels)"
-    elif worst.kappa is None:
-        holds, tail = False, "κ is undefined (one class on both sides): label both classes"
-    else:
-        holds = _OPS[op](worst.kappa, bound)
-        tail = f"{'holds' if holds else 'needs'} κ {op} {bound:g}"
-    message = f"{_kappa_text(worst)}{where}; {tail}"
-    return AgreementVerdict(holds, message, worst.kappa, worst.n, worst.n_errored)
 
 
 # --------------------------------------------------------------------------------------------

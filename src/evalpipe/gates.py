@@ -23,12 +23,13 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from evalpipe.results import EvalResults
-from evalpipe.tally import FAIL, PASS, LevelFold, LevelsFold, MetricFold, fold_levels
+from evalpipe.tally import FAIL, PASS, LevelFold, LevelsFold, MetricFold
 
 if TYPE_CHECKING:
     from evalpipe.calibration import Verdict
@@ -257,9 +258,13 @@ class Clause(ABC):
 
     agent: str | None
 
-    @abstractmethod
-    def evaluate(self, results: Sequence[EvalResults]) -> ClauseResult:
+    def evaluate(self, results: EvalResults | Sequence[EvalResults]) -> ClauseResult:
         """This clause's verdict on ``results`` (one EvalResults per provider)."""
+        return Gate([self]).evaluate(results).clauses[0]
+
+    @abstractmethod
+    def read(self, fold: GateFold) -> ClauseResult:
+        """This clause's verdict on a run's fold (``Gate.evaluate`` folds once for all)."""
 
     @abstractmethod
     def text(self) -> str:
@@ -278,17 +283,14 @@ class Clause(ABC):
 
 
 class _Folded(Clause):
-    """A clause that is a fold of the tally: it reads ``fold_levels`` of the results, never the
-    items themselves (``Gate.evaluate`` folds once for all its clauses)."""
+    """A clause that is a fold of the tally: it reads the levels of ``tally.LevelsFold``, never
+    the items themselves."""
 
     metric: str | None
 
-    def evaluate(self, results: Sequence[EvalResults]) -> ClauseResult:
-        return self.read(fold_levels(results))
-
-    def read(self, levels: Sequence[LevelFold]) -> ClauseResult:
-        """This clause's verdict on the folded results: on the levels of its agent (at any
-        depth), or on every level."""
+    def read(self, fold: GateFold) -> ClauseResult:
+        """The verdict on the levels of its agent (at any depth), or on every level."""
+        levels = fold.levels
         scope = [level for level in levels if self.agent is None or level.label == self.agent]
         fields = {"clause": str(self), "passed": False, "metric": self.metric, "agent": self.agent}
         if self.agent is not None and not scope:
@@ -449,11 +451,9 @@ class Threshold(_Limited):
 
     def __post_init__(self) -> None:
         self._check(self.kind)
-        where = f"{self.kind}({self.metric}) threshold"
-        _check_number(self.threshold, where)
+        share = (0, 1) if self.kind == "pass_rate" else ()
+        _check_number(self.threshold, f"{self.kind}({self.metric}) threshold", *share)
         _check_op(self.op)
-        if self.kind == "pass_rate":
-            _check_number(self.threshold, where, 0, 1)
 
     def text(self) -> str:
         return (
@@ -556,20 +556,17 @@ class _Errors(_Folded):
     no item fails."""
 
     @abstractmethod
-    def _counts(self, scan: _ErrorScan) -> dict[str, Any]:
-        """What the clause reports of the scan: its errored count, items and threshold."""
-
-    @abstractmethod
     def _verdict(self, scan: _ErrorScan) -> dict[str, Any]:
-        """The verdict on at least one item: the ``ClauseResult`` fields it sets."""
+        """The ``ClauseResult`` fields it sets: its errored count, items and threshold, and (on
+        at least one item) its verdict."""
 
     def _read(self, scope: Sequence[LevelFold], fields: dict[str, Any]) -> ClauseResult:
         scan = _scan_errors(scope, self.metric)
-        fields |= {"n": scan.n, **self._counts(scan)}
+        fields |= {"n": scan.n, **self._verdict(scan)}
         if scan.n == 0:
             note = f" ({'; '.join(scan.runs)})" if scan.runs else ""
-            return ClauseResult(**fields, message=f"no items{note}")
-        return ClauseResult(**(fields | self._verdict(scan)))
+            fields |= {"passed": False, "observed": None, "message": f"no items{note}"}
+        return ClauseResult(**fields)
 
 
 @dataclass(frozen=True)
@@ -592,20 +589,17 @@ class NoErrors(_Errors):
     def text(self) -> str:
         return f"no_errors({_name(self.metric) if self.metric is not None else ''})"
 
-    def _counts(self, scan: _ErrorScan) -> dict[str, Any]:
-        items = scan.labels[:_SHOWN_ITEMS]
-        return {"errored": len(scan.errors), "items": items, "threshold": 0.0}
-
     def _verdict(self, scan: _ErrorScan) -> dict[str, Any]:
         errors, n = scan.errors, scan.n
+        out = {"errored": len(errors), "items": scan.labels[:_SHOWN_ITEMS], "threshold": 0.0}
         if not errors and not scan.runs:
-            return {"passed": True, "observed": 0.0, "message": f"no errors in n={n} items"}
+            return out | {"passed": True, "observed": 0.0, "message": f"no errors in n={n} items"}
         parts = []
         if errors:
             word = "error" if len(errors) == 1 else "errors"
             parts.append(f"{len(errors)} {word} in n={n} items: {_listed(errors)}")
         parts.extend(scan.runs)
-        return {"observed": float(len(errors) + len(scan.runs)), "message": "; ".join(parts)}
+        return out | {"observed": float(len(errors) + len(scan.runs)), "message": "; ".join(parts)}
 
 
 @dataclass(frozen=True)
@@ -626,67 +620,73 @@ class ErrorRate(_Errors):
         if self.metric is not None:
             _check_metric(self.metric, "error_rate")
         _check_agent(self.agent, "error_rate")
-        _check_number(self.threshold, "error_rate threshold")
+        _check_number(self.threshold, "error_rate threshold", 0, 1)
         if self.op not in ("<=", "<"):
             raise GateSyntaxError(
                 f"error_rate(...) is an upper bound: compare it with <= or <, got {self.op!r}"
             )
-        _check_number(self.threshold, "error_rate threshold", 0, 1)
 
     def text(self) -> str:
         inner = _name(self.metric) if self.metric is not None else ""
         return f"error_rate({inner}) {self.op} {_num(self.threshold)}"
 
-    def _counts(self, scan: _ErrorScan) -> dict[str, Any]:
-        items = scan.errored_items
-        return {"errored": len(items), "items": items[:_SHOWN_ITEMS], "threshold": self.threshold}
-
     def _verdict(self, scan: _ErrorScan) -> dict[str, Any]:
         errored = scan.errored_items
-        observed = len(errored) / scan.n
+        out = {
+            "errored": len(errored),
+            "items": errored[:_SHOWN_ITEMS],
+            "threshold": self.threshold,
+        }
+        observed = len(errored) / scan.n if scan.n else 0.0
         what = (
             f"error rate {_shown(observed)}: {len(errored)} of n={scan.n} items "
             f"errored{_items_note(errored)}"
         )
         if scan.runs:
-            return {"observed": observed, "message": f"{what}; {'; '.join(scan.runs)}"}
-        return _compared(what, observed, self.op, self.threshold)
+            return out | {"observed": observed, "message": f"{what}; {'; '.join(scan.runs)}"}
+        return out | _compared(what, observed, self.op, self.threshold)
 
 
 class Aggregate:
-    """``mean(metric)``, ``pass_rate(metric)`` or ``error_rate()`` before it is compared."""
+    """``mean(metric)``, ``pass_rate(metric)``, ``error_rate()`` or ``judge_agreement(metric)``
+    before it is compared."""
 
-    __slots__ = ("agent", "kind", "metric")
+    __slots__ = ("agent", "kind", "labels", "metric", "min_n")
 
     def __init__(
         self,
-        kind: Literal["mean", "pass_rate", "error_rate"],
+        kind: Literal["mean", "pass_rate", "error_rate", "judge_agreement"],
         metric: str | None,
         agent: str | None = None,
+        *,
+        labels: str | None = None,
+        min_n: int = 20,
     ) -> None:
         self.kind = kind
         self.metric = (
             None if metric is None and kind == "error_rate" else _check_metric(metric, kind)
         )
         self.agent = _check_agent(agent, kind)
+        self.labels, self.min_n = labels, min_n
 
-    def _compare(self, op: Comparison, other: object) -> Threshold | ErrorRate:
-        threshold = _check_number(other, f"{self.kind}({self.metric or ''}) threshold")
+    def _compare(self, op: Comparison, other: Any) -> Clause:
         if self.kind == "error_rate":
-            return ErrorRate(self.metric, op, threshold, self.agent)
+            return ErrorRate(self.metric, op, other, self.agent)
         assert self.metric is not None
-        return Threshold(self.kind, self.metric, op, threshold, self.agent)
+        if self.kind == "judge_agreement":
+            return JudgeAgreement(self.metric, op, other, self.agent, self.labels, self.min_n)
+        return Threshold(self.kind, self.metric, op, other, self.agent)
 
-    def __ge__(self, other: object) -> Threshold | ErrorRate:
+    def __ge__(self, other: object) -> Clause:
         return self._compare(">=", other)
 
-    def __gt__(self, other: object) -> Threshold | ErrorRate:
+    def __gt__(self, other: object) -> Clause:
         return self._compare(">", other)
 
-    def __le__(self, other: object) -> Threshold | ErrorRate:
+    def __le__(self, other: object) -> Clause:
         return self._compare("<=", other)
 
-    def __lt__(self, other: object) -> Threshold | ErrorRate:
+    def __lt__(self, other: object) -> Clause:
         return self._compare("<", other)
 
     def __bool__(self) -> bool:
@@ -758,47 +758,33 @@ class Gate:
     def evaluate(self, results: EvalResults | Sequence[EvalResults] | GateFold) -> GateReport:
         """Every clause's verdict on ``results`` (or on a run folded shard by shard: a
         ``GateFold``); passed when all hold (and there is one)."""
-        listed: list[EvalResults] | None = None
         if isinstance(results, GateFold):
             fold = results
         else:
-            listed = [results] if isinstance(results, EvalResults) else list(results)
             fold = GateFold(self)
-            fold.add(listed)
-        levels = fold.levels.levels  # once, for every clause that is a fold of it
-        outcomes = []
-        for clause in self.clauses:
-            if isinstance(clause, _Folded):
-                outcomes.append(clause.read(levels))
-            elif isinstance(clause, JudgeAgreement):
-                outcomes.append(clause.judge(fold.verdicts or []))
-            elif listed is not None:
-                outcomes.append(clause.evaluate(listed))
-            else:
-                raise TypeError(
-                    f"{type(clause).__name__} reads results, not a run's fold: {clause}"
-                )
+            fold.add([results] if isinstance(results, EvalResults) else list(results))
+        outcomes = [clause.read(fold) for clause in self.clauses]
         return GateReport(
             passed=bool(outcomes) and all(o.passed for o in outcomes), clauses=outcomes
         )
 
 
-class GateFold:
+class GateFold(LevelsFold):
     """What a gate reads of a run, folded batch by batch (a flow's shards) so the run keeps no
-    item results: the tally's fold (``tally.LevelsFold``) for the clauses that are folds of it, and
-    the run's verdicts for ``judge_agreement`` (kept only when the gate has that clause)."""
+    item results: the tally's fold (its ``levels``) for the clauses that are folds of it, and the
+    run's verdicts for ``judge_agreement`` (kept only when the gate has that clause)."""
 
-    __slots__ = ("levels", "verdicts")
+    __slots__ = ("verdicts",)
 
     def __init__(self, gate: Gate) -> None:
-        self.levels = LevelsFold()
+        super().__init__()
         self.verdicts: list[Verdict] | None = (
             [] if any(isinstance(c, JudgeAgreement) for c in gate) else None
         )
 
     def add(self, results: Sequence[EvalResults]) -> None:
         """Fold in one batch's results (``results[p]``: provider ``p``'s)."""
-        self.levels.add(results)
+        super().add(results)
         if self.verdicts is not None:
             from evalpipe.calibration import verdicts_of_results  # lazy: scipy, judge_agreement
 
@@ -888,53 +874,55 @@ class JudgeAgreement(Clause):
         options += f", min_n={self.min_n}" if self.min_n != 20 else ""
         return f"judge_agreement({_name(self.metric)}{options}) {self.op} {_num(self.threshold)}"
 
-    def evaluate(self, results: Sequence[EvalResults]) -> ClauseResult:
-        from evalpipe.calibration import verdicts_of_results  # lazy: scipy, only for this clause
-
-        return self.judge(verdicts_of_results(results))
-
-    def judge(self, verdicts: Sequence[Verdict]) -> ClauseResult:
-        """This clause's verdict on a run's verdicts (``calibration.verdicts_of_results``)."""
-        from evalpipe.calibration import agreement_verdict  # lazy: scipy, only for this clause
-
-        verdict = agreement_verdict(
-            verdicts,
-            metric=self.metric,
-            labels=self.labels,
-            op=self.op,
-            bound=self.threshold,
-            agent=self.agent,
-            min_n=self.min_n,
-        )
-        return ClauseResult(
-            clause=str(self),
-            metric=self.metric,
-            agent=self.agent,
-            threshold=self.threshold,
-            **dataclasses.asdict(verdict),  # passed, observed, n, errored, message
+    def read(self, fold: GateFold) -> ClauseResult:
+        """Fails with no labels, labels that do not fit the run, fewer than ``min_n`` matched
+        items, an undefined κ, or a κ (of any provider that produces the metric) off the bound."""
+        from evalpipe.calibration import (  # lazy: scipy, only for this clause
+            LabelsError,
+            calibrate,
+            read_labels,
         )
 
+        fields: dict[str, Any] = {"clause": str(self), "passed": False, "metric": self.metric}
+        fields |= {"agent": self.agent, "threshold": self.threshold}
+        if self.labels is None:
+            message = (
+                "no labels: the judge is not calibrated; give the clause labels=FILE (or run "
+                "`evalpipe calibrate RUN_DIR --labels FILE --gate ...`)"
+            )
+            return ClauseResult(**fields, message=message)
+        try:
+            found = calibrate(fold.verdicts or [], read_labels(self.labels), source=self.labels)
+        except LabelsError as exc:
+            return ClauseResult(**fields, message=f"labels unusable: {exc}")
+        mine = [c for c in found if c.metric == self.metric and self.agent in (None, c.agent)]
+        if not mine:
+            message = f"no labels for metric {self.metric!r} in {self.labels}: not calibrated"
+            return ClauseResult(**fields, message=message)
+        worst = min(
+            mine, key=lambda c: (c.n >= self.min_n, math.inf if c.kappa is None else c.kappa)
+        )
+        if worst.n < self.min_n:
+            tail = f"needs at least {self.min_n} matched items to say (too few labels)"
+        elif worst.kappa is None:
+            tail = "κ is undefined (one class on both sides): label both classes"
+        else:
+            fields["passed"] = _COMPARE[self.op](worst.kappa, self.threshold)
+            tail = f"{'holds' if fields['passed'] else 'needs'} κ {self.op} {self.threshold:g}"
+        low, high = worst.kappa_low, worst.kappa_high
+        interval = f" [{_kappa(low)}, {_kappa(high)}]" if low is not None else ""
+        where = f" ({worst.provider}, {worst.agent})" if len(mine) > 1 else ""
+        message = (
+            f"κ {_kappa(worst.kappa)}{interval} on n={worst.n} matched items ({worst.n_labelled} "
+            f"labelled, {worst.n_errored} errored), agreement {_kappa(worst.agreement)}{where}; "
+            f"{tail}"
+        )
+        fields |= {"observed": worst.kappa, "n": worst.n, "errored": worst.n_errored}
+        return ClauseResult(**fields, message=message)
 
-class _Agreement:
-    """``judge_agreement(metric)`` before it is compared."""
 
-    __slots__ = ("agent", "labels", "metric", "min_n")
-
-    def __init__(self, metric: str, agent: str | None, labels: str | None, min_n: int) -> None:
-        self.metric, self.agent, self.labels, self.min_n = metric, agent, labels, min_n
-
-    def _compare(self, op: Comparison, other: object) -> JudgeAgreement:
-        bound = _check_number(other, f"judge_agreement({self.metric}) bound")
-        return JudgeAgreement(self.metric, op, bound, self.agent, self.labels, self.min_n)
-
-    def __ge__(self, other: object) -> JudgeAgreement:
-        return self._compare(">=", other)
-
-    def __gt__(self, other: object) -> JudgeAgreement:
-        return self._compare(">", other)
-
-    def __bool__(self) -> bool:
-        raise TypeError(f"judge_agreement({self.metric!r}) is not a gate until compared: >= 0.6")
+def _kappa(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
 
 
 def judge_agreement(
@@ -943,10 +931,10 @@ def judge_agreement(
     labels: str | None = None,
     agent: str | None = None,
     min_n: int = 20,
-) -> _Agreement:
+) -> Aggregate:
     """Cohen's κ of ``metric`` against the human labels in ``labels``; compare it to make a
     clause: ``judge_agreement("relevance", labels="labels.jsonl") >= 0.6``."""
-    return _Agreement(metric, agent, labels, min_n)
+    return Aggregate("judge_agreement", metric, agent, labels=labels, min_n=min_n)
 
 
 # --------------------------------------------------------------------------------------------
@@ -1016,15 +1004,16 @@ def _tokens(text: str) -> list[Token]:
 _LIMITS = ("max_errors", "max_error_rate", "min_n")
 
 _SIGNATURES: dict[str, tuple[Callable[..., Clause], tuple[str, ...], tuple[str, ...], bool]] = {
-    # name: (class, positional parameters, keyword parameters, takes a comparison)
-    "mean": (Threshold, ("metric",), ("agent", *_LIMITS), True),
-    "pass_rate": (Threshold, ("metric",), ("agent", *_LIMITS), True),
+    # name: (builder, positional parameters, keyword parameters, takes a comparison)
+    "mean": (partial(Threshold, kind="mean"), ("metric",), ("agent", *_LIMITS), True),
+    "pass_rate": (partial(Threshold, kind="pass_rate"), ("metric",), ("agent", *_LIMITS), True),
     "at_most": (AtMost, ("count", "metric"), ("below", "agent", *_LIMITS), False),
     "all_pass": (AllPass, ("metric",), ("agent", *_LIMITS), False),
     "no_errors": (NoErrors, ("metric",), ("agent",), False),
-    "error_rate": (ErrorRate, ("metric",), ("agent",), True),
+    "error_rate": (partial(ErrorRate, metric=None), ("metric",), ("agent",), True),
     "judge_agreement": (JudgeAgreement, ("metric",), ("agent", "labels", "min_n"), True),
 }
+_NEEDS = {"at_most": ("count", "metric", "below"), "no_errors": (), "error_rate": ()}
 
 
 def _parse_one(text: str, agent: str | None) -> Clause:
@@ -1041,7 +1030,7 @@ def _parse_one(text: str, agent: str | None) -> Clause:
     fname = str(tokens[0][1])
     if fname not in _SIGNATURES:
         raise GateSyntaxError(f"unknown clause {fname!r} (known: {', '.join(_SIGNATURES)})")
-    _, positional_names, keyword_names, compares = _SIGNATURES[fname]
+    build, positional_names, keyword_names, compares = _SIGNATURES[fname]
     if len(tokens) < 2 or tokens[1] != ("punct", "("):
         raise GateSyntaxError(f"expected '(' after {fname}")
     args: list[Any] = []
@@ -1077,13 +1066,15 @@ def _parse_one(text: str, agent: str | None) -> Clause:
             f"{fname}() takes at most {len(positional_names)} positional arguments"
         )
     params = dict(zip(positional_names, args, strict=False)) | kwargs
+    if not set(_NEEDS.get(fname, ("metric",))) <= params.keys():
+        problem = "a count, a metric and below=NUMBER" if fname == "at_most" else "a metric"
+        raise GateSyntaxError(f"{fname}() needs {problem}")
     if "agent" in params:
         inner = str(params.pop("agent"))
         if agent is not None and inner != agent:
             raise GateSyntaxError(f"two agents: {agent!r} and {inner!r}")
         agent = inner
-    op: Any = None
-    threshold: Any = None
+    kwargs = {k: str(v) if k in ("metric", "labels") else v for k, v in params.items()}
     if compares:
         if pos + 1 >= len(tokens) or tokens[pos][0] != "op" or tokens[pos + 1][0] != "num":
             got = " ".join(str(t[1]) for t in tokens[pos : pos + 2])
@@ -1091,31 +1082,11 @@ def _parse_one(text: str, agent: str | None) -> Clause:
                 f"{fname}(...) must be compared with a number, e.g. >= 3.5"
                 + (f" (got {got!r})" if got else "")
             )
-        op, threshold = tokens[pos][1], tokens[pos + 1][1]
+        kwargs |= {"op": tokens[pos][1], "threshold": tokens[pos + 1][1]}
         pos += 2
     if pos != len(tokens):
         raise GateSyntaxError(f"unexpected {tokens[pos][1]!r} after the clause")
-    return _build(fname, params, op, threshold, agent)
-
-
-def _build(
-    fname: str, params: dict[str, Any], op: Any, threshold: Any, agent: str | None
-) -> Clause:
-    needs = {"at_most": ("count", "metric", "below"), "no_errors": (), "error_rate": ()}
-    if not set(needs.get(fname, ("metric",))) <= params.keys():
-        problem = "a count, a metric and below=NUMBER" if fname == "at_most" else "a metric"
-        raise GateSyntaxError(f"{fname}() needs {problem}")
-    kwargs: dict[str, Any] = {
-        k: str(v) if k in ("metric", "labels") else v for k, v in params.items()
-    }
-    clause, _, _, compares = _SIGNATURES[fname]
-    if compares:
-        kwargs |= {"op": op, "threshold": threshold}
-    if fname in ("mean", "pass_rate"):
-        kwargs["kind"] = fname
-    elif fname == "error_rate":
-        kwargs.setdefault("metric", None)
-    return clause(agent=agent, **kwargs)
+    return build(agent=agent, **kwargs)
 
 
 def parse_gates(specs: Iterable[str | Mapping[str, Any]], *, source: str = "gates") -> list[Clause]:

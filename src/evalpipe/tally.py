@@ -20,9 +20,10 @@ tables, the HTML report, the Prefect artifacts and the gates. So the rules are w
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import operator
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
@@ -167,8 +168,9 @@ class Counts:
         return self.passed / d if d else None
 
     def add(self, status: str) -> None:
-        """Count one status (an item's or a metric's)."""
-        self.add_all([status])
+        """Count one status (an item's or a metric's); an unknown one counts as errored."""
+        key = _COUNT_KEY.get(status, "errored")
+        setattr(self, key, getattr(self, key) + 1)
 
     def add_all(self, statuses: Sequence[str]) -> None:
         """Count each status; an unknown one counts as errored."""
@@ -212,31 +214,19 @@ def count_results(
     item counts (local checks: MAF keys buckets by the names the checks report). Metrics seen on
     items are added in first-seen order.
     """
-    counts = {"passed": 0, "failed": 0, "errored": 0}
-    per: dict[str, dict[str, int]] = (
-        {m: {"passed": 0, "failed": 0, "errored": 0} for m in metrics} if prefill else {}
-    )
+    counts = Counts()
+    per = {m: Counts() for m in metrics} if prefill else {}
     for result in results:
         status = _ITEM_STATUSES.get(result.status, ERROR)
-        counts[_COUNT_KEY[status]] += 1
-        scores = result.scores
-        if not scores:
-            if status == ERROR:
-                for metric in metrics:
-                    found = per.get(metric)
-                    if found is None:
-                        found = per[metric] = {"passed": 0, "failed": 0, "errored": 0}
-                    found["errored"] += 1
-            continue
-        for score in scores:
-            if score.evaluator is not None:
-                continue
-            bucket = per.get(score.name)
-            if bucket is None:
-                bucket = per[score.name] = {"passed": 0, "failed": 0, "errored": 0}
-            key = _COUNT_KEY[score_status(score)]
-            bucket[key] = bucket.get(key, 0) + 1
-    return counts, per
+        counts.add(status)
+        if not result.scores and status == ERROR:
+            for metric in metrics:
+                per.setdefault(metric, Counts()).errored += 1
+        for score in result.scores:
+            if score.evaluator is None:
+                bucket = per.get(score.name) or per.setdefault(score.name, Counts())
+                bucket.add(score_status(score))
+    return counts.as_dict(), {name: bucket.as_dict() for name, bucket in per.items()}
 
 
 def make_results(
@@ -302,9 +292,12 @@ def _merged_status(statuses: Sequence[str]) -> str:
     return next((s for s in _STATUS_ORDER if s in distinct), "partial")
 
 
-def _add_counts(target: dict[str, int], source: Mapping[str, int]) -> None:
+def _add_counts(target: dict[str, int] | None, source: Mapping[str, int]) -> dict[str, int]:
+    """``target`` (a new dict for None) with ``source``'s counts added."""
+    target = {} if target is None else target
     for key, value in source.items():
         target[key] = target.get(key, 0) + int(value)
+    return target
 
 
 def merge_results(parts: Sequence[EvalResults]) -> EvalResults:
@@ -330,10 +323,9 @@ def merge_results(parts: Sequence[EvalResults]) -> EvalResults:
     per_evaluator: dict[str, dict[str, int]] = {}
     for part in parts:
         if part.result_counts is not None:
-            counts = counts if counts is not None else {}
-            _add_counts(counts, part.result_counts)
+            counts = _add_counts(counts, part.result_counts)
         for name, bucket in part.per_evaluator.items():
-            _add_counts(per_evaluator.setdefault(name, {}), bucket)
+            per_evaluator[name] = _add_counts(per_evaluator.get(name), bucket)
     errors = list(dict.fromkeys(p.error for p in parts if p.error))
     run_ids = list(dict.fromkeys(p.run_id for p in parts if p.run_id))
     agents: dict[str, list[EvalResults]] = {}
@@ -457,11 +449,9 @@ class _LevelAgg:
         if result.error is not None:
             self.errors.append(result.error)
         if result.result_counts is not None:
-            counts = self.result_counts if self.result_counts is not None else {}
-            _add_counts(counts, result.result_counts)
-            self.result_counts = counts
+            self.result_counts = _add_counts(self.result_counts, result.result_counts)
         for name, bucket in result.per_evaluator.items():
-            _add_counts(self.per_evaluator.setdefault(name, {}), bucket)
+            self.per_evaluator[name] = _add_counts(self.per_evaluator.get(name), bucket)
         items = result.items
         statuses = [_ITEM_STATUSES.get(s, ERROR) for s in map(_status_of, items)]
         self.counts.add_all(statuses)
@@ -492,25 +482,11 @@ class _LevelAgg:
             agg.add_many(metric_statuses, values)
 
     def rows(self) -> list[SummaryRow]:
-        c, counts = self.counts, self.result_counts
-        where: dict[str, Any] = {
-            "provider": self.provider,
-            "provider_index": self.provider_index,
-            "agent": self.agent,
-            "agent_index": self.agent_index,
-        }
+        counts = self.result_counts
         out = [
             SummaryRow(
                 kind="result",
-                **where,
-                metric=None,
-                n=c.n,
-                passed=c.passed,
-                failed=c.failed,
-                errored=c.errored,
-                not_applicable=0,
-                pass_rate_denominator=c.denominator,
-                pass_rate=c.pass_rate,
+                **self._where(None, self.counts),
                 status=_merged_status(self.statuses) if self.statuses else None,
                 eval_id=self.eval_id,
                 eval_run_id=self.run_id,
@@ -521,20 +497,11 @@ class _LevelAgg:
             )
         ]
         for metric, agg in self.metrics.items():
-            m = agg.counts
-            errored = m.errored + self.unscored_errors
+            m = dataclasses.replace(agg.counts, errored=agg.counts.errored + self.unscored_errors)
             out.append(
                 SummaryRow(
                     kind="metric",
-                    **where,
-                    metric=metric,
-                    n=m.n + self.unscored_errors,
-                    passed=m.passed,
-                    failed=m.failed,
-                    errored=errored,
-                    not_applicable=m.not_applicable,
-                    pass_rate_denominator=m.denominator,
-                    pass_rate=m.pass_rate,
+                    **self._where(metric, m),
                     score_count=agg.count,
                     score_mean=agg.mean if agg.count else None,
                     score_min=agg.low,
@@ -543,6 +510,23 @@ class _LevelAgg:
                 )
             )
         return out
+
+    def _where(self, metric: str | None, c: Counts) -> dict[str, Any]:
+        """A row's level, metric and counts."""
+        return {
+            "provider": self.provider,
+            "provider_index": self.provider_index,
+            "agent": self.agent,
+            "agent_index": self.agent_index,
+            "metric": metric,
+            "n": c.n,
+            "passed": c.passed,
+            "failed": c.failed,
+            "errored": c.errored,
+            "not_applicable": c.not_applicable,
+            "pass_rate_denominator": c.denominator,
+            "pass_rate": c.pass_rate,
+        }
 
 
 def _levels(result: EvalResults, where: str) -> list[tuple[str, EvalResults]]:
@@ -695,10 +679,8 @@ class CallTally:
     def merge(self, other: CallTally) -> None:
         """Count another tally's calls as if each had been added here, after those already
         counted (a worker process's shard)."""
-        self.made += other.made
-        self.reused += other.reused
-        self.recorded += other.recorded
-        self.errored += other.errored
+        for name in ("made", "reused", "recorded", "errored"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
         self.latencies.extend(other.latencies)
         if other.tokens is not None:
             self.tokens = (self.tokens or 0) + other.tokens
@@ -784,9 +766,20 @@ class LevelFold:
     """Items that could not be evaluated."""
     errors: list[ItemErrors] = field(default_factory=list)
     metrics: dict[str, MetricFold] = field(default_factory=dict)
+    statuses: list[str] = field(default_factory=list, compare=False, repr=False)
+    """Every batch's run status (``status`` is their merge)."""
+    children: dict[str, LevelFold] = field(default_factory=dict, compare=False, repr=False)
+    """The sub-results' levels, by agent."""
 
     def add(self, result: EvalResults) -> None:
-        """Fold in one result's items."""
+        """Fold in one result's items, and its sub-results' into the children."""
+        self.statuses.append(result.status)
+        self.status = _merged_status(self.statuses)
+        for key, sub in result.sub_results.items():
+            child = self.children.get(key)
+            if child is None:
+                child = self.children[key] = LevelFold(key, sub.provider, sub.status)
+            child.add(sub)
         self.owned.update(result.per_evaluator)
         label = self.label
         metrics = self.metrics
@@ -843,12 +836,11 @@ class LevelFold:
             return self.errored_items
         return fold.errored_scored + self.errored_items - fold.error_items_named
 
-
-@dataclass(slots=True)
-class _Node:
-    level: LevelFold
-    statuses: list[str]
-    children: dict[str, _Node] = field(default_factory=dict)
+    def walk(self) -> Iterator[LevelFold]:
+        """This level, then its children's, depth first in first-seen order."""
+        yield self
+        for child in self.children.values():
+            yield from child.walk()
 
 
 class LevelsFold:
@@ -859,38 +851,19 @@ class LevelsFold:
     __slots__ = ("_tops",)
 
     def __init__(self) -> None:
-        self._tops: list[_Node] = []
+        self._tops: list[LevelFold] = []
 
     def add(self, results: Sequence[EvalResults]) -> None:
         """Fold in one batch's results (``results[p]``: provider ``p``'s)."""
         for index, result in enumerate(results):
             if index == len(self._tops):
-                self._tops.append(_Node(LevelFold("", result.provider, result.status), []))
-            self._add(self._tops[index], result)
-
-    def _add(self, node: _Node, result: EvalResults) -> None:
-        node.statuses.append(result.status)
-        node.level.status = _merged_status(node.statuses)
-        node.level.add(result)
-        for key, sub in result.sub_results.items():
-            child = node.children.get(key)
-            if child is None:
-                child = node.children[key] = _Node(LevelFold(key, sub.provider, sub.status), [])
-            self._add(child, sub)
+                self._tops.append(LevelFold("", result.provider, result.status))
+            self._tops[index].add(result)
 
     @property
     def levels(self) -> list[LevelFold]:
         """Every level, in the merged results' walk order (sub-results first-seen)."""
-        out: list[LevelFold] = []
-
-        def walk(node: _Node) -> None:
-            out.append(node.level)
-            for child in node.children.values():
-                walk(child)
-
-        for top in self._tops:
-            walk(top)
-        return out
+        return [level for top in self._tops for level in top.walk()]
 
 
 def fold_levels(results: Sequence[EvalResults]) -> list[LevelFold]:
