@@ -365,26 +365,15 @@ def _call_matches(call: FunctionCallContent, expected: ExpectedToolCall) -> bool
 def _max_matching(
     calls: Sequence[FunctionCallContent], expected: Sequence[ExpectedToolCall]
 ) -> int:
-    """Largest one-to-one pairing of calls with expectations they satisfy, order ignored.
+    """Largest one-to-one pairing of calls with expectations they satisfy, order ignored (a
+    maximum-weight assignment over 0/1 weights; greedy pairing can miss it)."""
+    import numpy as np  # lazy, as scipy: only for this check
+    from scipy.optimize import linear_sum_assignment  # type: ignore[import-untyped, unused-ignore]
 
-    An augmenting-path search (Kuhn's algorithm): greedy pairing can miss the best one when an
-    expectation without arguments also matches a call another expectation needs.
-    """
-    owner: list[int | None] = [None] * len(calls)
-    fits = [[i for i, c in enumerate(calls) if _call_matches(c, e)] for e in expected]
-
-    def place(j: int, seen: set[int]) -> bool:
-        for i in fits[j]:
-            if i in seen:
-                continue
-            seen.add(i)
-            holder = owner[i]
-            if holder is None or place(holder, seen):
-                owner[i] = j
-                return True
-        return False
-
-    return sum(place(j, set()) for j in range(len(expected)))
+    fits = np.array([[_call_matches(c, e) for c in calls] for e in expected], dtype=bool)
+    fits = fits.reshape(len(expected), len(calls))
+    rows, cols = linear_sum_assignment(fits, maximize=True)
+    return int(fits[rows, cols].sum())
 
 
 def _in_order(calls: Sequence[FunctionCallContent], expected: Sequence[ExpectedToolCall]) -> bool:
