@@ -142,26 +142,23 @@ class ChatEndpoint(BaseModel):
 
     @field_validator("base_url", mode="before")
     @classmethod
-    def _no_credentials(cls, value: Any) -> Any:
+    def _check_url(cls, value: Any) -> Any:
         # A suite's URL with credentials arrives as a SecretStr (evalpipe.secrets.protect).
         text = value.get_secret_value() if isinstance(value, SecretStr) else value
-        if isinstance(text, str) and is_secret_url(text):
+        if not isinstance(text, str):
+            return text  # pydantic's own error
+        if is_secret_url(text):
             raise ValueError(
                 "base_url carries credentials (a user:password@ part or a key in its query "
                 "string); give the URL without them and the key as api_key_env (or api_key, or "
                 "a header)"
             )
-        return text
-
-    @field_validator("base_url")
-    @classmethod
-    def _check_url(cls, value: str) -> str:
-        if not value.startswith(("http://", "https://")):
+        if not text.startswith(("http://", "https://")):
             raise ValueError(
-                f"base_url must start with http:// or https://, got {value!r} "
+                f"base_url must start with http:// or https://, got {text!r} "
                 "(for example http://localhost:11434/v1 for Ollama)"
             )
-        return value.rstrip("/")
+        return text.rstrip("/")
 
     @model_validator(mode="after")
     def _check_azure(self) -> ChatEndpoint:
@@ -255,8 +252,6 @@ class ChatCompletion:
     """The cache key of the request (None without a cache)."""
     attempts: int = 1
     """HTTP attempts made (0 for a cached answer)."""
-    raw: dict[str, Any] = field(default_factory=dict, repr=False)
-    """The whole response body."""
 
     @property
     def content(self) -> str | None:
@@ -271,12 +266,6 @@ class ChatCompletion:
         """The refusal text, when the model refused (OpenAI's ``refusal`` field)."""
         value = self.message.get("refusal")
         return value if isinstance(value, str) and value else None
-
-    @property
-    def tool_calls(self) -> list[dict[str, Any]]:
-        """The tool calls the message carries."""
-        calls = self.message.get("tool_calls")
-        return [c for c in calls if isinstance(c, dict)] if isinstance(calls, list) else []
 
 
 class ChatError(Exception):
@@ -322,22 +311,28 @@ class ChatResponseError(ChatError):
     """The endpoint answered 200 with a body that is not a chat completion."""
 
 
-# One bound per (event loop, endpoint): anyio's limiter belongs to one loop, and the loop is the
-# process's unit of concurrency for async code.
-_LIMITS: weakref.WeakKeyDictionary[
-    asyncio.AbstractEventLoop, dict[tuple[str, str], AdaptiveLimit]
-] = weakref.WeakKeyDictionary()
+# What belongs to one event loop (anyio's limiter, an asyncio.Lock), by loop and key: the loop is
+# the process's unit of concurrency for async code.
+_PER_LOOP: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[str, ...], Any]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _of_loop(key: tuple[str, ...], make: Callable[[], Any]) -> Any:
+    per_loop = _PER_LOOP.setdefault(asyncio.get_running_loop(), {})
+    if key not in per_loop:
+        per_loop[key] = make()
+    return per_loop[key]
 
 
 def _endpoint_limit(endpoint: ChatEndpoint) -> AdaptiveLimit:
-    per_loop = _LIMITS.setdefault(asyncio.get_running_loop(), {})
+    """The endpoint's one bound in this loop, shared by every client of it."""
     key = (endpoint.chat_url, endpoint.model)
-    if (limit := per_loop.get(key)) is not None:
-        limit.ask(endpoint.max_concurrency, adaptive=endpoint.adaptive_concurrency)
-        return limit
-    limit = per_loop[key] = AdaptiveLimit(
-        *key, endpoint.max_concurrency, adaptive=endpoint.adaptive_concurrency
+    ceiling, adaptive = endpoint.max_concurrency, endpoint.adaptive_concurrency
+    limit: AdaptiveLimit = _of_loop(
+        ("limit", *key), lambda: AdaptiveLimit(*key, ceiling, adaptive=adaptive)
     )
+    limit.ask(ceiling, adaptive=adaptive)
     return limit
 
 
@@ -392,28 +387,26 @@ def token_source_for(endpoint: ChatEndpoint, credential: Any) -> TokenSource | N
     return None
 
 
+_USAGE_KEYS = {
+    "input_tokens": ("prompt_tokens", "input_tokens"),
+    "output_tokens": ("completion_tokens", "output_tokens"),
+    "total_tokens": ("total_tokens",),
+}
+
+
 def _usage(body: Mapping[str, Any]) -> dict[str, int] | None:
+    """input, output and total tokens as the endpoint reported them (total: their sum if absent)."""
     usage = body.get("usage")
     if not isinstance(usage, Mapping):
         return None
-
-    def pick(*keys: str) -> int | None:
-        for key in keys:
-            value = usage.get(key)
-            if isinstance(value, int) and not isinstance(value, bool):
-                return value
-        return None
-
     out: dict[str, int] = {}
-    if (inp := pick("prompt_tokens", "input_tokens")) is not None:
-        out["input_tokens"] = inp
-    if (outp := pick("completion_tokens", "output_tokens")) is not None:
-        out["output_tokens"] = outp
-    total = pick("total_tokens")
-    if total is None and out:
-        total = sum(out.values())
-    if total is not None:
-        out["total_tokens"] = total
+    for name, keys in _USAGE_KEYS.items():
+        values = [usage.get(k) for k in keys]
+        found = [v for v in values if isinstance(v, int) and not isinstance(v, bool)]
+        if found:
+            out[name] = found[0]
+    if out and "total_tokens" not in out:
+        out["total_tokens"] = sum(out.values())
     return out or None
 
 
@@ -448,7 +441,6 @@ def _completion(
         cached=cached,
         key=key,
         attempts=attempts,
-        raw=dict(body),
     )
 
 
@@ -526,18 +518,11 @@ class _FormatMemory:
 
 _FORMATS: defaultdict[tuple[str, ...], _FormatMemory] = defaultdict(_FormatMemory)
 _FORMATS_LOCK = threading.Lock()
-_PROBE_LOCKS: weakref.WeakKeyDictionary[
-    asyncio.AbstractEventLoop, dict[tuple[str, ...], asyncio.Lock]
-] = weakref.WeakKeyDictionary()
 
 
 def _format_memory(key: tuple[str, ...]) -> _FormatMemory:
     with _FORMATS_LOCK:
         return _FORMATS[key]
-
-
-def _probe_lock(key: tuple[str, ...]) -> asyncio.Lock:
-    return _PROBE_LOCKS.setdefault(asyncio.get_running_loop(), {}).setdefault(key, asyncio.Lock())
 
 
 def forget_response_formats() -> None:
@@ -801,7 +786,8 @@ class ChatClient:
             else:
                 # Until the endpoint has taken a format, its callers negotiate one at a time:
                 # a hundred concurrent judge calls cost one rejection, not a hundred.
-                async with _probe_lock(key):
+                probe: asyncio.Lock = _of_loop(("probe", *key), asyncio.Lock)
+                async with probe:
                     with _FORMATS_LOCK:
                         decided = memory.accepted in candidates or candidates[0] in memory.rejected
                     if decided:  # found out while this call waited
