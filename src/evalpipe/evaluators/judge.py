@@ -779,65 +779,50 @@ class JudgeEvaluator:
                 refusal=completion.refusal,
             )
         except JudgeAnswerError as exc:
-            return self._errored(metric, threshold, exc.code, str(exc), completion, mode)
+            error: tuple[str, str] | None = (exc.code, str(exc))
         except BudgetReached:
             raise  # not this item's failure: the run stops (the item is judged when it resumes)
         except Exception as exc:  # a run never loses its other results to one judge call
             code = next((c for kind, c in _CALL_ERRORS if isinstance(exc, kind)), None)
             message = f"{type(exc).__name__}: {exc}" if code is None else str(exc)
-            return self._errored(metric, threshold, code or "JudgeError", message, None)
+            completion, error = None, (code or "JudgeError", message)
+        else:
+            error = None
+        usage = dict(completion.usage) if completion and completion.usage else None
+        latency = completion.latency_s if completion is not None else None
+        sample = {"judge_model": self.endpoint.model, "structured_output": mode}
+        if error is not None:
+            code, message = error
+            return EvalScoreResult(
+                metric.name,
+                None,
+                None,
+                None if completion is None else {**sample, "answer": completion.content},
+                threshold=threshold,
+                label="error",
+                error_message=message,
+                rating="inconclusive",
+                diagnostics=[Diagnostic("error", message)],
+                error_code=code,
+                token_usage=usage,
+                latency_s=latency,
+            )
+        assert completion is not None
         score = float(verdict.score)
         passed = score >= threshold
-        diagnostics = (
-            [Diagnostic("informational", verdict.reasoning)] if verdict.reasoning.strip() else []
-        )
+        reasoning = verdict.reasoning.strip()
         return EvalScoreResult(
             metric.name,
             score,
             passed,
-            {
-                "reason": verdict.reason,
-                "judge_model": self.endpoint.model,
-                "cached": completion.cached,
-                "structured_output": mode,
-            },
+            {"reason": verdict.reason, "cached": completion.cached, **sample},
             reason=verdict.reason,
             threshold=threshold,
             label="pass" if passed else "fail",
             rating=rating_for(score),
-            diagnostics=diagnostics,
-            token_usage=dict(completion.usage) if completion.usage else None,
-            latency_s=completion.latency_s,
-        )
-
-    def _errored(
-        self,
-        metric: JudgeMetric,
-        threshold: float,
-        code: str,
-        message: str,
-        completion: ChatCompletion | None,
-        mode: ResponseFormatMode | None = None,
-    ) -> EvalScoreResult:
-        return EvalScoreResult(
-            metric.name,
-            None,
-            None,
-            {
-                "judge_model": self.endpoint.model,
-                "answer": completion.content,
-                "structured_output": mode,
-            }
-            if completion is not None
-            else None,
-            threshold=threshold,
-            label="error",
-            error_message=message,
-            rating="inconclusive",
-            diagnostics=[Diagnostic("error", message)],
-            error_code=code,
-            token_usage=dict(completion.usage) if completion and completion.usage else None,
-            latency_s=completion.latency_s if completion is not None else None,
+            diagnostics=[Diagnostic("informational", verdict.reasoning)] if reasoning else [],
+            token_usage=usage,
+            latency_s=latency,
         )
 
     def _collect(
