@@ -600,13 +600,6 @@ def _known_once(names: Iterable[str], known: Sequence[str], what: str) -> list[s
 # -- the provider ----------------------------------------------------------------------------------
 
 
-def _check_metrics(metrics: Sequence[str]) -> list[JudgeMetric]:
-    chosen = _known_once(metrics, list(JUDGE_METRICS), "judge metric")
-    if not chosen:
-        raise ValueError("a JudgeEvaluator needs at least one metric")
-    return [JUDGE_METRICS[name] for name in chosen]
-
-
 def _check_threshold(name: str, value: float) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not 1 <= value <= 5:
         raise ValueError(f"threshold for {name} must be a number from 1 to 5, got {value!r}")
@@ -666,7 +659,12 @@ class JudgeEvaluator:
         if is_reasoning_model is not None:
             update["is_reasoning_model"] = is_reasoning_model
         self.endpoint = ep.model_copy(update=update) if update else ep
-        self.metrics = _check_metrics(list(metrics) if metrics is not None else DEFAULT_METRICS)
+        chosen = _known_once(
+            DEFAULT_METRICS if metrics is None else metrics, list(JUDGE_METRICS), "judge metric"
+        )
+        if not chosen:
+            raise ValueError("a JudgeEvaluator needs at least one metric")
+        self.metrics = [JUDGE_METRICS[m] for m in chosen]
         self.default_threshold = _check_threshold("every metric", threshold)
         names = {m.name for m in self.metrics}
         self.thresholds: dict[str, float] = {}
@@ -921,18 +919,14 @@ class JudgeConfig(ChatEndpoint):
         Raises:
             ValueError: for a threshold naming a metric that is not evaluated.
         """
+        own = self.model_fields_set
         endpoint = ChatEndpoint(
-            **{k: getattr(self, k) for k in ChatEndpoint.model_fields if k in self.model_fields_set}
+            **{k: getattr(self, k) for k in ChatEndpoint.model_fields if k in own}
         )
+        judge = set(JudgeConfig.model_fields) - set(ChatEndpoint.model_fields) - {"cache"}
         return JudgeEvaluator(
             endpoint,
-            metrics=self.metrics,
-            thresholds={str(k): v for k, v in self.thresholds.items()},
-            threshold=self.threshold,
+            **{k: getattr(self, k) for k in judge},
             cache=self.cache.build() if self.cache is not None else None,
-            max_tokens=self.max_tokens,
-            structured_output=self.structured_output,
-            json_mode=self.json_mode,
             credential=credential,
-            name=self.name,
         )
