@@ -648,21 +648,16 @@ class ChatClient:
             evalpipe.spend.BudgetReached: the run's budget is spent (the request was not sent).
         """
         ep = self.endpoint
+        optional = {
+            "temperature": None if ep.is_reasoning_model else ep.temperature,
+            "seed": ep.seed,
+            "max_completion_tokens" if ep.is_reasoning_model else "max_tokens": max_tokens,
+            "tools": [dict(t) for t in tools] if tools else None,
+            "tool_choice": tool_choice,
+            "response_format": None if response_format is None else dict(response_format),
+        }
         body: dict[str, Any] = {"model": ep.model, "messages": [dict(m) for m in messages]}
-        if ep.temperature is not None and not ep.is_reasoning_model:
-            body["temperature"] = ep.temperature
-        if ep.seed is not None:
-            body["seed"] = ep.seed
-        if max_tokens is not None:
-            body["max_completion_tokens" if ep.is_reasoning_model else "max_tokens"] = max_tokens
-        if tools:
-            body["tools"] = [dict(t) for t in tools]
-        if tool_choice is not None:
-            body["tool_choice"] = tool_choice
-        if response_format is not None:
-            body["response_format"] = dict(response_format)
-        if extra:
-            body.update(extra)
+        body.update({k: v for k, v in optional.items() if v is not None}, **(extra or {}))
         cache = self.cache if self.cache is not None and self.cache.enabled else None
         key_request = {**body, "repetition": repetition}
         meter = metering.get()

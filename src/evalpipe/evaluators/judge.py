@@ -23,7 +23,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, cast, get_args
+from typing import Annotated, Any, Literal, cast, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -889,7 +889,7 @@ class JudgeConfig(ChatEndpoint):
 
     metrics: list[MetricName] = Field(default_factory=lambda: list(DEFAULT_METRICS))
     """The metrics to score."""
-    thresholds: dict[MetricName, float] = Field(default_factory=dict)
+    thresholds: dict[MetricName, Annotated[float, Field(ge=1, le=5)]] = Field(default_factory=dict)
     """Pass thresholds per metric (1–5)."""
     threshold: float = Field(default=4.0, ge=1, le=5)
     """The threshold of metrics not in ``thresholds``."""
@@ -905,13 +905,6 @@ class JudgeConfig(ChatEndpoint):
     """The response cache, or None."""
     name: str = "Judge"
     """The provider name in results."""
-
-    @field_validator("thresholds")
-    @classmethod
-    def _check_thresholds(cls, value: dict[str, float]) -> dict[str, float]:
-        for key, threshold in value.items():
-            _check_threshold(key, threshold)
-        return value
 
     def build(self, *, credential: Any = None) -> JudgeEvaluator:
         """The JudgeEvaluator this config describes.
