@@ -215,10 +215,8 @@ def _check_auth_header(endpoint: ChatEndpoint, *, credential: bool) -> None:
         ValueError: naming the header and both sources, never a value.
     """
     own = "Authorization"
-    if credential:
-        source = "a credential (its Entra ID token)"
-    elif endpoint.entra:
-        source = "entra (its Entra ID token)"
+    if credential or endpoint.entra:
+        source = f"{'a credential' if credential else 'entra'} (its Entra ID token)"
     elif endpoint.api_key is not None or endpoint.api_key_env is not None:
         source = "api_key" if endpoint.api_key is not None else "api_key_env"
         own = "api-key" if endpoint.api_type == "azure" else "Authorization"
@@ -449,13 +447,10 @@ def _error_text(response: httpx.Response) -> str:
         body = response.json()
     except ValueError:
         return response.text[:300]
-    if isinstance(body, Mapping):
-        error = body.get("error")
-        if isinstance(error, Mapping) and isinstance(error.get("message"), str):
-            return str(error["message"])[:300]
-        if isinstance(error, str):
-            return error[:300]
-    return str(body)[:300]
+    error = body.get("error") if isinstance(body, Mapping) else None
+    if isinstance(error, Mapping):
+        error = error.get("message")
+    return (error if isinstance(error, str) else str(body))[:300]
 
 
 def response_format_for(
