@@ -763,60 +763,45 @@ class ChatClient:
         rejection: ChatHTTPError | None = None
         while True:
             with _FORMATS_LOCK:
-                accepted = memory.accepted
                 candidates = [m for m in ladder if m not in memory.rejected]
-            if accepted is not None and accepted in candidates:
-                answer = await self._try_format(memory, accepted, ask)
-            elif not candidates:
+                mode = memory.accepted if memory.accepted in candidates else None
+            if not candidates:
                 raise rejection or ChatHTTPError(
                     400,
                     f"{self.endpoint.chat_url} rejected every response format asked for "
                     f"({', '.join(ladder)}) earlier in this process",
                 )
-            else:
-                # Until the endpoint has taken a format, its callers negotiate one at a time:
-                # a hundred concurrent judge calls cost one rejection, not a hundred.
-                probe: asyncio.Lock = _of_loop(("probe", *key), asyncio.Lock)
-                async with probe:
+            # Until the endpoint has taken a format, its callers negotiate one at a time: a
+            # hundred concurrent judge calls cost one rejection, not a hundred.
+            probe = _of_loop(("probe", *key), asyncio.Lock) if mode is None else None
+            async with probe or contextlib.nullcontext():
+                if mode is None:
                     with _FORMATS_LOCK:
-                        decided = memory.accepted in candidates or candidates[0] in memory.rejected
-                    if decided:  # found out while this call waited
-                        continue
-                    answer = await self._try_format(memory, candidates[0], ask)
-            if isinstance(answer, ChatHTTPError):
-                rejection = answer
-                continue
-            return answer
-
-    async def _try_format(
-        self,
-        memory: _FormatMemory,
-        mode: ResponseFormatMode,
-        ask: Callable[[ResponseFormatMode], Awaitable[ChatCompletion]],
-    ) -> tuple[ChatCompletion, ResponseFormatMode] | ChatHTTPError:
-        """One call in ``mode``; the endpoint's rejection of the format is returned (and
-        remembered), anything else is raised."""
-        try:
-            completion = await ask(mode)
-        except ChatHTTPError as exc:
-            if mode == "prompt" or not is_format_rejection(exc):
-                raise
-            with _FORMATS_LOCK:
-                memory.rejected.add(mode)
-                if memory.accepted == mode:
-                    memory.accepted = None
-            logger.info(
-                "%s (model %s) rejected response format %s; trying the next: %s",
-                self.endpoint.chat_url,
-                self.endpoint.model,
-                mode,
-                exc,
-            )
-            return exc
-        if not completion.cached:  # a stored answer says nothing about today's endpoint
-            with _FORMATS_LOCK:
-                memory.accepted = mode
-        return completion, mode
+                        if memory.accepted in candidates or candidates[0] in memory.rejected:
+                            continue  # found out while this call waited
+                    mode = candidates[0]
+                try:
+                    completion = await ask(mode)
+                except ChatHTTPError as exc:
+                    if mode == "prompt" or not is_format_rejection(exc):
+                        raise
+                    with _FORMATS_LOCK:
+                        memory.rejected.add(mode)
+                        if memory.accepted == mode:
+                            memory.accepted = None
+                    logger.info(
+                        "%s (model %s) rejected response format %s; trying the next: %s",
+                        self.endpoint.chat_url,
+                        self.endpoint.model,
+                        mode,
+                        exc,
+                    )
+                    rejection = exc
+                    continue
+                if not completion.cached:  # a stored answer says nothing about today's endpoint
+                    with _FORMATS_LOCK:
+                        memory.accepted = mode
+                return completion, mode
 
     async def _replay_structured(
         self,
