@@ -77,21 +77,7 @@ def _reference_reader(source: ReferenceSource) -> tuple[Callable[[EvalItem], Any
     if callable(source):
         return source, f"a reference from references_from={getattr(source, '__name__', source)!r}"
     if source == "default":
-
-        def default(item: EvalItem) -> list[Any]:
-            found: list[Any] = []
-            if item.expected_output is not None:
-                found.append(item.expected_output)
-            extra = item.metadata.get(_REFERENCES_KEY)
-            if extra is not None:
-                found.extend(
-                    [extra]
-                    if isinstance(extra, str)
-                    else _as_list(extra, f"metadata[{_REFERENCES_KEY!r}]")
-                )
-            return found
-
-        return default, (
+        return _default_references, (
             "a reference: set the item's expected_output, or metadata['references'] to a list of "
             "strings"
         )
@@ -106,6 +92,14 @@ def _reference_reader(source: ReferenceSource) -> tuple[Callable[[EvalItem], Any
         f"references_from must be 'default', 'expected_output', 'metadata.<key>' or a callable "
         f"item -> str | list[str], got {source!r}"
     )
+
+
+def _default_references(item: EvalItem) -> list[Any]:
+    found: list[Any] = [] if item.expected_output is None else [item.expected_output]
+    extra = item.metadata.get(_REFERENCES_KEY)
+    if extra is not None:
+        found += [extra] if isinstance(extra, str) else _as_list(extra, "metadata['references']")
+    return found
 
 
 def _as_list(value: Any, where: str) -> list[Any]:
@@ -126,16 +120,11 @@ def references_of(item: EvalItem, source: ReferenceSource = "default") -> list[s
         ValueError: for an unknown ``source`` string.
     """
     raw = _reference_reader(source)[0](item)
-    if raw is None:
-        return []
-    values = [raw] if isinstance(raw, str) else _as_list(raw, "references")
-    out: list[str] = []
+    values = [] if raw is None else [raw] if isinstance(raw, str) else _as_list(raw, "references")
     for value in values:
         if not isinstance(value, str):
             raise TypeError(f"every reference must be a string, got {type(value).__name__}")
-        if value.strip():
-            out.append(value)
-    return out
+    return [v for v in values if v.strip()]
 
 
 def _plural(n: int, word: str) -> str:
