@@ -142,26 +142,23 @@ class ChatEndpoint(BaseModel):
 
     @field_validator("base_url", mode="before")
     @classmethod
-    def _no_credentials(cls, value: Any) -> Any:
+    def _check_url(cls, value: Any) -> Any:
         # A suite's URL with credentials arrives as a SecretStr (evalpipe.secrets.protect).
         text = value.get_secret_value() if isinstance(value, SecretStr) else value
-        if isinstance(text, str) and is_secret_url(text):
+        if not isinstance(text, str):
+            return text  # pydantic's own error
+        if is_secret_url(text):
             raise ValueError(
                 "base_url carries credentials (a user:password@ part or a key in its query "
                 "string); give the URL without them and the key as api_key_env (or api_key, or "
                 "a header)"
             )
-        return text
-
-    @field_validator("base_url")
-    @classmethod
-    def _check_url(cls, value: str) -> str:
-        if not value.startswith(("http://", "https://")):
+        if not text.startswith(("http://", "https://")):
             raise ValueError(
-                f"base_url must start with http:// or https://, got {value!r} "
+                f"base_url must start with http:// or https://, got {text!r} "
                 "(for example http://localhost:11434/v1 for Ollama)"
             )
-        return value.rstrip("/")
+        return text.rstrip("/")
 
     @model_validator(mode="after")
     def _check_azure(self) -> ChatEndpoint:
@@ -218,10 +215,8 @@ def _check_auth_header(endpoint: ChatEndpoint, *, credential: bool) -> None:
         ValueError: naming the header and both sources, never a value.
     """
     own = "Authorization"
-    if credential:
-        source = "a credential (its Entra ID token)"
-    elif endpoint.entra:
-        source = "entra (its Entra ID token)"
+    if credential or endpoint.entra:
+        source = f"{'a credential' if credential else 'entra'} (its Entra ID token)"
     elif endpoint.api_key is not None or endpoint.api_key_env is not None:
         source = "api_key" if endpoint.api_key is not None else "api_key_env"
         own = "api-key" if endpoint.api_type == "azure" else "Authorization"
@@ -255,8 +250,6 @@ class ChatCompletion:
     """The cache key of the request (None without a cache)."""
     attempts: int = 1
     """HTTP attempts made (0 for a cached answer)."""
-    raw: dict[str, Any] = field(default_factory=dict, repr=False)
-    """The whole response body."""
 
     @property
     def content(self) -> str | None:
@@ -271,12 +264,6 @@ class ChatCompletion:
         """The refusal text, when the model refused (OpenAI's ``refusal`` field)."""
         value = self.message.get("refusal")
         return value if isinstance(value, str) and value else None
-
-    @property
-    def tool_calls(self) -> list[dict[str, Any]]:
-        """The tool calls the message carries."""
-        calls = self.message.get("tool_calls")
-        return [c for c in calls if isinstance(c, dict)] if isinstance(calls, list) else []
 
 
 class ChatError(Exception):
@@ -322,22 +309,28 @@ class ChatResponseError(ChatError):
     """The endpoint answered 200 with a body that is not a chat completion."""
 
 
-# One bound per (event loop, endpoint): anyio's limiter belongs to one loop, and the loop is the
-# process's unit of concurrency for async code.
-_LIMITS: weakref.WeakKeyDictionary[
-    asyncio.AbstractEventLoop, dict[tuple[str, str], AdaptiveLimit]
-] = weakref.WeakKeyDictionary()
+# What belongs to one event loop (anyio's limiter, an asyncio.Lock), by loop and key: the loop is
+# the process's unit of concurrency for async code.
+_PER_LOOP: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[str, ...], Any]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _of_loop(key: tuple[str, ...], make: Callable[[], Any]) -> Any:
+    per_loop = _PER_LOOP.setdefault(asyncio.get_running_loop(), {})
+    if key not in per_loop:
+        per_loop[key] = make()
+    return per_loop[key]
 
 
 def _endpoint_limit(endpoint: ChatEndpoint) -> AdaptiveLimit:
-    per_loop = _LIMITS.setdefault(asyncio.get_running_loop(), {})
+    """The endpoint's one bound in this loop, shared by every client of it."""
     key = (endpoint.chat_url, endpoint.model)
-    if (limit := per_loop.get(key)) is not None:
-        limit.ask(endpoint.max_concurrency, adaptive=endpoint.adaptive_concurrency)
-        return limit
-    limit = per_loop[key] = AdaptiveLimit(
-        *key, endpoint.max_concurrency, adaptive=endpoint.adaptive_concurrency
+    ceiling, adaptive = endpoint.max_concurrency, endpoint.adaptive_concurrency
+    limit: AdaptiveLimit = _of_loop(
+        ("limit", *key), lambda: AdaptiveLimit(*key, ceiling, adaptive=adaptive)
     )
+    limit.ask(ceiling, adaptive=adaptive)
     return limit
 
 
@@ -392,28 +385,26 @@ def token_source_for(endpoint: ChatEndpoint, credential: Any) -> TokenSource | N
     return None
 
 
+_USAGE_KEYS = {
+    "input_tokens": ("prompt_tokens", "input_tokens"),
+    "output_tokens": ("completion_tokens", "output_tokens"),
+    "total_tokens": ("total_tokens",),
+}
+
+
 def _usage(body: Mapping[str, Any]) -> dict[str, int] | None:
+    """input, output and total tokens as the endpoint reported them (total: their sum if absent)."""
     usage = body.get("usage")
     if not isinstance(usage, Mapping):
         return None
-
-    def pick(*keys: str) -> int | None:
-        for key in keys:
-            value = usage.get(key)
-            if isinstance(value, int) and not isinstance(value, bool):
-                return value
-        return None
-
     out: dict[str, int] = {}
-    if (inp := pick("prompt_tokens", "input_tokens")) is not None:
-        out["input_tokens"] = inp
-    if (outp := pick("completion_tokens", "output_tokens")) is not None:
-        out["output_tokens"] = outp
-    total = pick("total_tokens")
-    if total is None and out:
-        total = sum(out.values())
-    if total is not None:
-        out["total_tokens"] = total
+    for name, keys in _USAGE_KEYS.items():
+        values = [usage.get(k) for k in keys]
+        found = [v for v in values if isinstance(v, int) and not isinstance(v, bool)]
+        if found:
+            out[name] = found[0]
+    if out and "total_tokens" not in out:
+        out["total_tokens"] = sum(out.values())
     return out or None
 
 
@@ -448,7 +439,6 @@ def _completion(
         cached=cached,
         key=key,
         attempts=attempts,
-        raw=dict(body),
     )
 
 
@@ -457,13 +447,10 @@ def _error_text(response: httpx.Response) -> str:
         body = response.json()
     except ValueError:
         return response.text[:300]
-    if isinstance(body, Mapping):
-        error = body.get("error")
-        if isinstance(error, Mapping) and isinstance(error.get("message"), str):
-            return str(error["message"])[:300]
-        if isinstance(error, str):
-            return error[:300]
-    return str(body)[:300]
+    error = body.get("error") if isinstance(body, Mapping) else None
+    if isinstance(error, Mapping):
+        error = error.get("message")
+    return (error if isinstance(error, str) else str(body))[:300]
 
 
 def response_format_for(
@@ -526,18 +513,11 @@ class _FormatMemory:
 
 _FORMATS: defaultdict[tuple[str, ...], _FormatMemory] = defaultdict(_FormatMemory)
 _FORMATS_LOCK = threading.Lock()
-_PROBE_LOCKS: weakref.WeakKeyDictionary[
-    asyncio.AbstractEventLoop, dict[tuple[str, ...], asyncio.Lock]
-] = weakref.WeakKeyDictionary()
 
 
 def _format_memory(key: tuple[str, ...]) -> _FormatMemory:
     with _FORMATS_LOCK:
         return _FORMATS[key]
-
-
-def _probe_lock(key: tuple[str, ...]) -> asyncio.Lock:
-    return _PROBE_LOCKS.setdefault(asyncio.get_running_loop(), {}).setdefault(key, asyncio.Lock())
 
 
 def forget_response_formats() -> None:
@@ -663,21 +643,16 @@ class ChatClient:
             evalpipe.spend.BudgetReached: the run's budget is spent (the request was not sent).
         """
         ep = self.endpoint
+        optional = {
+            "temperature": None if ep.is_reasoning_model else ep.temperature,
+            "seed": ep.seed,
+            "max_completion_tokens" if ep.is_reasoning_model else "max_tokens": max_tokens,
+            "tools": [dict(t) for t in tools] if tools else None,
+            "tool_choice": tool_choice,
+            "response_format": None if response_format is None else dict(response_format),
+        }
         body: dict[str, Any] = {"model": ep.model, "messages": [dict(m) for m in messages]}
-        if ep.temperature is not None and not ep.is_reasoning_model:
-            body["temperature"] = ep.temperature
-        if ep.seed is not None:
-            body["seed"] = ep.seed
-        if max_tokens is not None:
-            body["max_completion_tokens" if ep.is_reasoning_model else "max_tokens"] = max_tokens
-        if tools:
-            body["tools"] = [dict(t) for t in tools]
-        if tool_choice is not None:
-            body["tool_choice"] = tool_choice
-        if response_format is not None:
-            body["response_format"] = dict(response_format)
-        if extra:
-            body.update(extra)
+        body.update({k: v for k, v in optional.items() if v is not None}, **(extra or {}))
         cache = self.cache if self.cache is not None and self.cache.enabled else None
         key_request = {**body, "repetition": repetition}
         meter = metering.get()
@@ -788,59 +763,45 @@ class ChatClient:
         rejection: ChatHTTPError | None = None
         while True:
             with _FORMATS_LOCK:
-                accepted = memory.accepted
                 candidates = [m for m in ladder if m not in memory.rejected]
-            if accepted is not None and accepted in candidates:
-                answer = await self._try_format(memory, accepted, ask)
-            elif not candidates:
+                mode = memory.accepted if memory.accepted in candidates else None
+            if not candidates:
                 raise rejection or ChatHTTPError(
                     400,
                     f"{self.endpoint.chat_url} rejected every response format asked for "
                     f"({', '.join(ladder)}) earlier in this process",
                 )
-            else:
-                # Until the endpoint has taken a format, its callers negotiate one at a time:
-                # a hundred concurrent judge calls cost one rejection, not a hundred.
-                async with _probe_lock(key):
+            # Until the endpoint has taken a format, its callers negotiate one at a time: a
+            # hundred concurrent judge calls cost one rejection, not a hundred.
+            probe = _of_loop(("probe", *key), asyncio.Lock) if mode is None else None
+            async with probe or contextlib.nullcontext():
+                if mode is None:
                     with _FORMATS_LOCK:
-                        decided = memory.accepted in candidates or candidates[0] in memory.rejected
-                    if decided:  # found out while this call waited
-                        continue
-                    answer = await self._try_format(memory, candidates[0], ask)
-            if isinstance(answer, ChatHTTPError):
-                rejection = answer
-                continue
-            return answer
-
-    async def _try_format(
-        self,
-        memory: _FormatMemory,
-        mode: ResponseFormatMode,
-        ask: Callable[[ResponseFormatMode], Awaitable[ChatCompletion]],
-    ) -> tuple[ChatCompletion, ResponseFormatMode] | ChatHTTPError:
-        """One call in ``mode``; the endpoint's rejection of the format is returned (and
-        remembered), anything else is raised."""
-        try:
-            completion = await ask(mode)
-        except ChatHTTPError as exc:
-            if mode == "prompt" or not is_format_rejection(exc):
-                raise
-            with _FORMATS_LOCK:
-                memory.rejected.add(mode)
-                if memory.accepted == mode:
-                    memory.accepted = None
-            logger.info(
-                "%s (model %s) rejected response format %s; trying the next: %s",
-                self.endpoint.chat_url,
-                self.endpoint.model,
-                mode,
-                exc,
-            )
-            return exc
-        if not completion.cached:  # a stored answer says nothing about today's endpoint
-            with _FORMATS_LOCK:
-                memory.accepted = mode
-        return completion, mode
+                        if memory.accepted in candidates or candidates[0] in memory.rejected:
+                            continue  # found out while this call waited
+                    mode = candidates[0]
+                try:
+                    completion = await ask(mode)
+                except ChatHTTPError as exc:
+                    if mode == "prompt" or not is_format_rejection(exc):
+                        raise
+                    with _FORMATS_LOCK:
+                        memory.rejected.add(mode)
+                        if memory.accepted == mode:
+                            memory.accepted = None
+                    logger.info(
+                        "%s (model %s) rejected response format %s; trying the next: %s",
+                        self.endpoint.chat_url,
+                        self.endpoint.model,
+                        mode,
+                        exc,
+                    )
+                    rejection = exc
+                    continue
+                if not completion.cached:  # a stored answer says nothing about today's endpoint
+                    with _FORMATS_LOCK:
+                        memory.accepted = mode
+                return completion, mode
 
     async def _replay_structured(
         self,

@@ -23,7 +23,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, cast, get_args
+from typing import Annotated, Any, Literal, cast, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -600,13 +600,6 @@ def _known_once(names: Iterable[str], known: Sequence[str], what: str) -> list[s
 # -- the provider ----------------------------------------------------------------------------------
 
 
-def _check_metrics(metrics: Sequence[str]) -> list[JudgeMetric]:
-    chosen = _known_once(metrics, list(JUDGE_METRICS), "judge metric")
-    if not chosen:
-        raise ValueError("a JudgeEvaluator needs at least one metric")
-    return [JUDGE_METRICS[name] for name in chosen]
-
-
 def _check_threshold(name: str, value: float) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not 1 <= value <= 5:
         raise ValueError(f"threshold for {name} must be a number from 1 to 5, got {value!r}")
@@ -666,7 +659,12 @@ class JudgeEvaluator:
         if is_reasoning_model is not None:
             update["is_reasoning_model"] = is_reasoning_model
         self.endpoint = ep.model_copy(update=update) if update else ep
-        self.metrics = _check_metrics(list(metrics) if metrics is not None else DEFAULT_METRICS)
+        chosen = _known_once(
+            DEFAULT_METRICS if metrics is None else metrics, list(JUDGE_METRICS), "judge metric"
+        )
+        if not chosen:
+            raise ValueError("a JudgeEvaluator needs at least one metric")
+        self.metrics = [JUDGE_METRICS[m] for m in chosen]
         self.default_threshold = _check_threshold("every metric", threshold)
         names = {m.name for m in self.metrics}
         self.thresholds: dict[str, float] = {}
@@ -779,65 +777,50 @@ class JudgeEvaluator:
                 refusal=completion.refusal,
             )
         except JudgeAnswerError as exc:
-            return self._errored(metric, threshold, exc.code, str(exc), completion, mode)
+            error: tuple[str, str] | None = (exc.code, str(exc))
         except BudgetReached:
             raise  # not this item's failure: the run stops (the item is judged when it resumes)
         except Exception as exc:  # a run never loses its other results to one judge call
             code = next((c for kind, c in _CALL_ERRORS if isinstance(exc, kind)), None)
             message = f"{type(exc).__name__}: {exc}" if code is None else str(exc)
-            return self._errored(metric, threshold, code or "JudgeError", message, None)
+            completion, error = None, (code or "JudgeError", message)
+        else:
+            error = None
+        usage = dict(completion.usage) if completion and completion.usage else None
+        latency = completion.latency_s if completion is not None else None
+        sample = {"judge_model": self.endpoint.model, "structured_output": mode}
+        if error is not None:
+            code, message = error
+            return EvalScoreResult(
+                metric.name,
+                None,
+                None,
+                None if completion is None else {**sample, "answer": completion.content},
+                threshold=threshold,
+                label="error",
+                error_message=message,
+                rating="inconclusive",
+                diagnostics=[Diagnostic("error", message)],
+                error_code=code,
+                token_usage=usage,
+                latency_s=latency,
+            )
+        assert completion is not None
         score = float(verdict.score)
         passed = score >= threshold
-        diagnostics = (
-            [Diagnostic("informational", verdict.reasoning)] if verdict.reasoning.strip() else []
-        )
+        reasoning = verdict.reasoning.strip()
         return EvalScoreResult(
             metric.name,
             score,
             passed,
-            {
-                "reason": verdict.reason,
-                "judge_model": self.endpoint.model,
-                "cached": completion.cached,
-                "structured_output": mode,
-            },
+            {"reason": verdict.reason, "cached": completion.cached, **sample},
             reason=verdict.reason,
             threshold=threshold,
             label="pass" if passed else "fail",
             rating=rating_for(score),
-            diagnostics=diagnostics,
-            token_usage=dict(completion.usage) if completion.usage else None,
-            latency_s=completion.latency_s,
-        )
-
-    def _errored(
-        self,
-        metric: JudgeMetric,
-        threshold: float,
-        code: str,
-        message: str,
-        completion: ChatCompletion | None,
-        mode: ResponseFormatMode | None = None,
-    ) -> EvalScoreResult:
-        return EvalScoreResult(
-            metric.name,
-            None,
-            None,
-            {
-                "judge_model": self.endpoint.model,
-                "answer": completion.content,
-                "structured_output": mode,
-            }
-            if completion is not None
-            else None,
-            threshold=threshold,
-            label="error",
-            error_message=message,
-            rating="inconclusive",
-            diagnostics=[Diagnostic("error", message)],
-            error_code=code,
-            token_usage=dict(completion.usage) if completion and completion.usage else None,
-            latency_s=completion.latency_s if completion is not None else None,
+            diagnostics=[Diagnostic("informational", verdict.reasoning)] if reasoning else [],
+            token_usage=usage,
+            latency_s=latency,
         )
 
     def _collect(
@@ -906,7 +889,7 @@ class JudgeConfig(ChatEndpoint):
 
     metrics: list[MetricName] = Field(default_factory=lambda: list(DEFAULT_METRICS))
     """The metrics to score."""
-    thresholds: dict[MetricName, float] = Field(default_factory=dict)
+    thresholds: dict[MetricName, Annotated[float, Field(ge=1, le=5)]] = Field(default_factory=dict)
     """Pass thresholds per metric (1–5)."""
     threshold: float = Field(default=4.0, ge=1, le=5)
     """The threshold of metrics not in ``thresholds``."""
@@ -923,31 +906,20 @@ class JudgeConfig(ChatEndpoint):
     name: str = "Judge"
     """The provider name in results."""
 
-    @field_validator("thresholds")
-    @classmethod
-    def _check_thresholds(cls, value: dict[str, float]) -> dict[str, float]:
-        for key, threshold in value.items():
-            _check_threshold(key, threshold)
-        return value
-
     def build(self, *, credential: Any = None) -> JudgeEvaluator:
         """The JudgeEvaluator this config describes.
 
         Raises:
             ValueError: for a threshold naming a metric that is not evaluated.
         """
+        own = self.model_fields_set
         endpoint = ChatEndpoint(
-            **{k: getattr(self, k) for k in ChatEndpoint.model_fields if k in self.model_fields_set}
+            **{k: getattr(self, k) for k in ChatEndpoint.model_fields if k in own}
         )
+        judge = set(JudgeConfig.model_fields) - set(ChatEndpoint.model_fields) - {"cache"}
         return JudgeEvaluator(
             endpoint,
-            metrics=self.metrics,
-            thresholds={str(k): v for k, v in self.thresholds.items()},
-            threshold=self.threshold,
+            **{k: getattr(self, k) for k in judge},
             cache=self.cache.build() if self.cache is not None else None,
-            max_tokens=self.max_tokens,
-            structured_output=self.structured_output,
-            json_mode=self.json_mode,
             credential=credential,
-            name=self.name,
         )

@@ -77,21 +77,7 @@ def _reference_reader(source: ReferenceSource) -> tuple[Callable[[EvalItem], Any
     if callable(source):
         return source, f"a reference from references_from={getattr(source, '__name__', source)!r}"
     if source == "default":
-
-        def default(item: EvalItem) -> list[Any]:
-            found: list[Any] = []
-            if item.expected_output is not None:
-                found.append(item.expected_output)
-            extra = item.metadata.get(_REFERENCES_KEY)
-            if extra is not None:
-                found.extend(
-                    [extra]
-                    if isinstance(extra, str)
-                    else _as_list(extra, f"metadata[{_REFERENCES_KEY!r}]")
-                )
-            return found
-
-        return default, (
+        return _default_references, (
             "a reference: set the item's expected_output, or metadata['references'] to a list of "
             "strings"
         )
@@ -106,6 +92,14 @@ def _reference_reader(source: ReferenceSource) -> tuple[Callable[[EvalItem], Any
         f"references_from must be 'default', 'expected_output', 'metadata.<key>' or a callable "
         f"item -> str | list[str], got {source!r}"
     )
+
+
+def _default_references(item: EvalItem) -> list[Any]:
+    found: list[Any] = [] if item.expected_output is None else [item.expected_output]
+    extra = item.metadata.get(_REFERENCES_KEY)
+    if extra is not None:
+        found += [extra] if isinstance(extra, str) else _as_list(extra, "metadata['references']")
+    return found
 
 
 def _as_list(value: Any, where: str) -> list[Any]:
@@ -126,16 +120,11 @@ def references_of(item: EvalItem, source: ReferenceSource = "default") -> list[s
         ValueError: for an unknown ``source`` string.
     """
     raw = _reference_reader(source)[0](item)
-    if raw is None:
-        return []
-    values = [raw] if isinstance(raw, str) else _as_list(raw, "references")
-    out: list[str] = []
+    values = [] if raw is None else [raw] if isinstance(raw, str) else _as_list(raw, "references")
     for value in values:
         if not isinstance(value, str):
             raise TypeError(f"every reference must be a string, got {type(value).__name__}")
-        if value.strip():
-            out.append(value)
-    return out
+    return [v for v in values if v.strip()]
 
 
 def _plural(n: int, word: str) -> str:
@@ -365,26 +354,15 @@ def _call_matches(call: FunctionCallContent, expected: ExpectedToolCall) -> bool
 def _max_matching(
     calls: Sequence[FunctionCallContent], expected: Sequence[ExpectedToolCall]
 ) -> int:
-    """Largest one-to-one pairing of calls with expectations they satisfy, order ignored.
+    """Largest one-to-one pairing of calls with expectations they satisfy, order ignored (a
+    maximum-weight assignment over 0/1 weights; greedy pairing can miss it)."""
+    import numpy as np  # lazy, as scipy: only for this check
+    from scipy.optimize import linear_sum_assignment  # type: ignore[import-untyped, unused-ignore]
 
-    An augmenting-path search (Kuhn's algorithm): greedy pairing can miss the best one when an
-    expectation without arguments also matches a call another expectation needs.
-    """
-    owner: list[int | None] = [None] * len(calls)
-    fits = [[i for i, c in enumerate(calls) if _call_matches(c, e)] for e in expected]
-
-    def place(j: int, seen: set[int]) -> bool:
-        for i in fits[j]:
-            if i in seen:
-                continue
-            seen.add(i)
-            holder = owner[i]
-            if holder is None or place(holder, seen):
-                owner[i] = j
-                return True
-        return False
-
-    return sum(place(j, set()) for j in range(len(expected)))
+    fits = np.array([[_call_matches(c, e) for c in calls] for e in expected], dtype=bool)
+    fits = fits.reshape(len(expected), len(calls))
+    rows, cols = linear_sum_assignment(fits, maximize=True)
+    return int(fits[rows, cols].sum())
 
 
 def _in_order(calls: Sequence[FunctionCallContent], expected: Sequence[ExpectedToolCall]) -> bool:
