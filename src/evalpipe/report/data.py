@@ -12,16 +12,16 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import duckdb
 import numpy as np
-import pyarrow as pa  # type: ignore[import-untyped, unused-ignore]
 
 from evalpipe._internal.adaptive import limit_notes
-from evalpipe.artifacts import local_file, read_manifest, read_rows, read_summary, read_table
+from evalpipe.artifacts import read_manifest, read_rows, read_summary
+from evalpipe.artifacts.reader import attach_tables, connected, records, run_tables
 from evalpipe.report.stats import (
     Interval,
     RepetitionStats,
@@ -322,70 +322,6 @@ def manifest_part(manifest: Mapping[str, Any], key: str) -> dict[str, Any]:
 # -- the run's tables in DuckDB -------------------------------------------------------------------
 
 
-def _numbered(table: Any) -> Any:
-    """``table`` with ``_pos``, each row's position in it (an int64 column over a numpy buffer:
-    ``pa.array`` of a numpy array imports pandas, ~0.2 s)."""
-    positions = np.arange(len(table), dtype=np.int64)
-    column = pa.Array.from_buffers(pa.int64(), len(positions), [None, pa.py_buffer(positions)])
-    return table.append_column("_pos", column)
-
-
-def attach_tables(
-    con: duckdb.DuckDBPyConnection,
-    run_dir: Any,
-    tables: Mapping[str, Sequence[str]],
-    *,
-    filesystem: Any = None,
-) -> None:
-    """Make each named table of the run a view in ``con`` of the asked columns and ``_pos``, the
-    row's position in its file (``read_rows`` reads a row back by it).
-
-    DuckDB reads a local file itself (only the asked columns, streamed: nothing is held between
-    queries); a file elsewhere (a filesystem URI) or of an older schema version lacking an asked
-    column is read with ``read_table`` and its Arrow table registered.
-
-    Raises:
-        ArtifactError, SchemaVersionError: as ``read_table``.
-    """
-    for name, columns in tables.items():
-        path = local_file(run_dir, name, columns=columns, filesystem=filesystem)
-        if path is not None:
-            rel = con.read_parquet(path, file_row_number=True)
-            rel.select(", ".join([*columns, "file_row_number AS _pos"])).create_view(name)
-        else:
-            table = read_table(run_dir, name, columns=list(columns), filesystem=filesystem)
-            con.register(name, _numbered(table))
-
-
-def run_tables(
-    run_dir: Any, tables: Mapping[str, Sequence[str]], *, filesystem: Any = None
-) -> duckdb.DuckDBPyConnection:
-    """An in-memory DuckDB connection with the run's tables attached (``attach_tables``).
-
-    Raises:
-        ArtifactError, SchemaVersionError: as ``read_table``.
-    """
-    return _connected(lambda con: attach_tables(con, run_dir, tables, filesystem=filesystem))
-
-
-def _connected(attach: Callable[[duckdb.DuckDBPyConnection], None]) -> duckdb.DuckDBPyConnection:
-    """A new in-memory DuckDB connection, after ``attach(con)`` (closed when that raises)."""
-    con = duckdb.connect(":memory:")
-    try:
-        attach(con)
-    except BaseException:
-        con.close()
-        raise
-    return con
-
-
-def records(con: duckdb.DuckDBPyConnection, sql: str, params: Any = None) -> list[dict[str, Any]]:
-    """A query's rows as dicts."""
-    cursor = con.execute(sql, params)
-    names = [d[0] for d in cursor.description or ()]
-    return [dict(zip(names, r, strict=True)) for r in cursor.fetchall()]
-
-
 ITEM_ROWS_SQL = """
 SELECT * REPLACE (coalesce(repetition, 0) AS repetition),
        coalesce(row_id, 'query ' || CAST(coalesce(query_index, -1) AS VARCHAR)) AS row
@@ -439,7 +375,7 @@ def scored_connection(run_dir: Any, *, filesystem: Any = None) -> duckdb.DuckDBP
     scores.parquet's metric rows (metric not null) with each item's dataset row and repetition
     (provider, agent, item_id, metric, score, status, rating, row, repetition, and ``_pos``: the
     row's position in scores.parquet)."""
-    return _connected(lambda con: attach_scored(con, run_dir, "scored", filesystem=filesystem))
+    return connected(lambda con: attach_scored(con, run_dir, "scored", filesystem=filesystem))
 
 
 _KINDS_SQL = "SELECT provider, metric, count(rating) > 0 AS rated FROM {scored} GROUP BY ALL"
