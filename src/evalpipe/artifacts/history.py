@@ -82,6 +82,8 @@ class RunInfo:
     """This run is its suite's blessed baseline."""
     rows: list[SummaryRow] = field(default_factory=list)
     """summary.parquet's rows: pass rates per provider, agent and metric."""
+    manifest: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The run's manifest.json."""
 
     def as_dict(self) -> dict[str, Any]:
         """The run as JSON-ready data (``evalpipe history --format json``)."""
@@ -94,22 +96,23 @@ class RunInfo:
             "calls": self.calls,
             "gate": None if self.gate is None else ("passed" if self.gate else "failed"),
             "baseline": self.baseline,
-            "pass_rates": [
-                {
-                    "provider": r.provider,
-                    "agent": r.agent,
-                    "metric": r.metric,
-                    "n": r.n,
-                    "passed": r.passed,
-                    "failed": r.failed,
-                    "errored": r.errored,
-                    "not_applicable": r.not_applicable,
-                    "pass_rate": r.pass_rate,
-                    "pass_rate_denominator": r.pass_rate_denominator,
-                }
-                for r in self.rows
-            ],
+            "pass_rates": [{k: getattr(r, k) for k in _PASS_RATE_KEYS} for r in self.rows],
         }
+
+
+_PASS_RATE_KEYS = (
+    "provider",
+    "agent",
+    "metric",
+    "n",
+    "passed",
+    "failed",
+    "errored",
+    "not_applicable",
+    "pass_rate",
+    "pass_rate_denominator",
+)
+"""What ``evalpipe history --format json`` shows of each summary row."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,6 +228,7 @@ def _suite_runs(
                 gate=bool(gate.get("passed")) if isinstance(gate, dict) else None,
                 baseline=name == baseline,
                 rows=rows,
+                manifest=manifest,
             )
         )
     return runs

@@ -48,7 +48,6 @@ __all__ = [
     "ResultRow",
     "RunReport",
     "ScoreView",
-    "VariabilityRow",
     "attach_scored",
     "attach_tables",
     "classify_metric",
@@ -136,30 +135,6 @@ class ResultRow:
     status: str | None
     error: str | None
     report_url: str | None
-
-
-@dataclass(slots=True)
-class VariabilityRow:
-    """Repetitions of one metric on one agent: averages over dataset rows."""
-
-    provider: str
-    agent: str
-    metric: str
-    rows: int
-    """Dataset rows with at least one verdict."""
-    k: int
-    pass_at_1: float | None
-    pass_at_k: float | None
-    pass_hat_k: float | None
-    at_least_1: int
-    """Rows where at least one repetition passed."""
-    all_k: int
-    """Rows where every one of at least k repetitions passed."""
-    rows_at_k: int
-    """Rows with at least k verdicts (pass@k and pass^k average over these)."""
-    flaky: int
-    score_std_mean: float | None
-    """Mean over rows of the standard deviation of the scores across repetitions."""
 
 
 @dataclass(slots=True)
@@ -285,7 +260,9 @@ class RunReport:
     items_per_agent: list[tuple[str, int]]
     results: list[ResultRow]
     metrics: list[MetricRow]
-    variability: list[VariabilityRow]
+    variability: list[dict[str, Any]]
+    """Repetitions of each metric on each agent, averaged over dataset rows (``_VARIABILITY_SQL``'s
+    rows, in the metrics' order)."""
     flaky: list[FlakyItem]
     flaky_total: int
     disagreements: list[Disagreement]
@@ -512,8 +489,10 @@ SELECT provider, agent, metric,
 FROM per_row JOIN per_metric USING (provider, agent, metric) LEFT JOIN at_k USING (provider, agent, metric)
 GROUP BY ALL ORDER BY provider, agent, metric
 """
-"""Per metric, over its dataset rows; pass@k and pass^k are computed once per (n, c, k) with
-``stats`` (the functions ``pass_at_k`` and ``pass_hat_k``) and averaged over the rows with n >= k."""
+"""Per metric, over its dataset rows: those with a verdict (``rows``), with at least k verdicts
+(``rows_at_k``: pass@k and pass^k average over these, each computed once per (n, c, k) with
+``stats``), where a repetition passed (``at_least_1``), where all of at least k passed
+(``all_k``), the flaky ones, and the mean over rows of their scores' deviation across repetitions."""
 
 _FLAKY_SQL = """
 SELECT provider, agent, metric, row, n, c, total - n - not_applicable AS errored,
@@ -525,12 +504,12 @@ ORDER BY provider, agent, metric, row LIMIT $listed
 
 def _variability(
     con: duckdb.DuckDBPyConnection, repetitions: int, max_listed: int
-) -> tuple[list[VariabilityRow], list[FlakyItem], int]:
+) -> tuple[list[dict[str, Any]], list[FlakyItem], int]:
     con.execute(_PER_ROW_SQL)
     con.execute(_PER_METRIC_SQL, {"repetitions": repetitions})
     for function in (pass_at_k, pass_hat_k):
         con.create_function(function.__name__, function, ["BIGINT"] * 3, "DOUBLE")
-    out = [VariabilityRow(**r) for r in records(con, _VARIABILITY_SQL)]
+    out = records(con, _VARIABILITY_SQL)
     flaky = [
         FlakyItem(
             r.pop("provider"), r.pop("agent"), r.pop("metric"), r.pop("row"), RepetitionStats(**r)
@@ -538,7 +517,7 @@ def _variability(
         for r in records(con, _FLAKY_SQL, {"listed": max_listed})
     ]
     con.execute("DROP TABLE per_row; DROP TABLE per_metric")  # a row's worth per dataset row
-    return out, flaky, sum(v.flaky for v in out)
+    return out, flaky, sum(v["flaky"] for v in out)
 
 
 _PAIRS_SQL = """
@@ -897,7 +876,9 @@ def load_report_data(
             repetitions = (most or 0) + 1
         variability, flaky, flaky_total = _variability(con, repetitions, max_listed)
         order = {(m.provider, m.agent, m.metric): i for i, m in enumerate(metrics)}
-        variability.sort(key=lambda v: order.get((v.provider, v.agent, v.metric), len(order)))
+        variability.sort(
+            key=lambda v: order.get((v["provider"], v["agent"], v["metric"]), len(order))
+        )
         found = query_disagreements(
             con,
             metric_kinds(con),
