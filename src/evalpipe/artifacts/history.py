@@ -18,7 +18,7 @@ from typing import Any
 
 import pyarrow.fs as pafs  # type: ignore[import-untyped, unused-ignore]
 
-from evalpipe.artifacts.reader import read_manifest, read_summary
+from evalpipe.artifacts.reader import manifest_part, read_manifest, read_summary
 from evalpipe.artifacts.schema import MANIFEST_FILE, ArtifactError
 from evalpipe.artifacts.writer import resolve_filesystem
 from evalpipe.tally import SummaryRow
@@ -132,10 +132,7 @@ class DamagedRun:
 
 
 def _started(manifest: dict[str, Any]) -> datetime | None:
-    timings = manifest.get("timings")
-    text = manifest.get("started_at") or (
-        timings.get("writer_opened_at") if isinstance(timings, dict) else None
-    )
+    text = manifest.get("started_at") or manifest_part(manifest, "timings").get("writer_opened_at")
     if not isinstance(text, str):
         return None
     try:
@@ -213,10 +210,8 @@ def _suite_runs(
                 raise
             damaged.append(DamagedRun(_name(location), name, where, str(exc)))
             continue
-        suite = manifest.get("suite")
-        suite = suite if isinstance(suite, dict) else {}
+        suite = manifest_part(manifest, "suite")
         gate = manifest.get("gate")
-        calls = manifest.get("calls")
         runs.append(
             RunInfo(
                 suite=str(suite.get("name") or _name(location)),
@@ -224,7 +219,7 @@ def _suite_runs(
                 location=where,
                 started_at=_started(manifest),
                 target_version=str(suite.get("target_version") or ""),
-                calls=dict(calls) if isinstance(calls, dict) else {},
+                calls=dict(manifest_part(manifest, "calls")),
                 gate=bool(gate.get("passed")) if isinstance(gate, dict) else None,
                 baseline=name == baseline,
                 rows=rows,

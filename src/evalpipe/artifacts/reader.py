@@ -51,6 +51,7 @@ __all__ = [
     "iter_runs",
     "load_run",
     "local_file",
+    "manifest_part",
     "read_manifest",
     "read_not_passed",
     "read_rows",
@@ -120,6 +121,12 @@ def read_manifest(run_dir: str | os.PathLike[str], *, filesystem: Any = None) ->
     return data
 
 
+def manifest_part(manifest: Mapping[str, Any], key: str) -> dict[str, Any]:
+    """manifest.json's object ``key``; empty when it is absent or not an object."""
+    part = manifest.get(key)
+    return part if isinstance(part, dict) else {}
+
+
 class _Table:
     """An open table file, and the columns it lacks (added by later schema versions)."""
 
@@ -147,11 +154,9 @@ class _Table:
                 data = data.add_column(i, name, pa.array([value] * data.num_rows, type=type_))
         return data
 
-    def read(self, columns: Sequence[str] | None, row_group: int | None = None) -> Any:
+    def read(self, columns: Sequence[str] | None) -> Any:
         wanted, present = self._present(columns)
-        if row_group is None:
-            return self._filled(self.parquet.read(columns=present), wanted)
-        return self._filled(self.parquet.read_row_group(row_group, columns=present), wanted)
+        return self._filled(self.parquet.read(columns=present), wanted)
 
     def iter_batches(
         self,
@@ -442,7 +447,8 @@ def read_not_passed(
     for (level, _), group in itertools.groupby(
         rows, key=lambda r: (r["eval_run_id"] or "", r["item_index"])
     ):
-        first, *_ = items = list(group)
+        items = list(group)
+        first = items[0]
         failed = [
             f"{r['metric']}: {(r['reason'] or 'failed').splitlines()[0]}"
             for r in items

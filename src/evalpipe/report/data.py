@@ -21,7 +21,13 @@ import numpy as np
 
 from evalpipe._internal.adaptive import limit_notes
 from evalpipe.artifacts import read_manifest, read_rows, read_summary
-from evalpipe.artifacts.reader import attach_tables, connected, records, run_tables
+from evalpipe.artifacts.reader import (
+    attach_tables,
+    connected,
+    manifest_part,
+    records,
+    run_tables,
+)
 from evalpipe.report.stats import (
     Interval,
     RepetitionStats,
@@ -288,12 +294,6 @@ class RunReport:
     @property
     def agents(self) -> list[str]:
         return [agent for agent, _ in self.items_per_agent]
-
-
-def manifest_part(manifest: Mapping[str, Any], key: str) -> dict[str, Any]:
-    """manifest.json's object ``key``; empty when it is absent or not an object."""
-    part = manifest.get(key)
-    return part if isinstance(part, dict) else {}
 
 
 # -- the run's tables in DuckDB -------------------------------------------------------------------
