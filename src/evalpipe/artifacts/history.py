@@ -18,7 +18,7 @@ from typing import Any
 
 import pyarrow.fs as pafs  # type: ignore[import-untyped, unused-ignore]
 
-from evalpipe.artifacts.reader import read_manifest, read_summary
+from evalpipe.artifacts.reader import manifest_part, read_manifest, read_summary
 from evalpipe.artifacts.schema import MANIFEST_FILE, ArtifactError
 from evalpipe.artifacts.writer import resolve_filesystem
 from evalpipe.tally import SummaryRow
@@ -82,6 +82,8 @@ class RunInfo:
     """This run is its suite's blessed baseline."""
     rows: list[SummaryRow] = field(default_factory=list)
     """summary.parquet's rows: pass rates per provider, agent and metric."""
+    manifest: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    """The run's manifest.json."""
 
     def as_dict(self) -> dict[str, Any]:
         """The run as JSON-ready data (``evalpipe history --format json``)."""
@@ -94,22 +96,23 @@ class RunInfo:
             "calls": self.calls,
             "gate": None if self.gate is None else ("passed" if self.gate else "failed"),
             "baseline": self.baseline,
-            "pass_rates": [
-                {
-                    "provider": r.provider,
-                    "agent": r.agent,
-                    "metric": r.metric,
-                    "n": r.n,
-                    "passed": r.passed,
-                    "failed": r.failed,
-                    "errored": r.errored,
-                    "not_applicable": r.not_applicable,
-                    "pass_rate": r.pass_rate,
-                    "pass_rate_denominator": r.pass_rate_denominator,
-                }
-                for r in self.rows
-            ],
+            "pass_rates": [{k: getattr(r, k) for k in _PASS_RATE_KEYS} for r in self.rows],
         }
+
+
+_PASS_RATE_KEYS = (
+    "provider",
+    "agent",
+    "metric",
+    "n",
+    "passed",
+    "failed",
+    "errored",
+    "not_applicable",
+    "pass_rate",
+    "pass_rate_denominator",
+)
+"""What ``evalpipe history --format json`` shows of each summary row."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,10 +132,7 @@ class DamagedRun:
 
 
 def _started(manifest: dict[str, Any]) -> datetime | None:
-    timings = manifest.get("timings")
-    text = manifest.get("started_at") or (
-        timings.get("writer_opened_at") if isinstance(timings, dict) else None
-    )
+    text = manifest.get("started_at") or manifest_part(manifest, "timings").get("writer_opened_at")
     if not isinstance(text, str):
         return None
     try:
@@ -210,10 +210,8 @@ def _suite_runs(
                 raise
             damaged.append(DamagedRun(_name(location), name, where, str(exc)))
             continue
-        suite = manifest.get("suite")
-        suite = suite if isinstance(suite, dict) else {}
+        suite = manifest_part(manifest, "suite")
         gate = manifest.get("gate")
-        calls = manifest.get("calls")
         runs.append(
             RunInfo(
                 suite=str(suite.get("name") or _name(location)),
@@ -221,10 +219,11 @@ def _suite_runs(
                 location=where,
                 started_at=_started(manifest),
                 target_version=str(suite.get("target_version") or ""),
-                calls=dict(calls) if isinstance(calls, dict) else {},
+                calls=dict(manifest_part(manifest, "calls")),
                 gate=bool(gate.get("passed")) if isinstance(gate, dict) else None,
                 baseline=name == baseline,
                 rows=rows,
+                manifest=manifest,
             )
         )
     return runs

@@ -15,8 +15,8 @@ import itertools
 import json
 import os
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa  # type: ignore[import-untyped, unused-ignore]
 import pyarrow.compute as pc  # type: ignore[import-untyped, unused-ignore]
@@ -41,17 +41,25 @@ from evalpipe.results import EvalItemResult, EvalResults, EvalScoreResult
 from evalpipe.tally import OVERALL, SummaryRow
 from evalpipe.transcripts import RunUsage
 
+if TYPE_CHECKING:
+    import duckdb
+
 __all__ = [
+    "attach_tables",
+    "connected",
     "iter_batches",
     "iter_runs",
     "load_run",
     "local_file",
+    "manifest_part",
     "read_manifest",
     "read_not_passed",
     "read_rows",
     "read_runs",
     "read_summary",
     "read_table",
+    "records",
+    "run_tables",
 ]
 
 _R = TypeVar("_R")
@@ -113,11 +121,18 @@ def read_manifest(run_dir: str | os.PathLike[str], *, filesystem: Any = None) ->
     return data
 
 
+def manifest_part(manifest: Mapping[str, Any], key: str) -> dict[str, Any]:
+    """manifest.json's object ``key``; empty when it is absent or not an object."""
+    part = manifest.get(key)
+    return part if isinstance(part, dict) else {}
+
+
 class _Table:
     """An open table file, and the columns it lacks (added by later schema versions)."""
 
     def __init__(self, fs: Any, directory: str, name: str, parquet: Any, absent: list[str]) -> None:
         self.fs = fs
+        self.name = name
         self.path = f"{directory}/{FILES[name]}"
         self.parquet = parquet
         self.schema = schema_of(name)
@@ -139,11 +154,9 @@ class _Table:
                 data = data.add_column(i, name, pa.array([value] * data.num_rows, type=type_))
         return data
 
-    def read(self, columns: Sequence[str] | None, row_group: int | None = None) -> Any:
+    def read(self, columns: Sequence[str] | None) -> Any:
         wanted, present = self._present(columns)
-        if row_group is None:
-            return self._filled(self.parquet.read(columns=present), wanted)
-        return self._filled(self.parquet.read_row_group(row_group, columns=present), wanted)
+        return self._filled(self.parquet.read(columns=present), wanted)
 
     def iter_batches(
         self,
@@ -155,11 +168,57 @@ class _Table:
         for batch in self.parquet.iter_batches(batch_size, row_groups, columns=present):
             yield self._filled(batch, wanted)
 
+    def local(self, columns: Sequence[str]) -> str | None:
+        """``local_file``: the file's path, for a reader that opens it itself."""
+        local = isinstance(self.fs, pafs.LocalFileSystem) and not any(c in self.path for c in "*?[")
+        return self.path if local and not set(columns) & set(self.absent) else None
 
-def _open(run_dir: str | os.PathLike[str], name: str, filesystem: Any) -> _Table:
-    """Table ``name`` of a finished run (its manifest checked first), checked."""
+    def attach(self, con: duckdb.DuckDBPyConnection, columns: Sequence[str]) -> None:
+        """``attach_tables`` of this table: a view named as it is."""
+        path = self.local(columns)
+        if path is not None:
+            rel = con.read_parquet(path, file_row_number=True)
+            rel.select(", ".join([*columns, "file_row_number AS _pos"])).create_view(self.name)
+        else:
+            con.register(self.name, _numbered(self.read(columns)))
+
+    def rows(self, positions: Sequence[int], columns: Sequence[str] | None) -> list[dict[str, Any]]:
+        """``read_rows`` of this table."""
+        meta = self.parquet.metadata
+        starts = list(
+            itertools.accumulate(
+                (meta.row_group(g).num_rows for g in range(meta.num_row_groups)), initial=0
+            )
+        )
+        wanted = sorted(set(positions))
+        if not wanted:
+            return []
+        if wanted[0] < 0 or wanted[-1] >= starts[-1]:
+            bad = wanted[0] if wanted[0] < 0 else wanted[-1]
+            raise IndexError(f"{self.name}: no row {bad} (it has {starts[-1]})")
+        found: dict[int, dict[str, Any]] = {}
+        for group in sorted({bisect.bisect_right(starts, p) - 1 for p in wanted}):
+            start = starts[group]
+            last = wanted[bisect.bisect_left(wanted, starts[group + 1]) - 1]
+            for batch in self.iter_batches(_ROWS_BATCH, columns, row_groups=[group]):
+                end = start + batch.num_rows
+                here = wanted[bisect.bisect_left(wanted, start) : bisect.bisect_left(wanted, end)]
+                if here:
+                    rows = batch.take(_indices([p - start for p in here])).to_pylist()
+                    found.update(zip(here, rows, strict=True))
+                if end > last:
+                    break  # the rest of the group holds no asked row
+                start = end
+        return [found[p] for p in positions]
+
+
+def _open(
+    run_dir: str | os.PathLike[str], name: str, filesystem: Any, *, checked: bool = False
+) -> _Table:
+    """Table ``name`` of a finished run (its manifest checked first, unless ``checked``), checked."""
     fs, directory = resolve_filesystem(run_dir, filesystem)
-    read_manifest(directory, filesystem=fs)
+    if not checked:
+        read_manifest(directory, filesystem=fs)
     if name not in TABLES:
         raise ValueError(f"unknown run table {name!r}; the tables are {sorted(TABLES)}")
     path = f"{directory}/{FILES[name]}"
@@ -216,9 +275,68 @@ def local_file(
     Raises:
         ArtifactError, SchemaVersionError: as ``read_table``.
     """
-    table = _open(run_dir, name, filesystem)
-    local = isinstance(table.fs, pafs.LocalFileSystem) and not any(c in table.path for c in "*?[")
-    return table.path if local and not set(columns) & set(table.absent) else None
+    return _open(run_dir, name, filesystem).local(columns)
+
+
+def attach_tables(
+    con: duckdb.DuckDBPyConnection,
+    run_dir: str | os.PathLike[str],
+    tables: Mapping[str, Sequence[str]],
+    *,
+    filesystem: Any = None,
+) -> None:
+    """Make each named table of the run a view in ``con`` of the asked columns and ``_pos``, the
+    row's position in its file (``read_rows`` reads a row back by it).
+
+    DuckDB reads a local file itself (only the asked columns, streamed: nothing is held between
+    queries); a file elsewhere (a filesystem URI) or of an older schema version lacking an asked
+    column is read with ``read_table`` and its Arrow table registered.
+
+    Raises:
+        ArtifactError, SchemaVersionError: as ``read_table``.
+    """
+    fs, directory = resolve_filesystem(run_dir, filesystem)
+    read_manifest(directory, filesystem=fs)
+    for name, columns in tables.items():
+        _open(directory, name, fs, checked=True).attach(con, columns)
+
+
+def run_tables(
+    run_dir: str | os.PathLike[str], tables: Mapping[str, Sequence[str]], *, filesystem: Any = None
+) -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB connection with the run's tables attached (``attach_tables``).
+
+    Raises:
+        ArtifactError, SchemaVersionError: as ``read_table``.
+    """
+    return connected(lambda con: attach_tables(con, run_dir, tables, filesystem=filesystem))
+
+
+def connected(
+    attach: Callable[[duckdb.DuckDBPyConnection], None],
+) -> duckdb.DuckDBPyConnection:
+    """A new in-memory DuckDB connection, after ``attach(con)`` (closed when that raises)."""
+    import duckdb  # lazy: only the readers that query load it
+
+    con = duckdb.connect(":memory:")
+    try:
+        attach(con)
+    except BaseException:
+        con.close()
+        raise
+    return con
+
+
+def records(con: duckdb.DuckDBPyConnection, sql: str, params: Any = None) -> list[dict[str, Any]]:
+    """A query's rows as dicts."""
+    cursor = con.execute(sql, params)
+    names = [d[0] for d in cursor.description or ()]
+    return [dict(zip(names, r, strict=True)) for r in cursor.fetchall()]
+
+
+def _numbered(table: Any) -> Any:
+    """``table`` with ``_pos``, each row's position in it."""
+    return table.append_column("_pos", _indices(list(range(len(table)))))
 
 
 def iter_batches(
@@ -243,7 +361,7 @@ def iter_runs(
     run_dir: str | os.PathLike[str], *, batch_size: int = 1_024, filesystem: Any = None
 ) -> Iterator[RunRecord]:
     """The target calls of runs.parquet, in the order they were written, streamed."""
-    return _records(RunRecord, run_dir, "runs", "call", filesystem, batch_size)
+    return _records(RunRecord, _open(run_dir, "runs", filesystem), "call", batch_size)
 
 
 def read_runs(run_dir: str | os.PathLike[str], *, filesystem: Any = None) -> list[RunRecord]:
@@ -255,23 +373,15 @@ def read_runs(run_dir: str | os.PathLike[str], *, filesystem: Any = None) -> lis
 def read_summary(run_dir: str | os.PathLike[str], *, filesystem: Any = None) -> list[SummaryRow]:
     """summary.parquet's rows, in file order: one per provider × agent and per metric (the numbers
     every sink shows, computed by ``evalpipe.tally``)."""
-    return list(_records(SummaryRow, run_dir, "summary", "row", filesystem, 65_536))
+    return list(_records(SummaryRow, _open(run_dir, "summary", filesystem), "row", 65_536))
 
 
 def _records(
-    cls: Callable[..., _R],
-    run_dir: str | os.PathLike[str],
-    name: str,
-    source: Source,
-    filesystem: Any,
-    batch_size: int,
+    cls: Callable[..., _R], table: _Table, source: Source, batch_size: int
 ) -> Iterator[_R]:
-    """Table ``name``'s rows as ``cls`` records, their fields the columns of ``source``."""
-    read = _fields(TABLES[name].of(source))
-    columns = [c.name for c in read.values()]
-    for batch in iter_batches(
-        run_dir, name, columns=columns, batch_size=batch_size, filesystem=filesystem
-    ):
+    """The table's rows as ``cls`` records, their fields the columns of ``source``."""
+    read = _fields(TABLES[table.name].of(source))
+    for batch in table.iter_batches(batch_size, [c.name for c in read.values()]):
         for row in batch.to_pylist():
             yield cls(**_record(read, row))
 
@@ -309,32 +419,9 @@ def read_rows(
     if not positions:
         read_manifest(run_dir, filesystem=filesystem)
         return []
-    table = _open(run_dir, name, filesystem)
-    meta = table.parquet.metadata
-    starts = list(
-        itertools.accumulate(
-            (meta.row_group(g).num_rows for g in range(meta.num_row_groups)), initial=0
-        )
-    )
-    wanted = sorted(set(positions))
-    if wanted[0] < 0 or wanted[-1] >= starts[-1]:
-        bad = wanted[0] if wanted[0] < 0 else wanted[-1]
-        raise IndexError(f"{name}: no row {bad} (it has {starts[-1]})")
-    found: dict[int, dict[str, Any]] = {}
-    for group in sorted({bisect.bisect_right(starts, p) - 1 for p in wanted}):
-        start = starts[group]
-        last = wanted[bisect.bisect_left(wanted, starts[group + 1]) - 1]
-        for batch in table.iter_batches(_ROWS_BATCH, columns, row_groups=[group]):
-            end = start + batch.num_rows
-            here = wanted[bisect.bisect_left(wanted, start) : bisect.bisect_left(wanted, end)]
-            if here:
-                rows = batch.take(_indices([p - start for p in here])).to_pylist()
-                found.update(zip(here, rows, strict=True))
-            if end > last:
-                break  # the rest of the group holds no asked row
-            start = end
-    LOADED["item_rows"] += len(found)
-    return [found[p] for p in positions]
+    rows = _open(run_dir, name, filesystem).rows(positions, columns)
+    LOADED["item_rows"] += len(set(positions))
+    return rows
 
 
 _ROWS_BATCH = 1_024
@@ -348,60 +435,45 @@ def read_not_passed(
     ``item_id``, ``item_status``, ``input_text``, ``output_text``, ``item_metadata`` (a dict),
     ``why`` (the item's error, else its failed metrics and their reasons).
 
-    scores.parquet is scanned row group by row group on its status column alone; only the rows of
-    the listed items are read in full and into Python, and the scan stops once every result of
-    summary.parquet has ``limit`` items listed (``LOADED["not_passed_rows"]`` counts those rows)."""
-    fs, path = resolve_filesystem(run_dir, filesystem)
-    summary = read_summary(path, filesystem=fs)  # the manifest checked first
-    levels = {row.eval_run_id or "" for row in summary if row.kind == "result"}
-    table = _open(path, "scores", fs)
-    keys = ["eval_run_id", "item_index", "item_status"]
-    out: dict[str, dict[int, list[dict[str, Any]]]] = {}
-    for group in range(table.parquet.num_row_groups):
-        if levels and all(len(out.get(level, ())) >= limit for level in levels):
-            break
-        head = table.read(keys, group)
-        # plain Python over one column: pyarrow.compute's first call imports pandas (2 s)
-        statuses = head.column("item_status").to_pylist()
-        positions = [
-            i for i, status in enumerate(statuses) if status is not None and status != "pass"
-        ]
-        if not positions:
-            continue
-        wanted: list[int] = []
-        runs = head.column("eval_run_id").take(positions).to_pylist()
-        indices = head.column("item_index").take(positions).to_pylist()
-        for position, level, index in zip(positions, runs, indices, strict=True):
-            listed = out.setdefault(level or "", {})
-            if index in listed or len(listed) < limit:
-                listed.setdefault(index, [])
-                wanted.append(position)
-        if not wanted:
-            continue
-        rows = table.read(_NOT_PASSED_COLUMNS, group).take(wanted).to_pylist()
-        LOADED["not_passed_rows"] += len(rows)
-        for row in rows:
-            out[row["eval_run_id"] or ""][row["item_index"]].append(row)
-
-    def finished(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    A query over scores.parquet's small columns finds the rows of the listed items; only those
+    are read in full and into Python (``LOADED["not_passed_rows"]`` counts them)."""
+    table = _open(run_dir, "scores", filesystem)
+    small = ["eval_run_id", "item_index", "item_status"]
+    with connected(lambda con: table.attach(con, small)) as con:
+        at = [p for (p,) in con.execute(_NOT_PASSED_SQL, {"limit": limit}).fetchall()]
+    rows = table.rows(at, _NOT_PASSED_COLUMNS)
+    LOADED["not_passed_rows"] += len(rows)
+    out: dict[str, list[dict[str, Any]]] = {}
+    for (level, _), group in itertools.groupby(
+        rows, key=lambda r: (r["eval_run_id"] or "", r["item_index"])
+    ):
+        items = list(group)
+        first = items[0]
         failed = [
             f"{r['metric']}: {(r['reason'] or 'failed').splitlines()[0]}"
-            for r in rows
+            for r in items
             if r["passed"] is False
         ]
-        first = rows[0]
-        return {
-            **{k: first[k] for k in ("item_id", "item_status", "input_text", "output_text")},
-            "item_metadata": _loads(first["item_metadata"]) or {},
-            "why": first["item_error_message"] or "; ".join(failed),
-        }
+        out.setdefault(level, []).append(
+            {
+                **{k: first[k] for k in ("item_id", "item_status", "input_text", "output_text")},
+                "item_metadata": _loads(first["item_metadata"]) or {},
+                "why": first["item_error_message"] or "; ".join(failed),
+            }
+        )
+    return out
 
-    return {
-        level: [finished(rows) for _, rows in sorted(items.items())]
-        for level, items in out.items()
-        if items
-    }
 
+_NOT_PASSED_SQL = """
+SELECT _pos FROM (
+    SELECT _pos, item_index, min(_pos) OVER level AS first,
+           dense_rank() OVER (level ORDER BY item_index) AS listed
+    FROM scores WHERE item_status <> 'pass'
+    WINDOW level AS (PARTITION BY coalesce(eval_run_id, ''))
+) WHERE listed <= $limit
+ORDER BY first, item_index, _pos
+"""
+"""The rows of each result's first ``limit`` items not passed (results in file order)."""
 
 _NOT_PASSED_COLUMNS = [
     "eval_run_id",
@@ -476,20 +548,16 @@ def _pylists(batch: Any, names: Sequence[str], shared: dict[str, str]) -> list[l
     return out
 
 
-def _input_items(
-    run_dir: str | os.PathLike[str], filesystem: Any
-) -> Callable[[str], Callable[[], list[EvalItem]]]:
+def _input_items(fs: Any, path: str) -> Callable[[str], Callable[[], list[EvalItem]]]:
     """Each agent's EvalItems of items.parquet, as a loader per agent: the file is read the first
     time any result asks for its agent's (each result gets its own list of the shared items)."""
-    _open(
-        run_dir, "items", filesystem
-    )  # a missing or damaged file is an error now, not on first use
+    _open(path, "items", fs, checked=True)  # a missing or damaged file is an error now
 
     @functools.cache
     def load() -> dict[str, list[EvalItem]]:
         pairs: dict[str, list[tuple[int, EvalItem]]] = {}
         read = _fields(TABLES["items"].of("item"))
-        for batch in iter_batches(run_dir, "items", filesystem=filesystem):
+        for batch in _open(path, "items", fs, checked=True).iter_batches(65_536, None):
             for row in batch.to_pylist():
                 item = EvalItem(**_record(read, row), usage=_usage(row))
                 pairs.setdefault(row["agent"], []).append((row["item_index"], item))
@@ -538,9 +606,7 @@ def _batch_records(
     return names, records
 
 
-def _read_results(
-    run_dir: str | os.PathLike[str], filesystem: Any
-) -> dict[tuple[int, str], dict[int, EvalItemResult]]:
+def _read_results(table: _Table) -> dict[tuple[int, str], dict[int, EvalItemResult]]:
     """scores.parquet's rows as EvalItemResults with their scores, per (provider, agent) and item
     index, built a batch at a time."""
     results: dict[tuple[int, str], dict[int, EvalItemResult]] = {}
@@ -549,13 +615,7 @@ def _read_results(
     keys = ["provider_index", "agent", "item_index", "score_index"]
     shared: dict[str, str] = {}
     item: EvalItemResult  # set on the first row of every batch (a start)
-    for batch in iter_batches(
-        run_dir,
-        "scores",
-        columns=keys + item_names + score_names,
-        batch_size=8_192,
-        filesystem=filesystem,
-    ):
+    for batch in table.iter_batches(8_192, keys + item_names + score_names):
         providers, agents, indices, score_indices = _pylists(batch, keys, shared)
         rows = list(zip(providers, agents, indices, strict=True))
         # An item's rows are consecutive (RunWriter writes them so): its own columns are read
@@ -598,12 +658,13 @@ def load_run(
         ArtifactError: when the directory is not a finished run or a file is damaged.
         SchemaVersionError: when it was written with a newer schema version.
     """
-    # each reader below checks the manifest first
-    loader = _input_items(run_dir, filesystem) if input_items else None
-    results = _read_results(run_dir, filesystem)
+    fs, path = resolve_filesystem(run_dir, filesystem)
+    read_manifest(path, filesystem=fs)  # once: the tables below are opened checked
+    loader = _input_items(fs, path) if input_items else None
+    results = _read_results(_open(path, "scores", fs, checked=True))
+    summary = _records(SummaryRow, _open(path, "summary", fs, checked=True), "row", 65_536)
     levels = sorted(
-        (r for r in read_summary(run_dir, filesystem=filesystem) if r.kind == "result"),
-        key=lambda r: (r.provider_index, r.agent_index),
+        (r for r in summary if r.kind == "result"), key=lambda r: (r.provider_index, r.agent_index)
     )
     out: dict[int, EvalResults] = {}
     for row in levels:

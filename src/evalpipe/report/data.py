@@ -12,16 +12,22 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import duckdb
 import numpy as np
-import pyarrow as pa  # type: ignore[import-untyped, unused-ignore]
 
 from evalpipe._internal.adaptive import limit_notes
-from evalpipe.artifacts import local_file, read_manifest, read_rows, read_summary, read_table
+from evalpipe.artifacts import read_manifest, read_rows, read_summary
+from evalpipe.artifacts.reader import (
+    attach_tables,
+    connected,
+    manifest_part,
+    records,
+    run_tables,
+)
 from evalpipe.report.stats import (
     Interval,
     RepetitionStats,
@@ -48,7 +54,6 @@ __all__ = [
     "ResultRow",
     "RunReport",
     "ScoreView",
-    "VariabilityRow",
     "attach_scored",
     "attach_tables",
     "classify_metric",
@@ -136,30 +141,6 @@ class ResultRow:
     status: str | None
     error: str | None
     report_url: str | None
-
-
-@dataclass(slots=True)
-class VariabilityRow:
-    """Repetitions of one metric on one agent: averages over dataset rows."""
-
-    provider: str
-    agent: str
-    metric: str
-    rows: int
-    """Dataset rows with at least one verdict."""
-    k: int
-    pass_at_1: float | None
-    pass_at_k: float | None
-    pass_hat_k: float | None
-    at_least_1: int
-    """Rows where at least one repetition passed."""
-    all_k: int
-    """Rows where every one of at least k repetitions passed."""
-    rows_at_k: int
-    """Rows with at least k verdicts (pass@k and pass^k average over these)."""
-    flaky: int
-    score_std_mean: float | None
-    """Mean over rows of the standard deviation of the scores across repetitions."""
 
 
 @dataclass(slots=True)
@@ -285,7 +266,9 @@ class RunReport:
     items_per_agent: list[tuple[str, int]]
     results: list[ResultRow]
     metrics: list[MetricRow]
-    variability: list[VariabilityRow]
+    variability: list[dict[str, Any]]
+    """Repetitions of each metric on each agent, averaged over dataset rows (``_VARIABILITY_SQL``'s
+    rows, in the metrics' order)."""
     flaky: list[FlakyItem]
     flaky_total: int
     disagreements: list[Disagreement]
@@ -313,77 +296,7 @@ class RunReport:
         return [agent for agent, _ in self.items_per_agent]
 
 
-def manifest_part(manifest: Mapping[str, Any], key: str) -> dict[str, Any]:
-    """manifest.json's object ``key``; empty when it is absent or not an object."""
-    part = manifest.get(key)
-    return part if isinstance(part, dict) else {}
-
-
 # -- the run's tables in DuckDB -------------------------------------------------------------------
-
-
-def _numbered(table: Any) -> Any:
-    """``table`` with ``_pos``, each row's position in it (an int64 column over a numpy buffer:
-    ``pa.array`` of a numpy array imports pandas, ~0.2 s)."""
-    positions = np.arange(len(table), dtype=np.int64)
-    column = pa.Array.from_buffers(pa.int64(), len(positions), [None, pa.py_buffer(positions)])
-    return table.append_column("_pos", column)
-
-
-def attach_tables(
-    con: duckdb.DuckDBPyConnection,
-    run_dir: Any,
-    tables: Mapping[str, Sequence[str]],
-    *,
-    filesystem: Any = None,
-) -> None:
-    """Make each named table of the run a view in ``con`` of the asked columns and ``_pos``, the
-    row's position in its file (``read_rows`` reads a row back by it).
-
-    DuckDB reads a local file itself (only the asked columns, streamed: nothing is held between
-    queries); a file elsewhere (a filesystem URI) or of an older schema version lacking an asked
-    column is read with ``read_table`` and its Arrow table registered.
-
-    Raises:
-        ArtifactError, SchemaVersionError: as ``read_table``.
-    """
-    for name, columns in tables.items():
-        path = local_file(run_dir, name, columns=columns, filesystem=filesystem)
-        if path is not None:
-            rel = con.read_parquet(path, file_row_number=True)
-            rel.select(", ".join([*columns, "file_row_number AS _pos"])).create_view(name)
-        else:
-            table = read_table(run_dir, name, columns=list(columns), filesystem=filesystem)
-            con.register(name, _numbered(table))
-
-
-def run_tables(
-    run_dir: Any, tables: Mapping[str, Sequence[str]], *, filesystem: Any = None
-) -> duckdb.DuckDBPyConnection:
-    """An in-memory DuckDB connection with the run's tables attached (``attach_tables``).
-
-    Raises:
-        ArtifactError, SchemaVersionError: as ``read_table``.
-    """
-    return _connected(lambda con: attach_tables(con, run_dir, tables, filesystem=filesystem))
-
-
-def _connected(attach: Callable[[duckdb.DuckDBPyConnection], None]) -> duckdb.DuckDBPyConnection:
-    """A new in-memory DuckDB connection, after ``attach(con)`` (closed when that raises)."""
-    con = duckdb.connect(":memory:")
-    try:
-        attach(con)
-    except BaseException:
-        con.close()
-        raise
-    return con
-
-
-def records(con: duckdb.DuckDBPyConnection, sql: str, params: Any = None) -> list[dict[str, Any]]:
-    """A query's rows as dicts."""
-    cursor = con.execute(sql, params)
-    names = [d[0] for d in cursor.description or ()]
-    return [dict(zip(names, r, strict=True)) for r in cursor.fetchall()]
 
 
 ITEM_ROWS_SQL = """
@@ -439,7 +352,7 @@ def scored_connection(run_dir: Any, *, filesystem: Any = None) -> duckdb.DuckDBP
     scores.parquet's metric rows (metric not null) with each item's dataset row and repetition
     (provider, agent, item_id, metric, score, status, rating, row, repetition, and ``_pos``: the
     row's position in scores.parquet)."""
-    return _connected(lambda con: attach_scored(con, run_dir, "scored", filesystem=filesystem))
+    return connected(lambda con: attach_scored(con, run_dir, "scored", filesystem=filesystem))
 
 
 _KINDS_SQL = "SELECT provider, metric, count(rating) > 0 AS rated FROM {scored} GROUP BY ALL"
@@ -576,8 +489,10 @@ SELECT provider, agent, metric,
 FROM per_row JOIN per_metric USING (provider, agent, metric) LEFT JOIN at_k USING (provider, agent, metric)
 GROUP BY ALL ORDER BY provider, agent, metric
 """
-"""Per metric, over its dataset rows; pass@k and pass^k are computed once per (n, c, k) with
-``stats`` (the functions ``pass_at_k`` and ``pass_hat_k``) and averaged over the rows with n >= k."""
+"""Per metric, over its dataset rows: those with a verdict (``rows``), with at least k verdicts
+(``rows_at_k``: pass@k and pass^k average over these, each computed once per (n, c, k) with
+``stats``), where a repetition passed (``at_least_1``), where all of at least k passed
+(``all_k``), the flaky ones, and the mean over rows of their scores' deviation across repetitions."""
 
 _FLAKY_SQL = """
 SELECT provider, agent, metric, row, n, c, total - n - not_applicable AS errored,
@@ -589,12 +504,12 @@ ORDER BY provider, agent, metric, row LIMIT $listed
 
 def _variability(
     con: duckdb.DuckDBPyConnection, repetitions: int, max_listed: int
-) -> tuple[list[VariabilityRow], list[FlakyItem], int]:
+) -> tuple[list[dict[str, Any]], list[FlakyItem], int]:
     con.execute(_PER_ROW_SQL)
     con.execute(_PER_METRIC_SQL, {"repetitions": repetitions})
     for function in (pass_at_k, pass_hat_k):
         con.create_function(function.__name__, function, ["BIGINT"] * 3, "DOUBLE")
-    out = [VariabilityRow(**r) for r in records(con, _VARIABILITY_SQL)]
+    out = records(con, _VARIABILITY_SQL)
     flaky = [
         FlakyItem(
             r.pop("provider"), r.pop("agent"), r.pop("metric"), r.pop("row"), RepetitionStats(**r)
@@ -602,7 +517,7 @@ def _variability(
         for r in records(con, _FLAKY_SQL, {"listed": max_listed})
     ]
     con.execute("DROP TABLE per_row; DROP TABLE per_metric")  # a row's worth per dataset row
-    return out, flaky, sum(v.flaky for v in out)
+    return out, flaky, sum(v["flaky"] for v in out)
 
 
 _PAIRS_SQL = """
@@ -961,7 +876,9 @@ def load_report_data(
             repetitions = (most or 0) + 1
         variability, flaky, flaky_total = _variability(con, repetitions, max_listed)
         order = {(m.provider, m.agent, m.metric): i for i, m in enumerate(metrics)}
-        variability.sort(key=lambda v: order.get((v.provider, v.agent, v.metric), len(order)))
+        variability.sort(
+            key=lambda v: order.get((v["provider"], v["agent"], v["metric"]), len(order))
+        )
         found = query_disagreements(
             con,
             metric_kinds(con),

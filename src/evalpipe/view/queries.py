@@ -25,7 +25,6 @@ from evalpipe.artifacts import (
     DamagedRun,
     RunInfo,
     find_runs,
-    read_manifest,
     read_rows,
 )
 from evalpipe.report.compare import Comparison, compare_runs
@@ -53,7 +52,6 @@ __all__ = [
     "SampleIndex",
     "SamplePage",
     "SampleQuery",
-    "SampleRow",
     "TrendChart",
     "TrendPoint",
     "trend_charts",
@@ -114,14 +112,27 @@ class _Lru(Generic[K, V]):
 class RunEntry(RunInfo):
     """One finished run under the served directory, with what the view reads of its manifest."""
 
-    tags: tuple[str, ...] = ()
-    stamp: str = ""
-    """What changes when the run directory is written again (its manifest's end time)."""
-    flow_run_id: str | None = None
-    """The Prefect flow run that made the run (the manifest's ``flow_run_id``), if recorded."""
-    evaluators: str = ""
-    """The run's evaluator set: its manifest's evaluator specs as canonical JSON (runs with the
-    same set are comparable on a trend)."""
+    @property
+    def tags(self) -> tuple[str, ...]:
+        return tuple(str(t) for t in manifest_part(self.manifest, "suite").get("tags") or ())
+
+    @property
+    def stamp(self) -> str:
+        """What changes when the run directory is written again (its manifest's end time)."""
+        finished = manifest_part(self.manifest, "timings").get("finished_at")
+        return str(self.manifest.get("ended_at") or finished)
+
+    @property
+    def flow_run_id(self) -> str | None:
+        """The Prefect flow run that made the run (the manifest's ``flow_run_id``), if recorded."""
+        found = self.manifest.get("flow_run_id")
+        return str(found) if found else None
+
+    @property
+    def evaluators(self) -> str:
+        """The run's evaluator set: its manifest's evaluator specs as canonical JSON (runs with
+        the same set are comparable on a trend)."""
+        return json.dumps(self.manifest.get("evaluator_specs"), sort_keys=True)
 
     @property
     def key(self) -> str:
@@ -177,30 +188,13 @@ class SampleQuery:
 
 
 @dataclass(slots=True)
-class SampleRow:
-    """One item (agent × item) of the sample table."""
-
-    agent: str
-    item_id: str
-    row: str
-    repetition: int
-    query: str | None
-    response: str | None
-    verdict: str | None
-    metrics: list[tuple[str | None, float | None]]
-    """Per metric column: status and score (None, None: not scored on it)."""
-    latency_s: float | None
-    tokens: int | None
-    judge_tokens: int | None
-    judge_latency_s: float | None
-    reasons: list[tuple[str, str, str]] = field(default_factory=list)
-    """Why the item did not pass: per metric that failed or errored (only the filtered metric,
-    when the table is filtered on one), its label, status and reason (or error)."""
-
-
-@dataclass(slots=True)
 class SamplePage:
-    rows: list[SampleRow]
+    rows: list[dict[str, Any]]
+    """The page's items (agent × item): the index's columns (``agent``, ``item_id``, ``row``,
+    ``repetition``, ``latency_s``, ``tokens``, ``judge_tokens``, ``judge_latency_s``, ...) with
+    ``query`` and ``response``, ``verdict``, ``metrics`` (per metric column: status and score;
+    None, None: not scored on it) and ``reasons`` (per metric that failed or errored, only the
+    filtered metric's when the table is filtered on one: its label, status and reason)."""
     total: int
     """Items matching the filters."""
     items: int
@@ -414,25 +408,15 @@ class SampleIndex:
             data if texts else read_rows(self.location, "items", positions, columns=_TEXT_COLUMNS)
         )
         reasons = self._reasons(positions, metric)
-        out = [
-            SampleRow(
-                agent=r["agent"],
-                item_id=r["item_id"],
-                row=r["row"],
-                repetition=r["repetition"],
-                query=shown[i]["query"],
-                response=shown[i]["response"],
+        for r, text in zip(data, shown, strict=True):
+            r.update(
+                query=text["query"],
+                response=text["response"],
                 verdict=None if r["_rank"] is None else STATUSES[r["_rank"]],
                 metrics=[(r[f"{m.key}_status"], r[m.key]) for m in self.metrics],
-                latency_s=r["latency_s"],
-                tokens=r["tokens"],
-                judge_tokens=r["judge_tokens"],
-                judge_latency_s=r["judge_latency_s"],
                 reasons=reasons.get(r["_pos"], []),
             )
-            for i, r in enumerate(data)
-        ]
-        return SamplePage(out, total, len(self), q, pages)
+        return SamplePage(data, total, len(self), q, pages)
 
     def _reasons(
         self, positions: Sequence[int], metric: MetricColumn | None
@@ -622,29 +606,12 @@ class Catalog:
 
     def __init__(self, root: str, *, cache_size: int = 4) -> None:
         self.root = root
-        self._manifests: dict[tuple[str, str], dict[str, Any]] = {}
         self._reports: _Lru[tuple[str, str], RunReport] = _Lru(cache_size)
         self._samples: _Lru[tuple[str, str], SampleIndex] = _Lru(cache_size)
         self._costs: _Lru[tuple[str, str], list[dict[str, Any]]] = _Lru(cache_size * 4)
         self._comparisons: _Lru[tuple[str, str, str, str], Comparison] = _Lru(cache_size)
         self._listing: tuple[float, list[RunEntry], list[DamagedRun]] | None = None
         self._listing_lock = threading.Lock()
-
-    def _entry(self, info: RunInfo) -> RunEntry:
-        started = "" if info.started_at is None else info.started_at.isoformat()
-        key = (info.location, started)
-        if key not in self._manifests:
-            manifest = read_manifest(info.location)
-            finished = manifest_part(manifest, "timings").get("finished_at")
-            flow_run_id = manifest.get("flow_run_id")
-            self._manifests[key] = {
-                "tags": tuple(str(t) for t in manifest_part(manifest, "suite").get("tags") or ()),
-                "stamp": str(manifest.get("ended_at") or finished),
-                "flow_run_id": str(flow_run_id) if flow_run_id else None,
-                "evaluators": json.dumps(manifest.get("evaluator_specs"), sort_keys=True),
-            }
-        found = {f.name: getattr(info, f.name) for f in fields(RunInfo)}
-        return RunEntry(**found, **self._manifests[key])
 
     def runs(self, *, suite: str | None = None, tag: str | None = None) -> list[RunEntry]:
         """Every finished run, newest first; ``suite`` / ``tag`` keep those of a suite / tag.
@@ -668,14 +635,10 @@ class Catalog:
             now = time.monotonic()
             if self._listing is None or now - self._listing[0] > LISTING_TTL_S:
                 damaged: list[DamagedRun] = []
-                entries = []
-                for info in find_runs(self.root, damaged=damaged):
-                    try:
-                        entries.append(self._entry(info))
-                    except ArtifactError as exc:  # rewritten since it was listed
-                        damaged.append(
-                            DamagedRun(info.suite, info.run_name, info.location, str(exc))
-                        )
+                entries = [
+                    RunEntry(**{f.name: getattr(info, f.name) for f in fields(RunInfo)})
+                    for info in find_runs(self.root, damaged=damaged)
+                ]
                 self._listing = (now, entries, damaged)
             return self._listing[1], self._listing[2]
 
