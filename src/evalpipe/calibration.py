@@ -236,10 +236,9 @@ class Verdict:
 def verdicts_of_run(run_dir: str | os.PathLike[str], *, filesystem: Any = None) -> list[Verdict]:
     """Every metric score of a finished run directory (scores.parquet joined with items.parquet
     for the dataset row and repetition)."""
-    from evalpipe.report.data import (  # lazy: duckdb, only to read a run directory
-        records,
-        scored_connection,
-    )
+    # lazy: duckdb, only to read a run directory
+    from evalpipe.artifacts.reader import records  # lazy: as above
+    from evalpipe.report.data import scored_connection  # lazy: as above
 
     with scored_connection(str(run_dir), filesystem=filesystem) as con:
         rows = records(con, "SELECT * FROM scored ORDER BY _pos")
@@ -839,10 +838,10 @@ def review_candidates(
     """The items of a finished run whose ``metric`` has a verdict (errored and not-applicable
     scores cannot be compared with a label, so they are not offered), in item order."""
     from evalpipe.artifacts import read_rows  # lazy: pyarrow, only to read a run directory
-    from evalpipe.report.data import (  # lazy: duckdb, only to read a run directory
+    from evalpipe.artifacts.reader import records  # lazy: duckdb, only to read a run directory
+    from evalpipe.report.data import (  # lazy: as above
         metric_kinds,
         query_disagreements,
-        records,
         scored_connection,
     )
 

@@ -254,12 +254,8 @@ def test_scores_of_items_missing_from_items_parquet_are_named_by_their_id(tmp_pa
     """Both providers fail "ghost", an item they were not given: its rows are named by its id,
     the metrics keep their kinds, the report's disagreements are those of the scored rows, and
     it is counted (and listed first: it is not passed)."""
-    from evalpipe.report.data import (
-        metric_kinds,
-        query_disagreements,
-        records,
-        scored_connection,
-    )
+    from evalpipe.artifacts.reader import records
+    from evalpipe.report.data import metric_kinds, query_disagreements, scored_connection
 
     run = write_run(tmp_path / "run", CHECKS, JUDGES, ghosts=["ghost"])
     con = scored_connection(run)

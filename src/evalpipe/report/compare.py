@@ -21,15 +21,9 @@ from rich.text import Text
 
 from evalpipe._internal.terminal import count_column, name_column, plain_table
 from evalpipe.artifacts import read_manifest
+from evalpipe.artifacts.reader import manifest_part, records
 from evalpipe.escape import markdown, plain, terminal
-from evalpipe.report.data import (
-    Disagreement,
-    attach_scored,
-    manifest_part,
-    metric_kinds,
-    query_disagreements,
-    records,
-)
+from evalpipe.report.data import Disagreement, attach_scored, metric_kinds, query_disagreements
 from evalpipe.report.html import environment, package_version
 from evalpipe.report.stats import MIN_PAIRS, PairedTest, mcnemar_counts, wilcoxon_differences
 

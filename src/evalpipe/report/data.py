@@ -55,15 +55,11 @@ __all__ = [
     "RunReport",
     "ScoreView",
     "attach_scored",
-    "attach_tables",
     "classify_metric",
     "item_detail",
     "load_report_data",
-    "manifest_part",
     "metric_kinds",
     "query_disagreements",
-    "records",
-    "run_tables",
     "scored_connection",
 ]
 

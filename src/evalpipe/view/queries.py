@@ -27,18 +27,15 @@ from evalpipe.artifacts import (
     find_runs,
     read_rows,
 )
+from evalpipe.artifacts.reader import attach_tables, manifest_part, records, run_tables
 from evalpipe.report.compare import Comparison, compare_runs
 from evalpipe.report.data import (
     ITEM_ROWS_SQL,
     VERDICT_RANK_SQL,
     ItemDetail,
     RunReport,
-    attach_tables,
     item_detail,
     load_report_data,
-    manifest_part,
-    records,
-    run_tables,
 )
 
 __all__ = [
