@@ -694,10 +694,8 @@ async def _execute(
     calls_done = [0]
     verdicts = dict.fromkeys(("passed", "failed", "errored"), 0)
     calls = CallTally()
-    progress_lock = asyncio.Lock()
     write_lock = asyncio.Lock()
-    reported = [0]
-    last_update = [time.monotonic()]
+    last_update = time.monotonic()
     writer = artifacts.RunWriter(
         plan.run_dir,
         started_at=started_at,
@@ -709,7 +707,6 @@ async def _execute(
     # What the run keeps of its results: the gate's fold of every shard.
     gate = Gate(plan.gates)
     fold = GateFold(gate) if plan.gates else None
-    finished_shards = 0
     shards: list[tuple[Call, ...]] = []
     timings: dict[str, float] = {"prepare_s": time.perf_counter() - started}
 
@@ -719,9 +716,9 @@ async def _execute(
 
     async def write_ready() -> None:
         """Every shard that can be written now, in shard order, whatever order they finish in:
-        its rows written, its calls and verdicts counted, its results folded for the gate and
-        their counts kept."""
-        nonlocal next_to_write
+        its rows written, its calls and verdicts counted, its results folded for the gate, the
+        progress told."""
+        nonlocal next_to_write, last_update
         async with write_lock:
             while next_to_write in finished:
                 rows = finished.pop(next_to_write)
@@ -735,9 +732,16 @@ async def _execute(
                     fold.add(rows.results)
                 next_to_write += 1
                 unwritten.release()
+                _notify("items", next_to_write, len(shards))
+                # At most one update a second (each is an API call), and always the last one.
+                now = time.monotonic()
+                if next_to_write == len(shards) or now - last_update >= 1.0:
+                    last_update = now
+                    await aupdate_progress_artifact(
+                        artifact_id=progress_id, progress=100.0 * next_to_write / len(shards)
+                    )
 
     async def process(index: int, shard_calls: tuple[Call, ...]) -> None:
-        nonlocal finished_shards
         await unwritten.acquire()  # released when this shard is written
         try:
             async with running:
@@ -776,20 +780,6 @@ async def _execute(
         finished[index] = rows
         del rows
         await write_ready()
-        finished_shards += 1
-        _notify("items", finished_shards, len(shards))
-        # At most one update a second (each is an API call), and always the last one; sent in
-        # order under the lock, so the newest value is the highest.
-        now = time.monotonic()
-        if finished_shards == len(shards) or now - last_update[0] >= 1.0:
-            last_update[0] = now
-            async with progress_lock:
-                reached = finished_shards
-                if reached > reported[0]:
-                    reported[0] = reached
-                    await aupdate_progress_artifact(
-                        artifact_id=progress_id, progress=100.0 * reached / len(shards)
-                    )
 
     deadline = asyncio.timeout(suite.timeout)
     try:

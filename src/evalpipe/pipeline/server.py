@@ -42,18 +42,17 @@ from typing import Any
 __all__ = [
     "DEFAULT_IDLE_TIMEOUT",
     "Acquired",
-    "Lease",
     "ServerBusyError",
     "ServerError",
     "ServerInfo",
     "ServerStatus",
     "ensure_server",
+    "lease",
     "prefect_api",
     "running_server",
     "server_status",
     "state_dir",
     "stop_server",
-    "ui_url",
 ]
 
 DEFAULT_IDLE_TIMEOUT = 600.0
@@ -113,7 +112,7 @@ class ServerInfo:
     @property
     def ui_url(self) -> str:
         """The Prefect UI's address: the API URL without ``/api``."""
-        return ui_url(self.api_url)
+        return self.api_url.rstrip("/").removesuffix("/api")
 
     @classmethod
     def read(cls, path: Path) -> ServerInfo | None:
@@ -128,12 +127,6 @@ class ServerInfo:
         part = path.with_name(f"{path.name}.{os.getpid()}.tmp")
         part.write_text(json.dumps(asdict(self)), "utf-8")
         os.replace(part, path)
-
-
-def ui_url(api_url: str) -> str:
-    """The Prefect UI of an API URL (``http://host:port/api`` -> ``http://host:port``)."""
-    url = api_url.rstrip("/")
-    return url[: -len("/api")] if url.endswith("/api") else url
 
 
 @dataclass(frozen=True, slots=True)
@@ -343,36 +336,28 @@ def _log_tail(directory: Path, lines: int = 20) -> str:
     return f"; the end of its log ({directory / 'server.log'}):\n{tail}" if tail else ""
 
 
-class Lease:
-    """A run's hold on the kept server of a state directory: while any lease is held, the server
-    does not count as idle. Released by :meth:`release` or when the process ends (even killed)."""
-
-    def __init__(self, directory: Path, timeout: float = 30.0) -> None:
-        directory.mkdir(parents=True, exist_ok=True)
-        self._fd: int | None = _clients(directory)
+@contextlib.contextmanager
+def lease(directory: Path, timeout: float = 30.0) -> Iterator[None]:
+    """A run's hold on the kept server of a state directory while the block runs: while any lease
+    is held, the server does not count as idle. Released when the block ends or the process does
+    (even killed: the kernel drops the flock)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    fd = _clients(directory)
+    try:
         deadline = time.monotonic() + timeout
-        while not _flock(self._fd, fcntl.LOCK_SH):  # a server stopping holds it, for seconds
+        while not _flock(fd, fcntl.LOCK_SH):  # a server stopping holds it, for seconds
             if time.monotonic() > deadline:
-                self.release()
                 raise ServerError(
                     f"{directory}: the kept Prefect server is stopping and did not finish "
                     f"within {timeout:g} s; run `evalpipe server stop` and try again"
                 )
             time.sleep(_POLL)
-        os.utime(self._fd)  # the watcher's clock starts again
-
-    def release(self) -> None:
-        if self._fd is not None:
-            with contextlib.suppress(OSError):
-                os.utime(self._fd)
-            os.close(self._fd)
-            self._fd = None
-
-    def __enter__(self) -> Lease:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
+        os.utime(fd)  # the watcher's clock starts again, and again when the lease ends
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            os.utime(fd)
+        os.close(fd)
 
 
 def _environment(config: _Config) -> dict[str, str]:
@@ -529,7 +514,7 @@ def ensure_server() -> Acquired:
     (a dead server's state is cleared; one of another Prefect version or database, or a live one
     that does not answer for :func:`unanswered_timeout` seconds, is stopped first).
 
-    Call it holding a :class:`Lease` of that home, or the server may go idle before it is used
+    Call it holding a :func:`lease` of that home, or the server may go idle before it is used
     (:func:`prefect_api` does).
 
     Raises:
@@ -635,7 +620,7 @@ def running_server() -> str | None:
     config = _config()
     kept = ServerInfo.read(config.home / STATE_DIRNAME / "server.json")
     url = f"http://{config.host}:{config.port}"
-    if kept is not None and ui_url(kept.api_url) == url:
+    if kept is not None and kept.ui_url == url:
         return None  # ours
     # Nothing listening refuses at once; a fresh server's first answer took ~5 s on a loaded
     # machine, and one missed here would get a second server on the same database.
@@ -672,7 +657,7 @@ async def prefect_api(notes: list[str] | None = None) -> AsyncIterator[str | Non
                 "PREFECT_API_URL to choose the server yourself"
             )
         else:
-            stack.enter_context(await asyncio.to_thread(Lease, await asyncio.to_thread(state_dir)))
+            await asyncio.to_thread(stack.enter_context, lease(await asyncio.to_thread(state_dir)))
             acquired = await asyncio.to_thread(ensure_server)
             note, url = acquired.note(), acquired.info.api_url
             # No API version check for its clients (a round trip per client): ensure_server uses
