@@ -58,7 +58,7 @@ from evalpipe.pipeline.prefect_artifacts import (
     view_page,
 )
 from evalpipe.pipeline.shards import (
-    FlowRun,
+    HeldRun,
     RunDirUnseenError,
     RunSpec,
     Sealed,
@@ -220,7 +220,7 @@ async def prepare_task(suite: EvalSuite, run_dir: str | None, rescore: str | Non
 
 
 @task(name="shard", task_run_name="shard-{index}", **_RETRY_ON_INFRASTRUCTURE)
-async def shard_task(index: int, run: FlowRun, job: ShardJob) -> ShardRows:
+async def shard_task(index: int, run: HeldRun, job: ShardJob) -> ShardRows:
     """One shard in the flow's process (``task_runner: threads``): its calls (taken from the
     journal when it holds them), their items, every provider's scores, and their rows."""
     return await run_job(run, job)
@@ -788,7 +788,7 @@ async def _execute(
             if runner is None:
                 # one semaphore of the plan's concurrency shared by all of its shards here
                 semaphore = asyncio.Semaphore(plan.concurrency)
-                here = FlowRun(plan, suite, state, semaphore, on_call, spend.ledger)
+                here = HeldRun(plan, suite, state, semaphore, on_call, spend.ledger)
                 slots = None
                 size = shard_size(plan, suite, None)
                 # enough shards at once to keep the run's one semaphore busy

@@ -41,7 +41,7 @@ from evalpipe.tally import CallTally, Counts, SummaryTally, call_verdicts
 from evalpipe.transcripts import Transcript
 
 __all__ = [
-    "FlowRun",
+    "HeldRun",
     "RunDirUnseenError",
     "RunSpec",
     "ShardJob",
@@ -222,7 +222,7 @@ def _cost(price: Price, outcome: CallOutcome) -> float | None:
 
 
 @dataclass(slots=True)
-class FlowRun:
+class HeldRun:
     """A run as one process (or one worker thread) holds it: in the flow's process (``task_runner:
     threads``) the flow's own plan and journal, passed to its shard tasks as they are."""
 
@@ -243,7 +243,7 @@ _LOCAL = threading.local()
 """A worker thread's event loop and run (``run_job_blocking``)."""
 
 
-def _built(spec: RunSpec) -> FlowRun:
+def _built(spec: RunSpec) -> HeldRun:
     """The run built from its spec in a worker: target, providers and split from the suite, the
     journal opened for appending (the flow's process holds the directory's lock)."""
     skeleton = spec.skeleton
@@ -261,10 +261,10 @@ def _built(spec: RunSpec) -> FlowRun:
         providers=tuple(build_evaluators(suite)),
         split=build_split(suite),
     )
-    return FlowRun(plan, suite, RunState.open(plan, marker=False, lock=False), None)
+    return HeldRun(plan, suite, RunState.open(plan, marker=False, lock=False), None)
 
 
-async def run_job(run: FlowRun, job: ShardJob) -> ShardRows:
+async def run_job(run: HeldRun, job: ShardJob) -> ShardRows:
     """Run one shard of ``run`` (the flow's, or a worker's) and return its rows."""
     base = run.plan
     plan = base if job.rows is None else replace(base, rows=job.rows)
@@ -333,7 +333,7 @@ def run_job_blocking(spec: RunSpec, job: ShardJob) -> ShardRows:
     loop: asyncio.AbstractEventLoop | None = getattr(_LOCAL, "loop", None)
     if loop is None or loop.is_closed():
         loop = _LOCAL.loop = asyncio.new_event_loop()
-    run: FlowRun | None = getattr(_LOCAL, "run", None)
+    run: HeldRun | None = getattr(_LOCAL, "run", None)
     if run is None or getattr(_LOCAL, "key", None) != spec.key:
         if run is not None:
             loop.run_until_complete(
