@@ -25,9 +25,9 @@ import pytest
 import yaml
 
 from evalpipe.pipeline.server import (
-    Lease,
     ServerBusyError,
     ServerError,
+    lease,
     server_status,
     state_dir,
     stop_server,
@@ -193,7 +193,7 @@ def test_the_next_run_reuses_the_server_and_stop_ends_it(
     with temporary_settings(updates={PREFECT_HOME: str(home)}):
         assert running_server() is None
     # `server stop` refuses (exit 3, naming --force) while a run holds a lease.
-    with Lease(state_dir(home)):
+    with lease(state_dir(home)):
         with pytest.raises(ServerBusyError, match="in use by a run"):
             stop_server(home)
         refused = _server(env, "stop", check=False)

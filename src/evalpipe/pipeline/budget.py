@@ -23,29 +23,16 @@ __all__ = ["RunSpend", "concurrency_record", "spend_markdown"]
 
 
 class RunSpend:
-    """A run's ledger and the limit changes its shards report, in the flow's process."""
+    """A run's ledger and the shares of its budget given to workers, in the flow's process."""
 
-    def __init__(self, plan: RunPlan, suite: EvalSuite) -> None:
+    def __init__(self, plan: RunPlan) -> None:
         self.plan = plan
-        self.suite = suite
         self.ledger = Ledger(plan.budget, plan.prices)
-        self.changes: list[LimitChange] = []
         self.stop: BudgetReached | None = None
         """Set when a shard stopped (or did not start) because the budget is spent."""
         self._turn = asyncio.Condition()
-        self._committed = Spend()
-        """The shares of the budget given to the shards running on workers now."""
         self._given: dict[int, tuple[int, float]] = {}
-        self._running = 0
-
-    def before(self) -> None:
-        """Before one of the flow's own shards starts: none starts once the budget is spent.
-
-        Raises:
-            BudgetReached: when the budget is spent.
-        """
-        if self.ledger.reached():
-            raise self.ledger.stop()
+        """The shares of the budget given to the shards running on workers now, by job."""
 
     async def on_worker(self, job: Any, at_once: int, run: Callable[[], Awaitable[Any]]) -> Any:
         """Run a shard on a worker (``run()``: submit it, wait for its rows) with a share of what
@@ -82,16 +69,15 @@ class RunSpend:
                 tokens, cost = self._free(budget)
                 if (tokens is None or tokens > 0) and (cost is None or cost > 1e-12):
                     break
-                if self._running == 0:
+                if not self._given:
                     raise self.ledger.stop()
                 await self._turn.wait()
-            parts = max(1, at_once - self._running)
+            parts = max(1, at_once - len(self._given))
             job.budget = Budget(
                 tokens=None if tokens is None else max(1, tokens // parts),
                 cost_usd=None if cost is None else cost / parts,
             )
             self._given[id(job)] = (job.budget.tokens or 0, job.budget.cost_usd or 0.0)
-            self._running += 1
 
     def _free(self, budget: Budget) -> tuple[int | None, float | None]:
         given_tokens = sum(t for t, _ in self._given.values())
@@ -107,13 +93,8 @@ class RunSpend:
         async with self._turn:
             if spent is not None:
                 self.ledger.spent.merge(spent)
-            if self._given.pop(id(job), None) is not None:
-                self._running -= 1
+            self._given.pop(id(job), None)
             self._turn.notify_all()
-
-    def after(self, rows: Any) -> None:
-        """A shard came back: the limit changes its requests made."""
-        self.changes.extend(rows.limit_changes)
 
     def stopped(self) -> str:
         """Why the run stopped, when its budget did: the budget, what was spent, what remains."""
@@ -141,10 +122,6 @@ class RunSpend:
             "prices": {m: p.model_dump() for m, p in sorted(ledger.prices.items())},
             "earlier": ledger.earlier.as_dict(),
         }
-
-    def markdown(self, *, stopped: str | None = None) -> str:
-        """The Prefect artifact: what the run spent, by model, against its budget."""
-        return spend_markdown(self.record(), stopped=stopped)
 
 
 def spend_markdown(spend: dict[str, Any], *, stopped: str | None = None) -> str:

@@ -37,12 +37,6 @@ class DeployError(Exception):
     """A deployment file or option that cannot work; the message says which and how to fix it."""
 
 
-def _prefect() -> list[str]:
-    """The ``prefect`` command of this interpreter's environment."""
-    exe = Path(sys.executable).with_name("prefect")
-    return [str(exe)] if exe.exists() else [sys.executable, "-m", "prefect"]
-
-
 _USE = (
     "Prefect stores a deployment's parameters and job variables and shows them in its UI (and "
     "`prefect deploy` resolves a {{ prefect.blocks.secret.* }} reference in prefect.yaml into "
@@ -180,7 +174,9 @@ def deploy(
         pools = {str(pool) for d in chosen if (pool := (d.get("work_pool") or {}).get("name"))}
         for pool in sorted(pools):
             asyncio.run(ensure_work_pool(pool))
-    command = [*_prefect(), "--no-prompt", "deploy", "--prefect-file", str(prefect_file)]
+    # the prefect command of this interpreter's environment
+    command = [sys.executable, "-m", "prefect", "--no-prompt", "deploy"]
+    command += ["--prefect-file", str(prefect_file)]
     command += [arg for name in names for arg in ("--name", name)] or ["--all"]
     env = {
         **os.environ,

@@ -42,6 +42,7 @@ from prefect.utilities.annotations import quote
 from prefect.utilities.urls import url_for
 
 from evalpipe import artifacts  # its names load on first use (pyarrow: see _execute)
+from evalpipe._internal.adaptive import LimitChange
 from evalpipe.evaluators.base import close_providers
 from evalpipe.gates import Gate, GateFold, GateReport
 from evalpipe.pipeline.budget import RunSpend, concurrency_record, spend_markdown
@@ -57,17 +58,15 @@ from evalpipe.pipeline.prefect_artifacts import (
     view_page,
 )
 from evalpipe.pipeline.shards import (
+    HeldRun,
     RunDirUnseenError,
     RunSpec,
     Sealed,
     ShardJob,
     ShardRows,
-    forget_run,
-    register_run,
     run_job,
     run_job_blocking,
 )
-from evalpipe.results import EvalResults
 from evalpipe.runner import (
     Call,
     CallOutcome,
@@ -86,7 +85,7 @@ from evalpipe.runner.state import (
 from evalpipe.secrets import Scrubber, mask
 from evalpipe.spend import BudgetReached
 from evalpipe.suite import EvalSuite, SuiteError, shared_evaluators
-from evalpipe.tally import OVERALL, CallTally, SummaryRow, merge_results, without_items
+from evalpipe.tally import OVERALL, CallTally, SummaryRow
 
 if TYPE_CHECKING:
     from evalpipe.artifacts import RunWriter
@@ -221,10 +220,10 @@ async def prepare_task(suite: EvalSuite, run_dir: str | None, rescore: str | Non
 
 
 @task(name="shard", task_run_name="shard-{index}", **_RETRY_ON_INFRASTRUCTURE)
-async def shard_task(index: int, spec: RunSpec, job: ShardJob) -> ShardRows:
+async def shard_task(index: int, run: HeldRun, job: ShardJob) -> ShardRows:
     """One shard in the flow's process (``task_runner: threads``): its calls (taken from the
     journal when it holds them), their items, every provider's scores, and their rows."""
-    return await run_job(spec, job)
+    return await run_job(run, job)
 
 
 @task(name="shard", task_run_name="shard-{index}", **_RETRY_ON_INFRASTRUCTURE)
@@ -244,10 +243,16 @@ def _task_runner(suite: EvalSuite, concurrency: int) -> Any:
         from prefect.task_runners import ProcessPoolTaskRunner
 
         pool = ProcessPoolTaskRunner(
-            max_workers=_process_workers(suite, concurrency), initializer=process_worker_setup.get()
+            max_workers=_slots(None, suite, concurrency), initializer=process_worker_setup.get()
         )
-        in_this_context = functools.partial(_InThisContext, contextvars.copy_context())
-        pool.set_subprocess_message_processor_factories([in_this_context])
+        # The pool forwards what its workers emit (the shards' task-run events, their logs) from a
+        # thread it starts, which does not inherit the context where the run's Prefect API is set
+        # (``temporary_settings``, as for the kept server): there Prefect's events worker started
+        # a temporary server of its own (~220 MiB and ~6 s of CPU at 100,000 calls) and the
+        # events and logs went to it. A message processor (the runner's documented hook) hands
+        # each to the events and log workers of the flow's context instead (a copy per thread).
+        context = contextvars.copy_context()
+        pool.set_subprocess_message_processor_factories([functools.partial(_forwarder, context)])
         return pool
     if "ray" in spec:
         try:
@@ -270,54 +275,34 @@ def _task_runner(suite: EvalSuite, concurrency: int) -> Any:
     return DaskTaskRunner(cluster_kwargs=options)
 
 
-class _InThisContext:
-    """A process pool's forwarding of its workers' events and logs, done in the flow's context.
+def _forwarder(context: contextvars.Context) -> Any:
+    """A processor of a process pool's forwarded messages: events and logs go to the events and
+    log workers of ``context`` (None: handled), the rest on."""
+    copy = context.copy()  # entered by the forwarding thread alone
 
-    ``ProcessPoolTaskRunner`` forwards what its workers emit (the shards' task-run events, their
-    logs) from a thread it starts, and a new thread does not inherit the context where the run's
-    Prefect API is set (``temporary_settings``, as for the kept server): there the API is unset,
-    so Prefect's events worker started a temporary Prefect server of its own (~220 MiB and ~6 s of
-    CPU at 100,000 calls) and the shards' events and logs went to it, not to the run's API. A
-    message processor (the runner's documented hook, called in that thread) hands each message to
-    the events and log workers of the flow's context instead, as Prefect would with the API set.
-    """
+    def forward(message_type: str, message_payload: Any) -> tuple[str, Any] | None:
+        if message_type not in ("event", "log"):
+            return message_type, message_payload
+        worker = EventsWorker if message_type == "event" else APILogWorker
+        copy.run(lambda: worker.instance().send(message_payload))
+        return None
 
-    def __init__(self, context: contextvars.Context) -> None:
-        self.context = context.copy()  # a copy: entered by the forwarding thread alone
-
-    def __call__(self, message_type: str, message_payload: Any) -> tuple[str, Any] | None:
-        return self.context.run(_forward, message_type, message_payload)
-
-
-def _forward(message_type: str, message_payload: Any) -> tuple[str, Any] | None:
-    """One forwarded message to the current context's events or log worker (None: handled)."""
-    if message_type == "event":
-        EventsWorker.instance().send(message_payload)
-    elif message_type == "log":
-        APILogWorker.instance().send(message_payload)
-    else:
-        return message_type, message_payload
-    return None
+    return forward
 
 
 def _slots(runner: Any, suite: EvalSuite, concurrency: int) -> int:
-    """How many shards the started task runner runs at once: its worker processes, or the
-    threads of the cluster's workers (counted once, when the run starts)."""
-    if "processes" in suite.task_runner:
-        return _process_workers(suite, concurrency)
-    if "dask" in suite.task_runner:
+    """How many shards the task runner runs at once: its worker processes (``processes``: one per
+    CPU, or ``{processes: N}``; at most the run's concurrency, a worker runs one shard at a time),
+    or the threads of the started cluster's workers (counted once, when the run starts)."""
+    spec = suite.task_runner
+    if "processes" in spec:
+        wanted = (os.cpu_count() or 1) if spec == "processes" else int(spec["processes"])  # type: ignore[index]
+        return max(1, min(wanted, concurrency))
+    if "dask" in spec:
         return max(1, int(sum(runner.client.nthreads().values())))
     import ray  # the ray extra: RayTaskRunner started it
 
     return max(1, int(ray.cluster_resources().get("CPU", 1)))  # type: ignore[no-untyped-call]
-
-
-def _process_workers(suite: EvalSuite, concurrency: int) -> int:
-    """``task_runner: processes``: one worker process per CPU, or ``{processes: N}``; at most
-    the run's concurrency (a worker runs one shard at a time)."""
-    spec = suite.task_runner
-    wanted = (os.cpu_count() or 1) if spec == "processes" else int(spec["processes"])  # type: ignore[index]
-    return max(1, min(wanted, concurrency))
 
 
 @task(name="write-artifacts", cache_policy=NO_CACHE, persist_result=False)
@@ -574,7 +559,11 @@ async def eval_flow(
     assert plan.run_dir is not None
     state = RunState.open(plan, lock=lock)
     try:
-        with _scrubbed_logs(state.scrubber):
+        with (
+            filtered_logs(_ScrubFilter(state.scrubber))
+            if state.scrubber
+            else contextlib.nullcontext()
+        ):
             return await _execute(plan, suite, state, logger, started, started_at)
     finally:
         await close_providers(plan.providers, keep=shared_evaluators(suite))
@@ -600,24 +589,21 @@ class _ScrubFilter(logging.Filter):
 
 
 @contextlib.contextmanager
-def _scrubbed_logs(scrub: Scrubber) -> Iterator[None]:
-    """The run's secrets masked in what any log handler writes while the run runs."""
-    if not scrub:
-        yield
-        return
+def filtered_logs(check: logging.Filter | Callable[[logging.LogRecord], bool]) -> Iterator[None]:
+    """``check`` filters what the handlers of the root, Prefect's and evalpipe's loggers write
+    while the block runs (the run's secrets masked; Prefect silenced while a lost run ends)."""
     handlers = {
         h
         for name in ("", "prefect", "prefect.flow_runs", "prefect.task_runs", "evalpipe")
         for h in logging.getLogger(name).handlers
     }
-    guard = _ScrubFilter(scrub)
     for handler in handlers:
-        handler.addFilter(guard)
+        handler.addFilter(check)
     try:
         yield
     finally:
         for handler in handlers:
-            handler.removeFilter(guard)
+            handler.removeFilter(check)
 
 
 def _stop_reason(exc: BaseException) -> str | None:
@@ -656,13 +642,8 @@ def finished_outcome(run_dir: Path, suite: EvalSuite) -> Any:
         "published_to": manifest.get("published_to"),
         "calls": dict(calls) if isinstance(calls, dict) else {},
         "gate_passed": passed if isinstance(passed, bool) else None,
-        "verdict": "passed",
     }
-    if passed is False:
-        outcome["verdict"] = "warned" if suite.warn_only else "gate_failed"
-        if not suite.warn_only:
-            return Failed(message=f"gate failed for suite {suite.name}", data=outcome)
-    return outcome
+    return _verdict(outcome, suite, "" if passed is False else None)
 
 
 def _incomplete(message: str) -> State:
@@ -681,7 +662,15 @@ async def _execute(
     """The run itself, once its directory is held: shards, artifacts, gate, report."""
     assert plan.run_dir is not None
     if (plan.run_dir / artifacts.MANIFEST_FILE).exists():  # claim: interrupted after its manifest
-        return await _finish_written(plan, suite, logger, started)
+        manifest = artifacts.read_manifest(plan.run_dir)
+        logger.info(
+            "run directory %s: its results were written by a run that ended before its report, "
+            "publication and artifacts (flow run %s); finishing them, nothing is called again",
+            plan.run_dir,
+            manifest.get("flow_run_id") or "unknown",
+        )
+        rows = artifacts.read_summary(plan.run_dir)
+        return await _publish(plan, suite, logger, rows, manifest, started)
     logger.info(
         "suite %s: %d rows x %d repetitions = %d calls (%d reusable from the journal), "
         "%d provider(s), run directory %s",
@@ -700,14 +689,13 @@ async def _execute(
     limits = await provider_limits(plan)
     runner = _task_runner(suite, plan.concurrency)
     spec = RunSpec.of(plan, suite)
-    spend = RunSpend(plan, suite)
+    spend = RunSpend(plan)
+    changes: list[LimitChange] = []  # of the endpoints' limits, as the shards report them
     calls_done = [0]
     verdicts = dict.fromkeys(("passed", "failed", "errored"), 0)
     calls = CallTally()
-    progress_lock = asyncio.Lock()
     write_lock = asyncio.Lock()
-    reported = [0]
-    last_update = [time.monotonic()]
+    last_update = time.monotonic()
     writer = artifacts.RunWriter(
         plan.run_dir,
         started_at=started_at,
@@ -716,12 +704,9 @@ async def _execute(
     )
     finished: dict[int, ShardRows] = {}
     next_to_write = 0
-    # What the run keeps of its results: each provider's counts and statuses (no items), and
-    # the gate's fold of every shard.
-    heads: list[list[EvalResults]] = [[] for _ in plan.providers]
+    # What the run keeps of its results: the gate's fold of every shard.
     gate = Gate(plan.gates)
     fold = GateFold(gate) if plan.gates else None
-    finished_shards = 0
     shards: list[tuple[Call, ...]] = []
     timings: dict[str, float] = {"prepare_s": time.perf_counter() - started}
 
@@ -731,9 +716,9 @@ async def _execute(
 
     async def write_ready() -> None:
         """Every shard that can be written now, in shard order, whatever order they finish in:
-        its rows written, its calls and verdicts counted, its results folded for the gate and
-        their counts kept."""
-        nonlocal next_to_write
+        its rows written, its calls and verdicts counted, its results folded for the gate, the
+        progress told."""
+        nonlocal next_to_write, last_update
         async with write_lock:
             while next_to_write in finished:
                 rows = finished.pop(next_to_write)
@@ -745,13 +730,18 @@ async def _execute(
                     _notify(stage, verdicts[stage], len(plan.calls))
                 if fold is not None:
                     fold.add(rows.results)
-                for p, r in enumerate(rows.results):
-                    heads[p].append(without_items(r))
                 next_to_write += 1
                 unwritten.release()
+                _notify("items", next_to_write, len(shards))
+                # At most one update a second (each is an API call), and always the last one.
+                now = time.monotonic()
+                if next_to_write == len(shards) or now - last_update >= 1.0:
+                    last_update = now
+                    await aupdate_progress_artifact(
+                        artifact_id=progress_id, progress=100.0 * next_to_write / len(shards)
+                    )
 
     async def process(index: int, shard_calls: tuple[Call, ...]) -> None:
-        nonlocal finished_shards
         await unwritten.acquire()  # released when this shard is written
         try:
             async with running:
@@ -766,8 +756,9 @@ async def _execute(
                     carry_rows=runner is not None,
                 )
                 if runner is None:
-                    spend.before()
-                    rows = await shard_task(index, _q(spec), _q(job))
+                    if spend.ledger.reached():  # none of the flow's own shards starts then
+                        raise spend.ledger.stop()
+                    rows = await shard_task(index, _q(here), _q(job))
                 else:
 
                     def submit() -> Any:
@@ -785,32 +776,19 @@ async def _execute(
             spend.stop = stop
             unwritten.release()
             return
-        spend.after(rows)
+        changes.extend(rows.limit_changes)
         finished[index] = rows
         del rows
         await write_ready()
-        finished_shards += 1
-        _notify("items", finished_shards, len(shards))
-        # At most one update a second (each is an API call), and always the last one; sent in
-        # order under the lock, so the newest value is the highest.
-        now = time.monotonic()
-        if finished_shards == len(shards) or now - last_update[0] >= 1.0:
-            last_update[0] = now
-            async with progress_lock:
-                reached = finished_shards
-                if reached > reported[0]:
-                    reported[0] = reached
-                    await aupdate_progress_artifact(
-                        artifact_id=progress_id, progress=100.0 * reached / len(shards)
-                    )
 
     deadline = asyncio.timeout(suite.timeout)
     try:
         async with contextlib.AsyncExitStack() as stack, deadline:
             queued = 0
             if runner is None:
-                register_run(spec, plan, state, on_call, spend.ledger)
-                stack.callback(forget_run, spec)
+                # one semaphore of the plan's concurrency shared by all of its shards here
+                semaphore = asyncio.Semaphore(plan.concurrency)
+                here = HeldRun(plan, suite, state, semaphore, on_call, spend.ledger)
                 slots = None
                 size = shard_size(plan, suite, None)
                 # enough shards at once to keep the run's one semaphore busy
@@ -867,30 +845,19 @@ async def _execute(
         logger.error("%s", stopped)
         await acreate_markdown_artifact(  # a nightly deployment shows what a stopped run cost
             key=f"{key}-spend",
-            markdown=spend.markdown(stopped=stopped),
+            markdown=spend_markdown(spend.record(), stopped=stopped),
             description=f"{suite.name}: what the run spent (it could not complete)",
         )
         return _incomplete(stopped)
     timings["calls_and_evaluation_s"] = time.perf_counter() - started - timings["prepare_s"]
-    merged = [merge_results(parts) for parts in heads if parts]
     call_counts = calls.as_dict()
     logger.info("%s", CallTally.text(call_counts))
-    for result in merged:
-        logger.info(
-            "%s: %d passed, %d failed, %d errored of %d items",
-            result.provider,
-            result.passed,
-            result.failed,
-            result.errored,
-            result.total,
-        )
     report = None
     if fold is not None:
         gate_state = await cast(Any, gate_task(_q(gate), _q(fold), _q(suite), return_state=True))
         report = await gate_state.aresult(raise_on_failure=False)
         if isinstance(report, BaseException):  # the gate itself raised: the run is not finished
             raise report
-    rows = writer.summary_rows()
     manifest = {
         "suite": mask(suite.model_dump(mode="json")),
         "suite_fingerprint": suite.fingerprint(),
@@ -904,7 +871,7 @@ async def _execute(
         "gate": report.model_dump(mode="json") if report is not None else None,
         "timings": timings,
         "spend": spend.record(),
-        "concurrency": concurrency_record(suite, spend.changes),
+        "concurrency": concurrency_record(suite, changes),
         "published_to": _destination(suite, plan),
     }
     timings["total_s"] = time.perf_counter() - started
@@ -912,20 +879,7 @@ async def _execute(
     if isinstance(written, StorageError):  # a full disk: the calls are journaled, it resumes
         logger.error("%s", written)
         return _incomplete(str(written))
-    results = [
-        {
-            "provider": r.provider,
-            "run_id": r.run_id,
-            "passed": r.passed,
-            "failed": r.failed,
-            "errored": r.errored,
-            "all_passed": r.all_passed,
-        }
-        for r in merged
-    ]
-    return await _publish(
-        plan, suite, logger, rows, call_counts, report, results, manifest["spend"], started
-    )
+    return await _publish(plan, suite, logger, writer.summary_rows(), written, started)
 
 
 def _destination(suite: EvalSuite, plan: RunPlan) -> str | None:
@@ -936,73 +890,39 @@ def _destination(suite: EvalSuite, plan: RunPlan) -> str | None:
     return f"{suite.output_dir.rstrip('/')}/{suite.name}/{plan.run_dir.name}"
 
 
-async def _finish_written(plan: RunPlan, suite: EvalSuite, logger: Any, started: float) -> Any:
-    """A run whose results were written (manifest.json) by a process that ended before the rest
-    (``kill -9``): its report, comparison, publication, artifacts and gate event, from its files;
-    nothing is called and no file it wrote is rewritten."""
-    assert plan.run_dir is not None
-    manifest = artifacts.read_manifest(plan.run_dir)
-    rows = artifacts.read_summary(plan.run_dir)
-    gate = manifest.get("gate")
-    report = GateReport.model_validate(gate) if isinstance(gate, dict) else None
-    calls = manifest.get("calls")
-    call_counts = dict(calls) if isinstance(calls, dict) else {}
-    logger.info(
-        "run directory %s: its results were written by a run that ended before its report, "
-        "publication and artifacts (flow run %s); finishing them, nothing is called again",
-        plan.run_dir,
-        manifest.get("flow_run_id") or "unknown",
-    )
-    results = [
-        {
-            "provider": r.provider,
-            "run_id": r.eval_run_id,
-            "passed": r.passed,
-            "failed": r.failed,
-            "errored": r.errored,
-            "all_passed": r.failed == 0 and r.errored == 0,
-        }
-        for r in rows
-        if r.kind == "result" and r.agent == OVERALL
-    ]
-    spent = manifest.get("spend")
-    return await _publish(
-        plan,
-        suite,
-        logger,
-        rows,
-        call_counts,
-        report,
-        results,
-        spent if isinstance(spent, dict) else None,
-        started,
-    )
-
-
 async def _publish(
     plan: RunPlan,
     suite: EvalSuite,
     logger: Any,
     rows: list[SummaryRow],
-    call_counts: dict[str, Any],
-    report: GateReport | None,
-    results: list[dict[str, Any]],
-    spent: dict[str, Any] | None,
+    manifest: dict[str, Any],
     started: float,
 ) -> Any:
-    """What follows a run's written results: its report, comparison, publication, Prefect
-    artifacts (``spent``: manifest.json's spend, for the spend artifact), gate event and verdict
-    (the flow run's end)."""
+    """What follows a run's written results (``rows``, ``manifest``: summary.parquet's and
+    manifest.json's): its report, comparison, publication, Prefect artifacts, gate event and
+    verdict (the flow run's end)."""
     assert plan.run_dir is not None
+    gate, calls, spent = (manifest.get(k) for k in ("gate", "calls", "spend"))
+    report = GateReport.model_validate(gate) if isinstance(gate, dict) else None
+    call_counts = dict(calls) if isinstance(calls, dict) else {}
+    results = [r for r in rows if r.kind == "result" and r.agent == OVERALL]
+    for r in results:
+        logger.info(
+            "%s: %d passed, %d failed, %d errored of %d items",
+            r.provider,
+            r.passed,
+            r.failed,
+            r.errored,
+            r.n,
+        )
     key = artifact_key(suite.name)
     destination = _destination(suite, plan)
     run_path = plan.run_dir.resolve()
     page = view_page(suite.name, plan.run_dir.name, logger)  # evalpipe view, when configured
+
     # The artifacts are independent API calls: they go together (a round trip each, in turn, was
     # 30-100 ms apiece), and those that need neither the report nor the publication go while the
     # report is written.
-    pending = _Artifacts()
-
     def summary() -> list[Coroutine[Any, Any, Any]]:
         made = [
             acreate_table_artifact(
@@ -1043,9 +963,10 @@ async def _publish(
             )
         return made
 
-    async with pending:
+    async with asyncio.TaskGroup() as pending:
         if destination is None:  # a published run's artifacts wait for its publication
-            pending.start(*summary())
+            for call in summary():
+                pending.create_task(call)
         in_child = suite.task_runner == "threads" and len(plan.calls) >= REPORT_SUBPROCESS_CALLS
         report_path = await report_task(str(run_path), in_child)
         comparison = await compare_task(suite, str(plan.run_dir)) if suite.compare_with else None
@@ -1056,10 +977,11 @@ async def _publish(
             published = await asyncio.to_thread(publish, plan.run_dir, suite.output_dir, suite.name)
             assert published == destination
             logger.info("run published to %s", destination)
-            pending.start(*summary())
+            for call in summary():
+                pending.create_task(call)
         if report_path is not None:
             where = f"{destination}/report.html" if destination else Path(report_path).as_uri()
-            pending.start(
+            pending.create_task(
                 acreate_link_artifact(
                     key=f"{key}-report",
                     link=page or where,
@@ -1069,7 +991,7 @@ async def _publish(
                 )
             )
         if comparison is not None:
-            pending.start(
+            pending.create_task(
                 acreate_markdown_artifact(
                     key=f"{key}-comparison",
                     markdown=comparison,
@@ -1081,52 +1003,47 @@ async def _publish(
         "report": report_path,
         "published_to": destination,
         "calls": call_counts,
-        "results": results,
+        "results": [
+            {
+                "provider": r.provider,
+                "run_id": r.eval_run_id,
+                "passed": r.passed,
+                "failed": r.failed,
+                "errored": r.errored,
+                "all_passed": r.failed == 0 and r.errored == 0,
+            }
+            for r in results
+        ],
         "gate_passed": None if report is None else report.passed,
     }
     failures = [] if report is None else [f"{c.clause}: {c.message}" for c in report.failures]
     if report is not None and not report.passed and not failures:
         failures = [report.summary()]
     emit_gate_event(suite, rows, report, failures, outcome)
-    outcome["verdict"] = "passed"
-    if failures:
-        text = "; ".join(failures)
-        if not suite.warn_only:
-            outcome["verdict"] = "gate_failed"
-            # A verdict, not a crash: the flow run ends Failed with the violated clauses as its
-            # message, and no traceback is logged.
-            return Failed(message=f"gate failed for suite {suite.name}: {text}", data=outcome)
-        outcome["verdict"] = "warned"
+    text = "; ".join(failures)
+    if failures and suite.warn_only:
         logger.warning("gate failed (warn only): %s", text)
-    logger.info(
-        "run finished in %.2f s: run directory %s; report %s",
-        time.perf_counter() - started,
-        destination or run_path,
-        report_path or "not written",
+    ended = _verdict(outcome, suite, f": {text}" if failures else None)
+    if ended is outcome:
+        logger.info(
+            "run finished in %.2f s: run directory %s; report %s",
+            time.perf_counter() - started,
+            destination or run_path,
+            report_path or "not written",
+        )
+    return ended
+
+
+def _verdict(outcome: dict[str, Any], suite: EvalSuite, failed: str | None) -> Any:
+    """The flow's end with ``outcome``, its verdict set (``failed``: why the gate failed, None
+    when it held): a failed gate ends the flow run Failed (unless ``warn_only``) with the reason
+    as its message, a verdict and not a crash (no traceback is logged)."""
+    outcome["verdict"] = (
+        "passed" if failed is None else "warned" if suite.warn_only else "gate_failed"
     )
+    if outcome["verdict"] == "gate_failed":
+        return Failed(message=f"gate failed for suite {suite.name}{failed}", data=outcome)
     return outcome
-
-
-class _Artifacts:
-    """Artifact API calls started together and all awaited when the block ends (the first
-    failure is raised; on any failure in the block, those still running are cancelled)."""
-
-    def __init__(self) -> None:
-        self.tasks: list[asyncio.Task[Any]] = []
-
-    def start(self, *calls: Coroutine[Any, Any, Any]) -> None:
-        self.tasks += [asyncio.ensure_future(call) for call in calls]
-
-    async def __aenter__(self) -> "_Artifacts":
-        return self
-
-    async def __aexit__(self, kind: object, exc: object, tb: object) -> None:
-        if exc is not None:
-            for started in self.tasks:
-                started.cancel()
-            await asyncio.gather(*self.tasks, return_exceptions=True)
-            return
-        await asyncio.gather(*self.tasks)
 
 
 async def _tag_flow_run(tags: Sequence[str]) -> None:

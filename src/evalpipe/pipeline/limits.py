@@ -27,7 +27,6 @@ from evalpipe.runner import RunPlan, Scope
 __all__ = [
     "FOUNDRY_LIMIT",
     "Limits",
-    "ensure_foundry_limit",
     "judge_limit_name",
     "limits_scope",
     "provider_limits",
@@ -39,30 +38,6 @@ Limits = dict[int, tuple[str, int]]
 
 FOUNDRY_LIMIT = "foundry"
 """The global concurrency limit every Foundry batch holds a slot of."""
-
-
-async def ensure_foundry_limit(plan: RunPlan) -> None:
-    """Create the "foundry" global concurrency limit when a suite uses Foundry and it is missing.
-
-    Its size is the largest ``max_concurrent_runs`` of the suite's Foundry providers; an existing
-    limit (set by an operator for the whole project's quota) is left as it is.
-    """
-    sizes = [
-        int(batched.max_concurrent_runs)
-        for p in plan.providers
-        if (batched := plan.batched(p)) is not None
-    ]
-    if not sizes:
-        return
-    async with get_client() as client:
-        try:
-            await client.read_global_concurrency_limit_by_name(FOUNDRY_LIMIT)
-        except ObjectNotFound:
-            # another flow run may create it meanwhile
-            with contextlib.suppress(ObjectAlreadyExists):
-                await client.create_global_concurrency_limit(
-                    GlobalConcurrencyLimitCreate(name=FOUNDRY_LIMIT, limit=max(sizes))
-                )
 
 
 def judge_limit_name(provider: Any) -> str | None:
@@ -77,24 +52,36 @@ def judge_limit_name(provider: Any) -> str | None:
 async def provider_limits(plan: RunPlan) -> Limits:
     """The global concurrency limit each provider's batches hold, by provider index.
 
-    Foundry providers always hold one slot of "foundry" (created when missing). A judge holds
+    Foundry providers always hold one slot of "foundry", created when missing with the largest
+    ``max_concurrent_runs`` of the suite's Foundry providers (an existing limit, set by an
+    operator for the whole project's quota, is left as it is). A judge holds
     ``max_concurrency`` slots of ``judge:<host>:<model>`` when an operator created that limit
     (``prefect gcl create judge:api.openai.com:gpt-4o --limit 32``); a judge asking for more than
     the limit is lowered to it. Without the limit, the judge is bounded per flow run by its
     endpoint's ``max_concurrency`` only, and the log says so.
     """
-    await ensure_foundry_limit(plan)
     limits: Limits = {}
     judges: Limits = {}
+    foundry: list[int] = []
     for index, provider in enumerate(plan.providers):
-        if plan.batched(provider) is not None:
+        if (batched := plan.batched(provider)) is not None:
             limits[index] = (FOUNDRY_LIMIT, 1)
+            foundry.append(int(batched.max_concurrent_runs))
         elif (name := judge_limit_name(provider)) is not None:
             judges[index] = (name, int(cast(Any, provider).endpoint.max_concurrency))
-    if not judges:
+    if not foundry and not judges:
         return limits
     logger = get_run_logger()
     async with get_client() as client:
+        if foundry:
+            try:
+                await client.read_global_concurrency_limit_by_name(FOUNDRY_LIMIT)
+            except ObjectNotFound:
+                # another flow run may create it meanwhile
+                with contextlib.suppress(ObjectAlreadyExists):
+                    await client.create_global_concurrency_limit(
+                        GlobalConcurrencyLimitCreate(name=FOUNDRY_LIMIT, limit=max(foundry))
+                    )
         for index, (name, wanted) in judges.items():
             try:
                 gcl = await client.read_global_concurrency_limit_by_name(name)

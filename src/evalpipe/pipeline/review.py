@@ -22,9 +22,9 @@ from typing import Any, Literal
 
 from prefect import flow, get_run_logger
 from prefect.artifacts import acreate_markdown_artifact
-from prefect.context import FlowRunContext
 from prefect.flow_runs import apause_flow_run
 from prefect.input import RunInput
+from prefect.runtime import flow_run
 from prefect.utilities.urls import url_for
 from pydantic import Field, create_model
 
@@ -169,9 +169,8 @@ async def review_flow(
     chosen = sample_for_review(candidates, sample, seed=seed)
     if not chosen:
         raise ValueError(f"{run_dir}: no item has a pass/fail verdict on metric {metric!r}")
-    context = FlowRunContext.get()
-    run_id = context.flow_run.id if context and context.flow_run else None
-    link = url_for("flow-run", obj_id=run_id) if run_id is not None else None
+    run_id = flow_run.id
+    link = url_for("flow-run", obj_id=run_id) if run_id else None
     logger.info(
         "Waiting for labels on %d items (%d judge-vs-check disagreements first): open %s in the "
         "Prefect UI, answer the form and resume the run",

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -15,10 +15,12 @@ import httpx
 from prefect.client.schemas.objects import State
 from prefect.exceptions import TerminationSignal
 from prefect.settings import PREFECT_API_URL
+from prefect.states import Completed
 
 from evalpipe.pipeline.flow import (
     ProgressHook,
     eval_flow,
+    filtered_logs,
     finished_outcome,
     flow_run_hook,
     prepared_plan,
@@ -142,7 +144,13 @@ async def arun_suite(
     notes = [lock.took_over] if lock.took_over else []
     if claimed.taken == "finished":  # by the live run this one waited for: it is the result
         lock.release()
-        return _finished(plan.run_dir, suite, notes)
+        notes.append(
+            f"the run this one waited for finished {plan.run_dir}: nothing was called or "
+            "rewritten; its result is this command's"
+        )
+        ended = finished_outcome(plan.run_dir, suite)
+        done = ended if isinstance(ended, State) else Completed(data=ended)
+        return await _outcome(done, plan.run_dir.resolve(), notes, reusable=0)
     if claimed.taken == "interrupted":
         notes.append(
             f"{plan.run_dir}: its results were written by a run that ended before its report "
@@ -168,6 +176,13 @@ async def arun_suite(
         raise PrefectUnavailableError(str(exc)) from None
     finally:
         lock.release()
+    return await _outcome(state, plan.run_dir.resolve(), notes, reusable, seen[0] if seen else None)
+
+
+async def _outcome(
+    state: State, run_dir: Path, notes: list[str], reusable: int, ui_url: str | None = None
+) -> RunOutcome:
+    """What came of a run that ended in ``state`` (its data: the flow's outcome) in ``run_dir``."""
     data = await state.aresult(raise_on_failure=False)
     info: dict[str, Any] = data if isinstance(data, dict) else {}
     verdict: Verdict = info.get("verdict") or ("passed" if state.is_completed() else "incomplete")
@@ -175,7 +190,7 @@ async def arun_suite(
     if not state.is_completed():
         message = str(data) if isinstance(data, BaseException) else state.message
     return RunOutcome(
-        run_dir=plan.run_dir.resolve(),
+        run_dir=run_dir,
         state=state.name or state.type.value,
         verdict=verdict,
         gate_passed=info.get("gate_passed"),
@@ -184,7 +199,7 @@ async def arun_suite(
         published_to=info.get("published_to"),
         calls=dict(info.get("calls") or {}),
         notes=notes,
-        ui_url=seen[0] if seen else None,
+        ui_url=ui_url,
     )
 
 
@@ -231,7 +246,7 @@ async def _watched(flow_run: Coroutine[Any, Any, Any], plan: RunPlan, url: str |
     # Each cancellation ends one wait of the engine's shielded crash report (its retries against
     # the dead API); the run's calls and journal stop with the first. What Prefect logs meanwhile
     # (the crash it cannot report, its lost events) would bury the one message that matters.
-    with _prefect_silenced() if failure is None else contextlib.nullcontext():
+    with filtered_logs(_not_prefect) if failure is None else contextlib.nullcontext():
         deadline = time.monotonic() + _ABANDON_S
         while not running.done() and time.monotonic() < deadline:
             running.cancel()
@@ -243,21 +258,6 @@ async def _watched(flow_run: Coroutine[Any, Any, Any], plan: RunPlan, url: str |
 
 def _not_prefect(record: logging.LogRecord) -> bool:
     return not record.name.startswith("prefect")
-
-
-@contextlib.contextmanager
-def _prefect_silenced() -> Iterator[None]:
-    """Nothing of Prefect's logged (to the console or the API) while the block runs; other
-    loggers' records pass."""
-    loggers = ("", "prefect", "prefect.flow_runs", "prefect.task_runs")
-    handlers = {h for name in loggers for h in logging.getLogger(name).handlers}
-    for handler in handlers:
-        handler.addFilter(_not_prefect)
-    try:
-        yield
-    finally:
-        for handler in handlers:
-            handler.removeFilter(_not_prefect)
 
 
 async def _api_gone(url: str) -> None:
@@ -282,28 +282,6 @@ def _api_lost(url: str, plan: RunPlan, why: str) -> str:
         f"{journaled} of {len(plan.calls)} calls are finished and journaled in "
         f"{plan.run_dir / 'journal'}; start the server again (or fix PREFECT_API_URL) and run "
         "the same command to resume: only the missing calls are made"
-    )
-
-
-def _finished(run_dir: Path, suite: EvalSuite, notes: list[str]) -> RunOutcome:
-    """The outcome of a run finished by the live run this one waited for (read, not rewritten)."""
-    ended = finished_outcome(run_dir, suite)
-    failed = isinstance(ended, State)
-    info: dict[str, Any] = ended.data if failed else ended
-    notes.append(
-        f"the run this one waited for finished {run_dir}: nothing was called or rewritten; its "
-        "result is this command's"
-    )
-    return RunOutcome(
-        run_dir=run_dir.resolve(),
-        state="Failed" if failed else "Completed",
-        verdict=info["verdict"],
-        gate_passed=info["gate_passed"],
-        message=ended.message if failed else None,
-        reusable_calls=0,
-        published_to=info["published_to"],
-        calls=info["calls"],
-        notes=notes,
     )
 
 

@@ -9,7 +9,10 @@ database it serves: Prefect's pid file holds no port), the version check, the id
 holds a shared ``flock`` on ``clients.lock``, which the kernel drops for a killed run; the watcher,
 this file run as a script, stops the server once none has held one for its idle timeout) and the
 migrated database template a fresh home starts from (it saves Prefect's migrations, 6-10 s on two
-cores).
+cores). Not ``prefect server start --background`` (3.9): its server writes to a pipe nobody reads
+once the command returns (no log), gets the command's whole environment (its secrets) and may not
+answer yet; nor ``prefect server stop``, a SIGTERM that neither waits nor asks whether a run uses
+the server; nor ``SubprocessASGIServer``, a process's own ephemeral API (no UI, gone at its exit).
 
 This module imports neither Prefect nor httpx at import time (it runs as the watcher's script).
 POSIX only (``fcntl``).
@@ -39,18 +42,17 @@ from typing import Any
 __all__ = [
     "DEFAULT_IDLE_TIMEOUT",
     "Acquired",
-    "Lease",
     "ServerBusyError",
     "ServerError",
     "ServerInfo",
     "ServerStatus",
     "ensure_server",
+    "lease",
     "prefect_api",
     "running_server",
     "server_status",
     "state_dir",
     "stop_server",
-    "ui_url",
 ]
 
 DEFAULT_IDLE_TIMEOUT = 600.0
@@ -110,7 +112,7 @@ class ServerInfo:
     @property
     def ui_url(self) -> str:
         """The Prefect UI's address: the API URL without ``/api``."""
-        return ui_url(self.api_url)
+        return self.api_url.rstrip("/").removesuffix("/api")
 
     @classmethod
     def read(cls, path: Path) -> ServerInfo | None:
@@ -127,27 +129,17 @@ class ServerInfo:
         os.replace(part, path)
 
 
-def ui_url(api_url: str) -> str:
-    """The Prefect UI of an API URL (``http://host:port/api`` -> ``http://host:port``)."""
-    url = api_url.rstrip("/")
-    return url[: -len("/api")] if url.endswith("/api") else url
-
-
 @dataclass(frozen=True, slots=True)
 class ServerStatus:
     """What ``evalpipe server status`` shows."""
 
     home: Path
-    state_dir: Path
+    log: Path
     info: ServerInfo | None
     """None when no kept server runs for this home."""
     healthy: bool
     in_use: bool
     """A run holds a lease now."""
-
-    @property
-    def log(self) -> Path:
-        return self.state_dir / "server.log"
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,23 +178,17 @@ def _config() -> _Config:
     )
 
 
-def _home(home: str | Path | None) -> Path:
-    return Path(home) if home is not None else _config().home
-
-
 def state_dir(home: str | Path | None = None) -> Path:
     """Where the kept server of a PREFECT_HOME (default: the current one) keeps its state."""
-    return _home(home) / STATE_DIRNAME
+    return (Path(home) if home is not None else _config().home) / STATE_DIRNAME
 
 
 def _env_seconds(name: str, default: float, *, what: str, positive: bool = False) -> float:
     """Seconds from the environment variable ``name``, else ``default``; a value that is not a
     number of seconds (or not above 0 when ``positive``) is refused, naming the variable."""
     raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
     try:
-        value = float(raw)
+        value = float(raw) if raw else default
     except ValueError:
         value = -1.0
     if not (value > 0 if positive else value >= 0):
@@ -268,18 +254,26 @@ def _say(directory: Path, text: str) -> None:
         log.write(f"{stamp} evalpipe: {text}\n")
 
 
+def _flock(fd: int, how: int) -> bool:
+    """Take the flock ``how`` on ``fd`` if nobody holds a conflicting one (never waits)."""
+    try:
+        fcntl.flock(fd, how | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def _clients(directory: Path) -> int:
+    return os.open(directory / "clients.lock", os.O_RDWR | os.O_CREAT, 0o600)
+
+
 @contextlib.contextmanager
 def _exclusive(directory: Path) -> Iterator[bool]:
     """Try to take ``clients.lock`` exclusively (held while the block runs): yields False when a
     run holds a lease."""
-    fd = os.open(directory / "clients.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    fd = _clients(directory)
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            taken = True
-        except BlockingIOError:
-            taken = False
-        yield taken
+        yield _flock(fd, fcntl.LOCK_EX)
     finally:
         os.close(fd)
 
@@ -322,6 +316,17 @@ def _serves(api_url: str, home: str | Path, timeout: float = 5.0) -> bool:
     return isinstance(served, str) and _same(served, home)
 
 
+def _answers(info: ServerInfo, home: Path, within: float) -> bool:
+    """The server ``info`` answers (:func:`_serves`) within ``within`` seconds, and does not exit
+    meanwhile."""
+    deadline = time.monotonic() + within
+    while not _serves(info.api_url, home, timeout=min(10.0, within)):
+        if not _alive(info.pid) or time.monotonic() > deadline:
+            return False
+        time.sleep(_POLL)
+    return True
+
+
 def _log_tail(directory: Path, lines: int = 20) -> str:
     try:
         text = (directory / "server.log").read_text(encoding="utf-8", errors="replace")
@@ -331,40 +336,28 @@ def _log_tail(directory: Path, lines: int = 20) -> str:
     return f"; the end of its log ({directory / 'server.log'}):\n{tail}" if tail else ""
 
 
-class Lease:
-    """A run's hold on the kept server of a state directory: while any lease is held, the server
-    does not count as idle. Released by :meth:`release` or when the process ends (even killed)."""
-
-    def __init__(self, directory: Path, timeout: float = 30.0) -> None:
-        directory.mkdir(parents=True, exist_ok=True)
-        self._fd: int | None = os.open(directory / "clients.lock", os.O_RDWR | os.O_CREAT, 0o600)
+@contextlib.contextmanager
+def lease(directory: Path, timeout: float = 30.0) -> Iterator[None]:
+    """A run's hold on the kept server of a state directory while the block runs: while any lease
+    is held, the server does not count as idle. Released when the block ends or the process does
+    (even killed: the kernel drops the flock)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    fd = _clients(directory)
+    try:
         deadline = time.monotonic() + timeout
-        while True:
-            try:
-                fcntl.flock(self._fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:  # a server stopping holds it exclusively, for seconds
-                if time.monotonic() > deadline:
-                    self.release()
-                    raise ServerError(
-                        f"{directory}: the kept Prefect server is stopping and did not finish "
-                        f"within {timeout:g} s; run `evalpipe server stop` and try again"
-                    ) from None
-                time.sleep(_POLL)
-        os.utime(self._fd)  # the watcher's clock starts again
-
-    def release(self) -> None:
-        if self._fd is not None:
-            with contextlib.suppress(OSError):
-                os.utime(self._fd)
-            os.close(self._fd)
-            self._fd = None
-
-    def __enter__(self) -> Lease:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
+        while not _flock(fd, fcntl.LOCK_SH):  # a server stopping holds it, for seconds
+            if time.monotonic() > deadline:
+                raise ServerError(
+                    f"{directory}: the kept Prefect server is stopping and did not finish "
+                    f"within {timeout:g} s; run `evalpipe server stop` and try again"
+                )
+            time.sleep(_POLL)
+        os.utime(fd)  # the watcher's clock starts again, and again when the lease ends
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            os.utime(fd)
+        os.close(fd)
 
 
 def _environment(config: _Config) -> dict[str, str]:
@@ -471,6 +464,12 @@ def _exited(pid: int) -> bool:
     return state in ("Z", "X")
 
 
+def _stop(directory: Path, info: ServerInfo, timeout: float) -> None:
+    """Forget the server ``info`` first (no run finds a server that is stopping), then stop it."""
+    _forget(directory, info)
+    _terminate(info.pid, timeout)
+
+
 def _forget(directory: Path, info: ServerInfo | None) -> None:
     """Remove the state of a server that is gone (ours and Prefect's pid file, if it names it)."""
     with contextlib.suppress(FileNotFoundError):
@@ -510,34 +509,12 @@ class Acquired:
         )
 
 
-def _replaced(directory: Path, config: _Config, info: ServerInfo, unanswered: float) -> str | None:
-    """None when the kept server ``info`` is alive, of this Prefect version and database, and
-    answers within ``unanswered`` seconds; else it is stopped, its state cleared, and this says
-    why."""
-    if not _alive(info.pid):
-        why = f"of {config.home} had died"
-    elif (info.prefect, info.database) != (version("prefect"), config.digest):
-        why = f"of {config.home} ran Prefect {info.prefect} or another database and was stopped"
-    else:
-        deadline = time.monotonic() + unanswered
-        while time.monotonic() < deadline:
-            if _serves(info.api_url, config.home, timeout=min(10.0, unanswered)):
-                return None
-            if not _alive(info.pid):
-                break
-            time.sleep(0.5)
-        why = f"({info.api_url}) did not answer for {unanswered:g} s and was stopped"
-    _terminate(info.pid, timeout=10.0)
-    _forget(directory, info)
-    return f"the Prefect server pid {info.pid} {why}"
-
-
 def ensure_server() -> Acquired:
     """The kept server of the current PREFECT_HOME: the one running if it answers, else a new one
     (a dead server's state is cleared; one of another Prefect version or database, or a live one
     that does not answer for :func:`unanswered_timeout` seconds, is stopped first).
 
-    Call it holding a :class:`Lease` of that home, or the server may go idle before it is used
+    Call it holding a :func:`lease` of that home, or the server may go idle before it is used
     (:func:`prefect_api` does).
 
     Raises:
@@ -555,27 +532,28 @@ def ensure_server() -> Acquired:
         fcntl.flock(starting, fcntl.LOCK_EX)
         replaced: str | None = None
         info = ServerInfo.read(directory / "server.json")
-        if info is not None:
-            replaced = _replaced(directory, config, info, unanswered)
-            if replaced is None:
+        if info is not None:  # kept if alive, of this Prefect version and database, answering
+            if not _alive(info.pid):
+                why = f"of {config.home} had died"
+            elif (info.prefect, info.database) != (version("prefect"), config.digest):
+                why = f"of {config.home} ran Prefect {info.prefect} or another database and was stopped"
+            elif _answers(info, config.home, unanswered):
                 return Acquired(info, started=False)
+            else:
+                why = f"({info.api_url}) did not answer for {unanswered:g} s and was stopped"
+            _stop(directory, info, 10.0)
+            replaced = f"the Prefect server pid {info.pid} {why}"
         for attempt in (1, 2):
             info = _spawn(directory, config, idle, configured_port=attempt == 1)
-            deadline = time.monotonic() + config.startup_timeout
-            while not _serves(info.api_url, config.home):
-                if not _alive(info.pid) or time.monotonic() > deadline:
-                    break
-                time.sleep(_POLL)
-            else:
+            if _answers(info, config.home, config.startup_timeout):
                 break
             gone = not _alive(info.pid)
-            _terminate(info.pid, timeout=5.0)
-            _forget(directory, info)
+            _stop(directory, info, 5.0)
             if gone and attempt == 1:  # the port may have been taken before it bound: once more
                 _say(directory, f"the server pid {info.pid} exited before answering; again")
                 continue
-            why = "exited before answering" if gone else "did not answer within "
-            why += "" if gone else f"{config.startup_timeout:g} s"
+            why = f"did not answer within {config.startup_timeout:g} s"
+            why = "exited before answering" if gone else why
             raise ServerError(f"the Prefect server for {config.home} {why}{_log_tail(directory)}")
         # Migrated now: the next new home's start. Saved once per Prefect version.
         template, database = _template(config), config.database_file
@@ -598,7 +576,7 @@ def stop_server(
     Raises:
         ServerBusyError: a run uses it and ``force`` is not set.
     """
-    directory = _home(home) / STATE_DIRNAME
+    directory = state_dir(home)
     info = ServerInfo.read(directory / "server.json")
     if info is None:
         return None
@@ -611,24 +589,21 @@ def stop_server(
                 f"the Prefect server of {directory.parent} (pid {info.pid}) is in use by a "
                 "run; wait for it, or stop it anyway with --force"
             )
-        _forget(directory, info)  # first: no run finds a server that is stopping
-        _terminate(info.pid, timeout)
+        _stop(directory, info, timeout)
     return info
 
 
 def server_status(home: str | Path | None = None) -> ServerStatus:
     """Whether the kept server of ``home`` (default: the current PREFECT_HOME) runs, answers and
     is in use."""
-    path = _home(home)
-    directory = path / STATE_DIRNAME
+    directory = state_dir(home)
+    path, log = directory.parent, directory / "server.log"
     info = ServerInfo.read(directory / "server.json")
-    if info is not None and not _alive(info.pid):
-        info = None
-    if info is None:
-        return ServerStatus(path, directory, None, healthy=False, in_use=False)
+    if info is None or not _alive(info.pid):
+        return ServerStatus(path, log, None, healthy=False, in_use=False)
     with _exclusive(directory) as free:
         in_use = not free
-    return ServerStatus(path, directory, info, _serves(info.api_url, path), in_use)
+    return ServerStatus(path, log, info, _serves(info.api_url, path), in_use)
 
 
 def _same(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
@@ -645,7 +620,7 @@ def running_server() -> str | None:
     config = _config()
     kept = ServerInfo.read(config.home / STATE_DIRNAME / "server.json")
     url = f"http://{config.host}:{config.port}"
-    if kept is not None and ui_url(kept.api_url) == url:
+    if kept is not None and kept.ui_url == url:
         return None  # ours
     # Nothing listening refuses at once; a fresh server's first answer took ~5 s on a loaded
     # machine, and one missed here would get a second server on the same database.
@@ -682,7 +657,7 @@ async def prefect_api(notes: list[str] | None = None) -> AsyncIterator[str | Non
                 "PREFECT_API_URL to choose the server yourself"
             )
         else:
-            stack.enter_context(await asyncio.to_thread(Lease, await asyncio.to_thread(state_dir)))
+            await asyncio.to_thread(stack.enter_context, lease(await asyncio.to_thread(state_dir)))
             acquired = await asyncio.to_thread(ensure_server)
             note, url = acquired.note(), acquired.info.api_url
             # No API version check for its clients (a round trip per client): ensure_server uses
@@ -739,8 +714,7 @@ def watch(directory: Path, poll: float = 0.5) -> int:
             if not free:
                 continue  # a run uses it
             _say(directory, f"stopping the server pid {info.pid}: idle for {info.idle_timeout:g} s")
-            _forget(directory, info)  # first: no run finds a server that is stopping
-            _terminate(info.pid, timeout=10.0)
+            _stop(directory, info, 10.0)
             return 0
     if ServerInfo.read(directory / "server.json") == info:  # it exited by itself
         _say(directory, f"the server pid {info.pid} exited")

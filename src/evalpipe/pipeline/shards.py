@@ -41,13 +41,12 @@ from evalpipe.tally import CallTally, Counts, SummaryTally, call_verdicts
 from evalpipe.transcripts import Transcript
 
 __all__ = [
+    "HeldRun",
     "RunDirUnseenError",
     "RunSpec",
     "ShardJob",
     "ShardRows",
     "call_columns",
-    "forget_run",
-    "register_run",
     "run_job",
     "run_job_blocking",
     "strip_results",
@@ -223,8 +222,9 @@ def _cost(price: Price, outcome: CallOutcome) -> float | None:
 
 
 @dataclass(slots=True)
-class _Run:
-    """A run as one process (or one worker thread) holds it."""
+class HeldRun:
+    """A run as one process (or one worker thread) holds it: in the flow's process (``task_runner:
+    threads``) the flow's own plan and journal, passed to its shard tasks as they are."""
 
     plan: RunPlan
     suite: EvalSuite
@@ -239,34 +239,11 @@ class _Run:
     share of the budget)."""
 
 
-_FLOW_RUNS: dict[str, _Run] = {}
-"""Runs of the flow's process: a threads run's shards use the flow's own plan and journal."""
-
 _LOCAL = threading.local()
 """A worker thread's event loop and run (``run_job_blocking``)."""
 
 
-def register_run(
-    spec: RunSpec,
-    plan: RunPlan,
-    state: RunState,
-    on_call: Callable[[CallOutcome], None] | None = None,
-    ledger: Ledger | None = None,
-) -> None:
-    """Make the flow's prepared plan and open journal the run's in this process, with one
-    semaphore of the plan's concurrency shared by all of its shards here; ``on_call`` is told of
-    every call as it finishes; ``ledger`` counts every shard's spend here."""
-    _FLOW_RUNS[spec.key] = _Run(
-        plan, spec.suite, state, asyncio.Semaphore(plan.concurrency), on_call, ledger
-    )
-
-
-def forget_run(spec: RunSpec) -> None:
-    """The run is over in this process."""
-    _FLOW_RUNS.pop(spec.key, None)
-
-
-def _built(spec: RunSpec) -> _Run:
+def _built(spec: RunSpec) -> HeldRun:
     """The run built from its spec in a worker: target, providers and split from the suite, the
     journal opened for appending (the flow's process holds the directory's lock)."""
     skeleton = spec.skeleton
@@ -284,16 +261,11 @@ def _built(spec: RunSpec) -> _Run:
         providers=tuple(build_evaluators(suite)),
         split=build_split(suite),
     )
-    return _Run(plan, suite, RunState.open(plan, marker=False, lock=False), None)
+    return HeldRun(plan, suite, RunState.open(plan, marker=False, lock=False), None)
 
 
-async def run_job(spec: RunSpec, job: ShardJob, run: _Run | None = None) -> ShardRows:
-    """Run one shard and return its rows: in the flow's process with the registered run, else
-    with ``run`` (a worker's)."""
-    if run is None:
-        run = _FLOW_RUNS.get(spec.key)
-        if run is None:
-            raise RuntimeError(f"no run {spec.key} in this process (register_run first)")
+async def run_job(run: HeldRun, job: ShardJob) -> ShardRows:
+    """Run one shard of ``run`` (the flow's, or a worker's) and return its rows."""
     base = run.plan
     plan = base if job.rows is None else replace(base, rows=job.rows)
     plan = replace(plan, calls=job.calls, stored=job.stored if base.stored is None else base.stored)
@@ -361,7 +333,7 @@ def run_job_blocking(spec: RunSpec, job: ShardJob) -> ShardRows:
     loop: asyncio.AbstractEventLoop | None = getattr(_LOCAL, "loop", None)
     if loop is None or loop.is_closed():
         loop = _LOCAL.loop = asyncio.new_event_loop()
-    run: _Run | None = getattr(_LOCAL, "run", None)
+    run: HeldRun | None = getattr(_LOCAL, "run", None)
     if run is None or getattr(_LOCAL, "key", None) != spec.key:
         if run is not None:
             loop.run_until_complete(
@@ -370,6 +342,6 @@ def run_job_blocking(spec: RunSpec, job: ShardJob) -> ShardRows:
             run.state.close()
         run = _LOCAL.run = _built(spec)
         _LOCAL.key = spec.key
-    rows = loop.run_until_complete(run_job(spec, job, run))
+    rows = loop.run_until_complete(run_job(run, job))
     rows.pack()  # now: the rows' objects go before the task runner pickles the answer
     return rows
