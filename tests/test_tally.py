@@ -347,3 +347,26 @@ def test_the_gates_fold_merged_shard_by_shard_is_the_fold_of_the_merged_results(
         == (2, 2, 1, "partial", False)
     )
     assert list(heads.sub_results) == ["writer", "critic"]
+
+
+def test_a_summary_row_passes_as_its_results_do() -> None:
+    """A result row's ``all_passed`` is ``EvalResults.all_passed`` read from the summary: no
+    items, a failed or errored item, or a provider that did not complete is not a pass."""
+    from evalpipe.tally import SummaryTally, make_results
+
+    def row(*results: EvalResults) -> bool:
+        tally = SummaryTally()
+        tally.add(list(results))
+        [result_row] = [r for r in tally.rows() if r.kind == "result"]
+        assert result_row.all_passed == all(r.all_passed for r in results)
+        return result_row.all_passed
+
+    def item(status: str) -> EvalItemResult:
+        passed = status == "pass"
+        return EvalItemResult("1", status, [EvalScoreResult("m", float(passed), passed=passed)])
+
+    assert row(make_results("P", items=[item("pass")]))
+    assert not row(make_results("P", items=[]))
+    assert not row(make_results("P", items=[item("pass"), item("fail")]))
+    assert not row(make_results("P", items=[item("error")]))
+    assert not row(make_results("P", status="failed", items=[item("pass")]))

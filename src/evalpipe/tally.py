@@ -387,6 +387,12 @@ class SummaryRow:
         """The pass rate with its denominator and what it leaves out (see :func:`rate_text`)."""
         return rate_text(self.passed, self.failed, self.errored, self.not_applicable)
 
+    @property
+    def all_passed(self) -> bool:
+        """A result row's verdict, as ``EvalResults.all_passed``: completed, at least one item,
+        none failed or errored (no items, or a provider that did not complete, is not a pass)."""
+        return self.status == "completed" and self.n > 0 and self.failed == self.errored == 0
+
 
 _status_of = operator.attrgetter("status")
 

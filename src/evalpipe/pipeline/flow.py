@@ -1010,7 +1010,7 @@ async def _publish(
                 "passed": r.passed,
                 "failed": r.failed,
                 "errored": r.errored,
-                "all_passed": r.failed == 0 and r.errored == 0,
+                "all_passed": r.all_passed,
             }
             for r in results
         ],
