@@ -62,13 +62,19 @@ def _check_lengths(n: int | None, what: str, expected: Any, calls: Any, head: st
             raise ValueError(f"{head} {n} {what} but {len(values)} {name}.")
 
 
-def _normalize_expected_tool_calls(value: Any) -> list[list[ExpectedToolCall]] | None:
-    if value is None:
-        return None
-    value = list(value)
-    if value and isinstance(value[0], ExpectedToolCall):
-        return [list(value)]
-    return [list(v) for v in value]
+def _expected(output: Any, calls: Any) -> AgentExpectations:
+    """MAF's ``expected_output`` (a str is one query's) and ``expected_tool_calls`` (a flat list is
+    one query's) as per-query lists."""
+    return AgentExpectations.model_validate(
+        {"expected_output": output, "expected_tool_calls": calls}
+    )
+
+
+def _check_limits(num_repetitions: int, max_concurrency: int) -> None:
+    if num_repetitions < 1:
+        raise ValueError(f"num_repetitions must be >= 1, got {num_repetitions}.")
+    if max_concurrency < 1:
+        raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}.")
 
 
 async def evaluate_agent(
@@ -116,14 +122,12 @@ async def evaluate_agent(
         TypeError: for an evaluator that is neither an Evaluator nor a callable.
     """
     query_list = _listify(queries)
-    expected_list = _listify(expected_output)
-    etc = _normalize_expected_tool_calls(expected_tool_calls)
+    wanted = _expected(expected_output, expected_tool_calls)
+    expected_list, etc = wanted.expected_output, wanted.expected_tool_calls
     response_list: list[Any] | None = None
     if responses is not None:
         response_list = list(responses) if isinstance(responses, list | tuple) else [responses]
-
-    if num_repetitions < 1:
-        raise ValueError(f"num_repetitions must be >= 1, got {num_repetitions}.")
+    _check_limits(num_repetitions, max_concurrency)
     n = len(query_list) if query_list is not None else 0
     if query_list is not None:
         _check_lengths(n, "queries", expected_list, etc)
@@ -151,8 +155,6 @@ async def evaluate_agent(
         raise ValueError("Provide either 'queries' (with 'agent') or 'responses' (or both).")
     if context is not None and not isinstance(context, str) and len(context) != n:
         raise ValueError(f"Got {n} queries but {len(context)} context values.")
-    if max_concurrency < 1:
-        raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}.")
 
     providers = resolve_evaluators(evaluators)
     # What is passed as agent= is an agent (MAF's rule), even one that also has workflow-like
@@ -331,8 +333,8 @@ async def evaluate_workflow(
         TypeError: for an evaluator that is neither an Evaluator nor a callable.
     """
     query_list = _listify(queries)
-    expected_list = _listify(expected_output)
-    etc = _normalize_expected_tool_calls(expected_tool_calls)
+    wanted = _expected(expected_output, expected_tool_calls)
+    expected_list, etc = wanted.expected_output, wanted.expected_tool_calls
     if workflow_result is None and query_list is None:
         raise ValueError("Provide either 'workflow_result' or 'queries'.")
     if (expected_list is not None or etc is not None) and query_list is None:
@@ -343,10 +345,7 @@ async def evaluate_workflow(
         )
     n = len(query_list) if query_list is not None else None
     _check_lengths(n, "queries", expected_list, etc)
-    if num_repetitions < 1:
-        raise ValueError(f"num_repetitions must be >= 1, got {num_repetitions}.")
-    if max_concurrency < 1:
-        raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}.")
+    _check_limits(num_repetitions, max_concurrency)
     if upstream_context not in ("received", "user_only"):
         raise ValueError(
             f"upstream_context must be 'received' or 'user_only', got {upstream_context!r}."
