@@ -28,12 +28,11 @@ from pydantic import ValidationError
 
 from evalpipe.messages import (
     _FOREIGN_ONLY_KINDS,  # MAF kinds evalpipe leaves out
-    DataContent,
     FunctionCallContent,
     FunctionResultContent,
     Message,
     TextContent,
-    UriContent,
+    _uri_content,  # an image URL as evalpipe reads OpenAI's
     messages_from_openai,
 )
 from evalpipe.transcripts import ExecutorRun, RunUsage, TargetRun, WorkflowRun
@@ -266,8 +265,7 @@ def check_messages(value: Any, fmt: str, path: str = "conversation") -> Mismatch
 
 def closest(mismatches: Iterable[Mismatch]) -> Mismatch:
     """The mismatch of the format the recording fitted furthest (ties: the preferred format)."""
-    ordered = sorted(mismatches, key=lambda m: FORMATS.index(m.format))
-    return max(ordered, key=lambda m: m.progress)
+    return max(mismatches, key=lambda m: (m.progress, -FORMATS.index(m.format)))
 
 
 def detect_format(
@@ -335,10 +333,7 @@ def _foundry_content(part: Mapping[str, Any], tool_call_id: str) -> Any:
         )
     if kind == "tool_result":
         return FunctionResultContent(call_id=tool_call_id, result=part["tool_result"])
-    url = str(part["image_url"])
-    if url.startswith("data:"):
-        return DataContent(uri=url, media_type=url[5:].split(";", 1)[0].split(",", 1)[0] or None)
-    return UriContent(uri=url)
+    return _uri_content(str(part["image_url"]))
 
 
 def _from_foundry(msg: Mapping[str, Any]) -> Message:
