@@ -76,11 +76,9 @@ CHAT_FORMATS = {MODEL_ID: "chatml", TOOLS_MODEL_ID: "chatml-function-calling"}
 
 _PARENT_WATCH = """\
 import os, runpy, sys, threading
-
 def watch():
     sys.stdin.buffer.read()  # returns at EOF: the process that started this one is gone
     os._exit(1)
-
 threading.Thread(target=watch, daemon=True).start()
 runpy.run_module(sys.argv.pop(1), run_name="__main__", alter_sys=True)
 """
