@@ -255,12 +255,12 @@ class LocalModelServer:
         raise LocalModelUnavailable(f"{message}:\n{tail}")
 
     def start(self) -> LocalModelServer:
-        """Start the server and wait until ``/v1/models`` answers and it generates a token.
+        """Start the server and wait until it generates a token.
 
         Raises:
-            LocalModelUnavailable: the extra is missing, the server exited, did not answer within
-                ``startup_timeout``, or could not generate (the message holds its exit code or
-                signal and the end of its output).
+            LocalModelUnavailable: the extra is missing, the server exited (the message holds its
+                exit code or signal, what llama.cpp was built for and the end of its output) or
+                did not generate within ``startup_timeout``.
         """
         reason = missing_reason()
         if reason is not None:
@@ -281,45 +281,30 @@ class LocalModelServer:
                 # a crash in llama.cpp (SIGSEGV, SIGILL) prints the Python stack it happened under
                 env={**os.environ, "PYTHONFAULTHANDLER": "1"},
             )
+        # Ready means it generates: one token through the model, so that a build that cannot run
+        # on this CPU (an instruction it lacks) fails here, with its exit signal.
+        probe = {
+            "model": MODEL_ID,
+            "messages": [{"role": "user", "content": "hi"}],
+            "max_tokens": 1,
+        }
         deadline = time.monotonic() + self.startup_timeout
-        with httpx.Client(timeout=2.0) as http:
-            while True:
-                code = self._process.poll()
-                if code is not None:
-                    self._fail(f"the llama-cpp server exited with code {code} before answering")
+        with httpx.Client(timeout=max(30.0, self.startup_timeout)) as http:
+            while (code := self._process.poll()) is None:
                 with contextlib.suppress(httpx.HTTPError):
-                    if http.get(f"{self.base_url}/models").status_code == 200:
-                        break
+                    if http.post(f"{self.base_url}/chat/completions", json=probe).is_success:
+                        return self
                 if time.monotonic() >= deadline:
                     self._fail(
-                        f"the llama-cpp server did not answer on {self.base_url} within "
-                        f"{self.startup_timeout:.0f}s"
+                        f"the llama-cpp server did not generate a token on {self.base_url} "
+                        f"within {self.startup_timeout:.0f}s"
                     )
                 time.sleep(0.25)
-            # Ready means it can generate: one token through the model, so that a build that
-            # cannot run on this CPU (an instruction it lacks) fails here, with its exit signal.
-            try:
-                http.post(
-                    f"{self.base_url}/chat/completions",
-                    json={
-                        "model": MODEL_ID,
-                        "messages": [{"role": "user", "content": "hi"}],
-                        "max_tokens": 1,
-                    },
-                    timeout=max(30.0, self.startup_timeout),
-                ).raise_for_status()
-            except httpx.HTTPError as exc:
-                time.sleep(0.5)
-                code = self._process.poll()
-                how = "is running" if code is None else f"exited with code {code}"
-                if code is not None and code < 0:
-                    how += f" ({signal.Signals(-code).name})"
-                self._fail(
-                    f"the llama-cpp server answered {self.base_url}/models but could not "
-                    f"generate a token ({type(exc).__name__}: {exc}); it {how}; "
-                    f"llama.cpp was built for {build_info()}; its output"
-                )
-        return self
+        how = f"{code} ({signal.Signals(-code).name})" if code < 0 else str(code)
+        self._fail(
+            f"the llama-cpp server exited with code {how} before it generated a token; "
+            f"llama.cpp was built for {build_info()}; its output"
+        )
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop the server: SIGTERM, then SIGKILL after ``timeout`` seconds (bounded)."""
