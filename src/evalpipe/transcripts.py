@@ -53,12 +53,8 @@ def sum_usage(usages: Sequence[RunUsage], latency_seconds: float | None = None) 
         values = [v for u in usages if (v := getattr(u, field)) is not None]
         return sum(values) if values else None
 
-    return RunUsage(
-        input_tokens=total("input_tokens"),
-        output_tokens=total("output_tokens"),
-        total_tokens=total("total_tokens"),
-        latency_seconds=latency_seconds,
-    )
+    counts = {field: total(field) for field in ("input_tokens", "output_tokens", "total_tokens")}
+    return RunUsage(**counts, latency_seconds=latency_seconds)
 
 
 class _Outcome(BaseModel):
