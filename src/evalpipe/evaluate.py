@@ -21,7 +21,7 @@ from evalpipe.itemize import (
 )
 from evalpipe.items import ExpectedToolCall
 from evalpipe.messages import Message, ToolDefinition
-from evalpipe.recorded import RecordedFormatError, convert_messages, detect_format, split_recording
+from evalpipe.recorded import convert_messages, detect_format, split_recording
 from evalpipe.results import EvalResults
 from evalpipe.runner.plan import Target, in_process_plan, resolve_target
 from evalpipe.runner.shard import run_in_process
@@ -214,17 +214,15 @@ def _recorded_responses(
     list of dicts without one is only the response (query side None, as MAF's responses).
 
     Raises:
-        ValueError: naming ``responses[i]`` and the first mismatch for a list that fits no format.
+        RecordedFormatError: (a ValueError) naming ``responses[i]`` and the first mismatch for a
+            list that fits no format.
     """
     raw = {
         i: r
         for i, r in enumerate(responses)
         if isinstance(r, list) and r and all(isinstance(m, Mapping) for m in r)
     }
-    try:
-        fmt = detect_format((f"responses[{i}]", [(f"responses[{i}]", r)]) for i, r in raw.items())
-    except RecordedFormatError as exc:
-        raise ValueError(str(exc)) from None
+    fmt = detect_format((f"responses[{i}]", [(f"responses[{i}]", r)]) for i, r in raw.items())
     out: dict[int, tuple[list[Message] | None, list[Message], str]] = {}
     for i, response in enumerate(responses):
         if i in raw and fmt is not None:
