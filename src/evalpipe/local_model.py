@@ -348,17 +348,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--startup-timeout", type=float, default=120.0, help="seconds (120)")
     parser.add_argument("--log", default=None, help="write the server's output to this file")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ARGS...")
-    args = parser.parse_args(argv)
-    command = list(args.command)
+    options = vars(parser.parse_args(argv))  # the server's fields, and the command
+    command = options.pop("command")
     if command[:1] == ["--"]:
         command = command[1:]
-    server = LocalModelServer(
-        args.port,
-        n_ctx=args.n_ctx,
-        n_threads=args.n_threads,
-        startup_timeout=args.startup_timeout,
-        log=args.log,
-    )
+    server = LocalModelServer(**options)
     # A SIGTERM (a CI timeout, a killed make) unwinds like Ctrl-C, so the server is still stopped.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     started = time.monotonic()
