@@ -375,10 +375,9 @@ def agent_expectations(value: PerAgentExpectations | None) -> dict[str, AgentExp
             name: [_field(row.get(agent), name) for row in specs]
             for name in ("expected_output", "expected_tool_calls")
         }
-        if any(v is not None for column in columns.values() for v in column):
-            out[agent] = AgentExpectations.model_validate(
-                {k: v if any(x is not None for x in v) else None for k, v in columns.items()}
-            )
+        given = {k: v for k, v in columns.items() if any(x is not None for x in v)}
+        if given:
+            out[agent] = AgentExpectations.model_validate(given)
     return out
 
 
