@@ -109,6 +109,11 @@ _KEYS = {
     "foundry": frozenset({"role", "content", "tool_call_id", "createdAt", "run_id", "name"}),
 }
 """The fields a message of each format may have."""
+_A_MESSAGE = {
+    "evalpipe": "an evalpipe/MAF message",
+    "openai": "an OpenAI message",
+    "foundry": "a Foundry agent message",
+}
 _CHAT_ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
 _CONTENT_TAGS = frozenset({"text", "function_call", "function_result", "data", "uri"})
 _PARTS: dict[str, dict[str, tuple[str, ...]]] = {
@@ -256,7 +261,7 @@ def check_messages(value: Any, fmt: str, path: str = "conversation") -> Mismatch
             return at.fail(f"{where}.{key}", f"missing{hint}", 1)
         extra = sorted(set(msg) - _KEYS[fmt])
         if extra:
-            return at.fail(f"{where}.{extra[0]}", f"not a field of {FORMAT_NAMES[fmt]}", 2)
+            return at.fail(f"{where}.{extra[0]}", f"not a field of {_A_MESSAGE[fmt]}", 2)
         bad = check(msg, where, at)
         if bad is not None:
             return bad
