@@ -144,11 +144,17 @@ def _random(run: str) -> bool:
     return changes >= 0.4 and _entropy(run) >= 4.0
 
 
-def _wrap(value: Any) -> Any:
+def _wrap(value: Any, whole: bool = False) -> Any:
+    """A credential field's value as secrets (its mappings by their field names, unless
+    ``whole``: a header's value is secret whatever its shape)."""
     if isinstance(value, SecretStr) or value is None or isinstance(value, bool):
         return value
     if isinstance(value, str | int | float):
         return SecretStr(str(value)) if str(value) != "" else value
+    if isinstance(value, list | tuple):
+        return [_wrap(v, whole) for v in value]
+    if whole and isinstance(value, dict):
+        return {k: _wrap(v, whole) for k, v in value.items()}
     return protect(value)
 
 
@@ -159,7 +165,7 @@ def protect(value: Any) -> Any:
         for key, item in value.items():
             name = str(key)
             if name.lower() == "headers" and isinstance(item, dict):
-                out[key] = {h: _wrap(v) for h, v in item.items()}
+                out[key] = {h: _wrap(v, whole=True) for h, v in item.items()}
             elif is_secret_key(name):
                 out[key] = _wrap(item)
             else:
