@@ -7,13 +7,11 @@ The counting and pass rules, and the text of ``raise_for_status``, mirror MAF (s
 
 from __future__ import annotations
 
-from collections import UserList
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from functools import cached_property
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from evalpipe.items import EvalItem
 
@@ -139,20 +137,6 @@ class EvalItemResult:
         return self.status == "fail"
 
 
-class _Deferred(UserList[EvalItem]):
-    """A list whose items ``loader()`` gives the first time it is used (pickled as a plain list)."""
-
-    def __init__(self, loader: Callable[[], list[EvalItem]]) -> None:
-        self._loader = loader
-
-    @cached_property
-    def data(self) -> list[EvalItem]:  # type: ignore[override]  # UserList's attribute, computed once
-        return self._loader()
-
-    def __reduce__(self) -> tuple[type[list[EvalItem]], tuple[list[EvalItem]]]:
-        return list, (self.data,)
-
-
 class EvalResults(BaseModel):
     """The results of one evaluation run by one provider, with sub-results per agent for workflows."""
 
@@ -181,6 +165,9 @@ class EvalResults(BaseModel):
     sub_results: dict[str, EvalResults] = Field(default_factory=dict)
     """Per-agent results of a workflow evaluation, keyed by agent name."""
 
+    _input_loader: Callable[[], list[EvalItem]] | None = PrivateAttr(default=None)
+    """Where ``input_items`` come from when they are loaded on first use (``load_run``)."""
+
     def __init__(self, **data: Any) -> None:
         for key in ("per_evaluator", "items", "input_items", "sub_results"):
             if key in data and data[key] is None:
@@ -188,9 +175,42 @@ class EvalResults(BaseModel):
         super().__init__(**data)
 
     def defer_input_items(self, loader: Callable[[], list[EvalItem]]) -> None:
-        """Load ``input_items`` with ``loader()`` the first time they are used, not now (a run
+        """Load ``input_items`` with ``loader()`` the first time they are read, not now (a run
         read back from its files: the evaluated items are the costly part)."""
-        self.__dict__["input_items"] = _Deferred(loader)
+        self.__dict__.pop("input_items", None)
+        self._input_loader = loader
+
+    if not TYPE_CHECKING:
+        # Only reached when normal lookup fails: input_items deferred by defer_input_items.
+        def __getattr__(self, name: str) -> Any:
+            if name == "input_items":
+                loader = getattr(self, "_input_loader", None)
+                if loader is not None:
+                    items = loader()
+                    self.__dict__["input_items"] = items
+                    self._input_loader = None
+                    return items
+            return super().__getattr__(name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "input_items" and getattr(self, "_input_loader", None) is not None:
+            self._input_loader = None
+        super().__setattr__(name, value)
+
+    def _load_deferred(self) -> None:
+        for result in self.iter_results():
+            if getattr(result, "_input_loader", None) is not None:
+                result.input_items  # noqa: B018 - loads them
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, EvalResults):
+            self._load_deferred()
+            other._load_deferred()
+        return super().__eq__(other)
+
+    def __getstate__(self) -> dict[Any, Any]:
+        self._load_deferred()
+        return super().__getstate__()
 
     @property
     def passed(self) -> int:
