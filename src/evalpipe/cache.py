@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
@@ -357,15 +357,13 @@ def _read_entry(path: Path) -> CacheEntry | None:
         ) from None
 
 
-def _iter_entries(directory: Path) -> list[tuple[Path, CacheEntry | None]]:
+def _iter_entries(directory: Path) -> Iterator[tuple[Path, CacheEntry | None]]:
     """Every entry file of ``directory`` (none when it is missing), None for an unreadable one."""
-    out: list[tuple[Path, CacheEntry | None]] = []
     for path in sorted(directory.glob(f"*/*{_SUFFIX}")):
         try:
-            out.append((path, CacheEntry.model_validate_json(path.read_bytes())))
-        except (OSError, ValidationError):
-            out.append((path, None))
-    return out
+            yield path, _read_entry(path)
+        except (OSError, CacheError):
+            yield path, None
 
 
 def cache_stats(directory: str | os.PathLike[str]) -> CacheStats:

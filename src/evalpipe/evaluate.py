@@ -21,7 +21,7 @@ from evalpipe.itemize import (
 )
 from evalpipe.items import ExpectedToolCall
 from evalpipe.messages import Message, ToolDefinition
-from evalpipe.recorded import RecordedFormatError, convert_messages, detect_format, split_recording
+from evalpipe.recorded import convert_messages, detect_format, split_recording
 from evalpipe.results import EvalResults
 from evalpipe.runner.plan import Target, in_process_plan, resolve_target
 from evalpipe.runner.shard import run_in_process
@@ -62,13 +62,19 @@ def _check_lengths(n: int | None, what: str, expected: Any, calls: Any, head: st
             raise ValueError(f"{head} {n} {what} but {len(values)} {name}.")
 
 
-def _normalize_expected_tool_calls(value: Any) -> list[list[ExpectedToolCall]] | None:
-    if value is None:
-        return None
-    value = list(value)
-    if value and isinstance(value[0], ExpectedToolCall):
-        return [list(value)]
-    return [list(v) for v in value]
+def _expected(output: Any, calls: Any) -> AgentExpectations:
+    """MAF's ``expected_output`` (a str is one query's) and ``expected_tool_calls`` (a flat list is
+    one query's) as per-query lists."""
+    return AgentExpectations.model_validate(
+        {"expected_output": output, "expected_tool_calls": calls}
+    )
+
+
+def _check_limits(num_repetitions: int, max_concurrency: int) -> None:
+    if num_repetitions < 1:
+        raise ValueError(f"num_repetitions must be >= 1, got {num_repetitions}.")
+    if max_concurrency < 1:
+        raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}.")
 
 
 async def evaluate_agent(
@@ -116,14 +122,12 @@ async def evaluate_agent(
         TypeError: for an evaluator that is neither an Evaluator nor a callable.
     """
     query_list = _listify(queries)
-    expected_list = _listify(expected_output)
-    etc = _normalize_expected_tool_calls(expected_tool_calls)
+    wanted = _expected(expected_output, expected_tool_calls)
+    expected_list, etc = wanted.expected_output, wanted.expected_tool_calls
     response_list: list[Any] | None = None
     if responses is not None:
         response_list = list(responses) if isinstance(responses, list | tuple) else [responses]
-
-    if num_repetitions < 1:
-        raise ValueError(f"num_repetitions must be >= 1, got {num_repetitions}.")
+    _check_limits(num_repetitions, max_concurrency)
     n = len(query_list) if query_list is not None else 0
     if query_list is not None:
         _check_lengths(n, "queries", expected_list, etc)
@@ -151,8 +155,6 @@ async def evaluate_agent(
         raise ValueError("Provide either 'queries' (with 'agent') or 'responses' (or both).")
     if context is not None and not isinstance(context, str) and len(context) != n:
         raise ValueError(f"Got {n} queries but {len(context)} context values.")
-    if max_concurrency < 1:
-        raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}.")
 
     providers = resolve_evaluators(evaluators)
     # What is passed as agent= is an agent (MAF's rule), even one that also has workflow-like
@@ -212,17 +214,15 @@ def _recorded_responses(
     list of dicts without one is only the response (query side None, as MAF's responses).
 
     Raises:
-        ValueError: naming ``responses[i]`` and the first mismatch for a list that fits no format.
+        RecordedFormatError: (a ValueError) naming ``responses[i]`` and the first mismatch for a
+            list that fits no format.
     """
     raw = {
         i: r
         for i, r in enumerate(responses)
         if isinstance(r, list) and r and all(isinstance(m, Mapping) for m in r)
     }
-    try:
-        fmt = detect_format((f"responses[{i}]", [(f"responses[{i}]", r)]) for i, r in raw.items())
-    except RecordedFormatError as exc:
-        raise ValueError(str(exc)) from None
+    fmt = detect_format((f"responses[{i}]", [(f"responses[{i}]", r)]) for i, r in raw.items())
     out: dict[int, tuple[list[Message] | None, list[Message], str]] = {}
     for i, response in enumerate(responses):
         if i in raw and fmt is not None:
@@ -331,8 +331,8 @@ async def evaluate_workflow(
         TypeError: for an evaluator that is neither an Evaluator nor a callable.
     """
     query_list = _listify(queries)
-    expected_list = _listify(expected_output)
-    etc = _normalize_expected_tool_calls(expected_tool_calls)
+    wanted = _expected(expected_output, expected_tool_calls)
+    expected_list, etc = wanted.expected_output, wanted.expected_tool_calls
     if workflow_result is None and query_list is None:
         raise ValueError("Provide either 'workflow_result' or 'queries'.")
     if (expected_list is not None or etc is not None) and query_list is None:
@@ -343,10 +343,7 @@ async def evaluate_workflow(
         )
     n = len(query_list) if query_list is not None else None
     _check_lengths(n, "queries", expected_list, etc)
-    if num_repetitions < 1:
-        raise ValueError(f"num_repetitions must be >= 1, got {num_repetitions}.")
-    if max_concurrency < 1:
-        raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}.")
+    _check_limits(num_repetitions, max_concurrency)
     if upstream_context not in ("received", "user_only"):
         raise ValueError(
             f"upstream_context must be 'received' or 'user_only', got {upstream_context!r}."

@@ -368,26 +368,17 @@ def agent_expectations(value: PerAgentExpectations | None) -> dict[str, AgentExp
         if isinstance(value, Mapping)
         else dict(enumerate(value))
     )
-    n = max(rows, default=-1) + 1
-    outputs: dict[str, list[str | None]] = {}
-    calls: dict[str, list[list[ExpectedToolCall] | None]] = {}
-    for qi, row in rows.items():
-        for agent, spec in (row or {}).items():
-            output = _field(spec, "expected_output")
-            if output is not None:
-                outputs.setdefault(agent, [None] * n)[qi] = output
-            expected = _field(spec, "expected_tool_calls")
-            if expected is not None:
-                calls.setdefault(agent, [None] * n)[qi] = [
-                    c if isinstance(c, ExpectedToolCall) else ExpectedToolCall.model_validate(c)
-                    for c in expected
-                ]
-    return {
-        agent: AgentExpectations(
-            expected_output=outputs.get(agent), expected_tool_calls=calls.get(agent)
-        )
-        for agent in [*outputs, *(a for a in calls if a not in outputs)]
-    }
+    specs = [rows.get(qi) or {} for qi in range(max(rows, default=-1) + 1)]
+    out: dict[str, AgentExpectations] = {}
+    for agent in dict.fromkeys(a for row in specs for a in row):
+        columns = {
+            name: [_field(row.get(agent), name) for row in specs]
+            for name in ("expected_output", "expected_tool_calls")
+        }
+        given = {k: v for k, v in columns.items() if any(x is not None for x in v)}
+        if given:
+            out[agent] = AgentExpectations.model_validate(given)
+    return out
 
 
 def _pick(values: Sequence[Any] | None, qi: int) -> Any:

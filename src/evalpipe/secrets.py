@@ -22,7 +22,7 @@ import math
 import os
 import re
 import string
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 from urllib.parse import quote, urlsplit
 
@@ -144,11 +144,17 @@ def _random(run: str) -> bool:
     return changes >= 0.4 and _entropy(run) >= 4.0
 
 
-def _wrap(value: Any) -> Any:
+def _wrap(value: Any, whole: bool = False) -> Any:
+    """A credential field's value as secrets (its mappings by their field names, unless
+    ``whole``: a header's value is secret whatever its shape)."""
     if isinstance(value, SecretStr) or value is None or isinstance(value, bool):
         return value
     if isinstance(value, str | int | float):
         return SecretStr(str(value)) if str(value) != "" else value
+    if isinstance(value, list | tuple):
+        return [_wrap(v, whole) for v in value]
+    if whole and isinstance(value, dict):
+        return {k: _wrap(v, whole) for k, v in value.items()}
     return protect(value)
 
 
@@ -159,7 +165,7 @@ def protect(value: Any) -> Any:
         for key, item in value.items():
             name = str(key)
             if name.lower() == "headers" and isinstance(item, dict):
-                out[key] = {h: _wrap(v) for h, v in item.items()}
+                out[key] = {h: _wrap(v, whole=True) for h, v in item.items()}
             elif is_secret_key(name):
                 out[key] = _wrap(item)
             else:
@@ -172,42 +178,25 @@ def protect(value: Any) -> Any:
     return value
 
 
+def _replace_secrets(value: Any, leaf: Callable[[SecretStr], Any]) -> Any:
+    if isinstance(value, SecretStr):
+        return leaf(value)
+    if isinstance(value, dict):
+        return {k: _replace_secrets(v, leaf) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_replace_secrets(v, leaf) for v in value]
+    return value
+
+
 def reveal(value: Any) -> Any:
     """A copy with every SecretStr replaced by its value (for user code that takes plain text)."""
-    if isinstance(value, SecretStr):
-        return value.get_secret_value()
-    if isinstance(value, dict):
-        return {k: reveal(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [reveal(v) for v in value]
-    return value
+    return _replace_secrets(value, SecretStr.get_secret_value)
 
 
 def mask(value: Any) -> Any:
     """A JSON-ready copy with every secret masked: SecretStr values, and (defence in depth, for
-    fragments that were never protected) every credential-named field and credential URL."""
-    if isinstance(value, SecretStr):
-        return MASK
-    if isinstance(value, dict):
-        out: dict[Any, Any] = {}
-        for key, item in value.items():
-            name = str(key)
-            if name.lower() == "headers" and isinstance(item, dict):
-                out[key] = {h: MASK if v not in (None, "") else v for h, v in item.items()}
-            elif (
-                is_secret_key(name)
-                and isinstance(item, str | int | float | SecretStr)
-                and item != ""
-            ):
-                out[key] = MASK
-            else:
-                out[key] = mask(item)
-        return out
-    if isinstance(value, list | tuple):
-        return [mask(v) for v in value]
-    if isinstance(value, str) and is_secret_url(value):
-        return MASK
-    return value
+    fragments that were never protected) everything :func:`protect` would make one."""
+    return _replace_secrets(protect(value), lambda _: MASK)
 
 
 def _walk(value: Any, path: str) -> Iterator[tuple[str, Any]]:

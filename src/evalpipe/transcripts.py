@@ -53,53 +53,61 @@ def sum_usage(usages: Sequence[RunUsage], latency_seconds: float | None = None) 
         values = [v for u in usages if (v := getattr(u, field)) is not None]
         return sum(values) if values else None
 
-    return RunUsage(
-        input_tokens=total("input_tokens"),
-        output_tokens=total("output_tokens"),
-        total_tokens=total("total_tokens"),
-        latency_seconds=latency_seconds,
-    )
+    counts = {field: total(field) for field in ("input_tokens", "output_tokens", "total_tokens")}
+    return RunUsage(**counts, latency_seconds=latency_seconds)
 
 
-class TargetRun(BaseModel):
-    """One call of an agent: which query and repetition, what came back, or how it failed."""
+class _Outcome(BaseModel):
+    """What every call and turn records: its cost and, when it has no usable output, why."""
 
     model_config = ConfigDict(extra="forbid")
 
-    query_index: int
+    usage: RunUsage = Field(default_factory=RunUsage)
+    """Tokens reported and the wall time measured by evalpipe (a workflow run: the executors'
+    tokens summed)."""
+    error_code: str | None = None
+    """Why there is no usable output: "AgentError" (an agent call raised); a turn's
+    "ExecutorError" (it raised), "UpstreamError" (not run because an agent before it failed) or
+    "Interrupted" (the workflow stopped while it ran); a workflow run's "ExecutorError",
+    "WorkflowError", "RoutingError" or "MaxHopsExceeded"."""
+    error_message: str | None = None
+    """What went wrong, for people."""
+
+    @property
+    def ok(self) -> bool:
+        """The call (turn, run) finished with a usable output."""
+        return self.error_code is None
+
+
+class _Call(_Outcome):
+    """One call of a target on one query: which query and repetition, and when it ran."""
+
+    query_index: int = 0
     """Position of the query (dataset row) in the query set."""
-    repetition: int
+    repetition: int = 0
     """Which repetition (0-based)."""
     query: str
     """The user query sent to the target."""
-    messages: list[Message] = Field(default_factory=list)
-    """The response messages (empty when the call failed)."""
-    tools: list[ToolDefinition] | None = None
-    """Tool snapshots the response carried (None when it carried none)."""
-    usage: RunUsage = Field(default_factory=RunUsage)
-    """Tokens and latency."""
-    error_code: str | None = None
-    """Why the call has no usable response: "AgentError" when it raised."""
-    error_message: str | None = None
-    """The exception, as text."""
-    attempts: int = 1
-    """How many times the call was made (transient errors are retried)."""
     started_at: datetime | None = None
     """When the call (its last attempt) started, in UTC, as evalpipe measured it; None for a
     recording."""
     ended_at: datetime | None = None
     """When the call ended, in UTC; None for a recording."""
 
-    @property
-    def ok(self) -> bool:
-        """The call returned a response."""
-        return self.error_code is None
+
+class TargetRun(_Call):
+    """One call of an agent: which query and repetition, what came back, or how it failed."""
+
+    messages: list[Message] = Field(default_factory=list)
+    """The response messages (empty when the call failed)."""
+    tools: list[ToolDefinition] | None = None
+    """Tool snapshots the response carried (None when it carried none)."""
+    attempts: int = 1
+    """How many times the call was made (transient errors are retried)."""
 
 
-class ExecutorRun(BaseModel):
+class ExecutorRun(_Outcome):
     """One executor's turn inside a workflow run: what it received and what it produced."""
-
-    model_config = ConfigDict(extra="forbid")
 
     executor_id: str
     """The executor's id in the workflow (for built-in workflows and MAF agents: the agent name)."""
@@ -111,58 +119,22 @@ class ExecutorRun(BaseModel):
     """The messages the agent produced (tool calls, tool results, answer); empty when it failed."""
     tools: list[ToolDefinition] | None = None
     """Schema snapshots of the tools the agent could call (None: unknown)."""
-    usage: RunUsage = Field(default_factory=RunUsage)
-    """Tokens the agent reported and the wall time of its turn."""
-    error_code: str | None = None
-    """Why this turn has no usable output: "ExecutorError" (it raised), "UpstreamError" (not run
-    because an agent before it failed) or "Interrupted" (the workflow stopped while it ran)."""
-    error_message: str | None = None
-    """What went wrong, for people."""
     attempts: int = 1
     """How many times the agent was called (transient errors are retried when configured)."""
 
-    @property
-    def ok(self) -> bool:
-        """The executor finished its turn."""
-        return self.error_code is None
 
-
-class WorkflowRun(BaseModel):
+class WorkflowRun(_Call):
     """One run of a workflow on one query: the ordered executor transcripts and the final output.
 
     Round-trips through ``model_dump_json()`` / ``model_validate_json()``.
     """
 
-    model_config = ConfigDict(extra="forbid")
-
-    query_index: int = 0
-    """Position of the query in the query set."""
-    repetition: int = 0
-    """Which repetition (0-based)."""
-    query: str
-    """The user query the workflow was given."""
     workflow: str | None = None
     """The workflow's name."""
     executors: list[ExecutorRun] = Field(default_factory=list)
     """Every executor turn, in the order the turns started."""
     output: list[Message] = Field(default_factory=list)
     """The workflow's final output messages."""
-    usage: RunUsage = Field(default_factory=RunUsage)
-    """Tokens summed over the executors, and the wall time of the whole run."""
-    error_code: str | None = None
-    """Set when the run did not finish: "ExecutorError", "WorkflowError", "RoutingError",
-    "MaxHopsExceeded"."""
-    error_message: str | None = None
-    """What went wrong, for people."""
-    started_at: datetime | None = None
-    """When the run started, in UTC, as evalpipe measured it; None for a recording."""
-    ended_at: datetime | None = None
-    """When the run ended, in UTC; None for a recording."""
-
-    @property
-    def ok(self) -> bool:
-        """The run finished."""
-        return self.error_code is None
 
     def for_agent(self, agent: str) -> list[ExecutorRun]:
         """The turns of one agent, in order."""
