@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import atexit
 import contextlib
+import importlib
 import logging
 import os
 import signal
@@ -45,6 +46,27 @@ exit codes:
 `evalpipe COMMAND --help` tells more about each command."""
 
 
+_COMMANDS = [
+    "run",
+    "eval_",
+    "results",
+    "history",
+    "query",
+    "bless",
+    "compare",
+    "report",
+    "calibrate",
+    "review",
+    "view",
+    "import_",
+    "deploy",
+    "serve",
+    "cache",
+    "server",
+]
+"""The command modules, each with ``register(subparsers)``, in the order ``--help`` lists them."""
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The whole command line."""
     parser = argparse.ArgumentParser(
@@ -62,44 +84,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", title="commands")
     # The commands (rich, pyarrow, the runner: ~1 s) load here, not when evalpipe.cli is imported.
-    from evalpipe.cli import (  # lazy: see above
-        bless,
-        cache,
-        calibrate,
-        compare,
-        deploy,
-        eval_,
-        history,
-        import_,
-        query,
-        report,
-        results,
-        review,
-        run,
-        serve,
-        server,
-        view,
-    )
-
-    for command in (
-        run,
-        eval_,
-        results,
-        history,
-        query,
-        bless,
-        compare,
-        report,
-        calibrate,
-        review,
-        view,
-        import_,
-        deploy,
-        serve,
-        cache,
-        server,
-    ):
-        command.register(sub)
+    for name in _COMMANDS:
+        importlib.import_module(f"evalpipe.cli.{name}").register(sub)
     return parser
 
 
@@ -141,28 +127,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv is None:
         _exit_when_done()
     args = build_parser().parse_args(argv)
+    from evalpipe.cli import _common  # lazy: loaded with the commands (build_parser)
+
     previous = None
     if threading.current_thread() is threading.main_thread():
         previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         code = int(args.handler(args))
+    except _common.CommandError as exc:
+        code = _common.fail(_common.consoles()[1], str(exc), exc.code)
     except KeyboardInterrupt:
-        from evalpipe.cli._common import EXIT_INCOMPLETE  # lazy: loaded with the commands
-
         print(
             "interrupted: the run stopped; the calls it finished are journaled, run the same "
             "command again to resume",
             file=sys.stderr,
         )
-        code = EXIT_INCOMPLETE
+        code = _common.EXIT_INCOMPLETE
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
     if argv is None:
         _exit_code[:] = [code]
-        from evalpipe.cli._common import api_gone  # lazy: loaded with the commands
-
-        if api_gone():  # nothing Prefect still holds can reach its API: end now
+        if _common.api_gone():  # nothing Prefect still holds can reach its API: end now
             _exit_now(code)
     return code
 

@@ -6,22 +6,20 @@ import argparse
 from typing import Any
 
 from evalpipe.artifacts import ArtifactError, bless, read_manifest
-from evalpipe.cli._common import EXIT_OK, consoles, fail, say
+from evalpipe.cli._common import EXIT_OK, consoles, exits_on, say
 
 __all__ = ["register"]
 
 
 def _bless(args: argparse.Namespace) -> int:
-    out, err = consoles()
-    try:
+    message = "{}; bless a run directory `evalpipe run` finished"
+    with exits_on(ArtifactError, ValueError, message=message):
         manifest = read_manifest(args.run_dir)
         written = bless(args.run_dir)
-    except (ArtifactError, ValueError) as exc:
-        return fail(err, f"{exc}; bless a run directory `evalpipe run` finished")
     suite = manifest.get("suite")
     name = suite.get("name") if isinstance(suite, dict) else None
     say(
-        out,
+        consoles()[0],
         f"{args.run_dir} is the baseline of {name or 'its suite'} (in {written}); "
         f"`evalpipe compare --baseline RUN` and `compare_with: baseline` compare with it",
     )

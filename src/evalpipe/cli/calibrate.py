@@ -27,10 +27,11 @@ from evalpipe.calibration import (
 from evalpipe.cli._common import (
     EXIT_GATE_FAILED,
     EXIT_OK,
-    check_run_dir,
+    CommandError,
     consoles,
-    fail,
+    exits_on,
     num,
+    require_run_dir,
     say,
 )
 from evalpipe.escape import plain
@@ -83,31 +84,24 @@ def _lines(c: Calibration) -> list[str]:
 
 def _calibrate(args: argparse.Namespace) -> int:
     out, err = consoles()
-    if problem := check_run_dir(args.run_dir):
-        return fail(err, problem)
+    require_run_dir(args.run_dir)
     if args.resamples < 100:
-        return fail(err, f"--resamples must be >= 100, got {args.resamples}")
+        raise CommandError(f"--resamples must be >= 100, got {args.resamples}")
     labels_path = str(args.labels)
-    try:
+    with exits_on(GateSyntaxError):
         gates = Gate(parse_gates(args.gate or [], source="--gate")) if args.gate else None
-    except GateSyntaxError as exc:
-        return fail(err, str(exc))
-    try:
+    with exits_on(LabelsError, ArtifactError, SchemaVersionError):
         labels = read_labels(args.labels)
         verdicts = verdicts_of_run(args.run_dir)
         found = calibrate(
             verdicts, labels, seed=args.seed, resamples=args.resamples, source=labels_path
         )
         manifest = read_manifest(str(args.run_dir))
-    except (LabelsError, ArtifactError, SchemaVersionError) as exc:
-        return fail(err, str(exc))
     output = args.output or Path(args.labels).with_name(CALIBRATION_FILE)
-    try:
+    with exits_on(OSError, message=f"cannot write {output}: {{}}; pass another --output"):
         write_calibration(
             output, str(args.run_dir), labels_path, found, run_name=manifest.get("run_name")
         )
-    except OSError as exc:
-        return fail(err, f"cannot write {output}: {exc}; pass another --output")
     if args.json:
         print(json.dumps([c.model_dump(mode="json") for c in found], indent=2))
     else:

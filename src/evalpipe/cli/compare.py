@@ -8,7 +8,14 @@ from typing import Any
 
 from evalpipe.artifacts import BASELINE_FILE, ArtifactError, baseline_of
 from evalpipe.artifacts.history import join, parent_of
-from evalpipe.cli._common import EXIT_GATE_FAILED, EXIT_OK, check_run_dir, consoles, fail, say
+from evalpipe.cli._common import (
+    EXIT_GATE_FAILED,
+    EXIT_OK,
+    consoles,
+    exits_on,
+    require_run_dir,
+    say,
+)
 
 __all__ = ["register"]
 
@@ -42,13 +49,10 @@ def _runs(args: argparse.Namespace) -> tuple[str, str]:
 
 def _compare(args: argparse.Namespace) -> int:
     out, err = consoles()
-    try:
+    with exits_on(ValueError, ArtifactError):
         run_a, run_b = _runs(args)
-    except (ValueError, ArtifactError) as exc:
-        return fail(err, str(exc))
     for run_dir in (run_a, run_b):
-        if problem := check_run_dir(run_dir):
-            return fail(err, problem)
+        require_run_dir(run_dir)
     from evalpipe.report.compare import (  # lazy: scipy, only for this command
         compare_runs,
         render_markdown,
@@ -56,12 +60,10 @@ def _compare(args: argparse.Namespace) -> int:
         write_compare_html,
     )
 
-    try:
+    with exits_on(ArtifactError):  # SchemaVersionError included
         comparison = compare_runs(run_a, run_b)
-    except ArtifactError as exc:  # SchemaVersionError included
-        return fail(err, str(exc))
     render_terminal(comparison, out)
-    try:
+    with exits_on(OSError, message="cannot write the comparison: {}"):
         if args.html is not None:
             written = write_compare_html(comparison, args.html)
             say(out, f"HTML written to {written}")
@@ -69,8 +71,6 @@ def _compare(args: argparse.Namespace) -> int:
             args.markdown.parent.mkdir(parents=True, exist_ok=True)
             args.markdown.write_text(render_markdown(comparison), encoding="utf-8")
             say(out, f"markdown written to {args.markdown}")
-    except OSError as exc:
-        return fail(err, f"cannot write the comparison: {exc}")
     if args.fail_on_regression and comparison.has_regressions:
         err.print(
             f"{comparison.regressions} regression(s): failing as --fail-on-regression asks",

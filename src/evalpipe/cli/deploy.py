@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from evalpipe.cli._common import consoles, fail
+from evalpipe.cli._common import exits_on
 
 __all__ = ["register"]
 
@@ -14,11 +14,8 @@ __all__ = ["register"]
 def _deploy(args: argparse.Namespace) -> int:
     from evalpipe.pipeline.deploy import DeployError, deploy  # lazy: Prefect
 
-    _, err = consoles()
-    try:
+    with exits_on(DeployError):
         return deploy(args.prefect_file, args.name, create_pools=not args.no_create_pool)
-    except DeployError as exc:
-        return fail(err, str(exc))
 
 
 def register(sub: Any) -> None:

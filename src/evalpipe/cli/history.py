@@ -14,7 +14,7 @@ from rich.text import Text
 
 from evalpipe._internal.terminal import count_column, name_column, plain_table
 from evalpipe.artifacts import ArtifactError, DamagedRun, RunInfo, find_runs
-from evalpipe.cli._common import EXIT_OK, consoles, fail, say, warn
+from evalpipe.cli._common import EXIT_OK, consoles, exits_on, say, warn
 from evalpipe.escape import plain, terminal
 from evalpipe.tally import SummaryRow
 
@@ -150,10 +150,8 @@ def _csv(runs: Sequence[RunInfo]) -> None:
 def _history(args: argparse.Namespace) -> int:
     out, err = consoles()
     damaged: list[DamagedRun] = []
-    try:
+    with exits_on(ArtifactError, ValueError):
         runs = find_runs(args.output_dir, suite=args.suite, damaged=damaged)
-    except (ArtifactError, ValueError) as exc:
-        return fail(err, str(exc))
     for run in damaged:  # one damaged run hides no other
         warn(err, f"damaged run {plain(run.location)} left out: {plain(run.problem)}")
     if args.format == "json":

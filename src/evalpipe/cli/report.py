@@ -8,34 +8,27 @@ from typing import Any
 
 from evalpipe.artifacts import ArtifactError
 from evalpipe.calibration import LabelsError, read_calibration
-from evalpipe.cli._common import EXIT_OK, check_run_dir, consoles, fail, say
+from evalpipe.cli._common import EXIT_OK, CommandError, consoles, exits_on, require_run_dir, say
 
 __all__ = ["register"]
 
 
 def _report(args: argparse.Namespace) -> int:
-    out, err = consoles()
-    if problem := check_run_dir(args.run_dir):
-        return fail(err, problem)
+    require_run_dir(args.run_dir)
     if args.max_items < 0:
-        return fail(err, f"--max-items must be >= 0, got {args.max_items}")
+        raise CommandError(f"--max-items must be >= 0, got {args.max_items}")
     from evalpipe.report.html import write_report  # lazy: scipy, only for this command
 
     calibration = []
     if args.calibration is not None:
-        try:
+        with exits_on(LabelsError):
             calibration = read_calibration(args.calibration).calibrations
-        except LabelsError as exc:
-            return fail(err, str(exc))
-    try:
+    # ArtifactError (SchemaVersionError included): the run's; OSError: writing the report
+    with exits_on(OSError, message="cannot write the report: {}"), exits_on(ArtifactError):
         path = write_report(
             args.run_dir, args.output, max_items=args.max_items, calibration=calibration
         )
-    except ArtifactError as exc:  # SchemaVersionError included
-        return fail(err, str(exc))
-    except OSError as exc:
-        return fail(err, f"cannot write the report: {exc}")
-    say(out, f"report written to {path}")
+    say(consoles()[0], f"report written to {path}")
     return EXIT_OK
 
 

@@ -16,11 +16,11 @@ from evalpipe.artifacts.writer import resolve_filesystem
 from evalpipe.cli._common import (
     EXIT_OK,
     Failure,
-    check_run_dir,
     consoles,
-    fail,
+    exits_on,
     item_label,
     print_summary,
+    require_run_dir,
     say,
 )
 from evalpipe.escape import plain
@@ -89,13 +89,9 @@ def print_run(run_dir: Path | str, console: Console) -> None:
 
 
 def _results(args: argparse.Namespace) -> int:
-    out, err = consoles()
-    if problem := check_run_dir(args.run_dir):
-        return fail(err, problem)
-    try:
-        print_run(args.run_dir, out)
-    except ArtifactError as exc:
-        return fail(err, str(exc))
+    require_run_dir(args.run_dir)
+    with exits_on(ArtifactError):
+        print_run(args.run_dir, consoles()[0])
     return EXIT_OK
 
 

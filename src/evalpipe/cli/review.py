@@ -13,9 +13,17 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from evalpipe.artifacts import ArtifactError, SchemaVersionError
+from evalpipe.artifacts import ArtifactError
 from evalpipe.calibration import DEFAULT_SEED, review_candidates
-from evalpipe.cli._common import EXIT_INCOMPLETE, EXIT_OK, check_run_dir, consoles, fail, say
+from evalpipe.cli._common import (
+    EXIT_INCOMPLETE,
+    EXIT_OK,
+    CommandError,
+    consoles,
+    exits_on,
+    require_run_dir,
+    say,
+)
 
 __all__ = ["register"]
 
@@ -38,34 +46,31 @@ async def _review(args: argparse.Namespace, output: Path) -> str:
 
 
 def _command(args: argparse.Namespace) -> int:
-    out, err = consoles()
-    if problem := check_run_dir(args.run_dir):
-        return fail(err, problem)
+    require_run_dir(args.run_dir)
     if args.sample < 1:
-        return fail(err, f"--sample must be >= 1, got {args.sample}")
-    try:
+        raise CommandError(f"--sample must be >= 1, got {args.sample}")
+    with exits_on(ArtifactError):  # SchemaVersionError included
         candidates = review_candidates(args.run_dir, args.metric)
-    except (ArtifactError, SchemaVersionError) as exc:
-        return fail(err, str(exc))
     if not candidates:
-        return fail(
-            err,
+        raise CommandError(
             f"{args.run_dir}: no item has a pass/fail verdict on metric {args.metric!r}; pass "
-            "--metric with a metric of scores.parquet that has verdicts",
+            "--metric with a metric of scores.parquet that has verdicts"
         )
     output = args.output or Path(f"{Path(args.run_dir).name}-{args.metric}-labels.jsonl")
     if output.exists():
-        return fail(err, f"{output}: exists; pass another --output (labels are never overwritten)")
+        raise CommandError(
+            f"{output}: exists; pass another --output (labels are never overwritten)"
+        )
+    out = consoles()[0]
     say(
         out,
         f"review of {min(args.sample, len(candidates))} items on {args.metric}: open the paused "
         "flow run 'evalpipe-review' in the Prefect UI, answer the form and resume it",
         soft_wrap=True,
     )
-    try:
+    # the flow failed (a pause timeout, the API went away)
+    with exits_on(Exception, code=EXIT_INCOMPLETE, message="the review did not complete: {}"):
         path = asyncio.run(_review(args, output))
-    except Exception as exc:  # the flow failed (a pause timeout, the API went away)
-        return fail(err, f"the review did not complete: {exc}", EXIT_INCOMPLETE)
     say(out, f"labels written to {path}")
     return EXIT_OK
 

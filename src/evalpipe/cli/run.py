@@ -32,13 +32,14 @@ from evalpipe.cli._common import (
     EXIT_GATE_FAILED,
     EXIT_INCOMPLETE,
     EXIT_OK,
+    CommandError,
     consoles,
-    fail,
+    exits_on,
     prefect_api_gone,
     quiet_prefect,
+    say,
 )
 from evalpipe.cli.results import print_run
-from evalpipe.escape import plain
 from evalpipe.runner.state import RunLockedError
 from evalpipe.suite import SuiteError, load_suite
 
@@ -134,7 +135,7 @@ class _Display:
 
     def flow_run(self, url: str) -> None:
         """The flow run exists: where to watch it (printed above the bar, and kept)."""
-        self.console.print(f"UI: {url}", markup=False, highlight=False, soft_wrap=True)
+        say(self.console, f"UI: {url}", soft_wrap=True)
 
     def hook(self, stage: str, done: int, total: int) -> None:
         """The flow's progress hook (``evalpipe.pipeline.flow.ProgressHook``)."""
@@ -219,7 +220,7 @@ def _run(args: argparse.Namespace) -> int:
     give_back_large_blocks()  # this process is the flow's: it receives and writes every shard
     out, err = consoles()
     with _Display(err, started, disabled=args.no_progress) as display:
-        try:
+        with exits_on(SuiteError):
             suite = load_suite(args.suite, [*args.param, *_budget_params(args)])
             if args.output is not None:
                 suite.output_dir = str(args.output)
@@ -236,12 +237,9 @@ def _run(args: argparse.Namespace) -> int:
             plan = prepare_run(
                 suite, run_dir=args.run_dir, rescore=args.rescore, resume=not args.new_run
             )
-        except SuiteError as exc:
-            display.bar.stop()
-            return fail(err, str(exc))
         display.stage("starting the flow run")
         try:
-            with _collecting_less(), _arrow_gives_back():
+            with exits_on(RunLockedError, SuiteError), _collecting_less(), _arrow_gives_back():
                 outcome = run_suite(
                     suite,
                     rescore=args.rescore,
@@ -250,52 +248,42 @@ def _run(args: argparse.Namespace) -> int:
                     wait=args.wait,
                     on_flow_run=display.flow_run,
                 )
-        except (RunLockedError, SuiteError) as exc:
-            display.bar.stop()
-            return fail(err, str(exc))
         except PrefectUnavailableError as exc:
-            display.bar.stop()
             # What Prefect's workers would still log about the API that is gone would bury the
             # message below, the one that matters; nothing they queued can be sent.
             logging.getLogger("prefect").setLevel(logging.CRITICAL + 1)
             prefect_api_gone()
-            return fail(err, str(exc), EXIT_INCOMPLETE)
-    err.print(display.final(suite.name), markup=False, highlight=False)
+            raise CommandError(str(exc), EXIT_INCOMPLETE) from exc
+    say(err, display.final(suite.name))
     for note in outcome.notes:
-        err.print(f"note: {plain(note)}", markup=False, highlight=False)
+        say(err, f"note: {note}")
     if outcome.published_to:
-        out.print(f"published to {outcome.published_to}", markup=False, highlight=False)
+        say(out, f"published to {outcome.published_to}")
     if outcome.reusable_calls:
-        out.print(
+        say(
+            out,
             f"resumed: {outcome.reusable_calls} call(s) reused from the run's journal "
-            "(not called again)"
+            "(not called again)",
         )
     if (outcome.run_dir / "manifest.json").exists():
         print_run(outcome.run_dir, out)
         if outcome.ui_url:
-            out.print(f"UI: {outcome.ui_url}", markup=False, highlight=False)
-        out.print(
-            f"view: evalpipe view {shlex.quote(str(outcome.run_dir.parent.parent))}",
-            markup=False,
-            highlight=False,
-        )
+            say(out, f"UI: {outcome.ui_url}")
+        say(out, f"view: evalpipe view {shlex.quote(str(outcome.run_dir.parent.parent))}")
     if outcome.verdict == "gate_failed":
-        err.print(
-            plain(outcome.message), style="red", markup=False, highlight=False, soft_wrap=True
-        )
+        say(err, outcome.message, style="red", soft_wrap=True)
         return EXIT_GATE_FAILED
     if outcome.verdict == "incomplete":
-        err.print(
-            f"the run could not complete (flow run {outcome.state}): {plain(outcome.message)}; "
+        say(
+            err,
+            f"the run could not complete (flow run {outcome.state}): {outcome.message}; "
             f"run directory {outcome.run_dir}",
             style="red",
-            markup=False,
-            highlight=False,
             soft_wrap=True,
         )
         return EXIT_INCOMPLETE
     if outcome.verdict == "warned":
-        out.print("gate failed (warn only)", style="yellow", markup=False, highlight=False)
+        say(out, "gate failed (warn only)", style="yellow")
     return EXIT_OK
 
 

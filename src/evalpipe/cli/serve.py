@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from evalpipe.cli._common import EXIT_OK, consoles, fail
+from evalpipe.cli._common import EXIT_OK, exits_on
 from evalpipe.suite import SuiteError, apply_params
 
 __all__ = ["register"]
@@ -14,8 +14,7 @@ __all__ = ["register"]
 def _serve(args: argparse.Namespace) -> int:
     from evalpipe.pipeline.deploy import DeployError, serve  # lazy: Prefect
 
-    _, err = consoles()
-    try:
+    with exits_on(DeployError, SuiteError):
         params = apply_params({}, args.param) if args.param else None
         serve(
             args.suite,
@@ -26,8 +25,6 @@ def _serve(args: argparse.Namespace) -> int:
             params=params,
             tags=args.tag,
         )
-    except (DeployError, SuiteError) as exc:
-        return fail(err, str(exc))
     return EXIT_OK
 
 

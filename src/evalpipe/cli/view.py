@@ -9,7 +9,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from evalpipe.artifacts import ArtifactError, DamagedRun, find_runs
-from evalpipe.cli._common import EXIT_BAD_INPUT, EXIT_OK, consoles, fail, warn
+from evalpipe.cli._common import EXIT_OK, consoles, exits_on, warn
 from evalpipe.escape import plain
 from evalpipe.view.urls import LOOPBACK_HOSTS, VIEW_URL_ENV, configured_view_url, is_loopback
 
@@ -57,11 +57,9 @@ def _view(args: argparse.Namespace) -> int:
 
     _, err = consoles()
     damaged: list[DamagedRun] = []
-    try:
+    with exits_on(ArtifactError, ValueError):
         configured_view_url()
         runs = find_runs(args.output_dir, damaged=damaged)
-    except (ArtifactError, ValueError) as exc:
-        return fail(err, str(exc))
     for run in damaged:  # listed as damaged; every other run is served
         warn(err, f"damaged run {plain(run.location)}: {plain(run.problem)}")
     if not is_loopback(args.host):
@@ -72,10 +70,8 @@ def _view(args: argparse.Namespace) -> int:
             "evalpipe view has no login; keep it on 127.0.0.1 behind your own proxy unless this "
             "network is trusted.",
         )
-    try:
+    with exits_on(OSError, message=f"cannot listen on {args.host}:{args.port}: {{}}"):
         sock = _bind(args.host, args.port)
-    except OSError as exc:
-        return fail(err, f"cannot listen on {args.host}:{args.port}: {exc}", EXIT_BAD_INPUT)
     port = sock.getsockname()[1]
     shown = f"[{args.host}]" if ":" in args.host else args.host
     app = create_app(
