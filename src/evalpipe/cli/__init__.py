@@ -52,19 +52,16 @@ _COMMANDS = [
     "results",
     "history",
     "query",
-    "bless",
     "compare",
-    "report",
     "calibrate",
-    "review",
     "view",
     "import_",
     "deploy",
-    "serve",
     "cache",
     "server",
 ]
-"""The command modules, each with ``register(subparsers)``, in the order ``--help`` lists them."""
+"""The command modules, in the order ``--help`` lists their commands; each adds its commands with
+``register(subparsers)``."""
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -114,7 +114,6 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def register(sub: Any) -> None:
-    """Add ``eval`` to the command line."""
     parser = sub.add_parser(
         "eval",
         help="evaluate an agent over a JSONL query set, in-process (no Prefect)",

@@ -171,7 +171,6 @@ def _history(args: argparse.Namespace) -> int:
 
 
 def register(sub: Any) -> None:
-    """Add ``history`` to the command line."""
     parser = sub.add_parser(
         "history",
         help="list the finished runs in an output directory, newest first, with pass rates",

@@ -269,7 +269,6 @@ def import_foundry_threads(
 
 
 def register(sub: Any) -> None:
-    """Add ``import`` (with ``otel`` and ``foundry-threads``) to the command line."""
     parser = sub.add_parser(
         "import",
         help="write a recorded dataset from production traffic (OTel traces, Foundry threads)",

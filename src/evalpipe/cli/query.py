@@ -139,7 +139,6 @@ def _query(args: argparse.Namespace) -> int:
 
 
 def register(sub: Any) -> None:
-    """Add ``query`` to the command line."""
     parser = sub.add_parser(
         "query",
         help="SQL (DuckDB) over the run tables under a directory, read-only",

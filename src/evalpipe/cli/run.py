@@ -311,7 +311,6 @@ def _positive(kind: type[int] | type[float]) -> Any:
 
 
 def register(sub: Any) -> None:
-    """Add ``run`` to the command line."""
     parser = sub.add_parser(
         "run",
         help="run a suite's flow on Prefect (ephemeral by default)",

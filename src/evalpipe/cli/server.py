@@ -77,7 +77,6 @@ def _stop(args: argparse.Namespace) -> int:
 
 
 def register(sub: Any) -> None:
-    """Add ``server`` to the command line."""
     parser = sub.add_parser(
         "server",
         help="the Prefect server (with its UI) runs share on this PREFECT_HOME: status, start, stop",

@@ -96,7 +96,6 @@ def _view(args: argparse.Namespace) -> int:
 
 
 def register(sub: Any) -> None:
-    """Add ``view`` to the command line."""
     parser = sub.add_parser(
         "view",
         help="browse every run in a read-only web app (runs, samples, transcripts, compare, "
