@@ -9,7 +9,7 @@ import logging
 import os
 import shlex
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -52,45 +52,33 @@ def _clock(seconds: float) -> str:
     return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
 
 
-class _Since(ProgressColumn):
-    """Time since the command started (not since the bar appeared)."""
+class _Column(ProgressColumn):
+    """A column of text: ``text(task)`` in ``style``."""
 
-    def __init__(self, started: float) -> None:
+    def __init__(self, text: Callable[[Task], str], style: str = "") -> None:
         super().__init__()
-        self.started = started
+        self.text, self.style = text, style
 
     def render(self, task: Task) -> Text:
-        return Text(_clock(time.monotonic() - self.started), style="progress.elapsed")
+        return Text(self.text(task), style=self.style)
 
 
-class _Rate(ProgressColumn):
+def _rate(task: Task) -> str:
     """Calls a second, once there is a rate."""
-
-    def render(self, task: Task) -> Text:
-        speed = task.finished_speed or task.speed
-        return Text("" if not speed else f"{speed:.1f}/s", style="progress.data.speed")
+    speed = task.finished_speed or task.speed
+    return f"{speed:.1f}/s" if speed else ""
 
 
-class _Eta(ProgressColumn):
+def _eta(task: Task) -> str:
     """Time left at the current rate."""
-
-    def render(self, task: Task) -> Text:
-        left = task.time_remaining
-        if task.total is None or task.finished or left is None:
-            return Text("")
-        return Text(f"ETA {_clock(left)}", style="progress.remaining")
+    left = task.time_remaining
+    return "" if task.total is None or task.finished or left is None else f"ETA {_clock(left)}"
 
 
-class _Verdicts(ProgressColumn):
+def _verdicts(task: Task) -> str:
     """The calls' verdicts so far (every item of a call passed / one failed / one errored)."""
-
-    def render(self, task: Task) -> Text:
-        if task.total is None:
-            return Text("")
-        f = task.fields
-        return Text(
-            f"pass {f.get('passed', 0)} fail {f.get('failed', 0)} err {f.get('errored', 0)}"
-        )
+    f = task.fields
+    return "" if task.total is None else f"pass {f['passed']} fail {f['failed']} err {f['errored']}"
 
 
 class _Display:
@@ -107,10 +95,11 @@ class _Display:
             TextColumn("{task.description}"),
             BarColumn(bar_width=12),
             MofNCompleteColumn(),
-            _Rate(),
-            _Eta(),
-            _Verdicts(),
-            _Since(started),
+            _Column(_rate, "progress.data.speed"),
+            _Column(_eta, "progress.remaining"),
+            _Column(_verdicts),
+            # the time since the command started, not since the bar appeared
+            _Column(lambda task: _clock(time.monotonic() - started), "progress.elapsed"),
             console=console,
             transient=True,
             disable=disabled,
@@ -120,7 +109,7 @@ class _Display:
         )
         self.done = 0
         self.total: int | None = None
-        self.counts = {"passed": 0, "failed": 0, "errored": 0}
+        self.counts: dict[str, Any] = {"passed": 0, "failed": 0, "errored": 0}
 
     def __enter__(self) -> _Display:
         self.bar.start()
@@ -146,8 +135,7 @@ class _Display:
             self.bar.update(self.task, completed=done, total=total)
         elif stage in self.counts:
             self.counts[stage] = done
-            c = self.counts
-            self.bar.update(self.task, passed=c["passed"], failed=c["failed"], errored=c["errored"])
+            self.bar.update(self.task, **self.counts)
         elif stage == "items" and done == total:
             self.bar.update(self.task, description="writing")
 
