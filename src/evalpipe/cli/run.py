@@ -209,7 +209,7 @@ def _run(args: argparse.Namespace) -> int:
     out, err = consoles()
     with _Display(err, started, disabled=args.no_progress) as display:
         with exits_on(SuiteError):
-            suite = load_suite(args.suite, [*args.param, *_budget_params(args)])
+            suite = load_suite(args.suite, [*args.param, *args.budget])
             if args.output is not None:
                 suite.output_dir = str(args.output)
             quiet_prefect()
@@ -275,25 +275,17 @@ def _run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _budget_params(args: argparse.Namespace) -> list[str]:
-    """``--budget-tokens`` and ``--budget-usd`` as the suite overrides they are."""
-    params = []
-    if args.budget_tokens is not None:
-        params.append(f"budget.tokens={args.budget_tokens}")
-    if args.budget_usd is not None:
-        params.append(f"budget.cost_usd={args.budget_usd!r}")
-    return params
+def _budget(key: str, kind: type[int] | type[float]) -> Any:
+    """An argparse type: a budget (a number more than 0) as the suite override ``key=value``."""
 
-
-def _positive(kind: type[int] | type[float]) -> Any:
-    def parse(text: str) -> int | float:
+    def parse(text: str) -> str:
         try:
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
         if value <= 0:
             raise argparse.ArgumentTypeError(f"{text!r}: a budget is more than 0")
-        return value
+        return f"{key}={value!r}"
 
     return parse
 
@@ -351,8 +343,10 @@ def register(sub: Any) -> None:
     )
     parser.add_argument(
         "--budget-tokens",
-        type=_positive(int),
-        default=None,
+        type=_budget("budget.tokens", int),
+        dest="budget",
+        action="append",
+        default=[],
         metavar="N",
         help="stop the run once its calls (target and judges) have spent N tokens: no new call "
         "starts, the calls in flight are kept, exit 3; run again to resume (the suite's "
@@ -360,8 +354,10 @@ def register(sub: Any) -> None:
     )
     parser.add_argument(
         "--budget-usd",
-        type=_positive(float),
-        default=None,
+        type=_budget("budget.cost_usd", float),
+        dest="budget",
+        action="append",
+        default=[],
         metavar="DOLLARS",
         help="stop the run once its calls have cost this much at the suite's prices (which "
         "must price every model it calls); as --budget-tokens (the suite's budget.cost_usd)",
