@@ -20,7 +20,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from evalpipe.artifacts import ArtifactError, SchemaVersionError, load_run, read_manifest
+from evalpipe.artifacts import ArtifactError, load_run, read_manifest
 from evalpipe.calibration import (
     CALIBRATION_FILE,
     DEFAULT_RESAMPLES,
@@ -44,7 +44,6 @@ from evalpipe.cli._common import (
     require_run_dir,
     say,
 )
-from evalpipe.escape import plain
 from evalpipe.gates import Gate, GateSyntaxError, JudgeAgreement, parse_gates
 
 __all__ = ["register"]
@@ -100,7 +99,7 @@ def _calibrate(args: argparse.Namespace) -> int:
     labels_path = str(args.labels)
     with exits_on(GateSyntaxError):
         gates = Gate(parse_gates(args.gate or [], source="--gate")) if args.gate else None
-    with exits_on(LabelsError, ArtifactError, SchemaVersionError):
+    with exits_on(LabelsError, ArtifactError):  # SchemaVersionError included
         labels = read_labels(args.labels)
         verdicts = verdicts_of_run(args.run_dir)
         found = calibrate(
@@ -116,10 +115,10 @@ def _calibrate(args: argparse.Namespace) -> int:
         print(json.dumps([c.model_dump(mode="json") for c in found], indent=2))
     else:
         if not found:
-            out.print("no labelled metric matched the run's scores", markup=False)
+            say(out, "no labelled metric matched the run's scores")
         for c in found:
             for line in _lines(c):
-                say(out, plain(line), soft_wrap=True)
+                say(out, line, soft_wrap=True)
         say(out, f"seed {args.seed}, {args.resamples} resamples; written to {output}")
     if gates is None:
         return EXIT_OK

@@ -12,6 +12,7 @@ from evalpipe.artifacts.history import join, parent_of
 from evalpipe.cli._common import (
     EXIT_GATE_FAILED,
     EXIT_OK,
+    CommandError,
     consoles,
     exits_on,
     require_run_dir,
@@ -37,26 +38,22 @@ def _bless(args: argparse.Namespace) -> int:
 
 
 def _runs(args: argparse.Namespace) -> tuple[str, str]:
-    """(A, B): the two runs given, or with --baseline the one given and its suite's baseline.
-
-    Raises:
-        ValueError: naming what is missing.
-    """
+    """(A, B): the two runs given, or with --baseline the one given and its suite's baseline."""
     if not args.baseline:
         if args.run_b is None:
-            raise ValueError(
+            raise CommandError(
                 "compare needs two run directories (RUN_A, the baseline, and RUN_B), or "
                 "--baseline RUN to compare RUN with its suite's blessed baseline"
             )
         return args.run_a, args.run_b
     if args.run_b is not None:
-        raise ValueError(
+        raise CommandError(
             "with --baseline, give one run directory: it is compared with its suite's baseline"
         )
     suite_dir = parent_of(args.run_a)
     name = baseline_of(suite_dir)
     if name is None:
-        raise ValueError(
+        raise CommandError(
             f"{suite_dir}: no baseline blessed for this suite ({BASELINE_FILE} not found); "
             "make one with `evalpipe bless RUN_DIR`"
         )
@@ -65,7 +62,7 @@ def _runs(args: argparse.Namespace) -> tuple[str, str]:
 
 def _compare(args: argparse.Namespace) -> int:
     out, err = consoles()
-    with exits_on(ValueError, ArtifactError):
+    with exits_on(ValueError, ArtifactError):  # a URI's filesystem, the suite's baseline.json
         run_a, run_b = _runs(args)
     for run_dir in (run_a, run_b):
         require_run_dir(run_dir)

@@ -59,11 +59,7 @@ def _print(runs: Sequence[RunInfo], console: Console, where: str) -> None:
     newest runs as the width holds."""
     for suite in dict.fromkeys(r.suite for r in runs):
         mine = [r for r in runs if r.suite == suite]
-        say(
-            console,
-            f"{plain(suite)}: {len(mine)} run(s) in {plain(where)}, newest first",
-            style="bold",
-        )
+        say(console, f"{suite}: {len(mine)} run(s) in {where}, newest first", style="bold")
         table = plain_table()
         table.add_column("", no_wrap=True, width=1)
         count_column(table, "started (UTC)")
@@ -153,7 +149,7 @@ def _history(args: argparse.Namespace) -> int:
     with exits_on(ArtifactError, ValueError):
         runs = find_runs(args.output_dir, suite=args.suite, damaged=damaged)
     for run in damaged:  # one damaged run hides no other
-        warn(err, f"damaged run {plain(run.location)} left out: {plain(run.problem)}")
+        warn(err, f"damaged run {run.location} left out: {run.problem}")
     if args.format == "json":
         sys.stdout.write(json.dumps([r.as_dict() for r in runs], indent=2) + "\n")
         return EXIT_OK

@@ -85,7 +85,7 @@ def print_run(run_dir: Path | str, console: Console) -> None:
     if isinstance(spend, dict):
         say(console, f"spent: {spend_text(spend)}", soft_wrap=True)
     for note in limit_notes(manifest.get("concurrency")):
-        say(console, f"concurrency: {plain(note)}", soft_wrap=True)
+        say(console, f"concurrency: {note}", soft_wrap=True)
     say(console, f"run directory: {run_dir}")
     if report:
         say(console, f"report: {report}")

@@ -61,11 +61,11 @@ def _view(args: argparse.Namespace) -> int:
         configured_view_url()
         runs = find_runs(args.output_dir, damaged=damaged)
     for run in damaged:  # listed as damaged; every other run is served
-        warn(err, f"damaged run {plain(run.location)}: {plain(run.problem)}")
+        warn(err, f"damaged run {run.location}: {run.problem}")
     if not is_loopback(args.host):
         warn(
             err,
-            f"serving on {plain(args.host)}, not on loopback: anyone who reaches this "
+            f"serving on {args.host}, not on loopback: anyone who reaches this "
             f"machine's port {args.port} can read every run (queries, responses, transcripts). "
             "evalpipe view has no login; keep it on 127.0.0.1 behind your own proxy unless this "
             "network is trusted.",
