@@ -153,54 +153,47 @@ class _Display:
 
 
 @contextlib.contextmanager
-def _collecting_less() -> Iterator[None]:
-    """The cyclic garbage collector of `evalpipe run`'s process while the flow runs: what is
-    alive when the run is prepared (the imports, the suite, the plan's rows and calls: all kept
-    to the end) is frozen out of every collection, a collection waits for YOUNG_THRESHOLD new
-    objects instead of 700, and each one walks every generation (after the freeze they hold only
-    what the run made since). All of it is undone when the flow ends (the command may run inside
-    another program: the tests call it).
+def _flow_running() -> Iterator[None]:
+    """`evalpipe run`'s process while the flow runs, all of it undone when the flow ends (the
+    command may run inside another program: the tests call it).
 
-    This process makes and drops millions of small objects (every call's transcript, items and
-    rows when shards run in it, every shard's rows when they run elsewhere), almost none of them
-    in cycles, and each collection of the older generations walked the plan again. Measured with
-    30,000 instant calls x 3 checks on threads (the process's CPU, loaded machine): 12.5-13.0 s
-    with CPython's defaults, 10.3-10.7 s frozen, 8.5 s as here, 8.0-8.5 s with the collector
-    off; the same peak memory (~375 MiB). The older generations are not left to wait: a task
-    runner's future holds its shard's rows in a reference cycle, and with CPython's (10, 10)
-    after the young threshold they piled up (100,000 calls on a process pool: this process's
-    peak 641-661 MiB against 490-507 MiB untuned; 524 MiB as here, CPU 12.5 s against 15.4-16.0
-    s). A process pool's workers get the same for their life (``collect_less``, their initializer).
+    The cyclic garbage collector: what is alive when the run is prepared (the imports, the suite,
+    the plan's rows and calls: all kept to the end) is frozen out of every collection, a
+    collection waits for YOUNG_THRESHOLD new objects instead of 700, and each one walks every
+    generation (after the freeze they hold only what the run made since). This process makes and
+    drops millions of small objects (every call's transcript, items and rows when shards run in
+    it, every shard's rows when they run elsewhere), almost none of them in cycles, and each
+    collection of the older generations walked the plan again. Measured with 30,000 instant calls
+    x 3 checks on threads (the process's CPU, loaded machine): 12.5-13.0 s with CPython's
+    defaults, 10.3-10.7 s frozen, 8.5 s as here, 8.0-8.5 s with the collector off; the same peak
+    memory (~375 MiB). The older generations are not left to wait: a task runner's future holds
+    its shard's rows in a reference cycle, and with CPython's (10, 10) after the young threshold
+    they piled up (100,000 calls on a process pool: this process's peak 641-661 MiB against
+    490-507 MiB untuned; 524 MiB as here, CPU 12.5 s against 15.4-16.0 s). A process pool's
+    workers get the same for their life (``collect_less``, their initializer).
+
+    Arrow's allocations are made by the C library's allocator, not by Arrow's default pool
+    (mimalloc), which keeps what it frees for reuse: this process turns every shard's rows into
+    Arrow columns and Parquet pages, and the pool held ~80 MiB of them (100,000 calls on a
+    process pool: this process's peak 531 against 451 MiB, the same CPU, 14.1 s). glibc gives
+    large blocks back (``give_back_large_blocks``).
     """
     from evalpipe.pipeline.flow import process_worker_setup  # lazy: Prefect, only to run
 
-    before = gc.get_threshold()
+    threshold = gc.get_threshold()
     frozen = gc.get_freeze_count()
+    pool = pa.default_memory_pool()
     collect_less()
     setting = process_worker_setup.set(collect_less)
-    try:
-        yield
-    finally:
-        process_worker_setup.reset(setting)
-        gc.set_threshold(*before)
-        if not frozen:  # what a caller froze stays frozen (with ours: there is no telling apart)
-            gc.unfreeze()
-
-
-@contextlib.contextmanager
-def _arrow_gives_back() -> Iterator[None]:
-    """Arrow's allocations in `evalpipe run`'s process made by the C library's allocator while
-    the flow runs, not by Arrow's default pool (mimalloc), which keeps what it frees for reuse:
-    this process turns every shard's rows into Arrow columns and Parquet pages, and the pool
-    held ~80 MiB of them (100,000 calls on a process pool: this process's peak 531 against 451
-    MiB, the same CPU, 14.1 s). glibc gives large blocks back (``give_back_large_blocks``).
-    Put back when the flow ends."""
-    before = pa.default_memory_pool()
     pa.set_memory_pool(pa.system_memory_pool())
     try:
         yield
     finally:
-        pa.set_memory_pool(before)
+        pa.set_memory_pool(pool)
+        process_worker_setup.reset(setting)
+        gc.set_threshold(*threshold)
+        if not frozen:  # what a caller froze stays frozen (with ours: there is no telling apart)
+            gc.unfreeze()
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -227,7 +220,7 @@ def _run(args: argparse.Namespace) -> int:
             )
         display.stage("starting the flow run")
         try:
-            with exits_on(RunLockedError, SuiteError), _collecting_less(), _arrow_gives_back():
+            with exits_on(RunLockedError, SuiteError), _flow_running():
                 outcome = run_suite(
                     suite,
                     rescore=args.rescore,
