@@ -89,16 +89,12 @@ def build_parser() -> argparse.ArgumentParser:
 _exit_code: list[int] = []
 
 
-def _exit_when_done() -> None:
-    """Register, first of all exit handlers (so it runs last), one that ends the process with the
-    exit code :func:`main` returned, after the others ran and the output was flushed."""
-
-    def leave() -> None:
-        if _exit_code:  # else not returned from main (an uncaught exception): the usual exit
-            logging.shutdown()
-            _exit_now(_exit_code[0])
-
-    atexit.register(leave)
+def _leave() -> None:
+    """Registered as the first exit handler (so it runs last): end the process with the exit code
+    :func:`main` returned, after the other handlers ran and the output was flushed."""
+    if _exit_code:  # else not returned from main (an uncaught exception): the usual exit
+        logging.shutdown()
+        _exit_now(_exit_code[0])
 
 
 def _exit_now(code: int) -> None:
@@ -122,7 +118,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     of every loaded module (a second or more after a run) is skipped.
     """
     if argv is None:
-        _exit_when_done()
+        atexit.register(_leave)
     args = build_parser().parse_args(argv)
     from evalpipe.cli import _common  # lazy: loaded with the commands (build_parser)
 

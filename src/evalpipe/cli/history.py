@@ -152,17 +152,15 @@ def _history(args: argparse.Namespace) -> int:
         warn(err, f"damaged run {run.location} left out: {run.problem}")
     if args.format == "json":
         sys.stdout.write(json.dumps([r.as_dict() for r in runs], indent=2) + "\n")
-        return EXIT_OK
-    if args.format == "csv":
+    elif args.format == "csv":
         _csv(runs)
-        return EXIT_OK
-    if not runs:
+    elif runs:
+        _print(runs, out, args.output_dir)
+    else:
         which = f" of suite {args.suite!r}" if args.suite else ""
         say(
             err, f"no finished run{which} in {args.output_dir} (a finished run has a manifest.json)"
         )
-        return EXIT_OK
-    _print(runs, out, args.output_dir)
     return EXIT_OK
 
 
