@@ -59,9 +59,9 @@ def print_run(run_dir: Path | str, console: Console) -> None:
     fs, path = resolve_filesystem(run_dir)
     has_report = fs.get_file_info(f"{path}/report.html").type == pafs.FileType.File
     report = join(run_dir, "report.html") if has_report else None
-    where = [f"every item is in {join(run_dir, 'scores.parquet')}"]
-    if report:
-        where.append(f"and {report}")
+    rest = f"every item is in {join(run_dir, 'scores.parquet')}" + (
+        f" and {report}" if report else ""
+    )
     name_of_dir = run_dir.rstrip("/").replace("\\", "/").rsplit("/", 1)[-1]
     suite = manifest.get("suite")
     name = suite.get("name") if isinstance(suite, dict) else None
@@ -71,7 +71,7 @@ def print_run(run_dir: Path | str, console: Console) -> None:
         console,
         calls=calls,
         max_failures=MAX_FAILURES,
-        rest=" ".join(where),
+        rest=rest,
         heading=f"evalpipe summary: {name or name_of_dir} ({manifest.get('run_name') or name_of_dir})",
     )
     gate = manifest.get("gate")
