@@ -128,7 +128,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code = int(args.handler(args))
     except _common.CommandError as exc:
-        code = _common.fail(_common.consoles()[1], str(exc), exc.code)
+        _common.say(_common.consoles()[1], f"error: {exc}", style="red", soft_wrap=True)
+        code = exc.code
     except KeyboardInterrupt:
         print(
             "interrupted: the run stopped; the calls it finished are journaled, run the same "

@@ -35,7 +35,6 @@ __all__ = [
     "Failure",
     "consoles",
     "exits_on",
-    "fail",
     "failures_of",
     "item_label",
     "num",
@@ -100,16 +99,8 @@ def consoles() -> tuple[Console, Console]:
     return Console(width=_width(sys.stdout)), Console(stderr=True, width=_width(sys.stderr))
 
 
-def fail(err: Console, message: str, code: int = EXIT_BAD_INPUT) -> int:
-    """Print ``error: message`` (as text, never markup) and return ``code``."""
-    err.print(
-        f"error: {plain(message)}", style="red", markup=False, highlight=False, soft_wrap=True
-    )
-    return code
-
-
 class CommandError(Exception):
-    """Ends a command: ``main`` prints ``error: message`` (:func:`fail`) and exits with ``code``."""
+    """Ends a command: ``main`` prints ``error: message`` (red, as text), exits with ``code``."""
 
     def __init__(self, message: str, code: int = EXIT_BAD_INPUT) -> None:
         super().__init__(message)
