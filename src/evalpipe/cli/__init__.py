@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import atexit
 import contextlib
+import importlib
 import logging
 import os
 import signal
@@ -45,6 +46,24 @@ exit codes:
 `evalpipe COMMAND --help` tells more about each command."""
 
 
+_COMMANDS = [
+    "run",
+    "eval_",
+    "results",
+    "history",
+    "query",
+    "compare",
+    "calibrate",
+    "view",
+    "import_",
+    "deploy",
+    "cache",
+    "server",
+]
+"""The command modules, in the order ``--help`` lists their commands; each adds its commands with
+``register(subparsers)``."""
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The whole command line."""
     parser = argparse.ArgumentParser(
@@ -62,60 +81,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", title="commands")
     # The commands (rich, pyarrow, the runner: ~1 s) load here, not when evalpipe.cli is imported.
-    from evalpipe.cli import (  # lazy: see above
-        bless,
-        cache,
-        calibrate,
-        compare,
-        deploy,
-        eval_,
-        history,
-        import_,
-        query,
-        report,
-        results,
-        review,
-        run,
-        serve,
-        server,
-        view,
-    )
-
-    for command in (
-        run,
-        eval_,
-        results,
-        history,
-        query,
-        bless,
-        compare,
-        report,
-        calibrate,
-        review,
-        view,
-        import_,
-        deploy,
-        serve,
-        cache,
-        server,
-    ):
-        command.register(sub)
+    for name in _COMMANDS:
+        importlib.import_module(f"evalpipe.cli.{name}").register(sub)
     return parser
 
 
 _exit_code: list[int] = []
 
 
-def _exit_when_done() -> None:
-    """Register, first of all exit handlers (so it runs last), one that ends the process with the
-    exit code :func:`main` returned, after the others ran and the output was flushed."""
-
-    def leave() -> None:
-        if _exit_code:  # else not returned from main (an uncaught exception): the usual exit
-            logging.shutdown()
-            _exit_now(_exit_code[0])
-
-    atexit.register(leave)
+def _leave() -> None:
+    """Registered as the first exit handler (so it runs last): end the process with the exit code
+    :func:`main` returned, after the other handlers ran and the output was flushed."""
+    if _exit_code:  # else not returned from main (an uncaught exception): the usual exit
+        logging.shutdown()
+        _exit_now(_exit_code[0])
 
 
 def _exit_now(code: int) -> None:
@@ -139,30 +118,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     of every loaded module (a second or more after a run) is skipped.
     """
     if argv is None:
-        _exit_when_done()
+        atexit.register(_leave)
     args = build_parser().parse_args(argv)
+    from evalpipe.cli import _common  # lazy: loaded with the commands (build_parser)
+
     previous = None
     if threading.current_thread() is threading.main_thread():
         previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         code = int(args.handler(args))
+    except _common.CommandError as exc:
+        _common.say(_common.consoles()[1], f"error: {exc}", style="red", soft_wrap=True)
+        code = exc.code
     except KeyboardInterrupt:
-        from evalpipe.cli._common import EXIT_INCOMPLETE  # lazy: loaded with the commands
-
         print(
             "interrupted: the run stopped; the calls it finished are journaled, run the same "
             "command again to resume",
             file=sys.stderr,
         )
-        code = EXIT_INCOMPLETE
+        code = _common.EXIT_INCOMPLETE
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
     if argv is None:
         _exit_code[:] = [code]
-        from evalpipe.cli._common import api_gone  # lazy: loaded with the commands
-
-        if api_gone():  # nothing Prefect still holds can reach its API: end now
+        if _common.api_gone():  # nothing Prefect still holds can reach its API: end now
             _exit_now(code)
     return code
 

@@ -6,10 +6,11 @@ summary.parquet and manifest, an in-process evaluation's from its results.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import textwrap
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,16 +31,17 @@ __all__ = [
     "EXIT_GATE_FAILED",
     "EXIT_INCOMPLETE",
     "EXIT_OK",
+    "CommandError",
     "Failure",
-    "check_run_dir",
     "consoles",
-    "fail",
+    "exits_on",
     "failures_of",
     "item_label",
     "num",
     "print_failures",
     "print_summary",
     "quiet_prefect",
+    "require_run_dir",
     "say",
     "summary_tables",
     "warn",
@@ -97,33 +99,46 @@ def consoles() -> tuple[Console, Console]:
     return Console(width=_width(sys.stdout)), Console(stderr=True, width=_width(sys.stderr))
 
 
-def fail(err: Console, message: str, code: int = EXIT_BAD_INPUT) -> int:
-    """Print ``error: message`` (as text, never markup) and return ``code``."""
-    err.print(
-        f"error: {plain(message)}", style="red", markup=False, highlight=False, soft_wrap=True
-    )
-    return code
+class CommandError(Exception):
+    """Ends a command: ``main`` prints ``error: message`` (red, as text), exits with ``code``."""
+
+    def __init__(self, message: str, code: int = EXIT_BAD_INPUT) -> None:
+        super().__init__(message)
+        self.code = code
 
 
-def check_run_dir(path: Path | str) -> str | None:
-    """Why ``path`` (a directory or a filesystem URI) is not a finished run directory, or None."""
+@contextlib.contextmanager
+def exits_on(
+    *errors: type[Exception], code: int = EXIT_BAD_INPUT, message: str = "{}"
+) -> Iterator[None]:
+    """Any of ``errors`` raised inside ends the command with ``code``: ``message`` with ``{}``
+    replaced by the exception's text."""
+    try:
+        yield
+    except errors as exc:
+        raise CommandError(message.replace("{}", str(exc)), code) from exc
+
+
+_PASS_A_RUN = "; pass a run directory written by `evalpipe run`"
+
+
+def require_run_dir(path: Path | str) -> None:
+    """End the command (exit 2) unless ``path`` (a directory or a filesystem URI) is a finished
+    run directory."""
     if "://" in str(path):
-        try:
+        with exits_on(ArtifactError, ValueError, OSError, message="{}" + _PASS_A_RUN):
             read_manifest(str(path))
-        except (ArtifactError, ValueError, OSError) as exc:
-            return f"{exc}; pass a run directory written by `evalpipe run`"
-        return None
+        return
     path = Path(path)
     if not path.exists():
-        return f"{path}: no such directory; pass a run directory written by `evalpipe run`"
+        raise CommandError(f"{path}: no such directory{_PASS_A_RUN}")
     if not path.is_dir():
-        return f"{path}: not a directory; pass a run directory written by `evalpipe run`"
+        raise CommandError(f"{path}: not a directory{_PASS_A_RUN}")
     if not (path / "manifest.json").is_file():
-        return (
+        raise CommandError(
             f"{path}: not a finished run directory (no manifest.json); pass a directory that "
             "`evalpipe run` completed"
         )
-    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,18 +228,16 @@ def summary_tables(rows: Sequence[SummaryRow]) -> list[Table]:
 
 
 def say(console: Console, text: Any, **options: Any) -> None:
-    """Print ``text`` as it is: never markup, nothing highlighted."""
-    console.print(text, markup=False, highlight=False, **options)
+    """Print ``text`` as text: never markup, nothing highlighted, and a string's control and bidi
+    characters shown (``plain``)."""
+    console.print(
+        plain(text) if isinstance(text, str) else text, markup=False, highlight=False, **options
+    )
 
 
 def warn(console: Console, text: str) -> None:
     """Print ``warning: text`` in yellow, as text."""
     say(console, f"warning: {text}", style="yellow", soft_wrap=True)
-
-
-def _print_text(console: Console, text: str, **options: Any) -> None:
-    """Print ``text`` as text: never markup, control and bidi characters shown (``plain``)."""
-    say(console, plain(text), **options)
 
 
 def print_failures(
@@ -252,11 +265,9 @@ def print_failures(
         shown = bad[:max_failures]
         capped = not_passed > len(shown)
         head = f"{level}: {not_passed} of {row.n} items did not pass"
-        _print_text(console, head + (f"; the first {len(shown)}:" if capped else ":"), style="bold")
+        say(console, head + (f"; the first {len(shown)}:" if capped else ":"), style="bold")
         for failure in shown:
-            _print_text(
-                console, f"  {failure.label} [{failure.status}]", no_wrap=True, overflow="ellipsis"
-            )
+            say(console, f"  {failure.label} [{failure.status}]", no_wrap=True, overflow="ellipsis")
             # why is what the reader needs whole: wrapped under its label, never cut at the width
             why = textwrap.wrap(
                 shorten(plain(failure.why)),
@@ -266,9 +277,9 @@ def print_failures(
                 break_long_words=True,
             )
             for line in why:
-                _print_text(console, line, no_wrap=True, overflow="fold")
+                say(console, line, no_wrap=True, overflow="fold")
             for label, text in (("query", failure.query), ("response", failure.response)):
-                _print_text(
+                say(
                     console,
                     f"      {label + ':':<9} {shorten(text)}",
                     no_wrap=True,
@@ -276,7 +287,7 @@ def print_failures(
                 )
         if capped:
             where = f": {rest}" if rest else ""
-            _print_text(console, f"  ... and {not_passed - len(shown)} more not shown{where}")
+            say(console, f"  ... and {not_passed - len(shown)} more not shown{where}")
 
 
 def print_summary(
@@ -294,7 +305,7 @@ def print_summary(
 
     Every name and text is printed as text (rich markup in an agent's name is not markup).
     """
-    _print_text(console, heading, style="bold")
+    say(console, heading, style="bold")
     console.print()
     for table in summary_tables(rows):
         console.print(table)
@@ -308,7 +319,7 @@ def print_summary(
             if row.failed == 0 and row.errored == 0 and row.passed > 0
             else "not all passed"
         )
-        _print_text(
+        say(
             console,
             f"{row.eval_run_id}: {row.passed} passed, {row.failed} failed, {row.errored} errored "
             f"of {row.n} items — pass rate {row.rate_text} — {verdict}",
@@ -321,4 +332,4 @@ def print_summary(
             if calls.get("made")
             else ""
         )
-        _print_text(console, CallTally.text(calls) + stats)
+        say(console, CallTally.text(calls) + stats)

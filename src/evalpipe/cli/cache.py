@@ -37,7 +37,6 @@ def _cache(args: argparse.Namespace) -> int:
 
 
 def register(sub: Any) -> None:
-    """Add ``cache`` to the command line."""
     parser = sub.add_parser(
         "cache",
         help="inspect or clean the response cache",

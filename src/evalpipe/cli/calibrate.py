@@ -3,16 +3,24 @@
 The results are written to ``--output`` (default: ``calibration.json`` beside the labels file),
 never into the run directory; ``--gate`` clauses are evaluated with these labels (exit 1 when one
 fails).
+
+``evalpipe review RUN_DIR --metric M``: collect human labels for a judge in the Prefect UI.
+
+Starts the review flow (``evalpipe.pipeline.review``) against the configured Prefect API (or the
+PREFECT_HOME's server, as ``evalpipe run`` does): it pauses with a form per sampled item; open the
+flow run in the Prefect UI, answer, and resume it. The answers are written to ``--output`` (a
+labels file for ``evalpipe calibrate``). The run directory is only read.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
 
-from evalpipe.artifacts import ArtifactError, SchemaVersionError, load_run, read_manifest
+from evalpipe.artifacts import ArtifactError, load_run, read_manifest
 from evalpipe.calibration import (
     CALIBRATION_FILE,
     DEFAULT_RESAMPLES,
@@ -21,19 +29,21 @@ from evalpipe.calibration import (
     LabelsError,
     calibrate,
     read_labels,
+    review_candidates,
     verdicts_of_run,
     write_calibration,
 )
 from evalpipe.cli._common import (
     EXIT_GATE_FAILED,
+    EXIT_INCOMPLETE,
     EXIT_OK,
-    check_run_dir,
+    CommandError,
     consoles,
-    fail,
+    exits_on,
     num,
+    require_run_dir,
     say,
 )
-from evalpipe.escape import plain
 from evalpipe.gates import Gate, GateSyntaxError, JudgeAgreement, parse_gates
 
 __all__ = ["register"]
@@ -83,39 +93,32 @@ def _lines(c: Calibration) -> list[str]:
 
 def _calibrate(args: argparse.Namespace) -> int:
     out, err = consoles()
-    if problem := check_run_dir(args.run_dir):
-        return fail(err, problem)
+    require_run_dir(args.run_dir)
     if args.resamples < 100:
-        return fail(err, f"--resamples must be >= 100, got {args.resamples}")
+        raise CommandError(f"--resamples must be >= 100, got {args.resamples}")
     labels_path = str(args.labels)
-    try:
+    with exits_on(GateSyntaxError):
         gates = Gate(parse_gates(args.gate or [], source="--gate")) if args.gate else None
-    except GateSyntaxError as exc:
-        return fail(err, str(exc))
-    try:
+    with exits_on(LabelsError, ArtifactError):  # SchemaVersionError included
         labels = read_labels(args.labels)
         verdicts = verdicts_of_run(args.run_dir)
         found = calibrate(
             verdicts, labels, seed=args.seed, resamples=args.resamples, source=labels_path
         )
         manifest = read_manifest(str(args.run_dir))
-    except (LabelsError, ArtifactError, SchemaVersionError) as exc:
-        return fail(err, str(exc))
     output = args.output or Path(args.labels).with_name(CALIBRATION_FILE)
-    try:
+    with exits_on(OSError, message=f"cannot write {output}: {{}}; pass another --output"):
         write_calibration(
             output, str(args.run_dir), labels_path, found, run_name=manifest.get("run_name")
         )
-    except OSError as exc:
-        return fail(err, f"cannot write {output}: {exc}; pass another --output")
     if args.json:
         print(json.dumps([c.model_dump(mode="json") for c in found], indent=2))
     else:
         if not found:
-            out.print("no labelled metric matched the run's scores", markup=False)
+            say(out, "no labelled metric matched the run's scores")
         for c in found:
             for line in _lines(c):
-                say(out, plain(line), soft_wrap=True)
+                say(out, line, soft_wrap=True)
         say(out, f"seed {args.seed}, {args.resamples} resamples; written to {output}")
     if gates is None:
         return EXIT_OK
@@ -125,8 +128,54 @@ def _calibrate(args: argparse.Namespace) -> int:
     return EXIT_OK if report.passed else EXIT_GATE_FAILED
 
 
+async def _review(args: argparse.Namespace, output: Path) -> str:
+    from evalpipe.pipeline.review import review_flow  # lazy: prefect, only for this command
+    from evalpipe.pipeline.run import check_api  # lazy: prefect, only for this command
+    from evalpipe.pipeline.server import prefect_api  # lazy: prefect, only for this command
+
+    await check_api()
+    async with prefect_api([]):
+        return await review_flow(
+            str(args.run_dir),
+            args.metric,
+            str(output),
+            sample=args.sample,
+            show_verdict=args.show_verdict,
+            seed=args.seed,
+        )
+
+
+def _review_command(args: argparse.Namespace) -> int:
+    require_run_dir(args.run_dir)
+    if args.sample < 1:
+        raise CommandError(f"--sample must be >= 1, got {args.sample}")
+    with exits_on(ArtifactError):  # SchemaVersionError included
+        candidates = review_candidates(args.run_dir, args.metric)
+    if not candidates:
+        raise CommandError(
+            f"{args.run_dir}: no item has a pass/fail verdict on metric {args.metric!r}; pass "
+            "--metric with a metric of scores.parquet that has verdicts"
+        )
+    output = args.output or Path(f"{Path(args.run_dir).name}-{args.metric}-labels.jsonl")
+    if output.exists():
+        raise CommandError(
+            f"{output}: exists; pass another --output (labels are never overwritten)"
+        )
+    out = consoles()[0]
+    say(
+        out,
+        f"review of {min(args.sample, len(candidates))} items on {args.metric}: open the paused "
+        "flow run 'evalpipe-review' in the Prefect UI, answer the form and resume it",
+        soft_wrap=True,
+    )
+    # the flow failed (a pause timeout, the API went away)
+    with exits_on(Exception, code=EXIT_INCOMPLETE, message="the review did not complete: {}"):
+        path = asyncio.run(_review(args, output))
+    say(out, f"labels written to {path}")
+    return EXIT_OK
+
+
 def register(sub: Any) -> None:
-    """Add ``calibrate`` to the command line."""
     parser = sub.add_parser(
         "calibrate",
         help="how far a run's judges agree with human labels (kappa, agreement, F1)",
@@ -167,3 +216,30 @@ def register(sub: Any) -> None:
         "0.6' (repeatable); exit 1 when one fails",
     )
     parser.set_defaults(handler=_calibrate)
+    parser = sub.add_parser(
+        "review",
+        help="label a run's items for a judge metric in the Prefect UI",
+        description=(
+            "Start a Prefect flow run that pauses for a reviewer's labels: it samples items of "
+            "the run (balanced between the judge's passes and fails, judge-vs-check "
+            "disagreements first), shows them in the form's description and writes the answers "
+            "as a labels file for `evalpipe calibrate`."
+        ),
+    )
+    parser.add_argument("run_dir", type=Path, help="a run directory written by `evalpipe run`")
+    parser.add_argument("--metric", required=True, help="the judge metric to label")
+    parser.add_argument("--sample", type=int, default=20, help="items to label (default 20)")
+    parser.add_argument(
+        "--show-verdict",
+        action="store_true",
+        help="show the judge's verdict and reason beside each item (default: hidden)",
+    )
+    parser.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        default=None,
+        help="the labels file to write (default: RUNNAME-METRIC-labels.jsonl here)",
+    )
+    parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help="sampling seed")
+    parser.set_defaults(handler=_review_command)

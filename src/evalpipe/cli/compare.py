@@ -1,4 +1,5 @@
-"""``evalpipe compare RUN_A RUN_B``: flips, paired tests and judge-vs-check disagreement."""
+"""``evalpipe bless RUN_DIR``: make a finished run its suite's baseline. ``evalpipe compare RUN_A
+RUN_B`` (or ``--baseline RUN``): flips, paired tests and judge-vs-check disagreement."""
 
 from __future__ import annotations
 
@@ -6,34 +7,53 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from evalpipe.artifacts import BASELINE_FILE, ArtifactError, baseline_of
+from evalpipe.artifacts import BASELINE_FILE, ArtifactError, baseline_of, bless, read_manifest
 from evalpipe.artifacts.history import join, parent_of
-from evalpipe.cli._common import EXIT_GATE_FAILED, EXIT_OK, check_run_dir, consoles, fail, say
+from evalpipe.cli._common import (
+    EXIT_GATE_FAILED,
+    EXIT_OK,
+    CommandError,
+    consoles,
+    exits_on,
+    require_run_dir,
+    say,
+)
 
 __all__ = ["register"]
 
 
-def _runs(args: argparse.Namespace) -> tuple[str, str]:
-    """(A, B): the two runs given, or with --baseline the one given and its suite's baseline.
+def _bless(args: argparse.Namespace) -> int:
+    message = "{}; bless a run directory `evalpipe run` finished"
+    with exits_on(ArtifactError, ValueError, message=message):
+        manifest = read_manifest(args.run_dir)
+        written = bless(args.run_dir)
+    suite = manifest.get("suite")
+    name = suite.get("name") if isinstance(suite, dict) else None
+    say(
+        consoles()[0],
+        f"{args.run_dir} is the baseline of {name or 'its suite'} (in {written}); "
+        f"`evalpipe compare --baseline RUN` and `compare_with: baseline` compare with it",
+    )
+    return EXIT_OK
 
-    Raises:
-        ValueError: naming what is missing.
-    """
+
+def _runs(args: argparse.Namespace) -> tuple[str, str]:
+    """(A, B): the two runs given, or with --baseline the one given and its suite's baseline."""
     if not args.baseline:
         if args.run_b is None:
-            raise ValueError(
+            raise CommandError(
                 "compare needs two run directories (RUN_A, the baseline, and RUN_B), or "
                 "--baseline RUN to compare RUN with its suite's blessed baseline"
             )
         return args.run_a, args.run_b
     if args.run_b is not None:
-        raise ValueError(
+        raise CommandError(
             "with --baseline, give one run directory: it is compared with its suite's baseline"
         )
     suite_dir = parent_of(args.run_a)
     name = baseline_of(suite_dir)
     if name is None:
-        raise ValueError(
+        raise CommandError(
             f"{suite_dir}: no baseline blessed for this suite ({BASELINE_FILE} not found); "
             "make one with `evalpipe bless RUN_DIR`"
         )
@@ -42,13 +62,10 @@ def _runs(args: argparse.Namespace) -> tuple[str, str]:
 
 def _compare(args: argparse.Namespace) -> int:
     out, err = consoles()
-    try:
+    with exits_on(ValueError, ArtifactError):  # a URI's filesystem, the suite's baseline.json
         run_a, run_b = _runs(args)
-    except (ValueError, ArtifactError) as exc:
-        return fail(err, str(exc))
     for run_dir in (run_a, run_b):
-        if problem := check_run_dir(run_dir):
-            return fail(err, problem)
+        require_run_dir(run_dir)
     from evalpipe.report.compare import (  # lazy: scipy, only for this command
         compare_runs,
         render_markdown,
@@ -56,12 +73,10 @@ def _compare(args: argparse.Namespace) -> int:
         write_compare_html,
     )
 
-    try:
+    with exits_on(ArtifactError):  # SchemaVersionError included
         comparison = compare_runs(run_a, run_b)
-    except ArtifactError as exc:  # SchemaVersionError included
-        return fail(err, str(exc))
     render_terminal(comparison, out)
-    try:
+    with exits_on(OSError, message="cannot write the comparison: {}"):
         if args.html is not None:
             written = write_compare_html(comparison, args.html)
             say(out, f"HTML written to {written}")
@@ -69,8 +84,6 @@ def _compare(args: argparse.Namespace) -> int:
             args.markdown.parent.mkdir(parents=True, exist_ok=True)
             args.markdown.write_text(render_markdown(comparison), encoding="utf-8")
             say(out, f"markdown written to {args.markdown}")
-    except OSError as exc:
-        return fail(err, f"cannot write the comparison: {exc}")
     if args.fail_on_regression and comparison.has_regressions:
         err.print(
             f"{comparison.regressions} regression(s): failing as --fail-on-regression asks",
@@ -82,7 +95,21 @@ def _compare(args: argparse.Namespace) -> int:
 
 
 def register(sub: Any) -> None:
-    """Add ``compare`` to the command line."""
+    parser = sub.add_parser(
+        "bless",
+        help="make a finished run its suite's baseline",
+        description=(
+            "Mark a finished run as its suite's baseline: baseline.json in the suite's "
+            "directory (beside the run; the run itself is not changed) names it, replacing an "
+            "earlier baseline. `evalpipe compare --baseline RUN` and a suite's "
+            "`compare_with: baseline` compare with it; `evalpipe history` marks it. RUN_DIR "
+            "may be a filesystem URI."
+        ),
+    )
+    parser.add_argument(
+        "run_dir", metavar="RUN_DIR", help="a run directory `evalpipe run` finished (or its URI)"
+    )
+    parser.set_defaults(handler=_bless)
     parser = sub.add_parser(
         "compare",
         help="compare two runs, or a run with its baseline: flips, paired tests, disagreement",

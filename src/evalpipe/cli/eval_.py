@@ -16,8 +16,9 @@ from evalpipe._internal.imports import load_object
 from evalpipe.cli._common import (
     EXIT_GATE_FAILED,
     EXIT_OK,
+    CommandError,
     consoles,
-    fail,
+    exits_on,
     failures_of,
     print_summary,
     say,
@@ -89,16 +90,13 @@ async def _evaluate(
 
 
 def _eval(args: argparse.Namespace) -> int:
-    out, err = consoles()
-    if args.repetitions < 1:
-        return fail(err, f"--repetitions must be >= 1, got {args.repetitions}")
-    if args.max_concurrency < 1:
-        return fail(err, f"--max-concurrency must be >= 1, got {args.max_concurrency}")
-    try:
+    for flag in ("repetitions", "max_concurrency"):
+        if (value := getattr(args, flag)) < 1:
+            raise CommandError(f"--{flag.replace('_', '-')} must be >= 1, got {value}")
+    with exits_on(DatasetError, ValueError, TypeError):
         rows = load_jsonl(args.queries)
         results, calls = asyncio.run(_evaluate(args, rows))
-    except (DatasetError, ValueError, TypeError) as exc:
-        return fail(err, str(exc))
+    out = consoles()[0]
     rest = (
         f"every item is in {args.json}"
         if args.json is not None
@@ -116,7 +114,6 @@ def _eval(args: argparse.Namespace) -> int:
 
 
 def register(sub: Any) -> None:
-    """Add ``eval`` to the command line."""
     parser = sub.add_parser(
         "eval",
         help="evaluate an agent over a JSONL query set, in-process (no Prefect)",

@@ -14,7 +14,7 @@ from rich.text import Text
 
 from evalpipe._internal.terminal import count_column, name_column, plain_table
 from evalpipe.artifacts import ArtifactError, DamagedRun, RunInfo, find_runs
-from evalpipe.cli._common import EXIT_OK, consoles, fail, say, warn
+from evalpipe.cli._common import EXIT_OK, consoles, exits_on, say, warn
 from evalpipe.escape import plain, terminal
 from evalpipe.tally import SummaryRow
 
@@ -59,11 +59,7 @@ def _print(runs: Sequence[RunInfo], console: Console, where: str) -> None:
     newest runs as the width holds."""
     for suite in dict.fromkeys(r.suite for r in runs):
         mine = [r for r in runs if r.suite == suite]
-        say(
-            console,
-            f"{plain(suite)}: {len(mine)} run(s) in {plain(where)}, newest first",
-            style="bold",
-        )
+        say(console, f"{suite}: {len(mine)} run(s) in {where}, newest first", style="bold")
         table = plain_table()
         table.add_column("", no_wrap=True, width=1)
         count_column(table, "started (UTC)")
@@ -150,30 +146,25 @@ def _csv(runs: Sequence[RunInfo]) -> None:
 def _history(args: argparse.Namespace) -> int:
     out, err = consoles()
     damaged: list[DamagedRun] = []
-    try:
+    with exits_on(ArtifactError, ValueError):
         runs = find_runs(args.output_dir, suite=args.suite, damaged=damaged)
-    except (ArtifactError, ValueError) as exc:
-        return fail(err, str(exc))
     for run in damaged:  # one damaged run hides no other
-        warn(err, f"damaged run {plain(run.location)} left out: {plain(run.problem)}")
+        warn(err, f"damaged run {run.location} left out: {run.problem}")
     if args.format == "json":
         sys.stdout.write(json.dumps([r.as_dict() for r in runs], indent=2) + "\n")
-        return EXIT_OK
-    if args.format == "csv":
+    elif args.format == "csv":
         _csv(runs)
-        return EXIT_OK
-    if not runs:
+    elif runs:
+        _print(runs, out, args.output_dir)
+    else:
         which = f" of suite {args.suite!r}" if args.suite else ""
         say(
             err, f"no finished run{which} in {args.output_dir} (a finished run has a manifest.json)"
         )
-        return EXIT_OK
-    _print(runs, out, args.output_dir)
     return EXIT_OK
 
 
 def register(sub: Any) -> None:
-    """Add ``history`` to the command line."""
     parser = sub.add_parser(
         "history",
         help="list the finished runs in an output directory, newest first, with pass rates",

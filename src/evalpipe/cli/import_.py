@@ -12,13 +12,16 @@ command reports success.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
 
 from evalpipe._internal.env import FOUNDRY_ENDPOINT_ENV
+from evalpipe.cli._common import EXIT_INCOMPLETE, CommandError, exits_on
 from evalpipe.datasets import DatasetError, write_jsonl
 from evalpipe.otel import OtelError, read_otel_traces, trace_rows
 
@@ -27,9 +30,167 @@ __all__ = ["import_foundry_threads", "import_otel", "register"]
 MAX_SHOWN_WARNINGS = 20
 
 
-def _add_otel(import_subparsers: Any) -> argparse.ArgumentParser:
-    """Add ``otel`` to the ``evalpipe import`` subcommands; its handler is ``args.handler``."""
-    parser: argparse.ArgumentParser = import_subparsers.add_parser(
+def _streams(handler: Callable[..., int]) -> Callable[..., int]:
+    """``handler(args, out, err, **more)`` as an ``evalpipe import`` handler: the summary goes to
+    ``stdout``, warnings and errors to ``stderr`` (by default the process's); a
+    :class:`CommandError` it raises is printed there and its code returned."""
+
+    @functools.wraps(handler)
+    def run(
+        args: argparse.Namespace,
+        stdout: TextIO | None = None,
+        stderr: TextIO | None = None,
+        **more: Any,
+    ) -> int:
+        err = stderr or sys.stderr
+        try:
+            return handler(args, stdout or sys.stdout, err, **more)
+        except CommandError as exc:
+            print(f"error: {exc}", file=err)
+            return exc.code
+
+    return run
+
+
+def _write(rows: Iterable[dict[str, Any]], output: Path) -> list[Any]:
+    """Write the dataset, checked to load as `evalpipe run` will read it: fail here, not on the
+    schedule."""
+    with exits_on(DatasetError, message="the written dataset does not load: {}"):
+        return write_jsonl(rows, output)
+
+
+def _check_jsonl(output: Path) -> None:
+    if output.suffix.lower() != ".jsonl":
+        raise CommandError(f"{output}: the dataset is written as JSON Lines; name it *.jsonl.")
+
+
+@_streams
+def import_otel(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+    """Run ``evalpipe import otel``; returns the exit code.
+
+    0: written; 1: written, but ``--strict`` and some spans had warnings; 2: nothing usable (no
+    such path, no trace with an ``invoke_agent`` span, or an output path that is not ``.jsonl``).
+    """
+    _check_jsonl(args.output)
+    with exits_on(OtelError):
+        read = read_otel_traces(args.path, log=False)
+    for diagnostic in read.diagnostics[:MAX_SHOWN_WARNINGS]:
+        print(f"warning: {diagnostic}", file=err)
+    if len(read.diagnostics) > MAX_SHOWN_WARNINGS:
+        print(f"warning: ... and {len(read.diagnostics) - MAX_SHOWN_WARNINGS} more", file=err)
+    if not read.traces:
+        raise CommandError(
+            f"{args.path}: {read.spans} spans but no trace with an invoke_agent span; "
+            "export GenAI spans with message content (e.g. MAF's enable_sensitive_data=True)"
+        )
+    count = len(_write(trace_rows(read.traces, per_agent=args.per_agent), args.output))
+    agents = sorted({t.agent for trace in read.traces for t in trace.turns})
+    print(
+        f"{count} trace{'s' if count != 1 else ''} ({read.spans} spans, agents: "
+        f"{', '.join(agents)}) -> {args.output}; {len(read.diagnostics)} warning"
+        f"{'s' if len(read.diagnostics) != 1 else ''}",
+        file=out,
+    )
+    return 1 if args.strict and read.diagnostics else 0
+
+
+def _timestamp(value: str) -> datetime:
+    try:
+        return datetime.fromisoformat(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not an ISO 8601 time (e.g. 2026-11-29T00:00:00Z)"
+        ) from None
+
+
+def _check_usage(args: argparse.Namespace) -> None:
+    if args.run_id is not None and len(args.thread_ids or []) != 1:
+        raise CommandError("--run-id needs exactly one --thread-id.")
+    if args.agent_id is None and (
+        args.since is not None or args.until is not None or args.lookback_hours is not None
+    ):
+        raise CommandError(
+            "--since, --until and --lookback-hours select an agent's threads: use them with --agent-id."
+        )
+    if args.lookback_hours is not None and args.lookback_hours <= 0:
+        raise CommandError(f"--lookback-hours must be > 0, got {args.lookback_hours:g}.")
+    _check_jsonl(args.output)
+    if not 1 <= args.page_size <= 100:
+        raise CommandError(f"--page-size must be between 1 and 100, got {args.page_size}.")
+    if not (args.endpoint or os.environ.get(FOUNDRY_ENDPOINT_ENV)):
+        raise CommandError(
+            f"no project endpoint: pass --endpoint URL or set {FOUNDRY_ENDPOINT_ENV}."
+        )
+
+
+@_streams
+def import_foundry_threads(
+    args: argparse.Namespace, out: TextIO, err: TextIO, *, credential: Any = None
+) -> int:
+    """Run ``evalpipe import foundry-threads``; returns the exit code.
+
+    0: rows written (and checked to load as a dataset); 2: bad arguments or rows that do not load;
+    3: the service refused or did not answer, or no finished run to write (nothing is written).
+    ``credential`` defaults to ``DefaultAzureCredential``.
+    """
+    _check_usage(args)
+    endpoint = args.endpoint or os.environ[FOUNDRY_ENDPOINT_ENV]
+    from azure.core.exceptions import AzureError  # lazy: azure, only for this command
+
+    from evalpipe.foundry import FoundryThreads, ThreadRunRecord  # lazy: azure
+
+    with (
+        exits_on(ValueError, message=f"{endpoint}: {{}}"),
+        # the service refused or did not answer: could not complete
+        exits_on(AzureError, code=EXIT_INCOMPLETE, message=f"{endpoint}: {{}}"),
+        FoundryThreads(
+            endpoint=endpoint, credential=credential, page_size=args.page_size
+        ) as reader,
+    ):
+        records: list[ThreadRunRecord]
+        if args.agent_id is not None:
+            records = reader.read_agent(
+                args.agent_id,
+                since=args.since,
+                until=args.until,
+                lookback_hours=args.lookback_hours,
+            )
+        elif args.run_id is not None:
+            records = reader.read(args.thread_ids[0], run_id=args.run_id)
+        else:
+            records = reader.read_many(args.thread_ids)
+        diagnostics = list(reader.diagnostics)
+    for diag in diagnostics:
+        print(f"warning: {diag}", file=err)
+    kept = [r for r in records if args.include_failed or r.error_code is None]
+    skipped = len(records) - len(kept)
+    if skipped:
+        print(
+            f"skipped {skipped} run(s) that did not complete (--include-failed keeps them)",
+            file=err,
+        )
+    if not kept:
+        raise CommandError("no finished run to write; nothing written", EXIT_INCOMPLETE)
+    _write((record.to_row() for record in kept), args.output)
+    threads = len({r.thread_id for r in kept})
+    multi = sum(1 for r in kept if r.is_multi_agent)
+    print(
+        f"wrote {len(kept)} row(s) from {threads} thread(s) to {args.output}"
+        + (f" ({multi} multi-agent)" if multi else "")
+        + (f"; {len(diagnostics)} warning(s)" if diagnostics else ""),
+        file=out,
+    )
+    return 0
+
+
+def register(sub: Any) -> None:
+    parser = sub.add_parser(
+        "import",
+        help="write a recorded dataset from production traffic (OTel traces, Foundry threads)",
+        description="Write a recorded dataset (JSONL) from production traffic.",
+    )
+    commands = parser.add_subparsers(dest="import_command", required=True, metavar="SOURCE")
+    parser = commands.add_parser(
         "otel",
         help="turn an OTLP/JSON export of GenAI traces into a recorded dataset (JSONL)",
         description=(
@@ -54,69 +215,7 @@ def _add_otel(import_subparsers: Any) -> argparse.ArgumentParser:
         help="exit 1 when any span had missing or unreadable attributes (the file is still written)",
     )
     parser.set_defaults(handler=import_otel)
-    return parser
-
-
-def import_otel(
-    args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None
-) -> int:
-    """Run ``evalpipe import otel``; returns the exit code.
-
-    0: written; 1: written, but ``--strict`` and some spans had warnings; 2: nothing usable (no
-    such path, no trace with an ``invoke_agent`` span, or an output path that is not ``.jsonl``).
-    """
-    out = out or sys.stdout
-    err = err or sys.stderr
-    if args.output.suffix.lower() != ".jsonl":
-        print(
-            f"error: {args.output}: the dataset is written as JSON Lines; name it *.jsonl", file=err
-        )
-        return 2
-    try:
-        read = read_otel_traces(args.path, log=False)
-    except OtelError as exc:
-        print(f"error: {exc}", file=err)
-        return 2
-    for diagnostic in read.diagnostics[:MAX_SHOWN_WARNINGS]:
-        print(f"warning: {diagnostic}", file=err)
-    if len(read.diagnostics) > MAX_SHOWN_WARNINGS:
-        print(f"warning: ... and {len(read.diagnostics) - MAX_SHOWN_WARNINGS} more", file=err)
-    if not read.traces:
-        print(
-            f"error: {args.path}: {read.spans} spans but no trace with an invoke_agent span; "
-            "export GenAI spans with message content (e.g. MAF's enable_sensitive_data=True)",
-            file=err,
-        )
-        return 2
-    try:
-        # checked to load as `evalpipe run` will read it: fail here, not on the schedule
-        count = len(write_jsonl(trace_rows(read.traces, per_agent=args.per_agent), args.output))
-    except DatasetError as exc:
-        print(f"error: the written dataset does not load: {exc}", file=err)
-        return 2
-    agents = sorted({t.agent for trace in read.traces for t in trace.turns})
-    print(
-        f"{count} trace{'s' if count != 1 else ''} ({read.spans} spans, agents: "
-        f"{', '.join(agents)}) -> {args.output}; {len(read.diagnostics)} warning"
-        f"{'s' if len(read.diagnostics) != 1 else ''}",
-        file=out,
-    )
-    return 1 if args.strict and read.diagnostics else 0
-
-
-def _timestamp(value: str) -> datetime:
-    try:
-        return datetime.fromisoformat(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{value!r} is not an ISO 8601 time (e.g. 2026-11-29T00:00:00Z)"
-        ) from None
-
-
-def _add_foundry(import_subparsers: Any) -> argparse.ArgumentParser:
-    """Add ``foundry-threads`` to the ``evalpipe import`` subcommands; its handler is
-    ``args.handler``."""
-    parser: argparse.ArgumentParser = import_subparsers.add_parser(
+    parser = commands.add_parser(
         "foundry-threads",
         help="Foundry Agent Service threads and runs -> a dataset JSONL",
         description=(
@@ -171,110 +270,3 @@ def _add_foundry(import_subparsers: Any) -> argparse.ArgumentParser:
         "--page-size", type=int, default=100, help="items per list call, 1-100 (default 100)"
     )
     parser.set_defaults(handler=import_foundry_threads)
-    return parser
-
-
-def _usage_error(args: argparse.Namespace) -> str | None:
-    if args.run_id is not None and len(args.thread_ids or []) != 1:
-        return "--run-id needs exactly one --thread-id."
-    if args.agent_id is None and (
-        args.since is not None or args.until is not None or args.lookback_hours is not None
-    ):
-        return "--since, --until and --lookback-hours select an agent's threads: use them with --agent-id."
-    if args.lookback_hours is not None and args.lookback_hours <= 0:
-        return f"--lookback-hours must be > 0, got {args.lookback_hours:g}."
-    if args.output.suffix.lower() != ".jsonl":
-        return f"{args.output}: the dataset is written as JSON Lines; name it *.jsonl."
-    if not 1 <= args.page_size <= 100:
-        return f"--page-size must be between 1 and 100, got {args.page_size}."
-    if not (args.endpoint or os.environ.get(FOUNDRY_ENDPOINT_ENV)):
-        return f"no project endpoint: pass --endpoint URL or set {FOUNDRY_ENDPOINT_ENV}."
-    return None
-
-
-def import_foundry_threads(
-    args: argparse.Namespace,
-    *,
-    credential: Any = None,
-    stdout: TextIO | None = None,
-    stderr: TextIO | None = None,
-) -> int:
-    """Run ``evalpipe import foundry-threads``; returns the exit code.
-
-    The summary goes to ``stdout``, warnings (diagnostics, skipped runs) and errors to ``stderr``.
-    0: rows written (and checked to load as a dataset); 2: bad arguments or rows that do not load;
-    3: the service refused or did not answer, or no finished run to write (nothing is written). ``credential`` defaults to ``DefaultAzureCredential``.
-    """
-    out = stdout or sys.stdout
-    err = stderr or sys.stderr
-    problem = _usage_error(args)
-    if problem is not None:
-        print(f"error: {problem}", file=err)
-        return 2
-    endpoint = args.endpoint or os.environ[FOUNDRY_ENDPOINT_ENV]
-    from azure.core.exceptions import AzureError  # lazy: azure, only for this command
-
-    from evalpipe.foundry import FoundryThreads, ThreadRunRecord  # lazy: azure
-
-    try:
-        with FoundryThreads(
-            endpoint=endpoint, credential=credential, page_size=args.page_size
-        ) as reader:
-            records: list[ThreadRunRecord]
-            if args.agent_id is not None:
-                records = reader.read_agent(
-                    args.agent_id,
-                    since=args.since,
-                    until=args.until,
-                    lookback_hours=args.lookback_hours,
-                )
-            elif args.run_id is not None:
-                records = reader.read(args.thread_ids[0], run_id=args.run_id)
-            else:
-                records = reader.read_many(args.thread_ids)
-            diagnostics = list(reader.diagnostics)
-    except ValueError as exc:
-        print(f"error: {endpoint}: {exc}", file=err)
-        return 2
-    except AzureError as exc:  # the service refused or did not answer: could not complete
-        print(f"error: {endpoint}: {exc}", file=err)
-        return 3
-    for diag in diagnostics:
-        print(f"warning: {diag}", file=err)
-    kept = [r for r in records if args.include_failed or r.error_code is None]
-    skipped = len(records) - len(kept)
-    if skipped:
-        print(
-            f"skipped {skipped} run(s) that did not complete (--include-failed keeps them)",
-            file=err,
-        )
-    if not kept:
-        print("error: no finished run to write; nothing written", file=err)
-        return 3
-    try:
-        # checked to load as `evalpipe run` will read it: fail here, not on the schedule
-        write_jsonl((record.to_row() for record in kept), args.output)
-    except DatasetError as exc:
-        print(f"error: the written dataset does not load: {exc}", file=err)
-        return 2
-    threads = len({r.thread_id for r in kept})
-    multi = sum(1 for r in kept if r.is_multi_agent)
-    print(
-        f"wrote {len(kept)} row(s) from {threads} thread(s) to {args.output}"
-        + (f" ({multi} multi-agent)" if multi else "")
-        + (f"; {len(diagnostics)} warning(s)" if diagnostics else ""),
-        file=out,
-    )
-    return 0
-
-
-def register(sub: Any) -> None:
-    """Add ``import`` (with ``otel`` and ``foundry-threads``) to the command line."""
-    parser = sub.add_parser(
-        "import",
-        help="write a recorded dataset from production traffic (OTel traces, Foundry threads)",
-        description="Write a recorded dataset (JSONL) from production traffic.",
-    )
-    commands = parser.add_subparsers(dest="import_command", required=True, metavar="SOURCE")
-    _add_otel(commands)
-    _add_foundry(commands)

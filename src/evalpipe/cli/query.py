@@ -14,7 +14,7 @@ from rich.table import Table
 
 from evalpipe.artifacts.columns import TABLES
 from evalpipe.artifacts.schema import MANIFEST_FILE
-from evalpipe.cli._common import EXIT_INCOMPLETE, EXIT_OK, consoles, fail, say
+from evalpipe.cli._common import EXIT_INCOMPLETE, EXIT_OK, CommandError, consoles, exits_on, say
 from evalpipe.escape import terminal
 
 if TYPE_CHECKING:
@@ -114,27 +114,24 @@ def _print(columns: list[str], rows: list[tuple[Any, ...]], fmt: str) -> None:
 def _query(args: argparse.Namespace) -> int:
     import duckdb  # lazy: see connect
 
-    _, err = consoles()
     why = _check_read_only(args.sql)
     if why is not None:
-        return fail(err, f"evalpipe query: {why}")
+        raise CommandError(f"evalpipe query: {why}")
     root = Path(args.dir)
     if not root.is_dir():
-        return fail(err, f"{root}: not a directory; pass a run directory or an output directory")
-    try:
+        raise CommandError(f"{root}: not a directory; pass a run directory or an output directory")
+    with exits_on(FileNotFoundError):
         con = connect(root)
-    except FileNotFoundError as exc:
-        return fail(err, str(exc))
     try:
         cursor = con.execute(args.sql)
         columns = [d[0] for d in cursor.description or ()]
         rows = cursor.fetchmany(args.limit) if args.limit else cursor.fetchall()
     except (duckdb.ParserException, duckdb.BinderException, duckdb.CatalogException) as exc:
-        return fail(err, f"evalpipe query: {exc} (the tables: {', '.join(TABLES)})")
+        raise CommandError(f"evalpipe query: {exc} (the tables: {', '.join(TABLES)})") from exc
     except duckdb.PermissionException as exc:
-        return fail(err, f"evalpipe query: {exc} (only the files under {root} are read)")
+        raise CommandError(f"evalpipe query: {exc} (only the files under {root} are read)") from exc
     except duckdb.Error as exc:
-        return fail(err, f"evalpipe query: could not complete: {exc}", EXIT_INCOMPLETE)
+        raise CommandError(f"evalpipe query: could not complete: {exc}", EXIT_INCOMPLETE) from exc
     finally:
         con.close()
     _print(columns, rows, args.format)
@@ -142,7 +139,6 @@ def _query(args: argparse.Namespace) -> int:
 
 
 def register(sub: Any) -> None:
-    """Add ``query`` to the command line."""
     parser = sub.add_parser(
         "query",
         help="SQL (DuckDB) over the run tables under a directory, read-only",

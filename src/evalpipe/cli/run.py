@@ -9,7 +9,7 @@ import logging
 import os
 import shlex
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,13 +32,14 @@ from evalpipe.cli._common import (
     EXIT_GATE_FAILED,
     EXIT_INCOMPLETE,
     EXIT_OK,
+    CommandError,
     consoles,
-    fail,
+    exits_on,
     prefect_api_gone,
     quiet_prefect,
+    say,
 )
 from evalpipe.cli.results import print_run
-from evalpipe.escape import plain
 from evalpipe.runner.state import RunLockedError
 from evalpipe.suite import SuiteError, load_suite
 
@@ -51,45 +52,33 @@ def _clock(seconds: float) -> str:
     return f"{hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else f"{rest // 60}:{rest % 60:02d}"
 
 
-class _Since(ProgressColumn):
-    """Time since the command started (not since the bar appeared)."""
+class _Column(ProgressColumn):
+    """A column of text: ``text(task)`` in ``style``."""
 
-    def __init__(self, started: float) -> None:
+    def __init__(self, text: Callable[[Task], str], style: str = "") -> None:
         super().__init__()
-        self.started = started
+        self.text, self.style = text, style
 
     def render(self, task: Task) -> Text:
-        return Text(_clock(time.monotonic() - self.started), style="progress.elapsed")
+        return Text(self.text(task), style=self.style)
 
 
-class _Rate(ProgressColumn):
+def _rate(task: Task) -> str:
     """Calls a second, once there is a rate."""
-
-    def render(self, task: Task) -> Text:
-        speed = task.finished_speed or task.speed
-        return Text("" if not speed else f"{speed:.1f}/s", style="progress.data.speed")
+    speed = task.finished_speed or task.speed
+    return f"{speed:.1f}/s" if speed else ""
 
 
-class _Eta(ProgressColumn):
+def _eta(task: Task) -> str:
     """Time left at the current rate."""
-
-    def render(self, task: Task) -> Text:
-        left = task.time_remaining
-        if task.total is None or task.finished or left is None:
-            return Text("")
-        return Text(f"ETA {_clock(left)}", style="progress.remaining")
+    left = task.time_remaining
+    return "" if task.total is None or task.finished or left is None else f"ETA {_clock(left)}"
 
 
-class _Verdicts(ProgressColumn):
+def _verdicts(task: Task) -> str:
     """The calls' verdicts so far (every item of a call passed / one failed / one errored)."""
-
-    def render(self, task: Task) -> Text:
-        if task.total is None:
-            return Text("")
-        f = task.fields
-        return Text(
-            f"pass {f.get('passed', 0)} fail {f.get('failed', 0)} err {f.get('errored', 0)}"
-        )
+    f = task.fields
+    return "" if task.total is None else f"pass {f['passed']} fail {f['failed']} err {f['errored']}"
 
 
 class _Display:
@@ -106,10 +95,11 @@ class _Display:
             TextColumn("{task.description}"),
             BarColumn(bar_width=12),
             MofNCompleteColumn(),
-            _Rate(),
-            _Eta(),
-            _Verdicts(),
-            _Since(started),
+            _Column(_rate, "progress.data.speed"),
+            _Column(_eta, "progress.remaining"),
+            _Column(_verdicts),
+            # the time since the command started, not since the bar appeared
+            _Column(lambda task: _clock(time.monotonic() - started), "progress.elapsed"),
             console=console,
             transient=True,
             disable=disabled,
@@ -119,7 +109,7 @@ class _Display:
         )
         self.done = 0
         self.total: int | None = None
-        self.counts = {"passed": 0, "failed": 0, "errored": 0}
+        self.counts: dict[str, Any] = {"passed": 0, "failed": 0, "errored": 0}
 
     def __enter__(self) -> _Display:
         self.bar.start()
@@ -134,7 +124,7 @@ class _Display:
 
     def flow_run(self, url: str) -> None:
         """The flow run exists: where to watch it (printed above the bar, and kept)."""
-        self.console.print(f"UI: {url}", markup=False, highlight=False, soft_wrap=True)
+        say(self.console, f"UI: {url}", soft_wrap=True)
 
     def hook(self, stage: str, done: int, total: int) -> None:
         """The flow's progress hook (``evalpipe.pipeline.flow.ProgressHook``)."""
@@ -145,8 +135,7 @@ class _Display:
             self.bar.update(self.task, completed=done, total=total)
         elif stage in self.counts:
             self.counts[stage] = done
-            c = self.counts
-            self.bar.update(self.task, passed=c["passed"], failed=c["failed"], errored=c["errored"])
+            self.bar.update(self.task, **self.counts)
         elif stage == "items" and done == total:
             self.bar.update(self.task, description="writing")
 
@@ -164,54 +153,47 @@ class _Display:
 
 
 @contextlib.contextmanager
-def _collecting_less() -> Iterator[None]:
-    """The cyclic garbage collector of `evalpipe run`'s process while the flow runs: what is
-    alive when the run is prepared (the imports, the suite, the plan's rows and calls: all kept
-    to the end) is frozen out of every collection, a collection waits for YOUNG_THRESHOLD new
-    objects instead of 700, and each one walks every generation (after the freeze they hold only
-    what the run made since). All of it is undone when the flow ends (the command may run inside
-    another program: the tests call it).
+def _flow_running() -> Iterator[None]:
+    """`evalpipe run`'s process while the flow runs, all of it undone when the flow ends (the
+    command may run inside another program: the tests call it).
 
-    This process makes and drops millions of small objects (every call's transcript, items and
-    rows when shards run in it, every shard's rows when they run elsewhere), almost none of them
-    in cycles, and each collection of the older generations walked the plan again. Measured with
-    30,000 instant calls x 3 checks on threads (the process's CPU, loaded machine): 12.5-13.0 s
-    with CPython's defaults, 10.3-10.7 s frozen, 8.5 s as here, 8.0-8.5 s with the collector
-    off; the same peak memory (~375 MiB). The older generations are not left to wait: a task
-    runner's future holds its shard's rows in a reference cycle, and with CPython's (10, 10)
-    after the young threshold they piled up (100,000 calls on a process pool: this process's
-    peak 641-661 MiB against 490-507 MiB untuned; 524 MiB as here, CPU 12.5 s against 15.4-16.0
-    s). A process pool's workers get the same for their life (``collect_less``, their initializer).
+    The cyclic garbage collector: what is alive when the run is prepared (the imports, the suite,
+    the plan's rows and calls: all kept to the end) is frozen out of every collection, a
+    collection waits for YOUNG_THRESHOLD new objects instead of 700, and each one walks every
+    generation (after the freeze they hold only what the run made since). This process makes and
+    drops millions of small objects (every call's transcript, items and rows when shards run in
+    it, every shard's rows when they run elsewhere), almost none of them in cycles, and each
+    collection of the older generations walked the plan again. Measured with 30,000 instant calls
+    x 3 checks on threads (the process's CPU, loaded machine): 12.5-13.0 s with CPython's
+    defaults, 10.3-10.7 s frozen, 8.5 s as here, 8.0-8.5 s with the collector off; the same peak
+    memory (~375 MiB). The older generations are not left to wait: a task runner's future holds
+    its shard's rows in a reference cycle, and with CPython's (10, 10) after the young threshold
+    they piled up (100,000 calls on a process pool: this process's peak 641-661 MiB against
+    490-507 MiB untuned; 524 MiB as here, CPU 12.5 s against 15.4-16.0 s). A process pool's
+    workers get the same for their life (``collect_less``, their initializer).
+
+    Arrow's allocations are made by the C library's allocator, not by Arrow's default pool
+    (mimalloc), which keeps what it frees for reuse: this process turns every shard's rows into
+    Arrow columns and Parquet pages, and the pool held ~80 MiB of them (100,000 calls on a
+    process pool: this process's peak 531 against 451 MiB, the same CPU, 14.1 s). glibc gives
+    large blocks back (``give_back_large_blocks``).
     """
     from evalpipe.pipeline.flow import process_worker_setup  # lazy: Prefect, only to run
 
-    before = gc.get_threshold()
+    threshold = gc.get_threshold()
     frozen = gc.get_freeze_count()
+    pool = pa.default_memory_pool()
     collect_less()
     setting = process_worker_setup.set(collect_less)
-    try:
-        yield
-    finally:
-        process_worker_setup.reset(setting)
-        gc.set_threshold(*before)
-        if not frozen:  # what a caller froze stays frozen (with ours: there is no telling apart)
-            gc.unfreeze()
-
-
-@contextlib.contextmanager
-def _arrow_gives_back() -> Iterator[None]:
-    """Arrow's allocations in `evalpipe run`'s process made by the C library's allocator while
-    the flow runs, not by Arrow's default pool (mimalloc), which keeps what it frees for reuse:
-    this process turns every shard's rows into Arrow columns and Parquet pages, and the pool
-    held ~80 MiB of them (100,000 calls on a process pool: this process's peak 531 against 451
-    MiB, the same CPU, 14.1 s). glibc gives large blocks back (``give_back_large_blocks``).
-    Put back when the flow ends."""
-    before = pa.default_memory_pool()
     pa.set_memory_pool(pa.system_memory_pool())
     try:
         yield
     finally:
-        pa.set_memory_pool(before)
+        pa.set_memory_pool(pool)
+        process_worker_setup.reset(setting)
+        gc.set_threshold(*threshold)
+        if not frozen:  # what a caller froze stays frozen (with ours: there is no telling apart)
+            gc.unfreeze()
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -219,8 +201,8 @@ def _run(args: argparse.Namespace) -> int:
     give_back_large_blocks()  # this process is the flow's: it receives and writes every shard
     out, err = consoles()
     with _Display(err, started, disabled=args.no_progress) as display:
-        try:
-            suite = load_suite(args.suite, [*args.param, *_budget_params(args)])
+        with exits_on(SuiteError):
+            suite = load_suite(args.suite, [*args.param, *args.budget])
             if args.output is not None:
                 suite.output_dir = str(args.output)
             quiet_prefect()
@@ -236,12 +218,9 @@ def _run(args: argparse.Namespace) -> int:
             plan = prepare_run(
                 suite, run_dir=args.run_dir, rescore=args.rescore, resume=not args.new_run
             )
-        except SuiteError as exc:
-            display.bar.stop()
-            return fail(err, str(exc))
         display.stage("starting the flow run")
         try:
-            with _collecting_less(), _arrow_gives_back():
+            with exits_on(RunLockedError, SuiteError), _flow_running():
                 outcome = run_suite(
                     suite,
                     rescore=args.rescore,
@@ -250,80 +229,61 @@ def _run(args: argparse.Namespace) -> int:
                     wait=args.wait,
                     on_flow_run=display.flow_run,
                 )
-        except (RunLockedError, SuiteError) as exc:
-            display.bar.stop()
-            return fail(err, str(exc))
         except PrefectUnavailableError as exc:
-            display.bar.stop()
             # What Prefect's workers would still log about the API that is gone would bury the
             # message below, the one that matters; nothing they queued can be sent.
             logging.getLogger("prefect").setLevel(logging.CRITICAL + 1)
             prefect_api_gone()
-            return fail(err, str(exc), EXIT_INCOMPLETE)
-    err.print(display.final(suite.name), markup=False, highlight=False)
+            raise CommandError(str(exc), EXIT_INCOMPLETE) from exc
+    say(err, display.final(suite.name))
     for note in outcome.notes:
-        err.print(f"note: {plain(note)}", markup=False, highlight=False)
+        say(err, f"note: {note}")
     if outcome.published_to:
-        out.print(f"published to {outcome.published_to}", markup=False, highlight=False)
+        say(out, f"published to {outcome.published_to}")
     if outcome.reusable_calls:
-        out.print(
+        say(
+            out,
             f"resumed: {outcome.reusable_calls} call(s) reused from the run's journal "
-            "(not called again)"
+            "(not called again)",
         )
     if (outcome.run_dir / "manifest.json").exists():
         print_run(outcome.run_dir, out)
         if outcome.ui_url:
-            out.print(f"UI: {outcome.ui_url}", markup=False, highlight=False)
-        out.print(
-            f"view: evalpipe view {shlex.quote(str(outcome.run_dir.parent.parent))}",
-            markup=False,
-            highlight=False,
-        )
+            say(out, f"UI: {outcome.ui_url}")
+        say(out, f"view: evalpipe view {shlex.quote(str(outcome.run_dir.parent.parent))}")
     if outcome.verdict == "gate_failed":
-        err.print(
-            plain(outcome.message), style="red", markup=False, highlight=False, soft_wrap=True
-        )
+        say(err, outcome.message, style="red", soft_wrap=True)
         return EXIT_GATE_FAILED
     if outcome.verdict == "incomplete":
-        err.print(
-            f"the run could not complete (flow run {outcome.state}): {plain(outcome.message)}; "
+        say(
+            err,
+            f"the run could not complete (flow run {outcome.state}): {outcome.message}; "
             f"run directory {outcome.run_dir}",
             style="red",
-            markup=False,
-            highlight=False,
             soft_wrap=True,
         )
         return EXIT_INCOMPLETE
     if outcome.verdict == "warned":
-        out.print("gate failed (warn only)", style="yellow", markup=False, highlight=False)
+        say(out, "gate failed (warn only)", style="yellow")
     return EXIT_OK
 
 
-def _budget_params(args: argparse.Namespace) -> list[str]:
-    """``--budget-tokens`` and ``--budget-usd`` as the suite overrides they are."""
-    params = []
-    if args.budget_tokens is not None:
-        params.append(f"budget.tokens={args.budget_tokens}")
-    if args.budget_usd is not None:
-        params.append(f"budget.cost_usd={args.budget_usd!r}")
-    return params
+def _budget(key: str, kind: type[int] | type[float]) -> Any:
+    """An argparse type: a budget (a number more than 0) as the suite override ``key=value``."""
 
-
-def _positive(kind: type[int] | type[float]) -> Any:
-    def parse(text: str) -> int | float:
+    def parse(text: str) -> str:
         try:
             value = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
         if value <= 0:
             raise argparse.ArgumentTypeError(f"{text!r}: a budget is more than 0")
-        return value
+        return f"{key}={value!r}"
 
     return parse
 
 
 def register(sub: Any) -> None:
-    """Add ``run`` to the command line."""
     parser = sub.add_parser(
         "run",
         help="run a suite's flow on Prefect (ephemeral by default)",
@@ -376,8 +336,10 @@ def register(sub: Any) -> None:
     )
     parser.add_argument(
         "--budget-tokens",
-        type=_positive(int),
-        default=None,
+        type=_budget("budget.tokens", int),
+        dest="budget",
+        action="append",
+        default=[],
         metavar="N",
         help="stop the run once its calls (target and judges) have spent N tokens: no new call "
         "starts, the calls in flight are kept, exit 3; run again to resume (the suite's "
@@ -385,8 +347,10 @@ def register(sub: Any) -> None:
     )
     parser.add_argument(
         "--budget-usd",
-        type=_positive(float),
-        default=None,
+        type=_budget("budget.cost_usd", float),
+        dest="budget",
+        action="append",
+        default=[],
         metavar="DOLLARS",
         help="stop the run once its calls have cost this much at the suite's prices (which "
         "must price every model it calls); as --budget-tokens (the suite's budget.cost_usd)",

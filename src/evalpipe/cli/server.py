@@ -7,7 +7,7 @@ import argparse
 import os
 from typing import Any
 
-from evalpipe.cli._common import EXIT_INCOMPLETE, EXIT_OK, consoles, fail, say
+from evalpipe.cli._common import EXIT_INCOMPLETE, EXIT_OK, consoles, exits_on, say
 
 __all__ = ["register"]
 
@@ -15,78 +15,68 @@ EXIT_NOT_RUNNING = 1
 """``status``: no server runs for this PREFECT_HOME."""
 
 
-def _say(console: Any, text: str) -> None:
-    say(console, text, soft_wrap=True)
+def _say(text: str) -> None:
+    say(consoles()[0], text, soft_wrap=True)
 
 
 def _status(args: argparse.Namespace) -> int:
     from evalpipe.pipeline.server import server_status  # lazy: Prefect's settings
 
-    out, _ = consoles()
     status = server_status()
     if url := os.environ.get("PREFECT_API_URL"):
-        _say(out, f"note: PREFECT_API_URL is set ({url}): runs use that API, not this server")
+        _say(f"note: PREFECT_API_URL is set ({url}): runs use that API, not this server")
     if status.info is None:
-        _say(out, f"no Prefect server of evalpipe runs for {status.home}")
+        _say(f"no Prefect server of evalpipe runs for {status.home}")
         return EXIT_NOT_RUNNING
     info = status.info
     idle = "the last run" if info.idle_timeout == 0 else f"{info.idle_timeout:g} s without a run"
     _say(
-        out,
         f"Prefect server for {status.home}: UI {info.ui_url}, API {info.api_url} (pid "
         f"{info.pid}, Prefect {info.prefect}, since {info.started_at}); "
         f"{'answers' if status.healthy else 'DOES NOT ANSWER'}; "
         f"{'in use by a run' if status.in_use else 'idle'}; stops after {idle}",
     )
-    _say(out, f"log: {status.log}")
+    _say(f"log: {status.log}")
     return EXIT_OK if status.healthy else EXIT_INCOMPLETE
 
 
 def _url(args: argparse.Namespace) -> int:
     from evalpipe.pipeline.server import server_status  # lazy: Prefect's settings
 
-    out, _ = consoles()
     status = server_status()
     if status.info is None:
         return EXIT_NOT_RUNNING
-    _say(out, status.info.ui_url)
+    _say(status.info.ui_url)
     return EXIT_OK
 
 
 def _start(args: argparse.Namespace) -> int:
     from evalpipe.pipeline.server import ServerError, ensure_server  # lazy: Prefect's settings
 
-    out, err = consoles()
-    try:
+    with exits_on(ServerError, code=EXIT_INCOMPLETE):
         acquired = ensure_server()
-    except ServerError as exc:
-        return fail(err, str(exc), EXIT_INCOMPLETE)
     info = acquired.info
     idle = "the next run ends" if info.idle_timeout == 0 else f"{info.idle_timeout:g} s idle"
     if acquired.replaced:
-        _say(out, acquired.replaced)
+        _say(acquired.replaced)
     verb = "started" if acquired.started else "already running:"
-    _say(out, f"{verb} the Prefect UI at {info.ui_url} (pid {info.pid}); it stops after {idle}")
+    _say(f"{verb} the Prefect UI at {info.ui_url} (pid {info.pid}); it stops after {idle}")
     return EXIT_OK
 
 
 def _stop(args: argparse.Namespace) -> int:
     from evalpipe.pipeline.server import ServerError, stop_server  # lazy: Prefect's settings
 
-    out, err = consoles()
-    try:
+    with exits_on(ServerError, code=EXIT_INCOMPLETE):
         info = stop_server(force=args.force)
-    except ServerError as exc:
-        return fail(err, str(exc), EXIT_INCOMPLETE)
     if info is None:
-        _say(out, "no Prefect server of evalpipe was running on this PREFECT_HOME")
+        _say("no Prefect server of evalpipe was running on this PREFECT_HOME")
     else:
-        _say(out, f"stopped the Prefect server {info.ui_url} (pid {info.pid})")
+        _say(f"stopped the Prefect server {info.ui_url} (pid {info.pid})")
     return EXIT_OK
 
 
 def register(sub: Any) -> None:
-    """Add ``server`` to the command line."""
     parser = sub.add_parser(
         "server",
         help="the Prefect server (with its UI) runs share on this PREFECT_HOME: status, start, stop",

@@ -9,7 +9,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from evalpipe.artifacts import ArtifactError, DamagedRun, find_runs
-from evalpipe.cli._common import EXIT_BAD_INPUT, EXIT_OK, consoles, fail, warn
+from evalpipe.cli._common import EXIT_OK, consoles, exits_on, warn
 from evalpipe.escape import plain
 from evalpipe.view.urls import LOOPBACK_HOSTS, VIEW_URL_ENV, configured_view_url, is_loopback
 
@@ -57,25 +57,21 @@ def _view(args: argparse.Namespace) -> int:
 
     _, err = consoles()
     damaged: list[DamagedRun] = []
-    try:
+    with exits_on(ArtifactError, ValueError):
         configured_view_url()
         runs = find_runs(args.output_dir, damaged=damaged)
-    except (ArtifactError, ValueError) as exc:
-        return fail(err, str(exc))
     for run in damaged:  # listed as damaged; every other run is served
-        warn(err, f"damaged run {plain(run.location)}: {plain(run.problem)}")
+        warn(err, f"damaged run {run.location}: {run.problem}")
     if not is_loopback(args.host):
         warn(
             err,
-            f"serving on {plain(args.host)}, not on loopback: anyone who reaches this "
+            f"serving on {args.host}, not on loopback: anyone who reaches this "
             f"machine's port {args.port} can read every run (queries, responses, transcripts). "
             "evalpipe view has no login; keep it on 127.0.0.1 behind your own proxy unless this "
             "network is trusted.",
         )
-    try:
+    with exits_on(OSError, message=f"cannot listen on {args.host}:{args.port}: {{}}"):
         sock = _bind(args.host, args.port)
-    except OSError as exc:
-        return fail(err, f"cannot listen on {args.host}:{args.port}: {exc}", EXIT_BAD_INPUT)
     port = sock.getsockname()[1]
     shown = f"[{args.host}]" if ":" in args.host else args.host
     app = create_app(
@@ -100,7 +96,6 @@ def _view(args: argparse.Namespace) -> int:
 
 
 def register(sub: Any) -> None:
-    """Add ``view`` to the command line."""
     parser = sub.add_parser(
         "view",
         help="browse every run in a read-only web app (runs, samples, transcripts, compare, "
