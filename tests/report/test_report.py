@@ -84,12 +84,12 @@ def test_repetitions_give_pass_at_k_and_flaky_rows(crafted: Path) -> None:
     """kw over 3 repetitions: a 3/3, b 1/3, c 0/1 (one error, one n/a): pass@1 = (1 + 1/3 + 0)/3;
     pass@3 over rows with 3 verdicts (a, b): (1 + 1)/2; pass^3: (1 + 0)/2; b is flaky."""
     report = load_report_data(crafted)
-    kw = next(v for v in report.variability if v["metric"] == "kw")
-    assert (kw["rows"], kw["k"], kw["rows_at_k"]) == (3, 3, 2)
-    assert kw["pass_at_1"] == pytest.approx((1 + 1 / 3 + 0) / 3)
-    assert kw["pass_at_k"] == pytest.approx(1.0)
-    assert kw["pass_hat_k"] == pytest.approx(0.5)
-    assert (kw["at_least_1"], kw["all_k"], kw["flaky"]) == (2, 1, 1)
+    kw = next(v for v in report.variability if v.metric == "kw")
+    assert (kw.rows, kw.k, kw.rows_at_k) == (3, 3, 2)
+    assert kw.pass_at_1 == pytest.approx((1 + 1 / 3 + 0) / 3)
+    assert kw.pass_at_k == pytest.approx(1.0)
+    assert kw.pass_hat_k == pytest.approx(0.5)
+    assert (kw.at_least_1, kw.all_k, kw.flaky) == (2, 1, 1)
     flaky = {(f.metric, f.row): f.stats for f in report.flaky}
     assert flaky[("kw", "b")].c == 1
     assert flaky[("kw", "b")].n == 3

@@ -54,6 +54,7 @@ __all__ = [
     "ResultRow",
     "RunReport",
     "ScoreView",
+    "VariabilityRow",
     "attach_scored",
     "classify_metric",
     "item_detail",
@@ -137,6 +138,30 @@ class ResultRow:
     status: str | None
     error: str | None
     report_url: str | None
+
+
+@dataclass(slots=True)
+class VariabilityRow:
+    """Repetitions of one metric on one agent: averages over dataset rows."""
+
+    provider: str
+    agent: str
+    metric: str
+    rows: int
+    """Dataset rows with at least one verdict."""
+    k: int
+    pass_at_1: float | None
+    pass_at_k: float | None
+    pass_hat_k: float | None
+    at_least_1: int
+    """Rows where at least one repetition passed."""
+    all_k: int
+    """Rows where every one of at least k repetitions passed."""
+    rows_at_k: int
+    """Rows with at least k verdicts (pass@k and pass^k average over these)."""
+    flaky: int
+    score_std_mean: float | None
+    """Mean over rows of the standard deviation of the scores across repetitions."""
 
 
 @dataclass(slots=True)
@@ -262,7 +287,7 @@ class RunReport:
     items_per_agent: list[tuple[str, int]]
     results: list[ResultRow]
     metrics: list[MetricRow]
-    variability: list[dict[str, Any]]
+    variability: list[VariabilityRow]
     """Repetitions of each metric on each agent, averaged over dataset rows (``_VARIABILITY_SQL``'s
     rows, in the metrics' order)."""
     flaky: list[FlakyItem]
@@ -500,12 +525,12 @@ ORDER BY provider, agent, metric, row LIMIT $listed
 
 def _variability(
     con: duckdb.DuckDBPyConnection, repetitions: int, max_listed: int
-) -> tuple[list[dict[str, Any]], list[FlakyItem], int]:
+) -> tuple[list[VariabilityRow], list[FlakyItem], int]:
     con.execute(_PER_ROW_SQL)
     con.execute(_PER_METRIC_SQL, {"repetitions": repetitions})
     for function in (pass_at_k, pass_hat_k):
         con.create_function(function.__name__, function, ["BIGINT"] * 3, "DOUBLE")
-    out = records(con, _VARIABILITY_SQL)
+    out = [VariabilityRow(**r) for r in records(con, _VARIABILITY_SQL)]
     flaky = [
         FlakyItem(
             r.pop("provider"), r.pop("agent"), r.pop("metric"), r.pop("row"), RepetitionStats(**r)
@@ -513,7 +538,7 @@ def _variability(
         for r in records(con, _FLAKY_SQL, {"listed": max_listed})
     ]
     con.execute("DROP TABLE per_row; DROP TABLE per_metric")  # a row's worth per dataset row
-    return out, flaky, sum(v["flaky"] for v in out)
+    return out, flaky, sum(v.flaky for v in out)
 
 
 _PAIRS_SQL = """
@@ -872,9 +897,7 @@ def load_report_data(
             repetitions = (most or 0) + 1
         variability, flaky, flaky_total = _variability(con, repetitions, max_listed)
         order = {(m.provider, m.agent, m.metric): i for i, m in enumerate(metrics)}
-        variability.sort(
-            key=lambda v: order.get((v["provider"], v["agent"], v["metric"]), len(order))
-        )
+        variability.sort(key=lambda v: order.get((v.provider, v.agent, v.metric), len(order)))
         found = query_disagreements(
             con,
             metric_kinds(con),
