@@ -489,9 +489,9 @@ class _Batches(BatchedEvaluator):
 
 
 async def test_server_runs_are_numbered_by_batch_not_by_item_position() -> None:
-    """A batched provider's ``batch_index`` is the batch's number (Foundry numbers the items
-    without an id from ``batch_index * batch_size`` and names the run after it), not the position
-    of its first item."""
+    """Items evaluated in one go are batches 0, 1, 2 (Foundry numbers the items without an id from
+    ``batch_index * batch_size`` and names the run after it), not the positions of their first
+    items (0, 2, 4)."""
     provider = _Batches()
     items = WorkflowItems()
     conversation = [Message("user", ["q"]), Message("assistant", ["a"])]

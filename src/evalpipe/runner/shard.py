@@ -451,8 +451,11 @@ async def _evaluate_group(
     """One provider over one group of items; a provider that raises gives errored items.
 
     A batched provider gets one server-side evaluation per run and group (created by the first
-    shard) and one server run per ``batch_size`` items of this shard, numbered by the batch's
-    place in the run and tagged so a retry or a resume does not pay twice."""
+    shard) and one server run per ``batch_size`` items of this shard, tagged so a retry or a
+    resume does not pay twice: its ``batch_index`` counts the shard's batches from the shard's
+    first call position (unique in the run while a group has no more batches in a shard than
+    the shard has calls), so items evaluated in one go (``evaluate_prebuilt``) are batches 0, 1,
+    2, ..."""
     batched = plan.batched(provider)
     failing = "could not create the eval: " if batched is not None else ""
     try:
@@ -473,7 +476,7 @@ async def _evaluate_group(
                         eval_id,
                         items[offset : offset + size],
                         eval_name=name,
-                        batch_index=(first_position + offset) // size,
+                        batch_index=first_position + offset // size,
                     )
 
             parts = await asyncio.gather(*(batch(i) for i in range(0, len(items), size)))
