@@ -314,7 +314,7 @@ def test_a_recorded_conversation_without_an_answer_is_refused(tmp_path: Path) ->
 
 def test_a_dataset_that_is_not_utf8_names_the_line(tmp_path: Path) -> None:
     """Non-UTF-8 bytes in a JSONL or CSV dataset name the file, line and column."""
-    from evalpipe.datasets import DatasetError, load_csv, load_jsonl
+    from evalpipe.datasets import DatasetError, load_dataset, load_jsonl
 
     jsonl = tmp_path / "q.jsonl"
     jsonl.write_bytes(b'{"query": "a"}\n{"query": "caf\xe9"}\n')
@@ -323,7 +323,7 @@ def test_a_dataset_that_is_not_utf8_names_the_line(tmp_path: Path) -> None:
     csv_file = tmp_path / "q.csv"
     csv_file.write_bytes(b"query\nfine\ncaf\xe9\n")
     with pytest.raises(DatasetError, match=r"q.csv:3:4: not UTF-8 \(byte 0xe9\)"):
-        load_csv(csv_file)
+        load_dataset(csv_file)
 
 
 def test_jsonl_rows_load_as_json_loads_reads_them(tmp_path: Path) -> None:
@@ -569,7 +569,7 @@ def _same_row(plain: Any, model: Any) -> None:
 def test_plain_rows_are_their_query_rows(tmp_path: Path) -> None:
     """A PlainRow holds what the row's QueryRow holds (same values, same JSON types of the
     expected arguments) and its row_hash; rows that are not plain come as their QueryRows."""
-    from evalpipe.datasets import PlainRow, load_csv, load_dataset, load_rows
+    from evalpipe.datasets import PlainRow, load_dataset, load_rows
 
     path = _jsonl_of(tmp_path, _MIXED)
     plain, models = load_rows(path), load_dataset(path)
@@ -584,7 +584,7 @@ def test_plain_rows_are_their_query_rows(tmp_path: Path) -> None:
     )
     csv_rows = load_rows(csv_file)
     assert all(isinstance(r, PlainRow) for r in csv_rows)
-    for ours, theirs in zip(csv_rows, load_csv(csv_file), strict=True):
+    for ours, theirs in zip(csv_rows, load_dataset(csv_file), strict=True):
         _same_row(ours, theirs)
 
 

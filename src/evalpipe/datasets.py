@@ -54,10 +54,8 @@ __all__ = [
     "PlainRow",
     "QueryRow",
     "RecordedAgent",
-    "load_csv",
     "load_dataset",
     "load_jsonl",
-    "load_parquet",
     "load_rows",
     "row_hash",
     "write_jsonl",
@@ -417,10 +415,14 @@ def _collect_rows(
 
 
 def load_dataset(path: str | Path) -> list[QueryRow]:
-    """Read a query set in the format its suffix names (.jsonl, .csv or .parquet).
+    """Read a query set in the format its suffix names: .jsonl (see :func:`load_jsonl`), .csv
+    (a header row; UTF-8, a BOM accepted) or .parquet (one record per row; nested columns or JSON
+    strings).
 
     Raises:
-        DatasetError: as the format's loader, or for an unknown suffix.
+        DatasetError: naming ``file:line`` (CSV: the header line for an unknown column; JSONL)
+            or ``file:row N`` (Parquet, 1-based) for a bad cell or value; or for an unknown
+            suffix, a missing or empty file, or two rows sharing an id.
     """
     return cast(list[QueryRow], _read(path, plain=False))
 
@@ -435,24 +437,6 @@ def load_rows(path: str | Path) -> list[QueryRow | PlainRow]:
         DatasetError: as :func:`load_dataset`.
     """
     return _read(path, plain=True)
-
-
-def load_csv(path: str | Path) -> list[QueryRow]:
-    """Read a CSV query set with a header row (UTF-8; a BOM is accepted).
-
-    Raises:
-        DatasetError: naming ``file:line`` for an unknown column (header line), a bad cell or value.
-    """
-    return cast(list[QueryRow], _read(path, plain=False, suffix=".csv"))
-
-
-def load_parquet(path: str | Path) -> list[QueryRow]:
-    """Read a Parquet query set (one record per row; nested columns or JSON strings).
-
-    Raises:
-        DatasetError: naming ``file:row N`` (1-based) for a bad value, or the unknown column.
-    """
-    return cast(list[QueryRow], _read(path, plain=False, suffix=".parquet"))
 
 
 def load_jsonl(path: str | Path) -> list[QueryRow]:

@@ -88,7 +88,20 @@ _MAF_CONTENT_ATTRIBUTES: dict[str, Any] = dict.fromkeys(
 ) | {"informational_only": False}
 
 
-class _ContentBase(BaseModel):
+class _WithExtras(BaseModel):
+    """A model with MAF's ``additional_properties``: extra data carried with the object (a MAF
+    object's are kept when it is converted), held in memory, never serialized."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    @property
+    def additional_properties(self) -> dict[str, Any]:
+        """Extra data carried with the object (MAF's ``additional_properties``)."""
+        props: dict[str, Any] = self.__dict__.setdefault("additional_properties", {})
+        return props
+
+
+class _ContentBase(_WithExtras):
     """What the content kinds share: MAF ``Content``'s attribute set and ``parse_arguments``.
 
     A kind's own fields are ordinary pydantic fields (read at full speed); any other attribute of
@@ -96,8 +109,6 @@ class _ContentBase(BaseModel):
     ``additional_properties`` a dict kept with the content but never serialized). Other names
     are still an ``AttributeError``.
     """
-
-    model_config = ConfigDict(extra="forbid")
 
     _MAF_DEFAULTS: ClassVar[dict[str, Any]] = _MAF_CONTENT_ATTRIBUTES
 
@@ -109,12 +120,6 @@ class _ContentBase(BaseModel):
             if name in defaults:
                 return defaults[name]
             return super().__getattr__(name)
-
-    @property
-    def additional_properties(self) -> dict[str, Any]:
-        """Extra data carried with the content (MAF's ``additional_properties``); not serialized."""
-        props: dict[str, Any] = self.__dict__.setdefault("additional_properties", {})
-        return props
 
     def parse_arguments(self) -> dict[str, Any] | None:
         """MAF's ``Content.parse_arguments``: None without arguments, ``{}`` for empty ones, a
@@ -320,13 +325,11 @@ def _coerce_content(value: Any) -> Any:
     )
 
 
-class Message(BaseModel):
+class Message(_WithExtras):
     """One chat message: a role and an ordered list of contents.
 
     Roles are kept as given (``"User"`` is not ``"user"``), as in MAF.
     """
-
-    model_config = ConfigDict(extra="forbid")
 
     role: str
     """``user``, ``assistant``, ``system``, ``developer`` or ``tool``."""
@@ -388,13 +391,6 @@ class Message(BaseModel):
             only = contents[0]
             return only.text if only.type == "text" else ""
         return " ".join(c.text for c in contents if c.type == "text")
-
-    @property
-    def additional_properties(self) -> dict[str, Any]:
-        """Extra data carried with the message (MAF's ``additional_properties``; a MAF message's
-        are kept when it is converted); held in memory, never serialized."""
-        props: dict[str, Any] = self.__dict__.setdefault("additional_properties", {})
-        return props
 
     @property
     def message_id(self) -> str | None:

@@ -21,7 +21,7 @@ from evalpipe import (
     ToolDefinition,
     keyword_check,
 )
-from evalpipe.evaluators.base import AgentScoped
+from evalpipe.evaluators.base import AgentScoped, BatchedEvaluator
 from evalpipe.itemize import WorkflowItems
 from evalpipe.items import EvalItem
 from evalpipe.journal import Journal
@@ -30,11 +30,12 @@ from evalpipe.runner import RunPlan, RunState, in_process_plan, resolve_target, 
 from evalpipe.runner.shard import (
     build_items,
     evaluate_items,
-    make_call,
+    evaluate_prebuilt,
     run_calls,
 )
 from evalpipe.runner.state import StorageError
 from evalpipe.secrets import Scrubber
+from evalpipe.tally import make_results
 from evalpipe.transcripts import TargetRun
 
 
@@ -83,11 +84,11 @@ async def test_finished_calls_are_journaled_and_reused_errored_ones_are_made_aga
     agent = Counting()
     plan = _plan(agent, ["ok", "fail"])
     state = RunState(journal=Journal(tmp_path, plan.identity))
-    first = [await make_call(plan, state, c, None) for c in plan.calls]
+    first = await run_calls(plan, state, plan.calls, semaphore=None, workers=1)
     assert [o.source for o in first] == ["made", "made"]
     assert first[0].call.key in state.journal  # type: ignore[operator]
     assert first[1].call.key not in state.journal  # type: ignore[operator]
-    again = [await make_call(plan, state, c, None) for c in plan.calls]
+    again = await run_calls(plan, state, plan.calls, semaphore=None, workers=1)
     assert [o.source for o in again] == ["reused", "made"]
     assert again[0].run == first[0].run
     assert agent.queries == ["ok", "fail", "fail"]
@@ -460,3 +461,40 @@ async def test_hanging_calls_time_out_each_at_its_own_deadline_and_the_others_fi
     assert all("call timeout of 0.05 s" in message for message in timed_out)
     assert [o.call.key in journal for o in outcomes] == [c is None for c in codes]
     assert asyncio.current_task().cancelling() == 0  # type: ignore[union-attr]
+
+
+class _Batches(BatchedEvaluator):
+    """A server-side provider that records the batch numbers it is given."""
+
+    name = "batches"
+    batch_size = 2
+    max_concurrent_runs = 1
+
+    def __init__(self) -> None:
+        self.numbers: list[int] = []
+
+    async def evaluate(self, items: Sequence[EvalItem], *, eval_name: str) -> EvalResults:
+        raise AssertionError("a batched provider is run in batches")
+
+    async def create_eval(
+        self, items: Sequence[EvalItem], *, eval_name: str, key: str | None = None
+    ) -> str:
+        return "eval"
+
+    async def run_batch(
+        self, eval_id: str, items: Sequence[EvalItem], *, eval_name: str, batch_index: int = 0
+    ) -> EvalResults:
+        self.numbers.append(batch_index)
+        return make_results(self.name, [])
+
+
+async def test_server_runs_are_numbered_by_batch_not_by_item_position() -> None:
+    """Items evaluated in one go are batches 0, 1, 2 (Foundry numbers the items without an id from
+    ``batch_index * batch_size`` and names the run after it), not the positions of their first
+    items (0, 2, 4)."""
+    provider = _Batches()
+    items = WorkflowItems()
+    conversation = [Message("user", ["q"]), Message("assistant", ["a"])]
+    items.overall.extend(EvalItem(conversation) for _ in range(5))
+    await evaluate_prebuilt([provider], items, "t", kind="agent")
+    assert sorted(provider.numbers) == [0, 1, 2]

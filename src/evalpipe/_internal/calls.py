@@ -9,7 +9,8 @@ import contextlib
 import contextvars
 import threading
 from collections.abc import Awaitable, Callable
-from typing import Any, Protocol, TypeVar
+from contextlib import AbstractAsyncContextManager
+from typing import Any, TypeVar
 
 __all__ = [
     "DEFAULT_CALL_TIMEOUT",
@@ -30,16 +31,8 @@ class CallTimeout(Exception):
     """A call that did not finish within its timeout."""
 
 
-class Slots(Protocol):
-    """The slots a call takes one of while it runs (``asyncio.Semaphore`` is one)."""
-
-    async def acquire(self) -> bool: ...
-
-    def release(self) -> None: ...
-
-    async def __aenter__(self) -> Any: ...
-
-    async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> Any: ...
+Slots = AbstractAsyncContextManager[Any]
+"""The slots a call holds one of while it runs (``asyncio.Semaphore`` is one)."""
 
 
 async def bounded(awaitable: Awaitable[T], seconds: float | None) -> T:

@@ -165,10 +165,9 @@ def prepare_suite(
     _check_scopes(providers, kind, target)
     _check_row_agents(dataset, suite, target)
     _check_gates(gates, providers, kind, target)
-    _check_credentials(providers)
-    _check_compare_with(suite)
     target_model = _target_model(target)
-    _check_prices(suite, providers, target, target_model)
+    _check_endpoints(suite, providers, target, target_model)
+    _check_compare_with(suite)
     rows = rows_from_dataset(dataset, kind)
     calls = make_calls(identity, rows, suite.repetitions)
     if stored is not None:
@@ -420,33 +419,18 @@ def _check_gates(
             )
 
 
-def _check_credentials(providers: Sequence[Evaluator]) -> None:
-    """A judge's ``api_key_env`` must name a variable that is set (else every judge call fails)."""
-    for provider in providers:
-        inner = provider.inner if isinstance(provider, AgentScoped) else provider
-        endpoint = getattr(inner, "endpoint", None)
-        variable = getattr(endpoint, "api_key_env", None)
-        if variable and not os.environ.get(variable):
-            raise SuiteError(
-                f"evaluators: {provider.name!r} reads its API key from ${variable}, which is not "
-                f"set; export {variable}=... (or remove api_key_env for an endpoint without "
-                "authentication)"
-            )
-
-
 def _target_model(target: Target | None) -> str:
     """The ``prices`` key of the target's calls: an ``openai`` target's model, else ``target``."""
     endpoint = getattr(target.obj, "endpoint", None) if target is not None else None
     return endpoint.model if isinstance(endpoint, ChatEndpoint) else TARGET
 
 
-def _check_prices(
+def _check_endpoints(
     suite: EvalSuite, providers: Sequence[Evaluator], target: Target | None, target_model: str
 ) -> None:
-    """A ``cost_usd`` budget needs a price for every model the run calls (a cost is never
+    """A judge's ``api_key_env`` must name a variable that is set (else every judge call fails),
+    and a ``cost_usd`` budget needs a price for every model the run calls (a cost is never
     guessed): each LLM judge's model and the target's (see :func:`_target_model`)."""
-    if suite.budget is None or suite.budget.cost_usd is None:
-        return
     needed: dict[str, str] = {}
     if target is not None:
         needed[target_model] = (
@@ -457,8 +441,17 @@ def _check_prices(
     for provider in providers:
         inner = provider.inner if isinstance(provider, AgentScoped) else provider
         endpoint = getattr(inner, "endpoint", None)
+        variable = getattr(endpoint, "api_key_env", None)
+        if variable and not os.environ.get(variable):
+            raise SuiteError(
+                f"evaluators: {provider.name!r} reads its API key from ${variable}, which is not "
+                f"set; export {variable}=... (or remove api_key_env for an endpoint without "
+                "authentication)"
+            )
         if isinstance(endpoint, ChatEndpoint):
             needed.setdefault(endpoint.model, f"the judge {provider.name!r}")
+    if suite.budget is None or suite.budget.cost_usd is None:
+        return
     for model, who in needed.items():
         if model in suite.prices:
             continue

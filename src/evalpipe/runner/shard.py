@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
-from evalpipe._internal.calls import Slots, is_call_failure
-from evalpipe.evaluators.base import AgentScoped, BatchedEvaluator, Evaluator
+from evalpipe._internal.calls import is_call_failure
+from evalpipe.evaluators.base import AgentScoped, Evaluator
 from evalpipe.itemize import RunItems, WorkflowItems, agent_item, workflow_items
 from evalpipe.items import EvalItem
 from evalpipe.llm import run_answers
@@ -41,7 +41,6 @@ __all__ = [
     "build_items",
     "evaluate_items",
     "evaluate_prebuilt",
-    "make_call",
     "run_calls",
     "run_in_process",
     "run_shard",
@@ -98,15 +97,6 @@ def _stamp(run: Transcript) -> None:
     run.started_at = ended - timedelta(seconds=latency) if latency is not None else ended
 
 
-async def make_call(
-    plan: RunPlan, state: RunState, call: Call, semaphore: asyncio.Semaphore | None
-) -> CallOutcome:
-    """One call: from the re-scored run or the journal when they hold it, the recording for a
-    recorded row, else the target (journaled as soon as it returns without error)."""
-    fetched = _held(plan, state, call) or await _made(plan, call, semaphore)
-    return settle_many(plan, state, [fetched])[0]
-
-
 def _held(plan: RunPlan, state: RunState, call: Call) -> CallOutcome | None:
     """The outcome of a call whose transcript is held already (the re-scored run, the journal, the
     row's recording), or None when the target must be called (:func:`_made`)."""
@@ -125,8 +115,16 @@ def _held(plan: RunPlan, state: RunState, call: Call) -> CallOutcome | None:
     return None
 
 
-async def _made(plan: RunPlan, call: Call, semaphore: Slots | None) -> CallOutcome:
-    """The outcome of calling the target for ``call`` (its transcript stamped)."""
+async def _made(
+    plan: RunPlan,
+    call: Call,
+    semaphore: asyncio.Semaphore | None,
+    state: RunState,
+    ledger: Ledger | None,
+) -> CallOutcome | None:
+    """The outcome of calling the target for ``call`` (its transcript stamped), counted in the
+    ``ledger``; None when the budget was spent while the call waited for its slot (it was not
+    made: the calls in flight are what a budget stop overshoots by, not the calls waiting)."""
     row = plan.rows[call.row_index]
     target = plan.target
     if target is None:  # pragma: no cover - prepare_suite refuses such a plan
@@ -136,14 +134,29 @@ async def _made(plan: RunPlan, call: Call, semaphore: Slots | None) -> CallOutco
         if target.kind == "workflow"
         else functools.partial(call_agent, attempts=plan.call_attempts)
     )
-    made: Transcript = await call_target(
-        target.obj,
-        row.query,
-        query_index=row.index,
-        repetition=call.repetition,
-        semaphore=semaphore,
-        call_timeout=plan.call_timeout,
-    )
+    slots = None
+    if semaphore is not None:
+        # a slot refuses the call once the run is stopped or the budget is spent
+        budget = ledger if ledger is not None and ledger.budget is not None else None
+        slots = _UnlessStopped(semaphore, state, budget)
+    try:
+        made: Transcript = await call_target(
+            target.obj,
+            row.query,
+            query_index=row.index,
+            repetition=call.repetition,
+            semaphore=slots,
+            call_timeout=plan.call_timeout,
+        )
+    except BaseException:
+        if ledger is not None:
+            ledger.finish("target", plan.target_model, None, answered=False)
+        raise
+    spent_out = slots is not None and slots.spent_out
+    if ledger is not None:
+        ledger.finish("target", plan.target_model, made.usage, answered=not spent_out)
+    if spent_out:
+        return None
     _stamp(made)
     return CallOutcome(call, made, "made")
 
@@ -231,7 +244,6 @@ async def run_calls(
     """Finished calls not yet settled, in the order they finished."""
     waiting = asyncio.Event()
     alive = count
-    slots = _UnlessStopped(semaphore, state) if semaphore is not None else None
     spent_out = False
     """The ledger refused a call: the shard stops taking calls."""
 
@@ -259,13 +271,10 @@ async def run_calls(
                         spent_out = True  # the budget is spent: this call is left for a rerun
                         break
                     next_index += 1
-                    if ledger is None:
-                        fetched = await _made(plan, call, slots)
-                    else:
-                        fetched = await _metered(plan, call, semaphore, state, ledger)
-                        if fetched is None:
-                            spent_out = True  # spent while it waited for a slot: not made
-                            break
+                    fetched = await _made(plan, call, semaphore, state, ledger)
+                    if fetched is None:
+                        spent_out = True  # spent while it waited for a slot: not made
+                        break
                     if state.failure is not None:
                         break  # refused its slot (or made as the run stopped): not the call's
                 else:
@@ -313,32 +322,6 @@ async def run_calls(
     return [o for o in out if o is not None]
 
 
-async def _metered(
-    plan: RunPlan,
-    call: Call,
-    semaphore: asyncio.Semaphore | None,
-    state: RunState,
-    ledger: Ledger,
-) -> CallOutcome | None:
-    """:func:`_made` of a call the ledger let start, counted in it; None when the budget was
-    spent while the call waited for its slot (it was not made: the calls in flight are what a
-    budget stop overshoots by, not the calls waiting)."""
-    slots: _UnlessStopped | None = None
-    if semaphore is not None:
-        # a slot of its own refuses the call once the budget is spent (none: it is only counted)
-        slots = _UnlessStopped(semaphore, state, ledger if ledger.budget is not None else None)
-    try:
-        made = await _made(plan, call, slots)
-    except BaseException:
-        ledger.finish("target", plan.target_model, None, answered=False)
-        raise
-    if slots is not None and slots.spent_out:
-        ledger.finish("target", plan.target_model, None, answered=False)
-        return None
-    ledger.finish("target", plan.target_model, made.run.usage)
-    return made
-
-
 class _UnlessStopped:
     """The run's semaphore, refusing a slot once the run is stopped (``state.stop``), or, for
     one call, once the ledger's budget is spent: a call that was waiting for one meanwhile is not
@@ -355,7 +338,7 @@ class _UnlessStopped:
         self.spent_out = False
         """The budget refused the slot."""
 
-    async def acquire(self) -> bool:
+    async def __aenter__(self) -> None:
         await self._semaphore.acquire()
         failure = self._state.failure
         if failure is not None:
@@ -365,16 +348,9 @@ class _UnlessStopped:
             self._semaphore.release()
             self.spent_out = True
             raise RuntimeError("the run's budget is spent")
-        return True
-
-    def release(self) -> None:
-        self._semaphore.release()
-
-    async def __aenter__(self) -> None:
-        await self.acquire()
 
     async def __aexit__(self, *exc: object) -> None:
-        self.release()
+        self._semaphore.release()
 
 
 def build_items(plan: RunPlan, outcomes: Sequence[CallOutcome]) -> WorkflowItems:
@@ -463,44 +439,6 @@ def _error_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-async def _evaluate_batched(
-    plan: RunPlan,
-    state: RunState,
-    index: int,
-    provider: BatchedEvaluator,
-    items: list[EvalItem],
-    name: str,
-    first_position: int,
-) -> EvalResults:
-    """One server-side evaluation per run and group (created by the first shard), one server run
-    per ``batch_size`` items of this shard, tagged so a retry or a resume does not pay twice."""
-    key = f"{plan.eval_key}:{name}" if plan.eval_key is not None else None
-    try:
-        eval_id = await state.eval_id(
-            name, lambda: provider.create_eval(items, eval_name=name, key=key)
-        )
-    except BaseException as exc:
-        if not is_call_failure(exc):
-            raise
-        return errored_results(
-            provider.name, items, name, f"could not create the eval: {_error_text(exc)}"
-        )
-    size = max(1, int(provider.batch_size or len(items)))
-    slots = state.run_slots(index, int(provider.max_concurrent_runs or 1))
-
-    async def batch(offset: int) -> EvalResults:
-        async with slots:
-            return await provider.run_batch(
-                eval_id,
-                items[offset : offset + size],
-                eval_name=name,
-                batch_index=first_position + offset,
-            )
-
-    parts = await asyncio.gather(*(batch(i) for i in range(0, len(items), size)))
-    return merge_results(list(parts))
-
-
 async def _evaluate_group(
     plan: RunPlan,
     state: RunState,
@@ -510,21 +448,45 @@ async def _evaluate_group(
     name: str,
     first_position: int,
 ) -> EvalResults:
-    """One provider over one group of items; a provider that raises gives errored items."""
+    """One provider over one group of items; a provider that raises gives errored items.
+
+    A batched provider gets one server-side evaluation per run and group (created by the first
+    shard) and one server run per ``batch_size`` items of this shard, tagged so a retry or a
+    resume does not pay twice: its ``batch_index`` counts the shard's batches from the shard's
+    first call position (unique in the run while a group has no more batches in a shard than
+    the shard has calls), so items evaluated in one go (``evaluate_prebuilt``) are batches 0, 1,
+    2, ..."""
     batched = plan.batched(provider)
+    failing = "could not create the eval: " if batched is not None else ""
     try:
-        if batched is not None:
-            result = await _evaluate_batched(
-                plan, state, index, batched, items, name, first_position
-            )
-        else:
+        if batched is None:
             result = await provider.evaluate(items, eval_name=name)
+        else:
+            key = f"{plan.eval_key}:{name}" if plan.eval_key is not None else None
+            eval_id = await state.eval_id(
+                name, lambda: batched.create_eval(items, eval_name=name, key=key)
+            )
+            failing = ""
+            size = max(1, int(batched.batch_size or len(items)))
+            slots = state.run_slots(index, int(batched.max_concurrent_runs or 1))
+
+            async def batch(offset: int) -> EvalResults:
+                async with slots:
+                    return await batched.run_batch(
+                        eval_id,
+                        items[offset : offset + size],
+                        eval_name=name,
+                        batch_index=first_position + offset // size,
+                    )
+
+            parts = await asyncio.gather(*(batch(i) for i in range(0, len(items), size)))
+            result = merge_results(list(parts))
     except BudgetReached:
         raise  # the run's budget, not the provider's failure: the items are judged on resume
     except BaseException as exc:
         if not is_call_failure(exc):
             raise
-        return errored_results(provider.name, items, name, _error_text(exc))
+        return errored_results(provider.name, items, name, failing + _error_text(exc))
     result.provider = provider.name
     return result
 

@@ -483,10 +483,7 @@ class RunState:
 
     def run_slots(self, provider_index: int, size: int) -> asyncio.Semaphore:
         """The bound on one batched provider's server runs in flight in this process."""
-        slots = self._run_slots.get(provider_index)
-        if slots is None:
-            slots = self._run_slots[provider_index] = asyncio.Semaphore(max(1, size))
-        return slots
+        return self._run_slots.setdefault(provider_index, asyncio.Semaphore(max(1, size)))
 
     def stop(self, failure: BaseException) -> None:
         """Stop the run's calls: no call starts after this (the first failure is kept)."""

@@ -39,8 +39,6 @@ __all__ = [
     "agent_tools",
     "awaited",
     "call_agent",
-    "failure_code",
-    "failure_text",
     "guarded_call",
     "is_maf_agent",
     "is_maf_workflow",
@@ -187,37 +185,26 @@ def agent_tools(agent: Any) -> list[ToolDefinition]:
     return list(out.values())
 
 
-def failure_code(exc: BaseException, default: str) -> str:
-    """The error code of a failed call: ``TargetTimeout`` for one past its timeout, else
-    ``default``."""
-    return "TargetTimeout" if isinstance(exc, CallTimeout) else default
-
-
-def failure_text(exc: BaseException, tries: int = 1) -> str:
-    """What a failed call raised, for people (with the attempts when it was retried)."""
-    after = f" (after {tries} attempts)" if tries > 1 else ""
-    return f"{type(exc).__name__}: {exc}{after}"
-
-
 async def guarded_call(
     call: Callable[[], Awaitable[Any]],
     done: Callable[[Any, int, float], T],
-    failed: Callable[[BaseException, int, float], T],
+    failed: Callable[..., T],
     *,
+    code: str,
     semaphore: Slots | None = None,
     call_timeout: float | None = None,
     attempts: int = 1,
     retry_wait: float = 0.5,
 ) -> T:
-    """``done(result, tries, latency)`` of ``call()``, or ``failed(exc, tries, latency)`` of what
-    the call (or ``done``) raised; latency is the last attempt's.
+    """``done(result, tries, latency)`` of ``call()``; latency is the last attempt's. What the
+    call (or ``done``) raised is ``failed(usage=, error_code=, error_message=, attempts=)``: the
+    error code ``code``, or "TargetTimeout" past ``call_timeout``.
 
-    Each attempt holds a ``semaphore`` slot and is cancelled past ``call_timeout`` seconds
-    ("TargetTimeout", see :func:`failure_code`). With ``attempts`` > 1, a transient error (timeout,
-    connection error, 408/409/429/5xx) is retried with exponential backoff and jitter starting at
-    ``retry_wait`` seconds, honouring the server's Retry-After; the slot is released while
-    waiting. Only the run being stopped (Ctrl-C, the cancellation of this task) propagates
-    (``_internal.calls.is_call_failure``).
+    Each attempt holds a ``semaphore`` slot and is cancelled past ``call_timeout`` seconds. With
+    ``attempts`` > 1, a transient error (timeout, connection error, 408/409/429/5xx) is retried
+    with exponential backoff and jitter starting at ``retry_wait`` seconds, honouring the server's
+    Retry-After; the slot is released while waiting. Only the run being stopped (Ctrl-C, the
+    cancellation of this task) propagates (``_internal.calls.is_call_failure``).
     """
     started = time.perf_counter()
     tries = 0
@@ -235,7 +222,13 @@ async def guarded_call(
     except BaseException as exc:
         if not is_call_failure(exc):
             raise
-        return failed(exc, tries, time.perf_counter() - started)
+        return failed(
+            usage=RunUsage(latency_seconds=time.perf_counter() - started),
+            error_code="TargetTimeout" if isinstance(exc, CallTimeout) else code,
+            error_message=f"{type(exc).__name__}: {exc}"
+            + (f" (after {tries} attempts)" if tries > 1 else ""),
+            attempts=tries,
+        )
 
 
 async def call_agent(
@@ -268,18 +261,11 @@ async def call_agent(
             attempts=tries,
         )
 
-    def failed(exc: BaseException, tries: int, latency: float) -> TargetRun:
-        return run(
-            usage=RunUsage(latency_seconds=latency),
-            error_code=failure_code(exc, "AgentError"),
-            error_message=failure_text(exc, tries),
-            attempts=tries,
-        )
-
     return await guarded_call(
         lambda: _invoke(agent, query, repetition),
         done,
-        failed,
+        run,
+        code="AgentError",
         semaphore=semaphore,
         call_timeout=call_timeout,
         attempts=attempts,

@@ -9,6 +9,7 @@ from their event stream by ``evalpipe.targets.maf.MAFWorkflow``.
 
 from __future__ import annotations
 
+import functools
 import re
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -21,8 +22,6 @@ from evalpipe.targets.base import (
     agent_name,
     agent_tools,
     awaited,
-    failure_code,
-    failure_text,
     guarded_call,
     is_maf_agent,
     is_maf_workflow,
@@ -31,7 +30,7 @@ from evalpipe.targets.base import (
     response_usage,
 )
 from evalpipe.targets.maf import MAFWorkflow, to_maf_messages
-from evalpipe.transcripts import ExecutorRun, RunUsage, WorkflowRun, sum_usage
+from evalpipe.transcripts import ExecutorRun, WorkflowRun, sum_usage
 
 __all__ = [
     "RouterWorkflow",
@@ -73,36 +72,30 @@ async def run_executor(
     With ``attempts`` > 1 a transient error is retried as ``call_agent`` retries it, so one
     throttled agent call does not cost the turns before it. Latency is the last attempt's.
     """
-    name = agent_name(agent)
+    turn = functools.partial(
+        ExecutorRun, executor_id=executor_id, agent=agent_name(agent), received=list(received)
+    )
 
     def done(response: Any, tries: int, latency: float) -> ExecutorRun:
-        return ExecutorRun(
-            executor_id=executor_id,
-            agent=name,
-            received=list(received),
+        return turn(
             produced=response_messages(response),
             tools=response_tools(response) or agent_tools(agent) or None,
             usage=response_usage(response, latency),
             attempts=tries,
         )
 
-    def failed(exc: BaseException, tries: int, latency: float) -> ExecutorRun:
-        return ExecutorRun(
-            executor_id=executor_id,
-            agent=name,
-            received=list(received),
-            tools=agent_tools(agent) or None,
-            usage=RunUsage(latency_seconds=latency),
-            error_code="ExecutorError",
-            error_message=failure_text(exc, tries),
-            attempts=max(tries, 1),
-        )
-
     def call() -> Awaitable[Any]:
         maf = is_maf_agent(agent)
         return awaited(agent.run, to_maf_messages(received) if maf else list(received))
 
-    return await guarded_call(call, done, failed, attempts=attempts, retry_wait=retry_wait)
+    return await guarded_call(
+        call,
+        done,
+        lambda **failure: turn(tools=agent_tools(agent) or None, **failure),
+        code="ExecutorError",
+        attempts=attempts,
+        retry_wait=retry_wait,
+    )
 
 
 def _finish(
@@ -427,17 +420,20 @@ async def call_workflow(
             update["usage"] = run.usage.model_copy(update={"latency_seconds": latency})
         return run.model_copy(update=update)
 
-    def failed(exc: BaseException, tries: int, latency: float) -> WorkflowRun:
+    def failed(attempts: int, **failure: Any) -> WorkflowRun:  # a workflow call is not retried
         return WorkflowRun(
             query_index=query_index,
             repetition=repetition,
             query=query,
             workflow=workflow_name(workflow),
-            usage=RunUsage(latency_seconds=latency),
-            error_code=failure_code(exc, "WorkflowError"),
-            error_message=failure_text(exc),
+            **failure,
         )
 
     return await guarded_call(
-        lambda: target.run(query), done, failed, semaphore=semaphore, call_timeout=call_timeout
+        lambda: target.run(query),
+        done,
+        failed,
+        code="WorkflowError",
+        semaphore=semaphore,
+        call_timeout=call_timeout,
     )
