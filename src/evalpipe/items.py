@@ -100,25 +100,19 @@ def _text_of(m: Message) -> str:
     return m.text
 
 
+def _texts(messages: Sequence[Message], role: str) -> str:
+    """The texts of ``role``'s messages, joined with spaces (the query or the response string)."""
+    return _joined([text for m in messages if m.role == role and (text := _text_of(m))])
+
+
 def _split_texts(conv: Sequence[Message], cut: int) -> tuple[str, str]:
-    """``(query, response)`` of a conversation cut at ``cut``: the user texts before it and the
-    assistant texts from it on, in one pass."""
-    query: list[str] = []
-    response: list[str] = []
-    for side, role, texts in ((conv[:cut], "user", query), (conv[cut:], "assistant", response)):
-        for m in side:
-            if m.role != role:
-                continue
-            text = _text_of(m)
-            if text:
-                texts.append(text)
-    return _joined(query), _joined(response)
+    """``(query, response)`` of a conversation cut at ``cut``."""
+    return _texts(conv[:cut], "user"), _texts(conv[cut:], "assistant")
 
 
-def _last_turn_texts(conv: Sequence[Message]) -> tuple[int, str, str]:
-    """``(cut, query, response)`` of a conversation split at its last user message, in one pass
-    from the end (what :func:`_last_user` and :func:`_split_texts` give): the assistant texts
-    after the cut are read on the way to it."""
+def _last_turn_response(conv: Sequence[Message]) -> tuple[int, str]:
+    """``(cut, response)`` of a conversation split at its last user message, in one pass from the
+    end: the assistant texts after the cut are read on the way to it."""
     response: list[str] = []
     cut = len(conv)
     while cut:
@@ -127,18 +121,10 @@ def _last_turn_texts(conv: Sequence[Message]) -> tuple[int, str, str]:
         if role == "user":
             break
         cut -= 1
-        if role == "assistant":
-            text = _text_of(m)
-            if text:
-                response.append(text)
+        if role == "assistant" and (text := _text_of(m)):
+            response.append(text)
     response.reverse()
-    query: list[str] = []
-    for m in conv[:cut]:
-        if m.role == "user":
-            text = _text_of(m)
-            if text:
-                query.append(text)
-    return cut, _joined(query), _joined(response)
+    return cut, _joined(response)
 
 
 class ExpectedToolCall(BaseModel):
@@ -298,7 +284,8 @@ class EvalItem(BaseModel):
         splitter = split or self.split_strategy or _LAST_TURN
         conv = self.conversation
         if splitter is _LAST_TURN:
-            return _last_turn_texts(conv)
+            cut, response = _last_turn_response(conv)
+            return cut, _texts(conv[:cut], "user"), response
         if splitter is _FULL:
             cut = _first_user(conv) + 1
             return (cut, *_split_texts(conv, cut))
@@ -348,6 +335,8 @@ class EvalItem(BaseModel):
     @property
     def response(self) -> str:
         """The assistant texts on the response side, joined with spaces."""
+        if (self.split_strategy or _LAST_TURN) is _LAST_TURN:
+            return _last_turn_response(self.conversation)[1]  # the query side is not read
         return self._resolve(None)[2]
 
     @property
