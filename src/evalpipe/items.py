@@ -158,6 +158,15 @@ class AgentExpectation(BaseModel):
     """Tool calls the agent should make."""
 
 
+_POSITIONAL = (
+    "conversation",
+    "tools",
+    "context",
+    "expected_output",
+    "expected_tool_calls",
+    "split_strategy",
+)
+"""EvalItem's positional parameters, in MAF's order."""
 _MESSAGES = frozenset({Message})
 _TOOLS = frozenset({ToolDefinition})
 _EXPECTED = frozenset({ExpectedToolCall})
@@ -219,18 +228,10 @@ class EvalItem(BaseModel):
         /,
         **data: Any,
     ) -> None:
-        if conversation is not None:
-            data["conversation"] = conversation
-        if tools is not None:
-            data["tools"] = tools
-        if context is not None:
-            data["context"] = context
-        if expected_output is not None:
-            data["expected_output"] = expected_output
-        if expected_tool_calls is not None:
-            data["expected_tool_calls"] = expected_tool_calls
-        if split_strategy is not None:
-            data["split_strategy"] = split_strategy
+        given = (conversation, tools, context, expected_output, expected_tool_calls, split_strategy)
+        for key, value in zip(_POSITIONAL, given, strict=True):
+            if value is not None:
+                data[key] = value
         super().__init__(**data)
 
     @field_validator("conversation", mode="before")
@@ -303,16 +304,13 @@ class EvalItem(BaseModel):
             and not self.metadata
         ):
             return None  # the common case of a bare item, without building a dict
-        meta: dict[str, Any] = {}
-        if self.query_index is not None:
-            meta["query_index"] = self.query_index
-        if self.repetition is not None:
-            meta["repetition"] = self.repetition
-        if self.agent is not None:
-            meta["agent"] = self.agent
-        if self.metadata:
-            meta.update(self.metadata)
-        return meta or None
+        fields = {
+            "query_index": self.query_index,
+            "repetition": self.repetition,
+            "agent": self.agent,
+        }
+        meta = {key: value for key, value in fields.items() if value is not None}
+        return {**meta, **self.metadata} or None
 
     def query_and_response(self) -> tuple[str, str]:
         """``(query, response)`` under the item's own split, computed once."""
