@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from itertools import groupby
 from operator import itemgetter
 from typing import Any, overload
 
@@ -384,17 +385,13 @@ def resolve_evaluators(evaluators: Any) -> list[Evaluator]:
     if isinstance(evaluators, Evaluator) or callable(evaluators):
         evaluators = [evaluators]
     resolved: list[Evaluator] = []
-    checks: list[Any] = []
-    for ev in evaluators:
-        if isinstance(ev, Evaluator):
-            if checks:
-                resolved.append(LocalEvaluator(*checks))
-                checks = []
-            resolved.append(ev)
-        elif callable(ev):
-            checks.append(ev)
-        else:
-            raise TypeError(f"Expected an Evaluator or callable, got {type(ev).__name__}")
-    if checks:
+    for bare, group in groupby(evaluators, lambda ev: not isinstance(ev, Evaluator)):
+        if not bare:
+            resolved.extend(group)
+            continue
+        checks = list(group)
+        for check in checks:
+            if not callable(check):
+                raise TypeError(f"Expected an Evaluator or callable, got {type(check).__name__}")
         resolved.append(LocalEvaluator(*checks))
     return resolved
