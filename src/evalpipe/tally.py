@@ -170,14 +170,15 @@ class Counts:
         """Count one status (an item's or a metric's); an unknown one counts as errored."""
         self.add_all([status])
 
-    def add_all(self, statuses: Sequence[str]) -> None:
-        """Count each status; an unknown one counts as errored."""
+    def add_all(self, statuses: Sequence[str]) -> Counts:
+        """Count each status (an unknown one counts as errored); returns these counts."""
         passed, failed = statuses.count(PASS), statuses.count(FAIL)
         not_applicable = statuses.count(NOT_APPLICABLE)
         self.passed += passed
         self.failed += failed
         self.not_applicable += not_applicable
         self.errored += len(statuses) - passed - failed - not_applicable
+        return self
 
     def as_dict(self) -> dict[str, int]:
         """``{"passed", "failed", "errored"}``, and ``not_applicable`` when there is any."""
@@ -222,17 +223,11 @@ def count_results(
                 per.setdefault(metric, []).append(ERROR)
         for score in result.scores:
             if score.evaluator is None:
-                found = per.get(score.name)
-                if found is None:
-                    found = per[score.name] = []
+                found = per.get(score.name) or per.setdefault(score.name, [])
                 found.append(score_status(score))
-    return _counted(statuses), {name: _counted(found) for name, found in per.items()}
-
-
-def _counted(statuses: Sequence[str]) -> dict[str, int]:
-    counts = Counts()
-    counts.add_all(statuses)
-    return counts.as_dict()
+    return Counts().add_all(statuses).as_dict(), {
+        name: Counts().add_all(found).as_dict() for name, found in per.items()
+    }
 
 
 def make_results(
