@@ -100,25 +100,19 @@ def _text_of(m: Message) -> str:
     return m.text
 
 
+def _texts(messages: Sequence[Message], role: str) -> str:
+    """The texts of ``role``'s messages, joined with spaces (the query or the response string)."""
+    return _joined([text for m in messages if m.role == role and (text := _text_of(m))])
+
+
 def _split_texts(conv: Sequence[Message], cut: int) -> tuple[str, str]:
-    """``(query, response)`` of a conversation cut at ``cut``: the user texts before it and the
-    assistant texts from it on, in one pass."""
-    query: list[str] = []
-    response: list[str] = []
-    for side, role, texts in ((conv[:cut], "user", query), (conv[cut:], "assistant", response)):
-        for m in side:
-            if m.role != role:
-                continue
-            text = _text_of(m)
-            if text:
-                texts.append(text)
-    return _joined(query), _joined(response)
+    """``(query, response)`` of a conversation cut at ``cut``."""
+    return _texts(conv[:cut], "user"), _texts(conv[cut:], "assistant")
 
 
-def _last_turn_texts(conv: Sequence[Message]) -> tuple[int, str, str]:
-    """``(cut, query, response)`` of a conversation split at its last user message, in one pass
-    from the end (what :func:`_last_user` and :func:`_split_texts` give): the assistant texts
-    after the cut are read on the way to it."""
+def _last_turn_response(conv: Sequence[Message]) -> tuple[int, str]:
+    """``(cut, response)`` of a conversation split at its last user message, in one pass from the
+    end: the assistant texts after the cut are read on the way to it."""
     response: list[str] = []
     cut = len(conv)
     while cut:
@@ -127,18 +121,10 @@ def _last_turn_texts(conv: Sequence[Message]) -> tuple[int, str, str]:
         if role == "user":
             break
         cut -= 1
-        if role == "assistant":
-            text = _text_of(m)
-            if text:
-                response.append(text)
+        if role == "assistant" and (text := _text_of(m)):
+            response.append(text)
     response.reverse()
-    query: list[str] = []
-    for m in conv[:cut]:
-        if m.role == "user":
-            text = _text_of(m)
-            if text:
-                query.append(text)
-    return cut, _joined(query), _joined(response)
+    return cut, _joined(response)
 
 
 class ExpectedToolCall(BaseModel):
@@ -172,6 +158,15 @@ class AgentExpectation(BaseModel):
     """Tool calls the agent should make."""
 
 
+_POSITIONAL = (
+    "conversation",
+    "tools",
+    "context",
+    "expected_output",
+    "expected_tool_calls",
+    "split_strategy",
+)
+"""EvalItem's positional parameters, in MAF's order."""
 _MESSAGES = frozenset({Message})
 _TOOLS = frozenset({ToolDefinition})
 _EXPECTED = frozenset({ExpectedToolCall})
@@ -233,18 +228,10 @@ class EvalItem(BaseModel):
         /,
         **data: Any,
     ) -> None:
-        if conversation is not None:
-            data["conversation"] = conversation
-        if tools is not None:
-            data["tools"] = tools
-        if context is not None:
-            data["context"] = context
-        if expected_output is not None:
-            data["expected_output"] = expected_output
-        if expected_tool_calls is not None:
-            data["expected_tool_calls"] = expected_tool_calls
-        if split_strategy is not None:
-            data["split_strategy"] = split_strategy
+        given = (conversation, tools, context, expected_output, expected_tool_calls, split_strategy)
+        for key, value in zip(_POSITIONAL, given, strict=True):
+            if value is not None:
+                data[key] = value
         super().__init__(**data)
 
     @field_validator("conversation", mode="before")
@@ -298,7 +285,8 @@ class EvalItem(BaseModel):
         splitter = split or self.split_strategy or _LAST_TURN
         conv = self.conversation
         if splitter is _LAST_TURN:
-            return _last_turn_texts(conv)
+            cut, response = _last_turn_response(conv)
+            return cut, _texts(conv[:cut], "user"), response
         if splitter is _FULL:
             cut = _first_user(conv) + 1
             return (cut, *_split_texts(conv, cut))
@@ -316,16 +304,13 @@ class EvalItem(BaseModel):
             and not self.metadata
         ):
             return None  # the common case of a bare item, without building a dict
-        meta: dict[str, Any] = {}
-        if self.query_index is not None:
-            meta["query_index"] = self.query_index
-        if self.repetition is not None:
-            meta["repetition"] = self.repetition
-        if self.agent is not None:
-            meta["agent"] = self.agent
-        if self.metadata:
-            meta.update(self.metadata)
-        return meta or None
+        fields = {
+            "query_index": self.query_index,
+            "repetition": self.repetition,
+            "agent": self.agent,
+        }
+        meta = {key: value for key, value in fields.items() if value is not None}
+        return {**meta, **self.metadata} or None
 
     def query_and_response(self) -> tuple[str, str]:
         """``(query, response)`` under the item's own split, computed once."""
@@ -348,6 +333,8 @@ class EvalItem(BaseModel):
     @property
     def response(self) -> str:
         """The assistant texts on the response side, joined with spaces."""
+        if (self.split_strategy or _LAST_TURN) is _LAST_TURN:
+            return _last_turn_response(self.conversation)[1]  # the query side is not read
         return self._resolve(None)[2]
 
     @property

@@ -83,7 +83,6 @@ _ITEM_STATUSES: dict[str, ItemStatus] = {
     "error": ERROR,
     "errored": ERROR,
 }
-_COUNT_KEY = {PASS: "passed", FAIL: "failed", ERROR: "errored", NOT_APPLICABLE: NOT_APPLICABLE}
 _STATUS_ORDER = ("failed", "timeout", "canceled", "partial")
 
 
@@ -169,17 +168,17 @@ class Counts:
 
     def add(self, status: str) -> None:
         """Count one status (an item's or a metric's); an unknown one counts as errored."""
-        key = _COUNT_KEY.get(status, "errored")
-        setattr(self, key, getattr(self, key) + 1)
+        self.add_all([status])
 
-    def add_all(self, statuses: Sequence[str]) -> None:
-        """Count each status; an unknown one counts as errored."""
+    def add_all(self, statuses: Sequence[str]) -> Counts:
+        """Count each status (an unknown one counts as errored); returns these counts."""
         passed, failed = statuses.count(PASS), statuses.count(FAIL)
         not_applicable = statuses.count(NOT_APPLICABLE)
         self.passed += passed
         self.failed += failed
         self.not_applicable += not_applicable
         self.errored += len(statuses) - passed - failed - not_applicable
+        return self
 
     def as_dict(self) -> dict[str, int]:
         """``{"passed", "failed", "errored"}``, and ``not_applicable`` when there is any."""
@@ -214,19 +213,21 @@ def count_results(
     item counts (local checks: MAF keys buckets by the names the checks report). Metrics seen on
     items are added in first-seen order.
     """
-    counts = Counts()
-    per = {m: Counts() for m in metrics} if prefill else {}
+    statuses: list[str] = []
+    per: dict[str, list[str]] = {m: [] for m in metrics} if prefill else {}
     for result in results:
         status = _ITEM_STATUSES.get(result.status, ERROR)
-        counts.add(status)
+        statuses.append(status)
         if not result.scores and status == ERROR:
             for metric in metrics:
-                per.setdefault(metric, Counts()).errored += 1
+                per.setdefault(metric, []).append(ERROR)
         for score in result.scores:
             if score.evaluator is None:
-                bucket = per.get(score.name) or per.setdefault(score.name, Counts())
-                bucket.add(score_status(score))
-    return counts.as_dict(), {name: bucket.as_dict() for name, bucket in per.items()}
+                found = per.get(score.name) or per.setdefault(score.name, [])
+                found.append(score_status(score))
+    return Counts().add_all(statuses).as_dict(), {
+        name: Counts().add_all(found).as_dict() for name, found in per.items()
+    }
 
 
 def make_results(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from operator import itemgetter
+from itertools import groupby
 from typing import Any, overload
 
 from evalpipe._internal.calls import is_call_failure
@@ -256,8 +256,6 @@ class LocalEvaluator:
         # A FunctionEvaluator over a sync function answers without a coroutine (see its `run`).
         runners = [c.run if isinstance(c, FunctionEvaluator) else c for c in self.checks]
         names = [check_name_of(c) for c in self.checks]
-        failures: list[tuple[int, int, str]] = []
-        """(item index, check index, ``name: reason``) of every failed check."""
         results: list[EvalItemResult | None] = []
         waiting: list[tuple[int, list[EvalScoreResult | None], list[tuple[int, Any]]]] = []
         """Items with checks to await: their index, scores so far and (check index, awaitable)."""
@@ -277,7 +275,7 @@ class LocalEvaluator:
                         raise
                     out = exc
                 if isinstance(out, CheckResult) or not inspect.isawaitable(out):
-                    scores.append(_score(out, names[k], index, k, failures))
+                    scores.append(_score(out, names[k]))
                 else:
                     scores.append(None)
                     later = later or []
@@ -297,13 +295,15 @@ class LocalEvaluator:
                 async with semaphore:
                     settled = await asyncio.gather(*(_await_check(out) for _, out in later))
                 for (k, _), out in zip(later, settled, strict=True):
-                    scores[k] = _score(out, names[k], index, k, failures)
+                    scores[k] = _score(out, names[k])
 
             await asyncio.gather(*(settle(*one) for one in waiting))
             for index, scores, _ in waiting:
                 results[index] = _finish(index, items[index], scores)  # type: ignore[arg-type]
-            failures.sort(key=itemgetter(0, 1))  # item order, each item's checks in order
         done: list[EvalItemResult] = results  # type: ignore[assignment]  # every slot filled
+        failures = [
+            f"{s.name}: {s.reason or ''}" for r in done for s in r.scores if s.passed is False
+        ]
         return make_results(
             self.name,
             done,
@@ -312,16 +312,14 @@ class LocalEvaluator:
             input_items=items,
             eval_id="local",
             run_id=eval_name,
-            error="; ".join(text for _, _, text in failures) or None,
+            error="; ".join(failures) or None,
         )
 
 
-def _score(
-    out: Any, name: str, index: int, k: int, failures: list[tuple[int, int, str]]
-) -> EvalScoreResult:
-    """Check ``k``'s outcome on item ``index`` as its score: a CheckResult's verdict (no score:
-    1.0 if it passed, else 0.0; its reason kept on the score, a failure's ``name: reason`` added
-    to ``failures``); an exception, or anything else (a TypeError), makes the score errored."""
+def _score(out: Any, name: str) -> EvalScoreResult:
+    """A check's outcome as its score: a CheckResult's verdict (no score: 1.0 if it passed, else
+    0.0; its reason kept on the score); an exception, or anything else (a TypeError), makes the
+    score errored."""
     if not isinstance(out, CheckResult):
         if not isinstance(out, BaseException):
             out = TypeError(f"check '{name}' returned {type(out).__name__}, expected CheckResult")
@@ -331,8 +329,6 @@ def _score(
         passed = bool(passed)
     reason = out.reason
     cname = out.check_name
-    if not passed:
-        failures.append((index, k, f"{cname}: {reason}"))
     score = out.score
     if score is None:
         score = 1.0 if passed else 0.0
@@ -384,17 +380,13 @@ def resolve_evaluators(evaluators: Any) -> list[Evaluator]:
     if isinstance(evaluators, Evaluator) or callable(evaluators):
         evaluators = [evaluators]
     resolved: list[Evaluator] = []
-    checks: list[Any] = []
-    for ev in evaluators:
-        if isinstance(ev, Evaluator):
-            if checks:
-                resolved.append(LocalEvaluator(*checks))
-                checks = []
-            resolved.append(ev)
-        elif callable(ev):
-            checks.append(ev)
-        else:
-            raise TypeError(f"Expected an Evaluator or callable, got {type(ev).__name__}")
-    if checks:
+    for bare, group in groupby(evaluators, lambda ev: not isinstance(ev, Evaluator)):
+        if not bare:
+            resolved.extend(group)
+            continue
+        checks = list(group)
+        for check in checks:
+            if not callable(check):
+                raise TypeError(f"Expected an Evaluator or callable, got {type(check).__name__}")
         resolved.append(LocalEvaluator(*checks))
     return resolved
