@@ -545,3 +545,23 @@ def test_assert_dimension_message_format() -> None:
     assert str(info.value) == (
         "2 dimension score(s) below threshold 3 for clarity: 0/rubric/clarity=2, 1: not applicable"
     )
+
+
+def test_the_repr_names_counts_not_items_so_asyncio_run_does_not_format_a_whole_run() -> None:
+    """``asyncio.run(evaluate_agent(...))`` on Python 3.11 formats its result's repr (twice): the
+    repr is the provider, status, counts, item count and agent names, whatever the run's size."""
+    import asyncio
+
+    from evalpipe import EvalItem, LocalEvaluator, Message, keyword_check
+
+    many = [EvalItem([Message("user", ["q"]), Message("assistant", ["a"])])] * 2_000
+    evaluator = LocalEvaluator(keyword_check("a"))
+    small = asyncio.run(evaluator.evaluate(many[:1], eval_name="one"))
+    text = repr(asyncio.run(evaluator.evaluate(many, eval_name="many")))
+    assert text == (
+        "EvalResults(provider='Local', status='completed', "
+        "result_counts={'passed': 2000, 'failed': 0, 'errored': 0}, items=<2000 results>)"
+    )
+    assert len(repr(small)) == len(text) - 6  # "1" for "2000", twice
+    workflow = EvalResults(provider="Local", sub_results={"writer": ok_run(), "critic": bad_run()})
+    assert repr(workflow).endswith("items=<0 results>, sub_results=['writer', 'critic'])")

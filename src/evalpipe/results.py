@@ -212,6 +212,16 @@ class EvalResults(BaseModel):
         self._load_deferred()
         return super().__getstate__()
 
+    def __repr__(self) -> str:
+        # The counts, not every item: a run may hold 100k of them, and on Python 3.11
+        # ``asyncio.run(evaluate_agent(...))`` formats its result twice (signal.getsignal's error
+        # text holds the main task's repr): ~85 µs an item with pydantic's full repr.
+        subs = f", sub_results={list(self.sub_results)!r}" if self.sub_results else ""
+        return (
+            f"EvalResults(provider={self.provider!r}, status={self.status!r}, "
+            f"result_counts={self.result_counts!r}, items=<{len(self.items)} results>{subs})"
+        )
+
     @property
     def passed(self) -> int:
         """Items that passed."""
