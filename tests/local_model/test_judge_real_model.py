@@ -34,9 +34,13 @@ MAX_TOKENS = 128
 
 
 def judge(server: LocalModelServer, **kwargs: Any) -> JudgeEvaluator:
+    """One request at a time: the server answers one at a time, and a request queued behind the
+    others spent its timeout waiting (six queued under load: the last timed out, unanswered).
+    The timeout then bounds one answer; one took up to ~80 s on a loaded machine."""
     return JudgeEvaluator(
-        {"base_url": server.base_url, "model": MODEL_ID, "timeout": 120, "max_retries": 1},
+        {"base_url": server.base_url, "model": MODEL_ID, "timeout": 300, "max_retries": 1},
         metrics=["relevance"],
+        max_concurrency=1,
         threshold=3,
         max_tokens=MAX_TOKENS,
         **kwargs,

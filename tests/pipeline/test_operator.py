@@ -41,6 +41,7 @@ from evalpipe import AgentResponse, Message
 COUNT = os.environ.get("EVALPIPE_TEST_COUNT_FILE", "calls.log")
 DELAY = float(os.environ.get("EVALPIPE_TEST_DELAY", "0"))
 HANG = os.environ.get("EVALPIPE_TEST_HANG", "hang")
+HOLD = os.environ.get("EVALPIPE_TEST_HOLD", "")  # a file: calls wait while it exists (10 min at most)
 
 
 class Agent:
@@ -50,6 +51,9 @@ class Agent:
         query = messages[-1].text
         with open(COUNT, "a") as fh:
             fh.write(query + "\\n")
+        held_until = time.monotonic() + 600
+        while HOLD and os.path.exists(HOLD) and time.monotonic() < held_until:
+            await asyncio.sleep(0.05)
         if DELAY:
             await asyncio.sleep(DELAY)
         if HANG and HANG in query:
@@ -134,6 +138,22 @@ def _cli(project: Path, prefect_api: str | None, **env: str) -> tuple[list[str],
         str(project / "suite.yaml"),
         "--no-progress",
     ], base
+
+
+def _holds_open(pid: int, path: Path) -> bool:
+    """Process ``pid`` has ``path`` open now and still half a second later (waiting on it, not
+    passing by)."""
+
+    def is_open() -> bool:
+        try:
+            return any(os.readlink(fd) == str(path) for fd in Path(f"/proc/{pid}/fd").iterdir())
+        except OSError:  # the process or one of its files closed meanwhile
+            return False
+
+    if not is_open():
+        return False
+    time.sleep(0.5)
+    return is_open()
 
 
 def _wait_for(predicate: Any, timeout: float, what: str) -> None:
@@ -232,7 +252,8 @@ def test_an_agents_keyboard_interrupt_is_one_errored_item_and_a_resume_goes_past
     """Regression (issue 34): a KeyboardInterrupt raised by the agent (async, or sync in its
     thread) stopped the run, and every resume stopped on the same row. It is one errored item:
     a resumed run makes that call again and completes."""
-    path = _suite(project, ["a", "please interrupt", "b"], target=target)
+    # one call at a time: "b" starts only after the interrupt, and the calls' order is the rows'
+    path = _suite(project, ["a", "please interrupt", "b"], target=target, concurrency=1)
     plan = prepare_suite(load_suite(path))
     assert plan.run_dir is not None
     from evalpipe import Message
@@ -282,36 +303,58 @@ def test_a_second_run_of_a_live_run_is_refused_or_waits(project: Path, prefect_a
     meanwhile (manifest calls.made 8 -> 0, its flow run replaced); that run is now its result,
     read and not rewritten."""
     _suite(project, [f"q{i}" for i in range(8)], concurrency=2)
-    # slow enough that the live run is still running when the second and third runs start
-    cmd, env = _cli(project, prefect_api, EVALPIPE_TEST_DELAY="6")
+    hold = project / "hold"  # the first run's calls wait while it exists: it is live until freed
+    hold.touch()
+    cmd, env = _cli(project, prefect_api, EVALPIPE_TEST_HOLD=str(hold))
     first = subprocess.Popen(
         cmd, cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
-    _wait_for(lambda: len(_calls(project)) >= 2, 90, "the first run to start calling")
-    second = subprocess.run(cmd, cwd=project, env=env, capture_output=True, text=True, timeout=120)
-    assert first.poll() is None, "the first run must still be running"
-    assert second.returncode == 2, second.stdout[-2000:]
-    assert f"pid {first.pid}" in second.stderr
-    assert "--wait" in second.stderr
-    assert "--new-run" in second.stderr
-    assert first.poll() is None, "the first run must still be running"
-    waited = subprocess.run(
-        [*cmd, "--wait", "120"], cwd=project, env=env, capture_output=True, text=True, timeout=180
-    )
-    out, _ = first.communicate(timeout=60)
+    started: list[subprocess.Popen[Any]] = [first]
+    try:
+        _wait_for(lambda: len(_calls(project)) >= 2, 120, "the first run to start calling")
+        second = subprocess.run(
+            cmd, cwd=project, env=env, capture_output=True, text=True, timeout=180
+        )
+        assert first.poll() is None, "the first run must still be running"
+        assert second.returncode == 2, second.stdout[-2000:]
+        assert f"pid {first.pid}" in second.stderr
+        assert "--wait" in second.stderr
+        assert "--new-run" in second.stderr
+        assert first.poll() is None, "the first run must still be running"
+        (lock,) = (project / "runs" / "ops").glob("*/run.lock")
+        waited = subprocess.Popen(
+            [*cmd, "--wait", "300"],
+            cwd=project,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        started.append(waited)
+        _wait_for(lambda: _holds_open(waited.pid, lock), 120, "the third run to wait for the lock")
+        assert first.poll() is None, "the first run must still be running"
+        hold.unlink()  # the first run finishes while the third waits for it
+        out, _ = first.communicate(timeout=180)
+        waited_out, waited_err = waited.communicate(timeout=180)
+    finally:
+        hold.unlink(missing_ok=True)
+        for proc in started:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(timeout=30)
     assert first.returncode == 0
-    assert waited.returncode == 0, waited.stderr[-2000:]
+    assert waited.returncode == 0, waited_err[-2000:]
     assert len(_calls(project)) == 8, (
-        waited.stdout[-3000:],
-        waited.stderr[-3000:],
+        waited_out[-3000:],
+        waited_err[-3000:],
         sorted(p.name for p in (project / "runs" / "ops").iterdir()),
     )  # nothing was called twice
     (run_dir,) = (project / "runs" / "ops").iterdir()
     manifest = read_manifest(run_dir)
     assert (manifest["calls"]["made"], manifest["calls"]["reused"]) == (8, 0)
     assert f"flow-run/{manifest['flow_run_id']}" in out.decode()  # the first run's, kept
-    assert "the run this one waited for finished" in waited.stderr
-    assert "target calls: 8 made; 0 errored" in waited.stdout  # the finished run's summary
+    assert "the run this one waited for finished" in waited_err
+    assert "target calls: 8 made; 0 errored" in waited_out  # the finished run's summary
     fresh = subprocess.run(
         [*cmd, "--new-run"],
         cwd=project,
@@ -590,18 +633,24 @@ def test_kill_9_does_not_orphan_the_embedded_server(project: Path) -> None:
         PREFECT_HOME=str(project / "ph"),
         EVALPIPE_SERVER_IDLE_TIMEOUT="0",
         EVALPIPE_SERVER_DB_TEMPLATES=str(project / "templates"),
+        # a fresh home migrates its database first: past 60 s (the default) on a loaded machine
+        PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS="300",
     )
     proc = subprocess.Popen(
         cmd, cwd=project, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
     try:
-        _wait_for(lambda: len(_calls(project)) >= 1, 150, "the run to start calling")
+        _wait_for(
+            lambda: _calls(project) or proc.poll() is not None, 400, "the run to start calling"
+        )
+        assert proc.poll() is None, proc.communicate()[1].decode()[-2000:]  # ended, no call
         servers = _children(proc.pid)
         assert servers, "the embedded server runs as a child of the command"
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
+        # its watcher stops it at once: SIGTERM, then SIGKILL after 10 s
         _wait_for(
-            lambda: not any(_alive(p) for p in servers), 20, "the server to end with its parent"
+            lambda: not any(_alive(p) for p in servers), 60, "the server to end with its parent"
         )
     finally:
         if proc.poll() is None:

@@ -299,6 +299,8 @@ def _alive(pid: int) -> bool:
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
         return not _PROC and _pid_exists(pid)
+    if argv == [b""]:  # no command line yet (just spawned: its exec is under way) or any more
+        return not _exited(pid)
     return b"server" in argv and any(b"prefect" in arg for arg in argv)
 
 
