@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from evalpipe import EvalItem, Message
+from evalpipe import EvalItem, EvalResults, Message
 from evalpipe._internal.adaptive import AdaptiveLimit, LimitChange, Permit, limit_changes
 from evalpipe.suite import EvalSuite, SuiteError, build_evaluators, build_target, load_suite
 from fakes.openai_server import FakeOpenAIServer, verdict
@@ -127,22 +127,30 @@ async def test_quota_limited_endpoint_judged_at_concurrency_32(
 ) -> None:
     """Issue 34's done-when at the judge: 240 judge requests from a suite at concurrency 32 against
     an endpoint that takes 6 in flight and answers 429 (Retry-After) past them, at once: 0 errored
-    scores, at most 15% of the requests answered 429, within twice the quota's floor, and the limit
-    cut recorded. With a fixed bound (the old judge: 8 in flight) the same endpoint answered 84-87%
+    scores, at most 15% of the requests answered 429, within twice the quota's floor (or, on a
+    loaded machine, twice an ideal client's time in the same sitting), and the limit cut recorded. With a fixed bound (the old judge: 8 in flight) the same endpoint answered 84-87%
     of ~930 requests 429 and 91-113 scores errored (bench/bench_quota.py)."""
     latency = 0.1
-    with FakeOpenAIServer(lambda _r: verdict(4), default_delay=latency, quota=6) as server:
-        [judge] = build_evaluators(_suite(server, concurrency=32))
-        results = await judge.evaluate(_items(80), eval_name="quota")
-        first = min(r.received_at for r in server.requests)
-        assert server.last_answer_at is not None
-        wall = server.last_answer_at - first
+
+    async def judged(**fields: Any) -> tuple[EvalResults, FakeOpenAIServer, float]:
+        with FakeOpenAIServer(lambda _r: verdict(4), default_delay=latency, quota=6) as server:
+            [judge] = build_evaluators(_suite(server, concurrency=32, **fields))
+            results = await judge.evaluate(_items(80), eval_name="quota")
+            first = min(r.received_at for r in server.requests)
+            assert server.last_answer_at is not None
+            return results, server, server.last_answer_at - first
+
+    # The ideal client in this sitting: a fixed bound of exactly the quota, never a 429. The
+    # fake server shares this process's GIL, so a loaded machine stretches both runs alike.
+    _, ideal, reference = await judged(judge={"max_concurrency": 6})
+    assert ideal.rejected == 0
+    results, server, wall = await judged()
     errored = [s for item in results.items for s in item.scores if s.error_code is not None]
     assert (results.passed, errored) == (80, [])
     assert server.max_in_flight <= 6
     assert server.rejected <= 0.15 * len(server.requests), (server.rejected, len(server.requests))
     floor = math.ceil(240 / 6) * latency
-    assert wall <= 2 * floor, (wall, floor)
+    assert wall <= 2 * max(floor, reference), (wall, floor, reference)
     assert (changes[0].before, changes[0].reason) == (20, "rate limited")
     assert min(c.limit for c in changes) <= 6
     assert all(c.model == "judge" and c.endpoint.endswith("/chat/completions") for c in changes)
