@@ -87,3 +87,27 @@ def test_the_summary_of_a_real_run_rebuilds_no_item(
     assert Counter(LOADED)["items"] == before["items"]  # input_items: on first use only
     assert len(results.input_items) == 30
     assert Counter(LOADED)["items"] - before["items"] == 30
+
+
+def test_the_not_passed_listing_of_a_run_does_not_load_duckdb(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """read_not_passed (the run's failures artifact, in the run's own process) lists each result's
+    first failures without importing DuckDB (~40 MiB in the process of every run)."""
+    import subprocess
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sys.modules.pop("half_agent", None)
+    assert main(["run", str(_project(tmp_path)), "--no-progress"]) == 0
+    (run_dir,) = (tmp_path / "runs" / "half").iterdir()
+    code = (
+        "import json, sys\n"
+        "from evalpipe.artifacts import read_not_passed\n"
+        f"listed = read_not_passed({str(run_dir)!r}, limit=3)\n"
+        "print(json.dumps({k: len(v) for k, v in listed.items()}), 'duckdb' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    counts, loaded = done.stdout.rsplit(" ", 1)
+    assert list(json.loads(counts).values()) == [3]
+    assert loaded.strip() == "False"

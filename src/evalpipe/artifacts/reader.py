@@ -435,13 +435,25 @@ def read_not_passed(
     ``item_id``, ``item_status``, ``input_text``, ``output_text``, ``item_metadata`` (a dict),
     ``why`` (the item's error, else its failed metrics and their reasons).
 
-    A query over scores.parquet's small columns finds the rows of the listed items; only those
-    are read in full and into Python (``LOADED["not_passed_rows"]`` counts them)."""
+    A scan of scores.parquet's three small columns finds the rows of the listed items; only those
+    are read in full and into Python (``LOADED["not_passed_rows"]`` counts them). Plain Python, not
+    DuckDB: this runs in a run's own process (its Prefect artifact), where DuckDB costs ~40 MiB."""
     table = _open(run_dir, "scores", filesystem)
-    small = ["eval_run_id", "item_index", "item_status"]
-    with connected(lambda con: table.attach(con, small)) as con:
-        at = [p for (p,) in con.execute(_NOT_PASSED_SQL, {"limit": limit}).fetchall()]
-    rows = table.rows(at, _NOT_PASSED_COLUMNS)
+    small = table.read(["eval_run_id", "item_index", "item_status"])
+    listed: dict[str, dict[int, int]] = {}
+    """Per result, in file order: its listed items' indices, each with its first position."""
+    at: list[tuple[int, int, int]] = []
+    """(the result's first listed position, item index, position) of every row to read."""
+    columns = (small.column(c).to_pylist() for c in small.column_names)
+    for position, (level, index, status) in enumerate(zip(*columns, strict=True)):
+        if status is None or status == "pass":
+            continue
+        firsts = listed.setdefault(level or "", {})
+        if index in firsts or len(firsts) < limit:
+            firsts.setdefault(index, position)
+            at.append((next(iter(firsts.values())), index, position))
+    at.sort()
+    rows = table.rows([p for *_, p in at], _NOT_PASSED_COLUMNS)  # in ``at``'s order
     LOADED["not_passed_rows"] += len(rows)
     out: dict[str, list[dict[str, Any]]] = {}
     for (level, _), group in itertools.groupby(
@@ -463,17 +475,6 @@ def read_not_passed(
         )
     return out
 
-
-_NOT_PASSED_SQL = """
-SELECT _pos FROM (
-    SELECT _pos, item_index, min(_pos) OVER level AS first,
-           dense_rank() OVER (level ORDER BY item_index) AS listed
-    FROM scores WHERE item_status <> 'pass'
-    WINDOW level AS (PARTITION BY coalesce(eval_run_id, ''))
-) WHERE listed <= $limit
-ORDER BY first, item_index, _pos
-"""
-"""The rows of each result's first ``limit`` items not passed (results in file order)."""
 
 _NOT_PASSED_COLUMNS = [
     "eval_run_id",
