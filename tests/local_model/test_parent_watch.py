@@ -33,12 +33,14 @@ def _alive(pid: int) -> bool:
 
 
 def test_server_command_runs_the_llama_cpp_server_module() -> None:
+    """The server runs llama-cpp-python's server module, under the parent watch, on its config."""
     command = LocalModelServer().command("config.json")
     assert command[0] == sys.executable
     assert command[3:] == ["llama_cpp.server", "--config_file", "config.json"]
 
 
 def test_server_exits_when_its_parent_is_killed() -> None:
+    """kill -9 of the process that started the server ends the server within 10 s."""
     parent = subprocess.Popen([sys.executable, "-c", PARENT], stdout=subprocess.PIPE, text=True)
     child = 0
     try:
