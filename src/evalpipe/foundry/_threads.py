@@ -709,7 +709,7 @@ def _https_or_loopback(request: Any) -> None:
     url = urlsplit(request.http_request.url)
     if url.scheme != "https" and url.hostname not in ("127.0.0.1", "localhost", "::1"):
         raise ValueError(
-            f"{url.scheme}://{url.netloc}: bearer token authentication needs https "
+            f"{url.scheme}://{url.hostname}: bearer token authentication needs https "
             "(plain http:// is accepted for loopback endpoints only)"
         )
 
