@@ -15,7 +15,7 @@ import logging
 import os
 import uuid
 import weakref
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar, Literal, get_args
 
 import openai
@@ -48,14 +48,10 @@ logger = logging.getLogger("evalpipe.foundry")
 ENDPOINT_ENV = FOUNDRY_ENDPOINT_ENV
 """The environment variable read for the project endpoint when none is passed (after MAF's)."""
 
+# MAF's: its endpoint variable (read first), its judge deployment's variable and default.
 MAF_ENDPOINT_ENV = "FOUNDRY_PROJECT_ENDPOINT"
-"""MAF's environment variable for the project endpoint, read first."""
-
 MODEL_ENV = "FOUNDRY_MODEL"
-"""MAF's environment variable for the judge deployment, read when no client and no model= is given."""
-
 DEFAULT_MODEL = "gpt-4o"
-"""MAF's judge deployment when neither model=, a client's model nor FOUNDRY_MODEL gives one."""
 
 _TERMINAL = frozenset({"completed", "failed", "canceled", "cancelled"})
 _MISSING_CODES = {"timeout": "Timeout", "failed": "RunFailed", "canceled": "RunCanceled"}
@@ -300,34 +296,30 @@ class FoundryEvals(BatchedEvaluator):
         (a ``client=`` the caller passed is left open). Used again, it opens new ones."""
         entries, self._apis = list(self._apis.values()), {}
         loop = asyncio.get_running_loop()
+        closing: list[Any] = []
         if self._client_owned:
-            owned = [(ref(), api.client) for ref, api in entries]
+            # by id: a sync client serves every loop, and is closed once
+            owned = {id(api.client): (ref(), api.client) for ref, api in entries}
             if not self._client_claimed and self._client is not None:
-                owned.append((loop, self._client))  # resolved but never used
+                owned[id(self._client)] = (loop, self._client)  # resolved but never used
             self._client, self._client_claimed = None, False
-            seen: set[int] = set()
-            for client_loop, client in owned:
-                if id(client) in seen:
-                    continue  # a sync client serves every loop: close it once
-                seen.add(id(client))
-                if isinstance(client, openai.AsyncOpenAI) and client_loop is not loop:
-                    continue  # opened on another (possibly closed) loop: it cannot be closed here
-                closed = client.close()
-                if inspect.isawaitable(closed):
-                    await closed
+            # an async client opened on another (possibly closed) loop cannot be closed here
+            closing = [
+                client
+                for client_loop, client in owned.values()
+                if client_loop is loop or not isinstance(client, openai.AsyncOpenAI)
+            ]
         if self._owned_project is not None:
-            closed = self._owned_project.close()
+            closing.append(self._owned_project)
+        for obj in closing:
+            closed = obj.close()
             if inspect.isawaitable(closed):
                 await closed
 
     # -- batch-level entry points (the Prefect flow runs one batch per task) -----------------
 
     def criteria_for(self, items: Sequence[EvalItem]) -> list[EvaluatorSpec]:
-        """The evaluators these items get (defaults and tool filtering applied).
-
-        Raises:
-            ValueError: when every requested evaluator needs tools and no item has any.
-        """
+        """The evaluators these items get (defaults and tool filtering applied)."""
         return ev.resolve_evaluators(self._specs, any_tools=any(i.tools for i in items))
 
     async def _new_eval(
@@ -339,8 +331,7 @@ class FoundryEvals(BatchedEvaluator):
         kind: str,
         key: str | None = None,
     ) -> str:
-        """Create the eval of ``specs`` tagged with ``key`` (a fresh one when None; with an explicit
-        one, an eval already tagged with it is reused) and remember its criteria."""
+        """Create the eval of ``specs`` (see ``create_eval``) and remember its criteria."""
         tag = key or uuid.uuid4().hex
         body = {
             "name": name,
@@ -406,13 +397,9 @@ class FoundryEvals(BatchedEvaluator):
         A run already created for the same eval, batch and content (tagged in its metadata) is
         resumed instead of created again.
 
-        Args:
-            eval_id: From ``create_eval``.
-            items: This batch's items, in order.
-            eval_name: The evaluation's name (the run is named after it).
-            batch_index: Which batch this is (tags the run, names it; items without an id are
-                numbered from ``batch_index * batch_size``).
-            run_name: The run's name (default ``"{eval_name} Run"``, plus the batch number).
+        ``batch_index`` tags the run and numbers items without an id from ``batch_index *
+        batch_size``; the run is named ``run_name``, default ``"{eval_name} Run"`` plus the batch
+        number.
         """
         ids = [_item_id(item, batch_index * self.batch_size + i) for i, item in enumerate(items)]
         out: list[EvalItemResult | None] = [None] * len(items)
@@ -459,7 +446,10 @@ class FoundryEvals(BatchedEvaluator):
         status, error, missing, outputs, where = await self._execute(eval_id, body, resume=True)
         for index, oi in _matched(outputs, len(sent)):
             i = sent[index]
-            out[i] = _scored(oi, items[i], ids[i], specs)
+            try:
+                out[i] = item_result(oi, items[i], ids[i], specs)
+            except Exception as exc:
+                out[i] = errored_item(items[i], ids[i], "OutputParseError", _error_text(exc))
         return _finish(items, ids, out, specs, status, error, missing, **where)
 
     async def _execute(
@@ -537,10 +527,8 @@ class FoundryEvals(BatchedEvaluator):
                     return "failed", f"polling the run failed: {_error_text(exc)}", run
                 last_error = f"last poll failed: {_error_text(exc)}"
 
-    @staticmethod
-    def merge(results: Sequence[EvalResults]) -> EvalResults:
-        """Combine the batch results of one eval (items in the given order, counts summed)."""
-        return merge_results(results)
+    merge = staticmethod(merge_results)
+    """Combine the batch results of one eval (items in the given order, counts summed)."""
 
     # -- the Evaluator protocol -------------------------------------------------------------
 
@@ -723,24 +711,26 @@ class FoundryEvals(BatchedEvaluator):
         status, error, missing, outputs, where = await self._execute(
             eval_id, run_body, resume=False
         )
-        if inputs is None:  # the service chose the items: one per output item
-            for oi in sorted(outputs, key=lambda o: _index(o.get("datasource_item_id")) or 0):
+        matched: Iterable[tuple[int, dict[str, Any]]]
+        if inputs is None:  # the service chose the items: one per output item, by trace id
+            outputs.sort(key=lambda o: _index(o.get("datasource_item_id")) or 0)
+            for oi in outputs:
                 datasource = oi.get("datasource_item")
-                ident = str(
-                    (datasource.get("trace_id") if isinstance(datasource, dict) else None)
-                    or oi.get("id")
-                )
-                items.append(_server_item(datasource, ident, {}))
-                ids.append(ident)
-                out.append(_scored(oi, items[-1], ident, specs))
+                trace = datasource.get("trace_id") if isinstance(datasource, dict) else None
+                items.append(_server_item(datasource, str(trace or oi.get("id")), {}))
+            ids = [str(item.item_id) for item in items]
+            out = [None] * len(items)
+            matched = enumerate(outputs)
         else:
-            assert source_item is not None
-            for index, oi in _matched(outputs, len(items)):
-                try:
+            matched = _matched(outputs, len(items))
+        for index, oi in matched:
+            try:
+                if source_item is not None:
                     items[index] = source_item(oi, index)
-                    out[index] = item_result(oi, items[index], ids[index], specs)
-                except Exception as exc:
-                    out[index] = _unparsed(items[index], ids[index], exc)
+                out[index] = item_result(oi, items[index], ids[index], specs)
+            except Exception as exc:
+                reason = _error_text(exc)
+                out[index] = errored_item(items[index], ids[index], "OutputParseError", reason)
         return _finish(items, ids, out, specs, status, error, missing, **where)
 
 
@@ -757,19 +747,6 @@ def _matched(outputs: list[dict[str, Any]], count: int) -> Iterator[tuple[int, d
             logger.warning("Foundry output item %s has no matching input", oi.get("id"))
         else:
             yield index, oi
-
-
-def _unparsed(item: EvalItem, item_id: str, exc: Exception) -> EvalItemResult:
-    return errored_item(item, item_id, "OutputParseError", _error_text(exc))
-
-
-def _scored(
-    output_item: dict[str, Any], item: EvalItem, item_id: str, specs: Sequence[EvaluatorSpec]
-) -> EvalItemResult:
-    try:
-        return item_result(output_item, item, item_id, specs)
-    except Exception as exc:
-        return _unparsed(item, item_id, exc)
 
 
 def _finish(
