@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import itertools
 import logging
 import math
 import random
@@ -28,11 +29,6 @@ __all__ = ["EvalsApi", "RetryPolicy"]
 logger = logging.getLogger("evalpipe.foundry")
 
 T = TypeVar("T")
-
-
-def outcome_unknown(exc: BaseException) -> bool:
-    """Whether a failed create may still have been committed by the server (not a 429)."""
-    return status_of(exc) != 429 and is_transient(exc)
 
 
 @dataclass(frozen=True)
@@ -253,7 +249,8 @@ class EvalsApi:
             try:
                 answer = await self._object(what, fn, *args, **body)
             except BaseException as exc:
-                unknown = unknown or outcome_unknown(exc)
+                # the server may have committed it (a transient failure, but not a 429)
+                unknown = unknown or (status_of(exc) != 429 and is_transient(exc))
                 raise
             if answer.get("id") in (None, ""):
                 raise RuntimeError(f"the {what} answer has no id: {answer!r}")
@@ -285,15 +282,6 @@ class EvalsApi:
         """POST a run's cancel (idempotent: retried)."""
         return await self._get("run cancel", self.client.evals.runs.cancel, run_id, eval_id=eval_id)
 
-    async def _page(
-        self, what: str, fn: Callable[..., Any], /, *args: Any, **kwargs: Any
-    ) -> tuple[list[dict[str, Any]], bool]:
-        async def one() -> tuple[list[dict[str, Any]], bool]:
-            elements, has_more = await _page_of(await self._call(fn, *args, **kwargs))
-            return [_as_dict(x, what) for x in elements], has_more
-
-        return await self._retry(what, one)
-
     async def list_all(
         self,
         what: str,
@@ -305,17 +293,20 @@ class EvalsApi:
     ) -> list[dict[str, Any]]:
         """Every element of a cursor-paginated list, following ``after`` = the last element's id."""
         out: list[dict[str, Any]] = []
-        after: str | None = None
-        pages = 0
-        while True:
-            extra = {"after": after} if after is not None else {}
-            data, has_more = await self._page(what, fn, *args, **kwargs, **extra)
+        after: dict[str, str] = {}
+
+        async def page() -> tuple[list[dict[str, Any]], bool]:
+            elements, has_more = await _page_of(await self._call(fn, *args, **kwargs, **after))
+            return [_as_dict(x, what) for x in elements], has_more
+
+        for pages in itertools.count(1):
+            data, has_more = await self._retry(what, page)
             out.extend(data)
-            pages += 1
             last = data[-1].get("id") if data else None
             if last is None or not has_more or (max_pages is not None and pages >= max_pages):
-                return out
-            after = str(last)
+                break
+            after = {"after": str(last)}
+        return out
 
     async def list_output_items(self, eval_id: str, run_id: str) -> list[dict[str, Any]]:
         """Every output item of a run (all pages)."""
