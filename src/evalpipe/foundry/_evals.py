@@ -160,6 +160,7 @@ class FoundryEvals(BatchedEvaluator):
         request_timeout: float = 60.0,
         matching_mode: MatchingMode = "exact_match",
     ) -> None:
+        split, modes = conversation_split, get_args(MatchingMode)
         for label, value, ok, rule in (
             ("poll_interval", poll_interval, poll_interval > 0, "> 0"),
             ("max_poll_interval", max_poll_interval, max_poll_interval > 0, "> 0"),
@@ -168,19 +169,16 @@ class FoundryEvals(BatchedEvaluator):
             ("batch_size", batch_size, batch_size >= 1, ">= 1"),
             ("max_concurrent_runs", max_concurrent_runs, max_concurrent_runs >= 1, ">= 1"),
             ("max_retries", max_retries, max_retries >= 0, ">= 0"),
+            ("matching_mode", matching_mode, matching_mode in modes, f"one of {', '.join(modes)}"),
+            (
+                "conversation_split",
+                split,
+                split is None or callable(split),
+                "a ConversationSplit member or a callable",
+            ),
         ):
             if not ok:
-                raise ValueError(f"{label} must be {rule}, got {value}.")
-        if matching_mode not in get_args(MatchingMode):
-            raise ValueError(
-                f"matching_mode must be one of {', '.join(get_args(MatchingMode))}, "
-                f"got {matching_mode!r}."
-            )
-        if conversation_split is not None and not callable(conversation_split):
-            raise ValueError(
-                "conversation_split must be a ConversationSplit member or a callable, "
-                f"got {conversation_split!r}"
-            )
+                raise ValueError(f"{label} must be {rule}, got {value!r}.")
         self._specs = ev.validate_evaluators(evaluators)
         self.conversation_split = conversation_split
         self.poll_interval = poll_interval
