@@ -33,11 +33,6 @@ def _warn() -> None:
     warnings.warn(DEPRECATION_MESSAGE, DeprecationWarning, stacklevel=3)
 
 
-def _tools(tools: Any) -> list[ToolDefinition]:
-    listed = [tools] if callable(tools) or not isinstance(tools, Sequence) else list(tools)
-    return [ToolDefinition.coerce(t) for t in listed]
-
-
 class AgentEvalConverter:
     """Deprecated, as in MAF: every method emits a ``DeprecationWarning`` naming the replacements
     (:data:`DEPRECATION_MESSAGE`)."""
@@ -80,7 +75,11 @@ class AgentEvalConverter:
             if isinstance(query, str)
             else [Message.coerce(m) for m in query]
         )
-        snapshots = _tools(tools) if tools else (agent_tools(agent) if agent else [])
+        if tools:
+            listed = [tools] if callable(tools) or not isinstance(tools, Sequence) else tools
+            snapshots = [ToolDefinition.coerce(t) for t in listed]
+        else:
+            snapshots = agent_tools(agent) if agent else []
         return EvalItem(
             [*query_messages, *response_messages(response)],
             snapshots or None,

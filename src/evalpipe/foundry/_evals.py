@@ -900,15 +900,9 @@ async def evaluate_traces(
     poll_interval: float = 1.0,
     timeout: float = 600.0,  # noqa: ASYNC109 - MAF's parameter name (the run's deadline)
 ) -> EvalResults:
-    """MAF's ``evaluate_traces``: score stored responses or agent traces server-side.
-
-    A ``FoundryEvals`` is built for the call from ``client`` / ``project_client`` (or the
-    environment, see ``FoundryEvals``), used as ``FoundryEvals.evaluate_traces`` and closed after.
-
-    Raises:
-        ValueError: as ``FoundryEvals`` and ``FoundryEvals.evaluate_traces`` do (no source:
-            ``"Provide at least one of: response_ids, trace_ids, or agent_id"``, as MAF).
-    """
+    """MAF's ``evaluate_traces``: ``FoundryEvals.evaluate_traces`` on a ``FoundryEvals`` built for
+    the call from ``client`` / ``project_client`` (or the environment) and closed after; it raises
+    what they raise."""
     return await _one_off("evaluate_traces", locals())
 
 
@@ -926,16 +920,9 @@ async def evaluate_foundry_target(
     poll_interval: float = 1.0,
     timeout: float = 600.0,  # noqa: ASYNC109 - MAF's parameter name (the run's deadline)
 ) -> EvalResults:
-    """MAF's ``evaluate_foundry_target``: Foundry runs a hosted agent or model on each query and
-    scores the answers (see ``FoundryEvals.evaluate_foundry_target``).
-
-    The target is checked before any client is built (as MAF). A ``FoundryEvals`` is built for
-    the call from ``client`` / ``project_client`` (or the environment) and closed after it.
-
-    Raises:
-        ValueError: for a target without a ``type`` (MAF's message), or as ``FoundryEvals``.
-        TypeError: for a target that is not a dict, or a query that is not a str.
-    """
+    """MAF's ``evaluate_foundry_target``: ``FoundryEvals.evaluate_foundry_target`` as
+    ``evaluate_traces`` calls its method; the target is checked before any client is built (as
+    MAF)."""
     _target_queries(target, test_queries)
     return await _one_off("evaluate_foundry_target", locals())
 

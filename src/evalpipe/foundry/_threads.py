@@ -12,7 +12,7 @@ import asyncio
 import inspect
 import json
 import logging
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -160,11 +160,15 @@ def _message_dict(message: Message) -> dict[str, Any]:
 _INPUT_SCHEMA = {"type": "object", "properties": {"input": {"type": "string"}}}
 
 
-def tool_definitions(tools: Iterable[Any]) -> list[ToolDefinition]:
-    """Foundry agent tool definitions as evalpipe's: function tools as they are, connected agents
-    as a tool named after the agent, built-in tools (code interpreter, file search, ...) by type."""
+def _tools(*sources: Any) -> list[ToolDefinition] | None:
+    """The tool definitions of the first source that has a list (a run's, else its agent's):
+    function tools as they are, connected agents as a tool named after the agent, built-in tools
+    (code interpreter, file search, ...) by type."""
+    found = next((s for s in sources if s is not None), None)
+    if found is None:
+        return None
     out: list[ToolDefinition] = []
-    for raw in tools:
+    for raw in found:
         tool = plain(raw)
         if not isinstance(tool, Mapping):
             continue
@@ -181,12 +185,6 @@ def tool_definitions(tools: Iterable[Any]) -> list[ToolDefinition]:
         elif kind:
             out.append(ToolDefinition(name=kind, description=f"Foundry built-in tool: {kind}"))
     return out
-
-
-def _tools(*sources: Any) -> list[ToolDefinition] | None:
-    """The tool definitions of the first source that has a list (a run's, else its agent's)."""
-    raw = next((s for s in sources if s is not None), None)
-    return tool_definitions(raw) if raw is not None else None
 
 
 def _message_contents(
