@@ -81,9 +81,6 @@ COMPOSITE_COMPONENTS: dict[str, tuple[str, ...]] = {
 
 COMPOSITE_EVALUATORS: tuple[str, ...] = tuple(COMPOSITE_COMPONENTS)
 
-AGENT_EVALUATORS = frozenset({*_AGENT_BUILTINS, *_TOOL_BUILTINS, *COMPOSITE_EVALUATORS})
-"""Evaluators that read message arrays rather than the query/response strings."""
-
 TOOL_EVALUATORS = frozenset({*_TOOL_BUILTINS, TOOL_USE_QUALITY})
 """Evaluators that need tool definitions: dropped when no item has tools."""
 
@@ -93,7 +90,8 @@ DEFAULT_EVALUATORS: tuple[str, ...] = (RELEVANCE, COHERENCE, TASK_ADHERENCE)
 _KNOWN = frozenset(BUILTIN_EVALUATORS) | frozenset(COMPOSITE_EVALUATORS)
 _VALID_NAMES = ", ".join(sorted(_KNOWN))
 
-# data_mapping keys per evaluator, from Microsoft's turn-level samples (spec §6).
+# data_mapping keys of the evaluators that read strings, from Microsoft's turn-level samples (spec
+# §6); the others (agent, tool, composite and generated evaluators) read message arrays.
 _STRING_FIELDS: dict[str, tuple[str, ...]] = {
     RELEVANCE: ("query", "response"),
     COHERENCE: ("query", "response"),
@@ -106,7 +104,6 @@ _STRING_FIELDS: dict[str, tuple[str, ...]] = {
     SELF_HARM: ("query", "response"),
     HATE_UNFAIRNESS: ("query", "response"),
 }
-_TOOL_DEFINITION_EVALUATORS = (AGENT_EVALUATORS - {TASK_NAVIGATION_EFFICIENCY}) | {GROUNDEDNESS}
 
 
 @dataclass(frozen=True)
@@ -128,11 +125,6 @@ class GeneratedEvaluatorRef:
     def latest(cls, name: str, display_name: str | None = None) -> GeneratedEvaluatorRef:
         """A reference to the latest version of ``name``."""
         return cls(name, None, display_name)
-
-    @property
-    def criterion_name(self) -> str:
-        """The name results come back under."""
-        return self.display_name or self.name
 
 
 @dataclass(frozen=True)
@@ -162,7 +154,7 @@ def _spec_for(entry: str | GeneratedEvaluatorRef) -> EvaluatorSpec:
                 "version is published.",
                 entry.name,
             )
-        return EvaluatorSpec(entry.criterion_name, entry.name, None, entry.version)
+        return EvaluatorSpec(entry.display_name or entry.name, entry.name, None, entry.version)
     if not isinstance(entry, str):
         raise TypeError(
             f"evaluators entries must be names (str) or GeneratedEvaluatorRef, got {entry!r}"
@@ -238,7 +230,7 @@ def _mapping(spec: EvaluatorSpec, any_tools: bool) -> dict[str, str]:
     else:
         fields = ("response",) if short == TOOL_CALL_SUCCESS else ("query", "response")
         mapping = {f: f"{{{{item.{f}_messages}}}}" for f in fields}
-    if any_tools and (short is None or short in _TOOL_DEFINITION_EVALUATORS):
+    if any_tools and (short not in _STRING_FIELDS or short == GROUNDEDNESS):
         mapping["tool_definitions"] = "{{item.tool_definitions}}"
     return mapping
 
