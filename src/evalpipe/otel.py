@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from evalpipe.itemize import WorkflowItems, build_workflow_items
+from evalpipe.itemize import WorkflowItems, build_workflow_items, merge_tool_snapshots
 from evalpipe.messages import (
     DataContent,
     FunctionCallContent,
@@ -666,17 +666,14 @@ def trace_rows(
 
     rows = []
     for trace in traces:
-        tools: dict[str, ToolDefinition] = {}
-        for turn in trace.turns:
-            if turn.parent_agent_span is None:
-                for tool in turn.tools or []:
-                    tools.setdefault(tool.name, tool)
+        top = (turn for turn in trace.turns if turn.parent_agent_span is None)
+        tools = merge_tool_snapshots(tool for turn in top for tool in turn.tools or [])
         row: dict[str, Any] = {"id": trace.trace_id}
         if trace.query:
             row["query"] = trace.query
         row["conversation"] = dump(trace.conversation)
         if tools:
-            row["tools"] = [t.model_dump(mode="json") for t in tools.values()]
+            row["tools"] = [t.model_dump(mode="json") for t in tools]
         if per_agent == "always":
             row["recorded_agents"] = [
                 {
