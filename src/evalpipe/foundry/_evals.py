@@ -616,8 +616,8 @@ class FoundryEvals(BatchedEvaluator):
                 "responses",
                 data_source,
                 eval_name,
-                inputs=[_server_item(None, rid, {"response_id": rid}) for rid in ids],
-                source_item=lambda oi, i: _server_item(
+                len(ids),
+                lambda oi, i: _server_item(
                     oi.get("datasource_item"), ids[i], {"response_id": ids[i]}
                 ),
             )
@@ -626,7 +626,13 @@ class FoundryEvals(BatchedEvaluator):
             data_source["trace_ids"] = [str(t) for t in trace_ids]
         if agent_id:
             data_source["agent_id"] = agent_id
-        return await self._server_side("traces", data_source, eval_name, inputs=None)
+
+        def trace_item(oi: dict[str, Any], _: int) -> EvalItem:
+            datasource = oi.get("datasource_item")
+            trace = datasource.get("trace_id") if isinstance(datasource, dict) else None
+            return _server_item(datasource, str(trace or oi.get("id")), {})
+
+        return await self._server_side("traces", data_source, eval_name, None, trace_item)
 
     async def evaluate_foundry_target(
         self,
@@ -667,11 +673,8 @@ class FoundryEvals(BatchedEvaluator):
             "target_completions",
             data_source,
             eval_name,
-            inputs=[
-                EvalItem([Message("user", [q])], item_id=str(i), query_index=i)
-                for i, q in enumerate(queries)
-            ],
-            source_item=lambda oi, i: _target_item(oi, queries[i], i),
+            len(queries),
+            lambda oi, i: _target_item(oi, queries[i], i),
         )
 
     async def _server_side(
@@ -679,23 +682,20 @@ class FoundryEvals(BatchedEvaluator):
         scenario: str,
         data_source: dict[str, Any],
         eval_name: str,
-        *,
-        inputs: list[EvalItem] | None,
-        source_item: Callable[[dict[str, Any], int], EvalItem] | None = None,
+        count: int | None,
+        item: Callable[[dict[str, Any], int], EvalItem],
     ) -> EvalResults:
         """One eval of ``scenario`` and one run of ``data_source``, polled as ``evaluate`` polls.
 
-        With ``inputs`` (a stand-in item, with its id, per input the run was given), output items
-        are matched to them by ``datasource_item_id`` and ``source_item`` builds each one's
-        EvalItem from the service's data; inputs without an output are errored. Without, the
-        service chooses the items (agent traces): one per output item, ids from their trace ids.
+        ``item(output_item, index)`` is the EvalItem of an output item, built from the service's
+        data. With ``count`` (the inputs the run was given), output items are matched to the
+        inputs by ``datasource_item_id``, and an input without one is errored (its item built
+        from ``{}``). Without, the service chose the items (agent traces): one per output item.
         """
         # The configured evaluators as they are (the items are the service's: no tool filtering).
         specs = self._specs or ev.resolve_evaluators(None, any_tools=False)
         config = {"type": "azure_ai_source", "scenario": scenario}
-        items = list(inputs or [])
-        ids = [str(item.item_id) for item in items]
-        out: list[EvalItemResult | None] = [None] * len(items)
+        items = [item({}, i) for i in range(count or 0)]
         try:
             kind = f"FoundryEvals.{scenario}"
             eval_id = await self._new_eval(eval_name, config, specs, None, kind)
@@ -710,21 +710,17 @@ class FoundryEvals(BatchedEvaluator):
             eval_id, run_body, resume=False
         )
         matched: Iterable[tuple[int, dict[str, Any]]]
-        if inputs is None:  # the service chose the items: one per output item, by trace id
+        if count is None:
             outputs.sort(key=lambda o: _index(o.get("datasource_item_id")) or 0)
-            for oi in outputs:
-                datasource = oi.get("datasource_item")
-                trace = datasource.get("trace_id") if isinstance(datasource, dict) else None
-                items.append(_server_item(datasource, str(trace or oi.get("id")), {}))
-            ids = [str(item.item_id) for item in items]
-            out = [None] * len(items)
+            items = [item(oi, i) for i, oi in enumerate(outputs)]
             matched = enumerate(outputs)
         else:
-            matched = _matched(outputs, len(items))
+            matched = _matched(outputs, count)
+        ids = [str(x.item_id) for x in items]
+        out: list[EvalItemResult | None] = [None] * len(items)
         for index, oi in matched:
             try:
-                if source_item is not None:
-                    items[index] = source_item(oi, index)
+                items[index] = item(oi, index)
                 out[index] = item_result(oi, items[index], ids[index], specs)
             except Exception as exc:
                 reason = _error_text(exc)
