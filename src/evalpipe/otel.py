@@ -492,8 +492,7 @@ def _agent_name(span: Span, diagnostics: list[TraceDiagnostic]) -> str:
         return name
     fallback = a.get("gen_ai.agent.id")
     if not (isinstance(fallback, str) and fallback):
-        rest = span.name.split(" ", 1)[1].strip() if " " in span.name else ""
-        fallback = rest or "agent"
+        fallback = span.name.partition(" ")[2].strip() or "agent"
     diagnostics.append(
         TraceDiagnostic.at(span, f"invoke_agent has no gen_ai.agent.name; named it {fallback!r}")
     )

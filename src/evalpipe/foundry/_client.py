@@ -33,7 +33,8 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """How each evals call is retried: exponential backoff with full jitter, or the server's delay."""
+    """How each evals call is retried: exponential backoff (each wait 75-100% of its step), or the
+    server's delay."""
 
     max_retries: int = 5
     """Retries after the first attempt (0: never retry)."""

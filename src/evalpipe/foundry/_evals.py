@@ -101,7 +101,7 @@ class FoundryEvals(BatchedEvaluator):
         timeout: Seconds a run may take from its creation; then it is canceled on the server.
         batch_size: Items per run.
         max_concurrent_runs: Runs of one evaluation in flight at once.
-        max_retries: Retries per HTTP call (408, 409, 429, 5xx, connection errors).
+        max_retries: Retries per HTTP call (408, 409, 425, 429, 5xx, connection errors).
         retry_initial_delay: First backoff between retries, in seconds (doubles, with jitter).
         retry_max_delay: The longest backoff between retries.
         max_retry_after: A server-requested delay longer than this fails the call instead.
