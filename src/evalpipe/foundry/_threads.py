@@ -13,6 +13,7 @@ import inspect
 import json
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -303,7 +304,7 @@ def _workflow_run(name: str, executors: list[ExecutorRun], usage: RunUsage) -> W
     )
 
 
-class FoundryThreads:
+class FoundryThreads(AbstractContextManager["FoundryThreads"]):
     """Reads Foundry Agent Service threads and runs and converts them for evaluation.
 
     Args:
@@ -366,9 +367,6 @@ class FoundryThreads:
         """Close the client when this object built it."""
         if self._owned:
             self.client.close()
-
-    def __enter__(self) -> FoundryThreads:
-        return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
