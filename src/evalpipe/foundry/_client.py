@@ -114,14 +114,11 @@ def _attribute(obj: Any, name: str) -> Any:
 
 
 def plain(obj: Any, _depth: int = 0) -> Any:
-    """An evals answer as plain dicts and lists, read the way MAF reads it: by attribute, with a
-    dict fallback.
-
-    A mapping (an azure-ai-agents model too) is copied; an openai model is its ``to_dict()``, another pydantic model its
-    ``model_dump()``; any other object (the SDK's, a dataclass, a user's ``MagicMock`` double)
-    is read by attribute, each of the fields evalpipe uses that the object has of its own (see
-    :func:`_attribute`): a bare ``MagicMock()`` reads as ``{}``.
-    """
+    """An evals answer as plain dicts and lists, read the way MAF reads it: a mapping (an
+    azure-ai-agents model too) is copied, an openai model is its ``to_dict()``, another pydantic
+    model its ``model_dump()``; any other object (a dataclass, a user's ``MagicMock`` double) is
+    read by attribute, each of the fields evalpipe uses that it has of its own (``_attribute``):
+    a bare ``MagicMock()`` reads as ``{}``."""
     if obj is None or isinstance(obj, str | int | float | bool):
         return obj
     if _depth > _MAX_DEPTH:

@@ -88,15 +88,9 @@ def _convert(message: Message) -> list[dict[str, Any]]:
 
 
 def to_foundry_messages(messages: Iterable[Any]) -> list[dict[str, Any]]:
-    """Messages in the agent message schema Foundry's evaluators read.
-
-    Args:
-        messages: evalpipe Messages, their dict form, or MAF messages.
-
-    Returns:
-        One wire message per message, except that a message with tool results becomes one
-        ``{"role": "tool", "tool_call_id", "content": [{"type": "tool_result", ...}]}`` per result.
-    """
+    """Messages (evalpipe's, their dict form, or MAF's) in the agent message schema Foundry's
+    evaluators read: one wire message each, except that a message with tool results becomes one
+    ``{"role": "tool", "tool_call_id", "content": [{"type": "tool_result", ...}]}`` per result."""
     out: list[dict[str, Any]] = []
     for message in messages:
         out.extend(_convert(Message.coerce(message)))
@@ -113,14 +107,9 @@ def tool_definitions_to_foundry(tools: Sequence[ToolDefinition]) -> list[dict[st
 def item_to_foundry(
     item: EvalItem, *, split: Any = None, with_actions: bool = False
 ) -> dict[str, Any]:
-    """One item as the ``item`` object of a run's inline JSONL content.
-
-    Args:
-        item: The item to send.
-        split: A splitter used when the item has no strategy of its own.
-        with_actions: Also add ``actions`` and (when the item has expected tool calls)
-            ``expected_actions`` for task_navigation_efficiency.
-    """
+    """One item as the ``item`` object of a run's inline JSONL content, split by ``split`` when the
+    item has no strategy of its own; ``with_actions`` adds ``actions`` and (when the item has
+    expected tool calls) ``expected_actions`` for task_navigation_efficiency."""
     splitter = item.split_strategy or split
     query_messages, response_messages = item.split_messages(splitter)
     if splitter is None or splitter is item.split_strategy:

@@ -172,11 +172,8 @@ def _spec_for(entry: str | GeneratedEvaluatorRef) -> EvaluatorSpec:
 def validate_evaluators(
     evaluators: Sequence[str | GeneratedEvaluatorRef] | None,
 ) -> list[EvaluatorSpec] | None:
-    """Resolve names at construction so a typo fails early.
-
-    Raises:
-        ValueError: for an unknown name (the message lists the valid ones) or an empty list.
-    """
+    """Resolve names at construction so a typo fails early: a ValueError for an unknown name (its
+    message lists the valid ones), a name listed twice, or an empty list."""
     if evaluators is None:
         return None
     if isinstance(evaluators, str | GeneratedEvaluatorRef):
@@ -195,12 +192,8 @@ def validate_evaluators(
 def resolve_evaluators(
     specs: Sequence[EvaluatorSpec] | None, *, any_tools: bool
 ) -> list[EvaluatorSpec]:
-    """The evaluators for a batch: the defaults when None, tool-only ones dropped without tools.
-
-    Raises:
-        ValueError: when every requested evaluator needs tool definitions and no item has any
-            (MAF's message).
-    """
+    """The evaluators for a batch: the defaults when None, tool-only ones dropped without tools (a
+    ValueError, MAF's message, when that drops them all)."""
     if specs is None:
         names = list(DEFAULT_EVALUATORS) + ([TOOL_CALL_ACCURACY] if any_tools else [])
         specs = [_spec_for(n) for n in names]
