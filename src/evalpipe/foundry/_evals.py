@@ -197,10 +197,9 @@ class FoundryEvals(BatchedEvaluator):
         self._owned_project: Any = None
         self._apis: dict[int, tuple[weakref.ref[asyncio.AbstractEventLoop], EvalsApi]] = {}
         self._criteria: dict[str, list[EvaluatorSpec]] = {}
-        self.project_client: Any = None
         if client is not None:
             openai_client, client_model = _from_client(client)
-            self.project_client = getattr(client, "project_client", None)
+            self.project_client: Any = getattr(client, "project_client", None)
             # The caller's client: used on every event loop, never closed here. Only a real
             # openai client gets our options: with_options of a test double is another double,
             # without the methods the caller set up on this one.
