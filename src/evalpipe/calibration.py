@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import combinations, zip_longest
 from pathlib import Path
+from statistics import multimode
 from typing import Any, Literal
 
 import numpy as np
@@ -233,6 +234,13 @@ class Verdict:
         return (self.agent, self.row_id, self.repetition)
 
 
+_VERDICTS_SQL = """
+SELECT provider, agent, metric, row AS row_id, repetition, coalesce(status, 'error') AS status,
+       score, item_id
+FROM scored ORDER BY _pos
+"""
+
+
 def verdicts_of_run(run_dir: str | os.PathLike[str], *, filesystem: Any = None) -> list[Verdict]:
     """Every metric score of a finished run directory (scores.parquet joined with items.parquet
     for the dataset row and repetition)."""
@@ -241,20 +249,7 @@ def verdicts_of_run(run_dir: str | os.PathLike[str], *, filesystem: Any = None) 
     from evalpipe.report.data import scored_connection  # lazy: as above
 
     with scored_connection(str(run_dir), filesystem=filesystem) as con:
-        rows = records(con, "SELECT * FROM scored ORDER BY _pos")
-    return [
-        Verdict(
-            provider=r["provider"],
-            agent=r["agent"],
-            metric=r["metric"],
-            row_id=r["row"],
-            repetition=int(r["repetition"] or 0),
-            status=r["status"] or ERROR,
-            score=r["score"],
-            item_id=r["item_id"],
-        )
-        for r in rows
-    ]
+        return [Verdict(**r) for r in records(con, _VERDICTS_SQL)]
 
 
 _SUITE_ITEM = re.compile(r"(?P<row>.+)#(?P<rep>\d+)")
@@ -542,10 +537,8 @@ def _human_value(labels: Sequence[Label]) -> LabelValue | None:
     """The item's human label: the majority verdict (None on a tie), or the median number."""
     if labels[0].numeric:
         return float(np.median([float(x.label) for x in labels]))
-    counts = Counter(str(x.label) for x in labels).most_common()
-    if len(counts) > 1 and counts[0][1] == counts[1][1]:
-        return None
-    return counts[0][0]  # type: ignore[return-value]
+    modes = multimode(str(x.label) for x in labels)
+    return modes[0] if len(modes) == 1 else None  # type: ignore[return-value]
 
 
 def _inter_annotator(by_item: Mapping[Any, Sequence[Label]]) -> InterAnnotator | None:
@@ -578,17 +571,6 @@ def _suggest(scores: Sequence[float], human: Sequence[str]) -> tuple[float | Non
         if k is not None and (best[1] is None or k > best[1] + 1e-12):
             best = (t, k)
     return best
-
-
-def _values(values: Sequence[Any]) -> list[Any]:
-    """The distinct values, in order (as text when any is text)."""
-    return sorted(set(values), key=str if any(isinstance(x, str) for x in values) else None)
-
-
-def _matrix(judge: Sequence[Any], human: Sequence[Any]) -> Matrix:
-    jv, hv = _values(judge), _values(human)
-    pairs = Counter(zip(judge, human, strict=True))
-    return Matrix(judge=jv, human=hv, counts=[[pairs[j, h] for h in hv] for j in jv])
 
 
 def _one(
@@ -657,18 +639,19 @@ def _one(
         kappa_undefined_resamples=undefined["kappa"],
         inter_annotator=_inter_annotator(by_item),
     )
-    if numeric:
-        if len(judge) >= 2:
-            from scipy import stats as _sp  # type: ignore[import-untyped, unused-ignore]  # lazy: scipy.stats, 1.2 s, only to calibrate
+    if numeric and judge:
+        from scipy import stats as _sp  # type: ignore[import-untyped, unused-ignore]  # lazy: scipy.stats, 1.2 s, only to calibrate
 
-            x, y = np.asarray(judge, dtype=float), np.asarray(human, dtype=float)
-            if np.ptp(x) > 0 and np.ptp(y) > 0:
-                out.spearman = float(_sp.spearmanr(x, y).statistic)
-                out.pearson = float(_sp.pearsonr(x, y).statistic)
-        if judge:
-            out.mae = float(np.mean(np.abs(np.asarray(judge) - np.asarray(human))))
-            out.matrix = _matrix(judge, human)
-    else:
+        x, y = np.asarray(judge, dtype=float), np.asarray(human, dtype=float)
+        if np.ptp(x) > 0 and np.ptp(y) > 0:  # Spearman and Pearson need variation on both sides
+            out.spearman = float(_sp.spearmanr(x, y).statistic)
+            out.pearson = float(_sp.pearsonr(x, y).statistic)
+        out.mae = float(np.mean(np.abs(x - y)))
+        (values_j, values_h), counts = _sp.contingency.crosstab(x, y)
+        out.matrix = Matrix(
+            judge=values_j.tolist(), human=values_h.tolist(), counts=counts.tolist()
+        )
+    elif not numeric:
         out.confusion = c = _confusion(judge, human)
         out.precision = c.tp / (c.tp + c.fp) if c.tp + c.fp else None
         out.recall = c.tp / (c.tp + c.fn) if c.tp + c.fn else None
@@ -827,7 +810,9 @@ class ReviewItem:
 
 
 _REVIEWED_SQL = """
-SELECT * FROM scored WHERE metric = ? AND status IN ('pass', 'fail') ORDER BY _pos
+SELECT row AS row_id, repetition, agent, provider, item_id, status AS judge_status,
+       score AS judge_score, _pos
+FROM scored WHERE metric = ? AND status IN ('pass', 'fail') ORDER BY _pos
 """
 """A metric's verdicts, in file order."""
 
@@ -857,21 +842,15 @@ def review_candidates(
     texts = read_rows(
         str(run_dir),
         "scores",
-        [r["_pos"] for r in mine],
+        [r.pop("_pos") for r in mine],
         columns=["input_text", "output_text", "reason"],
         filesystem=filesystem,
     )
     return [
         ReviewItem(
-            row_id=r["row"],
-            repetition=int(r["repetition"] or 0),
-            agent=r["agent"],
-            provider=r["provider"],
-            item_id=r["item_id"],
+            **r,
             query=text["input_text"],
             response=text["output_text"],
-            judge_status=r["status"],
-            judge_score=r["score"],
             judge_reason=text["reason"],
             disagrees=(r["agent"], r["item_id"]) in flagged,
         )
