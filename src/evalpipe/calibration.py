@@ -717,24 +717,11 @@ def calibrate(
     by_provider: dict[tuple[str, str, str], dict[tuple[str, str, int], Verdict]] = defaultdict(dict)
     for v in verdicts:
         by_provider[(v.provider, v.agent, v.metric)].setdefault(v.key, v)
-    out: list[Calibration] = []
-    for (provider, agent, metric), found in sorted(by_provider.items()):
-        mine = [x for x in grouped.get((agent, metric), []) if x.key in found]
-        if not mine:
-            continue
-        out.append(
-            _one(
-                provider,
-                agent,
-                metric,
-                mine,
-                found,
-                seed=seed,
-                resamples=resamples,
-                confidence=confidence,
-            )
-        )
-    return out
+    return [
+        _one(*key, mine, found, seed=seed, resamples=resamples, confidence=confidence)
+        for key, found in sorted(by_provider.items())
+        if (mine := [x for x in grouped.get(key[1:], []) if x.key in found])
+    ]
 
 
 # --------------------------------------------------------------------------------------------

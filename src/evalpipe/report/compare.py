@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from functools import partial
+from itertools import groupby
+from operator import attrgetter
 from pathlib import Path
 from typing import Any, Literal
 
@@ -269,10 +271,7 @@ def _tables(c: Comparison) -> list[Any]:
     """Per provider: the verdicts (pairs, pass rates, flips) and the scores with paired tests, a
     line per metric under a line per agent."""
     out: list[Any] = []
-    by_provider: dict[str, list[MetricComparison]] = {}
-    for m in c.metrics:
-        by_provider.setdefault(m.provider, []).append(m)
-    for provider, metrics in by_provider.items():
+    for provider, metrics in groupby(c.metrics, key=attrgetter("provider")):  # ordered by provider
         verdicts = plain_table(f"{terminal(provider)}: verdicts, B against A")
         name_column(verdicts, "agent / metric")
         for column in ("pairs", "A pass", "B pass", "regr", "impr", "new err"):

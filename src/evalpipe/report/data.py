@@ -742,10 +742,7 @@ def item_detail(
         return text(value if value is not None else first.get(fallback))
 
     return ItemDetail(
-        agent=index["agent"],
-        item_id=index["item_id"],
-        row=index["row"],
-        repetition=index["repetition"],
+        **{name: index[name] for name in ("agent", "item_id", "row", "repetition", "verdict")},
         query=either("query", "input_text"),
         response=either("response", "output_text"),
         expected_output=text(item.get("expected_output")),
@@ -754,7 +751,6 @@ def item_detail(
         error_message=text(item.get("error_message") or first.get("item_error_message")),
         messages=_message_views(item.get("conversation")),
         scores=[_score_view(dict(r)) for r in scores],
-        verdict=index["verdict"],
     )
 
 
