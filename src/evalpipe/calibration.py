@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from itertools import combinations, zip_longest
 from pathlib import Path
 from statistics import multimode
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -72,8 +72,9 @@ at least 20 balanced labels)."""
 CALIBRATION_FILE = "calibration.json"
 """The name ``evalpipe calibrate`` writes beside the labels file when no ``--output`` is given."""
 
-LabelValue = Literal["pass", "fail"] | float
-"""A human label: a verdict, or a number on the metric's scale."""
+LabelValue = Literal["pass", "fail"] | Annotated[float, Field(allow_inf_nan=False)]
+"""A human label: a verdict, or a finite number on the metric's scale (a number written as text
+is read as one)."""
 
 _FIELDS = ("row_id", "repetition", "agent", "metric", "label", "labeller", "note", "labelled_at")
 
@@ -111,17 +112,7 @@ class Label(BaseModel):
     def _label(cls, value: Any) -> Any:
         if isinstance(value, bool):
             return PASS if value else FAIL
-        if isinstance(value, str):
-            text = value.strip().lower()
-            if text in (PASS, FAIL):
-                return text
-            try:
-                value = float(text)
-            except ValueError:
-                raise ValueError("expected 'pass', 'fail' or a number") from None
-        if isinstance(value, float) and not math.isfinite(value):
-            raise ValueError("a numeric label must be finite")
-        return value
+        return value.strip().lower() if isinstance(value, str) else value
 
     @property
     def key(self) -> tuple[str, str, int]:
@@ -195,7 +186,7 @@ def read_labels(path: str | os.PathLike[str]) -> list[Label]:
             field = ".".join(str(p) for p in first["loc"][:1]) or "?"
             raise LabelsError(
                 f"{where}:{line}: field {field!r}: {first['msg']} (got {row.get(field)!r}); "
-                "row_id and metric are required, label is 'pass', 'fail' or a number"
+                "row_id and metric are required, label is 'pass', 'fail' or a finite number"
             ) from None
     if not labels:
         raise LabelsError(f"{where}: no labels in the file; write one label a line")
