@@ -201,14 +201,9 @@ class Disagreement:
     """Items where both have a verdict."""
     check_pass_judge_fail: int
     check_fail_judge_pass: int
+    agreement: float
+    """Share of pairs where they agree."""
     examples: list[DisagreementItem] = field(default_factory=list)
-
-    @property
-    def agreement(self) -> float | None:
-        """Share of pairs where they agree."""
-        if not self.pairs:
-            return None
-        return 1.0 - (self.check_pass_judge_fail + self.check_fail_judge_pass) / self.pairs
 
 
 @dataclass(slots=True)
@@ -569,12 +564,13 @@ WITH listed AS (
 SELECT agent, "check", judge, count(*) AS pairs,
        count(*) FILTER (WHERE check_passed AND NOT judge_passed) AS check_pass_judge_fail,
        count(*) FILTER (WHERE judge_passed AND NOT check_passed) AS check_fail_judge_pass,
+       count(*) FILTER (WHERE check_passed = judge_passed) / count(*) AS agreement,
        coalesce(any_value(examples), []) AS examples
 FROM pairs LEFT JOIN listed USING (agent, "check", judge)
 GROUP BY agent, "check", judge ORDER BY agent, "check", judge
 """
-"""Per (agent, check, judge): the pairs, the disagreements each way, and the first ``$listed``
-disagreeing pairs in file order."""
+"""Per (agent, check, judge): the pairs, the disagreements each way, the agreement, and the first
+``$listed`` disagreeing pairs in file order."""
 
 
 def query_disagreements(
