@@ -90,14 +90,9 @@ class MetricComparison:
     a_mean: float | None
     """Mean score in A over the Wilcoxon pairs."""
     b_mean: float | None
-
-    @property
-    def a_pass_rate(self) -> float | None:
-        return self.a_passed / self.a_denominator if self.a_denominator else None
-
-    @property
-    def b_pass_rate(self) -> float | None:
-        return self.b_passed / self.b_denominator if self.b_denominator else None
+    a_pass_rate: float | None
+    """a_passed / a_denominator (None when no pair has a verdict in A)."""
+    b_pass_rate: float | None
 
 
 @dataclass(slots=True)
@@ -174,6 +169,8 @@ SELECT provider, agent, metric,
        count(*) FILTER (a_verdict) AS a_denominator,
        count(*) FILTER (b_verdict AND b_status = 'pass') AS b_passed,
        count(*) FILTER (b_verdict) AS b_denominator,
+       a_passed / nullif(a_denominator, 0) AS a_pass_rate,
+       b_passed / nullif(b_denominator, 0) AS b_pass_rate,
        count(*) FILTER (a_verdict AND b_verdict AND a_status = 'pass' AND b_status <> 'pass')
            AS regressions,
        count(*) FILTER (a_verdict AND b_verdict AND a_status <> 'pass' AND b_status = 'pass')
