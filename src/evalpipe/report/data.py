@@ -116,12 +116,9 @@ class MetricRow:
     score_std: float | None
     score_min: float | None
     score_max: float | None
+    denominator: int
+    """passed + failed (summary.parquet's ``pass_rate_denominator``)."""
     histogram: list[Bin] = field(default_factory=list)
-
-    @property
-    def denominator(self) -> int:
-        """passed + failed."""
-        return self.passed + self.failed
 
 
 @dataclass(slots=True)
@@ -457,6 +454,7 @@ def _metric_rows(
                 score_std=r.score_std,
                 score_min=r.score_min,
                 score_max=r.score_max,
+                denominator=r.pass_rate_denominator,
                 histogram=_histogram(scores),
             )
         )
