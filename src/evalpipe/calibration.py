@@ -25,7 +25,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import combinations, zip_longest
 from pathlib import Path
-from typing import Any, Literal
+from statistics import multimode
+from typing import Annotated, Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -71,8 +72,9 @@ at least 20 balanced labels)."""
 CALIBRATION_FILE = "calibration.json"
 """The name ``evalpipe calibrate`` writes beside the labels file when no ``--output`` is given."""
 
-LabelValue = Literal["pass", "fail"] | float
-"""A human label: a verdict, or a number on the metric's scale."""
+LabelValue = Literal["pass", "fail"] | Annotated[float, Field(allow_inf_nan=False)]
+"""A human label: a verdict, or a finite number on the metric's scale (a number written as text
+is read as one)."""
 
 _FIELDS = ("row_id", "repetition", "agent", "metric", "label", "labeller", "note", "labelled_at")
 
@@ -110,17 +112,7 @@ class Label(BaseModel):
     def _label(cls, value: Any) -> Any:
         if isinstance(value, bool):
             return PASS if value else FAIL
-        if isinstance(value, str):
-            text = value.strip().lower()
-            if text in (PASS, FAIL):
-                return text
-            try:
-                value = float(text)
-            except ValueError:
-                raise ValueError("expected 'pass', 'fail' or a number") from None
-        if isinstance(value, float) and not math.isfinite(value):
-            raise ValueError("a numeric label must be finite")
-        return value
+        return value.strip().lower() if isinstance(value, str) else value
 
     @property
     def key(self) -> tuple[str, str, int]:
@@ -194,7 +186,7 @@ def read_labels(path: str | os.PathLike[str]) -> list[Label]:
             field = ".".join(str(p) for p in first["loc"][:1]) or "?"
             raise LabelsError(
                 f"{where}:{line}: field {field!r}: {first['msg']} (got {row.get(field)!r}); "
-                "row_id and metric are required, label is 'pass', 'fail' or a number"
+                "row_id and metric are required, label is 'pass', 'fail' or a finite number"
             ) from None
     if not labels:
         raise LabelsError(f"{where}: no labels in the file; write one label a line")
@@ -233,6 +225,13 @@ class Verdict:
         return (self.agent, self.row_id, self.repetition)
 
 
+_VERDICTS_SQL = """
+SELECT provider, agent, metric, row AS row_id, repetition, coalesce(status, 'error') AS status,
+       score, item_id
+FROM scored ORDER BY _pos
+"""
+
+
 def verdicts_of_run(run_dir: str | os.PathLike[str], *, filesystem: Any = None) -> list[Verdict]:
     """Every metric score of a finished run directory (scores.parquet joined with items.parquet
     for the dataset row and repetition)."""
@@ -241,20 +240,7 @@ def verdicts_of_run(run_dir: str | os.PathLike[str], *, filesystem: Any = None) 
     from evalpipe.report.data import scored_connection  # lazy: as above
 
     with scored_connection(str(run_dir), filesystem=filesystem) as con:
-        rows = records(con, "SELECT * FROM scored ORDER BY _pos")
-    return [
-        Verdict(
-            provider=r["provider"],
-            agent=r["agent"],
-            metric=r["metric"],
-            row_id=r["row"],
-            repetition=int(r["repetition"] or 0),
-            status=r["status"] or ERROR,
-            score=r["score"],
-            item_id=r["item_id"],
-        )
-        for r in rows
-    ]
+        return [Verdict(**r) for r in records(con, _VERDICTS_SQL)]
 
 
 _SUITE_ITEM = re.compile(r"(?P<row>.+)#(?P<rep>\d+)")
@@ -542,10 +528,8 @@ def _human_value(labels: Sequence[Label]) -> LabelValue | None:
     """The item's human label: the majority verdict (None on a tie), or the median number."""
     if labels[0].numeric:
         return float(np.median([float(x.label) for x in labels]))
-    counts = Counter(str(x.label) for x in labels).most_common()
-    if len(counts) > 1 and counts[0][1] == counts[1][1]:
-        return None
-    return counts[0][0]  # type: ignore[return-value]
+    modes = multimode(str(x.label) for x in labels)
+    return modes[0] if len(modes) == 1 else None  # type: ignore[return-value]
 
 
 def _inter_annotator(by_item: Mapping[Any, Sequence[Label]]) -> InterAnnotator | None:
@@ -578,17 +562,6 @@ def _suggest(scores: Sequence[float], human: Sequence[str]) -> tuple[float | Non
         if k is not None and (best[1] is None or k > best[1] + 1e-12):
             best = (t, k)
     return best
-
-
-def _values(values: Sequence[Any]) -> list[Any]:
-    """The distinct values, in order (as text when any is text)."""
-    return sorted(set(values), key=str if any(isinstance(x, str) for x in values) else None)
-
-
-def _matrix(judge: Sequence[Any], human: Sequence[Any]) -> Matrix:
-    jv, hv = _values(judge), _values(human)
-    pairs = Counter(zip(judge, human, strict=True))
-    return Matrix(judge=jv, human=hv, counts=[[pairs[j, h] for h in hv] for j in jv])
 
 
 def _one(
@@ -657,18 +630,19 @@ def _one(
         kappa_undefined_resamples=undefined["kappa"],
         inter_annotator=_inter_annotator(by_item),
     )
-    if numeric:
-        if len(judge) >= 2:
-            from scipy import stats as _sp  # type: ignore[import-untyped, unused-ignore]  # lazy: scipy.stats, 1.2 s, only to calibrate
+    if numeric and judge:
+        from scipy import stats as _sp  # type: ignore[import-untyped, unused-ignore]  # lazy: scipy.stats, 1.2 s, only to calibrate
 
-            x, y = np.asarray(judge, dtype=float), np.asarray(human, dtype=float)
-            if np.ptp(x) > 0 and np.ptp(y) > 0:
-                out.spearman = float(_sp.spearmanr(x, y).statistic)
-                out.pearson = float(_sp.pearsonr(x, y).statistic)
-        if judge:
-            out.mae = float(np.mean(np.abs(np.asarray(judge) - np.asarray(human))))
-            out.matrix = _matrix(judge, human)
-    else:
+        x, y = np.asarray(judge, dtype=float), np.asarray(human, dtype=float)
+        if np.ptp(x) > 0 and np.ptp(y) > 0:  # Spearman and Pearson need variation on both sides
+            out.spearman = float(_sp.spearmanr(x, y).statistic)
+            out.pearson = float(_sp.pearsonr(x, y).statistic)
+        out.mae = float(np.mean(np.abs(x - y)))
+        (values_j, values_h), counts = _sp.contingency.crosstab(x, y)
+        out.matrix = Matrix(
+            judge=values_j.tolist(), human=values_h.tolist(), counts=counts.tolist()
+        )
+    elif not numeric:
         out.confusion = c = _confusion(judge, human)
         out.precision = c.tp / (c.tp + c.fp) if c.tp + c.fp else None
         out.recall = c.tp / (c.tp + c.fn) if c.tp + c.fn else None
@@ -734,24 +708,11 @@ def calibrate(
     by_provider: dict[tuple[str, str, str], dict[tuple[str, str, int], Verdict]] = defaultdict(dict)
     for v in verdicts:
         by_provider[(v.provider, v.agent, v.metric)].setdefault(v.key, v)
-    out: list[Calibration] = []
-    for (provider, agent, metric), found in sorted(by_provider.items()):
-        mine = [x for x in grouped.get((agent, metric), []) if x.key in found]
-        if not mine:
-            continue
-        out.append(
-            _one(
-                provider,
-                agent,
-                metric,
-                mine,
-                found,
-                seed=seed,
-                resamples=resamples,
-                confidence=confidence,
-            )
-        )
-    return out
+    return [
+        _one(*key, mine, found, seed=seed, resamples=resamples, confidence=confidence)
+        for key, found in sorted(by_provider.items())
+        if (mine := [x for x in grouped.get(key[1:], []) if x.key in found])
+    ]
 
 
 # --------------------------------------------------------------------------------------------
@@ -827,7 +788,9 @@ class ReviewItem:
 
 
 _REVIEWED_SQL = """
-SELECT * FROM scored WHERE metric = ? AND status IN ('pass', 'fail') ORDER BY _pos
+SELECT row AS row_id, repetition, agent, provider, item_id, status AS judge_status,
+       score AS judge_score, _pos
+FROM scored WHERE metric = ? AND status IN ('pass', 'fail') ORDER BY _pos
 """
 """A metric's verdicts, in file order."""
 
@@ -857,21 +820,15 @@ def review_candidates(
     texts = read_rows(
         str(run_dir),
         "scores",
-        [r["_pos"] for r in mine],
+        [r.pop("_pos") for r in mine],
         columns=["input_text", "output_text", "reason"],
         filesystem=filesystem,
     )
     return [
         ReviewItem(
-            row_id=r["row"],
-            repetition=int(r["repetition"] or 0),
-            agent=r["agent"],
-            provider=r["provider"],
-            item_id=r["item_id"],
+            **r,
             query=text["input_text"],
             response=text["output_text"],
-            judge_status=r["status"],
-            judge_score=r["score"],
             judge_reason=text["reason"],
             disagrees=(r["agent"], r["item_id"]) in flagged,
         )

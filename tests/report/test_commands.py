@@ -71,7 +71,7 @@ def test_compare_exit_codes_and_outputs(
 
 def test_registering_the_commands_does_not_import_scipy() -> None:
     """Building the command line does not import scipy or the report modules: they load only
-    when a report or comparison runs (the package facade is lazy)."""
+    when a report or comparison runs (each command imports them when it runs)."""
     code = (
         "import sys; from evalpipe.cli import build_parser; build_parser(); "
         "print(sorted(m for m in ('scipy', 'evalpipe.report.stats', 'evalpipe.report.data') "

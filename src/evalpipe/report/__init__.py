@@ -2,48 +2,42 @@
 repetitions with confidence intervals, judge-vs-check disagreement, and ``compare_runs`` for
 verdict flips and paired tests between two runs. See docs/report.md.
 
-Names are imported on first use, so importing the package costs nothing until a report or a
-comparison is made (scipy loads then).
+scipy loads only when a statistic needs it (``report.stats``); the command line imports this
+package only inside the commands that report or compare.
 """
 
-from __future__ import annotations
-
-import importlib
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from evalpipe.report.compare import (
-        PAIRING_KEY,
-        Comparison,
-        Flip,
-        MetricComparison,
-        compare_runs,
-        render_compare_html,
-        render_markdown,
-        render_terminal,
-        write_compare_html,
-    )
-    from evalpipe.report.data import (
-        Disagreement,
-        RunReport,
-        classify_metric,
-        load_report_data,
-    )
-    from evalpipe.report.html import render_report, write_report
-    from evalpipe.report.stats import (
-        Interval,
-        PairedTest,
-        RepetitionStats,
-        at_least_k,
-        bootstrap_mean_interval,
-        mcnemar_test,
-        pass_at_k,
-        pass_hat_k,
-        repetition_stats,
-        sample_std,
-        wilcoxon_test,
-        wilson_interval,
-    )
+from evalpipe.report.compare import (
+    PAIRING_KEY,
+    Comparison,
+    Flip,
+    MetricComparison,
+    compare_runs,
+    render_compare_html,
+    render_markdown,
+    render_terminal,
+    write_compare_html,
+)
+from evalpipe.report.data import (
+    Disagreement,
+    RunReport,
+    classify_metric,
+    load_report_data,
+)
+from evalpipe.report.html import render_report, write_report
+from evalpipe.report.stats import (
+    Interval,
+    PairedTest,
+    RepetitionStats,
+    at_least_k,
+    bootstrap_mean_interval,
+    mcnemar_test,
+    pass_at_k,
+    pass_hat_k,
+    repetition_stats,
+    sample_std,
+    wilcoxon_test,
+    wilson_interval,
+)
 
 __all__ = [
     "PAIRING_KEY",
@@ -74,17 +68,3 @@ __all__ = [
     "write_compare_html",
     "write_report",
 ]
-
-
-def __getattr__(name: str) -> Any:
-    # each module imports the ones before it: looking in this order imports nothing more
-    for home in ("stats", "data", "html", "compare") if name in __all__ else ():
-        module = importlib.import_module(f"evalpipe.report.{home}")
-        if name in module.__all__:
-            globals()[name] = value = getattr(module, name)
-            return value
-    raise AttributeError(f"module 'evalpipe.report' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))

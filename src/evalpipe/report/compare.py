@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from functools import partial
+from itertools import groupby
+from operator import attrgetter
 from pathlib import Path
 from typing import Any, Literal
 
@@ -88,14 +90,9 @@ class MetricComparison:
     a_mean: float | None
     """Mean score in A over the Wilcoxon pairs."""
     b_mean: float | None
-
-    @property
-    def a_pass_rate(self) -> float | None:
-        return self.a_passed / self.a_denominator if self.a_denominator else None
-
-    @property
-    def b_pass_rate(self) -> float | None:
-        return self.b_passed / self.b_denominator if self.b_denominator else None
+    a_pass_rate: float | None
+    """a_passed / a_denominator (None when no pair has a verdict in A)."""
+    b_pass_rate: float | None
 
 
 @dataclass(slots=True)
@@ -172,6 +169,8 @@ SELECT provider, agent, metric,
        count(*) FILTER (a_verdict) AS a_denominator,
        count(*) FILTER (b_verdict AND b_status = 'pass') AS b_passed,
        count(*) FILTER (b_verdict) AS b_denominator,
+       a_passed / nullif(a_denominator, 0) AS a_pass_rate,
+       b_passed / nullif(b_denominator, 0) AS b_pass_rate,
        count(*) FILTER (a_verdict AND b_verdict AND a_status = 'pass' AND b_status <> 'pass')
            AS regressions,
        count(*) FILTER (a_verdict AND b_verdict AND a_status <> 'pass' AND b_status = 'pass')
@@ -269,10 +268,7 @@ def _tables(c: Comparison) -> list[Any]:
     """Per provider: the verdicts (pairs, pass rates, flips) and the scores with paired tests, a
     line per metric under a line per agent."""
     out: list[Any] = []
-    by_provider: dict[str, list[MetricComparison]] = {}
-    for m in c.metrics:
-        by_provider.setdefault(m.provider, []).append(m)
-    for provider, metrics in by_provider.items():
+    for provider, metrics in groupby(c.metrics, key=attrgetter("provider")):  # ordered by provider
         verdicts = plain_table(f"{terminal(provider)}: verdicts, B against A")
         name_column(verdicts, "agent / metric")
         for column in ("pairs", "A pass", "B pass", "regr", "impr", "new err"):

@@ -116,12 +116,9 @@ class MetricRow:
     score_std: float | None
     score_min: float | None
     score_max: float | None
+    denominator: int
+    """passed + failed (summary.parquet's ``pass_rate_denominator``)."""
     histogram: list[Bin] = field(default_factory=list)
-
-    @property
-    def denominator(self) -> int:
-        """passed + failed."""
-        return self.passed + self.failed
 
 
 @dataclass(slots=True)
@@ -201,14 +198,9 @@ class Disagreement:
     """Items where both have a verdict."""
     check_pass_judge_fail: int
     check_fail_judge_pass: int
+    agreement: float
+    """Share of pairs where they agree."""
     examples: list[DisagreementItem] = field(default_factory=list)
-
-    @property
-    def agreement(self) -> float | None:
-        """Share of pairs where they agree."""
-        if not self.pairs:
-            return None
-        return 1.0 - (self.check_pass_judge_fail + self.check_fail_judge_pass) / self.pairs
 
 
 @dataclass(slots=True)
@@ -462,6 +454,7 @@ def _metric_rows(
                 score_std=r.score_std,
                 score_min=r.score_min,
                 score_max=r.score_max,
+                denominator=r.pass_rate_denominator,
                 histogram=_histogram(scores),
             )
         )
@@ -556,20 +549,26 @@ WHERE c.kind = 'check' AND j.kind = 'judge'
 """
 """Each check verdict with every judge verdict of its item (same agent and item id)."""
 
-_DISAGREEMENT_COUNTS_SQL = """
+_DISAGREEMENTS_SQL = """
+WITH listed AS (
+    SELECT agent, "check", judge,
+           list(struct_pack(agent, item_id, row, repetition, "check", check_passed, judge,
+                            judge_passed, judge_pos) ORDER BY check_pos, judge_pos) AS examples
+    FROM (SELECT * FROM pairs WHERE check_passed <> judge_passed
+          QUALIFY row_number() OVER (PARTITION BY agent, "check", judge
+                                     ORDER BY check_pos, judge_pos) <= $listed)
+    GROUP BY ALL
+)
 SELECT agent, "check", judge, count(*) AS pairs,
        count(*) FILTER (WHERE check_passed AND NOT judge_passed) AS check_pass_judge_fail,
-       count(*) FILTER (WHERE judge_passed AND NOT check_passed) AS check_fail_judge_pass
-FROM pairs GROUP BY ALL ORDER BY agent, "check", judge
+       count(*) FILTER (WHERE judge_passed AND NOT check_passed) AS check_fail_judge_pass,
+       count(*) FILTER (WHERE check_passed = judge_passed) / count(*) AS agreement,
+       coalesce(any_value(examples), []) AS examples
+FROM pairs LEFT JOIN listed USING (agent, "check", judge)
+GROUP BY agent, "check", judge ORDER BY agent, "check", judge
 """
-
-_DISAGREEMENT_EXAMPLES_SQL = """
-SELECT agent, item_id, row, repetition, "check", check_passed, judge, judge_passed, judge_pos
-FROM pairs WHERE check_passed <> judge_passed
-QUALIFY row_number() OVER (PARTITION BY agent, "check", judge ORDER BY check_pos, judge_pos) <= ?
-ORDER BY check_pos, judge_pos
-"""
-"""The first ``max_examples`` disagreeing pairs of each (agent, check, judge), in file order."""
+"""Per (agent, check, judge): the pairs, the disagreements each way, the agreement, and the first
+``$listed`` disagreeing pairs in file order."""
 
 
 def query_disagreements(
@@ -591,27 +590,19 @@ def query_disagreements(
     con.execute("CREATE TEMP TABLE kinds (provider VARCHAR, metric VARCHAR, kind VARCHAR)")
     con.executemany("INSERT INTO kinds VALUES (?, ?, ?)", [(*k, v) for k, v in kinds.items()])
     con.execute(_PAIRS_SQL.format(scored=scored))
-    examples = records(con, _DISAGREEMENT_EXAMPLES_SQL, [max(max_examples, 0)])
-    counts = records(con, _DISAGREEMENT_COUNTS_SQL)
+    found = records(con, _DISAGREEMENTS_SQL, {"listed": max(max_examples, 0)})
     con.execute("DROP TABLE pairs; DROP TABLE kinds")
-    judged = [r.pop("judge_pos") for r in examples]
-    reasons = (
-        [
-            r["reason"]
-            for r in read_rows(run_dir, "scores", judged, columns=["reason"], filesystem=filesystem)
-        ]
+    judged = [x.pop("judge_pos") for g in found for x in g["examples"]]
+    reasons = iter(
+        read_rows(run_dir, "scores", judged, columns=["reason"], filesystem=filesystem)
         if run_dir is not None
-        else [None] * len(examples)
+        else [{"reason": None}] * len(judged)
     )
-    shown: dict[tuple[str, str, str], list[DisagreementItem]] = {}
-    for r, reason in zip(examples, reasons, strict=True):
-        shown.setdefault((r["agent"], r["check"], r["judge"]), []).append(
-            DisagreementItem(**r, judge_reason=reason)
-        )
-    return [
-        Disagreement(**g, examples=shown.get((g["agent"], g["check"], g["judge"]), []))
-        for g in counts
-    ]
+    for g in found:
+        g["examples"] = [
+            DisagreementItem(**x, judge_reason=next(reasons)["reason"]) for x in g["examples"]
+        ]
+    return [Disagreement(**g) for g in found]
 
 
 # -- drill-down -----------------------------------------------------------------------------------
@@ -688,31 +679,27 @@ def _message_views(conversation: str | None) -> list[MessageView]:
     return out
 
 
+_AS_IS = ("provider", "metric", "evaluator", "status", "score", "threshold", "label", "rating")
+"""The columns of scores.parquet a ScoreView shows as they are."""
+
+
 def _score_view(r: dict[str, Any]) -> ScoreView:
     """One scores.parquet row as the drill-down shows it (an item's error on its no-metric row)."""
-    diagnostics = _loads(r["diagnostics"]) or []
-    dimensions = _loads(r["dimensions"]) or []
+    item_error = not r["metric"]
     return ScoreView(
-        provider=r["provider"],
-        metric=r["metric"],
-        evaluator=r["evaluator"],
-        status=r["status"],
-        score=r["score"],
-        threshold=r["threshold"],
-        label=r["label"],
-        rating=r["rating"],
+        **{name: r[name] for name in _AS_IS},
         reason=_cut(r["reason"], "scores.parquet"),
-        error_code=r["error_code"] or (None if r["metric"] else r["item_error_code"]),
+        error_code=r["error_code"] or (r["item_error_code"] if item_error else None),
         error_message=_cut(
-            r["error_message"] or (None if r["metric"] else r["item_error_message"]),
+            r["error_message"] or (r["item_error_message"] if item_error else None),
             "scores.parquet",
         ),
         diagnostics=[
             (str(d.get("severity")), _cut(str(d.get("message")), "scores.parquet") or "")
-            for d in diagnostics
+            for d in _loads(r["diagnostics"]) or []
             if isinstance(d, dict)
         ],
-        dimensions=[d for d in dimensions if isinstance(d, dict)],
+        dimensions=[d for d in _loads(r["dimensions"]) or [] if isinstance(d, dict)],
     )
 
 
@@ -749,10 +736,7 @@ def item_detail(
         return text(value if value is not None else first.get(fallback))
 
     return ItemDetail(
-        agent=index["agent"],
-        item_id=index["item_id"],
-        row=index["row"],
-        repetition=index["repetition"],
+        **{name: index[name] for name in ("agent", "item_id", "row", "repetition", "verdict")},
         query=either("query", "input_text"),
         response=either("response", "output_text"),
         expected_output=text(item.get("expected_output")),
@@ -761,7 +745,6 @@ def item_detail(
         error_message=text(item.get("error_message") or first.get("item_error_message")),
         messages=_message_views(item.get("conversation")),
         scores=[_score_view(dict(r)) for r in scores],
-        verdict=index["verdict"],
     )
 
 
