@@ -99,10 +99,6 @@ def make_calls(identity: str, rows: Sequence[Row], repetitions: int) -> tuple[Ca
     )
 
 
-_EVALPIPE_WORKFLOWS = (SequentialWorkflow, RouterWorkflow, MAFWorkflow)
-"""evalpipe's own workflow classes: never run as an agent."""
-
-
 @dataclass(frozen=True, slots=True)
 class Target:
     """The target as the run calls it: one object for every call (see :func:`resolve_target`)."""
@@ -162,7 +158,8 @@ def resolve_target(obj: Any, *, kind: TargetKind | None = None) -> Target:
             identity=workflow_identity(workflow),
         )
     if kind == "agent" and (
-        is_maf_instance(obj, "Workflow") or isinstance(obj, _EVALPIPE_WORKFLOWS)
+        is_maf_instance(obj, "Workflow")
+        or isinstance(obj, (SequentialWorkflow, RouterWorkflow, MAFWorkflow))
     ):
         raise TypeError(
             f"{type(obj).__name__} is a workflow, not an agent: evaluate it with "
@@ -302,7 +299,6 @@ def in_process_plan(
     strict_tools: bool = False,
     row_ids: Sequence[str] | None = None,
     tags: Sequence[Sequence[str]] | None = None,
-    item_ids: ItemIds = "position",
     call_timeout: float | None = None,
 ) -> RunPlan:
     """The plan of an in-process evaluation (``evaluate_agent``, ``evaluate_workflow``, ``evalpipe
@@ -339,7 +335,6 @@ def in_process_plan(
         include_per_agent=include_per_agent,
         tools_override=tuple(tools_override) if tools_override is not None else None,
         strict_tools=strict_tools,
-        item_ids=item_ids,
         call_timeout=call_timeout,
         secrets=frozenset(secrets_of(target.obj if target is not None else None, *providers)),
     )

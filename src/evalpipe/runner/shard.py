@@ -360,10 +360,7 @@ def build_items(plan: RunPlan, outcomes: Sequence[CallOutcome]) -> WorkflowItems
     Raises:
         ValueError: for a tool with two schemas when the plan is ``strict_tools``.
     """
-    itemizer = _ItemsAsSettled(plan, len(outcomes))
-    for index, outcome in enumerate(outcomes):
-        itemizer(index, outcome)
-    return itemizer.items()
+    return _in_call_order(plan, [_items_of(plan, outcome) for outcome in outcomes])
 
 
 _CallItems = EvalItem | RunItems
@@ -399,44 +396,24 @@ def _items_of(plan: RunPlan, outcome: CallOutcome) -> _CallItems:
     )
 
 
-class _ItemsAsSettled:
-    """A shard's items built as its calls are settled (overlapping the calls still in flight
-    instead of stalling the event loop once they are all done), put in call order at the end."""
+def _in_call_order(plan: RunPlan, built: Sequence[_CallItems | Exception | None]) -> WorkflowItems:
+    """A shard's items from each call's, in call order.
 
-    __slots__ = ("built", "plan")
-
-    def __init__(self, plan: RunPlan, total: int) -> None:
-        self.plan = plan
-        self.built: list[_CallItems | Exception | None] = [None] * total
-
-    def __call__(self, index: int, outcome: CallOutcome) -> None:
-        try:
-            self.built[index] = _items_of(self.plan, outcome)
-        except Exception as exc:  # raised in call order by items()
-            self.built[index] = exc
-
-    def items(self) -> WorkflowItems:
-        """The shard's items in call order.
-
-        Raises:
-            ValueError: (or what else building a call's items raised) for the first call, in call
-                order, whose items could not be built.
-        """
-        items = WorkflowItems()
-        for made in self.built:
-            if made is None:  # pragma: no cover - run_calls settles every call or raises
-                raise RuntimeError("a call of the shard was not settled")
-            if isinstance(made, Exception):
-                raise made
-            if self.plan.kind == "agent":
-                items.overall.append(made)  # type: ignore[arg-type]
-            else:
-                items.add(made)  # type: ignore[arg-type]
-        return items
-
-
-def _error_text(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"
+    Raises:
+        ValueError: (or what else building a call's items raised) for the first call, in call
+            order, whose items could not be built.
+    """
+    items = WorkflowItems()
+    for made in built:
+        if made is None:  # pragma: no cover - run_calls settles every call or raises
+            raise RuntimeError("a call of the shard was not settled")
+        if isinstance(made, Exception):
+            raise made
+        if plan.kind == "agent":
+            items.overall.append(made)  # type: ignore[arg-type]
+        else:
+            items.add(made)  # type: ignore[arg-type]
+    return items
 
 
 async def _evaluate_group(
@@ -486,7 +463,7 @@ async def _evaluate_group(
     except BaseException as exc:
         if not is_call_failure(exc):
             raise
-        return errored_results(provider.name, items, name, failing + _error_text(exc))
+        return errored_results(provider.name, items, name, f"{failing}{type(exc).__name__}: {exc}")
     result.provider = provider.name
     return result
 
@@ -573,7 +550,15 @@ async def run_shard(
     once the calls and requests in flight (of every shard counted in the ledger) have finished
     and been kept, by raising :class:`~evalpipe.spend.BudgetReached`.
     """
-    itemizer = _ItemsAsSettled(plan, len(calls))
+    built: list[_CallItems | Exception | None] = [None] * len(calls)
+
+    def itemize(index: int, outcome: CallOutcome) -> None:
+        # built as calls settle, overlapping the calls still in flight; raised in call order
+        try:
+            built[index] = _items_of(plan, outcome)
+        except Exception as exc:
+            built[index] = exc
+
     try:
         outcomes = await run_calls(
             plan,
@@ -582,10 +567,10 @@ async def run_shard(
             semaphore=semaphore,
             workers=workers,
             on_call=on_call,
-            on_settled=itemizer,
+            on_settled=itemize,
             ledger=ledger,
         )
-        items = itemizer.items()
+        items = _in_call_order(plan, built)
         first = calls[0].position if calls else 0
 
         async def one(index: int, provider: Evaluator) -> EvalResults:
