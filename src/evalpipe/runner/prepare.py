@@ -324,16 +324,19 @@ def _check_scopes(providers: Sequence[Evaluator], kind: str, target: Target | No
             f"evaluators: {scoped[0].name!r} is scoped with 'agents:', which only applies to "
             "workflow targets; remove 'agents:' for a single agent"
         )
-    if target is None or target.agent_names is None:
-        return
-    known = target.agent_names
     for provider in scoped:
-        unknown = [a for a in provider.agents if a != "overall" and a not in known]
-        if unknown:
-            raise SuiteError(
-                f"evaluators: {provider.name!r} names agent {unknown[0]!r}, which the workflow "
-                f"does not have; its agents are {', '.join(known)} (and 'overall')"
-            )
+        agents = [a for a in provider.agents if a != OVERALL]
+        _check_agents(f"evaluators: {provider.name!r} names", agents, target, " (and 'overall')")
+
+
+def _check_agents(where: str, agents: Sequence[str], target: Target | None, also: str = "") -> None:
+    """The agents must be the workflow's, when it declares them up front."""
+    known = target.agent_names if target is not None else None
+    if unknown := [a for a in agents if known is not None and a not in known]:
+        raise SuiteError(
+            f"{where} agent {unknown[0]!r}, which the workflow does not have; its agents are "
+            f"{', '.join(known or ())}{also}"
+        )
 
 
 def _check_rows(
@@ -343,7 +346,6 @@ def _check_rows(
     nor per-agent expectations, and per-agent expectations must name agents the workflow has
     (else they are silently never checked, and a check on a missing expectation passes
     vacuously)."""
-    known = target.agent_names if target is not None else None
     for index, row in enumerate(rows):
         where = f"row {row.id!r} (row {index + 1})"
         if kind == "agent" and row.recorded_agents is not None:
@@ -359,11 +361,7 @@ def _check_rows(
                 f"dataset {suite.dataset}: {where} has per-agent expectations ('agents'), but "
                 "the target is a single agent; move them to expected_output / expected_tool_calls"
             )
-        if unknown := [a for a in row.agents if known is not None and a not in known]:
-            raise SuiteError(
-                f"dataset {suite.dataset}: {where} expects agent {unknown[0]!r}, which the "
-                f"workflow does not have; its agents are {', '.join(known or ())}"
-            )
+        _check_agents(f"dataset {suite.dataset}: {where} expects", list(row.agents), target)
 
 
 def _check_gates(
@@ -375,7 +373,6 @@ def _check_gates(
     produced: set[str] | None = None
     if all(names is not None for names in declared):
         produced = {n for names in declared for n in names or ()}
-    known = target.agent_names if target is not None else None
     for index, clause in enumerate(gates):
         where = f"gates[{index}] {str(clause)!r}"
         metric = getattr(clause, "metric", None)
@@ -392,11 +389,7 @@ def _check_gates(
                 f"{where}: names agent {agent!r}, but the target is a single agent; remove the "
                 "agent prefix"
             )
-        if known is not None and agent not in known:
-            raise SuiteError(
-                f"{where}: names agent {agent!r}, which the workflow does not have; its agents "
-                f"are {', '.join(known)}"
-            )
+        _check_agents(f"{where}: names", [agent], target)
 
 
 def _target_model(target: Target | None) -> str:
