@@ -104,7 +104,6 @@ class CacheStats(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     directory: str
-    """The cache directory."""
     entries: int = 0
     """Stored entries, expired ones included."""
     expired: int = 0
@@ -114,9 +113,7 @@ class CacheStats(BaseModel):
     bytes: int = 0
     """Total size of the entry files."""
     oldest: datetime | None = None
-    """Creation time of the oldest entry."""
     newest: datetime | None = None
-    """Creation time of the newest entry."""
 
 
 class CacheConfig(BaseModel):
@@ -127,7 +124,6 @@ class CacheConfig(BaseModel):
     directory: str
     """The cache directory (commit it to replay in CI)."""
     mode: CacheMode = "record"
-    """``record``, ``replay`` or ``off``."""
     ttl_days: float = Field(default=DEFAULT_TTL.days, ge=0)
     """Days a new entry stays valid."""
 
