@@ -88,15 +88,6 @@ class ShardResult:
     """How many items the transcripts became (overall and per agent)."""
 
 
-def _stamp(run: Transcript) -> None:
-    """When the call started and ended (UTC): it ended now, and started its latency ago (the
-    latency excludes waiting for a concurrency slot)."""
-    ended = datetime.now(UTC)
-    latency = run.usage.latency_seconds
-    run.ended_at = ended
-    run.started_at = ended - timedelta(seconds=latency) if latency is not None else ended
-
-
 def _held(plan: RunPlan, state: RunState, call: Call) -> CallOutcome | None:
     """The outcome of a call whose transcript is held already (the re-scored run, the journal, the
     row's recording), or None when the target must be called (:func:`_made`)."""
@@ -157,7 +148,10 @@ async def _made(
         ledger.finish("target", plan.target_model, made.usage, answered=not spent_out)
     if spent_out:
         return None
-    _stamp(made)
+    # it ended now and started its latency ago (the latency excludes waiting for a slot)
+    made.ended_at = ended = datetime.now(UTC)
+    latency = made.usage.latency_seconds
+    made.started_at = ended - timedelta(seconds=latency) if latency is not None else ended
     return CallOutcome(call, made, "made")
 
 
