@@ -229,8 +229,7 @@ class ResponseCache:
         """
         if not self.enabled:
             return None
-        normalized = normalize_request(request)
-        key = request_key(normalized)
+        key = request_key(request)
         try:
             entry = _read_entry(self.path_for(key))
         except CacheError:
@@ -244,7 +243,7 @@ class ResponseCache:
         if entry is not None:
             why = f"the stored entry expired at {entry.expires.isoformat()}"
         else:
-            why = self.explain_miss(normalized)
+            why = self.explain_miss(request)
         raise CacheMissError(key, why, self.directory)
 
     def put(
