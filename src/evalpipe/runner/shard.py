@@ -607,22 +607,13 @@ def _scrub_value(value: Any, scrub: Scrubber) -> Any:
 def _scrub(result: EvalResults, scrub: Scrubber) -> None:
     """Mask the run's secrets in a provider's results (an endpoint's error that quotes the key,
     a judge answer that echoes it), in place, before anything is written."""
-    if result.error:
-        result.error = scrub(result.error)
+    result.error = _scrub_value(result.error, scrub)
     for item in result.items:
-        for name in ("error_message", "input_text", "output_text"):
-            text = getattr(item, name)
-            if text and scrub.found(text):
-                setattr(item, name, scrub(text))
-        if item.metadata:
-            item.metadata = _scrub_value(item.metadata, scrub)
+        for name in ("error_message", "input_text", "output_text", "metadata"):
+            setattr(item, name, _scrub_value(getattr(item, name), scrub))
         for score in item.scores:
-            for name in ("reason", "error_message", "label"):
-                text = getattr(score, name)
-                if text and scrub.found(text):
-                    setattr(score, name, scrub(text))
-            if score.sample:
-                score.sample = _scrub_value(score.sample, scrub)
+            for name in ("reason", "error_message", "label", "sample"):
+                setattr(score, name, _scrub_value(getattr(score, name), scrub))
             if score.diagnostics:
                 score.diagnostics = [
                     Diagnostic(d.severity, scrub(d.message)) for d in score.diagnostics
