@@ -208,22 +208,15 @@ def place(
         RunDirError: for a directory this run must not write.
     """
     placement: Placement = "given"
+    resume = resume and plan.stored is None  # a re-scored run is never resumed
+    fingerprint = (plan.suite_record or {}).get("fingerprint")
     if run_dir is not None:
         path = Path(run_dir)
         check_run_dir(path, plan.identity, rescore=plan.stored is not None)
-    elif (
-        plan.stored is None
-        and resume
-        and (
-            found := find_resumable(
-                suite, plan.identity, fingerprint=(plan.suite_record or {}).get("fingerprint")
-            )
-        )
-        is not None
-    ):
+    elif resume and (found := find_resumable(suite, plan.identity, fingerprint=fingerprint)):
         path, placement = found, "resume"
     else:
-        placement = "resume" if plan.stored is None and resume else "new"
+        placement = "resume" if resume else "new"
         base = local_base(str(suite.output_dir))
         for parent in (base, *base.parents):
             if parent.exists() and not parent.is_dir():
