@@ -104,7 +104,6 @@ class CacheStats(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     directory: str
-    """The cache directory."""
     entries: int = 0
     """Stored entries, expired ones included."""
     expired: int = 0
@@ -114,9 +113,7 @@ class CacheStats(BaseModel):
     bytes: int = 0
     """Total size of the entry files."""
     oldest: datetime | None = None
-    """Creation time of the oldest entry."""
     newest: datetime | None = None
-    """Creation time of the newest entry."""
 
 
 class CacheConfig(BaseModel):
@@ -127,7 +124,6 @@ class CacheConfig(BaseModel):
     directory: str
     """The cache directory (commit it to replay in CI)."""
     mode: CacheMode = "record"
-    """``record``, ``replay`` or ``off``."""
     ttl_days: float = Field(default=DEFAULT_TTL.days, ge=0)
     """Days a new entry stays valid."""
 
@@ -233,8 +229,7 @@ class ResponseCache:
         """
         if not self.enabled:
             return None
-        normalized = normalize_request(request)
-        key = request_key(normalized)
+        key = request_key(request)
         try:
             entry = _read_entry(self.path_for(key))
         except CacheError:
@@ -248,7 +243,7 @@ class ResponseCache:
         if entry is not None:
             why = f"the stored entry expired at {entry.expires.isoformat()}"
         else:
-            why = self.explain_miss(normalized)
+            why = self.explain_miss(request)
         raise CacheMissError(key, why, self.directory)
 
     def put(

@@ -61,8 +61,6 @@ __all__ = [
     "write_jsonl",
 ]
 
-DATASET_SUFFIXES = (".jsonl", ".csv", ".parquet")
-
 
 class DatasetError(ValueError):
     """A dataset that cannot be used as it is; the message names the file, line and field."""
@@ -454,20 +452,18 @@ def _read(path: str | Path, *, plain: bool, suffix: str | None = None) -> list[Q
     file = Path(path)
     if file.is_dir():
         raise DatasetError(
-            f"{file}: is a directory, not a dataset file; name a file in it "
-            f"({', '.join(DATASET_SUFFIXES)})"
+            f"{file}: is a directory, not a dataset file; name a file in it ({', '.join(_READERS)})"
         )
     suffix = suffix or file.suffix.lower()
-    readers = {".jsonl": _jsonl_records, ".csv": _csv_records, ".parquet": _parquet_records}
-    if suffix not in readers:
+    if suffix not in _READERS:
         raise DatasetError(
             f"{file}: unknown dataset format {suffix or '(no suffix)'!r}; use one of "
-            f"{', '.join(DATASET_SUFFIXES)}"
+            f"{', '.join(_READERS)}"
         )
     if not file.is_file():
         where = "" if file.is_absolute() else f" (relative to {Path.cwd()})"
         raise DatasetError(f"{file}: no such dataset file; check the path{where}")
-    return _collect_rows(file, readers[suffix](file), plain=plain)
+    return _collect_rows(file, _READERS[suffix](file), plain=plain)
 
 
 _RECORDING_COLUMNS = ("conversation", "tools", "recorded_agents")
@@ -589,6 +585,9 @@ def _jsonl_records(file: Path) -> Iterator[_Record]:
             decode_utf8(content, str(file))
         except ValueError as exc:
             raise DatasetError(str(exc)) from None
+
+
+_READERS = {".jsonl": _jsonl_records, ".csv": _csv_records, ".parquet": _parquet_records}
 
 
 def write_jsonl(rows: Iterable[Mapping[str, Any]], path: str | Path) -> list[QueryRow]:

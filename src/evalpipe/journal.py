@@ -29,12 +29,7 @@ from typing import Any
 
 from pydantic_core import from_json
 
-__all__ = ["Journal", "call_key", "content_key", "target_key"]
-
-
-def target_key(identity: str) -> str:
-    """A short, file-name-safe hash of a target's identity string."""
-    return hashlib.sha256(identity.encode("utf-8")).hexdigest()[:24]
+__all__ = ["Journal", "call_key", "content_key"]
 
 
 def content_key(data: Any) -> str:
@@ -64,7 +59,8 @@ class Journal:
     def __init__(self, directory: str | Path, identity: str) -> None:
         self.directory = Path(directory)
         self.identity = identity
-        self.path = self.directory / f"{target_key(identity)}.jsonl"
+        # one file per target, named by a short hash of its identity
+        self.path = self.directory / f"{hashlib.sha256(identity.encode()).hexdigest()[:24]}.jsonl"
         self._lock = threading.Lock()
         self._entries: dict[str, tuple[int, int, bool]] = {}
         """key -> (offset, length, run embedded as an object) of its line: transcripts stay on

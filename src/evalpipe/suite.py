@@ -360,23 +360,20 @@ class _UniqueKeyLoader(yaml.SafeLoader):
     """YAML's safe loader, refusing a mapping that names a key twice (YAML keeps the last one
     silently: a second ``evaluators:`` would drop the first)."""
 
-
-def _unique_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> Any:
-    seen: dict[Any, int] = {}
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=deep)
-        if key in seen:
-            raise yaml.constructor.ConstructorError(
-                None,
-                None,
-                f"duplicate key {key!r} (first on line {seen[key] + 1}); each key may appear once",
-                key_node.start_mark,
-            )
-        seen[key] = key_node.start_mark.line
-    return loader.construct_mapping(node, deep=deep)
-
-
-_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None,
+                    None,
+                    f"duplicate key {key!r} (first on line {seen[key] + 1}); each key may "
+                    "appear once",
+                    key_node.start_mark,
+                )
+            seen[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep=deep)
 
 
 def load_suite(path: str | Path, params: Sequence[str] = ()) -> EvalSuite:
@@ -418,10 +415,9 @@ def load_suite(path: str | Path, params: Sequence[str] = ()) -> EvalSuite:
     data["suite_dir"] = str(file.parent.resolve())
     data = apply_params(data, params)
     try:
-        suite = EvalSuite.model_validate(data)
+        return EvalSuite.model_validate(data)
     except ValidationError as exc:
         raise SuiteError(_describe(exc, str(file), root, params)) from None
-    return suite
 
 
 PATH_FIELDS = ("dataset", "output_dir", "compare_with")

@@ -63,15 +63,12 @@ class Row:
     index: int
     """Position in the query set."""
     query: str
-    """The user query sent to the target."""
     key: str
-    """Content address of the row: its id and everything it holds (see :func:`row_key`)."""
+    """Content address of the row: its id and everything it holds."""
     id: str | None = None
     """The dataset row's id (None for in-process queries)."""
     tags: tuple[str, ...] = ()
-    """The row's labels."""
     expect: Expectations = NO_EXPECTATIONS
-    """What the row expects."""
     recorded: Transcript | None = None
     """A recorded row's transcript (repetition 0): no target is called for it."""
     recorded_head: tuple[Message, ...] | None = None
@@ -99,10 +96,6 @@ def make_calls(identity: str, rows: Sequence[Row], repetitions: int) -> tuple[Ca
     )
 
 
-_EVALPIPE_WORKFLOWS = (SequentialWorkflow, RouterWorkflow, MAFWorkflow)
-"""evalpipe's own workflow classes: never run as an agent."""
-
-
 @dataclass(frozen=True, slots=True)
 class Target:
     """The target as the run calls it: one object for every call (see :func:`resolve_target`)."""
@@ -111,7 +104,6 @@ class Target:
     obj: Any
     """An agent (``run(messages)``) or an evalpipe Workflow (``run(query) -> WorkflowRun``)."""
     name: str
-    """Its display name."""
     declared_tools: tuple[ToolDefinition, ...] = ()
     """An agent's declared tool snapshots (the fallback when a response carries none)."""
     agent_names: tuple[str, ...] | None = None
@@ -162,7 +154,8 @@ def resolve_target(obj: Any, *, kind: TargetKind | None = None) -> Target:
             identity=workflow_identity(workflow),
         )
     if kind == "agent" and (
-        is_maf_instance(obj, "Workflow") or isinstance(obj, _EVALPIPE_WORKFLOWS)
+        is_maf_instance(obj, "Workflow")
+        or isinstance(obj, (SequentialWorkflow, RouterWorkflow, MAFWorkflow))
     ):
         raise TypeError(
             f"{type(obj).__name__} is a workflow, not an agent: evaluate it with "
@@ -193,7 +186,7 @@ class RunPlan:
     target: Target | None
     """None when no target is called (every row recorded, or re-scoring)."""
     identity: str
-    """The target's identity for the journal."""
+    """What the journal keys calls by (the target's, with a suite's target spec and version)."""
     rows: tuple[Row, ...]
     repetitions: int
     providers: tuple[Evaluator, ...]
@@ -223,16 +216,13 @@ class RunPlan:
     """For a suite run, what its directory's marker records of the suite (the suite with its
     secrets masked, and its fingerprint); the suite itself stops at preparation."""
     gates: tuple[Any, ...] = ()
-    """The suite's parsed gate clauses."""
     run_dir: Path | None = None
-    """Where a suite run writes."""
     placement: Placement = "given"
     """How ``run_dir`` was chosen: named by the caller (``given``: never moved), or by
     ``runner.prepare.place``, resuming the newest unfinished run of the target when there is one
     (``resume``) or always a new directory (``new``): chosen again when the run takes it
     (``runner.prepare.claim``), since another run may have started meanwhile."""
     rescored_from: Path | None = None
-    """The run whose transcripts are re-scored."""
     secrets: frozenset[str] = frozenset()
     """Every secret value the run knows (inline keys, header values, the variables its ``*_env``
     fields name): scrubbed from whatever it stores, logs or prints (``evalpipe.secrets``)."""
@@ -302,7 +292,6 @@ def in_process_plan(
     strict_tools: bool = False,
     row_ids: Sequence[str] | None = None,
     tags: Sequence[Sequence[str]] | None = None,
-    item_ids: ItemIds = "position",
     call_timeout: float | None = None,
 ) -> RunPlan:
     """The plan of an in-process evaluation (``evaluate_agent``, ``evaluate_workflow``, ``evalpipe
@@ -339,7 +328,6 @@ def in_process_plan(
         include_per_agent=include_per_agent,
         tools_override=tuple(tools_override) if tools_override is not None else None,
         strict_tools=strict_tools,
-        item_ids=item_ids,
         call_timeout=call_timeout,
         secrets=frozenset(secrets_of(target.obj if target is not None else None, *providers)),
     )

@@ -53,7 +53,7 @@ def rows_from_dataset(rows: Sequence[QueryRow | PlainRow], kind: TargetKind) -> 
     """Runner rows from dataset rows; a recorded row carries its transcript (and, for an agent,
     its recorded query side)."""
     out = []
-    shared: dict[str, _Kept] = {}
+    shared: dict[str, list[ExpectedToolCall]] = {}
     expectations: dict[tuple[str | None, int, str | None], Expectations] = {}
     for index, row in enumerate(rows):
         recorded: Transcript | None = None
@@ -95,31 +95,16 @@ def rows_from_dataset(rows: Sequence[QueryRow | PlainRow], kind: TargetKind) -> 
     return tuple(out)
 
 
-_Kept = tuple[list[ExpectedToolCall], list[tuple[str, Any]], bool]
-"""A shared list of expected calls, its (name, arguments) pairs, and whether every call is an
-ExpectedToolCall itself (not a subclass)."""
-
-
 def _shared(
-    seen: dict[str, _Kept], calls: list[ExpectedToolCall] | None
+    seen: dict[str, list[ExpectedToolCall]], calls: list[ExpectedToolCall] | None
 ) -> list[ExpectedToolCall] | None:
     """One list for every row that expects equal tool calls (the plan holds the rows for the
     whole run: ~0.7 kB a row of pydantic objects otherwise). Nothing writes to them; each item
     gets its own list of the calls."""
     if not calls:
         return calls
-    pairs = [(c.name, c.arguments) for c in calls]
-    key = repr(pairs)
-    exact = all(type(c) is ExpectedToolCall for c in calls)
-    first = seen.get(key)
-    if first is not None:
-        kept, kept_pairs, kept_exact = first
-        # ExpectedToolCall's == is its fields' (no private or extra attributes): the pairs'
-        if (kept_pairs == pairs) if (exact and kept_exact) else (kept == calls):
-            return kept
-        return calls
-    seen[key] = (calls, pairs, exact)
-    return calls
+    kept = seen.setdefault(repr([(c.name, c.arguments) for c in calls]), calls)
+    return kept if kept == calls else calls  # model equality: the class too
 
 
 def prepare_suite(
@@ -147,7 +132,10 @@ def prepare_suite(
         ) from None
     providers = build_evaluators(suite)
     splitter = build_split(suite)
-    gates = _parse_gates(suite.gates)
+    try:
+        gates = parse_gates(suite.gates, source="gates")
+    except ValueError as exc:
+        raise SuiteError(str(exc)) from None
     stored: dict[str, Transcript] | None = None
     target: Target | None = None
     if rescore is not None:
@@ -161,9 +149,8 @@ def prepare_suite(
             raise SuiteError(f"target: {exc}") from None
         kind = target.kind
         identity = f"{target.identity}|{suite.target_identity()}"
-    _check_recorded_rows(dataset, kind)
+    _check_rows(dataset, suite, kind, target)
     _check_scopes(providers, kind, target)
-    _check_row_agents(dataset, suite, target)
     _check_gates(gates, providers, kind, target)
     target_model = _target_model(target)
     _check_endpoints(suite, providers, target, target_model)
@@ -221,22 +208,15 @@ def place(
         RunDirError: for a directory this run must not write.
     """
     placement: Placement = "given"
+    resume = resume and plan.stored is None  # a re-scored run is never resumed
+    fingerprint = (plan.suite_record or {}).get("fingerprint")
     if run_dir is not None:
         path = Path(run_dir)
         check_run_dir(path, plan.identity, rescore=plan.stored is not None)
-    elif (
-        plan.stored is None
-        and resume
-        and (
-            found := find_resumable(
-                suite, plan.identity, fingerprint=(plan.suite_record or {}).get("fingerprint")
-            )
-        )
-        is not None
-    ):
+    elif resume and (found := find_resumable(suite, plan.identity, fingerprint=fingerprint)):
         path, placement = found, "resume"
     else:
-        placement = "resume" if plan.stored is None and resume else "new"
+        placement = "resume" if resume else "new"
         base = local_base(str(suite.output_dir))
         for parent in (base, *base.parents):
             if parent.exists() and not parent.is_dir():
@@ -327,17 +307,6 @@ def _recorded_kind(suite: EvalSuite, rows: Sequence[QueryRow | PlainRow]) -> tup
     return "agent", f"agent|{suite.target_identity()}"
 
 
-def _check_recorded_rows(rows: Sequence[QueryRow | PlainRow], kind: str) -> None:
-    """A single agent target cannot take multi-agent recordings (a workflow takes both kinds)."""
-    for index, row in enumerate(rows):
-        if kind == "agent" and row.recorded_agents is not None:
-            raise SuiteError(
-                f"dataset: row {row.id!r} (row {index + 1}) has 'recorded_agents', a multi-agent "
-                "recording, but the target is a single agent; use a workflow target, no target, "
-                "or give the row a 'conversation' only"
-            )
-
-
 def _check_scopes(providers: Sequence[Evaluator], kind: str, target: Target | None) -> None:
     """``agents:`` scopes only make sense for workflows, and must name their agents."""
     scoped = [p for p in providers if isinstance(p, AgentScoped)]
@@ -348,42 +317,44 @@ def _check_scopes(providers: Sequence[Evaluator], kind: str, target: Target | No
             f"evaluators: {scoped[0].name!r} is scoped with 'agents:', which only applies to "
             "workflow targets; remove 'agents:' for a single agent"
         )
-    if target is None or target.agent_names is None:
-        return
-    known = target.agent_names
     for provider in scoped:
-        unknown = [a for a in provider.agents if a != "overall" and a not in known]
-        if unknown:
-            raise SuiteError(
-                f"evaluators: {provider.name!r} names agent {unknown[0]!r}, which the workflow "
-                f"does not have; its agents are {', '.join(known)} (and 'overall')"
-            )
+        agents = [a for a in provider.agents if a != OVERALL]
+        _check_agents(f"evaluators: {provider.name!r} names", agents, target, " (and 'overall')")
 
 
-def _check_row_agents(
-    rows: Sequence[QueryRow | PlainRow], suite: EvalSuite, target: Target | None
-) -> None:
-    """Per-agent expectations must name agents the workflow has (else they are silently never
-    checked, and a check on a missing expectation passes vacuously)."""
+def _check_agents(where: str, agents: Sequence[str], target: Target | None, also: str = "") -> None:
+    """The agents must be the workflow's, when it declares them up front."""
     known = target.agent_names if target is not None else None
+    if unknown := [a for a in agents if known is not None and a not in known]:
+        raise SuiteError(
+            f"{where} agent {unknown[0]!r}, which the workflow does not have; its agents are "
+            f"{', '.join(known or ())}{also}"
+        )
+
+
+def _check_rows(
+    rows: Sequence[QueryRow | PlainRow], suite: EvalSuite, kind: str, target: Target | None
+) -> None:
+    """A single agent target takes neither multi-agent recordings (a workflow takes both kinds)
+    nor per-agent expectations, and per-agent expectations must name agents the workflow has
+    (else they are silently never checked, and a check on a missing expectation passes
+    vacuously)."""
     for index, row in enumerate(rows):
+        where = f"row {row.id!r} (row {index + 1})"
+        if kind == "agent" and row.recorded_agents is not None:
+            raise SuiteError(
+                f"dataset: {where} has 'recorded_agents', a multi-agent recording, but the "
+                "target is a single agent; use a workflow target, no target, or give the row a "
+                "'conversation' only"
+            )
         if not row.agents:
             continue
         if target is not None and target.kind == "agent":
             raise SuiteError(
-                f"dataset {suite.dataset}: row {row.id!r} (row {index + 1}) has per-agent "
-                "expectations ('agents'), but the target is a single agent; move them to "
-                "expected_output / expected_tool_calls"
+                f"dataset {suite.dataset}: {where} has per-agent expectations ('agents'), but "
+                "the target is a single agent; move them to expected_output / expected_tool_calls"
             )
-        if known is None:
-            continue
-        unknown = [a for a in row.agents if a not in known]
-        if unknown:
-            raise SuiteError(
-                f"dataset {suite.dataset}: row {row.id!r} (row {index + 1}) expects agent "
-                f"{unknown[0]!r}, which the workflow does not have; its agents are "
-                f"{', '.join(known)}"
-            )
+        _check_agents(f"dataset {suite.dataset}: {where} expects", list(row.agents), target)
 
 
 def _check_gates(
@@ -395,7 +366,6 @@ def _check_gates(
     produced: set[str] | None = None
     if all(names is not None for names in declared):
         produced = {n for names in declared for n in names or ()}
-    known = target.agent_names if target is not None else None
     for index, clause in enumerate(gates):
         where = f"gates[{index}] {str(clause)!r}"
         metric = getattr(clause, "metric", None)
@@ -412,11 +382,7 @@ def _check_gates(
                 f"{where}: names agent {agent!r}, but the target is a single agent; remove the "
                 "agent prefix"
             )
-        if known is not None and agent not in known:
-            raise SuiteError(
-                f"{where}: names agent {agent!r}, which the workflow does not have; its agents "
-                f"are {', '.join(known)}"
-            )
+        _check_agents(f"{where}: names", [agent], target)
 
 
 def _target_model(target: Target | None) -> str:
@@ -474,15 +440,6 @@ def _check_compare_with(suite: EvalSuite) -> None:
             f"compare_with: {path} is not a finished run directory (no manifest.json); name a "
             "run directory `evalpipe run` completed, or use compare_with: last or baseline"
         )
-
-
-def _parse_gates(specs: Sequence[str | dict[str, Any]]) -> list[Any]:
-    if not specs:
-        return []
-    try:
-        return list(parse_gates(list(specs), source="gates"))
-    except ValueError as exc:
-        raise SuiteError(str(exc)) from None
 
 
 def _read_stored(run_dir: Path) -> tuple[TargetKind, str, dict[str, Transcript]]:

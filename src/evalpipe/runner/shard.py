@@ -88,15 +88,6 @@ class ShardResult:
     """How many items the transcripts became (overall and per agent)."""
 
 
-def _stamp(run: Transcript) -> None:
-    """When the call started and ended (UTC): it ended now, and started its latency ago (the
-    latency excludes waiting for a concurrency slot)."""
-    ended = datetime.now(UTC)
-    latency = run.usage.latency_seconds
-    run.ended_at = ended
-    run.started_at = ended - timedelta(seconds=latency) if latency is not None else ended
-
-
 def _held(plan: RunPlan, state: RunState, call: Call) -> CallOutcome | None:
     """The outcome of a call whose transcript is held already (the re-scored run, the journal, the
     row's recording), or None when the target must be called (:func:`_made`)."""
@@ -157,7 +148,10 @@ async def _made(
         ledger.finish("target", plan.target_model, made.usage, answered=not spent_out)
     if spent_out:
         return None
-    _stamp(made)
+    # it ended now and started its latency ago (the latency excludes waiting for a slot)
+    made.ended_at = ended = datetime.now(UTC)
+    latency = made.usage.latency_seconds
+    made.started_at = ended - timedelta(seconds=latency) if latency is not None else ended
     return CallOutcome(call, made, "made")
 
 
@@ -360,10 +354,7 @@ def build_items(plan: RunPlan, outcomes: Sequence[CallOutcome]) -> WorkflowItems
     Raises:
         ValueError: for a tool with two schemas when the plan is ``strict_tools``.
     """
-    itemizer = _ItemsAsSettled(plan, len(outcomes))
-    for index, outcome in enumerate(outcomes):
-        itemizer(index, outcome)
-    return itemizer.items()
+    return _in_call_order(plan, [_items_of(plan, outcome) for outcome in outcomes])
 
 
 _CallItems = EvalItem | RunItems
@@ -399,44 +390,24 @@ def _items_of(plan: RunPlan, outcome: CallOutcome) -> _CallItems:
     )
 
 
-class _ItemsAsSettled:
-    """A shard's items built as its calls are settled (overlapping the calls still in flight
-    instead of stalling the event loop once they are all done), put in call order at the end."""
+def _in_call_order(plan: RunPlan, built: Sequence[_CallItems | Exception | None]) -> WorkflowItems:
+    """A shard's items from each call's, in call order.
 
-    __slots__ = ("built", "plan")
-
-    def __init__(self, plan: RunPlan, total: int) -> None:
-        self.plan = plan
-        self.built: list[_CallItems | Exception | None] = [None] * total
-
-    def __call__(self, index: int, outcome: CallOutcome) -> None:
-        try:
-            self.built[index] = _items_of(self.plan, outcome)
-        except Exception as exc:  # raised in call order by items()
-            self.built[index] = exc
-
-    def items(self) -> WorkflowItems:
-        """The shard's items in call order.
-
-        Raises:
-            ValueError: (or what else building a call's items raised) for the first call, in call
-                order, whose items could not be built.
-        """
-        items = WorkflowItems()
-        for made in self.built:
-            if made is None:  # pragma: no cover - run_calls settles every call or raises
-                raise RuntimeError("a call of the shard was not settled")
-            if isinstance(made, Exception):
-                raise made
-            if self.plan.kind == "agent":
-                items.overall.append(made)  # type: ignore[arg-type]
-            else:
-                items.add(made)  # type: ignore[arg-type]
-        return items
-
-
-def _error_text(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"
+    Raises:
+        ValueError: (or what else building a call's items raised) for the first call, in call
+            order, whose items could not be built.
+    """
+    items = WorkflowItems()
+    for made in built:
+        if made is None:  # pragma: no cover - run_calls settles every call or raises
+            raise RuntimeError("a call of the shard was not settled")
+        if isinstance(made, Exception):
+            raise made
+        if plan.kind == "agent":
+            items.overall.append(made)  # type: ignore[arg-type]
+        else:
+            items.add(made)  # type: ignore[arg-type]
+    return items
 
 
 async def _evaluate_group(
@@ -486,7 +457,7 @@ async def _evaluate_group(
     except BaseException as exc:
         if not is_call_failure(exc):
             raise
-        return errored_results(provider.name, items, name, failing + _error_text(exc))
+        return errored_results(provider.name, items, name, f"{failing}{type(exc).__name__}: {exc}")
     result.provider = provider.name
     return result
 
@@ -573,7 +544,15 @@ async def run_shard(
     once the calls and requests in flight (of every shard counted in the ledger) have finished
     and been kept, by raising :class:`~evalpipe.spend.BudgetReached`.
     """
-    itemizer = _ItemsAsSettled(plan, len(calls))
+    built: list[_CallItems | Exception | None] = [None] * len(calls)
+
+    def itemize(index: int, outcome: CallOutcome) -> None:
+        # built as calls settle, overlapping the calls still in flight; raised in call order
+        try:
+            built[index] = _items_of(plan, outcome)
+        except Exception as exc:
+            built[index] = exc
+
     try:
         outcomes = await run_calls(
             plan,
@@ -582,10 +561,10 @@ async def run_shard(
             semaphore=semaphore,
             workers=workers,
             on_call=on_call,
-            on_settled=itemizer,
+            on_settled=itemize,
             ledger=ledger,
         )
-        items = itemizer.items()
+        items = _in_call_order(plan, built)
         first = calls[0].position if calls else 0
 
         async def one(index: int, provider: Evaluator) -> EvalResults:
@@ -628,22 +607,13 @@ def _scrub_value(value: Any, scrub: Scrubber) -> Any:
 def _scrub(result: EvalResults, scrub: Scrubber) -> None:
     """Mask the run's secrets in a provider's results (an endpoint's error that quotes the key,
     a judge answer that echoes it), in place, before anything is written."""
-    if result.error:
-        result.error = scrub(result.error)
+    result.error = _scrub_value(result.error, scrub)
     for item in result.items:
-        for name in ("error_message", "input_text", "output_text"):
-            text = getattr(item, name)
-            if text and scrub.found(text):
-                setattr(item, name, scrub(text))
-        if item.metadata:
-            item.metadata = _scrub_value(item.metadata, scrub)
+        for name in ("error_message", "input_text", "output_text", "metadata"):
+            setattr(item, name, _scrub_value(getattr(item, name), scrub))
         for score in item.scores:
-            for name in ("reason", "error_message", "label"):
-                text = getattr(score, name)
-                if text and scrub.found(text):
-                    setattr(score, name, scrub(text))
-            if score.sample:
-                score.sample = _scrub_value(score.sample, scrub)
+            for name in ("reason", "error_message", "label", "sample"):
+                setattr(score, name, _scrub_value(getattr(score, name), scrub))
             if score.diagnostics:
                 score.diagnostics = [
                     Diagnostic(d.severity, scrub(d.message)) for d in score.diagnostics

@@ -117,10 +117,6 @@ def _read_json(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def _marker(path: Path) -> dict[str, Any] | None:
-    return _read_json(path / RUN_MARKER)
-
-
 def find_resumable(suite: Any, identity: str, *, fingerprint: str | None = None) -> Path | None:
     """The newest unfinished run of this suite against the same target (its identity: the target
     and its version), whatever else changed (evaluators, gates, repetitions): its finished calls
@@ -133,7 +129,7 @@ def find_resumable(suite: Any, identity: str, *, fingerprint: str | None = None)
         return None
     candidates: list[tuple[float, Path]] = []
     for path in base.iterdir():
-        data = _marker(path)
+        data = _read_json(path / RUN_MARKER)
         if data is None or data.get("identity") != identity:
             continue
         if (path / MANIFEST).exists() and not (
@@ -221,18 +217,14 @@ def write_marker(plan: RunPlan, started_at: float) -> None:
     if path.exists():
         return
     plan.run_dir.mkdir(parents=True, exist_ok=True)
-    path.write_text(
-        json.dumps(
-            {
-                "suite": (plan.suite_record or {}).get("suite"),
-                "fingerprint": (plan.suite_record or {}).get("fingerprint"),
-                "identity": plan.identity,
-                "started_at": started_at,
-            },
-            indent=2,
-        ),
-        encoding="utf-8",
-    )
+    record = plan.suite_record or {}
+    marker = {
+        "suite": record.get("suite"),
+        "fingerprint": record.get("fingerprint"),
+        "identity": plan.identity,
+        "started_at": started_at,
+    }
+    path.write_text(json.dumps(marker, indent=2), encoding="utf-8")
 
 
 def check_run_dir(path: Path, identity: str, *, rescore: bool = False) -> None:
@@ -249,8 +241,9 @@ def check_run_dir(path: Path, identity: str, *, rescore: bool = False) -> None:
         )
     if not path.is_dir() or not any(path.iterdir()):
         return
+    data = _read_json(path / RUN_MARKER)
     if (path / MANIFEST).exists() and not (
-        interrupted_after_manifest(path) and (_marker(path) or {}).get("identity") == identity
+        interrupted_after_manifest(path) and (data or {}).get("identity") == identity
     ):
         raise RunDirError(
             f"{path}: a finished run; finished runs are never rewritten. Re-score it with "
@@ -261,7 +254,6 @@ def check_run_dir(path: Path, identity: str, *, rescore: bool = False) -> None:
             f"{path}: not empty; re-scoring writes a new directory: leave --run-dir out or name "
             "a new one"
         )
-    data = _marker(path)
     if data is None:
         raise RunDirError(
             f"{path}: not empty and not a run directory (no {RUN_MARKER}); name an empty or new "
