@@ -80,6 +80,24 @@ def test_metric_rows_have_explicit_denominators_and_intervals(crafted: Path) -> 
     assert "57.1% [25.0%, 84.2%]" in text
 
 
+def test_histogram_leaves_out_nan_scores(tmp_path: Path) -> None:
+    """A NaN score (an @evaluator may return one) is not binned: the bins stay finite and count
+    the numbers only, as the tally's mean leaves NaN out."""
+    nan = float("nan")
+    keys = [("a", 0), ("b", 0), ("c", 0)]
+    run = write_run(
+        tmp_path / "run",
+        {"kw": dict.fromkeys(keys, (True, 1.0))},
+        {"rel": dict(zip(keys, [(True, 4.0), (False, nan), (False, 2.0)], strict=True))},
+    )
+    rel = next(m for m in load_report_data(run).metrics if m.metric == "rel")
+    assert [(b.low, b.high, b.count) for b in rel.histogram] == [
+        (1.5, 2.5, 1),
+        (2.5, 3.5, 0),
+        (3.5, 4.5, 1),
+    ]
+
+
 def test_repetitions_give_pass_at_k_and_flaky_rows(crafted: Path) -> None:
     """kw over 3 repetitions: a 3/3, b 1/3, c 0/1 (one error, one n/a): pass@1 = (1 + 1/3 + 0)/3;
     pass@3 over rows with 3 verdicts (a, b): (1 + 1)/2; pass^3: (1 + 0)/2; b is flaky."""

@@ -386,7 +386,9 @@ def metric_kinds(
 
 def _histogram(values: np.ndarray) -> list[Bin]:
     """Ten bins over [0, 1] for scores in it; one bin per value for whole-number scores over a
-    short range (a judge's 1-5); else ten bins between the smallest and the largest score."""
+    short range (a judge's 1-5); else ten bins between the smallest and the largest score. A NaN
+    score is left out, as the tally leaves it out of the mean."""
+    values = values[~np.isnan(values)]
     if values.size == 0:
         return []
     low, high = float(values.min()), float(values.max())
