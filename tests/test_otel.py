@@ -255,6 +255,19 @@ def test_import_otel_writes_a_dataset_evalpipe_run_loads(tmp_path: Path) -> None
     assert "JSON Lines" in err
 
 
+def test_import_otel_prints_untrusted_names_as_text(tmp_path: Path) -> None:
+    """An agent name from the traces with a terminal escape or a bidi override is printed with
+    them shown (``\\u001b``), never sent to the terminal."""
+    text = (FIXTURES / "single_agent.json").read_text(encoding="utf-8")
+    export = tmp_path / "hostile.json"
+    export.write_text(text.replace('"weather"', '"weather\\u001b[2J\\u202e"'), encoding="utf-8")
+    code, out, err = _import([str(export), "-o", str(tmp_path / "x.jsonl")])
+    assert code == 0, err
+    assert "agents: weather\\u001b[2J\\u202e" in out
+    assert "\x1b" not in out + err
+    assert "\u202e" not in out + err
+
+
 def test_trace_rows_per_agent_modes() -> None:
     """trace_rows writes recorded_agents always, never, or (auto) when a trace has several turns."""
     read = read_otel_traces(FIXTURES / "single_agent.json")

@@ -126,10 +126,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if threading.current_thread() is threading.main_thread():
         previous = signal.signal(signal.SIGTERM, _terminate)
     try:
-        code = int(args.handler(args))
-    except _common.CommandError as exc:
-        _common.say(_common.consoles()[1], f"error: {exc}", style="red", soft_wrap=True)
-        code = exc.code
+        code = _common.handle_errors(_common.consoles()[1], lambda: int(args.handler(args)))
     except KeyboardInterrupt:
         print(
             "interrupted: the run stopped; the calls it finished are journaled, run the same "

@@ -10,10 +10,10 @@ import contextlib
 import os
 import sys
 import textwrap
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from rich.console import Console
 from rich.table import Table
@@ -36,6 +36,7 @@ __all__ = [
     "consoles",
     "exits_on",
     "failures_of",
+    "handle_errors",
     "item_label",
     "num",
     "print_failures",
@@ -94,9 +95,13 @@ def api_gone() -> bool:
     return bool(_api_gone)
 
 
-def consoles() -> tuple[Console, Console]:
-    """stdout and stderr consoles: a terminal's width, else ``COLUMNS``, else 120 columns."""
-    return Console(width=_width(sys.stdout)), Console(stderr=True, width=_width(sys.stderr))
+def consoles(stdout: TextIO | None = None, stderr: TextIO | None = None) -> tuple[Console, Console]:
+    """Consoles on stdout and stderr (or the streams given): a terminal's width, else ``COLUMNS``,
+    else 120 columns."""
+    return (
+        Console(file=stdout, width=_width(stdout or sys.stdout)),
+        Console(file=stderr, stderr=True, width=_width(stderr or sys.stderr)),
+    )
 
 
 class CommandError(Exception):
@@ -117,6 +122,16 @@ def exits_on(
         yield
     except errors as exc:
         raise CommandError(message.replace("{}", str(exc)), code) from exc
+
+
+def handle_errors(err: Console, command: Callable[[], int]) -> int:
+    """``command()``'s exit code; a :class:`CommandError` it raises is printed on ``err`` as
+    ``error: message`` (red, as text) and its code returned."""
+    try:
+        return command()
+    except CommandError as exc:
+        say(err, f"error: {exc}", style="red", soft_wrap=True)
+        return exc.code
 
 
 _PASS_A_RUN = "; pass a run directory written by `evalpipe run`"

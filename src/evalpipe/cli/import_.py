@@ -14,14 +14,23 @@ from __future__ import annotations
 import argparse
 import functools
 import os
-import sys
 from collections.abc import Callable, Iterable
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TextIO
 
+from rich.console import Console
+
 from evalpipe._internal.env import FOUNDRY_ENDPOINT_ENV
-from evalpipe.cli._common import EXIT_INCOMPLETE, CommandError, exits_on
+from evalpipe.cli._common import (
+    EXIT_INCOMPLETE,
+    CommandError,
+    consoles,
+    exits_on,
+    handle_errors,
+    say,
+    warn,
+)
 from evalpipe.datasets import DatasetError, write_jsonl
 from evalpipe.otel import OtelError, read_otel_traces, trace_rows
 
@@ -31,9 +40,9 @@ MAX_SHOWN_WARNINGS = 20
 
 
 def _streams(handler: Callable[..., int]) -> Callable[..., int]:
-    """``handler(args, out, err, **more)`` as an ``evalpipe import`` handler: the summary goes to
-    ``stdout``, warnings and errors to ``stderr`` (by default the process's); a
-    :class:`CommandError` it raises is printed there and its code returned."""
+    """``handler(args, out, err, **more)`` (rich consoles) as an ``evalpipe import`` handler: the
+    summary goes to ``stdout``, warnings and errors to ``stderr`` (by default the process's), as
+    every command prints them (``say``: untrusted text is shown as text)."""
 
     @functools.wraps(handler)
     def run(
@@ -42,12 +51,8 @@ def _streams(handler: Callable[..., int]) -> Callable[..., int]:
         stderr: TextIO | None = None,
         **more: Any,
     ) -> int:
-        err = stderr or sys.stderr
-        try:
-            return handler(args, stdout or sys.stdout, err, **more)
-        except CommandError as exc:
-            print(f"error: {exc}", file=err)
-            return exc.code
+        out, err = consoles(stdout, stderr)
+        return handle_errors(err, lambda: handler(args, out, err, **more))
 
     return run
 
@@ -65,7 +70,7 @@ def _check_jsonl(output: Path) -> None:
 
 
 @_streams
-def import_otel(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+def import_otel(args: argparse.Namespace, out: Console, err: Console) -> int:
     """Run ``evalpipe import otel``; returns the exit code.
 
     0: written; 1: written, but ``--strict`` and some spans had warnings; 2: nothing usable (no
@@ -75,9 +80,9 @@ def import_otel(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     with exits_on(OtelError):
         read = read_otel_traces(args.path, log=False)
     for diagnostic in read.diagnostics[:MAX_SHOWN_WARNINGS]:
-        print(f"warning: {diagnostic}", file=err)
+        warn(err, str(diagnostic))
     if len(read.diagnostics) > MAX_SHOWN_WARNINGS:
-        print(f"warning: ... and {len(read.diagnostics) - MAX_SHOWN_WARNINGS} more", file=err)
+        warn(err, f"... and {len(read.diagnostics) - MAX_SHOWN_WARNINGS} more")
     if not read.traces:
         raise CommandError(
             f"{args.path}: {read.spans} spans but no trace with an invoke_agent span; "
@@ -85,11 +90,12 @@ def import_otel(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         )
     count = len(_write(trace_rows(read.traces, per_agent=args.per_agent), args.output))
     agents = sorted({t.agent for trace in read.traces for t in trace.turns})
-    print(
+    say(
+        out,
         f"{count} trace{'s' if count != 1 else ''} ({read.spans} spans, agents: "
         f"{', '.join(agents)}) -> {args.output}; {len(read.diagnostics)} warning"
         f"{'s' if len(read.diagnostics) != 1 else ''}",
-        file=out,
+        soft_wrap=True,
     )
     return 1 if args.strict and read.diagnostics else 0
 
@@ -125,7 +131,7 @@ def _check_usage(args: argparse.Namespace) -> None:
 
 @_streams
 def import_foundry_threads(
-    args: argparse.Namespace, out: TextIO, err: TextIO, *, credential: Any = None
+    args: argparse.Namespace, out: Console, err: Console, *, credential: Any = None
 ) -> int:
     """Run ``evalpipe import foundry-threads``; returns the exit code.
 
@@ -161,24 +167,22 @@ def import_foundry_threads(
             records = reader.read_many(args.thread_ids)
         diagnostics = list(reader.diagnostics)
     for diag in diagnostics:
-        print(f"warning: {diag}", file=err)
+        warn(err, str(diag))
     kept = [r for r in records if args.include_failed or r.error_code is None]
     skipped = len(records) - len(kept)
     if skipped:
-        print(
-            f"skipped {skipped} run(s) that did not complete (--include-failed keeps them)",
-            file=err,
-        )
+        say(err, f"skipped {skipped} run(s) that did not complete (--include-failed keeps them)")
     if not kept:
         raise CommandError("no finished run to write; nothing written", EXIT_INCOMPLETE)
     _write((record.to_row() for record in kept), args.output)
     threads = len({r.thread_id for r in kept})
     multi = sum(1 for r in kept if r.is_multi_agent)
-    print(
+    say(
+        out,
         f"wrote {len(kept)} row(s) from {threads} thread(s) to {args.output}"
         + (f" ({multi} multi-agent)" if multi else "")
         + (f"; {len(diagnostics)} warning(s)" if diagnostics else ""),
-        file=out,
+        soft_wrap=True,
     )
     return 0
 
