@@ -10,6 +10,7 @@ import contextlib
 import os
 import sys
 import textwrap
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +27,7 @@ from evalpipe.results import EvalResults
 from evalpipe.tally import CallTally, SummaryRow
 
 __all__ = [
+    "API_GONE",
     "DEFAULT_WIDTH",
     "EXIT_BAD_INPUT",
     "EXIT_GATE_FAILED",
@@ -80,19 +82,10 @@ def quiet_prefect() -> None:
     os.environ.setdefault("PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW", "ignore")
 
 
-_api_gone: list[bool] = []
-
-
-def prefect_api_gone() -> None:
-    """The Prefect API went away: the program ends as soon as the command has (``main``), without
-    the wait at exit for what Prefect's workers queued for that API (events, logs: each is
-    retried against it for seconds, over a minute for a run's last ones, and then lost anyway)."""
-    _api_gone[:] = [True]
-
-
-def api_gone() -> bool:
-    """Whether :func:`prefect_api_gone` was called."""
-    return bool(_api_gone)
+API_GONE = threading.Event()
+"""Set when the Prefect API went away: the program ends as soon as the command has (``main``),
+without the wait at exit for what Prefect's workers queued for that API (events, logs: each is
+retried against it for seconds, over a minute for a run's last ones, and then lost anyway)."""
 
 
 def consoles(stdout: TextIO | None = None, stderr: TextIO | None = None) -> tuple[Console, Console]:

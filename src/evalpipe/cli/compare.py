@@ -9,6 +9,7 @@ from typing import Any
 
 from evalpipe.artifacts import BASELINE_FILE, ArtifactError, baseline_of, bless, read_manifest
 from evalpipe.artifacts.history import join, parent_of
+from evalpipe.artifacts.reader import manifest_part
 from evalpipe.cli._common import (
     EXIT_GATE_FAILED,
     EXIT_OK,
@@ -27,8 +28,7 @@ def _bless(args: argparse.Namespace) -> int:
     with exits_on(ArtifactError, ValueError, message=message):
         manifest = read_manifest(args.run_dir)
         written = bless(args.run_dir)
-    suite = manifest.get("suite")
-    name = suite.get("name") if isinstance(suite, dict) else None
+    name = manifest_part(manifest, "suite").get("name")
     say(
         consoles()[0],
         f"{args.run_dir} is the baseline of {name or 'its suite'} (in {written}); "

@@ -13,6 +13,7 @@ from rich.console import Console
 from evalpipe._internal.adaptive import limit_notes
 from evalpipe.artifacts import ArtifactError, read_manifest, read_not_passed, read_summary
 from evalpipe.artifacts.history import join
+from evalpipe.artifacts.reader import manifest_part
 from evalpipe.artifacts.writer import resolve_filesystem
 from evalpipe.calibration import LabelsError, read_calibration
 from evalpipe.cli._common import (
@@ -55,7 +56,6 @@ def print_run(run_dir: Path | str, console: Console) -> None:
         for level, items in not_passed.items()
         for item in items
     ]
-    calls = manifest.get("calls") if isinstance(manifest.get("calls"), dict) else None
     fs, path = resolve_filesystem(run_dir)
     has_report = fs.get_file_info(f"{path}/report.html").type == pafs.FileType.File
     report = join(run_dir, "report.html") if has_report else None
@@ -63,13 +63,12 @@ def print_run(run_dir: Path | str, console: Console) -> None:
         f" and {report}" if report else ""
     )
     name_of_dir = run_dir.rstrip("/").replace("\\", "/").rsplit("/", 1)[-1]
-    suite = manifest.get("suite")
-    name = suite.get("name") if isinstance(suite, dict) else None
+    name = manifest_part(manifest, "suite").get("name")
     print_summary(
         rows,
         failures,
         console,
-        calls=calls,
+        calls=manifest_part(manifest, "calls"),
         max_failures=MAX_FAILURES,
         rest=rest,
         heading=f"evalpipe summary: {name or name_of_dir} ({manifest.get('run_name') or name_of_dir})",

@@ -29,13 +29,13 @@ from rich.text import Text
 from evalpipe._internal.collector import collect_less
 from evalpipe._internal.malloc import give_back_large_blocks
 from evalpipe.cli._common import (
+    API_GONE,
     EXIT_GATE_FAILED,
     EXIT_INCOMPLETE,
     EXIT_OK,
     CommandError,
     consoles,
     exits_on,
-    prefect_api_gone,
     quiet_prefect,
     say,
 )
@@ -157,26 +157,17 @@ def _flow_running() -> Iterator[None]:
     """`evalpipe run`'s process while the flow runs, all of it undone when the flow ends (the
     command may run inside another program: the tests call it).
 
-    The cyclic garbage collector: what is alive when the run is prepared (the imports, the suite,
-    the plan's rows and calls: all kept to the end) is frozen out of every collection, a
-    collection waits for YOUNG_THRESHOLD new objects instead of 700, and each one walks every
-    generation (after the freeze they hold only what the run made since). This process makes and
-    drops millions of small objects (every call's transcript, items and rows when shards run in
-    it, every shard's rows when they run elsewhere), almost none of them in cycles, and each
-    collection of the older generations walked the plan again. Measured with 30,000 instant calls
-    x 3 checks on threads (the process's CPU, loaded machine): 12.5-13.0 s with CPython's
-    defaults, 10.3-10.7 s frozen, 8.5 s as here, 8.0-8.5 s with the collector off; the same peak
-    memory (~375 MiB). The older generations are not left to wait: a task runner's future holds
-    its shard's rows in a reference cycle, and with CPython's (10, 10) after the young threshold
-    they piled up (100,000 calls on a process pool: this process's peak 641-661 MiB against
-    490-507 MiB untuned; 524 MiB as here, CPU 12.5 s against 15.4-16.0 s). A process pool's
-    workers get the same for their life (``collect_less``, their initializer).
+    The cyclic garbage collector collects less (``collect_less``: what the run prepared is frozen
+    out of collections, which come rarer and walk every generation): this process makes and drops
+    millions of small objects, almost none in cycles. 30,000 instant calls x 3 checks on threads:
+    12.5-13.0 s of CPU with CPython's defaults, 8.5 s so, the same peak memory (~375 MiB); every
+    generation is walked because a task runner's future holds its shard's rows in a cycle (100,000
+    calls on a process pool: 524 MiB peak, against 641-661 MiB with CPython's (10, 10)). A process
+    pool's workers get the same for their life (their initializer).
 
-    Arrow's allocations are made by the C library's allocator, not by Arrow's default pool
-    (mimalloc), which keeps what it frees for reuse: this process turns every shard's rows into
-    Arrow columns and Parquet pages, and the pool held ~80 MiB of them (100,000 calls on a
-    process pool: this process's peak 531 against 451 MiB, the same CPU, 14.1 s). glibc gives
-    large blocks back (``give_back_large_blocks``).
+    Arrow allocates with the C library's allocator, not its default pool (mimalloc), which kept
+    ~80 MiB of the shards' columns and Parquet pages (100,000 calls on a process pool: peak 531
+    against 451 MiB); glibc gives large blocks back (``give_back_large_blocks``).
     """
     from evalpipe.pipeline.flow import process_worker_setup  # lazy: Prefect, only to run
 
@@ -233,7 +224,7 @@ def _run(args: argparse.Namespace) -> int:
             # What Prefect's workers would still log about the API that is gone would bury the
             # message below, the one that matters; nothing they queued can be sent.
             logging.getLogger("prefect").setLevel(logging.CRITICAL + 1)
-            prefect_api_gone()
+            API_GONE.set()
             raise CommandError(str(exc), EXIT_INCOMPLETE) from exc
     say(err, display.final(suite.name))
     for note in outcome.notes:
