@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import logging
@@ -15,6 +16,7 @@ import pytest
 
 from evalpipe import LocalEvaluator, keyword_check, tool_called_check
 from evalpipe.cli import build_parser
+from evalpipe.cli._common import consoles, handle_errors
 from evalpipe.datasets import load_jsonl
 from evalpipe.otel import (
     OtelError,
@@ -227,7 +229,8 @@ def test_directory_export_merges_a_trace_split_over_files(tmp_path: Path) -> Non
 def _import(argv: list[str]) -> tuple[int, str, str]:
     args = build_parser().parse_args(["import", "otel", *argv])
     out, err = io.StringIO(), io.StringIO()
-    code = args.handler(args, out, err)
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = handle_errors(consoles()[1], lambda: args.handler(args))
     return code, out.getvalue(), err.getvalue()
 
 

@@ -39,11 +39,6 @@ __all__ = ["DEFAULT_MAX_CONCURRENCY", "evaluate_agent", "evaluate_workflow"]
 
 DEFAULT_MAX_CONCURRENCY = 8
 
-_NO_AGENT_DATA = (
-    "No agent executor data found in the workflow result. Ensure the workflow uses "
-    "AgentExecutor-based agents."
-)
-
 
 def _listify(value: str | Sequence[Any] | None) -> list[Any] | None:
     """A str is one value; a sequence is copied into a list; None stays None."""
@@ -380,5 +375,8 @@ async def evaluate_workflow(
     )
     shard = await run_in_process(plan, max_concurrency=max_concurrency)
     if shard.items == 0:
-        raise ValueError(_NO_AGENT_DATA)
+        raise ValueError(
+            "No agent executor data found in the workflow result. Ensure the workflow uses "
+            "AgentExecutor-based agents."
+        )
     return shard.results

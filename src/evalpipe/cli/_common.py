@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -88,13 +88,9 @@ without the wait at exit for what Prefect's workers queued for that API (events,
 retried against it for seconds, over a minute for a run's last ones, and then lost anyway)."""
 
 
-def consoles(stdout: TextIO | None = None, stderr: TextIO | None = None) -> tuple[Console, Console]:
-    """Consoles on stdout and stderr (or the streams given): a terminal's width, else ``COLUMNS``,
-    else 120 columns."""
-    return (
-        Console(file=stdout, width=_width(stdout or sys.stdout)),
-        Console(file=stderr, stderr=True, width=_width(stderr or sys.stderr)),
-    )
+def consoles() -> tuple[Console, Console]:
+    """stdout and stderr consoles: a terminal's width, else ``COLUMNS``, else 120 columns."""
+    return Console(width=_width(sys.stdout)), Console(stderr=True, width=_width(sys.stderr))
 
 
 class CommandError(Exception):

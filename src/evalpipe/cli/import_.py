@@ -12,14 +12,11 @@ command reports success.
 from __future__ import annotations
 
 import argparse
-import functools
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TextIO
-
-from rich.console import Console
+from typing import Any
 
 from evalpipe._internal.env import FOUNDRY_ENDPOINT_ENV
 from evalpipe.cli._common import (
@@ -27,7 +24,6 @@ from evalpipe.cli._common import (
     CommandError,
     consoles,
     exits_on,
-    handle_errors,
     say,
     warn,
 )
@@ -37,24 +33,6 @@ from evalpipe.otel import OtelError, read_otel_traces, trace_rows
 __all__ = ["import_foundry_threads", "import_otel", "register"]
 
 MAX_SHOWN_WARNINGS = 20
-
-
-def _streams(handler: Callable[..., int]) -> Callable[..., int]:
-    """``handler(args, out, err, **more)`` (rich consoles) as an ``evalpipe import`` handler: the
-    summary goes to ``stdout``, warnings and errors to ``stderr`` (by default the process's), as
-    every command prints them (``say``: untrusted text is shown as text)."""
-
-    @functools.wraps(handler)
-    def run(
-        args: argparse.Namespace,
-        stdout: TextIO | None = None,
-        stderr: TextIO | None = None,
-        **more: Any,
-    ) -> int:
-        out, err = consoles(stdout, stderr)
-        return handle_errors(err, lambda: handler(args, out, err, **more))
-
-    return run
 
 
 def _write(rows: Iterable[dict[str, Any]], output: Path) -> list[Any]:
@@ -69,13 +47,13 @@ def _check_jsonl(output: Path) -> None:
         raise CommandError(f"{output}: the dataset is written as JSON Lines; name it *.jsonl.")
 
 
-@_streams
-def import_otel(args: argparse.Namespace, out: Console, err: Console) -> int:
+def import_otel(args: argparse.Namespace) -> int:
     """Run ``evalpipe import otel``; returns the exit code.
 
     0: written; 1: written, but ``--strict`` and some spans had warnings; 2: nothing usable (no
     such path, no trace with an ``invoke_agent`` span, or an output path that is not ``.jsonl``).
     """
+    out, err = consoles()
     _check_jsonl(args.output)
     with exits_on(OtelError):
         read = read_otel_traces(args.path, log=False)
@@ -129,10 +107,7 @@ def _check_usage(args: argparse.Namespace) -> None:
         )
 
 
-@_streams
-def import_foundry_threads(
-    args: argparse.Namespace, out: Console, err: Console, *, credential: Any = None
-) -> int:
+def import_foundry_threads(args: argparse.Namespace, *, credential: Any = None) -> int:
     """Run ``evalpipe import foundry-threads``; returns the exit code.
 
     0: rows written (and checked to load as a dataset); 2: bad arguments or rows that do not load;
@@ -140,6 +115,7 @@ def import_foundry_threads(
     ``credential`` defaults to ``DefaultAzureCredential``.
     """
     _check_usage(args)
+    out, err = consoles()
     endpoint = args.endpoint or os.environ[FOUNDRY_ENDPOINT_ENV]
     from azure.core.exceptions import AzureError  # lazy: azure, only for this command
 
