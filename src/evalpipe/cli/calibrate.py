@@ -195,7 +195,6 @@ def register(sub: Any) -> None:
         "-o",
         "--output",
         type=Path,
-        default=None,
         help=f"where to write the results (default: {CALIBRATION_FILE} beside the labels)",
     )
     parser.add_argument(
@@ -210,7 +209,6 @@ def register(sub: Any) -> None:
     parser.add_argument(
         "--gate",
         action="append",
-        default=None,
         metavar="CLAUSE",
         help="a gate clause to evaluate with these labels, e.g. 'judge_agreement(relevance) >= "
         "0.6' (repeatable); exit 1 when one fails",
@@ -238,7 +236,6 @@ def register(sub: Any) -> None:
         "-o",
         "--output",
         type=Path,
-        default=None,
         help="the labels file to write (default: RUNNAME-METRIC-labels.jsonl here)",
     )
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help="sampling seed")

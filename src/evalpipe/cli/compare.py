@@ -125,18 +125,14 @@ def register(sub: Any) -> None:
         metavar="RUN_A",
         help="the baseline run directory (with --baseline: the run compared with the baseline)",
     )
-    parser.add_argument(
-        "run_b", metavar="RUN_B", nargs="?", default=None, help="the run compared with RUN_A"
-    )
+    parser.add_argument("run_b", metavar="RUN_B", nargs="?", help="the run compared with RUN_A")
     parser.add_argument(
         "--baseline",
         action="store_true",
         help="compare the one run given with its suite's blessed baseline (`evalpipe bless`)",
     )
-    parser.add_argument("--html", type=Path, default=None, help="also write the comparison as HTML")
-    parser.add_argument(
-        "--markdown", type=Path, default=None, help="also write the comparison as markdown"
-    )
+    parser.add_argument("--html", type=Path, help="also write the comparison as HTML")
+    parser.add_argument("--markdown", type=Path, help="also write the comparison as markdown")
     parser.add_argument(
         "--fail-on-regression",
         action="store_true",

@@ -150,11 +150,10 @@ def register(sub: Any) -> None:
         "query's context; full the whole trajectory after the first user message (tool calls "
         "and all)",
     )
-    parser.add_argument("--name", default=None, help="eval name (default 'Eval: <agent name>')")
+    parser.add_argument("--name", help="eval name (default 'Eval: <agent name>')")
     parser.add_argument(
         "--json",
         type=Path,
-        default=None,
         metavar="FILE",
         help="also write the results (every item and score) as JSON to FILE",
     )

@@ -181,7 +181,7 @@ def register(sub: Any) -> None:
         help="where runs are written (a suite's output_dir, e.g. runs or s3://bucket/evals), or "
         "one suite's directory in it",
     )
-    parser.add_argument("--suite", metavar="NAME", default=None, help="only the runs of this suite")
+    parser.add_argument("--suite", metavar="NAME", help="only the runs of this suite")
     parser.add_argument(
         "--format",
         choices=["table", "json", "csv"],

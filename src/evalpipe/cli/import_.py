@@ -234,9 +234,7 @@ def register(sub: Any) -> None:
         help="with --agent-id: threads created before this time (default now)",
     )
     parser.add_argument(
-        "--endpoint",
-        default=None,
-        help=f"the Foundry project endpoint (default ${FOUNDRY_ENDPOINT_ENV})",
+        "--endpoint", help=f"the Foundry project endpoint (default ${FOUNDRY_ENDPOINT_ENV})"
     )
     parser.add_argument(
         "-o", "--output", type=Path, required=True, help="the dataset JSONL file to write"

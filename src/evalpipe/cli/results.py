@@ -135,11 +135,7 @@ def register(sub: Any) -> None:
     )
     parser.add_argument("run_dir", type=Path, help="a run directory written by `evalpipe run`")
     parser.add_argument(
-        "-o",
-        "--output",
-        type=Path,
-        default=None,
-        help="the HTML file (default: RUN_DIR/report.html)",
+        "-o", "--output", type=Path, help="the HTML file (default: RUN_DIR/report.html)"
     )
     parser.add_argument(
         "--max-items",
@@ -150,7 +146,6 @@ def register(sub: Any) -> None:
     parser.add_argument(
         "--calibration",
         type=Path,
-        default=None,
         help="a calibration file (`evalpipe calibrate`): show each judge's kappa beside its "
         "pass rate",
     )

@@ -81,16 +81,14 @@ def _verdicts(task: Task) -> str:
     return "" if task.total is None else f"pass {f['passed']} fail {f['failed']} err {f['errored']}"
 
 
-class _Display:
+class _Display(Progress):
     """What `evalpipe run` shows on stderr while it runs: from the start a spinner and the stage
     (loading the suite, starting Prefect), then a bar of the target calls with done/total, rate,
     ETA and the calls' verdicts so far, and the time since the command started. The bar goes
     when the run ends; :meth:`final` is the one line that stays."""
 
     def __init__(self, console: Console, started: float, *, disabled: bool) -> None:
-        self.started = started
-        self.console = console
-        self.bar = Progress(
+        super().__init__(
             SpinnerColumn(),
             TextColumn("{task.description}"),
             BarColumn(bar_width=12),
@@ -104,23 +102,15 @@ class _Display:
             transient=True,
             disable=disabled,
         )
-        self.task = self.bar.add_task(
-            "loading the suite", total=None, passed=0, failed=0, errored=0
-        )
+        self.started = started
+        self.task = self.add_task("loading the suite", total=None, passed=0, failed=0, errored=0)
         self.done = 0
         self.total: int | None = None
         self.counts: dict[str, Any] = {"passed": 0, "failed": 0, "errored": 0}
 
-    def __enter__(self) -> _Display:
-        self.bar.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.bar.stop()
-
     def stage(self, description: str) -> None:
         """Show what is happening before the calls start."""
-        self.bar.update(self.task, description=description)
+        self.update(self.task, description=description)
 
     def flow_run(self, url: str) -> None:
         """The flow run exists: where to watch it (printed above the bar, and kept)."""
@@ -130,14 +120,14 @@ class _Display:
         """The flow's progress hook (``evalpipe.pipeline.flow.ProgressHook``)."""
         if stage == "calls":
             if self.total is None:
-                self.bar.reset(self.task, total=total, description="calls")
+                self.reset(self.task, total=total, description="calls")
             self.done, self.total = done, total
-            self.bar.update(self.task, completed=done, total=total)
+            self.update(self.task, completed=done, total=total)
         elif stage in self.counts:
             self.counts[stage] = done
-            self.bar.update(self.task, **self.counts)
+            self.update(self.task, **self.counts)
         elif stage == "items" and done == total:
-            self.bar.update(self.task, description="writing")
+            self.update(self.task, description="writing")
 
     def final(self, name: str) -> str:
         """The run's end in one line: calls done, time, rate, and the calls' verdicts."""
@@ -293,16 +283,12 @@ def register(sub: Any) -> None:
     )
     parser.add_argument(
         "--output",
-        default=None,
         help="output directory or filesystem URI, e.g. s3://bucket/evals (suite's output_dir)",
     )
-    parser.add_argument(
-        "--run-dir", type=Path, default=None, help="write (or resume) this run directory"
-    )
+    parser.add_argument("--run-dir", type=Path, help="write (or resume) this run directory")
     parser.add_argument(
         "--rescore",
         type=Path,
-        default=None,
         metavar="RUN_DIR",
         help="re-evaluate the transcripts stored in RUN_DIR instead of calling the target",
     )
