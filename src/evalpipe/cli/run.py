@@ -295,7 +295,6 @@ def register(sub: Any) -> None:
     parser.add_argument(
         "--new-run",
         "--no-resume",
-        dest="new_run",
         action="store_true",
         help="start a new run directory (calling everything again) even if an unfinished run "
         "of the same target exists",
@@ -304,7 +303,6 @@ def register(sub: Any) -> None:
         "--wait",
         nargs="?",
         type=float,
-        const=None,
         default=0.0,
         metavar="SECONDS",
         help="when a live run holds the run directory, wait for it (at most SECONDS; no value: "

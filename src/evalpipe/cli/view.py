@@ -9,8 +9,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from evalpipe.artifacts import ArtifactError, DamagedRun, find_runs
-from evalpipe.cli._common import EXIT_OK, consoles, exits_on, warn
-from evalpipe.escape import plain
+from evalpipe.cli._common import EXIT_OK, consoles, exits_on, say, warn
 from evalpipe.view.urls import LOOPBACK_HOSTS, VIEW_URL_ENV, configured_view_url, is_loopback
 
 __all__ = ["DEFAULT_PORT", "register"]
@@ -55,7 +54,7 @@ def _view(args: argparse.Namespace) -> int:
 
     from evalpipe.view.app import create_app  # lazy: the web stack
 
-    _, err = consoles()
+    out, err = consoles()
     damaged: list[DamagedRun] = []
     with exits_on(ArtifactError, ValueError):
         configured_view_url()
@@ -77,12 +76,12 @@ def _view(args: argparse.Namespace) -> int:
     app = create_app(
         args.output_dir, allowed_hosts=_allowed_hosts(args.host, args.allowed_host), warm=True
     )
-    print(
+    say(
+        out,
         f"evalpipe view: {len(runs)} run(s)"
         + (f" ({len(damaged)} damaged, listed as such)" if damaged else "")
-        + f" in {plain(args.output_dir)} at "
-        f"http://{shown}:{port}/ (read-only; Ctrl-C stops)",
-        flush=True,
+        + f" in {args.output_dir} at http://{shown}:{port}/ (read-only; Ctrl-C stops)",
+        soft_wrap=True,
     )
     server = uvicorn.Server(
         uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
