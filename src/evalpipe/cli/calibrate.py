@@ -1,15 +1,9 @@
-"""``evalpipe calibrate RUN_DIR --labels FILE``: how far the run's judges agree with human labels.
+"""``evalpipe calibrate RUN_DIR --labels FILE``: how far the run's judges agree with human labels,
+written to ``--output`` (never into the run directory); ``--gate`` clauses use these labels.
 
-The results are written to ``--output`` (default: ``calibration.json`` beside the labels file),
-never into the run directory; ``--gate`` clauses are evaluated with these labels (exit 1 when one
-fails).
-
-``evalpipe review RUN_DIR --metric M``: collect human labels for a judge in the Prefect UI.
-
-Starts the review flow (``evalpipe.pipeline.review``) against the configured Prefect API (or the
-PREFECT_HOME's server, as ``evalpipe run`` does): it pauses with a form per sampled item; open the
-flow run in the Prefect UI, answer, and resume it. The answers are written to ``--output`` (a
-labels file for ``evalpipe calibrate``). The run directory is only read.
+``evalpipe review RUN_DIR --metric M``: collect human labels for a judge in the Prefect UI (the
+review flow, ``evalpipe.pipeline.review``, on the Prefect API ``evalpipe run`` would use); the
+run directory is only read.
 """
 
 from __future__ import annotations
