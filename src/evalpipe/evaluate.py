@@ -39,6 +39,9 @@ __all__ = ["DEFAULT_MAX_CONCURRENCY", "evaluate_agent", "evaluate_workflow"]
 
 DEFAULT_MAX_CONCURRENCY = 8
 
+ExpectedToolCalls = Sequence[ExpectedToolCall] | Sequence[Sequence[ExpectedToolCall]]
+"""One query's expected tool calls (a flat list), or a list per query."""
+
 
 def _listify(value: str | Sequence[Any] | None) -> list[Any] | None:
     """A str is one value; a sequence is copied into a list; None stays None."""
@@ -77,9 +80,7 @@ async def evaluate_agent(
     agent: Any = None,
     queries: str | Sequence[str] | None = None,
     expected_output: str | Sequence[str | None] | None = None,
-    expected_tool_calls: Sequence[ExpectedToolCall]
-    | Sequence[Sequence[ExpectedToolCall]]
-    | None = None,
+    expected_tool_calls: ExpectedToolCalls | None = None,
     responses: Any = None,
     evaluators: Any,
     eval_name: str | None = None,
@@ -283,9 +284,7 @@ async def evaluate_workflow(
     workflow_result: Any = None,
     queries: str | Sequence[str] | None = None,
     expected_output: str | Sequence[str | None] | None = None,
-    expected_tool_calls: Sequence[ExpectedToolCall]
-    | Sequence[Sequence[ExpectedToolCall]]
-    | None = None,
+    expected_tool_calls: ExpectedToolCalls | None = None,
     per_agent_expectations: PerAgentExpectations | None = None,
     evaluators: Any,
     eval_name: str | None = None,

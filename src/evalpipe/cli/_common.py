@@ -33,6 +33,7 @@ __all__ = [
     "EXIT_GATE_FAILED",
     "EXIT_INCOMPLETE",
     "EXIT_OK",
+    "MAX_FAILURES",
     "CommandError",
     "Failure",
     "consoles",
@@ -60,6 +61,9 @@ EXIT_BAD_INPUT = 2
 EXIT_INCOMPLETE = 3
 """The run could not complete."""
 
+
+MAX_FAILURES = 5
+"""Items listed per result that did not pass; the rest are counted and where they are is said."""
 
 DEFAULT_WIDTH = 120
 """Columns for output that is not a terminal when ``COLUMNS`` is not set (a CI log, a file)."""
@@ -249,10 +253,9 @@ def print_failures(
     failures: Sequence[Failure],
     console: Console,
     *,
-    max_failures: int = 5,
     rest: str | None = None,
 ) -> None:
-    """Per result, the items that did not pass (at most ``max_failures``, each with why in full
+    """Per result, the items that did not pass (at most ``MAX_FAILURES``, each with why in full
     (wrapped), its query and its response shortened to a line), and when capped how many more
     there are and where (``rest``)."""
     by_level: dict[str, list[Failure]] = {}
@@ -266,7 +269,7 @@ def print_failures(
         not_passed = row.n - row.passed
         if not bad or not not_passed:
             continue
-        shown = bad[:max_failures]
+        shown = bad[:MAX_FAILURES]
         capped = not_passed > len(shown)
         head = f"{level}: {not_passed} of {row.n} items did not pass"
         say(console, head + (f"; the first {len(shown)}:" if capped else ":"), style="bold")
@@ -300,7 +303,6 @@ def print_summary(
     console: Console,
     *,
     calls: Mapping[str, Any] | None = None,
-    max_failures: int = 5,
     rest: str | None = None,
     heading: str = "evalpipe summary",
 ) -> None:
@@ -314,7 +316,7 @@ def print_summary(
     for table in summary_tables(rows):
         console.print(table)
         console.print()
-    print_failures(rows, failures, console, max_failures=max_failures, rest=rest)
+    print_failures(rows, failures, console, rest=rest)
     for row in rows:
         if row.kind != "result":
             continue

@@ -18,6 +18,7 @@ from evalpipe.artifacts.writer import resolve_filesystem
 from evalpipe.calibration import LabelsError, read_calibration
 from evalpipe.cli._common import (
     EXIT_OK,
+    MAX_FAILURES,
     CommandError,
     Failure,
     consoles,
@@ -31,10 +32,6 @@ from evalpipe.escape import plain
 from evalpipe.spend import spend_text
 
 __all__ = ["print_run", "register"]
-
-
-MAX_FAILURES = 5
-"""Items listed per result that did not pass; the rest are counted and where they are is said."""
 
 
 def print_run(run_dir: Path | str, console: Console) -> None:
@@ -69,7 +66,6 @@ def print_run(run_dir: Path | str, console: Console) -> None:
         failures,
         console,
         calls=manifest_part(manifest, "calls"),
-        max_failures=MAX_FAILURES,
         rest=rest,
         heading=f"evalpipe summary: {name or name_of_dir} ({manifest.get('run_name') or name_of_dir})",
     )
