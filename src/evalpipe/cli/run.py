@@ -112,10 +112,6 @@ class _Display(Progress):
         """Show what is happening before the calls start."""
         self.update(self.task, description=description)
 
-    def flow_run(self, url: str) -> None:
-        """The flow run exists: where to watch it (printed above the bar, and kept)."""
-        say(self.console, f"UI: {url}", soft_wrap=True)
-
     def hook(self, stage: str, done: int, total: int) -> None:
         """The flow's progress hook (``evalpipe.pipeline.flow.ProgressHook``)."""
         if stage == "calls":
@@ -208,7 +204,8 @@ def _run(args: argparse.Namespace) -> int:
                     progress=display.hook,
                     plan=plan,
                     wait=args.wait,
-                    on_flow_run=display.flow_run,
+                    # where to watch the flow run: printed above the bar, and kept
+                    on_flow_run=lambda url: say(err, f"UI: {url}", soft_wrap=True),
                 )
         except PrefectUnavailableError as exc:
             # What Prefect's workers would still log about the API that is gone would bury the
