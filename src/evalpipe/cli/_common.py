@@ -70,11 +70,8 @@ DEFAULT_WIDTH = 120
 
 
 def _width(stream: Any) -> int | None:
-    """None (rich's own choice: a terminal's width, else ``COLUMNS``) or :data:`DEFAULT_WIDTH`."""
-    columns = os.environ.get("COLUMNS", "")
-    if columns.isdigit() and int(columns) > 0:
-        return int(columns)
-    return None if stream.isatty() else DEFAULT_WIDTH
+    """None (rich's own choice: ``COLUMNS``, else a terminal's width) or :data:`DEFAULT_WIDTH`."""
+    return None if stream.isatty() or os.environ.get("COLUMNS", "").isdigit() else DEFAULT_WIDTH
 
 
 def quiet_prefect() -> None:
