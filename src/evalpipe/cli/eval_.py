@@ -69,12 +69,7 @@ async def _evaluate(
         kind="agent",
         queries=[r.query for r in rows],
         expectations=[
-            Expectations(
-                expected_output=r.expected_output,
-                expected_tool_calls=r.expected_tool_calls,
-                context=r.context,
-            )
-            for r in rows
+            Expectations(r.expected_output, r.expected_tool_calls, r.context) for r in rows
         ],
         providers=resolve_evaluators(checks),
         repetitions=args.repetitions,
