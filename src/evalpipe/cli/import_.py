@@ -1,12 +1,6 @@
-"""``evalpipe import otel | foundry-threads``: production traffic written as a recorded dataset.
-
-``import otel PATH -o dataset.jsonl`` reads an OTLP/JSON export (a file or a directory), rebuilds
-each trace's agent turns (``evalpipe.otel``) and writes one dataset row per trace: the
-conversation, the tools and, for multi-agent traces, every agent's turn (``recorded_agents``).
-``import foundry-threads`` reads Foundry Agent Service threads (by id, or an agent's threads in a
-time window) and writes one row per finished run. ``evalpipe run`` evaluates such a file with a
-suite that has no target, on a schedule like any other suite; the rows are loaded back before the
-command reports success.
+"""``evalpipe import otel | foundry-threads``: production traffic written as a recorded dataset
+(one row per trace, or per finished Foundry run; docs/production-traffic.md) that a suite with no
+target evaluates; the rows are loaded back before the command reports success.
 """
 
 from __future__ import annotations
