@@ -104,9 +104,6 @@ class _Display(Progress):
         )
         self.started = started
         self.task = self.add_task("loading the suite", total=None, passed=0, failed=0, errored=0)
-        self.done = 0
-        self.total: int | None = None
-        self.counts: dict[str, Any] = {"passed": 0, "failed": 0, "errored": 0}
 
     def stage(self, description: str) -> None:
         """Show what is happening before the calls start."""
@@ -115,26 +112,26 @@ class _Display(Progress):
     def hook(self, stage: str, done: int, total: int) -> None:
         """The flow's progress hook (``evalpipe.pipeline.flow.ProgressHook``)."""
         if stage == "calls":
-            if self.total is None:
+            if self.tasks[0].total is None:
                 self.reset(self.task, total=total, description="calls")
-            self.done, self.total = done, total
             self.update(self.task, completed=done, total=total)
-        elif stage in self.counts:
-            self.counts[stage] = done
-            self.update(self.task, **self.counts)
+        elif stage in ("passed", "failed", "errored"):
+            count: dict[str, Any] = {stage: done}  # a task field (the verdicts column)
+            self.update(self.task, **count)
         elif stage == "items" and done == total:
             self.update(self.task, description="writing")
 
     def final(self, name: str) -> str:
         """The run's end in one line: calls done, time, rate, and the calls' verdicts."""
         took = time.monotonic() - self.started
-        if self.total is None:
+        task = self.tasks[0]
+        if task.total is None:
             return f"{name}: no target call made, {took:.1f} s"
-        counts = self.counts
+        done, f = int(task.completed), task.fields
         return (
-            f"{name}: {self.done}/{self.total} calls in {took:.1f} s "
-            f"({self.done / took if took > 0 else 0:.1f}/s); {counts['passed']} passed every "
-            f"check, {counts['failed']} failed one or more, {counts['errored']} errored"
+            f"{name}: {done}/{int(task.total)} calls in {took:.1f} s "
+            f"({done / took if took > 0 else 0:.1f}/s); {f['passed']} passed every "
+            f"check, {f['failed']} failed one or more, {f['errored']} errored"
         )
 
 
