@@ -13,14 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from evalpipe._internal.env import FOUNDRY_ENDPOINT_ENV
-from evalpipe.cli._common import (
-    EXIT_INCOMPLETE,
-    CommandError,
-    consoles,
-    exits_on,
-    say,
-    warn,
-)
+from evalpipe.cli._common import EXIT_INCOMPLETE, CommandError, consoles, exits_on, say, warn
 from evalpipe.datasets import DatasetError, write_jsonl
 from evalpipe.otel import OtelError, read_otel_traces, trace_rows
 
