@@ -92,7 +92,7 @@ def _calibrate(args: argparse.Namespace) -> int:
         raise CommandError(f"--resamples must be >= 100, got {args.resamples}")
     labels_path = str(args.labels)
     with exits_on(GateSyntaxError):
-        gates = Gate(parse_gates(args.gate or [], source="--gate")) if args.gate else None
+        clauses = parse_gates(args.gate or [], source="--gate")
     with exits_on(LabelsError, ArtifactError):  # SchemaVersionError included
         labels = read_labels(args.labels)
         verdicts = verdicts_of_run(args.run_dir)
@@ -114,10 +114,10 @@ def _calibrate(args: argparse.Namespace) -> int:
             for line in _lines(c):
                 say(out, line, soft_wrap=True)
         say(out, f"seed {args.seed}, {args.resamples} resamples; written to {output}")
-    if gates is None:
+    if not clauses:
         return EXIT_OK
-    clauses = [c.with_labels(labels_path) if isinstance(c, JudgeAgreement) else c for c in gates]
-    report = Gate(clauses).evaluate(load_run(str(args.run_dir), input_items=False))
+    gate = Gate(c.with_labels(labels_path) if isinstance(c, JudgeAgreement) else c for c in clauses)
+    report = gate.evaluate(load_run(str(args.run_dir), input_items=False))
     say(err if args.json else out, report.summary())
     return EXIT_OK if report.passed else EXIT_GATE_FAILED
 
