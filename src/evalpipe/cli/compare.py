@@ -85,10 +85,10 @@ def _compare(args: argparse.Namespace) -> int:
             args.markdown.write_text(render_markdown(comparison), encoding="utf-8")
             say(out, f"markdown written to {args.markdown}")
     if args.fail_on_regression and comparison.has_regressions:
-        err.print(
+        say(
+            err,
             f"{comparison.regressions} regression(s): failing as --fail-on-regression asks",
             style="red",
-            highlight=False,
         )
         return EXIT_GATE_FAILED
     return EXIT_OK
