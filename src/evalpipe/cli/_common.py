@@ -42,12 +42,10 @@ __all__ = [
     "handle_errors",
     "item_label",
     "num",
-    "print_failures",
     "print_summary",
     "quiet_prefect",
     "require_run_dir",
     "say",
-    "summary_tables",
     "warn",
 ]
 
@@ -199,7 +197,7 @@ def num(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
 
 
-def summary_tables(rows: Sequence[SummaryRow]) -> list[Table]:
+def _summary_tables(rows: Sequence[SummaryRow]) -> list[Table]:
     """One table per provider: a line per agent (its items) and, under it, a line per metric.
 
     Every name goes in as text (``evalpipe.escape``); counts are right-aligned, the mean score
@@ -245,7 +243,7 @@ def warn(console: Console, text: str) -> None:
     say(console, f"warning: {text}", style="yellow", soft_wrap=True)
 
 
-def print_failures(
+def _print_failures(
     rows: Sequence[SummaryRow],
     failures: Sequence[Failure],
     console: Console,
@@ -310,10 +308,10 @@ def print_summary(
     """
     say(console, heading, style="bold")
     console.print()
-    for table in summary_tables(rows):
+    for table in _summary_tables(rows):
         console.print(table)
         console.print()
-    print_failures(rows, failures, console, rest=rest)
+    _print_failures(rows, failures, console, rest=rest)
     for row in rows:
         if row.kind != "result":
             continue
