@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import logging
@@ -15,6 +16,7 @@ import pytest
 
 from evalpipe import LocalEvaluator, keyword_check, tool_called_check
 from evalpipe.cli import build_parser
+from evalpipe.cli._common import consoles, handle_errors
 from evalpipe.datasets import load_jsonl
 from evalpipe.otel import (
     OtelError,
@@ -227,7 +229,8 @@ def test_directory_export_merges_a_trace_split_over_files(tmp_path: Path) -> Non
 def _import(argv: list[str]) -> tuple[int, str, str]:
     args = build_parser().parse_args(["import", "otel", *argv])
     out, err = io.StringIO(), io.StringIO()
-    code = args.handler(args, out, err)
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = handle_errors(consoles()[1], lambda: args.handler(args))
     return code, out.getvalue(), err.getvalue()
 
 
@@ -253,6 +256,19 @@ def test_import_otel_writes_a_dataset_evalpipe_run_loads(tmp_path: Path) -> None
     code, _, err = _import([str(FIXTURES / "single_agent.json"), "-o", str(tmp_path / "x.csv")])
     assert code == 2
     assert "JSON Lines" in err
+
+
+def test_import_otel_prints_untrusted_names_as_text(tmp_path: Path) -> None:
+    """An agent name from the traces with a terminal escape or a bidi override is printed with
+    them shown (``\\u001b``), never sent to the terminal."""
+    text = (FIXTURES / "single_agent.json").read_text(encoding="utf-8")
+    export = tmp_path / "hostile.json"
+    export.write_text(text.replace('"weather"', '"weather\\u001b[2J\\u202e"'), encoding="utf-8")
+    code, out, err = _import([str(export), "-o", str(tmp_path / "x.jsonl")])
+    assert code == 0, err
+    assert "agents: weather\\u001b[2J\\u202e" in out
+    assert "\x1b" not in out + err
+    assert "\u202e" not in out + err
 
 
 def test_trace_rows_per_agent_modes() -> None:

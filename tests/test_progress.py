@@ -14,7 +14,7 @@ from evalpipe.tally import call_verdicts
 
 
 def _line(display: _Display, console: Console) -> str:
-    console.print(display.bar.make_tasks_table(display.bar.tasks))
+    console.print(display.make_tasks_table(display.tasks))
     return console.export_text(clear=True).strip()
 
 

@@ -71,78 +71,45 @@ if TYPE_CHECKING:  # every name loads on first use (below): `import evalpipe`, a
     from evalpipe.transcripts import ExecutorRun, RunUsage, TargetRun, WorkflowRun
 
 _LAZY = {
-    "Agent": "evalpipe.targets.base",
-    "AgentExpectations": "evalpipe.itemize",
-    "AgentResponse": "evalpipe.targets.base",
-    "CacheConfig": "evalpipe.cache",
-    "ChatClient": "evalpipe.llm",
-    "ChatEndpoint": "evalpipe.llm",
-    "CheckResult": "evalpipe.checks",
-    "Content": "evalpipe.messages",
-    "ConversationSplit": "evalpipe.items",
-    "ConversationSplitter": "evalpipe.items",
-    "DataContent": "evalpipe.messages",
-    "Diagnostic": "evalpipe.results",
-    "EvalCheck": "evalpipe.checks",
-    "EvalItem": "evalpipe.items",
-    "EvalItemResult": "evalpipe.results",
-    "EvalNotPassedError": "evalpipe.results",
-    "EvalResults": "evalpipe.results",
-    "EvalScoreResult": "evalpipe.results",
-    "Evaluator": "evalpipe.evaluators.base",
-    "ExecutorRun": "evalpipe.transcripts",
-    "ExpectedToolCall": "evalpipe.items",
-    "FunctionCallContent": "evalpipe.messages",
-    "FunctionEvaluator": "evalpipe.evaluators.local",
-    "FunctionResultContent": "evalpipe.messages",
-    "GateReport": "evalpipe.gates",
-    "GateSyntaxError": "evalpipe.gates",
-    "JudgeConfig": "evalpipe.evaluators.judge",
-    "JudgeEvaluator": "evalpipe.evaluators.judge",
-    "LocalEvaluator": "evalpipe.evaluators.local",
-    "MAFWorkflow": "evalpipe.targets.maf",
-    "Message": "evalpipe.messages",
-    "OpenAIChatAgent": "evalpipe.targets.openai_chat",
-    "OtelTraces": "evalpipe.otel",
-    "RecordedFormatError": "evalpipe.recorded",
-    "ResponseCache": "evalpipe.cache",
-    "RouterWorkflow": "evalpipe.targets.workflow",
-    "RubricScore": "evalpipe.results",
-    "RunUsage": "evalpipe.transcripts",
-    "SequentialWorkflow": "evalpipe.targets.workflow",
-    "TargetRun": "evalpipe.transcripts",
-    "TextContent": "evalpipe.messages",
-    "ToolDefinition": "evalpipe.messages",
-    "TraceDiagnostic": "evalpipe.otel",
-    "UriContent": "evalpipe.messages",
-    "Workflow": "evalpipe.targets.workflow",
-    "WorkflowRun": "evalpipe.transcripts",
-    "cache_clean": "evalpipe.cache",
-    "cache_stats": "evalpipe.cache",
-    "evaluate_agent": "evalpipe.evaluate",
-    "evaluate_gates": "evalpipe.gates",
-    "evaluate_workflow": "evalpipe.evaluate",
-    "evaluator": "evalpipe.evaluators.local",
-    "keyword_check": "evalpipe.checks",
-    "messages_from_openai": "evalpipe.messages",
-    "messages_to_openai": "evalpipe.messages",
-    "parse_conversation": "evalpipe.recorded",
-    "parse_gates": "evalpipe.gates",
-    "read_otel_traces": "evalpipe.otel",
-    "tool_call_args_match": "evalpipe.checks",
-    "tool_called_check": "evalpipe.checks",
-    "tool_calls_present": "evalpipe.checks",
-    "trace_items": "evalpipe.otel",
-    "trace_rows": "evalpipe.otel",
-    "AgentEvalConverter": "evalpipe.converter",
-    "MissingReferenceError": "evalpipe.evaluators.nlp",
-    "bleu": "evalpipe.evaluators.nlp",
-    "expected_fact_check": "evalpipe.evaluators.nlp",
-    "gleu": "evalpipe.evaluators.nlp",
-    "task_navigation_efficiency": "evalpipe.evaluators.nlp",
-    "token_f1": "evalpipe.evaluators.nlp",
-    "tool_call_success": "evalpipe.evaluators.nlp",
+    name: module
+    for module, names in {
+        "evalpipe.cache": "CacheConfig ResponseCache cache_clean cache_stats",
+        "evalpipe.checks": (
+            "CheckResult EvalCheck keyword_check tool_call_args_match "
+            "tool_called_check tool_calls_present"
+        ),
+        "evalpipe.converter": "AgentEvalConverter",
+        "evalpipe.evaluate": "evaluate_agent evaluate_workflow",
+        "evalpipe.evaluators.base": "Evaluator",
+        "evalpipe.evaluators.judge": "JudgeConfig JudgeEvaluator",
+        "evalpipe.evaluators.local": "FunctionEvaluator LocalEvaluator evaluator",
+        "evalpipe.evaluators.nlp": (
+            "MissingReferenceError bleu expected_fact_check gleu "
+            "task_navigation_efficiency token_f1 tool_call_success"
+        ),
+        "evalpipe.gates": "GateReport GateSyntaxError evaluate_gates parse_gates",
+        "evalpipe.itemize": "AgentExpectations",
+        "evalpipe.items": "ConversationSplit ConversationSplitter EvalItem ExpectedToolCall",
+        "evalpipe.llm": "ChatClient ChatEndpoint",
+        "evalpipe.messages": (
+            "Content DataContent FunctionCallContent FunctionResultContent Message "
+            "TextContent ToolDefinition UriContent messages_from_openai "
+            "messages_to_openai"
+        ),
+        "evalpipe.otel": "OtelTraces TraceDiagnostic read_otel_traces trace_items trace_rows",
+        "evalpipe.recorded": "RecordedFormatError parse_conversation",
+        "evalpipe.results": (
+            "Diagnostic EvalItemResult EvalNotPassedError EvalResults EvalScoreResult RubricScore"
+        ),
+        "evalpipe.targets.base": "Agent AgentResponse",
+        "evalpipe.targets.maf": "MAFWorkflow",
+        "evalpipe.targets.openai_chat": "OpenAIChatAgent",
+        "evalpipe.targets.workflow": "RouterWorkflow SequentialWorkflow Workflow",
+        "evalpipe.transcripts": "ExecutorRun RunUsage TargetRun WorkflowRun",
+    }.items()
+    for name in names.split()
 }
+"""Each public name and the module it loads from on first use."""
 
 
 def __getattr__(name: str) -> Any:

@@ -51,9 +51,8 @@ def markdown(text: object, limit: int | None = 500) -> str:
     return _MARKDOWN_SPECIAL.sub(r"\\\1", plain(text, limit, newlines=False))
 
 
-def table_cell(text: object, limit: int | None = 500) -> str:
-    """``text`` for a Prefect table artifact cell, which the UI renders as markdown."""
-    return markdown(text, limit)
+table_cell = markdown
+"""``text`` for a Prefect table artifact cell, which the UI renders as markdown."""
 
 
 def terminal(text: object, limit: int | None = None) -> str:

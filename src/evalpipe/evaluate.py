@@ -39,10 +39,8 @@ __all__ = ["DEFAULT_MAX_CONCURRENCY", "evaluate_agent", "evaluate_workflow"]
 
 DEFAULT_MAX_CONCURRENCY = 8
 
-_NO_AGENT_DATA = (
-    "No agent executor data found in the workflow result. Ensure the workflow uses "
-    "AgentExecutor-based agents."
-)
+ExpectedToolCalls = Sequence[ExpectedToolCall] | Sequence[Sequence[ExpectedToolCall]]
+"""One query's expected tool calls (a flat list), or a list per query."""
 
 
 def _listify(value: str | Sequence[Any] | None) -> list[Any] | None:
@@ -82,9 +80,7 @@ async def evaluate_agent(
     agent: Any = None,
     queries: str | Sequence[str] | None = None,
     expected_output: str | Sequence[str | None] | None = None,
-    expected_tool_calls: Sequence[ExpectedToolCall]
-    | Sequence[Sequence[ExpectedToolCall]]
-    | None = None,
+    expected_tool_calls: ExpectedToolCalls | None = None,
     responses: Any = None,
     evaluators: Any,
     eval_name: str | None = None,
@@ -288,9 +284,7 @@ async def evaluate_workflow(
     workflow_result: Any = None,
     queries: str | Sequence[str] | None = None,
     expected_output: str | Sequence[str | None] | None = None,
-    expected_tool_calls: Sequence[ExpectedToolCall]
-    | Sequence[Sequence[ExpectedToolCall]]
-    | None = None,
+    expected_tool_calls: ExpectedToolCalls | None = None,
     per_agent_expectations: PerAgentExpectations | None = None,
     evaluators: Any,
     eval_name: str | None = None,
@@ -380,5 +374,8 @@ async def evaluate_workflow(
     )
     shard = await run_in_process(plan, max_concurrency=max_concurrency)
     if shard.items == 0:
-        raise ValueError(_NO_AGENT_DATA)
+        raise ValueError(
+            "No agent executor data found in the workflow result. Ensure the workflow uses "
+            "AgentExecutor-based agents."
+        )
     return shard.results

@@ -65,17 +65,13 @@ class EvalScoreResult:
     """
 
     name: str
-    """The metric or check name."""
     score: float | None
     """The score. Local checks keep an @evaluator's float; None only when the metric errored."""
     passed: bool | None = None
-    """The verdict, when the metric has one."""
     sample: dict[str, Any] | None = None
     """Provider-specific detail (MAF puts ``{"reason": ...}`` here for local checks)."""
     dimensions: list[RubricScore] | None = None
-    """Rubric dimensions, when the evaluator reports them."""
     reason: str | None = None
-    """Why the metric passed or failed."""
     threshold: float | None = None
     """The pass threshold that decided ``passed``, when there is one."""
     label: str | None = None
@@ -101,17 +97,13 @@ class EvalItemResult:
     """One item's results from one provider."""
 
     item_id: str
-    """The evaluated item's id."""
     status: str
     """``pass``, ``fail``, or ``error``/``errored`` (see ``evalpipe.tally.ItemStatus``)."""
     scores: list[EvalScoreResult] = field(default_factory=list)
-    """One entry per metric."""
     error_code: str | None = None
     """Machine-readable error kind, e.g. AgentError, CheckError, Timeout."""
     error_message: str | None = None
-    """What went wrong, for people."""
     response_id: str | None = None
-    """The evaluated response's id, when the provider reports one."""
     input_text: str | None = None
     """The query text the provider saw."""
     output_text: str | None = None
@@ -128,7 +120,6 @@ class EvalItemResult:
 
     @property
     def is_passed(self) -> bool:
-        """The item passed."""
         return self.status == "pass"
 
     @property
@@ -145,13 +136,11 @@ class EvalResults(BaseModel):
     provider: str
     """The evaluator provider's name ("Local", "Microsoft Foundry", ...)."""
     eval_id: str = ""
-    """The provider's evaluation id."""
     run_id: str = ""
     """The provider's run id (the eval name for local runs)."""
     status: str = "completed"
     """``completed``, ``failed``, ``canceled``, ``timeout`` or ``partial``."""
     result_counts: dict[str, int] | None = None
-    """Item counts: passed, failed, errored."""
     report_url: str | None = None
     """Where the provider shows this run, when it has a portal."""
     error: str | None = None
@@ -224,12 +213,10 @@ class EvalResults(BaseModel):
 
     @property
     def passed(self) -> int:
-        """Items that passed."""
         return (self.result_counts or {}).get("passed", 0)
 
     @property
     def failed(self) -> int:
-        """Items that failed."""
         return (self.result_counts or {}).get("failed", 0)
 
     @property

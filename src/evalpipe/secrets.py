@@ -101,11 +101,9 @@ def _entropy(text: str) -> float:
 def looks_secret(value: str) -> bool:
     """Whether a value has the shape of a credential, whatever it is called: a known token prefix
     (``sk-...``, ``ghp_...``, ``AKIA...``, a JWT), an auth scheme with its token (``Bearer ...``),
-    a URL carrying credentials, or a long random run of characters: 20 or more letters and digits
-    mixing upper case, lower case and digits that change class often, at high entropy, or 32 or
-    more hex digits. Text with
-    spaces, paths and plain URLs are not secrets; names (model ids, import paths, UUIDs with
-    their dashes) are cut short by their separators."""
+    a URL carrying credentials, or a long random run (:func:`_random`, :func:`_hexadecimal`).
+    Text with spaces, paths and plain URLs are not secrets; names (model ids, import paths, UUIDs
+    with their dashes) are cut short by their separators."""
     text = value.strip()
     if not text:
         return False

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import json
 import time
@@ -13,6 +14,7 @@ import pytest
 
 from evalpipe import Message, ToolDefinition
 from evalpipe.cli import build_parser
+from evalpipe.cli._common import consoles, handle_errors
 from evalpipe.cli.import_ import import_foundry_threads
 from fakes.foundry_emulator import FoundryEmulator, StaticCredential
 
@@ -34,7 +36,10 @@ def parse(*argv: str) -> argparse.Namespace:
 def run(args: argparse.Namespace) -> tuple[int, str, str]:
     """Call the handler with the emulator's static credential; (exit code, stdout, stderr)."""
     out, err = io.StringIO(), io.StringIO()
-    code = args.handler(args, credential=StaticCredential(), stdout=out, stderr=err)
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = handle_errors(
+            consoles()[1], lambda: args.handler(args, credential=StaticCredential())
+        )
     return code, out.getvalue(), err.getvalue()
 
 

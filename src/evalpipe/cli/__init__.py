@@ -46,20 +46,7 @@ exit codes:
 `evalpipe COMMAND --help` tells more about each command."""
 
 
-_COMMANDS = [
-    "run",
-    "eval_",
-    "results",
-    "history",
-    "query",
-    "compare",
-    "calibrate",
-    "view",
-    "import_",
-    "deploy",
-    "cache",
-    "server",
-]
+_COMMANDS = "run eval_ results history query compare calibrate view import_ deploy cache server"
 """The command modules, in the order ``--help`` lists their commands; each adds its commands with
 ``register(subparsers)``."""
 
@@ -81,7 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", title="commands")
     # The commands (rich, pyarrow, the runner: ~1 s) load here, not when evalpipe.cli is imported.
-    for name in _COMMANDS:
+    for name in _COMMANDS.split():
         importlib.import_module(f"evalpipe.cli.{name}").register(sub)
     return parser
 
@@ -126,10 +113,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if threading.current_thread() is threading.main_thread():
         previous = signal.signal(signal.SIGTERM, _terminate)
     try:
-        code = int(args.handler(args))
-    except _common.CommandError as exc:
-        _common.say(_common.consoles()[1], f"error: {exc}", style="red", soft_wrap=True)
-        code = exc.code
+        code = _common.handle_errors(_common.consoles()[1], lambda: int(args.handler(args)))
     except KeyboardInterrupt:
         print(
             "interrupted: the run stopped; the calls it finished are journaled, run the same "
@@ -142,7 +126,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             signal.signal(signal.SIGTERM, previous)
     if argv is None:
         _exit_code[:] = [code]
-        if _common.api_gone():  # nothing Prefect still holds can reach its API: end now
+        if _common.API_GONE.is_set():  # nothing Prefect still holds can reach its API: end now
             _exit_now(code)
     return code
 

@@ -10,7 +10,8 @@ import contextlib
 import os
 import sys
 import textwrap
-from collections.abc import Iterator, Mapping, Sequence
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,24 +27,25 @@ from evalpipe.results import EvalResults
 from evalpipe.tally import CallTally, SummaryRow
 
 __all__ = [
+    "API_GONE",
     "DEFAULT_WIDTH",
     "EXIT_BAD_INPUT",
     "EXIT_GATE_FAILED",
     "EXIT_INCOMPLETE",
     "EXIT_OK",
+    "MAX_FAILURES",
     "CommandError",
     "Failure",
     "consoles",
     "exits_on",
     "failures_of",
+    "handle_errors",
     "item_label",
     "num",
-    "print_failures",
     "print_summary",
     "quiet_prefect",
     "require_run_dir",
     "say",
-    "summary_tables",
     "warn",
 ]
 
@@ -58,16 +60,16 @@ EXIT_INCOMPLETE = 3
 """The run could not complete."""
 
 
+MAX_FAILURES = 5
+"""Items listed per result that did not pass; the rest are counted and where they are is said."""
+
 DEFAULT_WIDTH = 120
 """Columns for output that is not a terminal when ``COLUMNS`` is not set (a CI log, a file)."""
 
 
 def _width(stream: Any) -> int | None:
-    """None (rich's own choice: a terminal's width, else ``COLUMNS``) or :data:`DEFAULT_WIDTH`."""
-    columns = os.environ.get("COLUMNS", "")
-    if columns.isdigit() and int(columns) > 0:
-        return int(columns)
-    return None if stream.isatty() else DEFAULT_WIDTH
+    """None (rich's own choice: ``COLUMNS``, else a terminal's width) or :data:`DEFAULT_WIDTH`."""
+    return None if stream.isatty() or os.environ.get("COLUMNS", "").isdigit() else DEFAULT_WIDTH
 
 
 def quiet_prefect() -> None:
@@ -79,19 +81,10 @@ def quiet_prefect() -> None:
     os.environ.setdefault("PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW", "ignore")
 
 
-_api_gone: list[bool] = []
-
-
-def prefect_api_gone() -> None:
-    """The Prefect API went away: the program ends as soon as the command has (``main``), without
-    the wait at exit for what Prefect's workers queued for that API (events, logs: each is
-    retried against it for seconds, over a minute for a run's last ones, and then lost anyway)."""
-    _api_gone[:] = [True]
-
-
-def api_gone() -> bool:
-    """Whether :func:`prefect_api_gone` was called."""
-    return bool(_api_gone)
+API_GONE = threading.Event()
+"""Set when the Prefect API went away: the program ends as soon as the command has (``main``),
+without the wait at exit for what Prefect's workers queued for that API (events, logs: each is
+retried against it for seconds, over a minute for a run's last ones, and then lost anyway)."""
 
 
 def consoles() -> tuple[Console, Console]:
@@ -117,6 +110,16 @@ def exits_on(
         yield
     except errors as exc:
         raise CommandError(message.replace("{}", str(exc)), code) from exc
+
+
+def handle_errors(err: Console, command: Callable[[], int]) -> int:
+    """``command()``'s exit code; a :class:`CommandError` it raises is printed on ``err`` as
+    ``error: message`` (red, as text) and its code returned."""
+    try:
+        return command()
+    except CommandError as exc:
+        say(err, f"error: {exc}", style="red", soft_wrap=True)
+        return exc.code
 
 
 _PASS_A_RUN = "; pass a run directory written by `evalpipe run`"
@@ -194,7 +197,7 @@ def num(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
 
 
-def summary_tables(rows: Sequence[SummaryRow]) -> list[Table]:
+def _summary_tables(rows: Sequence[SummaryRow]) -> list[Table]:
     """One table per provider: a line per agent (its items) and, under it, a line per metric.
 
     Every name goes in as text (``evalpipe.escape``); counts are right-aligned, the mean score
@@ -240,15 +243,14 @@ def warn(console: Console, text: str) -> None:
     say(console, f"warning: {text}", style="yellow", soft_wrap=True)
 
 
-def print_failures(
+def _print_failures(
     rows: Sequence[SummaryRow],
     failures: Sequence[Failure],
     console: Console,
     *,
-    max_failures: int = 5,
     rest: str | None = None,
 ) -> None:
-    """Per result, the items that did not pass (at most ``max_failures``, each with why in full
+    """Per result, the items that did not pass (at most ``MAX_FAILURES``, each with why in full
     (wrapped), its query and its response shortened to a line), and when capped how many more
     there are and where (``rest``)."""
     by_level: dict[str, list[Failure]] = {}
@@ -262,7 +264,7 @@ def print_failures(
         not_passed = row.n - row.passed
         if not bad or not not_passed:
             continue
-        shown = bad[:max_failures]
+        shown = bad[:MAX_FAILURES]
         capped = not_passed > len(shown)
         head = f"{level}: {not_passed} of {row.n} items did not pass"
         say(console, head + (f"; the first {len(shown)}:" if capped else ":"), style="bold")
@@ -296,7 +298,6 @@ def print_summary(
     console: Console,
     *,
     calls: Mapping[str, Any] | None = None,
-    max_failures: int = 5,
     rest: str | None = None,
     heading: str = "evalpipe summary",
 ) -> None:
@@ -307,10 +308,10 @@ def print_summary(
     """
     say(console, heading, style="bold")
     console.print()
-    for table in summary_tables(rows):
+    for table in _summary_tables(rows):
         console.print(table)
         console.print()
-    print_failures(rows, failures, console, max_failures=max_failures, rest=rest)
+    _print_failures(rows, failures, console, rest=rest)
     for row in rows:
         if row.kind != "result":
             continue

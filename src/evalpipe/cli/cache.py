@@ -45,7 +45,6 @@ def register(sub: Any) -> None:
     parser.add_argument(
         "cache_command",
         choices=["stats", "clean"],
-        metavar="{stats,clean}",
         help="stats: count the entries, the expired and unreadable ones, their bytes and the "
         "oldest and newest entry; clean: remove the expired entries (nothing else)",
     )

@@ -1,15 +1,9 @@
-"""``evalpipe calibrate RUN_DIR --labels FILE``: how far the run's judges agree with human labels.
+"""``evalpipe calibrate RUN_DIR --labels FILE``: how far the run's judges agree with human labels,
+written to ``--output`` (never into the run directory); ``--gate`` clauses use these labels.
 
-The results are written to ``--output`` (default: ``calibration.json`` beside the labels file),
-never into the run directory; ``--gate`` clauses are evaluated with these labels (exit 1 when one
-fails).
-
-``evalpipe review RUN_DIR --metric M``: collect human labels for a judge in the Prefect UI.
-
-Starts the review flow (``evalpipe.pipeline.review``) against the configured Prefect API (or the
-PREFECT_HOME's server, as ``evalpipe run`` does): it pauses with a form per sampled item; open the
-flow run in the Prefect UI, answer, and resume it. The answers are written to ``--output`` (a
-labels file for ``evalpipe calibrate``). The run directory is only read.
+``evalpipe review RUN_DIR --metric M``: collect human labels for a judge in the Prefect UI (the
+review flow, ``evalpipe.pipeline.review``, on the Prefect API ``evalpipe run`` would use); the
+run directory is only read.
 """
 
 from __future__ import annotations
@@ -98,7 +92,7 @@ def _calibrate(args: argparse.Namespace) -> int:
         raise CommandError(f"--resamples must be >= 100, got {args.resamples}")
     labels_path = str(args.labels)
     with exits_on(GateSyntaxError):
-        gates = Gate(parse_gates(args.gate or [], source="--gate")) if args.gate else None
+        clauses = parse_gates(args.gate or [], source="--gate")
     with exits_on(LabelsError, ArtifactError):  # SchemaVersionError included
         labels = read_labels(args.labels)
         verdicts = verdicts_of_run(args.run_dir)
@@ -120,10 +114,10 @@ def _calibrate(args: argparse.Namespace) -> int:
             for line in _lines(c):
                 say(out, line, soft_wrap=True)
         say(out, f"seed {args.seed}, {args.resamples} resamples; written to {output}")
-    if gates is None:
+    if not clauses:
         return EXIT_OK
-    clauses = [c.with_labels(labels_path) if isinstance(c, JudgeAgreement) else c for c in gates]
-    report = Gate(clauses).evaluate(load_run(str(args.run_dir), input_items=False))
+    gate = Gate(c.with_labels(labels_path) if isinstance(c, JudgeAgreement) else c for c in clauses)
+    report = gate.evaluate(load_run(str(args.run_dir), input_items=False))
     say(err if args.json else out, report.summary())
     return EXIT_OK if report.passed else EXIT_GATE_FAILED
 
@@ -195,7 +189,6 @@ def register(sub: Any) -> None:
         "-o",
         "--output",
         type=Path,
-        default=None,
         help=f"where to write the results (default: {CALIBRATION_FILE} beside the labels)",
     )
     parser.add_argument(
@@ -210,7 +203,6 @@ def register(sub: Any) -> None:
     parser.add_argument(
         "--gate",
         action="append",
-        default=None,
         metavar="CLAUSE",
         help="a gate clause to evaluate with these labels, e.g. 'judge_agreement(relevance) >= "
         "0.6' (repeatable); exit 1 when one fails",
@@ -238,7 +230,6 @@ def register(sub: Any) -> None:
         "-o",
         "--output",
         type=Path,
-        default=None,
         help="the labels file to write (default: RUNNAME-METRIC-labels.jsonl here)",
     )
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help="sampling seed")

@@ -9,6 +9,7 @@ from typing import Any
 
 from evalpipe.artifacts import BASELINE_FILE, ArtifactError, baseline_of, bless, read_manifest
 from evalpipe.artifacts.history import join, parent_of
+from evalpipe.artifacts.reader import manifest_part
 from evalpipe.cli._common import (
     EXIT_GATE_FAILED,
     EXIT_OK,
@@ -27,8 +28,7 @@ def _bless(args: argparse.Namespace) -> int:
     with exits_on(ArtifactError, ValueError, message=message):
         manifest = read_manifest(args.run_dir)
         written = bless(args.run_dir)
-    suite = manifest.get("suite")
-    name = suite.get("name") if isinstance(suite, dict) else None
+    name = manifest_part(manifest, "suite").get("name")
     say(
         consoles()[0],
         f"{args.run_dir} is the baseline of {name or 'its suite'} (in {written}); "
@@ -85,10 +85,10 @@ def _compare(args: argparse.Namespace) -> int:
             args.markdown.write_text(render_markdown(comparison), encoding="utf-8")
             say(out, f"markdown written to {args.markdown}")
     if args.fail_on_regression and comparison.has_regressions:
-        err.print(
+        say(
+            err,
             f"{comparison.regressions} regression(s): failing as --fail-on-regression asks",
             style="red",
-            highlight=False,
         )
         return EXIT_GATE_FAILED
     return EXIT_OK
@@ -125,18 +125,14 @@ def register(sub: Any) -> None:
         metavar="RUN_A",
         help="the baseline run directory (with --baseline: the run compared with the baseline)",
     )
-    parser.add_argument(
-        "run_b", metavar="RUN_B", nargs="?", default=None, help="the run compared with RUN_A"
-    )
+    parser.add_argument("run_b", metavar="RUN_B", nargs="?", help="the run compared with RUN_A")
     parser.add_argument(
         "--baseline",
         action="store_true",
         help="compare the one run given with its suite's blessed baseline (`evalpipe bless`)",
     )
-    parser.add_argument("--html", type=Path, default=None, help="also write the comparison as HTML")
-    parser.add_argument(
-        "--markdown", type=Path, default=None, help="also write the comparison as markdown"
-    )
+    parser.add_argument("--html", type=Path, help="also write the comparison as HTML")
+    parser.add_argument("--markdown", type=Path, help="also write the comparison as markdown")
     parser.add_argument(
         "--fail-on-regression",
         action="store_true",

@@ -65,11 +65,11 @@ def register(sub: Any) -> None:
         description="Serve a suite as a Prefect deployment from this process (Ctrl-C stops).",
     )
     parser.add_argument("suite", help="the suite YAML file")
-    parser.add_argument("--name", default=None, help="deployment name (default: the suite's name)")
+    parser.add_argument("--name", help="deployment name (default: the suite's name)")
     when = parser.add_mutually_exclusive_group()
-    when.add_argument("--cron", default=None, help='a cron schedule, e.g. "0 2 * * *" (UTC)')
-    when.add_argument("--interval", type=int, default=None, help="a schedule every N seconds")
-    parser.add_argument("--repetitions", type=int, default=None, help="override repetitions")
+    when.add_argument("--cron", help='a cron schedule, e.g. "0 2 * * *" (UTC)')
+    when.add_argument("--interval", type=int, help="a schedule every N seconds")
+    parser.add_argument("--repetitions", type=int, help="override repetitions")
     parser.add_argument(
         "--param",
         action="append",

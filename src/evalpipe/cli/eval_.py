@@ -69,12 +69,7 @@ async def _evaluate(
         kind="agent",
         queries=[r.query for r in rows],
         expectations=[
-            Expectations(
-                expected_output=r.expected_output,
-                expected_tool_calls=r.expected_tool_calls,
-                context=r.context,
-            )
-            for r in rows
+            Expectations(r.expected_output, r.expected_tool_calls, r.context) for r in rows
         ],
         providers=resolve_evaluators(checks),
         repetitions=args.repetitions,
@@ -150,11 +145,10 @@ def register(sub: Any) -> None:
         "query's context; full the whole trajectory after the first user message (tool calls "
         "and all)",
     )
-    parser.add_argument("--name", default=None, help="eval name (default 'Eval: <agent name>')")
+    parser.add_argument("--name", help="eval name (default 'Eval: <agent name>')")
     parser.add_argument(
         "--json",
         type=Path,
-        default=None,
         metavar="FILE",
         help="also write the results (every item and score) as JSON to FILE",
     )

@@ -42,15 +42,15 @@ def _key(row: SummaryRow) -> tuple[str, str, str]:
     return row.provider, row.agent, ITEMS if row.kind == "result" else str(row.metric)
 
 
-def _series(runs: Sequence[RunInfo]) -> dict[tuple[str, str], list[str]]:
-    """(provider, agent) -> its columns (``items`` then the metrics), first-seen order."""
+def _keys(runs: Sequence[RunInfo]) -> list[tuple[str, str, str]]:
+    """Every (provider, agent, column) of the runs, first-seen order: ``items`` then the metrics."""
     series: dict[tuple[str, str], list[str]] = {}
     for run in runs:
         for row in run.rows:
             columns = series.setdefault((row.provider, row.agent), [ITEMS])
             if row.kind == "metric" and row.metric not in columns:
                 columns.append(str(row.metric))
-    return series
+    return [(p, a, c) for (p, a), columns in series.items() for c in columns]
 
 
 def _print(runs: Sequence[RunInfo], console: Console, where: str) -> None:
@@ -86,8 +86,8 @@ def _print(runs: Sequence[RunInfo], console: Console, where: str) -> None:
 
 
 def _print_rates(runs: Sequence[RunInfo], console: Console) -> None:
-    series = _series(runs)
-    labels = [f"{p} · {a}" for p, a in series] + [f"  {c}" for cs in series.values() for c in cs]
+    keys = _keys(runs)
+    labels = [f"{p} · {a}" if c == ITEMS else f"  {c}" for p, a, c in keys]
     name_width = min(32, max(len(label) for label in labels))
     cells = [{_key(row): _rate(row.passed, row.failed) for row in r.rows} for r in runs]
     cell_width = max([len(c) for found in cells for c in found.values()] + [11])
@@ -100,14 +100,9 @@ def _print_rates(runs: Sequence[RunInfo], console: Console) -> None:
     name_column(block, "provider · agent / metric")
     for run, _ in shown:
         count_column(block, _when(run, "%m-%d %H:%M"))
-    for (provider, agent), columns in series.items():
-        for column in columns:
-            label = (
-                Text(plain(f"{provider} · {agent}"), style="bold")
-                if column == ITEMS
-                else Text(plain(f"  {column}"))
-            )
-            block.add_row(label, *(found.get((provider, agent, column), "") for _, found in shown))
+    for key, label in zip(keys, labels, strict=True):
+        name = Text(plain(label), style="bold" if key[2] == ITEMS else "")
+        block.add_row(name, *(found.get(key, "") for _, found in shown))
     console.print(block)
     console.print()
 
@@ -115,8 +110,7 @@ def _print_rates(runs: Sequence[RunInfo], console: Console) -> None:
 def _csv(runs: Sequence[RunInfo]) -> None:
     """Print one line per run: its fields, then a pass rate per provider/agent/metric (``items``: the
     agent's items) and its denominator."""
-    series = _series(runs)
-    keys = [(p, a, c) for (p, a), columns in series.items() for c in columns]
+    keys = _keys(runs)
     head = ["suite", "run_name", "started_at", "target_version", "calls", "errored", "gate"]
     head += ["baseline", "location"]
     for p, a, c in keys:
@@ -181,7 +175,7 @@ def register(sub: Any) -> None:
         help="where runs are written (a suite's output_dir, e.g. runs or s3://bucket/evals), or "
         "one suite's directory in it",
     )
-    parser.add_argument("--suite", metavar="NAME", default=None, help="only the runs of this suite")
+    parser.add_argument("--suite", metavar="NAME", help="only the runs of this suite")
     parser.add_argument(
         "--format",
         choices=["table", "json", "csv"],

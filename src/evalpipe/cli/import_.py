@@ -1,55 +1,25 @@
-"""``evalpipe import otel | foundry-threads``: production traffic written as a recorded dataset.
-
-``import otel PATH -o dataset.jsonl`` reads an OTLP/JSON export (a file or a directory), rebuilds
-each trace's agent turns (``evalpipe.otel``) and writes one dataset row per trace: the
-conversation, the tools and, for multi-agent traces, every agent's turn (``recorded_agents``).
-``import foundry-threads`` reads Foundry Agent Service threads (by id, or an agent's threads in a
-time window) and writes one row per finished run. ``evalpipe run`` evaluates such a file with a
-suite that has no target, on a schedule like any other suite; the rows are loaded back before the
-command reports success.
+"""``evalpipe import otel | foundry-threads``: production traffic written as a recorded dataset
+(one row per trace, or per finished Foundry run; docs/production-traffic.md) that a suite with no
+target evaluates; the rows are loaded back before the command reports success.
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
 import os
-import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 from evalpipe._internal.env import FOUNDRY_ENDPOINT_ENV
-from evalpipe.cli._common import EXIT_INCOMPLETE, CommandError, exits_on
+from evalpipe.cli._common import EXIT_INCOMPLETE, CommandError, consoles, exits_on, say, warn
 from evalpipe.datasets import DatasetError, write_jsonl
 from evalpipe.otel import OtelError, read_otel_traces, trace_rows
 
 __all__ = ["import_foundry_threads", "import_otel", "register"]
 
 MAX_SHOWN_WARNINGS = 20
-
-
-def _streams(handler: Callable[..., int]) -> Callable[..., int]:
-    """``handler(args, out, err, **more)`` as an ``evalpipe import`` handler: the summary goes to
-    ``stdout``, warnings and errors to ``stderr`` (by default the process's); a
-    :class:`CommandError` it raises is printed there and its code returned."""
-
-    @functools.wraps(handler)
-    def run(
-        args: argparse.Namespace,
-        stdout: TextIO | None = None,
-        stderr: TextIO | None = None,
-        **more: Any,
-    ) -> int:
-        err = stderr or sys.stderr
-        try:
-            return handler(args, stdout or sys.stdout, err, **more)
-        except CommandError as exc:
-            print(f"error: {exc}", file=err)
-            return exc.code
-
-    return run
 
 
 def _write(rows: Iterable[dict[str, Any]], output: Path) -> list[Any]:
@@ -64,20 +34,20 @@ def _check_jsonl(output: Path) -> None:
         raise CommandError(f"{output}: the dataset is written as JSON Lines; name it *.jsonl.")
 
 
-@_streams
-def import_otel(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
+def import_otel(args: argparse.Namespace) -> int:
     """Run ``evalpipe import otel``; returns the exit code.
 
     0: written; 1: written, but ``--strict`` and some spans had warnings; 2: nothing usable (no
     such path, no trace with an ``invoke_agent`` span, or an output path that is not ``.jsonl``).
     """
+    out, err = consoles()
     _check_jsonl(args.output)
     with exits_on(OtelError):
         read = read_otel_traces(args.path, log=False)
     for diagnostic in read.diagnostics[:MAX_SHOWN_WARNINGS]:
-        print(f"warning: {diagnostic}", file=err)
+        warn(err, str(diagnostic))
     if len(read.diagnostics) > MAX_SHOWN_WARNINGS:
-        print(f"warning: ... and {len(read.diagnostics) - MAX_SHOWN_WARNINGS} more", file=err)
+        warn(err, f"... and {len(read.diagnostics) - MAX_SHOWN_WARNINGS} more")
     if not read.traces:
         raise CommandError(
             f"{args.path}: {read.spans} spans but no trace with an invoke_agent span; "
@@ -85,11 +55,12 @@ def import_otel(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
         )
     count = len(_write(trace_rows(read.traces, per_agent=args.per_agent), args.output))
     agents = sorted({t.agent for trace in read.traces for t in trace.turns})
-    print(
+    say(
+        out,
         f"{count} trace{'s' if count != 1 else ''} ({read.spans} spans, agents: "
         f"{', '.join(agents)}) -> {args.output}; {len(read.diagnostics)} warning"
         f"{'s' if len(read.diagnostics) != 1 else ''}",
-        file=out,
+        soft_wrap=True,
     )
     return 1 if args.strict and read.diagnostics else 0
 
@@ -123,10 +94,7 @@ def _check_usage(args: argparse.Namespace) -> None:
         )
 
 
-@_streams
-def import_foundry_threads(
-    args: argparse.Namespace, out: TextIO, err: TextIO, *, credential: Any = None
-) -> int:
+def import_foundry_threads(args: argparse.Namespace, *, credential: Any = None) -> int:
     """Run ``evalpipe import foundry-threads``; returns the exit code.
 
     0: rows written (and checked to load as a dataset); 2: bad arguments or rows that do not load;
@@ -134,6 +102,7 @@ def import_foundry_threads(
     ``credential`` defaults to ``DefaultAzureCredential``.
     """
     _check_usage(args)
+    out, err = consoles()
     endpoint = args.endpoint or os.environ[FOUNDRY_ENDPOINT_ENV]
     from azure.core.exceptions import AzureError  # lazy: azure, only for this command
 
@@ -161,24 +130,22 @@ def import_foundry_threads(
             records = reader.read_many(args.thread_ids)
         diagnostics = list(reader.diagnostics)
     for diag in diagnostics:
-        print(f"warning: {diag}", file=err)
+        warn(err, str(diag))
     kept = [r for r in records if args.include_failed or r.error_code is None]
     skipped = len(records) - len(kept)
     if skipped:
-        print(
-            f"skipped {skipped} run(s) that did not complete (--include-failed keeps them)",
-            file=err,
-        )
+        say(err, f"skipped {skipped} run(s) that did not complete (--include-failed keeps them)")
     if not kept:
         raise CommandError("no finished run to write; nothing written", EXIT_INCOMPLETE)
     _write((record.to_row() for record in kept), args.output)
     threads = len({r.thread_id for r in kept})
     multi = sum(1 for r in kept if r.is_multi_agent)
-    print(
+    say(
+        out,
         f"wrote {len(kept)} row(s) from {threads} thread(s) to {args.output}"
         + (f" ({multi} multi-agent)" if multi else "")
         + (f"; {len(diagnostics)} warning(s)" if diagnostics else ""),
-        file=out,
+        soft_wrap=True,
     )
     return 0
 
@@ -254,9 +221,7 @@ def register(sub: Any) -> None:
         help="with --agent-id: threads created before this time (default now)",
     )
     parser.add_argument(
-        "--endpoint",
-        default=None,
-        help=f"the Foundry project endpoint (default ${FOUNDRY_ENDPOINT_ENV})",
+        "--endpoint", help=f"the Foundry project endpoint (default ${FOUNDRY_ENDPOINT_ENV})"
     )
     parser.add_argument(
         "-o", "--output", type=Path, required=True, help="the dataset JSONL file to write"

@@ -76,23 +76,22 @@ def connect(root: Path) -> duckdb.DuckDBPyConnection:
     return con
 
 
-def _check_read_only(sql: str) -> str | None:
-    """Why ``sql`` is refused (not one or more SELECT statements), or None."""
+def _check_read_only(sql: str) -> None:
+    """End the command (exit 2) unless ``sql`` is one or more SELECT statements."""
     import duckdb  # lazy: see connect
 
     try:
         statements = duckdb.extract_statements(sql)
     except duckdb.Error as exc:
-        return f"the SQL does not parse: {exc}"
+        raise CommandError(f"evalpipe query: the SQL does not parse: {exc}") from exc
     if not statements:
-        return "no SQL statement given"
+        raise CommandError("evalpipe query: no SQL statement given")
     for index, statement in enumerate(statements, 1):
         if statement.type != duckdb.StatementType.SELECT:
-            return (
-                f"statement {index} is a {statement.type.name}: evalpipe query is read-only, "
-                "write a SELECT (or WITH ... SELECT)"
+            raise CommandError(
+                f"evalpipe query: statement {index} is a {statement.type.name}: evalpipe query is "
+                "read-only, write a SELECT (or WITH ... SELECT)"
             )
-    return None
 
 
 def _print(columns: list[str], rows: list[tuple[Any, ...]], fmt: str) -> None:
@@ -114,9 +113,7 @@ def _print(columns: list[str], rows: list[tuple[Any, ...]], fmt: str) -> None:
 def _query(args: argparse.Namespace) -> int:
     import duckdb  # lazy: see connect
 
-    why = _check_read_only(args.sql)
-    if why is not None:
-        raise CommandError(f"evalpipe query: {why}")
+    _check_read_only(args.sql)
     root = Path(args.dir)
     if not root.is_dir():
         raise CommandError(f"{root}: not a directory; pass a run directory or an output directory")

@@ -13,10 +13,12 @@ from rich.console import Console
 from evalpipe._internal.adaptive import limit_notes
 from evalpipe.artifacts import ArtifactError, read_manifest, read_not_passed, read_summary
 from evalpipe.artifacts.history import join
+from evalpipe.artifacts.reader import manifest_part
 from evalpipe.artifacts.writer import resolve_filesystem
 from evalpipe.calibration import LabelsError, read_calibration
 from evalpipe.cli._common import (
     EXIT_OK,
+    MAX_FAILURES,
     CommandError,
     Failure,
     consoles,
@@ -30,10 +32,6 @@ from evalpipe.escape import plain
 from evalpipe.spend import spend_text
 
 __all__ = ["print_run", "register"]
-
-
-MAX_FAILURES = 5
-"""Items listed per result that did not pass; the rest are counted and where they are is said."""
 
 
 def print_run(run_dir: Path | str, console: Console) -> None:
@@ -55,7 +53,6 @@ def print_run(run_dir: Path | str, console: Console) -> None:
         for level, items in not_passed.items()
         for item in items
     ]
-    calls = manifest.get("calls") if isinstance(manifest.get("calls"), dict) else None
     fs, path = resolve_filesystem(run_dir)
     has_report = fs.get_file_info(f"{path}/report.html").type == pafs.FileType.File
     report = join(run_dir, "report.html") if has_report else None
@@ -63,14 +60,12 @@ def print_run(run_dir: Path | str, console: Console) -> None:
         f" and {report}" if report else ""
     )
     name_of_dir = run_dir.rstrip("/").replace("\\", "/").rsplit("/", 1)[-1]
-    suite = manifest.get("suite")
-    name = suite.get("name") if isinstance(suite, dict) else None
+    name = manifest_part(manifest, "suite").get("name")
     print_summary(
         rows,
         failures,
         console,
-        calls=calls,
-        max_failures=MAX_FAILURES,
+        calls=manifest_part(manifest, "calls"),
         rest=rest,
         heading=f"evalpipe summary: {name or name_of_dir} ({manifest.get('run_name') or name_of_dir})",
     )
@@ -136,11 +131,7 @@ def register(sub: Any) -> None:
     )
     parser.add_argument("run_dir", type=Path, help="a run directory written by `evalpipe run`")
     parser.add_argument(
-        "-o",
-        "--output",
-        type=Path,
-        default=None,
-        help="the HTML file (default: RUN_DIR/report.html)",
+        "-o", "--output", type=Path, help="the HTML file (default: RUN_DIR/report.html)"
     )
     parser.add_argument(
         "--max-items",
@@ -151,7 +142,6 @@ def register(sub: Any) -> None:
     parser.add_argument(
         "--calibration",
         type=Path,
-        default=None,
         help="a calibration file (`evalpipe calibrate`): show each judge's kappa beside its "
         "pass rate",
     )

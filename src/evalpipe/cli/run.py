@@ -29,13 +29,13 @@ from rich.text import Text
 from evalpipe._internal.collector import collect_less
 from evalpipe._internal.malloc import give_back_large_blocks
 from evalpipe.cli._common import (
+    API_GONE,
     EXIT_GATE_FAILED,
     EXIT_INCOMPLETE,
     EXIT_OK,
     CommandError,
     consoles,
     exits_on,
-    prefect_api_gone,
     quiet_prefect,
     say,
 )
@@ -81,16 +81,14 @@ def _verdicts(task: Task) -> str:
     return "" if task.total is None else f"pass {f['passed']} fail {f['failed']} err {f['errored']}"
 
 
-class _Display:
+class _Display(Progress):
     """What `evalpipe run` shows on stderr while it runs: from the start a spinner and the stage
     (loading the suite, starting Prefect), then a bar of the target calls with done/total, rate,
     ETA and the calls' verdicts so far, and the time since the command started. The bar goes
     when the run ends; :meth:`final` is the one line that stays."""
 
     def __init__(self, console: Console, started: float, *, disabled: bool) -> None:
-        self.started = started
-        self.console = console
-        self.bar = Progress(
+        super().__init__(
             SpinnerColumn(),
             TextColumn("{task.description}"),
             BarColumn(bar_width=12),
@@ -104,51 +102,36 @@ class _Display:
             transient=True,
             disable=disabled,
         )
-        self.task = self.bar.add_task(
-            "loading the suite", total=None, passed=0, failed=0, errored=0
-        )
-        self.done = 0
-        self.total: int | None = None
-        self.counts: dict[str, Any] = {"passed": 0, "failed": 0, "errored": 0}
-
-    def __enter__(self) -> _Display:
-        self.bar.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.bar.stop()
+        self.started = started
+        self.task = self.add_task("loading the suite", total=None, passed=0, failed=0, errored=0)
 
     def stage(self, description: str) -> None:
         """Show what is happening before the calls start."""
-        self.bar.update(self.task, description=description)
-
-    def flow_run(self, url: str) -> None:
-        """The flow run exists: where to watch it (printed above the bar, and kept)."""
-        say(self.console, f"UI: {url}", soft_wrap=True)
+        self.update(self.task, description=description)
 
     def hook(self, stage: str, done: int, total: int) -> None:
         """The flow's progress hook (``evalpipe.pipeline.flow.ProgressHook``)."""
         if stage == "calls":
-            if self.total is None:
-                self.bar.reset(self.task, total=total, description="calls")
-            self.done, self.total = done, total
-            self.bar.update(self.task, completed=done, total=total)
-        elif stage in self.counts:
-            self.counts[stage] = done
-            self.bar.update(self.task, **self.counts)
+            if self.tasks[0].total is None:
+                self.reset(self.task, total=total, description="calls")
+            self.update(self.task, completed=done, total=total)
+        elif stage in ("passed", "failed", "errored"):
+            count: dict[str, Any] = {stage: done}  # a task field (the verdicts column)
+            self.update(self.task, **count)
         elif stage == "items" and done == total:
-            self.bar.update(self.task, description="writing")
+            self.update(self.task, description="writing")
 
     def final(self, name: str) -> str:
         """The run's end in one line: calls done, time, rate, and the calls' verdicts."""
         took = time.monotonic() - self.started
-        if self.total is None:
+        task = self.tasks[0]
+        if task.total is None:
             return f"{name}: no target call made, {took:.1f} s"
-        counts = self.counts
+        done, f = int(task.completed), task.fields
         return (
-            f"{name}: {self.done}/{self.total} calls in {took:.1f} s "
-            f"({self.done / took if took > 0 else 0:.1f}/s); {counts['passed']} passed every "
-            f"check, {counts['failed']} failed one or more, {counts['errored']} errored"
+            f"{name}: {done}/{int(task.total)} calls in {took:.1f} s "
+            f"({done / took if took > 0 else 0:.1f}/s); {f['passed']} passed every "
+            f"check, {f['failed']} failed one or more, {f['errored']} errored"
         )
 
 
@@ -157,26 +140,17 @@ def _flow_running() -> Iterator[None]:
     """`evalpipe run`'s process while the flow runs, all of it undone when the flow ends (the
     command may run inside another program: the tests call it).
 
-    The cyclic garbage collector: what is alive when the run is prepared (the imports, the suite,
-    the plan's rows and calls: all kept to the end) is frozen out of every collection, a
-    collection waits for YOUNG_THRESHOLD new objects instead of 700, and each one walks every
-    generation (after the freeze they hold only what the run made since). This process makes and
-    drops millions of small objects (every call's transcript, items and rows when shards run in
-    it, every shard's rows when they run elsewhere), almost none of them in cycles, and each
-    collection of the older generations walked the plan again. Measured with 30,000 instant calls
-    x 3 checks on threads (the process's CPU, loaded machine): 12.5-13.0 s with CPython's
-    defaults, 10.3-10.7 s frozen, 8.5 s as here, 8.0-8.5 s with the collector off; the same peak
-    memory (~375 MiB). The older generations are not left to wait: a task runner's future holds
-    its shard's rows in a reference cycle, and with CPython's (10, 10) after the young threshold
-    they piled up (100,000 calls on a process pool: this process's peak 641-661 MiB against
-    490-507 MiB untuned; 524 MiB as here, CPU 12.5 s against 15.4-16.0 s). A process pool's
-    workers get the same for their life (``collect_less``, their initializer).
+    The cyclic garbage collector collects less (``collect_less``: what the run prepared is frozen
+    out of collections, which come rarer and walk every generation): this process makes and drops
+    millions of small objects, almost none in cycles. 30,000 instant calls x 3 checks on threads:
+    12.5-13.0 s of CPU with CPython's defaults, 8.5 s so, the same peak memory (~375 MiB); every
+    generation is walked because a task runner's future holds its shard's rows in a cycle (100,000
+    calls on a process pool: 524 MiB peak, against 641-661 MiB with CPython's (10, 10)). A process
+    pool's workers get the same for their life (their initializer).
 
-    Arrow's allocations are made by the C library's allocator, not by Arrow's default pool
-    (mimalloc), which keeps what it frees for reuse: this process turns every shard's rows into
-    Arrow columns and Parquet pages, and the pool held ~80 MiB of them (100,000 calls on a
-    process pool: this process's peak 531 against 451 MiB, the same CPU, 14.1 s). glibc gives
-    large blocks back (``give_back_large_blocks``).
+    Arrow allocates with the C library's allocator, not its default pool (mimalloc), which kept
+    ~80 MiB of the shards' columns and Parquet pages (100,000 calls on a process pool: peak 531
+    against 451 MiB); glibc gives large blocks back (``give_back_large_blocks``).
     """
     from evalpipe.pipeline.flow import process_worker_setup  # lazy: Prefect, only to run
 
@@ -227,13 +201,14 @@ def _run(args: argparse.Namespace) -> int:
                     progress=display.hook,
                     plan=plan,
                     wait=args.wait,
-                    on_flow_run=display.flow_run,
+                    # where to watch the flow run: printed above the bar, and kept
+                    on_flow_run=lambda url: say(err, f"UI: {url}", soft_wrap=True),
                 )
         except PrefectUnavailableError as exc:
             # What Prefect's workers would still log about the API that is gone would bury the
             # message below, the one that matters; nothing they queued can be sent.
             logging.getLogger("prefect").setLevel(logging.CRITICAL + 1)
-            prefect_api_gone()
+            API_GONE.set()
             raise CommandError(str(exc), EXIT_INCOMPLETE) from exc
     say(err, display.final(suite.name))
     for note in outcome.notes:
@@ -302,23 +277,18 @@ def register(sub: Any) -> None:
     )
     parser.add_argument(
         "--output",
-        default=None,
         help="output directory or filesystem URI, e.g. s3://bucket/evals (suite's output_dir)",
     )
-    parser.add_argument(
-        "--run-dir", type=Path, default=None, help="write (or resume) this run directory"
-    )
+    parser.add_argument("--run-dir", type=Path, help="write (or resume) this run directory")
     parser.add_argument(
         "--rescore",
         type=Path,
-        default=None,
         metavar="RUN_DIR",
         help="re-evaluate the transcripts stored in RUN_DIR instead of calling the target",
     )
     parser.add_argument(
         "--new-run",
         "--no-resume",
-        dest="new_run",
         action="store_true",
         help="start a new run directory (calling everything again) even if an unfinished run "
         "of the same target exists",
@@ -327,7 +297,6 @@ def register(sub: Any) -> None:
         "--wait",
         nargs="?",
         type=float,
-        const=None,
         default=0.0,
         metavar="SECONDS",
         help="when a live run holds the run directory, wait for it (at most SECONDS; no value: "

@@ -9,8 +9,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from evalpipe.artifacts import ArtifactError, DamagedRun, find_runs
-from evalpipe.cli._common import EXIT_OK, consoles, exits_on, warn
-from evalpipe.escape import plain
+from evalpipe.cli._common import EXIT_OK, consoles, exits_on, say, warn
 from evalpipe.view.urls import LOOPBACK_HOSTS, VIEW_URL_ENV, configured_view_url, is_loopback
 
 __all__ = ["DEFAULT_PORT", "register"]
@@ -19,7 +18,7 @@ DEFAULT_PORT = 8765
 """The port ``evalpipe view`` listens on unless told otherwise."""
 
 
-def _allowed_hosts(host: str, extra: list[str]) -> list[str] | None:
+def _allowed_hosts(host: str, extra: list[str], configured: str | None) -> list[str] | None:
     """The Host header names the view answers: loopback names when bound to loopback, the bound
     name, the configured view URL's host and ``--allowed-host``; None (any) when bound to every
     interface with no ``--allowed-host``."""
@@ -28,10 +27,6 @@ def _allowed_hosts(host: str, extra: list[str]) -> list[str] | None:
     names = {host.strip("[]").lower(), *(e.lower() for e in extra)}
     if is_loopback(host):
         names.update(LOOPBACK_HOSTS)
-    try:
-        configured = configured_view_url()
-    except ValueError:
-        configured = None
     if configured:
         names.add((urlsplit(configured).hostname or "").lower())
     return sorted(n for n in names if n)
@@ -55,10 +50,10 @@ def _view(args: argparse.Namespace) -> int:
 
     from evalpipe.view.app import create_app  # lazy: the web stack
 
-    _, err = consoles()
+    out, err = consoles()
     damaged: list[DamagedRun] = []
     with exits_on(ArtifactError, ValueError):
-        configured_view_url()
+        configured = configured_view_url()
         runs = find_runs(args.output_dir, damaged=damaged)
     for run in damaged:  # listed as damaged; every other run is served
         warn(err, f"damaged run {run.location}: {run.problem}")
@@ -75,14 +70,16 @@ def _view(args: argparse.Namespace) -> int:
     port = sock.getsockname()[1]
     shown = f"[{args.host}]" if ":" in args.host else args.host
     app = create_app(
-        args.output_dir, allowed_hosts=_allowed_hosts(args.host, args.allowed_host), warm=True
+        args.output_dir,
+        allowed_hosts=_allowed_hosts(args.host, args.allowed_host, configured),
+        warm=True,
     )
-    print(
+    say(
+        out,
         f"evalpipe view: {len(runs)} run(s)"
         + (f" ({len(damaged)} damaged, listed as such)" if damaged else "")
-        + f" in {plain(args.output_dir)} at "
-        f"http://{shown}:{port}/ (read-only; Ctrl-C stops)",
-        flush=True,
+        + f" in {args.output_dir} at http://{shown}:{port}/ (read-only; Ctrl-C stops)",
+        soft_wrap=True,
     )
     server = uvicorn.Server(
         uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")
