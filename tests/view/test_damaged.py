@@ -95,3 +95,31 @@ def test_evalpipe_view_starts_beside_a_damaged_run(output: Path, tmp_path: Path)
         assert f"warning: damaged run {output}/crafted/{name}: " in said
         assert problem in said
     assert "Traceback" not in said
+
+
+def test_stopping_evalpipe_view_speaks_of_the_view_not_of_a_run(tmp_path: Path) -> None:
+    """SIGTERM (or Ctrl-C) ends `evalpipe view` with 'interrupted: view stopped', not the run's
+    hint about journaled calls to resume: only `evalpipe run` has those."""
+    output = tmp_path / "runs"
+    output.mkdir()
+    port = free_port()
+    log = tmp_path / "view.log"
+    proc = start(
+        [str(BIN / "evalpipe"), "view", str(output), "--port", str(port)], dict(os.environ), log
+    )
+
+    def up() -> bool:
+        if proc.poll() is not None:
+            raise AssertionError(log.read_text(errors="replace"))
+        try:
+            return httpx.get(f"http://127.0.0.1:{port}/", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    try:
+        wait_for(up, 60, "evalpipe view")
+    finally:
+        stop(proc)
+    said = log.read_text(errors="replace")
+    assert "interrupted: view stopped" in said, said
+    assert "journaled" not in said

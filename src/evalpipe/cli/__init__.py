@@ -115,11 +115,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code = _common.handle_errors(_common.consoles()[1], lambda: int(args.handler(args)))
     except KeyboardInterrupt:
-        print(
-            "interrupted: the run stopped; the calls it finished are journaled, run the same "
-            "command again to resume",
-            file=sys.stderr,
+        resume = (
+            "; the calls it finished are journaled, run the same command again to resume"
+            if args.command == "run"
+            else ""
         )
+        print(f"interrupted: {args.command} stopped{resume}", file=sys.stderr)
         code = _common.EXIT_INCOMPLETE
     finally:
         if previous is not None:
