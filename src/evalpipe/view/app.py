@@ -29,7 +29,7 @@ from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from evalpipe.artifacts import ArtifactError
+from evalpipe.artifacts import ArtifactError, RunInfo
 from evalpipe.calibration import calibrations_for
 from evalpipe.report.html import environment, package_version, report_context
 from evalpipe.view.queries import (
@@ -39,7 +39,6 @@ from evalpipe.view.queries import (
     BadRequest,
     Catalog,
     NotFound,
-    RunEntry,
     SampleQuery,
     trend_charts,
 )
@@ -160,20 +159,18 @@ class _Pages:
     def __init__(self, catalog: Catalog, env: jinja2.Environment) -> None:
         self.catalog = catalog
         self.env = env
-        self.version = package_version()
+        env.globals.update(
+            root=catalog.root,
+            version=package_version(),
+            run_path=run_path,
+            samples_path=samples_path,
+            item_path=item_path,
+            compare_path=compare_path,
+            trends_path=trends_path,
+        )
 
     def render(self, template: str, status_code: int = 200, **context: Any) -> HTMLResponse:
-        values = {
-            "root": self.catalog.root,
-            "version": self.version,
-            "run_path": run_path,
-            "samples_path": samples_path,
-            "item_path": item_path,
-            "compare_path": compare_path,
-            "trends_path": trends_path,
-            **context,
-        }
-        page = self.env.get_template(template).render(values)
+        page = self.env.get_template(template).render(context)
         return HTMLResponse(page, status_code=status_code)
 
     def error(self, status: int, title: str, message: str) -> HTMLResponse:
@@ -194,7 +191,7 @@ class _Pages:
             logger.warning("%s", exc)
             return self.error(500, "Cannot read this run", str(exc))
 
-    def _run(self, request: Request) -> RunEntry:
+    def _run(self, request: Request) -> RunInfo:
         return self.catalog.run(request.path_params["suite"], request.path_params["run"])
 
     def runs(self, request: Request) -> HTMLResponse:
@@ -295,7 +292,7 @@ class _Pages:
             judge_latency=sum(latency) if latency else None,
         )
 
-    def _pair(self, request: Request) -> tuple[list[RunEntry], RunEntry | None, RunEntry | None]:
+    def _pair(self, request: Request) -> tuple[list[RunInfo], RunInfo | None, RunInfo | None]:
         """Every run, and the two the query names: ``b`` and ``a``; without ``a``, B's suite's
         baseline, else the run of B's suite before B."""
         runs = self.catalog.runs()
@@ -362,7 +359,7 @@ class _Pages:
             raise NotFound(f"no finished run of suite {suite!r}")
         # A trend compares like with like: one set of charts per evaluator set (the newest
         # set first), each over the runs scored with that set only.
-        sets: dict[str, list[RunEntry]] = {}
+        sets: dict[str, list[RunInfo]] = {}
         for entry in runs:
             sets.setdefault(entry.evaluators, []).append(entry)
         shown = []

@@ -11,12 +11,11 @@ response read (``read_rows``, from the row groups that hold them). The report's 
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Generic, TypeVar
 
@@ -27,7 +26,7 @@ from evalpipe.artifacts import (
     find_runs,
     read_rows,
 )
-from evalpipe.artifacts.reader import attach_tables, manifest_part, records, run_tables
+from evalpipe.artifacts.reader import attach_tables, records, run_tables
 from evalpipe.report.compare import Comparison, compare_runs
 from evalpipe.report.data import (
     ITEM_ROWS_SQL,
@@ -45,7 +44,6 @@ __all__ = [
     "Catalog",
     "MetricColumn",
     "NotFound",
-    "RunEntry",
     "SampleIndex",
     "SamplePage",
     "SampleQuery",
@@ -103,43 +101,6 @@ class _Lru(Generic[K, V]):
                     self._data.popitem(last=False)
                 self._building.pop(key, None)
             return value
-
-
-@dataclass(frozen=True, slots=True)
-class RunEntry(RunInfo):
-    """One finished run under the served directory, with what the view reads of its manifest."""
-
-    @property
-    def tags(self) -> tuple[str, ...]:
-        return tuple(str(t) for t in manifest_part(self.manifest, "suite").get("tags") or ())
-
-    @property
-    def stamp(self) -> str:
-        """What changes when the run directory is written again (its manifest's end time)."""
-        finished = manifest_part(self.manifest, "timings").get("finished_at")
-        return str(self.manifest.get("ended_at") or finished)
-
-    @property
-    def flow_run_id(self) -> str | None:
-        """The Prefect flow run that made the run (the manifest's ``flow_run_id``), if recorded."""
-        found = self.manifest.get("flow_run_id")
-        return str(found) if found else None
-
-    @property
-    def evaluators(self) -> str:
-        """The run's evaluator set: its manifest's evaluator specs as canonical JSON (runs with
-        the same set are comparable on a trend)."""
-        return json.dumps(self.manifest.get("evaluator_specs"), sort_keys=True)
-
-    @property
-    def key(self) -> str:
-        """``suite/run_name``: how the compare page names a run."""
-        return f"{self.suite}/{self.run_name}"
-
-    @property
-    def results(self) -> list[Any]:
-        """summary.parquet's result rows (one per provider and agent)."""
-        return [r for r in self.rows if r.kind == "result"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -565,7 +526,7 @@ def _x(chart: TrendChart, i: int, runs: int) -> float:
     return chart.pad + (i * span / (runs - 1) if runs > 1 else span / 2)
 
 
-def trend_charts(entries: Sequence[RunEntry]) -> list[TrendChart]:
+def trend_charts(entries: Sequence[RunInfo]) -> list[TrendChart]:
     """Per provider, agent and metric (and per agent's items): its pass rate and its mean score
     over ``entries`` (one suite's runs), oldest first, with the baseline's position."""
     runs = sorted(entries, key=lambda e: (e.started_at is None, e.started_at, e.run_name))
@@ -607,10 +568,10 @@ class Catalog:
         self._samples: _Lru[tuple[str, str], SampleIndex] = _Lru(cache_size)
         self._costs: _Lru[tuple[str, str], list[dict[str, Any]]] = _Lru(cache_size * 4)
         self._comparisons: _Lru[tuple[str, str, str, str], Comparison] = _Lru(cache_size)
-        self._listing: tuple[float, list[RunEntry], list[DamagedRun]] | None = None
+        self._listing: tuple[float, list[RunInfo], list[DamagedRun]] | None = None
         self._listing_lock = threading.Lock()
 
-    def runs(self, *, suite: str | None = None, tag: str | None = None) -> list[RunEntry]:
+    def runs(self, *, suite: str | None = None, tag: str | None = None) -> list[RunInfo]:
         """Every finished run, newest first; ``suite`` / ``tag`` keep those of a suite / tag.
 
         The listing is read again at most every ``LISTING_TTL_S`` seconds: a run that finishes
@@ -626,20 +587,17 @@ class Catalog:
         """The runs whose files cannot be read (listed as damaged, naming the file)."""
         return list(self._list()[1])
 
-    def _list(self) -> tuple[list[RunEntry], list[DamagedRun]]:
+    def _list(self) -> tuple[list[RunInfo], list[DamagedRun]]:
         """Every readable finished run and every damaged one (a damaged run hides no other)."""
         with self._listing_lock:
             now = time.monotonic()
             if self._listing is None or now - self._listing[0] > LISTING_TTL_S:
                 damaged: list[DamagedRun] = []
-                entries = [
-                    RunEntry(**{f.name: getattr(info, f.name) for f in fields(RunInfo)})
-                    for info in find_runs(self.root, damaged=damaged)
-                ]
+                entries = find_runs(self.root, damaged=damaged)
                 self._listing = (now, entries, damaged)
             return self._listing[1], self._listing[2]
 
-    def run(self, suite: str, run_name: str) -> RunEntry:
+    def run(self, suite: str, run_name: str) -> RunInfo:
         """The run of ``suite`` named ``run_name``.
 
         Raises:
@@ -654,12 +612,12 @@ class Catalog:
                 raise ArtifactError(damaged.problem)
         raise NotFound(f"no finished run {run_name!r} of suite {suite!r}")
 
-    def by_key(self, key: str) -> RunEntry:
-        """The run a ``suite/run_name`` key names (see :attr:`RunEntry.key`)."""
+    def by_key(self, key: str) -> RunInfo:
+        """The run a ``suite/run_name`` key names (see :attr:`RunInfo.key`)."""
         suite, _, run_name = key.partition("/")
         return self.run(suite, run_name)
 
-    def default_a(self, b: RunEntry) -> RunEntry | None:
+    def default_a(self, b: RunInfo) -> RunInfo | None:
         """What B is compared with when no A is named: its suite's blessed baseline, else the run
         of its suite before it (None: B is its suite's only run)."""
         runs = self.runs()
@@ -669,19 +627,19 @@ class Catalog:
         older = [e for e in same if runs.index(e) > position]
         return baseline or (older[0] if older else None)
 
-    def report(self, entry: RunEntry) -> RunReport:
+    def report(self, entry: RunInfo) -> RunReport:
         """The report's content for the run (its items are paged by :meth:`samples`)."""
         return self._reports.get(
             (entry.location, entry.stamp), lambda: load_report_data(entry.location, max_items=0)
         )
 
-    def samples(self, entry: RunEntry) -> SampleIndex:
+    def samples(self, entry: RunInfo) -> SampleIndex:
         return self._samples.get((entry.location, entry.stamp), lambda: SampleIndex(entry.location))
 
-    def costs(self, entry: RunEntry) -> list[dict[str, Any]]:
+    def costs(self, entry: RunInfo) -> list[dict[str, Any]]:
         return self._costs.get((entry.location, entry.stamp), lambda: _cost(entry.location))
 
-    def compare(self, a: RunEntry, b: RunEntry) -> Comparison:
+    def compare(self, a: RunInfo, b: RunInfo) -> Comparison:
         """Run B against run A, as ``evalpipe compare`` computes it."""
         return self._comparisons.get(
             (a.location, a.stamp, b.location, b.stamp),
