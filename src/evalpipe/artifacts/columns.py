@@ -151,10 +151,6 @@ class Column:
         raw = self.get(batch) if self.get else batch.attr(self.field or self.name)
         return _CONVERT[self.kind, self.nullable](raw)
 
-    def decoded(self, value: Any) -> Any:
-        """A stored value as its field's."""
-        return value if self.decode is None else self.decode(value)
-
 
 @dataclass(frozen=True, slots=True)
 class Table:
@@ -244,23 +240,20 @@ def all_null(values: Sequence[Any]) -> bool:
     return n == 0 or (values[0] is None and values.count(None) == n)
 
 
-def _utc(value: dt.datetime | None) -> dt.datetime | None:
-    """A timestamp in UTC (a naive one is taken as UTC)."""
-    if value is None:
-        return None
-    return value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value.astimezone(dt.UTC)
-
-
-_tzinfo = operator.attrgetter("tzinfo")
-
-
 def utcs(values: list[dt.datetime | None]) -> list[dt.datetime | None]:
-    """``_utc`` of every value (one already in UTC is kept)."""
+    """Every timestamp in UTC (a naive one is taken as UTC; one in UTC already is kept)."""
     if values and values.count(None) == 0:
-        zones = list(map(_tzinfo, values))
+        zones = map(operator.attrgetter("tzinfo"), values)
         if all(map(operator.is_, zones, itertools.repeat(dt.UTC))):
             return values  # every one in UTC already (a call's stamps): kept, without a loop
-    return [v if v is None or v.tzinfo is dt.UTC else _utc(v) for v in values]
+    return [
+        v
+        if v is None or v.tzinfo is dt.UTC
+        else v.replace(tzinfo=dt.UTC)
+        if v.tzinfo is None
+        else v.astimezone(dt.UTC)
+        for v in values
+    ]
 
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
@@ -388,11 +381,6 @@ def split_of(name: str | None) -> Any:
     return next((split for split in ConversationSplit if split.value == name), None)
 
 
-def _conversations(batch: Batch) -> list[str]:
-    dump = _MESSAGES.dump_json
-    return [dump(item.conversation, fallback=str).decode() for item in batch.objects]
-
-
 def _expected(batch: Batch) -> list[str | None]:
     """The JSON of each item's expected tool calls, once per distinct list of call objects (a
     row's repetitions share them); keyed by the objects' ids, which stay theirs while the items
@@ -460,10 +448,6 @@ def _sample(text: str | None) -> Any:
 def _notes_of(cls: type) -> Callable[[str | None], list[Any] | None]:
     """A JSON list of dataclass notes back (``_notes``' inverse)."""
     return lambda text: None if text is None else [cls(**d) for d in json.loads(text)]
-
-
-def _score_index(batch: Batch) -> list[int]:
-    return [k for item in batch.extra for k in range(len(item.scores))]
 
 
 # -- the tables ----------------------------------------------------------------------------------
@@ -596,7 +580,7 @@ ITEMS = Table(
                 get=_each("split_strategy", split_name), field="split_strategy", decode=split_of
             ),
             conversation=dict(
-                get=_conversations,
+                get=_each("conversation", lambda c: _MESSAGES.dump_json(c, fallback=str).decode()),
                 field="conversation",
                 decode=lambda text: _MESSAGES.validate_json(text) if text else [],
             ),
@@ -699,7 +683,9 @@ SCORES = Table(
 | `token_usage_other` | string | JSON of the metric's other token_usage keys ({} for an empty dict). |
 | `latency_s` | double | Seconds spent computing the metric. |
 """,
-            score_index=dict(get=_score_index),
+            score_index=dict(
+                get=lambda batch: [k for item in batch.extra for k in range(len(item.scores))]
+            ),
             metric=dict(field="name"),
             status=dict(get=lambda batch: score_statuses(batch.objects)),
             diagnostics=dict(

@@ -180,7 +180,8 @@ class _Table:
             rel = con.read_parquet(path, file_row_number=True)
             rel.select(", ".join([*columns, "file_row_number AS _pos"])).create_view(self.name)
         else:
-            con.register(self.name, _numbered(self.read(columns)))
+            table = self.read(columns)
+            con.register(self.name, table.append_column("_pos", _indices(list(range(len(table))))))
 
     def rows(self, positions: Sequence[int], columns: Sequence[str] | None) -> list[dict[str, Any]]:
         """``read_rows`` of this table."""
@@ -334,11 +335,6 @@ def records(con: duckdb.DuckDBPyConnection, sql: str, params: Any = None) -> lis
     return [dict(zip(names, r, strict=True)) for r in cursor.fetchall()]
 
 
-def _numbered(table: Any) -> Any:
-    """``table`` with ``_pos``, each row's position in it."""
-    return table.append_column("_pos", _indices(list(range(len(table)))))
-
-
 def iter_batches(
     run_dir: str | os.PathLike[str],
     name: str,
@@ -393,7 +389,7 @@ def _fields(columns: Sequence[Column]) -> dict[str, Column]:
 
 def _record(read: dict[str, Column], row: dict[str, Any]) -> dict[str, Any]:
     """A record's fields from a row: each from the column declared to hold it, decoded."""
-    return {field: c.decoded(row[c.name]) for field, c in read.items()}
+    return {f: row[c.name] if c.decode is None else c.decode(row[c.name]) for f, c in read.items()}
 
 
 def read_rows(
