@@ -245,7 +245,7 @@ class _Pages:
             page=_int(params, "page", 1, 1, 10**9),
             per=per if per in PAGE_SIZES else 50,
         )
-        page = index.query(q)
+        rows, total, pages = index.query(q)
         columns = [
             ("item", "item"),
             ("row", "row"),
@@ -268,7 +268,9 @@ class _Pages:
             "samples.html.j2",
             entry=entry,
             index=index,
-            page=page,
+            rows=rows,
+            total=total,
+            pages=pages,
             q=q,
             columns=columns,
             statuses=allowed,

@@ -45,7 +45,6 @@ __all__ = [
     "MetricColumn",
     "NotFound",
     "SampleIndex",
-    "SamplePage",
     "SampleQuery",
     "TrendChart",
     "TrendPoint",
@@ -143,22 +142,6 @@ class SampleQuery:
         }
         values.update(changes)
         return values
-
-
-@dataclass(slots=True)
-class SamplePage:
-    rows: list[dict[str, Any]]
-    """The page's items (agent × item): the index's columns (``agent``, ``item_id``, ``row``,
-    ``repetition``, ``latency_s``, ``tokens``, ``judge_tokens``, ``judge_latency_s``, ...) with
-    ``query`` and ``response``, ``verdict``, ``metrics`` (per metric column: status and score;
-    None, None: not scored on it) and ``reasons`` (per metric that failed or errored, only the
-    filtered metric's when the table is filtered on one: its label, status and reason)."""
-    total: int
-    """Items matching the filters."""
-    items: int
-    """Items in the run."""
-    query: SampleQuery
-    pages: int
 
 
 SORTS = {
@@ -310,8 +293,14 @@ class SampleIndex:
 
     _has_texts = False
 
-    def query(self, q: SampleQuery) -> SamplePage:
-        """The page of items ``q`` asks for.
+    def query(self, q: SampleQuery) -> tuple[list[dict[str, Any]], int, int]:
+        """The page of items ``q`` asks for, how many items match and the number of pages.
+
+        A page's row (agent × item) holds the index's columns (``agent``, ``item_id``, ``row``,
+        ``repetition``, ``latency_s``, ``tokens``, ``judge_tokens``, ``judge_latency_s``, ...) with
+        ``query`` and ``response``, ``verdict``, ``metrics`` (per metric column: status and score;
+        None, None: not scored on it) and ``reasons`` (per metric that failed or errored, only the
+        filtered metric's when the table is filtered on one: its label, status and reason).
 
         Raises:
             NotFound: for a page past the last one.
@@ -374,7 +363,7 @@ class SampleIndex:
                 metrics=[(r[f"{m.key}_status"], r[m.key]) for m in self.metrics],
                 reasons=reasons.get(r["_pos"], []),
             )
-        return SamplePage(data, total, len(self), q, pages)
+        return data, total, pages
 
     def _reasons(
         self, positions: Sequence[int], metric: MetricColumn | None
