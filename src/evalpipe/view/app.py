@@ -19,7 +19,7 @@ import base64
 import hashlib
 import logging
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import jinja2
@@ -178,18 +178,16 @@ class _Pages:
             "error.html.j2", status_code=status, status=status, title=title, message=message
         )
 
-    def guarded(self, handler: Callable[[Request], HTMLResponse], request: Request) -> HTMLResponse:
-        """``handler``'s page; a 404 for what the served directory does not hold, a 400 for a
-        bad parameter, a 500 naming the damaged run file."""
-        try:
-            return handler(request)
-        except NotFound as exc:
-            return self.error(404, "Not found", str(exc))
-        except BadRequest as exc:
+    def failed(self, request: Request, exc: Exception) -> HTMLResponse:
+        """A 404 for what the served directory does not hold, a 400 for a bad parameter, a 500
+        naming the damaged run file."""
+        if isinstance(exc, BadRequest):
             return self.error(400, "Bad request", str(exc))
-        except ArtifactError as exc:
+        if isinstance(exc, ArtifactError):
             logger.warning("%s", exc)
             return self.error(500, "Cannot read this run", str(exc))
+        message = str(exc) if isinstance(exc, NotFound) else f"nothing at {request.url.path}"
+        return self.error(404, "Not found", message)
 
     def _run(self, request: Request) -> RunInfo:
         return self.catalog.run(request.path_params["suite"], request.path_params["run"])
@@ -381,9 +379,6 @@ class _Pages:
             )
         return self.render("trends.html.j2", suite=suite, runs=runs, sets=shown)
 
-    def not_found(self, request: Request, exc: Exception) -> HTMLResponse:
-        return self.error(404, "Not found", f"nothing at {request.url.path}")
-
 
 def _warm(catalog: Catalog) -> None:
     """Read the newest run's index, report and comparison (with its baseline, else the run
@@ -415,23 +410,18 @@ def create_app(
     catalog = Catalog(root)
     pages = _Pages(catalog, env)
 
-    def route(path: str, handler: Callable[[Request], HTMLResponse]) -> Route:
-        def endpoint(request: Request) -> HTMLResponse:  # sync: run in the thread pool
-            return pages.guarded(handler, request)
-
-        return Route(path, endpoint, methods=["GET", "HEAD"])
-
-    app = Starlette(
-        routes=[
-            route("/", pages.runs),
-            route("/runs/{suite}/{run}", pages.run),
-            route("/runs/{suite}/{run}/samples", pages.samples),
-            route("/runs/{suite}/{run}/item", pages.item),
-            route("/compare", pages.compare),
-            route("/compare/item", pages.compare_item),
-            route("/trends/{suite}", pages.trends),
-        ],
-        exception_handlers={404: pages.not_found},
+    routes = {
+        "/": pages.runs,
+        "/runs/{suite}/{run}": pages.run,
+        "/runs/{suite}/{run}/samples": pages.samples,
+        "/runs/{suite}/{run}/item": pages.item,
+        "/compare": pages.compare,
+        "/compare/item": pages.compare_item,
+        "/trends/{suite}": pages.trends,
+    }
+    app = Starlette(  # the pages are sync: Starlette runs them, and their errors, in its threads
+        routes=[Route(path, page, methods=["GET", "HEAD"]) for path, page in routes.items()],
+        exception_handlers={e: pages.failed for e in (404, NotFound, BadRequest, ArtifactError)},
     )
     if warm:
         threading.Thread(target=_warm, args=(catalog,), daemon=True, name="view-warm").start()
