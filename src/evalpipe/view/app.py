@@ -24,6 +24,7 @@ from typing import Any
 
 import jinja2
 from starlette.applications import Starlette
+from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
@@ -107,10 +108,7 @@ class _Guard:
     def _host_ok(self, scope: Scope) -> bool:
         if self.allowed is None:
             return True
-        host = ""
-        for name, value in scope.get("headers") or []:
-            if name == b"host":
-                host = value.decode("latin-1").lower()
+        host = Headers(scope=scope).get("host", "").lower()
         if host.startswith("["):
             host = host[1 : host.find("]")] if "]" in host else host
         else:

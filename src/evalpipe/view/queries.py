@@ -57,8 +57,6 @@ PAGE_SIZES = (10, 25, 50, 100, 200)
 """Rows per page the sample table offers."""
 LISTING_TTL_S = 2.0
 """How long the list of runs is kept before the directory is read again."""
-_RANK = {status: rank for rank, status in enumerate(STATUSES)}
-"""Each verdict's rank in the index (``_rank``: ``VERDICT_RANK_SQL``)."""
 
 
 class NotFound(LookupError):
@@ -319,7 +317,7 @@ class SampleIndex:
                 where.append(f"{metric.key}_status IS NOT NULL")
         elif q.status:
             where.append("_rank = ?")
-            params.append(_RANK.get(q.status, -1))
+            params.append(STATUSES.index(q.status))  # the index's _rank: VERDICT_RANK_SQL
         texts = bool(q.text) or q.sort in _TEXT_COLUMNS
         if texts:
             self._texts()
