@@ -34,8 +34,8 @@ from evalpipe.artifacts import ArtifactError, RunInfo
 from evalpipe.calibration import calibrations_for
 from evalpipe.report.html import environment, package_version, report_context
 from evalpipe.view.queries import (
+    COLUMNS,
     PAGE_SIZES,
-    SORTS,
     STATUSES,
     BadRequest,
     Catalog,
@@ -228,7 +228,7 @@ class _Pages:
         if status is not None and status not in allowed:
             raise BadRequest(f"status={status!r}: expected one of {', '.join(allowed)}")
         sort = params.get("sort") or "position"
-        if sort not in SORTS and index.metric(sort) is None:
+        if sort != "position" and sort not in COLUMNS and index.metric(sort) is None:
             raise BadRequest(f"sort={sort!r}: not a column of the sample table")
         per = _int(params, "per", 50, min(PAGE_SIZES), max(PAGE_SIZES))
         q = SampleQuery(
@@ -242,20 +242,9 @@ class _Pages:
             per=per if per in PAGE_SIZES else 50,
         )
         rows, total, pages = index.query(q)
-        columns = [
-            ("item", "item"),
-            ("row", "row"),
-            ("repetition", "rep"),
-            ("agent", "agent"),
-            ("verdict", "verdict"),
-            ("query", "query"),
-            ("response", "response"),
-            *[(c.key, c.label) for c in index.metrics],
-            ("latency", "latency s"),
-            ("tokens", "tokens"),
-            ("judge_tokens", "judge tokens"),
-            ("judge_latency", "judge s"),
-        ]
+        headers = [(key, label) for key, (_, label) in COLUMNS.items()]
+        at = list(COLUMNS).index("response") + 1
+        columns = [*headers[:at], *[(c.key, c.label) for c in index.metrics], *headers[at:]]
 
         def link(**changes: object) -> str:
             return samples_path(entry.suite, entry.run_name, **q.params(**changes))

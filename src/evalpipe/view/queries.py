@@ -142,21 +142,22 @@ class SampleQuery:
         return values
 
 
-SORTS = {
-    "position": "_pos",
-    "row": "row",
-    "repetition": "repetition",
-    "agent": "agent",
-    "item": "item_id",
-    "query": "query",
-    "response": "response",
-    "verdict": "_rank",
-    "latency": "latency_s",
-    "tokens": "tokens",
-    "judge_tokens": "judge_tokens",
-    "judge_latency": "judge_latency_s",
+COLUMNS = {
+    "item": ("item_id", "item"),
+    "row": ("row", "row"),
+    "repetition": ("repetition", "rep"),
+    "agent": ("agent", "agent"),
+    "verdict": ("_rank", "verdict"),
+    "query": ("query", "query"),
+    "response": ("response", "response"),
+    "latency": ("latency_s", "latency s"),
+    "tokens": ("tokens", "tokens"),
+    "judge_tokens": ("judge_tokens", "judge tokens"),
+    "judge_latency": ("judge_latency_s", "judge s"),
 }
-"""Sortable columns: their URL name and their index column (metric keys sort on the score)."""
+"""The sample table's columns in order (the metric columns come after ``response``), by their URL
+name: the index column a sort on it orders by, and its header. A metric's key sorts on its score;
+``position``, the default, on ``_pos``."""
 
 _TEXT_COLUMNS = ["query", "response"]
 
@@ -330,7 +331,9 @@ class SampleIndex:
             params.extend([q.text] * 5)
         source = "idx JOIN texts USING (_pos)" if texts else "idx"
         condition = f"WHERE {' AND '.join(where)}" if where else ""
-        column = SORTS.get(q.sort) or (q.sort if self.metric(q.sort) else "_pos")
+        column = (
+            COLUMNS[q.sort][0] if q.sort in COLUMNS else q.sort if self.metric(q.sort) else "_pos"
+        )
         order = "DESC" if q.desc else "ASC"
         by = f"_pos {order}" if column == "_pos" else f"{column} {order} NULLS LAST, _pos ASC"
         # one scan: the page's rows carry the count of every match (a page past the last has
