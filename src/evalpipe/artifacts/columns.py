@@ -21,7 +21,7 @@ import json
 import operator
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime
 from typing import Any, Literal, cast, get_args
 
@@ -81,24 +81,20 @@ Source = Literal["run", "call", "item", "counted", "level", "result", "score", "
 """
 
 
+@dataclass(slots=True)
 class Batch:
     """The source objects of a batch of rows, and the values several columns share (computed
     once per batch: a token_usage split into four columns)."""
 
-    __slots__ = ("_memo", "columns", "extra", "objects")
-
-    def __init__(
-        self, objects: Sequence[Any], extra: Any = None, columns: Mapping[str, Any] | None = None
-    ) -> None:
-        self.objects = objects
-        """One per row (for ``level``: the one ``Level``)."""
-        self.extra = extra
-        """What the source's columns need besides the objects (the items' agents, the scores'
-        items)."""
-        self.columns = columns
-        """The objects' attributes as columns by name, instead of the objects (the calls of
-        ``RowEncoder.target_runs``: RunRecord's fields, ``call_fields``)."""
-        self._memo: dict[str, Any] = {}
+    objects: Sequence[Any]
+    """One per row (for ``level``: the one ``Level``)."""
+    extra: Any = None
+    """What the source's columns need besides the objects (the items' agents, the scores'
+    items)."""
+    columns: Mapping[str, Any] | None = None
+    """The objects' attributes as columns by name, instead of the objects (the calls of
+    ``RowEncoder.target_runs``: RunRecord's fields, ``call_fields``)."""
+    _memo: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
 
     def attr(self, name: str) -> list[Any]:
         """Each object's attribute ``name`` (a C-level getter mapped over them)."""
