@@ -610,12 +610,10 @@ class Catalog:
     def default_a(self, b: RunInfo) -> RunInfo | None:
         """What B is compared with when no A is named: its suite's blessed baseline, else the run
         of its suite before it (None: B is its suite's only run)."""
-        runs = self.runs()
-        same = [e for e in runs if e.suite == b.suite and e.location != b.location]
-        baseline = next((e for e in same if e.baseline), None)
+        runs = [e for e in self.runs() if e.suite == b.suite]  # newest first
+        baseline = next((e for e in runs if e.baseline and e.location != b.location), None)
         position = next((i for i, e in enumerate(runs) if e.location == b.location), -1)
-        older = [e for e in same if runs.index(e) > position]
-        return baseline or (older[0] if older else None)
+        return baseline or next(iter(runs[position + 1 :]), None)
 
     def report(self, entry: RunInfo) -> RunReport:
         """The report's content for the run (its items are paged by :meth:`samples`)."""
