@@ -21,7 +21,7 @@ import json
 import operator
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime
 from typing import Any, Literal, cast, get_args
 
@@ -81,24 +81,20 @@ Source = Literal["run", "call", "item", "counted", "level", "result", "score", "
 """
 
 
+@dataclass(slots=True)
 class Batch:
     """The source objects of a batch of rows, and the values several columns share (computed
     once per batch: a token_usage split into four columns)."""
 
-    __slots__ = ("_memo", "columns", "extra", "objects")
-
-    def __init__(
-        self, objects: Sequence[Any], extra: Any = None, columns: Mapping[str, Any] | None = None
-    ) -> None:
-        self.objects = objects
-        """One per row (for ``level``: the one ``Level``)."""
-        self.extra = extra
-        """What the source's columns need besides the objects (the items' agents, the scores'
-        items)."""
-        self.columns = columns
-        """The objects' attributes as columns by name, instead of the objects (the calls of
-        ``RowEncoder.target_runs``: RunRecord's fields, ``call_fields``)."""
-        self._memo: dict[str, Any] = {}
+    objects: Sequence[Any]
+    """One per row (for ``level``: the one ``Level``)."""
+    extra: Any = None
+    """What the source's columns need besides the objects (the items' agents, the scores'
+    items)."""
+    columns: Mapping[str, Any] | None = None
+    """The objects' attributes as columns by name, instead of the objects (the calls of
+    ``RowEncoder.target_runs``: RunRecord's fields, ``call_fields``)."""
+    _memo: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
 
     def attr(self, name: str) -> list[Any]:
         """Each object's attribute ``name`` (a C-level getter mapped over them)."""
@@ -150,10 +146,6 @@ class Column:
             return self.get(batch) if self.get else getattr(batch.objects[0], self.name)
         raw = self.get(batch) if self.get else batch.attr(self.field or self.name)
         return _CONVERT[self.kind, self.nullable](raw)
-
-    def decoded(self, value: Any) -> Any:
-        """A stored value as its field's."""
-        return value if self.decode is None else self.decode(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,23 +236,20 @@ def all_null(values: Sequence[Any]) -> bool:
     return n == 0 or (values[0] is None and values.count(None) == n)
 
 
-def _utc(value: dt.datetime | None) -> dt.datetime | None:
-    """A timestamp in UTC (a naive one is taken as UTC)."""
-    if value is None:
-        return None
-    return value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value.astimezone(dt.UTC)
-
-
-_tzinfo = operator.attrgetter("tzinfo")
-
-
 def utcs(values: list[dt.datetime | None]) -> list[dt.datetime | None]:
-    """``_utc`` of every value (one already in UTC is kept)."""
+    """Every timestamp in UTC (a naive one is taken as UTC; one in UTC already is kept)."""
     if values and values.count(None) == 0:
-        zones = list(map(_tzinfo, values))
+        zones = map(operator.attrgetter("tzinfo"), values)
         if all(map(operator.is_, zones, itertools.repeat(dt.UTC))):
             return values  # every one in UTC already (a call's stamps): kept, without a loop
-    return [v if v is None or v.tzinfo is dt.UTC else _utc(v) for v in values]
+    return [
+        v
+        if v is None or v.tzinfo is dt.UTC
+        else v.replace(tzinfo=dt.UTC)
+        if v.tzinfo is None
+        else v.astimezone(dt.UTC)
+        for v in values
+    ]
 
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
@@ -388,11 +377,6 @@ def split_of(name: str | None) -> Any:
     return next((split for split in ConversationSplit if split.value == name), None)
 
 
-def _conversations(batch: Batch) -> list[str]:
-    dump = _MESSAGES.dump_json
-    return [dump(item.conversation, fallback=str).decode() for item in batch.objects]
-
-
 def _expected(batch: Batch) -> list[str | None]:
     """The JSON of each item's expected tool calls, once per distinct list of call objects (a
     row's repetitions share them); keyed by the objects' ids, which stay theirs while the items
@@ -460,10 +444,6 @@ def _sample(text: str | None) -> Any:
 def _notes_of(cls: type) -> Callable[[str | None], list[Any] | None]:
     """A JSON list of dataclass notes back (``_notes``' inverse)."""
     return lambda text: None if text is None else [cls(**d) for d in json.loads(text)]
-
-
-def _score_index(batch: Batch) -> list[int]:
-    return [k for item in batch.extra for k in range(len(item.scores))]
 
 
 # -- the tables ----------------------------------------------------------------------------------
@@ -596,7 +576,7 @@ ITEMS = Table(
                 get=_each("split_strategy", split_name), field="split_strategy", decode=split_of
             ),
             conversation=dict(
-                get=_conversations,
+                get=_each("conversation", lambda c: _MESSAGES.dump_json(c, fallback=str).decode()),
                 field="conversation",
                 decode=lambda text: _MESSAGES.validate_json(text) if text else [],
             ),
@@ -699,7 +679,9 @@ SCORES = Table(
 | `token_usage_other` | string | JSON of the metric's other token_usage keys ({} for an empty dict). |
 | `latency_s` | double | Seconds spent computing the metric. |
 """,
-            score_index=dict(get=_score_index),
+            score_index=dict(
+                get=lambda batch: [k for item in batch.extra for k in range(len(item.scores))]
+            ),
             metric=dict(field="name"),
             status=dict(get=lambda batch: score_statuses(batch.objects)),
             diagnostics=dict(

@@ -10,7 +10,6 @@ sends the columns; the flow's ``RunWriter`` converts them (``RunWriter.add_encod
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,7 +19,7 @@ from evalpipe.items import EvalItem
 from evalpipe.results import EvalResults, EvalScoreResult
 from evalpipe.transcripts import Transcript
 
-__all__ = ["EncodedBatch", "EncodedItems", "EncodedRows", "EncodedScores", "Level", "RowEncoder"]
+__all__ = ["EncodedBatch", "EncodedRows", "EncodedScores", "Level", "RowEncoder"]
 
 Columns = dict[str, list[Any]]
 """A table's columns of a batch, by name: the values of each column's Arrow array."""
@@ -33,16 +32,6 @@ class EncodedRows:
 
     columns: Columns
     sizes: list[int]
-
-
-@dataclass(slots=True)
-class EncodedItems(EncodedRows):
-    """items.parquet's rows of a batch, deduplicated within the batch; the rows' agents and
-    item ids say which rows an earlier batch wrote already (``item_index`` is counted when
-    appended)."""
-
-    agents: list[str]
-    item_ids: list[str | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,11 +66,12 @@ class EncodedBatch:
     running indexes, item ids already written) are completed there."""
 
     runs: EncodedRows | None = None
-    items: EncodedItems | None = None
+    items: EncodedRows | None = None
+    """items.parquet's rows, deduplicated within the batch (their agent and item_id columns say
+    which an earlier batch wrote already)."""
     scores: list[EncodedScores] = field(default_factory=list)
 
 
-_item_id = operator.attrgetter("item_id")
 _NO_SCORES: tuple[None] = (None,)
 """An item without scores has one row, its score columns null."""
 
@@ -134,7 +124,7 @@ class RowEncoder:
                     batch.scores.append(scores)
         return batch
 
-    def _items(self, levels: list[list[tuple[str, EvalResults]]]) -> EncodedItems | None:
+    def _items(self, levels: list[list[tuple[str, EvalResults]]]) -> EncodedRows | None:
         """Each agent's input items, once per item id (an item without one: per position, the
         providers' lists being parallel)."""
         seen: set[tuple[Any, ...]] = set()
@@ -153,7 +143,7 @@ class RowEncoder:
         columns = TABLES["items"].values("item", Batch(items, agents))
         texts = zip(columns["conversation"], columns["query"], columns["response"], strict=True)
         sizes = [len(c) + len(q) + len(r) for c, q, r in texts]
-        return EncodedItems(columns, sizes, agents, list(map(_item_id, items)))
+        return EncodedRows(columns, sizes)
 
     def _scores(self, level: Level) -> EncodedScores | None:
         """One row per score, one (its score columns null) per item without scores: the items'

@@ -99,6 +99,38 @@ class RunInfo:
             "pass_rates": [{k: getattr(r, k) for k in _PASS_RATE_KEYS} for r in self.rows],
         }
 
+    @property
+    def tags(self) -> tuple[str, ...]:
+        return tuple(str(t) for t in manifest_part(self.manifest, "suite").get("tags") or ())
+
+    @property
+    def stamp(self) -> str:
+        """What changes when the run directory is written again (its manifest's end time)."""
+        finished = manifest_part(self.manifest, "timings").get("finished_at")
+        return str(self.manifest.get("ended_at") or finished)
+
+    @property
+    def flow_run_id(self) -> str | None:
+        """The Prefect flow run that made the run (the manifest's ``flow_run_id``), if recorded."""
+        found = self.manifest.get("flow_run_id")
+        return str(found) if found else None
+
+    @property
+    def evaluators(self) -> str:
+        """The run's evaluator set: its manifest's evaluator specs as canonical JSON (runs with
+        the same set are comparable on a trend)."""
+        return json.dumps(self.manifest.get("evaluator_specs"), sort_keys=True)
+
+    @property
+    def key(self) -> str:
+        """``suite/run_name``: how the view's compare page names a run."""
+        return f"{self.suite}/{self.run_name}"
+
+    @property
+    def results(self) -> list[SummaryRow]:
+        """summary.parquet's result rows (one per provider and agent)."""
+        return [r for r in self.rows if r.kind == "result"]
+
 
 _PASS_RATE_KEYS = (
     "provider",

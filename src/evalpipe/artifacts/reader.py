@@ -180,7 +180,8 @@ class _Table:
             rel = con.read_parquet(path, file_row_number=True)
             rel.select(", ".join([*columns, "file_row_number AS _pos"])).create_view(self.name)
         else:
-            con.register(self.name, _numbered(self.read(columns)))
+            table = self.read(columns)
+            con.register(self.name, table.append_column("_pos", _indices(list(range(len(table))))))
 
     def rows(self, positions: Sequence[int], columns: Sequence[str] | None) -> list[dict[str, Any]]:
         """``read_rows`` of this table."""
@@ -334,11 +335,6 @@ def records(con: duckdb.DuckDBPyConnection, sql: str, params: Any = None) -> lis
     return [dict(zip(names, r, strict=True)) for r in cursor.fetchall()]
 
 
-def _numbered(table: Any) -> Any:
-    """``table`` with ``_pos``, each row's position in it."""
-    return table.append_column("_pos", _indices(list(range(len(table)))))
-
-
 def iter_batches(
     run_dir: str | os.PathLike[str],
     name: str,
@@ -393,7 +389,7 @@ def _fields(columns: Sequence[Column]) -> dict[str, Column]:
 
 def _record(read: dict[str, Column], row: dict[str, Any]) -> dict[str, Any]:
     """A record's fields from a row: each from the column declared to hold it, decoded."""
-    return {field: c.decoded(row[c.name]) for field, c in read.items()}
+    return {f: row[c.name] if c.decode is None else c.decode(row[c.name]) for f, c in read.items()}
 
 
 def read_rows(
@@ -440,45 +436,41 @@ def read_not_passed(
     DuckDB: this runs in a run's own process (its Prefect artifact), where DuckDB costs ~40 MiB."""
     table = _open(run_dir, "scores", filesystem)
     small = table.read(["eval_run_id", "item_index", "item_status"])
-    listed: dict[str, dict[int, int]] = {}
-    """Per result, in file order: its listed items' indices, each with its first position."""
-    at: list[tuple[int, int, int]] = []
-    """(the result's first listed position, item index, position) of every row to read."""
+    listed: dict[str, dict[int, list[int]]] = {}
+    """Per result, its listed items in file order, each with the positions of its rows."""
     columns = (small.column(c).to_pylist() for c in small.column_names)
     for position, (level, index, status) in enumerate(zip(*columns, strict=True)):
         if status is None or status == "pass":
             continue
-        firsts = listed.setdefault(level or "", {})
-        if index in firsts or len(firsts) < limit:
-            firsts.setdefault(index, position)
-            at.append((next(iter(firsts.values())), index, position))
-    at.sort()
-    rows = table.rows([p for *_, p in at], _NOT_PASSED_COLUMNS)  # in ``at``'s order
-    LOADED["not_passed_rows"] += len(rows)
+        items = listed.setdefault(level or "", {})
+        if index in items or len(items) < limit:
+            items.setdefault(index, []).append(position)
+    wanted = [p for items in listed.values() for rows in items.values() for p in rows]
+    read = iter(table.rows(wanted, _NOT_PASSED_COLUMNS))  # in ``wanted``'s order
+    LOADED["not_passed_rows"] += len(wanted)
     out: dict[str, list[dict[str, Any]]] = {}
-    for (level, _), group in itertools.groupby(
-        rows, key=lambda r: (r["eval_run_id"] or "", r["item_index"])
-    ):
-        items = list(group)
-        first = items[0]
-        failed = [
-            f"{r['metric']}: {(r['reason'] or 'failed').splitlines()[0]}"
-            for r in items
-            if r["passed"] is False
-        ]
-        out.setdefault(level, []).append(
-            {
-                **{k: first[k] for k in ("item_id", "item_status", "input_text", "output_text")},
-                "item_metadata": _loads(first["item_metadata"]) or {},
-                "why": first["item_error_message"] or "; ".join(failed),
-            }
-        )
+    for level, items in listed.items():
+        for positions in items.values():
+            rows = [next(read) for _ in positions]
+            first = rows[0]
+            failed = [
+                f"{r['metric']}: {(r['reason'] or 'failed').splitlines()[0]}"
+                for r in rows
+                if r["passed"] is False
+            ]
+            out.setdefault(level, []).append(
+                {
+                    **{
+                        k: first[k] for k in ("item_id", "item_status", "input_text", "output_text")
+                    },
+                    "item_metadata": _loads(first["item_metadata"]) or {},
+                    "why": first["item_error_message"] or "; ".join(failed),
+                }
+            )
     return out
 
 
 _NOT_PASSED_COLUMNS = [
-    "eval_run_id",
-    "item_index",
     "item_id",
     "item_status",
     "item_error_message",

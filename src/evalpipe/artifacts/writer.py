@@ -32,7 +32,6 @@ import pyarrow.parquet as pq  # type: ignore[import-untyped, unused-ignore]
 from evalpipe.artifacts.columns import TABLES, Batch, all_null, json_default
 from evalpipe.artifacts.encoder import (
     EncodedBatch,
-    EncodedItems,
     EncodedRows,
     EncodedScores,
     RowEncoder,
@@ -473,13 +472,14 @@ class RunWriter:
             self._scored[key] = first + scores.items
             self._scores.extend(_score_columns(scores, first), scores.sizes)
 
-    def _append_items(self, encoded: EncodedItems) -> None:
+    def _append_items(self, encoded: EncodedRows) -> None:
         """items.parquet's rows of a batch: those an earlier batch wrote (same agent and item id)
         left out, each agent's rows numbered on from the last."""
         kept: list[int] = []
         indexes: list[int] = []
         counts = self._item_counts
-        for row, (agent, item_id) in enumerate(zip(encoded.agents, encoded.item_ids, strict=True)):
+        ids = zip(encoded.columns["agent"], encoded.columns["item_id"], strict=True)
+        for row, (agent, item_id) in enumerate(ids):
             if item_id is not None:
                 written = self._item_keys.setdefault(agent, set())
                 if item_id in written:

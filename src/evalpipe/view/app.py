@@ -19,27 +19,27 @@ import base64
 import hashlib
 import logging
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import jinja2
 from starlette.applications import Starlette
+from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from evalpipe.artifacts import ArtifactError
+from evalpipe.artifacts import ArtifactError, RunInfo
 from evalpipe.calibration import calibrations_for
 from evalpipe.report.html import environment, package_version, report_context
 from evalpipe.view.queries import (
+    COLUMNS,
     PAGE_SIZES,
-    SORTS,
     STATUSES,
     BadRequest,
     Catalog,
     NotFound,
-    RunEntry,
     SampleQuery,
     trend_charts,
 )
@@ -108,10 +108,7 @@ class _Guard:
     def _host_ok(self, scope: Scope) -> bool:
         if self.allowed is None:
             return True
-        host = ""
-        for name, value in scope.get("headers") or []:
-            if name == b"host":
-                host = value.decode("latin-1").lower()
+        host = Headers(scope=scope).get("host", "").lower()
         if host.startswith("["):
             host = host[1 : host.find("]")] if "]" in host else host
         else:
@@ -160,20 +157,18 @@ class _Pages:
     def __init__(self, catalog: Catalog, env: jinja2.Environment) -> None:
         self.catalog = catalog
         self.env = env
-        self.version = package_version()
+        env.globals.update(
+            root=catalog.root,
+            version=package_version(),
+            run_path=run_path,
+            samples_path=samples_path,
+            item_path=item_path,
+            compare_path=compare_path,
+            trends_path=trends_path,
+        )
 
     def render(self, template: str, status_code: int = 200, **context: Any) -> HTMLResponse:
-        values = {
-            "root": self.catalog.root,
-            "version": self.version,
-            "run_path": run_path,
-            "samples_path": samples_path,
-            "item_path": item_path,
-            "compare_path": compare_path,
-            "trends_path": trends_path,
-            **context,
-        }
-        page = self.env.get_template(template).render(values)
+        page = self.env.get_template(template).render(context)
         return HTMLResponse(page, status_code=status_code)
 
     def error(self, status: int, title: str, message: str) -> HTMLResponse:
@@ -181,20 +176,18 @@ class _Pages:
             "error.html.j2", status_code=status, status=status, title=title, message=message
         )
 
-    def guarded(self, handler: Callable[[Request], HTMLResponse], request: Request) -> HTMLResponse:
-        """``handler``'s page; a 404 for what the served directory does not hold, a 400 for a
-        bad parameter, a 500 naming the damaged run file."""
-        try:
-            return handler(request)
-        except NotFound as exc:
-            return self.error(404, "Not found", str(exc))
-        except BadRequest as exc:
+    def failed(self, request: Request, exc: Exception) -> HTMLResponse:
+        """A 404 for what the served directory does not hold, a 400 for a bad parameter, a 500
+        naming the damaged run file."""
+        if isinstance(exc, BadRequest):
             return self.error(400, "Bad request", str(exc))
-        except ArtifactError as exc:
+        if isinstance(exc, ArtifactError):
             logger.warning("%s", exc)
             return self.error(500, "Cannot read this run", str(exc))
+        message = str(exc) if isinstance(exc, NotFound) else f"nothing at {request.url.path}"
+        return self.error(404, "Not found", message)
 
-    def _run(self, request: Request) -> RunEntry:
+    def _run(self, request: Request) -> RunInfo:
         return self.catalog.run(request.path_params["suite"], request.path_params["run"])
 
     def runs(self, request: Request) -> HTMLResponse:
@@ -235,7 +228,7 @@ class _Pages:
         if status is not None and status not in allowed:
             raise BadRequest(f"status={status!r}: expected one of {', '.join(allowed)}")
         sort = params.get("sort") or "position"
-        if sort not in SORTS and index.metric(sort) is None:
+        if sort != "position" and sort not in COLUMNS and index.metric(sort) is None:
             raise BadRequest(f"sort={sort!r}: not a column of the sample table")
         per = _int(params, "per", 50, min(PAGE_SIZES), max(PAGE_SIZES))
         q = SampleQuery(
@@ -248,21 +241,10 @@ class _Pages:
             page=_int(params, "page", 1, 1, 10**9),
             per=per if per in PAGE_SIZES else 50,
         )
-        page = index.query(q)
-        columns = [
-            ("item", "item"),
-            ("row", "row"),
-            ("repetition", "rep"),
-            ("agent", "agent"),
-            ("verdict", "verdict"),
-            ("query", "query"),
-            ("response", "response"),
-            *[(c.key, c.label) for c in index.metrics],
-            ("latency", "latency s"),
-            ("tokens", "tokens"),
-            ("judge_tokens", "judge tokens"),
-            ("judge_latency", "judge s"),
-        ]
+        rows, total, pages = index.query(q)
+        headers = [(key, label) for key, (_, label) in COLUMNS.items()]
+        at = list(COLUMNS).index("response") + 1
+        columns = [*headers[:at], *[(c.key, c.label) for c in index.metrics], *headers[at:]]
 
         def link(**changes: object) -> str:
             return samples_path(entry.suite, entry.run_name, **q.params(**changes))
@@ -271,7 +253,9 @@ class _Pages:
             "samples.html.j2",
             entry=entry,
             index=index,
-            page=page,
+            rows=rows,
+            total=total,
+            pages=pages,
             q=q,
             columns=columns,
             statuses=allowed,
@@ -295,7 +279,7 @@ class _Pages:
             judge_latency=sum(latency) if latency else None,
         )
 
-    def _pair(self, request: Request) -> tuple[list[RunEntry], RunEntry | None, RunEntry | None]:
+    def _pair(self, request: Request) -> tuple[list[RunInfo], RunInfo | None, RunInfo | None]:
         """Every run, and the two the query names: ``b`` and ``a``; without ``a``, B's suite's
         baseline, else the run of B's suite before B."""
         runs = self.catalog.runs()
@@ -362,7 +346,7 @@ class _Pages:
             raise NotFound(f"no finished run of suite {suite!r}")
         # A trend compares like with like: one set of charts per evaluator set (the newest
         # set first), each over the runs scored with that set only.
-        sets: dict[str, list[RunEntry]] = {}
+        sets: dict[str, list[RunInfo]] = {}
         for entry in runs:
             sets.setdefault(entry.evaluators, []).append(entry)
         shown = []
@@ -381,9 +365,6 @@ class _Pages:
                 }
             )
         return self.render("trends.html.j2", suite=suite, runs=runs, sets=shown)
-
-    def not_found(self, request: Request, exc: Exception) -> HTMLResponse:
-        return self.error(404, "Not found", f"nothing at {request.url.path}")
 
 
 def _warm(catalog: Catalog) -> None:
@@ -416,23 +397,18 @@ def create_app(
     catalog = Catalog(root)
     pages = _Pages(catalog, env)
 
-    def route(path: str, handler: Callable[[Request], HTMLResponse]) -> Route:
-        def endpoint(request: Request) -> HTMLResponse:  # sync: run in the thread pool
-            return pages.guarded(handler, request)
-
-        return Route(path, endpoint, methods=["GET", "HEAD"])
-
-    app = Starlette(
-        routes=[
-            route("/", pages.runs),
-            route("/runs/{suite}/{run}", pages.run),
-            route("/runs/{suite}/{run}/samples", pages.samples),
-            route("/runs/{suite}/{run}/item", pages.item),
-            route("/compare", pages.compare),
-            route("/compare/item", pages.compare_item),
-            route("/trends/{suite}", pages.trends),
-        ],
-        exception_handlers={404: pages.not_found},
+    routes = {
+        "/": pages.runs,
+        "/runs/{suite}/{run}": pages.run,
+        "/runs/{suite}/{run}/samples": pages.samples,
+        "/runs/{suite}/{run}/item": pages.item,
+        "/compare": pages.compare,
+        "/compare/item": pages.compare_item,
+        "/trends/{suite}": pages.trends,
+    }
+    app = Starlette(  # the pages are sync: Starlette runs them, and their errors, in its threads
+        routes=[Route(path, page, methods=["GET", "HEAD"]) for path, page in routes.items()],
+        exception_handlers={e: pages.failed for e in (404, NotFound, BadRequest, ArtifactError)},
     )
     if warm:
         threading.Thread(target=_warm, args=(catalog,), daemon=True, name="view-warm").start()

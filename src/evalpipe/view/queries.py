@@ -11,12 +11,11 @@ response read (``read_rows``, from the row groups that hold them). The report's 
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Generic, TypeVar
 
@@ -27,7 +26,7 @@ from evalpipe.artifacts import (
     find_runs,
     read_rows,
 )
-from evalpipe.artifacts.reader import attach_tables, manifest_part, records, run_tables
+from evalpipe.artifacts.reader import attach_tables, records, run_tables
 from evalpipe.report.compare import Comparison, compare_runs
 from evalpipe.report.data import (
     ITEM_ROWS_SQL,
@@ -45,9 +44,7 @@ __all__ = [
     "Catalog",
     "MetricColumn",
     "NotFound",
-    "RunEntry",
     "SampleIndex",
-    "SamplePage",
     "SampleQuery",
     "TrendChart",
     "TrendPoint",
@@ -60,8 +57,6 @@ PAGE_SIZES = (10, 25, 50, 100, 200)
 """Rows per page the sample table offers."""
 LISTING_TTL_S = 2.0
 """How long the list of runs is kept before the directory is read again."""
-_RANK = {status: rank for rank, status in enumerate(STATUSES)}
-"""Each verdict's rank in the index (``_rank``: ``VERDICT_RANK_SQL``)."""
 
 
 class NotFound(LookupError):
@@ -106,43 +101,6 @@ class _Lru(Generic[K, V]):
 
 
 @dataclass(frozen=True, slots=True)
-class RunEntry(RunInfo):
-    """One finished run under the served directory, with what the view reads of its manifest."""
-
-    @property
-    def tags(self) -> tuple[str, ...]:
-        return tuple(str(t) for t in manifest_part(self.manifest, "suite").get("tags") or ())
-
-    @property
-    def stamp(self) -> str:
-        """What changes when the run directory is written again (its manifest's end time)."""
-        finished = manifest_part(self.manifest, "timings").get("finished_at")
-        return str(self.manifest.get("ended_at") or finished)
-
-    @property
-    def flow_run_id(self) -> str | None:
-        """The Prefect flow run that made the run (the manifest's ``flow_run_id``), if recorded."""
-        found = self.manifest.get("flow_run_id")
-        return str(found) if found else None
-
-    @property
-    def evaluators(self) -> str:
-        """The run's evaluator set: its manifest's evaluator specs as canonical JSON (runs with
-        the same set are comparable on a trend)."""
-        return json.dumps(self.manifest.get("evaluator_specs"), sort_keys=True)
-
-    @property
-    def key(self) -> str:
-        """``suite/run_name``: how the compare page names a run."""
-        return f"{self.suite}/{self.run_name}"
-
-    @property
-    def results(self) -> list[Any]:
-        """summary.parquet's result rows (one per provider and agent)."""
-        return [r for r in self.rows if r.kind == "result"]
-
-
-@dataclass(frozen=True, slots=True)
 class MetricColumn:
     """One (provider, metric) of a run: a status and a score column of the sample table."""
 
@@ -184,37 +142,22 @@ class SampleQuery:
         return values
 
 
-@dataclass(slots=True)
-class SamplePage:
-    rows: list[dict[str, Any]]
-    """The page's items (agent × item): the index's columns (``agent``, ``item_id``, ``row``,
-    ``repetition``, ``latency_s``, ``tokens``, ``judge_tokens``, ``judge_latency_s``, ...) with
-    ``query`` and ``response``, ``verdict``, ``metrics`` (per metric column: status and score;
-    None, None: not scored on it) and ``reasons`` (per metric that failed or errored, only the
-    filtered metric's when the table is filtered on one: its label, status and reason)."""
-    total: int
-    """Items matching the filters."""
-    items: int
-    """Items in the run."""
-    query: SampleQuery
-    pages: int
-
-
-SORTS = {
-    "position": "_pos",
-    "row": "row",
-    "repetition": "repetition",
-    "agent": "agent",
-    "item": "item_id",
-    "query": "query",
-    "response": "response",
-    "verdict": "_rank",
-    "latency": "latency_s",
-    "tokens": "tokens",
-    "judge_tokens": "judge_tokens",
-    "judge_latency": "judge_latency_s",
+COLUMNS = {
+    "item": ("item_id", "item"),
+    "row": ("row", "row"),
+    "repetition": ("repetition", "rep"),
+    "agent": ("agent", "agent"),
+    "verdict": ("_rank", "verdict"),
+    "query": ("query", "query"),
+    "response": ("response", "response"),
+    "latency": ("latency_s", "latency s"),
+    "tokens": ("tokens", "tokens"),
+    "judge_tokens": ("judge_tokens", "judge tokens"),
+    "judge_latency": ("judge_latency_s", "judge s"),
 }
-"""Sortable columns: their URL name and their index column (metric keys sort on the score)."""
+"""The sample table's columns in order (the metric columns come after ``response``), by their URL
+name: the index column a sort on it orders by, and its header. A metric's key sorts on its score;
+``position``, the default, on ``_pos``."""
 
 _TEXT_COLUMNS = ["query", "response"]
 
@@ -349,8 +292,14 @@ class SampleIndex:
 
     _has_texts = False
 
-    def query(self, q: SampleQuery) -> SamplePage:
-        """The page of items ``q`` asks for.
+    def query(self, q: SampleQuery) -> tuple[list[dict[str, Any]], int, int]:
+        """The page of items ``q`` asks for, how many items match and the number of pages.
+
+        A page's row (agent × item) holds the index's columns (``agent``, ``item_id``, ``row``,
+        ``repetition``, ``latency_s``, ``tokens``, ``judge_tokens``, ``judge_latency_s``, ...) with
+        ``query`` and ``response``, ``verdict``, ``metrics`` (per metric column: status and score;
+        None, None: not scored on it) and ``reasons`` (per metric that failed or errored, only the
+        filtered metric's when the table is filtered on one: its label, status and reason).
 
         Raises:
             NotFound: for a page past the last one.
@@ -369,7 +318,7 @@ class SampleIndex:
                 where.append(f"{metric.key}_status IS NOT NULL")
         elif q.status:
             where.append("_rank = ?")
-            params.append(_RANK.get(q.status, -1))
+            params.append(STATUSES.index(q.status))  # the index's _rank: VERDICT_RANK_SQL
         texts = bool(q.text) or q.sort in _TEXT_COLUMNS
         if texts:
             self._texts()
@@ -382,7 +331,9 @@ class SampleIndex:
             params.extend([q.text] * 5)
         source = "idx JOIN texts USING (_pos)" if texts else "idx"
         condition = f"WHERE {' AND '.join(where)}" if where else ""
-        column = SORTS.get(q.sort) or (q.sort if self.metric(q.sort) else "_pos")
+        column = (
+            COLUMNS[q.sort][0] if q.sort in COLUMNS else q.sort if self.metric(q.sort) else "_pos"
+        )
         order = "DESC" if q.desc else "ASC"
         by = f"_pos {order}" if column == "_pos" else f"{column} {order} NULLS LAST, _pos ASC"
         # one scan: the page's rows carry the count of every match (a page past the last has
@@ -413,7 +364,7 @@ class SampleIndex:
                 metrics=[(r[f"{m.key}_status"], r[m.key]) for m in self.metrics],
                 reasons=reasons.get(r["_pos"], []),
             )
-        return SamplePage(data, total, len(self), q, pages)
+        return data, total, pages
 
     def _reasons(
         self, positions: Sequence[int], metric: MetricColumn | None
@@ -565,7 +516,7 @@ def _x(chart: TrendChart, i: int, runs: int) -> float:
     return chart.pad + (i * span / (runs - 1) if runs > 1 else span / 2)
 
 
-def trend_charts(entries: Sequence[RunEntry]) -> list[TrendChart]:
+def trend_charts(entries: Sequence[RunInfo]) -> list[TrendChart]:
     """Per provider, agent and metric (and per agent's items): its pass rate and its mean score
     over ``entries`` (one suite's runs), oldest first, with the baseline's position."""
     runs = sorted(entries, key=lambda e: (e.started_at is None, e.started_at, e.run_name))
@@ -607,10 +558,10 @@ class Catalog:
         self._samples: _Lru[tuple[str, str], SampleIndex] = _Lru(cache_size)
         self._costs: _Lru[tuple[str, str], list[dict[str, Any]]] = _Lru(cache_size * 4)
         self._comparisons: _Lru[tuple[str, str, str, str], Comparison] = _Lru(cache_size)
-        self._listing: tuple[float, list[RunEntry], list[DamagedRun]] | None = None
+        self._listing: tuple[float, list[RunInfo], list[DamagedRun]] | None = None
         self._listing_lock = threading.Lock()
 
-    def runs(self, *, suite: str | None = None, tag: str | None = None) -> list[RunEntry]:
+    def runs(self, *, suite: str | None = None, tag: str | None = None) -> list[RunInfo]:
         """Every finished run, newest first; ``suite`` / ``tag`` keep those of a suite / tag.
 
         The listing is read again at most every ``LISTING_TTL_S`` seconds: a run that finishes
@@ -626,20 +577,17 @@ class Catalog:
         """The runs whose files cannot be read (listed as damaged, naming the file)."""
         return list(self._list()[1])
 
-    def _list(self) -> tuple[list[RunEntry], list[DamagedRun]]:
+    def _list(self) -> tuple[list[RunInfo], list[DamagedRun]]:
         """Every readable finished run and every damaged one (a damaged run hides no other)."""
         with self._listing_lock:
             now = time.monotonic()
             if self._listing is None or now - self._listing[0] > LISTING_TTL_S:
                 damaged: list[DamagedRun] = []
-                entries = [
-                    RunEntry(**{f.name: getattr(info, f.name) for f in fields(RunInfo)})
-                    for info in find_runs(self.root, damaged=damaged)
-                ]
+                entries = find_runs(self.root, damaged=damaged)
                 self._listing = (now, entries, damaged)
             return self._listing[1], self._listing[2]
 
-    def run(self, suite: str, run_name: str) -> RunEntry:
+    def run(self, suite: str, run_name: str) -> RunInfo:
         """The run of ``suite`` named ``run_name``.
 
         Raises:
@@ -654,34 +602,32 @@ class Catalog:
                 raise ArtifactError(damaged.problem)
         raise NotFound(f"no finished run {run_name!r} of suite {suite!r}")
 
-    def by_key(self, key: str) -> RunEntry:
-        """The run a ``suite/run_name`` key names (see :attr:`RunEntry.key`)."""
+    def by_key(self, key: str) -> RunInfo:
+        """The run a ``suite/run_name`` key names (see :attr:`RunInfo.key`)."""
         suite, _, run_name = key.partition("/")
         return self.run(suite, run_name)
 
-    def default_a(self, b: RunEntry) -> RunEntry | None:
+    def default_a(self, b: RunInfo) -> RunInfo | None:
         """What B is compared with when no A is named: its suite's blessed baseline, else the run
         of its suite before it (None: B is its suite's only run)."""
-        runs = self.runs()
-        same = [e for e in runs if e.suite == b.suite and e.location != b.location]
-        baseline = next((e for e in same if e.baseline), None)
+        runs = [e for e in self.runs() if e.suite == b.suite]  # newest first
+        baseline = next((e for e in runs if e.baseline and e.location != b.location), None)
         position = next((i for i, e in enumerate(runs) if e.location == b.location), -1)
-        older = [e for e in same if runs.index(e) > position]
-        return baseline or (older[0] if older else None)
+        return baseline or next(iter(runs[position + 1 :]), None)
 
-    def report(self, entry: RunEntry) -> RunReport:
+    def report(self, entry: RunInfo) -> RunReport:
         """The report's content for the run (its items are paged by :meth:`samples`)."""
         return self._reports.get(
             (entry.location, entry.stamp), lambda: load_report_data(entry.location, max_items=0)
         )
 
-    def samples(self, entry: RunEntry) -> SampleIndex:
+    def samples(self, entry: RunInfo) -> SampleIndex:
         return self._samples.get((entry.location, entry.stamp), lambda: SampleIndex(entry.location))
 
-    def costs(self, entry: RunEntry) -> list[dict[str, Any]]:
+    def costs(self, entry: RunInfo) -> list[dict[str, Any]]:
         return self._costs.get((entry.location, entry.stamp), lambda: _cost(entry.location))
 
-    def compare(self, a: RunEntry, b: RunEntry) -> Comparison:
+    def compare(self, a: RunInfo, b: RunInfo) -> Comparison:
         """Run B against run A, as ``evalpipe compare`` computes it."""
         return self._comparisons.get(
             (a.location, a.stamp, b.location, b.stamp),

@@ -76,16 +76,12 @@ def flow_run_url(flow_run_id: str | None, environ: Mapping[str, str] | None = No
         ui = api.removesuffix("/api") if api.endswith("/api") else ""
     if not ui.startswith(("http://", "https://")):
         return None
-    return f"{ui}/runs/flow-run/{_segment(flow_run_id)}"
-
-
-def _segment(text: str) -> str:
-    return quote(text, safe="")
+    return f"{ui}/runs/flow-run/{quote(flow_run_id, safe='')}"
 
 
 def run_path(suite: str, run_name: str) -> str:
     """The run's page: ``/runs/{suite}/{run_name}`` (each part percent-encoded)."""
-    return f"/runs/{_segment(suite)}/{_segment(run_name)}"
+    return f"/runs/{quote(suite, safe='')}/{quote(run_name, safe='')}"
 
 
 def run_url(view_url: str, suite: str, run_name: str) -> str:
@@ -120,4 +116,4 @@ def compare_item_path(**params: object) -> str:
 
 def trends_path(suite: str) -> str:
     """A suite's trends over its runs."""
-    return f"/trends/{_segment(suite)}"
+    return f"/trends/{quote(suite, safe='')}"
