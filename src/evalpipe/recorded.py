@@ -89,18 +89,6 @@ class Mismatch:
 # per-format checks: None when the message fits, else the first mismatch
 
 
-@dataclass(frozen=True, slots=True)
-class _At:
-    """The message being checked: its format and its index in the recording."""
-
-    fmt: str
-    index: int
-
-    def fail(self, path: str, message: str, *depth: int) -> Mismatch:
-        """A mismatch in this message, ``depth`` levels in (then the part's index)."""
-        return Mismatch(self.fmt, path, message, (self.index, *depth))
-
-
 _KEYS = {
     "evalpipe": frozenset(
         {"role", "contents", "author_name", "type", "message_id", "additional_properties"}
@@ -109,11 +97,6 @@ _KEYS = {
     "foundry": frozenset({"role", "content", "tool_call_id", "createdAt", "run_id", "name"}),
 }
 """The fields a message of each format may have."""
-_A_MESSAGE = {
-    "evalpipe": "an evalpipe/MAF message",
-    "openai": "an OpenAI message",
-    "foundry": "a Foundry agent message",
-}
 _CHAT_ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
 _CONTENT_TAGS = frozenset({"text", "function_call", "function_result", "data", "uri"})
 _PARTS: dict[str, dict[str, tuple[str, ...]]] = {
@@ -136,17 +119,20 @@ _PART_ROLES = {"tool_call": "assistant", "tool_result": "tool"}
 """Foundry parts that belong to one role's messages."""
 
 
-def _check_evalpipe(msg: Mapping[str, Any], path: str, at: _At) -> Mismatch | None:
+_Fail = tuple[str, str, tuple[int, ...]]
+"""A mismatch in one message: field path, what is wrong, how deep (then the part's index)."""
+
+
+def _check_evalpipe(msg: Mapping[str, Any], path: str, fmt: str) -> _Fail | None:
     if not isinstance(msg.get("contents"), list):
-        return at.fail(f"{path}.contents", "must be a list of content dicts", 2)
+        return f"{path}.contents", "must be a list of content dicts", (2,)
     for j, part in enumerate(msg["contents"]):
         kind = part.get("type") if isinstance(part, Mapping) else None
         if not isinstance(part, str) and kind not in _CONTENT_TAGS | _FOREIGN_ONLY_KINDS:
-            return at.fail(
+            return (
                 f"{path}.contents[{j}].type",
                 f"{kind!r} is not a content kind ({', '.join(sorted(_CONTENT_TAGS))})",
-                3,
-                j,
+                (3, j),
             )
     try:
         Message.model_validate(dict(msg))
@@ -157,73 +143,68 @@ def _check_evalpipe(msg: Mapping[str, Any], path: str, at: _At) -> Mismatch | No
             loc = [p for p in first["loc"] if not (isinstance(p, str) and p in _CONTENT_TAGS)]
             where = path + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc)
             text = first["msg"]
-        return at.fail(where, text, 3)
+        return where, text, (3,)
     return None
 
 
 def _check_parts(
-    parts: list[Any], path: str, at: _At, kinds: Mapping[str, tuple[str, ...]], role: str
-) -> Mismatch | None:
+    parts: list[Any], path: str, kinds: Mapping[str, tuple[str, ...]], role: str
+) -> _Fail | None:
     """Each part a dict whose ``type`` is a key of ``kinds``, holding that kind's keys; then a
     Foundry tool part in its role's messages, its arguments an object."""
     for j, part in enumerate(parts):
         where = f"{path}[{j}]"
         if not isinstance(part, Mapping):
-            return at.fail(where, f"a content part is an object, got {part!r:.40}", 3, j)
+            return where, f"a content part is an object, got {part!r:.40}", (3, j)
         kind = part.get("type")
         if kind not in kinds:
-            return at.fail(
-                f"{where}.type", f"{kind!r} is not one of {', '.join(map(repr, kinds))}", 3, j
-            )
+            return f"{where}.type", f"{kind!r} is not one of {', '.join(map(repr, kinds))}", (3, j)
         for key in kinds[str(kind)]:
             if key not in part:
-                return at.fail(f"{where}.{key}", f"missing in a {kind!r} part", 4, j)
+                return f"{where}.{key}", f"missing in a {kind!r} part", (4, j)
         if kind == "text" and not isinstance(part.get("text"), str):
-            return at.fail(f"{where}.text", "must be a string", 4, j)
+            return f"{where}.text", "must be a string", (4, j)
     for j, part in enumerate(parts):
         owner = _PART_ROLES.get(part["type"])
         if owner is not None and role != owner:
-            return at.fail(
-                f"{path}[{j}].type", f"{part['type']} parts belong to {owner} messages", 5, j
-            )
+            return f"{path}[{j}].type", f"{part['type']} parts belong to {owner} messages", (5, j)
         if part["type"] == "tool_call" and not isinstance(part["arguments"], Mapping):
-            return at.fail(f"{path}[{j}].arguments", "must be a JSON object", 5, j)
+            return f"{path}[{j}].arguments", "must be a JSON object", (5, j)
     return None
 
 
-def _check_chat(msg: Mapping[str, Any], path: str, at: _At) -> Mismatch | None:
+def _check_chat(msg: Mapping[str, Any], path: str, fmt: str) -> _Fail | None:
     """The OpenAI and Foundry formats: a chat role, a tool message's ``tool_call_id``, content as
     text or parts of the format's kinds, and OpenAI's ``tool_calls``."""
     role, content = msg.get("role"), msg.get("content")
     if role not in _CHAT_ROLES:
-        return at.fail(f"{path}.role", f"{role!r} is not one of {sorted(_CHAT_ROLES)}", 2)
+        return f"{path}.role", f"{role!r} is not one of {sorted(_CHAT_ROLES)}", (2,)
     if role == "tool" and not isinstance(msg.get("tool_call_id"), str):
-        return at.fail(f"{path}.tool_call_id", "a tool message needs a string", 2)
-    kinds = "openai tool" if at.fmt == "openai" and role == "tool" else at.fmt
+        return f"{path}.tool_call_id", "a tool message needs a string", (2,)
+    kinds = "openai tool" if fmt == "openai" and role == "tool" else fmt
     if isinstance(content, list):
-        bad = _check_parts(content, f"{path}.content", at, _PARTS[kinds], role)
+        bad = _check_parts(content, f"{path}.content", _PARTS[kinds], role)
         if bad is not None:
             return bad
     elif not isinstance(content, str) and not (kinds == "openai" and content is None):
-        return at.fail(f"{path}.content", _CONTENT_SHAPE[kinds], 2)
+        return f"{path}.content", _CONTENT_SHAPE[kinds], (2,)
     calls = msg.get("tool_calls")
     if calls is None:
         return None
     if role != "assistant" or not isinstance(calls, list):
-        return at.fail(f"{path}.tool_calls", "a list, on assistant messages only", 2)
+        return f"{path}.tool_calls", "a list, on assistant messages only", (2,)
     for j, call in enumerate(calls):
         where = f"{path}.tool_calls[{j}]"
         function = call.get("function") if isinstance(call, Mapping) else None
         if not isinstance(function, Mapping):
-            return at.fail(f"{where}.function", "missing (an object)", 3, j)
+            return f"{where}.function", "missing (an object)", (3, j)
         if not isinstance(function.get("name"), str):
-            return at.fail(f"{where}.function.name", "must be a string", 4, j)
+            return f"{where}.function.name", "must be a string", (4, j)
         if not isinstance(function.get("arguments"), str):
-            return at.fail(
+            return (
                 f"{where}.function.arguments",
                 "must be a JSON string (chat-completions encodes arguments as text)",
-                4,
-                j,
+                (4, j),
             )
     return None
 
@@ -243,28 +224,31 @@ def _message_list(value: Any, fmt: str, path: str) -> tuple[list[Any] | None, Mi
     return value, None
 
 
+def _check_message(msg: Any, fmt: str, where: str) -> _Fail | None:
+    if not isinstance(msg, Mapping):
+        return where, f"a message is an object, got {type(msg).__name__}", ()
+    if not isinstance(msg.get("role"), str):
+        return f"{where}.role", "missing (a string)", ()
+    key, other = ("contents", "content") if fmt == "evalpipe" else ("content", "contents")
+    if key not in msg and not (fmt == "openai" and "tool_calls" in msg):
+        hint = f" (it has {other!r}: another format)" if other in msg else ""
+        return f"{where}.{key}", f"missing{hint}", (1,)
+    extra = sorted(set(msg) - _KEYS[fmt])
+    if extra:
+        return f"{where}.{extra[0]}", f"not a field of {FORMAT_NAMES[fmt]}", (2,)
+    return (_check_evalpipe if fmt == "evalpipe" else _check_chat)(msg, where, fmt)
+
+
 def check_messages(value: Any, fmt: str, path: str = "conversation") -> Mismatch | None:
     """The first place ``value`` (a list of messages) stops fitting ``fmt``; None when it fits."""
     messages, bad = _message_list(value, fmt, path)
     if bad is not None or messages is None:
         return bad
-    check = _check_evalpipe if fmt == "evalpipe" else _check_chat
     for index, msg in enumerate(messages):
-        where, at = f"{path}[{index}]", _At(fmt, index)
-        if not isinstance(msg, Mapping):
-            return at.fail(where, f"a message is an object, got {type(msg).__name__}")
-        if not isinstance(msg.get("role"), str):
-            return at.fail(f"{where}.role", "missing (a string)")
-        key, other = ("contents", "content") if fmt == "evalpipe" else ("content", "contents")
-        if key not in msg and not (fmt == "openai" and "tool_calls" in msg):
-            hint = f" (it has {other!r}: another format)" if other in msg else ""
-            return at.fail(f"{where}.{key}", f"missing{hint}", 1)
-        extra = sorted(set(msg) - _KEYS[fmt])
-        if extra:
-            return at.fail(f"{where}.{extra[0]}", f"not a field of {_A_MESSAGE[fmt]}", 2)
-        bad = check(msg, where, at)
-        if bad is not None:
-            return bad
+        fail = _check_message(msg, fmt, f"{path}[{index}]")
+        if fail is not None:
+            where, message, depth = fail
+            return Mismatch(fmt, where, message, (index, *depth))
     return None
 
 
