@@ -27,6 +27,7 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from evalpipe.messages import (
+    _CONTENT_BY_TYPE,  # the content kinds evalpipe models
     _FOREIGN_ONLY_KINDS,  # MAF kinds evalpipe leaves out
     FunctionCallContent,
     FunctionResultContent,
@@ -98,7 +99,7 @@ _KEYS = {
 }
 """The fields a message of each format may have."""
 _CHAT_ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
-_CONTENT_TAGS = frozenset({"text", "function_call", "function_result", "data", "uri"})
+_CONTENT_TAGS = frozenset(_CONTENT_BY_TYPE)
 _PARTS: dict[str, dict[str, tuple[str, ...]]] = {
     "openai": {"text": ("text",), "image_url": ("image_url",)},
     "openai tool": {"text": ("text",)},
@@ -150,26 +151,25 @@ def _check_evalpipe(msg: Mapping[str, Any], path: str, fmt: str) -> _Fail | None
 def _check_parts(
     parts: list[Any], path: str, kinds: Mapping[str, tuple[str, ...]], role: str
 ) -> _Fail | None:
-    """Each part a dict whose ``type`` is a key of ``kinds``, holding that kind's keys; then a
-    Foundry tool part in its role's messages, its arguments an object."""
+    """Each part a dict whose ``type`` is a key of ``kinds``, holding that kind's keys; a Foundry
+    tool part in its role's messages, its arguments an object."""
     for j, part in enumerate(parts):
         where = f"{path}[{j}]"
         if not isinstance(part, Mapping):
             return where, f"a content part is an object, got {part!r:.40}", (3, j)
         kind = part.get("type")
-        if kind not in kinds:
+        if not isinstance(kind, str) or kind not in kinds:
             return f"{where}.type", f"{kind!r} is not one of {', '.join(map(repr, kinds))}", (3, j)
-        for key in kinds[str(kind)]:
+        for key in kinds[kind]:
             if key not in part:
                 return f"{where}.{key}", f"missing in a {kind!r} part", (4, j)
-        if kind == "text" and not isinstance(part.get("text"), str):
+        if kind == "text" and not isinstance(part["text"], str):
             return f"{where}.text", "must be a string", (4, j)
-    for j, part in enumerate(parts):
-        owner = _PART_ROLES.get(part["type"])
+        owner = _PART_ROLES.get(kind)
         if owner is not None and role != owner:
-            return f"{path}[{j}].type", f"{part['type']} parts belong to {owner} messages", (5, j)
-        if part["type"] == "tool_call" and not isinstance(part["arguments"], Mapping):
-            return f"{path}[{j}].arguments", "must be a JSON object", (5, j)
+            return f"{where}.type", f"{kind} parts belong to {owner} messages", (5, j)
+        if kind == "tool_call" and not isinstance(part["arguments"], Mapping):
+            return f"{where}.arguments", "must be a JSON object", (5, j)
     return None
 
 
@@ -362,13 +362,10 @@ def parse_conversation(
         except TypeError as exc:
             raise RecordedFormatError(f"{path}: {exc}") from None
     if fmt is None:
-        fmt = detect_format([(path, [(path, value)])])
-        if fmt is None:
-            return []
-    bad = check_messages(value, fmt, path)
-    if bad is not None:
+        fmt = detect_format([(path, [(path, value)])])  # raises naming the closest mismatch
+    elif (bad := check_messages(value, fmt, path)) is not None:
         raise RecordedFormatError(f"not {FORMAT_NAMES[fmt]}: {bad}")
-    return convert_messages(value, fmt)
+    return [] if fmt is None else convert_messages(value, fmt)
 
 
 # ---------------------------------------------------------------------------------------------
