@@ -209,19 +209,17 @@ def _check_chat(msg: Mapping[str, Any], path: str, fmt: str) -> _Fail | None:
     return None
 
 
-def _message_list(value: Any, fmt: str, path: str) -> tuple[list[Any] | None, Mismatch | None]:
+def _message_list(value: Any, fmt: str, path: str) -> list[Any] | Mismatch:
     """The message list of a recording (a foundry query/response pair is joined)."""
     if isinstance(value, Mapping) and fmt == "foundry" and set(value) <= {"query", "response"}:
         query, response = value.get("query") or [], value.get("response") or []
         for key, part in (("query", query), ("response", response)):
             if not isinstance(part, list):
-                return None, Mismatch(fmt, f"{path}.{key}", "must be a list of messages", (0, 0))
-        return [*query, *response], None
+                return Mismatch(fmt, f"{path}.{key}", "must be a list of messages", (0, 0))
+        return [*query, *response]
     if not isinstance(value, list):
-        return None, Mismatch(
-            fmt, path, f"must be a list of messages, got {type(value).__name__}", (0,)
-        )
-    return value, None
+        return Mismatch(fmt, path, f"must be a list of messages, got {type(value).__name__}", (0,))
+    return value
 
 
 def _check_message(msg: Any, fmt: str, where: str) -> _Fail | None:
@@ -241,9 +239,9 @@ def _check_message(msg: Any, fmt: str, where: str) -> _Fail | None:
 
 def check_messages(value: Any, fmt: str, path: str = "conversation") -> Mismatch | None:
     """The first place ``value`` (a list of messages) stops fitting ``fmt``; None when it fits."""
-    messages, bad = _message_list(value, fmt, path)
-    if bad is not None or messages is None:
-        return bad
+    messages = _message_list(value, fmt, path)
+    if isinstance(messages, Mismatch):
+        return messages
     for index, msg in enumerate(messages):
         fail = _check_message(msg, fmt, f"{path}[{index}]")
         if fail is not None:
@@ -338,12 +336,14 @@ def _from_foundry(msg: Mapping[str, Any]) -> Message:
 
 def convert_messages(value: Any, fmt: RecordedFormat) -> list[Message]:
     """A recording in ``fmt`` (checked with :func:`check_messages` first) as Messages."""
-    messages, _ = _message_list(value, fmt, "conversation")
+    messages = _message_list(value, fmt, "conversation")
+    if isinstance(messages, Mismatch):
+        raise RecordedFormatError(str(messages))
     if fmt == "evalpipe":
-        return [Message.model_validate(dict(m)) for m in messages or []]
+        return [Message.model_validate(dict(m)) for m in messages]
     if fmt == "openai":
-        return messages_from_openai(messages or [])
-    return [_from_foundry(m) for m in messages or []]
+        return messages_from_openai(messages)
+    return [_from_foundry(m) for m in messages]
 
 
 def parse_conversation(
