@@ -216,12 +216,8 @@ _CONTENT_ADAPTER: TypeAdapter[Any] = TypeAdapter(Content)
 
 
 def user_message(text: str) -> Message:
-    """``Message("user", [text])``: a query as the target is given it (for a str, built with
-    pydantic's ``model_construct`` around its validated content: a Message's own validation is
-    the slower part)."""
-    if type(text) is not str:
-        return Message("user", [text])
-    return Message.model_construct(role="user", contents=[TextContent(text=text)])
+    """``Message("user", [text])``: a query as the target is given it."""
+    return Message("user", [TextContent(text=text)] if type(text) is str else [text])
 
 
 _CONTENT_TYPES = (TextContent, FunctionCallContent, FunctionResultContent, DataContent, UriContent)
