@@ -481,16 +481,11 @@ class Message(_WithExtras):
         role = message.get("role")
         if not isinstance(role, str):
             raise ValueError(f"OpenAI message has no string 'role': {dict(message)!r}")
-        contents: list[Any] = []
-        if role == "tool":
-            contents.append(
-                FunctionResultContent(
-                    call_id=str(message.get("tool_call_id") or ""),
-                    result=message.get("content"),
-                )
-            )
-            return cls(role, contents)
         content = message.get("content")
+        if role == "tool":
+            call_id = str(message.get("tool_call_id") or "")
+            return cls(role, [FunctionResultContent(call_id=call_id, result=content)])
+        contents: list[Any] = []
         if isinstance(content, str):
             if content:
                 contents.append(TextContent(text=content))

@@ -137,7 +137,7 @@ def _check_evalpipe(msg: Mapping[str, Any], path: str, fmt: str) -> _Fail | None
             )
     try:
         Message.model_validate(dict(msg))
-    except (ValidationError, ValueError) as exc:
+    except ValueError as exc:  # pydantic's ValidationError among them
         where, text = path, str(exc)
         if isinstance(exc, ValidationError) and exc.errors():
             first = exc.errors()[0]
