@@ -76,6 +76,7 @@ class Expectations:
 
 
 NO_EXPECTATIONS = Expectations()
+_TOOL_KINDS = ("function_call", "function_result")
 
 
 def merge_tool_snapshots(
@@ -157,16 +158,6 @@ def agent_item(
     )
 
 
-def _tool_activity(messages: Sequence[Message]) -> list[Message]:
-    """Only the tool calls and tool results of ``messages`` (texts dropped)."""
-    out: list[Message] = []
-    for message in messages:
-        kept = [c for c in message.contents if c.type in ("function_call", "function_result")]
-        if kept:
-            out.append(Message(message.role, kept))
-    return out
-
-
 @dataclass(slots=True)
 class RunItems:
     """The items of one workflow call: its overall item and one item per agent turn."""
@@ -210,11 +201,12 @@ def workflow_items(
     user = Message("user", [run.query])
     overall = None
     if include_overall:
-        upstream = [
-            m
+        upstream = [  # the other agents' tool calls and results, their texts dropped
+            Message(m.role, tool_parts)
             for turn in run.executors
             if turn.produced != run.output
-            for m in _tool_activity(turn.produced)
+            for m in turn.produced
+            if (tool_parts := [c for c in m.contents if c.type in _TOOL_KINDS])
         ]
         turn_tools = [turn.tools for turn in run.executors if turn.tools is not None]
         overall = EvalItem(

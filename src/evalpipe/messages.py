@@ -216,12 +216,8 @@ _CONTENT_ADAPTER: TypeAdapter[Any] = TypeAdapter(Content)
 
 
 def user_message(text: str) -> Message:
-    """``Message("user", [text])``: a query as the target is given it (for a str, built with
-    pydantic's ``model_construct`` around its validated content: a Message's own validation is
-    the slower part)."""
-    if type(text) is not str:
-        return Message("user", [text])
-    return Message.model_construct(role="user", contents=[TextContent(text=text)])
+    """``Message("user", [text])``: a query as the target is given it."""
+    return Message("user", [TextContent(text=text)] if type(text) is str else [text])
 
 
 _CONTENT_TYPES = (TextContent, FunctionCallContent, FunctionResultContent, DataContent, UriContent)
@@ -485,16 +481,11 @@ class Message(_WithExtras):
         role = message.get("role")
         if not isinstance(role, str):
             raise ValueError(f"OpenAI message has no string 'role': {dict(message)!r}")
-        contents: list[Any] = []
-        if role == "tool":
-            contents.append(
-                FunctionResultContent(
-                    call_id=str(message.get("tool_call_id") or ""),
-                    result=message.get("content"),
-                )
-            )
-            return cls(role, contents)
         content = message.get("content")
+        if role == "tool":
+            call_id = str(message.get("tool_call_id") or "")
+            return cls(role, [FunctionResultContent(call_id=call_id, result=content)])
+        contents: list[Any] = []
         if isinstance(content, str):
             if content:
                 contents.append(TextContent(text=content))

@@ -27,6 +27,7 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from evalpipe.messages import (
+    _CONTENT_BY_TYPE,  # the content kinds evalpipe models
     _FOREIGN_ONLY_KINDS,  # MAF kinds evalpipe leaves out
     FunctionCallContent,
     FunctionResultContent,
@@ -89,18 +90,6 @@ class Mismatch:
 # per-format checks: None when the message fits, else the first mismatch
 
 
-@dataclass(frozen=True, slots=True)
-class _At:
-    """The message being checked: its format and its index in the recording."""
-
-    fmt: str
-    index: int
-
-    def fail(self, path: str, message: str, *depth: int) -> Mismatch:
-        """A mismatch in this message, ``depth`` levels in (then the part's index)."""
-        return Mismatch(self.fmt, path, message, (self.index, *depth))
-
-
 _KEYS = {
     "evalpipe": frozenset(
         {"role", "contents", "author_name", "type", "message_id", "additional_properties"}
@@ -109,13 +98,8 @@ _KEYS = {
     "foundry": frozenset({"role", "content", "tool_call_id", "createdAt", "run_id", "name"}),
 }
 """The fields a message of each format may have."""
-_A_MESSAGE = {
-    "evalpipe": "an evalpipe/MAF message",
-    "openai": "an OpenAI message",
-    "foundry": "a Foundry agent message",
-}
 _CHAT_ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
-_CONTENT_TAGS = frozenset({"text", "function_call", "function_result", "data", "uri"})
+_CONTENT_TAGS = frozenset(_CONTENT_BY_TYPE)
 _PARTS: dict[str, dict[str, tuple[str, ...]]] = {
     "openai": {"text": ("text",), "image_url": ("image_url",)},
     "openai tool": {"text": ("text",)},
@@ -136,135 +120,133 @@ _PART_ROLES = {"tool_call": "assistant", "tool_result": "tool"}
 """Foundry parts that belong to one role's messages."""
 
 
-def _check_evalpipe(msg: Mapping[str, Any], path: str, at: _At) -> Mismatch | None:
+_Fail = tuple[str, str, tuple[int, ...]]
+"""A mismatch in one message: field path, what is wrong, how deep (then the part's index)."""
+
+
+def _check_evalpipe(msg: Mapping[str, Any], path: str, fmt: str) -> _Fail | None:
     if not isinstance(msg.get("contents"), list):
-        return at.fail(f"{path}.contents", "must be a list of content dicts", 2)
+        return f"{path}.contents", "must be a list of content dicts", (2,)
     for j, part in enumerate(msg["contents"]):
         kind = part.get("type") if isinstance(part, Mapping) else None
         if not isinstance(part, str) and kind not in _CONTENT_TAGS | _FOREIGN_ONLY_KINDS:
-            return at.fail(
+            return (
                 f"{path}.contents[{j}].type",
                 f"{kind!r} is not a content kind ({', '.join(sorted(_CONTENT_TAGS))})",
-                3,
-                j,
+                (3, j),
             )
     try:
         Message.model_validate(dict(msg))
-    except (ValidationError, ValueError) as exc:
+    except ValueError as exc:  # pydantic's ValidationError among them
         where, text = path, str(exc)
         if isinstance(exc, ValidationError) and exc.errors():
             first = exc.errors()[0]
             loc = [p for p in first["loc"] if not (isinstance(p, str) and p in _CONTENT_TAGS)]
             where = path + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc)
             text = first["msg"]
-        return at.fail(where, text, 3)
+        return where, text, (3,)
     return None
 
 
 def _check_parts(
-    parts: list[Any], path: str, at: _At, kinds: Mapping[str, tuple[str, ...]], role: str
-) -> Mismatch | None:
-    """Each part a dict whose ``type`` is a key of ``kinds``, holding that kind's keys; then a
-    Foundry tool part in its role's messages, its arguments an object."""
+    parts: list[Any], path: str, kinds: Mapping[str, tuple[str, ...]], role: str
+) -> _Fail | None:
+    """Each part a dict whose ``type`` is a key of ``kinds``, holding that kind's keys; a Foundry
+    tool part in its role's messages, its arguments an object."""
     for j, part in enumerate(parts):
         where = f"{path}[{j}]"
         if not isinstance(part, Mapping):
-            return at.fail(where, f"a content part is an object, got {part!r:.40}", 3, j)
+            return where, f"a content part is an object, got {part!r:.40}", (3, j)
         kind = part.get("type")
-        if kind not in kinds:
-            return at.fail(
-                f"{where}.type", f"{kind!r} is not one of {', '.join(map(repr, kinds))}", 3, j
-            )
-        for key in kinds[str(kind)]:
+        if not isinstance(kind, str) or kind not in kinds:
+            return f"{where}.type", f"{kind!r} is not one of {', '.join(map(repr, kinds))}", (3, j)
+        for key in kinds[kind]:
             if key not in part:
-                return at.fail(f"{where}.{key}", f"missing in a {kind!r} part", 4, j)
-        if kind == "text" and not isinstance(part.get("text"), str):
-            return at.fail(f"{where}.text", "must be a string", 4, j)
-    for j, part in enumerate(parts):
-        owner = _PART_ROLES.get(part["type"])
+                return f"{where}.{key}", f"missing in a {kind!r} part", (4, j)
+        if kind == "text" and not isinstance(part["text"], str):
+            return f"{where}.text", "must be a string", (4, j)
+        owner = _PART_ROLES.get(kind)
         if owner is not None and role != owner:
-            return at.fail(
-                f"{path}[{j}].type", f"{part['type']} parts belong to {owner} messages", 5, j
-            )
-        if part["type"] == "tool_call" and not isinstance(part["arguments"], Mapping):
-            return at.fail(f"{path}[{j}].arguments", "must be a JSON object", 5, j)
+            return f"{where}.type", f"{kind} parts belong to {owner} messages", (5, j)
+        if kind == "tool_call" and not isinstance(part["arguments"], Mapping):
+            return f"{where}.arguments", "must be a JSON object", (5, j)
     return None
 
 
-def _check_chat(msg: Mapping[str, Any], path: str, at: _At) -> Mismatch | None:
+def _check_chat(msg: Mapping[str, Any], path: str, fmt: str) -> _Fail | None:
     """The OpenAI and Foundry formats: a chat role, a tool message's ``tool_call_id``, content as
     text or parts of the format's kinds, and OpenAI's ``tool_calls``."""
     role, content = msg.get("role"), msg.get("content")
     if role not in _CHAT_ROLES:
-        return at.fail(f"{path}.role", f"{role!r} is not one of {sorted(_CHAT_ROLES)}", 2)
+        return f"{path}.role", f"{role!r} is not one of {sorted(_CHAT_ROLES)}", (2,)
     if role == "tool" and not isinstance(msg.get("tool_call_id"), str):
-        return at.fail(f"{path}.tool_call_id", "a tool message needs a string", 2)
-    kinds = "openai tool" if at.fmt == "openai" and role == "tool" else at.fmt
+        return f"{path}.tool_call_id", "a tool message needs a string", (2,)
+    kinds = "openai tool" if fmt == "openai" and role == "tool" else fmt
     if isinstance(content, list):
-        bad = _check_parts(content, f"{path}.content", at, _PARTS[kinds], role)
+        bad = _check_parts(content, f"{path}.content", _PARTS[kinds], role)
         if bad is not None:
             return bad
     elif not isinstance(content, str) and not (kinds == "openai" and content is None):
-        return at.fail(f"{path}.content", _CONTENT_SHAPE[kinds], 2)
+        return f"{path}.content", _CONTENT_SHAPE[kinds], (2,)
     calls = msg.get("tool_calls")
     if calls is None:
         return None
     if role != "assistant" or not isinstance(calls, list):
-        return at.fail(f"{path}.tool_calls", "a list, on assistant messages only", 2)
+        return f"{path}.tool_calls", "a list, on assistant messages only", (2,)
     for j, call in enumerate(calls):
         where = f"{path}.tool_calls[{j}]"
         function = call.get("function") if isinstance(call, Mapping) else None
         if not isinstance(function, Mapping):
-            return at.fail(f"{where}.function", "missing (an object)", 3, j)
+            return f"{where}.function", "missing (an object)", (3, j)
         if not isinstance(function.get("name"), str):
-            return at.fail(f"{where}.function.name", "must be a string", 4, j)
+            return f"{where}.function.name", "must be a string", (4, j)
         if not isinstance(function.get("arguments"), str):
-            return at.fail(
+            return (
                 f"{where}.function.arguments",
                 "must be a JSON string (chat-completions encodes arguments as text)",
-                4,
-                j,
+                (4, j),
             )
     return None
 
 
-def _message_list(value: Any, fmt: str, path: str) -> tuple[list[Any] | None, Mismatch | None]:
+def _message_list(value: Any, fmt: str, path: str) -> list[Any] | Mismatch:
     """The message list of a recording (a foundry query/response pair is joined)."""
     if isinstance(value, Mapping) and fmt == "foundry" and set(value) <= {"query", "response"}:
         query, response = value.get("query") or [], value.get("response") or []
         for key, part in (("query", query), ("response", response)):
             if not isinstance(part, list):
-                return None, Mismatch(fmt, f"{path}.{key}", "must be a list of messages", (0, 0))
-        return [*query, *response], None
+                return Mismatch(fmt, f"{path}.{key}", "must be a list of messages", (0, 0))
+        return [*query, *response]
     if not isinstance(value, list):
-        return None, Mismatch(
-            fmt, path, f"must be a list of messages, got {type(value).__name__}", (0,)
-        )
-    return value, None
+        return Mismatch(fmt, path, f"must be a list of messages, got {type(value).__name__}", (0,))
+    return value
+
+
+def _check_message(msg: Any, fmt: str, where: str) -> _Fail | None:
+    if not isinstance(msg, Mapping):
+        return where, f"a message is an object, got {type(msg).__name__}", ()
+    if not isinstance(msg.get("role"), str):
+        return f"{where}.role", "missing (a string)", ()
+    key, other = ("contents", "content") if fmt == "evalpipe" else ("content", "contents")
+    if key not in msg and not (fmt == "openai" and "tool_calls" in msg):
+        hint = f" (it has {other!r}: another format)" if other in msg else ""
+        return f"{where}.{key}", f"missing{hint}", (1,)
+    extra = sorted(set(msg) - _KEYS[fmt])
+    if extra:
+        return f"{where}.{extra[0]}", f"not a field of {FORMAT_NAMES[fmt]}", (2,)
+    return (_check_evalpipe if fmt == "evalpipe" else _check_chat)(msg, where, fmt)
 
 
 def check_messages(value: Any, fmt: str, path: str = "conversation") -> Mismatch | None:
     """The first place ``value`` (a list of messages) stops fitting ``fmt``; None when it fits."""
-    messages, bad = _message_list(value, fmt, path)
-    if bad is not None or messages is None:
-        return bad
-    check = _check_evalpipe if fmt == "evalpipe" else _check_chat
+    messages = _message_list(value, fmt, path)
+    if isinstance(messages, Mismatch):
+        return messages
     for index, msg in enumerate(messages):
-        where, at = f"{path}[{index}]", _At(fmt, index)
-        if not isinstance(msg, Mapping):
-            return at.fail(where, f"a message is an object, got {type(msg).__name__}")
-        if not isinstance(msg.get("role"), str):
-            return at.fail(f"{where}.role", "missing (a string)")
-        key, other = ("contents", "content") if fmt == "evalpipe" else ("content", "contents")
-        if key not in msg and not (fmt == "openai" and "tool_calls" in msg):
-            hint = f" (it has {other!r}: another format)" if other in msg else ""
-            return at.fail(f"{where}.{key}", f"missing{hint}", 1)
-        extra = sorted(set(msg) - _KEYS[fmt])
-        if extra:
-            return at.fail(f"{where}.{extra[0]}", f"not a field of {_A_MESSAGE[fmt]}", 2)
-        bad = check(msg, where, at)
-        if bad is not None:
-            return bad
+        fail = _check_message(msg, fmt, f"{path}[{index}]")
+        if fail is not None:
+            where, message, depth = fail
+            return Mismatch(fmt, where, message, (index, *depth))
     return None
 
 
@@ -354,12 +336,14 @@ def _from_foundry(msg: Mapping[str, Any]) -> Message:
 
 def convert_messages(value: Any, fmt: RecordedFormat) -> list[Message]:
     """A recording in ``fmt`` (checked with :func:`check_messages` first) as Messages."""
-    messages, _ = _message_list(value, fmt, "conversation")
+    messages = _message_list(value, fmt, "conversation")
+    if isinstance(messages, Mismatch):
+        raise RecordedFormatError(str(messages))
     if fmt == "evalpipe":
-        return [Message.model_validate(dict(m)) for m in messages or []]
+        return [Message.model_validate(dict(m)) for m in messages]
     if fmt == "openai":
-        return messages_from_openai(messages or [])
-    return [_from_foundry(m) for m in messages or []]
+        return messages_from_openai(messages)
+    return [_from_foundry(m) for m in messages]
 
 
 def parse_conversation(
@@ -378,13 +362,10 @@ def parse_conversation(
         except TypeError as exc:
             raise RecordedFormatError(f"{path}: {exc}") from None
     if fmt is None:
-        fmt = detect_format([(path, [(path, value)])])
-        if fmt is None:
-            return []
-    bad = check_messages(value, fmt, path)
-    if bad is not None:
+        fmt = detect_format([(path, [(path, value)])])  # raises naming the closest mismatch
+    elif (bad := check_messages(value, fmt, path)) is not None:
         raise RecordedFormatError(f"not {FORMAT_NAMES[fmt]}: {bad}")
-    return convert_messages(value, fmt)
+    return [] if fmt is None else convert_messages(value, fmt)
 
 
 # ---------------------------------------------------------------------------------------------
