@@ -21,7 +21,7 @@ import hashlib
 import json
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, cast, get_args
 
@@ -721,44 +721,36 @@ class JudgeEvaluator:
         async with ChatClient(
             self.endpoint, cache=self.cache, credential=self.credential
         ) as client:
-            jobs: list[tuple[int, int, Any]] = []
-            outcomes: list[list[EvalScoreResult | None]] = []
-            for i, item in enumerate(items):
-                row: list[EvalScoreResult | None] = [None] * len(self.metrics)
-                outcomes.append(row)
-                if item.error_code:
-                    continue
-                blocks = _blocks(item)
-                for k, metric in enumerate(self.metrics):
-                    missing = [b for b in metric.requires if not blocks.get(b)]
-                    if missing:
-                        row[k] = self._not_applicable(metric, missing)
-                    else:
-                        jobs.append((i, k, self._judge(client, metric, blocks, item)))
+            rows: list[list[Coroutine[Any, Any, EvalScoreResult]]] = []
+            for item in items:
+                blocks = None if item.error_code else _blocks(item)  # a failed target: not judged
+                rows.append(
+                    [self._judge(client, m, blocks, item) for m in self.metrics] if blocks else []
+                )
             # every request ends (one in flight is kept) before a stop is raised: a spent budget
-            settled = await asyncio.gather(*(job for _, _, job in jobs), return_exceptions=True)
-            for (i, k, _), score in zip(jobs, settled, strict=True):
-                if isinstance(score, BaseException):
-                    raise score
-                outcomes[i][k] = score
-        return self._collect(items, outcomes, eval_name)
-
-    def _not_applicable(self, metric: JudgeMetric, missing: Sequence[Block]) -> EvalScoreResult:
-        needs = " and ".join(_REQUIREMENT_TEXT.get(b, b) for b in missing)
-        return EvalScoreResult(
-            metric.name,
-            None,
-            None,
-            reason=f"{metric.name} needs {needs}; the item has none",
-            threshold=self.threshold_for(metric.name),
-            label=NOT_APPLICABLE,
-            rating="unknown",
-        )
+            settled = await asyncio.gather(
+                *(job for row in rows for job in row), return_exceptions=True
+            )
+        if stop := next((s for s in settled if isinstance(s, BaseException)), None):
+            raise stop
+        scores = iter(cast(list[EvalScoreResult], settled))
+        return self._collect(items, [[next(scores) for _ in row] for row in rows], eval_name)
 
     async def _judge(
         self, client: ChatClient, metric: JudgeMetric, blocks: Mapping[Block, str], item: EvalItem
     ) -> EvalScoreResult:
         threshold = self.threshold_for(metric.name)
+        if missing := [b for b in metric.requires if not blocks.get(b)]:
+            needs = " and ".join(_REQUIREMENT_TEXT.get(b, b) for b in missing)
+            return EvalScoreResult(
+                metric.name,
+                None,
+                None,
+                reason=f"{metric.name} needs {needs}; the item has none",
+                threshold=threshold,
+                label=NOT_APPLICABLE,
+                rating="unknown",
+            )
         completion: ChatCompletion | None = None
         mode: ResponseFormatMode | None = None
         try:
@@ -826,13 +818,12 @@ class JudgeEvaluator:
     def _collect(
         self,
         items: Sequence[EvalItem],
-        outcomes: Sequence[Sequence[EvalScoreResult | None]],
+        rows: Sequence[list[EvalScoreResult]],
         eval_name: str,
     ) -> EvalResults:
         failures: list[str] = []
         results: list[EvalItemResult] = []
-        for index, (item, row) in enumerate(zip(items, outcomes, strict=True)):
-            scores = [s for s in row if s is not None]  # none for an item whose target failed
+        for index, (item, scores) in enumerate(zip(items, rows, strict=True)):
             usage: Counter[str] = Counter()
             for score in scores:
                 usage.update(score.token_usage or {})
