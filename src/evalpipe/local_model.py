@@ -198,14 +198,9 @@ class LocalModelServer:
         return f"LocalModelServer({self.base_url if self.port else 'not started'})"
 
     @property
-    def origin(self) -> str:
-        """``http://host:port``."""
-        return f"http://{self.host}:{self.port}"
-
-    @property
     def base_url(self) -> str:
-        """The OpenAI-style base URL (``.../v1``)."""
-        return f"{self.origin}/v1"
+        """The OpenAI-style base URL (``http://host:port/v1``)."""
+        return f"http://{self.host}:{self.port}/v1"
 
     def config(self) -> dict[str, Any]:
         """The server's configuration file (``--config_file``): one entry per model id."""
@@ -238,21 +233,14 @@ class LocalModelServer:
             str(config_file),
         ]
 
-    def log_tail(self, lines: int = 30) -> str:
-        """The last lines of the server's output."""
-        if self._log_file is None:
-            return ""
-        try:
-            text = self._log_file.read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            return ""
-        return "\n".join(text.splitlines()[-lines:])
-
     def _fail(self, message: str) -> NoReturn:
-        """Stop the server and raise ``message`` with the end of its output."""
-        tail = self.log_tail()
+        """Stop the server and raise ``message`` with the last 30 lines of its output."""
+        text = ""
+        if self._log_file is not None:
+            with contextlib.suppress(OSError):
+                text = self._log_file.read_text(encoding="utf-8", errors="replace")
         self.stop()
-        raise LocalModelUnavailable(f"{message}:\n{tail}")
+        raise LocalModelUnavailable(f"{message}:\n" + "\n".join(text.splitlines()[-30:]))
 
     def start(self) -> LocalModelServer:
         """Start the server and wait until it generates a token.

@@ -493,9 +493,10 @@ def build_judge_messages(metric: JudgeMetric, blocks: Mapping[Block, str]) -> li
     The block markers carry a tag computed from the blocks' contents, so text inside a block
     cannot forge the end marker (it would have to contain the hash of itself).
     """
-    shown = [(b, blocks.get(b, "")) for b in metric.blocks]
     shown = [
-        (b, text) for b, text in shown if text or b in metric.requires or b in ("query", "response")
+        (b, blocks.get(b, ""))
+        for b in metric.blocks
+        if blocks.get(b) or b in metric.requires or b in ("query", "response")
     ]
     digest = hashlib.sha256(
         json.dumps([metric.name, shown], ensure_ascii=False).encode("utf-8")
