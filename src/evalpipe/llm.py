@@ -322,17 +322,6 @@ def _of_loop(key: tuple[str, ...], make: Callable[[], Any]) -> Any:
     return per_loop[key]
 
 
-def _endpoint_limit(endpoint: ChatEndpoint) -> AdaptiveLimit:
-    """The endpoint's one bound in this loop, shared by every client of it."""
-    key = (endpoint.chat_url, endpoint.model)
-    ceiling, adaptive = endpoint.max_concurrency, endpoint.adaptive_concurrency
-    limit: AdaptiveLimit = _of_loop(
-        ("limit", *key), lambda: AdaptiveLimit(*key, ceiling, adaptive=adaptive)
-    )
-    limit.ask(ceiling, adaptive=adaptive)
-    return limit
-
-
 class TokenSource:
     """Bearer tokens from an azure-identity credential (sync or async), reused until 5 minutes
     before they expire. One source can serve many clients, so a token is fetched once for all.
@@ -832,23 +821,29 @@ class ChatClient:
         self,
         http: httpx.AsyncClient,
         body: dict[str, Any],
-        admit: Callable[[], None] | None = None,
+        admit: Callable[[], None],
     ) -> tuple[dict[str, Any], int]:
-        """POST ``body`` with retries, each attempt holding one of the endpoint's slots; ``admit``
-        is called when the first attempt has its slot (it may refuse by raising)."""
+        """POST ``body`` with retries, each attempt holding one of the endpoint's slots (one bound
+        per endpoint in this loop, shared by its clients); ``admit`` is called when the first
+        attempt has its slot (it may refuse by raising)."""
+        ep = self.endpoint
         retrying = AsyncRetrying(
-            stop=stop_after_attempt(self.endpoint.max_retries + 1),
+            stop=stop_after_attempt(ep.max_retries + 1),
             wait=self._wait,
             retry=retry_if_exception(lambda exc: bool(getattr(exc, "retryable", False))),
             reraise=True,
         )
-        limit = _endpoint_limit(self.endpoint)
+        key, adaptive = (ep.chat_url, ep.model), ep.adaptive_concurrency
+        limit: AdaptiveLimit = _of_loop(
+            ("limit", *key), lambda: AdaptiveLimit(*key, ep.max_concurrency, adaptive=adaptive)
+        )
+        limit.ask(ep.max_concurrency, adaptive=adaptive)
         attempts = 0
         async for attempt in retrying:
             with attempt:
                 attempts = attempt.retry_state.attempt_number
                 async with limit.slot() as permit:
-                    if admit is not None and attempts == 1:
+                    if attempts == 1:
                         admit()
                     try:
                         raw = await self._post_once(http, body, attempts)
