@@ -642,14 +642,10 @@ class JudgeEvaluator:
         name: str = "Judge",
     ) -> None:
         ep = endpoint if isinstance(endpoint, ChatEndpoint) else ChatEndpoint(**dict(endpoint))
-        update: dict[str, Any] = {}
-        if max_concurrency is not None:
-            if max_concurrency < 1:
-                raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}.")
-            update["max_concurrency"] = max_concurrency
-        if is_reasoning_model is not None:
-            update["is_reasoning_model"] = is_reasoning_model
-        self.endpoint = ep.model_copy(update=update) if update else ep
+        if max_concurrency is not None and max_concurrency < 1:
+            raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}.")
+        overrides = {"max_concurrency": max_concurrency, "is_reasoning_model": is_reasoning_model}
+        self.endpoint = ep.model_copy(update={k: v for k, v in overrides.items() if v is not None})
         chosen = _known_once(
             DEFAULT_METRICS if metrics is None else metrics, list(JUDGE_METRICS), "judge metric"
         )
