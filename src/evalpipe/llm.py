@@ -57,7 +57,6 @@ __all__ = [
     "TokenSource",
     "forget_response_formats",
     "is_format_rejection",
-    "response_format_for",
     "run_answers",
     "token_source_for",
 ]
@@ -323,17 +322,6 @@ def _of_loop(key: tuple[str, ...], make: Callable[[], Any]) -> Any:
     return per_loop[key]
 
 
-def _endpoint_limit(endpoint: ChatEndpoint) -> AdaptiveLimit:
-    """The endpoint's one bound in this loop, shared by every client of it."""
-    key = (endpoint.chat_url, endpoint.model)
-    ceiling, adaptive = endpoint.max_concurrency, endpoint.adaptive_concurrency
-    limit: AdaptiveLimit = _of_loop(
-        ("limit", *key), lambda: AdaptiveLimit(*key, ceiling, adaptive=adaptive)
-    )
-    limit.ask(ceiling, adaptive=adaptive)
-    return limit
-
-
 class TokenSource:
     """Bearer tokens from an azure-identity credential (sync or async), reused until 5 minutes
     before they expire. One source can serve many clients, so a token is fetched once for all.
@@ -411,13 +399,12 @@ def _usage(body: Mapping[str, Any]) -> dict[str, int] | None:
 def _completion(
     body: Any,
     usage: dict[str, int] | None,
-    latency_s: float,
     *,
-    cached: bool = False,
+    attempts: int = 0,
+    latency_s: float = 0.0,
     key: str | None = None,
-    attempts: int = 1,
 ) -> ChatCompletion:
-    """The ChatCompletion of a response body (its first choice).
+    """The ChatCompletion of a response body (its first choice); ``attempts=0``: a stored answer.
 
     Raises:
         ChatResponseError: the body is not a chat completion.
@@ -436,7 +423,7 @@ def _completion(
         finish_reason=reason if isinstance(reason, str) else None,
         usage=usage,
         latency_s=latency_s,
-        cached=cached,
+        cached=attempts == 0,
         key=key,
         attempts=attempts,
     )
@@ -451,31 +438,6 @@ def _error_text(response: httpx.Response) -> str:
     if isinstance(error, Mapping):
         error = error.get("message")
     return (error if isinstance(error, str) else str(body))[:300]
-
-
-def response_format_for(
-    mode: ResponseFormatMode, schema: Mapping[str, Any], *, name: str = "answer"
-) -> dict[str, Any] | None:
-    """The ``response_format`` body field of ``mode`` for ``schema`` (None for ``prompt``).
-
-    ``json_schema`` is sent strict, so ``schema`` must be OpenAI strict-compatible (every property
-    required, ``additionalProperties: false``, no unsupported keywords).
-
-    Raises:
-        ValueError: for an unknown mode.
-    """
-    if mode == "json_schema":
-        return {
-            "type": "json_schema",
-            "json_schema": {"name": name, "schema": dict(schema), "strict": True},
-        }
-    if mode == "json_object_schema":
-        return {"type": "json_object", "schema": dict(schema)}
-    if mode == "json_object":
-        return {"type": "json_object"}
-    if mode == "prompt":
-        return None
-    raise ValueError(f"unknown response format mode {mode!r}; use one of {RESPONSE_FORMAT_MODES}")
 
 
 _FORMAT_WORDS = re.compile(
@@ -661,10 +623,10 @@ class ChatClient:
             response, stored_usage = held
             if meter is not None:  # paid by an earlier attempt of this run
                 meter.reuse("judge", ep.model, stored_usage)
-            return _completion(response, stored_usage, 0.0, cached=True, attempts=0)
+            return _completion(response, stored_usage)
         if cache is not None and (entry := cache.get(key_request)) is not None:
             usage = dict(entry.usage) if entry.usage is not None else _usage(entry.response)
-            return _completion(entry.response, usage, 0.0, cached=True, key=entry.key, attempts=0)
+            return _completion(entry.response, usage, key=entry.key)
         if ep.api_type == "azure" and ep.azure_deployment:
             body.pop("model", None)  # the deployment URL names the model
         admitted = False
@@ -694,7 +656,7 @@ class ChatClient:
             meter.finish("judge", ep.model, usage)
         if store is not None:
             store.put(key_request, raw, usage)
-        completion = _completion(raw, usage, latency, attempts=attempts)
+        completion = _completion(raw, usage, attempts=attempts, latency_s=latency)
         if cache is not None:
             stored = await asyncio.to_thread(
                 cache.put, key_request, raw, usage=usage, latency_s=latency
@@ -740,12 +702,22 @@ class ChatClient:
         ladder: list[ResponseFormatMode] = list(dict.fromkeys(modes))
         if not ladder:
             raise ValueError("complete_structured needs at least one response format mode")
-        schemas = {
-            "json_schema": schema,
-            "json_object_schema": schema if grammar_schema is None else grammar_schema,
+        formats: dict[ResponseFormatMode, dict[str, Any] | None] = {
+            "json_schema": {
+                "type": "json_schema",
+                "json_schema": {"name": schema_name, "schema": dict(schema), "strict": True},
+            },
+            "json_object_schema": {
+                "type": "json_object",
+                "schema": dict(schema if grammar_schema is None else grammar_schema),
+            },
+            "json_object": {"type": "json_object"},
+            "prompt": None,
         }
-        # every mode's format made up front: an unknown mode is a ValueError before any request
-        formats = {m: response_format_for(m, schemas.get(m, {}), name=schema_name) for m in ladder}
+        if unknown := [m for m in ladder if m not in formats]:  # before any request
+            raise ValueError(
+                f"unknown response format mode {unknown[0]!r}; use one of {RESPONSE_FORMAT_MODES}"
+            )
 
         async def ask(mode: ResponseFormatMode) -> ChatCompletion:
             return await self.complete(
@@ -849,23 +821,29 @@ class ChatClient:
         self,
         http: httpx.AsyncClient,
         body: dict[str, Any],
-        admit: Callable[[], None] | None = None,
+        admit: Callable[[], None],
     ) -> tuple[dict[str, Any], int]:
-        """POST ``body`` with retries, each attempt holding one of the endpoint's slots; ``admit``
-        is called when the first attempt has its slot (it may refuse by raising)."""
+        """POST ``body`` with retries, each attempt holding one of the endpoint's slots (one bound
+        per endpoint in this loop, shared by its clients); ``admit`` is called when the first
+        attempt has its slot (it may refuse by raising)."""
+        ep = self.endpoint
         retrying = AsyncRetrying(
-            stop=stop_after_attempt(self.endpoint.max_retries + 1),
+            stop=stop_after_attempt(ep.max_retries + 1),
             wait=self._wait,
             retry=retry_if_exception(lambda exc: bool(getattr(exc, "retryable", False))),
             reraise=True,
         )
-        limit = _endpoint_limit(self.endpoint)
+        key, adaptive = (ep.chat_url, ep.model), ep.adaptive_concurrency
+        limit: AdaptiveLimit = _of_loop(
+            ("limit", *key), lambda: AdaptiveLimit(*key, ep.max_concurrency, adaptive=adaptive)
+        )
+        limit.ask(ep.max_concurrency, adaptive=adaptive)
         attempts = 0
         async for attempt in retrying:
             with attempt:
                 attempts = attempt.retry_state.attempt_number
                 async with limit.slot() as permit:
-                    if admit is not None and attempts == 1:
+                    if attempts == 1:
                         admit()
                     try:
                         raw = await self._post_once(http, body, attempts)

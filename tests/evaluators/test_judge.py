@@ -575,7 +575,7 @@ def test_judge_config_errors_name_the_field(patch: dict[str, Any], field: str) -
 
 
 def test_spec_never_holds_the_api_key() -> None:
-    """The evaluator spec (stored with run artifacts) leaves out the API key."""
+    """JudgeEvaluator.spec() leaves out the API key."""
     evaluator = JudgeConfig(
         base_url="http://x/v1", model="m", api_key="sk-do-not-store", metrics=["fluency"]
     ).build()

@@ -487,7 +487,12 @@ def tool_result_error(content: FunctionResultContent) -> str | None:
     return None
 
 
-def _tool_call_success(item: EvalItem) -> CheckResult:
+def tool_call_success(item: EvalItem) -> CheckResult:
+    """No tool result on the response side carries an error (see ``tool_result_error``).
+
+    Score: the share of tool results without an error (1.0 when there are none). A check itself:
+    pass it without calling, like ``tool_calls_present``.
+    """
     _, response = item.split_messages()
     results = [c for m in response for c in m.contents if isinstance(c, FunctionResultContent)]
     if not results:
@@ -508,10 +513,3 @@ def _tool_call_success(item: EvalItem) -> CheckResult:
     else:
         reason = f"{_plural(len(results), 'tool result')} without an error"
     return CheckResult(not failures, reason, "tool_call_success", score, details)
-
-
-tool_call_success: EvalCheck = _named(_tool_call_success, "tool_call_success")
-"""No tool result on the response side carries an error (see ``tool_result_error``).
-
-Score: the share of tool results without an error (1.0 when there are none). A check itself: pass it
-without calling, like ``tool_calls_present``."""

@@ -61,60 +61,34 @@ class Entry:
     """``module:attr`` of the check, factory, or provider config model."""
     kind: EntryKind
     """How the entry's arguments are applied (see the module docstring)."""
-    summary: str
-    """One line for help texts."""
 
     def load(self) -> Any:
         """The registered object (its module is imported now)."""
         return load_object(self.target, what="evaluator")
 
 
-def _entries(module: str, kind: EntryKind, **summaries: str) -> list[Entry]:
-    """One entry per keyword: the object of that name in ``module``, with its summary."""
-    return [Entry(name, f"{module}:{name}", kind, text) for name, text in summaries.items()]
+def _entries(module: str, kind: EntryKind, *names: str) -> list[Entry]:
+    return [Entry(name, f"{module}:{name}", kind) for name in names]
 
 
 ENTRIES: dict[str, Entry] = {
     e.name: e
     for e in (
-        *_entries(
-            "evalpipe.checks",
-            "factory",
-            keyword_check="the response contains every keyword",
-            tool_called_check="the agent called every named tool",
-        ),
-        *_entries(
-            "evalpipe.evaluators.registry",
-            "factory",
-            tool_called_any="the agent called at least one of the named tools",
-        ),
-        *_entries(
-            "evalpipe.checks",
-            "check",
-            tool_calls_present="every expected tool was called",
-            tool_call_args_match="every expected tool was called with the expected arguments",
-        ),
+        *_entries("evalpipe.checks", "factory", "keyword_check", "tool_called_check"),
+        *_entries("evalpipe.evaluators.registry", "factory", "tool_called_any"),
+        *_entries("evalpipe.checks", "check", "tool_calls_present", "tool_call_args_match"),
         *_entries(
             "evalpipe.evaluators.nlp",
             "factory",
-            bleu="BLEU against the references (0-1)",
-            gleu="GLEU against the references (0-1)",
-            token_f1="token F1 against the references",
-            expected_fact_check="the response states the expected fact",
-            task_navigation_efficiency="the tool-call trajectory against the expected calls",
+            "bleu",
+            "gleu",
+            "token_f1",
+            "expected_fact_check",
+            "task_navigation_efficiency",
         ),
-        *_entries(
-            "evalpipe.evaluators.nlp", "check", tool_call_success="tool results carry no error"
-        ),
-        Entry(
-            "judge",
-            "evalpipe.evaluators.judge:JudgeConfig",
-            "provider",
-            "an LLM judge on an OpenAI-compatible endpoint",
-        ),
-        Entry(
-            "foundry", "evalpipe.foundry:FoundryConfig", "provider", "Microsoft Foundry evaluators"
-        ),
+        *_entries("evalpipe.evaluators.nlp", "check", "tool_call_success"),
+        Entry("judge", "evalpipe.evaluators.judge:JudgeConfig", "provider"),
+        Entry("foundry", "evalpipe.foundry:FoundryConfig", "provider"),
     )
 }
 """Every registered name."""
