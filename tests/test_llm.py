@@ -334,6 +334,26 @@ async def test_a_200_that_is_not_a_completion_is_a_response_error(server: FakeOp
         await client.complete(HI)
 
 
+async def test_a_200_that_is_not_a_completion_is_not_kept_for_a_resume(
+    server: FakeOpenAIServer, tmp_path: Path
+) -> None:
+    """The run's journal keeps only answers that are completions: after a 200 without choices,
+    a resumed run asks the endpoint again instead of replaying the broken answer."""
+    from evalpipe.journal import Journal
+    from evalpipe.llm import run_answers
+    from evalpipe.runner.state import JournalAnswers
+    from evalpipe.secrets import Scrubber
+
+    server.script(Reply(body={"object": "list"}), chat("fine"))
+    run_answers.set(JournalAnswers(Journal(tmp_path, "answers"), Scrubber()))
+    client = ChatClient(endpoint(server))
+    with pytest.raises(ChatResponseError, match="no choices"):
+        await client.complete(HI)
+    resumed = ChatClient(endpoint(server))
+    assert (await resumed.complete(HI)).content == "fine"
+    assert len(server.requests) == 2
+
+
 async def test_concurrency_bound_is_shared_by_clients_of_one_endpoint(
     server: FakeOpenAIServer,
 ) -> None:

@@ -654,9 +654,9 @@ class ChatClient:
         usage = _usage(raw)
         if meter is not None and admitted:
             meter.finish("judge", ep.model, usage)
-        if store is not None:
-            store.put(key_request, raw, usage)
         completion = _completion(raw, usage, attempts=attempts, latency_s=latency)
+        if store is not None:  # only a completion: a resume asks again after a broken answer
+            store.put(key_request, raw, usage)
         if cache is not None:
             stored = await asyncio.to_thread(
                 cache.put, key_request, raw, usage=usage, latency_s=latency
