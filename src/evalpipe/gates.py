@@ -21,10 +21,9 @@ import math
 import operator
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import partial
-from typing import TYPE_CHECKING, Any, Literal, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -248,15 +247,72 @@ def _compared(what: str, observed: float, op: Comparison, bound: float) -> dict[
 # --------------------------------------------------------------------------------------------
 # Clauses
 
+_COMPARE = {">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt}
+
+_RANGES = {
+    "pass_rate": (0, 1, ""),
+    "error_rate": (0, 1, ""),
+    "judge_agreement": (-1, 1, "a kappa "),
+}
+"""The range of a kind's threshold: a share, or a κ."""
+
+
+def _not_number(value: Any) -> bool:
+    return isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value)
+
 
 class Clause(ABC):
     """One rule over a set of results. Combine clauses with ``&`` or ``Gate([...])``.
 
     A clause reads one ``metric`` (``EvalScoreResult.name``, None for every metric where that is
-    allowed) of one ``agent``'s sub-results (None: every level).
+    allowed) of one ``agent``'s sub-results (None: every level). Its text is written as its kind
+    (``mean``, ``at_most``, ...) called with its ``positional`` fields, then its ``keywords`` that
+    are not at their default, and, when it ``compares``, ``op threshold``.
     """
 
+    kind: str
     agent: str | None
+    positional: ClassVar[tuple[str, ...]] = ("metric",)
+    keywords: ClassVar[tuple[str, ...]] = ("agent", "max_errors", "max_error_rate", "min_n")
+    compares: ClassVar[bool] = False
+
+    def __post_init__(self) -> None:
+        """Check every field the clause has (GateSyntaxError naming the clause and the field)."""
+        kind, values = self.kind, vars(self)
+        metric, agent = values.get("metric"), self.agent
+        if (metric is not None or kind not in ("no_errors", "error_rate")) and (
+            not isinstance(metric, str) or not metric.strip()
+        ):
+            raise GateSyntaxError(f"{kind}: the metric must be a non-empty name, got {metric!r}")
+        if agent is not None and (not isinstance(agent, str) or not agent.strip()):
+            raise GateSyntaxError(f"{kind}: agent must be a non-empty name or None, got {agent!r}")
+        for name in ("count", "max_errors", "min_n"):
+            low = 0 if name != "min_n" else 2 if kind == "judge_agreement" else 1
+            value = values.get(name, low)
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise GateSyntaxError(f"{kind} {name} must be an integer >= {low}, got {value!r}")
+        limits = {"threshold": _RANGES.get(kind), "below": None, "max_error_rate": (0, 1, "")}
+        for name, bounds in limits.items():
+            if name not in values or (name == "max_error_rate" and values[name] is None):
+                continue
+            value = values[name]
+            where = f"{kind}({metric or ''}) {name}"
+            if _not_number(value):
+                raise GateSyntaxError(f"{where} must be a number, got {value!r}")
+            if bounds is not None and not bounds[0] <= value <= bounds[1]:
+                low, high, noun = bounds
+                raise GateSyntaxError(f"{where} must be {noun}in [{low}, {high}], got {value}")
+        if "op" in values and values["op"] not in _COMPARE:
+            raise GateSyntaxError(
+                f"comparison must be one of {list(_COMPARE)}, got {values['op']!r}"
+            )
+        if kind == "error_rate" and values["op"] not in ("<=", "<"):
+            raise GateSyntaxError(
+                f"error_rate(...) is an upper bound: compare it with <= or <, got {values['op']!r}"
+            )
+        labels = values.get("labels")
+        if labels is not None and (not isinstance(labels, str) or not labels):
+            raise GateSyntaxError(f"{kind}: labels must be a file path, got {labels!r}")
 
     def evaluate(self, results: EvalResults | Sequence[EvalResults]) -> ClauseResult:
         """This clause's verdict on ``results`` (one EvalResults per provider)."""
@@ -266,9 +322,18 @@ class Clause(ABC):
     def read(self, fold: GateFold) -> ClauseResult:
         """This clause's verdict on a run's fold (``Gate.evaluate`` folds once for all)."""
 
-    @abstractmethod
     def text(self) -> str:
         """The clause without its agent, as ``parse_gates`` reads it."""
+        values = vars(self)
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}  # type: ignore[arg-type]
+        args = [_arg(values[name]) for name in self.positional if values[name] is not None]
+        args += [
+            f"{name}={json.dumps(value) if isinstance(value, str) else _num(value)}"
+            for name in self.keywords
+            if name != "agent" and (value := values[name]) != defaults[name]
+        ]
+        text = f"{self.kind}({', '.join(args)})"
+        return f"{text} {values['op']} {_num(values['threshold'])}" if self.compares else text
 
     def __str__(self) -> str:
         body = self.text()
@@ -280,6 +345,10 @@ class Clause(ABC):
     def __bool__(self) -> bool:
         # `a and b` would silently keep only b: clauses combine with `&`.
         raise TypeError(f"combine gate clauses with & (not `and`/`or`): {self}")
+
+
+def _arg(value: str | float) -> str:
+    return _name(value) if isinstance(value, str) else _num(value)
 
 
 class _Folded(Clause):
@@ -304,41 +373,6 @@ class _Folded(Clause):
         """The verdict on the levels in scope (``fields``: the clause, agent and metric)."""
 
 
-def _check_metric(metric: Any, where: str) -> str:
-    if not isinstance(metric, str) or not metric.strip():
-        raise GateSyntaxError(f"{where}: the metric must be a non-empty name, got {metric!r}")
-    return metric
-
-
-def _check_agent(agent: Any, where: str) -> str | None:
-    if agent is not None and (not isinstance(agent, str) or not agent.strip()):
-        raise GateSyntaxError(f"{where}: agent must be a non-empty name or None, got {agent!r}")
-    return agent
-
-
-def _check_number(
-    value: Any, where: str, low: float | None = None, high: float | None = None
-) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
-        raise GateSyntaxError(f"{where} must be a number, got {value!r}")
-    if low is not None and high is not None and not low <= value <= high:
-        raise GateSyntaxError(f"{where} must be in [{_num(low)}, {_num(high)}], got {value}")
-    return value
-
-
-def _check_int(value: Any, where: str, low: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise GateSyntaxError(f"{where} must be an integer >= {low}, got {value!r}")
-
-
-def _check_op(op: Any) -> None:
-    if op not in _COMPARE:
-        raise GateSyntaxError(f"comparison must be one of {list(_COMPARE)}, got {op!r}")
-
-
-_COMPARE = {">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt}
-
-
 DEFAULT_MAX_ERRORS = 0
 """Errored items a metric clause allows by default: none. An item that could not be evaluated
 (its call failed, the metric errored) is not a pass, so a clause over errored items fails unless
@@ -357,15 +391,6 @@ class _Limited(_Folded):
     max_error_rate: float | None
     min_n: int
 
-    def _check(self, where: str) -> None:
-        """Check the metric, the agent and the limits (``where`` names the clause)."""
-        _check_metric(self.metric, where)
-        _check_agent(self.agent, where)
-        _check_int(self.max_errors, f"{where}: max_errors", 0)
-        if self.max_error_rate is not None:
-            _check_number(self.max_error_rate, f"{where}: max_error_rate", 0, 1)
-        _check_int(self.min_n, f"{where}: min_n", 1)
-
     def allowing(
         self,
         *,
@@ -377,17 +402,6 @@ class _Limited(_Folded):
         changes = {"max_errors": max_errors, "max_error_rate": max_error_rate, "min_n": min_n}
         kept = {k: v for k, v in changes.items() if v is not None}
         return dataclasses.replace(self, **kept)  # type: ignore[type-var]
-
-    def _options(self) -> str:
-        """The non-default limits as clause text (``, max_errors=2, min_n=10``)."""
-        out = ""
-        if self.max_error_rate is not None:
-            out += f", max_error_rate={_num(self.max_error_rate)}"
-        elif self.max_errors != DEFAULT_MAX_ERRORS:
-            out += f", max_errors={self.max_errors}"
-        if self.min_n != DEFAULT_MIN_N:
-            out += f", min_n={self.min_n}"
-        return out
 
     def _bound(self) -> float | None:
         """The bound the clause reports (its ``ClauseResult.threshold``)."""
@@ -448,17 +462,7 @@ class Threshold(_Limited):
     max_errors: int = DEFAULT_MAX_ERRORS
     max_error_rate: float | None = None
     min_n: int = DEFAULT_MIN_N
-
-    def __post_init__(self) -> None:
-        self._check(self.kind)
-        share = (0, 1) if self.kind == "pass_rate" else ()
-        _check_number(self.threshold, f"{self.kind}({self.metric}) threshold", *share)
-        _check_op(self.op)
-
-    def text(self) -> str:
-        return (
-            f"{self.kind}({_name(self.metric)}{self._options()}) {self.op} {_num(self.threshold)}"
-        )
+    compares = True
 
     def _bound(self) -> float:
         return self.threshold
@@ -492,17 +496,9 @@ class AtMost(_Limited):
     max_errors: int = DEFAULT_MAX_ERRORS
     max_error_rate: float | None = None
     min_n: int = DEFAULT_MIN_N
-
-    def __post_init__(self) -> None:
-        _check_int(self.count, "at_most count", 0)
-        self._check("at_most")
-        _check_number(self.below, f"at_most(..., {self.metric}) below")
-
-    def text(self) -> str:
-        return (
-            f"at_most({self.count}, {_name(self.metric)}, below={_num(self.below)}"
-            f"{self._options()})"
-        )
+    kind = "at_most"
+    positional = ("count", "metric")
+    keywords = ("below", *_Limited.keywords)
 
     def _bound(self) -> float:
         return float(self.count)
@@ -531,12 +527,7 @@ class AllPass(_Limited):
     max_errors: int = DEFAULT_MAX_ERRORS
     max_error_rate: float | None = None
     min_n: int = DEFAULT_MIN_N
-
-    def __post_init__(self) -> None:
-        self._check("all_pass")
-
-    def text(self) -> str:
-        return f"all_pass({_name(self.metric)}{self._options()})"
+    kind = "all_pass"
 
     def _verdict(self, values: MetricFold, note: str) -> dict[str, Any]:
         n = len(values.values)
@@ -580,14 +571,8 @@ class NoErrors(_Errors):
 
     metric: str | None = None
     agent: str | None = None
-
-    def __post_init__(self) -> None:
-        if self.metric is not None:
-            _check_metric(self.metric, "no_errors")
-        _check_agent(self.agent, "no_errors")
-
-    def text(self) -> str:
-        return f"no_errors({_name(self.metric) if self.metric is not None else ''})"
+    kind = "no_errors"
+    keywords = ("agent",)
 
     def _verdict(self, scan: _ErrorScan) -> dict[str, Any]:
         errors, n = scan.errors, scan.n
@@ -615,20 +600,9 @@ class ErrorRate(_Errors):
     threshold: float
     """The bound, a share in [0, 1]."""
     agent: str | None = None
-
-    def __post_init__(self) -> None:
-        if self.metric is not None:
-            _check_metric(self.metric, "error_rate")
-        _check_agent(self.agent, "error_rate")
-        _check_number(self.threshold, "error_rate threshold", 0, 1)
-        if self.op not in ("<=", "<"):
-            raise GateSyntaxError(
-                f"error_rate(...) is an upper bound: compare it with <= or <, got {self.op!r}"
-            )
-
-    def text(self) -> str:
-        inner = _name(self.metric) if self.metric is not None else ""
-        return f"error_rate({inner}) {self.op} {_num(self.threshold)}"
+    kind = "error_rate"
+    keywords = ("agent",)
+    compares = True
 
     def _verdict(self, scan: _ErrorScan) -> dict[str, Any]:
         errored = scan.errored_items
@@ -651,31 +625,21 @@ class Aggregate:
     """``mean(metric)``, ``pass_rate(metric)``, ``error_rate()`` or ``judge_agreement(metric)``
     before it is compared."""
 
-    __slots__ = ("agent", "kind", "labels", "metric", "min_n")
+    __slots__ = ("agent", "kind", "metric", "options")
 
     def __init__(
         self,
         kind: Literal["mean", "pass_rate", "error_rate", "judge_agreement"],
         metric: str | None,
         agent: str | None = None,
-        *,
-        labels: str | None = None,
-        min_n: int = 20,
+        **options: Any,
     ) -> None:
-        self.kind = kind
-        self.metric = (
-            None if metric is None and kind == "error_rate" else _check_metric(metric, kind)
-        )
-        self.agent = _check_agent(agent, kind)
-        self.labels, self.min_n = labels, min_n
+        self.kind, self.metric, self.agent, self.options = kind, metric, agent, options
 
     def _compare(self, op: Comparison, other: Any) -> Clause:
-        if self.kind == "error_rate":
-            return ErrorRate(self.metric, op, other, self.agent)
-        assert self.metric is not None
-        if self.kind == "judge_agreement":
-            return JudgeAgreement(self.metric, op, other, self.agent, self.labels, self.min_n)
-        return Threshold(self.kind, self.metric, op, other, self.agent)
+        build, preset = _KINDS[self.kind]
+        clause = {"metric": self.metric, "agent": self.agent, "op": op, "threshold": other}
+        return build(**preset | clause | self.options)
 
     def __ge__(self, other: object) -> Clause:
         return self._compare(">=", other)
@@ -849,30 +813,13 @@ class JudgeAgreement(Clause):
     """The labels file (a path, relative to the working directory); None: not calibrated."""
     min_n: int = 20
     """Matched items below which the interval is too wide to say: the clause fails."""
-
-    def __post_init__(self) -> None:
-        _check_metric(self.metric, "judge_agreement")
-        _check_agent(self.agent, "judge_agreement")
-        _check_number(self.threshold, f"judge_agreement({self.metric}) threshold")
-        _check_op(self.op)
-        if not -1.0 <= self.threshold <= 1.0:
-            raise GateSyntaxError(
-                f"judge_agreement({self.metric}) bound is a kappa in [-1, 1], got {self.threshold}"
-            )
-        _check_int(self.min_n, "judge_agreement: min_n", 2)
-        if self.labels is not None and (not isinstance(self.labels, str) or not self.labels):
-            raise GateSyntaxError(
-                f"judge_agreement: labels must be a file path, got {self.labels!r}"
-            )
+    kind = "judge_agreement"
+    keywords = ("agent", "labels", "min_n")
+    compares = True
 
     def with_labels(self, labels: str) -> JudgeAgreement:
         """This clause reading ``labels`` when it names none itself."""
         return self if self.labels is not None else dataclasses.replace(self, labels=labels)
-
-    def text(self) -> str:
-        options = f", labels={json.dumps(self.labels)}" if self.labels is not None else ""
-        options += f", min_n={self.min_n}" if self.min_n != 20 else ""
-        return f"judge_agreement({_name(self.metric)}{options}) {self.op} {_num(self.threshold)}"
 
     def read(self, fold: GateFold) -> ClauseResult:
         """Fails with no labels, labels that do not fit the run, fewer than ``min_n`` matched
@@ -1001,18 +948,16 @@ def _tokens(text: str) -> list[Token]:
     return out
 
 
-_LIMITS = ("max_errors", "max_error_rate", "min_n")
-
-_SIGNATURES: dict[str, tuple[Callable[..., Clause], tuple[str, ...], tuple[str, ...], bool]] = {
-    # name: (builder, positional parameters, keyword parameters, takes a comparison)
-    "mean": (partial(Threshold, kind="mean"), ("metric",), ("agent", *_LIMITS), True),
-    "pass_rate": (partial(Threshold, kind="pass_rate"), ("metric",), ("agent", *_LIMITS), True),
-    "at_most": (AtMost, ("count", "metric"), ("below", "agent", *_LIMITS), False),
-    "all_pass": (AllPass, ("metric",), ("agent", *_LIMITS), False),
-    "no_errors": (NoErrors, ("metric",), ("agent",), False),
-    "error_rate": (partial(ErrorRate, metric=None), ("metric",), ("agent",), True),
-    "judge_agreement": (JudgeAgreement, ("metric",), ("agent", "labels", "min_n"), True),
+_KINDS: dict[str, tuple[type[Clause], dict[str, Any]]] = {
+    "mean": (Threshold, {"kind": "mean"}),
+    "pass_rate": (Threshold, {"kind": "pass_rate"}),
+    "at_most": (AtMost, {}),
+    "all_pass": (AllPass, {}),
+    "no_errors": (NoErrors, {}),
+    "error_rate": (ErrorRate, {"metric": None}),
+    "judge_agreement": (JudgeAgreement, {}),
 }
+"""Every clause kind: its class (which says how its text is written) and what the kind sets."""
 _NEEDS = {"at_most": ("count", "metric", "below"), "no_errors": (), "error_rate": ()}
 
 
@@ -1028,9 +973,10 @@ def _parse_one(text: str, agent: str | None) -> Clause:
     if not tokens or tokens[0][0] != "name":
         raise GateSyntaxError("expected a clause name")
     fname = str(tokens[0][1])
-    if fname not in _SIGNATURES:
-        raise GateSyntaxError(f"unknown clause {fname!r} (known: {', '.join(_SIGNATURES)})")
-    build, positional_names, keyword_names, compares = _SIGNATURES[fname]
+    if fname not in _KINDS:
+        raise GateSyntaxError(f"unknown clause {fname!r} (known: {', '.join(_KINDS)})")
+    build, preset = _KINDS[fname]
+    positional_names, keyword_names = build.positional, build.keywords
     if len(tokens) < 2 or tokens[1] != ("punct", "("):
         raise GateSyntaxError(f"expected '(' after {fname}")
     args: list[Any] = []
@@ -1075,7 +1021,7 @@ def _parse_one(text: str, agent: str | None) -> Clause:
             raise GateSyntaxError(f"two agents: {agent!r} and {inner!r}")
         agent = inner
     kwargs = {k: str(v) if k in ("metric", "labels") else v for k, v in params.items()}
-    if compares:
+    if build.compares:
         if pos + 1 >= len(tokens) or tokens[pos][0] != "op" or tokens[pos + 1][0] != "num":
             got = " ".join(str(t[1]) for t in tokens[pos : pos + 2])
             raise GateSyntaxError(
@@ -1086,7 +1032,7 @@ def _parse_one(text: str, agent: str | None) -> Clause:
         pos += 2
     if pos != len(tokens):
         raise GateSyntaxError(f"unexpected {tokens[pos][1]!r} after the clause")
-    return build(agent=agent, **kwargs)
+    return build(**preset | kwargs | {"agent": agent})
 
 
 def parse_gates(specs: Iterable[str | Mapping[str, Any]], *, source: str = "gates") -> list[Clause]:
