@@ -906,12 +906,14 @@ _TOKEN = re.compile(
     r"""\s*(?:
         (?P<op>>=|<=|>|<)
       | (?P<num>[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)
-      | (?P<str>"(?:[^"\\]|\\.)*"|'[^']*')
+      | (?P<str>"(?:[^"\\]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*"|'[^']*')
       | (?P<name>[A-Za-z_][\w.\-]*)
       | (?P<punct>[(),=:])
+      | (?P<bad>\S)
     )""",
     re.VERBOSE,
 )
+_VALUE = ("num", "name", "str")
 
 Token = tuple[str, Any]
 
@@ -928,23 +930,18 @@ def _help(source: str, text: str, problem: str) -> GateSyntaxError:
 
 def _tokens(text: str) -> list[Token]:
     out: list[Token] = []
-    pos = 0
-    stripped = text.rstrip()
-    while pos < len(stripped):
-        match = _TOKEN.match(stripped, pos)
-        if match is None or match.end() == pos:
-            raise GateSyntaxError(f"unexpected {stripped[pos:].strip()[:20]!r}")
-        kind = match.lastgroup
-        assert kind is not None
+    for match in _TOKEN.finditer(text):
+        kind = str(match.lastgroup)
         raw = match.group(kind)
+        if kind == "bad":
+            raise GateSyntaxError(f"unexpected {text[match.start(kind) :].strip()[:20]!r}")
         if kind == "num":
             value: Any = float(raw) if any(c in raw for c in ".eE") else int(raw)
         elif kind == "str":
-            value = json.loads(raw) if raw.startswith('"') else raw[1:-1]
+            value = json.loads(raw, strict=False) if raw.startswith('"') else raw[1:-1]
         else:
             value = raw
         out.append((kind, value))
-        pos = match.end()
     return out
 
 
@@ -976,42 +973,37 @@ def _parse_one(text: str, agent: str | None) -> Clause:
     if fname not in _KINDS:
         raise GateSyntaxError(f"unknown clause {fname!r} (known: {', '.join(_KINDS)})")
     build, preset = _KINDS[fname]
-    positional_names, keyword_names = build.positional, build.keywords
-    if len(tokens) < 2 or tokens[1] != ("punct", "("):
+    if tokens[1:2] != [("punct", "(")]:
         raise GateSyntaxError(f"expected '(' after {fname}")
-    args: list[Any] = []
-    kwargs: dict[str, Any] = {}
-    pos = 2
-    while True:
-        if pos >= len(tokens):
-            raise GateSyntaxError("missing ')'")
-        if tokens[pos] == ("punct", ")"):
-            pos += 1
-            break
-        if tokens[pos][0] == "name" and pos + 1 < len(tokens) and tokens[pos + 1] == ("punct", "="):
-            key = str(tokens[pos][1])
-            if key not in keyword_names:
-                raise GateSyntaxError(f"{fname}() has no argument {key!r}")
-            if pos + 2 >= len(tokens) or tokens[pos + 2][0] not in ("num", "name", "str"):
-                raise GateSyntaxError(f"expected a value after {key}=")
-            kwargs[key] = tokens[pos + 2][1]
-            pos += 3
-        elif tokens[pos][0] in ("num", "name", "str"):
-            if kwargs:
-                raise GateSyntaxError("a positional argument after a keyword one")
-            args.append(tokens[pos][1])
-            pos += 1
+    if ("punct", ")") not in tokens:
+        raise GateSyntaxError("missing ')'")
+    close = tokens.index(("punct", ")"))
+    groups: list[list[Token]] = [[]]  # the arguments, split at the commas
+    for token in tokens[2:close]:
+        if token == ("punct", ","):
+            groups.append([])
         else:
-            raise GateSyntaxError(f"unexpected {tokens[pos][1]!r} in the arguments")
-        if pos < len(tokens) and tokens[pos] == ("punct", ","):
-            pos += 1
-        elif pos < len(tokens) and tokens[pos] != ("punct", ")"):
-            raise GateSyntaxError(f"expected ',' or ')' before {tokens[pos][1]!r}")
-    if len(args) > len(positional_names):
+            groups[-1].append(token)
+    args: list[Any] = []
+    params: dict[str, Any] = {}
+    for group in groups[:-1] if not groups[-1] else groups:  # a trailing comma is allowed
+        match group:
+            case [(kind, value)] if kind in _VALUE:
+                if params:
+                    raise GateSyntaxError("a positional argument after a keyword one")
+                args.append(value)
+            case [("name", key), ("punct", "="), (kind, value)] if kind in _VALUE:
+                if key not in build.keywords:
+                    raise GateSyntaxError(f"{fname}() has no argument {key!r}")
+                params[key] = value
+            case _:
+                shown = " ".join(str(value) for _, value in group) or ","
+                raise GateSyntaxError(f"unexpected {shown!r} in the arguments")
+    if len(args) > len(build.positional):
         raise GateSyntaxError(
-            f"{fname}() takes at most {len(positional_names)} positional arguments"
+            f"{fname}() takes at most {len(build.positional)} positional arguments"
         )
-    params = dict(zip(positional_names, args, strict=False)) | kwargs
+    params |= dict(zip(build.positional, args, strict=False))
     if not set(_NEEDS.get(fname, ("metric",))) <= params.keys():
         problem = "a count, a metric and below=NUMBER" if fname == "at_most" else "a metric"
         raise GateSyntaxError(f"{fname}() needs {problem}")
@@ -1020,19 +1012,20 @@ def _parse_one(text: str, agent: str | None) -> Clause:
         if agent is not None and inner != agent:
             raise GateSyntaxError(f"two agents: {agent!r} and {inner!r}")
         agent = inner
-    kwargs = {k: str(v) if k in ("metric", "labels") else v for k, v in params.items()}
+    params = {k: str(v) if k in ("metric", "labels") else v for k, v in params.items()}
+    rest = tokens[close + 1 :]
     if build.compares:
-        if pos + 1 >= len(tokens) or tokens[pos][0] != "op" or tokens[pos + 1][0] != "num":
-            got = " ".join(str(t[1]) for t in tokens[pos : pos + 2])
+        if len(rest) < 2 or rest[0][0] != "op" or rest[1][0] != "num":
+            got = " ".join(str(value) for _, value in rest[:2])
             raise GateSyntaxError(
                 f"{fname}(...) must be compared with a number, e.g. >= 3.5"
                 + (f" (got {got!r})" if got else "")
             )
-        kwargs |= {"op": tokens[pos][1], "threshold": tokens[pos + 1][1]}
-        pos += 2
-    if pos != len(tokens):
-        raise GateSyntaxError(f"unexpected {tokens[pos][1]!r} after the clause")
-    return build(**preset | kwargs | {"agent": agent})
+        params |= {"op": rest[0][1], "threshold": rest[1][1]}
+        rest = rest[2:]
+    if rest:
+        raise GateSyntaxError(f"unexpected {rest[0][1]!r} after the clause")
+    return build(**preset | params | {"agent": agent})
 
 
 def parse_gates(specs: Iterable[str | Mapping[str, Any]], *, source: str = "gates") -> list[Clause]:
