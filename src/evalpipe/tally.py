@@ -60,7 +60,6 @@ __all__ = [
     "score_status",
     "score_statuses",
     "summary_rows",
-    "without_items",
 ]
 
 OVERALL: Final = "overall"
@@ -165,10 +164,6 @@ class Counts:
         """passed / denominator; None when nothing has a verdict."""
         d = self.denominator
         return self.passed / d if d else None
-
-    def add(self, status: str) -> None:
-        """Count one status (an item's or a metric's); an unknown one counts as errored."""
-        self.add_all([status])
 
     def add_all(self, statuses: Sequence[str]) -> Counts:
         """Count each status (an unknown one counts as errored); returns these counts."""
@@ -406,9 +401,6 @@ class _MetricAgg:
     m2: float = 0.0
     low: float | None = None
     high: float | None = None
-
-    def add(self, status: str, score: float | None) -> None:
-        self.add_many([status], [] if score is None or math.isnan(score) else [score])
 
     def add_many(self, statuses: list[str], scores: list[float]) -> None:
         """Count the statuses and fold in the scores (none None or NaN) in order."""
@@ -878,19 +870,3 @@ def fold_levels(results: Sequence[EvalResults]) -> list[LevelFold]:
     fold = LevelsFold()
     fold.add(results)
     return fold.levels
-
-
-def without_items(result: EvalResults) -> EvalResults:
-    """``result`` and its sub-results without their items: the counts, statuses, run ids and
-    errors ``merge_results`` adds up, for a run that does not keep its items."""
-    return EvalResults(
-        provider=result.provider,
-        eval_id=result.eval_id,
-        run_id=result.run_id,
-        status=result.status,
-        result_counts=result.result_counts,
-        report_url=result.report_url,
-        error=result.error,
-        per_evaluator=result.per_evaluator,
-        sub_results={key: without_items(sub) for key, sub in result.sub_results.items()},
-    )
