@@ -151,25 +151,18 @@ def _collect(levels: Sequence[LevelFold], metric: str) -> tuple[MetricFold, int]
         if metric not in level.owned:
             continue
         errored += level.errored_on(metric)
-        fold = level.metrics.get(metric)
-        if fold is None:
-            continue
-        found.labels += fold.labels
-        found.values += fold.values
-        found.statuses += fold.statuses
-        found.passed += fold.passed
-        found.not_applicable += fold.not_applicable
+        if (fold := level.metrics.get(metric)) is not None:
+            for name in ("labels", "values", "statuses", "passed", "not_applicable"):
+                setattr(found, name, getattr(found, name) + getattr(fold, name))
     return found, errored
 
 
 @dataclass
 class _ErrorScan:
-    """What ``no_errors`` and ``error_rate`` count: errors (item label first) and each one's item
-    label, provider runs that did not complete, items seen, and the items with at least one
-    error."""
+    """What ``no_errors`` and ``error_rate`` count: errors (item label first), provider runs that
+    did not complete, items seen, and the items with at least one error."""
 
     errors: list[str] = field(default_factory=list)
-    labels: list[str] = field(default_factory=list)
     runs: list[str] = field(default_factory=list)
     n: int = 0
     errored_items: list[str] = field(default_factory=list)
@@ -189,13 +182,11 @@ def _scan_errors(levels: Sequence[LevelFold], metric: str | None) -> _ErrorScan:
         for item in level.errors:
             if item.is_error and (metric is None or metric not in item.sound):
                 scan.errors.append(f"{item.label} {item.error_code or 'error'}")
-                scan.labels.append(item.label)
                 scan.errored_items.append(item.label)
                 continue
             bad = [(name, code) for name, code in item.errored if metric is None or name == metric]
             for name, code in bad:
                 scan.errors.append(f"{item.label} {name} {code or 'error'}")
-                scan.labels.append(item.label)
             if bad:
                 scan.errored_items.append(item.label)
     return scan
@@ -403,9 +394,8 @@ class _Limited(_Folded):
         kept = {k: v for k, v in changes.items() if v is not None}
         return dataclasses.replace(self, **kept)  # type: ignore[type-var]
 
-    def _bound(self) -> float | None:
-        """The bound the clause reports (its ``ClauseResult.threshold``)."""
-        return None
+    bound: ClassVar[str | None] = None
+    """The field the clause reports as its ``ClauseResult.threshold``."""
 
     @abstractmethod
     def _verdict(self, values: MetricFold, note: str) -> dict[str, Any]:
@@ -416,7 +406,7 @@ class _Limited(_Folded):
         note = f", {errored} errored excluded" if errored else ""
         note += f", {values.not_applicable} not applicable" if values.not_applicable else ""
         fields |= {
-            "threshold": self._bound(),
+            "threshold": None if self.bound is None else vars(self)[self.bound],
             "n": len(values.values),
             "errored": errored,
             "not_applicable": values.not_applicable,
@@ -463,9 +453,7 @@ class Threshold(_Limited):
     max_error_rate: float | None = None
     min_n: int = DEFAULT_MIN_N
     compares = True
-
-    def _bound(self) -> float:
-        return self.threshold
+    bound = "threshold"
 
     def _verdict(self, values: MetricFold, note: str) -> dict[str, Any]:
         n = len(values.values)
@@ -499,9 +487,7 @@ class AtMost(_Limited):
     kind = "at_most"
     positional = ("count", "metric")
     keywords = ("below", *_Limited.keywords)
-
-    def _bound(self) -> float:
-        return float(self.count)
+    bound = "count"
 
     def _verdict(self, values: MetricFold, note: str) -> dict[str, Any]:
         low = [
@@ -576,7 +562,7 @@ class NoErrors(_Errors):
 
     def _verdict(self, scan: _ErrorScan) -> dict[str, Any]:
         errors, n = scan.errors, scan.n
-        out = {"errored": len(errors), "items": scan.labels[:_SHOWN_ITEMS], "threshold": 0.0}
+        out = {"errored": len(errors), "items": scan.errored_items[:_SHOWN_ITEMS], "threshold": 0.0}
         if not errors and not scan.runs:
             return out | {"passed": True, "observed": 0.0, "message": f"no errors in n={n} items"}
         parts = []
