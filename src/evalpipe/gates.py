@@ -22,7 +22,7 @@ import operator
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -155,41 +155,6 @@ def _collect(levels: Sequence[LevelFold], metric: str) -> tuple[MetricFold, int]
             for name in ("labels", "values", "statuses", "passed", "not_applicable"):
                 setattr(found, name, getattr(found, name) + getattr(fold, name))
     return found, errored
-
-
-@dataclass
-class _ErrorScan:
-    """What ``no_errors`` and ``error_rate`` count: errors (item label first), provider runs that
-    did not complete, items seen, and the items with at least one error."""
-
-    errors: list[str] = field(default_factory=list)
-    runs: list[str] = field(default_factory=list)
-    n: int = 0
-    errored_items: list[str] = field(default_factory=list)
-
-
-def _scan_errors(levels: Sequence[LevelFold], metric: str | None) -> _ErrorScan:
-    """The errors of the folded levels (with ``metric``: that metric's, and the items that could
-    not be evaluated and have no sound score of it)."""
-    scan = _ErrorScan()
-    for level in levels:
-        if metric is not None and metric not in level.owned:
-            continue  # another provider's items: its errors are not this metric's
-        if level.status != "completed":
-            where = f"{level.label} " if level.label else ""
-            scan.runs.append(f"{level.provider} {where}run {level.status}")
-        scan.n += level.items
-        for item in level.errors:
-            if item.is_error and (metric is None or metric not in item.sound):
-                scan.errors.append(f"{item.label} {item.error_code or 'error'}")
-                scan.errored_items.append(item.label)
-                continue
-            bad = [(name, code) for name, code in item.errored if metric is None or name == metric]
-            for name, code in bad:
-                scan.errors.append(f"{item.label} {name} {code or 'error'}")
-            if bad:
-                scan.errored_items.append(item.label)
-    return scan
 
 
 def _num(value: float) -> str:
@@ -529,19 +494,35 @@ class AllPass(_Limited):
 
 
 class _Errors(_Folded):
-    """``no_errors`` and ``error_rate``: the errors in scope (``_scan_errors``); a clause that sees
-    no item fails."""
+    """``no_errors`` and ``error_rate``: the errors in scope (``LevelFold.errors_of``); a clause
+    that sees no item fails."""
 
     @abstractmethod
-    def _verdict(self, scan: _ErrorScan) -> dict[str, Any]:
+    def _verdict(
+        self, errors: list[str], items: list[str], runs: list[str], n: int
+    ) -> dict[str, Any]:
         """The ``ClauseResult`` fields it sets: its errored count, items and threshold, and (on
-        at least one item) its verdict."""
+        at least one item) its verdict. ``errors``: each error as text; ``items``: the items with
+        one; ``runs``: the provider runs that did not complete; ``n``: the items in scope."""
 
     def _read(self, scope: Sequence[LevelFold], fields: dict[str, Any]) -> ClauseResult:
-        scan = _scan_errors(scope, self.metric)
-        fields |= {"n": scan.n, **self._verdict(scan)}
-        if scan.n == 0:
-            note = f" ({'; '.join(scan.runs)})" if scan.runs else ""
+        errors: list[str] = []
+        items: list[str] = []
+        runs: list[str] = []
+        n = 0
+        for level in scope:
+            if self.metric is not None and self.metric not in level.owned:
+                continue  # another provider's items: its errors are not this metric's
+            if level.status != "completed":
+                where = f"{level.label} " if level.label else ""
+                runs.append(f"{level.provider} {where}run {level.status}")
+            n += level.items
+            for label, texts in level.errors_of(self.metric):
+                items.append(label)
+                errors += texts
+        fields |= {"n": n, **self._verdict(errors, items, runs, n)}
+        if n == 0:
+            note = f" ({'; '.join(runs)})" if runs else ""
             fields |= {"passed": False, "observed": None, "message": f"no items{note}"}
         return ClauseResult(**fields)
 
@@ -560,17 +541,18 @@ class NoErrors(_Errors):
     kind = "no_errors"
     keywords = ("agent",)
 
-    def _verdict(self, scan: _ErrorScan) -> dict[str, Any]:
-        errors, n = scan.errors, scan.n
-        out = {"errored": len(errors), "items": scan.errored_items[:_SHOWN_ITEMS], "threshold": 0.0}
-        if not errors and not scan.runs:
+    def _verdict(
+        self, errors: list[str], items: list[str], runs: list[str], n: int
+    ) -> dict[str, Any]:
+        out = {"errored": len(errors), "items": items[:_SHOWN_ITEMS], "threshold": 0.0}
+        if not errors and not runs:
             return out | {"passed": True, "observed": 0.0, "message": f"no errors in n={n} items"}
         parts = []
         if errors:
             word = "error" if len(errors) == 1 else "errors"
             parts.append(f"{len(errors)} {word} in n={n} items: {_listed(errors)}")
-        parts.extend(scan.runs)
-        return out | {"observed": float(len(errors) + len(scan.runs)), "message": "; ".join(parts)}
+        parts.extend(runs)
+        return out | {"observed": float(len(errors) + len(runs)), "message": "; ".join(parts)}
 
 
 @dataclass(frozen=True)
@@ -590,20 +572,14 @@ class ErrorRate(_Errors):
     keywords = ("agent",)
     compares = True
 
-    def _verdict(self, scan: _ErrorScan) -> dict[str, Any]:
-        errored = scan.errored_items
-        out = {
-            "errored": len(errored),
-            "items": errored[:_SHOWN_ITEMS],
-            "threshold": self.threshold,
-        }
-        observed = len(errored) / scan.n if scan.n else 0.0
-        what = (
-            f"error rate {_shown(observed)}: {len(errored)} of n={scan.n} items "
-            f"errored{_items_note(errored)}"
-        )
-        if scan.runs:
-            return out | {"observed": observed, "message": f"{what}; {'; '.join(scan.runs)}"}
+    def _verdict(
+        self, errors: list[str], items: list[str], runs: list[str], n: int
+    ) -> dict[str, Any]:
+        out = {"errored": len(items), "items": items[:_SHOWN_ITEMS], "threshold": self.threshold}
+        observed = len(items) / n if n else 0.0
+        what = f"error rate {_shown(observed)}: {len(items)} of n={n} items errored{_items_note(items)}"
+        if runs:
+            return out | {"observed": observed, "message": f"{what}; {'; '.join(runs)}"}
         return out | _compared(what, observed, self.op, self.threshold)
 
 

@@ -835,6 +835,21 @@ class LevelFold:
             return self.errored_items
         return fold.errored_scored + self.errored_items - fold.error_items_named
 
+    def errors_of(self, metric: str | None) -> Iterator[tuple[str, list[str]]]:
+        """Each item with an error (with ``metric``: an error of that metric, or it could not be
+        evaluated and has no sound score of it): its label and its errors as text."""
+        for item in self.errors:
+            if item.is_error and (metric is None or metric not in item.sound):
+                yield item.label, [f"{item.label} {item.error_code or 'error'}"]
+                continue
+            texts = [
+                f"{item.label} {name} {code or 'error'}"
+                for name, code in item.errored
+                if metric in (None, name)
+            ]
+            if texts:
+                yield item.label, texts
+
     def walk(self) -> Iterator[LevelFold]:
         """This level, then its children's, depth first in first-seen order."""
         yield self
