@@ -139,22 +139,7 @@ class GateReport(BaseModel):
 
 
 # --------------------------------------------------------------------------------------------
-# Reading the tally's fold (evalpipe.tally.fold_levels: every item and score classified once)
-
-
-def _collect(levels: Sequence[LevelFold], metric: str) -> tuple[MetricFold, int]:
-    """A metric's fold over the levels in scope, and its errored items (only the levels whose
-    provider produces it: an item that could not be evaluated counts as errored on its own
-    provider's metrics only)."""
-    found, errored = MetricFold(), 0
-    for level in levels:
-        if metric not in level.owned:
-            continue
-        errored += level.errored_on(metric)
-        if (fold := level.metrics.get(metric)) is not None:
-            for name in ("labels", "values", "statuses", "passed", "not_applicable"):
-                setattr(found, name, getattr(found, name) + getattr(fold, name))
-    return found, errored
+# Wording
 
 
 def _num(value: float) -> str:
@@ -367,7 +352,14 @@ class _Limited(_Folded):
         """The verdict on at least one score: the ``ClauseResult`` fields it sets."""
 
     def _read(self, scope: Sequence[LevelFold], fields: dict[str, Any]) -> ClauseResult:
-        values, errored = _collect(scope, self.metric)
+        values, errored = MetricFold(), 0
+        for level in scope:
+            if self.metric not in level.owned:
+                continue  # another provider's: its items that could not be evaluated are not ours
+            errored += level.errored_on(self.metric)
+            if (fold := level.metrics.get(self.metric)) is not None:
+                for name in ("labels", "values", "statuses", "passed", "not_applicable"):
+                    setattr(values, name, getattr(values, name) + getattr(fold, name))
         note = f", {errored} errored excluded" if errored else ""
         note += f", {values.not_applicable} not applicable" if values.not_applicable else ""
         fields |= {
