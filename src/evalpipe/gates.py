@@ -198,10 +198,6 @@ _RANGES = {
 """The range of a kind's threshold: a share, or a κ."""
 
 
-def _not_number(value: Any) -> bool:
-    return isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value)
-
-
 class Clause(ABC):
     """One rule over a set of results. Combine clauses with ``&`` or ``Gate([...])``.
 
@@ -238,7 +234,7 @@ class Clause(ABC):
                 continue
             value = values[name]
             where = f"{kind}({metric or ''}) {name}"
-            if _not_number(value):
+            if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
                 raise GateSyntaxError(f"{where} must be a number, got {value!r}")
             if bounds is not None and not bounds[0] <= value <= bounds[1]:
                 low, high, noun = bounds
@@ -267,7 +263,11 @@ class Clause(ABC):
         """The clause without its agent, as ``parse_gates`` reads it."""
         values = vars(self)
         defaults = {f.name: f.default for f in dataclasses.fields(self)}  # type: ignore[arg-type]
-        args = [_arg(values[name]) for name in self.positional if values[name] is not None]
+        args = [
+            _name(value) if isinstance(value, str) else _num(value)
+            for name in self.positional
+            if (value := values[name]) is not None
+        ]
         args += [
             f"{name}={json.dumps(value) if isinstance(value, str) else _num(value)}"
             for name in self.keywords
@@ -286,10 +286,6 @@ class Clause(ABC):
     def __bool__(self) -> bool:
         # `a and b` would silently keep only b: clauses combine with `&`.
         raise TypeError(f"combine gate clauses with & (not `and`/`or`): {self}")
-
-
-def _arg(value: str | float) -> str:
-    return _name(value) if isinstance(value, str) else _num(value)
 
 
 class _Folded(Clause):
