@@ -519,10 +519,7 @@ class _LevelAgg:
             "agent_index": self.agent_index,
             "metric": metric,
             "n": c.n,
-            "passed": c.passed,
-            "failed": c.failed,
-            "errored": c.errored,
-            "not_applicable": c.not_applicable,
+            **dataclasses.asdict(c),
             "pass_rate_denominator": c.denominator,
             "pass_rate": c.pass_rate,
         }
@@ -613,20 +610,15 @@ def call_verdicts(results: Sequence[EvalResults]) -> Counts:
     to their call by ``metadata["run_id"]``): errored when any of its items errored, else failed
     when any failed, else passed. What the progress bar counts while a run goes on."""
     worst: dict[str, ItemStatus] = {}
-    rank = {PASS: 0, FAIL: 1, ERROR: 2}
+    rank = {PASS: 0, FAIL: 1, ERROR: 2}.__getitem__
     for result in results:
         for level in result.iter_results():
             for item in level.items:
                 key = (item.metadata or {}).get("run_id")
-                if key is None:
-                    continue
-                status = _ITEM_STATUSES.get(item.status, ERROR)
-                seen = worst.get(str(key))
-                if seen is None or rank[status] > rank[seen]:
-                    worst[str(key)] = status
-    counts = Counts()
-    counts.add_all(list(worst.values()))
-    return counts
+                if key is not None:
+                    status = normalize_status(item.status)
+                    worst[str(key)] = max(status, worst.get(str(key), PASS), key=rank)
+    return Counts().add_all(list(worst.values()))
 
 
 # ---------------------------------------------------------------------------------------------
