@@ -210,7 +210,7 @@ class Clause(ABC):
     kind: str
     agent: str | None
     positional: ClassVar[tuple[str, ...]] = ("metric",)
-    keywords: ClassVar[tuple[str, ...]] = ("agent", "max_errors", "max_error_rate", "min_n")
+    keywords: ClassVar[tuple[str, ...]] = ("agent",)
     compares: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
@@ -327,6 +327,7 @@ class _Limited(_Folded):
     max_errors: int
     max_error_rate: float | None
     min_n: int
+    keywords: ClassVar[tuple[str, ...]] = ("agent", "max_errors", "max_error_rate", "min_n")
 
     def allowing(
         self,
@@ -527,7 +528,6 @@ class NoErrors(_Errors):
     metric: str | None = None
     agent: str | None = None
     kind = "no_errors"
-    keywords = ("agent",)
 
     def _verdict(
         self, errors: list[str], items: list[str], runs: list[str], n: int
@@ -557,7 +557,6 @@ class ErrorRate(_Errors):
     """The bound, a share in [0, 1]."""
     agent: str | None = None
     kind = "error_rate"
-    keywords = ("agent",)
     compares = True
 
     def _verdict(
