@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from evalpipe import EvalItem, EvalResults, Message
-from evalpipe._internal.adaptive import AdaptiveLimit, LimitChange, Permit, limit_changes
+from evalpipe._internal.adaptive import AdaptiveLimit, LimitChange, limit_changes
 from evalpipe.suite import EvalSuite, SuiteError, build_evaluators, build_target, load_suite
 from fakes.openai_server import FakeOpenAIServer, verdict
 
@@ -48,15 +48,15 @@ async def test_slow_start_doubles_until_the_first_429_then_rounds_add_5_percent(
     limit = AdaptiveLimit("http://e/v1/chat/completions", "m", 64, adaptive=True)
     assert limit.limit == 20
     for _ in range(20):
-        limit.answered(Permit(0), first_attempt=True)
+        limit.answered(0, first_attempt=True)
     assert limit.limit == 40
     async with limit.slot() as permit:
         limit.rate_limited(permit, None)
     assert limit.limit == 20  # a cut to 80% and to what is in flight, never below half
     for _ in range(19):
-        limit.answered(Permit(1), first_attempt=True)
+        limit.answered(1, first_attempt=True)
     assert limit.limit == 20  # a round is `limit` answers
-    limit.answered(Permit(1), first_attempt=True)
+    limit.answered(1, first_attempt=True)
     assert limit.limit == 21
     assert [(c.before, c.limit, c.reason) for c in changes] == [
         (20, 40, "slow start"),
@@ -72,8 +72,8 @@ async def test_a_retried_or_stale_answer_is_not_a_clean_one() -> None:
         limit.rate_limited(permit, None)
     cut = limit.limit
     for _ in range(40):
-        limit.answered(Permit(0), first_attempt=True)  # sent before the cut
-        limit.answered(Permit(1), first_attempt=False)  # a retry
+        limit.answered(0, first_attempt=True)  # sent before the cut
+        limit.answered(1, first_attempt=False)  # a retry
     assert limit.limit == cut
 
 
@@ -104,11 +104,11 @@ async def test_no_rise_before_the_retry_after_has_passed() -> None:
         limit.rate_limited(permit, 0.3)
     low = limit.limit
     for _ in range(20):
-        limit.answered(Permit(1), first_attempt=True)
+        limit.answered(1, first_attempt=True)
     assert limit.limit == low
     await asyncio.sleep(0.35)
     for _ in range(max(4, low)):
-        limit.answered(Permit(1), first_attempt=True)
+        limit.answered(1, first_attempt=True)
     assert limit.limit == low + 1
 
 
@@ -118,7 +118,7 @@ async def test_fixed_limit_ignores_429s() -> None:
     async with limit.slot() as permit:
         limit.rate_limited(permit, None)
     for _ in range(50):
-        limit.answered(Permit(0), first_attempt=True)
+        limit.answered(0, first_attempt=True)
     assert (limit.limit, limit.changes) == (8, 0)
 
 

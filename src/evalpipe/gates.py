@@ -21,10 +21,9 @@ import math
 import operator
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from functools import partial
-from typing import TYPE_CHECKING, Any, Literal, Self
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -140,66 +139,7 @@ class GateReport(BaseModel):
 
 
 # --------------------------------------------------------------------------------------------
-# Reading the tally's fold (evalpipe.tally.fold_levels: every item and score classified once)
-
-
-def _collect(levels: Sequence[LevelFold], metric: str) -> tuple[MetricFold, int]:
-    """A metric's fold over the levels in scope, and its errored items (only the levels whose
-    provider produces it: an item that could not be evaluated counts as errored on its own
-    provider's metrics only)."""
-    found, errored = MetricFold(), 0
-    for level in levels:
-        if metric not in level.owned:
-            continue
-        errored += level.errored_on(metric)
-        fold = level.metrics.get(metric)
-        if fold is None:
-            continue
-        found.labels += fold.labels
-        found.values += fold.values
-        found.statuses += fold.statuses
-        found.passed += fold.passed
-        found.not_applicable += fold.not_applicable
-    return found, errored
-
-
-@dataclass
-class _ErrorScan:
-    """What ``no_errors`` and ``error_rate`` count: errors (item label first) and each one's item
-    label, provider runs that did not complete, items seen, and the items with at least one
-    error."""
-
-    errors: list[str] = field(default_factory=list)
-    labels: list[str] = field(default_factory=list)
-    runs: list[str] = field(default_factory=list)
-    n: int = 0
-    errored_items: list[str] = field(default_factory=list)
-
-
-def _scan_errors(levels: Sequence[LevelFold], metric: str | None) -> _ErrorScan:
-    """The errors of the folded levels (with ``metric``: that metric's, and the items that could
-    not be evaluated and have no sound score of it)."""
-    scan = _ErrorScan()
-    for level in levels:
-        if metric is not None and metric not in level.owned:
-            continue  # another provider's items: its errors are not this metric's
-        if level.status != "completed":
-            where = f"{level.label} " if level.label else ""
-            scan.runs.append(f"{level.provider} {where}run {level.status}")
-        scan.n += level.items
-        for item in level.errors:
-            if item.is_error and (metric is None or metric not in item.sound):
-                scan.errors.append(f"{item.label} {item.error_code or 'error'}")
-                scan.labels.append(item.label)
-                scan.errored_items.append(item.label)
-                continue
-            bad = [(name, code) for name, code in item.errored if metric is None or name == metric]
-            for name, code in bad:
-                scan.errors.append(f"{item.label} {name} {code or 'error'}")
-                scan.labels.append(item.label)
-            if bad:
-                scan.errored_items.append(item.label)
-    return scan
+# Wording
 
 
 def _num(value: float) -> str:
@@ -248,15 +188,68 @@ def _compared(what: str, observed: float, op: Comparison, bound: float) -> dict[
 # --------------------------------------------------------------------------------------------
 # Clauses
 
+_COMPARE = {">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt}
+
+_RANGES = {
+    "pass_rate": (0, 1, ""),
+    "error_rate": (0, 1, ""),
+    "judge_agreement": (-1, 1, "a kappa "),
+}
+"""The range of a kind's threshold: a share, or a κ."""
+
 
 class Clause(ABC):
     """One rule over a set of results. Combine clauses with ``&`` or ``Gate([...])``.
 
     A clause reads one ``metric`` (``EvalScoreResult.name``, None for every metric where that is
-    allowed) of one ``agent``'s sub-results (None: every level).
+    allowed) of one ``agent``'s sub-results (None: every level). Its text is written as its kind
+    (``mean``, ``at_most``, ...) called with its ``positional`` fields, then its ``keywords`` that
+    are not at their default, and, when it ``compares``, ``op threshold``.
     """
 
+    kind: str
     agent: str | None
+    positional: ClassVar[tuple[str, ...]] = ("metric",)
+    keywords: ClassVar[tuple[str, ...]] = ("agent",)
+    compares: ClassVar[bool] = False
+
+    def __post_init__(self) -> None:
+        """Check every field the clause has (GateSyntaxError naming the clause and the field)."""
+        kind, values = self.kind, vars(self)
+        metric, agent = values.get("metric"), self.agent
+        if (metric is not None or kind not in ("no_errors", "error_rate")) and (
+            not isinstance(metric, str) or not metric.strip()
+        ):
+            raise GateSyntaxError(f"{kind}: the metric must be a non-empty name, got {metric!r}")
+        if agent is not None and (not isinstance(agent, str) or not agent.strip()):
+            raise GateSyntaxError(f"{kind}: agent must be a non-empty name or None, got {agent!r}")
+        for name in ("count", "max_errors", "min_n"):
+            low = 0 if name != "min_n" else 2 if kind == "judge_agreement" else 1
+            value = values.get(name, low)
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise GateSyntaxError(f"{kind} {name} must be an integer >= {low}, got {value!r}")
+        limits = {"threshold": _RANGES.get(kind), "below": None, "max_error_rate": (0, 1, "")}
+        for name, bounds in limits.items():
+            if name not in values or (name == "max_error_rate" and values[name] is None):
+                continue
+            value = values[name]
+            where = f"{kind}({metric or ''}) {name}"
+            if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
+                raise GateSyntaxError(f"{where} must be a number, got {value!r}")
+            if bounds is not None and not bounds[0] <= value <= bounds[1]:
+                low, high, noun = bounds
+                raise GateSyntaxError(f"{where} must be {noun}in [{low}, {high}], got {value}")
+        if "op" in values and values["op"] not in _COMPARE:
+            raise GateSyntaxError(
+                f"comparison must be one of {list(_COMPARE)}, got {values['op']!r}"
+            )
+        if kind == "error_rate" and values["op"] not in ("<=", "<"):
+            raise GateSyntaxError(
+                f"error_rate(...) is an upper bound: compare it with <= or <, got {values['op']!r}"
+            )
+        labels = values.get("labels")
+        if labels is not None and (not isinstance(labels, str) or not labels):
+            raise GateSyntaxError(f"{kind}: labels must be a file path, got {labels!r}")
 
     def evaluate(self, results: EvalResults | Sequence[EvalResults]) -> ClauseResult:
         """This clause's verdict on ``results`` (one EvalResults per provider)."""
@@ -266,9 +259,22 @@ class Clause(ABC):
     def read(self, fold: GateFold) -> ClauseResult:
         """This clause's verdict on a run's fold (``Gate.evaluate`` folds once for all)."""
 
-    @abstractmethod
     def text(self) -> str:
         """The clause without its agent, as ``parse_gates`` reads it."""
+        values = vars(self)
+        defaults = {f.name: f.default for f in dataclasses.fields(self)}  # type: ignore[arg-type]
+        args = [
+            _name(value) if isinstance(value, str) else _num(value)
+            for name in self.positional
+            if (value := values[name]) is not None
+        ]
+        args += [
+            f"{name}={json.dumps(value) if isinstance(value, str) else _num(value)}"
+            for name in self.keywords
+            if name != "agent" and (value := values[name]) != defaults[name]
+        ]
+        text = f"{self.kind}({', '.join(args)})"
+        return f"{text} {values['op']} {_num(values['threshold'])}" if self.compares else text
 
     def __str__(self) -> str:
         body = self.text()
@@ -304,41 +310,6 @@ class _Folded(Clause):
         """The verdict on the levels in scope (``fields``: the clause, agent and metric)."""
 
 
-def _check_metric(metric: Any, where: str) -> str:
-    if not isinstance(metric, str) or not metric.strip():
-        raise GateSyntaxError(f"{where}: the metric must be a non-empty name, got {metric!r}")
-    return metric
-
-
-def _check_agent(agent: Any, where: str) -> str | None:
-    if agent is not None and (not isinstance(agent, str) or not agent.strip()):
-        raise GateSyntaxError(f"{where}: agent must be a non-empty name or None, got {agent!r}")
-    return agent
-
-
-def _check_number(
-    value: Any, where: str, low: float | None = None, high: float | None = None
-) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
-        raise GateSyntaxError(f"{where} must be a number, got {value!r}")
-    if low is not None and high is not None and not low <= value <= high:
-        raise GateSyntaxError(f"{where} must be in [{_num(low)}, {_num(high)}], got {value}")
-    return value
-
-
-def _check_int(value: Any, where: str, low: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise GateSyntaxError(f"{where} must be an integer >= {low}, got {value!r}")
-
-
-def _check_op(op: Any) -> None:
-    if op not in _COMPARE:
-        raise GateSyntaxError(f"comparison must be one of {list(_COMPARE)}, got {op!r}")
-
-
-_COMPARE = {">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt}
-
-
 DEFAULT_MAX_ERRORS = 0
 """Errored items a metric clause allows by default: none. An item that could not be evaluated
 (its call failed, the metric errored) is not a pass, so a clause over errored items fails unless
@@ -356,15 +327,7 @@ class _Limited(_Folded):
     max_errors: int
     max_error_rate: float | None
     min_n: int
-
-    def _check(self, where: str) -> None:
-        """Check the metric, the agent and the limits (``where`` names the clause)."""
-        _check_metric(self.metric, where)
-        _check_agent(self.agent, where)
-        _check_int(self.max_errors, f"{where}: max_errors", 0)
-        if self.max_error_rate is not None:
-            _check_number(self.max_error_rate, f"{where}: max_error_rate", 0, 1)
-        _check_int(self.min_n, f"{where}: min_n", 1)
+    keywords: ClassVar[tuple[str, ...]] = ("agent", "max_errors", "max_error_rate", "min_n")
 
     def allowing(
         self,
@@ -378,31 +341,26 @@ class _Limited(_Folded):
         kept = {k: v for k, v in changes.items() if v is not None}
         return dataclasses.replace(self, **kept)  # type: ignore[type-var]
 
-    def _options(self) -> str:
-        """The non-default limits as clause text (``, max_errors=2, min_n=10``)."""
-        out = ""
-        if self.max_error_rate is not None:
-            out += f", max_error_rate={_num(self.max_error_rate)}"
-        elif self.max_errors != DEFAULT_MAX_ERRORS:
-            out += f", max_errors={self.max_errors}"
-        if self.min_n != DEFAULT_MIN_N:
-            out += f", min_n={self.min_n}"
-        return out
-
-    def _bound(self) -> float | None:
-        """The bound the clause reports (its ``ClauseResult.threshold``)."""
-        return None
+    bound: ClassVar[str | None] = None
+    """The field the clause reports as its ``ClauseResult.threshold``."""
 
     @abstractmethod
     def _verdict(self, values: MetricFold, note: str) -> dict[str, Any]:
         """The verdict on at least one score: the ``ClauseResult`` fields it sets."""
 
     def _read(self, scope: Sequence[LevelFold], fields: dict[str, Any]) -> ClauseResult:
-        values, errored = _collect(scope, self.metric)
+        values, errored = MetricFold(), 0
+        for level in scope:
+            if self.metric not in level.owned:
+                continue  # another provider's: its items that could not be evaluated are not ours
+            errored += level.errored_on(self.metric)
+            if (fold := level.metrics.get(self.metric)) is not None:
+                for name in ("labels", "values", "statuses", "passed", "not_applicable"):
+                    setattr(values, name, getattr(values, name) + getattr(fold, name))
         note = f", {errored} errored excluded" if errored else ""
         note += f", {values.not_applicable} not applicable" if values.not_applicable else ""
         fields |= {
-            "threshold": self._bound(),
+            "threshold": None if self.bound is None else vars(self)[self.bound],
             "n": len(values.values),
             "errored": errored,
             "not_applicable": values.not_applicable,
@@ -448,20 +406,8 @@ class Threshold(_Limited):
     max_errors: int = DEFAULT_MAX_ERRORS
     max_error_rate: float | None = None
     min_n: int = DEFAULT_MIN_N
-
-    def __post_init__(self) -> None:
-        self._check(self.kind)
-        share = (0, 1) if self.kind == "pass_rate" else ()
-        _check_number(self.threshold, f"{self.kind}({self.metric}) threshold", *share)
-        _check_op(self.op)
-
-    def text(self) -> str:
-        return (
-            f"{self.kind}({_name(self.metric)}{self._options()}) {self.op} {_num(self.threshold)}"
-        )
-
-    def _bound(self) -> float:
-        return self.threshold
+    compares = True
+    bound = "threshold"
 
     def _verdict(self, values: MetricFold, note: str) -> dict[str, Any]:
         n = len(values.values)
@@ -492,20 +438,10 @@ class AtMost(_Limited):
     max_errors: int = DEFAULT_MAX_ERRORS
     max_error_rate: float | None = None
     min_n: int = DEFAULT_MIN_N
-
-    def __post_init__(self) -> None:
-        _check_int(self.count, "at_most count", 0)
-        self._check("at_most")
-        _check_number(self.below, f"at_most(..., {self.metric}) below")
-
-    def text(self) -> str:
-        return (
-            f"at_most({self.count}, {_name(self.metric)}, below={_num(self.below)}"
-            f"{self._options()})"
-        )
-
-    def _bound(self) -> float:
-        return float(self.count)
+    kind = "at_most"
+    positional = ("count", "metric")
+    keywords = ("below", *_Limited.keywords)
+    bound = "count"
 
     def _verdict(self, values: MetricFold, note: str) -> dict[str, Any]:
         low = [
@@ -531,12 +467,7 @@ class AllPass(_Limited):
     max_errors: int = DEFAULT_MAX_ERRORS
     max_error_rate: float | None = None
     min_n: int = DEFAULT_MIN_N
-
-    def __post_init__(self) -> None:
-        self._check("all_pass")
-
-    def text(self) -> str:
-        return f"all_pass({_name(self.metric)}{self._options()})"
+    kind = "all_pass"
 
     def _verdict(self, values: MetricFold, note: str) -> dict[str, Any]:
         n = len(values.values)
@@ -552,19 +483,35 @@ class AllPass(_Limited):
 
 
 class _Errors(_Folded):
-    """``no_errors`` and ``error_rate``: the errors in scope (``_scan_errors``); a clause that sees
-    no item fails."""
+    """``no_errors`` and ``error_rate``: the errors in scope (``LevelFold.errors_of``); a clause
+    that sees no item fails."""
 
     @abstractmethod
-    def _verdict(self, scan: _ErrorScan) -> dict[str, Any]:
+    def _verdict(
+        self, errors: list[str], items: list[str], runs: list[str], n: int
+    ) -> dict[str, Any]:
         """The ``ClauseResult`` fields it sets: its errored count, items and threshold, and (on
-        at least one item) its verdict."""
+        at least one item) its verdict. ``errors``: each error as text; ``items``: the items with
+        one; ``runs``: the provider runs that did not complete; ``n``: the items in scope."""
 
     def _read(self, scope: Sequence[LevelFold], fields: dict[str, Any]) -> ClauseResult:
-        scan = _scan_errors(scope, self.metric)
-        fields |= {"n": scan.n, **self._verdict(scan)}
-        if scan.n == 0:
-            note = f" ({'; '.join(scan.runs)})" if scan.runs else ""
+        errors: list[str] = []
+        items: list[str] = []
+        runs: list[str] = []
+        n = 0
+        for level in scope:
+            if self.metric is not None and self.metric not in level.owned:
+                continue  # another provider's items: its errors are not this metric's
+            if level.status != "completed":
+                where = f"{level.label} " if level.label else ""
+                runs.append(f"{level.provider} {where}run {level.status}")
+            n += level.items
+            for label, texts in level.errors_of(self.metric):
+                items.append(label)
+                errors += texts
+        fields |= {"n": n, **self._verdict(errors, items, runs, n)}
+        if n == 0:
+            note = f" ({'; '.join(runs)})" if runs else ""
             fields |= {"passed": False, "observed": None, "message": f"no items{note}"}
         return ClauseResult(**fields)
 
@@ -580,26 +527,20 @@ class NoErrors(_Errors):
 
     metric: str | None = None
     agent: str | None = None
+    kind = "no_errors"
 
-    def __post_init__(self) -> None:
-        if self.metric is not None:
-            _check_metric(self.metric, "no_errors")
-        _check_agent(self.agent, "no_errors")
-
-    def text(self) -> str:
-        return f"no_errors({_name(self.metric) if self.metric is not None else ''})"
-
-    def _verdict(self, scan: _ErrorScan) -> dict[str, Any]:
-        errors, n = scan.errors, scan.n
-        out = {"errored": len(errors), "items": scan.labels[:_SHOWN_ITEMS], "threshold": 0.0}
-        if not errors and not scan.runs:
+    def _verdict(
+        self, errors: list[str], items: list[str], runs: list[str], n: int
+    ) -> dict[str, Any]:
+        out = {"errored": len(errors), "items": items[:_SHOWN_ITEMS], "threshold": 0.0}
+        if not errors and not runs:
             return out | {"passed": True, "observed": 0.0, "message": f"no errors in n={n} items"}
         parts = []
         if errors:
             word = "error" if len(errors) == 1 else "errors"
             parts.append(f"{len(errors)} {word} in n={n} items: {_listed(errors)}")
-        parts.extend(scan.runs)
-        return out | {"observed": float(len(errors) + len(scan.runs)), "message": "; ".join(parts)}
+        parts.extend(runs)
+        return out | {"observed": float(len(errors) + len(runs)), "message": "; ".join(parts)}
 
 
 @dataclass(frozen=True)
@@ -615,35 +556,17 @@ class ErrorRate(_Errors):
     threshold: float
     """The bound, a share in [0, 1]."""
     agent: str | None = None
+    kind = "error_rate"
+    compares = True
 
-    def __post_init__(self) -> None:
-        if self.metric is not None:
-            _check_metric(self.metric, "error_rate")
-        _check_agent(self.agent, "error_rate")
-        _check_number(self.threshold, "error_rate threshold", 0, 1)
-        if self.op not in ("<=", "<"):
-            raise GateSyntaxError(
-                f"error_rate(...) is an upper bound: compare it with <= or <, got {self.op!r}"
-            )
-
-    def text(self) -> str:
-        inner = _name(self.metric) if self.metric is not None else ""
-        return f"error_rate({inner}) {self.op} {_num(self.threshold)}"
-
-    def _verdict(self, scan: _ErrorScan) -> dict[str, Any]:
-        errored = scan.errored_items
-        out = {
-            "errored": len(errored),
-            "items": errored[:_SHOWN_ITEMS],
-            "threshold": self.threshold,
-        }
-        observed = len(errored) / scan.n if scan.n else 0.0
-        what = (
-            f"error rate {_shown(observed)}: {len(errored)} of n={scan.n} items "
-            f"errored{_items_note(errored)}"
-        )
-        if scan.runs:
-            return out | {"observed": observed, "message": f"{what}; {'; '.join(scan.runs)}"}
+    def _verdict(
+        self, errors: list[str], items: list[str], runs: list[str], n: int
+    ) -> dict[str, Any]:
+        out = {"errored": len(items), "items": items[:_SHOWN_ITEMS], "threshold": self.threshold}
+        observed = len(items) / n if n else 0.0
+        what = f"error rate {_shown(observed)}: {len(items)} of n={n} items errored{_items_note(items)}"
+        if runs:
+            return out | {"observed": observed, "message": f"{what}; {'; '.join(runs)}"}
         return out | _compared(what, observed, self.op, self.threshold)
 
 
@@ -651,31 +574,21 @@ class Aggregate:
     """``mean(metric)``, ``pass_rate(metric)``, ``error_rate()`` or ``judge_agreement(metric)``
     before it is compared."""
 
-    __slots__ = ("agent", "kind", "labels", "metric", "min_n")
+    __slots__ = ("agent", "kind", "metric", "options")
 
     def __init__(
         self,
         kind: Literal["mean", "pass_rate", "error_rate", "judge_agreement"],
         metric: str | None,
         agent: str | None = None,
-        *,
-        labels: str | None = None,
-        min_n: int = 20,
+        **options: Any,
     ) -> None:
-        self.kind = kind
-        self.metric = (
-            None if metric is None and kind == "error_rate" else _check_metric(metric, kind)
-        )
-        self.agent = _check_agent(agent, kind)
-        self.labels, self.min_n = labels, min_n
+        self.kind, self.metric, self.agent, self.options = kind, metric, agent, options
 
     def _compare(self, op: Comparison, other: Any) -> Clause:
-        if self.kind == "error_rate":
-            return ErrorRate(self.metric, op, other, self.agent)
-        assert self.metric is not None
-        if self.kind == "judge_agreement":
-            return JudgeAgreement(self.metric, op, other, self.agent, self.labels, self.min_n)
-        return Threshold(self.kind, self.metric, op, other, self.agent)
+        build, preset = _KINDS[self.kind]
+        clause = {"metric": self.metric, "agent": self.agent, "op": op, "threshold": other}
+        return build(**preset | clause | self.options)
 
     def __ge__(self, other: object) -> Clause:
         return self._compare(">=", other)
@@ -849,30 +762,13 @@ class JudgeAgreement(Clause):
     """The labels file (a path, relative to the working directory); None: not calibrated."""
     min_n: int = 20
     """Matched items below which the interval is too wide to say: the clause fails."""
-
-    def __post_init__(self) -> None:
-        _check_metric(self.metric, "judge_agreement")
-        _check_agent(self.agent, "judge_agreement")
-        _check_number(self.threshold, f"judge_agreement({self.metric}) threshold")
-        _check_op(self.op)
-        if not -1.0 <= self.threshold <= 1.0:
-            raise GateSyntaxError(
-                f"judge_agreement({self.metric}) bound is a kappa in [-1, 1], got {self.threshold}"
-            )
-        _check_int(self.min_n, "judge_agreement: min_n", 2)
-        if self.labels is not None and (not isinstance(self.labels, str) or not self.labels):
-            raise GateSyntaxError(
-                f"judge_agreement: labels must be a file path, got {self.labels!r}"
-            )
+    kind = "judge_agreement"
+    keywords = ("agent", "labels", "min_n")
+    compares = True
 
     def with_labels(self, labels: str) -> JudgeAgreement:
         """This clause reading ``labels`` when it names none itself."""
         return self if self.labels is not None else dataclasses.replace(self, labels=labels)
-
-    def text(self) -> str:
-        options = f", labels={json.dumps(self.labels)}" if self.labels is not None else ""
-        options += f", min_n={self.min_n}" if self.min_n != 20 else ""
-        return f"judge_agreement({_name(self.metric)}{options}) {self.op} {_num(self.threshold)}"
 
     def read(self, fold: GateFold) -> ClauseResult:
         """Fails with no labels, labels that do not fit the run, fewer than ``min_n`` matched
@@ -959,12 +855,14 @@ _TOKEN = re.compile(
     r"""\s*(?:
         (?P<op>>=|<=|>|<)
       | (?P<num>[-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)
-      | (?P<str>"(?:[^"\\]|\\.)*"|'[^']*')
+      | (?P<str>"(?:[^"\\]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*"|'[^']*')
       | (?P<name>[A-Za-z_][\w.\-]*)
       | (?P<punct>[(),=:])
+      | (?P<bad>\S)
     )""",
     re.VERBOSE,
 )
+_VALUE = ("num", "name", "str")
 
 Token = tuple[str, Any]
 
@@ -981,38 +879,31 @@ def _help(source: str, text: str, problem: str) -> GateSyntaxError:
 
 def _tokens(text: str) -> list[Token]:
     out: list[Token] = []
-    pos = 0
-    stripped = text.rstrip()
-    while pos < len(stripped):
-        match = _TOKEN.match(stripped, pos)
-        if match is None or match.end() == pos:
-            raise GateSyntaxError(f"unexpected {stripped[pos:].strip()[:20]!r}")
-        kind = match.lastgroup
-        assert kind is not None
+    for match in _TOKEN.finditer(text):
+        kind = str(match.lastgroup)
         raw = match.group(kind)
+        if kind == "bad":
+            raise GateSyntaxError(f"unexpected {text[match.start(kind) :].strip()[:20]!r}")
         if kind == "num":
             value: Any = float(raw) if any(c in raw for c in ".eE") else int(raw)
         elif kind == "str":
-            value = json.loads(raw) if raw.startswith('"') else raw[1:-1]
+            value = json.loads(raw, strict=False) if raw.startswith('"') else raw[1:-1]
         else:
             value = raw
         out.append((kind, value))
-        pos = match.end()
     return out
 
 
-_LIMITS = ("max_errors", "max_error_rate", "min_n")
-
-_SIGNATURES: dict[str, tuple[Callable[..., Clause], tuple[str, ...], tuple[str, ...], bool]] = {
-    # name: (builder, positional parameters, keyword parameters, takes a comparison)
-    "mean": (partial(Threshold, kind="mean"), ("metric",), ("agent", *_LIMITS), True),
-    "pass_rate": (partial(Threshold, kind="pass_rate"), ("metric",), ("agent", *_LIMITS), True),
-    "at_most": (AtMost, ("count", "metric"), ("below", "agent", *_LIMITS), False),
-    "all_pass": (AllPass, ("metric",), ("agent", *_LIMITS), False),
-    "no_errors": (NoErrors, ("metric",), ("agent",), False),
-    "error_rate": (partial(ErrorRate, metric=None), ("metric",), ("agent",), True),
-    "judge_agreement": (JudgeAgreement, ("metric",), ("agent", "labels", "min_n"), True),
+_KINDS: dict[str, tuple[type[Clause], dict[str, Any]]] = {
+    "mean": (Threshold, {"kind": "mean"}),
+    "pass_rate": (Threshold, {"kind": "pass_rate"}),
+    "at_most": (AtMost, {}),
+    "all_pass": (AllPass, {}),
+    "no_errors": (NoErrors, {}),
+    "error_rate": (ErrorRate, {"metric": None}),
+    "judge_agreement": (JudgeAgreement, {}),
 }
+"""Every clause kind: its class (which says how its text is written) and what the kind sets."""
 _NEEDS = {"at_most": ("count", "metric", "below"), "no_errors": (), "error_rate": ()}
 
 
@@ -1028,44 +919,40 @@ def _parse_one(text: str, agent: str | None) -> Clause:
     if not tokens or tokens[0][0] != "name":
         raise GateSyntaxError("expected a clause name")
     fname = str(tokens[0][1])
-    if fname not in _SIGNATURES:
-        raise GateSyntaxError(f"unknown clause {fname!r} (known: {', '.join(_SIGNATURES)})")
-    build, positional_names, keyword_names, compares = _SIGNATURES[fname]
-    if len(tokens) < 2 or tokens[1] != ("punct", "("):
+    if fname not in _KINDS:
+        raise GateSyntaxError(f"unknown clause {fname!r} (known: {', '.join(_KINDS)})")
+    build, preset = _KINDS[fname]
+    if tokens[1:2] != [("punct", "(")]:
         raise GateSyntaxError(f"expected '(' after {fname}")
-    args: list[Any] = []
-    kwargs: dict[str, Any] = {}
-    pos = 2
-    while True:
-        if pos >= len(tokens):
-            raise GateSyntaxError("missing ')'")
-        if tokens[pos] == ("punct", ")"):
-            pos += 1
-            break
-        if tokens[pos][0] == "name" and pos + 1 < len(tokens) and tokens[pos + 1] == ("punct", "="):
-            key = str(tokens[pos][1])
-            if key not in keyword_names:
-                raise GateSyntaxError(f"{fname}() has no argument {key!r}")
-            if pos + 2 >= len(tokens) or tokens[pos + 2][0] not in ("num", "name", "str"):
-                raise GateSyntaxError(f"expected a value after {key}=")
-            kwargs[key] = tokens[pos + 2][1]
-            pos += 3
-        elif tokens[pos][0] in ("num", "name", "str"):
-            if kwargs:
-                raise GateSyntaxError("a positional argument after a keyword one")
-            args.append(tokens[pos][1])
-            pos += 1
+    if ("punct", ")") not in tokens:
+        raise GateSyntaxError("missing ')'")
+    close = tokens.index(("punct", ")"))
+    groups: list[list[Token]] = [[]]  # the arguments, split at the commas
+    for token in tokens[2:close]:
+        if token == ("punct", ","):
+            groups.append([])
         else:
-            raise GateSyntaxError(f"unexpected {tokens[pos][1]!r} in the arguments")
-        if pos < len(tokens) and tokens[pos] == ("punct", ","):
-            pos += 1
-        elif pos < len(tokens) and tokens[pos] != ("punct", ")"):
-            raise GateSyntaxError(f"expected ',' or ')' before {tokens[pos][1]!r}")
-    if len(args) > len(positional_names):
+            groups[-1].append(token)
+    args: list[Any] = []
+    params: dict[str, Any] = {}
+    for group in groups[:-1] if not groups[-1] else groups:  # a trailing comma is allowed
+        match group:
+            case [(kind, value)] if kind in _VALUE:
+                if params:
+                    raise GateSyntaxError("a positional argument after a keyword one")
+                args.append(value)
+            case [("name", key), ("punct", "="), (kind, value)] if kind in _VALUE:
+                if key not in build.keywords:
+                    raise GateSyntaxError(f"{fname}() has no argument {key!r}")
+                params[key] = value
+            case _:
+                shown = " ".join(str(value) for _, value in group) or ","
+                raise GateSyntaxError(f"unexpected {shown!r} in the arguments")
+    if len(args) > len(build.positional):
         raise GateSyntaxError(
-            f"{fname}() takes at most {len(positional_names)} positional arguments"
+            f"{fname}() takes at most {len(build.positional)} positional arguments"
         )
-    params = dict(zip(positional_names, args, strict=False)) | kwargs
+    params |= dict(zip(build.positional, args, strict=False))
     if not set(_NEEDS.get(fname, ("metric",))) <= params.keys():
         problem = "a count, a metric and below=NUMBER" if fname == "at_most" else "a metric"
         raise GateSyntaxError(f"{fname}() needs {problem}")
@@ -1074,19 +961,20 @@ def _parse_one(text: str, agent: str | None) -> Clause:
         if agent is not None and inner != agent:
             raise GateSyntaxError(f"two agents: {agent!r} and {inner!r}")
         agent = inner
-    kwargs = {k: str(v) if k in ("metric", "labels") else v for k, v in params.items()}
-    if compares:
-        if pos + 1 >= len(tokens) or tokens[pos][0] != "op" or tokens[pos + 1][0] != "num":
-            got = " ".join(str(t[1]) for t in tokens[pos : pos + 2])
+    params = {k: str(v) if k in ("metric", "labels") else v for k, v in params.items()}
+    rest = tokens[close + 1 :]
+    if build.compares:
+        if len(rest) < 2 or rest[0][0] != "op" or rest[1][0] != "num":
+            got = " ".join(str(value) for _, value in rest[:2])
             raise GateSyntaxError(
                 f"{fname}(...) must be compared with a number, e.g. >= 3.5"
                 + (f" (got {got!r})" if got else "")
             )
-        kwargs |= {"op": tokens[pos][1], "threshold": tokens[pos + 1][1]}
-        pos += 2
-    if pos != len(tokens):
-        raise GateSyntaxError(f"unexpected {tokens[pos][1]!r} after the clause")
-    return build(agent=agent, **kwargs)
+        params |= {"op": rest[0][1], "threshold": rest[1][1]}
+        rest = rest[2:]
+    if rest:
+        raise GateSyntaxError(f"unexpected {rest[0][1]!r} after the clause")
+    return build(**preset | params | {"agent": agent})
 
 
 def parse_gates(specs: Iterable[str | Mapping[str, Any]], *, source: str = "gates") -> list[Clause]:

@@ -120,11 +120,8 @@ class _Line:
     """None when the suite states no price for the model."""
 
     def add(self, other: _Line) -> None:
-        self.calls += other.calls
-        self.unreported += other.unreported
-        self.input_tokens += other.input_tokens
-        self.output_tokens += other.output_tokens
-        self.tokens += other.tokens
+        for name in ("calls", "unreported", "input_tokens", "output_tokens", "tokens"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
         self.cost_usd = _cost((self, other))
 
 

@@ -60,7 +60,6 @@ __all__ = [
     "score_status",
     "score_statuses",
     "summary_rows",
-    "without_items",
 ]
 
 OVERALL: Final = "overall"
@@ -165,10 +164,6 @@ class Counts:
         """passed / denominator; None when nothing has a verdict."""
         d = self.denominator
         return self.passed / d if d else None
-
-    def add(self, status: str) -> None:
-        """Count one status (an item's or a metric's); an unknown one counts as errored."""
-        self.add_all([status])
 
     def add_all(self, statuses: Sequence[str]) -> Counts:
         """Count each status (an unknown one counts as errored); returns these counts."""
@@ -407,9 +402,6 @@ class _MetricAgg:
     low: float | None = None
     high: float | None = None
 
-    def add(self, status: str, score: float | None) -> None:
-        self.add_many([status], [] if score is None or math.isnan(score) else [score])
-
     def add_many(self, statuses: list[str], scores: list[float]) -> None:
         """Count the statuses and fold in the scores (none None or NaN) in order."""
         self.counts.add_all(statuses)
@@ -527,10 +519,7 @@ class _LevelAgg:
             "agent_index": self.agent_index,
             "metric": metric,
             "n": c.n,
-            "passed": c.passed,
-            "failed": c.failed,
-            "errored": c.errored,
-            "not_applicable": c.not_applicable,
+            **dataclasses.asdict(c),
             "pass_rate_denominator": c.denominator,
             "pass_rate": c.pass_rate,
         }
@@ -621,20 +610,15 @@ def call_verdicts(results: Sequence[EvalResults]) -> Counts:
     to their call by ``metadata["run_id"]``): errored when any of its items errored, else failed
     when any failed, else passed. What the progress bar counts while a run goes on."""
     worst: dict[str, ItemStatus] = {}
-    rank = {PASS: 0, FAIL: 1, ERROR: 2}
+    rank = {PASS: 0, FAIL: 1, ERROR: 2}.__getitem__
     for result in results:
         for level in result.iter_results():
             for item in level.items:
                 key = (item.metadata or {}).get("run_id")
-                if key is None:
-                    continue
-                status = _ITEM_STATUSES.get(item.status, ERROR)
-                seen = worst.get(str(key))
-                if seen is None or rank[status] > rank[seen]:
-                    worst[str(key)] = status
-    counts = Counts()
-    counts.add_all(list(worst.values()))
-    return counts
+                if key is not None:
+                    status = normalize_status(item.status)
+                    worst[str(key)] = max(status, worst.get(str(key), PASS), key=rank)
+    return Counts().add_all(list(worst.values()))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -843,6 +827,21 @@ class LevelFold:
             return self.errored_items
         return fold.errored_scored + self.errored_items - fold.error_items_named
 
+    def errors_of(self, metric: str | None) -> Iterator[tuple[str, list[str]]]:
+        """Each item with an error (with ``metric``: an error of that metric, or it could not be
+        evaluated and has no sound score of it): its label and its errors as text."""
+        for item in self.errors:
+            if item.is_error and (metric is None or metric not in item.sound):
+                yield item.label, [f"{item.label} {item.error_code or 'error'}"]
+                continue
+            texts = [
+                f"{item.label} {name} {code or 'error'}"
+                for name, code in item.errored
+                if metric in (None, name)
+            ]
+            if texts:
+                yield item.label, texts
+
     def walk(self) -> Iterator[LevelFold]:
         """This level, then its children's, depth first in first-seen order."""
         yield self
@@ -878,19 +877,3 @@ def fold_levels(results: Sequence[EvalResults]) -> list[LevelFold]:
     fold = LevelsFold()
     fold.add(results)
     return fold.levels
-
-
-def without_items(result: EvalResults) -> EvalResults:
-    """``result`` and its sub-results without their items: the counts, statuses, run ids and
-    errors ``merge_results`` adds up, for a run that does not keep its items."""
-    return EvalResults(
-        provider=result.provider,
-        eval_id=result.eval_id,
-        run_id=result.run_id,
-        status=result.status,
-        result_counts=result.result_counts,
-        report_url=result.report_url,
-        error=result.error,
-        per_evaluator=result.per_evaluator,
-        sub_results={key: without_items(sub) for key, sub in result.sub_results.items()},
-    )

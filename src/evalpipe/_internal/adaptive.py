@@ -47,7 +47,6 @@ __all__ = [
     "START",
     "AdaptiveLimit",
     "LimitChange",
-    "Permit",
     "limit_changes",
     "limit_notes",
 ]
@@ -101,14 +100,6 @@ limit_changes: contextvars.ContextVar[list[LimitChange] | None] = contextvars.Co
 of its own; a change is recorded in the list of the request that caused it."""
 
 
-@dataclass(slots=True)
-class Permit:
-    """A request's slot: the limit's generation when it was sent (a 429 to a request sent before
-    the last cut belongs to the episode of that cut)."""
-
-    generation: int
-
-
 class AdaptiveLimit:
     """The bound on requests in flight to one endpoint (URL and model) in one event loop.
 
@@ -151,19 +142,21 @@ class AdaptiveLimit:
         self.adaptive = self.adaptive and adaptive
 
     @asynccontextmanager
-    async def slot(self) -> AsyncIterator[Permit]:
-        """Hold one of the endpoint's slots for one HTTP attempt."""
+    async def slot(self) -> AsyncIterator[int]:
+        """Hold one of the endpoint's slots for one HTTP attempt; it gives the limit's generation
+        when the request is sent (a 429 to a request sent before the last cut belongs to the
+        episode of that cut)."""
         borrower = object()  # a token per attempt: one task may hold slots of several endpoints
         await self._slots.acquire_on_behalf_of(borrower)
         try:
-            yield Permit(self._generation)
+            yield self._generation
         finally:
             self._slots.release_on_behalf_of(borrower)
 
-    def answered(self, permit: Permit, *, first_attempt: bool) -> None:
+    def answered(self, sent_at: int, *, first_attempt: bool) -> None:
         """The request was answered (not 429); it counts toward a clean round when it was sent
         at the current limit on its first attempt."""
-        if not self.adaptive or not first_attempt or permit.generation != self._generation:
+        if not self.adaptive or not first_attempt or sent_at != self._generation:
             return
         if time.monotonic() < self._quiet_until:
             return
@@ -179,7 +172,7 @@ class AdaptiveLimit:
             reason = "slow start"
         self._change(min(raised, self.ceiling), reason)
 
-    def rate_limited(self, permit: Permit, retry_after: float | None) -> None:
+    def rate_limited(self, sent_at: int, retry_after: float | None) -> None:
         """The request was answered 429 (``retry_after``: the seconds the endpoint asked for)."""
         if not self.adaptive:
             return
@@ -188,7 +181,7 @@ class AdaptiveLimit:
         if retry_after:
             self._quiet_until = max(self._quiet_until, time.monotonic() + retry_after)
         others = self.in_flight - 1  # this request holds its slot until it returns
-        if permit.generation == self._generation:  # a new episode
+        if sent_at == self._generation:  # a new episode
             self._generation += 1
             self._episode_floor = max(FLOOR, self.limit // 2)
             target = min(int(self.limit * DECREASE), others)

@@ -28,14 +28,6 @@ def import_root(folder: str | Path | None) -> Iterator[None]:
         _ROOT.reset(token)
 
 
-def _first_on_path(folder: Path) -> None:
-    root = str(folder.resolve())
-    if sys.path[:1] != [root]:
-        if root in sys.path:
-            sys.path.remove(root)
-        sys.path.insert(0, root)
-
-
 def _where(exc: BaseException) -> str:
     """`` (at file:line)``: the innermost frame of a traceback that is not evalpipe's or Python's."""
     frames = traceback.extract_tb(exc.__traceback__)
@@ -65,8 +57,10 @@ def load_object(path: str, *, what: str = "object", search_path: Path | None = N
     if root not in sys.path:
         sys.path.insert(0, root)
     folder = _ROOT.get()
-    if folder is not None:
-        _first_on_path(folder)
+    if folder is not None and sys.path[:1] != [first := str(folder.resolve())]:
+        if first in sys.path:
+            sys.path.remove(first)
+        sys.path.insert(0, first)
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:

@@ -15,6 +15,7 @@ Other C libraries (musl, macOS) have no such knob: there, this does nothing.
 from __future__ import annotations
 
 import ctypes
+import functools
 import sys
 
 __all__ = ["MMAP_THRESHOLD", "give_back_large_blocks"]
@@ -25,15 +26,11 @@ MMAP_THRESHOLD = 128 * 1024
 _M_MMAP_THRESHOLD = -3
 """``mallopt``'s parameter number for it (malloc.h)."""
 
-_done = False
 
-
+@functools.cache
 def give_back_large_blocks() -> bool:
     """Fix glibc's mmap threshold at ``MMAP_THRESHOLD`` for this process (once); True if set, False
     where the C library is not glibc or refuses it."""
-    global _done
-    if _done:
-        return True
     if not sys.platform.startswith("linux"):
         return False
     try:
@@ -45,5 +42,4 @@ def give_back_large_blocks() -> bool:
         return False
     mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
     mallopt.restype = ctypes.c_int
-    _done = bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1)
-    return _done
+    return bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD) == 1)
