@@ -52,24 +52,17 @@ def to_maf_messages(messages: Iterable[Message]) -> list[Any]:
     """
     import agent_framework as af
 
-    out: list[Any] = []
-    for message in messages:
-        contents: list[Any] = []
-        for c in message.contents:
-            if c.type == "text":
-                contents.append(af.Content.from_text(c.text))
-            elif c.type == "function_call":
-                contents.append(
-                    af.Content.from_function_call(c.call_id, c.name, arguments=c.arguments)
-                )
-            elif c.type == "function_result":
-                contents.append(af.Content.from_function_result(c.call_id, result=c.result))
-            else:
-                contents.append(af.Content.from_uri(c.uri, media_type=c.media_type))
-        out.append(
-            af.Message(role=message.role, contents=contents, author_name=message.author_name)
+    def content(c: Any) -> Any:
+        if c.type == "function_result":  # MAF's constructor adds the result's text items
+            return af.Content.from_function_result(c.call_id, result=c.result)
+        return af.Content.from_dict(c.model_dump(exclude_none=True))
+
+    return [
+        af.Message(
+            role=m.role, contents=[content(c) for c in m.contents], author_name=m.author_name
         )
-    return out
+        for m in messages
+    ]
 
 
 _EXECUTOR_EVENTS = ("executor_invoked", "executor_completed", "executor_failed")
@@ -87,16 +80,12 @@ def _as_messages(value: Any, *, role: str) -> list[Message]:
         return [Message(role, [value])]
     if _is_executor_response(value):
         return [Message.coerce(m) for m in value.full_conversation]
-    if hasattr(value, "messages") and not hasattr(value, "role"):
-        # AgentExecutorRequest, AgentResponse
-        return [Message.coerce(m) for m in value.messages]
     if hasattr(value, "role") and hasattr(value, "contents"):
         return [Message.coerce(value)]
+    if hasattr(value, "messages"):  # AgentExecutorRequest, AgentResponse
+        return response_messages(value)
     if isinstance(value, Sequence):
-        out: list[Message] = []
-        for v in value:
-            out.extend(_as_messages(v, role=role))
-        return out
+        return [m for v in value for m in _as_messages(v, role=role)]
     return [Message(role, [str(value)])]
 
 
@@ -191,9 +180,7 @@ def workflow_run_from_events(
     output: list[Message] = []
     if last_output is not None:
         last_id, last = last_output
-        if hasattr(last, "messages") and not hasattr(last, "contents"):
-            output = response_messages(last)
-        elif is_maf_instance(last, "AgentResponseUpdate") or hasattr(last, "contents"):
+        if hasattr(last, "contents") and not hasattr(last, "messages"):
             # Streaming yields updates; the executor's completed response holds the whole turn.
             done = [t for t in turns if t.executor_id == last_id and t.ok]
             output = list(done[-1].produced) if done else _as_messages(last, role="assistant")
