@@ -30,7 +30,6 @@ from evalpipe.transcripts import ExecutorRun, WorkflowRun, sum_usage
 
 __all__ = [
     "MAFWorkflow",
-    "to_maf_messages",
     "workflow_run_from_events",
 ]
 
@@ -42,27 +41,6 @@ def _skipped(executor_id: str) -> bool:
     """Whether an executor is skipped, as MAF's evaluate_workflow skips it: a bookkeeping one, or
     one whose id starts with "_"."""
     return executor_id.startswith("_") or executor_id in _INTERNAL_EXECUTORS
-
-
-def to_maf_messages(messages: Iterable[Message]) -> list[Any]:
-    """evalpipe messages as MAF ``Message`` objects (text, tool calls, tool results, data, uris).
-
-    Raises:
-        ModuleNotFoundError: when agent-framework-core is not installed.
-    """
-    import agent_framework as af
-
-    def content(c: Any) -> Any:
-        if c.type == "function_result":  # MAF's constructor adds the result's text items
-            return af.Content.from_function_result(c.call_id, result=c.result)
-        return af.Content.from_dict(c.model_dump(exclude_none=True))
-
-    return [
-        af.Message(
-            role=m.role, contents=[content(c) for c in m.contents], author_name=m.author_name
-        )
-        for m in messages
-    ]
 
 
 _EXECUTOR_EVENTS = ("executor_invoked", "executor_completed", "executor_failed")

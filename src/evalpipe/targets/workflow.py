@@ -13,7 +13,7 @@ import functools
 import itertools
 import re
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol, get_type_hints, runtime_checkable
 
 from evalpipe._internal.calls import Slots, is_call_failure
@@ -22,15 +22,15 @@ from evalpipe.messages import Message
 from evalpipe.targets.base import (
     agent_name,
     agent_tools,
-    awaited,
     guarded_call,
     is_maf_agent,
     is_maf_workflow,
     response_messages,
     response_tools,
     response_usage,
+    run_agent,
 )
-from evalpipe.targets.maf import MAFWorkflow, to_maf_messages
+from evalpipe.targets.maf import MAFWorkflow
 from evalpipe.transcripts import ExecutorRun, WorkflowRun, sum_usage
 
 __all__ = [
@@ -85,12 +85,8 @@ async def run_executor(
             attempts=tries,
         )
 
-    def call() -> Awaitable[Any]:
-        maf = is_maf_agent(agent)
-        return awaited(agent.run, to_maf_messages(received) if maf else list(received))
-
     return await guarded_call(
-        call,
+        lambda: run_agent(agent, list(received)),
         done,
         lambda **failure: turn(tools=agent_tools(agent) or None, **failure),
         code="ExecutorError",
