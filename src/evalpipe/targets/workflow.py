@@ -42,7 +42,6 @@ __all__ = [
     "call_workflow",
     "handoff_target",
     "is_workflow",
-    "run_executor",
     "target_from_factory",
     "workflow_agent_names",
     "workflow_identity",
@@ -58,41 +57,6 @@ class Workflow(Protocol):
     name: str
 
     async def run(self, query: str) -> WorkflowRun: ...
-
-
-async def run_executor(
-    agent: Any,
-    received: list[Message],
-    *,
-    executor_id: str,
-    attempts: int = 1,
-    retry_wait: float = 0.5,
-) -> ExecutorRun:
-    """Run one agent on ``received``; an exception becomes an ExecutorRun with "ExecutorError".
-
-    With ``attempts`` > 1 a transient error is retried as ``call_agent`` retries it, so one
-    throttled agent call does not cost the turns before it. Latency is the last attempt's.
-    """
-    turn = functools.partial(
-        ExecutorRun, executor_id=executor_id, agent=agent_name(agent), received=list(received)
-    )
-
-    def done(response: Any, tries: int, latency: float) -> ExecutorRun:
-        return turn(
-            produced=response_messages(response),
-            tools=response_tools(response) or agent_tools(agent) or None,
-            usage=response_usage(response, latency),
-            attempts=tries,
-        )
-
-    return await guarded_call(
-        lambda: run_agent(agent, list(received)),
-        done,
-        lambda **failure: turn(tools=agent_tools(agent) or None, **failure),
-        code="ExecutorError",
-        attempts=attempts,
-        retry_wait=retry_wait,
-    )
 
 
 _HANDOFF = re.compile(
@@ -171,26 +135,42 @@ class RouterWorkflow:
         """The agents' names, in the order given (the router's first)."""
         return list(self._agents)
 
+    async def _turn(self, name: str, received: list[Message]) -> ExecutorRun:
+        """One agent's turn; what it raises becomes the turn's "ExecutorError". A transient error
+        is retried as ``call_agent`` retries it, so one throttled call does not cost the turns
+        before it. Latency is the last attempt's."""
+        agent = self._agents[name]
+        turn = functools.partial(ExecutorRun, executor_id=name, agent=name, received=received)
+
+        def done(response: Any, tries: int, latency: float) -> ExecutorRun:
+            return turn(
+                produced=response_messages(response),
+                tools=response_tools(response) or agent_tools(agent) or None,
+                usage=response_usage(response, latency),
+                attempts=tries,
+            )
+
+        return await guarded_call(
+            lambda: run_agent(agent, list(received)),
+            done,
+            lambda **failure: turn(tools=agent_tools(agent) or None, **failure),
+            code="ExecutorError",
+            attempts=self.attempts,
+            retry_wait=self.retry_wait,
+        )
+
     async def run(self, query: str) -> WorkflowRun:
         """Run the router on ``query`` and follow the handoffs."""
         started = time.perf_counter()
         conversation = [Message("user", [query])]
         executors: list[ExecutorRun] = []
-        error_code = error_message = None
+        error: tuple[str, str] | None = None
         current = next(iter(self._agents))
-        hops = 0
-        while True:
-            turn = await run_executor(
-                self._agents[current],
-                conversation,
-                executor_id=current,
-                attempts=self.attempts,
-                retry_wait=self.retry_wait,
-            )
+        for hops in itertools.count(1):  # a turn, then (when it hands off) a hop
+            turn = await self._turn(current, conversation)
             executors.append(turn)
             if not turn.ok:
-                error_code = "ExecutorError"
-                error_message = f"executor {current!r} failed: {turn.error_message}"
+                error = ("ExecutorError", f"executor {current!r} failed: {turn.error_message}")
                 break
             conversation = [*conversation, *turn.produced]
             try:
@@ -198,27 +178,30 @@ class RouterWorkflow:
             except BaseException as exc:
                 if not is_call_failure(exc):
                     raise
-                error_code = "RoutingError"
-                error_message = f"route raised after {current!r}: {type(exc).__name__}: {exc}"
+                error = (
+                    "RoutingError",
+                    f"route raised after {current!r}: {type(exc).__name__}: {exc}",
+                )
                 break
             if nxt is None:
                 break
             if nxt not in self._agents:
                 known = ", ".join(repr(n) for n in self._agents)
-                error_code = "RoutingError"
-                error_message = f"{current!r} handed off to unknown agent {nxt!r} (known: {known})"
+                error = (
+                    "RoutingError",
+                    f"{current!r} handed off to unknown agent {nxt!r} (known: {known})",
+                )
                 break
-            hops += 1
             if hops > self.max_hops:
-                error_code = "MaxHopsExceeded"
-                error_message = f"more than max_hops={self.max_hops} handoffs"
+                error = ("MaxHopsExceeded", f"more than max_hops={self.max_hops} handoffs")
                 break
             current = nxt
+        error_code, error_message = error or (None, None)
         return WorkflowRun(
             query=query,
             workflow=self.name,
             executors=executors,
-            output=list(executors[-1].produced) if error_code is None else [],
+            output=list(executors[-1].produced) if error is None else [],
             usage=sum_usage([e.usage for e in executors], time.perf_counter() - started),
             error_code=error_code,
             error_message=error_message,
