@@ -12,6 +12,7 @@ is actually converted, so evalpipe imports without the ``maf`` extra.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -219,12 +220,11 @@ class MAFWorkflow:
         stream: bool | None = None,
         first: Any = None,
     ) -> None:
+        self._factory: Callable[[], Any] | None = None
         if is_maf_workflow(workflow):
-            self._instance: Any = workflow
-            self._factory: Callable[[], Any] | None = None
+            self._workflow: Any = workflow  # run under the lock
         elif callable(workflow):
-            self._instance = None
-            self._factory = workflow
+            self._workflow, self._factory = first, workflow  # a sample, for agent_names
         else:
             raise TypeError(
                 f"MAFWorkflow needs a MAF Workflow or a factory returning one, got "
@@ -232,7 +232,6 @@ class MAFWorkflow:
             )
         self._lock = asyncio.Lock()
         self._stream = stream
-        self._sample: Any = self._instance if first is None else first
         self.name = name or "Workflow"
 
     def _build(self) -> Any:
@@ -247,45 +246,43 @@ class MAFWorkflow:
     @property
     def agent_names(self) -> list[str]:
         """The ids of the workflow's agent executors (MAF keys per-agent results by them)."""
-        if self._sample is None:
-            self._sample = self._build()
+        if self._workflow is None:
+            self._workflow = self._build()
         return [
             executor_id
-            for executor_id, executor in self._sample.executors.items()
+            for executor_id, executor in self._workflow.executors.items()
             if getattr(executor, "agent", None) is not None and not _skipped(executor_id)
         ]
 
     async def run(self, query: str) -> WorkflowRun:
-        """Run the workflow on ``query`` and convert its events."""
-        if self._factory is not None:
-            return await self._run_once(self._build(), query)
-        async with self._lock:
-            return await self._run_once(self._instance, query)
-
-    async def _run_once(self, workflow: Any, query: str) -> WorkflowRun:
-        started = time.perf_counter()
-        events: list[Any] = []
-        timings: dict[int, float] = {}
-        error: BaseException | None = None
-        stream = self._stream if self._stream is not None else is_maf_instance(workflow, "Workflow")
-        try:
-            answer = workflow.run(query, stream=True) if stream else workflow.run(query)
-            if not hasattr(answer, "__aiter__") and inspect.isawaitable(answer):
-                answer = await answer
-            if hasattr(answer, "__aiter__"):
-                async for event in answer:
-                    timings[id(event)] = time.perf_counter()
-                    events.append(event)
-            else:
-                # a WorkflowRunResult (a list of events), also from a run(stream=True) that
-                # does not stream
-                events = list(answer)
-        except BaseException as exc:
-            if not is_call_failure(exc):
-                raise
-            error = exc
-        run = workflow_run_from_events(
-            events, workflow=workflow, query=query, error=error, timings=timings
-        )
-        usage = run.usage.model_copy(update={"latency_seconds": time.perf_counter() - started})
-        return run.model_copy(update={"workflow": self.name, "usage": usage})
+        """Run the workflow on ``query`` (a fresh one from the factory) and convert its events."""
+        async with self._lock if self._factory is None else contextlib.nullcontext():
+            workflow = self._workflow if self._factory is None else self._build()
+            started = time.perf_counter()
+            events: list[Any] = []
+            timings: dict[int, float] = {}
+            error: BaseException | None = None
+            stream = (
+                self._stream if self._stream is not None else is_maf_instance(workflow, "Workflow")
+            )
+            try:
+                answer = workflow.run(query, stream=True) if stream else workflow.run(query)
+                if not hasattr(answer, "__aiter__") and inspect.isawaitable(answer):
+                    answer = await answer
+                if hasattr(answer, "__aiter__"):
+                    async for event in answer:
+                        timings[id(event)] = time.perf_counter()
+                        events.append(event)
+                else:
+                    # a WorkflowRunResult (a list of events), also from a run(stream=True) that
+                    # does not stream
+                    events = list(answer)
+            except BaseException as exc:
+                if not is_call_failure(exc):
+                    raise
+                error = exc
+            run = workflow_run_from_events(
+                events, workflow=workflow, query=query, error=error, timings=timings
+            )
+            usage = run.usage.model_copy(update={"latency_seconds": time.perf_counter() - started})
+            return run.model_copy(update={"workflow": self.name, "usage": usage})
