@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -107,19 +108,13 @@ class OpenAIChatAgent:
         self.credential = token_source_for(endpoint, credential)  # one token for every run
         self.max_steps = max_steps
         self.max_tokens = max_tokens
-        self._functions: dict[str, Callable[..., Any]] = {}
-        snapshots: list[ToolDefinition] = []
-        for fn in tools:
-            snapshot = ToolDefinition.from_function(fn)
-            if snapshot.name in self._functions:
-                raise ValueError(
-                    f"two tools are named {snapshot.name!r}; tool names must be unique"
-                )
-            self._functions[snapshot.name] = fn
-            snapshots.append(snapshot)
-        self.tools: list[ToolDefinition] = snapshots
+        self.tools = [ToolDefinition.from_function(fn) for fn in tools]
         """Schema snapshots of the tools, in the order given."""
-        self._wire_tools = [{"type": "function", "function": t.model_dump()} for t in snapshots]
+        self._functions = {t.name: fn for t, fn in zip(self.tools, tools, strict=True)}
+        for name, count in Counter(t.name for t in self.tools).items():
+            if count > 1:
+                raise ValueError(f"two tools are named {name!r}; tool names must be unique")
+        self._wire_tools = [{"type": "function", "function": t.model_dump()} for t in self.tools]
         self._client: ChatClient | None = None
         self._occurrences: dict[str, int] = {}
         self._lock = threading.Lock()
