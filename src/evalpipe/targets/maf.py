@@ -149,9 +149,7 @@ def workflow_run_from_events(
             usages = [response_usage(r.agent_response) for r in responses]
             turn.usage = sum_usage(usages, turn.usage.latency_seconds)
         else:
-            turn.produced = [
-                m for s in sent if s is not None for m in _as_messages(s, role="assistant")
-            ]
+            turn.produced = _as_messages(sent, role="assistant")
     for turn in open_turns.values():
         if turn.ok and (error is not None or failed is not None):
             turn.error_code = "Interrupted"

@@ -202,10 +202,8 @@ class OpenAIChatAgent:
                 repetition=repetition,
             )
             usages.append(response_usage(completion))
-            raw = dict(completion.message)
-            raw["role"] = "assistant"
-            raw.pop("refusal", None)
-            if raw.get("content") is None and completion.refusal:
+            raw = {**completion.message, "role": "assistant"}
+            if raw.get("content") is None:  # a refusal is the turn's text
                 raw["content"] = completion.refusal
             [assistant] = messages_from_openai([raw])
             [sent] = assistant.to_openai()
