@@ -2,9 +2,10 @@
 
 ``MAFWorkflow`` runs a MAF ``Workflow`` (built with ``WorkflowBuilder``, or with the builders of
 agent-framework-orchestrations such as ``SequentialBuilder``, whose bookkeeping executors are skipped
-as MAF's own evaluate_workflow skips them) and turns its events into a ``WorkflowRun``: ``executor_invoked`` opens an executor's turn with what it
-received, ``executor_completed`` closes it with the agent's response, ``executor_failed`` marks it
-failed, and the last ``output`` is the workflow's output. ``workflow_run_from_events`` does the same
+as MAF's own evaluate_workflow skips them) and turns its events into a ``WorkflowRun``:
+``executor_invoked`` opens an executor's turn with what it received, ``executor_completed`` closes
+it with the agent's response, ``executor_failed`` marks it failed, and the last ``output`` is the
+workflow's output. ``workflow_run_from_events`` does the same
 for a ``WorkflowRunResult`` you already have. ``agent_framework`` is imported only when a MAF object
 is actually converted, so evalpipe imports without the ``maf`` extra.
 """
