@@ -151,6 +151,4 @@ def load_transcript(kind: TargetKind, text: str) -> Transcript:
     Raises:
         pydantic.ValidationError: when ``text`` is not a transcript of that kind.
     """
-    if kind == "workflow":
-        return WorkflowRun.model_validate_json(text)
-    return TargetRun.model_validate_json(text)
+    return (WorkflowRun if kind == "workflow" else TargetRun).model_validate_json(text)

@@ -27,7 +27,7 @@ from tenacity import (
 )
 
 from evalpipe._internal.calls import CallTimeout, Slots, bounded, in_thread, is_call_failure
-from evalpipe._internal.maf import is_maf_instance, maf_class
+from evalpipe._internal.maf import is_maf_instance
 from evalpipe._internal.retry import is_transient, retry_after
 from evalpipe.messages import Message, ToolDefinition, user_message
 from evalpipe.transcripts import RunUsage, TargetRun
@@ -45,6 +45,8 @@ __all__ = [
     "response_messages",
     "response_tools",
     "response_usage",
+    "run_agent",
+    "to_maf_messages",
     "with_retries",
 ]
 
@@ -246,6 +248,7 @@ async def call_agent(
     TargetRun with error_code "AgentError" ("TargetTimeout" past ``call_timeout``)."""
 
     run = functools.partial(TargetRun, query_index=query_index, repetition=repetition, query=query)
+    extra = {"repetition": repetition} if _takes_repetition(type(agent)) else {}
 
     def done(response: Any, tries: int, latency: float) -> TargetRun:
         code = getattr(response, "error_code", None)
@@ -262,7 +265,7 @@ async def call_agent(
         )
 
     return await guarded_call(
-        lambda: _invoke(agent, query, repetition),
+        lambda: run_agent(agent, [user_message(query)], **extra),
         done,
         run,
         code="AgentError",
@@ -337,17 +340,33 @@ def _is_async(fn: Any) -> bool:
     return inspect.iscoroutinefunction(fn)
 
 
-async def _invoke(agent: Any, query: str, repetition: int = 0) -> Any:
-    """``agent.run([user message])``. A MAF agent gets what MAF's ``evaluate_agent`` gives it,
-    ``[agent_framework.Message("user", [query])]`` (evalpipe's Message would fail on MAF's
-    attributes; the bare string without that class)."""
+async def run_agent(agent: Any, messages: list[Message], **kwargs: Any) -> Any:
+    """``agent.run(messages, **kwargs)``. A MAF agent gets MAF ``Message`` objects, as MAF's
+    ``evaluate_agent`` gives them (evalpipe's Message would fail on MAF's attributes)."""
     if is_maf_agent(agent):
-        maf_message = maf_class("Message")
-        messages: Any = [maf_message("user", [query])] if maf_message is not None else query
-    else:
-        messages = [user_message(query)]
-    extra = {"repetition": repetition} if _takes_repetition(type(agent)) else {}
-    return await awaited(agent.run, messages, **extra)
+        return await awaited(agent.run, to_maf_messages(messages), **kwargs)
+    return await awaited(agent.run, messages, **kwargs)
+
+
+def to_maf_messages(messages: Iterable[Message]) -> list[Any]:
+    """evalpipe messages as MAF ``Message`` objects (text, tool calls, tool results, data, uris).
+
+    Raises:
+        ModuleNotFoundError: when agent-framework-core is not installed.
+    """
+    import agent_framework as af
+
+    def content(c: Any) -> Any:
+        if c.type == "function_result":  # MAF's constructor adds the result's text items
+            return af.Content.from_function_result(c.call_id, result=c.result)
+        return af.Content.from_dict(c.model_dump(exclude_none=True))
+
+    return [
+        af.Message(
+            role=m.role, contents=[content(c) for c in m.contents], author_name=m.author_name
+        )
+        for m in messages
+    ]
 
 
 async def awaited(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:

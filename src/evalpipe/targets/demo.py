@@ -33,27 +33,16 @@ __all__ = [
 ]
 
 CITIES: dict[str, dict[str, Any]] = {
-    "paris": {
-        "city": "Paris",
-        "condition": "sunny",
-        "temp_c": 22,
-        "hotels": ["Hotel Lumiere", "Le Petit Nid"],
-    },
-    "london": {"city": "London", "condition": "rainy", "temp_c": 14, "hotels": ["The Thames Inn"]},
-    "tokyo": {
-        "city": "Tokyo",
-        "condition": "cloudy",
-        "temp_c": 18,
-        "hotels": ["Sakura Stay", "Shinjuku Tower"],
-    },
-    "new york": {
-        "city": "New York",
-        "condition": "sunny",
-        "temp_c": 25,
-        "hotels": ["Hudson Rooms"],
-    },
-    "oslo": {"city": "Oslo", "condition": "snowy", "temp_c": -3, "hotels": ["Fjord Lodge"]},
+    city.lower(): {"city": city, "condition": condition, "temp_c": temp_c, "hotels": hotels}
+    for city, condition, temp_c, hotels in [
+        ("Paris", "sunny", 22, ["Hotel Lumiere", "Le Petit Nid"]),
+        ("London", "rainy", 14, ["The Thames Inn"]),
+        ("Tokyo", "cloudy", 18, ["Sakura Stay", "Shinjuku Tower"]),
+        ("New York", "sunny", 25, ["Hudson Rooms"]),
+        ("Oslo", "snowy", -3, ["Fjord Lodge"]),
+    ]
 }
+"""The demo's world, keyed by the lower-case city name."""
 
 
 def get_weather(city: str) -> dict[str, Any]:

@@ -2,9 +2,10 @@
 
 ``MAFWorkflow`` runs a MAF ``Workflow`` (built with ``WorkflowBuilder``, or with the builders of
 agent-framework-orchestrations such as ``SequentialBuilder``, whose bookkeeping executors are skipped
-as MAF's own evaluate_workflow skips them) and turns its events into a ``WorkflowRun``: ``executor_invoked`` opens an executor's turn with what it
-received, ``executor_completed`` closes it with the agent's response, ``executor_failed`` marks it
-failed, and the last ``output`` is the workflow's output. ``workflow_run_from_events`` does the same
+as MAF's own evaluate_workflow skips them) and turns its events into a ``WorkflowRun``:
+``executor_invoked`` opens an executor's turn with what it received, ``executor_completed`` closes
+it with the agent's response, ``executor_failed`` marks it failed, and the last ``output`` is the
+workflow's output. ``workflow_run_from_events`` does the same
 for a ``WorkflowRunResult`` you already have. ``agent_framework`` is imported only when a MAF object
 is actually converted, so evalpipe imports without the ``maf`` extra.
 """
@@ -12,6 +13,7 @@ is actually converted, so evalpipe imports without the ``maf`` extra.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -30,7 +32,6 @@ from evalpipe.transcripts import ExecutorRun, WorkflowRun, sum_usage
 
 __all__ = [
     "MAFWorkflow",
-    "to_maf_messages",
     "workflow_run_from_events",
 ]
 
@@ -42,34 +43,6 @@ def _skipped(executor_id: str) -> bool:
     """Whether an executor is skipped, as MAF's evaluate_workflow skips it: a bookkeeping one, or
     one whose id starts with "_"."""
     return executor_id.startswith("_") or executor_id in _INTERNAL_EXECUTORS
-
-
-def to_maf_messages(messages: Iterable[Message]) -> list[Any]:
-    """evalpipe messages as MAF ``Message`` objects (text, tool calls, tool results, data, uris).
-
-    Raises:
-        ModuleNotFoundError: when agent-framework-core is not installed.
-    """
-    import agent_framework as af
-
-    out: list[Any] = []
-    for message in messages:
-        contents: list[Any] = []
-        for c in message.contents:
-            if c.type == "text":
-                contents.append(af.Content.from_text(c.text))
-            elif c.type == "function_call":
-                contents.append(
-                    af.Content.from_function_call(c.call_id, c.name, arguments=c.arguments)
-                )
-            elif c.type == "function_result":
-                contents.append(af.Content.from_function_result(c.call_id, result=c.result))
-            else:
-                contents.append(af.Content.from_uri(c.uri, media_type=c.media_type))
-        out.append(
-            af.Message(role=message.role, contents=contents, author_name=message.author_name)
-        )
-    return out
 
 
 _EXECUTOR_EVENTS = ("executor_invoked", "executor_completed", "executor_failed")
@@ -87,16 +60,12 @@ def _as_messages(value: Any, *, role: str) -> list[Message]:
         return [Message(role, [value])]
     if _is_executor_response(value):
         return [Message.coerce(m) for m in value.full_conversation]
-    if hasattr(value, "messages") and not hasattr(value, "role"):
-        # AgentExecutorRequest, AgentResponse
-        return [Message.coerce(m) for m in value.messages]
     if hasattr(value, "role") and hasattr(value, "contents"):
         return [Message.coerce(value)]
+    if hasattr(value, "messages"):  # AgentExecutorRequest, AgentResponse
+        return response_messages(value)
     if isinstance(value, Sequence):
-        out: list[Message] = []
-        for v in value:
-            out.extend(_as_messages(v, role=role))
-        return out
+        return [m for v in value for m in _as_messages(v, role=role)]
     return [Message(role, [str(value)])]
 
 
@@ -181,9 +150,7 @@ def workflow_run_from_events(
             usages = [response_usage(r.agent_response) for r in responses]
             turn.usage = sum_usage(usages, turn.usage.latency_seconds)
         else:
-            turn.produced = [
-                m for s in sent if s is not None for m in _as_messages(s, role="assistant")
-            ]
+            turn.produced = _as_messages(sent, role="assistant")
     for turn in open_turns.values():
         if turn.ok and (error is not None or failed is not None):
             turn.error_code = "Interrupted"
@@ -191,9 +158,7 @@ def workflow_run_from_events(
     output: list[Message] = []
     if last_output is not None:
         last_id, last = last_output
-        if hasattr(last, "messages") and not hasattr(last, "contents"):
-            output = response_messages(last)
-        elif is_maf_instance(last, "AgentResponseUpdate") or hasattr(last, "contents"):
+        if hasattr(last, "contents") and not hasattr(last, "messages"):
             # Streaming yields updates; the executor's completed response holds the whole turn.
             done = [t for t in turns if t.executor_id == last_id and t.ok]
             output = list(done[-1].produced) if done else _as_messages(last, role="assistant")
@@ -254,12 +219,11 @@ class MAFWorkflow:
         stream: bool | None = None,
         first: Any = None,
     ) -> None:
+        self._factory: Callable[[], Any] | None = None
         if is_maf_workflow(workflow):
-            self._instance: Any = workflow
-            self._factory: Callable[[], Any] | None = None
+            self._workflow: Any = workflow  # run under the lock
         elif callable(workflow):
-            self._instance = None
-            self._factory = workflow
+            self._workflow, self._factory = first, workflow  # a sample, for agent_names
         else:
             raise TypeError(
                 f"MAFWorkflow needs a MAF Workflow or a factory returning one, got "
@@ -267,7 +231,6 @@ class MAFWorkflow:
             )
         self._lock = asyncio.Lock()
         self._stream = stream
-        self._sample: Any = self._instance if first is None else first
         self.name = name or "Workflow"
 
     def _build(self) -> Any:
@@ -282,45 +245,43 @@ class MAFWorkflow:
     @property
     def agent_names(self) -> list[str]:
         """The ids of the workflow's agent executors (MAF keys per-agent results by them)."""
-        if self._sample is None:
-            self._sample = self._build()
+        if self._workflow is None:
+            self._workflow = self._build()
         return [
             executor_id
-            for executor_id, executor in self._sample.executors.items()
+            for executor_id, executor in self._workflow.executors.items()
             if getattr(executor, "agent", None) is not None and not _skipped(executor_id)
         ]
 
     async def run(self, query: str) -> WorkflowRun:
-        """Run the workflow on ``query`` and convert its events."""
-        if self._factory is not None:
-            return await self._run_once(self._build(), query)
-        async with self._lock:
-            return await self._run_once(self._instance, query)
-
-    async def _run_once(self, workflow: Any, query: str) -> WorkflowRun:
-        started = time.perf_counter()
-        events: list[Any] = []
-        timings: dict[int, float] = {}
-        error: BaseException | None = None
-        stream = self._stream if self._stream is not None else is_maf_instance(workflow, "Workflow")
-        try:
-            answer = workflow.run(query, stream=True) if stream else workflow.run(query)
-            if not hasattr(answer, "__aiter__") and inspect.isawaitable(answer):
-                answer = await answer
-            if hasattr(answer, "__aiter__"):
-                async for event in answer:
-                    timings[id(event)] = time.perf_counter()
-                    events.append(event)
-            else:
-                # a WorkflowRunResult (a list of events), also from a run(stream=True) that
-                # does not stream
-                events = list(answer)
-        except BaseException as exc:
-            if not is_call_failure(exc):
-                raise
-            error = exc
-        run = workflow_run_from_events(
-            events, workflow=workflow, query=query, error=error, timings=timings
-        )
-        usage = run.usage.model_copy(update={"latency_seconds": time.perf_counter() - started})
-        return run.model_copy(update={"workflow": self.name, "usage": usage})
+        """Run the workflow on ``query`` (a fresh one from the factory) and convert its events."""
+        async with self._lock if self._factory is None else contextlib.nullcontext():
+            workflow = self._workflow if self._factory is None else self._build()
+            started = time.perf_counter()
+            events: list[Any] = []
+            timings: dict[int, float] = {}
+            error: BaseException | None = None
+            stream = (
+                self._stream if self._stream is not None else is_maf_instance(workflow, "Workflow")
+            )
+            try:
+                answer = workflow.run(query, stream=True) if stream else workflow.run(query)
+                if not hasattr(answer, "__aiter__") and inspect.isawaitable(answer):
+                    answer = await answer
+                if hasattr(answer, "__aiter__"):
+                    async for event in answer:
+                        timings[id(event)] = time.perf_counter()
+                        events.append(event)
+                else:
+                    # a WorkflowRunResult (a list of events), also from a run(stream=True) that
+                    # does not stream
+                    events = list(answer)
+            except BaseException as exc:
+                if not is_call_failure(exc):
+                    raise
+                error = exc
+            run = workflow_run_from_events(
+                events, workflow=workflow, query=query, error=error, timings=timings
+            )
+            usage = run.usage.model_copy(update={"latency_seconds": time.perf_counter() - started})
+            return run.model_copy(update={"workflow": self.name, "usage": usage})

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -32,16 +33,14 @@ from evalpipe.messages import (
     messages_from_openai,
     messages_to_openai,
 )
-from evalpipe.targets.base import AgentResponse, awaited
-from evalpipe.transcripts import RunUsage
+from evalpipe.targets.base import AgentResponse, awaited, response_usage
+from evalpipe.transcripts import RunUsage, sum_usage
 
 __all__ = ["OpenAIChatAgent"]
 
 
 def _tool_result_text(value: Any) -> Any:
     """A tool's return value as stored in the transcript: JSON data as is, anything else as str."""
-    if value is None or isinstance(value, str | int | float | bool):
-        return value
     try:
         json.dumps(value)
     except (TypeError, ValueError):
@@ -109,19 +108,13 @@ class OpenAIChatAgent:
         self.credential = token_source_for(endpoint, credential)  # one token for every run
         self.max_steps = max_steps
         self.max_tokens = max_tokens
-        self._functions: dict[str, Callable[..., Any]] = {}
-        snapshots: list[ToolDefinition] = []
-        for fn in tools:
-            snapshot = ToolDefinition.from_function(fn)
-            if snapshot.name in self._functions:
-                raise ValueError(
-                    f"two tools are named {snapshot.name!r}; tool names must be unique"
-                )
-            self._functions[snapshot.name] = fn
-            snapshots.append(snapshot)
-        self.tools: list[ToolDefinition] = snapshots
+        self.tools = [ToolDefinition.from_function(fn) for fn in tools]
         """Schema snapshots of the tools, in the order given."""
-        self._wire_tools = [{"type": "function", "function": t.model_dump()} for t in snapshots]
+        self._functions = {t.name: fn for t, fn in zip(self.tools, tools, strict=True)}
+        for name, count in Counter(t.name for t in self.tools).items():
+            if count > 1:
+                raise ValueError(f"two tools are named {name!r}; tool names must be unique")
+        self._wire_tools = [{"type": "function", "function": t.model_dump()} for t in self.tools]
         self._client: ChatClient | None = None
         self._occurrences: dict[str, int] = {}
         self._lock = threading.Lock()
@@ -198,7 +191,7 @@ class OpenAIChatAgent:
         self, client: ChatClient, wire: list[dict[str, Any]], repetition: int
     ) -> AgentResponse:
         produced: list[Message] = []
-        usage = RunUsage()
+        usages: list[RunUsage] = []
         for step in range(self.max_steps):
             last = step == self.max_steps - 1
             completion = await client.complete(
@@ -208,14 +201,9 @@ class OpenAIChatAgent:
                 max_tokens=self.max_tokens,
                 repetition=repetition,
             )
-            for key in ("input_tokens", "output_tokens", "total_tokens"):
-                value = (completion.usage or {}).get(key)
-                if value is not None:
-                    setattr(usage, key, (getattr(usage, key) or 0) + value)
-            raw = dict(completion.message)
-            raw["role"] = "assistant"
-            raw.pop("refusal", None)
-            if raw.get("content") is None and completion.refusal:
+            usages.append(response_usage(completion))
+            raw = {**completion.message, "role": "assistant"}
+            if raw.get("content") is None:  # a refusal is the turn's text
                 raw["content"] = completion.refusal
             [assistant] = messages_from_openai([raw])
             [sent] = assistant.to_openai()
@@ -242,7 +230,7 @@ class OpenAIChatAgent:
             )
         return AgentResponse(
             messages=produced,
-            usage=usage,
+            usage=sum_usage(usages),
             tools=list(self.tools),
             error_code="MaxStepsExceeded" if error_message else None,
             error_message=error_message,
@@ -250,25 +238,19 @@ class OpenAIChatAgent:
 
     async def _call_tool(self, call: FunctionCallContent) -> FunctionResultContent:
         fn = self._functions.get(call.name)
+        arguments = call.parsed_arguments()
+        result: Any
         if fn is None:
             known = ", ".join(self._functions) or "none"
-            return FunctionResultContent(
-                call_id=call.call_id,
-                result=f"Error: unknown tool {call.name!r} (available: {known})",
+            result = f"Error: unknown tool {call.name!r} (available: {known})"
+        elif arguments is None:
+            result = (
+                f"Error: the arguments of {call.name} are not a JSON object: "
+                f"{str(call.arguments)[:200]!r}"
             )
-        arguments = call.parsed_arguments()
-        if arguments is None:
-            return FunctionResultContent(
-                call_id=call.call_id,
-                result=(
-                    f"Error: the arguments of {call.name} are not a JSON object: "
-                    f"{str(call.arguments)[:200]!r}"
-                ),
-            )
-        try:
-            value = await awaited(fn, **arguments)
-        except Exception as exc:
-            return FunctionResultContent(
-                call_id=call.call_id, result=f"Error: {type(exc).__name__}: {exc}"
-            )
-        return FunctionResultContent(call_id=call.call_id, result=_tool_result_text(value))
+        else:
+            try:
+                result = _tool_result_text(await awaited(fn, **arguments))
+            except Exception as exc:
+                result = f"Error: {type(exc).__name__}: {exc}"
+        return FunctionResultContent(call_id=call.call_id, result=result)

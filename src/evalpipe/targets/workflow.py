@@ -10,9 +10,10 @@ from their event stream by ``evalpipe.targets.maf.MAFWorkflow``.
 from __future__ import annotations
 
 import functools
+import itertools
 import re
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol, get_type_hints, runtime_checkable
 
 from evalpipe._internal.calls import Slots, is_call_failure
@@ -21,15 +22,15 @@ from evalpipe.messages import Message
 from evalpipe.targets.base import (
     agent_name,
     agent_tools,
-    awaited,
     guarded_call,
     is_maf_agent,
     is_maf_workflow,
     response_messages,
     response_tools,
     response_usage,
+    run_agent,
 )
-from evalpipe.targets.maf import MAFWorkflow, to_maf_messages
+from evalpipe.targets.maf import MAFWorkflow
 from evalpipe.transcripts import ExecutorRun, WorkflowRun, sum_usage
 
 __all__ = [
@@ -41,7 +42,6 @@ __all__ = [
     "call_workflow",
     "handoff_target",
     "is_workflow",
-    "run_executor",
     "target_from_factory",
     "workflow_agent_names",
     "workflow_identity",
@@ -57,164 +57,6 @@ class Workflow(Protocol):
     name: str
 
     async def run(self, query: str) -> WorkflowRun: ...
-
-
-async def run_executor(
-    agent: Any,
-    received: list[Message],
-    *,
-    executor_id: str,
-    attempts: int = 1,
-    retry_wait: float = 0.5,
-) -> ExecutorRun:
-    """Run one agent on ``received``; an exception becomes an ExecutorRun with "ExecutorError".
-
-    With ``attempts`` > 1 a transient error is retried as ``call_agent`` retries it, so one
-    throttled agent call does not cost the turns before it. Latency is the last attempt's.
-    """
-    turn = functools.partial(
-        ExecutorRun, executor_id=executor_id, agent=agent_name(agent), received=list(received)
-    )
-
-    def done(response: Any, tries: int, latency: float) -> ExecutorRun:
-        return turn(
-            produced=response_messages(response),
-            tools=response_tools(response) or agent_tools(agent) or None,
-            usage=response_usage(response, latency),
-            attempts=tries,
-        )
-
-    def call() -> Awaitable[Any]:
-        maf = is_maf_agent(agent)
-        return awaited(agent.run, to_maf_messages(received) if maf else list(received))
-
-    return await guarded_call(
-        call,
-        done,
-        lambda **failure: turn(tools=agent_tools(agent) or None, **failure),
-        code="ExecutorError",
-        attempts=attempts,
-        retry_wait=retry_wait,
-    )
-
-
-def _finish(
-    query: str,
-    name: str,
-    executors: list[ExecutorRun],
-    started: float,
-    *,
-    error_code: str | None = None,
-    error_message: str | None = None,
-) -> WorkflowRun:
-    last = executors[-1] if executors else None
-    failed = next((e for e in executors if e.error_code == "ExecutorError"), None)
-    if failed is not None and error_code is None:
-        error_code = "ExecutorError"
-        error_message = f"executor {failed.executor_id!r} failed: {failed.error_message}"
-    return WorkflowRun(
-        query=query,
-        workflow=name,
-        executors=executors,
-        output=list(last.produced) if last is not None and error_code is None else [],
-        usage=sum_usage([e.usage for e in executors], time.perf_counter() - started),
-        error_code=error_code,
-        error_message=error_message,
-    )
-
-
-class _AgentsWorkflow:
-    """What the built-in workflows share: uniquely named agents, and one retried turn each."""
-
-    def __init__(
-        self, agents: Sequence[Any], *, name: str, attempts: int, retry_wait: float
-    ) -> None:
-        if attempts < 1:
-            raise ValueError(f"attempts must be >= 1, got {attempts}.")
-        self._agents: dict[str, Any] = {}
-        for agent in agents:
-            key = agent_name(agent)
-            if key in self._agents:
-                raise ValueError(
-                    f"{type(self).__name__}: two agents are named {key!r}; give each agent a "
-                    "distinct name, since per-agent results are keyed by it"
-                )
-            self._agents[key] = agent
-        self.name = name
-        self.attempts = attempts
-        self.retry_wait = retry_wait
-
-    @property
-    def agent_names(self) -> list[str]:
-        """The agents' names, in the order given (a router's first)."""
-        return list(self._agents)
-
-    async def _turn(self, name: str, conversation: list[Message]) -> ExecutorRun:
-        return await run_executor(
-            self._agents[name],
-            conversation,
-            executor_id=name,
-            attempts=self.attempts,
-            retry_wait=self.retry_wait,
-        )
-
-
-class SequentialWorkflow(_AgentsWorkflow):
-    """A pipeline of agents: each one receives the conversation so far and adds its turn.
-
-    The first agent gets the user query; every later agent gets the user query followed by everything
-    the agents before it produced (MAF's ``SequentialBuilder`` / ``context_mode="full"``). The output
-    is the last agent's messages. When an agent raises, the run stops: that turn is recorded with
-    "ExecutorError" and every later agent with "UpstreamError" (not run).
-
-    Args:
-        agents: The agents, in order; any object with ``name`` and ``async run(messages)``.
-        name: The workflow's name (default ``"sequential"``).
-        attempts: Tries per agent call; transient errors are retried (default 1: no retry).
-        retry_wait: The first backoff wait in seconds (a server's Retry-After wins).
-
-    Raises:
-        ValueError: for no agents, two agents with the same name, or ``attempts < 1``.
-    """
-
-    def __init__(
-        self,
-        agents: Sequence[Any],
-        *,
-        name: str = "sequential",
-        attempts: int = 1,
-        retry_wait: float = 0.5,
-    ) -> None:
-        if not agents:
-            raise ValueError("SequentialWorkflow needs at least one agent")
-        super().__init__(agents, name=name, attempts=attempts, retry_wait=retry_wait)
-
-    async def run(self, query: str) -> WorkflowRun:
-        """Run every agent in turn on ``query``."""
-        started = time.perf_counter()
-        conversation = [Message("user", [query])]
-        executors: list[ExecutorRun] = []
-        failed: str | None = None
-        for name, agent in self._agents.items():
-            if failed is not None:
-                executors.append(
-                    ExecutorRun(
-                        executor_id=name,
-                        agent=name,
-                        received=[],
-                        tools=agent_tools(agent) or None,
-                        error_code="UpstreamError",
-                        error_message=f"not run: upstream executor {failed!r} failed",
-                    )
-                )
-                continue
-            turn = await self._turn(name, conversation)
-            executors.append(turn)
-            if not turn.ok:
-                failed = name
-                continue
-            conversation = [*conversation, *turn.produced]
-        return _finish(query, self.name, executors, started)
 
 
 _HANDOFF = re.compile(
@@ -236,13 +78,14 @@ Route = Callable[[str, list[Message]], str | None]
 """``(agent name, the messages its turn produced) -> next agent name, or None to stop``."""
 
 
-class RouterWorkflow(_AgentsWorkflow):
+class RouterWorkflow:
     """A router/handoff workflow: the router starts, and each agent's turn may pick who goes next.
 
     Every agent receives the user query followed by all turns so far. After each turn ``route``
     (default: ``handoff_target``, reading ``"HANDOFF: <name>"`` in the agent's answer) names the next
     agent, or None to stop; the last agent's messages are the output. A route to an unknown agent
     ends the run with "RoutingError"; more than ``max_hops`` handoffs end it with "MaxHopsExceeded".
+    When an agent raises, the run stops with its turn recorded as "ExecutorError".
 
     Args:
         router: The agent that starts (it may be handed back to).
@@ -270,50 +113,156 @@ class RouterWorkflow(_AgentsWorkflow):
     ) -> None:
         if max_hops < 1:
             raise ValueError(f"max_hops must be >= 1, got {max_hops}.")
-        super().__init__([router, *agents], name=name, attempts=attempts, retry_wait=retry_wait)
-        self._start = agent_name(router)
+        if attempts < 1:
+            raise ValueError(f"attempts must be >= 1, got {attempts}.")
+        self._agents: dict[str, Any] = {}
+        for agent in [router, *agents]:
+            key = agent_name(agent)
+            if key in self._agents:
+                raise ValueError(
+                    f"{type(self).__name__}: two agents are named {key!r}; give each agent a "
+                    "distinct name, since per-agent results are keyed by it"
+                )
+            self._agents[key] = agent
+        self.name = name
+        self.attempts = attempts
+        self.retry_wait = retry_wait
         self.max_hops = max_hops
         self._route: Route = route or (lambda _name, produced: handoff_target(produced))
+
+    @property
+    def agent_names(self) -> list[str]:
+        """The agents' names, in the order given (the router's first)."""
+        return list(self._agents)
+
+    async def _turn(self, name: str, received: list[Message]) -> ExecutorRun:
+        """One agent's turn; what it raises becomes the turn's "ExecutorError". A transient error
+        is retried as ``call_agent`` retries it, so one throttled call does not cost the turns
+        before it. Latency is the last attempt's."""
+        agent = self._agents[name]
+        turn = functools.partial(ExecutorRun, executor_id=name, agent=name, received=received)
+
+        def done(response: Any, tries: int, latency: float) -> ExecutorRun:
+            return turn(
+                produced=response_messages(response),
+                tools=response_tools(response) or agent_tools(agent) or None,
+                usage=response_usage(response, latency),
+                attempts=tries,
+            )
+
+        return await guarded_call(
+            lambda: run_agent(agent, list(received)),
+            done,
+            lambda **failure: turn(tools=agent_tools(agent) or None, **failure),
+            code="ExecutorError",
+            attempts=self.attempts,
+            retry_wait=self.retry_wait,
+        )
 
     async def run(self, query: str) -> WorkflowRun:
         """Run the router on ``query`` and follow the handoffs."""
         started = time.perf_counter()
         conversation = [Message("user", [query])]
         executors: list[ExecutorRun] = []
-
-        def end(code: str | None = None, message: str | None = None) -> WorkflowRun:
-            return _finish(
-                query, self.name, executors, started, error_code=code, error_message=message
-            )
-
-        current = self._start
-        hops = 0
-        while True:
+        error: tuple[str, str] | None = None
+        current = next(iter(self._agents))
+        for hops in itertools.count(1):  # a turn, then (when it hands off) a hop
             turn = await self._turn(current, conversation)
             executors.append(turn)
             if not turn.ok:
-                return end()
+                error = ("ExecutorError", f"executor {current!r} failed: {turn.error_message}")
+                break
             conversation = [*conversation, *turn.produced]
             try:
                 nxt = self._route(current, list(turn.produced))
             except BaseException as exc:
                 if not is_call_failure(exc):
                     raise
-                return end(
-                    "RoutingError", f"route raised after {current!r}: {type(exc).__name__}: {exc}"
+                error = (
+                    "RoutingError",
+                    f"route raised after {current!r}: {type(exc).__name__}: {exc}",
                 )
+                break
             if nxt is None:
-                return end()
+                break
             if nxt not in self._agents:
                 known = ", ".join(repr(n) for n in self._agents)
-                return end(
+                error = (
                     "RoutingError",
                     f"{current!r} handed off to unknown agent {nxt!r} (known: {known})",
                 )
-            hops += 1
+                break
             if hops > self.max_hops:
-                return end("MaxHopsExceeded", f"more than max_hops={self.max_hops} handoffs")
+                error = ("MaxHopsExceeded", f"more than max_hops={self.max_hops} handoffs")
+                break
             current = nxt
+        error_code, error_message = error or (None, None)
+        return WorkflowRun(
+            query=query,
+            workflow=self.name,
+            executors=executors,
+            output=list(executors[-1].produced) if error is None else [],
+            usage=sum_usage([e.usage for e in executors], time.perf_counter() - started),
+            error_code=error_code,
+            error_message=error_message,
+        )
+
+
+class SequentialWorkflow(RouterWorkflow):
+    """A pipeline of agents: each one receives the conversation so far and adds its turn.
+
+    The first agent gets the user query; every later agent gets the user query followed by everything
+    the agents before it produced (MAF's ``SequentialBuilder`` / ``context_mode="full"``). The output
+    is the last agent's messages. When an agent raises, the run stops: that turn is recorded with
+    "ExecutorError" and every later agent with "UpstreamError" (not run).
+
+    Args:
+        agents: The agents, in order; any object with ``name`` and ``async run(messages)``.
+        name: The workflow's name (default ``"sequential"``).
+        attempts: Tries per agent call; transient errors are retried (default 1: no retry).
+        retry_wait: The first backoff wait in seconds (a server's Retry-After wins).
+
+    Raises:
+        ValueError: for no agents, two agents with the same name, or ``attempts < 1``.
+    """
+
+    def __init__(
+        self,
+        agents: Sequence[Any],
+        *,
+        name: str = "sequential",
+        attempts: int = 1,
+        retry_wait: float = 0.5,
+    ) -> None:
+        if not agents:
+            raise ValueError("SequentialWorkflow needs at least one agent")
+        order = [agent_name(agent) for agent in agents]
+        after = dict(itertools.pairwise(order))
+        super().__init__(
+            agents[0],
+            agents[1:],
+            max_hops=len(order),
+            route=lambda current, _produced: after.get(current),
+            name=name,
+            attempts=attempts,
+            retry_wait=retry_wait,
+        )
+
+    async def run(self, query: str) -> WorkflowRun:
+        """Run every agent in turn on ``query``."""
+        run = await super().run(query)
+        failed = run.executors[-1].executor_id
+        run.executors += [
+            ExecutorRun(
+                executor_id=name,
+                agent=name,
+                tools=agent_tools(agent) or None,
+                error_code="UpstreamError",
+                error_message=f"not run: upstream executor {failed!r} failed",
+            )
+            for name, agent in list(self._agents.items())[len(run.executors) :]
+        ]
+        return run
 
 
 def as_workflow(workflow: Any) -> Workflow:
