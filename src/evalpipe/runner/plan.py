@@ -292,6 +292,7 @@ def in_process_plan(
     strict_tools: bool = False,
     row_ids: Sequence[str] | None = None,
     tags: Sequence[Sequence[str]] | None = None,
+    item_ids: ItemIds = "position",
     call_timeout: float | None = None,
 ) -> RunPlan:
     """The plan of an in-process evaluation (``evaluate_agent``, ``evaluate_workflow``, ``evalpipe
@@ -328,6 +329,7 @@ def in_process_plan(
         include_per_agent=include_per_agent,
         tools_override=tuple(tools_override) if tools_override is not None else None,
         strict_tools=strict_tools,
+        item_ids=item_ids,
         call_timeout=call_timeout,
         secrets=frozenset(secrets_of(target.obj if target is not None else None, *providers)),
     )
