@@ -4,8 +4,7 @@ The flow only wraps the runner (``evalpipe.runner``) in Prefect tasks: ``prepare
 caller prepared the plan already, as ``evalpipe run`` does), one ``shard-{i}`` task per shard of
 target calls (calls, items and every provider's scores: ``runner.run_shard``), then the artifacts,
 the gate and the report. Granularity follows shared measurements (docs/pipeline.md): one task per
-shard, never per call or item; tasks are awaited with ``asyncio.gather`` from the async flow; one
-semaphore bounds target calls across every shard of the run; large values travel as
+shard, never per call or item (docs/design/architecture.md, "One seam"); large values travel as
 ``quote(...)`` so Prefect does not walk them.
 """
 
@@ -551,7 +550,7 @@ async def eval_flow(
     state = RunState.open(plan, lock=lock)
     try:
         with (
-            filtered_logs(_ScrubFilter(state.scrubber))
+            filtered_logs(_scrubbing(state.scrubber))
             if state.scrubber
             else contextlib.nullcontext()
         ):
@@ -561,26 +560,25 @@ async def eval_flow(
         state.close()
 
 
-class _ScrubFilter(logging.Filter):
-    """Masks the run's secrets in every log record (Prefect's API log handler included)."""
+def _scrubbing(scrub: Scrubber) -> Callable[[logging.LogRecord], bool]:
+    """A log filter that masks the run's secrets in every record (Prefect's API log handler's
+    included)."""
 
-    def __init__(self, scrub: Scrubber) -> None:
-        super().__init__()
-        self.scrub = scrub
-
-    def filter(self, record: logging.LogRecord) -> bool:
+    def check(record: logging.LogRecord) -> bool:
         text = record.getMessage()
-        if self.scrub.found(text):
-            record.msg, record.args = self.scrub(text), ()
+        if scrub.found(text):
+            record.msg, record.args = scrub(text), ()
         if record.exc_info and record.exc_text is None:
             formatted = logging.Formatter().formatException(record.exc_info)
-            if self.scrub.found(formatted):
-                record.exc_text = self.scrub(formatted)
+            if scrub.found(formatted):
+                record.exc_text = scrub(formatted)
         return True
+
+    return check
 
 
 @contextlib.contextmanager
-def filtered_logs(check: logging.Filter | Callable[[logging.LogRecord], bool]) -> Iterator[None]:
+def filtered_logs(check: Callable[[logging.LogRecord], bool]) -> Iterator[None]:
     """``check`` filters what the handlers of the root, Prefect's and evalpipe's loggers write
     while the block runs (the run's secrets masked; Prefect silenced while a lost run ends)."""
     handlers = {
@@ -610,20 +608,23 @@ def _found(exc: BaseException, kinds: tuple[type[BaseException], ...]) -> BaseEx
 def finished_outcome(run_dir: Path, suite: EvalSuite) -> Any:
     """How a run another process finished ended, read from its files (nothing is rewritten): the
     flow's outcome for it, a Failed state when its gate failed (unless ``warn_only``)."""
-    manifest = artifacts.read_manifest(run_dir)
-    gate = manifest.get("gate")
+    report = run_dir.resolve() / "report.html"
+    outcome = _outcome(run_dir, artifacts.read_manifest(run_dir))
+    outcome["report"] = str(report) if report.exists() else None
+    return _verdict(outcome, suite, "" if outcome["gate_passed"] is False else None)
+
+
+def _outcome(run_dir: Path, manifest: dict[str, Any]) -> dict[str, Any]:
+    """The flow's outcome of a run whose results are written (``manifest``: its manifest.json),
+    before its report and verdict."""
+    gate, calls = manifest.get("gate"), manifest.get("calls")
     passed = gate.get("passed") if isinstance(gate, dict) else None
-    calls = manifest.get("calls")
-    outcome: dict[str, Any] = {
+    return {
         "run_dir": str(run_dir.resolve()),
-        "report": str(run_dir.resolve() / "report.html")
-        if (run_dir / "report.html").exists()
-        else None,
         "published_to": manifest.get("published_to"),
         "calls": dict(calls) if isinstance(calls, dict) else {},
         "gate_passed": passed if isinstance(passed, bool) else None,
     }
-    return _verdict(outcome, suite, "" if passed is False else None)
 
 
 def _incomplete(message: str) -> State:
@@ -875,9 +876,10 @@ async def _publish(
     manifest.json's): its report, comparison, publication, Prefect artifacts, gate event and
     verdict (the flow run's end)."""
     assert plan.run_dir is not None
-    gate, calls, spent = (manifest.get(k) for k in ("gate", "calls", "spend"))
+    gate, spent = manifest.get("gate"), manifest.get("spend")
     report = GateReport.model_validate(gate) if isinstance(gate, dict) else None
-    call_counts = dict(calls) if isinstance(calls, dict) else {}
+    outcome = _outcome(plan.run_dir, manifest)
+    call_counts = outcome["calls"]
     results = [r for r in rows if r.kind == "result" and r.agent == OVERALL]
     for r in results:
         logger.info(
@@ -971,24 +973,18 @@ async def _publish(
                     description=f"{suite.name}: this run against {suite.compare_with}",
                 )
             )
-    outcome = {
-        "run_dir": str(run_path),
-        "report": report_path,
-        "published_to": destination,
-        "calls": call_counts,
-        "results": [
-            {
-                "provider": r.provider,
-                "run_id": r.eval_run_id,
-                "passed": r.passed,
-                "failed": r.failed,
-                "errored": r.errored,
-                "all_passed": r.all_passed,
-            }
-            for r in results
-        ],
-        "gate_passed": None if report is None else report.passed,
-    }
+    outcome["report"] = report_path
+    outcome["results"] = [
+        {
+            "provider": r.provider,
+            "run_id": r.eval_run_id,
+            "passed": r.passed,
+            "failed": r.failed,
+            "errored": r.errored,
+            "all_passed": r.all_passed,
+        }
+        for r in results
+    ]
     failures = [] if report is None else [f"{c.clause}: {c.message}" for c in report.failures]
     if report is not None and not report.passed and not failures:
         failures = [report.summary()]
