@@ -4,8 +4,7 @@ The flow only wraps the runner (``evalpipe.runner``) in Prefect tasks: ``prepare
 caller prepared the plan already, as ``evalpipe run`` does), one ``shard-{i}`` task per shard of
 target calls (calls, items and every provider's scores: ``runner.run_shard``), then the artifacts,
 the gate and the report. Granularity follows shared measurements (docs/pipeline.md): one task per
-shard, never per call or item; tasks are awaited with ``asyncio.gather`` from the async flow; one
-semaphore bounds target calls across every shard of the run; large values travel as
+shard, never per call or item (docs/design/architecture.md, "One seam"); large values travel as
 ``quote(...)`` so Prefect does not walk them.
 """
 
@@ -169,33 +168,27 @@ is an errored transcript, not a failed task, and the journal keeps a retry from 
 
 MIN_SHARD_CALLS = 32
 """Default shards hold at least this many calls: a shard is a Prefect task run whatever its size
-(the 15-call demo ran 15 shards: 1.43 s of flow for 0.14 s of work), while the calls of a shard run
-concurrently anyway and each is journaled as it finishes."""
+(the 15-call demo ran 15 shards: 1.43 s of flow for 0.14 s of work)."""
 
 SHARD_ROUNDS = 4
 """... and at least this many rounds of a shard's share of the concurrency, so its task-run
-overhead (API round trips: tens of ms in the flow's process, ~110 ms on a process pool) is spread
-over several call latencies, not one."""
+overhead (tens of ms in the flow's process, ~110 ms on a process pool) is spread over several
+call latencies."""
 
 WORKER_SHARD_CALLS = 2_000
-"""Default shards run by a task runner's workers hold at most this many calls (if that is still
-SHARD_ROUNDS rounds of a shard's share): a worker holds a whole shard (its transcripts, items and
-rows) until it is sent back, so a run of a million calls must not give it shards of 20,000."""
+"""Default shards run by a task runner's workers hold at most this many calls (unless that is
+fewer than SHARD_ROUNDS rounds): a worker holds a whole shard until it is sent back."""
 
 SHARDS_PER_SLOT = 4
-"""... and are otherwise as large as a task runner's slots taking this many shards each allows
-(still at most MAX_SHARD_TASKS in all, and at least one per slot): on a worker every shard is a
-task run of ~165 ms of CPU (~90 ms in the worker, ~35 in the flow's process, ~40 in the server;
-measured), so 50 shards of 400 calls cost a 20,000-call run ~8 s of CPU where 10 of 2,000 cost
-~1.6 s, and four a slot still end together (each worker takes the next as it frees)."""
+"""... and are otherwise as large as this many shards a task runner's slot allows (at most
+MAX_SHARD_TASKS in all, at least one a slot): a shard on a worker costs ~165 ms of CPU
+(docs/design/architecture.md), and four a slot still end together."""
 
 
 def shard_size(plan: RunPlan, suite: EvalSuite, slots: int | None) -> int:
-    """Calls per shard task: the suite's ``shard_size``, or sized for at most MAX_SHARD_TASKS
-    shards of at least MIN_SHARD_CALLS calls and SHARD_ROUNDS rounds of a shard's share of the
-    concurrency (``slots``: how many shards a task runner runs at once; None in the flow's
-    process, whose shards share the whole concurrency); on workers SHARDS_PER_SLOT a slot, at
-    most WORKER_SHARD_CALLS calls each."""
+    """Calls per shard task: the suite's ``shard_size``, or the defaults above; ``slots`` is how
+    many shards a task runner runs at once (None: the flow's process, whose shards share the
+    whole concurrency)."""
     if suite.shard_size is not None:
         return int(suite.shard_size)
     calls = len(plan.calls)
@@ -207,8 +200,8 @@ def shard_size(plan: RunPlan, suite: EvalSuite, slots: int | None) -> int:
 
 
 def share_of(concurrency: int, slots: int) -> int:
-    """Each running shard's share of the run's concurrency when ``slots`` shards run at once:
-    their sum is at most the concurrency (the flow runs at most ``concurrency`` shards at once)."""
+    """Each running shard's share of the run's concurrency when ``slots`` shards run at once (the
+    shares add up to at most the concurrency)."""
     return max(1, concurrency // max(1, slots))
 
 
@@ -245,29 +238,24 @@ def _task_runner(suite: EvalSuite, concurrency: int) -> Any:
         pool = ProcessPoolTaskRunner(
             max_workers=_slots(None, suite, concurrency), initializer=process_worker_setup.get()
         )
-        # The pool forwards what its workers emit (the shards' task-run events, their logs) from a
-        # thread it starts, which does not inherit the context where the run's Prefect API is set
-        # (``temporary_settings``, as for the kept server): there Prefect's events worker started
-        # a temporary server of its own (~220 MiB and ~6 s of CPU at 100,000 calls) and the
-        # events and logs went to it. A message processor (the runner's documented hook) hands
-        # each to the events and log workers of the flow's context instead (a copy per thread).
+        # The pool forwards its workers' events and logs from a thread that does not see the
+        # run's API (set in this context only, as for the kept server): there Prefect started a
+        # temporary server of its own (~220 MiB). The runner's documented hook sends them on in
+        # this context (docs/design/architecture.md, "One seam").
         context = contextvars.copy_context()
         pool.set_subprocess_message_processor_factories([functools.partial(_forwarder, context)])
         return pool
-    if "ray" in spec:
-        try:
-            from prefect_ray.task_runners import RayTaskRunner  # optional: the ray extra
-        except ImportError:
-            raise SuiteError(
-                "task_runner: ray needs prefect-ray: pip install 'evalpipe[ray]'"
-            ) from None
-        return RayTaskRunner(**dict(spec["ray"] or {}))
-    options = dict(spec["dask"] or {})
+    extra = "ray" if "ray" in spec else "dask"
+    options = dict(spec[extra] or {})
     try:
+        if extra == "ray":
+            from prefect_ray.task_runners import RayTaskRunner  # optional: the ray extra
+
+            return RayTaskRunner(**options)
         from prefect_dask.task_runners import DaskTaskRunner  # optional: the dask extra
     except ImportError:
         raise SuiteError(
-            "task_runner: dask needs prefect-dask: pip install 'evalpipe[dask]'"
+            f"task_runner: {extra} needs prefect-{extra}: pip install 'evalpipe[{extra}]'"
         ) from None
     if "address" in options:
         return DaskTaskRunner(address=options["address"])
@@ -276,9 +264,9 @@ def _task_runner(suite: EvalSuite, concurrency: int) -> Any:
 
 
 def _forwarder(context: contextvars.Context) -> Any:
-    """A processor of a process pool's forwarded messages: events and logs go to the events and
-    log workers of ``context`` (None: handled), the rest on."""
-    copy = context.copy()  # entered by the forwarding thread alone
+    """A process pool's message processor: events and logs go to the events and log workers of
+    ``context`` (a copy, entered by the forwarding thread alone), the rest on."""
+    copy = context.copy()
 
     def forward(message_type: str, message_payload: Any) -> tuple[str, Any] | None:
         if message_type not in ("event", "log"):
@@ -291,18 +279,19 @@ def _forwarder(context: contextvars.Context) -> Any:
 
 
 def _slots(runner: Any, suite: EvalSuite, concurrency: int) -> int:
-    """How many shards the task runner runs at once: its worker processes (``processes``: one per
-    CPU, or ``{processes: N}``; at most the run's concurrency, a worker runs one shard at a time),
-    or the threads of the started cluster's workers (counted once, when the run starts)."""
+    """How many shards the task runner runs at once, at most the run's concurrency: its worker
+    processes (``processes``: one per CPU, or ``{processes: N}``), or the threads of the started
+    cluster's workers (counted once, when the run starts)."""
     spec = suite.task_runner
     if "processes" in spec:
         wanted = (os.cpu_count() or 1) if spec == "processes" else int(spec["processes"])  # type: ignore[index]
-        return max(1, min(wanted, concurrency))
-    if "dask" in spec:
-        return max(1, int(sum(runner.client.nthreads().values())))
-    import ray  # the ray extra: RayTaskRunner started it
+    elif "dask" in spec:
+        wanted = int(sum(runner.client.nthreads().values()))
+    else:
+        import ray  # the ray extra: RayTaskRunner started it
 
-    return max(1, int(ray.cluster_resources().get("CPU", 1)))  # type: ignore[no-untyped-call]
+        wanted = int(ray.cluster_resources().get("CPU", 1))  # type: ignore[no-untyped-call]
+    return max(1, min(wanted, concurrency))
 
 
 @task(name="write-artifacts", cache_policy=NO_CACHE, persist_result=False)
@@ -476,10 +465,11 @@ def _table_error(writer: "RunWriter", exc: OSError) -> StorageError:
 
 
 def _announce_flow_run() -> None:
-    """Give the flow run's UI page to the caller's :data:`flow_run_hook`, if any."""
-    announce = flow_run_hook.get()
+    """Give the flow run's UI page to the caller's :data:`flow_run_hook`, if any. (Not in the
+    flow's body: a process pool gets the flow pickled by value with every task run, and the
+    globals its body names with it; a ContextVar cannot be pickled.)"""
     page = url_for("flow-run", obj_id=flow_run.id) if flow_run.id else None
-    if announce is not None and page:
+    if page and (announce := flow_run_hook.get()) is not None:
         announce(page)
 
 
@@ -560,7 +550,7 @@ async def eval_flow(
     state = RunState.open(plan, lock=lock)
     try:
         with (
-            filtered_logs(_ScrubFilter(state.scrubber))
+            filtered_logs(_scrubbing(state.scrubber))
             if state.scrubber
             else contextlib.nullcontext()
         ):
@@ -570,26 +560,25 @@ async def eval_flow(
         state.close()
 
 
-class _ScrubFilter(logging.Filter):
-    """Masks the run's secrets in every log record (Prefect's API log handler included)."""
+def _scrubbing(scrub: Scrubber) -> Callable[[logging.LogRecord], bool]:
+    """A log filter that masks the run's secrets in every record (Prefect's API log handler's
+    included)."""
 
-    def __init__(self, scrub: Scrubber) -> None:
-        super().__init__()
-        self.scrub = scrub
-
-    def filter(self, record: logging.LogRecord) -> bool:
+    def check(record: logging.LogRecord) -> bool:
         text = record.getMessage()
-        if self.scrub.found(text):
-            record.msg, record.args = self.scrub(text), ()
+        if scrub.found(text):
+            record.msg, record.args = scrub(text), ()
         if record.exc_info and record.exc_text is None:
             formatted = logging.Formatter().formatException(record.exc_info)
-            if self.scrub.found(formatted):
-                record.exc_text = self.scrub(formatted)
+            if scrub.found(formatted):
+                record.exc_text = scrub(formatted)
         return True
+
+    return check
 
 
 @contextlib.contextmanager
-def filtered_logs(check: logging.Filter | Callable[[logging.LogRecord], bool]) -> Iterator[None]:
+def filtered_logs(check: Callable[[logging.LogRecord], bool]) -> Iterator[None]:
     """``check`` filters what the handlers of the root, Prefect's and evalpipe's loggers write
     while the block runs (the run's secrets masked; Prefect silenced while a lost run ends)."""
     handlers = {
@@ -606,44 +595,36 @@ def filtered_logs(check: logging.Filter | Callable[[logging.LogRecord], bool]) -
             handler.removeFilter(check)
 
 
-def _stop_reason(exc: BaseException) -> str | None:
-    """Why the run stopped without a verdict, when it is not a crash (a call it could not
-    journal), in words; None otherwise."""
-    if isinstance(exc, StorageError):
-        return str(exc)
-    if isinstance(exc, RunDirUnseenError):
-        return f"{exc}; the run stopped (its finished calls are journaled: run again to resume)"
-    if isinstance(exc, BaseExceptionGroup):
-        for inner in exc.exceptions:
-            if (reason := _stop_reason(inner)) is not None:
-                return reason
-    return None
-
-
-def _budget_spent(exc: BaseException) -> bool:
-    """The run stopped because its budget is spent (a shard's BudgetReached, maybe in a group)."""
-    if isinstance(exc, BaseExceptionGroup):
-        return exc.subgroup(BudgetReached) is not None
-    return isinstance(exc, BudgetReached)
+def _found(exc: BaseException, kinds: tuple[type[BaseException], ...]) -> BaseException | None:
+    """The first exception of ``kinds`` that stopped the run (``exc`` or one in its group)."""
+    if not isinstance(exc, BaseExceptionGroup):
+        return exc if isinstance(exc, kinds) else None
+    found: BaseException | None = exc.subgroup(kinds)
+    while isinstance(found, BaseExceptionGroup):
+        found = found.exceptions[0]
+    return found
 
 
 def finished_outcome(run_dir: Path, suite: EvalSuite) -> Any:
     """How a run another process finished ended, read from its files (nothing is rewritten): the
     flow's outcome for it, a Failed state when its gate failed (unless ``warn_only``)."""
-    manifest = artifacts.read_manifest(run_dir)
-    gate = manifest.get("gate")
+    report = run_dir.resolve() / "report.html"
+    outcome = _outcome(run_dir, artifacts.read_manifest(run_dir))
+    outcome["report"] = str(report) if report.exists() else None
+    return _verdict(outcome, suite, "" if outcome["gate_passed"] is False else None)
+
+
+def _outcome(run_dir: Path, manifest: dict[str, Any]) -> dict[str, Any]:
+    """The flow's outcome of a run whose results are written (``manifest``: its manifest.json),
+    before its report and verdict."""
+    gate, calls = manifest.get("gate"), manifest.get("calls")
     passed = gate.get("passed") if isinstance(gate, dict) else None
-    calls = manifest.get("calls")
-    outcome: dict[str, Any] = {
+    return {
         "run_dir": str(run_dir.resolve()),
-        "report": str(run_dir.resolve() / "report.html")
-        if (run_dir / "report.html").exists()
-        else None,
         "published_to": manifest.get("published_to"),
         "calls": dict(calls) if isinstance(calls, dict) else {},
         "gate_passed": passed if isinstance(passed, bool) else None,
     }
-    return _verdict(outcome, suite, "" if passed is False else None)
 
 
 def _incomplete(message: str) -> State:
@@ -694,7 +675,6 @@ async def _execute(
     calls_done = [0]
     verdicts = dict.fromkeys(("passed", "failed", "errored"), 0)
     calls = CallTally()
-    write_lock = asyncio.Lock()
     last_update = time.monotonic()
     writer = artifacts.RunWriter(
         plan.run_dir,
@@ -702,8 +682,6 @@ async def _execute(
         suite=suite.name,
         target_version=suite.target_version or None,
     )
-    finished: dict[int, ShardRows] = {}
-    next_to_write = 0
     # What the run keeps of its results: the gate's fold of every shard.
     gate = Gate(plan.gates)
     fold = GateFold(gate) if plan.gates else None
@@ -714,34 +692,8 @@ async def _execute(
         calls_done[0] += 1
         _notify("calls", calls_done[0], len(plan.calls))
 
-    async def write_ready() -> None:
-        """Every shard that can be written now, in shard order, whatever order they finish in:
-        its rows written, its calls and verdicts counted, its results folded for the gate, the
-        progress told."""
-        nonlocal next_to_write, last_update
-        async with write_lock:
-            while next_to_write in finished:
-                rows = finished.pop(next_to_write)
-                calls.merge(rows.calls)
-                # Off the event loop: Parquet encoding would stall the calls still in flight.
-                await asyncio.to_thread(_write, writer, rows)
-                for stage in verdicts:
-                    verdicts[stage] += getattr(rows.verdicts, stage)
-                    _notify(stage, verdicts[stage], len(plan.calls))
-                if fold is not None:
-                    fold.add(rows.results)
-                next_to_write += 1
-                unwritten.release()
-                _notify("items", next_to_write, len(shards))
-                # At most one update a second (each is an API call), and always the last one.
-                now = time.monotonic()
-                if next_to_write == len(shards) or now - last_update >= 1.0:
-                    last_update = now
-                    await aupdate_progress_artifact(
-                        artifact_id=progress_id, progress=100.0 * next_to_write / len(shards)
-                    )
-
     async def process(index: int, shard_calls: tuple[Call, ...]) -> None:
+        nonlocal last_update
         await unwritten.acquire()  # released when this shard is written
         try:
             async with running:
@@ -774,48 +726,63 @@ async def _execute(
         except BudgetReached as stop:
             # the run ends once the shards running now are back (their calls in flight kept)
             spend.stop = stop
+            shard_written[index].set()
             unwritten.release()
             return
         changes.extend(rows.limit_changes)
-        finished[index] = rows
+        if index:  # written in shard order, whatever order they finish in
+            await shard_written[index - 1].wait()
+        calls.merge(rows.calls)
+        # Off the event loop: Parquet encoding would stall the calls still in flight.
+        await asyncio.to_thread(_write, writer, rows)
+        for stage in verdicts:
+            verdicts[stage] += getattr(rows.verdicts, stage)
+            _notify(stage, verdicts[stage], len(plan.calls))
+        if fold is not None:
+            fold.add(rows.results)
         del rows
-        await write_ready()
+        _notify("items", index + 1, len(shards))
+        # At most one update a second (each is an API call), and always the last one.
+        if index + 1 == len(shards) or time.monotonic() - last_update >= 1.0:
+            last_update = time.monotonic()
+            await aupdate_progress_artifact(
+                artifact_id=progress_id, progress=100.0 * (index + 1) / len(shards)
+            )
+        shard_written[index].set()
+        unwritten.release()
 
     deadline = asyncio.timeout(suite.timeout)
     try:
         async with contextlib.AsyncExitStack() as stack, deadline:
-            queued = 0
             if runner is None:
                 # one semaphore of the plan's concurrency shared by all of its shards here
                 semaphore = asyncio.Semaphore(plan.concurrency)
                 here = HeldRun(plan, suite, state, semaphore, on_call, spend.ledger)
-                slots = None
+                share, queued = plan.concurrency, 0
                 size = shard_size(plan, suite, None)
-                # enough shards at once to keep the run's one semaphore busy
-                at_once = 2 + -(-plan.concurrency // size)
+                at_once = 2 + -(-plan.concurrency // size)  # enough to keep the semaphore busy
             else:
                 # Started (a local cluster or pool created, a scheduler connected) now: a
                 # cluster that is not there fails the run here, not once per shard.
                 await asyncio.to_thread(stack.enter_context, runner)
-                slots = min(_slots(runner, suite, plan.concurrency), plan.concurrency)
+                slots = _slots(runner, suite, plan.concurrency)
+                share = share_of(plan.concurrency, slots)
                 size = shard_size(plan, suite, slots)
                 # Shards submitted beyond the ``slots`` that run, to wait in the task runner: one
                 # per worker of a process pool, so a worker starts its next shard as soon as it
-                # sends one back (submitting it then cost each worker ~0.2 s a shard of idling:
-                # the flow's submit, Prefect's context, the pickled job on its way). The pool runs
-                # at most ``slots`` at once, so the calls in flight stay within the concurrency.
-                # None on a cluster: a worker that joins later would take a waiting shard and run
-                # it beside the others, above the concurrency.
+                # sends one back (else ~0.2 s of idling a shard). The pool runs at most ``slots``
+                # at once, so the calls in flight stay within the concurrency. None on a cluster:
+                # a worker that joins later would run a waiting shard above the concurrency.
                 queued = slots if "processes" in suite.task_runner else 0
                 at_once = slots + queued
                 logger.info(
                     "shards run on %s: %d at once, %d calls in flight each",
                     type(runner).__name__,
                     slots,
-                    share_of(plan.concurrency, slots),
+                    share,
                 )
             shards = plan.shards(size)
-            share = plan.concurrency if slots is None else share_of(plan.concurrency, slots)
+            shard_written = [asyncio.Event() for _ in shards]
             # ``running`` bounds the shards submitted and not finished (and ``queued``);
             # ``unwritten`` bounds those and the finished ones not yet written (taken in shard
             # order, so the next one to write always has its place): as many again, unless a
@@ -831,8 +798,15 @@ async def _execute(
                 raise spend.stop
     except BaseException as exc:
         writer.abort()
-        stopped = spend.stopped() if _budget_spent(exc) else _stop_reason(exc)
-        if stopped is None and isinstance(exc, TimeoutError) and deadline.expired():
+        stopped = None
+        storage = _found(exc, (StorageError, RunDirUnseenError))
+        if _found(exc, (BudgetReached,)) is not None:
+            stopped = spend.stopped()
+        elif isinstance(storage, StorageError):
+            stopped = str(storage)
+        elif storage is not None:
+            stopped = f"{storage}; the run stopped (its finished calls are journaled: run again to resume)"
+        elif isinstance(exc, TimeoutError) and deadline.expired():
             stopped = (
                 f"the run did not finish within its timeout of {suite.timeout:g} s: "
                 f"{calls_done[0]} of {len(plan.calls)} calls done; the finished calls are "
@@ -902,9 +876,10 @@ async def _publish(
     manifest.json's): its report, comparison, publication, Prefect artifacts, gate event and
     verdict (the flow run's end)."""
     assert plan.run_dir is not None
-    gate, calls, spent = (manifest.get(k) for k in ("gate", "calls", "spend"))
+    gate, spent = manifest.get("gate"), manifest.get("spend")
     report = GateReport.model_validate(gate) if isinstance(gate, dict) else None
-    call_counts = dict(calls) if isinstance(calls, dict) else {}
+    outcome = _outcome(plan.run_dir, manifest)
+    call_counts = outcome["calls"]
     results = [r for r in rows if r.kind == "result" and r.agent == OVERALL]
     for r in results:
         logger.info(
@@ -998,24 +973,18 @@ async def _publish(
                     description=f"{suite.name}: this run against {suite.compare_with}",
                 )
             )
-    outcome = {
-        "run_dir": str(run_path),
-        "report": report_path,
-        "published_to": destination,
-        "calls": call_counts,
-        "results": [
-            {
-                "provider": r.provider,
-                "run_id": r.eval_run_id,
-                "passed": r.passed,
-                "failed": r.failed,
-                "errored": r.errored,
-                "all_passed": r.all_passed,
-            }
-            for r in results
-        ],
-        "gate_passed": None if report is None else report.passed,
-    }
+    outcome["report"] = report_path
+    outcome["results"] = [
+        {
+            "provider": r.provider,
+            "run_id": r.eval_run_id,
+            "passed": r.passed,
+            "failed": r.failed,
+            "errored": r.errored,
+            "all_passed": r.all_passed,
+        }
+        for r in results
+    ]
     failures = [] if report is None else [f"{c.clause}: {c.message}" for c in report.failures]
     if report is not None and not report.passed and not failures:
         failures = [report.summary()]
