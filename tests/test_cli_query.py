@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import io
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -83,3 +85,28 @@ def test_query_prints_a_table_and_csv(runs: Path, capsys: pytest.CaptureFixture[
     assert "2 row(s)" in table
     assert main(["query", sql, str(runs), "--format", "csv"]) == 0
     assert capsys.readouterr().out.splitlines() == ["run_name,calls", "r1,1", "r2,1"]
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("fmt", ["json", "csv"])
+def test_query_output_to_a_terminal_shows_control_characters_escaped(
+    runs: Path, fmt: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Untrusted text in --format json/csv reaches a terminal with its bidi and control
+    characters escaped (a file or a pipe gets it as it is)."""
+    sql = "SELECT chr(8238) || 'evil' || chr(155) || '2J' AS x"
+    assert main(["query", sql, str(runs), "--format", fmt]) == 0
+    piped = capsys.readouterr().out
+    assert "\u202e" in piped
+    assert "\x9b" in piped
+    screen = _Terminal()
+    monkeypatch.setattr(sys, "stdout", screen)
+    assert main(["query", sql, str(runs), "--format", fmt]) == 0
+    shown = screen.getvalue()
+    assert "\u202e" not in shown
+    assert "\x9b" not in shown
+    assert "\\u202e" in shown

@@ -15,7 +15,7 @@ from rich.table import Table
 from evalpipe.artifacts.columns import TABLES
 from evalpipe.artifacts.schema import MANIFEST_FILE
 from evalpipe.cli._common import EXIT_INCOMPLETE, EXIT_OK, CommandError, consoles, exits_on, say
-from evalpipe.escape import terminal
+from evalpipe.escape import plain, terminal
 
 if TYPE_CHECKING:
     import duckdb
@@ -95,11 +95,18 @@ def _check_read_only(sql: str) -> None:
 
 
 def _print(columns: list[str], rows: list[tuple[Any, ...]], fmt: str) -> None:
+    # To a terminal, the tables' text (untrusted) cannot move the cursor or reorder a line: JSON
+    # escapes every non-ASCII character, CSV shows control and bidi characters as ``\u202e``. To
+    # a file or a pipe both are written as they are.
+    to_terminal = sys.stdout.isatty()
     if fmt == "json":
         records = [dict(zip(columns, row, strict=True)) for row in rows]
-        sys.stdout.write(json.dumps(records, indent=2, default=str, ensure_ascii=False) + "\n")
+        text = json.dumps(records, indent=2, default=str, ensure_ascii=to_terminal)
+        sys.stdout.write(text + "\n")
         return
     if fmt == "csv":
+        if to_terminal:
+            rows = [tuple(plain(v) if isinstance(v, str) else v for v in row) for row in rows]
         csv.writer(sys.stdout).writerows([columns, *rows])
         return
     out, _ = consoles()
