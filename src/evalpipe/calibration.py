@@ -235,8 +235,7 @@ FROM scored ORDER BY _pos
 def verdicts_of_run(run_dir: str | os.PathLike[str], *, filesystem: Any = None) -> list[Verdict]:
     """Every metric score of a finished run directory (scores.parquet joined with items.parquet
     for the dataset row and repetition)."""
-    # lazy: duckdb, only to read a run directory
-    from evalpipe.artifacts.reader import records  # lazy: as above
+    from evalpipe.artifacts.reader import records  # lazy: duckdb, only to read a run directory
     from evalpipe.report.data import scored_connection  # lazy: as above
 
     with scored_connection(str(run_dir), filesystem=filesystem) as con:

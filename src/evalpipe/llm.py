@@ -69,7 +69,8 @@ AZURE_DEFAULT_API_VERSION = "2024-10-21"
 ENTRA_SCOPE = "https://cognitiveservices.azure.com/.default"
 """The token scope Azure OpenAI accepts for Entra ID (azure-identity) authentication."""
 
-_RETRY_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504})
+_RETRY_STATUSES = frozenset({408, 409, 429})
+"""Retried besides every 5xx."""
 
 ResponseFormatMode = Literal["json_schema", "json_object_schema", "json_object", "prompt"]
 """How a structured answer is asked for. ``json_schema``: OpenAI's ``{"type": "json_schema",
@@ -385,12 +386,11 @@ def _usage(body: Mapping[str, Any]) -> dict[str, int] | None:
     usage = body.get("usage")
     if not isinstance(usage, Mapping):
         return None
-    out: dict[str, int] = {}
-    for name, keys in _USAGE_KEYS.items():
-        values = [usage.get(k) for k in keys]
-        found = [v for v in values if isinstance(v, int) and not isinstance(v, bool)]
-        if found:
-            out[name] = found[0]
+    out = {  # type(...) is int: a bool is not a count
+        name: found[0]
+        for name, keys in _USAGE_KEYS.items()
+        if (found := [v for k in keys if type(v := usage.get(k)) is int])
+    }
     if out and "total_tokens" not in out:
         out["total_tokens"] = sum(out.values())
     return out or None
@@ -475,11 +475,6 @@ class _FormatMemory:
 
 _FORMATS: defaultdict[tuple[str, ...], _FormatMemory] = defaultdict(_FormatMemory)
 _FORMATS_LOCK = threading.Lock()
-
-
-def _format_memory(key: tuple[str, ...]) -> _FormatMemory:
-    with _FORMATS_LOCK:
-        return _FORMATS[key]
 
 
 def forget_response_formats() -> None:
@@ -731,7 +726,8 @@ class ChatClient:
         if self.cache is not None and self.cache.mode == "replay":
             return await self._replay_structured(ladder, ask)
         key = (self.endpoint.chat_url, self.endpoint.model)
-        memory = _format_memory(key)
+        with _FORMATS_LOCK:
+            memory = _FORMATS[key]
         rejection: ChatHTTPError | None = None
         while True:
             with _FORMATS_LOCK:
@@ -782,8 +778,8 @@ class ChatClient:
     ) -> tuple[ChatCompletion, ResponseFormatMode]:
         assert self.cache is not None
         key = ("replay", str(self.cache.directory), self.endpoint.chat_url, self.endpoint.model)
-        memory = _format_memory(key)
         with _FORMATS_LOCK:
+            memory = _FORMATS[key]
             preferred = memory.accepted
         first_miss: CacheMissError | None = None
         for mode in sorted(ladder, key=lambda m: m != preferred):  # stable: the hit mode first

@@ -863,8 +863,6 @@ class JudgeConfig(ChatEndpoint):
     validates into this model; ``.build()`` gives the JudgeEvaluator.
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
     metrics: list[MetricName] = Field(default_factory=lambda: list(DEFAULT_METRICS))
     """The metrics to score."""
     thresholds: dict[MetricName, Annotated[float, Field(ge=1, le=5)]] = Field(default_factory=dict)
