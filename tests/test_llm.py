@@ -236,6 +236,17 @@ async def test_retries_exhausted_raise_the_last_http_error(server: FakeOpenAISer
     assert len(server.requests) == 3
 
 
+@pytest.mark.parametrize("code", [408, 409, 425, 429, 503])
+async def test_the_documented_transient_statuses_are_retried(
+    server: FakeOpenAIServer, code: int
+) -> None:
+    """408, 409, 425, 429 and 5xx (docs/judges.md) are retried, as every other client retries
+    them (evalpipe._internal.retry.TRANSIENT_STATUS)."""
+    server.script(status(code, headers={"retry-after-ms": "10"}), chat("ok"))
+    result = await ChatClient(endpoint(server)).complete(HI)
+    assert (result.content, result.attempts) == ("ok", 2)
+
+
 async def test_client_errors_are_not_retried(server: FakeOpenAIServer) -> None:
     """A 400 is raised at once; a 404 hints at the base_url."""
     server.script(status(400, message="bad request"), status(404))

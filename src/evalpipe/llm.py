@@ -36,7 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, m
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
 from evalpipe._internal.adaptive import AdaptiveLimit
-from evalpipe._internal.retry import parse_retry_after
+from evalpipe._internal.retry import TRANSIENT_STATUS, parse_retry_after
 from evalpipe.cache import CacheMissError, ResponseCache
 from evalpipe.secrets import is_secret_url
 from evalpipe.spend import metering
@@ -68,9 +68,6 @@ AZURE_DEFAULT_API_VERSION = "2024-10-21"
 
 ENTRA_SCOPE = "https://cognitiveservices.azure.com/.default"
 """The token scope Azure OpenAI accepts for Entra ID (azure-identity) authentication."""
-
-_RETRY_STATUSES = frozenset({408, 409, 429})
-"""Retried besides every 5xx."""
 
 ResponseFormatMode = Literal["json_schema", "json_object_schema", "json_object", "prompt"]
 """How a structured answer is asked for. ``json_schema``: OpenAI's ``{"type": "json_schema",
@@ -884,7 +881,7 @@ class ChatClient:
             forced = response.headers.get("x-should-retry")
             # llama-cpp-python answers a request its schema rejects with a 500 "N validation
             # errors: ..."; the same request fails the same way again, so it is not retried.
-            retryable = (status in _RETRY_STATUSES or status >= 500) and not (
+            retryable = (status in TRANSIENT_STATUS or status >= 500) and not (
                 _VALIDATION_ERROR.match(text)
             )
             if forced in ("true", "false"):
