@@ -525,23 +525,6 @@ class _LevelAgg:
         }
 
 
-def _levels(result: EvalResults, where: str) -> list[tuple[str, EvalResults]]:
-    levels = [(OVERALL, result)]
-    for agent, sub in result.sub_results.items():
-        if agent == OVERALL:
-            raise ValueError(
-                f"{where}: sub_results key {OVERALL!r} is reserved for the top-level result; "
-                "rename that agent"
-            )
-        if sub.sub_results:
-            raise ValueError(
-                f"{where}: sub_results[{agent!r}] has sub_results of its own; run artifacts hold "
-                "one level of per-agent results"
-            )
-        levels.append((agent, sub))
-    return levels
-
-
 class SummaryTally:
     """Summary rows accumulated batch by batch (memory bounded by providers × agents × metrics).
 
@@ -573,7 +556,20 @@ class SummaryTally:
                     f"{self.providers[index]!r} at this position; pass the providers in the "
                     "same order in every batch"
                 )
-            levels.append(_levels(result, f"results[{index}]"))
+            level = [(OVERALL, result)]
+            for agent, sub in result.sub_results.items():
+                if agent == OVERALL:
+                    raise ValueError(
+                        f"results[{index}]: sub_results key {OVERALL!r} is reserved for the "
+                        "top-level result; rename that agent"
+                    )
+                if sub.sub_results:
+                    raise ValueError(
+                        f"results[{index}]: sub_results[{agent!r}] has sub_results of its own; "
+                        "run artifacts hold one level of per-agent results"
+                    )
+                level.append((agent, sub))
+            levels.append(level)
         return levels
 
     def add(self, results: Sequence[EvalResults]) -> None:
