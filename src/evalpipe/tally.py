@@ -317,17 +317,16 @@ def merge_results(parts: Sequence[EvalResults]) -> EvalResults:
         return first
     counts: dict[str, int] | None = None
     per_evaluator: dict[str, dict[str, int]] = {}
+    agents: dict[str, list[EvalResults]] = {}
     for part in parts:
         if part.result_counts is not None:
             counts = _add_counts(counts, part.result_counts)
         for name, bucket in part.per_evaluator.items():
             per_evaluator[name] = _add_counts(per_evaluator.get(name), bucket)
-    errors = list(dict.fromkeys(p.error for p in parts if p.error))
-    run_ids = list(dict.fromkeys(p.run_id for p in parts if p.run_id))
-    agents: dict[str, list[EvalResults]] = {}
-    for part in parts:
         for name, sub in part.sub_results.items():
             agents.setdefault(name, []).append(sub)
+    errors = list(dict.fromkeys(p.error for p in parts if p.error))
+    run_ids = list(dict.fromkeys(p.run_id for p in parts if p.run_id))
     return EvalResults(
         provider=first.provider,
         eval_id=next((p.eval_id for p in parts if p.eval_id), ""),
@@ -439,11 +438,8 @@ class _LevelAgg:
 
     def add(self, result: EvalResults) -> None:
         if not self.statuses:
-            self.eval_id, self.run_id, self.report_url = (
-                result.eval_id,
-                result.run_id,
-                result.report_url,
-            )
+            self.eval_id, self.run_id = result.eval_id, result.run_id
+            self.report_url = result.report_url
         self.statuses.append(result.status)
         if result.error is not None:
             self.errors.append(result.error)
