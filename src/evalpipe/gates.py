@@ -691,7 +691,6 @@ class GateFold(LevelsFold):
         )
 
     def add(self, results: Sequence[EvalResults]) -> None:
-        """Fold in one batch's results (``results[p]``: provider ``p``'s)."""
         super().add(results)
         if self.verdicts is not None:
             from evalpipe.calibration import verdicts_of_results  # lazy: scipy, judge_agreement
