@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, Self
 from pydantic import BaseModel, ConfigDict, Field
 
 from evalpipe.results import EvalResults
-from evalpipe.tally import FAIL, PASS, LevelFold, LevelsFold, MetricFold
+from evalpipe.tally import Counts, LevelFold, LevelsFold, MetricFold
 
 if TYPE_CHECKING:
     from evalpipe.calibration import Verdict
@@ -190,13 +190,6 @@ def _compared(what: str, observed: float, op: Comparison, bound: float) -> dict[
 
 _COMPARE = {">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt}
 
-_RANGES = {
-    "pass_rate": (0, 1, ""),
-    "error_rate": (0, 1, ""),
-    "judge_agreement": (-1, 1, "a kappa "),
-}
-"""The range of a kind's threshold: a share, or a κ."""
-
 
 class Clause(ABC):
     """One rule over a set of results. Combine clauses with ``&`` or ``Gate([...])``.
@@ -228,7 +221,10 @@ class Clause(ABC):
             value = values.get(name, low)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise GateSyntaxError(f"{kind} {name} must be an integer >= {low}, got {value!r}")
-        limits = {"threshold": _RANGES.get(kind), "below": None, "max_error_rate": (0, 1, "")}
+        share = (0, 1, "")  # a threshold's range: a share, or a κ
+        kappa = (-1, 1, "a kappa ")
+        ranges = {"pass_rate": share, "error_rate": share, "judge_agreement": kappa}
+        limits = {"threshold": ranges.get(kind), "below": None, "max_error_rate": share}
         for name, bounds in limits.items():
             if name not in values or (name == "max_error_rate" and values[name] is None):
                 continue
@@ -416,12 +412,11 @@ class Threshold(_Limited):
             what = f"mean {_shown(observed)} over n={n}"
         else:
             # The tally's pass rate: verdicts only (a score without a verdict is not a pass).
-            passing, failing = values.statuses.count(PASS), values.statuses.count(FAIL)
-            n = passing + failing
-            if n == 0:
+            counts = Counts().add_all(values.statuses)
+            if counts.pass_rate is None:
                 return {"n": 0, "message": f"no verdicts for {self.metric}{note}"}
-            observed = passing / n
-            what = f"pass rate {_shown(observed)} ({passing} of n={n} passed)"
+            observed, n = counts.pass_rate, counts.denominator
+            what = f"pass rate {_shown(observed)} ({counts.passed} of n={n} passed)"
         return {"n": n, **_compared(what + note, observed, self.op, self.threshold)}
 
 
@@ -696,7 +691,6 @@ class GateFold(LevelsFold):
         )
 
     def add(self, results: Sequence[EvalResults]) -> None:
-        """Fold in one batch's results (``results[p]``: provider ``p``'s)."""
         super().add(results)
         if self.verdicts is not None:
             from evalpipe.calibration import verdicts_of_results  # lazy: scipy, judge_agreement

@@ -317,17 +317,16 @@ def merge_results(parts: Sequence[EvalResults]) -> EvalResults:
         return first
     counts: dict[str, int] | None = None
     per_evaluator: dict[str, dict[str, int]] = {}
+    agents: dict[str, list[EvalResults]] = {}
     for part in parts:
         if part.result_counts is not None:
             counts = _add_counts(counts, part.result_counts)
         for name, bucket in part.per_evaluator.items():
             per_evaluator[name] = _add_counts(per_evaluator.get(name), bucket)
-    errors = list(dict.fromkeys(p.error for p in parts if p.error))
-    run_ids = list(dict.fromkeys(p.run_id for p in parts if p.run_id))
-    agents: dict[str, list[EvalResults]] = {}
-    for part in parts:
         for name, sub in part.sub_results.items():
             agents.setdefault(name, []).append(sub)
+    errors = list(dict.fromkeys(p.error for p in parts if p.error))
+    run_ids = list(dict.fromkeys(p.run_id for p in parts if p.run_id))
     return EvalResults(
         provider=first.provider,
         eval_id=next((p.eval_id for p in parts if p.eval_id), ""),
@@ -439,11 +438,8 @@ class _LevelAgg:
 
     def add(self, result: EvalResults) -> None:
         if not self.statuses:
-            self.eval_id, self.run_id, self.report_url = (
-                result.eval_id,
-                result.run_id,
-                result.report_url,
-            )
+            self.eval_id, self.run_id = result.eval_id, result.run_id
+            self.report_url = result.report_url
         self.statuses.append(result.status)
         if result.error is not None:
             self.errors.append(result.error)
@@ -525,23 +521,6 @@ class _LevelAgg:
         }
 
 
-def _levels(result: EvalResults, where: str) -> list[tuple[str, EvalResults]]:
-    levels = [(OVERALL, result)]
-    for agent, sub in result.sub_results.items():
-        if agent == OVERALL:
-            raise ValueError(
-                f"{where}: sub_results key {OVERALL!r} is reserved for the top-level result; "
-                "rename that agent"
-            )
-        if sub.sub_results:
-            raise ValueError(
-                f"{where}: sub_results[{agent!r}] has sub_results of its own; run artifacts hold "
-                "one level of per-agent results"
-            )
-        levels.append((agent, sub))
-    return levels
-
-
 class SummaryTally:
     """Summary rows accumulated batch by batch (memory bounded by providers × agents × metrics).
 
@@ -573,7 +552,20 @@ class SummaryTally:
                     f"{self.providers[index]!r} at this position; pass the providers in the "
                     "same order in every batch"
                 )
-            levels.append(_levels(result, f"results[{index}]"))
+            level = [(OVERALL, result)]
+            for agent, sub in result.sub_results.items():
+                if agent == OVERALL:
+                    raise ValueError(
+                        f"results[{index}]: sub_results key {OVERALL!r} is reserved for the "
+                        "top-level result; rename that agent"
+                    )
+                if sub.sub_results:
+                    raise ValueError(
+                        f"results[{index}]: sub_results[{agent!r}] has sub_results of its own; "
+                        "run artifacts hold one level of per-agent results"
+                    )
+                level.append((agent, sub))
+            levels.append(level)
         return levels
 
     def add(self, results: Sequence[EvalResults]) -> None:
