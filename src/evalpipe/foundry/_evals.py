@@ -658,6 +658,8 @@ class FoundryEvals(BatchedEvaluator):
             TypeError: for a target that is not a dict, or a query that is not a str.
         """
         queries = _target_queries(target, test_queries)
+        if not queries:
+            return make_results(PROVIDER, [])
         data_source = {
             "type": "azure_ai_target_completions",
             "target": dict(target),
@@ -666,8 +668,6 @@ class FoundryEvals(BatchedEvaluator):
                 "content": [{"item": {"query": q}} for q in queries],
             },
         }
-        if not queries:
-            return make_results(PROVIDER, [])
         return await self._server_side(
             "target_completions",
             data_source,
@@ -696,8 +696,9 @@ class FoundryEvals(BatchedEvaluator):
         config = {"type": "azure_ai_source", "scenario": scenario}
         items = [item({}, i) for i in range(count or 0)]
         try:
-            kind = f"FoundryEvals.{scenario}"
-            eval_id = await self._new_eval(eval_name, config, specs, None, kind)
+            eval_id = await self._new_eval(
+                eval_name, config, specs, None, f"FoundryEvals.{scenario}"
+            )
         except Exception as exc:
             return _not_created(items, specs, exc)
         run_body = {
@@ -814,9 +815,10 @@ def _target_item(output_item: dict[str, Any], query: str, index: int) -> EvalIte
     answers: list[str] = []
     if isinstance(sample, dict):
         for message in sample.get("output") or []:
-            content = message.get("content") if isinstance(message, dict) else None
-            if message.get("role") == "assistant" and isinstance(content, str) and content:
-                answers.append(content)
+            if isinstance(message, dict) and message.get("role") == "assistant":
+                content = message.get("content")
+                if isinstance(content, str) and content:
+                    answers.append(content)
     datasource = output_item.get("datasource_item")
     if not answers and isinstance(datasource, dict):
         response = datasource.get("response")
