@@ -48,11 +48,6 @@ logger = logging.getLogger("evalpipe.foundry")
 ENDPOINT_ENV = FOUNDRY_ENDPOINT_ENV
 """The environment variable read for the project endpoint when none is passed (after MAF's)."""
 
-# MAF's: its endpoint variable (read first), its judge deployment's variable and default.
-MAF_ENDPOINT_ENV = "FOUNDRY_PROJECT_ENDPOINT"
-MODEL_ENV = "FOUNDRY_MODEL"
-DEFAULT_MODEL = "gpt-4o"
-
 _TERMINAL = frozenset({"completed", "failed", "canceled", "cancelled"})
 _MISSING_CODES = {"timeout": "Timeout", "failed": "RunFailed", "canceled": "RunCanceled"}
 
@@ -213,7 +208,9 @@ class FoundryEvals(BatchedEvaluator):
         else:
             if project_client is None:
                 endpoint = (
-                    endpoint or os.environ.get(MAF_ENDPOINT_ENV) or os.environ.get(ENDPOINT_ENV)
+                    endpoint
+                    or os.environ.get("FOUNDRY_PROJECT_ENDPOINT")  # MAF's, read first
+                    or os.environ.get(ENDPOINT_ENV)
                 )
                 if not endpoint:
                     raise ValueError(
@@ -224,7 +221,7 @@ class FoundryEvals(BatchedEvaluator):
                         "(https://<resource>.services.ai.azure.com/api/projects/<project>)."
                     )
                 project_client = self._owned_project = _project_client(endpoint, credential)
-                model = model or os.environ.get(MODEL_ENV) or DEFAULT_MODEL
+                model = model or os.environ.get("FOUNDRY_MODEL") or "gpt-4o"  # as MAF
             elif not hasattr(project_client, "get_openai_client"):
                 raise TypeError(
                     "project_client must be an azure.ai.projects AIProjectClient (sync or aio), "
