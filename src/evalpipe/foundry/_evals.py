@@ -693,9 +693,8 @@ class FoundryEvals(BatchedEvaluator):
         config = {"type": "azure_ai_source", "scenario": scenario}
         items = [item({}, i) for i in range(count or 0)]
         try:
-            eval_id = await self._new_eval(
-                eval_name, config, specs, None, f"FoundryEvals.{scenario}"
-            )
+            kind = f"FoundryEvals.{scenario}"
+            eval_id = await self._new_eval(eval_name, config, specs, None, kind)
         except Exception as exc:
             return _not_created(items, specs, exc)
         run_body = {
