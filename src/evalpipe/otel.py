@@ -276,7 +276,7 @@ def read_spans(path: str | Path) -> tuple[list[Span], list[TraceDiagnostic]]:
 def _json_attribute(span: Span, key: str, diagnostics: list[TraceDiagnostic]) -> Any:
     """A JSON-encoded attribute, parsed; None (with a diagnostic) when it does not parse."""
     value = span.attributes.get(key)
-    if value is None or not isinstance(value, str):
+    if not isinstance(value, str):
         return value
     try:
         return json.loads(value)

@@ -8,6 +8,7 @@ import time
 from evalpipe import EvalItem, EvalItemResult, EvalScoreResult, Message
 from evalpipe._internal.retry import parse_retry_after
 from evalpipe.foundry import flat_view
+from evalpipe.foundry._evals import _target_item
 from evalpipe.foundry._evaluators import validate_evaluators
 from evalpipe.foundry._results import item_result
 
@@ -101,3 +102,11 @@ def test_retry_after_forms() -> None:
     assert 25 <= delay <= 31
     assert parse_retry_after({"Retry-After": "soon"}) is None
     assert parse_retry_after({}) is None
+
+
+def test_a_target_sample_entry_that_is_not_a_message_is_left_out() -> None:
+    """A target completion's sample.output entry that is not an object is skipped (it used to
+    raise, erroring the item with OutputParseError although the service had scored it)."""
+    output = {"sample": {"output": ["junk", {"role": "assistant", "content": "hi"}]}}
+    item = _target_item(output, "q", 0)
+    assert [(m.role, m.text) for m in item.conversation] == [("user", "q"), ("assistant", "hi")]

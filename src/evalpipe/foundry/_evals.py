@@ -48,11 +48,6 @@ logger = logging.getLogger("evalpipe.foundry")
 ENDPOINT_ENV = FOUNDRY_ENDPOINT_ENV
 """The environment variable read for the project endpoint when none is passed (after MAF's)."""
 
-# MAF's: its endpoint variable (read first), its judge deployment's variable and default.
-MAF_ENDPOINT_ENV = "FOUNDRY_PROJECT_ENDPOINT"
-MODEL_ENV = "FOUNDRY_MODEL"
-DEFAULT_MODEL = "gpt-4o"
-
 _TERMINAL = frozenset({"completed", "failed", "canceled", "cancelled"})
 _MISSING_CODES = {"timeout": "Timeout", "failed": "RunFailed", "canceled": "RunCanceled"}
 
@@ -213,7 +208,9 @@ class FoundryEvals(BatchedEvaluator):
         else:
             if project_client is None:
                 endpoint = (
-                    endpoint or os.environ.get(MAF_ENDPOINT_ENV) or os.environ.get(ENDPOINT_ENV)
+                    endpoint
+                    or os.environ.get("FOUNDRY_PROJECT_ENDPOINT")  # MAF's, read first
+                    or os.environ.get(ENDPOINT_ENV)
                 )
                 if not endpoint:
                     raise ValueError(
@@ -224,7 +221,7 @@ class FoundryEvals(BatchedEvaluator):
                         "(https://<resource>.services.ai.azure.com/api/projects/<project>)."
                     )
                 project_client = self._owned_project = _project_client(endpoint, credential)
-                model = model or os.environ.get(MODEL_ENV) or DEFAULT_MODEL
+                model = model or os.environ.get("FOUNDRY_MODEL") or "gpt-4o"  # as MAF
             elif not hasattr(project_client, "get_openai_client"):
                 raise TypeError(
                     "project_client must be an azure.ai.projects AIProjectClient (sync or aio), "
@@ -658,6 +655,8 @@ class FoundryEvals(BatchedEvaluator):
             TypeError: for a target that is not a dict, or a query that is not a str.
         """
         queries = _target_queries(target, test_queries)
+        if not queries:
+            return make_results(PROVIDER, [])
         data_source = {
             "type": "azure_ai_target_completions",
             "target": dict(target),
@@ -666,8 +665,6 @@ class FoundryEvals(BatchedEvaluator):
                 "content": [{"item": {"query": q}} for q in queries],
             },
         }
-        if not queries:
-            return make_results(PROVIDER, [])
         return await self._server_side(
             "target_completions",
             data_source,
@@ -814,9 +811,10 @@ def _target_item(output_item: dict[str, Any], query: str, index: int) -> EvalIte
     answers: list[str] = []
     if isinstance(sample, dict):
         for message in sample.get("output") or []:
-            content = message.get("content") if isinstance(message, dict) else None
-            if message.get("role") == "assistant" and isinstance(content, str) and content:
-                answers.append(content)
+            if isinstance(message, dict) and message.get("role") == "assistant":
+                content = message.get("content")
+                if isinstance(content, str) and content:
+                    answers.append(content)
     datasource = output_item.get("datasource_item")
     if not answers and isinstance(datasource, dict):
         response = datasource.get("response")

@@ -510,7 +510,7 @@ class FoundryThreads(AbstractContextManager["FoundryThreads"]):
 
     async def aread_agent(self, agent_id: str, **window: Any) -> list[ThreadRunRecord]:
         """``read_agent`` in a worker thread."""
-        return await asyncio.to_thread(lambda: self.read_agent(agent_id, **window))
+        return await asyncio.to_thread(self.read_agent, agent_id, **window)
 
     # -- conversion --------------------------------------------------------------------------
 
