@@ -435,7 +435,7 @@ def _check_compare_with(suite: EvalSuite) -> None:
     if suite.compare_with in (None, "last", "baseline"):
         return
     path = Path(str(suite.compare_with))
-    if not (path / "manifest.json").is_file():
+    if not (path / MANIFEST).is_file():
         raise SuiteError(
             f"compare_with: {path} is not a finished run directory (no manifest.json); name a "
             "run directory `evalpipe run` completed, or use compare_with: last or baseline"
