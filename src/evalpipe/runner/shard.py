@@ -360,7 +360,6 @@ _CallItems = EvalItem | RunItems
 
 
 def _items_of(plan: RunPlan, outcome: CallOutcome) -> _CallItems:
-    """One call's items."""
     call = outcome.call
     row = plan.rows[call.row_index]
     run = outcome.run
