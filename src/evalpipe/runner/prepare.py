@@ -14,7 +14,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
 from evalpipe import artifacts  # its names load on first use: pyarrow only to re-score a run
 from evalpipe.datasets import DatasetError, PlainRow, QueryRow, load_rows, row_hash
@@ -58,14 +58,13 @@ def rows_from_dataset(rows: Sequence[QueryRow | PlainRow], kind: TargetKind) -> 
     for index, row in enumerate(rows):
         recorded: Transcript | None = None
         head: tuple[Message, ...] | None = None
-        if type(row) is PlainRow:
+        if isinstance(row, PlainRow):
             calls = row.expected_tool_calls  # shared by the loader already
         else:
             if row.recorded:
-                query_row = cast(QueryRow, row)
-                recorded = recorded_run(query_row, query_index=index, repetition=0, kind=kind)
-                if kind == "agent" and query_row.conversation is not None:
-                    head = tuple(split_recording(query_row.conversation, row.query)[0])
+                recorded = recorded_run(row, query_index=index, repetition=0, kind=kind)
+                if kind == "agent" and row.conversation is not None:
+                    head = tuple(split_recording(row.conversation, row.query)[0])
             calls = _shared(shared, row.expected_tool_calls)
         if row.agents:
             expect = Expectations(row.expected_output, calls, row.context, dict(row.agents))
@@ -435,7 +434,7 @@ def _check_compare_with(suite: EvalSuite) -> None:
     if suite.compare_with in (None, "last", "baseline"):
         return
     path = Path(str(suite.compare_with))
-    if not (path / "manifest.json").is_file():
+    if not (path / MANIFEST).is_file():
         raise SuiteError(
             f"compare_with: {path} is not a finished run directory (no manifest.json); name a "
             "run directory `evalpipe run` completed, or use compare_with: last or baseline"

@@ -44,7 +44,6 @@ __all__ = [
     "run_calls",
     "run_in_process",
     "run_shard",
-    "settle_many",
 ]
 
 Source = Literal["made", "reused", "recorded"]
@@ -64,7 +63,6 @@ class CallOutcome:
     run: Transcript
     source: Source
     json: str | None = None
-    """The transcript as JSON, once serialized (for the journal and runs.parquet)."""
 
     @property
     def reused(self) -> bool:
@@ -155,7 +153,7 @@ async def _made(
     return CallOutcome(call, made, "made")
 
 
-def settle_many(
+def _settle_many(
     plan: RunPlan, state: RunState, outcomes: Sequence[CallOutcome]
 ) -> list[CallOutcome]:
     """Fetched outcomes made ready for the next stage: a made transcript's secrets masked and,
@@ -245,7 +243,7 @@ async def run_calls(
         while unsettled:
             batch = unsettled.copy()
             unsettled.clear()
-            settled = settle_many(plan, state, [fetched for _, fetched in batch])
+            settled = _settle_many(plan, state, [fetched for _, fetched in batch])
             for (index, _), outcome in zip(batch, settled, strict=True):
                 out[index] = outcome
                 if on_settled is not None:
@@ -304,7 +302,7 @@ async def run_calls(
             # cancelled (a run timeout, SIGTERM) or failed elsewhere: the calls that finished are
             # journaled all the same, so a resumed run does not make them again
             with contextlib.suppress(StorageError):
-                settle_many(plan, state, [fetched for _, fetched in unsettled])
+                _settle_many(plan, state, [fetched for _, fetched in unsettled])
         if isinstance(failed, BaseExceptionGroup):
             raise failed.exceptions[0] from None
         raise
@@ -362,7 +360,6 @@ _CallItems = EvalItem | RunItems
 
 
 def _items_of(plan: RunPlan, outcome: CallOutcome) -> _CallItems:
-    """One call's items."""
     call = outcome.call
     row = plan.rows[call.row_index]
     run = outcome.run

@@ -39,7 +39,6 @@ from evalpipe.secrets import Scrubber
 from evalpipe.suite import SuiteError
 
 __all__ = [
-    "ANSWERS",
     "MANIFEST",
     "RUN_MARKER",
     "JournalAnswers",
@@ -50,7 +49,6 @@ __all__ = [
     "StorageError",
     "check_run_dir",
     "find_resumable",
-    "interrupted_after_manifest",
     "is_remote",
     "local_base",
     "manifest_fingerprint",
@@ -122,7 +120,7 @@ def find_resumable(suite: Any, identity: str, *, fingerprint: str | None = None)
     and its version), whatever else changed (evaluators, gates, repetitions): its finished calls
     are reused by target and row, not by the whole suite. With ``fingerprint``, a run of this very
     suite whose results are written but whose process ended before it finished (its report,
-    publication, artifacts: :func:`interrupted_after_manifest`) is one too: it is finished, not
+    publication, artifacts: :func:`_interrupted_after_manifest`) is one too: it is finished, not
     made again."""
     base = local_base(suite.output_dir) / suite.name
     if not base.is_dir():
@@ -134,7 +132,7 @@ def find_resumable(suite: Any, identity: str, *, fingerprint: str | None = None)
             continue
         if (path / MANIFEST).exists() and not (
             fingerprint is not None
-            and interrupted_after_manifest(path)
+            and _interrupted_after_manifest(path)
             and manifest_fingerprint(path) == fingerprint
         ):
             continue
@@ -145,7 +143,7 @@ def find_resumable(suite: Any, identity: str, *, fingerprint: str | None = None)
 MANIFEST = "manifest.json"
 
 
-def interrupted_after_manifest(path: Path) -> bool:
+def _interrupted_after_manifest(path: Path) -> bool:
     """A run directory whose results are written (``manifest.json``) but whose run did not let go
     of its lock: its process ended (``kill -9``) before its report, publication and artifacts,
     or it is finishing them now (its lock is then held)."""
@@ -243,7 +241,7 @@ def check_run_dir(path: Path, identity: str, *, rescore: bool = False) -> None:
         return
     data = _read_json(path / RUN_MARKER)
     if (path / MANIFEST).exists() and not (
-        interrupted_after_manifest(path) and (data or {}).get("identity") == identity
+        _interrupted_after_manifest(path) and (data or {}).get("identity") == identity
     ):
         raise RunDirError(
             f"{path}: a finished run; finished runs are never rewritten. Re-score it with "
@@ -358,7 +356,7 @@ def _rewrite(handle: Any, data: dict[str, Any]) -> None:
     handle.flush()
 
 
-ANSWERS = "evaluator answers"
+_ANSWERS = "evaluator answers"
 """The identity of the journal file that keeps the judges' answers (beside the target's calls)."""
 
 
@@ -449,7 +447,7 @@ class RunState:
             write_marker(plan, state.started_at)
         if plan.stored is None:
             state.journal = Journal(plan.run_dir / "journal", plan.identity)
-        state.answers = JournalAnswers(Journal(plan.run_dir / "journal", ANSWERS), state.scrubber)
+        state.answers = JournalAnswers(Journal(plan.run_dir / "journal", _ANSWERS), state.scrubber)
         return state
 
     def reusable(self, plan: RunPlan) -> int:
