@@ -554,7 +554,8 @@ def shared_evaluators(suite: EvalSuite) -> list[Any]:
     shared = []
     for i, entry in enumerate(suite.evaluators):
         found = _name_and_settings(_split_scope(entry, f"evaluators[{i}]")[0])
-        obj = registry.shared_object(*found) if found is not None else None
+        with import_root(suite.suite_dir):  # as the run built it: a module beside the suite file
+            obj = registry.shared_object(*found) if found is not None else None
         if obj is not None:
             shared.append(obj)
     return shared

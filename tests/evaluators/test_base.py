@@ -98,3 +98,36 @@ def test_shared_evaluators_are_the_imported_instances_only(
     assert [p.name for p in shared] == ["shared"]
     assert shared[0] is sys.modules["closing_mod"].SHARED is built[0]
     assert all(p is not shared[0] for p in built[1:])
+
+
+def test_shared_evaluators_import_from_the_suite_directory(tmp_path: Path) -> None:
+    """A `module:instance` evaluator beside the suite file (not on sys.path) is found as shared
+    even before the run built it (a fresh worker process): a run leaves it open instead of
+    closing the user's instance."""
+    (tmp_path / "beside_suite_evals.py").write_text(
+        textwrap.dedent(
+            """
+            class Closable:
+                name = "beside"
+                async def evaluate(self, items, *, eval_name):
+                    raise NotImplementedError
+                async def aclose(self):
+                    pass
+            SHARED = Closable()
+            """
+        ),
+        encoding="utf-8",
+    )
+    (tmp_path / "queries.jsonl").write_text('{"query": "hi"}\n', encoding="utf-8")
+    (tmp_path / "suite.yaml").write_text(
+        "name: beside\ntarget: evalpipe.targets.demo:travel_agent\ndataset: queries.jsonl\n"
+        "evaluators: ['beside_suite_evals:SHARED']\n",
+        encoding="utf-8",
+    )
+    from evalpipe.suite import load_suite
+
+    assert "beside_suite_evals" not in sys.modules
+    suite = load_suite(tmp_path / "suite.yaml")
+    shared = shared_evaluators(suite)
+    assert [p.name for p in shared] == ["beside"]
+    assert shared[0] is sys.modules["beside_suite_evals"].SHARED
