@@ -412,9 +412,6 @@ def read_rows(
         ArtifactError, SchemaVersionError: as ``read_table``.
         IndexError: a position past the table's last row.
     """
-    if not positions:
-        read_manifest(run_dir, filesystem=filesystem)
-        return []
     rows = _open(run_dir, name, filesystem).rows(positions, columns)
     LOADED["item_rows"] += len(set(positions))
     return rows
