@@ -297,10 +297,10 @@ def test_read_rows_reads_only_the_rows_asked_for(tmp_path: Path, table: str) -> 
 )
 def test_item_metadata_is_read_as_json_loads_reads_it(text: str) -> None:
     """An item result's metadata text comes back as json.loads gives it: values and their types."""
-    got = columns._json_object(text)
+    got = columns.json_object(text)
     assert got == json.loads(text)
     assert repr(got) == repr(json.loads(text))  # 1 and 1.0, -0.0 and 0.0 stay apart
-    assert columns._json_object(None) is None
+    assert columns.json_object(None) is None
 
 
 def test_row_positions_become_an_int64_array_of_the_same_values() -> None:

@@ -408,7 +408,7 @@ def _sample_json(sample: Any) -> str:
     return json_text(sample)
 
 
-def _json_object(text: str | None) -> Any:
+def json_object(text: str | None) -> Any:
     """A JSON object back (one per item: the hot parse of ``load_run``): pydantic-core's parser
     gives the values ``json.loads`` gives in about half the time; what it refuses, ``json.loads``
     reads or names."""
@@ -602,7 +602,7 @@ ITEMS = Table(
             metadata=dict(
                 get=lambda batch: list(map(json_text, batch.attr("metadata"))),
                 field="metadata",
-                decode=_json_object,
+                decode=json_object,
             ),
         ),
     ),
@@ -652,7 +652,7 @@ SCORES = Table(
             item_total_tokens=dict(get=_tokens(2)),
             item_token_usage_other=dict(get=_tokens(3)),
             item_metadata=dict(
-                get=_each("metadata", json_text), field="metadata", decode=_json_object
+                get=_each("metadata", json_text), field="metadata", decode=json_object
             ),
         ),
         *_columns(

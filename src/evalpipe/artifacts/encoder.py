@@ -170,13 +170,10 @@ class RowEncoder:
             ]
         real = [s for s in scores if s is not None]
         columns = TABLES["scores"].values("score", Batch(real, items))
-        if len(real) != len(scores):
-            rows = [row for row, score in enumerate(scores) if score is not None]
+        if len(real) != len(scores):  # null on the rows of items without scores
             for name, values in columns.items():
-                full: list[Any] = [None] * len(scores)
-                for row, value in zip(rows, values, strict=True):
-                    full[row] = value
-                columns[name] = full
+                given = iter(values)
+                columns[name] = [None if s is None else next(given) for s in scores]
         return EncodedScores(
             TABLES["scores"].values("level", Batch([level])),
             results,

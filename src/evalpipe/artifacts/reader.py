@@ -23,7 +23,7 @@ import pyarrow.compute as pc  # type: ignore[import-untyped, unused-ignore]
 import pyarrow.fs as pafs  # type: ignore[import-untyped, unused-ignore]
 import pyarrow.parquet as pq  # type: ignore[import-untyped, unused-ignore]
 
-from evalpipe.artifacts.columns import TABLES, Column, Source
+from evalpipe.artifacts.columns import TABLES, Column, Source, json_object
 from evalpipe.artifacts.schema import (
     FILES,
     MANIFEST_FILE,
@@ -412,9 +412,6 @@ def read_rows(
         ArtifactError, SchemaVersionError: as ``read_table``.
         IndexError: a position past the table's last row.
     """
-    if not positions:
-        read_manifest(run_dir, filesystem=filesystem)
-        return []
     rows = _open(run_dir, name, filesystem).rows(positions, columns)
     LOADED["item_rows"] += len(set(positions))
     return rows
@@ -463,7 +460,7 @@ def read_not_passed(
                     **{
                         k: first[k] for k in ("item_id", "item_status", "input_text", "output_text")
                     },
-                    "item_metadata": _loads(first["item_metadata"]) or {},
+                    "item_metadata": json_object(first["item_metadata"]) or {},
                     "why": first["item_error_message"] or "; ".join(failed),
                 }
             )
@@ -492,10 +489,6 @@ def _tokens(*parts: Any) -> dict[str, int] | None:
     if other is not None:
         usage.update(json.loads(other))
     return usage
-
-
-def _loads(text: str | None) -> Any:
-    return None if text is None else json.loads(text)
 
 
 def _usage(row: dict[str, Any]) -> RunUsage | None:
@@ -667,10 +660,10 @@ def load_run(
             eval_id=row.eval_id or "",
             run_id=row.eval_run_id or "",
             status=row.status or "completed",
-            result_counts=_loads(row.result_counts),
+            result_counts=json_object(row.result_counts),
             report_url=row.report_url,
             error=row.error,
-            per_evaluator=_loads(row.per_evaluator) or {},
+            per_evaluator=json_object(row.per_evaluator) or {},
         )
         # assigned, not passed in: the item results are built already (validating them again
         # costs seconds), and the model does not validate assignments

@@ -577,10 +577,10 @@ class RunWriter:
         final = f"{self.path}/{MANIFEST_FILE}"
         target = f"{self.path}/.{MANIFEST_FILE}.{uuid.uuid4().hex}.tmp" if self._atomic else final
         try:
-            with _naming(final), self.fs.open_output_stream(target) as out:
-                out.write(text.encode())
-            if self._atomic:
-                with _naming(final):
+            with _naming(final):
+                with self.fs.open_output_stream(target) as out:
+                    out.write(text.encode())
+                if self._atomic:
                     self.fs.move(target, final)
         except BaseException:
             if self._atomic:  # a failed write leaves no temporary file behind
