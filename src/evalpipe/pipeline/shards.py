@@ -20,7 +20,7 @@ import uuid
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 from evalpipe._internal.adaptive import LimitChange, limit_changes
 from evalpipe.artifacts.encoder import EncodedBatch, RowEncoder
@@ -46,7 +46,6 @@ __all__ = [
     "RunSpec",
     "ShardJob",
     "ShardRows",
-    "call_columns",
     "run_job",
     "run_job_blocking",
     "strip_results",
@@ -198,21 +197,6 @@ def strip_results(result: EvalResults) -> None:
         strip_results(sub)
 
 
-def call_columns(plan: RunPlan, outcomes: list[CallOutcome]) -> dict[str, Any]:
-    """The calls' rows of runs.parquet as the encoder takes them (``RowEncoder.target_runs``)."""
-    rows = plan.rows
-    price = plan.prices.get(plan.target_model)
-    return {
-        "runs": [o.run for o in outcomes],
-        "run_ids": [o.call.key for o in outcomes],
-        "row_ids": [rows[o.call.row_index].id for o in outcomes],
-        "transcripts": [o.transcript_json() for o in outcomes],
-        "cached": [o.reused for o in outcomes],
-        "target": plan.identity,
-        "costs": None if price is None else [_cost(price, o) for o in outcomes],
-    }
-
-
 def _cost(price: Price, outcome: CallOutcome) -> float | None:
     """A call's cost at its price; None for a recording or a call that reported no tokens."""
     inp, out, _ = tokens_of(outcome.run.usage)
@@ -267,8 +251,12 @@ def _built(spec: RunSpec) -> HeldRun:
 async def run_job(run: HeldRun, job: ShardJob) -> ShardRows:
     """Run one shard of ``run`` (the flow's, or a worker's) and return its rows."""
     base = run.plan
-    plan = base if job.rows is None else replace(base, rows=job.rows)
-    plan = replace(plan, calls=job.calls, stored=job.stored if base.stored is None else base.stored)
+    plan = replace(
+        base,
+        rows=base.rows if job.rows is None else job.rows,
+        calls=job.calls,
+        stored=job.stored if base.stored is None else base.stored,
+    )
     semaphore = run.semaphore or asyncio.Semaphore(job.share)
     scope = None
     if job.limits:
@@ -301,11 +289,21 @@ async def run_job(run: HeldRun, job: ShardJob) -> ShardRows:
 
 def _rows(plan: RunPlan, job: ShardJob, shard: ShardResult) -> ShardRows:
     """A finished shard's answer: its rows encoded, its results stripped, its calls counted."""
+    outcomes = shard.outcomes
     tally = CallTally()
-    for outcome in shard.outcomes:
+    for outcome in outcomes:
         tally.add(outcome.source, outcome.run)
+    price = plan.prices.get(plan.target_model)
     encoder = RowEncoder()
-    runs = encoder.target_runs(**call_columns(plan, shard.outcomes))
+    runs = encoder.target_runs(
+        runs=[o.run for o in outcomes],
+        run_ids=[o.call.key for o in outcomes],
+        row_ids=[plan.rows[o.call.row_index].id for o in outcomes],
+        transcripts=[o.transcript_json() for o in outcomes],
+        cached=[o.reused for o in outcomes],
+        target=plan.identity,
+        costs=None if price is None else [_cost(price, o) for o in outcomes],
+    )
     encoded = encoder.results(shard.results, SummaryTally().check(shard.results))
     encoded.runs = runs
     verdicts = call_verdicts(shard.results)
@@ -317,7 +315,7 @@ def _rows(plan: RunPlan, job: ShardJob, shard: ShardResult) -> ShardRows:
         results=shard.results,
         calls=tally,
         verdicts=verdicts,
-        n_calls=len(shard.outcomes),
+        n_calls=len(outcomes),
     )
 
 
