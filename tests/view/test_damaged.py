@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 from pathlib import Path
 
 import httpx
@@ -13,10 +12,8 @@ import pytest
 from starlette.testclient import TestClient
 
 from evalpipe.view.app import create_app
-from live_prefect import free_port, start, stop, wait_for
 from report.report_builders import write_run
-
-BIN = Path(sys.executable).parent
+from view.conftest import served
 
 DAMAGE = {
     "bad-json": ("manifest.json", b"{not json", "manifest.json: not valid JSON"),
@@ -70,25 +67,9 @@ def test_a_damaged_run_is_listed_as_damaged_and_every_other_page_works(output: P
 def test_evalpipe_view_starts_beside_a_damaged_run(output: Path, tmp_path: Path) -> None:
     """Regression: `evalpipe view` refused to start (exit 2) when one run was damaged. It starts,
     warns naming each damaged file, and serves the runs page."""
-    port = free_port()
     log = tmp_path / "view.log"
-    command = [str(BIN / "evalpipe"), "view", str(output), "--port", str(port)]
-    proc = start(command, dict(os.environ), log)
-    url = f"http://127.0.0.1:{port}/"
-
-    def up() -> bool:
-        if proc.poll() is not None:
-            raise AssertionError(log.read_text(errors="replace"))
-        try:
-            return httpx.get(url, timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    try:
-        wait_for(up, 60, "evalpipe view")
-        assert httpx.get(url, timeout=10).text.count('class="damaged"') == len(DAMAGE)
-    finally:
-        stop(proc)
+    with served(output, dict(os.environ), log) as url:
+        assert httpx.get(url + "/", timeout=10).text.count('class="damaged"') == len(DAMAGE)
     said = log.read_text(errors="replace")
     assert "1 run(s) (4 damaged, listed as such)" in said
     for name, (_, _, problem) in DAMAGE.items():
@@ -102,24 +83,9 @@ def test_stopping_evalpipe_view_speaks_of_the_view_not_of_a_run(tmp_path: Path) 
     hint about journaled calls to resume: only `evalpipe run` has those."""
     output = tmp_path / "runs"
     output.mkdir()
-    port = free_port()
     log = tmp_path / "view.log"
-    proc = start(
-        [str(BIN / "evalpipe"), "view", str(output), "--port", str(port)], dict(os.environ), log
-    )
-
-    def up() -> bool:
-        if proc.poll() is not None:
-            raise AssertionError(log.read_text(errors="replace"))
-        try:
-            return httpx.get(f"http://127.0.0.1:{port}/", timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    try:
-        wait_for(up, 60, "evalpipe view")
-    finally:
-        stop(proc)
+    with served(output, dict(os.environ), log):
+        pass  # up and answering; leaving the block sends it SIGTERM
     said = log.read_text(errors="replace")
     assert "interrupted: view stopped" in said, said
     assert "journaled" not in said
