@@ -14,9 +14,10 @@ import pytest
 import yaml
 
 from evalpipe import evaluate_agent
-from evalpipe._internal.collector import YOUNG_THRESHOLD
+from evalpipe._internal.collector import MAKING, RECEIVING
 from evalpipe.checks import keyword_check
 from evalpipe.cli import main
+from evalpipe.cli.run import _flow_running
 
 pytestmark = pytest.mark.usefixtures("prefect_api")
 
@@ -81,13 +82,26 @@ def test_evalpipe_run_sets_its_process_while_its_flow_runs_and_puts_it_back(
     project: Path,
 ) -> None:
     """`evalpipe run` (threads: the calls run in its process) runs its flow with what was alive
-    frozen, a collection every YOUNG_THRESHOLD new objects that walks every generation and
+    frozen, the collector's thresholds of the process that makes the shards' objects (MAKING) and
     Arrow on the system allocator, and restores all three when it ends."""
     before = _now()
-    assert before[0][0] != YOUNG_THRESHOLD
+    assert before[0] != MAKING
     assert before[2] != "system"
     assert main(["run", "suite.yaml", "--no-progress"]) == 0
-    assert _seen(project / "gc.log") == {((YOUNG_THRESHOLD, 1, 1), True, "system")}
+    assert _seen(project / "gc.log") == {(MAKING, True, "system")}
+    assert _now() == before
+
+
+def test_with_workers_the_flows_process_walks_every_generation_and_puts_it_back() -> None:
+    """When a task runner's workers run the shards, `evalpipe run`'s process collects with
+    RECEIVING (every generation: the runner's futures hold shards' rows in cycles), and puts the
+    collector back afterwards."""
+    before = _now()
+    with _flow_running(True):
+        assert gc.get_threshold() == RECEIVING
+        assert gc.get_freeze_count() > 0
+    with _flow_running(False):
+        assert gc.get_threshold() == MAKING
     assert _now() == before
 
 
@@ -113,7 +127,7 @@ def test_evalpipe_runs_process_pool_workers_collect_as_it_does(project: Path) ->
     (project / "suite.yaml").write_text(yaml.safe_dump(suite), encoding="utf-8")
     assert main(["run", "suite.yaml", "--no-progress"]) == 0
     ((threshold, frozen, pool),) = _seen(project / "gc.log")
-    assert (threshold, frozen) == ((YOUNG_THRESHOLD, 1, 1), True)
+    assert (threshold, frozen) == (MAKING, True)
     assert pool != "system"
 
 
@@ -129,5 +143,5 @@ def test_a_library_runs_process_pool_workers_keep_pythons_collector(project: Pat
     outcome = run_suite(load_suite(project / "suite.yaml"))
     assert outcome.state == "Completed", outcome.message
     ((threshold, frozen, _),) = _seen(project / "gc.log")
-    assert threshold != (YOUNG_THRESHOLD, 1, 1)
+    assert threshold not in (MAKING, RECEIVING)
     assert frozen is False

@@ -136,17 +136,16 @@ class _Display(Progress):
 
 
 @contextlib.contextmanager
-def _flow_running() -> Iterator[None]:
+def _flow_running(on_workers: bool) -> Iterator[None]:
     """`evalpipe run`'s process while the flow runs, all of it undone when the flow ends (the
-    command may run inside another program: the tests call it).
+    command may run inside another program: the tests call it); ``on_workers``: a task runner's
+    workers run the shards.
 
     The cyclic garbage collector collects less (``collect_less``: what the run prepared is frozen
-    out of collections, which come rarer and walk every generation): this process makes and drops
-    millions of small objects, almost none in cycles. 30,000 instant calls x 3 checks on threads:
-    12.5-13.0 s of CPU with CPython's defaults, 8.5 s so, the same peak memory (~375 MiB); every
-    generation is walked because a task runner's future holds its shard's rows in a cycle (100,000
-    calls on a process pool: 524 MiB peak, against 641-661 MiB with CPython's (10, 10)). A process
-    pool's workers get the same for their life (their initializer).
+    out of collections, which come rarer): this process makes and drops millions of small
+    objects, almost none in cycles. A process pool's workers get the same for their life (their
+    initializer); with workers, this process walks every generation at each collection instead
+    (a task runner's future holds its shard's rows in a cycle).
 
     Arrow allocates with the C library's allocator, not its default pool (mimalloc), which kept
     ~80 MiB of the shards' columns and Parquet pages (100,000 calls on a process pool: peak 531
@@ -157,7 +156,7 @@ def _flow_running() -> Iterator[None]:
     threshold = gc.get_threshold()
     frozen = gc.get_freeze_count()
     pool = pa.default_memory_pool()
-    collect_less()
+    collect_less(receiving=on_workers)
     setting = process_worker_setup.set(collect_less)
     pa.set_memory_pool(pa.system_memory_pool())
     try:
@@ -194,7 +193,10 @@ def _run(args: argparse.Namespace) -> int:
             )
         display.stage("starting the flow run")
         try:
-            with exits_on(RunLockedError, SuiteError), _flow_running():
+            with (
+                exits_on(RunLockedError, SuiteError),
+                _flow_running(suite.task_runner != "threads"),
+            ):
                 outcome = run_suite(
                     suite,
                     rescore=args.rescore,
