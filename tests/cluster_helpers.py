@@ -13,11 +13,17 @@ from pathlib import Path
 
 @contextmanager
 def dask_cluster(
-    root: Path, env: dict[str, str], *, nthreads: int = 1, workers: int = 2
+    root: Path,
+    env: dict[str, str],
+    *,
+    nthreads: int = 1,
+    workers: int = 2,
+    preload: tuple[str, ...] = ("evalpipe.pipeline.dask_worker",),
 ) -> Iterator[tuple[str, list[int]]]:
     """The scheduler's address and the pids of the scheduler and workers, all started with
-    ``env`` (so the workers import what its PYTHONPATH holds); waits at most 60 s for the
-    scheduler and 120 s for the workers, and stops them all at the end."""
+    ``env`` (so the workers import what its PYTHONPATH holds) and the workers with ``--preload``
+    of each module in ``preload`` (by default evalpipe's, as docs/operations.md shows); waits at
+    most 60 s for the scheduler and 120 s for the workers, and stops them all at the end."""
     from distributed import Client
 
     dask_cli = str(Path(sys.executable).with_name("dask"))
@@ -48,6 +54,7 @@ def dask_cluster(
                         *(dask_cli, "worker", "--scheduler-file", str(scheduler_file)),
                         *("--nthreads", str(nthreads), "--host", "127.0.0.1", "--no-dashboard"),
                         *("--local-directory", str(own), "--name", f"worker-{i}"),
+                        *(arg for module in preload for arg in ("--preload", module)),
                     ],
                     cwd=own,
                     **quiet,  # type: ignore[call-overload]

@@ -131,6 +131,19 @@ def test_evalpipe_runs_process_pool_workers_collect_as_it_does(project: Path) ->
     assert pool != "system"
 
 
+def test_evalpipe_runs_dask_local_cluster_workers_collect_as_its_pool_workers(
+    project: Path,
+) -> None:
+    """A Dask LocalCluster `evalpipe run` starts preloads evalpipe.pipeline.dask_worker: its
+    workers collect as the command's pool workers do."""
+    suite = yaml.safe_load((project / "suite.yaml").read_text(encoding="utf-8"))
+    suite["task_runner"] = {"dask": {"n_workers": 1, "threads_per_worker": 1}}
+    (project / "suite.yaml").write_text(yaml.safe_dump(suite), encoding="utf-8")
+    assert main(["run", "suite.yaml", "--no-progress"]) == 0
+    ((threshold, frozen, _),) = _seen(project / "gc.log")
+    assert (threshold, frozen) == (MAKING, True)
+
+
 def test_a_library_runs_process_pool_workers_keep_pythons_collector(project: Path) -> None:
     """run_suite (a library call, as a deployment's flow run makes) starts its process pool's
     workers with Python's own collector: only `evalpipe run`'s entry hands them its setting."""

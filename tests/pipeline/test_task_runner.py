@@ -249,6 +249,27 @@ async def test_a_dask_cluster_of_two_workers_equals_threads_within_the_concurren
     assert run_tables(outcome.run_dir) == run_tables(baseline.run_dir)
 
 
+def test_dask_workers_started_with_evalpipes_preload_collect_as_a_pools_workers(
+    dask_cluster: tuple[str, Path],
+) -> None:
+    """`dask worker --preload evalpipe.pipeline.dask_worker` (docs/operations.md) gives each
+    worker the collector of `evalpipe run`'s pool workers: what it imported frozen, MAKING."""
+    import gc
+
+    from distributed import Client
+
+    from evalpipe._internal.collector import MAKING
+
+    def collector() -> tuple[tuple[int, int, int], int]:
+        return gc.get_threshold(), gc.get_freeze_count()
+
+    address, _ = dask_cluster
+    with Client(address, timeout=30) as client:
+        seen = client.run(collector)
+    assert len(seen) == 2
+    assert all(tuple(t) == MAKING and frozen > 0 for t, frozen in seen.values())
+
+
 async def test_dask_workers_journal_where_a_resume_finds_their_calls(
     project: Path, dask_cluster: tuple[str, Path]
 ) -> None:

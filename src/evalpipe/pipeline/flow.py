@@ -123,7 +123,8 @@ process_worker_setup: contextvars.ContextVar[Callable[[], None] | None] = contex
     "evalpipe_process_worker_setup", default=None
 )
 """Set by the CLI: run once in each worker process of a process pool the run starts (Prefect's
-``ProcessPoolTaskRunner`` initializer; a picklable function)."""
+``ProcessPoolTaskRunner`` initializer; a picklable function). While it is set, the workers of a Dask
+LocalCluster the run starts preload ``evalpipe.pipeline.dask_worker`` (the CLI's collector)."""
 
 prepared_plan: contextvars.ContextVar[tuple[RunPlan, EvalSuite, RunLock] | None] = (
     contextvars.ContextVar("evalpipe_prepared_plan", default=None)
@@ -260,6 +261,8 @@ def _task_runner(suite: EvalSuite, concurrency: int) -> Any:
     if "address" in options:
         return DaskTaskRunner(address=options["address"])
     options.setdefault("dashboard_address", None)
+    if process_worker_setup.get() is not None:  # `evalpipe run`: its workers collect as a pool's
+        options.setdefault("preload", ["evalpipe.pipeline.dask_worker"])
     return DaskTaskRunner(cluster_kwargs=options)
 
 
