@@ -22,6 +22,7 @@ import httpx
 import pyarrow.parquet as pq
 import pytest
 
+from evalpipe.pipeline import dask_worker
 from live_prefect import Server, prefect_server, start, stop, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -253,8 +254,14 @@ def test_every_command_in_operations_md_is_run_by_a_test() -> None:
     assert len(secrets) == 5
     assert len(viewed) == 2
     assert len(on_event) == 2
+    # §9's Dask preload: the test cluster of tests/pipeline/test_task_runner.py starts its workers
+    # with this module (tests/cluster_helpers.py), and a test checks what it set in them
+    preloaded = [c for c in commands if c.startswith("dask worker ")]
+    assert [c.split("--preload ")[-1] for c in preloaded] == [dask_worker.__name__]
     rest = [
-        c for c in commands if c not in triggers + served + limits + secrets + viewed + on_event
+        c
+        for c in commands
+        if c not in triggers + served + limits + secrets + viewed + on_event + preloaded
     ]
     # §10 starts the worker as §3 does: the same command, run by the worker fixture
     assert sorted(dict.fromkeys(rest)) == sorted(RUN_BY_FIXTURES)
