@@ -44,6 +44,7 @@ from evalpipe import artifacts  # its names load on first use (pyarrow: see _exe
 from evalpipe._internal.adaptive import LimitChange
 from evalpipe.evaluators.base import close_providers
 from evalpipe.gates import Gate, GateFold, GateReport
+from evalpipe.pipeline import dask_worker
 from evalpipe.pipeline.budget import RunSpend, concurrency_record, spend_markdown
 from evalpipe.pipeline.limits import provider_limits
 from evalpipe.pipeline.params import resolve_suite, suite_label
@@ -124,7 +125,8 @@ process_worker_setup: contextvars.ContextVar[Callable[[], None] | None] = contex
 )
 """Set by the CLI: run once in each worker process of a process pool the run starts (Prefect's
 ``ProcessPoolTaskRunner`` initializer; a picklable function). While it is set, the workers of a Dask
-LocalCluster the run starts preload ``evalpipe.pipeline.dask_worker`` (the CLI's collector)."""
+LocalCluster the run starts preload ``evalpipe.pipeline.dask_worker``, which sets the same collector
+(``collect_less``, the one setting the CLI hands out)."""
 
 prepared_plan: contextvars.ContextVar[tuple[RunPlan, EvalSuite, RunLock] | None] = (
     contextvars.ContextVar("evalpipe_prepared_plan", default=None)
@@ -262,7 +264,7 @@ def _task_runner(suite: EvalSuite, concurrency: int) -> Any:
         return DaskTaskRunner(address=options["address"])
     options.setdefault("dashboard_address", None)
     if process_worker_setup.get() is not None:  # `evalpipe run`: its workers collect as a pool's
-        options.setdefault("preload", ["evalpipe.pipeline.dask_worker"])
+        options.setdefault("preload", [dask_worker.__name__])
     return DaskTaskRunner(cluster_kwargs=options)
 
 
